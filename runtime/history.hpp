@@ -1,0 +1,58 @@
+// What the merge of the ranks' streams produces: committed history rows and
+// the run's other state changes, handed to a HistorySink (the run directory
+// writer, the uploader, tests).
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace chorus::detail {
+
+/// One value of a committed row. `rank` is -1 when the value is stored under
+/// its plain key (a reduced key, or a key one rank logged at that step); else
+/// it is stored as `key/rank-N`. `count` is the number of ranks a reduced
+/// value was computed from (0 for unreduced values).
+struct RowValue {
+  std::uint32_t key; // Merger key id, see Merger::key_name
+  std::int32_t rank;
+  double value;
+  std::uint32_t count;
+};
+
+/// One committed history row. Rows reach the sink strictly increasing in step.
+struct Row {
+  std::int64_t step = 0;
+  std::int64_t ts_us = 0;      // when its first value was taken (unix microseconds)
+  std::int64_t runtime_us = 0; // ts_us minus the run's start
+  std::vector<RowValue> values; // sorted by (key name, rank)
+};
+
+class HistorySink {
+public:
+  virtual ~HistorySink() = default;
+  /// The run began: `run_json` is the identity object the run host wrote
+  /// (id, project, group, name, mode, scope, world_size, host, dir, ...).
+  virtual void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) = 0;
+  /// A committed row (key names through the Merger passed alongside).
+  virtual void row(const Row& row) = 0;
+  /// A config / summary object (JSON object text) set by `rank`, in stream order.
+  virtual void config(int rank, std::string_view json_object) = 0;
+  virtual void summary(int rank, std::string_view json_object) = 0;
+  /// Values the merge refused, with the reason (they go to rejected.jsonl).
+  virtual void rejected(int rank, std::uint64_t seq, std::int64_t step, std::span<const std::pair<std::string_view, double>> values,
+                        const Error& why) = 0;
+  /// A rank's state changed (joined, finished, crashed, timed out).
+  virtual void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host, std::string_view reason) = 0;
+  /// Everything `rank` sent up to and including `seq` is processed; `err`
+  /// is non-null when the event `seq` itself was refused or failed (a
+  /// rejected step, a barrier that timed out).
+  virtual void completed(int rank, std::uint64_t seq, const Error* err) = 0;
+  /// The run ended (a run_end host event).
+  virtual void run_end(RunState state, std::int64_t ts_us) = 0;
+};
+
+} // namespace chorus::detail

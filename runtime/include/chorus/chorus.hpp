@@ -1,0 +1,537 @@
+// chorus — experiment tracking for distributed training, from C++.
+//
+// One header, one page: every type a trainer touches is declared here. It
+// includes no CAF, Asio or CUDA header; the Asio interop lives in
+// <chorus/asio.hpp>.
+//
+//   chorus::Options opt;
+//   opt.project = "mnist";
+//   opt.mode = chorus::Mode::shared;
+//   chorus::Run run = chorus::init(opt);
+//   run.define_metric("loss", chorus::Reduce::mean);
+//   run.log({{"loss", l}, {"lr", lr}});          // non-blocking ticket
+//   co_await run.log({{"acc", a}});               // durably committed
+//   co_await run.barrier("epoch-3");
+//   chorus::FinishResult r = co_await run.finish();
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace chorus {
+
+// ---------------------------------------------------------------------------
+// Settings
+
+/// How the ranks of a job map onto runs (Flyte's run_mode: auto|shared|new).
+enum class Mode { automatic, shared, per_rank };
+/// Which ranks a run spans (Flyte's rank_scope: global|worker).
+enum class Scope { global, node };
+/// Cross-rank reduction of a metric at each step.
+enum class Reduce : std::uint8_t { none, mean, sum, min, max };
+/// What `Run::log` does when its queue is full.
+enum class Overflow { block, drop_newest };
+
+/// The final or current state of a run, or of one rank in it.
+enum class RunState { running, finished, failed, crashed, killed };
+
+std::string_view to_string(Mode) noexcept;
+std::string_view to_string(Scope) noexcept;
+std::string_view to_string(Reduce) noexcept;
+std::string_view to_string(RunState) noexcept;
+
+// ---------------------------------------------------------------------------
+// Errors are values.
+
+enum class Errc : std::uint8_t {
+  ok = 0,
+  invalid_argument,  // a bad option value or call argument
+  invalid_key,       // empty, too long, non-UTF-8 or reserved metric key
+  bad_environment,   // a malformed or contradictory environment variable
+  backwards_step,    // a step lower than the rank's last one
+  step_committed,    // a step at or below what a barrier already committed
+  dropped,           // the queue was full under Overflow::drop_newest
+  finished,          // the run has finished: nothing more is taken
+  connect_failed,    // the run host could not be reached within init_timeout
+  address_in_use,    // the run host could not listen on its port
+  barrier_timeout,   // not every live rank reached the barrier in time
+  barrier_mismatch,  // ranks reached barriers with different names
+  host_lost,         // the run host went away
+  timeout,           // a bounded wait ran out
+  io_error,          // the run directory could not be written
+  internal,          // a bug in chorus: please report it
+};
+
+std::string_view to_string(Errc) noexcept;
+
+/// An error code and a message that names the cause and the fix.
+class Error {
+public:
+  Error() noexcept = default;
+  Error(Errc code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  [[nodiscard]] Errc code() const noexcept { return code_; }
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  explicit operator bool() const noexcept { return code_ != Errc::ok; }
+
+private:
+  Errc code_ = Errc::ok;
+  std::string message_;
+};
+
+/// Thrown by the throwing form of `init` only.
+class InitError : public std::runtime_error {
+public:
+  explicit InitError(Error e) : std::runtime_error(e.message()), error_(std::move(e)) {}
+  [[nodiscard]] const Error& error() const noexcept { return error_; }
+
+private:
+  Error error_;
+};
+
+// ---------------------------------------------------------------------------
+// Values
+
+/// One scalar for `Run::log`. Trivially destructible on purpose: braced lists
+/// of metrics may live across a `co_await`.
+struct Metric {
+  std::string_view key;
+  double value;
+};
+static_assert(std::is_trivially_destructible_v<Metric>);
+
+/// A config or summary value: null, bool, integer, number or string.
+class Value {
+public:
+  Value() noexcept = default;
+  Value(bool b) noexcept : v_(b) {}
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  Value(I i) noexcept : v_(static_cast<std::int64_t>(i)) {}
+  Value(double d) noexcept : v_(d) {}
+  Value(float f) noexcept : v_(static_cast<double>(f)) {}
+  Value(const char* s) : v_(std::string(s)) {}
+  Value(std::string_view s) : v_(std::string(s)) {}
+  Value(std::string s) : v_(std::move(s)) {}
+
+  using variant_type = std::variant<std::monostate, bool, std::int64_t, double, std::string>;
+  [[nodiscard]] const variant_type& get() const noexcept { return v_; }
+
+private:
+  variant_type v_;
+};
+
+/// One key of a run's config or summary.
+struct Field {
+  std::string_view key;
+  Value value;
+};
+
+/// Per-call options of `Run::log`.
+struct LogOptions {
+  /// The step this call logs at; without it, each call is the rank's next step.
+  std::optional<std::int64_t> step;
+};
+
+// ---------------------------------------------------------------------------
+// Where this process sits in the job, read from the launcher's environment.
+
+struct Topology {
+  int rank = 0;             // global rank
+  int local_rank = 0;       // rank within its node
+  int world_size = 1;       // ranks in the job
+  int local_world_size = 1; // ranks on this node
+  int node_rank = 0;        // this node's index
+  int num_nodes = 1;
+  std::string master_addr;  // where global rank 0 listens (empty: this host)
+  int master_port = 0;      // the launcher's rendezvous port, 0 if none
+  std::string launcher;     // "none", "torchrun", "slurm", "openmpi", "mpich"
+  std::string job_id;       // the launcher's job identity, empty if none
+};
+
+/// Reads the launcher's environment (torchrun and Flyte Elastic, Slurm,
+/// Open MPI, MPICH/PMI); no launcher means a single process. A malformed or
+/// contradictory variable is an error that names it.
+[[nodiscard]] Topology detect_topology(Error& error);
+
+struct Options {
+  std::string project = "uncategorized";
+  std::string name;     // display name; default: the run id
+  std::string group;    // default: derived from the job, the same on all ranks
+  std::string job_type;
+  std::string run_id;   // default: generated on the run host
+  std::string notes;
+  Mode mode = Mode::automatic;
+  Scope scope = Scope::global;
+  std::string dir;      // default: $CHORUS_DIR or ./chorus-runs
+  std::string upload;   // "mlflow://host:port", "wandb://host" (empty: local only)
+  std::vector<std::pair<std::string, Value>> config;
+
+  /// The run host's address and port. Default: MASTER_ADDR (else this host)
+  /// and CHORUS_PORT (else MASTER_PORT + 1, else 29501).
+  std::string host_address;
+  std::uint16_t port = 0;
+
+  std::chrono::milliseconds init_timeout{30'000};
+  std::chrono::milliseconds finish_timeout{60'000};
+  std::chrono::milliseconds barrier_timeout{600'000};
+  /// How often links between processes are probed, and how long a silent
+  /// peer may stay silent before its ranks count as crashed.
+  std::chrono::milliseconds heartbeat_interval{1'000};
+  std::chrono::milliseconds connection_timeout{10'000};
+
+  std::size_t queue_capacity = 1u << 16; // values in flight per process
+  Overflow overflow = Overflow::block;
+  double system_interval = 10.0;         // seconds between system samples; 0 = off
+  std::string tls_dir;                   // credentials made by `chorus certs`
+  bool insecure = false;                 // allow unauthenticated links between nodes
+
+  /// The environment (CHORUS_*) overrides the fields above unless false.
+  bool read_env = true;
+  /// Where this process sits; default: detect_topology().
+  std::optional<Topology> topology;
+};
+
+// ---------------------------------------------------------------------------
+// Coroutines: chorus::task, executors, sync_wait.
+
+/// Where a suspended chorus awaiter resumes. User code is never resumed on a
+/// chorus-internal thread when it awaits from a chorus::task or sync_wait.
+class Executor {
+public:
+  virtual ~Executor() = default;
+  virtual void post(std::coroutine_handle<> h) = 0;
+};
+
+namespace detail {
+class Channel;
+class RunImpl;
+struct FinishState;
+
+/// The executor a coroutine promise names, or nullptr.
+template <class P>
+Executor* executor_of(P& promise) noexcept {
+  if constexpr (requires { promise.executor(); })
+    return promise.executor();
+  else
+    return nullptr;
+}
+
+/// A single-threaded run loop for sync_wait.
+class Loop final : public Executor {
+public:
+  Loop();
+  ~Loop() override;
+  void post(std::coroutine_handle<> h) override;
+  void run_until(const bool& done);
+  void stop();
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+} // namespace detail
+
+template <class T = void>
+class task;
+
+namespace detail {
+struct task_promise_base {
+  std::coroutine_handle<> continuation = std::noop_coroutine();
+  Executor* executor_ = nullptr;
+  std::exception_ptr error;
+
+  Executor* executor() const noexcept { return executor_; }
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  struct final_awaiter {
+    bool await_ready() noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
+      return h.promise().continuation;
+    }
+    void await_resume() noexcept {}
+  };
+  final_awaiter final_suspend() noexcept { return {}; }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
+};
+
+template <class T>
+struct task_promise : task_promise_base {
+  std::optional<T> value;
+  task<T> get_return_object() noexcept;
+  template <class U>
+  void return_value(U&& v) {
+    value.emplace(std::forward<U>(v));
+  }
+  T take() {
+    if (error) std::rethrow_exception(error);
+    return std::move(*value);
+  }
+};
+
+template <>
+struct task_promise<void> : task_promise_base {
+  task<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+  void take() {
+    if (error) std::rethrow_exception(error);
+  }
+};
+} // namespace detail
+
+/// A lazy coroutine. Awaiting it from another task runs it on the awaiting
+/// task's executor; `sync_wait` runs it on the calling thread.
+template <class T>
+class [[nodiscard]] task {
+public:
+  using promise_type = detail::task_promise<T>;
+  using handle_type = std::coroutine_handle<promise_type>;
+
+  task() noexcept = default;
+  explicit task(handle_type h) noexcept : h_(h) {}
+  task(task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  task& operator=(task&& o) noexcept {
+    if (this != &o) {
+      if (h_) h_.destroy();
+      h_ = std::exchange(o.h_, {});
+    }
+    return *this;
+  }
+  task(const task&) = delete;
+  task& operator=(const task&) = delete;
+  ~task() {
+    if (h_) h_.destroy();
+  }
+
+  bool await_ready() const noexcept { return !h_ || h_.done(); }
+  template <class P>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<P> awaiting) noexcept {
+    h_.promise().continuation = awaiting;
+    h_.promise().executor_ = detail::executor_of(awaiting.promise());
+    return h_;
+  }
+  T await_resume() { return h_.promise().take(); }
+
+  /// Starts the task on `ex`; used by sync_wait and spawn.
+  handle_type handle() const noexcept { return h_; }
+
+private:
+  handle_type h_;
+};
+
+namespace detail {
+template <class T>
+task<T> task_promise<T>::get_return_object() noexcept {
+  return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
+}
+inline task<void> task_promise<void>::get_return_object() noexcept {
+  return task<void>{std::coroutine_handle<task_promise<void>>::from_promise(*this)};
+}
+
+struct sync_flag_task {
+  struct promise_type {
+    bool* done = nullptr;
+    Executor* ex = nullptr;
+    Executor* executor() const noexcept { return ex; }
+    sync_flag_task get_return_object() noexcept {
+      return {std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    struct final_awaiter {
+      bool await_ready() noexcept { return false; }
+      void await_suspend(std::coroutine_handle<promise_type> h) noexcept { *h.promise().done = true; }
+      void await_resume() noexcept {}
+    };
+    final_awaiter final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> h;
+};
+
+template <class T>
+sync_flag_task sync_driver(task<T>& t) {
+  co_await t;
+}
+} // namespace detail
+
+/// Runs `t` to completion on the calling thread; chorus awaiters inside it
+/// resume on this thread. Rethrows what the task threw.
+template <class T>
+T sync_wait(task<T> t) {
+  detail::Loop loop;
+  bool done = false;
+  auto driver = detail::sync_driver(t);
+  driver.h.promise().done = &done;
+  driver.h.promise().ex = &loop;
+  loop.post(driver.h);
+  loop.run_until(done);
+  driver.h.destroy();
+  return t.await_resume();
+}
+
+// ---------------------------------------------------------------------------
+// Tickets
+
+/// What `Run::log`, `barrier`, `config`, `summary` and `define_metric` return:
+/// drop it, `co_await` it, or `.wait()` on it. It completes once what it
+/// names is durably committed on the run host (or at once with an error).
+/// Trivially destructible; it must not outlive its Run.
+class [[nodiscard]] Pending {
+public:
+  Pending() noexcept = default;
+  Pending(detail::Channel* ch, std::uint64_t seq, bool has_error) noexcept
+      : ch_(ch), seq_(seq), has_error_(has_error) {}
+
+  /// True once complete (never blocks).
+  [[nodiscard]] bool ready() const noexcept;
+  /// Blocks the calling thread until complete.
+  Error wait() const;
+  /// Blocks for at most `d`; Errc::timeout if still pending.
+  Error wait_for(std::chrono::milliseconds d) const;
+  /// Calls `fn` once complete, on a chorus completion thread (or at once).
+  void on_done(std::function<void(Error)> fn) const;
+
+  bool await_ready() const noexcept { return ready(); }
+  template <class P>
+  void await_suspend(std::coroutine_handle<P> h) const {
+    suspend(h, detail::executor_of(h.promise()));
+  }
+  Error await_resume() const { return result(); }
+
+  [[nodiscard]] std::uint64_t seq() const noexcept { return seq_; }
+
+private:
+  void suspend(std::coroutine_handle<> h, Executor* ex) const;
+  Error result() const;
+
+  detail::Channel* ch_ = nullptr;
+  std::uint64_t seq_ = 0;
+  bool has_error_ = false;
+};
+static_assert(std::is_trivially_destructible_v<Pending>);
+
+/// One rank as the run host saw it.
+struct RankResult {
+  int rank = 0;
+  RunState state = RunState::running;
+  std::int64_t last_step = -1;
+  std::string host;
+  std::string message; // why it crashed or did not finish, if it did not
+};
+
+struct FinishResult {
+  Error error;               // set if the finish itself did not go cleanly
+  RunState state = RunState::running;
+  std::string run_id;
+  std::string run_dir;       // on the run host
+  std::uint64_t rows = 0;    // history rows committed (run host only)
+  std::uint64_t dropped = 0; // values dropped by this process's queue
+  std::uint64_t rejected = 0;// values the run host refused (see rejected.jsonl)
+  std::vector<RankResult> ranks; // run host only
+};
+
+/// What `Run::finish` returns: awaitable, `.wait()`-able, droppable.
+class [[nodiscard]] FinishPending {
+public:
+  FinishPending() noexcept = default;
+  FinishPending(Pending p, detail::FinishState* st) noexcept : p_(p), st_(st) {}
+
+  [[nodiscard]] bool ready() const noexcept { return p_.ready(); }
+  FinishResult wait() const;
+  bool await_ready() const noexcept { return p_.await_ready(); }
+  template <class P>
+  void await_suspend(std::coroutine_handle<P> h) const {
+    p_.await_suspend(h);
+  }
+  FinishResult await_resume() const { return result(); }
+  void on_done(std::function<void(FinishResult)> fn) const;
+
+private:
+  FinishResult result() const;
+  Pending p_;
+  detail::FinishState* st_ = nullptr;
+};
+static_assert(std::is_trivially_destructible_v<FinishPending>);
+
+// ---------------------------------------------------------------------------
+// The run
+
+/// A handle on the run this process logs into. An inactive handle (a rank
+/// that does not log in this mode) is false and every call on it is a no-op.
+class Run {
+public:
+  Run() noexcept;
+  explicit Run(std::unique_ptr<detail::RunImpl> impl) noexcept;
+  Run(Run&&) noexcept;
+  Run& operator=(Run&&) noexcept;
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+  /// Finishes the run if `finish` was not called (bounded by finish_timeout).
+  ~Run();
+
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+
+  /// Enqueues values at once: never blocks (but under Overflow::block with a
+  /// full queue), never allocates in the steady state, never throws.
+  Pending log(std::span<const Metric> values, const LogOptions& opts = {}) noexcept;
+  Pending log(std::initializer_list<Metric> values, const LogOptions& opts = {}) noexcept {
+    return log(std::span<const Metric>(values.begin(), values.size()), opts);
+  }
+
+  /// Declares how `key` is reduced across ranks at each step.
+  Pending define_metric(std::string_view key, Reduce reduce) noexcept;
+
+  /// Sets config keys (merged; a later value for a key replaces the earlier).
+  Pending config(std::span<const Field> fields);
+  Pending config(std::initializer_list<Field> fields) {
+    return config(std::span<const Field>(fields.begin(), fields.size()));
+  }
+  /// Sets summary keys (merged over the automatic last-value summary).
+  Pending summary(std::span<const Field> fields);
+  Pending summary(std::initializer_list<Field> fields) {
+    return summary(std::span<const Field>(fields.begin(), fields.size()));
+  }
+
+  /// Completes when every live rank has reached this barrier: everything
+  /// logged before it is committed before anything after it. On timeout
+  /// (default Options::barrier_timeout) the error names the missing ranks.
+  Pending barrier(std::string_view name, std::chrono::milliseconds timeout = {}) noexcept;
+
+  /// Finishes this rank's part of the run; on the run host, the run itself.
+  /// Bounded by Options::finish_timeout; calling it twice returns the same result.
+  FinishPending finish() noexcept;
+
+  [[nodiscard]] const Topology& topology() const noexcept;
+  [[nodiscard]] std::string_view id() const noexcept;
+  /// The run directory (on the run host's filesystem).
+  [[nodiscard]] std::string_view dir() const noexcept;
+  [[nodiscard]] bool is_host() const noexcept;
+  /// Values dropped so far under Overflow::drop_newest.
+  [[nodiscard]] std::uint64_t dropped() const noexcept;
+
+private:
+  std::unique_ptr<detail::RunImpl> impl_;
+};
+
+/// Starts (or joins) the run this process logs into, as `opts` and the
+/// environment say. Throws InitError on failure.
+[[nodiscard]] Run init(const Options& opts = {});
+/// The same, reporting failure through `error` (the Run is then inactive).
+[[nodiscard]] Run init(const Options& opts, Error& error) noexcept;
+
+} // namespace chorus

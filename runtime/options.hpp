@@ -1,0 +1,47 @@
+// Options as a process will use them: the environment applied, defaults
+// filled in, and this process's place in the run worked out from the mode,
+// the scope and the topology.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace chorus::detail {
+
+/// Looks up an environment variable; tests pass their own.
+using Env = std::function<std::optional<std::string>(std::string_view name)>;
+Env process_env();
+
+/// Topology from the launcher's variables (see chorus.hpp). Precedence when
+/// several launchers' variables are present: torchrun (RANK/WORLD_SIZE),
+/// then Open MPI, then MPICH/PMI, then Slurm. Malformed numbers, ranks out of
+/// range or contradictions (LOCAL_RANK >= LOCAL_WORLD_SIZE, WORLD_SIZE not a
+/// multiple of LOCAL_WORLD_SIZE where required, ...) are errors naming the
+/// variable and what it takes.
+Topology detect_topology(const Env& env, Error& error);
+
+struct Settings {
+  Options opts;        // after CHORUS_* overrides; dir, group, name filled in
+  Topology topo;
+  // This process's place in its run:
+  bool active = true;  // false: this rank logs nothing (an inactive handle)
+  bool is_host = true; // this process hosts the Run actor
+  int run_rank = 0;    // index of this rank within the run (0 on the host)
+  int run_world = 1;   // ranks in the run
+  std::string host_address; // where the run host listens (remote ranks dial it)
+  std::uint16_t port = 0;   // the run host's port
+  std::string run_name;     // display name, with -rank-R / -node-N where it applies
+};
+
+/// Applies the environment to `opts` (when opts.read_env), detects the
+/// topology (unless opts.topology is set) and places this process. On a
+/// malformed value, `error` names the variable or option and the values it
+/// takes, and the result is unspecified.
+Settings resolve(const Options& opts, const Env& env, Error& error);
+
+} // namespace chorus::detail

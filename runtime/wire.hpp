@@ -1,0 +1,236 @@
+// The frames that cross from a rank to its run host and land, byte for byte,
+// in the run's write-ahead log. One codec serves the RankProxy (encode), the
+// Run actor and `chorus recover` (decode), so a replay of the WAL sees exactly
+// what the live run saw.
+//
+// All integers little-endian, no padding. A frame is:
+//   u8 FrameType, then
+//   rank_batch: u32 rank, u32 event count, events...
+//   host_event: u8 HostEvent, fields...
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+static_assert(std::endian::native == std::endian::little, "chorus frames assume little-endian hosts");
+
+namespace chorus::wire {
+
+enum class FrameType : std::uint8_t { rank_batch = 1, host_event = 2 };
+
+/// Events inside a rank batch, in the rank's own order.
+enum class Tag : std::uint8_t {
+  key = 1,     // u32 id, u32 len, bytes: a key or barrier name first seen
+  values = 2,  // u64 seq, i64 step (auto_step: next), i64 ts_us, u32 n, n x {u32 key, f64}
+  define = 3,  // u64 seq, u32 key, u8 Reduce
+  barrier = 4, // u64 seq, u32 name key, i64 timeout_ms
+  config = 5,  // u64 seq, u32 len, JSON object bytes
+  summary = 6, // u64 seq, u32 len, JSON object bytes
+  finish = 7,  // u64 seq
+};
+
+/// Decisions the run host took that depend on time or on the network; they
+/// are logged so that a replay takes the same ones.
+enum class HostEvent : std::uint8_t {
+  run_start = 1,       // i64 ts_us, u32 world_size, u32 len, run.json bytes
+  rank_joined = 2,     // u32 rank, i64 ts_us, i64 pid, u32 len, host bytes
+  rank_dead = 3,       // u32 rank, i64 ts_us, u32 len, reason bytes
+  barrier_timeout = 4, // u32 barrier index, i64 ts_us
+  finish_timeout = 5,  // i64 ts_us
+  run_end = 6,         // u8 RunState, i64 ts_us
+};
+
+inline constexpr std::int64_t auto_step = std::numeric_limits<std::int64_t>::min();
+inline constexpr std::size_t value_size = 12; // u32 key + f64
+
+// ---------------------------------------------------------------------------
+// Encoding
+
+namespace detail {
+template <class T>
+inline void put(std::vector<char>& out, T v) {
+  const auto n = out.size();
+  out.resize(n + sizeof(T));
+  std::memcpy(out.data() + n, &v, sizeof(T));
+}
+inline void put_bytes(std::vector<char>& out, std::string_view s) {
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
+  out.insert(out.end(), s.begin(), s.end());
+}
+} // namespace detail
+
+/// Appends one rank_batch frame to `out` (which may already hold bytes).
+class BatchWriter {
+public:
+  BatchWriter(std::vector<char>& out, std::uint32_t rank) : out_(out) {
+    detail::put(out_, FrameType::rank_batch);
+    detail::put(out_, rank);
+    count_at_ = out_.size();
+    detail::put<std::uint32_t>(out_, 0);
+  }
+
+  void key(std::uint32_t id, std::string_view name) {
+    begin(Tag::key);
+    detail::put(out_, id);
+    detail::put_bytes(out_, name);
+  }
+  /// Starts a values event; follow with exactly `n` calls of value().
+  void values(std::uint64_t seq, std::int64_t step, std::int64_t ts_us, std::uint32_t n) {
+    begin(Tag::values);
+    detail::put(out_, seq);
+    detail::put(out_, step);
+    detail::put(out_, ts_us);
+    detail::put(out_, n);
+    out_.reserve(out_.size() + n * value_size);
+  }
+  void value(std::uint32_t key, double v) {
+    detail::put(out_, key);
+    detail::put(out_, v);
+  }
+  void define(std::uint64_t seq, std::uint32_t key, Reduce r) {
+    begin(Tag::define);
+    detail::put(out_, seq);
+    detail::put(out_, key);
+    detail::put(out_, r);
+  }
+  void barrier(std::uint64_t seq, std::uint32_t name_key, std::int64_t timeout_ms) {
+    begin(Tag::barrier);
+    detail::put(out_, seq);
+    detail::put(out_, name_key);
+    detail::put(out_, timeout_ms);
+  }
+  void config(std::uint64_t seq, std::string_view json) { blob(Tag::config, seq, json); }
+  void summary(std::uint64_t seq, std::string_view json) { blob(Tag::summary, seq, json); }
+  void finish(std::uint64_t seq) {
+    begin(Tag::finish);
+    detail::put(out_, seq);
+  }
+
+  [[nodiscard]] std::uint32_t events() const noexcept { return events_; }
+
+private:
+  void begin(Tag t) {
+    detail::put(out_, t);
+    ++events_;
+    std::memcpy(out_.data() + count_at_, &events_, sizeof(events_));
+  }
+  void blob(Tag t, std::uint64_t seq, std::string_view json) {
+    begin(t);
+    detail::put(out_, seq);
+    detail::put_bytes(out_, json);
+  }
+
+  std::vector<char>& out_;
+  std::size_t count_at_ = 0;
+  std::uint32_t events_ = 0;
+};
+
+std::vector<char> run_start(std::int64_t ts_us, std::uint32_t world_size, std::string_view run_json);
+std::vector<char> rank_joined(std::uint32_t rank, std::int64_t ts_us, std::int64_t pid, std::string_view host);
+std::vector<char> rank_dead(std::uint32_t rank, std::int64_t ts_us, std::string_view reason);
+std::vector<char> barrier_timeout(std::uint32_t index, std::int64_t ts_us);
+std::vector<char> finish_timeout(std::int64_t ts_us);
+std::vector<char> run_end(RunState state, std::int64_t ts_us);
+
+// ---------------------------------------------------------------------------
+// Decoding: views into the frame's bytes, valid while the frame is.
+
+struct KeyDef {
+  std::uint32_t id;
+  std::string_view name;
+};
+struct Values {
+  std::uint64_t seq;
+  std::int64_t step;
+  std::int64_t ts_us;
+  std::uint32_t n;
+  const char* data; // n x {u32 key, f64 value}
+  [[nodiscard]] std::uint32_t key(std::uint32_t i) const noexcept {
+    std::uint32_t k;
+    std::memcpy(&k, data + i * value_size, sizeof k);
+    return k;
+  }
+  [[nodiscard]] double value(std::uint32_t i) const noexcept {
+    double v;
+    std::memcpy(&v, data + i * value_size + 4, sizeof v);
+    return v;
+  }
+};
+struct Define {
+  std::uint64_t seq;
+  std::uint32_t key;
+  Reduce reduce;
+};
+struct Barrier {
+  std::uint64_t seq;
+  std::uint32_t name_key;
+  std::int64_t timeout_ms;
+};
+struct Config {
+  std::uint64_t seq;
+  std::string_view json;
+};
+struct Summary {
+  std::uint64_t seq;
+  std::string_view json;
+};
+struct Finish {
+  std::uint64_t seq;
+};
+using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish>;
+
+struct RunStart {
+  std::int64_t ts_us;
+  std::uint32_t world_size;
+  std::string_view run_json;
+};
+struct RankJoined {
+  std::uint32_t rank;
+  std::int64_t ts_us;
+  std::int64_t pid;
+  std::string_view host;
+};
+struct RankDead {
+  std::uint32_t rank;
+  std::int64_t ts_us;
+  std::string_view reason;
+};
+struct BarrierTimeout {
+  std::uint32_t index;
+  std::int64_t ts_us;
+};
+struct FinishTimeout {
+  std::int64_t ts_us;
+};
+struct RunEnd {
+  RunState state;
+  std::int64_t ts_us;
+};
+using HostEventData = std::variant<RunStart, RankJoined, RankDead, BarrierTimeout, FinishTimeout, RunEnd>;
+
+/// A decoded frame: either a rank's batch (iterate with for_each_event) or one host event.
+struct Frame {
+  FrameType type;
+  std::uint32_t rank = 0;       // rank_batch
+  std::uint32_t events = 0;     // rank_batch
+  std::span<const char> body;   // rank_batch: the encoded events
+  HostEventData host;           // host_event
+};
+
+/// Checks the whole frame and decodes its header. False if malformed: a
+/// truncated field, an unknown tag, a count that does not match.
+[[nodiscard]] bool decode(std::span<const char> frame, Frame& out);
+
+/// Calls f(RankEvent) for each event of a rank_batch frame that decode()
+/// accepted (decode validated every event, so this cannot fail).
+void for_each_event(const Frame& frame, const std::function<void(const RankEvent&)>& f);
+
+} // namespace chorus::wire
