@@ -1,0 +1,100 @@
+#include "io/posix.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace chorus::io::detail {
+namespace {
+
+std::string_view fix_for(int errnum) {
+  switch (errnum) {
+  case ENOSPC:
+  case EDQUOT:
+    return "Free disk space, or point CHORUS_DIR at a filesystem with room.";
+  case EACCES:
+  case EPERM:
+    return "Check the owner and permissions of the run directory, or point CHORUS_DIR at a writable one.";
+  case EROFS:
+    return "The filesystem is read-only: point CHORUS_DIR at a writable one.";
+  case ENOENT:
+  case ENOTDIR:
+    return "Check that the path exists and that each part of it is a directory.";
+  case EMFILE:
+  case ENFILE:
+    return "Too many open files: raise the limit (ulimit -n) or close files.";
+  case EIO:
+    return "The device reported an I/O error: check the disk and the kernel log.";
+  default:
+    return "Check that the run directory is on a healthy, writable local filesystem.";
+  }
+}
+
+} // namespace
+
+Error os_error(std::string_view what, std::string_view path, int errnum) {
+  std::string m;
+  m.reserve(what.size() + path.size() + 128);
+  m.append(what).append(" on ").append(path).append(": ").append(std::strerror(errnum)).append(". ");
+  m.append(fix_for(errnum));
+  return Error{Errc::io_error, std::move(m)};
+}
+
+int open_private(const std::string& path, int flags, Error& err) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    err = os_error("open", path, errno);
+    return -1;
+  }
+  // The umask may have taken bits away from 0600 (or the file pre-existed
+  // with looser ones): set the mode the run directory promises.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    err = os_error("fstat", path, errno);
+    close_fd(fd);
+    return -1;
+  }
+  if ((st.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0) {
+    err = os_error("fchmod 0600", path, errno);
+    close_fd(fd);
+    return -1;
+  }
+  return fd;
+}
+
+Error write_all(int fd, iovec* iov, int n, std::string_view path) {
+  while (n > 0) {
+    const ssize_t w = ::writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return os_error("write", path, errno);
+    }
+    auto left = static_cast<std::size_t>(w);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return {};
+}
+
+Error write_all(int fd, std::string_view data, std::string_view path) {
+  iovec v{const_cast<char*>(data.data()), data.size()};
+  return write_all(fd, &v, 1, path);
+}
+
+void close_fd(int fd) noexcept {
+  if (fd >= 0) ::close(fd);
+}
+
+} // namespace chorus::io::detail

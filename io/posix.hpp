@@ -1,0 +1,29 @@
+// Small POSIX helpers shared by the io/ files: errors that name the cause and
+// the fix, private file creation, and writes that survive EINTR and short counts.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <string>
+#include <string_view>
+#include <sys/uio.h>
+
+namespace chorus::io::detail {
+
+/// Errc::io_error "<what> on <path>: <strerror(errnum)>. <fix>", the fix
+/// chosen from errnum.
+[[nodiscard]] Error os_error(std::string_view what, std::string_view path, int errnum);
+
+/// open(2) with O_CLOEXEC, creating with mode 0600 whatever the umask, and
+/// putting an existing file's mode back to 0600. Returns -1 and sets `err`.
+[[nodiscard]] int open_private(const std::string& path, int flags, Error& err);
+
+/// Writes every byte of `iov[0..n)` (which it may modify), retrying on EINTR
+/// and after short writes.
+[[nodiscard]] Error write_all(int fd, iovec* iov, int n, std::string_view path);
+[[nodiscard]] Error write_all(int fd, std::string_view data, std::string_view path);
+
+/// Closes `fd`, retrying nothing (Linux releases the descriptor even on EINTR).
+void close_fd(int fd) noexcept;
+
+} // namespace chorus::io::detail

@@ -1,0 +1,105 @@
+// The files of a run directory (DESIGN.md section 6): directories 0700 and
+// files 0600 whatever the umask, readable files rewritten atomically, and the
+// RunWriter that turns the merged history into those files.
+#pragma once
+
+#include "runtime/history.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace chorus::io {
+
+/// mkdir -p: creates `path` and its missing parents with mode 0700 (what
+/// exists already is left as it is).
+[[nodiscard]] Error make_dirs(const std::string& path);
+
+/// Replaces `path` with `content` (mode 0600) so that a reader, or a crash,
+/// sees the old file or the new one and never a mix: a temporary file in the
+/// same directory, fsync, rename.
+[[nodiscard]] Error write_file_atomic(const std::string& path, std::string_view content);
+
+/// An append-only file (mode 0600, O_APPEND) written in large pieces: writes
+/// gather in memory up to `buffer_limit` and go out in one write(2).
+class AppendFile {
+public:
+  static constexpr std::size_t buffer_limit = 1u << 20;
+
+  /// Opens or creates `path`; `truncate` starts it empty. nullptr and `err` on failure.
+  [[nodiscard]] static std::unique_ptr<AppendFile> open(const std::string& path, Error& err, bool truncate = false);
+
+  /// Flushes (an error there is lost: call flush() first to see it).
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  /// Buffers `data`; writes out first if the buffer would pass buffer_limit.
+  [[nodiscard]] Error write(std::string_view data);
+  /// Writes the buffer with one write(2).
+  [[nodiscard]] Error flush();
+  /// flush(), then fdatasync.
+  [[nodiscard]] Error sync();
+
+  [[nodiscard]] std::size_t buffered() const noexcept { return buf_.size(); }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+private:
+  AppendFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd_ = -1;
+  std::string path_;
+  std::string buf_;
+};
+
+/// Writes the readable files of a run directory from what the Merger
+/// produces: history.jsonl, config.json, summary.json, rejected.jsonl and
+/// run.json. It owns those files and starts them afresh, because it is fed
+/// a run's whole stream (live, or replayed from the WAL by `chorus recover`).
+///
+/// The sink interface returns nothing, so I/O errors are kept: error()
+/// holds the first one, and writing goes on where it still can.
+class RunWriter final : public chorus::detail::HistorySink {
+public:
+  /// `key_name` maps the key ids of a Row to names (Merger::key_name).
+  RunWriter(std::string dir, std::function<std::string_view(std::uint32_t)> key_name);
+  /// Flushes.
+  ~RunWriter() override;
+  RunWriter(const RunWriter&) = delete;
+  RunWriter& operator=(const RunWriter&) = delete;
+
+  void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override;
+  void row(const chorus::detail::Row& row) override;
+  void config(int rank, std::string_view json_object) override;
+  void summary(int rank, std::string_view json_object) override;
+  void rejected(int rank, std::uint64_t seq, std::int64_t step,
+                std::span<const std::pair<std::string_view, double>> values, const Error& why) override;
+  void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
+                  std::string_view reason) override;
+  /// Acks are the Run actor's business: ignored.
+  void completed(int rank, std::uint64_t seq, const Error* err) override;
+  /// Flushes everything and rewrites summary.json and run.json with the end state.
+  void run_end(RunState state, std::int64_t ts_us) override;
+
+  /// Writes buffered history and rejected lines, and config.json and
+  /// summary.json if they changed. Each rewrite costs an fsync: call this
+  /// on a timer or per batch, not per row.
+  void flush();
+
+  /// The first error met (Errc::io_error for the filesystem, invalid_argument
+  /// for a config or summary that was not a JSON object); ok if none.
+  [[nodiscard]] const Error& error() const noexcept;
+  [[nodiscard]] const std::string& dir() const noexcept;
+  [[nodiscard]] std::uint64_t rows() const noexcept;
+  [[nodiscard]] std::uint64_t rejected_values() const noexcept;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+} // namespace chorus::io

@@ -1,0 +1,358 @@
+// RunWriter (declared in run_dir.hpp): the readable files of a run directory.
+#include "io/json.hpp"
+#include "io/run_dir.hpp"
+#include "runtime/wire.hpp"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace chorus::io {
+namespace {
+
+// Unix or run-relative microseconds as seconds, exactly (no binary rounding):
+// "1700000000.25", "12.000001", "3".
+void append_seconds(std::string& out, std::int64_t us) {
+  std::uint64_t u = static_cast<std::uint64_t>(us);
+  if (us < 0) {
+    out.push_back('-');
+    u = 0 - u;
+  }
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, u / 1'000'000);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+  auto frac = static_cast<std::uint32_t>(u % 1'000'000);
+  if (frac == 0) return;
+  char digits[7] = {'.', '0', '0', '0', '0', '0', '0'};
+  std::size_t len = 7;
+  for (std::size_t i = 6; i > 0; --i, frac /= 10) digits[i] = static_cast<char>('0' + frac % 10);
+  while (digits[len - 1] == '0') --len;
+  out.append(digits, len);
+}
+
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+// A JSON object merged key by key (a later value replaces an earlier one),
+// keeping the order keys first appeared in. Values are kept as JSON text.
+struct ObjectMerge {
+  std::vector<std::pair<std::string, std::string>> items;
+  std::unordered_map<std::string, std::size_t> index;
+
+  void set(std::string_view key, std::string json) {
+    auto [it, fresh] = index.try_emplace(std::string(key), items.size());
+    if (fresh)
+      items.emplace_back(key, std::move(json));
+    else
+      items[it->second].second = std::move(json);
+  }
+  [[nodiscard]] bool has(const std::string& key) const { return index.contains(key); }
+};
+
+// One column of the history: a key, or a key/rank-N.
+struct Series {
+  std::string name;
+  std::string quoted; // "name": ready to append
+  double last = 0;
+};
+
+struct RankInfo {
+  RunState state = RunState::running;
+  std::int64_t last_step = -1;
+  std::string host;
+  std::string message;
+  bool operator==(const RankInfo&) const = default;
+};
+
+} // namespace
+
+struct RunWriter::State {
+  std::string dir;
+  std::function<std::string_view(std::uint32_t)> key_name;
+  Error error;
+
+  std::unique_ptr<AppendFile> history;
+  std::unique_ptr<AppendFile> rejected_file;
+  std::string line; // reused for every line, so rows do not allocate
+
+  std::vector<Series> series;
+  std::unordered_map<std::uint64_t, std::uint32_t> series_of; // key << 32 | rank
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> counts; // series, count; per row
+
+  ObjectMerge config;
+  ObjectMerge summary;
+  ObjectMerge identity;
+  bool config_dirty = false;
+  bool summary_dirty = false;
+
+  std::map<int, RankInfo> ranks;
+  RunState state = RunState::running;
+  std::int64_t start_us = 0;
+  std::optional<std::int64_t> end_us;
+  std::uint32_t world_size = 0;
+  std::uint64_t rows = 0;
+  std::uint64_t rejected_values = 0;
+  std::int64_t last_step = 0;
+  std::int64_t last_ts_us = 0;
+  std::int64_t last_runtime_us = 0;
+
+  simdjson::dom::parser parser;
+
+  void fail(Error e) {
+    if (e && !error) error = std::move(e);
+  }
+  [[nodiscard]] std::string file(std::string_view name) const { return dir + "/" + std::string(name); }
+
+  Series& series_for(std::uint32_t key, std::int32_t rank) {
+    const std::uint64_t id = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(rank);
+    auto [it, fresh] = series_of.try_emplace(id, static_cast<std::uint32_t>(series.size()));
+    if (fresh) {
+      Series s;
+      s.name = std::string(key_name(key));
+      if (rank >= 0) s.name.append("/rank-").append(std::to_string(rank));
+      append_json_string(s.quoted, s.name);
+      s.quoted.push_back(':');
+      series.push_back(std::move(s));
+    }
+    return series[it->second];
+  }
+
+  // Merges the members of a JSON object into `into`; false if it is not one.
+  bool merge(ObjectMerge& into, std::string_view json, std::string_view what) {
+    simdjson::dom::object obj;
+    if (auto e = parser.parse(json.data(), json.size()).get(obj)) {
+      fail(Error{Errc::invalid_argument, std::string(what) + " was not a JSON object (" + simdjson::error_message(e) +
+                                             "); it was left out of " + dir + ". Pass key/value fields."});
+      return false;
+    }
+    for (auto [k, v] : obj) into.set(k, simdjson::minify(v));
+    return true;
+  }
+
+  void write_object(const std::string& name, const ObjectMerge& obj) {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    for (const auto& [k, v] : obj.items) w.key(k).raw(v);
+    w.end_object();
+    out.push_back('\n');
+    fail(write_file_atomic(file(name), out));
+  }
+
+  void write_summary() {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    if (rows != 0) {
+      // The automatic part: W&B's _step/_runtime/_timestamp and each column's last value.
+      std::string t;
+      if (!summary.has("_step")) w.key("_step").integer(last_step);
+      if (!summary.has("_runtime")) {
+        append_seconds(t, last_runtime_us);
+        w.key("_runtime").raw(t);
+      }
+      if (!summary.has("_timestamp")) {
+        t.clear();
+        append_seconds(t, last_ts_us);
+        w.key("_timestamp").raw(t);
+      }
+      for (const Series& s : series)
+        if (!summary.has(s.name)) w.key(s.name).number(s.last);
+    }
+    for (const auto& [k, v] : summary.items) w.key(k).raw(v);
+    w.end_object();
+    out.push_back('\n');
+    fail(write_file_atomic(file("summary.json"), out));
+    summary_dirty = false;
+  }
+
+  void write_run_json() {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    for (const auto& [k, v] : identity.items) w.key(k).raw(v);
+    std::string t;
+    w.key("state").string(to_string(state));
+    append_seconds(t, start_us);
+    w.key("start_time").raw(t);
+    w.key("end_time");
+    if (end_us) {
+      t.clear();
+      append_seconds(t, *end_us);
+      w.raw(t);
+    } else {
+      w.null();
+    }
+    w.key("world_size").uinteger(world_size);
+    w.key("rows").uinteger(rows);
+    w.key("rejected").uinteger(rejected_values);
+    w.key("ranks").begin_array();
+    for (const auto& [rank, r] : ranks) {
+      w.begin_object();
+      w.key("rank").integer(rank);
+      w.key("state").string(to_string(r.state));
+      w.key("last_step").integer(r.last_step);
+      w.key("host").string(r.host);
+      w.key("message").string(r.message);
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+    out.push_back('\n');
+    fail(write_file_atomic(file("run.json"), out));
+  }
+};
+
+RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32_t)> key_name)
+    : s_(std::make_unique<State>()) {
+  s_->dir = std::move(dir);
+  s_->key_name = std::move(key_name);
+  s_->line.reserve(4096);
+  if (Error e = make_dirs(s_->dir)) {
+    s_->fail(std::move(e));
+    return;
+  }
+  Error e;
+  s_->history = AppendFile::open(s_->file("history.jsonl"), e, /*truncate=*/true);
+  s_->fail(std::move(e));
+  s_->rejected_file = AppendFile::open(s_->file("rejected.jsonl"), e, /*truncate=*/true);
+  s_->fail(std::move(e));
+}
+
+RunWriter::~RunWriter() { flush(); }
+
+void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
+  State& s = *s_;
+  s.start_us = ts_us;
+  s.world_size = world_size;
+  s.identity = {};
+  ObjectMerge parsed;
+  if (s.merge(parsed, run_json, "run_start's identity"))
+    for (auto& [k, v] : parsed.items)
+      if (k != "state" && k != "start_time" && k != "end_time" && k != "world_size" && k != "rows" &&
+          k != "rejected" && k != "ranks")
+        s.identity.set(k, std::move(v));
+  // Readers find every file from the start, if empty.
+  s.config_dirty = s.summary_dirty = true;
+  s.write_run_json();
+  flush();
+}
+
+void RunWriter::row(const chorus::detail::Row& row) {
+  State& s = *s_;
+  std::string& l = s.line;
+  l.clear();
+  l.append("{\"_step\":");
+  append_int(l, row.step);
+  l.append(",\"_timestamp\":");
+  append_seconds(l, row.ts_us);
+  l.append(",\"_runtime\":");
+  append_seconds(l, row.runtime_us);
+  s.counts.clear();
+  for (const auto& v : row.values) {
+    Series& col = s.series_for(v.key, v.rank);
+    col.last = v.value;
+    l.push_back(',');
+    l.append(col.quoted);
+    append_json_number(l, v.value);
+    if (v.count != 0) s.counts.emplace_back(static_cast<std::uint32_t>(&col - s.series.data()), v.count);
+  }
+  if (!s.counts.empty()) {
+    l.append(",\"_count\":{");
+    for (std::size_t i = 0; i < s.counts.size(); ++i) {
+      if (i != 0) l.push_back(',');
+      l.append(s.series[s.counts[i].first].quoted);
+      append_int(l, s.counts[i].second);
+    }
+    l.push_back('}');
+  }
+  l.append("}\n");
+  if (s.history) s.fail(s.history->write(l));
+  ++s.rows;
+  s.last_step = row.step;
+  s.last_ts_us = row.ts_us;
+  s.last_runtime_us = row.runtime_us;
+  s.summary_dirty = true;
+}
+
+void RunWriter::config(int /*rank*/, std::string_view json_object) {
+  // Ranks share one config, as W&B's does: the last write of a key wins.
+  if (s_->merge(s_->config, json_object, "a config() call")) s_->config_dirty = true;
+}
+
+void RunWriter::summary(int /*rank*/, std::string_view json_object) {
+  if (s_->merge(s_->summary, json_object, "a summary() call")) s_->summary_dirty = true;
+}
+
+void RunWriter::rejected(int rank, std::uint64_t seq, std::int64_t step,
+                         std::span<const std::pair<std::string_view, double>> values, const Error& why) {
+  State& s = *s_;
+  std::string& l = s.line;
+  l.clear();
+  JsonWriter w(l);
+  w.begin_object();
+  w.key("rank").integer(rank);
+  w.key("seq").uinteger(seq);
+  w.key("step");
+  if (step == wire::auto_step)
+    w.null();
+  else
+    w.integer(step);
+  w.key("error").string(to_string(why.code()));
+  w.key("message").string(why.message());
+  w.key("values").begin_object();
+  for (const auto& [k, v] : values) w.key(k).number(v);
+  w.end_object();
+  w.end_object();
+  l.push_back('\n');
+  if (s.rejected_file) s.fail(s.rejected_file->write(l));
+  s.rejected_values += values.size();
+}
+
+void RunWriter::rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
+                           std::string_view reason) {
+  RankInfo next{state, last_step, std::string(host), std::string(reason)};
+  auto [it, fresh] = s_->ranks.try_emplace(rank, next);
+  if (!fresh) {
+    if (it->second == next) return;
+    it->second = std::move(next);
+  }
+  s_->write_run_json();
+}
+
+void RunWriter::completed(int, std::uint64_t, const Error*) {}
+
+void RunWriter::run_end(RunState state, std::int64_t ts_us) {
+  State& s = *s_;
+  s.state = state;
+  s.end_us = ts_us;
+  flush();
+  if (s.history) s.fail(s.history->sync());
+  s.write_summary();
+  s.write_run_json();
+}
+
+void RunWriter::flush() {
+  State& s = *s_;
+  if (s.history) s.fail(s.history->flush());
+  if (s.rejected_file) s.fail(s.rejected_file->flush());
+  if (s.config_dirty) {
+    s.write_object("config.json", s.config);
+    s.config_dirty = false;
+  }
+  if (s.summary_dirty) s.write_summary();
+}
+
+const Error& RunWriter::error() const noexcept { return s_->error; }
+const std::string& RunWriter::dir() const noexcept { return s_->dir; }
+std::uint64_t RunWriter::rows() const noexcept { return s_->rows; }
+std::uint64_t RunWriter::rejected_values() const noexcept { return s_->rejected_values; }
+
+} // namespace chorus::io

@@ -1,0 +1,411 @@
+#define BOOST_TEST_MODULE io_run_dir
+#include <boost/test/unit_test.hpp>
+
+#include "io/run_dir.hpp"
+#include "runtime/wire.hpp"
+#include "tests/io/tmp_dir.hpp"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+using namespace chorus;
+using namespace chorus::io;
+
+BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
+using chorus::detail::Row;
+using chorus::detail::RowValue;
+using chorus::io::test::TmpDir;
+
+namespace {
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  BOOST_REQUIRE_MESSAGE(::stat(path.c_str(), &st) == 0, "no " << path);
+  return st.st_mode & 07777;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Each parsed document keeps its own parser, so elements stay valid.
+struct Doc {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  explicit Doc(const std::string& json) {
+    const auto err = parser.parse(json).get(root);
+    BOOST_TEST_REQUIRE(!err, "invalid JSON (" << simdjson::error_message(err) << "): " << json);
+  }
+  [[nodiscard]] double num(std::string_view key) {
+    double d = 0;
+    BOOST_TEST_REQUIRE(!root[key].get_double().get(d), "no number at " << key);
+    return d;
+  }
+  [[nodiscard]] std::int64_t integer(std::string_view key) {
+    std::int64_t i = 0;
+    BOOST_TEST_REQUIRE(!root[key].get_int64().get(i), "no integer at " << key);
+    return i;
+  }
+  [[nodiscard]] std::string str(std::string_view key) {
+    std::string_view s;
+    BOOST_TEST_REQUIRE(!root[key].get_string().get(s), "no string at " << key);
+    return std::string(s);
+  }
+  [[nodiscard]] bool has(std::string_view key) { return !root[key].error(); }
+  [[nodiscard]] std::size_t size() {
+    simdjson::dom::object o;
+    BOOST_TEST_REQUIRE(!root.get(o));
+    return o.size();
+  }
+};
+
+struct UmaskGuard {
+  mode_t old;
+  explicit UmaskGuard(mode_t m) : old(::umask(m)) {}
+  ~UmaskGuard() { ::umask(old); }
+};
+
+const std::vector<std::string> key_names = {"loss", "acc", "lr", "we\"ird"};
+std::string_view name_of(std::uint32_t k) { return key_names.at(k); }
+
+constexpr std::int64_t t0 = 1'700'000'000'250'000; // unix µs
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(dirs_0700_files_0600_whatever_the_umask) {
+  for (const mode_t mask : {mode_t{0}, mode_t{0022}, mode_t{0777}}) {
+    BOOST_TEST_CONTEXT("umask " << std::oct << mask) {
+      TmpDir tmp;
+      UmaskGuard g(mask);
+      const std::string deep = tmp / "a/b/c";
+      BOOST_REQUIRE(!make_dirs(deep + "/"));
+      BOOST_TEST(mode_of(tmp / "a") == 0700u);
+      BOOST_TEST(mode_of(tmp / "a/b") == 0700u);
+      BOOST_TEST(mode_of(deep) == 0700u);
+      BOOST_TEST(!make_dirs(deep)); // exists already: fine
+
+      BOOST_REQUIRE(!write_file_atomic(deep + "/f.json", "{}"));
+      BOOST_TEST(mode_of(deep + "/f.json") == 0600u);
+
+      Error err;
+      auto f = AppendFile::open(deep + "/h.jsonl", err);
+      BOOST_REQUIRE_MESSAGE(f, err.message());
+      BOOST_TEST(mode_of(deep + "/h.jsonl") == 0600u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(make_dirs_leaves_existing_dirs_and_refuses_files) {
+  TmpDir tmp;
+  UmaskGuard g(0);
+  BOOST_REQUIRE(::chmod(tmp.path().c_str(), 0755) == 0);
+  BOOST_REQUIRE(!make_dirs(tmp / "x"));
+  BOOST_TEST(mode_of(tmp.path()) == 0755u);
+  BOOST_REQUIRE(!write_file_atomic(tmp / "file", "x"));
+  const Error e = make_dirs(tmp / "file/sub");
+  BOOST_TEST(e.code() == Errc::io_error);
+  BOOST_TEST(e.message().find(tmp / "file") != std::string::npos);
+  BOOST_TEST(make_dirs("").code() == Errc::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(atomic_rewrite_leaves_no_temp_files) {
+  TmpDir tmp;
+  for (int i = 0; i < 20; ++i) BOOST_REQUIRE(!write_file_atomic(tmp / "summary.json", std::to_string(i)));
+  BOOST_TEST(slurp(tmp / "summary.json") == "19");
+  BOOST_TEST(names_in(tmp.path()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
+
+  const Error e = write_file_atomic(tmp / "missing/x.json", "{}");
+  BOOST_TEST(e.code() == Errc::io_error);
+  BOOST_TEST(e.message().find("No such file") != std::string::npos);
+  BOOST_TEST(names_in(tmp.path()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
+  TmpDir tmp;
+  const std::string path = tmp / "h.jsonl";
+  {
+    Error err;
+    auto f = AppendFile::open(path, err);
+    BOOST_REQUIRE(f);
+    BOOST_REQUIRE(!f->write("one\n"));
+    BOOST_TEST(slurp(path).empty());
+    BOOST_TEST(f->buffered() == 4u);
+    BOOST_REQUIRE(!f->flush());
+    BOOST_TEST(slurp(path) == "one\n");
+    // Past the buffer limit the data goes out without waiting for flush().
+    const std::string big(AppendFile::buffer_limit + 10, 'x');
+    BOOST_REQUIRE(!f->write("two\n"));
+    BOOST_REQUIRE(!f->write(big));
+    BOOST_TEST(slurp(path).size() == 8 + big.size());
+    BOOST_REQUIRE(!f->write("three\n"));
+  } // the destructor flushes
+  BOOST_TEST(slurp(path).size() == 14 + AppendFile::buffer_limit + 10);
+  {
+    Error err;
+    auto f = AppendFile::open(path, err);
+    BOOST_REQUIRE(!f->write("more\n"));
+  }
+  BOOST_TEST(slurp(path).ends_with("three\nmore\n"));
+  {
+    Error err;
+    auto f = AppendFile::open(path, err, /*truncate=*/true);
+    BOOST_REQUIRE(!f->sync());
+  }
+  BOOST_TEST(slurp(path).empty());
+}
+
+BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
+  TmpDir tmp;
+  UmaskGuard g(0);
+  const std::string dir = tmp / "proj/group/run-1";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  {
+    RunWriter w(dir, name_of);
+    w.run_start(R"({"id":"run-1","project":"proj","mode":"shared","state":"bogus","world_size":99,"host":"h0"})", t0, 2);
+    w.rank_state(0, RunState::running, -1, "h0", "");
+    w.rank_state(1, RunState::running, -1, "h1", "");
+    w.config(0, R"({"lr":0.001,"opt":{"name":"adam"},"tags":["a","b"]})");
+    w.config(1, R"({"lr":0.002,"bs":32})");
+
+    Row r0;
+    r0.step = 0;
+    r0.ts_us = t0 + 1'000'000;
+    r0.runtime_us = 1'000'000;
+    r0.values = {RowValue{1, 0, 0.9, 0}, RowValue{1, 1, nan, 0}, RowValue{0, -1, 0.5, 2}, RowValue{2, -1, inf, 0}};
+    w.row(r0);
+    Row r1;
+    r1.step = 5;
+    r1.ts_us = t0 + 2'000'001;
+    r1.runtime_us = 2'000'001;
+    r1.values = {RowValue{2, -1, -inf, 0}, RowValue{3, -1, 7.0, 0}};
+    w.row(r1);
+
+    w.summary(0, R"({"best":0.95,"loss":1.5})");
+    const std::pair<std::string_view, double> vals[] = {{"loss", 1.0}, {"acc", nan}};
+    w.rejected(1, 7, 3, vals, Error{Errc::backwards_step, "step 3 is below the rank's last step 5"});
+    w.rejected(1, 8, wire::auto_step, std::span(vals, 1), Error{Errc::step_committed, "already committed"});
+    w.rank_state(1, RunState::crashed, 5, "h1", "no heartbeat for 10 s");
+    w.flush();
+    BOOST_TEST(!w.error(), w.error().message());
+    BOOST_TEST(w.rows() == 2u);
+    BOOST_TEST(w.rejected_values() == 3u);
+
+    // Mid-run: run.json says running with the crash, end_time null.
+    Doc run(slurp(dir + "/run.json"));
+    BOOST_TEST(run.str("state") == to_string(RunState::running));
+    BOOST_TEST(run.root["end_time"].is_null());
+    simdjson::dom::array ranks;
+    BOOST_REQUIRE(!run.root["ranks"].get(ranks));
+    BOOST_TEST(ranks.size() == 2u);
+    std::string_view s;
+    BOOST_REQUIRE(!ranks.at(1)["state"].get(s));
+    BOOST_TEST(s == to_string(RunState::crashed));
+    BOOST_REQUIRE(!ranks.at(1)["message"].get(s));
+    BOOST_TEST(s == "no heartbeat for 10 s");
+    std::int64_t last = 0;
+    BOOST_REQUIRE(!ranks.at(1)["last_step"].get(last));
+    BOOST_TEST(last == 5);
+
+    w.run_end(RunState::finished, t0 + 3'000'000);
+    BOOST_TEST(!w.error(), w.error().message());
+  }
+
+  BOOST_TEST(mode_of(dir) == 0700u);
+  const std::vector<std::string> files = {"config.json", "history.jsonl", "rejected.jsonl", "run.json", "summary.json"};
+  BOOST_TEST(names_in(dir) == files, boost::test_tools::per_element());
+  for (const auto& f : files) BOOST_TEST(mode_of(dir + "/" + f) == 0600u, f);
+
+  // history.jsonl
+  const auto hist = lines_of(dir + "/history.jsonl");
+  BOOST_REQUIRE(hist.size() == 2u);
+  BOOST_TEST(hist[0] == R"({"_step":0,"_timestamp":1700000001.25,"_runtime":1,"acc/rank-0":0.9,"acc/rank-1":"NaN",)"
+                        R"("loss":0.5,"lr":"Infinity","_count":{"loss":2}})");
+  {
+    Doc h(hist[0]);
+    BOOST_TEST(h.integer("_step") == 0);
+    BOOST_TEST(h.num("_timestamp") == 1700000001.25);
+    BOOST_TEST(h.num("_runtime") == 1.0);
+    BOOST_TEST(h.num("acc/rank-0") == 0.9);
+    BOOST_TEST(h.str("acc/rank-1") == "NaN");
+    BOOST_TEST(h.num("loss") == 0.5);
+    BOOST_TEST(h.str("lr") == "Infinity");
+    std::int64_t count = 0;
+    BOOST_REQUIRE(!h.root["_count"]["loss"].get(count));
+    BOOST_TEST(count == 2);
+  }
+  {
+    Doc h(hist[1]);
+    BOOST_TEST(h.integer("_step") == 5);
+    BOOST_TEST(h.num("_timestamp") == 1700000002.250001);
+    BOOST_TEST(h.num("_runtime") == 2.000001);
+    BOOST_TEST(h.str("lr") == "-Infinity");
+    BOOST_TEST(h.num("we\"ird") == 7.0);
+    BOOST_TEST(!h.has("_count"));
+    BOOST_TEST(h.size() == 5u);
+  }
+
+  // config.json: merged, the later value of lr wins, first-seen order kept.
+  BOOST_TEST(slurp(dir + "/config.json") == "{\"lr\":0.002,\"opt\":{\"name\":\"adam\"},\"tags\":[\"a\",\"b\"],\"bs\":32}\n");
+
+  // summary.json: last values overlaid with the explicit keys.
+  {
+    Doc sm(slurp(dir + "/summary.json"));
+    BOOST_TEST(sm.integer("_step") == 5);
+    BOOST_TEST(sm.num("_runtime") == 2.000001);
+    BOOST_TEST(sm.num("acc/rank-0") == 0.9);
+    BOOST_TEST(sm.str("acc/rank-1") == "NaN");
+    BOOST_TEST(sm.num("loss") == 1.5); // explicit beats the last logged 0.5
+    BOOST_TEST(sm.str("lr") == "-Infinity");
+    BOOST_TEST(sm.num("we\"ird") == 7.0);
+    BOOST_TEST(sm.num("best") == 0.95);
+    BOOST_TEST(sm.size() == 9u); // _step _runtime _timestamp acc/rank-0 acc/rank-1 lr we"ird loss best
+  }
+
+  // rejected.jsonl
+  const auto rej = lines_of(dir + "/rejected.jsonl");
+  BOOST_REQUIRE(rej.size() == 2u);
+  {
+    Doc r(rej[0]);
+    BOOST_TEST(r.integer("rank") == 1);
+    BOOST_TEST(r.integer("seq") == 7);
+    BOOST_TEST(r.integer("step") == 3);
+    BOOST_TEST(r.str("error") == to_string(Errc::backwards_step));
+    BOOST_TEST(r.str("message") == "step 3 is below the rank's last step 5");
+    double v = 0;
+    BOOST_REQUIRE(!r.root["values"]["loss"].get(v));
+    BOOST_TEST(v == 1.0);
+    std::string_view s;
+    BOOST_REQUIRE(!r.root["values"]["acc"].get(s));
+    BOOST_TEST(s == "NaN");
+  }
+  {
+    Doc r(rej[1]);
+    BOOST_TEST(r.root["step"].is_null());
+    BOOST_TEST(r.str("error") == to_string(Errc::step_committed));
+  }
+
+  // run.json: the identity kept, the run's own fields rewritten.
+  {
+    Doc run(slurp(dir + "/run.json"));
+    BOOST_TEST(run.str("id") == "run-1");
+    BOOST_TEST(run.str("project") == "proj");
+    BOOST_TEST(run.str("mode") == "shared");
+    BOOST_TEST(run.str("host") == "h0");
+    BOOST_TEST(run.str("state") == to_string(RunState::finished));
+    BOOST_TEST(run.num("start_time") == 1700000000.25);
+    BOOST_TEST(run.num("end_time") == 1700000003.25);
+    BOOST_TEST(run.integer("world_size") == 2);
+    BOOST_TEST(run.integer("rows") == 2);
+    BOOST_TEST(run.integer("rejected") == 3);
+    simdjson::dom::array ranks;
+    BOOST_REQUIRE(!run.root["ranks"].get(ranks));
+    BOOST_REQUIRE(ranks.size() == 2u);
+    std::int64_t rank = -1;
+    std::string_view s;
+    BOOST_REQUIRE(!ranks.at(0)["rank"].get(rank));
+    BOOST_TEST(rank == 0);
+    BOOST_REQUIRE(!ranks.at(0)["host"].get(s));
+    BOOST_TEST(s == "h0");
+    BOOST_REQUIRE(!ranks.at(1)["state"].get(s));
+    BOOST_TEST(s == to_string(RunState::crashed));
+    BOOST_TEST(run.size() == 11u); // id project mode host + 7 of the run's own
+  }
+}
+
+BOOST_AUTO_TEST_CASE(run_writer_starts_files_afresh_and_survives_bad_input) {
+  TmpDir tmp;
+  const std::string dir = tmp / "run";
+  for (int pass = 0; pass < 2; ++pass) {
+    RunWriter w(dir, name_of);
+    w.run_start(R"({"id":"r"})", t0, 1);
+    Row r;
+    r.step = 1;
+    r.values = {RowValue{0, -1, 1.0, 0}};
+    w.row(r);
+    w.config(0, "not json");
+    w.config(0, "[1,2]");
+    w.summary(0, R"({"ok":true})");
+    w.flush();
+    BOOST_TEST(w.error().code() == Errc::invalid_argument);
+    BOOST_TEST(w.error().message().find("config") != std::string::npos);
+  }
+  // A second writer (a replay) rewrites history instead of appending to it.
+  BOOST_TEST(lines_of(dir + "/history.jsonl").size() == 1u);
+  BOOST_TEST(slurp(dir + "/config.json") == "{}\n");
+  Doc sm(slurp(dir + "/summary.json"));
+  BOOST_TEST(sm.num("loss") == 1.0);
+  BOOST_TEST(!sm.root["ok"].get_bool().error());
+  for (const auto& n : names_in(dir)) BOOST_TEST(n.front() != '.', "temp file left: " << n);
+}
+
+BOOST_AUTO_TEST_CASE(run_writer_reports_an_unwritable_dir) {
+  TmpDir tmp;
+  BOOST_REQUIRE(!write_file_atomic(tmp / "file", "x"));
+  RunWriter w(tmp / "file/run", name_of);
+  w.run_start("{}", t0, 1);
+  Row r;
+  r.values = {RowValue{0, -1, 1.0, 0}};
+  w.row(r);
+  w.flush();
+  w.run_end(RunState::failed, t0);
+  BOOST_TEST(w.error().code() == Errc::io_error);
+  BOOST_TEST(w.error().message().find(tmp / "file") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
+  TmpDir tmp;
+  const std::string dir = tmp / "run";
+  {
+    RunWriter w(dir, name_of);
+    w.run_start("{}", t0, 4);
+    Row r;
+    for (std::int64_t step = 0; step < 20000; ++step) {
+      r.step = step;
+      r.ts_us = t0 + step;
+      r.runtime_us = step;
+      r.values.clear();
+      for (std::int32_t rank = 0; rank < 4; ++rank) r.values.push_back(RowValue{1, rank, double(step) / 3, 0});
+      r.values.push_back(RowValue{0, -1, double(step), 4});
+      w.row(r);
+    }
+    w.run_end(RunState::finished, t0 + 20000);
+    BOOST_TEST(!w.error(), w.error().message());
+  }
+  const auto hist = lines_of(dir + "/history.jsonl");
+  BOOST_REQUIRE(hist.size() == 20000u);
+  simdjson::dom::parser p;
+  for (std::size_t i = 0; i < hist.size(); i += 997) {
+    simdjson::dom::element e;
+    BOOST_REQUIRE(!p.parse(hist[i]).get(e));
+    std::int64_t step = -1;
+    BOOST_REQUIRE(!e["_step"].get(step));
+    BOOST_TEST(step == static_cast<std::int64_t>(i));
+    double v = 0;
+    BOOST_REQUIRE(!e["acc/rank-3"].get(v));
+    BOOST_TEST(v == double(i) / 3);
+  }
+}
