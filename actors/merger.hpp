@@ -21,6 +21,28 @@
 //   value of a key replaces the earlier;
 // - a dead rank leaves the watermark and never blocks again; events of a rank
 //   after its death or finish are ignored.
+//
+// Consequences of those rules, which the Run actor and the tests rely on:
+// - barriers match by order: a rank's k-th barrier is barrier k. A rank that
+//   reaches barrier k after it timed out passes straight through (its
+//   completion carries barrier_timeout) and its auto steps move past the last
+//   committed step. A released barrier drains its waiters in rank order;
+// - what a rank sent before it died (or was given up on by finish_timeout)
+//   and that waits behind a barrier is processed when the barrier releases;
+//   run_end releases every open barrier (barrier_timeout for its waiters),
+//   processes what waited, and commits every pending row;
+// - a key's reduction is the one in force when its row commits; a reduced
+//   value sums in rank order, so replays give the same bits; NaN propagates;
+// - a row's ts_us is the earliest ts_us of the values logged into it;
+// - completed(rank, seq) follows each rank's seq order: values, define,
+//   config, summary and finish when processed, a barrier when it releases;
+// - a rank batch is malformed (apply() returns false, nothing changes) before
+//   run_start, from a rank outside world_size or not joined yet, or when it
+//   uses a key id before naming it or names one id twice differently (or
+//   names an id of 2^22 or more); so is a run_start for 0 or more than 65536
+//   ranks. A joined event for a rank already dead is ignored: it stays crashed;
+// - a step outside 0..INT64_MAX-1 (or an auto step past it) is refused with
+//   invalid_argument.
 #pragma once
 
 #include "runtime/history.hpp"

@@ -1,1 +1,236 @@
-// placeholder
+#include "actors/rank_proxy.hpp"
+
+#include "runtime/run_impl.hpp"
+#include "runtime/wire.hpp"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+
+namespace chorus::detail {
+
+void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e) {
+  const auto n = out.size();
+  const auto len = static_cast<std::uint32_t>(e.message().size());
+  out.resize(n + 13 + len);
+  std::memcpy(out.data() + n, &seq, 8);
+  out[n + 8] = static_cast<char>(e.code());
+  std::memcpy(out.data() + n + 9, &len, 4);
+  std::memcpy(out.data() + n + 13, e.message().data(), len);
+}
+
+namespace {
+
+constexpr std::size_t max_slots_per_frame = 16384;
+constexpr int max_frames_in_flight = 4;
+constexpr auto idle_poll = std::chrono::milliseconds(1);
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string hostname() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+struct ProxyState {
+  RunImpl* run = nullptr;
+  caf::actor host;
+  std::string host_label;
+  std::uint32_t rank = 0;
+  std::uint64_t read_pos = 0;
+  std::vector<bool> key_sent;
+  int in_flight = 0;
+  std::uint64_t finish_seq = 0; // the finish ticket, once seen
+  bool finish_started = false;  // the run host is finishing the run for us
+  bool done = false;            // the finish ticket completed
+  std::vector<char> frame;
+  static inline const char* name = "chorus.rank_proxy";
+};
+
+using proxy_actor = caf::stateful_actor<ProxyState>;
+
+void complete_finish(proxy_actor* self, Error err) {
+  auto& st = self->state;
+  if (st.done) return;
+  st.done = true;
+  {
+    std::lock_guard lock(st.run->finish_state().mu);
+    FinishResult& r = st.run->finish_state().result;
+    if (err && !r.error) r.error = std::move(err);
+    if (r.state == RunState::running) r.state = r.error ? RunState::failed : RunState::finished;
+    r.run_id = st.run->run_id;
+    r.run_dir = st.run->run_dir;
+    r.dropped = st.run->dropped();
+  }
+  st.run->channel().complete(st.finish_seq);
+}
+
+void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
+  if (id >= st.key_sent.size()) st.key_sent.resize(std::max<std::size_t>(id + 1, st.key_sent.size() * 2), false);
+  if (!st.key_sent[id]) {
+    w.key(id, KeyTable::instance().name(id));
+    st.key_sent[id] = true;
+  }
+}
+
+/// Moves what the ring holds into one frame and sends it; false if nothing was sent.
+bool drain(proxy_actor* self) {
+  auto& st = self->state;
+  if (st.in_flight >= max_frames_in_flight || !st.host) return false;
+  Ring& ring = st.run->ring();
+  std::uint64_t pos = st.read_pos;
+  if (ring.peek(pos) == nullptr) return false;
+  st.frame.clear();
+  wire::BatchWriter w(st.frame, st.rank);
+  const std::int64_t ts = now_us();
+  const std::uint64_t end = pos + max_slots_per_frame;
+  while (pos < end) {
+    Slot* s = ring.peek(pos);
+    if (s == nullptr) break;
+    switch (s->kind) {
+      case SlotKind::values_head: {
+        const std::uint32_t n = s->count;
+        if (ring.peek(pos + n - 1) == nullptr) goto full; // the call is still being written
+        for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(pos + i).key);
+        w.values(pos + n, s->step, ts, n);
+        for (std::uint32_t i = 0; i < n; ++i) {
+          const Slot& v = ring.at(pos + i);
+          w.value(v.key, v.value);
+        }
+        pos += n;
+        break;
+      }
+      case SlotKind::value: // a value slot is always consumed with its head
+        pos += 1;
+        break;
+      case SlotKind::define:
+        ensure_key(st, w, s->key);
+        w.define(pos + 1, s->key, s->reduce);
+        pos += 1;
+        break;
+      case SlotKind::barrier:
+        ensure_key(st, w, s->key);
+        w.barrier(pos + 1, s->key, s->step);
+        pos += 1;
+        break;
+      case SlotKind::config:
+      case SlotKind::summary: {
+        std::unique_ptr<std::string> text(s->text);
+        if (s->kind == SlotKind::config)
+          w.config(pos + 1, *text);
+        else
+          w.summary(pos + 1, *text);
+        pos += 1;
+        break;
+      }
+      case SlotKind::finish:
+        w.finish(pos + 1);
+        st.finish_seq = pos + 1;
+        pos += 1;
+        {
+          const auto limit = st.run->settings().opts.finish_timeout + std::chrono::seconds(st.run->settings().is_host ? 5 : 2);
+          self->delayed_send(self, limit, finish_tmo_atom::value);
+        }
+        break;
+    }
+  }
+full:
+  if (pos == st.read_pos) return false;
+  ring.release_to(pos);
+  st.read_pos = pos;
+  self->send(st.host, batch_atom::value, st.frame);
+  ++st.in_flight;
+  return true;
+}
+
+caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::string host_label,
+                         std::function<void(JoinResult)> on_join) {
+  auto& st = self->state;
+  st.run = run;
+  st.host = host;
+  st.host_label = std::move(host_label);
+  st.rank = static_cast<std::uint32_t>(run->settings().run_rank);
+  self->monitor(host);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source != st.host.address()) return;
+    Error e(Errc::host_lost, "the run host (" + st.host_label + ") went away (" + caf::to_string(dm.reason) +
+                                 "): values not yet acknowledged are lost to the run; check the host rank's output");
+    st.host = nullptr;
+    if (st.finish_seq) complete_finish(self, e);
+    st.run->channel().fail(std::move(e));
+    self->quit();
+  });
+  auto join_cb = std::make_shared<std::function<void(JoinResult)>>(std::move(on_join));
+  self
+      ->request(host, run->settings().opts.init_timeout, join_atom::value, st.rank, hostname(),
+                static_cast<std::int64_t>(::getpid()))
+      .then(
+          [self, join_cb](const std::string& id, const std::string& dir) {
+            self->state.run->run_id = id;
+            self->state.run->run_dir = dir;
+            (*join_cb)(JoinResult{{}, id, dir});
+            self->send(self, drain_atom::value);
+          },
+          [self, join_cb](caf::error& err) {
+            (*join_cb)(JoinResult{Error(Errc::connect_failed, "joining the run at " + self->state.host_label +
+                                                                  " failed: " + self->system().render(err)),
+                                  {},
+                                  {}});
+            self->quit();
+          });
+  return {
+      [self](drain_atom) {
+        // The proxy's own loop: back-to-back while there is data, else a short sleep.
+        if (drain(self))
+          self->send(self, drain_atom::value);
+        else
+          self->delayed_send(self, idle_poll, drain_atom::value);
+      },
+      [self](nudge_atom) { drain(self); },
+      [self](ack_atom, bool for_frame, std::uint64_t completed, const std::vector<char>& errors) {
+        auto& st = self->state;
+        if (for_frame) --st.in_flight;
+        for_each_ack_error(errors, [&](std::uint64_t seq, Error e) { st.run->channel().set_error(seq, std::move(e)); });
+        if (st.finish_seq != 0 && completed >= st.finish_seq) {
+          st.run->channel().complete(st.finish_seq - 1);
+          if (!st.run->settings().is_host) {
+            complete_finish(self, {});
+          } else if (!st.finish_started) {
+            st.finish_started = true;
+            self->request(st.host, caf::infinite, finish_atom::value)
+                .then([self](caf::ok_atom) { complete_finish(self, {}); },
+                      [self](caf::error& err) {
+                        complete_finish(self, Error(Errc::internal, "finishing the run failed: " +
+                                                                        self->system().render(err)));
+                      });
+          }
+        } else {
+          st.run->channel().complete(completed);
+        }
+        if (for_frame) drain(self);
+      },
+      [self](finish_tmo_atom) {
+        auto& st = self->state;
+        if (st.done) return;
+        complete_finish(self, Error(Errc::timeout, "finish did not complete within finish_timeout (" +
+                                                       std::to_string(st.run->settings().opts.finish_timeout.count()) +
+                                                       " ms): the run host did not confirm; data it acknowledged is "
+                                                       "safe in its WAL"));
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, caf::actor host, std::string host_label,
+                            std::function<void(JoinResult)> on_join) {
+  return sys.spawn(rank_proxy, &run, std::move(host), std::move(host_label), std::move(on_join));
+}
+
+} // namespace chorus::detail

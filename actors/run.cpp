@@ -1,1 +1,257 @@
-// placeholder
+#include "actors/run.hpp"
+
+#include "actors/merger.hpp"
+#include "io/run_dir.hpp"
+#include "io/wal.hpp"
+#include "runtime/channel.hpp"
+#include "runtime/wire.hpp"
+
+#include <cstdio>
+#include <map>
+
+namespace chorus::detail {
+
+namespace {
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Forwards the merge's output to the run directory, and gathers per rank
+/// how far its stream is done (and what was refused) for the next acks.
+class HostSink final : public HistorySink {
+public:
+  struct Progress {
+    std::uint64_t completed = 0;
+    std::vector<char> errors;
+    bool changed = false;
+  };
+
+  explicit HostSink(std::string dir) : writer(std::move(dir), [this](std::uint32_t k) { return merger->key_name(k); }) {}
+
+  void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
+    progress.resize(world_size);
+    hosts.resize(world_size);
+    writer.run_start(run_json, ts_us, world_size);
+  }
+  void row(const Row& row) override { writer.row(row); }
+  void config(int rank, std::string_view json) override { writer.config(rank, json); }
+  void summary(int rank, std::string_view json) override { writer.summary(rank, json); }
+  void rejected(int rank, std::uint64_t seq, std::int64_t step, std::span<const std::pair<std::string_view, double>> values,
+                const Error& why) override {
+    writer.rejected(rank, seq, step, values, why);
+  }
+  void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
+                  std::string_view reason) override {
+    if (rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() && !host.empty()) hosts[rank] = host;
+    writer.rank_state(rank, state, last_step, host, reason);
+  }
+  void completed(int rank, std::uint64_t seq, const Error* err) override {
+    if (rank < 0 || static_cast<std::size_t>(rank) >= progress.size()) return;
+    Progress& p = progress[rank];
+    p.completed = std::max(p.completed, seq);
+    if (err) append_ack_error(p.errors, seq, *err);
+    p.changed = true;
+  }
+  void run_end(RunState state, std::int64_t ts_us) override { writer.run_end(state, ts_us); }
+
+  Merger* merger = nullptr;
+  io::RunWriter writer;
+  std::vector<Progress> progress;
+  std::vector<std::string> hosts;
+};
+
+struct RunActorState {
+  std::shared_ptr<RunHost> host;
+  std::unique_ptr<HostSink> sink;
+  std::unique_ptr<Merger> merger;
+  std::vector<caf::actor> proxies;          // by rank
+  std::map<caf::actor_addr, std::uint32_t> rank_of;
+  std::int64_t armed_barrier = -1;
+  bool finishing = false;
+  bool ended = false;
+  bool wal_failed = false;
+  caf::response_promise finish_promise;
+  static inline const char* name = "chorus.run";
+
+  ~RunActorState() {
+    if (sink) sink->writer.flush();
+  }
+};
+
+using run_actor = caf::stateful_actor<RunActorState>;
+
+/// Logs a frame, then applies it: what was applied is always in the WAL.
+void record(run_actor* self, const std::vector<char>& frame) {
+  auto& st = self->state;
+  if (Error e = st.host->wal->append(frame); e && !st.wal_failed) {
+    st.wal_failed = true;
+    std::fprintf(stderr, "chorus: %s (the run continues without its write-ahead log)\n", e.message().c_str());
+  }
+  if (!st.merger->apply(frame)) std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
+}
+
+void send_acks(run_actor* self, int frame_rank) {
+  auto& st = self->state;
+  for (std::size_t r = 0; r < st.sink->progress.size(); ++r) {
+    auto& p = st.sink->progress[r];
+    const bool for_frame = static_cast<int>(r) == frame_rank;
+    if ((!p.changed && !for_frame) || r >= st.proxies.size() || !st.proxies[r]) continue;
+    self->send(st.proxies[r], ack_atom::value, for_frame, p.completed, p.errors);
+    p.errors.clear();
+    p.changed = false;
+  }
+}
+
+void end_run(run_actor* self) {
+  auto& st = self->state;
+  if (st.ended) return;
+  st.ended = true;
+  const int world = st.merger->world_size();
+  int finished = 0;
+  for (int r = 0; r < world; ++r)
+    if (st.merger->rank_state(r) == RunState::finished) ++finished;
+  const RunState state = finished == world ? RunState::finished : RunState::failed;
+  record(self, wire::run_end(state, now_us()));
+  st.sink->writer.flush();
+  (void)st.host->wal->sync();
+  send_acks(self, -1);
+  if (FinishState* fs = st.host->finish) {
+    std::lock_guard lock(fs->mu);
+    FinishResult& r = fs->result;
+    r.state = state;
+    r.rows = st.merger->rows_committed();
+    r.rejected = st.merger->values_rejected();
+    r.ranks.clear();
+    for (int rank = 0; rank < world; ++rank) {
+      RankResult rr;
+      rr.rank = rank;
+      rr.state = st.merger->rank_state(rank);
+      rr.last_step = st.merger->rank_last_step(rank);
+      if (static_cast<std::size_t>(rank) < st.sink->hosts.size()) rr.host = st.sink->hosts[rank];
+      if (rr.state != RunState::finished) rr.message = "did not finish (see run.json)";
+      r.ranks.push_back(std::move(rr));
+    }
+  }
+  if (st.finish_promise.pending()) st.finish_promise.deliver(caf::ok_atom::value);
+}
+
+/// After every applied frame: acks, barrier timers, the end of the run.
+void after_frame(run_actor* self, int frame_rank) {
+  auto& st = self->state;
+  send_acks(self, frame_rank);
+  const std::int64_t open = st.merger->open_barrier();
+  if (open >= 0 && open != st.armed_barrier) {
+    st.armed_barrier = open;
+    self->delayed_send(self, std::chrono::milliseconds(st.merger->open_barrier_timeout_ms()), barrier_tmo_atom::value,
+                       open);
+  }
+  if (st.finishing && st.merger->all_done()) end_run(self);
+}
+
+caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
+  auto& st = self->state;
+  st.host = host;
+  st.sink = std::make_unique<HostSink>(host->run_dir);
+  st.merger = std::make_unique<Merger>(*st.sink);
+  st.sink->merger = st.merger.get();
+  st.proxies.resize(host->settings.run_world);
+  record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
+  self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
+  self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
+
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto it = st.rank_of.find(dm.source);
+    if (it == st.rank_of.end() || st.ended) return;
+    const std::uint32_t rank = it->second;
+    st.proxies[rank] = nullptr;
+    if (st.merger->rank_state(static_cast<int>(rank)) == RunState::running)
+      record(self, wire::rank_dead(rank, now_us(), "its process exited or its connection was lost (" +
+                                                       caf::to_string(dm.reason) + ") at step " +
+                                                       std::to_string(st.merger->rank_last_step(static_cast<int>(rank)))));
+    after_frame(self, -1);
+  });
+
+  return {
+      [self](join_atom, std::uint32_t rank, const std::string& hostname,
+             std::int64_t pid) -> caf::result<std::string, std::string> {
+        auto& st = self->state;
+        const auto world = static_cast<std::uint32_t>(st.merger->world_size());
+        if (rank >= world)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
+                                     " ranks: every rank must see the same WORLD_SIZE");
+        if (st.merger->rank_joined(static_cast<int>(rank)) || st.ended)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "rank " + std::to_string(rank) +
+                                     " already joined or left this run: two processes claim the same RANK, or "
+                                     "a restarted rank needs a new run id");
+        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        st.proxies[rank] = sender;
+        st.rank_of[sender.address()] = rank;
+        self->monitor(sender);
+        record(self, wire::rank_joined(rank, now_us(), pid, hostname));
+        after_frame(self, -1);
+        return {st.host->run_id, st.host->run_dir};
+      },
+      [self](batch_atom, const std::vector<char>& frame) {
+        auto& st = self->state;
+        auto it = st.rank_of.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+        std::uint32_t claimed = 0;
+        if (frame.size() >= 5) std::memcpy(&claimed, frame.data() + 1, 4);
+        if (it == st.rank_of.end() || it->second != claimed || st.ended) return; // not a joined rank's own frame
+        record(self, frame);
+        after_frame(self, static_cast<int>(claimed));
+      },
+      [self](barrier_tmo_atom, std::int64_t index) {
+        auto& st = self->state;
+        if (st.ended || st.merger->open_barrier() != index) return;
+        record(self, wire::barrier_timeout(static_cast<std::uint32_t>(index), now_us()));
+        after_frame(self, -1);
+      },
+      [self](join_tmo_atom) {
+        auto& st = self->state;
+        if (st.ended) return;
+        for (int r = 0; r < st.merger->world_size(); ++r)
+          if (!st.merger->rank_joined(r) && st.merger->rank_state(r) == RunState::running)
+            record(self, wire::rank_dead(static_cast<std::uint32_t>(r), now_us(),
+                                         "never connected to the run host within init_timeout (" +
+                                             std::to_string(st.host->settings.opts.init_timeout.count()) + " ms)"));
+        after_frame(self, -1);
+      },
+      [self](flush_atom) {
+        auto& st = self->state;
+        if (st.ended) return;
+        st.sink->writer.flush();
+        self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
+      },
+      [self](finish_atom) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        if (st.ended) {
+          rp.deliver(caf::ok_atom::value);
+          return;
+        }
+        st.finishing = true;
+        st.finish_promise = rp;
+        self->delayed_send(self, st.host->settings.opts.finish_timeout, finish_tmo_atom::value);
+        after_frame(self, -1);
+      },
+      [self](finish_tmo_atom) {
+        auto& st = self->state;
+        if (st.ended) return;
+        record(self, wire::finish_timeout(now_us()));
+        end_run(self);
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host) {
+  return sys.spawn(run_actor_fn, std::move(host));
+}
+
+} // namespace chorus::detail

@@ -1,1 +1,283 @@
-// placeholder
+// Run: the trainer-facing handle. log() is the hot path: intern the keys
+// (a per-thread cache hit), reserve slots with one CAS, fill and publish them.
+#include "runtime/run_impl.hpp"
+#include "runtime/system.hpp"
+#include "runtime/wire.hpp"
+
+#include "io/json.hpp"
+
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CHORUS_PAUSE() _mm_pause()
+#else
+#define CHORUS_PAUSE() ((void)0)
+#endif
+
+namespace chorus {
+namespace detail {
+
+namespace {
+constexpr std::size_t max_values_per_call = 0xffff;
+}
+
+RunImpl::RunImpl(Settings settings) : settings_(std::move(settings)), ring_(settings_.opts.queue_capacity) {}
+
+RunImpl::~RunImpl() {
+  system_.reset();
+  // Texts still in the ring were never consumed: free them.
+  for (std::uint64_t pos = ring_.tail(); pos < ring_.head(); ++pos) {
+    Slot& s = ring_.at(pos);
+    if ((s.kind == SlotKind::config || s.kind == SlotKind::summary) && s.ready.load() == pos + 1) delete s.text;
+  }
+}
+
+Error RunImpl::start() {
+  Error err;
+  system_ = System::start(*this, err);
+  return err;
+}
+
+Pending RunImpl::refuse(Error e) noexcept {
+  try {
+    return Pending(&channel_, channel_.immediate(std::move(e)), true);
+  } catch (...) {
+    return Pending(&channel_, immediate_bit, true);
+  }
+}
+
+bool RunImpl::reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept {
+  if (ring_.try_reserve(n, pos)) return true;
+  if (!force && settings_.opts.overflow == Overflow::drop_newest) {
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+    return false;
+  }
+  // Overflow::block: wait for the RankProxy to drain, spinning briefly, then
+  // yielding, then sleeping; give up only if the run host is gone.
+  for (unsigned i = 0;; ++i) {
+    if (i % 256 == 0 && channel_.nudge) channel_.nudge();
+    if (i < 64)
+      CHORUS_PAUSE();
+    else if (i < 256)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (ring_.try_reserve(n, pos)) return true;
+    if (channel_.failed()) return false;
+  }
+}
+
+Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+  if (closed_.load(std::memory_order_relaxed))
+    return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
+                                   "calling finish()"});
+  const std::size_t n = values.size();
+  if (n == 0) return {};
+  if (n > max_values_per_call || n > ring_.capacity())
+    return refuse({Errc::invalid_argument, "log of " + std::to_string(n) + " values in one call: at most " +
+                                               std::to_string(std::min(max_values_per_call, ring_.capacity())) +
+                                               " fit; split the call or raise Options::queue_capacity"});
+  if (opts.step && *opts.step < 0)
+    return refuse({Errc::invalid_argument, "step " + std::to_string(*opts.step) + " is negative: steps start at 0"});
+
+  std::uint32_t stack_ids[32];
+  thread_local std::vector<std::uint32_t> heap_ids;
+  std::uint32_t* ids = stack_ids;
+  if (n > 32) {
+    try {
+      heap_ids.resize(n);
+    } catch (...) {
+      return refuse({Errc::internal, "out of memory"});
+    }
+    ids = heap_ids.data();
+  }
+  auto& keys = KeyTable::instance();
+  std::uint32_t good = 0;
+  std::size_t first_bad = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    ids[i] = keys.intern_metric(values[i].key);
+    if (ids[i] == KeyTable::invalid) {
+      if (first_bad == n) first_bad = i;
+    } else {
+      ++good;
+    }
+  }
+  if (good == 0) return refuse(validate_metric_key(values[first_bad].key));
+
+  std::uint64_t pos;
+  if (!reserve(good, pos, false)) return Pending(&channel_, immediate_bit, false);
+  const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
+  std::uint32_t j = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (ids[i] == KeyTable::invalid) continue;
+    Slot& s = ring_.at(pos + j);
+    s.key = ids[i];
+    s.kind = j == 0 ? SlotKind::values_head : SlotKind::value;
+    s.count = static_cast<std::uint16_t>(good);
+    s.step = step;
+    s.value = values[i].value;
+    Ring::publish(s, pos + j);
+    ++j;
+  }
+  const std::uint64_t seq = pos + good;
+  if (first_bad != n) {
+    try {
+      Error e = validate_metric_key(values[first_bad].key);
+      channel_.set_error(seq, Error(e.code(), e.message() + " (the call's other " + std::to_string(good) +
+                                                  " values were logged)"));
+    } catch (...) {
+    }
+    return Pending(&channel_, seq, true);
+  }
+  return Pending(&channel_, seq, false);
+}
+
+Pending RunImpl::define_metric(std::string_view key, Reduce reduce) noexcept {
+  if (closed_.load(std::memory_order_relaxed))
+    return refuse({Errc::finished, "define_metric after finish: define metrics before calling finish()"});
+  const std::uint32_t id = KeyTable::instance().intern_metric(key);
+  if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
+  if (static_cast<std::uint8_t>(reduce) > static_cast<std::uint8_t>(Reduce::max))
+    return refuse({Errc::invalid_argument, "unknown Reduce value: use none, mean, sum, min or max"});
+  std::uint64_t pos;
+  reserve(1, pos, true);
+  Slot& s = ring_.at(pos);
+  s.key = id;
+  s.kind = SlotKind::define;
+  s.reduce = reduce;
+  s.count = 1;
+  Ring::publish(s, pos);
+  return Pending(&channel_, pos + 1, false);
+}
+
+Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
+  const char* what = kind == SlotKind::config ? "config" : "summary";
+  if (closed_.load(std::memory_order_relaxed))
+    return refuse({Errc::finished, std::string(what) + " after finish: set it before calling finish()"});
+  for (const Field& f : fields)
+    if (f.key.empty() || !io::valid_utf8(f.key))
+      return refuse({Errc::invalid_key, std::string(what) + " key " + quoted(f.key) +
+                                            " is empty or not UTF-8: use a non-empty UTF-8 key"});
+  auto json = std::make_unique<std::string>(io::fields_to_json(fields));
+  std::uint64_t pos;
+  reserve(1, pos, true);
+  Slot& s = ring_.at(pos);
+  s.kind = kind;
+  s.count = 1;
+  s.text = json.release();
+  Ring::publish(s, pos);
+  return Pending(&channel_, pos + 1, false);
+}
+
+Pending RunImpl::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
+  if (closed_.load(std::memory_order_relaxed))
+    return refuse({Errc::finished, "barrier after finish: reach barriers before calling finish()"});
+  if (name.empty() || name.size() > KeyTable::max_key_bytes || !io::valid_utf8(name))
+    return refuse({Errc::invalid_argument, "barrier name must be non-empty UTF-8 of at most 250 bytes, such as "
+                                           "\"epoch-3\""});
+  if (timeout.count() < 0) return refuse({Errc::invalid_argument, "barrier timeout is negative"});
+  std::uint32_t id;
+  try {
+    id = KeyTable::instance().intern(name);
+  } catch (...) {
+    return refuse({Errc::internal, "out of memory"});
+  }
+  std::uint64_t pos;
+  reserve(1, pos, true);
+  Slot& s = ring_.at(pos);
+  s.key = id;
+  s.kind = SlotKind::barrier;
+  s.count = 1;
+  s.step = timeout.count() > 0 ? timeout.count() : settings_.opts.barrier_timeout.count();
+  Ring::publish(s, pos);
+  return Pending(&channel_, pos + 1, false);
+}
+
+FinishPending RunImpl::finish() noexcept {
+  std::lock_guard lock(finish_mu_);
+  if (finishing_) return *finishing_;
+  closed_.store(true, std::memory_order_relaxed);
+  std::uint64_t pos;
+  reserve(1, pos, true);
+  Slot& s = ring_.at(pos);
+  s.kind = SlotKind::finish;
+  s.count = 1;
+  Ring::publish(s, pos);
+  finishing_.emplace(Pending(&channel_, pos + 1, false), &finish_);
+  if (channel_.nudge) channel_.nudge();
+  return *finishing_;
+}
+
+} // namespace detail
+
+// ---------------------------------------------------------------------------
+// Run
+
+Run::Run() noexcept = default;
+Run::Run(std::unique_ptr<detail::RunImpl> impl) noexcept : impl_(std::move(impl)) {}
+Run::Run(Run&&) noexcept = default;
+Run& Run::operator=(Run&& o) noexcept {
+  if (this != &o) {
+    if (impl_) (void)impl_->finish().wait();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+Run::~Run() {
+  if (impl_) (void)impl_->finish().wait();
+}
+
+Pending Run::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+  return impl_ ? impl_->log(values, opts) : Pending{};
+}
+Pending Run::define_metric(std::string_view key, Reduce reduce) noexcept {
+  return impl_ ? impl_->define_metric(key, reduce) : Pending{};
+}
+Pending Run::config(std::span<const Field> fields) {
+  return impl_ ? impl_->text(detail::SlotKind::config, fields) : Pending{};
+}
+Pending Run::summary(std::span<const Field> fields) {
+  return impl_ ? impl_->text(detail::SlotKind::summary, fields) : Pending{};
+}
+Pending Run::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
+  return impl_ ? impl_->barrier(name, timeout) : Pending{};
+}
+FinishPending Run::finish() noexcept { return impl_ ? impl_->finish() : FinishPending{}; }
+
+const Topology& Run::topology() const noexcept {
+  static const Topology none;
+  return impl_ ? impl_->settings().topo : none;
+}
+std::string_view Run::id() const noexcept { return impl_ ? std::string_view(impl_->run_id) : std::string_view(); }
+std::string_view Run::dir() const noexcept { return impl_ ? std::string_view(impl_->run_dir) : std::string_view(); }
+bool Run::is_host() const noexcept { return impl_ && impl_->settings().is_host; }
+std::uint64_t Run::dropped() const noexcept { return impl_ ? impl_->dropped() : 0; }
+
+Run init(const Options& opts, Error& error) noexcept {
+  error = {};
+  try {
+    detail::Settings s = detail::resolve(opts, detail::process_env(), error);
+    if (error) return {};
+    if (!s.active) return {};
+    auto impl = std::make_unique<detail::RunImpl>(std::move(s));
+    if ((error = impl->start())) return {};
+    std::vector<Field> config;
+    for (const auto& [k, v] : impl->settings().opts.config) config.push_back(Field{k, v});
+    if (!config.empty()) (void)impl->text(detail::SlotKind::config, config);
+    return Run(std::move(impl));
+  } catch (const std::exception& e) {
+    error = Error(Errc::internal, std::string("init failed: ") + e.what());
+    return {};
+  }
+}
+
+Run init(const Options& opts) {
+  Error error;
+  Run run = init(opts, error);
+  if (error) throw InitError(std::move(error));
+  return run;
+}
+
+} // namespace chorus

@@ -1,1 +1,69 @@
-// placeholder
+// The spellings of chorus's enums. Mode and Scope use the CHORUS_MODE and
+// CHORUS_SCOPE spellings (Flyte's run_mode and rank_scope), so what run.json
+// records can be pasted back into the environment.
+#include <chorus/chorus.hpp>
+
+namespace chorus {
+
+std::string_view to_string(Mode m) noexcept {
+  switch (m) {
+  case Mode::automatic: return "auto";
+  case Mode::shared: return "shared";
+  case Mode::per_rank: return "new";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Scope s) noexcept {
+  switch (s) {
+  case Scope::global: return "global";
+  case Scope::node: return "worker";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Reduce r) noexcept {
+  switch (r) {
+  case Reduce::none: return "none";
+  case Reduce::mean: return "mean";
+  case Reduce::sum: return "sum";
+  case Reduce::min: return "min";
+  case Reduce::max: return "max";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(RunState s) noexcept {
+  switch (s) {
+  case RunState::running: return "running";
+  case RunState::finished: return "finished";
+  case RunState::failed: return "failed";
+  case RunState::crashed: return "crashed";
+  case RunState::killed: return "killed";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Errc e) noexcept {
+  switch (e) {
+  case Errc::ok: return "ok";
+  case Errc::invalid_argument: return "invalid_argument";
+  case Errc::invalid_key: return "invalid_key";
+  case Errc::bad_environment: return "bad_environment";
+  case Errc::backwards_step: return "backwards_step";
+  case Errc::step_committed: return "step_committed";
+  case Errc::dropped: return "dropped";
+  case Errc::finished: return "finished";
+  case Errc::connect_failed: return "connect_failed";
+  case Errc::address_in_use: return "address_in_use";
+  case Errc::barrier_timeout: return "barrier_timeout";
+  case Errc::barrier_mismatch: return "barrier_mismatch";
+  case Errc::host_lost: return "host_lost";
+  case Errc::timeout: return "timeout";
+  case Errc::io_error: return "io_error";
+  case Errc::internal: return "internal";
+  }
+  return "unknown";
+}
+
+} // namespace chorus

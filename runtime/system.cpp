@@ -1,1 +1,255 @@
-// placeholder
+// Actor-system set-up: configuration, the run host's Run actor and port,
+// dialling the run host, and this process's RankProxy.
+#include "runtime/system.hpp"
+
+#include "actors/rank_proxy.hpp"
+#include "actors/run.hpp"
+#include "io/json.hpp"
+#include "io/run_dir.hpp"
+#include "io/wal.hpp"
+#include "runtime/protocol.hpp"
+#include "runtime/run_impl.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+#include <future>
+#include <random>
+#include <thread>
+
+namespace chorus::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string new_run_id() {
+  static constexpr char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(now_us()));
+  std::string id(8, '0');
+  for (char& c : id) c = digits[gen() % 36];
+  return id;
+}
+
+std::string this_host() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+/// Whether a TCP connection to host:port opens within `limit`. CAF 0.17's
+/// connect blocks for the kernel's full SYN timeout on an unreachable host,
+/// so the run host is probed with a bounded connect first.
+bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    why = std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc);
+    return false;
+  }
+  bool ok = false;
+  for (addrinfo* ai = res; ai && !ok; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        ok = err == 0;
+        if (!ok) why = std::strerror(err);
+      } else {
+        why = "no answer";
+      }
+    } else {
+      why = std::strerror(errno);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return ok;
+}
+
+std::string identity_json(const Settings& s, const std::string& id, const std::string& dir, std::int64_t start_us) {
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object();
+  w.key("id");
+  w.string(id);
+  w.key("name");
+  w.string(s.run_name.empty() ? id : s.run_name);
+  w.key("project");
+  w.string(s.opts.project);
+  w.key("group");
+  w.string(s.opts.group);
+  w.key("job_type");
+  w.string(s.opts.job_type);
+  w.key("notes");
+  w.string(s.opts.notes);
+  w.key("mode");
+  w.string(to_string(s.opts.mode));
+  w.key("scope");
+  w.string(to_string(s.opts.scope));
+  w.key("host");
+  w.string(this_host());
+  w.key("pid");
+  w.integer(::getpid());
+  w.key("dir");
+  w.string(dir);
+  w.key("launcher");
+  w.string(s.topo.launcher);
+  w.key("job_id");
+  w.string(s.topo.job_id);
+  w.key("nodes");
+  w.integer(s.topo.num_nodes);
+  w.key("start_time");
+  w.number(static_cast<double>(start_us) / 1e6);
+  w.end_object();
+  return out;
+}
+
+class SystemImpl final : public System {
+public:
+  explicit SystemImpl(const Settings& s) : sys_(configure(cfg_, s)) {}
+
+  ~SystemImpl() override {
+    if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
+    if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
+    // ~actor_system waits for every actor and stops the middleman.
+  }
+
+  static caf::actor_system_config& configure(caf::actor_system_config& cfg, const Settings& s) {
+    cfg.load<caf::io::middleman>();
+    cfg.set("scheduler.max-threads", 2);
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    cfg.set("logger.console-verbosity", caf::atom("quiet"));
+    // Off by default in CAF: without heartbeats a silent peer is never noticed.
+    cfg.set("middleman.heartbeat-interval", caf::timespan(s.opts.heartbeat_interval));
+    cfg.set("middleman.connection-timeout", caf::timespan(s.opts.connection_timeout));
+    return cfg;
+  }
+
+  Error start(RunImpl& run) {
+    const Settings& s = run.settings();
+    caf::actor host;
+    std::string label = s.host_address + ":" + std::to_string(s.port);
+    if (s.is_host) {
+      if (Error e = start_host(run, host)) return e;
+      label = "this process";
+    } else {
+      if (Error e = dial(s, host)) return e;
+    }
+    auto joined = std::make_shared<std::promise<JoinResult>>();
+    auto future = joined->get_future();
+    proxy_ = spawn_rank_proxy(sys_, run, host, label, [joined](JoinResult r) { joined->set_value(std::move(r)); });
+    run.channel().nudge = [p = proxy_] { caf::anon_send(p, nudge_atom::value); };
+    if (future.wait_for(s.opts.init_timeout + std::chrono::seconds(1)) != std::future_status::ready)
+      return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
+                                    "join within init_timeout; check the host rank's output"};
+    JoinResult r = future.get();
+    return r.error;
+  }
+
+private:
+  Error start_host(RunImpl& run, caf::actor& out) {
+    const Settings& s = run.settings();
+    auto host = std::make_shared<RunHost>();
+    host->settings = s;
+    host->run_id = s.opts.run_id.empty() ? new_run_id() : s.opts.run_id;
+    host->run_dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group / host->run_id).string();
+    host->start_us = now_us();
+    std::error_code ec;
+    if (std::filesystem::exists(host->run_dir, ec))
+      return {Errc::invalid_argument, "run directory " + host->run_dir +
+                                          " already exists: run ids must be unique; choose another run_id "
+                                          "(CHORUS_RUN_ID) or leave it unset"};
+    if (Error e = io::make_dirs(host->run_dir)) return e;
+    if (Error e = io::make_dirs(host->run_dir + "/artifacts")) return e;
+    Error err;
+    host->wal = io::WalWriter::open(host->run_dir + "/wal", err);
+    if (err) return err;
+    host->run_json = identity_json(s, host->run_id, host->run_dir, host->start_us);
+    host->finish = &run.finish_state();
+    run.run_id = host->run_id;
+    run.run_dir = host->run_dir;
+    run_actor_ = spawn_run_actor(sys_, host);
+    if (s.run_world > 1) {
+      // One node: listen on loopback only; several: on every interface.
+      const char* bind = s.topo.num_nodes > 1 ? nullptr : "127.0.0.1";
+      auto port = sys_.middleman().publish(run_actor_, s.port, bind, true);
+      if (!port)
+        return {Errc::address_in_use, "the run host cannot listen on port " + std::to_string(s.port) + ": " +
+                                          sys_.render(port.error()) +
+                                          ". Another job may hold it: set CHORUS_PORT to a free port on every rank"};
+    }
+    out = run_actor_;
+    return {};
+  }
+
+  /// Dials the run host until init_timeout: a bounded TCP probe, then CAF's
+  /// handshake through the middleman actor, bounded by a request timeout.
+  Error dial(const Settings& s, caf::actor& out) {
+    const auto deadline = clock::now() + s.opts.init_timeout;
+    std::string why = "nothing tried";
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      if (left.count() <= 0) break;
+      if (tcp_probe(s.host_address, s.port, std::min(left, std::chrono::milliseconds(1000)), why)) {
+        caf::scoped_actor self{sys_};
+        bool ok = false;
+        self->request(sys_.middleman().actor_handle(), left, caf::connect_atom::value, s.host_address, s.port)
+            .receive(
+                [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+                  if (ptr) {
+                    out = caf::actor_cast<caf::actor>(std::move(ptr));
+                    ok = true;
+                  } else {
+                    why = "no run published on that port yet";
+                  }
+                },
+                [&](caf::error& e) { why = sys_.render(e); });
+        if (ok) return {};
+      }
+      std::this_thread::sleep_for(std::min(std::chrono::milliseconds(100),
+                                           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
+    }
+    return {Errc::connect_failed,
+            "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " + s.host_address + ":" +
+                std::to_string(s.port) + " within init_timeout (" + std::to_string(s.opts.init_timeout.count()) +
+                " ms; last attempt: " + why +
+                "). Check that rank 0 is running, that MASTER_ADDR / CHORUS_PORT point to it on every rank, or raise "
+                "CHORUS_INIT_TIMEOUT"};
+  }
+
+  caf::actor_system_config cfg_;
+  caf::actor_system sys_;
+  caf::actor run_actor_;
+  caf::actor proxy_;
+};
+
+} // namespace
+
+std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
+  auto sys = std::make_unique<SystemImpl>(run.settings());
+  error = sys->start(run);
+  return sys;
+}
+
+} // namespace chorus::detail

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -232,5 +233,22 @@ struct Frame {
 /// Calls f(RankEvent) for each event of a rank_batch frame that decode()
 /// accepted (decode validated every event, so this cannot fail).
 void for_each_event(const Frame& frame, const std::function<void(const RankEvent&)>& f);
+
+/// Reads encoded events one at a time: a rank_batch body, or events copied
+/// byte for byte out of such bodies (the Merger keeps a parked rank's later
+/// events that way). Every read is bounds-checked.
+class EventReader {
+public:
+  explicit EventReader(std::span<const char> events) noexcept : data_(events) {}
+  /// Decodes the next event; false at the end or at malformed bytes.
+  bool next(RankEvent& ev) noexcept;
+  /// The offset of the first byte not yet read.
+  [[nodiscard]] std::size_t offset() const noexcept { return pos_; }
+  [[nodiscard]] bool done() const noexcept { return pos_ == data_.size(); }
+
+private:
+  std::span<const char> data_;
+  std::size_t pos_ = 0;
+};
 
 } // namespace chorus::wire

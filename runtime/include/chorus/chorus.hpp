@@ -114,6 +114,30 @@ struct Metric {
 };
 static_assert(std::is_trivially_destructible_v<Metric>);
 
+/// A braced list of up to 16 metrics, `run.log({{"loss", l}, {"lr", lr}})`,
+/// held inline. It stands in for std::initializer_list on purpose: GCC 12
+/// cannot keep an initializer_list's array alive across a `co_await` ("array
+/// used as initializer"), while this is a plain trivially destructible
+/// object. For more values, pass a span (a vector or array you refill).
+class Metrics {
+public:
+  static constexpr std::size_t capacity = 16;
+  // One parameter per element of the braced list; an omitted one keeps a
+  // null key, which no real key (a string_view of a literal or a string) has.
+  Metrics(Metric m0, Metric m1 = {}, Metric m2 = {}, Metric m3 = {}, Metric m4 = {}, Metric m5 = {},
+          Metric m6 = {}, Metric m7 = {}, Metric m8 = {}, Metric m9 = {}, Metric m10 = {}, Metric m11 = {},
+          Metric m12 = {}, Metric m13 = {}, Metric m14 = {}, Metric m15 = {}) noexcept
+      : items_{m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15} {
+    while (size_ < capacity && items_[size_].key.data() != nullptr) ++size_;
+  }
+  operator std::span<const Metric>() const noexcept { return {items_, size_}; }
+
+private:
+  Metric items_[capacity];
+  std::size_t size_ = 1;
+};
+static_assert(std::is_trivially_destructible_v<Metrics>);
+
 /// A config or summary value: null, bool, integer, number or string.
 class Value {
 public:
@@ -363,9 +387,22 @@ struct sync_flag_task {
   std::coroutine_handle<promise_type> h;
 };
 
+/// Awaits a task's completion without taking its result, which sync_wait
+/// takes afterwards (taking it twice would hand back a moved-from value).
+template <class T>
+struct completion_of {
+  task<T>& t;
+  bool await_ready() const noexcept { return t.await_ready(); }
+  template <class P>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
+    return t.await_suspend(h);
+  }
+  void await_resume() const noexcept {}
+};
+
 template <class T>
 sync_flag_task sync_driver(task<T>& t) {
-  co_await t;
+  co_await completion_of<T>{t};
 }
 } // namespace detail
 
@@ -391,7 +428,7 @@ T sync_wait(task<T> t) {
 /// drop it, `co_await` it, or `.wait()` on it. It completes once what it
 /// names is durably committed on the run host (or at once with an error).
 /// Trivially destructible; it must not outlive its Run.
-class [[nodiscard]] Pending {
+class Pending {
 public:
   Pending() noexcept = default;
   Pending(detail::Channel* ch, std::uint64_t seq, bool has_error) noexcept
@@ -446,7 +483,7 @@ struct FinishResult {
 };
 
 /// What `Run::finish` returns: awaitable, `.wait()`-able, droppable.
-class [[nodiscard]] FinishPending {
+class FinishPending {
 public:
   FinishPending() noexcept = default;
   FinishPending(Pending p, detail::FinishState* st) noexcept : p_(p), st_(st) {}
@@ -489,8 +526,8 @@ public:
   /// Enqueues values at once: never blocks (but under Overflow::block with a
   /// full queue), never allocates in the steady state, never throws.
   Pending log(std::span<const Metric> values, const LogOptions& opts = {}) noexcept;
-  Pending log(std::initializer_list<Metric> values, const LogOptions& opts = {}) noexcept {
-    return log(std::span<const Metric>(values.begin(), values.size()), opts);
+  Pending log(const Metrics& values, const LogOptions& opts = {}) noexcept {
+    return log(std::span<const Metric>(values), opts);
   }
 
   /// Declares how `key` is reduced across ranks at each step.

@@ -1,0 +1,29 @@
+// RankProxy: one per process. Drains the trainer's ring in batches, turns
+// them into wire frames (announcing each key once), forwards them to the Run
+// actor with a bounded number in flight, and turns the Run's acks into
+// completed tickets.
+#pragma once
+
+#include "runtime/protocol.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <functional>
+#include <string>
+
+namespace chorus::detail {
+
+class RunImpl;
+
+struct JoinResult {
+  Error error;
+  std::string run_id;
+  std::string run_dir;
+};
+
+/// Spawns the proxy of `run` talking to the Run actor `host`; it joins at
+/// once and reports the outcome through `on_join` (called exactly once).
+caf::actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, caf::actor host, std::string host_label,
+                            std::function<void(JoinResult)> on_join);
+
+} // namespace chorus::detail

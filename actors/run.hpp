@@ -1,0 +1,34 @@
+// Run actor: one per run, on its run host. Appends every frame to the WAL,
+// merges the ranks' streams (Merger), writes the run directory (RunWriter),
+// acknowledges each rank, times barriers, notices dead and missing ranks,
+// and finishes the run within finish_timeout.
+#pragma once
+
+#include "runtime/options.hpp"
+#include "runtime/protocol.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace chorus::io {
+class WalWriter;
+}
+
+namespace chorus::detail {
+
+struct FinishState;
+
+struct RunHost {
+  Settings settings;
+  std::string run_id;
+  std::string run_dir;
+  std::string run_json; // the identity object of run.json
+  std::int64_t start_us = 0;
+  std::unique_ptr<io::WalWriter> wal;
+  FinishState* finish = nullptr; // the host process's; filled when the run ends
+};
+
+caf::actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host);
+
+} // namespace chorus::detail

@@ -1,0 +1,91 @@
+// Completion of tickets. The RankProxy reports how far the run host has
+// committed this process's stream; the Channel turns that into ready
+// Pendings, woken threads and resumed coroutines. Coroutines resume on the
+// executor they awaited from, else on chorus's completion thread — never on
+// an actor-runtime thread.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+
+namespace chorus::detail {
+
+/// Immediate errors (nothing was enqueued) get ids in their own space.
+inline constexpr std::uint64_t immediate_bit = 1ull << 63;
+
+/// Runs callbacks and coroutine resumptions on one chorus-owned thread.
+class CompletionThread {
+public:
+  static CompletionThread& instance();
+  void post(std::function<void()> fn);
+
+private:
+  CompletionThread();
+  struct State;
+  State* s_; // leaked on purpose: it must outlive static destructors
+};
+
+class Channel {
+public:
+  Channel() = default;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  [[nodiscard]] bool ready(std::uint64_t seq) const noexcept {
+    return (seq & immediate_bit) != 0 || completed_.load(std::memory_order_acquire) >= seq ||
+           failed_.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] Error result(std::uint64_t seq, bool has_error) const;
+  Error wait(std::uint64_t seq, bool has_error, std::optional<std::chrono::milliseconds> limit);
+  void suspend(std::uint64_t seq, std::coroutine_handle<> h, Executor* ex);
+  void on_done(std::uint64_t seq, bool has_error, std::function<void(Error)> fn);
+
+  /// Records an error for an enqueued call (seq) or a fresh immediate one.
+  void set_error(std::uint64_t seq, Error e);
+  std::uint64_t immediate(Error e);
+
+  /// Everything through `seq` is done; earlier set_error calls hold the errors.
+  void complete(std::uint64_t seq);
+  /// Nothing more will complete normally: every waiter, present and future,
+  /// gets `e` unless its own error was recorded first.
+  void fail(Error e);
+
+  [[nodiscard]] std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Wakes the consumer of this process's ring (set by the RankProxy).
+  std::function<void()> nudge;
+
+private:
+  struct Waiter {
+    std::coroutine_handle<> h;
+    Executor* ex;
+    std::function<void(Error)> fn;
+    bool has_error;
+  };
+  void run(Waiter& w, std::uint64_t seq);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<bool> failed_{false};
+  Error failure_;
+  std::map<std::uint64_t, Error> errors_; // bounded, see set_error
+  std::multimap<std::uint64_t, Waiter> waiters_;
+  std::uint64_t next_immediate_ = 0;
+};
+
+/// Holds what `finish` reports, filled before the finish ticket completes.
+struct FinishState {
+  std::mutex mu;
+  FinishResult result;
+};
+
+} // namespace chorus::detail

@@ -1,0 +1,117 @@
+// The trainer-side half of logging: a bounded multi-producer ring of fixed
+// slots that `Run::log` fills without locks or allocation, and the process's
+// key table that turns key strings into small ids once per thread and key.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace chorus::detail {
+
+enum class SlotKind : std::uint8_t {
+  values_head, // first value of one log call; count = values in the call
+  value,       // a further value of the same call
+  define,      // key = metric, reduce
+  barrier,     // key = barrier name, step = timeout in ms
+  config,      // text = JSON object (owned, freed by the consumer)
+  summary,     // text = JSON object
+  finish,
+};
+
+/// One ring slot: 32 bytes, two per cache line.
+struct alignas(32) Slot {
+  std::atomic<std::uint64_t> ready; // position + 1 once published
+  std::uint32_t key;
+  SlotKind kind;
+  Reduce reduce;
+  std::uint16_t count;
+  std::int64_t step;
+  union {
+    double value;
+    std::string* text;
+  };
+};
+static_assert(sizeof(Slot) == 32);
+
+/// Bounded MPSC ring. Producers reserve a run of slots with one CAS, fill and
+/// publish them; the single consumer (the RankProxy) reads them in position
+/// order and releases them in bulk.
+class Ring {
+public:
+  explicit Ring(std::size_t capacity); // rounded up to a power of two
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
+
+  /// Reserves n consecutive positions; false if they do not fit now.
+  bool try_reserve(std::uint32_t n, std::uint64_t& pos) noexcept {
+    std::uint64_t h = head_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (h + n - tail_.load(std::memory_order_acquire) > capacity()) return false;
+      if (head_.compare_exchange_weak(h, h + n, std::memory_order_relaxed, std::memory_order_relaxed)) {
+        pos = h;
+        return true;
+      }
+    }
+  }
+  Slot& at(std::uint64_t pos) noexcept { return slots_[pos & mask_]; }
+  static void publish(Slot& s, std::uint64_t pos) noexcept { s.ready.store(pos + 1, std::memory_order_release); }
+
+  // Consumer side.
+  /// The slot at `pos` if it is published, else nullptr.
+  Slot* peek(std::uint64_t pos) noexcept {
+    Slot& s = at(pos);
+    return s.ready.load(std::memory_order_acquire) == pos + 1 ? &s : nullptr;
+  }
+  void release_to(std::uint64_t pos) noexcept { tail_.store(pos, std::memory_order_release); }
+  [[nodiscard]] std::uint64_t tail() const noexcept { return tail_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t head() const noexcept { return head_.load(std::memory_order_acquire); }
+
+private:
+  std::size_t mask_;
+  std::unique_ptr<Slot[]> slots_;
+  alignas(64) std::atomic<std::uint64_t> head_{0};
+  alignas(64) std::atomic<std::uint64_t> tail_{0};
+};
+
+/// Process-wide key ids. Names live as long as the process; ids are dense.
+class KeyTable {
+public:
+  static constexpr std::uint32_t invalid = 0xffffffffu;
+  static constexpr std::size_t max_key_bytes = 250; // MLflow's limit, so every key uploads
+
+  static KeyTable& instance();
+
+  /// The id of a metric key, through a per-thread cache; `invalid` when the
+  /// key is not a valid metric key (see validate_metric_key).
+  std::uint32_t intern_metric(std::string_view key) noexcept;
+  /// The id of any name (barrier names); no validation.
+  std::uint32_t intern(std::string_view name);
+  [[nodiscard]] std::string_view name(std::uint32_t id) const;
+
+private:
+  std::uint32_t intern_slow(std::string_view key, bool metric);
+
+  mutable std::mutex mu_;
+  std::deque<std::string> names_;
+  std::deque<bool> metric_ok_;
+  std::unordered_map<std::string_view, std::uint32_t> ids_;
+};
+
+/// Why `key` cannot be a metric key (empty, too long, not UTF-8, control
+/// characters, a leading '_' reserved for chorus), or an empty Error.
+Error validate_metric_key(std::string_view key);
+
+/// `s` as a quoted, escaped JSON string: safe to put in any message.
+std::string quoted(std::string_view s);
+
+} // namespace chorus::detail

@@ -1,0 +1,57 @@
+// Every message that crosses between chorus's actors, in one place. Only the
+// few translation units that run actors include this (it pulls in CAF).
+//
+//   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid)
+//                      -> (string run_id, string run_dir)           request
+//   RankProxy -> Run   (batch_atom, vector<char> frame)              a wire.hpp rank_batch
+//   Run -> RankProxy   (ack_atom, bool for_frame, u64 completed, vector<char> errors)
+//                      errors: repeated {u64 seq, u8 Errc, u32 len, message}
+//   RankProxy -> Run   (finish_atom) -> (ok_atom)                    host only: finish the run
+//   self-timers        drain_atom, nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
+//                      join_tmo_atom, finish_tmo_atom
+//
+// Only built-in CAF types travel (integers, strings, std::vector<char>), so
+// nothing needs registering and a frame is copied once, as raw bytes.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <cstring>
+#include <vector>
+
+namespace chorus::detail {
+
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using batch_atom = caf::atom_constant<caf::atom("batch")>;
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using nudge_atom = caf::atom_constant<caf::atom("nudge")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using barrier_tmo_atom = caf::atom_constant<caf::atom("bar_tmo")>;
+using join_tmo_atom = caf::atom_constant<caf::atom("join_tmo")>;
+using finish_tmo_atom = caf::atom_constant<caf::atom("fin_tmo")>;
+
+/// Encodes one (seq, error) pair of an ack.
+void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e);
+/// Calls f(seq, Error) for each pair; stops at the first malformed byte.
+template <class F>
+void for_each_ack_error(const std::vector<char>& in, F&& f) {
+  std::size_t i = 0;
+  while (i + 13 <= in.size()) {
+    std::uint64_t seq;
+    std::uint32_t len;
+    std::memcpy(&seq, in.data() + i, 8);
+    const auto code = static_cast<Errc>(static_cast<std::uint8_t>(in[i + 8]));
+    std::memcpy(&len, in.data() + i + 9, 4);
+    i += 13;
+    if (len > in.size() - i) return;
+    f(seq, Error(code, std::string(in.data() + i, len)));
+    i += len;
+  }
+}
+
+} // namespace chorus::detail

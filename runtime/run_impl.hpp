@@ -1,0 +1,61 @@
+// The state behind a Run handle: the ring the trainer fills, the channel that
+// completes its tickets, and the actor side (System), which is the only part
+// that knows CAF.
+#pragma once
+
+#include "runtime/channel.hpp"
+#include "runtime/ingest.hpp"
+#include "runtime/options.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace chorus::detail {
+
+class System;
+
+class RunImpl {
+public:
+  explicit RunImpl(Settings settings);
+  ~RunImpl();
+
+  /// Starts the actors and joins the run; bounded by init_timeout.
+  Error start();
+
+  Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
+  Pending define_metric(std::string_view key, Reduce reduce) noexcept;
+  Pending text(SlotKind kind, std::span<const Field> fields);
+  Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
+  FinishPending finish() noexcept;
+
+  const Settings& settings() const noexcept { return settings_; }
+  Ring& ring() noexcept { return ring_; }
+  Channel& channel() noexcept { return channel_; }
+  FinishState& finish_state() noexcept { return finish_; }
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+
+  // Set by System::start.
+  std::string run_id;
+  std::string run_dir;
+
+private:
+  bool reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept;
+  Pending refuse(Error e) noexcept;
+
+  Settings settings_;
+  Ring ring_;
+  Channel channel_;
+  FinishState finish_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::mutex finish_mu_;
+  std::optional<FinishPending> finishing_;
+  std::unique_ptr<System> system_;
+};
+
+} // namespace chorus::detail

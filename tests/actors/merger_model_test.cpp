@@ -1,0 +1,707 @@
+// The Merger against a reference model of DESIGN.md section 4 on random runs.
+//
+// The reference is written for clarity, not speed: ordered maps, events kept
+// as plain structs, and the watermark and barrier state recomputed from every
+// rank on every event. Both are fed the same random run (random ranks, record
+// streams, frame splits, interleavings and host decisions) and must tell
+// their sinks exactly the same things, in the same order.
+//
+// CHORUS_SEED=n replays a run of cases; CHORUS_CASE=i runs only case i of it;
+// CHORUS_MODEL_CASES=n changes how many cases run.
+#define BOOST_TEST_MODULE actors_merger_model
+#include <boost/test/unit_test.hpp>
+
+#include "actors/merger.hpp"
+#include "tests/actors/recording_sink.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+using namespace chorus;
+namespace w = chorus::wire;
+
+namespace {
+
+/// One event of a rank's stream, owning its data.
+struct Ev {
+  w::Tag tag;
+  std::uint64_t seq = 0;
+  std::int64_t step = 0; // values: the step or auto_step; barrier: its timeout
+  std::int64_t ts = 0;
+  std::vector<std::pair<std::uint32_t, double>> values; // (local key id, value)
+  std::uint32_t key = 0;                                // key: its id; define: the key; barrier: its name
+  Reduce reduce = Reduce::none;
+  std::string text; // key: its name; config, summary: the JSON
+};
+
+std::vector<char> encode(std::uint32_t rank, const std::vector<Ev>& events) {
+  std::vector<char> out;
+  w::BatchWriter b(out, rank);
+  for (const Ev& e : events) {
+    switch (e.tag) {
+      case w::Tag::key: b.key(e.key, e.text); break;
+      case w::Tag::values:
+        b.values(e.seq, e.step, e.ts, static_cast<std::uint32_t>(e.values.size()));
+        for (auto [k, v] : e.values) b.value(k, v);
+        break;
+      case w::Tag::define: b.define(e.seq, e.key, e.reduce); break;
+      case w::Tag::barrier: b.barrier(e.seq, e.key, e.step); break;
+      case w::Tag::config: b.config(e.seq, e.text); break;
+      case w::Tag::summary: b.summary(e.seq, e.text); break;
+      case w::Tag::finish: b.finish(e.seq); break;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The reference model.
+
+class Reference {
+public:
+  std::vector<std::string> log;
+  std::set<std::tuple<int, std::int64_t, std::string>> accepted; // (rank, step, key) that went into a row
+  std::uint64_t rows = 0;
+  std::uint64_t rejected_values = 0;
+  std::int64_t committed = -1;
+
+  void run_start(std::int64_t ts, int world) {
+    start_ = ts;
+    ranks_.assign(static_cast<std::size_t>(world), RankRef{});
+    log.push_back("start " + std::to_string(ts) + " " + std::to_string(world) + " {}");
+  }
+
+  void frame(int rank, const std::vector<Ev>& events) {
+    RankRef& r = ranks_[rank];
+    if (ended_ || r.state != RunState::running) return;
+    for (const Ev& e : events) {
+      if (e.tag == w::Tag::key) {
+        r.names[e.key] = e.text;
+        continue;
+      }
+      if (r.closed) continue;
+      if (r.parked) {
+        r.waiting.push_back(e);
+        continue;
+      }
+      handle(rank, e);
+      settle();
+    }
+  }
+
+  void joined(int rank, const std::string& host) {
+    RankRef& r = ranks_[rank];
+    if (ended_ || r.joined || r.state != RunState::running) return;
+    r.joined = true;
+    r.host = host;
+    log.push_back(test::format_state(rank, RunState::running, r.last, r.host, false));
+  }
+
+  void dead(int rank) {
+    if (ended_ || ranks_[rank].state != RunState::running) return;
+    crash(rank);
+    settle();
+  }
+
+  void barrier_timeout(std::uint64_t index) {
+    if (ended_ || !any_parked() || index != released_) return;
+    release(Cause::timeout);
+    settle();
+  }
+
+  void finish_timeout() {
+    if (ended_) return;
+    for (int i = 0; i < world(); ++i)
+      if (ranks_[i].state == RunState::running) crash(i);
+    settle();
+  }
+
+  void run_end(RunState state, std::int64_t ts) {
+    if (ended_) return;
+    while (any_parked()) release(all_live_parked() ? Cause::arrived : Cause::run_end);
+    commit_below(std::nullopt);
+    ended_ = true;
+    log.push_back("end " + std::to_string(static_cast<int>(state)) + " " + std::to_string(ts));
+  }
+
+  // What the Merger reports about its state.
+  [[nodiscard]] int world() const { return static_cast<int>(ranks_.size()); }
+  [[nodiscard]] std::int64_t open_barrier() const {
+    return any_parked() && !ended_ ? static_cast<std::int64_t>(released_) : -1;
+  }
+  [[nodiscard]] std::vector<int> missing() const {
+    std::vector<int> out;
+    if (open_barrier() < 0) return out;
+    for (int i = 0; i < world(); ++i)
+      if (ranks_[i].state == RunState::running && !ranks_[i].parked) out.push_back(i);
+    return out;
+  }
+  [[nodiscard]] std::int64_t open_timeout() const {
+    std::int64_t t = 0;
+    if (open_barrier() < 0) return 0;
+    for (const auto& r : ranks_)
+      if (r.parked) t = std::max(t, r.btimeout);
+    return t;
+  }
+  [[nodiscard]] RunState state(int rank) const { return ranks_[rank].state; }
+  [[nodiscard]] bool is_joined(int rank) const { return ranks_[rank].joined; }
+  [[nodiscard]] std::int64_t last_step(int rank) const { return ranks_[rank].last; }
+  [[nodiscard]] bool all_done() const {
+    return std::none_of(ranks_.begin(), ranks_.end(), [](const RankRef& r) { return r.state == RunState::running; });
+  }
+
+private:
+  struct RankRef {
+    RunState state = RunState::running;
+    bool joined = false, parked = false, closed = false;
+    std::int64_t last = -1, cursor = -1;
+    std::uint64_t barriers = 0;
+    std::map<std::uint32_t, std::string> names;
+    std::deque<Ev> waiting;
+    std::uint64_t bseq = 0;
+    std::string bname;
+    std::int64_t btimeout = 0;
+    std::string host;
+  };
+  struct PendingRow {
+    std::int64_t ts = std::numeric_limits<std::int64_t>::max();
+    std::map<std::pair<std::string, int>, double> values; // (key, rank) -> value
+  };
+  enum class Cause { arrived, timeout, run_end };
+
+  void done(int rank, std::uint64_t seq, Errc code) { log.push_back(test::format_done(rank, seq, code)); }
+
+  void crash(int rank) {
+    RankRef& r = ranks_[rank];
+    r.state = RunState::crashed;
+    log.push_back(test::format_state(rank, RunState::crashed, r.last, r.host, true));
+  }
+
+  void handle(int rank, const Ev& e) {
+    RankRef& r = ranks_[rank];
+    switch (e.tag) {
+      case w::Tag::values: {
+        const bool automatic = e.step == w::auto_step;
+        const std::int64_t step = automatic ? r.cursor + 1 : e.step;
+        Errc code = Errc::ok;
+        if (!automatic && step < r.last) {
+          code = Errc::backwards_step;
+        } else {
+          r.last = step;
+          r.cursor = std::max(r.cursor, step);
+          if (step <= committed) code = Errc::step_committed;
+        }
+        if (code != Errc::ok) {
+          test::Rejection rej{rank, e.seq, step, {}, code, {}};
+          for (auto [k, v] : e.values) rej.values.emplace_back(r.names.at(k), v);
+          log.push_back(test::format_rejected(rej));
+          rejected_values += e.values.size();
+        } else if (!e.values.empty()) {
+          PendingRow& row = pending_[step];
+          row.ts = std::min(row.ts, e.ts);
+          for (auto [k, v] : e.values) {
+            row.values[{r.names.at(k), rank}] = v;
+            accepted.emplace(rank, step, r.names.at(k));
+          }
+        }
+        done(rank, e.seq, code);
+        break;
+      }
+      case w::Tag::define:
+        reduce_[r.names.at(e.key)] = e.reduce;
+        done(rank, e.seq, Errc::ok);
+        break;
+      case w::Tag::config:
+      case w::Tag::summary:
+        log.push_back(std::string(e.tag == w::Tag::config ? "config " : "summary ") + std::to_string(rank) + " " +
+                      e.text);
+        done(rank, e.seq, Errc::ok);
+        break;
+      case w::Tag::finish:
+        r.closed = true;
+        if (r.state == RunState::running) {
+          r.state = RunState::finished;
+          log.push_back(test::format_state(rank, RunState::finished, r.last, r.host, false));
+        }
+        done(rank, e.seq, Errc::ok);
+        break;
+      case w::Tag::barrier: {
+        const std::uint64_t index = r.barriers++;
+        if (index < released_) {
+          r.cursor = std::max(r.cursor, committed);
+          done(rank, e.seq, Errc::barrier_timeout);
+        } else {
+          r.parked = true;
+          r.bseq = e.seq;
+          r.bname = r.names.at(e.key);
+          r.btimeout = e.step;
+        }
+        break;
+      }
+      case w::Tag::key: break;
+    }
+  }
+
+  [[nodiscard]] bool any_parked() const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [](const RankRef& r) { return r.parked; });
+  }
+  [[nodiscard]] bool all_live_parked() const {
+    return std::all_of(ranks_.begin(), ranks_.end(),
+                       [](const RankRef& r) { return r.state != RunState::running || r.parked; });
+  }
+
+  void settle() {
+    while (any_parked() && all_live_parked()) release(Cause::arrived);
+    std::optional<std::int64_t> mark;
+    for (const auto& r : ranks_)
+      if (r.state == RunState::running && !r.parked) mark = std::min(mark.value_or(r.cursor), r.cursor);
+    commit_below(mark);
+  }
+
+  void release(Cause cause) {
+    commit_below(std::nullopt);
+    std::vector<int> waiters;
+    for (int i = 0; i < world(); ++i)
+      if (ranks_[i].parked) waiters.push_back(i);
+    Errc code = Errc::barrier_timeout;
+    if (cause == Cause::arrived) {
+      code = Errc::ok;
+      for (int i : waiters)
+        if (ranks_[i].bname != ranks_[waiters[0]].bname) code = Errc::barrier_mismatch;
+    }
+    ++released_;
+    for (int i : waiters) {
+      ranks_[i].parked = false;
+      ranks_[i].cursor = std::max(ranks_[i].cursor, committed);
+      done(i, ranks_[i].bseq, code);
+    }
+    for (int i : waiters) {
+      RankRef& r = ranks_[i];
+      while (!r.waiting.empty() && !r.parked && !r.closed) {
+        Ev e = r.waiting.front();
+        r.waiting.pop_front();
+        handle(i, e);
+      }
+      if (r.closed) r.waiting.clear();
+    }
+  }
+
+  /// Commits the pending rows below `mark`; all of them without one.
+  void commit_below(std::optional<std::int64_t> mark) {
+    while (!pending_.empty() && (!mark || pending_.begin()->first < *mark)) {
+      const auto [step, row] = *pending_.begin();
+      pending_.erase(pending_.begin());
+      test::RecordedRow out{step, row.ts, row.ts - start_, {}};
+      for (auto it = row.values.begin(); it != row.values.end();) {
+        const std::string& key = it->first.first;
+        std::vector<std::pair<int, double>> by_rank;
+        for (; it != row.values.end() && it->first.first == key; ++it)
+          by_rank.emplace_back(it->first.second, it->second);
+        const auto r = reduce_.find(key);
+        const Reduce how = r == reduce_.end() ? Reduce::none : r->second;
+        if (how == Reduce::none) {
+          if (by_rank.size() == 1) {
+            out.values.push_back({key, -1, by_rank[0].second, 0});
+          } else {
+            for (auto [rank, v] : by_rank) out.values.push_back({key, rank, v, 0});
+          }
+          continue;
+        }
+        bool nan = false;
+        for (auto [rank, v] : by_rank) nan = nan || std::isnan(v);
+        double x = by_rank[0].second;
+        for (std::size_t i = 1; i < by_rank.size(); ++i) {
+          const double v = by_rank[i].second;
+          if (how == Reduce::sum || how == Reduce::mean) x += v;
+          if (how == Reduce::min) x = std::min(x, v);
+          if (how == Reduce::max) x = std::max(x, v);
+        }
+        if (how == Reduce::mean) x /= static_cast<double>(by_rank.size());
+        if (nan) x = std::numeric_limits<double>::quiet_NaN();
+        out.values.push_back({key, -1, x, static_cast<std::uint32_t>(by_rank.size())});
+      }
+      committed = step;
+      ++rows;
+      log.push_back(test::format_row(out));
+    }
+  }
+
+  std::int64_t start_ = 0;
+  std::vector<RankRef> ranks_;
+  std::map<std::int64_t, PendingRow> pending_;
+  std::map<std::string, Reduce> reduce_;
+  std::uint64_t released_ = 0;
+  bool ended_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Random runs.
+
+using Rng = std::mt19937_64;
+
+int pick(Rng& rng, int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); }
+bool chance(Rng& rng, int percent) { return pick(rng, 100) < percent; }
+
+const std::vector<std::string> key_pool{"loss", "acc", "lr", "grad/norm", "b", "Zeta"};
+
+struct RankPlan {
+  std::vector<std::vector<Ev>> frames;
+  std::size_t next = 0;
+  bool joins = true;
+  bool dies = false;
+  bool joined = false;
+  bool declared_dead = false;
+};
+
+/// One rank's stream: segments of records split by the run's barriers, then
+/// (usually) a finish; a dying rank's stream stops early.
+RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
+  RankPlan p;
+  // Rank-local key ids, different on every rank; sometimes two ids for one name.
+  std::map<std::string, std::vector<std::uint32_t>> ids;
+  std::set<std::uint32_t> used;
+  for (const auto& k : key_pool) {
+    std::uint32_t id;
+    do id = static_cast<std::uint32_t>(pick(rng, 64)); while (!used.insert(id).second);
+    ids[k].push_back(id);
+  }
+  if (chance(rng, 10)) {
+    std::uint32_t id;
+    do id = static_cast<std::uint32_t>(pick(rng, 64)); while (!used.insert(id).second);
+    ids[key_pool[pick(rng, static_cast<int>(key_pool.size()))]].push_back(id);
+  }
+  std::map<std::string, std::uint32_t> barrier_ids;
+  std::uint32_t next_barrier_id = 100;
+  std::set<std::uint32_t> introduced;
+  std::uint64_t seq = 0;
+  std::int64_t est = -1, ts = start + rank;
+  std::vector<Ev> stream;
+
+  auto name_key = [&](std::uint32_t id, const std::string& name) {
+    if (!introduced.count(id) || chance(rng, 3)) {
+      Ev k{w::Tag::key};
+      k.key = id;
+      k.text = name;
+      stream.push_back(k);
+      introduced.insert(id);
+    }
+  };
+  auto random_key = [&](std::uint32_t& id) {
+    const auto& name = key_pool[pick(rng, static_cast<int>(key_pool.size()))];
+    const auto& choices = ids[name];
+    id = choices[pick(rng, static_cast<int>(choices.size()))];
+    name_key(id, name);
+  };
+  auto random_value = [&]() -> double {
+    const int kind = pick(rng, 20);
+    if (kind == 0) return std::numeric_limits<double>::quiet_NaN();
+    if (kind < 4) return std::ldexp(static_cast<double>(rng() >> 11), -52) - 1.0; // arbitrary bits
+    return pick(rng, 11) - 5 + (chance(rng, 30) ? 0.5 : 0.0);
+  };
+
+  for (int segment = 0; segment <= barriers; ++segment) {
+    const int records = pick(rng, 9);
+    for (int i = 0; i < records; ++i) {
+      const int what = pick(rng, 100);
+      ts += pick(rng, 9) - 1;
+      if (what < 72) {
+        Ev v{w::Tag::values};
+        const int n = chance(rng, 10) ? 0 : 1 + pick(rng, 4);
+        for (int j = 0; j < n; ++j) {
+          std::uint32_t id;
+          random_key(id);
+          v.values.emplace_back(id, random_value());
+        }
+        if (chance(rng, 70)) {
+          v.step = w::auto_step;
+          ++est;
+        } else {
+          v.step = std::max<std::int64_t>(0, est + pick(rng, 8) - 3);
+          est = std::max(est, v.step);
+        }
+        v.ts = ts;
+        v.seq = ++seq;
+        stream.push_back(v);
+      } else if (what < 82) {
+        Ev d{w::Tag::define};
+        random_key(d.key);
+        d.reduce = static_cast<Reduce>(pick(rng, 5));
+        d.seq = ++seq;
+        stream.push_back(d);
+      } else if (what < 91) {
+        Ev c{chance(rng, 50) ? w::Tag::config : w::Tag::summary};
+        c.text = "{\"k" + std::to_string(pick(rng, 3)) + "\":" + std::to_string(pick(rng, 100)) + "}";
+        c.seq = ++seq;
+        stream.push_back(c);
+      } else {
+        est += pick(rng, 3); // a gap in the explicit steps to come
+      }
+    }
+    if (segment < barriers) {
+      const std::string name = "epoch-" + std::to_string(segment) + (chance(rng, 5) ? "-odd" : "");
+      auto [it, fresh] = barrier_ids.try_emplace(name, next_barrier_id);
+      if (fresh) ++next_barrier_id;
+      name_key(it->second, name);
+      Ev b{w::Tag::barrier};
+      b.key = it->second;
+      b.step = 100 * (1 + pick(rng, 50));
+      b.seq = ++seq;
+      stream.push_back(b);
+    }
+  }
+  if (chance(rng, 90)) {
+    Ev f{w::Tag::finish};
+    f.seq = ++seq;
+    stream.push_back(f);
+    if (chance(rng, 5)) { // a client that logs after its finish: ignored
+      Ev v{w::Tag::values};
+      v.step = w::auto_step;
+      v.seq = ++seq;
+      stream.push_back(v);
+    }
+  }
+  if (chance(rng, 20)) { // the rank dies: only part of its stream was ever sent
+    p.dies = true;
+    stream.resize(static_cast<std::size_t>(pick(rng, static_cast<int>(stream.size()) + 1)));
+  }
+  if (chance(rng, 5)) {
+    p.joins = false;
+    p.dies = chance(rng, 60);
+  }
+  for (std::size_t i = 0; i < stream.size();) {
+    const std::size_t n = chance(rng, 5) ? 0 : 1 + static_cast<std::size_t>(pick(rng, chance(rng, 20) ? 30 : 5));
+    p.frames.emplace_back(stream.begin() + static_cast<std::ptrdiff_t>(i),
+                          stream.begin() + static_cast<std::ptrdiff_t>(std::min(stream.size(), i + n)));
+    i += n;
+  }
+  return p;
+}
+
+std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
+  const char* s = std::getenv(name);
+  return s && *s ? std::strtoull(s, nullptr, 10) : fallback;
+}
+
+struct CaseResult {
+  bool ok = true;
+  std::string failure;
+  std::size_t values = 0, rows = 0, rejections = 0, timeouts = 0;
+  std::map<Errc, std::size_t> outcomes; // completions by code
+};
+
+/// Runs one random case; on a difference, `failure` says where, with the
+/// actions that led there.
+CaseResult run_case(std::uint64_t seed) {
+  CaseResult res;
+  Rng rng(seed);
+  const int world = 1 + pick(rng, 8);
+  const int barriers = pick(rng, 4);
+  const std::int64_t start = 1'000'000 + pick(rng, 1000);
+
+  test::RecordingSink sink;
+  detail::Merger merger(sink);
+  sink.merger = &merger;
+  Reference ref;
+  std::vector<std::vector<char>> applied;
+  std::vector<std::string> trace;
+
+  auto fail = [&](const std::string& what) {
+    if (!res.ok) return;
+    res.ok = false;
+    std::ostringstream o;
+    o << what << "\nworld " << world << ", " << barriers << " barriers; actions:\n";
+    for (const auto& t : trace) o << "  " << t << "\n";
+    const auto& a = sink.log;
+    const auto& b = ref.log;
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    const std::size_t from = i > 8 ? i - 8 : 0;
+    o << "merger log from line " << from << ":\n";
+    for (std::size_t j = from; j < std::min(a.size(), i + 4); ++j) o << (j == i ? " >" : "  ") << a[j] << "\n";
+    o << "reference log from line " << from << ":\n";
+    for (std::size_t j = from; j < std::min(b.size(), i + 4); ++j) o << (j == i ? " >" : "  ") << b[j] << "\n";
+    res.failure = o.str();
+  };
+  auto apply = [&](const std::vector<char>& f, const std::string& what) {
+    trace.push_back(what);
+    applied.push_back(f);
+    if (!merger.apply(f)) fail("the Merger refused a well-formed frame: " + what);
+  };
+  auto compare = [&]() {
+    if (sink.log != ref.log) return fail("the sink calls differ");
+    if (!sink.violations.empty()) return fail("sink: " + sink.violations.front());
+    if (merger.open_barrier() != ref.open_barrier()) return fail("open_barrier differs");
+    if (merger.missing_at_barrier() != ref.missing()) return fail("missing_at_barrier differs");
+    if (merger.open_barrier_timeout_ms() != ref.open_timeout()) return fail("open_barrier_timeout_ms differs");
+    if (merger.last_committed_step() != ref.committed) return fail("last_committed_step differs");
+    if (merger.rows_committed() != ref.rows) return fail("rows_committed differs");
+    if (merger.values_rejected() != ref.rejected_values) return fail("values_rejected differs");
+    if (merger.all_done() != ref.all_done()) return fail("all_done differs");
+    for (int r = 0; r < world; ++r) {
+      if (merger.rank_state(r) != ref.state(r) || merger.rank_joined(r) != ref.is_joined(r) ||
+          merger.rank_last_step(r) != ref.last_step(r))
+        return fail("the state of rank " + std::to_string(r) + " differs");
+    }
+  };
+
+  std::vector<RankPlan> plans;
+  for (int r = 0; r < world; ++r) plans.push_back(plan_rank(rng, r, barriers, start));
+  std::size_t total_frames = 0, delivered = 0;
+  for (const auto& p : plans) total_frames += p.frames.size();
+
+  apply(w::run_start(start, static_cast<std::uint32_t>(world), "{}"), "run_start");
+  ref.run_start(start, world);
+  compare();
+
+  bool finish_timed_out = false;
+  enum class Act { join, frame, dead, timeout, stale_timeout, finish_timeout };
+  while (res.ok) {
+    std::vector<std::pair<Act, int>> acts;
+    for (int r = 0; r < world; ++r) {
+      RankPlan& p = plans[r];
+      if (p.joins && !p.joined) acts.insert(acts.end(), 2, {Act::join, r});
+      if (p.joined && p.next < p.frames.size()) acts.insert(acts.end(), 6, {Act::frame, r});
+      if (p.dies && !p.declared_dead && (p.joined || !p.joins)) acts.emplace_back(Act::dead, r);
+    }
+    if (acts.empty()) break;
+    if (ref.open_barrier() >= 0 && chance(rng, 15)) acts.emplace_back(Act::timeout, 0);
+    if (chance(rng, 2)) acts.emplace_back(Act::stale_timeout, 0);
+    if (!finish_timed_out && delivered * 2 > total_frames && chance(rng, 1)) acts.emplace_back(Act::finish_timeout, 0);
+
+    const auto [act, r] = acts[static_cast<std::size_t>(pick(rng, static_cast<int>(acts.size())))];
+    RankPlan& p = plans[r];
+    switch (act) {
+      case Act::join:
+        p.joined = true;
+        apply(w::rank_joined(static_cast<std::uint32_t>(r), start, 1000 + r, "node-" + std::to_string(r % 3)),
+              "join " + std::to_string(r));
+        ref.joined(r, "node-" + std::to_string(r % 3));
+        break;
+      case Act::frame: {
+        const auto& events = p.frames[p.next++];
+        ++delivered;
+        std::string what = "frame " + std::to_string(r) + ":";
+        static const char* const tag_names[] = {"?",      "key",    "values",  "define",
+                                                "barrier", "config", "summary", "finish"};
+        for (const Ev& e : events) {
+          what += std::string(" ") + tag_names[static_cast<int>(e.tag)];
+          if (e.tag == w::Tag::values) {
+            what += "@" + (e.step == w::auto_step ? std::string("auto") : std::to_string(e.step)) + "x" +
+                    std::to_string(e.values.size());
+            res.values += e.values.size();
+          }
+        }
+        apply(encode(static_cast<std::uint32_t>(r), events), what);
+        ref.frame(r, events);
+        break;
+      }
+      case Act::dead:
+        p.declared_dead = true;
+        apply(w::rank_dead(static_cast<std::uint32_t>(r), start, "lost"), "dead " + std::to_string(r));
+        ref.dead(r);
+        break;
+      case Act::timeout: {
+        const auto index = static_cast<std::uint32_t>(ref.open_barrier());
+        apply(w::barrier_timeout(index, start), "barrier_timeout " + std::to_string(index));
+        ref.barrier_timeout(index);
+        ++res.timeouts;
+        break;
+      }
+      case Act::stale_timeout: {
+        const auto index = static_cast<std::uint32_t>(pick(rng, barriers + 1));
+        apply(w::barrier_timeout(index, start), "barrier_timeout " + std::to_string(index) + " (maybe stale)");
+        ref.barrier_timeout(index);
+        break;
+      }
+      case Act::finish_timeout:
+        finish_timed_out = true;
+        apply(w::finish_timeout(start), "finish_timeout");
+        ref.finish_timeout();
+        break;
+    }
+    compare();
+  }
+  // The end: the host's timers fire for what is still open, then the run ends.
+  while (res.ok && ref.open_barrier() >= 0 && chance(rng, 50)) {
+    const auto index = static_cast<std::uint32_t>(ref.open_barrier());
+    apply(w::barrier_timeout(index, start), "barrier_timeout " + std::to_string(index));
+    ref.barrier_timeout(index);
+    ++res.timeouts;
+    compare();
+  }
+  if (res.ok && !ref.all_done() && chance(rng, 40)) {
+    apply(w::finish_timeout(start), "finish_timeout");
+    ref.finish_timeout();
+    compare();
+  }
+  if (res.ok) {
+    const auto state = static_cast<RunState>(pick(rng, 5));
+    apply(w::run_end(state, start + 5000), "run_end");
+    ref.run_end(state, start + 5000);
+    compare();
+  }
+  if (!res.ok) return res;
+
+  // Every accepted (rank, step, key) lands in exactly one row value.
+  std::uint64_t landed = 0;
+  for (const auto& row : sink.rows)
+    for (const auto& v : row.values) landed += v.count > 0 ? v.count : 1;
+  if (landed != ref.accepted.size())
+    fail("rows hold " + std::to_string(landed) + " values, " + std::to_string(ref.accepted.size()) + " were accepted");
+  if (!sink.ended || merger.open_barrier() != -1) fail("the run did not end cleanly");
+
+  // A replay of the same frames tells a new sink the same story.
+  test::RecordingSink again;
+  detail::Merger replay(again);
+  again.merger = &replay;
+  for (const auto& f : applied) replay.apply(f);
+  if (again.log != sink.log) fail("a replay of the same frames differs");
+
+  res.rows = sink.rows.size();
+  res.rejections = sink.rejections.size();
+  for (const auto& c : sink.completions) ++res.outcomes[c.code];
+  return res;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(merger_matches_the_reference_model) {
+  const std::uint64_t base = env_u64("CHORUS_SEED", std::random_device{}());
+  const std::uint64_t cases = env_u64("CHORUS_MODEL_CASES", 10000);
+  const char* only = std::getenv("CHORUS_CASE");
+  BOOST_TEST_MESSAGE("model test seed " << base << " (CHORUS_SEED=" << base << " replays; CHORUS_CASE=i runs case i)");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t values = 0, rows = 0, rejections = 0, timeouts = 0, ran = 0;
+  std::map<Errc, std::size_t> outcomes;
+  for (std::uint64_t i = 0; i < cases; ++i) {
+    if (only && *only && i != std::strtoull(only, nullptr, 10)) continue;
+    BOOST_TEST_CONTEXT("CHORUS_SEED=" << base << " CHORUS_CASE=" << i) {
+      const CaseResult r = run_case(base + i);
+      ++ran;
+      if (!r.ok) {
+        BOOST_ERROR(r.failure);
+        break; // one detailed failure is worth more than a thousand
+      }
+      values += r.values;
+      rows += r.rows;
+      rejections += r.rejections;
+      timeouts += r.timeouts;
+      for (auto [code, n] : r.outcomes) outcomes[code] += n;
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_MESSAGE(ran << " cases in " << secs << " s: " << values << " values sent, " << rows << " rows, "
+                         << rejections << " rejections, " << timeouts << " barrier timeouts");
+  std::ostringstream by_code;
+  for (auto [code, n] : outcomes) by_code << " " << code << ":" << n;
+  BOOST_TEST_MESSAGE("completions by code:" << by_code.str());
+  BOOST_TEST(ran > 0u);
+  BOOST_TEST(rows > 0u);
+}

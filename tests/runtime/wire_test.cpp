@@ -1,0 +1,391 @@
+#define BOOST_TEST_MODULE runtime_wire
+#include <boost/test/unit_test.hpp>
+
+#include "runtime/wire.hpp"
+
+#include <cstdlib>
+#include <random>
+#include <string>
+
+using namespace chorus;
+namespace w = chorus::wire;
+
+namespace {
+
+std::vector<char> sample_batch() {
+  std::vector<char> out;
+  w::BatchWriter b(out, 3);
+  b.key(0, "loss");
+  b.key(7, std::string("with\0nul", 8));
+  b.values(1, w::auto_step, 1'700'000'000'000'000, 2);
+  b.value(0, 0.25);
+  b.value(7, -1e300);
+  b.values(2, 42, 5, 0);
+  b.define(3, 0, Reduce::max);
+  b.barrier(4, 7, 600'000);
+  b.config(5, R"({"lr":0.001})");
+  b.summary(6, R"({"best":1})");
+  b.finish(7);
+  return out;
+}
+
+std::vector<w::RankEvent> events_of(const w::Frame& f) {
+  std::vector<w::RankEvent> out;
+  w::for_each_event(f, [&](const w::RankEvent& e) { out.push_back(e); });
+  return out;
+}
+
+std::vector<std::vector<char>> sample_host_events() {
+  return {w::run_start(11, 8, R"({"id":"abc"})"), w::rank_joined(5, 12, 4242, "node-1"),
+          w::rank_dead(5, 13, "its process exited"), w::barrier_timeout(2, 14), w::finish_timeout(15),
+          w::run_end(RunState::crashed, 16)};
+}
+
+std::uint64_t seed_from_env() {
+  if (const char* s = std::getenv("CHORUS_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(rank_batch_round_trip) {
+  const auto frame = sample_batch();
+  w::Frame f;
+  BOOST_REQUIRE(w::decode(frame, f));
+  BOOST_TEST((f.type == w::FrameType::rank_batch));
+  BOOST_TEST(f.rank == 3u);
+  BOOST_TEST(f.events == 9u);
+  BOOST_TEST(f.body.size() == frame.size() - 9);
+
+  const auto ev = events_of(f);
+  BOOST_REQUIRE_EQUAL(ev.size(), 9u);
+  const auto& k0 = std::get<w::KeyDef>(ev[0]);
+  BOOST_TEST(k0.id == 0u);
+  BOOST_TEST(k0.name == "loss");
+  BOOST_TEST(std::get<w::KeyDef>(ev[1]).name == std::string_view("with\0nul", 8));
+  const auto& v = std::get<w::Values>(ev[2]);
+  BOOST_TEST(v.seq == 1u);
+  BOOST_TEST(v.step == w::auto_step);
+  BOOST_TEST(v.ts_us == 1'700'000'000'000'000);
+  BOOST_REQUIRE_EQUAL(v.n, 2u);
+  BOOST_TEST(v.key(0) == 0u);
+  BOOST_TEST(v.value(0) == 0.25);
+  BOOST_TEST(v.key(1) == 7u);
+  BOOST_TEST(v.value(1) == -1e300);
+  const auto& empty = std::get<w::Values>(ev[3]);
+  BOOST_TEST(empty.step == 42);
+  BOOST_TEST(empty.n == 0u);
+  const auto& d = std::get<w::Define>(ev[4]);
+  BOOST_TEST(d.seq == 3u);
+  BOOST_TEST(d.key == 0u);
+  BOOST_TEST((d.reduce == Reduce::max));
+  const auto& b = std::get<w::Barrier>(ev[5]);
+  BOOST_TEST(b.seq == 4u);
+  BOOST_TEST(b.name_key == 7u);
+  BOOST_TEST(b.timeout_ms == 600'000);
+  BOOST_TEST(std::get<w::Config>(ev[6]).json == R"({"lr":0.001})");
+  BOOST_TEST(std::get<w::Config>(ev[6]).seq == 5u);
+  BOOST_TEST(std::get<w::Summary>(ev[7]).json == R"({"best":1})");
+  BOOST_TEST(std::get<w::Finish>(ev[8]).seq == 7u);
+}
+
+BOOST_AUTO_TEST_CASE(event_reader_walks_events_and_offsets) {
+  const auto frame = sample_batch();
+  w::Frame f;
+  BOOST_REQUIRE(w::decode(frame, f));
+  w::EventReader in(f.body);
+  w::RankEvent ev;
+  std::size_t n = 0, last = 0;
+  while (in.next(ev)) {
+    BOOST_TEST(in.offset() > last);
+    last = in.offset();
+    ++n;
+  }
+  BOOST_TEST(n == 9u);
+  BOOST_TEST(in.done());
+  BOOST_TEST(!in.next(ev));
+  // Events copied out of a body read back the same.
+  w::EventReader tail(f.body.subspan(std::get<w::KeyDef>(events_of(f)[0]).name.size() + 9));
+  BOOST_REQUIRE(tail.next(ev));
+  BOOST_TEST(std::get<w::KeyDef>(ev).id == 7u);
+}
+
+BOOST_AUTO_TEST_CASE(empty_batch_and_max_values) {
+  std::vector<char> out;
+  { w::BatchWriter b(out, 0xffffffffu); }
+  w::Frame f;
+  BOOST_REQUIRE(w::decode(out, f));
+  BOOST_TEST(f.rank == 0xffffffffu);
+  BOOST_TEST(f.events == 0u);
+  BOOST_TEST(events_of(f).empty());
+}
+
+BOOST_AUTO_TEST_CASE(two_frames_back_to_back_are_not_one_frame) {
+  std::vector<char> out;
+  { w::BatchWriter(out, 1).finish(1); }
+  const std::size_t first = out.size();
+  { w::BatchWriter(out, 2).finish(1); }
+  w::Frame f;
+  BOOST_TEST(!w::decode(out, f)); // trailing bytes
+  BOOST_TEST(w::decode(std::span<const char>(out.data(), first), f));
+  BOOST_TEST(w::decode(std::span<const char>(out.data() + first, out.size() - first), f));
+  BOOST_TEST(f.rank == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(host_events_round_trip) {
+  const auto frames = sample_host_events();
+  w::Frame f;
+  BOOST_REQUIRE(w::decode(frames[0], f));
+  BOOST_TEST((f.type == w::FrameType::host_event));
+  const auto& s = std::get<w::RunStart>(f.host);
+  BOOST_TEST(s.ts_us == 11);
+  BOOST_TEST(s.world_size == 8u);
+  BOOST_TEST(s.run_json == R"({"id":"abc"})");
+
+  BOOST_REQUIRE(w::decode(frames[1], f));
+  const auto& j = std::get<w::RankJoined>(f.host);
+  BOOST_TEST(j.rank == 5u);
+  BOOST_TEST(j.ts_us == 12);
+  BOOST_TEST(j.pid == 4242);
+  BOOST_TEST(j.host == "node-1");
+
+  BOOST_REQUIRE(w::decode(frames[2], f));
+  const auto& d = std::get<w::RankDead>(f.host);
+  BOOST_TEST(d.rank == 5u);
+  BOOST_TEST(d.ts_us == 13);
+  BOOST_TEST(d.reason == "its process exited");
+
+  BOOST_REQUIRE(w::decode(frames[3], f));
+  BOOST_TEST(std::get<w::BarrierTimeout>(f.host).index == 2u);
+  BOOST_TEST(std::get<w::BarrierTimeout>(f.host).ts_us == 14);
+
+  BOOST_REQUIRE(w::decode(frames[4], f));
+  BOOST_TEST(std::get<w::FinishTimeout>(f.host).ts_us == 15);
+
+  BOOST_REQUIRE(w::decode(frames[5], f));
+  BOOST_TEST((std::get<w::RunEnd>(f.host).state == RunState::crashed));
+  BOOST_TEST(std::get<w::RunEnd>(f.host).ts_us == 16);
+}
+
+BOOST_AUTO_TEST_CASE(every_truncation_is_rejected) {
+  auto frames = sample_host_events();
+  frames.push_back(sample_batch());
+  for (const auto& frame : frames) {
+    w::Frame f;
+    BOOST_REQUIRE(w::decode(frame, f));
+    for (std::size_t len = 0; len < frame.size(); ++len) {
+      BOOST_TEST_CONTEXT("frame of " << frame.size() << " bytes cut to " << len) {
+        BOOST_TEST(!w::decode(std::span<const char>(frame.data(), len), f));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_tags_and_enums_are_rejected) {
+  w::Frame f;
+  const std::vector<char> bad_type{9};
+  BOOST_TEST(!w::decode(bad_type, f));
+  BOOST_TEST(!w::decode(std::span<const char>(), f));
+
+  auto run_end = w::run_end(RunState::finished, 1);
+  run_end[2] = static_cast<char>(static_cast<std::uint8_t>(RunState::killed) + 1);
+  BOOST_TEST(!w::decode(run_end, f));
+
+  auto host = w::finish_timeout(1);
+  host[1] = 0; // no such host event
+  BOOST_TEST(!w::decode(host, f));
+  host[1] = 7;
+  BOOST_TEST(!w::decode(host, f));
+
+  std::vector<char> out;
+  {
+    w::BatchWriter b(out, 0);
+    b.define(1, 0, Reduce::min);
+  }
+  out.back() = static_cast<char>(static_cast<std::uint8_t>(Reduce::max) + 1);
+  BOOST_TEST(!w::decode(out, f));
+
+  out.clear();
+  {
+    w::BatchWriter b(out, 0);
+    b.finish(1);
+  }
+  BOOST_REQUIRE(w::decode(out, f));
+  out[9] = 8; // the finish's tag
+  BOOST_TEST(!w::decode(out, f));
+  out[9] = 0;
+  BOOST_TEST(!w::decode(out, f));
+}
+
+BOOST_AUTO_TEST_CASE(event_count_must_match) {
+  auto frame = sample_batch();
+  w::Frame f;
+  std::uint32_t n;
+  std::memcpy(&n, frame.data() + 5, 4);
+  for (std::uint32_t claimed : {n - 1, n + 1, 0u, 0xffffffffu}) {
+    std::memcpy(frame.data() + 5, &claimed, 4);
+    BOOST_TEST(!w::decode(frame, f), "count " << claimed << " for " << n << " events");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(huge_lengths_are_rejected_without_reading) {
+  w::Frame f;
+  std::vector<char> out;
+  {
+    w::BatchWriter b(out, 0);
+    b.values(1, 0, 0, 0);
+  }
+  const std::uint32_t huge = 0xffffffffu; // n * 12 would wrap a 32-bit product
+  std::memcpy(out.data() + out.size() - 4, &huge, 4);
+  BOOST_TEST(!w::decode(out, f));
+  const std::uint32_t wraps = 0x15555556u; // 12 * this wraps to 8 in 32 bits
+  std::memcpy(out.data() + out.size() - 4, &wraps, 4);
+  out.resize(out.size() + 8);
+  BOOST_TEST(!w::decode(out, f));
+
+  auto start = w::run_start(0, 1, "{}");
+  std::memcpy(start.data() + 14, &huge, 4);
+  BOOST_TEST(!w::decode(start, f));
+}
+
+// Every byte flipped to every value, then random multi-byte damage: decode
+// never reads out of bounds (run it under ASan), and what it accepts can be
+// walked completely.
+BOOST_AUTO_TEST_CASE(damaged_frames_decode_or_are_rejected) {
+  auto frames = sample_host_events();
+  frames.push_back(sample_batch());
+  std::size_t accepted = 0, rejected = 0;
+  auto check = [&](const std::vector<char>& bytes) {
+    // An exact-size heap copy, so that ASan sees a read one past the end.
+    std::unique_ptr<char[]> copy(new char[bytes.size() + 1]);
+    std::memcpy(copy.get(), bytes.data(), bytes.size());
+    w::Frame f;
+    if (!w::decode(std::span<const char>(copy.get(), bytes.size()), f)) {
+      ++rejected;
+      return;
+    }
+    ++accepted;
+    if (f.type == w::FrameType::rank_batch) {
+      std::uint32_t n = 0;
+      w::for_each_event(f, [&](const w::RankEvent& e) {
+        ++n;
+        if (const auto* v = std::get_if<w::Values>(&e))
+          for (std::uint32_t i = 0; i < v->n; ++i) (void)(v->key(i) + v->value(i));
+      });
+      BOOST_TEST(n == f.events);
+    }
+  };
+  for (const auto& frame : frames) {
+    for (std::size_t i = 0; i < frame.size(); ++i) {
+      auto damaged = frame;
+      for (int b = 0; b < 256; ++b) {
+        damaged[i] = static_cast<char>(b);
+        check(damaged);
+      }
+    }
+  }
+
+  const std::uint64_t seed = seed_from_env();
+  BOOST_TEST_MESSAGE("damage fuzz seed " << seed << " (set CHORUS_SEED to replay)");
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 20000; ++round) {
+    BOOST_TEST_CONTEXT("seed " << seed << " round " << round) {
+      auto damaged = frames[rng() % frames.size()];
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits; ++e) {
+        switch (rng() % 4) {
+          case 0: damaged[rng() % damaged.size()] = static_cast<char>(rng()); break;
+          case 1: damaged.resize(rng() % (damaged.size() + 1)); break;
+          case 2: damaged.insert(damaged.begin() + static_cast<std::ptrdiff_t>(rng() % (damaged.size() + 1)),
+                                 static_cast<char>(rng()));
+            break;
+          case 3: { // a length or count field set to something large
+            if (damaged.size() >= 4) {
+              const std::uint32_t big = static_cast<std::uint32_t>(rng()) | 0x10000000u;
+              std::memcpy(damaged.data() + rng() % (damaged.size() - 3), &big, 4);
+            }
+            break;
+          }
+        }
+        if (damaged.empty()) damaged.push_back(1);
+      }
+      check(damaged);
+    }
+  }
+  BOOST_TEST_MESSAGE("damaged frames: " << accepted << " decoded, " << rejected << " rejected");
+  BOOST_TEST(rejected > 0u);
+}
+
+// Random well-formed batches decode to exactly what was written.
+BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
+  const std::uint64_t seed = seed_from_env();
+  BOOST_TEST_MESSAGE("round-trip fuzz seed " << seed << " (set CHORUS_SEED to replay)");
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 2000; ++round) {
+    BOOST_TEST_CONTEXT("seed " << seed << " round " << round) {
+      std::vector<char> out(rng() % 3, 'x'); // a writer appends after whatever is there
+      const std::size_t at = out.size();
+      const auto rank = static_cast<std::uint32_t>(rng());
+      std::vector<std::pair<int, std::uint64_t>> expect; // (tag, seq or key id)
+      std::vector<double> values;
+      {
+        w::BatchWriter b(out, rank);
+        const int n = static_cast<int>(rng() % 12);
+        for (int i = 0; i < n; ++i) {
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 7);
+          const std::uint64_t seq = rng();
+          switch (static_cast<w::Tag>(tag)) {
+            case w::Tag::key: b.key(static_cast<std::uint32_t>(seq), std::string(seq % 40, 'k')); break;
+            case w::Tag::values: {
+              const auto m = static_cast<std::uint32_t>(rng() % 50);
+              b.values(seq, static_cast<std::int64_t>(rng()), static_cast<std::int64_t>(rng()), m);
+              for (std::uint32_t j = 0; j < m; ++j) {
+                const double v = std::bit_cast<double>(rng());
+                values.push_back(v);
+                b.value(static_cast<std::uint32_t>(rng()), v);
+              }
+              break;
+            }
+            case w::Tag::define:
+              b.define(seq, static_cast<std::uint32_t>(rng()), static_cast<Reduce>(rng() % 5));
+              break;
+            case w::Tag::barrier:
+              b.barrier(seq, static_cast<std::uint32_t>(rng()), static_cast<std::int64_t>(rng()));
+              break;
+            case w::Tag::config: b.config(seq, std::string(seq % 100, '{')); break;
+            case w::Tag::summary: b.summary(seq, std::string(seq % 100, '}')); break;
+            case w::Tag::finish: b.finish(seq); break;
+          }
+          expect.emplace_back(tag, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
+        }
+      }
+      w::Frame f;
+      BOOST_REQUIRE(w::decode(std::span<const char>(out.data() + at, out.size() - at), f));
+      BOOST_TEST(f.rank == rank);
+      std::vector<std::pair<int, std::uint64_t>> got;
+      std::size_t vi = 0;
+      bool values_match = true;
+      w::for_each_event(f, [&](const w::RankEvent& e) {
+        std::uint64_t seq = 0;
+        std::visit(
+            [&](const auto& x) {
+              using T = std::decay_t<decltype(x)>;
+              if constexpr (std::is_same_v<T, w::KeyDef>) {
+                seq = x.id;
+              } else {
+                seq = x.seq;
+              }
+              if constexpr (std::is_same_v<T, w::Values>)
+                for (std::uint32_t j = 0; j < x.n; ++j)
+                  values_match = values_match && vi < values.size() &&
+                                 std::bit_cast<std::uint64_t>(x.value(j)) == std::bit_cast<std::uint64_t>(values[vi++]);
+            },
+            e);
+        got.emplace_back(static_cast<int>(e.index() + 1), seq); // variant order follows the tags
+      });
+      BOOST_TEST(values_match);
+      BOOST_TEST(vi == values.size());
+      BOOST_TEST((got == expect));
+    }
+  }
+}
