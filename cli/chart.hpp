@@ -1,0 +1,26 @@
+// Terminal charts of a series: a line chart with labelled axes, drawn with
+// Unicode braille dots (2x4 per character) or ASCII, and a one-line sparkline.
+#pragma once
+
+#include "cli/series.hpp"
+
+#include <string>
+
+namespace chorus::cli {
+
+struct ChartStyle {
+  int width = 80;  // columns in all, labels included
+  int height = 10; // rows of the plot area
+  bool ascii = false;
+};
+
+/// The chart's heading line, plot and x axis; every line ends in '\n'.
+std::string render_chart(const Series& s, const ChartStyle& style);
+
+/// `width` characters, one level per column (`▁`..`█`, or `_.-:=+*#` in ASCII).
+std::string render_sparkline(const Series& s, int width, bool ascii);
+
+/// "1000 points, steps 0..999, 3 NaN and 1 infinite skipped".
+std::string describe_points(const Series& s);
+
+} // namespace chorus::cli

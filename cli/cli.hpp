@@ -1,0 +1,91 @@
+// What the subcommands of `chorus` share: exit codes, a small argument
+// cursor, number parsing and the formatting of times and durations.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::cli {
+
+// Exit codes scripts can trust (`chorus launch` passes on its ranks' codes instead).
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_failure = 1; // the command ran and failed
+inline constexpr int exit_usage = 2;   // the command line was wrong: nothing was done
+
+int launch_main(std::span<char* const> args);
+int ls_main(std::span<char* const> args);
+int show_main(std::span<char* const> args);
+int recover_main(std::span<char* const> args);
+
+/// Walks a subcommand's words. Options take `--name value` and `--name=value`;
+/// a short option also `-n4`. The first usage problem is kept in error().
+class ArgCursor {
+public:
+  explicit ArgCursor(std::span<char* const> args) : args_(args) {}
+
+  [[nodiscard]] bool done() const noexcept { return i_ >= args_.size(); }
+  [[nodiscard]] std::string_view peek() const noexcept { return args_[i_]; }
+  void next() noexcept { ++i_; }
+  /// The words from here on (after `--`, the program and its arguments).
+  [[nodiscard]] std::span<char* const> rest() const noexcept { return args_.subspan(i_); }
+
+  /// Consumes the current word if it is one of `names`.
+  bool flag(std::initializer_list<std::string_view> names);
+  /// Consumes the current word (and the next one, for its value) if it is
+  /// one of `names`; a missing value is a usage error.
+  bool option(std::initializer_list<std::string_view> names, std::string& value);
+
+  void fail(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+  }
+  [[nodiscard]] const std::string& error() const noexcept { return error_; }
+
+private:
+  std::span<char* const> args_;
+  std::size_t i_ = 0;
+  std::string error_;
+};
+
+/// Prints "chorus CMD: MESSAGE" and a pointer to the help; returns exit_usage.
+int usage_error(std::string_view command, std::string_view message);
+/// Prints "chorus CMD: MESSAGE" to stderr; returns exit_failure.
+int failure(std::string_view command, std::string_view message);
+
+/// A whole decimal integer in [lo, hi], or nothing.
+std::optional<std::int64_t> parse_int(std::string_view s, std::int64_t lo, std::int64_t hi);
+/// A finite decimal number, or nothing.
+std::optional<double> parse_double(std::string_view s);
+
+/// "2024-05-01 12:00:03" in local time, from unix seconds.
+std::string format_time(double unix_s);
+/// "4h 02m", "3m 07s", "12.4s", "850ms".
+std::string format_duration(double seconds);
+/// A value for a table: integers without a fraction, else 6 significant digits.
+std::string format_number(double v);
+
+/// The run directory root: $CHORUS_DIR, else ./chorus-runs.
+std::string default_runs_dir();
+
+/// The lines of `text`, without their newlines.
+std::vector<std::string> split_lines(const std::string& text);
+
+/// Characters on screen (UTF-8 code points; every one taken as one column).
+std::size_t display_width(std::string_view s);
+
+/// Rows of cells printed in aligned columns; the last column is not padded.
+class Table {
+public:
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  [[nodiscard]] bool empty() const noexcept { return rows_.empty(); }
+  [[nodiscard]] std::string render(std::string_view indent) const;
+
+private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+} // namespace chorus::cli

@@ -1,0 +1,384 @@
+// `chorus launch`: the ranks of one node, started as torchrun starts them.
+//
+// One thread, one poll() loop over the ranks' output pipes and a signalfd
+// (SIGCHLD and the signals to forward), so nothing spins and no signal
+// handler races the bookkeeping. Each rank runs in its own process group:
+// a Ctrl-C at the terminal reaches launch only, which forwards it once to
+// each rank and its children, instead of every process getting it twice.
+#include "cli/cli.hpp"
+#include "cli/launch.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace chorus::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t max_line = 64 * 1024; // a longer line is cut into pieces of this size
+constexpr auto drain_after_exit = std::chrono::milliseconds(500);
+
+void write_all(int fd, std::string_view data, bool& broken) {
+  while (!data.empty() && !broken) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n >= 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+    } else if (errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+    } else if (errno != EINTR) {
+      broken = true; // a closed reader: keep draining the ranks, drop their output
+    }
+  }
+}
+
+// Launch's own stdout or stderr: whole lines gathered, written in one go.
+struct Sink {
+  int fd;
+  std::string buf;
+  bool broken = false;
+  void flush() {
+    write_all(fd, buf, broken);
+    buf.clear();
+  }
+};
+
+// One rank's stdout or stderr pipe, cut into lines.
+struct Stream {
+  int fd = -1;
+  Sink* sink = nullptr;
+  const std::string* prefix = nullptr;
+  std::string partial;
+
+  void emit(const std::string& prefix, std::string_view piece) {
+    sink->buf += prefix;
+    sink->buf += partial;
+    sink->buf += piece;
+    sink->buf += '\n';
+    partial.clear();
+  }
+  void take(const std::string& prefix, std::string_view chunk) {
+    for (std::size_t nl; (nl = chunk.find('\n')) != std::string_view::npos;) {
+      emit(prefix, chunk.substr(0, nl));
+      chunk.remove_prefix(nl + 1);
+    }
+    partial += chunk;
+    while (partial.size() >= max_line) {
+      std::string rest = partial.substr(max_line);
+      partial.resize(max_line);
+      emit(prefix, {});
+      partial = std::move(rest);
+    }
+  }
+  // Reads what is there now; at end of file the partial last line goes out.
+  void pump() {
+    char buf[64 * 1024];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        take(*prefix, std::string_view(buf, static_cast<std::size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      if (!partial.empty()) emit(*prefix, {});
+      ::close(fd);
+      fd = -1;
+      return;
+    }
+  }
+};
+
+struct Rank {
+  int rank = 0; // global
+  pid_t pid = -1;
+  bool running = false;
+  int code = 0; // exit code, or 128 + signal
+  int signal = 0;
+  bool killed = false;  // launch sent it SIGKILL
+  bool stopped = false; // launch stopped it because another rank failed (--fail-fast)
+  std::string prefix;
+  Stream out, err;
+};
+
+int status_code(int status, int& sig) {
+  if (WIFSIGNALED(status)) {
+    sig = WTERMSIG(status);
+    return 128 + sig;
+  }
+  sig = 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// What each rank's child process needs, prepared before fork so the child
+// only calls async-signal-safe functions.
+struct ChildPlan {
+  std::vector<std::string> env_storage;
+  std::vector<char*> env;
+  std::vector<char*> argv;
+  sigset_t mask;
+  struct sigaction pipe_action;
+  int stdin_fd = -1; // -1: inherit
+  pid_t parent = 0;
+};
+
+[[noreturn]] void exec_child(const ChildPlan& plan, int out_w, int err_w) {
+  ::sigprocmask(SIG_SETMASK, &plan.mask, nullptr);
+  ::sigaction(SIGPIPE, &plan.pipe_action, nullptr);
+  ::setpgid(0, 0);
+  // A launch killed with SIGKILL cannot forward anything: let its ranks hear of it.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != plan.parent) ::_exit(128 + SIGTERM);
+  if (out_w >= 0 && ::dup2(out_w, STDOUT_FILENO) < 0) ::_exit(127);
+  if (err_w >= 0 && ::dup2(err_w, STDERR_FILENO) < 0) ::_exit(127);
+  if (plan.stdin_fd >= 0) ::dup2(plan.stdin_fd, STDIN_FILENO);
+  ::execvpe(plan.argv[0], plan.argv.data(), plan.env.data());
+  const int e = errno;
+  for (const char* piece : {"chorus launch: cannot run ", static_cast<const char*>(plan.argv[0]), ": ",
+                            static_cast<const char*>(::strerror(e)), "\n"})
+    if (::write(STDERR_FILENO, piece, std::strlen(piece)) < 0) break;
+  ::_exit(127);
+}
+
+class Launcher {
+public:
+  explicit Launcher(const LaunchArgs& a) : args_(a) {}
+
+  int run() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&mask, s);
+    ChildPlan plan;
+    ::sigprocmask(SIG_BLOCK, &mask, &plan.mask);
+    sigfd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd_ < 0) return failure("launch", std::string("signalfd: ") + std::strerror(errno));
+    struct sigaction ignore{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &plan.pipe_action);
+    plan.parent = ::getpid();
+    // A rank in its own process group cannot read the terminal (SIGTTIN
+    // would stop it): give it /dev/null there; a pipe or file is shared.
+    if (::isatty(STDIN_FILENO)) plan.stdin_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    for (const std::string& w : args_.program) plan.argv.push_back(const_cast<char*>(w.c_str()));
+    plan.argv.push_back(nullptr);
+
+    ranks_.resize(static_cast<std::size_t>(args_.nproc));
+    for (int i = 0; i < args_.nproc; ++i) {
+      if (!spawn(plan, i)) {
+        const int e = errno;
+        stop_all(SIGKILL);
+        loop();
+        return failure("launch", "cannot start local rank " + std::to_string(i) + ": " + std::strerror(e) +
+                                     ". Lower -n or raise the process limit (ulimit -u)");
+      }
+    }
+    loop();
+    return finish();
+  }
+
+private:
+  bool spawn(ChildPlan& plan, int i) {
+    Rank& r = ranks_[static_cast<std::size_t>(i)];
+    r.rank = args_.node_rank * args_.nproc + i;
+    r.prefix = "[rank " + std::to_string(r.rank) + "] ";
+    plan.env_storage = rank_environment(args_, i);
+    plan.env.clear();
+    for (std::string& s : plan.env_storage) plan.env.push_back(s.data());
+    plan.env.push_back(nullptr);
+
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (args_.prefix) {
+      if (::pipe2(out, O_CLOEXEC) != 0) return false;
+      if (::pipe2(err, O_CLOEXEC) != 0) {
+        ::close(out[0]);
+        ::close(out[1]);
+        return false;
+      }
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) exec_child(plan, out[1], err[1]);
+    for (int fd : {out[1], err[1]})
+      if (fd >= 0) ::close(fd);
+    if (pid < 0) {
+      for (int fd : {out[0], err[0]})
+        if (fd >= 0) ::close(fd);
+      return false;
+    }
+    ::setpgid(pid, pid); // also here: a signal forwarded before the child ran must find its group
+    r.pid = pid;
+    r.running = true;
+    if (args_.prefix) {
+      ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+      ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+      r.out = Stream{out[0], &out_, &r.prefix, {}};
+      r.err = Stream{err[0], &err_, &r.prefix, {}};
+    }
+    return true;
+  }
+
+  void stop_all(int sig) {
+    for (Rank& r : ranks_)
+      if (r.running) {
+        ::kill(-r.pid, sig);
+        if (sig == SIGKILL) r.killed = true;
+      }
+  }
+
+  void start_grace() {
+    if (!deadline_) deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args_.grace_s));
+  }
+
+  [[nodiscard]] int running() const {
+    return static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }));
+  }
+
+  void note(const std::string& line) {
+    out_.flush();
+    err_.buf += "chorus launch: " + line + "\n";
+    err_.flush();
+  }
+
+  void reap() {
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      for (Rank& r : ranks_) {
+        if (r.pid != pid || !r.running) continue;
+        r.running = false;
+        r.code = status_code(status, r.signal);
+        if (r.code != 0 && running() > 0 && !stopping_) {
+          if (args_.fail_fast) {
+            note("rank " + std::to_string(r.rank) + " failed (" + describe(r) + "); stopping the other ranks (--fail-fast)");
+            stopping_ = true;
+            for (Rank& other : ranks_) other.stopped = other.running;
+            stop_all(SIGTERM);
+            start_grace();
+          } else {
+            const int left = running();
+            note("rank " + std::to_string(r.rank) + " failed (" + describe(r) + "); waiting for the " +
+                 std::to_string(left) + (left == 1 ? " other rank" : " other ranks") + " (--fail-fast stops them)");
+          }
+        }
+      }
+    }
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGCHLD) return reap();
+    if (sig == SIGUSR1 || sig == SIGUSR2) return stop_all(sig); // passed on, not a stop
+    if (sig == SIGINT && signal_ != 0) {
+      note("second interrupt: killing every rank");
+      return stop_all(SIGKILL);
+    }
+    if (signal_ == 0) signal_ = sig;
+    stopping_ = true;
+    stop_all(sig);
+    start_grace();
+  }
+
+  void loop() {
+    std::optional<Clock::time_point> drain_until;
+    for (;;) {
+      std::vector<pollfd> fds{{sigfd_, POLLIN, 0}};
+      std::vector<Stream*> streams{nullptr};
+      for (Rank& r : ranks_)
+        for (Stream* s : {&r.out, &r.err})
+          if (s->fd >= 0) {
+            fds.push_back({s->fd, POLLIN, 0});
+            streams.push_back(s);
+          }
+      if (running() == 0) {
+        // Output still buffered in the pipes comes out; a grandchild that
+        // keeps a pipe open does not hold launch past a short drain.
+        if (streams.size() == 1) return;
+        if (!drain_until) drain_until = Clock::now() + drain_after_exit;
+        if (Clock::now() >= *drain_until) return;
+      }
+      int timeout = -1;
+      auto until = deadline_;
+      if (drain_until && (!until || *drain_until < *until)) until = drain_until;
+      if (until) {
+        const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*until - Clock::now()).count();
+        timeout = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
+      }
+      const int n = ::poll(fds.data(), fds.size(), timeout);
+      if (n < 0 && errno != EINTR) return;
+      for (std::size_t i = 1; n > 0 && i < fds.size(); ++i)
+        if (fds[i].revents != 0) streams[i]->pump();
+      out_.flush();
+      err_.flush();
+      signalfd_siginfo si;
+      while (::read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) on_signal(static_cast<int>(si.ssi_signo));
+      if (deadline_ && Clock::now() >= *deadline_) {
+        deadline_.reset();
+        if (running() > 0) {
+          note("ranks still running after the " + format_number(args_.grace_s) + " s grace period: killing them");
+          stop_all(SIGKILL);
+        }
+      }
+    }
+  }
+
+  static std::string describe(const Rank& r) {
+    if (r.signal != 0) {
+      const char* name = ::strsignal(r.signal);
+      return "exited with signal " + std::to_string(r.signal) + " (" + (name ? name : "unknown") + ")" +
+             (r.killed && r.signal == SIGKILL ? ", sent by chorus launch" : "") +
+             (r.stopped ? ", stopped by --fail-fast" : "");
+    }
+    return "exited with code " + std::to_string(r.code) + (r.stopped ? ", stopped by --fail-fast" : "");
+  }
+
+  int finish() {
+    // A grandchild that outlived its rank may hold a pipe open: what it sent so far still goes out.
+    for (Rank& r : ranks_)
+      for (Stream* st : {&r.out, &r.err})
+        if (st->fd >= 0) {
+          if (!st->partial.empty()) st->emit(r.prefix, {});
+          ::close(st->fd);
+          st->fd = -1;
+        }
+    out_.flush();
+    err_.flush();
+    int worst = 0;
+    for (const Rank& r : ranks_) {
+      // A rank stopped for --fail-fast ends because of the failure: it does not hide its code.
+      if (!r.stopped) worst = std::max(worst, r.code);
+      if (r.code != 0) note("rank " + std::to_string(r.rank) + " " + describe(r));
+    }
+    ::close(sigfd_);
+    // An interrupted job is not a success even if every rank exited cleanly.
+    if (worst == 0 && signal_ != 0) return 128 + signal_;
+    return worst;
+  }
+
+  const LaunchArgs& args_;
+  std::vector<Rank> ranks_;
+  Sink out_{STDOUT_FILENO, {}};
+  Sink err_{STDERR_FILENO, {}};
+  int sigfd_ = -1;
+  int signal_ = 0;       // the first stop signal launch received
+  bool stopping_ = false; // ranks were told to stop (signal or --fail-fast)
+  std::optional<Clock::time_point> deadline_; // when stopping ranks get SIGKILL
+};
+
+} // namespace
+
+int run_ranks(const LaunchArgs& args) { return Launcher(args).run(); }
+
+} // namespace chorus::cli

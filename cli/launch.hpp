@@ -1,0 +1,31 @@
+// `chorus launch`: what the command line asks for, and the environment each
+// rank gets from it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace chorus::cli {
+
+struct LaunchArgs {
+  int nproc = 0;   // ranks on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0; // resolved before the ranks start
+  std::string run_id;  // resolved before the ranks start
+  bool prefix = true;
+  bool fail_fast = false;
+  double grace_s = 10.0;
+  std::vector<std::string> program;
+};
+
+/// The environment of local rank `local_rank`: this process's own, with
+/// torchrun's variables set (replacing any inherited values).
+std::vector<std::string> rank_environment(const LaunchArgs& args, int local_rank);
+
+/// Starts the ranks, relays their output and signals, and waits for them.
+/// Returns the worst rank's exit code (128 + signal for a signal death).
+int run_ranks(const LaunchArgs& args);
+
+} // namespace chorus::cli

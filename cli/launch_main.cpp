@@ -1,0 +1,262 @@
+// `chorus launch`: the command line, the rendezvous port and the ranks'
+// environment. The ranks themselves are run in launch.cpp.
+#include "cli/cli.hpp"
+#include "cli/launch.hpp"
+
+#include <arpa/inet.h>
+#include <cstdio>
+#include <cstdlib>
+#include <netinet/in.h>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <sys/socket.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace chorus::cli {
+namespace {
+
+constexpr int default_master_port = 29500;
+
+constexpr std::string_view help_text = R"(usage: chorus launch -n N [OPTIONS] [--] PROGRAM [ARGS...]
+
+Starts N ranks of PROGRAM on this node with the environment torchrun gives its
+workers, so that chorus::init (and torch.distributed) find their place:
+  RANK=K*N+i  LOCAL_RANK=i  WORLD_SIZE=M*N  LOCAL_WORLD_SIZE=N  GROUP_RANK=K
+  GROUP_WORLD_SIZE=M  ROLE_RANK=RANK  ROLE_WORLD_SIZE=WORLD_SIZE  ROLE_NAME=default
+  MASTER_ADDR  MASTER_PORT  TORCHELASTIC_RUN_ID  TORCHELASTIC_RESTART_COUNT=0
+  TORCHELASTIC_MAX_RESTARTS=0
+(i the local rank, K the node rank, M the number of nodes). The rest of the
+environment is passed on unchanged.
+
+options:
+  -n, --nproc-per-node N  ranks to start on this node (required)
+  --nnodes M              nodes in the job (default 1)
+  --node-rank K           this node's index, 0..M-1 (default 0)
+  --master-addr A         address of node 0 (default 127.0.0.1; required on
+                          every node but node 0)
+  --master-port P         rendezvous port on node 0. Default: with one node, a
+                          free port P whose neighbour P+1 is free too (chorus's
+                          run host listens on MASTER_PORT+1); with several
+                          nodes, 29500, because every node must agree on it
+  --run-id ID             TORCHELASTIC_RUN_ID, the job's identity; give every
+                          node the same one (default: a fresh random id)
+  --fail-fast             when a rank fails, stop the others (SIGTERM, then
+                          SIGKILL after the grace period). By default they run
+                          on: they may still finish with their data
+  --grace SECONDS         how long stopping ranks get before SIGKILL (default 10)
+  --no-prefix             ranks write straight to launch's stdout and stderr,
+                          unprefixed (lines of different ranks may then mix)
+  -h, --help              this text
+
+output: every line a rank writes is printed whole, on the same stream (stdout
+or stderr), as "[rank R] LINE" with R the global rank. A line longer than
+64 KiB is cut into pieces; a last line without a newline is printed when the
+rank's output ends.
+
+signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT go on to every rank and the
+processes it started; a second SIGINT, or the grace period running out, sends
+SIGKILL. SIGUSR1 and SIGUSR2 are passed on. Ranks read /dev/null as stdin when
+launch's stdin is a terminal.
+
+exit code: the worst rank's. A rank's code is its exit status, or 128+S when
+signal S ended it; the highest wins, and 0 means every rank exited 0. Ranks
+that --fail-fast stopped do not count: the code is the failure's. If launch
+was stopped by signal S and every rank still exited 0: 128+S. 1 when
+the ranks could not be started, 2 for a wrong command line. Each failed rank
+gets a line on stderr at the end.
+
+examples:
+  chorus launch -n 4 -- ./train --epochs 3
+  chorus launch -n 8 --nnodes 2 --node-rank 1 --master-addr node0 \
+                --run-id "$SLURM_JOB_ID" -- ./train
+)";
+
+bool bindable(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A port the kernel calls free, with a free neighbour for chorus's run host.
+// Another process may take it before the ranks do; a fixed --master-port
+// is the way out when that happens.
+std::optional<int> free_port_pair() {
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return std::nullopt;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+      port = ntohs(a.sin_port);
+    ::close(fd);
+    if (port > 0 && port < 65535 && bindable(port + 1)) return port;
+  }
+  return std::nullopt;
+}
+
+std::string random_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<unsigned> hex(0, 15);
+  std::string id(16, '0');
+  for (char& c : id) c = "0123456789abcdef"[hex(rd)];
+  return id;
+}
+
+bool findable(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    const auto colon = rest.find(':');
+    std::string dir(rest.substr(0, colon));
+    if (dir.empty()) dir = ".";
+    if (::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    if (colon == std::string_view::npos) return false;
+    rest.remove_prefix(colon + 1);
+  }
+}
+
+// Reads the options; returns a usage problem, or "" when all is well.
+std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
+  ArgCursor c(words);
+  std::string v;
+  bool addr_given = false, port_given = false, nproc_given = false;
+  auto integer = [&](std::string_view opt, std::int64_t lo, std::int64_t hi, int& out) {
+    if (auto n = parse_int(v, lo, hi))
+      out = static_cast<int>(*n);
+    else
+      c.fail(std::string(opt) + " takes a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+             ", not '" + v + "'");
+  };
+  while (!c.done() && c.error().empty()) {
+    if (c.flag({"--"})) break;
+    if (c.flag({"-h", "--help"})) {
+      help = true;
+      return {};
+    }
+    if (c.option({"-n", "--nproc-per-node", "--nproc_per_node"}, v)) {
+      integer("-n", 1, 4096, a.nproc);
+      nproc_given = true;
+    } else if (c.option({"--nnodes"}, v)) {
+      integer("--nnodes", 1, 65536, a.nnodes);
+    } else if (c.option({"--node-rank", "--node_rank"}, v)) {
+      integer("--node-rank", 0, 65535, a.node_rank);
+    } else if (c.option({"--master-addr", "--master_addr"}, v)) {
+      a.master_addr = v;
+      addr_given = true;
+      if (v.empty()) c.fail("--master-addr is empty: give node 0's host name or IP address");
+    } else if (c.option({"--master-port", "--master_port"}, v)) {
+      integer("--master-port", 1, 65535, a.master_port);
+      port_given = true;
+    } else if (c.option({"--run-id", "--run_id"}, v)) {
+      a.run_id = v;
+      if (v.empty()) c.fail("--run-id is empty: give the job's identity, the same on every node");
+    } else if (c.option({"--grace"}, v)) {
+      const auto g = parse_double(v);
+      if (g && *g >= 0)
+        a.grace_s = *g;
+      else
+        c.fail("--grace takes seconds (a number >= 0), not '" + v + "'");
+    } else if (c.flag({"--fail-fast"})) {
+      a.fail_fast = true;
+    } else if (c.flag({"--no-prefix"})) {
+      a.prefix = false;
+    } else if (c.peek().starts_with("-")) {
+      c.fail("unknown option '" + std::string(c.peek()) + "'; put the program after '--' if it is the program's");
+    } else {
+      break; // the program starts here
+    }
+  }
+  if (!c.error().empty()) return c.error();
+  for (char* w : c.rest()) a.program.emplace_back(w);
+  if (!nproc_given) return "missing -n N: how many ranks to start on this node";
+  if (a.program.empty()) return "missing the program to run: chorus launch -n N -- PROGRAM [ARGS...]";
+  if (a.node_rank >= a.nnodes)
+    return "--node-rank " + std::to_string(a.node_rank) + " is not below --nnodes " + std::to_string(a.nnodes) +
+           ": node ranks run from 0 to nnodes-1";
+  if (a.node_rank > 0 && !addr_given)
+    return "--node-rank " + std::to_string(a.node_rank) + " needs --master-addr: the address of node 0";
+  if (!port_given) a.master_port = 0;
+  return {};
+}
+
+} // namespace
+
+std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
+  const int rank = a.node_rank * a.nproc + local_rank;
+  const int world = a.nnodes * a.nproc;
+  const std::pair<std::string_view, std::string> ours[] = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(a.nproc)},
+      {"GROUP_RANK", std::to_string(a.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(a.nnodes)},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(world)},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", a.master_addr},
+      {"MASTER_PORT", std::to_string(a.master_port)},
+      {"TORCHELASTIC_RUN_ID", a.run_id},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry = *e;
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : ours) replaced = replaced || k == name;
+    if (!replaced) env.emplace_back(entry);
+  }
+  for (const auto& [k, v] : ours) env.push_back(std::string(k) + "=" + v);
+  return env;
+}
+
+int launch_main(std::span<char* const> words) {
+  LaunchArgs a;
+  bool help = false;
+  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("launch", problem);
+  if (help) {
+    std::fputs(help_text.data(), stdout);
+    return exit_ok;
+  }
+  if (!findable(a.program[0]))
+    return failure("launch", "cannot find '" + a.program[0] +
+                                 "' (not in PATH, or not executable): give its path, e.g. ./" + a.program[0]);
+  if (a.master_port == 0) {
+    if (a.nnodes > 1) {
+      a.master_port = default_master_port;
+    } else if (auto p = free_port_pair()) {
+      a.master_port = *p;
+    } else {
+      a.master_port = default_master_port;
+      std::fprintf(stderr, "chorus launch: found no free port pair; using MASTER_PORT=%d (set --master-port to choose)\n",
+                   default_master_port);
+    }
+  }
+  if (a.run_id.empty()) {
+    if (a.nnodes > 1 && std::getenv("CHORUS_RUN_ID") == nullptr && std::getenv("CHORUS_GROUP") == nullptr)
+      std::fputs("chorus launch: --nnodes > 1 without --run-id: each node makes up its own TORCHELASTIC_RUN_ID, "
+                 "so the nodes' ranks cannot tell that they belong to one job. Pass the same --run-id on every "
+                 "node (e.g. \"$SLURM_JOB_ID\")\n",
+                 stderr);
+    a.run_id = random_id();
+  }
+  return run_ranks(a);
+}
+
+} // namespace chorus::cli

@@ -1,0 +1,267 @@
+// `chorus recover`: a run's readable files rebuilt from its write-ahead log.
+//
+// The WAL holds every frame the run host applied, in order, and the Merger is
+// deterministic in its input, so replaying the frames through a fresh Merger
+// into a RunWriter reproduces what the host had committed. The rebuild goes
+// to a directory beside the old files and replaces them only once complete,
+// so a recover that fails, or is interrupted, leaves the run as it found it.
+#include "cli/cli.hpp"
+#include "cli/run_info.hpp"
+
+#include "actors/merger.hpp"
+#include "io/run_dir.hpp"
+#include "io/wal.hpp"
+#include "runtime/wire.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <variant>
+
+namespace chorus::cli {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::string_view help_text = R"(usage: chorus recover [OPTIONS] RUN
+
+Rebuilds a run's readable files (history.jsonl, config.json, summary.json,
+rejected.jsonl, run.json) from its write-ahead log, after its host crashed.
+RUN is a run directory, or a run id looked up under DIR.
+
+The log is read from the start; frames whose checksum fails are skipped (each
+damaged stretch is reported), and a torn tail, a frame the crash cut short, is
+cut off the file. If the log ends without the run's end, its host died: every
+rank still running is marked crashed, and so is the run, at the time of the
+last frame. The files are rebuilt in a directory inside the run and then moved
+into place; the files they replace are kept as NAME.bak.
+
+Recover refuses a run whose log a process still holds (its host is alive).
+
+options:
+  --dir DIR      where to look up a run id (default: $CHORUS_DIR, else ./chorus-runs)
+  --dry-run      read the log and report, change nothing
+  --no-backup    do not keep the replaced files as NAME.bak
+  -h, --help     this text
+
+exit codes: 0 rebuilt (or, with --dry-run, readable), 1 the run cannot be
+recovered (no log, a live host, a log without a run start, an I/O error),
+2 a wrong command line.
+)";
+
+constexpr const char* rebuilt_files[] = {"history.jsonl", "config.json", "summary.json", "rejected.jsonl", "run.json"};
+
+struct RecoverArgs {
+  std::string run, dir;
+  bool dry_run = false, backup = true;
+};
+
+std::string parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
+  ArgCursor c(words);
+  std::string v;
+  while (!c.done() && c.error().empty()) {
+    if (c.flag({"-h", "--help"})) {
+      help = true;
+      return {};
+    }
+    if (c.option({"--dir"}, v))
+      a.dir = v;
+    else if (c.flag({"--dry-run"}))
+      a.dry_run = true;
+    else if (c.flag({"--no-backup"}))
+      a.backup = false;
+    else if (c.peek().starts_with("-"))
+      c.fail("unknown option '" + std::string(c.peek()) + "'");
+    else if (!a.run.empty())
+      c.fail("one run at a time, not '" + a.run + "' and '" + std::string(c.peek()) + "'");
+    else {
+      a.run = c.peek();
+      c.next();
+    }
+  }
+  if (!c.error().empty()) return c.error();
+  if (a.run.empty()) return "missing RUN: a run directory or a run id";
+  return {};
+}
+
+// The latest time a frame carries: where a crashed run is taken to have ended.
+std::int64_t frame_time(const wire::Frame& f) {
+  std::int64_t ts = 0;
+  if (f.type == wire::FrameType::host_event) {
+    std::visit([&](const auto& e) { ts = e.ts_us; }, f.host);
+  } else {
+    wire::for_each_event(f, [&](const wire::RankEvent& ev) {
+      if (const auto* v = std::get_if<wire::Values>(&ev)) ts = std::max(ts, v->ts_us);
+    });
+  }
+  return ts;
+}
+
+// Shows how far a long replay has got, on a terminal only.
+class Progress {
+public:
+  explicit Progress(std::uint64_t total) : total_(total), on_(total > (64u << 20) && ::isatty(STDERR_FILENO)) {}
+  void at(std::uint64_t offset) {
+    if (!on_) return;
+    const int pct = static_cast<int>(offset * 100 / total_);
+    if (pct == shown_) return;
+    shown_ = pct;
+    std::fprintf(stderr, "\rchorus recover: reading the log... %d%%", pct);
+  }
+  ~Progress() {
+    if (on_ && shown_ >= 0) std::fputs("\r\033[K", stderr);
+  }
+
+private:
+  std::uint64_t total_;
+  bool on_;
+  int shown_ = -1;
+};
+
+// Moves the rebuilt files over the old ones, run.json last, so that a reader
+// sees the final state only once everything else is in place.
+std::string install(const std::string& tmp, const std::string& dir, bool backup, std::string& moved) {
+  for (const char* name : rebuilt_files) {
+    const std::string from = tmp + "/" + name, to = dir + "/" + name;
+    std::error_code ec;
+    if (!fs::exists(from, ec)) continue;
+    if (backup && fs::exists(to, ec)) {
+      const std::string bak = to + ".bak";
+      fs::remove(bak, ec);
+      // A hard link keeps the old file while the rename below replaces its name at once.
+      fs::create_hard_link(to, bak, ec);
+      if (ec) return "cannot keep " + to + " as " + bak + ": " + ec.message() + " (or pass --no-backup)";
+    }
+    fs::rename(from, to, ec);
+    if (ec) return "cannot move " + from + " to " + to + ": " + ec.message();
+    moved += std::string(moved.empty() ? "" : " ") + name;
+  }
+  return {};
+}
+
+} // namespace
+
+int recover_main(std::span<char* const> words) {
+  RecoverArgs a;
+  bool help = false;
+  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("recover", problem);
+  if (help) {
+    std::fputs(help_text.data(), stdout);
+    return exit_ok;
+  }
+  std::string dir;
+  if (std::string problem = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir, dir); !problem.empty())
+    return failure("recover", problem);
+  const std::string wal = dir + "/wal";
+  struct stat st {};
+  if (::stat(wal.c_str(), &st) != 0)
+    return failure("recover", "no write-ahead log at " + wal + " (" + std::strerror(errno) +
+                                  "): there is nothing to rebuild the run from");
+
+  // Cutting the torn tail takes the WAL's writer lock, so a live host makes
+  // this fail rather than have its log rewritten under it.
+  io::WalScan cut;
+  if (!a.dry_run) {
+    if (Error e = io::truncate_torn_tail(wal, &cut))
+      return failure("recover", e.message() +
+                                    (e.message().find("another process") != std::string::npos
+                                         ? " (recover is for a run whose host died; this one's is alive)"
+                                         : ""));
+  }
+
+  // Inside the run directory, so the rebuilt files move into place by rename;
+  // a dry run leaves the run directory alone.
+  std::string tmp = a.dry_run ? (fs::temp_directory_path() / "chorus-recover-XXXXXX").string() : dir + "/.recover-XXXXXX";
+  if (::mkdtemp(tmp.data()) == nullptr)
+    return failure("recover", "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno));
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(path, e);
+    }
+  } cleanup{tmp};
+
+  detail::Merger* merger_ptr = nullptr;
+  io::RunWriter writer(tmp, [&](std::uint32_t key) { return merger_ptr->key_name(key); });
+  detail::Merger merger(writer);
+  merger_ptr = &merger;
+
+  std::uint64_t malformed = 0;
+  std::int64_t last_ts = 0;
+  bool ended = false;
+  RunState end_state = RunState::crashed;
+  Error err;
+  io::WalScan scan;
+  {
+    Progress progress(static_cast<std::uint64_t>(st.st_size));
+    scan = io::scan_wal(
+        wal,
+        [&](std::span<const char> payload, std::uint64_t offset) {
+          progress.at(offset);
+          wire::Frame f;
+          if (!wire::decode(payload, f) || !merger.apply(payload)) {
+            ++malformed;
+            return;
+          }
+          last_ts = std::max(last_ts, frame_time(f));
+          if (const auto* e = std::get_if<wire::RunEnd>(&f.host); e && f.type == wire::FrameType::host_event && !ended) {
+            ended = true;
+            end_state = e->state;
+          }
+        },
+        err);
+  }
+  if (err) return failure("recover", err.message());
+  if (!merger.started())
+    return failure("recover", "the log at " + wal + " has no run start (" + std::to_string(scan.frames) +
+                                  " frames read): the host died before the run began; there is nothing to rebuild");
+
+  int marked = 0;
+  if (!ended) {
+    for (int r = 0; r < merger.world_size(); ++r) {
+      if (merger.rank_state(r) != RunState::running) continue;
+      ++marked;
+      merger.apply(wire::rank_dead(static_cast<std::uint32_t>(r), last_ts,
+                                   "the run host died before this rank finished (marked by chorus recover)"));
+    }
+    merger.apply(wire::run_end(RunState::crashed, last_ts));
+  }
+  writer.flush();
+  if (writer.error()) return failure("recover", "rebuilding the files failed: " + writer.error().message());
+
+  const bool torn = a.dry_run ? scan.torn_tail : cut.torn_tail;
+  const io::WalScan& damage = a.dry_run ? scan : cut;
+  std::string report = "chorus recover: " + dir + "\n";
+  report += "  log        " + std::to_string(scan.frames) + " frames read from " + wal + "\n";
+  report += "  corrupt    " + std::to_string(scan.corrupt_regions) +
+            (scan.corrupt_regions == 1 ? " damaged region skipped" : " damaged regions skipped");
+  if (malformed > 0) report += ", " + std::to_string(malformed) + " frames refused by the merge";
+  report += "\n";
+  if (torn) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(st.st_size) - damage.good_end;
+    report += "  torn tail  " + std::to_string(bytes) + " bytes at offset " + std::to_string(damage.good_end) +
+              (a.dry_run ? " (would be cut)\n" : " cut\n");
+  } else {
+    report += "  torn tail  none\n";
+  }
+  for (std::size_t i = 0; i < damage.problems.size() && i < 10; ++i) report += "             " + damage.problems[i] + "\n";
+  report += "  rebuilt    " + std::to_string(writer.rows()) + " rows, " + std::to_string(writer.rejected_values()) +
+            " rejected values\n";
+  report += ended ? "  state      " + std::string(to_string(end_state)) + ", as the log records\n"
+                  : "  state      crashed: the log stops before the run's end, so its host died; " +
+                        std::to_string(marked) + (marked == 1 ? " rank" : " ranks") + " marked crashed\n";
+  if (a.dry_run) {
+    std::fputs((report + "  (dry run: nothing changed)\n").c_str(), stdout);
+    return exit_ok;
+  }
+  std::string moved;
+  if (std::string problem = install(tmp, dir, a.backup, moved); !problem.empty()) return failure("recover", problem);
+  report += "  files      " + moved + (a.backup ? " (the old ones kept as *.bak)" : "") + "\n";
+  std::fputs(report.c_str(), stdout);
+  return exit_ok;
+}
+
+} // namespace chorus::cli

@@ -1,0 +1,223 @@
+#include "cli/run_info.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+namespace chorus::cli {
+namespace fs = std::filesystem;
+namespace {
+
+std::string this_host() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return {};
+  return buf;
+}
+
+// Whether some process holds a lock on the file `st` names, from /proc/locks
+// (lines like "1: FLOCK  ADVISORY  WRITE 5887 fe:00:10953153 0 EOF"). Asking
+// there, rather than trying the lock, never gets in a starting host's way.
+std::optional<bool> locked(const struct stat& st) {
+  std::ifstream in("/proc/locks");
+  if (!in) return std::nullopt;
+  for (std::string line; std::getline(in, line);) {
+    unsigned maj = 0, min = 0;
+    unsigned long long ino = 0;
+    for (std::size_t at = 0; (at = line.find(':', at)) != std::string::npos; ++at) {
+      const std::size_t start = line.rfind(' ', at);
+      if (start == std::string::npos) continue;
+      if (std::sscanf(line.c_str() + start + 1, "%x:%x:%llu", &maj, &min, &ino) == 3 && maj == ::major(st.st_dev) &&
+          min == ::minor(st.st_dev) && ino == st.st_ino)
+        return true;
+    }
+  }
+  return false;
+}
+
+HostLife host_life(const RunInfo& r) {
+  const bool here = !r.host.empty() && r.host == this_host();
+  struct stat st {};
+  if (::stat((r.dir + "/wal").c_str(), &st) == 0) {
+    if (auto held = locked(st)) {
+      if (*held) return HostLife::alive;
+      return here ? HostLife::gone : HostLife::unknown;
+    }
+  }
+  if (here && r.pid > 0) return ::kill(static_cast<pid_t>(r.pid), 0) == 0 || errno == EPERM ? HostLife::alive : HostLife::gone;
+  return HostLife::unknown;
+}
+
+void read_string(simdjson::dom::object& o, const char* key, std::string& out) {
+  std::string_view v;
+  if (o[key].get(v) == simdjson::SUCCESS) out = v;
+}
+
+template <class T>
+void read_number(simdjson::dom::object& o, const char* key, std::optional<T>& out) {
+  double v = 0;
+  if (o[key].get(v) == simdjson::SUCCESS) out = static_cast<T>(v);
+}
+
+std::vector<std::string> subdirs(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(".") && it->is_directory(ec)) out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+} // namespace
+
+std::int64_t RunInfo::crashed_ranks() const {
+  return std::count_if(ranks.begin(), ranks.end(), [](const RankInfo& r) { return r.state == "crashed"; });
+}
+
+std::string RunInfo::shown_state() const {
+  if (!readable()) return "unreadable";
+  if (host_crashed()) return "crashed?";
+  return state.empty() ? "-" : state;
+}
+
+std::optional<double> RunInfo::duration() const {
+  if (!start_time) return std::nullopt;
+  if (end_time) return *end_time - *start_time;
+  if (state == "running" && host_life == HostLife::alive) {
+    const auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return now - *start_time;
+  }
+  return std::nullopt;
+}
+
+RunInfo read_run(const std::string& dir) {
+  RunInfo r;
+  r.dir = dir;
+  r.id = fs::path(dir).filename().string();
+  const std::string path = dir + "/run.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    r.problem = fs::exists(dir + "/wal", ec)
+                    ? "no run.json, but a WAL: the host may have died before writing it; try chorus recover " + dir
+                    : "no run.json";
+    return r;
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (auto e = parser.load(path).get(doc)) {
+    r.problem = std::string("run.json: ") + simdjson::error_message(e);
+    return r;
+  }
+  simdjson::dom::object o;
+  if (doc.get(o) != simdjson::SUCCESS) {
+    r.problem = "run.json is not a JSON object";
+    return r;
+  }
+  read_string(o, "id", r.id);
+  const std::pair<const char*, std::string*> strings[] = {
+      {"name", &r.name},         {"project", &r.project}, {"group", &r.group}, {"job_type", &r.job_type},
+      {"notes", &r.notes},       {"mode", &r.mode},       {"scope", &r.scope}, {"host", &r.host},
+      {"launcher", &r.launcher}, {"job_id", &r.job_id},   {"state", &r.state}};
+  for (const auto& [key, out] : strings) read_string(o, key, *out);
+  std::optional<std::int64_t> pid, nodes;
+  read_number(o, "pid", pid);
+  read_number(o, "nodes", nodes);
+  r.pid = pid.value_or(0);
+  r.nodes = nodes.value_or(0);
+  read_number(o, "start_time", r.start_time);
+  read_number(o, "end_time", r.end_time);
+  read_number(o, "world_size", r.world_size);
+  read_number(o, "rows", r.rows);
+  read_number(o, "rejected", r.rejected);
+  simdjson::dom::array ranks;
+  if (o["ranks"].get(ranks) == simdjson::SUCCESS) {
+    for (simdjson::dom::element e : ranks) {
+      simdjson::dom::object ro;
+      if (e.get(ro) != simdjson::SUCCESS) continue;
+      RankInfo k;
+      std::optional<std::int64_t> rank, last;
+      read_number(ro, "rank", rank);
+      read_number(ro, "last_step", last);
+      k.rank = rank.value_or(-1);
+      k.last_step = last.value_or(-1);
+      read_string(ro, "state", k.state);
+      read_string(ro, "host", k.host);
+      read_string(ro, "message", k.message);
+      r.ranks.push_back(std::move(k));
+    }
+    std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
+  }
+  if (r.state.empty()) r.problem = "run.json has no \"state\"";
+  if (r.state == "running") r.host_life = host_life(r);
+  return r;
+}
+
+bool is_run_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(dir + "/run.json", ec) || fs::exists(dir + "/wal", ec);
+}
+
+std::vector<RunGroup> find_runs(const std::string& root) {
+  std::vector<RunGroup> groups;
+  for (const std::string& project_dir : subdirs(root)) {
+    const std::string project = fs::path(project_dir).filename().string();
+    RunGroup loose{project, {}, {}};
+    for (const std::string& child : subdirs(project_dir)) {
+      if (is_run_dir(child)) {
+        loose.run_dirs.push_back(child);
+        continue;
+      }
+      RunGroup g{project, fs::path(child).filename().string(), {}};
+      for (const std::string& run : subdirs(child))
+        if (is_run_dir(run)) g.run_dirs.push_back(run);
+      if (!g.run_dirs.empty()) groups.push_back(std::move(g));
+    }
+    if (!loose.run_dirs.empty()) groups.push_back(std::move(loose));
+  }
+  return groups;
+}
+
+std::vector<std::string> find_run_by_id(const std::string& root, const std::string& id) {
+  std::vector<std::string> exact, prefix;
+  for (const RunGroup& g : find_runs(root))
+    for (const std::string& d : g.run_dirs) {
+      const std::string name = fs::path(d).filename().string();
+      if (name == id)
+        exact.push_back(d);
+      else if (name.starts_with(id))
+        prefix.push_back(d);
+    }
+  return exact.empty() ? prefix : exact;
+}
+
+std::string locate_run(const std::string& arg, const std::string& root, std::string& dir) {
+  std::error_code ec;
+  if (fs::is_directory(arg, ec)) {
+    dir = arg;
+    return {};
+  }
+  if (arg.find('/') != std::string::npos) return "no directory at " + arg + ": pass a run's directory, or its id";
+  const std::vector<std::string> found = find_run_by_id(root, arg);
+  if (found.size() == 1) {
+    dir = found.front();
+    return {};
+  }
+  if (found.empty())
+    return "no run '" + arg + "' under " + root +
+           ": pass the run's directory, or where the runs are with --dir (or CHORUS_DIR)";
+  std::string list;
+  for (const std::string& f : found) list += "\n  " + f;
+  return "'" + arg + "' names " + std::to_string(found.size()) + " runs; pass one of:" + list;
+}
+
+} // namespace chorus::cli

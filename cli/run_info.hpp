@@ -1,0 +1,76 @@
+// A run directory as `chorus ls` and `chorus show` read it: run.json,
+// whether its host still lives, and where runs are found under a root.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace chorus::cli {
+
+struct RankInfo {
+  std::int64_t rank = 0;
+  std::string state;
+  std::int64_t last_step = -1;
+  std::string host;
+  std::string message;
+};
+
+/// Whether the process that hosts a "running" run is still there.
+enum class HostLife {
+  unknown, // cannot tell from this machine
+  alive,   // a process holds the run's WAL lock
+  gone,    // nobody holds it, on the machine that hosted the run: it crashed
+};
+
+struct RunInfo {
+  std::string dir;
+  std::string problem; // non-empty: run.json could not be read, and why
+  std::string id, name, project, group, job_type, notes, mode, scope, host, launcher, job_id;
+  std::int64_t pid = 0;
+  std::int64_t nodes = 0;
+  std::optional<double> start_time, end_time; // unix seconds
+  std::string state;
+  std::optional<std::int64_t> world_size, rows, rejected;
+  std::vector<RankInfo> ranks;
+  HostLife host_life = HostLife::unknown; // meaningful while state is "running"
+
+  [[nodiscard]] bool readable() const noexcept { return problem.empty(); }
+  /// run.json says running, but its host is gone: `chorus recover` applies.
+  [[nodiscard]] bool host_crashed() const noexcept { return state == "running" && host_life == HostLife::gone; }
+  [[nodiscard]] std::int64_t crashed_ranks() const;
+  /// The state to show: "crashed?" for a running run whose host is gone.
+  [[nodiscard]] std::string shown_state() const;
+  /// Seconds from start to end (or to now while the host runs), if known.
+  [[nodiscard]] std::optional<double> duration() const;
+};
+
+/// Reads DIR/run.json; never fails: a problem is kept in RunInfo::problem.
+RunInfo read_run(const std::string& dir);
+
+/// True if `dir` looks like a run directory (it holds run.json or a WAL).
+bool is_run_dir(const std::string& dir);
+
+/// Runs under a root, grouped as the root lays them out: ROOT/PROJECT/GROUP/RUN
+/// (and ROOT/PROJECT/RUN for runs without a group).
+struct RunGroup {
+  std::string project;
+  std::string group; // empty: runs directly under the project
+  std::vector<std::string> run_dirs;
+};
+std::vector<RunGroup> find_runs(const std::string& root);
+
+/// Appends a group's heading and its runs as a table to `out`; true if the
+/// host of one of them crashed (for a footnote).
+bool print_runs(const RunGroup& g, std::string& out);
+
+/// The run directories under `root` whose directory name is `id` or, when
+/// none is, starts with it.
+std::vector<std::string> find_run_by_id(const std::string& root, const std::string& id);
+
+/// The directory `arg` names: itself if it is a directory, else the one run
+/// under `root` with that id (or id prefix). Returns the problem, or "".
+std::string locate_run(const std::string& arg, const std::string& root, std::string& dir);
+
+} // namespace chorus::cli

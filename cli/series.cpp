@@ -1,0 +1,170 @@
+#include "cli/series.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+
+namespace chorus::cli {
+namespace {
+
+constexpr std::size_t chunk_size = 4u << 20;
+
+// Folds each pair of neighbours into one: half the buckets, twice the points each.
+void halve(std::vector<Bucket>& b) {
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < b.size(); i += 2, ++out) {
+    Bucket m = b[i];
+    if (i + 1 < b.size()) {
+      const Bucket& n = b[i + 1];
+      m.step_hi = n.step_hi;
+      m.min = std::min(m.min, n.min);
+      m.max = std::max(m.max, n.max);
+      m.sum += n.sum;
+      m.last = n.last;
+      m.n += n.n;
+    }
+    b[out] = m;
+  }
+  b.resize(out);
+}
+
+class Reader {
+public:
+  Reader(History& h, const std::function<bool(std::string_view)>& wanted) : h_(h), wanted_(wanted) {}
+
+  // `p` must be followed by simdjson::SIMDJSON_PADDING readable bytes.
+  void line(const char* p, std::size_t n) {
+    while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ')) --n;
+    if (n == 0) return;
+    simdjson::dom::object row;
+    if (auto e = parser_.parse(p, n, false).get(row)) return bad(simdjson::error_message(e));
+    std::int64_t step = 0;
+    double step_d = 0;
+    if (row["_step"].get(step) != simdjson::SUCCESS) {
+      if (row["_step"].get(step_d) != simdjson::SUCCESS || !std::isfinite(step_d)) return bad("no numeric _step");
+      step = static_cast<std::int64_t>(step_d);
+    }
+    ++h_.rows;
+    for (auto [key, value] : row) {
+      if (key.starts_with('_')) continue;
+      double v = 0;
+      std::string_view s;
+      if (value.get(v) == simdjson::SUCCESS) {
+      } else if (value.get(s) == simdjson::SUCCESS) {
+        if (s == "NaN")
+          v = std::numeric_limits<double>::quiet_NaN();
+        else if (s == "Infinity")
+          v = std::numeric_limits<double>::infinity();
+        else if (s == "-Infinity")
+          v = -std::numeric_limits<double>::infinity();
+        else
+          continue;
+      } else {
+        continue;
+      }
+      auto it = index_.find(key);
+      if (it == index_.end()) {
+        const bool keep = !wanted_ || wanted_(key);
+        it = index_.emplace(std::string(key), keep ? static_cast<std::ptrdiff_t>(h_.series.size()) : -1).first;
+        if (keep) h_.series.emplace_back(std::string(key));
+      }
+      if (it->second >= 0) h_.series[static_cast<std::size_t>(it->second)].add(step, v);
+    }
+  }
+
+private:
+  void bad(std::string_view why) {
+    if (h_.bad_lines++ == 0) h_.first_bad = "line " + std::to_string(h_.rows + h_.bad_lines) + ": " + std::string(why);
+  }
+
+  History& h_;
+  const std::function<bool(std::string_view)>& wanted_;
+  simdjson::dom::parser parser_;
+  std::map<std::string, std::ptrdiff_t, std::less<>> index_; // -1: not wanted
+};
+
+} // namespace
+
+bool Series::per_rank() const {
+  const auto at = key_.rfind("/rank-");
+  if (at == std::string::npos || at + 6 == key_.size()) return false;
+  return std::all_of(key_.begin() + static_cast<std::ptrdiff_t>(at + 6), key_.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+void Series::add(std::int64_t step, double v) {
+  if (std::isnan(v)) {
+    ++nans_;
+    return;
+  }
+  if (std::isinf(v)) {
+    ++infs_;
+    return;
+  }
+  if (points_ == 0) {
+    min_ = max_ = v;
+    first_step_ = step;
+  }
+  ++points_;
+  min_ = std::min(min_, v);
+  max_ = std::max(max_, v);
+  last_ = v;
+  last_step_ = step;
+  if (buckets_.empty() || buckets_.back().n >= per_bucket_) {
+    if (buckets_.size() == max_buckets) {
+      halve(buckets_);
+      per_bucket_ *= 2;
+    }
+    if (buckets_.empty() || buckets_.back().n >= per_bucket_) {
+      buckets_.push_back(Bucket{step, step, v, v, v, v, 1});
+      return;
+    }
+  }
+  Bucket& b = buckets_.back();
+  b.step_hi = step;
+  b.min = std::min(b.min, v);
+  b.max = std::max(b.max, v);
+  b.sum += v;
+  b.last = v;
+  ++b.n;
+}
+
+History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted) {
+  History h;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    h.problem = path + ": " + std::strerror(errno);
+    return h;
+  }
+  Reader reader(h, wanted);
+  std::vector<char> buf(chunk_size + simdjson::SIMDJSON_PADDING);
+  std::size_t cap = chunk_size, have = 0;
+  for (;;) {
+    const std::size_t got = std::fread(buf.data() + have, 1, cap - have, f);
+    have += got;
+    std::size_t start = 0;
+    for (const char* nl; (nl = static_cast<const char*>(std::memchr(buf.data() + start, '\n', have - start)));) {
+      const auto end = static_cast<std::size_t>(nl - buf.data());
+      reader.line(buf.data() + start, end - start);
+      start = end + 1;
+    }
+    if (got == 0) break; // what is left has no newline yet: a line being written
+    std::memmove(buf.data(), buf.data() + start, have - start);
+    have -= start;
+    if (have == cap) { // one line longer than the buffer
+      cap *= 2;
+      buf.resize(cap + simdjson::SIMDJSON_PADDING);
+    }
+  }
+  if (std::ferror(f)) h.problem = path + ": read error";
+  std::fclose(f);
+  return h;
+}
+
+} // namespace chorus::cli

@@ -1,0 +1,65 @@
+// A run's history.jsonl read as one series per key, streamed and downsampled
+// as it is read: memory grows with the number of keys, not of rows.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::cli {
+
+/// Consecutive points of one key, folded together.
+struct Bucket {
+  std::int64_t step_lo = 0, step_hi = 0;
+  double min = 0, max = 0, sum = 0, last = 0;
+  std::uint64_t n = 0;
+};
+
+class Series {
+public:
+  /// Buckets kept at most; past it, neighbours are merged pairwise.
+  static constexpr std::size_t max_buckets = 1024;
+
+  explicit Series(std::string key) : key_(std::move(key)) {}
+
+  void add(std::int64_t step, double v);
+
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
+  [[nodiscard]] const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
+  [[nodiscard]] std::uint64_t points() const noexcept { return points_; } // finite ones
+  [[nodiscard]] std::uint64_t nans() const noexcept { return nans_; }
+  [[nodiscard]] std::uint64_t infs() const noexcept { return infs_; }
+  [[nodiscard]] double min() const noexcept { return min_; }
+  [[nodiscard]] double max() const noexcept { return max_; }
+  [[nodiscard]] double last() const noexcept { return last_; }
+  [[nodiscard]] std::int64_t first_step() const noexcept { return first_step_; }
+  [[nodiscard]] std::int64_t last_step() const noexcept { return last_step_; }
+  /// A per-rank column (`key/rank-N`), as opposed to a plain or reduced key.
+  [[nodiscard]] bool per_rank() const;
+
+private:
+  std::string key_;
+  std::vector<Bucket> buckets_;
+  std::uint64_t per_bucket_ = 1;
+  std::uint64_t points_ = 0, nans_ = 0, infs_ = 0;
+  double min_ = 0, max_ = 0, last_ = 0;
+  std::int64_t first_step_ = 0, last_step_ = 0;
+};
+
+struct History {
+  std::vector<Series> series; // in the order keys first appear
+  std::uint64_t rows = 0;
+  std::uint64_t bad_lines = 0; // not a JSON object with a numeric _step
+  std::string first_bad;       // what was wrong with the first of them
+  std::string problem;         // the file could not be read
+};
+
+/// Streams `path`. Keys starting with `_` are bookkeeping and skipped; a value
+/// is a number or one of "NaN", "Infinity", "-Infinity". `wanted(key)` is
+/// asked once per key; the others are not kept. A last line without its
+/// newline (being written right now) is left out.
+History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted);
+
+} // namespace chorus::cli

@@ -1,0 +1,240 @@
+// `chorus launch`, run for real: the ranks are `sh -c` scripts.
+#define BOOST_TEST_MODULE cli_launch
+#include <boost/test/unit_test.hpp>
+
+#include "tests/cli/process.hpp"
+
+#include <map>
+#include <set>
+
+using namespace chorus::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+Output launch(const std::vector<std::string>& opts, const std::string& script, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> args{"launch"};
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.insert(args.end(), {"--", "sh", "-c", script});
+  return run_chorus(args, env);
+}
+
+// Starts a launch whose ranks print "ready" once their traps are set.
+std::unique_ptr<Child> start(const std::vector<std::string>& opts, const std::string& script, int ranks) {
+  std::vector<std::string> args{"launch"};
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.insert(args.end(), {"--", "sh", "-c", script});
+  auto c = std::make_unique<Child>(args);
+  const bool ready = c->wait_for([&](const std::string& out, const std::string&) {
+    return count_of(out, "ready") == static_cast<std::size_t>(ranks);
+  });
+  BOOST_REQUIRE_MESSAGE(ready, "the ranks did not all report ready");
+  return c;
+}
+
+const std::string env_script =
+    R"(echo "R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK GW=$GROUP_WORLD_SIZE )"
+    R"(RR=$ROLE_RANK RW=$ROLE_WORLD_SIZE A=$MASTER_ADDR P=$MASTER_PORT ID=$TORCHELASTIC_RUN_ID X=$CLI_TEST_EXTRA")";
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(each_rank_gets_torchruns_environment) {
+  const Output o = launch({"-n", "3"}, env_script, {"CLI_TEST_EXTRA=kept", "RANK=99"});
+  BOOST_TEST(o.code == 0);
+  std::set<std::string> seen, ports, ids;
+  for (const std::string& l : lines_of(o.out)) {
+    // "[rank R] R=.. L=.. ...": the prefix, then NAME=VALUE words.
+    BOOST_REQUIRE_MESSAGE(l.starts_with("[rank ") && l.find("] ") != std::string::npos, "unexpected line: " << l);
+    const std::string rank = l.substr(6, l.find("] ") - 6);
+    std::map<std::string, std::string> v;
+    std::istringstream words(l.substr(l.find("] ") + 2));
+    for (std::string w; words >> w;) v[w.substr(0, w.find('='))] = w.substr(w.find('=') + 1);
+    BOOST_TEST(v["R"] == rank);
+    BOOST_TEST(v["L"] == rank);
+    BOOST_TEST(v["RR"] == rank);
+    BOOST_TEST(v["W"] == "3");
+    BOOST_TEST(v["LW"] == "3");
+    BOOST_TEST(v["G"] == "0");
+    BOOST_TEST(v["GW"] == "1");
+    BOOST_TEST(v["RW"] == "3");
+    BOOST_TEST(v["A"] == "127.0.0.1");
+    BOOST_TEST(v["X"] == "kept");
+    BOOST_TEST(!v["ID"].empty());
+    BOOST_TEST(std::stoi(v["P"]) > 0);
+    seen.insert(rank);
+    ports.insert(v["P"]);
+    ids.insert(v["ID"]);
+  }
+  BOOST_TEST((seen == std::set<std::string>{"0", "1", "2"}));
+  BOOST_TEST(ports.size() == 1u); // one rendezvous port for all
+  BOOST_TEST(ids.size() == 1u);   // one job id for all
+}
+
+BOOST_AUTO_TEST_CASE(a_second_node_numbers_its_ranks_after_the_first) {
+  const Output o = launch({"-n", "2", "--nnodes", "3", "--node-rank", "1", "--master-addr", "10.1.2.3",
+                           "--master-port", "4321", "--run-id", "job-7"},
+                          env_script);
+  BOOST_TEST(o.code == 0);
+  const std::string out = o.out;
+  BOOST_TEST(contains(out, "[rank 2] R=2 L=0 W=6 LW=2 G=1 GW=3 RR=2 RW=6 A=10.1.2.3 P=4321 ID=job-7"));
+  BOOST_TEST(contains(out, "[rank 3] R=3 L=1 W=6 LW=2 G=1 GW=3 RR=3 RW=6 A=10.1.2.3 P=4321 ID=job-7"));
+}
+
+BOOST_AUTO_TEST_CASE(output_is_prefixed_per_stream_and_a_last_partial_line_kept) {
+  const Output o = launch({"-n", "2"}, "echo out-$RANK; echo err-$RANK >&2; printf tail-$RANK");
+  BOOST_TEST(o.code == 0);
+  for (int r = 0; r < 2; ++r) {
+    const std::string R = std::to_string(r);
+    BOOST_TEST(contains(o.out, "[rank " + R + "] out-" + R + "\n"));
+    BOOST_TEST(contains(o.out, "[rank " + R + "] tail-" + R + "\n"));
+    BOOST_TEST(contains(o.err, "[rank " + R + "] err-" + R + "\n"));
+    BOOST_TEST(!contains(o.out, "err-" + R));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_child_left_behind_does_not_hold_launch) {
+  // The background sleep keeps the rank's pipes open after the rank exits.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Output o = launch({"-n", "2"}, "(sleep 5; echo late) & printf main-$RANK");
+  const bool quick = std::chrono::steady_clock::now() - t0 < 4s;
+  BOOST_TEST(quick);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "[rank 0] main-0\n"));
+  BOOST_TEST(contains(o.out, "[rank 1] main-1\n"));
+}
+
+BOOST_AUTO_TEST_CASE(no_prefix_passes_output_through) {
+  const Output o = launch({"-n", "2", "--no-prefix"}, "echo plain-$RANK");
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "plain-0\n"));
+  BOOST_TEST(contains(o.out, "plain-1\n"));
+  BOOST_TEST(!contains(o.out, "[rank"));
+}
+
+BOOST_AUTO_TEST_CASE(lines_of_busy_ranks_never_mix) {
+  // `yes | head` writes in buffer-sized pieces that end mid-line, and the
+  // long lines are bigger than an atomic pipe write.
+  const Output o = launch({"-n", "4"},
+                          R"sh(yes "short-$RANK-$(printf '%0100d' 0)" | head -n 20000; )sh"
+                          R"sh(yes "long-$RANK-$(printf '%09000d' 0)" | head -n 300)sh");
+  BOOST_TEST(o.code == 0);
+  const std::string zeros100(100, '0'), zeros9000(9000, '0');
+  std::map<std::string, int> counts;
+  bool all_whole = true;
+  for (const std::string& l : lines_of(o.out)) {
+    bool whole = false;
+    for (int r = 0; r < 4 && !whole; ++r) {
+      const std::string p = "[rank " + std::to_string(r) + "] ";
+      if (l == p + "short-" + std::to_string(r) + "-" + zeros100) {
+        ++counts["short" + std::to_string(r)];
+        whole = true;
+      } else if (l == p + "long-" + std::to_string(r) + "-" + zeros9000) {
+        ++counts["long" + std::to_string(r)];
+        whole = true;
+      }
+    }
+    all_whole = all_whole && whole;
+  }
+  BOOST_TEST(all_whole);
+  for (int r = 0; r < 4; ++r) {
+    BOOST_TEST(counts["short" + std::to_string(r)] == 20000);
+    BOOST_TEST(counts["long" + std::to_string(r)] == 300);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(exit_code_is_the_worst_ranks) {
+  const Output code3 = launch({"-n", "3"}, "[ $RANK = 1 ] && exit 3; exit 0");
+  BOOST_TEST(code3.code == 3);
+  BOOST_TEST(contains(code3.err, "rank 1 exited with code 3"));
+
+  const Output killed = launch({"-n", "3"}, "[ $RANK = 1 ] && exit 3; [ $RANK = 2 ] && kill -9 $$; exit 0");
+  BOOST_TEST(killed.code == 128 + 9);
+  BOOST_TEST(contains(killed.err, "rank 1 exited with code 3"));
+  BOOST_TEST(contains(killed.err, "rank 2 exited with signal 9 (Killed)"));
+  BOOST_TEST(!contains(killed.err, "rank 0 exited"));
+
+  const Output ok = launch({"-n", "2"}, "exit 0");
+  BOOST_TEST(ok.code == 0);
+  BOOST_TEST(!contains(ok.err, "exited"));
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_rank_lets_the_others_finish_by_default) {
+  const Output o = launch({"-n", "3"}, "[ $RANK = 0 ] && exit 4; sleep 0.5; echo finished-$RANK");
+  BOOST_TEST(o.code == 4);
+  BOOST_TEST(contains(o.out, "[rank 1] finished-1"));
+  BOOST_TEST(contains(o.out, "[rank 2] finished-2"));
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_reaches_every_rank) {
+  auto c = start({"-n", "4"}, R"(trap 'echo "got-term-$RANK"; exit 0' TERM; echo ready; while :; do sleep 0.1; done)", 4);
+  c->signal(SIGTERM);
+  const Output o = c->finish(60s);
+  for (int r = 0; r < 4; ++r) BOOST_TEST(contains(o.out, "got-term-" + std::to_string(r)));
+  // Every rank exited 0, but the job was stopped: not a success.
+  BOOST_TEST(o.code == 128 + SIGTERM);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_ignore_sigterm_are_killed_after_the_grace) {
+  auto c = start({"-n", "2", "--grace", "0.5"}, "trap '' TERM; echo ready; while :; do sleep 0.1; done", 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  c->signal(SIGTERM);
+  const Output o = c->finish(60s);
+  BOOST_TEST(o.code == 128 + SIGKILL);
+  BOOST_TEST(contains(o.err, "grace period"));
+  BOOST_TEST(contains(o.err, "rank 0 exited with signal 9"));
+  const bool quick = std::chrono::steady_clock::now() - t0 < 30s;
+  BOOST_TEST(quick);
+}
+
+BOOST_AUTO_TEST_CASE(a_second_sigint_kills_at_once) {
+  auto c = start({"-n", "2", "--grace", "600"}, "trap 'echo got-int-$RANK' INT; echo ready; while :; do sleep 0.1; done", 2);
+  c->signal(SIGINT);
+  BOOST_REQUIRE(c->wait_for([](const std::string& out, const std::string&) { return count_of(out, "got-int-") == 2; }));
+  c->signal(SIGINT);
+  const Output o = c->finish(60s); // far below the 600 s grace
+  BOOST_TEST(o.code == 128 + SIGKILL);
+  BOOST_TEST(contains(o.err, "second interrupt"));
+}
+
+BOOST_AUTO_TEST_CASE(fail_fast_stops_the_others) {
+  const Output o = launch({"-n", "3", "--fail-fast", "--grace", "20"},
+                          R"(trap 'echo "stopped-$RANK"; exit 0' TERM; )"
+                          R"([ $RANK = 0 ] && { sleep 0.3; exit 5; }; while :; do sleep 0.1; done)");
+  BOOST_TEST(o.code == 5);
+  BOOST_TEST(contains(o.out, "stopped-1"));
+  BOOST_TEST(contains(o.out, "stopped-2"));
+  BOOST_TEST(contains(o.err, "--fail-fast"));
+  BOOST_TEST(contains(o.err, "rank 0 exited with code 5"));
+}
+
+BOOST_AUTO_TEST_CASE(fail_fast_exits_with_the_failures_code_not_the_stopped_ranks) {
+  // The others die of the SIGTERM (143), which must not hide rank 1's 6.
+  const Output o = launch({"-n", "3", "--fail-fast"}, "[ $RANK = 1 ] && { sleep 0.3; exit 6; }; exec sleep 60");
+  BOOST_TEST(o.code == 6);
+  BOOST_TEST(contains(o.err, "rank 0 exited with signal 15 (Terminated), stopped by --fail-fast"));
+}
+
+BOOST_AUTO_TEST_CASE(a_wrong_command_line_is_exit_2_and_says_why) {
+  const Output no_n = run_chorus({"launch", "--", "true"});
+  BOOST_TEST(no_n.code == 2);
+  BOOST_TEST(contains(no_n.err, "-n"));
+  const Output bad_n = run_chorus({"launch", "-n", "zero", "--", "true"});
+  BOOST_TEST(bad_n.code == 2);
+  BOOST_TEST(contains(bad_n.err, "'zero'"));
+  const Output unknown = run_chorus({"launch", "-n", "1", "--bogus", "--", "true"});
+  BOOST_TEST(unknown.code == 2);
+  BOOST_TEST(contains(unknown.err, "--bogus"));
+  const Output node = run_chorus({"launch", "-n", "1", "--nnodes", "2", "--node-rank", "2", "--", "true"});
+  BOOST_TEST(node.code == 2);
+  const Output addr = run_chorus({"launch", "-n", "1", "--nnodes", "2", "--node-rank", "1", "--", "true"});
+  BOOST_TEST(addr.code == 2);
+  BOOST_TEST(contains(addr.err, "--master-addr"));
+  const Output missing = run_chorus({"launch", "-n", "1", "--", "no-such-program-here"});
+  BOOST_TEST(missing.code == 1);
+  BOOST_TEST(contains(missing.err, "no-such-program-here"));
+  const Output help = run_chorus({"launch", "--help"});
+  BOOST_TEST(help.code == 0);
+  BOOST_TEST(contains(help.out, "usage: chorus launch"));
+  BOOST_TEST(run_chorus({"frobnicate"}).code == 2);
+  BOOST_TEST(run_chorus({"--help"}).code == 0);
+}

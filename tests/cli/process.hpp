@@ -1,0 +1,202 @@
+// Runs the real `chorus` binary for the command's tests: its stdout and
+// stderr captured apart, its exit code, and signals sent while it runs.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <poll.h>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace chorus::test {
+
+inline const std::string chorus_binary = CHORUS_BINARY_DIR "/bin/chorus";
+
+struct Output {
+  std::string out;
+  std::string err;
+  int code = -1; // exit status, 128 + signal, or -1 if it had to be killed for running too long
+};
+
+/// One running `chorus` process.
+class Child {
+public:
+  explicit Child(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    std::vector<std::string> words{chorus_binary};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_words = env;
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    for (std::string& e : env_words) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork");
+    if (pid_ == 0) {
+      // Own process group, so that a test that times out takes all of it down.
+      ::setpgid(0, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      const int devnull = ::open("/dev/null", O_RDONLY);
+      ::dup2(devnull, STDIN_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(126);
+    }
+    ::setpgid(pid_, pid_);
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(-pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    for (int fd : {out_fd_, err_fd_})
+      if (fd >= 0) ::close(fd);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  void signal(int sig) const { ::kill(pid_, sig); }
+
+  /// Reads output until `done(out, err)` holds or `timeout` passes.
+  bool wait_for(const std::function<bool(const std::string&, const std::string&)>& done,
+                std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (!done(o_.out, o_.err)) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      if (!read_some(100)) {
+        if (out_fd_ < 0 && err_fd_ < 0) return done(o_.out, o_.err);
+      }
+    }
+    return true;
+  }
+
+  /// Reads everything and waits for the exit; kills the process group after `timeout`.
+  Output finish(std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    bool timed_out = false;
+    while (out_fd_ >= 0 || err_fd_ >= 0) {
+      if (std::chrono::steady_clock::now() >= until) {
+        ::kill(-pid_, SIGKILL);
+        timed_out = true;
+        until_eof();
+        break;
+      }
+      read_some(100);
+    }
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    o_.code = timed_out ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return o_;
+  }
+
+private:
+  void until_eof() {
+    while (out_fd_ >= 0 || err_fd_ >= 0) read_some(1000);
+  }
+  // False when nothing came within `ms`.
+  bool read_some(int ms) {
+    pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+    const int n = ::poll(fds, 2, ms);
+    if (n <= 0) return false;
+    char buf[1 << 16];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].revents == 0) continue;
+      int& fd = i == 0 ? out_fd_ : err_fd_;
+      const ssize_t r = ::read(fd, buf, sizeof buf);
+      if (r > 0) {
+        (i == 0 ? o_.out : o_.err).append(buf, static_cast<std::size_t>(r));
+      } else if (r == 0 || errno != EINTR) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  Output o_;
+};
+
+/// Runs `chorus ARGS...` to the end.
+inline Output run_chorus(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  Child c(args, env);
+  return c.finish();
+}
+
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+inline std::size_t count_of(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
+/// A fresh directory, removed with what is in it at the end of the test.
+class TempDir {
+public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "chorus-cli-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+  [[nodiscard]] std::string str() const { return path_.string(); }
+
+private:
+  std::filesystem::path path_;
+};
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+} // namespace chorus::test

@@ -1,0 +1,268 @@
+// `chorus recover` on write-ahead logs built frame by frame.
+#define BOOST_TEST_MODULE cli_recover
+#include <boost/test/unit_test.hpp>
+
+#include "tests/cli/process.hpp"
+
+#include "io/wal.hpp"
+#include "runtime/wire.hpp"
+
+#include <simdjson.h>
+
+#include <cmath>
+
+using namespace chorus;
+using namespace chorus::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t t0 = 1'700'000'000'000'000; // unix microseconds
+constexpr int steps = 10;
+
+std::string identity(const fs::path& dir) {
+  return R"({"id":"rec1","name":"rec1","project":"p","group":"g","mode":"shared","scope":"global","host":"h1",)"
+         R"("pid":4242,"dir":")" + dir.string() + R"(","start_time":1700000000})";
+}
+
+// Rank `rank` logs loss (declared mean) = step + rank and acc = 0.5 + rank/5
+// at steps [from, to), ids 1 and 2 interned in the first batch.
+std::vector<char> batch(std::uint32_t rank, int from, int to, std::uint64_t& seq, bool first, bool finish) {
+  std::vector<char> out;
+  wire::BatchWriter b(out, rank);
+  if (first) {
+    b.key(1, "loss");
+    b.key(2, "acc");
+    b.define(++seq, 1, Reduce::mean);
+    if (rank == 0) b.config(++seq, R"({"lr":0.125,"optimizer":"sgd"})");
+  }
+  for (int s = from; s < to; ++s) {
+    b.values(++seq, s, t0 + 1'000 * s + rank, 2);
+    b.value(1, s + static_cast<double>(rank));
+    b.value(2, 0.5 + rank / 5.0);
+  }
+  if (finish) b.finish(++seq);
+  return out;
+}
+
+struct Wal {
+  fs::path path;
+  std::unique_ptr<io::WalWriter> writer;
+  std::vector<std::uint64_t> offsets; // where each frame starts
+
+  explicit Wal(fs::path p) : path(std::move(p)) {
+    fs::create_directories(path.parent_path());
+    Error err;
+    writer = io::WalWriter::open(path.string(), err);
+    BOOST_REQUIRE_MESSAGE(!err, err.message());
+  }
+  void add(const std::vector<char>& frame) {
+    offsets.push_back(writer->size());
+    const Error e = writer->append(frame);
+    BOOST_REQUIRE_MESSAGE(!e, e.message());
+  }
+  void close() { writer.reset(); }
+};
+
+// A two-rank shared run: rank 0 finishes, rank 1 is still at step 9 when the host dies.
+void write_run(Wal& w, const fs::path& dir, bool with_end) {
+  std::uint64_t seq0 = 0, seq1 = 0;
+  w.add(wire::run_start(t0, 2, identity(dir)));
+  w.add(wire::rank_joined(0, t0 + 1, 100, "h1"));
+  w.add(wire::rank_joined(1, t0 + 2, 101, "h2"));
+  w.add(batch(0, 0, 5, seq0, true, false));
+  w.add(batch(1, 0, 5, seq1, true, false));
+  w.add(batch(0, 5, steps, seq0, false, true));
+  w.add(batch(1, 5, steps, seq1, false, false));
+  if (with_end) {
+    w.add(wire::rank_dead(1, t0 + 50'000, "heartbeat lost"));
+    w.add(wire::run_end(RunState::finished, t0 + 60'000));
+  }
+}
+
+void append_torn_tail(const fs::path& wal) {
+  std::string tail(12 + 7, '\0');
+  const std::uint32_t magic = io::wal_magic, len = 500;
+  std::memcpy(tail.data(), &magic, 4);
+  std::memcpy(tail.data() + 4, &len, 4);
+  std::ofstream(wal, std::ios::binary | std::ios::app) << tail;
+}
+
+struct Row {
+  std::int64_t step;
+  double loss, acc0, acc1;
+};
+
+std::vector<Row> history_rows(const fs::path& file) {
+  std::vector<Row> rows;
+  simdjson::dom::parser parser;
+  for (const std::string& line : lines_of(read_text(file))) {
+    simdjson::dom::object o;
+    BOOST_REQUIRE_MESSAGE(parser.parse(line).get(o) == simdjson::SUCCESS, "not JSON: " << line);
+    Row r{};
+    BOOST_REQUIRE(o["_step"].get(r.step) == simdjson::SUCCESS);
+    BOOST_REQUIRE(o["loss"].get(r.loss) == simdjson::SUCCESS);
+    BOOST_REQUIRE(o["acc/rank-0"].get(r.acc0) == simdjson::SUCCESS);
+    BOOST_REQUIRE(o["acc/rank-1"].get(r.acc1) == simdjson::SUCCESS);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+void check_rows(const fs::path& dir) {
+  const std::vector<Row> rows = history_rows(dir / "history.jsonl");
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(steps));
+  for (int s = 0; s < steps; ++s) {
+    const Row& r = rows[static_cast<std::size_t>(s)];
+    BOOST_TEST(r.step == s);
+    BOOST_TEST(r.loss == s + 0.5); // the mean of rank 0's s and rank 1's s + 1
+    BOOST_TEST(r.acc0 == 0.5);
+    BOOST_TEST(r.acc1 == 0.7);
+  }
+}
+
+std::string run_state(const fs::path& dir, int rank = -1) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object o;
+  BOOST_REQUIRE(parser.load((dir / "run.json").string()).get(o) == simdjson::SUCCESS);
+  std::string_view s;
+  if (rank < 0) {
+    BOOST_REQUIRE(o["state"].get(s) == simdjson::SUCCESS);
+  } else {
+    simdjson::dom::array ranks;
+    BOOST_REQUIRE(o["ranks"].get(ranks) == simdjson::SUCCESS);
+    for (simdjson::dom::object r : ranks) {
+      std::int64_t k = -1;
+      if (r["rank"].get(k) == simdjson::SUCCESS && k == rank) BOOST_REQUIRE(r["state"].get(s) == simdjson::SUCCESS);
+    }
+  }
+  return std::string(s);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
+  TempDir root;
+  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  Wal w(dir / "wal");
+  write_run(w, dir, false);
+  const std::uint64_t good = w.writer->size();
+  w.close();
+  append_torn_tail(dir / "wal");
+  // What the crashed host left: a stale run.json and a short history.
+  write_text(dir / "run.json", R"({"id":"rec1","state":"running"})");
+  write_text(dir / "history.jsonl", "{\"_step\":0,\"loss\":0.5}\n");
+
+  const Output o = run_chorus({"recover", dir.string()});
+  BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "7 frames read"));
+  BOOST_TEST(contains(o.out, "0 damaged regions"));
+  BOOST_TEST(contains(o.out, "torn tail  19 bytes at offset " + std::to_string(good) + " cut"));
+  BOOST_TEST(contains(o.out, "rebuilt    10 rows"));
+  BOOST_TEST(contains(o.out, "state      crashed"));
+  BOOST_TEST(contains(o.out, "1 rank marked crashed"));
+  BOOST_TEST(fs::file_size(dir / "wal") == good);
+
+  check_rows(dir);
+  BOOST_TEST(run_state(dir) == "crashed");
+  BOOST_TEST(run_state(dir, 0) == "finished");
+  BOOST_TEST(run_state(dir, 1) == "crashed");
+  BOOST_TEST(contains(read_text(dir / "config.json"), "\"optimizer\":\"sgd\""));
+  BOOST_TEST(read_text(dir / "history.jsonl.bak") == "{\"_step\":0,\"loss\":0.5}\n");
+  BOOST_TEST(contains(read_text(dir / "run.json.bak"), "running"));
+  for (const auto& e : fs::directory_iterator(dir)) BOOST_TEST(!e.path().filename().string().starts_with(".recover"));
+
+  // Again: the same rows, and no tail left to cut.
+  const Output again = run_chorus({"recover", dir.string()});
+  BOOST_TEST(again.code == 0);
+  BOOST_TEST(contains(again.out, "torn tail  none"));
+  check_rows(dir);
+
+  // What show says now.
+  const Output show = run_chorus({"show", dir.string(), "--no-history"});
+  BOOST_TEST(show.code == 0);
+  BOOST_TEST(contains(show.out, "crashed"));
+  BOOST_TEST(!contains(show.out, "CRASHED")); // no longer a running run with a dead host
+}
+
+BOOST_AUTO_TEST_CASE(a_log_with_the_runs_end_keeps_its_states) {
+  TempDir root;
+  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  Wal w(dir / "wal");
+  write_run(w, dir, true);
+  w.close();
+  const Output o = run_chorus({"recover", "--no-backup", dir.string()});
+  BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "state      finished, as the log records"));
+  check_rows(dir);
+  BOOST_TEST(run_state(dir) == "finished");
+  BOOST_TEST(run_state(dir, 1) == "crashed");
+  BOOST_TEST(!fs::exists(dir / "run.json.bak"));
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_frame_is_skipped_and_reported) {
+  TempDir root;
+  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  Wal w(dir / "wal");
+  write_run(w, dir, true);
+  const std::uint64_t at = w.offsets[6] + io::wal_header_size + 9; // inside rank 1's last batch
+  w.close();
+  {
+    std::fstream f(dir / "wal", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put('\x5a');
+  }
+  const Output o = run_chorus({"recover", dir.string()});
+  BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "1 damaged region skipped"));
+  BOOST_TEST(contains(o.out, "8 frames read"));
+}
+
+BOOST_AUTO_TEST_CASE(dry_run_changes_nothing) {
+  TempDir root;
+  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  Wal w(dir / "wal");
+  write_run(w, dir, false);
+  w.close();
+  append_torn_tail(dir / "wal");
+  const auto size = fs::file_size(dir / "wal");
+  const Output o = run_chorus({"recover", "--dry-run", dir.string()});
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "(would be cut)"));
+  BOOST_TEST(contains(o.out, "rebuilt    10 rows"));
+  BOOST_TEST(fs::file_size(dir / "wal") == size);
+  BOOST_TEST(!fs::exists(dir / "history.jsonl"));
+}
+
+BOOST_AUTO_TEST_CASE(recover_refuses_a_live_host_and_a_missing_log) {
+  TempDir root;
+  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  Wal w(dir / "wal"); // held open: this test is the live host
+  write_run(w, dir, false);
+  const Output live = run_chorus({"recover", dir.string()});
+  BOOST_TEST(live.code == 1);
+  BOOST_TEST(contains(live.err, "alive"));
+  BOOST_TEST(!fs::exists(dir / "history.jsonl"));
+  w.close();
+
+  const fs::path empty = root.path() / "p" / "g" / "empty";
+  fs::create_directories(empty);
+  const Output none = run_chorus({"recover", empty.string()});
+  BOOST_TEST(none.code == 1);
+  BOOST_TEST(contains(none.err, "no write-ahead log"));
+
+  const fs::path nostart = root.path() / "p" / "g" / "nostart";
+  {
+    Wal n(nostart / "wal");
+    n.add(wire::rank_joined(0, t0, 1, "h"));
+  }
+  const Output no_start = run_chorus({"recover", nostart.string()});
+  BOOST_TEST(no_start.code == 1);
+  BOOST_TEST(contains(no_start.err, "no run start"));
+
+  BOOST_TEST(run_chorus({"recover"}).code == 2);
+  BOOST_TEST(run_chorus({"recover", "--help"}).code == 0);
+}
