@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# chorus: set-up, build, demo and tests on Debian 12.
+#
+#   ./build.sh demo    install what is missing, build, run the 4-rank training
+#                      sample into one shared run, and show the run
+#   ./build.sh test    install what is missing, build, run every test; then the
+#                      same suite again under AddressSanitizer + UBSan
+#   ./build.sh tsan    the suite under ThreadSanitizer (build-tsan/)
+#   ./build.sh bench   build in Release and run the benchmarks (bench/)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(build-essential cmake ninja-build pkg-config git
+          libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
+          libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps)
+JOBS=${JOBS:-$(nproc)}
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "== installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+configure_build() { # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+}
+
+run_tests() { # dir
+  ctest --test-dir "$1" --output-on-failure --timeout 600 -j "$JOBS"
+}
+
+case "${1:-}" in
+  demo)
+    install_packages
+    configure_build build -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF
+    export CHORUS_DIR="$PWD/chorus-runs"
+    echo "== training: 4 ranks, one shared run"
+    ./build/bin/chorus launch -n 4 -- ./build/bin/ddp_train
+    run=$(ls -td "$CHORUS_DIR"/chorus-demo/*/*/ | head -n 1)
+    echo "== the run is in ${run%/}"
+    ./build/bin/chorus show "${run%/}"
+    ;;
+  test)
+    install_packages
+    echo "== build and test (RelWithDebInfo, warnings are errors)"
+    configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_BUILD_BENCH=OFF
+    run_tests build
+    echo "== build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
+    configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DCHORUS_SANITIZE=address,undefined \
+      -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_SAMPLES=OFF -DCMAKE_CXX_FLAGS=-O1
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan
+    ;;
+  tsan)
+    install_packages
+    configure_build build-tsan -DCMAKE_BUILD_TYPE=Debug -DCHORUS_SANITIZE=thread \
+      -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_SAMPLES=OFF -DCMAKE_CXX_FLAGS=-O1
+    TSAN_OPTIONS=halt_on_error=1 run_tests build-tsan
+    ;;
+  bench)
+    install_packages
+    configure_build build-release -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF
+    for b in build-release/bin/bench_*; do echo "== $b"; "$b"; done
+    ;;
+  *)
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

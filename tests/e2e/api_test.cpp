@@ -1,0 +1,185 @@
+// The public API in one process: tickets, coroutines, bad input.
+#define BOOST_TEST_MODULE e2e_api
+#include "harness.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <limits>
+#include <thread>
+
+using namespace e2e;
+
+namespace {
+
+chorus::Options local_options(const TempDir& dir) {
+  chorus::Options opt;
+  opt.project = "api";
+  opt.dir = dir.path.string();
+  opt.read_env = false;
+  opt.topology = chorus::Topology{};
+  return opt;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(inactive_handle_is_a_cheap_no_op) {
+  chorus::Run run;
+  BOOST_TEST(!run);
+  BOOST_TEST(!run.log({{"loss", 1.0}}).wait());
+  BOOST_TEST(run.log({{"loss", 1.0}}).ready());
+  BOOST_TEST(!run.barrier("x").wait());
+  auto r = run.finish().wait();
+  BOOST_TEST(!r.error);
+}
+
+BOOST_AUTO_TEST_CASE(log_wait_finish_writes_the_run_directory) {
+  TempDir dir;
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    BOOST_REQUIRE(run);
+    BOOST_TEST(run.is_host());
+    run.define_metric("loss", chorus::Reduce::mean);
+    run.config({{"lr", 1e-3}, {"layers", 4}, {"opt", "adam"}, {"nesterov", true}});
+    for (int s = 0; s < 100; ++s) run.log({{"loss", 1.0 / (s + 1)}, {"acc", s / 100.0}});
+    BOOST_TEST(!run.log({{"extra", 7.0}}, {.step = 99}).wait());
+    run.summary({{"best", 0.99}});
+    chorus::FinishResult r = run.finish().wait();
+    BOOST_TEST(!r.error, r.error.message());
+    BOOST_TEST((r.state == chorus::RunState::finished));
+    BOOST_TEST(r.rows == 100u);
+    BOOST_TEST(r.run_id == std::string(run.id()));
+    rd = r.run_dir;
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 100u);
+  for (std::size_t s = 0; s < rows.size(); ++s) {
+    BOOST_TEST(rows[s].step() == static_cast<std::int64_t>(s));
+    BOOST_TEST(rows[s].num.at("loss") == 1.0 / (s + 1));
+  }
+  BOOST_TEST(rows[99].num.at("extra") == 7.0);
+  const std::string summary = slurp(rd / "summary.json");
+  BOOST_TEST(summary.find("\"best\":0.99") != std::string::npos);
+  BOOST_TEST(summary.find("\"acc\":0.99") != std::string::npos); // last value of a history key
+  const std::string config = slurp(rd / "config.json");
+  BOOST_TEST(config.find("\"opt\":\"adam\"") != std::string::npos);
+  BOOST_TEST(config.find("\"layers\":4") != std::string::npos);
+  BOOST_TEST(((fs::status(rd).permissions() & fs::perms::all) == fs::perms::owner_all));
+  BOOST_TEST(((fs::status(rd / "history.jsonl").permissions() & fs::perms::all) ==
+              (fs::perms::owner_read | fs::perms::owner_write)));
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
+  TempDir dir;
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    BOOST_TEST(!run.log({{"x", 1.0}}, {.step = 10}).wait());
+    // A backwards step is refused with the reason.
+    chorus::Error back = run.log({{"x", 2.0}}, {.step = 5}).wait();
+    BOOST_TEST((back.code() == chorus::Errc::backwards_step));
+    BOOST_TEST(back.message().find("5") != std::string::npos);
+    // NaN and infinities are kept.
+    BOOST_TEST(!run.log({{"nan", std::nan("")}, {"inf", INFINITY}, {"ninf", -INFINITY}}, {.step = 11}).wait());
+    // Bad keys: refused at once, the call's good values still logged.
+    const std::string huge(10'000, 'k');
+    const std::string not_utf8 = "bad\xff\xfekey";
+    for (std::string_view bad : {std::string_view(), std::string_view(huge), std::string_view(not_utf8),
+                                 std::string_view("_step")}) {
+      chorus::Pending p = run.log({{bad, 1.0}, {"good", 3.0}}, {.step = 12});
+      chorus::Error e = p.wait();
+      BOOST_TEST((e.code() == chorus::Errc::invalid_key));
+      BOOST_TEST(!e.message().empty());
+    }
+    BOOST_TEST((run.log({{"", 1.0}}).wait().code() == chorus::Errc::invalid_key));
+    chorus::FinishResult first = run.finish().wait();
+    BOOST_TEST(!first.error, first.error.message());
+    // After finish: refused, and finish again gives the same result.
+    BOOST_TEST((run.log({{"late", 1.0}}).wait().code() == chorus::Errc::finished));
+    chorus::FinishResult second = run.finish().wait();
+    BOOST_TEST(second.run_dir == first.run_dir);
+    BOOST_TEST((second.state == first.state));
+    rd = first.run_dir;
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 3u);
+  BOOST_TEST(rows[0].num.at("x") == 1.0);
+  BOOST_TEST(rows[1].str.at("nan") == "NaN");
+  BOOST_TEST(rows[1].str.at("inf") == "Infinity");
+  BOOST_TEST(rows[1].str.at("ninf") == "-Infinity");
+  BOOST_TEST(rows[2].num.at("good") == 3.0);
+  const std::string rejected = slurp(rd / "rejected.jsonl");
+  BOOST_TEST(rejected.find("backwards_step") != std::string::npos);
+}
+
+namespace {
+
+chorus::task<std::thread::id> await_on_loop(chorus::Run& run) {
+  // Temporaries in the awaited expression (GCC 12's hazard): a braced list
+  // and the ticket itself.
+  chorus::Error e = co_await run.log({{"k", 1.0}, {"j", 2.0}});
+  BOOST_TEST(!e);
+  std::string name = "sync";
+  e = co_await run.barrier(name);
+  BOOST_TEST(!e);
+  co_return std::this_thread::get_id();
+}
+
+chorus::task<chorus::FinishResult> nested(chorus::Run& run) {
+  auto id = co_await await_on_loop(run);
+  BOOST_TEST((id == std::this_thread::get_id()));
+  co_return co_await run.finish();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(coroutines_resume_on_the_awaiting_executor) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  const auto me = std::this_thread::get_id();
+  chorus::FinishResult r = chorus::sync_wait(nested(run));
+  BOOST_TEST(!r.error, r.error.message());
+  BOOST_TEST((std::this_thread::get_id() == me));
+  auto rows = read_history(r.run_dir);
+  BOOST_REQUIRE_EQUAL(rows.size(), 1u);
+  BOOST_TEST(rows[0].num.at("j") == 2.0);
+}
+
+BOOST_AUTO_TEST_CASE(drop_newest_counts_what_it_drops) {
+  TempDir dir;
+  auto opt = local_options(dir);
+  opt.overflow = chorus::Overflow::drop_newest;
+  opt.queue_capacity = 1024;
+  chorus::Run run = chorus::init(opt);
+  std::uint64_t refused = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    chorus::Pending p = run.log({{"v", static_cast<double>(i)}});
+    if (p.ready() && p.wait().code() == chorus::Errc::dropped) ++refused;
+  }
+  auto r = run.finish().wait();
+  BOOST_TEST(!r.error);
+  BOOST_TEST(run.dropped() == refused);
+  BOOST_TEST(r.dropped == refused);
+  BOOST_TEST(read_history(r.run_dir).size() == 200'000u - refused);
+}
+
+BOOST_AUTO_TEST_CASE(environment_errors_name_the_variable) {
+  TempDir dir;
+  ::setenv("CHORUS_MODE", "sideways", 1);
+  chorus::Error e;
+  auto opt = local_options(dir);
+  opt.read_env = true;
+  chorus::Run run = chorus::init(opt, e);
+  ::unsetenv("CHORUS_MODE");
+  BOOST_TEST(!run);
+  BOOST_TEST((e.code() == chorus::Errc::bad_environment));
+  BOOST_TEST(e.message().find("CHORUS_MODE") != std::string::npos);
+  BOOST_CHECK_THROW((void)chorus::init(opt.read_env ? [&] {
+    ::setenv("CHORUS_MODE", "sideways", 1);
+    return opt;
+  }() : opt), chorus::InitError);
+  ::unsetenv("CHORUS_MODE");
+}

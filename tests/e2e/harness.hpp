@@ -1,0 +1,104 @@
+// Shared by the end-to-end tests: temporary run directories, running real
+// processes, and reading what a run wrote.
+#pragma once
+
+#include <simdjson.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace e2e {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "chorus-test-XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!std::getenv("CHORUS_KEEP_TEST_DIRS")) fs::remove_all(path, ec);
+  }
+};
+
+struct Output {
+  int status = -1; // exit code, or 128 + signal
+  std::string text;
+};
+
+/// Runs `cmd` through sh with stderr merged into stdout.
+inline Output run(const std::string& cmd) {
+  Output out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.text.append(buf, n);
+  const int st = ::pclose(p);
+  out.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return out;
+}
+
+/// A port unlikely to clash between concurrent tests of one machine.
+inline int test_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt * 131) % 20000); }
+
+inline std::string bin(const std::string& name) { return std::string(CHORUS_BINARY_DIR) + "/bin/" + name; }
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// A history row: every numeric field, and the strings ("NaN", ...) apart.
+struct Row {
+  std::map<std::string, double> num;
+  std::map<std::string, std::string> str;
+  std::map<std::string, double> count;
+  std::int64_t step() const { return static_cast<std::int64_t>(num.at("_step")); }
+};
+
+inline std::vector<Row> read_history(const fs::path& run_dir) {
+  std::vector<Row> rows;
+  std::ifstream in(run_dir / "history.jsonl");
+  std::string line;
+  simdjson::dom::parser parser;
+  while (std::getline(in, line)) {
+    simdjson::dom::element doc;
+    if (parser.parse(line).get(doc)) throw std::runtime_error("history line is not JSON: " + line);
+    Row r;
+    for (auto [k, v] : doc.get_object()) {
+      std::string key(k);
+      if (key == "_count") {
+        for (auto [ck, cv] : v.get_object()) r.count[std::string(ck)] = double(cv.get_double());
+      } else if (v.is_string()) {
+        r.str[key] = std::string(std::string_view(v.get_string()));
+      } else {
+        r.num[key] = double(v.get_double());
+      }
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+/// The first line "RUN_DIR=..." of a worker's output.
+inline fs::path run_dir_of(const std::string& text) {
+  auto at = text.find("RUN_DIR=");
+  if (at == std::string::npos) return {};
+  auto end = text.find('\n', at);
+  return text.substr(at + 8, end - at - 8);
+}
+
+} // namespace e2e

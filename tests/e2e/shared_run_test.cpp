@@ -1,0 +1,142 @@
+// Real processes under `chorus launch`, logging into one shared run.
+#define BOOST_TEST_MODULE e2e_shared_run
+#include "harness.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <set>
+
+using namespace e2e;
+
+namespace {
+
+std::string launch(const TempDir& dir, int ranks, int port, const std::string& worker_args) {
+  return "CHORUS_DIR=" + dir.path.string() + " CHORUS_PORT=" + std::to_string(port) + " " + bin("chorus") +
+         " launch -n " + std::to_string(ranks) + " --master-port " + std::to_string(port + 1) + " -- " +
+         bin("chorus_e2e_worker") + " " + worker_args;
+}
+
+simdjson::dom::element run_json(simdjson::dom::parser& parser, const fs::path& dir) {
+  simdjson::dom::element doc;
+  BOOST_REQUIRE_MESSAGE(!parser.load((dir / "run.json").string()).get(doc), "run.json parses");
+  return doc;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(eight_ranks_every_value_exactly_once_in_step_order) {
+  TempDir dir;
+  const int R = 8, S = 200;
+  Output out = run(launch(dir, R, test_port(1), "--steps " + std::to_string(S) + " --barrier-every 50"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(S));
+  std::int64_t prev = -1;
+  for (const Row& row : rows) {
+    const std::int64_t s = row.step();
+    BOOST_TEST_CONTEXT("step " << s) {
+      BOOST_TEST(s > prev); // strictly increasing
+      prev = s;
+      const double st = static_cast<double>(s);
+      // Reductions over all 8 ranks, exact.
+      BOOST_TEST(row.num.at("loss") == 3.5 + st * 0.5);
+      BOOST_TEST(row.count.at("loss") == R);
+      BOOST_TEST(row.num.at("tokens") == 100.0 * R + 28.0);
+      BOOST_TEST(row.num.at("lo") == st - (R - 1));
+      BOOST_TEST(row.num.at("hi") == st + (R - 1));
+      // Unreduced, logged by every rank: one column per rank.
+      for (int r = 0; r < R; ++r) BOOST_TEST(row.num.at("per_rank/rank-" + std::to_string(r)) == r * 1000 + st);
+      BOOST_TEST(row.num.count("per_rank") == 0u);
+      // Unreduced, logged by one rank: its plain key.
+      BOOST_TEST(row.num.at("only0") == st);
+      // Nothing else: _step, _timestamp, _runtime, loss, tokens, lo, hi, only0 and 8 per-rank columns.
+      BOOST_TEST(row.num.size() == 8u + R);
+    }
+  }
+
+  simdjson::dom::parser parser;
+  auto info = run_json(parser, rd);
+  BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
+  BOOST_TEST(int64_t(info["world_size"].get_int64()) == R);
+  int finished = 0;
+  for (auto rank : info["ranks"].get_array())
+    if (std::string_view(rank["state"].get_string()) == "finished") ++finished;
+  BOOST_TEST(finished == R);
+  auto summary = slurp(rd / "summary.json");
+  BOOST_TEST(summary.find("\"done\":true") != std::string::npos);
+  auto config = slurp(rd / "config.json");
+  BOOST_TEST(config.find("\"optimizer\":\"sgd\"") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(sigkill_of_one_rank_leaves_the_others_whole) {
+  TempDir dir;
+  const int R = 4, S = 300, dead = 2, die_at = 150;
+  Output out = run(launch(dir, R, test_port(2),
+                          "--steps " + std::to_string(S) + " --die-rank " + std::to_string(dead) + " --die-step " +
+                              std::to_string(die_at)));
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.status == 128 + 9); // launch reports the worst rank: killed by SIGKILL
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+
+  simdjson::dom::parser parser;
+  auto info = run_json(parser, rd);
+  for (auto rank : info["ranks"].get_array()) {
+    const auto r = int64_t(rank["rank"].get_int64());
+    const std::string_view state = rank["state"].get_string();
+    BOOST_TEST_CONTEXT("rank " << r) {
+      if (r == dead) {
+        BOOST_TEST(state == "crashed");
+        BOOST_TEST(int64_t(rank["last_step"].get_int64()) == die_at - 1);
+      } else {
+        BOOST_TEST(state == "finished");
+      }
+    }
+  }
+
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(S));
+  for (const Row& row : rows) {
+    const std::int64_t s = row.step();
+    BOOST_TEST_CONTEXT("step " << s) {
+      for (int r = 0; r < R; ++r) {
+        const bool expect = r != dead || s < die_at;
+        BOOST_TEST(row.num.count("per_rank/rank-" + std::to_string(r)) == (expect ? 1u : 0u));
+      }
+      BOOST_TEST(row.count.at("loss") == (s < die_at ? R : R - 1));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(unreachable_host_fails_init_naming_the_address) {
+  TempDir dir;
+  const int port = test_port(3);
+  // Rank 1 of 2 with no rank 0 anywhere.
+  Output out = run("CHORUS_DIR=" + dir.path.string() + " RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 " +
+                   "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                   " CHORUS_INIT_TIMEOUT=1.5 " + bin("chorus_e2e_worker"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.status == 3);
+  BOOST_TEST(out.text.find("127.0.0.1:" + std::to_string(port + 1)) != std::string::npos);
+  BOOST_TEST(out.text.find("init_timeout") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_skip_finish_are_finished_by_the_destructor) {
+  TempDir dir;
+  Output out = run(launch(dir, 3, test_port(4), "--steps 50 --no-finish 1"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  // No RUN_DIR line (finish was not awaited): find the run on disk.
+  std::vector<fs::path> runs;
+  for (auto& p : fs::recursive_directory_iterator(dir.path))
+    if (p.path().filename() == "run.json") runs.push_back(p.path().parent_path());
+  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+  simdjson::dom::parser parser;
+  auto info = run_json(parser, runs[0]);
+  BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
+  BOOST_TEST(read_history(runs[0]).size() == 50u);
+}

@@ -1,0 +1,86 @@
+// A rank of the end-to-end tests: logs values that the tests can predict
+// from (rank, step) alone, and misbehaves on request.
+//   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S]
+//          [--no-finish] [--exit-code C]
+#include <chorus/chorus.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+struct Args {
+  long steps = 100;
+  long barrier_every = 0;
+  int die_rank = -1;
+  long die_step = -1;
+  bool no_finish = false;
+  int exit_code = 0;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const long v = std::strtol(argv[i + 1], nullptr, 10);
+    if (k == "--steps") a.steps = v;
+    else if (k == "--barrier-every") a.barrier_every = v;
+    else if (k == "--die-rank") a.die_rank = static_cast<int>(v);
+    else if (k == "--die-step") a.die_step = v;
+    else if (k == "--no-finish") a.no_finish = v != 0;
+    else if (k == "--exit-code") a.exit_code = static_cast<int>(v);
+  }
+  return a;
+}
+
+chorus::task<int> work(Args a) {
+  chorus::Options opt;
+  opt.project = "e2e";
+  opt.mode = chorus::Mode::shared;
+  opt.finish_timeout = std::chrono::milliseconds(20'000);
+  opt.init_timeout = std::chrono::milliseconds(20'000);
+  chorus::Error err;
+  chorus::Run run = chorus::init(opt, err);
+  if (err) {
+    std::fprintf(stderr, "init failed: %s\n", err.message().c_str());
+    co_return 3;
+  }
+  const int rank = run.topology().rank;
+  run.define_metric("loss", chorus::Reduce::mean);
+  run.define_metric("tokens", chorus::Reduce::sum);
+  run.define_metric("lo", chorus::Reduce::min);
+  run.define_metric("hi", chorus::Reduce::max);
+  run.config({{"steps", a.steps}, {"optimizer", "sgd"}});
+  chorus::Pending last;
+  for (long s = 0; s < a.steps; ++s) {
+    if (rank == a.die_rank && s == a.die_step) {
+      // Make sure what came before reached the host, then die without a word.
+      (void)last.wait();
+      ::kill(::getpid(), SIGKILL);
+    }
+    const double r = rank, st = static_cast<double>(s);
+    last = run.log({{"loss", r + st * 0.5}, {"tokens", 100.0 + r}, {"lo", st - r}, {"hi", st + r},
+                    {"per_rank", r * 1000 + st}},
+                   {.step = s});
+    if (rank == 0) run.log({{"only0", st}}, {.step = s});
+    if (a.barrier_every > 0 && (s + 1) % a.barrier_every == 0) {
+      std::string name = "b" + std::to_string(s);
+      chorus::Error e = co_await run.barrier(name);
+      if (e) std::fprintf(stderr, "rank %d barrier %s: %s\n", rank, name.c_str(), e.message().c_str());
+    }
+  }
+  run.summary({{"done", true}});
+  if (a.no_finish) co_return a.exit_code; // the Run's destructor finishes
+  chorus::FinishResult r = co_await run.finish();
+  if (r.error) std::fprintf(stderr, "rank %d finish: %s\n", rank, r.error.message().c_str());
+  if (run.is_host()) std::printf("RUN_DIR=%s\n", r.run_dir.c_str());
+  co_return r.error ? 4 : a.exit_code;
+}
+
+} // namespace
+
+int main(int argc, char** argv) { return chorus::sync_wait(work(parse(argc, argv))); }
