@@ -48,6 +48,8 @@ public:
   /// Bytes in the file (after the last good frame at open, plus appends).
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// The open descriptor, for an fdatasync from a signal handler.
+  [[nodiscard]] int fd() const noexcept { return fd_; }
 
 private:
   WalWriter(int fd, std::string path, std::uint64_t size) noexcept : fd_(fd), path_(std::move(path)), size_(size) {}

@@ -14,9 +14,12 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <climits>
 #include <filesystem>
 #include <future>
@@ -125,11 +128,43 @@ std::string identity_json(const Settings& s, const std::string& id, const std::s
   return out;
 }
 
+// SIGINT and SIGTERM make the run host's WAL durable before the process
+// goes: appends are already in the kernel, fdatasync puts them on disk. Only
+// a default disposition is replaced, so a trainer's own handlers stay in
+// charge; the handler restores the previous disposition and re-raises.
+std::atomic<int> signal_wal_fd{-1};
+struct sigaction previous_sigint, previous_sigterm;
+
+extern "C" void sync_wal_and_reraise(int sig) {
+  const int saved_errno = errno;
+  if (int fd = signal_wal_fd.load(std::memory_order_relaxed); fd >= 0) ::fdatasync(fd);
+  ::sigaction(sig, sig == SIGINT ? &previous_sigint : &previous_sigterm, nullptr);
+  ::raise(sig);
+  errno = saved_errno;
+}
+
+void sync_wal_on_signals(int fd) {
+  signal_wal_fd.store(fd, std::memory_order_relaxed);
+  for (auto [sig, previous] : {std::pair{SIGINT, &previous_sigint}, std::pair{SIGTERM, &previous_sigterm}}) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
+        (current.sa_flags & SA_SIGINFO) != 0)
+      continue;
+    struct sigaction ours {};
+    ours.sa_handler = sync_wal_and_reraise;
+    sigemptyset(&ours.sa_mask);
+    ::sigaction(sig, &ours, previous);
+  }
+}
+
+void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_relaxed); }
+
 class SystemImpl final : public System {
 public:
   explicit SystemImpl(const Settings& s) : sys_(configure(cfg_, s)) {}
 
   ~SystemImpl() override {
+    if (run_actor_) stop_syncing_wal_on_signals();
     if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
     if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
     // ~actor_system waits for every actor and stops the middleman.
@@ -189,6 +224,7 @@ private:
     host->finish = &run.finish_state();
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
+    sync_wal_on_signals(host->wal->fd());
     run_actor_ = spawn_run_actor(sys_, host);
     if (s.run_world > 1) {
       // One node: listen on loopback only; several: on every interface.

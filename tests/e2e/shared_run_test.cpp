@@ -140,3 +140,39 @@ BOOST_AUTO_TEST_CASE(ranks_that_skip_finish_are_finished_by_the_destructor) {
   BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
   BOOST_TEST(read_history(runs[0]).size() == 50u);
 }
+
+BOOST_AUTO_TEST_CASE(sigterm_of_the_host_leaves_a_recoverable_log_and_frees_the_others) {
+  TempDir dir;
+  const int R = 3, S = 400, die_at = 120;
+  Output out = run(launch(dir, R, test_port(5),
+                          "--steps " + std::to_string(S) + " --barrier-every 50 --die-rank 0 --die-step " +
+                              std::to_string(die_at) + " --die-signal 15"));
+  BOOST_TEST_INFO(out.text);
+  // The host went down by SIGTERM itself (the WAL hook re-raises it); the other
+  // ranks learn that their host is gone instead of hanging.
+  BOOST_TEST(out.text.find("exited with signal 15") != std::string::npos);
+  BOOST_TEST(out.text.find("went away") != std::string::npos);
+  BOOST_TEST(out.status != 0);
+
+  std::vector<fs::path> runs;
+  for (auto& p : fs::recursive_directory_iterator(dir.path))
+    if (p.path().filename() == "wal") runs.push_back(p.path().parent_path());
+  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+  Output rec = run(bin("chorus") + " recover " + runs[0].string());
+  BOOST_TEST_INFO(rec.text);
+  BOOST_REQUIRE_EQUAL(rec.status, 0);
+  // The host's values of steps [0, die_at) were acknowledged, so in its WAL;
+  // every rank passed the barrier after step 99, so all of theirs up to it are too.
+  auto rows = read_history(runs[0]);
+  BOOST_REQUIRE_GE(rows.size(), static_cast<std::size_t>(die_at));
+  for (std::size_t s = 0; s < static_cast<std::size_t>(die_at); ++s) {
+    BOOST_TEST_CONTEXT("step " << s) {
+      BOOST_TEST(rows[s].step() == static_cast<std::int64_t>(s));
+      BOOST_TEST(rows[s].num.at("only0") == static_cast<double>(s));
+      if (s < 100) BOOST_TEST(rows[s].count.at("loss") == R);
+    }
+  }
+  simdjson::dom::parser parser;
+  auto info = run_json(parser, runs[0]);
+  BOOST_TEST(std::string_view(info["state"].get_string()) != "running");
+}

@@ -1,6 +1,6 @@
 // A rank of the end-to-end tests: logs values that the tests can predict
 // from (rank, step) alone, and misbehaves on request.
-//   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S]
+//   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C]
 #include <chorus/chorus.hpp>
 
@@ -18,6 +18,7 @@ struct Args {
   long barrier_every = 0;
   int die_rank = -1;
   long die_step = -1;
+  int die_signal = SIGKILL;
   bool no_finish = false;
   int exit_code = 0;
 };
@@ -31,6 +32,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--barrier-every") a.barrier_every = v;
     else if (k == "--die-rank") a.die_rank = static_cast<int>(v);
     else if (k == "--die-step") a.die_step = v;
+    else if (k == "--die-signal") a.die_signal = static_cast<int>(v);
     else if (k == "--no-finish") a.no_finish = v != 0;
     else if (k == "--exit-code") a.exit_code = static_cast<int>(v);
   }
@@ -60,7 +62,7 @@ chorus::task<int> work(Args a) {
     if (rank == a.die_rank && s == a.die_step) {
       // Make sure what came before reached the host, then die without a word.
       (void)last.wait();
-      ::kill(::getpid(), SIGKILL);
+      ::kill(::getpid(), a.die_signal);
     }
     const double r = rank, st = static_cast<double>(s);
     last = run.log({{"loss", r + st * 0.5}, {"tokens", 100.0 + r}, {"lo", st - r}, {"hi", st + r},
