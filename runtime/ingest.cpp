@@ -30,7 +30,7 @@ inline std::uint64_t hash_key(std::string_view s) noexcept {
     h ^= h >> 29;
   }
   std::uint64_t tail = 0;
-  std::memcpy(&tail, s.data() + i, s.size() - i);
+  if (i < s.size()) std::memcpy(&tail, s.data() + i, s.size() - i); // an empty key may have no data
   h = (h ^ tail) * 0x100000001b3ull;
   return h ^ (h >> 32);
 }
