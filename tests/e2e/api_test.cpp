@@ -115,6 +115,27 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
   BOOST_TEST(rejected.find("backwards_step") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(braced_lists_keep_every_entry_even_after_a_bad_key) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  // A null key in the middle is refused alone; what follows it is logged.
+  chorus::Error e = run.log({{"a", 1.0}, {std::string_view(), 2.0}, {"b", 3.0}}, {.step = 0}).wait();
+  BOOST_TEST((e.code() == chorus::Errc::invalid_key));
+  // The longest braced list: 16 entries.
+  BOOST_TEST(!run.log({{"k0", 0}, {"k1", 1}, {"k2", 2}, {"k3", 3}, {"k4", 4}, {"k5", 5}, {"k6", 6}, {"k7", 7},
+                       {"k8", 8}, {"k9", 9}, {"k10", 10}, {"k11", 11}, {"k12", 12}, {"k13", 13}, {"k14", 14},
+                       {"k15", 15}},
+                      {.step = 1})
+                  .wait());
+  chorus::FinishResult r = run.finish().wait();
+  BOOST_TEST(!r.error, r.error.message());
+  auto rows = read_history(r.run_dir);
+  BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+  BOOST_TEST(rows[0].num.at("a") == 1.0);
+  BOOST_TEST(rows[0].num.at("b") == 3.0);
+  for (int i = 0; i < 16; ++i) BOOST_TEST(rows[1].num.at("k" + std::to_string(i)) == i);
+}
+
 namespace {
 
 chorus::task<std::thread::id> await_on_loop(chorus::Run& run) {

@@ -114,6 +114,13 @@ struct Metric {
 };
 static_assert(std::is_trivially_destructible_v<Metric>);
 
+namespace detail {
+/// Marks the parameters of Metrics that a braced list left out: its address
+/// is chorus's own, so no key a caller passes (even an empty or null one) has it.
+inline constexpr char omitted_metric[1] = {};
+inline constexpr Metric omitted{std::string_view(omitted_metric, 0), 0.0};
+} // namespace detail
+
 /// A braced list of up to 16 metrics, `run.log({{"loss", l}, {"lr", lr}})`,
 /// held inline. It stands in for std::initializer_list on purpose: GCC 12
 /// cannot keep an initializer_list's array alive across a `co_await` ("array
@@ -122,13 +129,14 @@ static_assert(std::is_trivially_destructible_v<Metric>);
 class Metrics {
 public:
   static constexpr std::size_t capacity = 16;
-  // One parameter per element of the braced list; an omitted one keeps a
-  // null key, which no real key (a string_view of a literal or a string) has.
-  Metrics(Metric m0, Metric m1 = {}, Metric m2 = {}, Metric m3 = {}, Metric m4 = {}, Metric m5 = {},
-          Metric m6 = {}, Metric m7 = {}, Metric m8 = {}, Metric m9 = {}, Metric m10 = {}, Metric m11 = {},
-          Metric m12 = {}, Metric m13 = {}, Metric m14 = {}, Metric m15 = {}) noexcept
+  // One parameter per element of the braced list.
+  Metrics(Metric m0, Metric m1 = detail::omitted, Metric m2 = detail::omitted, Metric m3 = detail::omitted,
+          Metric m4 = detail::omitted, Metric m5 = detail::omitted, Metric m6 = detail::omitted,
+          Metric m7 = detail::omitted, Metric m8 = detail::omitted, Metric m9 = detail::omitted,
+          Metric m10 = detail::omitted, Metric m11 = detail::omitted, Metric m12 = detail::omitted,
+          Metric m13 = detail::omitted, Metric m14 = detail::omitted, Metric m15 = detail::omitted) noexcept
       : items_{m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15} {
-    while (size_ < capacity && items_[size_].key.data() != nullptr) ++size_;
+    while (size_ < capacity && items_[size_].key.data() != detail::omitted_metric) ++size_;
   }
   operator std::span<const Metric>() const noexcept { return {items_, size_}; }
 
