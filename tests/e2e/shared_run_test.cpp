@@ -176,3 +176,39 @@ BOOST_AUTO_TEST_CASE(sigterm_of_the_host_leaves_a_recoverable_log_and_frees_the_
   auto info = run_json(parser, runs[0]);
   BOOST_TEST(std::string_view(info["state"].get_string()) != "running");
 }
+
+BOOST_AUTO_TEST_CASE(a_frozen_rank_is_declared_crashed_by_heartbeat_and_the_others_finish) {
+  // Rank 1 freezes (SIGSTOP): its process lives and its socket stays open, so
+  // only the missing heartbeats tell. Ranks are started by hand so that the
+  // test can kill the frozen one at the end.
+  TempDir dir;
+  const int port = test_port(6), S = 200, freeze_at = 60;
+  const std::string env = "CHORUS_DIR=" + dir.path.string() + " CHORUS_PORT=" + std::to_string(port) +
+                          " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(port + 1);
+  const std::string args = " --steps " + std::to_string(S) + " --die-rank 1 --die-step " +
+                           std::to_string(freeze_at) + " --die-signal 19 --heartbeat-ms 100 --connection-timeout-ms 3000";
+  auto rank = [&](int r) {
+    return env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " " + bin("chorus_e2e_worker") + args;
+  };
+  const std::string pidfile = (dir.path / "rank1.pid").string();
+  Output out = run("(" + rank(1) + " & echo $! > " + pidfile + "); " + rank(2) + " & p2=$!; " + rank(0) +
+                   "; s0=$?; wait $p2; s2=$?; kill -9 $(cat " + pidfile + "); echo \"STATUS $s0 $s2\"");
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.text.find("STATUS 0 0") != std::string::npos);
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+
+  simdjson::dom::parser parser;
+  auto info = run_json(parser, rd);
+  for (auto r : info["ranks"].get_array()) {
+    const auto id = int64_t(r["rank"].get_int64());
+    BOOST_TEST_CONTEXT("rank " << id) {
+      BOOST_TEST(std::string_view(r["state"].get_string()) == (id == 1 ? "crashed" : "finished"));
+      if (id == 1) BOOST_TEST(int64_t(r["last_step"].get_int64()) == freeze_at - 1);
+    }
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(S));
+  for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == (row.step() < freeze_at ? 3 : 2));
+}

@@ -1,7 +1,8 @@
 // A rank of the end-to-end tests: logs values that the tests can predict
 // from (rank, step) alone, and misbehaves on request.
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
-//          [--no-finish] [--exit-code C]
+//          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T]
+// SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
 #include <chorus/chorus.hpp>
 
 #include <csignal>
@@ -21,6 +22,8 @@ struct Args {
   int die_signal = SIGKILL;
   bool no_finish = false;
   int exit_code = 0;
+  long heartbeat_ms = 0;
+  long connection_timeout_ms = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -35,6 +38,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--die-signal") a.die_signal = static_cast<int>(v);
     else if (k == "--no-finish") a.no_finish = v != 0;
     else if (k == "--exit-code") a.exit_code = static_cast<int>(v);
+    else if (k == "--heartbeat-ms") a.heartbeat_ms = v;
+    else if (k == "--connection-timeout-ms") a.connection_timeout_ms = v;
   }
   return a;
 }
@@ -45,6 +50,8 @@ chorus::task<int> work(Args a) {
   opt.mode = chorus::Mode::shared;
   opt.finish_timeout = std::chrono::milliseconds(20'000);
   opt.init_timeout = std::chrono::milliseconds(20'000);
+  if (a.heartbeat_ms > 0) opt.heartbeat_interval = std::chrono::milliseconds(a.heartbeat_ms);
+  if (a.connection_timeout_ms > 0) opt.connection_timeout = std::chrono::milliseconds(a.connection_timeout_ms);
   chorus::Error err;
   chorus::Run run = chorus::init(opt, err);
   if (err) {
