@@ -40,6 +40,10 @@ public:
   /// one of `names`; a missing value is a usage error.
   bool option(std::initializer_list<std::string_view> names, std::string& value);
 
+  /// Reads `value` (the option `opt` just consumed) as a whole number in
+  /// [lo, hi] into `out`; anything else is a usage error naming the range.
+  void integer(std::string_view opt, const std::string& value, std::int64_t lo, std::int64_t hi, int& out);
+
   void fail(std::string message) {
     if (error_.empty()) error_ = std::move(message);
   }

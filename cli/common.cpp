@@ -62,6 +62,14 @@ bool ArgCursor::option(std::initializer_list<std::string_view> names, std::strin
   return false;
 }
 
+void ArgCursor::integer(std::string_view opt, const std::string& value, std::int64_t lo, std::int64_t hi, int& out) {
+  if (auto n = parse_int(value, lo, hi))
+    out = static_cast<int>(*n);
+  else
+    fail(std::string(opt) + " takes a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+         ", not '" + value + "'");
+}
+
 int usage_error(std::string_view command, std::string_view message) {
   const std::string p = prefix(command);
   std::fprintf(stderr, "%s: %.*s\nRun '%s --help' for usage.\n", p.c_str(), static_cast<int>(message.size()),

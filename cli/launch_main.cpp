@@ -134,13 +134,6 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
   ArgCursor c(words);
   std::string v;
   bool addr_given = false, port_given = false, nproc_given = false;
-  auto integer = [&](std::string_view opt, std::int64_t lo, std::int64_t hi, int& out) {
-    if (auto n = parse_int(v, lo, hi))
-      out = static_cast<int>(*n);
-    else
-      c.fail(std::string(opt) + " takes a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
-             ", not '" + v + "'");
-  };
   while (!c.done() && c.error().empty()) {
     if (c.flag({"--"})) break;
     if (c.flag({"-h", "--help"})) {
@@ -148,18 +141,18 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
       return {};
     }
     if (c.option({"-n", "--nproc-per-node", "--nproc_per_node"}, v)) {
-      integer("-n", 1, 4096, a.nproc);
+      c.integer("-n", v, 1, 4096, a.nproc);
       nproc_given = true;
     } else if (c.option({"--nnodes"}, v)) {
-      integer("--nnodes", 1, 65536, a.nnodes);
+      c.integer("--nnodes", v, 1, 65536, a.nnodes);
     } else if (c.option({"--node-rank", "--node_rank"}, v)) {
-      integer("--node-rank", 0, 65535, a.node_rank);
+      c.integer("--node-rank", v, 0, 65535, a.node_rank);
     } else if (c.option({"--master-addr", "--master_addr"}, v)) {
       a.master_addr = v;
       addr_given = true;
       if (v.empty()) c.fail("--master-addr is empty: give node 0's host name or IP address");
     } else if (c.option({"--master-port", "--master_port"}, v)) {
-      integer("--master-port", 1, 65535, a.master_port);
+      c.integer("--master-port", v, 1, 65535, a.master_port);
       port_given = true;
     } else if (c.option({"--run-id", "--run_id"}, v)) {
       a.run_id = v;

@@ -64,13 +64,6 @@ int terminal_width() {
 std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
   ArgCursor c(words);
   std::string v;
-  auto number = [&](std::string_view opt, std::int64_t lo, std::int64_t hi, int& out) {
-    if (auto n = parse_int(v, lo, hi))
-      out = static_cast<int>(*n);
-    else
-      c.fail(std::string(opt) + " takes a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
-             ", not '" + v + "'");
-  };
   while (!c.done() && c.error().empty()) {
     if (c.flag({"-h", "--help"})) {
       help = true;
@@ -81,11 +74,11 @@ std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
     } else if (c.option({"--metric"}, v)) {
       a.metrics.push_back(v);
     } else if (c.option({"--charts"}, v)) {
-      number("--charts", 0, 100000, a.charts);
+      c.integer("--charts", v, 0, 100000, a.charts);
     } else if (c.option({"--width"}, v)) {
-      number("--width", 30, 10000, a.width);
+      c.integer("--width", v, 30, 10000, a.width);
     } else if (c.option({"--height"}, v)) {
-      number("--height", 2, 1000, a.height);
+      c.integer("--height", v, 2, 1000, a.height);
     } else if (c.flag({"--ascii"})) {
       a.ascii = true;
     } else if (c.flag({"--no-history"})) {

@@ -175,7 +175,8 @@ JsonWriter& JsonWriter::number(double v) {
   return *this;
 }
 
-JsonWriter& JsonWriter::integer(std::int64_t v) {
+template <class I>
+JsonWriter& JsonWriter::whole(I v) {
   separate();
   char buf[24];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -184,14 +185,8 @@ JsonWriter& JsonWriter::integer(std::int64_t v) {
   return *this;
 }
 
-JsonWriter& JsonWriter::uinteger(std::uint64_t v) {
-  separate();
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out_.append(buf, static_cast<std::size_t>(r.ptr - buf));
-  need_comma_ = true;
-  return *this;
-}
+JsonWriter& JsonWriter::integer(std::int64_t v) { return whole(v); }
+JsonWriter& JsonWriter::uinteger(std::uint64_t v) { return whole(v); }
 
 JsonWriter& JsonWriter::boolean(bool b) { return raw(b ? "true" : "false"); }
 

@@ -54,6 +54,8 @@ public:
   [[nodiscard]] std::string& out() noexcept { return out_; }
 
 private:
+  template <class I>
+  JsonWriter& whole(I v);
   void separate() {
     if (after_key_)
       after_key_ = false;

@@ -101,8 +101,7 @@ void Channel::run(Waiter& w, std::uint64_t seq) {
   }
 }
 
-void Channel::suspend(std::uint64_t seq, std::coroutine_handle<> h, Executor* ex) {
-  Waiter w{h, ex, {}, false};
+void Channel::run_or_park(std::uint64_t seq, Waiter w) {
   {
     std::lock_guard lock(mu_);
     if (!ready(seq)) {
@@ -114,17 +113,12 @@ void Channel::suspend(std::uint64_t seq, std::coroutine_handle<> h, Executor* ex
   run(w, seq);
 }
 
+void Channel::suspend(std::uint64_t seq, std::coroutine_handle<> h, Executor* ex) {
+  run_or_park(seq, Waiter{h, ex, {}, false});
+}
+
 void Channel::on_done(std::uint64_t seq, bool has_error, std::function<void(Error)> fn) {
-  Waiter w{{}, nullptr, std::move(fn), has_error};
-  {
-    std::lock_guard lock(mu_);
-    if (!ready(seq)) {
-      waiters_.emplace(seq, std::move(w));
-      if (nudge) nudge();
-      return;
-    }
-  }
-  run(w, seq);
+  run_or_park(seq, Waiter{{}, nullptr, std::move(fn), has_error});
 }
 
 void Channel::complete(std::uint64_t seq) {

@@ -71,6 +71,8 @@ private:
     bool has_error;
   };
   void run(Waiter& w, std::uint64_t seq);
+  /// Runs `w` now if `seq` is ready, else keeps it until complete() or fail().
+  void run_or_park(std::uint64_t seq, Waiter w);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
