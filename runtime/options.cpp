@@ -232,6 +232,9 @@ Error check_topology(const Topology& t) {
     return fail("num_nodes " + std::to_string(t.num_nodes) + " is not in [1, world_size]");
   if (t.node_rank < 0 || t.node_rank >= t.num_nodes)
     return fail("node_rank " + std::to_string(t.node_rank) + " is not in [0, num_nodes)");
+  if (t.num_nodes == 1 && t.local_world_size != t.world_size)
+    return fail("local_world_size " + std::to_string(t.local_world_size) + " differs from world_size " +
+                std::to_string(t.world_size) + " on a single node (num_nodes 1)");
   if (t.master_port < 0 || t.master_port > 65535)
     return fail("master_port " + std::to_string(t.master_port) + " is not in [0, 65535]");
   return {};

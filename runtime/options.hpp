@@ -19,10 +19,13 @@ Env process_env();
 
 /// Topology from the launcher's variables (see chorus.hpp). Precedence when
 /// several launchers' variables are present: torchrun (RANK/WORLD_SIZE),
-/// then Open MPI, then MPICH/PMI, then Slurm. Malformed numbers, ranks out of
-/// range or contradictions (LOCAL_RANK >= LOCAL_WORLD_SIZE, WORLD_SIZE not a
-/// multiple of LOCAL_WORLD_SIZE where required, ...) are errors naming the
-/// variable and what it takes.
+/// then Open MPI, then MPICH/PMI, then Slurm; PMI_RANK without Hydra's
+/// MPI_LOCAL* inside an srun step is srun's PMI plugin, so Slurm's layout is
+/// used. Malformed numbers, ranks out of range or contradictions
+/// (LOCAL_RANK >= LOCAL_WORLD_SIZE, WORLD_SIZE not a multiple of
+/// LOCAL_WORLD_SIZE where required, a local rank that does not fit ranks
+/// filling nodes in order when no node index is given, ...) are errors
+/// naming the variable and what it takes. Empty variables count as unset.
 Topology detect_topology(const Env& env, Error& error);
 
 struct Settings {

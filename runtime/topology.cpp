@@ -101,6 +101,8 @@ struct Var {
 struct Launch {
   std::string_view launcher;
   Var rank, world, local_rank, local_world, node_rank, num_nodes;
+  // Without a node index: how to start ranks so that they fill nodes in order.
+  std::string_view in_order = "start the ranks so that they fill nodes in order of rank";
 };
 
 std::string nodes_name(const Launch& l) { return l.num_nodes.name.empty() ? "the number of nodes" : std::string(l.num_nodes.name); }
@@ -179,11 +181,18 @@ bool place(Vars& v, const Launch& l, Topology& t) {
   if (l.node_rank.value) {
     node = *l.node_rank.value;
   } else if (nodes > 1) {
-    if (world != lws * nodes)
+    if (world != static_cast<long long>(lws) * nodes)
       return v.fail("the ranks are not spread evenly over " + std::to_string(nodes) + " nodes (" + eq(world_n, world) +
                     ", " + eq(lws_n, lws) + "), so this node's index is unknown" +
                     (node_n.empty() ? std::string(".") : ": set " + node_n + "."));
     node = rank / lws;
+    // A local rank the launcher gave must agree with ranks filling nodes in
+    // order; otherwise (e.g. ranks dealt round-robin) the node index derived
+    // here would be wrong and two ranks would both be one node's local rank 0.
+    if (l.local_rank.value && rank % lws != local)
+      return v.fail(eq(local_n, local) + " does not fit " + eq(rank_n, rank) + " with " + eq(lws_n, lws) +
+                    " on each node and ranks filling nodes in order, so this node's index is unknown: " +
+                    (node_n.empty() ? std::string(l.in_order) : "set " + node_n) + ".");
   }
   if (node >= nodes) // only a node index the launcher gave can be out of range
     return v.fail(eq(node_n, node) + " is not below " +
@@ -215,7 +224,8 @@ bool from_openmpi(Vars& v, Launch& l, Topology& t) {
   // OMPI_COMM_WORLD_NODE_RANK is a rank among all of a node's jobs, not the
   // node's index: the index is derived (mpirun's default fills nodes in order).
   l = {"openmpi", {"OMPI_COMM_WORLD_RANK", {}}, {"OMPI_COMM_WORLD_SIZE", {}}, {"OMPI_COMM_WORLD_LOCAL_RANK", {}},
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", {}}, {}, {}};
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", {}}, {}, {},
+       "map the ranks by slot, core or socket (mpirun --map-by slot), not by node"};
   read_counts(v, l);
   t.job_id = v.text(v.first_set({"OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE"})).value_or("");
   return true;
@@ -223,10 +233,18 @@ bool from_openmpi(Vars& v, Launch& l, Topology& t) {
 
 bool from_mpich(Vars& v, Launch& l, Topology&) {
   if (!v.has("PMI_RANK") && !v.has("PMI_SIZE")) return false;
-  // srun's PMI plugins set PMI_RANK and PMI_SIZE but not the node layout,
-  // which Slurm's own variables then give.
+  // srun's PMI plugins set PMI_RANK and PMI_SIZE (Cray's also PMI_LOCAL_*)
+  // but not the node index, which Slurm's own variables then give.
   if (!v.has("MPI_LOCALRANKID") && !v.has("MPI_LOCALNRANKS") && v.has("SLURM_PROCID")) return false;
-  l = {"mpich", {"PMI_RANK", {}}, {"PMI_SIZE", {}}, {"MPI_LOCALRANKID", {}}, {"MPI_LOCALNRANKS", {}}, {}, {}};
+  // Hydra names the node's counts MPI_LOCAL*, Cray PMI (PALS) PMI_LOCAL_*.
+  l = {"mpich",
+       {"PMI_RANK", {}},
+       {"PMI_SIZE", {}},
+       {v.first_set({"MPI_LOCALRANKID", "PMI_LOCAL_RANK"}), {}},
+       {v.first_set({"MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}), {}},
+       {},
+       {},
+       "place the ranks in blocks (mpiexec -ppn N), not round-robin (-rr)"};
   read_counts(v, l);
   return true;
 }
