@@ -227,8 +227,10 @@ private:
     sync_wal_on_signals(host->wal->fd());
     run_actor_ = spawn_run_actor(sys_, host);
     if (s.run_world > 1) {
-      // One node: listen on loopback only; several: on every interface.
-      const char* bind = s.topo.num_nodes > 1 ? nullptr : "127.0.0.1";
+      // Only a run that spans nodes listens beyond loopback: a node-scope
+      // run's ranks are all on its host's node.
+      const bool spans_nodes = s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
+      const char* bind = spans_nodes ? nullptr : "127.0.0.1";
       auto port = sys_.middleman().publish(run_actor_, s.port, bind, true);
       if (!port)
         return {Errc::address_in_use, "the run host cannot listen on port " + std::to_string(s.port) + ": " +
