@@ -169,7 +169,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
   auto join_cb = std::make_shared<std::function<void(JoinResult)>>(std::move(on_join));
   self
       ->request(host, run->settings().opts.init_timeout, join_atom::value, st.rank, hostname(),
-                static_cast<std::int64_t>(::getpid()))
+                static_cast<std::int64_t>(::getpid()), caf::actor_cast<caf::actor>(self))
       .then(
           [self, join_cb](const std::string& id, const std::string& dir) {
             self->state.run->run_id = id;

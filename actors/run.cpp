@@ -175,8 +175,8 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   });
 
   return {
-      [self](join_atom, std::uint32_t rank, const std::string& hostname,
-             std::int64_t pid) -> caf::result<std::string, std::string> {
+      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid,
+             caf::actor proxy) -> caf::result<std::string, std::string> {
         auto& st = self->state;
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
@@ -188,20 +188,29 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                                  "rank " + std::to_string(rank) +
                                      " already joined or left this run: two processes claim the same RANK, or "
                                      "a restarted rank needs a new run id");
-        auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        st.proxies[rank] = sender;
-        st.rank_of[sender.address()] = rank;
-        self->monitor(sender);
+        // The proxy names itself: the sender of a remote message can be
+        // missing in CAF 0.17 when it races the connection's set-up.
+        if (!proxy)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "rank " + std::to_string(rank) + " joined without naming its proxy");
+        st.proxies[rank] = proxy;
+        st.rank_of[proxy.address()] = rank;
+        self->monitor(proxy);
         record(self, wire::rank_joined(rank, now_us(), pid, hostname));
         after_frame(self, -1);
         return {st.host->run_id, st.host->run_dir};
       },
       [self](batch_atom, const std::vector<char>& frame) {
         auto& st = self->state;
-        auto it = st.rank_of.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
         std::uint32_t claimed = 0;
         if (frame.size() >= 5) std::memcpy(&claimed, frame.data() + 1, 4);
-        if (it == st.rank_of.end() || it->second != claimed || st.ended) return; // not a joined rank's own frame
+        if (st.ended || claimed >= st.proxies.size() || !st.merger->rank_joined(static_cast<int>(claimed))) return;
+        // A frame from another process than the rank's own proxy is dropped;
+        // a frame whose sender CAF lost (see join) is taken on its rank's word.
+        if (auto sender = self->current_sender()) {
+          auto it = st.rank_of.find(caf::actor_cast<caf::actor_addr>(sender));
+          if (it == st.rank_of.end() || it->second != claimed) return;
+        }
         record(self, frame);
         after_frame(self, static_cast<int>(claimed));
       },

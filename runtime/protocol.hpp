@@ -1,7 +1,7 @@
 // Every message that crosses between chorus's actors, in one place. Only the
 // few translation units that run actors include this (it pulls in CAF).
 //
-//   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid)
+//   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid, actor proxy)
 //                      -> (string run_id, string run_dir)           request
 //   RankProxy -> Run   (batch_atom, vector<char> frame)              a wire.hpp rank_batch
 //   Run -> RankProxy   (ack_atom, bool for_frame, u64 completed, vector<char> errors)
@@ -10,8 +10,9 @@
 //   self-timers        drain_atom, nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
 //                      join_tmo_atom, finish_tmo_atom
 //
-// Only built-in CAF types travel (integers, strings, std::vector<char>), so
-// nothing needs registering and a frame is copied once, as raw bytes.
+// Only built-in CAF types travel (integers, strings, std::vector<char>, actor
+// handles), so nothing needs registering and a frame is copied once, as raw
+// bytes.
 #pragma once
 
 #include <chorus/chorus.hpp>
