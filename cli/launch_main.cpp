@@ -123,7 +123,8 @@ bool findable(const std::string& program) {
     const auto colon = rest.find(':');
     std::string dir(rest.substr(0, colon));
     if (dir.empty()) dir = ".";
-    if (::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    dir.append("/").append(program); // appended: GCC 12's -Wrestrict misfires on dir + "/" + program
+    if (::access(dir.c_str(), X_OK) == 0) return true;
     if (colon == std::string_view::npos) return false;
     rest.remove_prefix(colon + 1);
   }

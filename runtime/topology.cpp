@@ -28,7 +28,10 @@ constexpr std::string_view check_env = " Check the launcher's environment.";
 
 /// A value as a message quotes it: long values are cut.
 std::string quoted(std::string_view v) {
-  return "'" + std::string(v.substr(0, 64)) + (v.size() > 64 ? "...'" : "'");
+  // Built by appending: GCC 12's -Wrestrict misfires on "'" + std::string(...).
+  std::string out(1, '\'');
+  out.append(v.substr(0, 64)).append(v.size() > 64 ? "...'" : "'");
+  return out;
 }
 
 std::string eq(std::string_view name, int value) { return std::string(name) + "=" + std::to_string(value); }
