@@ -85,8 +85,8 @@ public:
   /// Flushes everything and rewrites summary.json and run.json with the end state.
   void run_end(RunState state, std::int64_t ts_us) override;
 
-  /// Writes buffered history and rejected lines, and config.json and
-  /// summary.json if they changed. Each rewrite costs an fsync: call this
+  /// Writes buffered history and rejected lines, and config.json,
+  /// summary.json and run.json (rank states) if they changed. Each rewrite costs an fsync: call this
   /// on a timer or per batch, not per row.
   void flush();
 

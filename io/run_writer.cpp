@@ -91,6 +91,7 @@ struct RunWriter::State {
   ObjectMerge identity;
   bool config_dirty = false;
   bool summary_dirty = false;
+  bool run_json_dirty = false; // rank states changed since run.json was written
 
   std::map<int, RankInfo> ranks;
   RunState state = RunState::running;
@@ -207,6 +208,7 @@ struct RunWriter::State {
     w.end_object();
     out.push_back('\n');
     fail(write_file_atomic(file("run.json"), out));
+    run_json_dirty = false;
   }
 };
 
@@ -324,7 +326,9 @@ void RunWriter::rank_state(int rank, RunState state, std::int64_t last_step, std
     if (it->second == next) return;
     it->second = std::move(next);
   }
-  s_->write_run_json();
+  // Written at the next flush, not per change: a job of R ranks joining and
+  // finishing would otherwise rewrite (and sync) a file of R ranks 2R times.
+  s_->run_json_dirty = true;
 }
 
 void RunWriter::completed(int, std::uint64_t, const Error*) {}
@@ -348,6 +352,7 @@ void RunWriter::flush() {
     s.config_dirty = false;
   }
   if (s.summary_dirty) s.write_summary();
+  if (s.run_json_dirty) s.write_run_json();
 }
 
 const Error& RunWriter::error() const noexcept { return s_->error; }
