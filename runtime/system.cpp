@@ -246,6 +246,8 @@ private:
   Error dial(const Settings& s, caf::actor& out) {
     const auto deadline = clock::now() + s.opts.init_timeout;
     std::string why = "nothing tried";
+    // Ranks often start before the host listens: retry soon, then back off.
+    auto pause = std::chrono::milliseconds(5);
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0) break;
@@ -265,8 +267,9 @@ private:
                 [&](caf::error& e) { why = sys_.render(e); });
         if (ok) return {};
       }
-      std::this_thread::sleep_for(std::min(std::chrono::milliseconds(100),
-                                           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
+      std::this_thread::sleep_for(
+          std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
+      pause = std::min(pause * 2, std::chrono::milliseconds(100));
     }
     return {Errc::connect_failed,
             "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " + s.host_address + ":" +
