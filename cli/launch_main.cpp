@@ -121,10 +121,12 @@ bool findable(const std::string& program) {
   std::string_view rest = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
     const auto colon = rest.find(':');
-    std::string dir(rest.substr(0, colon));
-    if (dir.empty()) dir = ".";
-    dir.append("/").append(program); // appended: GCC 12's -Wrestrict misfires on dir + "/" + program
-    if (::access(dir.c_str(), X_OK) == 0) return true;
+    // An empty PATH entry is the current directory. Built by appending to a
+    // fresh string: GCC 12's -Wrestrict misfires on reassigned or added strings.
+    const std::string_view dir = rest.substr(0, colon);
+    std::string candidate(dir.empty() ? std::string_view(".") : dir);
+    candidate.append("/").append(program);
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
     if (colon == std::string_view::npos) return false;
     rest.remove_prefix(colon + 1);
   }
