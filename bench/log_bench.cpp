@@ -1,0 +1,279 @@
+// bench_log: the cost of one `run.log` call on the trainer thread, for 1 and
+// 10 scalars, beside spdlog's asynchronous logger logging the same values in
+// the same binary (DESIGN.md section 9).
+//
+// Both are measured the same way: windows of calls, timed one call at a
+// time with steady_clock (its own cost, measured first, is subtracted), and
+// timed again in groups of 16 calls (no timer between the calls of a group).
+// Between windows the logger drains (chorus: the last ticket completes, so
+// the window was committed to the run directory; spdlog: its queue empties),
+// so every call meets a queue with room, as a training loop that logs a few
+// values a step does. Both queues hold a whole window (chorus 2^18 values,
+// spdlog 2^16 messages). The first windows are warm-up and are not counted.
+#include "bench.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <spdlog/async.h>
+#include <spdlog/async_logger.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <thread>
+
+namespace {
+
+using bench::num;
+
+constexpr std::size_t window_values = 1u << 16; // values logged per window
+constexpr std::size_t queue_values = 1u << 18;  // chorus queue, in values
+// The warm-up goes once round chorus's whole queue: every slot has been
+// written once, and every key is in the thread's key cache.
+constexpr int warmup_windows = static_cast<int>(queue_values / window_values);
+constexpr int windows = 20;
+
+constexpr std::size_t group = 16; // calls per timed group in the second pass
+
+struct Figures {
+  double p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0; // per call, timed one by one, ns
+  double group_p50 = 0; // per call, from groups of 16 calls timed together (no timer between calls), median group
+  double mean = 0;      // per call, over all measured windows
+};
+
+/// What one steady_clock reading costs, as it shows between two readings.
+double timer_overhead_ns() {
+  std::vector<std::int64_t> d;
+  d.reserve(1 << 20);
+  for (int i = 0; i < (1 << 20); ++i) {
+    const auto a = bench::clock::now();
+    const auto b = bench::clock::now();
+    d.push_back((b - a).count());
+  }
+  return static_cast<double>(bench::median(d));
+}
+
+/// Calls `call(i)` in windows of `calls` calls; `drain()` runs between windows.
+Figures measure(const std::function<void(std::uint64_t)>& call, const std::function<void()>& drain,
+                std::size_t calls, double overhead) {
+  std::vector<double> each;
+  each.reserve(calls * windows);
+  std::vector<double> groups;
+  groups.reserve(calls / group * windows);
+  double total_ns = 0;
+  std::uint64_t i = 0;
+  // Pass 1: each call timed; the timer's own cost is subtracted.
+  for (int w = 0; w < warmup_windows + windows; ++w) {
+    for (std::size_t c = 0; c < calls; ++c, ++i) {
+      const auto a = bench::clock::now();
+      call(i);
+      const auto b = bench::clock::now();
+      if (w >= warmup_windows) each.push_back(std::max(0.0, static_cast<double>((b - a).count()) - overhead));
+    }
+    drain();
+  }
+  // Pass 2: groups of calls timed together, so the timer's cost and its
+  // 10 ns steps on this machine weigh 1/16 as much.
+  for (int w = 0; w < warmup_windows + windows; ++w) {
+    for (std::size_t c = 0; c + group <= calls; c += group) {
+      const auto a = bench::clock::now();
+      for (std::size_t k = 0; k < group; ++k, ++i) call(i);
+      const auto b = bench::clock::now();
+      if (w >= warmup_windows) {
+        const auto ns = static_cast<double>((b - a).count());
+        groups.push_back(ns / group);
+        total_ns += ns;
+      }
+    }
+    drain();
+  }
+  Figures f;
+  f.p50 = bench::quantile(each, 0.50);
+  f.p90 = bench::quantile(each, 0.90);
+  f.p99 = bench::quantile(each, 0.99);
+  f.p999 = bench::quantile(each, 0.999);
+  f.max = *std::max_element(each.begin(), each.end());
+  f.mean = total_ns / static_cast<double>(groups.size() * group);
+  f.group_p50 = bench::median(groups);
+  return f;
+}
+
+// The ten keys and the values a trainer would log each step.
+constexpr std::array<std::string_view, 10> keys = {"loss", "lr",        "grad_norm", "acc",      "tokens",
+                                                   "ppl",  "step_time", "mem",       "loss_aux", "throughput"};
+
+struct Case {
+  std::string name;
+  Figures f;
+};
+
+std::vector<Case> measure_chorus(const bench::fs::path& dir, double overhead, std::uint64_t& logged) {
+  chorus::Options opt;
+  opt.read_env = false;
+  opt.topology = chorus::Topology{};
+  opt.dir = dir.string();
+  opt.project = "bench";
+  opt.mode = chorus::Mode::shared;
+  opt.queue_capacity = queue_values;
+  opt.system_interval = 0;
+  chorus::Run run = chorus::init(opt);
+  run.define_metric("loss", chorus::Reduce::mean);
+
+  chorus::Pending last;
+  const auto drain = [&] {
+    if (chorus::Error e = last.wait()) std::fprintf(stderr, "chorus: %s\n", e.message().c_str());
+  };
+  std::vector<Case> out;
+
+  out.push_back({"chorus  1 scalar   run.log({{k, v}})", measure(
+                                                             [&](std::uint64_t i) {
+                                                               last = run.log({{"loss", static_cast<double>(i)}});
+                                                             },
+                                                             drain, window_values, overhead)});
+
+  std::array<chorus::Metric, 10> ten;
+  for (std::size_t k = 0; k < ten.size(); ++k) ten[k] = {keys[k], 0.0};
+  out.push_back({"chorus 10 scalars  run.log(span), refilled", measure(
+                                                                    [&](std::uint64_t i) {
+                                                                      const double v = static_cast<double>(i);
+                                                                      for (auto& m : ten) m.value = v;
+                                                                      last = run.log(ten);
+                                                                    },
+                                                                    drain, window_values / 10, overhead)});
+
+  out.push_back({"chorus 10 scalars  run.log({{k, v} x 10})",
+                 measure(
+                     [&](std::uint64_t i) {
+                       const double v = static_cast<double>(i);
+                       last = run.log({{"loss", v}, {"lr", v}, {"grad_norm", v}, {"acc", v}, {"tokens", v},
+                                       {"ppl", v}, {"step_time", v}, {"mem", v}, {"loss_aux", v}, {"throughput", v}});
+                     },
+                     drain, window_values / 10, overhead)});
+
+  chorus::FinishResult r = run.finish().wait();
+  if (r.error) std::fprintf(stderr, "chorus finish: %s\n", r.error.message().c_str());
+  if (r.dropped != 0 || r.rejected != 0)
+    std::fprintf(stderr, "chorus: %llu values dropped, %llu rejected\n", static_cast<unsigned long long>(r.dropped),
+                 static_cast<unsigned long long>(r.rejected));
+  logged = r.rows;
+  return out;
+}
+
+/// spdlog's async logger on its own thread pool (one worker, as spdlog's default).
+struct Spdlog {
+  std::shared_ptr<spdlog::details::thread_pool> pool;
+  std::shared_ptr<spdlog::async_logger> logger;
+
+  Spdlog(spdlog::sink_ptr sink, spdlog::async_overflow_policy policy)
+      : pool(std::make_shared<spdlog::details::thread_pool>(window_values, 1)),
+        logger(std::make_shared<spdlog::async_logger>("bench", std::move(sink), pool, policy)) {}
+  ~Spdlog() {
+    logger->flush();
+    logger.reset();
+    pool.reset(); // joins the worker
+  }
+  void drain() const {
+    while (pool->queue_size() != 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    logger->flush();
+  }
+};
+
+std::vector<Case> measure_spdlog(const bench::fs::path& dir, double overhead) {
+  struct Config {
+    std::string name;
+    bool file;
+    spdlog::async_overflow_policy policy;
+  };
+  const Config configs[] = {{"file, block", true, spdlog::async_overflow_policy::block},
+                            {"file, overrun_oldest", true, spdlog::async_overflow_policy::overrun_oldest},
+                            {"null sink, block", false, spdlog::async_overflow_policy::block}};
+  std::vector<Case> out;
+  int n = 0;
+  for (const Config& c : configs) {
+    spdlog::sink_ptr sink;
+    if (c.file) {
+      std::string file = "spdlog-";
+      file.append(std::to_string(n++)).append(".log");
+      sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir / file).string(), true);
+    } else {
+      sink = std::make_shared<spdlog::sinks::null_sink_mt>();
+    }
+    {
+      Spdlog s(sink, c.policy);
+      out.push_back({"spdlog  1 scalar   " + c.name, measure([&](std::uint64_t i) {
+                                                       s.logger->info("loss={}", static_cast<double>(i));
+                                                     },
+                                                     [&] { s.drain(); }, window_values, overhead)});
+    }
+    {
+      Spdlog s(sink, c.policy);
+      out.push_back({"spdlog 10 scalars  " + c.name,
+                     measure(
+                         [&](std::uint64_t i) {
+                           const double v = static_cast<double>(i);
+                           s.logger->info("loss={} lr={} grad_norm={} acc={} tokens={} ppl={} step_time={} mem={} "
+                                          "loss_aux={} throughput={}",
+                                          v, v, v, v, v, v, v, v, v, v);
+                         },
+                         [&] { s.drain(); }, window_values / 10, overhead)});
+    }
+  }
+  return out;
+}
+
+void row(bench::Table& t, const Case& c) {
+  t.add({c.name, num(c.f.p50), num(c.f.p90), num(c.f.p99), num(c.f.p999), num(c.f.max, 0), num(c.f.group_p50),
+         num(c.f.mean)});
+}
+
+} // namespace
+
+int main() {
+  bench::TempDir dir;
+  const double overhead = timer_overhead_ns();
+  std::printf("bench_log: ns per call on the trainer thread; %d windows of %zu values after %d warm-up windows.\n"
+              "p50..max: each call timed alone, the steady_clock reading's own cost (%.1f ns here) subtracted;\n"
+              "p50 of 16: the median over groups of 16 calls timed together; mean: over every measured call.\n\n",
+              windows, window_values, warmup_windows, overhead);
+
+  std::uint64_t rows = 0;
+  const std::vector<Case> ch = measure_chorus(dir.path, overhead, rows);
+  const std::vector<Case> sp = measure_spdlog(dir.path, overhead);
+
+  bench::Table t({"case", "p50", "p90", "p99", "p99.9", "max", "p50 of 16", "mean"});
+  for (const Case& c : ch) row(t, c);
+  for (const Case& c : sp) row(t, c);
+  t.print();
+  std::printf("(chorus committed %llu history rows; nothing dropped or rejected unless reported above)\n\n",
+              static_cast<unsigned long long>(rows));
+
+  // Ratios to the reference: spdlog async to a file with the block policy, and with overrun_oldest.
+  const Figures& c1 = ch[0].f;
+  const Figures& c10 = ch[1].f;
+  bench::Table r({"chorus / spdlog", "p50", "p99", "p50 of 16", "mean"});
+  for (std::size_t k = 0; k < 2; ++k) {
+    const Figures& s1 = sp[2 * k].f;
+    const Figures& s10 = sp[2 * k + 1].f;
+    const std::string name = k == 0 ? "file, block" : "file, overrun_oldest";
+    r.add({" 1 scalar,  vs " + name, num(c1.p50 / s1.p50, 3), num(c1.p99 / s1.p99, 3),
+           num(c1.group_p50 / s1.group_p50, 3), num(c1.mean / s1.mean, 3)});
+    r.add({"10 scalars, vs " + name, num(c10.p50 / s10.p50, 3), num(c10.p99 / s10.p99, 3),
+           num(c10.group_p50 / s10.group_p50, 3), num(c10.mean / s10.mean, 3)});
+  }
+  r.print();
+  std::printf("\n");
+
+  const bool faster = c1.p50 < sp[0].f.p50 && c1.p99 < sp[0].f.p99 && c1.p50 < sp[2].f.p50 && c1.p99 < sp[2].f.p99;
+  bench::Table g({"target (DESIGN.md 9)", "measured", "verdict"});
+  g.add({"1 scalar p50 <= 50 ns", num(c1.p50) + " ns (p50 of 16: " + num(c1.group_p50) + ")",
+         bench::verdict(c1.p50 <= 50 && c1.group_p50 <= 50)});
+  g.add({"1 scalar p99 <= 500 ns", num(c1.p99) + " ns", bench::verdict(c1.p99 <= 500)});
+  g.add({"1 scalar faster than spdlog async (p50, p99)", faster ? "yes" : "no", bench::verdict(faster)});
+  g.add({"10 scalars p50 <= 200 ns", num(c10.p50) + " ns (p50 of 16: " + num(c10.group_p50) + ")",
+         bench::verdict(c10.p50 <= 200 && c10.group_p50 <= 200)});
+  g.print();
+  return 0;
+}
