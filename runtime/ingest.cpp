@@ -80,7 +80,8 @@ std::uint32_t KeyTable::intern_metric(std::string_view key) noexcept {
   for (std::size_t probe = 0; probe < 4; ++probe) {
     CacheEntry& e = key_cache[(h + probe) & (cache_size - 1)];
     if (e.data == nullptr) break;
-    if (e.hash == h && e.size == key.size() && std::memcmp(e.data, key.data(), key.size()) == 0) return e.id;
+    if (e.hash == h && e.size == key.size() && (key.empty() || std::memcmp(e.data, key.data(), key.size()) == 0))
+      return e.id; // an empty key may have no data to compare
   }
   std::uint32_t id;
   try {
