@@ -367,6 +367,14 @@ private:
     return worst;
   }
 
+public:
+  std::vector<int> codes() const {
+    std::vector<int> out;
+    for (const Rank& r : ranks_) out.push_back(r.code);
+    return out;
+  }
+
+private:
   const LaunchArgs& args_;
   std::vector<Rank> ranks_;
   Sink out_{STDOUT_FILENO, {}};
@@ -379,6 +387,11 @@ private:
 
 } // namespace
 
-int run_ranks(const LaunchArgs& args) { return Launcher(args).run(); }
+int run_ranks(const LaunchArgs& args, std::vector<int>* codes) {
+  Launcher launcher(args);
+  const int worst = launcher.run();
+  if (codes) *codes = launcher.codes();
+  return worst;
+}
 
 } // namespace chorus::cli

@@ -18,6 +18,9 @@ struct LaunchArgs {
   bool fail_fast = false;
   double grace_s = 10.0;
   std::vector<std::string> program;
+  /// Where run hosts among the ranks note their run directories
+  /// (CHORUS_LAUNCH_RUNS), so that launch can record the exit codes there.
+  std::string runs_file;
 };
 
 /// The environment of local rank `local_rank`: this process's own, with
@@ -25,7 +28,12 @@ struct LaunchArgs {
 std::vector<std::string> rank_environment(const LaunchArgs& args, int local_rank);
 
 /// Starts the ranks, relays their output and signals, and waits for them.
-/// Returns the worst rank's exit code (128 + signal for a signal death).
-int run_ranks(const LaunchArgs& args);
+/// Returns the worst rank's exit code (128 + signal for a signal death);
+/// `codes`, if given, receives each rank's code by local rank.
+int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr);
+
+/// Adds "exit_codes": {"<global rank>": code, ...} to DIR/run.json (the
+/// ranks launch started); returns the problem, or "".
+std::string record_exit_codes(const std::string& dir, const LaunchArgs& args, const std::vector<int>& codes);
 
 } // namespace chorus::cli

@@ -2,10 +2,16 @@
 // environment. The ranks themselves are run in launch.cpp.
 #include "cli/cli.hpp"
 #include "cli/launch.hpp"
+#include "io/run_dir.hpp"
+
+#include <simdjson.h>
 
 #include <arpa/inet.h>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <netinet/in.h>
 #include <optional>
 #include <random>
@@ -209,6 +215,7 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
       {"TORCHELASTIC_RUN_ID", a.run_id},
       {"TORCHELASTIC_RESTART_COUNT", "0"},
       {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"CHORUS_LAUNCH_RUNS", a.runs_file},
   };
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -218,8 +225,31 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
     for (const auto& [k, v] : ours) replaced = replaced || k == name;
     if (!replaced) env.emplace_back(entry);
   }
-  for (const auto& [k, v] : ours) env.push_back(std::string(k) + "=" + v);
+  for (const auto& [k, v] : ours)
+    if (!v.empty()) env.push_back(std::string(k) + "=" + v);
   return env;
+}
+
+std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes) {
+  const std::string path = dir + "/run.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot read it";
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The run host wrote one object: the codes go in before its closing brace.
+  const auto close = text.find_last_of('}');
+  if (close == std::string::npos) return "it holds no JSON object";
+  std::string field = ",\"exit_codes\":{";
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    if (i > 0) field += ",";
+    field += "\"" + std::to_string(a.node_rank * a.nproc + static_cast<int>(i)) + "\":" + std::to_string(codes[i]);
+  }
+  field += "}";
+  text.insert(close, field);
+  simdjson::dom::parser parser;
+  simdjson::dom::object check;
+  if (parser.parse(text).get(check) != simdjson::SUCCESS) return "it is not a JSON object (left as it was)";
+  if (Error e = io::write_file_atomic(path, text)) return e.message();
+  return {};
 }
 
 int launch_main(std::span<char* const> words) {
@@ -252,7 +282,26 @@ int launch_main(std::span<char* const> words) {
                  stderr);
     a.run_id = random_id();
   }
-  return run_ranks(a);
+  // Run hosts among the ranks note their run directories here; afterwards
+  // each of those runs gets the ranks' exit codes.
+  std::string runs_file = (std::filesystem::temp_directory_path() / "chorus-launch-XXXXXX").string();
+  if (const int fd = ::mkstemp(runs_file.data()); fd >= 0) {
+    ::close(fd);
+    a.runs_file = runs_file;
+  }
+  std::vector<int> codes;
+  const int worst = run_ranks(a, &codes);
+  if (!a.runs_file.empty()) {
+    std::ifstream in(a.runs_file);
+    std::set<std::string> dirs;
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && dirs.insert(line).second)
+        if (std::string problem = record_exit_codes(line, a, codes); !problem.empty())
+          std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", line.c_str(),
+                       problem.c_str());
+    std::remove(a.runs_file.c_str());
+  }
+  return worst;
 }
 
 } // namespace chorus::cli

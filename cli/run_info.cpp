@@ -1,4 +1,5 @@
 #include "cli/run_info.hpp"
+#include "cli/cli.hpp"
 
 #include <simdjson.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -156,6 +158,15 @@ RunInfo read_run(const std::string& dir) {
       r.ranks.push_back(std::move(k));
     }
     std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
+  }
+  simdjson::dom::object codes;
+  if (o["exit_codes"].get(codes) == simdjson::SUCCESS) {
+    for (auto [key, value] : codes) {
+      std::int64_t code = 0;
+      if (value.get(code) != simdjson::SUCCESS) continue;
+      if (auto rank = parse_int(key, 0, std::numeric_limits<int>::max())) r.exit_codes.emplace_back(*rank, code);
+    }
+    std::sort(r.exit_codes.begin(), r.exit_codes.end());
   }
   if (r.state.empty()) r.problem = "run.json has no \"state\"";
   if (r.state == "running") r.host_life = host_life(r);

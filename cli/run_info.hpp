@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace chorus::cli {
@@ -34,6 +35,8 @@ struct RunInfo {
   std::string state;
   std::optional<std::int64_t> world_size, rows, rejected;
   std::vector<RankInfo> ranks;
+  /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
+  std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;
   HostLife host_life = HostLife::unknown; // meaningful while state is "running"
 
   [[nodiscard]] bool readable() const noexcept { return problem.empty(); }

@@ -176,6 +176,15 @@ std::string ranks_section(const RunInfo& r, int width) {
     t.add({std::to_string(k.rank), k.state, k.last_step < 0 ? "-" : std::to_string(k.last_step), k.host, k.message});
   std::string out = "ranks (" + std::to_string(r.ranks.size()) + ")\n";
   for (const std::string& line : split_lines(t.render("  "))) out += clip(line, width) + "\n";
+  if (!r.exit_codes.empty()) {
+    // Keyed by global rank: in a node-scope or per-rank run these are not the RANK column's numbers.
+    std::string codes = "  exit codes (chorus launch, by global rank):";
+    for (const auto& [rank, code] : r.exit_codes) {
+      codes += " " + std::to_string(rank) + "=" + std::to_string(code);
+      if (code > 128) codes += " (signal " + std::to_string(code - 128) + ")";
+    }
+    out += clip(codes, width) + "\n";
+  }
   return out + "\n";
 }
 

@@ -128,6 +128,20 @@ std::string identity_json(const Settings& s, const std::string& id, const std::s
   return out;
 }
 
+/// Under `chorus launch`, tells it where this run lives (one line appended to
+/// the file CHORUS_LAUNCH_RUNS names), so that it can add the ranks' exit
+/// codes to run.json once they have exited.
+void note_run_for_launcher(const Settings& s, const std::string& run_dir) {
+  const char* file = s.opts.read_env ? std::getenv("CHORUS_LAUNCH_RUNS") : nullptr;
+  if (file == nullptr || *file == '\0') return;
+  const int fd = ::open(file, O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return; // launch is gone or made none: nothing to tell
+  const std::string line = run_dir + "\n";
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  (void)written; // best effort: without the line, launch reports the codes as missing
+}
+
 // SIGINT and SIGTERM make the run host's WAL durable before the process
 // goes: appends are already in the kernel, fdatasync puts them on disk. Only
 // a default disposition is replaced, so a trainer's own handlers stay in
@@ -220,6 +234,7 @@ private:
     Error err;
     host->wal = io::WalWriter::open(host->run_dir + "/wal", err);
     if (err) return err;
+    note_run_for_launcher(s, host->run_dir);
     host->run_json = identity_json(s, host->run_id, host->run_dir, host->start_us);
     host->finish = &run.finish_state();
     run.run_id = host->run_id;

@@ -85,6 +85,9 @@ BOOST_AUTO_TEST_CASE(sigkill_of_one_rank_leaves_the_others_whole) {
 
   simdjson::dom::parser parser;
   auto info = run_json(parser, rd);
+  // chorus launch added each rank's exit code: the killed one's is 128 + SIGKILL.
+  for (int r = 0; r < R; ++r)
+    BOOST_TEST(int64_t(info["exit_codes"][std::to_string(r)].get_int64()) == (r == dead ? 128 + 9 : 0));
   for (auto rank : info["ranks"].get_array()) {
     const auto r = int64_t(rank["rank"].get_int64());
     const std::string_view state = rank["state"].get_string();
@@ -97,6 +100,11 @@ BOOST_AUTO_TEST_CASE(sigkill_of_one_rank_leaves_the_others_whole) {
       }
     }
   }
+
+  Output shown = run(bin("chorus") + " show --charts 0 " + rd.string());
+  BOOST_TEST_INFO(shown.text);
+  BOOST_TEST(shown.text.find("exit codes (chorus launch, by global rank): 0=0 1=0 2=137 (signal 9) 3=0") !=
+             std::string::npos);
 
   auto rows = read_history(rd);
   BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(S));
