@@ -49,10 +49,31 @@ struct ProxyState {
   bool finish_started = false;  // the run host is finishing the run for us
   bool done = false;            // the finish ticket completed
   std::vector<char> frame;
+  // Joining: repeated until answered or init_timeout runs out.
+  std::function<void(JoinResult)> on_join; // emptied once called
+  std::chrono::steady_clock::time_point join_deadline;
+  std::chrono::milliseconds join_retry{200};
   static inline const char* name = "chorus.rank_proxy";
 };
 
 using proxy_actor = caf::stateful_actor<ProxyState>;
+
+/// Reports the join's outcome, once.
+void joined(proxy_actor* self, JoinResult r) {
+  auto& st = self->state;
+  if (!st.on_join) return;
+  auto fn = std::move(st.on_join);
+  st.on_join = nullptr;
+  fn(std::move(r));
+}
+
+void send_join(proxy_actor* self) {
+  auto& st = self->state;
+  self->send(st.host, join_atom::value, st.rank, hostname(), static_cast<std::int64_t>(::getpid()),
+             caf::actor_cast<caf::actor>(self));
+  self->delayed_send(self, st.join_retry, join_retry_atom::value);
+  st.join_retry = std::min(st.join_retry * 2, std::chrono::milliseconds(2000));
+}
 
 void complete_finish(proxy_actor* self, Error err) {
   auto& st = self->state;
@@ -162,29 +183,46 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
     Error e(Errc::host_lost, "the run host (" + st.host_label + ") went away (" + caf::to_string(dm.reason) +
                                  "): values not yet acknowledged are lost to the run; check the host rank's output");
     st.host = nullptr;
+    joined(self, JoinResult{e, {}, {}});
     if (st.finish_seq) complete_finish(self, e);
     st.run->channel().fail(std::move(e));
     self->quit();
   });
-  auto join_cb = std::make_shared<std::function<void(JoinResult)>>(std::move(on_join));
-  self
-      ->request(host, run->settings().opts.init_timeout, join_atom::value, st.rank, hostname(),
-                static_cast<std::int64_t>(::getpid()), caf::actor_cast<caf::actor>(self))
-      .then(
-          [self, join_cb](const std::string& id, const std::string& dir) {
-            self->state.run->run_id = id;
-            self->state.run->run_dir = dir;
-            (*join_cb)(JoinResult{{}, id, dir});
-            self->send(self, drain_atom::value);
-          },
-          [self, join_cb](caf::error& err) {
-            (*join_cb)(JoinResult{Error(Errc::connect_failed, "joining the run at " + self->state.host_label +
-                                                                  " failed: " + self->system().render(err)),
+  st.on_join = std::move(on_join);
+  st.join_deadline = std::chrono::steady_clock::now() + run->settings().opts.init_timeout;
+  send_join(self);
+  return {
+      [self](joined_atom, bool ok, const std::string& id_or_error, const std::string& dir) {
+        auto& st = self->state;
+        if (!st.on_join) return; // an answer to a repeated join
+        if (!ok) {
+          joined(self, JoinResult{Error(Errc::connect_failed,
+                                        "the run host at " + st.host_label + " refused rank " +
+                                            std::to_string(st.rank) + ": " + id_or_error),
                                   {},
                                   {}});
-            self->quit();
-          });
-  return {
+          self->quit();
+          return;
+        }
+        st.run->run_id = id_or_error;
+        st.run->run_dir = dir;
+        joined(self, JoinResult{{}, id_or_error, dir});
+        self->send(self, drain_atom::value);
+      },
+      [self](join_retry_atom) {
+        auto& st = self->state;
+        if (!st.on_join) return;
+        if (std::chrono::steady_clock::now() < st.join_deadline) return send_join(self);
+        joined(self, JoinResult{Error(Errc::connect_failed,
+                                      "the run host at " + st.host_label +
+                                          " accepted the connection but did not answer rank " +
+                                          std::to_string(st.rank) + "'s join within init_timeout (" +
+                                          std::to_string(st.run->settings().opts.init_timeout.count()) +
+                                          " ms); check the host rank's output"),
+                                {},
+                                {}});
+        self->quit();
+      },
       [self](drain_atom) {
         // The proxy's own loop: back-to-back while there is data, else a short sleep.
         if (drain(self))

@@ -175,30 +175,29 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   });
 
   return {
-      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid,
-             caf::actor proxy) -> caf::result<std::string, std::string> {
+      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, caf::actor proxy) {
         auto& st = self->state;
+        if (!proxy) return; // nobody to answer: a join always names its proxy
+        auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string()); };
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
-          return caf::make_error(caf::sec::invalid_argument,
-                                 "rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
-                                     " ranks: every rank must see the same WORLD_SIZE");
-        if (st.merger->rank_joined(static_cast<int>(rank)) || st.ended)
-          return caf::make_error(caf::sec::invalid_argument,
-                                 "rank " + std::to_string(rank) +
-                                     " already joined or left this run: two processes claim the same RANK, or "
-                                     "a restarted rank needs a new run id");
-        // The proxy names itself: the sender of a remote message can be
-        // missing in CAF 0.17 when it races the connection's set-up.
-        if (!proxy)
-          return caf::make_error(caf::sec::invalid_argument,
-                                 "rank " + std::to_string(rank) + " joined without naming its proxy");
+          return refuse("rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
+                        " ranks: every rank must see the same WORLD_SIZE");
+        if (st.merger->rank_joined(static_cast<int>(rank))) {
+          // The same proxy again: its answer was lost on the way; answer again.
+          if (st.proxies[rank] == proxy)
+            return self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir);
+          return refuse("rank " + std::to_string(rank) +
+                        " already joined or left this run: two processes claim the same RANK, or a restarted "
+                        "rank needs a new run id");
+        }
+        if (st.ended) return refuse("the run has ended: start a new run (another run id) to log more");
         st.proxies[rank] = proxy;
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
         record(self, wire::rank_joined(rank, now_us(), pid, hostname));
         after_frame(self, -1);
-        return {st.host->run_id, st.host->run_dir};
+        self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir);
       },
       [self](batch_atom, const std::vector<char>& frame) {
         auto& st = self->state;

@@ -2,13 +2,17 @@
 // few translation units that run actors include this (it pulls in CAF).
 //
 //   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid, actor proxy)
-//                      -> (string run_id, string run_dir)           request
+//   Run -> RankProxy   (joined_atom, bool ok, string run_id | error, string run_dir)
+//                      sent to the proxy the join names, not as a response: CAF
+//                      0.17 can lose a remote message's sender while the
+//                      connection is set up, so the proxy repeats its join
+//                      until answered (a repeated join is answered again).
 //   RankProxy -> Run   (batch_atom, vector<char> frame)              a wire.hpp rank_batch
 //   Run -> RankProxy   (ack_atom, bool for_frame, u64 completed, vector<char> errors)
 //                      errors: repeated {u64 seq, u8 Errc, u32 len, message}
 //   RankProxy -> Run   (finish_atom) -> (ok_atom)                    host only: finish the run
 //   self-timers        drain_atom, nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
-//                      join_tmo_atom, finish_tmo_atom
+//                      join_tmo_atom, join_retry_atom, finish_tmo_atom
 //
 // Only built-in CAF types travel (integers, strings, std::vector<char>, actor
 // handles), so nothing needs registering and a frame is copied once, as raw
@@ -26,6 +30,8 @@
 namespace chorus::detail {
 
 using join_atom = caf::atom_constant<caf::atom("join")>;
+using joined_atom = caf::atom_constant<caf::atom("joined")>;
+using join_retry_atom = caf::atom_constant<caf::atom("join_rty")>;
 using batch_atom = caf::atom_constant<caf::atom("batch")>;
 using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;

@@ -195,7 +195,7 @@ BOOST_AUTO_TEST_CASE(a_frozen_rank_is_declared_crashed_by_heartbeat_and_the_othe
                           " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                           std::to_string(port + 1);
   const std::string args = " --steps " + std::to_string(S) + " --die-rank 1 --die-step " +
-                           std::to_string(freeze_at) + " --die-signal 19 --heartbeat-ms 100 --connection-timeout-ms 3000";
+                           std::to_string(freeze_at) + " --die-signal 19 --heartbeat-ms 200 --connection-timeout-ms 6000";
   auto rank = [&](int r) {
     return env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " " + bin("chorus_e2e_worker") + args;
   };
