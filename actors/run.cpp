@@ -175,9 +175,12 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   });
 
   return {
-      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, caf::actor proxy) {
+      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, caf::actor named) {
         auto& st = self->state;
-        if (!proxy) return; // nobody to answer: a join always names its proxy
+        // The sender is the proxy; the name it sends along stands in when CAF
+        // lost the sender of this message (see protocol.hpp).
+        caf::actor proxy = self->current_sender() ? caf::actor_cast<caf::actor>(self->current_sender()) : named;
+        if (!proxy) return; // nobody to answer
         auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string()); };
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)

@@ -190,6 +190,10 @@ public:
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
     // Off by default in CAF: without heartbeats a silent peer is never noticed.
+    // Messages from the network are deserialized on the multiplexer thread,
+    // in arrival order: CAF 0.17's worker threads can hand a message over
+    // before its connection's node is known (a lost sender, a dropped link).
+    cfg.set("middleman.workers", size_t{0});
     cfg.set("middleman.heartbeat-interval", caf::timespan(s.opts.heartbeat_interval));
     cfg.set("middleman.connection-timeout", caf::timespan(s.opts.connection_timeout));
     return cfg;
