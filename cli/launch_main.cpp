@@ -240,10 +240,12 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
   if (close == std::string::npos) return "it holds no JSON object";
   std::string field = ",\"exit_codes\":{";
   for (std::size_t i = 0; i < codes.size(); ++i) {
-    if (i > 0) field += ",";
-    field += "\"" + std::to_string(a.node_rank * a.nproc + static_cast<int>(i)) + "\":" + std::to_string(codes[i]);
+    if (i > 0) field.push_back(',');
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on "\"" + std::to_string(...).
+    field.append("\"").append(std::to_string(a.node_rank * a.nproc + static_cast<int>(i))).append("\":");
+    field.append(std::to_string(codes[i]));
   }
-  field += "}";
+  field.push_back('}');
   text.insert(close, field);
   simdjson::dom::parser parser;
   simdjson::dom::object check;
