@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "runtime/options.hpp"
+#include "tests/runtime/env.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -17,15 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Vars = std::map<std::string, std::string, std::less<>>;
-
-detail::Env env_of(Vars vars) {
-  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using test::env_of;
+using test::Vars;
 
 detail::Settings resolve_ok(const Options& o, const Vars& vars = {}) {
   Error error;

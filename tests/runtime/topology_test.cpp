@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "runtime/options.hpp"
+#include "tests/runtime/env.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -13,15 +14,8 @@ using namespace chorus;
 
 namespace {
 
-using Vars = std::map<std::string, std::string, std::less<>>;
-
-detail::Env env_of(Vars vars) {
-  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using test::env_of;
+using test::Vars;
 
 Topology detect(const Vars& vars, Error& error) { return detail::detect_topology(env_of(vars), error); }
 
