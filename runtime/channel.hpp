@@ -59,6 +59,11 @@ public:
 
   [[nodiscard]] std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_acquire); }
   [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  /// Why nothing completes any more (after fail()); ok before.
+  [[nodiscard]] Error failure() const {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
 
   /// Wakes the consumer of this process's ring (set by the RankProxy).
   std::function<void()> nudge;

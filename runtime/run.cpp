@@ -69,6 +69,27 @@ bool RunImpl::reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept 
   }
 }
 
+Pending RunImpl::host_gone() noexcept {
+  try {
+    return refuse({Errc::host_lost, channel_.failure().message() +
+                                        " (this process's queue is full: the call was refused at once)"});
+  } catch (...) {
+    return refuse({});
+  }
+}
+
+template <class Fill>
+Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {
+  std::uint64_t pos;
+  if (!reserve(1, pos, true)) return host_gone();
+  Slot& s = ring_.at(pos);
+  s.kind = kind;
+  s.count = 1;
+  fill(s);
+  Ring::publish(s, pos);
+  return Pending(&channel_, pos + 1, false);
+}
+
 Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
@@ -107,7 +128,7 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
   if (good == 0) return refuse(validate_metric_key(values[first_bad].key));
 
   std::uint64_t pos;
-  if (!reserve(good, pos, false)) return Pending(&channel_, immediate_bit, false);
+  if (!reserve(good, pos, false)) return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
   const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
   std::uint32_t j = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -141,15 +162,10 @@ Pending RunImpl::define_metric(std::string_view key, Reduce reduce) noexcept {
   if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
   if (static_cast<std::uint8_t>(reduce) > static_cast<std::uint8_t>(Reduce::max))
     return refuse({Errc::invalid_argument, "unknown Reduce value: use none, mean, sum, min or max"});
-  std::uint64_t pos;
-  reserve(1, pos, true);
-  Slot& s = ring_.at(pos);
-  s.key = id;
-  s.kind = SlotKind::define;
-  s.reduce = reduce;
-  s.count = 1;
-  Ring::publish(s, pos);
-  return Pending(&channel_, pos + 1, false);
+  return push_control(SlotKind::define, [&](Slot& s) {
+    s.key = id;
+    s.reduce = reduce;
+  });
 }
 
 Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
@@ -161,14 +177,7 @@ Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
       return refuse({Errc::invalid_key, std::string(what) + " key " + quoted(f.key) +
                                             " is empty or not UTF-8: use a non-empty UTF-8 key"});
   auto json = std::make_unique<std::string>(io::fields_to_json(fields));
-  std::uint64_t pos;
-  reserve(1, pos, true);
-  Slot& s = ring_.at(pos);
-  s.kind = kind;
-  s.count = 1;
-  s.text = json.release();
-  Ring::publish(s, pos);
-  return Pending(&channel_, pos + 1, false);
+  return push_control(kind, [&](Slot& s) { s.text = json.release(); }); // the RankProxy frees it
 }
 
 Pending RunImpl::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
@@ -184,28 +193,17 @@ Pending RunImpl::barrier(std::string_view name, std::chrono::milliseconds timeou
   } catch (...) {
     return refuse({Errc::internal, "out of memory"});
   }
-  std::uint64_t pos;
-  reserve(1, pos, true);
-  Slot& s = ring_.at(pos);
-  s.key = id;
-  s.kind = SlotKind::barrier;
-  s.count = 1;
-  s.step = timeout.count() > 0 ? timeout.count() : settings_.opts.barrier_timeout.count();
-  Ring::publish(s, pos);
-  return Pending(&channel_, pos + 1, false);
+  return push_control(SlotKind::barrier, [&](Slot& s) {
+    s.key = id;
+    s.step = timeout.count() > 0 ? timeout.count() : settings_.opts.barrier_timeout.count();
+  });
 }
 
 FinishPending RunImpl::finish() noexcept {
   std::lock_guard lock(finish_mu_);
   if (finishing_) return *finishing_;
   closed_.store(true, std::memory_order_relaxed);
-  std::uint64_t pos;
-  reserve(1, pos, true);
-  Slot& s = ring_.at(pos);
-  s.kind = SlotKind::finish;
-  s.count = 1;
-  Ring::publish(s, pos);
-  finishing_.emplace(Pending(&channel_, pos + 1, false), &finish_);
+  finishing_.emplace(push_control(SlotKind::finish, [](Slot&) {}), &finish_);
   if (channel_.nudge) channel_.nudge();
   return *finishing_;
 }

@@ -46,6 +46,11 @@ public:
 private:
   bool reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept;
   Pending refuse(Error e) noexcept;
+  Pending host_gone() noexcept;
+  /// Enqueues one control slot (define, barrier, config, summary, finish)
+  /// that `fill` completes; force-reserved, as control never drops.
+  template <class Fill>
+  Pending push_control(SlotKind kind, Fill&& fill) noexcept;
 
   Settings settings_;
   Ring ring_;

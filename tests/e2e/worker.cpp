@@ -1,7 +1,7 @@
 // A rank of the end-to-end tests: logs values that the tests can predict
 // from (rank, step) alone, and misbehaves on request.
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
-//          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T]
+//          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
 #include <chorus/chorus.hpp>
 
@@ -24,6 +24,7 @@ struct Args {
   int exit_code = 0;
   long heartbeat_ms = 0;
   long connection_timeout_ms = 0;
+  long queue = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -40,6 +41,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--exit-code") a.exit_code = static_cast<int>(v);
     else if (k == "--heartbeat-ms") a.heartbeat_ms = v;
     else if (k == "--connection-timeout-ms") a.connection_timeout_ms = v;
+    else if (k == "--queue") a.queue = v;
   }
   return a;
 }
@@ -50,6 +52,7 @@ chorus::task<int> work(Args a) {
   opt.mode = chorus::Mode::shared;
   opt.finish_timeout = std::chrono::milliseconds(20'000);
   opt.init_timeout = std::chrono::milliseconds(20'000);
+  if (a.queue > 0) opt.queue_capacity = static_cast<std::size_t>(a.queue);
   if (a.heartbeat_ms > 0) opt.heartbeat_interval = std::chrono::milliseconds(a.heartbeat_ms);
   if (a.connection_timeout_ms > 0) opt.connection_timeout = std::chrono::milliseconds(a.connection_timeout_ms);
   chorus::Error err;
