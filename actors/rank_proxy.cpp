@@ -1,4 +1,5 @@
 #include "actors/rank_proxy.hpp"
+#include "io/posix.hpp"
 
 #include "runtime/run_impl.hpp"
 #include "runtime/wire.hpp"
@@ -9,6 +10,9 @@
 #include <cstring>
 
 namespace chorus::detail {
+
+using io::detail::unix_now_us;
+using io::detail::this_host;
 
 void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e) {
   const auto n = out.size();
@@ -25,17 +29,6 @@ namespace {
 constexpr std::size_t max_slots_per_frame = 16384;
 constexpr int max_frames_in_flight = 4;
 constexpr auto idle_poll = std::chrono::milliseconds(1);
-
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string hostname() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
 
 struct ProxyState {
   RunImpl* run = nullptr;
@@ -69,7 +62,7 @@ void joined(proxy_actor* self, JoinResult r) {
 
 void send_join(proxy_actor* self) {
   auto& st = self->state;
-  self->send(st.host, join_atom::value, st.rank, hostname(), static_cast<std::int64_t>(::getpid()),
+  self->send(st.host, join_atom::value, st.rank, this_host(), static_cast<std::int64_t>(::getpid()),
              caf::actor_cast<caf::actor>(self));
   self->delayed_send(self, st.join_retry, join_retry_atom::value);
   st.join_retry = std::min(st.join_retry * 2, std::chrono::milliseconds(2000));
@@ -108,7 +101,7 @@ bool drain(proxy_actor* self) {
   if (ring.peek(pos) == nullptr) return false;
   st.frame.clear();
   wire::BatchWriter w(st.frame, st.rank);
-  const std::int64_t ts = now_us();
+  const std::int64_t ts = unix_now_us();
   const std::uint64_t end = pos + max_slots_per_frame;
   while (pos < end) {
     Slot* s = ring.peek(pos);

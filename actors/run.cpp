@@ -1,4 +1,5 @@
 #include "actors/run.hpp"
+#include "io/posix.hpp"
 
 #include "actors/merger.hpp"
 #include "io/run_dir.hpp"
@@ -11,12 +12,9 @@
 
 namespace chorus::detail {
 
-namespace {
+using io::detail::unix_now_us;
 
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+namespace {
 
 /// Forwards the merge's output to the run directory, and gathers per rank
 /// how far its stream is done (and what was refused) for the next acks.
@@ -113,7 +111,7 @@ void end_run(run_actor* self) {
   for (int r = 0; r < world; ++r)
     if (st.merger->rank_state(r) == RunState::finished) ++finished;
   const RunState state = finished == world ? RunState::finished : RunState::failed;
-  record(self, wire::run_end(state, now_us()));
+  record(self, wire::run_end(state, unix_now_us()));
   st.sink->writer.flush();
   (void)st.host->wal->sync();
   send_acks(self, -1);
@@ -168,7 +166,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
     const std::uint32_t rank = it->second;
     st.proxies[rank] = nullptr;
     if (st.merger->rank_state(static_cast<int>(rank)) == RunState::running)
-      record(self, wire::rank_dead(rank, now_us(), "its process exited or its connection was lost (" +
+      record(self, wire::rank_dead(rank, unix_now_us(), "its process exited or its connection was lost (" +
                                                        caf::to_string(dm.reason) + ") at step " +
                                                        std::to_string(st.merger->rank_last_step(static_cast<int>(rank)))));
     after_frame(self, -1);
@@ -198,7 +196,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         st.proxies[rank] = proxy;
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
-        record(self, wire::rank_joined(rank, now_us(), pid, hostname));
+        record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
         after_frame(self, -1);
         self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir);
       },
@@ -219,7 +217,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
       [self](barrier_tmo_atom, std::int64_t index) {
         auto& st = self->state;
         if (st.ended || st.merger->open_barrier() != index) return;
-        record(self, wire::barrier_timeout(static_cast<std::uint32_t>(index), now_us()));
+        record(self, wire::barrier_timeout(static_cast<std::uint32_t>(index), unix_now_us()));
         after_frame(self, -1);
       },
       [self](join_tmo_atom) {
@@ -227,7 +225,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         if (st.ended) return;
         for (int r = 0; r < st.merger->world_size(); ++r)
           if (!st.merger->rank_joined(r) && st.merger->rank_state(r) == RunState::running)
-            record(self, wire::rank_dead(static_cast<std::uint32_t>(r), now_us(),
+            record(self, wire::rank_dead(static_cast<std::uint32_t>(r), unix_now_us(),
                                          "never connected to the run host within init_timeout (" +
                                              std::to_string(st.host->settings.opts.init_timeout.count()) + " ms)"));
         after_frame(self, -1);
@@ -253,7 +251,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
       [self](finish_tmo_atom) {
         auto& st = self->state;
         if (st.ended) return;
-        record(self, wire::finish_timeout(now_us()));
+        record(self, wire::finish_timeout(unix_now_us()));
         end_run(self);
       },
   };

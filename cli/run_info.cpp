@@ -1,4 +1,5 @@
 #include "cli/run_info.hpp"
+#include "io/posix.hpp"
 #include "cli/cli.hpp"
 
 #include <simdjson.h>
@@ -16,14 +17,10 @@
 #include <unistd.h>
 
 namespace chorus::cli {
+
+using io::detail::this_host;
 namespace fs = std::filesystem;
 namespace {
-
-std::string this_host() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return {};
-  return buf;
-}
 
 // Whether some process holds a lock on the file `st` names, from /proc/locks
 // (lines like "1: FLOCK  ADVISORY  WRITE 5887 fe:00:10953153 0 EOF"). Asking

@@ -1,6 +1,8 @@
 #include "io/posix.hpp"
 
 #include <cerrno>
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -95,6 +97,17 @@ Error write_all(int fd, std::string_view data, std::string_view path) {
 
 void close_fd(int fd) noexcept {
   if (fd >= 0) ::close(fd);
+}
+
+std::int64_t unix_now_us() noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string this_host() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return {};
+  return buf;
 }
 
 } // namespace chorus::io::detail

@@ -4,6 +4,7 @@
 
 #include <chorus/chorus.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <sys/uio.h>
@@ -25,5 +26,12 @@ namespace chorus::io::detail {
 
 /// Closes `fd`, retrying nothing (Linux releases the descriptor even on EINTR).
 void close_fd(int fd) noexcept;
+
+/// Wall-clock time in microseconds since the Unix epoch (the timestamps of
+/// runs, rows and events).
+[[nodiscard]] std::int64_t unix_now_us() noexcept;
+
+/// This machine's host name; empty if it cannot be read.
+[[nodiscard]] std::string this_host();
 
 } // namespace chorus::io::detail

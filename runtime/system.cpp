@@ -1,6 +1,7 @@
 // Actor-system set-up: configuration, the run host's Run actor and port,
 // dialling the run host, and this process's RankProxy.
 #include "runtime/system.hpp"
+#include "io/posix.hpp"
 
 #include "actors/rank_proxy.hpp"
 #include "actors/run.hpp"
@@ -28,28 +29,20 @@
 
 namespace chorus::detail {
 
+using io::detail::unix_now_us;
+using io::detail::this_host;
+
 namespace {
 
 using clock = std::chrono::steady_clock;
 
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string new_run_id() {
   static constexpr char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
   std::random_device rd;
-  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(now_us()));
+  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(unix_now_us()));
   std::string id(8, '0');
   for (char& c : id) c = digits[gen() % 36];
   return id;
-}
-
-std::string this_host() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
 }
 
 /// Whether a TCP connection to host:port opens within `limit`. CAF 0.17's
@@ -227,7 +220,7 @@ private:
     host->settings = s;
     host->run_id = s.opts.run_id.empty() ? new_run_id() : s.opts.run_id;
     host->run_dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group / host->run_id).string();
-    host->start_us = now_us();
+    host->start_us = unix_now_us();
     std::error_code ec;
     if (std::filesystem::exists(host->run_dir, ec))
       return {Errc::invalid_argument, "run directory " + host->run_dir +
