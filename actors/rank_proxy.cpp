@@ -119,6 +119,33 @@ bool drain(proxy_actor* self) {
         pos += n;
         break;
       }
+      case SlotKind::device_head: {
+        // Device values wait in the ring, in order, until their copy has
+        // landed: this loop is the poller that completes them.
+        const std::uint32_t n = s->count;
+        if (ring.peek(pos + n - 1) == nullptr) goto full;
+        Capture* c = s->capture;
+        DeviceCapture& device = *st.run->device();
+        Error err;
+        const int landed = device.poll(*c, err);
+        if (landed == 0) goto full;
+        if (landed > 0) {
+          for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(pos + i).key);
+          w.values(pos + n, s->step, ts, n);
+          for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(pos + i).key, static_cast<double>(c->pinned[i]));
+        } else {
+          // The values are lost with the stream; the step still moves on.
+          st.run->channel().set_error(pos + n, std::move(err));
+          w.values(pos + n, s->step, ts, 0);
+        }
+        device.release(c);
+        pos += n;
+        break;
+      }
+      case SlotKind::step_mark:
+        w.values(pos + 1, s->step, ts, 0);
+        pos += 1;
+        break;
       case SlotKind::value: // a value slot is always consumed with its head
         pos += 1;
         break;

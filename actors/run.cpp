@@ -71,6 +71,8 @@ struct RunActorState {
   bool ended = false;
   bool wal_failed = false;
   caf::response_promise finish_promise;
+  std::vector<char> nccl_id;                         // from rank 0, once it has made one
+  std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
   static inline const char* name = "chorus.run";
 
   ~RunActorState() {
@@ -235,6 +237,28 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         if (st.ended) return;
         st.sink->writer.flush();
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
+      },
+      [self](system_atom, std::uint32_t rank, const std::string& line) {
+        auto& st = self->state;
+        // One JSON object a line, from a rank of this run.
+        if (st.ended || rank >= st.proxies.size() || !st.merger->rank_joined(static_cast<int>(rank)) ||
+            line.size() < 2 || line.size() > 65536 || line.front() != '{' || line.find('\n') != std::string::npos)
+          return;
+        st.sink->writer.system_line(line);
+      },
+      [self](nccl_id_atom, const std::vector<char>& id) {
+        auto& st = self->state;
+        st.nccl_id = id;
+        for (auto& rp : st.nccl_id_waiters) rp.deliver(id);
+        st.nccl_id_waiters.clear();
+      },
+      [self](nccl_id_atom) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        if (!st.nccl_id.empty())
+          rp.deliver(st.nccl_id);
+        else
+          st.nccl_id_waiters.push_back(std::move(rp));
       },
       [self](finish_atom) {
         auto& st = self->state;

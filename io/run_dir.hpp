@@ -85,6 +85,10 @@ public:
   /// Flushes everything and rewrites summary.json and run.json with the end state.
   void run_end(RunState state, std::int64_t ts_us) override;
 
+  /// Appends one line (a JSON object) to system.jsonl. System samples are
+  /// not in the WAL: `chorus recover` leaves the file as it is.
+  void system_line(std::string_view json_line);
+
   /// Writes buffered history and rejected lines, and config.json,
   /// summary.json and run.json (rank states) if they changed. Each rewrite costs an fsync: call this
   /// on a timer or per batch, not per row.

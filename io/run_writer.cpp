@@ -80,6 +80,7 @@ struct RunWriter::State {
 
   std::unique_ptr<AppendFile> history;
   std::unique_ptr<AppendFile> rejected_file;
+  std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
   std::string line; // reused for every line, so rows do not allocate
 
   std::vector<Series> series;
@@ -343,9 +344,21 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   s.write_run_json();
 }
 
+void RunWriter::system_line(std::string_view json_line) {
+  State& s = *s_;
+  if (!s.system_file) {
+    Error e;
+    s.system_file = AppendFile::open(s.file("system.jsonl"), e);
+    if (e) return s.fail(std::move(e));
+  }
+  s.fail(s.system_file->write(json_line));
+  s.fail(s.system_file->write("\n"));
+}
+
 void RunWriter::flush() {
   State& s = *s_;
   if (s.history) s.fail(s.history->flush());
+  if (s.system_file) s.fail(s.system_file->flush());
   if (s.rejected_file) s.fail(s.rejected_file->flush());
   if (s.config_dirty) {
     s.write_object("config.json", s.config);

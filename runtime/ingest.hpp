@@ -24,7 +24,11 @@ enum class SlotKind : std::uint8_t {
   config,      // text = JSON object (owned, freed by the consumer)
   summary,     // text = JSON object
   finish,
+  device_head, // like values_head; the values are in `capture` once its event fires
+  step_mark,   // an empty log call: moves the rank's step (reduce_device off the run host)
 };
+
+struct Capture;
 
 /// One ring slot: 32 bytes, two per cache line.
 struct alignas(32) Slot {
@@ -37,6 +41,7 @@ struct alignas(32) Slot {
   union {
     double value;
     std::string* text;
+    Capture* capture;
   };
 };
 static_assert(sizeof(Slot) == 32);

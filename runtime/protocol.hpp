@@ -11,8 +11,11 @@
 //   Run -> RankProxy   (ack_atom, bool for_frame, u64 completed, vector<char> errors)
 //                      errors: repeated {u64 seq, u8 Errc, u32 len, message}
 //   RankProxy -> Run   (finish_atom) -> (ok_atom)                    host only: finish the run
+//   rank 0 -> Run      (nccl_id_atom, vector<char> id)               the run's NCCL unique id
+//   rank -> Run        (nccl_id_atom) -> (vector<char> id)           answered once rank 0 sent it
+//   SystemMonitor -> Run (system_atom, u32 rank, string json_line)   one system.jsonl line
 //   self-timers        drain_atom, nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
-//                      join_tmo_atom, join_retry_atom, finish_tmo_atom
+//                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom
 //
 // Only built-in CAF types travel (integers, strings, std::vector<char>, actor
 // handles), so nothing needs registering and a frame is copied once, as raw
@@ -41,6 +44,9 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using barrier_tmo_atom = caf::atom_constant<caf::atom("bar_tmo")>;
 using join_tmo_atom = caf::atom_constant<caf::atom("join_tmo")>;
 using finish_tmo_atom = caf::atom_constant<caf::atom("fin_tmo")>;
+using nccl_id_atom = caf::atom_constant<caf::atom("nccl_id")>;
+using system_atom = caf::atom_constant<caf::atom("system")>;
+using sample_atom = caf::atom_constant<caf::atom("sample")>;
 
 /// Encodes one (seq, error) pair of an ack.
 void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e);

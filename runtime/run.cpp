@@ -78,18 +78,6 @@ Pending RunImpl::host_gone() noexcept {
   }
 }
 
-template <class Fill>
-Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {
-  std::uint64_t pos;
-  if (!reserve(1, pos, true)) return host_gone();
-  Slot& s = ring_.at(pos);
-  s.kind = kind;
-  s.count = 1;
-  fill(s);
-  Ring::publish(s, pos);
-  return Pending(&channel_, pos + 1, false);
-}
-
 Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "

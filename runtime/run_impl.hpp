@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/channel.hpp"
+#include "runtime/device.hpp"
 #include "runtime/ingest.hpp"
 #include "runtime/options.hpp"
 
@@ -32,12 +33,17 @@ public:
   Pending text(SlotKind kind, std::span<const Field> fields);
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
   FinishPending finish() noexcept;
+  /// log_device (no `reduce`) and reduce_device (run_device.cpp).
+  Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
+                     std::optional<Reduce> reduce) noexcept;
 
   const Settings& settings() const noexcept { return settings_; }
   Ring& ring() noexcept { return ring_; }
   Channel& channel() noexcept { return channel_; }
   FinishState& finish_state() noexcept { return finish_; }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  /// The device capture, once a device call has made it (read by the RankProxy).
+  DeviceCapture* device() const noexcept { return device_ptr_.load(std::memory_order_acquire); }
 
   // Set by System::start.
   std::string run_id;
@@ -60,7 +66,26 @@ private:
   std::atomic<std::uint64_t> dropped_{0};
   std::mutex finish_mu_;
   std::optional<FinishPending> finishing_;
+  // The GPU path, made by the first device call. Declared before system_ so
+  // that the actors (which read captures) stop first.
+  std::mutex device_mu_;
+  Error device_error_;
+  std::unique_ptr<DeviceCapture> device_;
+  std::atomic<DeviceCapture*> device_ptr_{nullptr};
+  std::unique_ptr<DeviceReducer> reducer_;
   std::unique_ptr<System> system_;
 };
+
+template <class Fill>
+Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {
+  std::uint64_t pos;
+  if (!reserve(1, pos, true)) return host_gone();
+  Slot& s = ring_.at(pos);
+  s.kind = kind;
+  s.count = 1;
+  fill(s);
+  Ring::publish(s, pos);
+  return Pending(&channel_, pos + 1, false);
+}
 
 } // namespace chorus::detail

@@ -5,6 +5,8 @@
 
 #include "actors/rank_proxy.hpp"
 #include "actors/run.hpp"
+#include "actors/system_monitor.hpp"
+#include "io/system_metrics.hpp"
 #include "io/json.hpp"
 #include "io/run_dir.hpp"
 #include "io/wal.hpp"
@@ -22,6 +24,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <random>
@@ -172,6 +175,7 @@ public:
 
   ~SystemImpl() override {
     if (run_actor_) stop_syncing_wal_on_signals();
+    if (monitor_) caf::anon_send_exit(monitor_, caf::exit_reason::user_shutdown);
     if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
     if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
     // ~actor_system waits for every actor and stops the middleman.
@@ -202,6 +206,8 @@ public:
     } else {
       if (Error e = dial(s, host)) return e;
     }
+    host_ = host;
+    init_timeout_ = s.opts.init_timeout;
     auto joined = std::make_shared<std::promise<JoinResult>>();
     auto future = joined->get_future();
     proxy_ = spawn_rank_proxy(sys_, run, host, label, [joined](JoinResult r) { joined->set_value(std::move(r)); });
@@ -210,10 +216,53 @@ public:
       return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
                                     "join within init_timeout; check the host rank's output"};
     JoinResult r = future.get();
+    if (!r.error && s.opts.system_interval > 0) start_monitor(run, host);
     return r.error;
   }
 
+  Error exchange_nccl_id(bool provide, std::vector<char>& id) override {
+    if (!host_) return {Errc::host_lost, "the run host is not connected: no NCCL id to exchange"};
+    if (provide) {
+      caf::anon_send(host_, nccl_id_atom::value, id);
+      return {};
+    }
+    Error err;
+    caf::scoped_actor self{sys_};
+    self->request(host_, init_timeout_, nccl_id_atom::value)
+        .receive([&](const std::vector<char>& got) { id = got; },
+                 [&](caf::error& e) {
+                   err = {Errc::timeout, "the run host did not hand out the NCCL id within init_timeout (" +
+                                             std::to_string(init_timeout_.count()) + " ms; " + sys_.render(e) +
+                                             "): the run host (rank 0) must call reduce_device too"};
+                 });
+    return err;
+  }
+
 private:
+  /// The rank's SystemMonitor: its process and GPU, and its node on the
+  /// node's local rank 0 (which also tells, once, what cannot be sampled).
+  void start_monitor(const RunImpl& run, const caf::actor& host) {
+    const Settings& s = run.settings();
+    io::SystemLabels labels;
+    labels.node = s.topo.node_rank;
+    labels.rank = s.topo.rank;
+    labels.local_rank = static_cast<unsigned>(std::max(0, s.topo.local_rank));
+    labels.node_figures = s.topo.local_rank == 0;
+    std::error_code ec;
+    // Disk figures are for the run directory where it is on this node, else
+    // for the directory runs go to.
+    std::string watched = s.is_host ? run.run_dir : (std::filesystem::is_directory(s.opts.dir, ec) ? s.opts.dir : ".");
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::string visible_copy = visible ? visible : "";
+    auto make = [labels, watched, has_visible = visible != nullptr, visible_copy] {
+      return std::make_unique<io::SystemSampler>(labels, watched, "libnvidia-ml.so.1",
+                                                 has_visible ? visible_copy.c_str() : nullptr);
+    };
+    const auto interval = std::chrono::microseconds(std::llround(s.opts.system_interval * 1e6));
+    monitor_ = spawn_system_monitor(sys_, host, std::move(make), interval, static_cast<std::uint32_t>(s.run_rank),
+                                    unix_now_us(), labels.node_figures);
+  }
+
   Error start_host(RunImpl& run, caf::actor& out) {
     const Settings& s = run.settings();
     auto host = std::make_shared<RunHost>();
@@ -295,6 +344,9 @@ private:
   caf::actor_system sys_;
   caf::actor run_actor_;
   caf::actor proxy_;
+  caf::actor host_; // the Run actor, here or remote
+  caf::actor monitor_;
+  std::chrono::milliseconds init_timeout_{0};
 };
 
 } // namespace

@@ -6,6 +6,7 @@
 #include <chorus/chorus.hpp>
 
 #include <memory>
+#include <vector>
 
 namespace chorus::detail {
 
@@ -19,6 +20,11 @@ public:
   /// and joins the run. Sets run.run_id / run.run_dir.
   static std::unique_ptr<System> start(RunImpl& run, Error& error);
   virtual ~System() = default;
+
+  /// The run's NCCL unique id: the run host hands it to its Run actor
+  /// (`provide`), every other rank fetches it from there, waiting up to
+  /// init_timeout for the host to have sent it.
+  virtual Error exchange_nccl_id(bool provide, std::vector<char>& id) = 0;
 
 protected:
   System() = default;

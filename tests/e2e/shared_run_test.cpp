@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <map>
 #include <set>
 
 using namespace e2e;
@@ -222,4 +223,59 @@ BOOST_AUTO_TEST_CASE(a_frozen_rank_is_declared_crashed_by_heartbeat_and_the_othe
   auto rows = read_history(rd);
   BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(S));
   for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == (row.step() < freeze_at ? 3 : 2));
+}
+
+BOOST_AUTO_TEST_CASE(every_rank_samples_its_process_and_the_node_into_system_jsonl) {
+  TempDir dir;
+  const int R = 4;
+  // 0.1 s samples over a run of about a second.
+  Output out = run("CHORUS_SYSTEM_INTERVAL=0.1 " + launch(dir, R, test_port(7), "--steps 100 --step-us 10000"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+
+  std::ifstream in(rd / "system.jsonl");
+  std::string line;
+  simdjson::dom::parser parser;
+  std::map<int, int> lines_of;
+  int node_lines = 0;
+  while (std::getline(in, line)) {
+    simdjson::dom::element doc;
+    BOOST_REQUIRE_MESSAGE(!parser.parse(line).get(doc), "system line is JSON: " << line);
+    const auto rank = static_cast<int>(doc["_rank"].get_int64());
+    BOOST_TEST(int64_t(doc["_node"].get_int64()) == 0);
+    ++lines_of[rank];
+    const std::string mine = "/rank-" + std::to_string(rank);
+    bool has_node = false;
+    for (auto [k, v] : doc.get_object()) {
+      const std::string key(k);
+      if (key.starts_with("_")) continue;
+      BOOST_TEST_CONTEXT(key) {
+        BOOST_TEST(key.starts_with("system."));
+        // Every key carries its label: this rank's, or (local rank 0 only) the node's.
+        if (key.ends_with("/node-0")) {
+          has_node = true;
+          BOOST_TEST(rank == 0);
+        } else {
+          BOOST_TEST(key.ends_with(mine));
+        }
+        BOOST_TEST(v.is_number());
+      }
+    }
+    BOOST_TEST(double(doc["system.proc.memory.rss_bytes" + mine].get_double()) > 1e6);
+    const double cpu = doc["system.proc.cpu.percent" + mine].get_double();
+    BOOST_TEST((cpu >= 0 && cpu < 100.0 * 64));
+    if (has_node) {
+      ++node_lines;
+      const double total = doc["system.memory.total_bytes/node-0"].get_double();
+      const double used = doc["system.memory.used_bytes/node-0"].get_double();
+      BOOST_TEST((used > 0 && used < total));
+      const double node_cpu = doc["system.cpu.percent/node-0"].get_double();
+      BOOST_TEST((node_cpu >= 0 && node_cpu <= 100));
+    }
+  }
+  BOOST_TEST(lines_of.size() == static_cast<std::size_t>(R));
+  for (auto [rank, n] : lines_of) BOOST_TEST(n >= 2, "rank " << rank << " sampled " << n << " times");
+  BOOST_TEST(node_lines >= 2);
 }

@@ -5,6 +5,8 @@
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
 #include <chorus/chorus.hpp>
 
+#include <thread>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +27,7 @@ struct Args {
   long heartbeat_ms = 0;
   long connection_timeout_ms = 0;
   long queue = 0;
+  long step_us = 0; // a pause per step, as a training step would take
 };
 
 Args parse(int argc, char** argv) {
@@ -42,6 +45,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--heartbeat-ms") a.heartbeat_ms = v;
     else if (k == "--connection-timeout-ms") a.connection_timeout_ms = v;
     else if (k == "--queue") a.queue = v;
+    else if (k == "--step-us") a.step_us = v;
   }
   return a;
 }
@@ -79,6 +83,7 @@ chorus::task<int> work(Args a) {
                     {"per_rank", r * 1000 + st}},
                    {.step = s});
     if (rank == 0) run.log({{"only0", st}}, {.step = s});
+    if (a.step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.step_us));
     if (a.barrier_every > 0 && (s + 1) % a.barrier_every == 0) {
       std::string name = "b" + std::to_string(s);
       chorus::Error e = co_await run.barrier(name);

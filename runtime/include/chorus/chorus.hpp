@@ -174,6 +174,18 @@ struct Field {
 };
 
 /// Per-call options of `Run::log`.
+/// A float that lives in GPU memory, for `Run::log_device` and
+/// `Run::reduce_device`. `value` is a device (or managed) pointer.
+struct DeviceMetric {
+  std::string_view key;
+  const float* value;
+};
+static_assert(std::is_trivially_destructible_v<DeviceMetric>);
+
+/// A `cudaStream_t`, without CUDA's headers: the stream that computes the
+/// values (a cudaStream_t converts to it); nullptr is the legacy default stream.
+using CudaStream = void*;
+
 struct LogOptions {
   /// The step this call logs at; without it, each call is the rank's next step.
   std::optional<std::int64_t> step;
@@ -537,6 +549,29 @@ public:
   Pending log(const Metrics& values, const LogOptions& opts = {}) noexcept {
     return log(std::span<const Metric>(values), opts);
   }
+
+  /// Logs floats that live in GPU memory without a host sync: each value is
+  /// copied asynchronously on `stream` into pinned memory behind an event;
+  /// chorus reads it once the event fires, and it lands at the step of this
+  /// call. Costs microseconds (two CUDA calls per value), not a
+  /// cudaStreamSynchronize. Needs the CUDA runtime at run time (chorus loads
+  /// it); without it the ticket carries an error that says so.
+  Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts = {}) noexcept;
+  Pending log_device(std::string_view key, const float* value, CudaStream stream,
+                     const LogOptions& opts = {}) noexcept {
+    const DeviceMetric m{key, value};
+    return log_device(std::span<const DeviceMetric>(&m, 1), stream, opts);
+  }
+
+  /// Reduces floats in GPU memory across the run's ranks with NCCL, on
+  /// chorus's own communicator and stream, and logs the result at this
+  /// call's step; only the run host copies the result to the host. A
+  /// collective: every rank of the run calls it with the same keys in the
+  /// same order (the first call forms the communicator, within
+  /// init_timeout), one GPU per rank. `stream` waits for chorus's copy of the
+  /// values only, never for the reduction.
+  Pending reduce_device(std::span<const DeviceMetric> values, Reduce op, CudaStream stream,
+                        const LogOptions& opts = {}) noexcept;
 
   /// Declares how `key` is reduced across ranks at each step.
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;

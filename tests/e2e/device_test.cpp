@@ -1,0 +1,210 @@
+// The GPU path end to end (ctest label `gpu`): device values captured
+// without a stream synchronisation and landing at their steps, errors for
+// bad pointers, and NCCL reductions on chorus's own communicator. Skips where
+// there is no CUDA device.
+#define BOOST_TEST_MODULE e2e_device
+#include "harness.hpp"
+#include "tests/gpu.hpp"
+
+#include "runtime/cuda_api.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+using namespace e2e;
+namespace cuda = chorus::detail::cuda;
+
+namespace {
+
+const cuda::Runtime& rt() {
+  static const cuda::Runtime* r = [] {
+    std::string why;
+    const cuda::Runtime* r = cuda::runtime(why);
+    if (r == nullptr) chorus::test::skip_test("no CUDA runtime here: " + why);
+    int n = 0;
+    if (int rc = r->GetDeviceCount(&n); rc != cuda::success || n == 0)
+      chorus::test::skip_test("no CUDA device here (" + (rc != cuda::success ? r->describe(rc) : "0 devices") + ")");
+    return r;
+  }();
+  return *r;
+}
+
+#define CUDA_OK(call) BOOST_REQUIRE_EQUAL((call), cuda::success)
+
+chorus::Options local_options(const TempDir& dir) {
+  chorus::Options opt;
+  opt.project = "device";
+  opt.dir = dir.path.string();
+  opt.read_env = false;
+  opt.topology = chorus::Topology{};
+  opt.system_interval = 0;
+  return opt;
+}
+
+/// Holds a stream at a point until opened: a host function the stream runs,
+/// spinning on a flag. Opens by itself after a minute so a broken test ends.
+struct Gate {
+  std::atomic<bool> open{false};
+  std::atomic<bool> timed_out{false};
+  static void wait(void* p) {
+    auto* g = static_cast<Gate*>(p);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (!g->open.load()) {
+      if (std::chrono::steady_clock::now() > limit) {
+        g->timed_out = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+};
+
+struct DeviceBuffer {
+  float* p = nullptr;
+  explicit DeviceBuffer(std::size_t n) {
+    void* v = nullptr;
+    BOOST_REQUIRE_EQUAL(rt().Malloc(&v, n * sizeof(float)), cuda::success);
+    p = static_cast<float*>(v);
+  }
+  ~DeviceBuffer() { rt().Free(p); }
+};
+
+struct PinnedBuffer {
+  float* p = nullptr;
+  explicit PinnedBuffer(std::size_t n) {
+    void* v = nullptr;
+    BOOST_REQUIRE_EQUAL(rt().HostAlloc(&v, n * sizeof(float), 0), cuda::success);
+    p = static_cast<float*>(v);
+  }
+  ~PinnedBuffer() { rt().FreeHost(p); }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(device_values_land_at_their_steps_without_a_stream_sync) {
+  constexpr int steps = 200;
+  TempDir dir;
+  cuda::Stream stream = nullptr;
+  CUDA_OK(rt().StreamCreateWithFlags(&stream, cuda::stream_non_blocking));
+  DeviceBuffer dev(steps);
+  PinnedBuffer src(steps);
+  for (int s = 0; s < steps; ++s) src.p[s] = 1.0f + 0.25f * static_cast<float>(s);
+  Gate gate;
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    // The stream stops here until the test opens the gate: nothing below
+    // can have run on the GPU while the log calls return.
+    CUDA_OK(rt().LaunchHostFunc(stream, &Gate::wait, &gate));
+    std::vector<chorus::Pending> tickets;
+    for (int s = 0; s < steps; ++s) {
+      CUDA_OK(rt().MemcpyAsync(dev.p + s, src.p + s, sizeof(float), cuda::host_to_device, stream));
+      tickets.push_back(run.log_device("dev/x", dev.p + s, stream, {.step = s}));
+      run.log({{"host/y", static_cast<double>(s)}}, {.step = s});
+    }
+    // Every call returned with the stream still held: chorus never waited on it.
+    BOOST_TEST(rt().StreamQuery(stream) == cuda::not_ready);
+    BOOST_TEST(!tickets.front().ready());
+    gate.open = true;
+    for (auto& t : tickets) BOOST_TEST(!t.wait(), t.wait().message());
+    BOOST_TEST(!gate.timed_out.load());
+    auto r = run.finish().wait();
+    BOOST_TEST(!r.error, r.error.message());
+    rd = r.run_dir;
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(steps));
+  for (int s = 0; s < steps; ++s) {
+    BOOST_TEST(rows[s].step() == s);
+    BOOST_TEST(rows[s].num.at("dev/x") == 1.0 + 0.25 * s); // exact: 0.25 steps are floats
+    BOOST_TEST(rows[s].num.at("host/y") == s);
+  }
+  rt().StreamDestroy(stream);
+}
+
+BOOST_AUTO_TEST_CASE(automatic_steps_count_device_calls_in_order) {
+  TempDir dir;
+  DeviceBuffer dev(64);
+  PinnedBuffer src(64);
+  for (int i = 0; i < 64; ++i) src.p[i] = static_cast<float>(i) * 2;
+  CUDA_OK(rt().Memcpy(dev.p, src.p, 64 * sizeof(float), cuda::host_to_device));
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    for (int i = 0; i < 64; ++i) {
+      run.log({{"host", static_cast<double>(i)}});      // step 2i
+      run.log_device("dev", dev.p + i, nullptr);          // step 2i + 1
+    }
+    rd = run.finish().wait().run_dir;
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 128u);
+  for (int i = 0; i < 64; ++i) {
+    BOOST_TEST(rows[2 * i].num.at("host") == i);
+    BOOST_TEST(rows[2 * i + 1].num.at("dev") == i * 2);
+    BOOST_TEST(rows[2 * i + 1].step() == 2 * i + 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_host_pointer_is_refused_with_the_fix) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  float on_host = 1.0f;
+  chorus::Error e = run.log_device("x", &on_host, nullptr).wait();
+  BOOST_TEST((e.code() == chorus::Errc::invalid_argument));
+  BOOST_TEST(e.message().find("not device memory") != std::string::npos, e.message());
+  chorus::Error null = run.log_device("x", nullptr, nullptr).wait();
+  BOOST_TEST(null.message().find("null") != std::string::npos, null.message());
+  // The run goes on.
+  DeviceBuffer dev(1);
+  CUDA_OK(rt().Memcpy(dev.p, &on_host, sizeof(float), cuda::host_to_device));
+  BOOST_TEST(!run.log_device("x", dev.p, nullptr).wait());
+  BOOST_TEST(!run.finish().wait().error);
+}
+
+BOOST_AUTO_TEST_CASE(nccl_reduction_of_one_rank_is_exact) {
+  std::string why;
+  if (cuda::nccl(why) == nullptr) chorus::test::skip_test("no NCCL here: " + why);
+  TempDir dir;
+  cuda::Stream stream = nullptr;
+  CUDA_OK(rt().StreamCreateWithFlags(&stream, cuda::stream_non_blocking));
+  DeviceBuffer dev(3 * 50);
+  PinnedBuffer src(3 * 50);
+  for (int i = 0; i < 3 * 50; ++i) src.p[i] = 0.5f * static_cast<float>(i) - 7.0f;
+  CUDA_OK(rt().Memcpy(dev.p, src.p, 3 * 50 * sizeof(float), cuda::host_to_device));
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    for (int s = 0; s < 50; ++s) {
+      const chorus::DeviceMetric m[] = {{"loss", dev.p + 3 * s}, {"acc", dev.p + 3 * s + 1}, {"gnorm", dev.p + 3 * s + 2}};
+      chorus::Pending p = run.reduce_device(m, chorus::Reduce::mean, stream);
+      if (s == 0) BOOST_TEST(!p.wait(), p.wait().message());
+    }
+    auto r = run.finish().wait();
+    BOOST_TEST(!r.error, r.error.message());
+    rd = r.run_dir;
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 50u);
+  for (int s = 0; s < 50; ++s) {
+    BOOST_TEST(rows[s].num.at("loss") == src.p[3 * s]);
+    BOOST_TEST(rows[s].num.at("acc") == src.p[3 * s + 1]);
+    BOOST_TEST(rows[s].num.at("gnorm") == src.p[3 * s + 2]);
+  }
+  rt().StreamDestroy(stream);
+}
+
+BOOST_AUTO_TEST_CASE(reduce_device_without_a_reduction_is_refused) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  DeviceBuffer dev(1);
+  const chorus::DeviceMetric m[] = {{"loss", dev.p}};
+  chorus::Error e = run.reduce_device(m, chorus::Reduce::none, nullptr).wait();
+  BOOST_TEST(e.message().find("mean, sum, min or max") != std::string::npos, e.message());
+}
