@@ -22,6 +22,14 @@ std::string explain_pointer(const cuda::Runtime& rt, const float* p, int rc) {
          " (a failed kernel earlier on the stream also shows up here)";
 }
 
+/// How many values from `i` on sit next to each other in device memory: one
+/// copy moves them all (a CUDA call costs microseconds, the bytes nothing).
+std::uint32_t adjacent_run(std::span<const float* const> values, std::uint32_t i) {
+  std::uint32_t run = 1;
+  while (i + run < values.size() && values[i] != nullptr && values[i + run] == values[i] + run) ++run;
+  return run;
+}
+
 } // namespace
 
 std::unique_ptr<DeviceCapture> DeviceCapture::create(Error& err) {
@@ -88,14 +96,16 @@ Capture* DeviceCapture::capture(std::span<const float* const> values, cuda::Stre
     std::lock_guard lock(mu_);
     all_.push_back(std::move(fresh));
   }
-  for (std::uint32_t i = 0; i < n; ++i) {
-    if (int rc = rt_->MemcpyAsync(c->pinned + i, values[i], sizeof(float), cuda::device_to_host, stream);
+  for (std::uint32_t i = 0; i < n;) {
+    const std::uint32_t run = adjacent_run(values, i);
+    if (int rc = rt_->MemcpyAsync(c->pinned + i, values[i], run * sizeof(float), cuda::device_to_host, stream);
         rc != cuda::success) {
       err = {Errc::invalid_argument, explain_pointer(*rt_, values[i], rc)};
       rt_->EventRecord(c->event, stream); // the copies issued so far must land before reuse
       release(c);
       return nullptr;
     }
+    i += run;
   }
   if (int rc = rt_->EventRecord(c->event, stream); rc != cuda::success) {
     err = {Errc::invalid_argument, cuda_call(*rt_, "cudaEventRecord on the given stream", rc) +
@@ -225,7 +235,7 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
                                        std::to_string(device_) + ": keep one device per rank"};
     return nullptr;
   }
-  const std::size_t n = values.size();
+  const auto n = static_cast<std::uint32_t>(values.size());
   if (n > capacity_) {
     // Growing waits for chorus's own stream (never the trainer's), once.
     rt.StreamSynchronize(stream_);
@@ -256,12 +266,14 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
     return nullptr;
   }
   rt.StreamWaitEvent(stream_, values_ready_, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (int rc = rt.MemcpyAsync(staging_ + i, values[i], sizeof(float), cuda::device_to_device, stream_);
+  for (std::uint32_t i = 0; i < n;) {
+    const std::uint32_t run = adjacent_run(values, i);
+    if (int rc = rt.MemcpyAsync(staging_ + i, values[i], run * sizeof(float), cuda::device_to_device, stream_);
         rc != cuda::success) {
       err = {Errc::invalid_argument, explain_pointer(rt, values[i], rc)};
       return nullptr;
     }
+    i += run;
   }
   rt.EventRecord(values_copied_, stream_);
   rt.StreamWaitEvent(stream, values_copied_, 0);
@@ -286,7 +298,7 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
   if (rank_ != 0) return nullptr;
   thread_local std::vector<const float*> results;
   results.resize(n);
-  for (std::size_t i = 0; i < n; ++i) results[i] = result_ + i;
+  for (std::uint32_t i = 0; i < n; ++i) results[i] = result_ + i; // adjacent: one copy
   return capture_.capture(results, stream_, err);
 }
 

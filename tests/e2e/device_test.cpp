@@ -208,3 +208,64 @@ BOOST_AUTO_TEST_CASE(reduce_device_without_a_reduction_is_refused) {
   chorus::Error e = run.reduce_device(m, chorus::Reduce::none, nullptr).wait();
   BOOST_TEST(e.message().find("mean, sum, min or max") != std::string::npos, e.message());
 }
+
+// Two ranks under `chorus launch`, the NCCL id handed from the run host to
+// the other rank through the Run actor. With a GPU per rank the reductions
+// are exact; on one GPU NCCL refuses two ranks on one device, and both ranks
+// must say so promptly — which they can only do once the id has reached rank 1.
+BOOST_AUTO_TEST_CASE(two_ranks_exchange_the_nccl_id_and_reduce) {
+  std::string why;
+  if (cuda::nccl(why) == nullptr) chorus::test::skip_test("no NCCL here: " + why);
+  int devices = 0;
+  rt().GetDeviceCount(&devices);
+  TempDir dir;
+  const int port = test_port(11);
+  const int steps = 20;
+  Output out = run("CHORUS_DIR=" + dir.path.string() + " CHORUS_PORT=" + std::to_string(port) + " " + bin("chorus") +
+                   " launch -n 2 --master-port " + std::to_string(port + 1) + " -- " + bin("chorus_e2e_device_worker") +
+                   " " + std::to_string(steps));
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.text.find("did not hand out the NCCL id") == std::string::npos);
+  BOOST_TEST(out.text.find("within init_timeout") == std::string::npos);
+  if (devices < 2) {
+    BOOST_TEST_MESSAGE("one GPU: checking that NCCL formed the communicator far enough to refuse it");
+    BOOST_TEST(out.status != 0);
+    BOOST_TEST(out.text.find("[rank 0] rank 0 reduce_device: NCCL failed forming the communicator") != std::string::npos);
+    BOOST_TEST(out.text.find("[rank 1] rank 1 reduce_device: NCCL failed forming the communicator") != std::string::npos);
+    return;
+  }
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  auto rows = read_history(run_dir_of(out.text));
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(steps));
+  for (int s = 0; s < steps; ++s) {
+    BOOST_TEST(rows[s].num.at("loss") == 0.5 + 0.5 * s); // mean of s/2 and 1 + s/2
+    BOOST_TEST(rows[s].num.at("tokens") == 201.0);
+    BOOST_TEST(rows[s].num.at("peak") == s);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(adjacent_and_scattered_values_in_one_call) {
+  TempDir dir;
+  DeviceBuffer dev(8);
+  const float host[8] = {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f, 7.5f};
+  CUDA_OK(rt().Memcpy(dev.p, host, sizeof host, cuda::host_to_device));
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    // Runs of neighbours go in one copy each; the order of the call is kept.
+    const chorus::DeviceMetric m[] = {{"a", dev.p}, {"b", dev.p + 1}, {"c", dev.p + 5}, {"d", dev.p + 2},
+                                      {"e", dev.p + 3}, {"f", dev.p + 7}, {"g", dev.p + 6}};
+    chorus::Error e = run.log_device(m, nullptr).wait();
+    BOOST_TEST(!e, e.message());
+    rd = run.finish().wait().run_dir;
+  }
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 1u);
+  BOOST_TEST(rows[0].num.at("a") == 0.5);
+  BOOST_TEST(rows[0].num.at("b") == 1.5);
+  BOOST_TEST(rows[0].num.at("c") == 5.5);
+  BOOST_TEST(rows[0].num.at("d") == 2.5);
+  BOOST_TEST(rows[0].num.at("e") == 3.5);
+  BOOST_TEST(rows[0].num.at("f") == 7.5);
+  BOOST_TEST(rows[0].num.at("g") == 6.5);
+}
