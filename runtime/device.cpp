@@ -71,13 +71,14 @@ Capture* DeviceCapture::capture(std::span<const float* const> values, cuda::Stre
     // A capture is reused once it is big enough and its last copy has landed.
     for (Capture** link = &free_; *link != nullptr; link = &(*link)->next_free) {
       Capture* f = *link;
-      if (f->capacity >= n && rt_->EventQuery(f->event) == cuda::success) {
+      if (f->capacity >= n && (f->landed || rt_->EventQuery(f->event) == cuda::success)) {
         *link = f->next_free;
         c = f;
         break;
       }
     }
   }
+  if (c != nullptr) c->landed = false;
   if (c == nullptr) {
     auto fresh = std::make_unique<Capture>();
     fresh->capacity = std::max<std::uint32_t>(n, 16);
@@ -119,7 +120,10 @@ Capture* DeviceCapture::capture(std::span<const float* const> values, cuda::Stre
 
 int DeviceCapture::poll(Capture& c, Error& err) const {
   const int rc = rt_->EventQuery(c.event);
-  if (rc == cuda::success) return 1;
+  if (rc == cuda::success) {
+    c.landed = true; // read under mu_ by capture() once release() has put it back
+    return 1;
+  }
   if (rc == cuda::not_ready) return 0;
   err = {Errc::io_error, "the CUDA stream failed before device values could be read (" + rt_->describe(rc) +
                              "): those values are lost; the error came from the trainer's own GPU work"};

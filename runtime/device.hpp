@@ -30,6 +30,7 @@ struct Capture {
   float* pinned = nullptr;
   std::uint32_t capacity = 0;
   cuda::Event event = nullptr;
+  bool landed = false; // poll() saw the event fire: reuse needs no query
   Capture* next_free = nullptr;
 };
 

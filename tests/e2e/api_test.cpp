@@ -204,3 +204,26 @@ BOOST_AUTO_TEST_CASE(environment_errors_name_the_variable) {
   }() : opt), chorus::InitError);
   ::unsetenv("CHORUS_MODE");
 }
+
+// Device calls without a CUDA device: an error that says what is missing,
+// and the run goes on. (On a machine with a GPU, e2e_device_test covers them.)
+BOOST_AUTO_TEST_CASE(device_calls_without_cuda_say_what_is_missing) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  const float* not_on_a_gpu = reinterpret_cast<const float*>(0x1000);
+  chorus::Error e = run.log_device({{"loss", not_on_a_gpu}, {"gnorm", not_on_a_gpu + 1}}, nullptr).wait();
+  chorus::Error r = chorus::sync_wait([&]() -> chorus::task<chorus::Error> {
+    co_return co_await run.reduce_device({{"loss", not_on_a_gpu}}, chorus::Reduce::mean, nullptr);
+  }());
+  if (e.message().find("needs CUDA") == std::string::npos && e.message().find("needs a CUDA device") == std::string::npos) {
+    BOOST_TEST_MESSAGE("this machine has CUDA: " << e.message());
+    BOOST_TEST((e.code() == chorus::Errc::invalid_argument)); // still refused: not device memory
+  } else {
+    BOOST_TEST((e.code() == chorus::Errc::invalid_argument));
+    BOOST_TEST(r.message() == e.message());
+    BOOST_TEST((e.message().find("libcudart") != std::string::npos || e.message().find("CUDA_VISIBLE_DEVICES") != std::string::npos),
+               e.message());
+  }
+  BOOST_TEST(!run.log({{"after", 1.0}}).wait());
+  BOOST_TEST(!run.finish().wait().error);
+}

@@ -114,37 +114,54 @@ struct Metric {
 };
 static_assert(std::is_trivially_destructible_v<Metric>);
 
-namespace detail {
-/// Marks the parameters of Metrics that a braced list left out: its address
-/// is chorus's own, so no key a caller passes (even an empty or null one) has it.
-inline constexpr char omitted_metric[1] = {};
-inline constexpr Metric omitted{std::string_view(omitted_metric, 0), 0.0};
-} // namespace detail
+/// A float that lives in GPU memory, for `Run::log_device` and
+/// `Run::reduce_device`. `value` is a device (or managed) pointer.
+struct DeviceMetric {
+  std::string_view key;
+  const float* value;
+};
+static_assert(std::is_trivially_destructible_v<DeviceMetric>);
 
-/// A braced list of up to 16 metrics, `run.log({{"loss", l}, {"lr", lr}})`,
+/// A `cudaStream_t`, without CUDA's headers: the stream that computes the
+/// values (a cudaStream_t converts to it); nullptr is the legacy default stream.
+using CudaStream = void*;
+
+namespace detail {
+/// Marks the entries of a BracedList that a braced list left out: its
+/// address is chorus's own, so no key a caller passes (even an empty or null
+/// one) has it.
+inline constexpr char omitted_metric[1] = {};
+
+/// A braced list of up to 16 entries, `run.log({{"loss", l}, {"lr", lr}})`,
 /// held inline. It stands in for std::initializer_list on purpose: GCC 12
 /// cannot keep an initializer_list's array alive across a `co_await` ("array
 /// used as initializer"), while this is a plain trivially destructible
 /// object. For more values, pass a span (a vector or array you refill).
-class Metrics {
+template <class T>
+class BracedList {
 public:
   static constexpr std::size_t capacity = 16;
+  static constexpr T omitted{std::string_view(omitted_metric, 0), {}};
   // One parameter per element of the braced list.
-  Metrics(Metric m0, Metric m1 = detail::omitted, Metric m2 = detail::omitted, Metric m3 = detail::omitted,
-          Metric m4 = detail::omitted, Metric m5 = detail::omitted, Metric m6 = detail::omitted,
-          Metric m7 = detail::omitted, Metric m8 = detail::omitted, Metric m9 = detail::omitted,
-          Metric m10 = detail::omitted, Metric m11 = detail::omitted, Metric m12 = detail::omitted,
-          Metric m13 = detail::omitted, Metric m14 = detail::omitted, Metric m15 = detail::omitted) noexcept
+  BracedList(T m0, T m1 = omitted, T m2 = omitted, T m3 = omitted, T m4 = omitted, T m5 = omitted, T m6 = omitted,
+             T m7 = omitted, T m8 = omitted, T m9 = omitted, T m10 = omitted, T m11 = omitted, T m12 = omitted,
+             T m13 = omitted, T m14 = omitted, T m15 = omitted) noexcept
       : items_{m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15} {
-    while (size_ < capacity && items_[size_].key.data() != detail::omitted_metric) ++size_;
+    while (size_ < capacity && items_[size_].key.data() != omitted_metric) ++size_;
   }
-  operator std::span<const Metric>() const noexcept { return {items_, size_}; }
+  operator std::span<const T>() const noexcept { return {items_, size_}; }
 
 private:
-  Metric items_[capacity];
+  T items_[capacity];
   std::size_t size_ = 1;
 };
-static_assert(std::is_trivially_destructible_v<Metrics>);
+} // namespace detail
+
+/// `run.log({{"loss", l}, {"lr", lr}})`: up to 16 host values.
+using Metrics = detail::BracedList<Metric>;
+/// `run.log_device({{"loss", d_loss}, {"gnorm", d_gnorm}}, stream)`: up to 16 device values.
+using DeviceMetrics = detail::BracedList<DeviceMetric>;
+static_assert(std::is_trivially_destructible_v<Metrics> && std::is_trivially_destructible_v<DeviceMetrics>);
 
 /// A config or summary value: null, bool, integer, number or string.
 class Value {
@@ -174,17 +191,6 @@ struct Field {
 };
 
 /// Per-call options of `Run::log`.
-/// A float that lives in GPU memory, for `Run::log_device` and
-/// `Run::reduce_device`. `value` is a device (or managed) pointer.
-struct DeviceMetric {
-  std::string_view key;
-  const float* value;
-};
-static_assert(std::is_trivially_destructible_v<DeviceMetric>);
-
-/// A `cudaStream_t`, without CUDA's headers: the stream that computes the
-/// values (a cudaStream_t converts to it); nullptr is the legacy default stream.
-using CudaStream = void*;
 
 struct LogOptions {
   /// The step this call logs at; without it, each call is the rank's next step.
@@ -557,6 +563,9 @@ public:
   /// cudaStreamSynchronize. Needs the CUDA runtime at run time (chorus loads
   /// it); without it the ticket carries an error that says so.
   Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts = {}) noexcept;
+  Pending log_device(const DeviceMetrics& values, CudaStream stream, const LogOptions& opts = {}) noexcept {
+    return log_device(std::span<const DeviceMetric>(values), stream, opts);
+  }
   Pending log_device(std::string_view key, const float* value, CudaStream stream,
                      const LogOptions& opts = {}) noexcept {
     const DeviceMetric m{key, value};
@@ -572,6 +581,10 @@ public:
   /// values only, never for the reduction.
   Pending reduce_device(std::span<const DeviceMetric> values, Reduce op, CudaStream stream,
                         const LogOptions& opts = {}) noexcept;
+  Pending reduce_device(const DeviceMetrics& values, Reduce op, CudaStream stream,
+                        const LogOptions& opts = {}) noexcept {
+    return reduce_device(std::span<const DeviceMetric>(values), op, stream, opts);
+  }
 
   /// Declares how `key` is reduced across ranks at each step.
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
