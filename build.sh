@@ -43,6 +43,8 @@ case "${1:-}" in
     install_packages
     configure_build build -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF
     export CHORUS_DIR="$PWD/chorus-runs"
+    # A sample a second (default 10 s), so that the short demo shows its machines.
+    export CHORUS_SYSTEM_INTERVAL="${CHORUS_SYSTEM_INTERVAL:-1}"
     echo "== training: 4 ranks, one shared run"
     ./build/bin/chorus launch -n 4 -- ./build/bin/ddp_train
     run=$(ls -td "$CHORUS_DIR"/chorus-demo/*/*/ | head -n 1)
