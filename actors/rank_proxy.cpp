@@ -28,7 +28,13 @@ namespace {
 
 constexpr std::size_t max_slots_per_frame = 16384;
 constexpr int max_frames_in_flight = 4;
+// With nothing to send the proxy polls its ring every millisecond, and after
+// a while parks: it polls every 50 ms and producers wake it (Channel::wake).
+// Polling every millisecond for ever would keep CAF's scheduler threads out of
+// their sleep and cost an idle process a third of a core.
 constexpr auto idle_poll = std::chrono::milliseconds(1);
+constexpr int idle_polls_before_parking = 20;
+constexpr auto parked_poll = std::chrono::milliseconds(50);
 
 struct ProxyState {
   RunImpl* run = nullptr;
@@ -38,6 +44,9 @@ struct ProxyState {
   std::uint64_t read_pos = 0;
   std::vector<bool> key_sent;
   int in_flight = 0;
+  int idle_polls = 0;
+  bool parked = false;
+  std::uint64_t loop = 0; // the drain loop's generation: a restart ends the old loop
   std::uint64_t finish_seq = 0; // the finish ticket, once seen
   bool finish_started = false;  // the run host is finishing the run for us
   bool done = false;            // the finish ticket completed
@@ -227,7 +236,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         st.run->run_id = id_or_error;
         st.run->run_dir = dir;
         joined(self, JoinResult{{}, id_or_error, dir});
-        self->send(self, drain_atom::value);
+        self->send(self, drain_atom::value, st.loop);
       },
       [self](join_retry_atom) {
         auto& st = self->state;
@@ -243,14 +252,48 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
                                 {}});
         self->quit();
       },
-      [self](drain_atom) {
-        // The proxy's own loop: back-to-back while there is data, else a short sleep.
-        if (drain(self))
-          self->send(self, drain_atom::value);
-        else
-          self->delayed_send(self, idle_poll, drain_atom::value);
+      [self](drain_atom, std::uint64_t loop) {
+        // The proxy's own loop: back-to-back while there is data, else a
+        // short sleep, else parked (see idle_poll).
+        auto& st = self->state;
+        if (loop != st.loop) return;
+        Channel& ch = st.run->channel();
+        if (drain(self)) {
+          st.idle_polls = 0;
+          if (st.parked) {
+            st.parked = false;
+            ch.consumer_parked.store(false, std::memory_order_relaxed);
+          }
+          self->send(self, drain_atom::value, loop);
+          return;
+        }
+        // Something published but not ready (device values in flight, a call
+        // half written) keeps the short poll.
+        if (st.parked || ++st.idle_polls < idle_polls_before_parking || st.run->ring().peek(st.read_pos) != nullptr) {
+          self->delayed_send(self, st.parked ? parked_poll : idle_poll, drain_atom::value, loop);
+          return;
+        }
+        st.parked = true;
+        ch.consumer_parked.store(true, std::memory_order_seq_cst);
+        // A producer that published before seeing the flag did not wake us: look once more.
+        if (st.run->ring().peek(st.read_pos) != nullptr) {
+          st.parked = false;
+          ch.consumer_parked.store(false, std::memory_order_relaxed);
+          st.idle_polls = 0;
+          self->send(self, drain_atom::value, loop);
+          return;
+        }
+        self->delayed_send(self, parked_poll, drain_atom::value, loop);
       },
-      [self](nudge_atom) { drain(self); },
+      [self](nudge_atom) {
+        auto& st = self->state;
+        if (!st.parked) return (void)drain(self);
+        // Woken from parking: a fresh loop at full speed replaces the parked one.
+        st.parked = false;
+        st.run->channel().consumer_parked.store(false, std::memory_order_relaxed);
+        st.idle_polls = 0;
+        self->send(self, drain_atom::value, ++st.loop);
+      },
       [self](ack_atom, bool for_frame, std::uint64_t completed, const std::vector<char>& errors) {
         auto& st = self->state;
         if (for_frame) --st.in_flight;

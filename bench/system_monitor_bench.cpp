@@ -314,12 +314,21 @@ int main(int argc, char** argv) {
   // shares: a difference smaller than the floor's spread is not resolved.
   const double spread = *std::max_element(off.pct.begin(), off.pct.end()) -
                         *std::min_element(off.pct.begin(), off.pct.end());
+  // The target is for the default interval (10 s): the end-to-end cost of one
+  // sample (sampler, timer, scheduler wake-up, the line through the Run actor)
+  // measured at 0.1 s, spread over 10 s.
+  const double per_sample_us = diff / 100.0 * sampled_interval * 1e6;
+  const double at_default = per_sample_us / 10.0 / 1e6 * 100.0;
   std::printf("\nthe monitor at %.1f s, end to end (on - off): %.3f %% of one core (the off runs spread over "
-              "%.3f %%) -> target < 1 %%: %s\n",
-              sampled_interval, diff, spread, bench::verdict(diff < 1.0).c_str());
+              "%.3f %%), %.0f us of CPU a sample\n",
+              sampled_interval, diff, spread, per_sample_us);
+  std::printf("at the default interval (10 s): %.4f %% of one core -> target < 1 %%: %s\n", at_default,
+              bench::verdict(at_default < 1.0).c_str());
   std::printf("system.jsonl: %s\n", lines_ok ? "one line per interval, none when off" : "UNEXPECTED line count");
-  ok = ok && diff < 1.0 && lines_ok;
+  ok = ok && at_default < 1.0 && lines_ok;
 
+  bench::report("e2e_per_sample_us", per_sample_us);
+  bench::report("e2e_monitor_core_pct_at_10s", at_default);
   bench::report("e2e_off_core_pct", pct_off);
   bench::report("e2e_on_core_pct", pct_on);
   bench::report("e2e_monitor_core_pct", diff);

@@ -148,4 +148,13 @@ void Channel::fail(Error e) {
   for (auto& [s, w] : due) run(w, s);
 }
 
+void Channel::wake_slow() noexcept {
+  if (!consumer_parked.exchange(false, std::memory_order_acq_rel) || !nudge) return;
+  try {
+    nudge();
+  } catch (...) {
+    // The parked poll picks the values up.
+  }
+}
+
 } // namespace chorus::detail

@@ -68,6 +68,20 @@ public:
   /// Wakes the consumer of this process's ring (set by the RankProxy).
   std::function<void()> nudge;
 
+  /// Set while the consumer polls slowly (idle for a while): producers wake
+  /// it after publishing. One relaxed load on the hot path; a wake-up that
+  /// races with parking is caught by the parked poll.
+  std::atomic<bool> consumer_parked{false};
+  void wake() noexcept {
+    if (consumer_parked.load(std::memory_order_relaxed)) [[unlikely]]
+      wake_slow();
+  }
+
+private:
+  void wake_slow() noexcept;
+
+public:
+
 private:
   struct Waiter {
     std::coroutine_handle<> h;

@@ -14,7 +14,7 @@
 //   rank 0 -> Run      (nccl_id_atom, vector<char> id)               the run's NCCL unique id
 //   rank -> Run        (nccl_id_atom) -> (vector<char> id)           answered once rank 0 sent it
 //   SystemMonitor -> Run (system_atom, u32 rank, string json_line)   one system.jsonl line
-//   self-timers        drain_atom, nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
+//   self-timers        (drain_atom, u64 loop), nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
 //                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom
 //
 // Only built-in CAF types travel (integers, strings, std::vector<char>, actor

@@ -130,6 +130,7 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
     Ring::publish(s, pos + j);
     ++j;
   }
+  channel_.wake();
   const std::uint64_t seq = pos + good;
   if (first_bad != n) {
     try {

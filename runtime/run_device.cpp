@@ -90,6 +90,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
         s.value = 0;
       Ring::publish(s, pos + j);
     }
+    channel_.wake();
     return Pending(&channel_, pos + n, false);
   } catch (const std::bad_alloc&) {
     return refuse({Errc::internal, "out of memory"});

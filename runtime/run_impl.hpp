@@ -85,6 +85,7 @@ Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {
   s.count = 1;
   fill(s);
   Ring::publish(s, pos);
+  channel_.wake();
   return Pending(&channel_, pos + 1, false);
 }
 

@@ -191,6 +191,11 @@ public:
     // in arrival order: CAF 0.17's worker threads can hand a message over
     // before its connection's node is known (a lost sender, a dropped link).
     cfg.set("middleman.workers", size_t{0});
+    // CAF's idle scheduler threads poll every 50 us for 500 rounds (25 ms)
+    // before they sleep on a condition variable (which an enqueue wakes):
+    // after every timer an idle process would spin for 25 ms. 1 ms of it is
+    // enough to catch the next message of a busy stream.
+    cfg.set("work-stealing.moderate-poll-attempts", size_t{20});
     cfg.set("middleman.heartbeat-interval", caf::timespan(s.opts.heartbeat_interval));
     cfg.set("middleman.connection-timeout", caf::timespan(s.opts.connection_timeout));
     return cfg;
