@@ -71,7 +71,12 @@ public:
   /// Set while the consumer polls slowly (idle for a while): producers wake
   /// it after publishing. One relaxed load on the hot path; a wake-up that
   /// races with parking is caught by the parked poll.
-  std::atomic<bool> consumer_parked{false};
+  /// On a cache line of its own (sizeof is 64): the trainer reads it on
+  /// every log call, and the other members change with every acknowledgement.
+  struct alignas(64) ParkedFlag : std::atomic<bool> {
+    using std::atomic<bool>::atomic;
+  };
+  ParkedFlag consumer_parked{false};
   void wake() noexcept {
     if (consumer_parked.load(std::memory_order_relaxed)) [[unlikely]]
       wake_slow();
