@@ -153,10 +153,14 @@ std::string render_chart(const Series& s, const ChartStyle& st) {
 }
 
 std::string render_sparkline(const Series& s, int width, bool ascii) {
+  return render_sparkline(s, width, ascii, s.min(), s.max());
+}
+
+std::string render_sparkline(const Series& s, int width, bool ascii, double lo, double hi) {
   static constexpr const char* blocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   static constexpr char levels[] = "_.-:=+*#";
   const std::vector<Column> cols = columns_of(s, width);
-  const double lo = s.min(), span = s.max() - s.min();
+  const double span = hi - lo;
   std::string out;
   for (const Column& k : cols) {
     if (!k.any) {

@@ -17,8 +17,10 @@ struct ChartStyle {
 /// The chart's heading line, plot and x axis; every line ends in '\n'.
 std::string render_chart(const Series& s, const ChartStyle& style);
 
-/// `width` characters, one level per column (`▁`..`█`, or `_.-:=+*#` in ASCII).
+/// `width` characters, one level per column (`▁`..`█`, or `_.-:=+*#` in ASCII),
+/// from the series' min to its max, or from `lo` to `hi` (a percentage: 0 to 100).
 std::string render_sparkline(const Series& s, int width, bool ascii);
+std::string render_sparkline(const Series& s, int width, bool ascii, double lo, double hi);
 
 /// "1000 points, steps 0..999, 3 NaN and 1 infinite skipped".
 std::string describe_points(const Series& s);

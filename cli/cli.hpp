@@ -81,6 +81,9 @@ std::vector<std::string> split_lines(const std::string& text);
 /// Characters on screen (UTF-8 code points; every one taken as one column).
 std::size_t display_width(std::string_view s);
 
+/// `s` cut to `width` columns, ending in "…" where it was cut.
+std::string clip(std::string s, int width);
+
 /// Rows of cells printed in aligned columns; the last column is not padded.
 class Table {
 public:

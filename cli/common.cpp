@@ -157,6 +157,19 @@ std::size_t display_width(std::string_view s) {
   return n;
 }
 
+std::string clip(std::string s, int width) {
+  if (static_cast<int>(display_width(s)) <= width) return s;
+  std::size_t keep = 0, cols = 0;
+  while (keep < s.size() && static_cast<int>(cols) < width - 1) {
+    ++keep;
+    while (keep < s.size() && (static_cast<unsigned char>(s[keep]) & 0xC0) == 0x80) ++keep;
+    ++cols;
+  }
+  s.resize(keep);
+  s.append("…");
+  return s;
+}
+
 std::string Table::render(std::string_view indent) const {
   std::vector<std::size_t> widths;
   for (const auto& row : rows_)

@@ -1,19 +1,14 @@
 #include "cli/series.hpp"
 
-#include <simdjson.h>
+#include "cli/json_lines.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 #include <map>
 
 namespace chorus::cli {
 namespace {
-
-constexpr std::size_t chunk_size = 4u << 20;
 
 // Folds each pair of neighbours into one: half the buckets, twice the points each.
 void halve(std::vector<Bucket>& b) {
@@ -34,20 +29,16 @@ void halve(std::vector<Bucket>& b) {
   b.resize(out);
 }
 
+// Folds the rows' values into one series per key.
 class Reader {
 public:
   Reader(History& h, const std::function<bool(std::string_view)>& wanted) : h_(h), wanted_(wanted) {}
 
-  // `p` must be followed by simdjson::SIMDJSON_PADDING readable bytes.
-  void line(const char* p, std::size_t n) {
-    while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ')) --n;
-    if (n == 0) return;
-    simdjson::dom::object row;
-    if (auto e = parser_.parse(p, n, false).get(row)) return bad(simdjson::error_message(e));
+  std::string_view take(const simdjson::dom::object& row) {
     std::int64_t step = 0;
     double step_d = 0;
     if (row["_step"].get(step) != simdjson::SUCCESS) {
-      if (row["_step"].get(step_d) != simdjson::SUCCESS || !std::isfinite(step_d)) return bad("no numeric _step");
+      if (row["_step"].get(step_d) != simdjson::SUCCESS || !std::isfinite(step_d)) return "no numeric _step";
       step = static_cast<std::int64_t>(step_d);
     }
     ++h_.rows;
@@ -76,16 +67,12 @@ public:
       }
       if (it->second >= 0) h_.series[static_cast<std::size_t>(it->second)].add(step, v);
     }
+    return {};
   }
 
 private:
-  void bad(std::string_view why) {
-    if (h_.bad_lines++ == 0) h_.first_bad = "line " + std::to_string(h_.rows + h_.bad_lines) + ": " + std::string(why);
-  }
-
   History& h_;
   const std::function<bool(std::string_view)>& wanted_;
-  simdjson::dom::parser parser_;
   std::map<std::string, std::ptrdiff_t, std::less<>> index_; // -1: not wanted
 };
 
@@ -137,33 +124,13 @@ void Series::add(std::int64_t step, double v) {
 
 History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted) {
   History h;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    h.problem = path + ": " + std::strerror(errno);
-    return h;
-  }
   Reader reader(h, wanted);
-  std::vector<char> buf(chunk_size + simdjson::SIMDJSON_PADDING);
-  std::size_t cap = chunk_size, have = 0;
-  for (;;) {
-    const std::size_t got = std::fread(buf.data() + have, 1, cap - have, f);
-    have += got;
-    std::size_t start = 0;
-    for (const char* nl; (nl = static_cast<const char*>(std::memchr(buf.data() + start, '\n', have - start)));) {
-      const auto end = static_cast<std::size_t>(nl - buf.data());
-      reader.line(buf.data() + start, end - start);
-      start = end + 1;
-    }
-    if (got == 0) break; // what is left has no newline yet: a line being written
-    std::memmove(buf.data(), buf.data() + start, have - start);
-    have -= start;
-    if (have == cap) { // one line longer than the buffer
-      cap *= 2;
-      buf.resize(cap + simdjson::SIMDJSON_PADDING);
-    }
-  }
-  if (std::ferror(f)) h.problem = path + ": read error";
-  std::fclose(f);
+  const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& row) { return reader.take(row); });
+  h.bad_lines = lines.skipped;
+  if (lines.skipped > 0)
+    h.first_bad.append("line ").append(std::to_string(lines.first_skipped_line)).append(": ").append(
+        lines.first_skipped_why);
+  h.problem = lines.problem;
   return h;
 }
 

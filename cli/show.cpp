@@ -3,6 +3,7 @@
 #include "cli/cli.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
+#include "cli/system_section.hpp"
 
 #include <simdjson.h>
 
@@ -19,10 +20,15 @@ namespace {
 
 constexpr std::string_view help_text = R"(usage: chorus show [OPTIONS] RUN
 
-Shows a run: its identity, its ranks and their states, config, summary, and a
-terminal chart per metric of its history (x = _step). RUN is a run directory,
-or a run id (or the start of one) looked up under DIR. A group directory
-lists the group's runs.
+Shows a run: its identity, its ranks and their states, config, summary, what
+its machines did, and a terminal chart per metric of its history (x = _step).
+RUN is a run directory, or a run id (or the start of one) looked up under DIR.
+A group directory lists the group's runs.
+
+What the machines did comes from system.jsonl (see CHORUS_SYSTEM_INTERVAL): a
+row per node (CPU, memory, disk and network) and one per rank (its process's
+CPU and memory and, where it has one, its GPU's use, memory, temperature and
+power), with each rank's GPU use (else CPU use) over time where it fits.
 
 With many metrics, the plain and reduced keys get charts and the per-rank
 columns (key/rank-N) a one-line sparkline each. NaN and infinite values are
@@ -40,7 +46,8 @@ options:
   --width W       columns to draw in (default: the terminal's, else 100)
   --height H      rows per chart (default 10)
   --ascii         ASCII instead of Unicode braille and block characters
-  --no-history    skip history.jsonl (identity, ranks, config, summary only)
+  --no-history    skip history.jsonl (no charts, no sparklines of metrics)
+  --no-system     skip system.jsonl (the nodes' and ranks' CPU, memory, GPU)
   -h, --help      this text
 
 exit codes: 0 shown, 1 the run cannot be found or read, 2 a wrong command line.
@@ -50,7 +57,7 @@ struct ShowArgs {
   std::string run, dir;
   std::vector<std::string> metrics;
   int charts = 12, width = 0, height = 10;
-  bool ascii = false, history = true;
+  bool ascii = false, history = true, system = true;
 };
 
 int terminal_width() {
@@ -83,6 +90,8 @@ std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
       a.ascii = true;
     } else if (c.flag({"--no-history"})) {
       a.history = false;
+    } else if (c.flag({"--no-system"})) {
+      a.system = false;
     } else if (c.peek().starts_with("-")) {
       c.fail("unknown option '" + std::string(c.peek()) + "'");
     } else if (!a.run.empty()) {
@@ -95,18 +104,6 @@ std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
   if (!c.error().empty()) return c.error();
   if (a.run.empty()) return "missing RUN: a run directory or a run id";
   return {};
-}
-
-std::string clip(std::string s, int width) {
-  if (static_cast<int>(display_width(s)) <= width) return s;
-  std::size_t keep = 0, cols = 0;
-  while (keep < s.size() && static_cast<int>(cols) < width - 1) {
-    ++keep;
-    while (keep < s.size() && (static_cast<unsigned char>(s[keep]) & 0xC0) == 0x80) ++keep;
-    ++cols;
-  }
-  s.resize(keep);
-  return s + "…";
 }
 
 // A config.json or summary.json, one "key = value" line per member.
@@ -288,6 +285,7 @@ int show_main(std::span<char* const> words) {
   }
   std::string out = identity(r) + ranks_section(r, width) + json_section("config", dir + "/config.json", width, 100) +
                     json_section("summary", dir + "/summary.json", width, 60);
+  if (a.system) out += system_section(r, width, a.ascii);
   if (a.history) out += history_section(r, a, width);
   std::fputs(out.c_str(), stdout);
   return exit_ok;

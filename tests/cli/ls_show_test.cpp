@@ -66,6 +66,50 @@ std::string history(int rows = 100, int ranks = 2) {
   return h;
 }
 
+constexpr double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
+
+// One system.jsonl line, as a rank's SystemMonitor writes it.
+class SystemLine {
+public:
+  SystemLine(double t, int node, int rank) {
+    text_ = R"({"_timestamp":)" + std::to_string(1'700'000'000 + t) + R"(,"_runtime":)" + std::to_string(t) +
+            R"(,"_node":)" + std::to_string(node) + R"(,"_rank":)" + std::to_string(rank);
+  }
+  SystemLine& figure(const std::string& name, const std::string& label, double v) {
+    text_ += ",\"system." + name + "/" + label + "\":" + std::to_string(v);
+    return *this;
+  }
+  [[nodiscard]] std::string str() const { return text_ + "}\n"; }
+
+private:
+  std::string text_;
+};
+
+// The rows of the table whose heading line starts with `heading` ("NODE",
+// "RANK"), as cells (columns are two or more spaces apart); the heading's
+// two lines first.
+std::vector<std::vector<std::string>> table(const std::string& out, const std::string& heading) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (rows.empty() && !line.starts_with("  " + heading + "  ")) continue;
+    if (line.empty()) break;
+    std::vector<std::string>& row = rows.emplace_back();
+    for (std::size_t at = 2; at < line.size();) {
+      const std::size_t gap = line.find("  ", at);
+      row.push_back(line.substr(at, gap - at));
+      at = gap == std::string::npos ? line.size() : line.find_first_not_of(' ', gap);
+    }
+  }
+  return rows;
+}
+
+std::string section(const std::string& out, const std::string& title) {
+  const std::size_t at = out.find("\n" + title);
+  if (at == std::string::npos) return {};
+  return out.substr(at + 1, out.find("\n\n", out.find("\n\n", at + 1) + 2) - at);
+}
+
 bool has_braille(const std::string& s) {
   // U+2801..U+28FF in UTF-8: E2 A0..A3 xx.
   for (std::size_t i = 0; i + 1 < s.size(); ++i)
@@ -221,4 +265,137 @@ BOOST_AUTO_TEST_CASE(a_long_history_is_streamed) {
   BOOST_TEST(contains(o.out, "history (300000 rows, 1 key)"));
   BOOST_TEST(contains(o.out, "300000 points, steps 0..299999"));
   BOOST_TEST(!contains(o.out, "unreadable"));
+}
+
+// 2 nodes of 2 ranks, 5 samples each; rank 3 has no GPU, node 1 no network figures, no node any disk figures.
+std::string system_jsonl() {
+  std::string lines;
+  for (int t = 0; t < 5; ++t) {
+    for (int rank = 0; rank < 4; ++rank) {
+      const int node = rank / 2;
+      const std::string r = "rank-" + std::to_string(rank), n = "node-" + std::to_string(node);
+      static constexpr double rss[] = {1, 2, 3, 2.5, 2};
+      SystemLine line(10.0 * t, node, rank);
+      line.figure("proc.cpu.percent", r, 90 + rank + 2 * t)
+          .figure("proc.memory.rss_bytes", r, rss[t] * gib)
+          .figure("proc.threads", r, 12);
+      if (rank != 3)
+        line.figure("gpu.utilization_percent", r, 50 + 10 * t + rank)
+            .figure("gpu.memory.used_bytes", r, (30 + t + rank) * gib)
+            .figure("gpu.memory.total_bytes", r, 80 * gib)
+            .figure("gpu.temperature_c", r, 60 + t)
+            .figure("gpu.power_w", r, 400 + 10 * t)
+            .figure("gpu.sm_clock_mhz", r, 1980);
+      if (rank % 2 == 0) {
+        line.figure("cpu.percent", n, 40 + 20 * node + 2 * t)
+            .figure("cpu.count", n, 64)
+            .figure("memory.used_bytes", n, (10 + t + node) * gib)
+            .figure("memory.total_bytes", n, 64 * gib)
+            .figure("memory.percent", n, 20);
+        if (node == 0)
+          line.figure("network.rx_bytes_per_s", n, 110 * mib).figure("network.tx_bytes_per_s", n, 1.5 * mib);
+      }
+      lines += line.str();
+    }
+    if (t == 2) lines += "{\"_timestamp\": oops}\n";
+  }
+  return lines + R"({"_timestamp":1700000050,"_node":0,"_rank":0,"system.proc.cpu)"; // its writer died mid-line
+}
+
+BOOST_AUTO_TEST_CASE(show_summarises_system_jsonl_per_node_and_per_rank) {
+  TempDir root;
+  const fs::path dir = make_run(root.path(), "proj", "grp", {.id = "sys"});
+  write_text(dir / "system.jsonl", system_jsonl());
+  write_text(dir / "history.jsonl", history(3) + "not a row\n" + history(2));
+  const Output o = run_chorus({"show", dir.string(), "--width", "200"});
+  BOOST_TEST(o.code == 0);
+  const std::string sys = section(o.out, "system (");
+  BOOST_TEST_INFO(o.out);
+  BOOST_TEST(contains(sys, "system (2 nodes, 4 ranks; 20 samples over 40.0s)"));
+  BOOST_TEST(contains(sys, "2 lines skipped: 1 not JSON (first: line 13), 1 unfinished last line"));
+  BOOST_TEST(o.out.find("ranks (") < o.out.find("system ("));
+  BOOST_TEST(o.out.find("system (") < o.out.find("history ("));
+  // The refactored line reader still numbers history's lines.
+  BOOST_TEST(contains(o.out, "1 unreadable lines skipped (first: line 4:"));
+
+  using Row = std::vector<std::string>;
+  const auto nodes = table(sys, "NODE");
+  BOOST_REQUIRE_EQUAL(nodes.size(), 4u);
+  // No node has disk figures: no disk columns.
+  BOOST_TEST((nodes[0] == Row{"NODE", "SAMPLES", "CPU %", "MEMORY", "NET RX / TX"}));
+  BOOST_TEST((nodes[1] == Row{"", "mean / max", "max / total", "mean"}));
+  BOOST_TEST((nodes[2] == Row{"0", "5", "44 / 48", "14.0 / 64.0 GiB", "110 / 1.5 MiB/s"}));
+  BOOST_TEST((nodes[3] == Row{"1", "5", "64 / 68", "15.0 / 64.0 GiB", "-"}));
+
+  const auto ranks = table(sys, "RANK");
+  BOOST_REQUIRE_EQUAL(ranks.size(), 6u);
+  BOOST_TEST((ranks[0] == Row{"RANK", "NODE", "SAMPLES", "CPU %", "RSS", "GPU %", "GPU MEMORY", "GPU TEMP",
+                              "GPU POWER", "GPU % OVER TIME"}));
+  BOOST_TEST((ranks[1] == Row{"", "mean / max", "last / max", "mean / max", "max / total", "max", "mean / max",
+                              "(no GPU: CPU %)"}));
+  const Row first(ranks[2].begin(), ranks[2].end() - 1), no_gpu(ranks[5].begin(), ranks[5].end() - 1);
+  BOOST_TEST((first == Row{"0", "0", "5", "94 / 98", "2.0 / 3.0 GiB", "70 / 90", "34.0 / 80.0 GiB", "64 °C",
+                           "420 / 440 W"}));
+  BOOST_TEST(ranks[3][6] == "35.0 / 80.0 GiB");
+  BOOST_TEST((no_gpu == Row{"3", "1", "5", "97 / 101", "2.0 / 3.0 GiB", "-", "-", "-", "-"}));
+  // A sparkline of 5 samples: GPU use from 50% to 90% for rank 0, on a 0..100 scale.
+  BOOST_TEST(ranks[2].back() == "▅▅▆▇▇");
+  BOOST_TEST(ranks[5].back().size() == 5 * std::string("█").size());
+
+  // At 100 columns the tables still fit, without their sparklines.
+  const Output narrow = run_chorus({"show", dir.string(), "--width", "100"});
+  const std::string narrow_sys = section(narrow.out, "system (");
+  BOOST_TEST(!contains(narrow_sys, "…"));
+  BOOST_TEST(!contains(narrow_sys, "OVER TIME"));
+  BOOST_TEST(contains(narrow_sys, "420 / 440 W"));
+
+  const Output skipped = run_chorus({"show", dir.string(), "--no-system"});
+  BOOST_TEST(skipped.code == 0);
+  BOOST_TEST(!contains(skipped.out, "system"));
+}
+
+BOOST_AUTO_TEST_CASE(show_says_when_a_run_has_no_system_samples) {
+  TempDir root;
+  const fs::path dir = make_run(root.path(), "p", "g", {.id = "quiet"});
+  const std::string none = "system: no samples (CHORUS_SYSTEM_INTERVAL=0, or the run was shorter than one interval)";
+  BOOST_TEST(contains(run_chorus({"show", dir.string(), "--no-history"}).out, none));
+  write_text(dir / "system.jsonl", "");
+  BOOST_TEST(contains(run_chorus({"show", dir.string(), "--no-history"}).out, none));
+  write_text(dir / "system.jsonl", "[1,2\n{\"_rank\":0}\n");
+  const Output bad = run_chorus({"show", dir.string(), "--no-history"});
+  BOOST_TEST(bad.code == 0);
+  BOOST_TEST(contains(bad.out, none));
+  BOOST_TEST(contains(bad.out, "2 lines skipped: 1 not JSON, 1 without system figures (first: line 1)"));
+  BOOST_TEST(contains(run_chorus({"show", "--help"}).out, "--no-system"));
+}
+
+BOOST_AUTO_TEST_CASE(show_lists_64_ranks_in_numeric_order_one_line_each) {
+  TempDir root;
+  const fs::path dir = make_run(root.path(), "p", "g", {.id = "big", .world = 64});
+  std::string lines;
+  for (int t = 0; t < 3; ++t)
+    for (int rank = 63; rank >= 0; --rank) { // written out of order: rows are sorted by number
+      SystemLine line(t, rank / 8, rank);
+      line.figure("proc.cpu.percent", "rank-" + std::to_string(rank), 100 + t);
+      if (rank % 8 == 0) line.figure("cpu.percent", "node-" + std::to_string(rank / 8), 50);
+      lines += line.str();
+    }
+  write_text(dir / "system.jsonl", lines);
+  const Output o = run_chorus({"show", dir.string(), "--width", "100"});
+  BOOST_TEST(o.code == 0);
+  const std::string sys = section(o.out, "system (");
+  BOOST_TEST(contains(sys, "system (8 nodes, 64 ranks; 192 samples over 2.0s)"));
+  BOOST_TEST(!contains(sys, "GPU")); // no rank has a GPU: no GPU columns, a CPU sparkline
+  BOOST_TEST(contains(sys, "CPU % OVER TIME"));
+  const auto nodes = table(sys, "NODE");
+  BOOST_REQUIRE_EQUAL(nodes.size(), 10u);
+  for (int n = 0; n < 8; ++n) BOOST_TEST(nodes[static_cast<std::size_t>(n) + 2][0] == std::to_string(n));
+  const auto ranks = table(sys, "RANK");
+  BOOST_REQUIRE_EQUAL(ranks.size(), 66u);
+  for (int r = 0; r < 64; ++r) {
+    const auto& row = ranks[static_cast<std::size_t>(r) + 2];
+    BOOST_TEST(row[0] == std::to_string(r));
+    BOOST_TEST(row[1] == std::to_string(r / 8));
+    BOOST_TEST(row[3] == "101 / 102");
+  }
 }

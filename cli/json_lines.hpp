@@ -1,0 +1,31 @@
+// A JSON-lines file (history.jsonl, system.jsonl) read as a stream, one line
+// parsed at a time whatever the file's length: the one checked path the
+// sections of `chorus show` read their lines through.
+#pragma once
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace chorus::cli {
+
+struct JsonLines {
+  std::uint64_t used = 0;     // lines handed over and taken
+  std::uint64_t skipped = 0;  // complete lines not taken: not JSON, or refused
+  std::uint64_t not_json = 0; // of them, not a JSON object
+  std::uint64_t first_skipped_line = 0; // the first of them (lines count from 1)
+  std::string first_skipped_why;        // "TAPE_ERROR: ...", "no numeric _step"
+  bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
+  std::string problem;        // the file could not be read
+};
+
+/// Hands each complete line of `path` that is a JSON object to `take`, which
+/// returns why it refuses it, or nothing. Blank lines are passed over; an
+/// unfinished last line is left out.
+using TakeLine = std::function<std::string_view(const simdjson::dom::object&)>;
+JsonLines read_json_lines(const std::string& path, const TakeLine& take);
+
+} // namespace chorus::cli
