@@ -2,6 +2,7 @@
 // rank gets from it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,9 @@ std::vector<std::string> rank_environment(const LaunchArgs& args, int local_rank
 int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr);
 
 /// Adds "exit_codes": {"<global rank>": code, ...} to DIR/run.json (the
-/// ranks launch started); returns the problem, or "".
-std::string record_exit_codes(const std::string& dir, const LaunchArgs& args, const std::vector<int>& codes);
+/// ranks launch started, or only `only_rank` for a per-rank run); returns
+/// the problem, or "".
+std::string record_exit_codes(const std::string& dir, const LaunchArgs& args, const std::vector<int>& codes,
+                              std::optional<int> only_rank = std::nullopt);
 
 } // namespace chorus::cli

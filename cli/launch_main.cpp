@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <netinet/in.h>
 #include <optional>
@@ -230,7 +231,8 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
   return env;
 }
 
-std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes) {
+std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes,
+                              std::optional<int> only_rank) {
   const std::string path = dir + "/run.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) return "cannot read it";
@@ -239,10 +241,14 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
   const auto close = text.find_last_of('}');
   if (close == std::string::npos) return "it holds no JSON object";
   std::string field = ",\"exit_codes\":{";
+  bool first = true;
   for (std::size_t i = 0; i < codes.size(); ++i) {
-    if (i > 0) field.push_back(',');
+    const int rank = a.node_rank * a.nproc + static_cast<int>(i);
+    if (only_rank && rank != *only_rank) continue;
+    if (!first) field.push_back(',');
+    first = false;
     // Appended piece by piece: GCC 12's -Wrestrict misfires on "\"" + std::to_string(...).
-    field.append("\"").append(std::to_string(a.node_rank * a.nproc + static_cast<int>(i))).append("\":");
+    field.append("\"").append(std::to_string(rank)).append("\":");
     field.append(std::to_string(codes[i]));
   }
   field.push_back('}');
@@ -294,13 +300,23 @@ int launch_main(std::span<char* const> words) {
   std::vector<int> codes;
   const int worst = run_ranks(a, &codes);
   if (!a.runs_file.empty()) {
+    // Each line is "RANK<TAB>DIR" (a per-rank run: that rank's code) or "*<TAB>DIR" (every rank's).
     std::ifstream in(a.runs_file);
-    std::set<std::string> dirs;
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty() && dirs.insert(line).second)
-        if (std::string problem = record_exit_codes(line, a, codes); !problem.empty())
-          std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", line.c_str(),
-                       problem.c_str());
+    std::set<std::string> seen;
+    for (std::string line; std::getline(in, line);) {
+      const auto tab = line.find('\t');
+      if (tab == std::string::npos || !seen.insert(line).second) continue;
+      const std::string who = line.substr(0, tab), dir = line.substr(tab + 1);
+      std::optional<int> only;
+      if (who != "*") {
+        const auto rank = parse_int(who, 0, std::numeric_limits<int>::max());
+        if (!rank) continue;
+        only = static_cast<int>(*rank);
+      }
+      if (std::string problem = record_exit_codes(dir, a, codes, only); !problem.empty())
+        std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", dir.c_str(),
+                     problem.c_str());
+    }
     std::remove(a.runs_file.c_str());
   }
   return worst;

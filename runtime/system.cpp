@@ -126,13 +126,15 @@ std::string identity_json(const Settings& s, const std::string& id, const std::s
 
 /// Under `chorus launch`, tells it where this run lives (one line appended to
 /// the file CHORUS_LAUNCH_RUNS names), so that it can add the ranks' exit
-/// codes to run.json once they have exited.
+/// codes to run.json once they have exited. The line is "RANK<TAB>DIR": a
+/// per-rank run takes its own rank's code only, "*" every rank launch started.
 void note_run_for_launcher(const Settings& s, const std::string& run_dir) {
   const char* file = s.opts.read_env ? std::getenv("CHORUS_LAUNCH_RUNS") : nullptr;
   if (file == nullptr || *file == '\0') return;
   const int fd = ::open(file, O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) return; // launch is gone or made none: nothing to tell
-  const std::string line = run_dir + "\n";
+  std::string line = s.opts.mode == Mode::per_rank ? std::to_string(s.topo.rank) : std::string("*");
+  line.append("\t").append(run_dir).append("\n");
   const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   ::close(fd);
   (void)written; // best effort: without the line, launch reports the codes as missing

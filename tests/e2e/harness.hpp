@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,16 @@ inline int test_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7
 
 inline std::string bin(const std::string& name) { return std::string(CHORUS_BINARY_DIR) + "/bin/" + name; }
 
+/// A shell command that runs `ranks` workers of this node under `chorus
+/// launch`, their runs under `dir`; `launch_options` go to launch (e.g.
+/// "--nnodes 2 --node-rank 1 --run-id J"), `worker_args` to each worker.
+inline std::string launch_worker(const fs::path& dir, int ranks, int master_port, const std::string& worker_args,
+                                 const std::string& launch_options = {}) {
+  return "CHORUS_DIR=" + dir.string() + " " + bin("chorus") + " launch -n " + std::to_string(ranks) +
+         " --master-port " + std::to_string(master_port) + " " + launch_options + " -- " + bin("chorus_e2e_worker") +
+         " " + worker_args;
+}
+
 inline std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -91,6 +103,23 @@ inline std::vector<Row> read_history(const fs::path& run_dir) {
     rows.push_back(std::move(r));
   }
   return rows;
+}
+
+/// A run's run.json, as `parser` holds it until its next parse.
+inline simdjson::dom::element read_run_json(simdjson::dom::parser& parser, const fs::path& run_dir) {
+  simdjson::dom::element doc;
+  if (parser.load((run_dir / "run.json").string()).get(doc))
+    throw std::runtime_error((run_dir / "run.json").string() + " is missing or not JSON");
+  return doc;
+}
+
+/// The run directories under `root`: those holding `marker`, sorted.
+inline std::vector<fs::path> find_runs(const fs::path& root, const std::string& marker = "run.json") {
+  std::vector<fs::path> runs;
+  for (auto& p : fs::recursive_directory_iterator(root))
+    if (p.path().filename() == marker) runs.push_back(p.path().parent_path());
+  std::sort(runs.begin(), runs.end());
+  return runs;
 }
 
 /// The first line "RUN_DIR=..." of a worker's output.

@@ -11,16 +11,9 @@ using namespace e2e;
 
 namespace {
 
+/// The run host on `port`, the launcher's rendezvous on the next one.
 std::string launch(const TempDir& dir, int ranks, int port, const std::string& worker_args) {
-  return "CHORUS_DIR=" + dir.path.string() + " CHORUS_PORT=" + std::to_string(port) + " " + bin("chorus") +
-         " launch -n " + std::to_string(ranks) + " --master-port " + std::to_string(port + 1) + " -- " +
-         bin("chorus_e2e_worker") + " " + worker_args;
-}
-
-simdjson::dom::element run_json(simdjson::dom::parser& parser, const fs::path& dir) {
-  simdjson::dom::element doc;
-  BOOST_REQUIRE_MESSAGE(!parser.load((dir / "run.json").string()).get(doc), "run.json parses");
-  return doc;
+  return "CHORUS_PORT=" + std::to_string(port) + " " + launch_worker(dir.path, ranks, port + 1, worker_args);
 }
 
 } // namespace
@@ -60,7 +53,7 @@ BOOST_AUTO_TEST_CASE(eight_ranks_every_value_exactly_once_in_step_order) {
   }
 
   simdjson::dom::parser parser;
-  auto info = run_json(parser, rd);
+  auto info = read_run_json(parser, rd);
   BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
   BOOST_TEST(int64_t(info["world_size"].get_int64()) == R);
   int finished = 0;
@@ -85,7 +78,7 @@ BOOST_AUTO_TEST_CASE(sigkill_of_one_rank_leaves_the_others_whole) {
   BOOST_REQUIRE(!rd.empty());
 
   simdjson::dom::parser parser;
-  auto info = run_json(parser, rd);
+  auto info = read_run_json(parser, rd);
   // chorus launch added each rank's exit code: the killed one's is 128 + SIGKILL.
   for (int r = 0; r < R; ++r)
     BOOST_TEST(int64_t(info["exit_codes"][std::to_string(r)].get_int64()) == (r == dead ? 128 + 9 : 0));
@@ -140,12 +133,10 @@ BOOST_AUTO_TEST_CASE(ranks_that_skip_finish_are_finished_by_the_destructor) {
   BOOST_TEST_INFO(out.text);
   BOOST_REQUIRE_EQUAL(out.status, 0);
   // No RUN_DIR line (finish was not awaited): find the run on disk.
-  std::vector<fs::path> runs;
-  for (auto& p : fs::recursive_directory_iterator(dir.path))
-    if (p.path().filename() == "run.json") runs.push_back(p.path().parent_path());
+  const std::vector<fs::path> runs = find_runs(dir.path);
   BOOST_REQUIRE_EQUAL(runs.size(), 1u);
   simdjson::dom::parser parser;
-  auto info = run_json(parser, runs[0]);
+  auto info = read_run_json(parser, runs[0]);
   BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
   BOOST_TEST(read_history(runs[0]).size() == 50u);
 }
@@ -166,9 +157,7 @@ BOOST_AUTO_TEST_CASE(sigterm_of_the_host_leaves_a_recoverable_log_and_frees_the_
   BOOST_TEST(out.text.find("queue is full: the call was refused at once") != std::string::npos);
   BOOST_TEST(out.status != 0);
 
-  std::vector<fs::path> runs;
-  for (auto& p : fs::recursive_directory_iterator(dir.path))
-    if (p.path().filename() == "wal") runs.push_back(p.path().parent_path());
+  const std::vector<fs::path> runs = find_runs(dir.path, "wal");
   BOOST_REQUIRE_EQUAL(runs.size(), 1u);
   Output rec = run(bin("chorus") + " recover " + runs[0].string());
   BOOST_TEST_INFO(rec.text);
@@ -185,7 +174,7 @@ BOOST_AUTO_TEST_CASE(sigterm_of_the_host_leaves_a_recoverable_log_and_frees_the_
     }
   }
   simdjson::dom::parser parser;
-  auto info = run_json(parser, runs[0]);
+  auto info = read_run_json(parser, runs[0]);
   BOOST_TEST(std::string_view(info["state"].get_string()) != "running");
 }
 
@@ -212,7 +201,7 @@ BOOST_AUTO_TEST_CASE(a_frozen_rank_is_declared_crashed_by_heartbeat_and_the_othe
   BOOST_REQUIRE(!rd.empty());
 
   simdjson::dom::parser parser;
-  auto info = run_json(parser, rd);
+  auto info = read_run_json(parser, rd);
   for (auto r : info["ranks"].get_array()) {
     const auto id = int64_t(r["rank"].get_int64());
     BOOST_TEST_CONTEXT("rank " << id) {

@@ -1,5 +1,6 @@
 // A rank of the end-to-end tests: logs values that the tests can predict
-// from (rank, step) alone, and misbehaves on request.
+// from (rank, step) alone, and misbehaves on request. A rank whose handle
+// is inactive (automatic mode, not the primary) prints INACTIVE and exits.
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
@@ -64,6 +65,12 @@ chorus::task<int> work(Args a) {
   if (err) {
     std::fprintf(stderr, "init failed: %s\n", err.message().c_str());
     co_return 3;
+  }
+  if (!run) {
+    // A rank that does not log in this mode (automatic, not the primary):
+    // its handle knows no topology, so it stops here without a value.
+    std::printf("INACTIVE\n");
+    co_return a.exit_code;
   }
   const int rank = run.topology().rank;
   run.define_metric("loss", chorus::Reduce::mean);
