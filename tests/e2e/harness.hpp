@@ -4,6 +4,8 @@
 
 #include <simdjson.h>
 
+#include <boost/test/unit_test.hpp>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +122,55 @@ inline std::vector<fs::path> find_runs(const fs::path& root, const std::string& 
     if (p.path().filename() == marker) runs.push_back(p.path().parent_path());
   std::sort(runs.begin(), runs.end());
   return runs;
+}
+
+/// Every row of a run of chorus_e2e_worker whose places hold the global
+/// `ranks`: the reductions over exactly the ranks that logged the row's step
+/// (a place logs steps up to its `last_step`, by default every step), one
+/// unreduced column per such place, and one row per step, in order.
+inline void check_worker_history(const fs::path& run_dir, const std::vector<int>& ranks, int steps,
+                                 std::vector<std::int64_t> last_step = {}) {
+  if (last_step.empty()) last_step.assign(ranks.size(), steps - 1);
+  const auto rows = read_history(run_dir);
+  BOOST_REQUIRE_EQUAL(rows.size(), static_cast<std::size_t>(steps));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    const double s = static_cast<double>(i);
+    std::vector<std::size_t> places;
+    for (std::size_t p = 0; p < ranks.size(); ++p)
+      if (last_step[p] >= static_cast<std::int64_t>(i)) places.push_back(p);
+    BOOST_TEST_CONTEXT("step " << i) {
+      BOOST_TEST(row.step() == static_cast<std::int64_t>(i));
+      BOOST_REQUIRE(!places.empty());
+      const auto k = static_cast<double>(places.size());
+      double loss = 0, tokens = 0;
+      int top = 0;
+      bool has0 = false;
+      for (std::size_t p : places) {
+        const int r = ranks[p];
+        loss += r + s * 0.5;
+        tokens += 100.0 + r;
+        top = std::max(top, r);
+        has0 = has0 || r == 0;
+      }
+      BOOST_TEST(row.num.at("loss") == loss / k);
+      BOOST_TEST(row.num.at("tokens") == tokens);
+      BOOST_TEST(row.num.at("lo") == s - top);
+      BOOST_TEST(row.num.at("hi") == s + top);
+      for (const char* key : {"loss", "tokens", "lo", "hi"}) BOOST_TEST(row.count.at(key) == k, key);
+      // A run of one rank has its plain key; of several, a column per place.
+      if (ranks.size() == 1) {
+        BOOST_TEST(row.num.at("per_rank") == ranks[0] * 1000 + s);
+      } else {
+        for (std::size_t p : places)
+          BOOST_TEST(row.num.at("per_rank/rank-" + std::to_string(p)) == ranks[p] * 1000 + s);
+      }
+      BOOST_TEST(row.num.count("only0") == (has0 ? 1u : 0u));
+      if (has0) BOOST_TEST(row.num.at("only0") == s);
+      // Nothing else: _step, _timestamp, _runtime, four reductions, the unreduced columns, only0.
+      BOOST_TEST(row.num.size() == 7u + places.size() + (has0 ? 1u : 0u));
+    }
+  }
 }
 
 /// The first line "RUN_DIR=..." of a worker's output.

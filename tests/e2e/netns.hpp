@@ -1,0 +1,186 @@
+// Separate hosts on one machine for the multi-node tests: a network
+// namespace per node, each joined by a veth pair to a bridge that lives in a
+// namespace of its own, so nothing is added to the machine's own network
+// and deleting the namespaces removes every link. Needs root; where
+// namespaces cannot be made (no CAP_NET_ADMIN) the test is skipped.
+#pragma once
+
+#include "harness.hpp"
+#include "tests/gpu.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <fcntl.h>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace e2e {
+
+/// Runs `cmd` through sh, its output discarded; its exit status.
+inline int quiet(const std::string& cmd) { return run(cmd + " >/dev/null").status; }
+
+/// A process started through sh in a process group of its own, its output
+/// (stdout and stderr) going to `log`.
+class Process {
+public:
+  Process(const std::string& cmd, const fs::path& log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    if (pid_ > 0) ::setpgid(pid_, pid_);
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process() { kill(); }
+
+  /// Its exit code (128 + S for signal S), once it ended within `limit`.
+  std::optional<int> wait_for(std::chrono::milliseconds limit) {
+    if (status_) return status_;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (pid_ > 0) {
+      int st = 0;
+      const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
+      }
+      if (r < 0 && errno != EINTR) break;
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return status_;
+  }
+
+  /// SIGKILL to its group, then reaped.
+  void kill() {
+    if (pid_ <= 0 || status_) return;
+    ::kill(-pid_, SIGKILL);
+    wait_for(std::chrono::seconds(10));
+  }
+
+private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+/// `n` hosts chorus-<pid>-n0.. on the bridge of chorus-<pid>-br, at
+/// 10.A.B.1.. (A.B from this process's id, so that concurrent test
+/// programs are told apart in `ip netns list` and in their logs).
+class Hosts {
+public:
+  explicit Hosts(int n) : n_(n) {
+    if (::geteuid() != 0) chorus::test::skip_test("the multi-node tests make network namespaces and need root");
+    remove_stale();
+    const auto pid = static_cast<unsigned>(::getpid());
+    prefix_ = "chorus-" + std::to_string(pid) + "-";
+    subnet_ = "10." + std::to_string(100 + (pid >> 8) % 150) + "." + std::to_string(pid % 256) + ".";
+    if (quiet("ip netns add " + bridge_ns())) {
+      chorus::test::skip_test("'ip netns add' fails here (no CAP_NET_ADMIN, e.g. in a container): "
+                              "the multi-node tests need network namespaces");
+    }
+    made_.push_back(bridge_ns());
+    try {
+      connect();
+    } catch (...) {
+      for (const std::string& name : made_) remove(name);
+      throw;
+    }
+  }
+  Hosts(const Hosts&) = delete;
+  Hosts& operator=(const Hosts&) = delete;
+
+  ~Hosts() {
+    for (const std::string& name : made_) remove(name);
+  }
+
+  std::string ns(int i) const { return prefix_ + "n" + std::to_string(i); }
+  std::string address(int i) const { return subnet_ + std::to_string(i + 1); }
+  /// A command prefix that runs what follows on node `i`.
+  std::string on(int i) const { return "ip netns exec " + ns(i) + " "; }
+
+  /// Takes node `i` off the network: its bridge port goes down, so its
+  /// packets are dropped without a reset, as when a cable is pulled.
+  void cut(int i) { must("ip -n " + bridge_ns() + " link set " + veth(i) + " down"); }
+
+  /// SIGKILL to every process on node `i` and to its process group.
+  void kill_all(int i) const { kill_in(ns(i)); }
+
+private:
+  std::string bridge_ns() const { return prefix_ + "br"; }
+  std::string veth(int i) const { return "v" + std::to_string(i); }
+
+  void connect() {
+    must("ip -n " + bridge_ns() + " link add br0 type bridge");
+    must("ip -n " + bridge_ns() + " link set br0 up");
+    for (int i = 0; i < n_; ++i) {
+      const std::string node = ns(i), v = veth(i);
+      must("ip netns add " + node);
+      made_.push_back(node);
+      must("ip -n " + bridge_ns() + " link add " + v + " type veth peer name eth0 netns " + node);
+      must("ip -n " + bridge_ns() + " link set " + v + " master br0 up");
+      must("ip -n " + node + " link set lo up");
+      must("ip -n " + node + " addr add " + address(i) + "/24 dev eth0");
+      must("ip -n " + node + " link set eth0 up");
+    }
+    // Links come up asynchronously; the ranks retry their dial anyway, but a
+    // node whose link never comes up is a broken setup, not a failing run.
+    for (int i = 0; i < n_; ++i) {
+      for (int tries = 0; run("ip -n " + ns(i) + " -o link show eth0").text.find("state UP") == std::string::npos; ++tries) {
+        if (tries == 250) throw std::runtime_error("eth0 of " + ns(i) + " does not come up");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+
+  static void must(const std::string& cmd) {
+    Output out = run(cmd);
+    if (out.status != 0) throw std::runtime_error("'" + cmd + "' failed: " + out.text);
+  }
+
+  static void kill_in(const std::string& name) {
+    std::istringstream pids(run("ip netns pids " + name).text);
+    for (long p; pids >> p;) {
+      const pid_t group = ::getpgid(static_cast<pid_t>(p));
+      if (group > 0 && group != ::getpgrp()) ::kill(-group, SIGKILL);
+      ::kill(static_cast<pid_t>(p), SIGKILL);
+    }
+  }
+
+  static void remove(const std::string& name) {
+    kill_in(name);
+    quiet("ip netns del " + name + " 2>/dev/null");
+  }
+
+  /// Namespaces left by a test program that died before its cleanup.
+  static void remove_stale() {
+    std::istringstream list(run("ip netns list").text);
+    for (std::string line; std::getline(list, line);) {
+      const std::string name = line.substr(0, line.find(' '));
+      long pid = 0;
+      char rest[32] = {};
+      if (std::sscanf(name.c_str(), "chorus-%ld-%31s", &pid, rest) != 2 || pid <= 0) continue;
+      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove(name);
+    }
+  }
+
+  int n_;
+  std::string prefix_, subnet_;
+  std::vector<std::string> made_;
+};
+
+} // namespace e2e
