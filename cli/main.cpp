@@ -19,6 +19,7 @@ commands:
   ls       list the runs under a run directory, grouped by project and group
   show     a run's identity, ranks, config, summary and a chart per metric
   recover  rebuild a run's files from its write-ahead log after its host crashed
+  certs    make the credentials that authenticate a job's nodes to each other
 
 Run 'chorus COMMAND --help' for a command's options.
 
@@ -33,11 +34,12 @@ struct Command {
   int (*main)(std::span<char* const>);
 };
 
-constexpr std::array<Command, 4> commands{{
+constexpr std::array<Command, 5> commands{{
     {"launch", chorus::cli::launch_main},
     {"ls", chorus::cli::ls_main},
     {"show", chorus::cli::show_main},
     {"recover", chorus::cli::recover_main},
+    {"certs", chorus::cli::certs_main},
 }};
 
 } // namespace
@@ -69,5 +71,5 @@ int main(int argc, char** argv) {
   for (const Command& c : commands)
     if (c.name == word) return c.main(args.subspan(1));
   return chorus::cli::usage_error("", "unknown command '" + std::string(word) +
-                                          "'. The commands are launch, ls, show and recover");
+                                          "'. The commands are launch, ls, show, recover and certs");
 }

@@ -6,6 +6,8 @@
 
 #include "io/json.hpp"
 
+#include <pthread.h>
+
 #include <thread>
 #include <vector>
 
@@ -21,9 +23,17 @@ namespace detail {
 
 namespace {
 constexpr std::size_t max_values_per_call = 0xffff;
-}
 
-RunImpl::RunImpl(Settings settings) : settings_(std::move(settings)), ring_(settings_.opts.queue_capacity) {}
+void count_fork_in_child() { fork_count.fetch_add(1, std::memory_order_relaxed); }
+} // namespace
+
+std::atomic<unsigned> fork_count{0};
+
+RunImpl::RunImpl(Settings settings) : settings_(std::move(settings)), ring_(settings_.opts.queue_capacity) {
+  // Once per process: a fork's child must know that its inherited runs are not its own.
+  static const int registered = ::pthread_atfork(nullptr, nullptr, count_fork_in_child);
+  (void)registered;
+}
 
 RunImpl::~RunImpl() {
   system_.reset();
@@ -202,36 +212,58 @@ FinishPending RunImpl::finish() noexcept {
 // ---------------------------------------------------------------------------
 // Run
 
+namespace {
+
+/// Ends the run a handle holds, bounded by finish_timeout. A forked child's
+/// copy is let go unfreed instead: freeing it would join actor threads that
+/// do not exist in the child, and its finish belongs to the parent.
+void close(std::unique_ptr<detail::RunImpl>& impl) noexcept {
+  if (!impl) return;
+  if (impl->forked()) {
+    (void)impl.release();
+    return;
+  }
+  (void)impl->finish().wait();
+}
+
+} // namespace
+
 Run::Run() noexcept = default;
 Run::Run(std::unique_ptr<detail::RunImpl> impl) noexcept : impl_(std::move(impl)) {}
 Run::Run(Run&&) noexcept = default;
 Run& Run::operator=(Run&& o) noexcept {
   if (this != &o) {
-    if (impl_) (void)impl_->finish().wait();
+    close(impl_);
     impl_ = std::move(o.impl_);
   }
   return *this;
 }
-Run::~Run() {
-  if (impl_) (void)impl_->finish().wait();
-}
+Run::~Run() { close(impl_); }
 
 Pending Run::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
-  return impl_ ? impl_->log(values, opts) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log(values, opts) : Pending{};
 }
 Pending Run::define_metric(std::string_view key, Reduce reduce) noexcept {
-  return impl_ ? impl_->define_metric(key, reduce) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->define_metric(key, reduce) : Pending{};
 }
 Pending Run::config(std::span<const Field> fields) {
-  return impl_ ? impl_->text(detail::SlotKind::config, fields) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->text(detail::SlotKind::config, fields) : Pending{};
 }
 Pending Run::summary(std::span<const Field> fields) {
-  return impl_ ? impl_->text(detail::SlotKind::summary, fields) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->text(detail::SlotKind::summary, fields) : Pending{};
 }
 Pending Run::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
-  return impl_ ? impl_->barrier(name, timeout) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->barrier(name, timeout) : Pending{};
 }
-FinishPending Run::finish() noexcept { return impl_ ? impl_->finish() : FinishPending{}; }
+FinishPending Run::finish() noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->finish() : FinishPending{};
+}
 
 const Topology& Run::topology() const noexcept {
   static const Topology none;

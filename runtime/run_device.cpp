@@ -100,11 +100,13 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
 } // namespace detail
 
 Pending Run::log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts) noexcept {
-  return impl_ ? impl_->log_device(values, stream, opts, std::nullopt) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_device(values, stream, opts, std::nullopt) : Pending{};
 }
 Pending Run::reduce_device(std::span<const DeviceMetric> values, Reduce op, CudaStream stream,
                            const LogOptions& opts) noexcept {
-  return impl_ ? impl_->log_device(values, stream, opts, op) : Pending{};
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_device(values, stream, opts, op) : Pending{};
 }
 
 } // namespace chorus

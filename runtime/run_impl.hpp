@@ -20,6 +20,10 @@ namespace chorus::detail {
 
 class System;
 
+/// How many times this process has been the child of a fork(); bumped by a
+/// pthread_atfork child handler (run.cpp).
+extern std::atomic<unsigned> fork_count;
+
 class RunImpl {
 public:
   explicit RunImpl(Settings settings);
@@ -42,6 +46,11 @@ public:
   Channel& channel() noexcept { return channel_; }
   FinishState& finish_state() noexcept { return finish_; }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  /// Whether this process is a fork of the one that made the run (a
+  /// DataLoader worker, say). Only the forking thread lives on in the child:
+  /// the actors, the RankProxy draining the ring and any lock holder are
+  /// gone, so there every call is a no-op and the state is never freed.
+  bool forked() const noexcept { return fork_count.load(std::memory_order_relaxed) != forks_at_start_; }
   /// The device capture, once a device call has made it (read by the RankProxy).
   DeviceCapture* device() const noexcept { return device_ptr_.load(std::memory_order_acquire); }
 
@@ -59,6 +68,7 @@ private:
   Pending push_control(SlotKind kind, Fill&& fill) noexcept;
 
   Settings settings_;
+  const unsigned forks_at_start_ = fork_count.load(std::memory_order_relaxed);
   Ring ring_;
   Channel channel_;
   FinishState finish_;
@@ -75,6 +85,12 @@ private:
   std::unique_ptr<DeviceReducer> reducer_;
   std::unique_ptr<System> system_;
 };
+
+/// The run behind a handle, or null where its calls are no-ops: an inactive
+/// handle, or the copy a forked child inherited.
+inline RunImpl* live(const std::unique_ptr<RunImpl>& impl) noexcept {
+  return impl && !impl->forked() ? impl.get() : nullptr;
+}
 
 template <class Fill>
 Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {

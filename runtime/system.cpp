@@ -6,11 +6,14 @@
 #include "actors/rank_proxy.hpp"
 #include "actors/run.hpp"
 #include "actors/system_monitor.hpp"
+#include "io/credentials.hpp"
 #include "io/system_metrics.hpp"
 #include "io/json.hpp"
 #include "io/run_dir.hpp"
 #include "io/wal.hpp"
 #include "runtime/protocol.hpp"
+
+#include <caf/openssl/all.hpp>
 #include "runtime/run_impl.hpp"
 
 #include <arpa/inet.h>
@@ -173,7 +176,10 @@ void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_r
 
 class SystemImpl final : public System {
 public:
-  explicit SystemImpl(const Settings& s) : sys_(configure(cfg_, s)) {}
+  /// `creds`: the job's credentials when links between nodes are
+  /// authenticated (every link of the run then goes through CAF's OpenSSL
+  /// module, with mutual TLS against the job's CA); null otherwise.
+  SystemImpl(const Settings& s, const io::Credentials* creds) : tls_(creds != nullptr), sys_(configure(cfg_, s, creds)) {}
 
   ~SystemImpl() override {
     if (run_actor_) stop_syncing_wal_on_signals();
@@ -183,8 +189,17 @@ public:
     // ~actor_system waits for every actor and stops the middleman.
   }
 
-  static caf::actor_system_config& configure(caf::actor_system_config& cfg, const Settings& s) {
+  static caf::actor_system_config& configure(caf::actor_system_config& cfg, const Settings& s,
+                                             const io::Credentials* creds) {
     cfg.load<caf::io::middleman>();
+    if (creds != nullptr) {
+      // CAF checks no host name: a peer is admitted by holding a certificate
+      // of the job's own CA, which only the job's nodes have.
+      cfg.load<caf::openssl::manager>();
+      cfg.openssl_certificate = creds->cert_file;
+      cfg.openssl_key = creds->key_file;
+      cfg.openssl_cafile = creds->ca_file;
+    }
     cfg.set("scheduler.max-threads", 2);
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
@@ -299,7 +314,8 @@ private:
       // run's ranks are all on its host's node.
       const bool spans_nodes = s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
       const char* bind = spans_nodes ? nullptr : "127.0.0.1";
-      auto port = sys_.middleman().publish(run_actor_, s.port, bind, true);
+      auto port = tls_ ? caf::openssl::publish(run_actor_, s.port, bind, true)
+                       : sys_.middleman().publish(run_actor_, s.port, bind, true);
       if (!port)
         return {Errc::address_in_use, "the run host cannot listen on port " + std::to_string(s.port) + ": " +
                                           sys_.render(port.error()) +
@@ -322,7 +338,9 @@ private:
       if (tcp_probe(s.host_address, s.port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
         bool ok = false;
-        self->request(sys_.middleman().actor_handle(), left, caf::connect_atom::value, s.host_address, s.port)
+        const caf::io::middleman_actor& connector =
+            tls_ ? sys_.openssl_manager().actor_handle() : sys_.middleman().actor_handle();
+        self->request(connector, left, caf::connect_atom::value, s.host_address, s.port)
             .receive(
                 [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
                   if (ptr) {
@@ -342,11 +360,13 @@ private:
     return {Errc::connect_failed,
             "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " + s.host_address + ":" +
                 std::to_string(s.port) + " within init_timeout (" + std::to_string(s.opts.init_timeout.count()) +
-                " ms; last attempt: " + why +
+                " ms; last attempt: " + why + (s.topo.num_nodes > 1 ? std::string(
+                    "; across nodes, every rank needs the same CHORUS_TLS_DIR credentials as the run host") : std::string()) +
                 "). Check that rank 0 is running, that MASTER_ADDR / CHORUS_PORT point to it on every rank, or raise "
                 "CHORUS_INIT_TIMEOUT"};
   }
 
+  bool tls_;
   caf::actor_system_config cfg_;
   caf::actor_system sys_;
   caf::actor run_actor_;
@@ -359,7 +379,29 @@ private:
 } // namespace
 
 std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
-  auto sys = std::make_unique<SystemImpl>(run.settings());
+  const Settings& s = run.settings();
+  // Links between nodes carry records from other machines: they are
+  // authenticated with the job's credentials, or explicitly allowed not to be.
+  const bool spans_nodes = s.run_world > 1 && s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
+  io::Credentials creds;
+  bool tls = false;
+  if (spans_nodes && !s.opts.tls_dir.empty()) {
+    if ((error = io::check_credentials(s.opts.tls_dir, creds))) return nullptr;
+    tls = true;
+  } else if (spans_nodes && !s.opts.insecure) {
+    error = {Errc::invalid_argument,
+             "this run spans " + std::to_string(s.topo.num_nodes) +
+                 " nodes, and links between nodes need the job's credentials: run `chorus certs DIR` once, copy DIR "
+                 "to every node and set CHORUS_TLS_DIR=DIR on every rank (or set CHORUS_INSECURE=1 to accept "
+                 "unauthenticated links, on a network you trust)"};
+    return nullptr;
+  } else if (spans_nodes && s.topo.rank == 0) {
+    std::fprintf(stderr, "chorus: WARNING: CHORUS_INSECURE=1: the run host on port %u accepts records from any "
+                         "peer that can reach it, unauthenticated; make credentials with `chorus certs DIR` and set "
+                         "CHORUS_TLS_DIR instead\n",
+                 static_cast<unsigned>(s.port));
+  }
+  auto sys = std::make_unique<SystemImpl>(s, tls ? &creds : nullptr);
   error = sys->start(run);
   return sys;
 }
