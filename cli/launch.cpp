@@ -373,6 +373,7 @@ public:
     for (const Rank& r : ranks_) out.push_back(r.code);
     return out;
   }
+  int stop_signal() const { return signal_; }
 
 private:
   const LaunchArgs& args_;
@@ -387,10 +388,11 @@ private:
 
 } // namespace
 
-int run_ranks(const LaunchArgs& args, std::vector<int>* codes) {
+int run_ranks(const LaunchArgs& args, std::vector<int>* codes, int* stop_signal) {
   Launcher launcher(args);
   const int worst = launcher.run();
   if (codes) *codes = launcher.codes();
+  if (stop_signal) *stop_signal = launcher.stop_signal();
   return worst;
 }
 

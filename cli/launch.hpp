@@ -30,8 +30,9 @@ std::vector<std::string> rank_environment(const LaunchArgs& args, int local_rank
 
 /// Starts the ranks, relays their output and signals, and waits for them.
 /// Returns the worst rank's exit code (128 + signal for a signal death);
-/// `codes`, if given, receives each rank's code by local rank.
-int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr);
+/// `codes`, if given, receives each rank's code by local rank;
+/// `stop_signal` the first stop signal launch got and passed on (0: none).
+int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr, int* stop_signal = nullptr);
 
 /// Adds "exit_codes": {"<global rank>": code, ...} to DIR/run.json (the
 /// ranks launch started, or only `only_rank` for a per-rank run); returns

@@ -2,6 +2,7 @@
 // environment. The ranks themselves are run in launch.cpp.
 #include "cli/cli.hpp"
 #include "cli/launch.hpp"
+#include "cli/recover.hpp"
 #include "io/run_dir.hpp"
 
 #include <simdjson.h>
@@ -9,6 +10,7 @@
 #include <arpa/inet.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -196,6 +198,26 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
   return {};
 }
 
+// A run whose host a stop signal ended before the run did (its run.json
+// still says running) is rebuilt from its log, which holds everything the
+// host acknowledged, and marked killed: the user stopped it, it did not crash.
+void mark_killed(const std::string& dir, int sig) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element info;
+  std::string_view state;
+  if (parser.load(dir + "/run.json").get(info) || info["state"].get(state) || state != "running") return;
+  const char* name = ::strsignal(sig);
+  RecoverOptions o;
+  o.backup = false;
+  o.unended = RunState::killed;
+  o.unended_reason = "stopped by signal " + std::to_string(sig) + " (" + (name ? name : "unknown") +
+                     ") that chorus launch passed on";
+  std::string report;
+  if (std::string problem = recover_run(dir, o, report); !problem.empty())
+    std::fprintf(stderr, "chorus launch: %s was stopped by signal %d but cannot be marked killed: %s (run chorus "
+                         "recover on it)\n", dir.c_str(), sig, problem.c_str());
+}
+
 } // namespace
 
 std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
@@ -298,7 +320,8 @@ int launch_main(std::span<char* const> words) {
     a.runs_file = runs_file;
   }
   std::vector<int> codes;
-  const int worst = run_ranks(a, &codes);
+  int stop_signal = 0;
+  const int worst = run_ranks(a, &codes, &stop_signal);
   if (!a.runs_file.empty()) {
     // Each line is "RANK<TAB>DIR" (a per-rank run: that rank's code) or "*<TAB>DIR" (every rank's).
     std::ifstream in(a.runs_file);
@@ -313,6 +336,7 @@ int launch_main(std::span<char* const> words) {
         if (!rank) continue;
         only = static_cast<int>(*rank);
       }
+      if (stop_signal != 0) mark_killed(dir, stop_signal);
       if (std::string problem = record_exit_codes(dir, a, codes, only); !problem.empty())
         std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", dir.c_str(),
                      problem.c_str());

@@ -6,6 +6,7 @@
 // to a directory beside the old files and replaces them only once complete,
 // so a recover that fails, or is interrupted, leaves the run as it found it.
 #include "cli/cli.hpp"
+#include "cli/recover.hpp"
 #include "cli/run_info.hpp"
 
 #include "actors/merger.hpp"
@@ -154,28 +155,38 @@ int recover_main(std::span<char* const> words) {
   std::string dir;
   if (std::string problem = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir, dir); !problem.empty())
     return failure("recover", problem);
+  RecoverOptions o;
+  o.dry_run = a.dry_run;
+  o.backup = a.backup;
+  std::string report;
+  if (std::string problem = recover_run(dir, o, report); !problem.empty()) return failure("recover", problem);
+  std::fputs(report.c_str(), stdout);
+  return exit_ok;
+}
+
+std::string recover_run(const std::string& dir, const RecoverOptions& a, std::string& report) {
   const std::string wal = dir + "/wal";
   struct stat st {};
   if (::stat(wal.c_str(), &st) != 0)
-    return failure("recover", "no write-ahead log at " + wal + " (" + std::strerror(errno) +
-                                  "): there is nothing to rebuild the run from");
+    return "no write-ahead log at " + wal + " (" + std::strerror(errno) +
+                                  "): there is nothing to rebuild the run from";
 
   // Cutting the torn tail takes the WAL's writer lock, so a live host makes
   // this fail rather than have its log rewritten under it.
   io::WalScan cut;
   if (!a.dry_run) {
     if (Error e = io::truncate_torn_tail(wal, &cut))
-      return failure("recover", e.message() +
+      return e.message() +
                                     (e.message().find("another process") != std::string::npos
                                          ? " (recover is for a run whose host died; this one's is alive)"
-                                         : ""));
+                                         : "");
   }
 
   // Inside the run directory, so the rebuilt files move into place by rename;
   // a dry run leaves the run directory alone.
   std::string tmp = a.dry_run ? (fs::temp_directory_path() / "chorus-recover-XXXXXX").string() : dir + "/.recover-XXXXXX";
   if (::mkdtemp(tmp.data()) == nullptr)
-    return failure("recover", "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno));
+    return "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno);
   struct Cleanup {
     std::string path;
     ~Cleanup() {
@@ -214,10 +225,10 @@ int recover_main(std::span<char* const> words) {
         },
         err);
   }
-  if (err) return failure("recover", err.message());
+  if (err) return err.message();
   if (!merger.started())
-    return failure("recover", "the log at " + wal + " has no run start (" + std::to_string(scan.frames) +
-                                  " frames read): the host died before the run began; there is nothing to rebuild");
+    return "the log at " + wal + " has no run start (" + std::to_string(scan.frames) +
+                                  " frames read): the host died before the run began; there is nothing to rebuild";
 
   int marked = 0;
   if (!ended) {
@@ -225,16 +236,16 @@ int recover_main(std::span<char* const> words) {
       if (merger.rank_state(r) != RunState::running) continue;
       ++marked;
       merger.apply(wire::rank_dead(static_cast<std::uint32_t>(r), last_ts,
-                                   "the run host died before this rank finished (marked by chorus recover)"));
+                                   a.unended_reason));
     }
-    merger.apply(wire::run_end(RunState::crashed, last_ts));
+    merger.apply(wire::run_end(a.unended, last_ts));
   }
   writer.flush();
-  if (writer.error()) return failure("recover", "rebuilding the files failed: " + writer.error().message());
+  if (writer.error()) return "rebuilding the files failed: " + writer.error().message();
 
   const bool torn = a.dry_run ? scan.torn_tail : cut.torn_tail;
   const io::WalScan& damage = a.dry_run ? scan : cut;
-  std::string report = "chorus recover: " + dir + "\n";
+  report = "chorus recover: " + dir + "\n";
   report += "  log        " + std::to_string(scan.frames) + " frames read from " + wal + "\n";
   report += "  corrupt    " + std::to_string(scan.corrupt_regions) +
             (scan.corrupt_regions == 1 ? " damaged region skipped" : " damaged regions skipped");
@@ -251,17 +262,17 @@ int recover_main(std::span<char* const> words) {
   report += "  rebuilt    " + std::to_string(writer.rows()) + " rows, " + std::to_string(writer.rejected_values()) +
             " rejected values\n";
   report += ended ? "  state      " + std::string(to_string(end_state)) + ", as the log records\n"
-                  : "  state      crashed: the log stops before the run's end, so its host died; " +
-                        std::to_string(marked) + (marked == 1 ? " rank" : " ranks") + " marked crashed\n";
+                  : "  state      " + std::string(to_string(a.unended)) +
+                        ": the log stops before the run's end, so its host died; " + std::to_string(marked) +
+                        (marked == 1 ? " rank" : " ranks") + " marked crashed\n";
   if (a.dry_run) {
-    std::fputs((report + "  (dry run: nothing changed)\n").c_str(), stdout);
-    return exit_ok;
+    report += "  (dry run: nothing changed)\n";
+    return {};
   }
   std::string moved;
-  if (std::string problem = install(tmp, dir, a.backup, moved); !problem.empty()) return failure("recover", problem);
+  if (std::string problem = install(tmp, dir, a.backup, moved); !problem.empty()) return problem;
   report += "  files      " + moved + (a.backup ? " (the old ones kept as *.bak)" : "") + "\n";
-  std::fputs(report.c_str(), stdout);
-  return exit_ok;
+  return {};
 }
 
 } // namespace chorus::cli

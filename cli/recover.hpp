@@ -1,0 +1,22 @@
+// Rebuilding a run's readable files from its write-ahead log, for `chorus
+// recover` and for `chorus launch` after a signal stopped a run's host.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <string>
+
+namespace chorus::cli {
+
+struct RecoverOptions {
+  bool dry_run = false;
+  bool backup = true; // keep the replaced files as NAME.bak
+  // How a run whose log stops before its end ended, and why its running ranks did.
+  RunState unended = RunState::crashed;
+  std::string unended_reason = "the run host died before this rank finished (marked by chorus recover)";
+};
+
+/// Rebuilds the run in `dir`; returns "" or the problem, and in `report` what it read and did.
+std::string recover_run(const std::string& dir, const RecoverOptions& options, std::string& report);
+
+} // namespace chorus::cli
