@@ -3,6 +3,11 @@
 // is inactive (automatic mode, not the primary) prints INACTIVE and exits.
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
+//          [--step-us U] [--ack-each 1] [--fork-every N]
+// --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
+// --fork-every forks a child every N steps, as DataLoader workers are forked:
+// the child logs through the inherited handle, drops it and exits; the parent
+// prints "CHILD HUNG" for a child that is not gone within 10 s.
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
 #include <chorus/chorus.hpp>
 
@@ -13,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -29,7 +35,34 @@ struct Args {
   long connection_timeout_ms = 0;
   long queue = 0;
   long step_us = 0; // a pause per step, as a training step would take
+  bool ack_each = false;
+  long fork_every = 0;
 };
+
+/// A child forked with a live run: its calls must be no-ops that return at
+/// once. It exits through exit() so that static destructors run too.
+[[noreturn]] void forked_child(chorus::Run& run, long step) {
+  (void)run.log({{"child", 1.0}, {"loss", -1e9}}, {.step = step}).wait();
+  (void)run.summary({{"child", true}});
+  (void)run.finish().wait();
+  { chorus::Run gone = std::move(run); } // its destructor, in the child
+  std::exit(0);
+}
+
+/// Waits up to 10 s for a forked child; one that does not end hung.
+void reap(pid_t child) {
+  for (int i = 0; i < 1000; ++i) {
+    int status = 0;
+    if (::waitpid(child, &status, WNOHANG) == child) {
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::printf("CHILD FAILED %d\n", status);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::printf("CHILD HUNG\n");
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -47,6 +80,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--connection-timeout-ms") a.connection_timeout_ms = v;
     else if (k == "--queue") a.queue = v;
     else if (k == "--step-us") a.step_us = v;
+    else if (k == "--ack-each") a.ack_each = v != 0;
+    else if (k == "--fork-every") a.fork_every = v;
   }
   return a;
 }
@@ -89,7 +124,21 @@ chorus::task<int> work(Args a) {
     last = run.log({{"loss", r + st * 0.5}, {"tokens", 100.0 + r}, {"lo", st - r}, {"hi", st + r},
                     {"per_rank", r * 1000 + st}},
                    {.step = s});
-    if (rank == 0) run.log({{"only0", st}}, {.step = s});
+    chorus::Pending only0;
+    if (rank == 0) only0 = run.log({{"only0", st}}, {.step = s});
+    if (a.ack_each) {
+      const chorus::Error e1 = last.wait(), e2 = only0.wait();
+      if (e1 || e2) std::fprintf(stderr, "rank %d step %ld: %s\n", rank, s, (e1 ? e1 : e2).message().c_str());
+      else std::printf("ACKED %ld\n", s);
+      std::fflush(stdout);
+    }
+    if (a.fork_every > 0 && (s + 1) % a.fork_every == 0) {
+      std::fflush(stdout); // the child must not print the parent's buffer again
+      std::fflush(stderr);
+      const pid_t child = ::fork();
+      if (child == 0) forked_child(run, s);
+      if (child > 0) reap(child);
+    }
     if (a.step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.step_us));
     if (a.barrier_every > 0 && (s + 1) % a.barrier_every == 0) {
       std::string name = "b" + std::to_string(s);

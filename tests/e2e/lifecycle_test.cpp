@@ -1,0 +1,177 @@
+// The lifecycle cases that must never hang, each with real processes: ranks
+// that start before their host, a host that never starts, a signal to
+// `chorus launch`, a trainer that forks. (A rank that returns without
+// finish is in shared_run_test: ranks_that_skip_finish_are_finished_by_the_destructor.)
+#define BOOST_TEST_MODULE e2e_lifecycle
+#include "harness.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <map>
+
+using namespace e2e;
+
+namespace {
+
+/// Ranks of a world of `world` started by hand, as torchrun would start them
+/// (a command line of several goes in parentheses, so that run() captures all of its output).
+struct Ranks {
+  const TempDir& dir;
+  int port; // the run host's; the rendezvous is on the next one
+  int world;
+  std::string extra_env;
+
+  std::string rank(int r, const std::string& worker_args) const {
+    return "CHORUS_DIR=" + dir.path.string() + " CHORUS_PORT=" + std::to_string(port) + " RANK=" + std::to_string(r) +
+           " LOCAL_RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
+           " LOCAL_WORLD_SIZE=" + std::to_string(world) + " GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+           std::to_string(port + 1) + " " + extra_env + " " + bin("chorus_e2e_worker") + " " + worker_args;
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(ranks_started_before_the_host_wait_for_it_and_the_run_has_all_their_data) {
+  TempDir dir;
+  const Ranks ranks{dir, test_port(21), 3, "CHORUS_RUN_ID=late-host"};
+  const std::string args = "--steps 100";
+  // Ranks 1 and 2 dial a host that is not there yet; rank 0 comes 1.5 s later.
+  Output out = run("(" + ranks.rank(1, args) + " & p1=$!; " + ranks.rank(2, args) + " & p2=$!; sleep 1.5; " +
+                   ranks.rank(0, args) + "; s0=$?; wait $p1; s1=$?; wait $p2; s2=$?; echo \"STATUS $s0 $s1 $s2\")");
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.text.find("STATUS 0 0 0") != std::string::npos);
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+  BOOST_TEST(rd.filename() == "late-host");
+
+  simdjson::dom::parser parser;
+  auto info = read_run_json(parser, rd);
+  BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
+  for (auto r : info["ranks"].get_array()) BOOST_TEST(std::string_view(r["state"].get_string()) == "finished");
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 100u);
+  for (const Row& row : rows) {
+    BOOST_TEST_CONTEXT("step " << row.step()) {
+      BOOST_TEST(row.count.at("loss") == 3);
+      for (int r = 0; r < 3; ++r)
+        BOOST_TEST(row.num.at("per_rank/rank-" + std::to_string(r)) == r * 1000 + static_cast<double>(row.step()));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(without_a_host_every_rank_fails_init_within_init_timeout_naming_the_address) {
+  TempDir dir;
+  const int port = test_port(22);
+  const Ranks ranks{dir, port, 3, "CHORUS_INIT_TIMEOUT=2"};
+  const auto t0 = std::chrono::steady_clock::now();
+  // Ranks 1 and 2 of 3, with no rank 0 anywhere.
+  Output out = run("(" + ranks.rank(1, "") + " & p1=$!; " + ranks.rank(2, "") +
+                   "; s2=$?; wait $p1; s1=$?; echo \"STATUS $s1 $s2\")");
+  const double took = seconds_since(t0);
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.text.find("STATUS 3 3") != std::string::npos); // the worker's code for a failed init
+  for (int r : {1, 2})
+    BOOST_TEST(out.text.find("rank " + std::to_string(r) + " could not reach the run host at 127.0.0.1:" +
+                             std::to_string(port)) != std::string::npos);
+  BOOST_TEST(out.text.find("init_timeout (2000 ms") != std::string::npos);
+  BOOST_TEST(took < 2 + 20.0, "did not hang: " << took << " s for an init_timeout of 2 s");
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_to_launch_ends_the_run_killed_with_everything_acknowledged) {
+  TempDir dir;
+  const fs::path log = dir.path / "launch.out";
+  const std::string launch = "CHORUS_PORT=" + std::to_string(test_port(23)) + " " +
+                             launch_worker(dir.path, 2, test_port(23) + 1,
+                                           "--steps 1000000 --step-us 2000 --ack-each 1", "--grace 30");
+  // SIGTERM once both ranks have had values acknowledged; time how long launch takes after it.
+  Output out = run(launch + " > " + log.string() + " 2>&1 & pid=$!; i=0; until grep -q '\\[rank 1\\] ACKED 50$' " +
+                   log.string() + " && grep -q '\\[rank 0\\] ACKED 50$' " + log.string() +
+                   " || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; t0=$(date +%s%N); kill -TERM $pid; wait $pid; "
+                   "s=$?; t1=$(date +%s%N); echo \"STATUS $s MS $(( (t1 - t0) / 1000000 ))\"");
+  const std::string text = slurp(log);
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST_INFO(text.substr(text.size() > 4000 ? text.size() - 4000 : 0));
+  BOOST_TEST(out.text.find("STATUS 143 ") != std::string::npos); // 128 + SIGTERM
+  const auto ms_at = out.text.find(" MS ");
+  BOOST_REQUIRE(ms_at != std::string::npos);
+  const long ms = std::strtol(out.text.c_str() + ms_at + 4, nullptr, 10);
+  BOOST_TEST(ms < 20'000, "launch took " << ms << " ms after SIGTERM: the ranks waited for the 30 s grace");
+  BOOST_TEST(text.find("grace period") == std::string::npos);
+
+  // The last step each rank saw acknowledged before the signal.
+  std::map<int, long> acked;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    int r = -1;
+    long s = -1;
+    if (std::sscanf(line.c_str(), "[rank %d] ACKED %ld", &r, &s) == 2) acked[r] = std::max(acked[r], s);
+  }
+  BOOST_REQUIRE_EQUAL(acked.size(), 2u);
+
+  const std::vector<fs::path> runs = find_runs(dir.path);
+  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+  simdjson::dom::parser parser;
+  auto info = read_run_json(parser, runs[0]);
+  BOOST_TEST(std::string_view(info["state"].get_string()) == "killed");
+  for (int r = 0; r < 2; ++r) BOOST_TEST(int64_t(info["exit_codes"][std::to_string(r)].get_int64()) == 143);
+
+  // Every acknowledged value is in the history, in step order.
+  auto rows = read_history(runs[0]);
+  std::map<std::int64_t, const Row*> at;
+  std::int64_t prev = -1;
+  for (const Row& row : rows) {
+    BOOST_TEST(row.step() > prev);
+    prev = row.step();
+    at[row.step()] = &row;
+  }
+  for (auto [r, last] : acked) {
+    for (long s = 0; s <= last; ++s) {
+      BOOST_TEST_CONTEXT("rank " << r << " step " << s) {
+        BOOST_REQUIRE(at.count(s) == 1u);
+        const Row& row = *at[s];
+        const double want = r * 1000 + static_cast<double>(s);
+        // One column per rank, or the plain key where only this rank logged the step.
+        const auto own = row.num.find("per_rank/rank-" + std::to_string(r));
+        const auto plain = row.num.find("per_rank");
+        BOOST_TEST(((own != row.num.end() && own->second == want) || (plain != row.num.end() && plain->second == want)));
+        if (r == 0) BOOST_TEST(row.num.at("only0") == static_cast<double>(s));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_forked_child_neither_hangs_nor_writes_into_the_run) {
+  TempDir dir;
+  // Every 20 steps each rank forks a child that logs, summarises, finishes
+  // and drops the inherited handle, then exits through exit().
+  const auto t0 = std::chrono::steady_clock::now();
+  Output out = run("CHORUS_PORT=" + std::to_string(test_port(24)) + " " +
+                   launch_worker(dir.path, 2, test_port(24) + 1, "--steps 200 --fork-every 20"));
+  const double took = seconds_since(t0);
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  BOOST_TEST(out.text.find("CHILD HUNG") == std::string::npos);
+  BOOST_TEST(out.text.find("CHILD FAILED") == std::string::npos);
+  BOOST_TEST(took < 60.0, "did not hang: " << took << " s");
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+
+  simdjson::dom::parser parser;
+  auto info = read_run_json(parser, rd);
+  BOOST_TEST(std::string_view(info["state"].get_string()) == "finished");
+  auto rows = read_history(rd);
+  BOOST_REQUIRE_EQUAL(rows.size(), 200u);
+  for (const Row& row : rows) {
+    BOOST_TEST_CONTEXT("step " << row.step()) {
+      BOOST_TEST(row.num.count("child") == 0u);
+      BOOST_TEST(row.count.at("loss") == 2);
+      BOOST_TEST(row.num.at("loss") == 0.5 + static_cast<double>(row.step()) * 0.5);
+    }
+  }
+  BOOST_TEST(slurp(rd / "summary.json").find("child") == std::string::npos);
+}
