@@ -150,7 +150,11 @@ BOOST_AUTO_TEST_CASE(a_forked_child_neither_hangs_nor_writes_into_the_run) {
   // Every 20 steps each rank forks a child that logs, summarises, finishes
   // and drops the inherited handle, then exits through exit().
   const auto t0 = std::chrono::steady_clock::now();
-  Output out = run("CHORUS_PORT=" + std::to_string(test_port(24)) + " " +
+  // LeakSanitizer cannot check a forked child of a threaded process: at the
+  // child's exit it waits on threads that only exist in the parent, and
+  // reports their thread-exit records as leaks. Under ASan the check is off
+  // for this job (the parent's and child's memory errors are still caught).
+  Output out = run("ASAN_OPTIONS=\"${ASAN_OPTIONS}:detect_leaks=0\" CHORUS_PORT=" + std::to_string(test_port(24)) + " " +
                    launch_worker(dir.path, 2, test_port(24) + 1, "--steps 200 --fork-every 20"));
   const double took = seconds_since(t0);
   BOOST_TEST_INFO(out.text);
