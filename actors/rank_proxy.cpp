@@ -101,6 +101,17 @@ void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
   }
 }
 
+/// Writes one log call of `head.count` values whose head is at `pos`: its keys
+/// (announced once), then its values, `value_of(i)` for the i-th.
+template <class ValueOf>
+void write_call(ProxyState& st, wire::BatchWriter& w, Ring& ring, std::uint64_t pos, const Slot& head,
+                std::int64_t ts, ValueOf&& value_of) {
+  const std::uint32_t n = head.count;
+  for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(pos + i).key);
+  w.values(pos + n, head.step, ts, n);
+  for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(pos + i).key, value_of(i));
+}
+
 /// Moves what the ring holds into one frame and sends it; false if nothing was sent.
 bool drain(proxy_actor* self) {
   auto& st = self->state;
@@ -119,12 +130,7 @@ bool drain(proxy_actor* self) {
       case SlotKind::values_head: {
         const std::uint32_t n = s->count;
         if (ring.peek(pos + n - 1) == nullptr) goto full; // the call is still being written
-        for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(pos + i).key);
-        w.values(pos + n, s->step, ts, n);
-        for (std::uint32_t i = 0; i < n; ++i) {
-          const Slot& v = ring.at(pos + i);
-          w.value(v.key, v.value);
-        }
+        write_call(st, w, ring, pos, *s, ts, [&](std::uint32_t i) { return ring.at(pos + i).value; });
         pos += n;
         break;
       }
@@ -139,9 +145,7 @@ bool drain(proxy_actor* self) {
         const int landed = device.poll(*c, err);
         if (landed == 0) goto full;
         if (landed > 0) {
-          for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(pos + i).key);
-          w.values(pos + n, s->step, ts, n);
-          for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(pos + i).key, static_cast<double>(c->pinned[i]));
+          write_call(st, w, ring, pos, *s, ts, [&](std::uint32_t i) { return static_cast<double>(c->pinned[i]); });
         } else {
           // The values are lost with the stream; the step still moves on.
           st.run->channel().set_error(pos + n, std::move(err));

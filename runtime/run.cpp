@@ -22,8 +22,6 @@ namespace chorus {
 namespace detail {
 
 namespace {
-constexpr std::size_t max_values_per_call = 0xffff;
-
 void count_fork_in_child() { fork_count.fetch_add(1, std::memory_order_relaxed); }
 } // namespace
 

@@ -19,7 +19,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
                                                          "values; log before calling finish()"});
     const std::size_t n = values.size();
     if (n == 0) return {};
-    if (n > 0xffff || n > ring_.capacity())
+    if (n > max_values_per_call || n > ring_.capacity())
       return refuse({Errc::invalid_argument, std::string(call) + " of " + std::to_string(n) +
                                                  " values in one call: split the call or raise "
                                                  "Options::queue_capacity"});

@@ -24,6 +24,9 @@ class System;
 /// pthread_atfork child handler (run.cpp).
 extern std::atomic<unsigned> fork_count;
 
+/// A log call's values share one head slot, which counts them in 16 bits.
+inline constexpr std::size_t max_values_per_call = 0xffff;
+
 class RunImpl {
 public:
   explicit RunImpl(Settings settings);
