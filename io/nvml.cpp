@@ -1,4 +1,5 @@
 #include "io/nvml.hpp"
+#include "io/posix.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -80,10 +81,6 @@ std::string dl_error(std::string_view fallback) {
   return s;
 }
 
-template <class F>
-F resolve(void* lib, const char* symbol) {
-  return reinterpret_cast<F>(::dlsym(lib, symbol));
-}
 
 } // namespace
 
@@ -182,7 +179,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try 
   bool missing = false;
   auto need = [&]<class F>(F& fn, const char* symbol) {
     if (missing) return;
-    fn = resolve<F>(api->lib, symbol);
+    fn = detail::dl_symbol<F>(api->lib, symbol);
     if (fn) return;
     missing = true;
     why_not.assign(lib_name).append(" is not a usable NVML (").append(dl_error(symbol)).append(")");
@@ -205,9 +202,9 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try 
   using MigParent = decltype(api->mig_parent);
   using MigCount = decltype(api->mig_count);
   using MigByIndex = decltype(api->mig_by_index);
-  api->mig_parent = resolve<MigParent>(api->lib, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
-  api->mig_count = resolve<MigCount>(api->lib, "nvmlDeviceGetMaxMigDeviceCount");
-  api->mig_by_index = resolve<MigByIndex>(api->lib, "nvmlDeviceGetMigDeviceHandleByIndex");
+  api->mig_parent = detail::dl_symbol<MigParent>(api->lib, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+  api->mig_count = detail::dl_symbol<MigCount>(api->lib, "nvmlDeviceGetMaxMigDeviceCount");
+  api->mig_by_index = detail::dl_symbol<MigByIndex>(api->lib, "nvmlDeviceGetMigDeviceHandleByIndex");
 
   if (const auto r = api->init(); r != nvml_success) {
     why_not.assign("NVML could not start (").append(api->describe(r)).append(")").append(no_metrics);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <dlfcn.h>
 #include <sys/uio.h>
 
 namespace chorus::io::detail {
@@ -33,5 +34,12 @@ void close_fd(int fd) noexcept;
 
 /// This machine's host name; empty if it cannot be read.
 [[nodiscard]] std::string this_host();
+
+/// The function `symbol` of the library `lib` (a dlopen handle, or
+/// RTLD_NEXT) as a pointer of type F; null if the library has none.
+template <class F>
+[[nodiscard]] F dl_symbol(void* lib, const char* symbol) noexcept {
+  return reinterpret_cast<F>(::dlsym(lib, symbol));
+}
 
 } // namespace chorus::io::detail

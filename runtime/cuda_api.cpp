@@ -1,5 +1,7 @@
 #include "runtime/cuda_api.hpp"
 
+#include "io/posix.hpp"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -37,7 +39,7 @@ void* open_first(std::initializer_list<const char*> names, std::string& tried) {
 /// Fills a function pointer from `lib`; false (naming it in `missing`) if absent.
 template <class F>
 bool bind(void* lib, F& fn, const char* name, std::string& missing) {
-  fn = reinterpret_cast<F>(::dlsym(lib, name));
+  fn = io::detail::dl_symbol<F>(lib, name);
   if (fn == nullptr && missing.empty()) missing = name;
   return fn != nullptr;
 }

@@ -7,6 +7,8 @@
 // libchorus defines these four functions in front of libssl's (it is loaded
 // before libssl, which it depends on) and calls the real ones on an empty
 // queue. Every other caller in the process only gains from the same rule.
+#include "io/posix.hpp"
+
 #include <dlfcn.h>
 
 #include <openssl/err.h>
@@ -16,7 +18,7 @@ namespace {
 
 template <class F>
 F real(const char* name) {
-  return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+  return chorus::io::detail::dl_symbol<F>(RTLD_NEXT, name);
 }
 
 } // namespace
