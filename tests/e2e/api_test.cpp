@@ -1,6 +1,6 @@
 // The public API in one process: tickets, coroutines, bad input.
 #define BOOST_TEST_MODULE e2e_api
-#include "harness.hpp"
+#include "local_run.hpp"
 
 #include <chorus/chorus.hpp>
 
@@ -14,14 +14,7 @@ using namespace e2e;
 
 namespace {
 
-chorus::Options local_options(const TempDir& dir) {
-  chorus::Options opt;
-  opt.project = "api";
-  opt.dir = dir.path.string();
-  opt.read_env = false;
-  opt.topology = chorus::Topology{};
-  return opt;
-}
+chorus::Options local_options(const TempDir& dir) { return e2e::local_options(dir, "api"); }
 
 } // namespace
 

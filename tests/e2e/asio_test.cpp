@@ -1,7 +1,7 @@
 // <chorus/asio.hpp>: tickets awaited from asio::awaitable coroutines resume on
 // the coroutine's executor, with the ticket's result.
 #define BOOST_TEST_MODULE e2e_asio
-#include "harness.hpp"
+#include "local_run.hpp"
 
 #include <chorus/asio.hpp>
 #include <chorus/chorus.hpp>
@@ -39,12 +39,7 @@ asio::awaitable<void> trainer(chorus::Run& run, std::thread::id loop_thread, cho
 
 BOOST_AUTO_TEST_CASE(tickets_resume_asio_coroutines_on_their_executor) {
   TempDir dir;
-  chorus::Options opt;
-  opt.project = "asio";
-  opt.dir = dir.path.string();
-  opt.read_env = false;
-  opt.topology = chorus::Topology{};
-  chorus::Run run = chorus::init(opt);
+  chorus::Run run = chorus::init(e2e::local_options(dir, "asio"));
 
   asio::io_context io;
   chorus::FinishResult result;

@@ -3,7 +3,7 @@
 // bad pointers, and NCCL reductions on chorus's own communicator. Skips where
 // there is no CUDA device.
 #define BOOST_TEST_MODULE e2e_device
-#include "harness.hpp"
+#include "local_run.hpp"
 #include "tests/gpu.hpp"
 
 #include "runtime/cuda_api.hpp"
@@ -38,11 +38,7 @@ const cuda::Runtime& rt() {
 #define CUDA_OK(call) BOOST_REQUIRE_EQUAL((call), cuda::success)
 
 chorus::Options local_options(const TempDir& dir) {
-  chorus::Options opt;
-  opt.project = "device";
-  opt.dir = dir.path.string();
-  opt.read_env = false;
-  opt.topology = chorus::Topology{};
+  chorus::Options opt = e2e::local_options(dir, "device");
   opt.system_interval = 0;
   return opt;
 }
