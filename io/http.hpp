@@ -1,0 +1,94 @@
+// HTTP for the upload backends (libcurl): one keep-alive connection per
+// client, bounded timeouts, TLS verification always on, and the delivery
+// rules of DESIGN.md section 7 (what to retry, how long to wait).
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::io {
+
+struct HttpRequest {
+  std::string method = "GET"; // GET, POST, PUT
+  std::string url;
+  std::vector<std::string> headers; // "Name: value"
+  std::string body;
+  /// PUT the contents of this file, streamed (never read whole into memory).
+  std::string upload_file;
+  /// HTTP Basic credentials; kept in memory only, never printed.
+  std::string user, password;
+  std::chrono::milliseconds timeout{30'000};
+};
+
+struct HttpResponse {
+  long status = 0;            // 0: no HTTP answer (see transport_error)
+  std::string body;
+  std::string transport_error; // libcurl's description when no answer came
+  /// From Retry-After (seconds or an HTTP date), or RateLimit-Reset.
+  std::optional<std::chrono::milliseconds> retry_after;
+
+  [[nodiscard]] bool ok() const noexcept { return status >= 200 && status < 300; }
+};
+
+/// What to do with an answer.
+enum class Delivery {
+  ok,      // 2xx
+  retry,   // no answer, 408, 425, 429, 5xx except 501: back off and send again
+  refused, // a 4xx (or 501) that cannot succeed if sent again: never retried
+};
+[[nodiscard]] Delivery classify(const HttpResponse& r) noexcept;
+
+/// "HTTP 400 INVALID_PARAMETER_VALUE: <message>" or "no answer: <why>": the
+/// server's own words, shortened, for an error that names the cause.
+[[nodiscard]] std::string describe(const HttpResponse& r);
+
+/// Exponential backoff with jitter: base·2^attempt capped at `max`, each wait
+/// drawn from [75 %, 100 %] of that (25 % jitter), and a server's
+/// Retry-After taken when it asks for longer.
+class Backoff {
+public:
+  Backoff(std::chrono::milliseconds base, std::chrono::milliseconds max, std::uint64_t seed = std::random_device{}());
+
+  /// The wait before the next attempt; counts the attempt.
+  std::chrono::milliseconds next(std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
+  void reset() noexcept { attempt_ = 0; }
+  [[nodiscard]] int attempts() const noexcept { return attempt_; }
+
+private:
+  std::chrono::milliseconds base_, max_;
+  int attempt_ = 0;
+  std::mt19937_64 rng_;
+};
+
+/// A libcurl easy handle reused for every request, so that connections to a
+/// server stay open between requests. One request at a time; not
+/// thread-safe. CA bundle: $CURL_CA_BUNDLE or $SSL_CERT_FILE if set, else
+/// the system's.
+class HttpClient {
+public:
+  HttpClient();
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  [[nodiscard]] HttpResponse perform(const HttpRequest& request);
+
+  /// Connections opened so far (keep-alive reuses them).
+  [[nodiscard]] std::uint64_t connections() const noexcept { return connections_; }
+
+private:
+  void* curl_ = nullptr;
+  std::uint64_t connections_ = 0;
+};
+
+/// Percent-encodes `s` for a URL's query or path segment.
+[[nodiscard]] std::string url_encode(std::string_view s);
+
+} // namespace chorus::io

@@ -1,0 +1,189 @@
+// Uploading a run directory to a tracking server (DESIGN.md section 7).
+//
+// The run directory is the only source: the Uploader reads the committed
+// files (history.jsonl, system.jsonl, config.json, summary.json,
+// artifacts.jsonl, run.json) from where the target's offsets say it stopped,
+// a bounded slice at a time. So a server that is down costs disk, not
+// memory, and the live upload (the Uploader actor on the run host) and
+// `chorus sync` are the same code resuming from the same offsets, kept in
+// <run>/upload/<target>.json after every delivered request.
+//
+//   run directory ──read slice──► Uploader ──Batch──► Backend ──HTTP──► server
+//        ▲                            │                 (mlflow.cpp, wandb.cpp)
+//        └──── upload/<target>.json ◄─┘ offsets, after every answer
+#pragma once
+
+#include "io/http.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::io {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+/// Where to upload, from a URL:
+///   mlflow://HOST:PORT          MLflow over http    mlflow+https://HOST:PORT  over https
+///   wandb://HOST[/ENTITY]       W&B over https      wandb+http://HOST:PORT[/ENTITY]  over http
+/// Credentials never go in the URL (W&B's key is read from WANDB_API_KEY).
+struct UploadTarget {
+  enum class Kind { mlflow, wandb };
+  Kind kind = Kind::mlflow;
+  std::string url;      // as given (no credentials)
+  std::string base_url; // "http://host:port" or "https://host"
+  std::string entity;   // W&B: from the URL's path, else $WANDB_ENTITY, else the key's own
+  std::string id;       // names the target's files in upload/: "mlflow-host-5000"
+
+  /// An error names the URL forms above.
+  static std::optional<UploadTarget> parse(std::string_view url, Error& error);
+};
+
+/// A position in an append-only JSON-lines file.
+struct Cursor {
+  std::uint64_t lines = 0;
+  std::uint64_t bytes = 0;
+  bool operator==(const Cursor&) const = default;
+};
+
+/// Complete lines of an append-only file from `from`: at most `max_bytes`
+/// of them (but at least one whole line, however long). A partial last line
+/// (a writer mid-append) is left for later. A missing file reads as empty.
+struct LineSlice {
+  std::string buf;
+  std::vector<std::string_view> lines; // without '\n'
+  std::vector<Cursor> after;           // after[i]: the cursor just past lines[i]
+};
+[[nodiscard]] Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out);
+
+/// What a target has received from a run, persisted in
+/// <run>/upload/<target.id>.json (atomically, after every answer).
+struct UploadState {
+  std::string url;         // the target URL (no credentials)
+  std::string remote_run;  // MLflow run id / W&B run name
+  std::string experiment;  // MLflow experiment id
+  std::string entity, project; // W&B, as the server named them
+  Cursor history, system, artifacts;
+  std::string config_sent;  // digest of config.json as delivered ("" = never)
+  std::string summary_sent; // digest of summary.json as delivered
+  std::string final_sent;   // the end state once delivered ("finished", ...)
+  std::uint64_t points = 0;  // values delivered
+  std::uint64_t refused = 0; // values the server refused (see upload/<id>.refused.jsonl)
+  std::string last_error;    // the latest problem, for `chorus sync --status`
+
+  [[nodiscard]] Error load(const std::string& path); // a missing file leaves the defaults
+  [[nodiscard]] Error save(const std::string& path) const;
+};
+
+/// run.json, as the backends need it.
+struct RunSnapshot {
+  std::string id, name, project, group, job_type, notes, mode, scope, host;
+  std::int64_t start_ms = 0;
+  std::int64_t end_ms = 0;   // 0 while running
+  std::string state;         // "running", "finished", "failed", "killed", "crashed"
+  bool ended = false;        // a final state
+  int exit_code = 0;         // worst rank exit code if known, else 0 / 1 from the state
+  std::string dir;
+
+  [[nodiscard]] static std::optional<RunSnapshot> read(const std::string& run_dir, Error& error);
+};
+
+/// An artifacts.jsonl line: a file copied into <run>/artifacts/.
+struct ArtifactEntry {
+  std::string name;   // relative path under artifacts/
+  std::string type;
+  std::string sha256;
+  std::uint64_t size = 0;
+};
+
+/// What the run directory holds beyond the target's offsets (one slice).
+struct Batch {
+  std::span<const std::string_view> history; // history.jsonl lines
+  std::span<const std::string_view> system;  // system.jsonl lines
+  const std::string* config = nullptr;       // config.json, if it changed since delivered
+  const std::string* summary = nullptr;      // summary.json, if it changed
+  std::span<const ArtifactEntry> artifacts;
+  bool final = false; // the run has ended and everything else is delivered: send the end state
+  SteadyTime deadline = SteadyTime::max(); // no request may run past this
+};
+
+/// What one call to a backend did: how much of each part of the Batch it
+/// consumed (a prefix: delivered, or refused and reported in `refused`).
+struct Sent {
+  Delivery delivery = Delivery::ok;
+  std::size_t history = 0, system = 0, artifacts = 0;
+  bool config = false, summary = false, final = false;
+  std::uint64_t points = 0;          // values delivered
+  std::vector<std::string> refused;  // JSON lines for upload/<id>.refused.jsonl
+  std::uint64_t refused_points = 0;
+  std::string message;               // the cause, when not ok (names the fix where there is one)
+  std::optional<std::chrono::milliseconds> retry_after; // the server asked to wait
+  std::optional<SteadyTime> not_before; // client-side rate limit: call again no earlier
+  bool stop = false; // cannot go on (bad credentials, run stopped on the server)
+};
+
+/// One tracking server's protocol. Each call makes at most a few requests
+/// and never runs past the Batch's (or open's) deadline.
+class Backend {
+public:
+  virtual ~Backend() = default;
+  /// Finds or creates the remote run and reconciles `state` with what the
+  /// server already has, so that nothing is sent twice.
+  virtual Sent open(const RunSnapshot& run, UploadState& state, SteadyTime deadline) = 0;
+  /// Sends a prefix of `batch`; the Uploader advances the offsets by what was consumed.
+  virtual Sent send(const RunSnapshot& run, const Batch& batch, UploadState& state) = 0;
+};
+
+[[nodiscard]] std::unique_ptr<Backend> make_backend(const UploadTarget& target, HttpClient& http, Error& error);
+
+struct UploadSettings {
+  std::chrono::milliseconds backoff_base{500};
+  std::chrono::milliseconds backoff_max{60'000};
+  std::size_t read_bytes = 4u << 20; // per file per slice: bounds the memory an upload holds
+};
+
+/// Reads the run directory and feeds a Backend, with the delivery rules:
+/// backoff with jitter on what may succeed later, Retry-After honoured, a
+/// refused 4xx reported once and never retried, offsets saved after every
+/// answer. Holds upload/<id>.lock so that one process at a time uploads a
+/// run to a target.
+class Uploader {
+public:
+  Uploader(std::string run_dir, UploadTarget target, UploadSettings settings = {});
+  ~Uploader();
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+
+  /// Takes the lock and loads the offsets. An error names the holder's pid
+  /// when another process is uploading this run to this target.
+  [[nodiscard]] Error open();
+
+  struct Progress {
+    bool done = false;      // the end state is delivered: nothing left, ever
+    bool caught_up = false; // nothing left now (the run may still write more)
+    bool stopped = false;   // cannot go on (see error)
+    std::optional<SteadyTime> wait_until; // backing off or rate limited until then
+    std::string error;      // the latest problem, "" if none
+  };
+  /// Sends until caught up, done, stopped, a wait is needed, or `deadline`.
+  Progress pump(SteadyTime deadline);
+
+  [[nodiscard]] const UploadState& state() const noexcept;
+  /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.
+  [[nodiscard]] std::uint64_t points_pending() const;
+  [[nodiscard]] const UploadTarget& target() const noexcept;
+  [[nodiscard]] std::string state_path() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace chorus::io
