@@ -187,7 +187,11 @@ bool drain(proxy_actor* self) {
         st.finish_seq = pos + 1;
         pos += 1;
         {
-          const auto limit = st.run->settings().opts.finish_timeout + std::chrono::seconds(st.run->settings().is_host ? 5 : 2);
+          const auto& opts = st.run->settings().opts;
+          const bool host = st.run->settings().is_host;
+          // The host's finish also drains the Uploader (bounded by upload_timeout).
+          const auto limit = opts.finish_timeout + std::chrono::seconds(host ? 5 : 2) +
+                             (host && !opts.upload.empty() ? opts.upload_timeout : std::chrono::milliseconds(0));
           self->delayed_send(self, limit, finish_tmo_atom::value);
         }
         break;

@@ -2,6 +2,7 @@
 #include "io/posix.hpp"
 
 #include "actors/merger.hpp"
+#include "actors/uploader.hpp"
 #include "io/run_dir.hpp"
 #include "io/wal.hpp"
 #include "runtime/channel.hpp"
@@ -71,6 +72,7 @@ struct RunActorState {
   bool ended = false;
   bool wal_failed = false;
   caf::response_promise finish_promise;
+  caf::actor uploader; // when the run uploads (Options::upload)
   std::vector<char> nccl_id;                         // from rank 0, once it has made one
   std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
   static inline const char* name = "chorus.run";
@@ -134,7 +136,18 @@ void end_run(run_actor* self) {
       r.ranks.push_back(std::move(rr));
     }
   }
-  if (st.finish_promise.pending()) st.finish_promise.deliver(caf::ok_atom::value);
+  // The run's end is on disk: the Uploader sends what is left (bounded),
+  // then finish returns. What it could not send stays for `chorus sync`.
+  auto done = [self] {
+    auto& st = self->state;
+    if (st.uploader) self->send_exit(st.uploader, caf::exit_reason::user_shutdown);
+    st.uploader = nullptr;
+    if (st.finish_promise.pending()) st.finish_promise.deliver(caf::ok_atom::value);
+  };
+  if (!st.uploader) return done();
+  const auto ms = st.host->settings.opts.upload_timeout;
+  self->request(st.uploader, ms + std::chrono::seconds(5), upload_drain_atom::value, static_cast<std::int64_t>(ms.count()))
+      .then([done](bool) { done(); }, [done](caf::error&) { done(); });
 }
 
 /// After every applied frame: acks, barrier timers, the end of the run.
@@ -160,6 +173,12 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
+  if (!host->settings.opts.upload.empty()) {
+    st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload);
+    // An uploader outlives no run: it stops when the Run actor does.
+    if (st.uploader)
+      self->attach_functor([u = st.uploader](const caf::error&) { caf::anon_send_exit(u, caf::exit_reason::user_shutdown); });
+  }
 
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -236,6 +255,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         auto& st = self->state;
         if (st.ended) return;
         st.sink->writer.flush();
+        if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },
       [self](system_atom, std::uint32_t rank, const std::string& line) {

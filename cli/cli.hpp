@@ -22,6 +22,7 @@ int ls_main(std::span<char* const> args);
 int show_main(std::span<char* const> args);
 int recover_main(std::span<char* const> args);
 int certs_main(std::span<char* const> args);
+int sync_main(std::span<char* const> args);
 
 /// Walks a subcommand's words. Options take `--name value` and `--name=value`;
 /// a short option also `-n4`. The first usage problem is kept in error().

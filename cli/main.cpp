@@ -20,6 +20,8 @@ commands:
   show     a run's identity, ranks, config, summary and a chart per metric
   recover  rebuild a run's files from its write-ahead log after its host crashed
   certs    make the credentials that authenticate a job's nodes to each other
+  sync     upload runs to MLflow or W&B (offline runs, cut-off uploads), or
+           show how far their uploads got (--status)
 
 Run 'chorus COMMAND --help' for a command's options.
 
@@ -34,12 +36,13 @@ struct Command {
   int (*main)(std::span<char* const>);
 };
 
-constexpr std::array<Command, 5> commands{{
+constexpr std::array<Command, 6> commands{{
     {"launch", chorus::cli::launch_main},
     {"ls", chorus::cli::ls_main},
     {"show", chorus::cli::show_main},
     {"recover", chorus::cli::recover_main},
     {"certs", chorus::cli::certs_main},
+    {"sync", chorus::cli::sync_main},
 }};
 
 } // namespace
@@ -71,5 +74,5 @@ int main(int argc, char** argv) {
   for (const Command& c : commands)
     if (c.name == word) return c.main(args.subspan(1));
   return chorus::cli::usage_error("", "unknown command '" + std::string(word) +
-                                          "'. The commands are launch, ls, show, recover and certs");
+                                          "'. The commands are launch, ls, show, recover, certs and sync");
 }

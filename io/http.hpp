@@ -25,12 +25,20 @@ struct HttpRequest {
   /// HTTP Basic credentials; kept in memory only, never printed.
   std::string user, password;
   std::chrono::milliseconds timeout{30'000};
+  /// libcurl sends a request again by itself when a kept-alive connection
+  /// turns out closed after the request went out. For a request that is not
+  /// idempotent (MLflow's log-batch stores its points twice) that is turned
+  /// off: the request fails instead, and the caller finds out what the server kept.
+  bool idempotent = true;
 };
 
 struct HttpResponse {
   long status = 0;            // 0: no HTTP answer (see transport_error)
   std::string body;
   std::string transport_error; // libcurl's description when no answer came
+  /// No answer, and none will come by trying again: the certificate does not
+  /// verify, the URL is malformed, the protocol is not supported.
+  bool permanent = false;
   /// From Retry-After (seconds or an HTTP date), or RateLimit-Reset.
   std::optional<std::chrono::milliseconds> retry_after;
 
@@ -41,7 +49,7 @@ struct HttpResponse {
 enum class Delivery {
   ok,      // 2xx
   retry,   // no answer, 408, 425, 429, 5xx except 501: back off and send again
-  refused, // a 4xx (or 501) that cannot succeed if sent again: never retried
+  refused, // a 4xx (or 501), or a certificate that does not verify: sending again cannot succeed
 };
 [[nodiscard]] Delivery classify(const HttpResponse& r) noexcept;
 

@@ -95,6 +95,29 @@ Error write_all(int fd, std::string_view data, std::string_view path) {
   return write_all(fd, &v, 1, path);
 }
 
+Error read_text(const std::string& path, std::string& out, bool missing_ok) {
+  out.clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT && missing_ok) return {};
+    return os_error("cannot open", path, errno);
+  }
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      close_fd(fd);
+      return os_error("cannot read", path, e);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  close_fd(fd);
+  return {};
+}
+
 void close_fd(int fd) noexcept {
   if (fd >= 0) ::close(fd);
 }

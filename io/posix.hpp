@@ -25,6 +25,10 @@ namespace chorus::io::detail {
 [[nodiscard]] Error write_all(int fd, iovec* iov, int n, std::string_view path);
 [[nodiscard]] Error write_all(int fd, std::string_view data, std::string_view path);
 
+/// Reads the whole file into `out` (replacing it). A missing file is
+/// Errc::io_error unless `missing_ok`, which leaves `out` empty.
+[[nodiscard]] Error read_text(const std::string& path, std::string& out, bool missing_ok = false);
+
 /// Closes `fd`, retrying nothing (Linux releases the descriptor even on EINTR).
 void close_fd(int fd) noexcept;
 

@@ -71,6 +71,9 @@ struct UploadState {
   std::string experiment;  // MLflow experiment id
   std::string entity, project; // W&B, as the server named them
   Cursor history, system, artifacts;
+  // Values of the next history/system line already delivered, when one line
+  // holds more values than one request takes.
+  std::uint64_t history_part = 0, system_part = 0;
   std::string config_sent;  // digest of config.json as delivered ("" = never)
   std::string summary_sent; // digest of summary.json as delivered
   std::string final_sent;   // the end state once delivered ("finished", ...)
@@ -103,10 +106,20 @@ struct ArtifactEntry {
   std::uint64_t size = 0;
 };
 
+/// Values in the run's history.jsonl and system.jsonl past `state`'s
+/// offsets (not yet delivered nor refused); reads the files.
+[[nodiscard]] std::uint64_t points_pending(const std::string& run_dir, const UploadState& state);
+
+/// The targets a run has offsets for: (target id, path of its upload/<id>.json).
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> upload_targets(const std::string& run_dir);
+
 /// What the run directory holds beyond the target's offsets (one slice).
 struct Batch {
   std::span<const std::string_view> history; // history.jsonl lines
   std::span<const std::string_view> system;  // system.jsonl lines
+  // Where the slices start, and the cursor just past each line.
+  Cursor history_from, system_from;
+  std::span<const Cursor> history_after, system_after;
   const std::string* config = nullptr;       // config.json, if it changed since delivered
   const std::string* summary = nullptr;      // summary.json, if it changed
   std::span<const ArtifactEntry> artifacts;
@@ -139,6 +152,8 @@ public:
   virtual Sent open(const RunSnapshot& run, UploadState& state, SteadyTime deadline) = 0;
   /// Sends a prefix of `batch`; the Uploader advances the offsets by what was consumed.
   virtual Sent send(const RunSnapshot& run, const Batch& batch, UploadState& state) = 0;
+  /// Whether summary.json goes up while the run trains (W&B), or only with the end state (MLflow).
+  [[nodiscard]] virtual bool live_summary() const noexcept { return true; }
 };
 
 [[nodiscard]] std::unique_ptr<Backend> make_backend(const UploadTarget& target, HttpClient& http, Error& error);

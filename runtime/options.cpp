@@ -140,7 +140,8 @@ Error apply_env(Options& o, const Env& env) {
     o.port = static_cast<std::uint16_t>(port);
   }
   for (auto [field, var] : {std::pair{&Options::init_timeout, "CHORUS_INIT_TIMEOUT"},
-                            std::pair{&Options::finish_timeout, "CHORUS_FINISH_TIMEOUT"}}) {
+                            std::pair{&Options::finish_timeout, "CHORUS_FINISH_TIMEOUT"},
+                            std::pair{&Options::upload_timeout, "CHORUS_UPLOAD_TIMEOUT"}}) {
     if (auto v = lookup(env, var)) {
       auto s = parse_seconds(*v, 0.0, 1e9, false);
       if (!s || *s <= 0) return bad(variable(var), *v, "is not a timeout", "seconds greater than 0, like 30 or 2.5");
@@ -190,6 +191,7 @@ Error check_options(const Options& o, const Options& given) {
                "Overflow::block or drop_newest");
   for (auto [field, name] : {std::pair{&Options::init_timeout, "init_timeout"},
                              std::pair{&Options::finish_timeout, "finish_timeout"},
+                             std::pair{&Options::upload_timeout, "upload_timeout"},
                              std::pair{&Options::barrier_timeout, "barrier_timeout"},
                              std::pair{&Options::heartbeat_interval, "heartbeat_interval"},
                              std::pair{&Options::connection_timeout, "connection_timeout"}})

@@ -14,6 +14,7 @@
 //   rank 0 -> Run      (nccl_id_atom, vector<char> id)               the run's NCCL unique id
 //   rank -> Run        (nccl_id_atom) -> (vector<char> id)           answered once rank 0 sent it
 //   SystemMonitor -> Run (system_atom, u32 rank, string json_line)   one system.jsonl line
+//   Run -> Uploader    (upload_atom), (upload_drain_atom, i64 ms) -> (bool)   see actors/uploader.hpp
 //   self-timers        (drain_atom, u64 loop), nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
 //                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom
 //
@@ -47,6 +48,8 @@ using finish_tmo_atom = caf::atom_constant<caf::atom("fin_tmo")>;
 using nccl_id_atom = caf::atom_constant<caf::atom("nccl_id")>;
 using system_atom = caf::atom_constant<caf::atom("system")>;
 using sample_atom = caf::atom_constant<caf::atom("sample")>;
+using upload_atom = caf::atom_constant<caf::atom("upload")>;
+using upload_drain_atom = caf::atom_constant<caf::atom("up_drain")>;
 
 /// Encodes one (seq, error) pair of an ack.
 void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e);

@@ -238,6 +238,9 @@ struct Options {
 
   std::chrono::milliseconds init_timeout{30'000};
   std::chrono::milliseconds finish_timeout{60'000};
+  /// How long the run host's finish may spend sending what is left to the
+  /// upload target; the rest stays in the run directory for `chorus sync`.
+  std::chrono::milliseconds upload_timeout{30'000};
   std::chrono::milliseconds barrier_timeout{600'000};
   /// How often links between processes are probed, and how long a silent
   /// peer may stay silent before its ranks count as crashed.

@@ -1,0 +1,24 @@
+// Uploader actor: one per upload target on the run host. It wraps
+// io::Uploader (which reads the run directory and feeds a backend) on a
+// thread of its own (a detached actor: HTTP requests block), so that a slow
+// or absent server never holds up the Run actor or training.
+//
+//   Run -> Uploader   (upload_atom)                  new data was flushed: send what there is
+//   Run -> Uploader   (upload_drain_atom, i64 ms) -> (bool done)
+//                     the run ended: send everything, the end state last, for
+//                     at most `ms`; what is left stays for `chorus sync`
+//   self-timer        (upload_atom) when a backoff or a rate limit ends
+#pragma once
+
+#include "runtime/protocol.hpp"
+
+#include <string>
+
+namespace chorus::detail {
+
+/// The Uploader of the run in `run_dir` to `url`; an invalid handle (and a
+/// line on stderr naming the cause) if it cannot start, in which case the
+/// run goes on locally.
+caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url);
+
+} // namespace chorus::detail

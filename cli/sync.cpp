@@ -1,0 +1,249 @@
+// `chorus sync RUN|GROUP --to URL`: upload runs made offline, or whose live
+// upload was cut off, resuming from their offsets (every point once), and
+// `chorus sync --status`: how far each run's upload to each target got.
+#include "cli/cli.hpp"
+#include "cli/run_info.hpp"
+#include "io/upload.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+namespace chorus::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view help_text = R"(usage: chorus sync RUN|GROUP --to URL [--dir DIR] [--timeout SECONDS]
+       chorus sync --status [RUN|GROUP|DIR]
+
+Uploads a run, or every run of a group, to a tracking server: the history,
+system metrics, config, summary, artifacts and the end state. It resumes
+where the run's earlier uploads to that server stopped (the offsets in
+RUN/upload/), so every point arrives once, whether the run was made offline,
+its live upload was cut off, or an earlier sync was interrupted.
+
+  RUN|GROUP        a run or group directory, or a run id (or its prefix) under DIR
+  --to URL         mlflow://HOST:PORT, mlflow+https://HOST:PORT,
+                   wandb://HOST[/ENTITY] or wandb+http://HOST:PORT[/ENTITY]
+                   (W&B's key comes from WANDB_API_KEY; MLflow's, if the server
+                   wants one, from MLFLOW_TRACKING_TOKEN or
+                   MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD)
+  --dir DIR        where runs are looked up by id (default $CHORUS_DIR or ./chorus-runs)
+  --timeout S      give up after S seconds (default 600; 0: no limit), keeping
+                   the offsets, so that the next sync goes on from there
+  --status         for each run under DIR (or the run or group given), each
+                   target it was uploaded to: done, or how many values are left,
+                   and the last problem
+
+A run that is still running on a live host is uploaded by that host: sync
+refuses it. A run whose host crashed has no end state yet: `chorus recover`
+gives it one first.
+
+exit codes: 0 everything uploaded (or --status printed), 1 something was
+left (see the message; run sync again), 2 the command line was wrong.
+)";
+
+volatile std::sig_atomic_t interrupted = 0;
+extern "C" void on_interrupt(int) { interrupted = 1; }
+
+struct SyncArgs {
+  std::string target, url, dir;
+  double timeout = 600;
+  bool status = false;
+};
+
+std::string parse(std::span<char* const> words, SyncArgs& a, bool& help) {
+  ArgCursor c(words);
+  while (!c.done() && c.error().empty()) {
+    std::string v;
+    if (c.flag({"-h", "--help"})) {
+      help = true;
+      return {};
+    }
+    if (c.flag({"--status"})) {
+      a.status = true;
+    } else if (c.option({"--to"}, a.url)) {
+    } else if (c.option({"--dir"}, a.dir)) {
+    } else if (c.option({"--timeout"}, v)) {
+      auto t = parse_double(v);
+      if (!t || *t < 0) c.fail("--timeout takes seconds (0 or more), not '" + v + "'");
+      else a.timeout = *t;
+    } else if (c.peek().starts_with("-") && c.peek() != "-") {
+      c.fail("unknown option '" + std::string(c.peek()) + "'");
+    } else if (a.target.empty()) {
+      a.target = c.peek();
+      c.next();
+    } else {
+      c.fail("one run or group at a time (also got '" + std::string(c.peek()) + "')");
+    }
+  }
+  if (!c.error().empty()) return c.error();
+  if (!a.status && a.target.empty()) return "which run or group? (chorus sync RUN|GROUP --to URL)";
+  if (!a.status && a.url.empty()) return "where to? (--to mlflow://HOST:PORT or wandb://HOST)";
+  return {};
+}
+
+/// The run directories `arg` names: a run, a group (its runs), a root (all
+/// runs below), or a run id under `root`.
+std::string runs_named(const std::string& arg, const std::string& root, std::vector<std::string>& out) {
+  std::error_code ec;
+  if (fs::is_directory(arg, ec)) {
+    if (is_run_dir(arg)) {
+      out.push_back(arg);
+      return {};
+    }
+    for (const RunGroup& g : find_runs(arg)) out.insert(out.end(), g.run_dirs.begin(), g.run_dirs.end());
+    // A group directory: its runs sit right below it.
+    for (const auto& e : fs::directory_iterator(arg, ec))
+      if (e.is_directory(ec) && is_run_dir(e.path().string()) &&
+          std::find(out.begin(), out.end(), e.path().string()) == out.end())
+        out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    if (out.empty()) return arg + " holds no runs (no run.json or wal below it)";
+    return {};
+  }
+  std::string dir;
+  if (std::string problem = locate_run(arg, root, dir); !problem.empty()) return problem;
+  out.push_back(dir);
+  return {};
+}
+
+std::string count(std::uint64_t n) {
+  char buf[32];
+  if (n >= 10'000'000) std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) / 1e6);
+  else if (n >= 10'000) std::snprintf(buf, sizeof buf, "%.1fk", static_cast<double>(n) / 1e3);
+  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+  return buf;
+}
+
+/// Uploads one run; true when its end state (or, for a run without one,
+/// everything there is) was delivered.
+bool sync_run(const std::string& dir, const io::UploadTarget& target, double timeout_s, bool tty) {
+  const RunInfo info = read_run(dir);
+  const std::string label = info.id.empty() ? dir : info.id;
+  if (info.state == "running" && !info.host_crashed() && info.host_life == HostLife::alive) {
+    std::fprintf(stderr, "chorus sync: %s is running, and its host (pid %lld) uploads it; sync it after it ends\n",
+                 label.c_str(), static_cast<long long>(info.pid));
+    return false;
+  }
+  const bool ended = info.readable() && info.state != "running";
+  if (!ended)
+    std::fprintf(stderr,
+                 "chorus sync: %s has no end state (its host crashed?): uploading what it holds; `chorus recover "
+                 "%s` first gives it its end state\n",
+                 label.c_str(), dir.c_str());
+  io::Uploader up(dir, target);
+  if (Error e = up.open()) {
+    std::fprintf(stderr, "chorus sync: %s: %s\n", label.c_str(), e.message().c_str());
+    return false;
+  }
+  const std::uint64_t total = up.points_pending();
+  const std::uint64_t before = up.state().points + up.state().refused;
+  const auto start = std::chrono::steady_clock::now();
+  const auto limit = timeout_s > 0 ? start + std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000))
+                                   : io::SteadyTime::max();
+  auto last_print = start - std::chrono::seconds(10);
+  io::Uploader::Progress p;
+  auto show = [&](bool last) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!last && now - last_print < std::chrono::milliseconds(tty ? 200 : 5000)) return;
+    last_print = now;
+    const std::uint64_t sent = up.state().points + up.state().refused - before;
+    const double secs = std::chrono::duration<double>(now - start).count();
+    const int width = 24;
+    const int filled = total == 0 ? width : static_cast<int>(static_cast<double>(width) * static_cast<double>(std::min(sent, total)) / static_cast<double>(total));
+    std::string bar(static_cast<std::size_t>(filled), '#');
+    bar.append(static_cast<std::size_t>(width - filled), '.');
+    std::fprintf(stderr, "%s%-10s [%s] %s/%s values  %s/s%s", tty ? "\r" : "", label.c_str(), bar.c_str(),
+                 count(sent).c_str(), count(total).c_str(), count(secs > 0 ? static_cast<std::uint64_t>(static_cast<double>(sent) / secs) : 0).c_str(),
+                 tty && !last ? "" : "\n");
+    std::fflush(stderr);
+  };
+  for (;;) {
+    p = up.pump(std::min(limit, std::chrono::steady_clock::now() + std::chrono::milliseconds(250)));
+    show(false);
+    if (p.done || p.stopped || interrupted || std::chrono::steady_clock::now() >= limit) break;
+    if (p.caught_up && !ended) break; // all there is, without an end
+    if (p.wait_until) {
+      while (!interrupted && std::chrono::steady_clock::now() < std::min(*p.wait_until, limit))
+        ::usleep(50'000);
+    }
+  }
+  show(true);
+  const io::UploadState& st = up.state();
+  if (p.done || (p.caught_up && !ended)) {
+    std::printf("%s: uploaded to %s (remote run %s): %llu values in all%s\n", label.c_str(), target.url.c_str(),
+                st.remote_run.c_str(), static_cast<unsigned long long>(st.points),
+                st.refused ? (", " + std::to_string(st.refused) + " refused (see " + dir + "/upload/" + target.id + ".refused.jsonl)").c_str() : "");
+    return p.done || !ended;
+  }
+  std::fprintf(stderr, "chorus sync: %s: %s; %llu values left, run `chorus sync` again to go on from here\n",
+               label.c_str(),
+               interrupted ? "interrupted" : !p.error.empty() ? p.error.c_str() : "the time (--timeout) ran out",
+               static_cast<unsigned long long>(up.points_pending()));
+  return false;
+}
+
+int status(const SyncArgs& a) {
+  const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
+  std::vector<std::string> runs;
+  if (std::string problem = runs_named(a.target.empty() ? root : a.target, root, runs); !problem.empty())
+    return failure("sync", problem);
+  Table t;
+  t.add({"RUN", "TARGET", "STATE", "SENT", "LEFT", "REMOTE", "PROBLEM"});
+  for (const std::string& dir : runs) {
+    const RunInfo info = read_run(dir);
+    const std::string label = info.id.empty() ? fs::path(dir).filename().string() : info.id;
+    auto targets = io::upload_targets(dir);
+    if (targets.empty()) {
+      t.add({label, "-", "not uploaded", "", "", "", ""});
+      continue;
+    }
+    for (const auto& [id, path] : targets) {
+      io::UploadState st;
+      if (Error e = st.load(path)) {
+        t.add({label, id, "unreadable", "", "", "", e.message()});
+        continue;
+      }
+      const std::uint64_t left = io::points_pending(dir, st);
+      const std::string state = !st.final_sent.empty() ? "done (" + st.final_sent + ")" : left ? "behind" : "no end state yet";
+      t.add({label, st.url.empty() ? id : st.url, state, count(st.points), count(left), st.remote_run,
+             clip(st.last_error, 60)});
+    }
+  }
+  std::fputs(t.render("").c_str(), stdout);
+  return exit_ok;
+}
+
+} // namespace
+
+int sync_main(std::span<char* const> words) {
+  SyncArgs a;
+  bool help = false;
+  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("sync", problem);
+  if (help) {
+    std::fputs(help_text.data(), stdout);
+    return exit_ok;
+  }
+  if (a.status) return status(a);
+  Error err;
+  auto target = io::UploadTarget::parse(a.url, err);
+  if (!target) return usage_error("sync", err.message());
+  const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
+  std::vector<std::string> runs;
+  if (std::string problem = runs_named(a.target, root, runs); !problem.empty()) return failure("sync", problem);
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  int failed = 0;
+  for (const std::string& dir : runs) {
+    if (interrupted) break;
+    if (!sync_run(dir, *target, a.timeout, tty)) ++failed;
+  }
+  if (interrupted) return exit_failure;
+  return failed ? exit_failure : exit_ok;
+}
+
+} // namespace chorus::cli

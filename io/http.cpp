@@ -1,0 +1,263 @@
+#include "io/http.hpp"
+
+#include <curl/curl.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+namespace chorus::io {
+namespace {
+
+constexpr std::size_t max_body = 64u << 20; // an answer larger than this is cut (ours are small)
+
+std::chrono::milliseconds parse_retry_after(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r' || v.back() == '\n')) v.remove_suffix(1);
+  std::int64_t secs = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), secs);
+  if (ec == std::errc() && p == v.data() + v.size()) return std::chrono::seconds(std::max<std::int64_t>(secs, 0));
+  // An HTTP date.
+  const std::string s(v);
+  const time_t when = curl_getdate(s.c_str(), nullptr);
+  if (when < 0) return std::chrono::milliseconds(-1);
+  return std::chrono::seconds(std::max<std::int64_t>(when - std::time(nullptr), 0));
+}
+
+struct Transfer {
+  HttpResponse* response;
+  std::FILE* upload = nullptr;
+  std::string_view body; // a non-idempotent request's body, given out by on_read_body
+  std::size_t body_at = 0;
+};
+
+std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t bytes = size * n;
+  std::string& body = t->response->body;
+  if (body.size() < max_body) body.append(data, std::min(bytes, max_body - body.size()));
+  return bytes;
+}
+
+std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::string_view line(data, size * n);
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  std::string name(line.substr(0, colon));
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name == "retry-after" || (name == "ratelimit-reset" && !t->response->retry_after)) {
+    const auto ms = parse_retry_after(line.substr(colon + 1));
+    if (ms.count() >= 0) t->response->retry_after = ms;
+  }
+  return size * n;
+}
+
+std::size_t on_read(char* buffer, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t got = std::fread(buffer, 1, size * n, t->upload);
+  if (got == 0 && std::ferror(t->upload)) return CURL_READFUNC_ABORT;
+  return got;
+}
+
+std::size_t on_read_body(char* buffer, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t take = std::min(size * n, t->body.size() - t->body_at);
+  std::memcpy(buffer, t->body.data() + t->body_at, take);
+  t->body_at += take;
+  return take;
+}
+
+/// libcurl asks to rewind only to send the request again on a new
+/// connection: refused, so a non-idempotent request is never sent twice.
+int refuse_rewind(void* user, curl_off_t offset, int) {
+  auto* t = static_cast<Transfer*>(user);
+  if (offset == 0 && t->body_at == 0) return CURL_SEEKFUNC_OK;
+  return CURL_SEEKFUNC_FAIL;
+}
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+} // namespace
+
+Delivery classify(const HttpResponse& r) noexcept {
+  if (r.ok()) return Delivery::ok;
+  if (r.status == 0) return r.permanent ? Delivery::refused : Delivery::retry;
+  if (r.status == 408 || r.status == 425 || r.status == 429) return Delivery::retry;
+  if (r.status >= 500 && r.status != 501) return Delivery::retry;
+  return Delivery::refused;
+}
+
+std::string describe(const HttpResponse& r) {
+  if (r.status == 0) return "no answer: " + r.transport_error;
+  std::string out = "HTTP ";
+  out += std::to_string(r.status);
+  // The server's own words: MLflow's error_code and message, GraphQL's errors, or an "error" field.
+  std::string detail;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (!r.body.empty() && parser.parse(r.body).get(doc) == simdjson::SUCCESS) {
+    std::string_view code, message;
+    if (doc["error_code"].get(code) == simdjson::SUCCESS) detail.append(code);
+    if (doc["message"].get(message) == simdjson::SUCCESS || doc["error"].get(message) == simdjson::SUCCESS ||
+        doc["errors"].at(0)["message"].get(message) == simdjson::SUCCESS) {
+      if (!detail.empty()) detail += ": ";
+      detail.append(message);
+    }
+  }
+  if (detail.empty()) {
+    for (char c : std::string_view(r.body).substr(0, 200)) detail.push_back(c == '\n' || c == '\r' ? ' ' : c);
+  }
+  if (detail.size() > 300) detail.resize(300);
+  if (!detail.empty()) {
+    out += ' ';
+    out += detail;
+  }
+  return out;
+}
+
+Backoff::Backoff(std::chrono::milliseconds base, std::chrono::milliseconds max, std::uint64_t seed)
+    : base_(base), max_(max), rng_(seed) {}
+
+std::chrono::milliseconds Backoff::next(std::optional<std::chrono::milliseconds> retry_after) {
+  const int shift = std::min(attempt_, 30);
+  ++attempt_;
+  const auto grown = static_cast<double>(base_.count()) * static_cast<double>(std::uint64_t{1} << shift);
+  const double cap = std::min(grown, static_cast<double>(max_.count()));
+  std::uniform_real_distribution<double> jitter(0.75, 1.0);
+  auto wait = std::chrono::milliseconds(static_cast<std::int64_t>(cap * jitter(rng_)));
+  // A server that says how long to wait is believed (up to an hour).
+  if (retry_after && *retry_after > wait) wait = std::min(*retry_after, std::chrono::milliseconds(3'600'000));
+  return wait;
+}
+
+HttpClient::HttpClient() {
+  global_init();
+  curl_ = curl_easy_init();
+}
+
+HttpClient::~HttpClient() {
+  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
+}
+
+HttpResponse HttpClient::perform(const HttpRequest& req) {
+  HttpResponse res;
+  auto* c = static_cast<CURL*>(curl_);
+  if (!c) {
+    res.transport_error = "libcurl could not make a handle (out of memory?)";
+    return res;
+  }
+  // Reset keeps the live connections, so the next request reuses them.
+  curl_easy_reset(c);
+  Transfer t{&res};
+  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+  for (const char* var : {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}) {
+    if (const char* ca = std::getenv(var); ca && *ca) {
+      curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+      break;
+    }
+  }
+  const long timeout = std::max<long>(1, static_cast<long>(req.timeout.count()));
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, std::min<long>(timeout, 10'000));
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  if (!req.user.empty() || !req.password.empty()) {
+    curl_easy_setopt(c, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+    curl_easy_setopt(c, CURLOPT_USERNAME, req.user.c_str());
+    curl_easy_setopt(c, CURLOPT_PASSWORD, req.password.c_str());
+  }
+
+  curl_slist* headers = nullptr;
+  for (const std::string& h : req.headers) headers = curl_slist_append(headers, h.c_str());
+  headers = curl_slist_append(headers, "Expect:"); // no 100-continue round trip
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+
+  std::FILE* file = nullptr;
+  if (!req.upload_file.empty()) {
+    file = std::fopen(req.upload_file.c_str(), "rb");
+    if (!file) {
+      res.transport_error = "cannot read " + req.upload_file + ": " + std::strerror(errno);
+      curl_slist_free_all(headers);
+      return res;
+    }
+    std::fseek(file, 0, SEEK_END);
+    const long size = std::ftell(file);
+    std::fseek(file, 0, SEEK_SET);
+    t.upload = file;
+    curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(c, CURLOPT_READDATA, &t);
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+    if (req.method != "PUT") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  } else if ((req.method == "POST" || req.method == "PUT") && !req.idempotent) {
+    t.body = req.body;
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read_body);
+    curl_easy_setopt(c, CURLOPT_READDATA, &t);
+    curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, refuse_rewind);
+    curl_easy_setopt(c, CURLOPT_SEEKDATA, &t);
+    if (req.method == "PUT") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+  } else if (req.method == "POST" || req.method == "PUT") {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, req.body.data());
+    if (req.method == "PUT") curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+  } else if (req.method != "GET") {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+
+  const CURLcode rc = curl_easy_perform(c);
+  if (rc == CURLE_OK) {
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
+  } else {
+    res.status = 0;
+    res.body.clear();
+    res.transport_error = curl_easy_strerror(rc);
+    res.permanent = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+                    rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+      res.transport_error += " (the server's certificate does not verify: give its CA with CURL_CA_BUNDLE or "
+                             "SSL_CERT_FILE; verification is never turned off)";
+  }
+  long opened = 0;
+  if (curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)
+    connections_ += static_cast<std::uint64_t>(opened);
+  curl_slist_free_all(headers);
+  if (file) std::fclose(file);
+  return res;
+}
+
+std::string url_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+        c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+} // namespace chorus::io

@@ -1,0 +1,626 @@
+// The Uploader (io/upload.hpp): run directory → Backend, with the delivery
+// rules, the offsets and the lock.
+#include "io/upload.hpp"
+
+#include "io/backends.hpp"
+#include "io/json.hpp"
+#include "io/posix.hpp"
+#include "io/run_dir.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <dirent.h>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace chorus::io {
+namespace {
+
+using detail::os_error;
+
+std::string digest(std::string_view s) {
+  std::uint64_t h = 1469598103934665603ull; // FNV-1a 64
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+Error bad_url(std::string_view url, std::string_view why) {
+  std::string m = "upload target '";
+  m.append(url);
+  m += "' ";
+  m.append(why);
+  m += ": use mlflow://HOST:PORT, mlflow+https://HOST:PORT, wandb://HOST[/ENTITY] or wandb+http://HOST:PORT[/ENTITY]";
+  return Error(Errc::invalid_argument, std::move(m));
+}
+
+std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llround(s * 1000.0)); }
+
+void write_cursor(JsonWriter& w, std::string_view name, const Cursor& c) {
+  w.key(name).begin_object().key("lines").uinteger(c.lines).key("bytes").uinteger(c.bytes).end_object();
+}
+
+bool read_cursor(simdjson::dom::element doc, const char* name, Cursor& c) {
+  simdjson::dom::element e;
+  if (doc[name].get(e) != simdjson::SUCCESS) return true;
+  std::uint64_t lines = 0, bytes = 0;
+  if (e["lines"].get(lines) != simdjson::SUCCESS || e["bytes"].get(bytes) != simdjson::SUCCESS) return false;
+  c = {lines, bytes};
+  return true;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+
+std::optional<UploadTarget> UploadTarget::parse(std::string_view url, Error& error) {
+  const std::size_t sep = url.find("://");
+  if (sep == std::string_view::npos) {
+    error = bad_url(url, "has no scheme");
+    return std::nullopt;
+  }
+  const std::string_view scheme = url.substr(0, sep);
+  UploadTarget t;
+  t.url = std::string(url);
+  std::string protocol;
+  if (scheme == "mlflow" || scheme == "mlflow+http") {
+    t.kind = Kind::mlflow;
+    protocol = "http";
+  } else if (scheme == "mlflow+https") {
+    t.kind = Kind::mlflow;
+    protocol = "https";
+  } else if (scheme == "wandb" || scheme == "wandb+https") {
+    t.kind = Kind::wandb;
+    protocol = "https";
+  } else if (scheme == "wandb+http") {
+    t.kind = Kind::wandb;
+    protocol = "http";
+  } else {
+    error = bad_url(url, "has an unknown scheme");
+    return std::nullopt;
+  }
+  std::string_view rest = url.substr(sep + 3);
+  const std::size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  if (authority.find('@') != std::string_view::npos) {
+    std::string shown(url.substr(0, sep + 3));
+    shown += "***";
+    shown.append(authority.substr(authority.rfind('@')));
+    error = Error(Errc::invalid_argument,
+                  "upload target '" + shown +
+                      "' has credentials in it: they would be written into the run's files. Put W&B's key in "
+                      "WANDB_API_KEY, MLflow's in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD");
+    return std::nullopt;
+  }
+  if (authority.empty()) {
+    error = bad_url(url, "has no host");
+    return std::nullopt;
+  }
+  if (t.kind == Kind::mlflow && !path.empty()) {
+    error = bad_url(url, "has a path (MLflow's API is at the server's root)");
+    return std::nullopt;
+  }
+  if (path.find('/') != std::string_view::npos) {
+    error = bad_url(url, "has a path of more than one part (only a W&B entity may follow the host)");
+    return std::nullopt;
+  }
+  t.base_url = protocol + "://" + std::string(authority);
+  t.entity = std::string(path);
+  if (t.kind == Kind::wandb && t.entity.empty())
+    if (const char* e = std::getenv("WANDB_ENTITY"); e && *e) t.entity = e;
+  t.id = t.kind == Kind::mlflow ? "mlflow-" : "wandb-";
+  for (char c : authority) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
+  if (!t.entity.empty()) {
+    t.id += '-';
+    for (char c : t.entity) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+
+Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out) {
+  out.buf.clear();
+  out.lines.clear();
+  out.after.clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Error() : os_error("cannot open", path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    detail::close_fd(fd);
+    return os_error("cannot stat", path, e);
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size < from.bytes) {
+    detail::close_fd(fd);
+    return Error(Errc::io_error, path + " is shorter (" + std::to_string(size) + " bytes) than what was already uploaded (" +
+                                     std::to_string(from.bytes) +
+                                     " bytes): it was rewritten. Remove the target's file in upload/ to upload the run "
+                                     "again as a new remote run");
+  }
+  // Read whole lines: at least one, at most max_bytes unless one line is longer.
+  std::uint64_t pos = from.bytes;
+  std::size_t scanned = 0;
+  std::size_t last_nl = std::string::npos;
+  while (pos < size) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(size - pos, std::max<std::size_t>(max_bytes, 1u << 16)));
+    const std::size_t at = out.buf.size();
+    out.buf.resize(at + want);
+    ssize_t n;
+    do n = ::pread(fd, out.buf.data() + at, want, static_cast<off_t>(pos));
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EIO;
+      out.buf.resize(at);
+      detail::close_fd(fd);
+      return os_error("cannot read", path, e);
+    }
+    out.buf.resize(at + static_cast<std::size_t>(n));
+    pos += static_cast<std::uint64_t>(n);
+    const std::size_t nl = out.buf.rfind('\n');
+    if (nl != std::string::npos && nl >= scanned) last_nl = nl;
+    scanned = out.buf.size();
+    if (last_nl != std::string::npos && out.buf.size() >= max_bytes) break;
+  }
+  detail::close_fd(fd);
+  if (last_nl == std::string::npos) {
+    out.buf.clear();
+    return {};
+  }
+  out.buf.resize(last_nl + 1);
+  Cursor c = from;
+  std::size_t start = 0;
+  const std::string_view all(out.buf);
+  while (start < all.size()) {
+    const std::size_t nl = all.find('\n', start);
+    std::string_view line = all.substr(start, nl - start);
+    c.bytes += nl - start + 1;
+    c.lines += 1;
+    start = nl + 1;
+    if (line.empty()) continue; // not a record (and not counted as one by anybody)
+    out.lines.push_back(line);
+    out.after.push_back(c);
+  }
+  // Blank lines at the end still move the cursor past them.
+  if (!out.after.empty()) out.after.back() = c;
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+
+Error UploadState::load(const std::string& path) {
+  std::string text;
+  if (Error e = detail::read_text(path, text, true)) return e;
+  if (text.empty()) return {};
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  auto bad = [&] {
+    return Error(Errc::io_error, path + " is not a valid upload offsets file: remove it to upload the run again "
+                                        "from the start (as a new remote run)");
+  };
+  if (parser.parse(text).get(doc) != simdjson::SUCCESS || !doc.is_object()) return bad();
+  auto str = [&](const char* k, std::string& out) {
+    std::string_view v;
+    if (doc[k].get(v) == simdjson::SUCCESS) out = std::string(v);
+  };
+  auto num = [&](const char* k, std::uint64_t& out) {
+    std::uint64_t v = 0;
+    if (doc[k].get(v) == simdjson::SUCCESS) out = v;
+  };
+  str("url", url);
+  str("remote_run", remote_run);
+  str("experiment", experiment);
+  str("entity", entity);
+  str("project", project);
+  str("config_sent", config_sent);
+  str("summary_sent", summary_sent);
+  str("final_sent", final_sent);
+  str("last_error", last_error);
+  num("points", points);
+  num("refused", refused);
+  num("history_part", history_part);
+  num("system_part", system_part);
+  if (!read_cursor(doc, "history", history) || !read_cursor(doc, "system", system) ||
+      !read_cursor(doc, "artifacts", artifacts))
+    return bad();
+  return {};
+}
+
+Error UploadState::save(const std::string& path) const {
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object();
+  w.key("url").string(url).key("remote_run").string(remote_run).key("experiment").string(experiment);
+  w.key("entity").string(entity).key("project").string(project);
+  write_cursor(w, "history", history);
+  w.key("history_part").uinteger(history_part);
+  write_cursor(w, "system", system);
+  w.key("system_part").uinteger(system_part);
+  write_cursor(w, "artifacts", artifacts);
+  w.key("config_sent").string(config_sent).key("summary_sent").string(summary_sent);
+  w.key("final_sent").string(final_sent).key("points").uinteger(points).key("refused").uinteger(refused);
+  w.key("last_error").string(last_error);
+  w.end_object();
+  out.push_back('\n');
+  return write_file_atomic(path, out);
+}
+
+// ---------------------------------------------------------------------------
+
+std::optional<RunSnapshot> RunSnapshot::read(const std::string& run_dir, Error& error) {
+  const std::string path = run_dir + "/run.json";
+  std::string text;
+  if (Error e = detail::read_text(path, text)) {
+    error = Error(Errc::io_error, e.message() + " (is " + run_dir + " a run directory?)");
+    return std::nullopt;
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(text).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
+    error = Error(Errc::io_error, path + " is not valid JSON: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
+    return std::nullopt;
+  }
+  RunSnapshot r;
+  r.dir = run_dir;
+  auto str = [&](const char* k, std::string& out) {
+    std::string_view v;
+    if (doc[k].get(v) == simdjson::SUCCESS) out = std::string(v);
+  };
+  str("id", r.id);
+  str("name", r.name);
+  str("project", r.project);
+  str("group", r.group);
+  str("job_type", r.job_type);
+  str("notes", r.notes);
+  str("mode", r.mode);
+  str("scope", r.scope);
+  str("host", r.host);
+  str("state", r.state);
+  double t = 0;
+  if (doc["start_time"].get(t) == simdjson::SUCCESS) r.start_ms = seconds_to_ms(t);
+  if (doc["end_time"].get(t) == simdjson::SUCCESS) r.end_ms = seconds_to_ms(t);
+  if (r.id.empty()) {
+    error = Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
+    return std::nullopt;
+  }
+  if (r.name.empty()) r.name = r.id;
+  r.ended = !r.state.empty() && r.state != "running";
+  r.exit_code = r.state == "finished" ? 0 : r.state == "killed" ? 143 : 1;
+  simdjson::dom::object codes;
+  if (r.ended && doc["exit_codes"].get(codes) == simdjson::SUCCESS) {
+    int worst = 0;
+    for (auto field : codes) {
+      std::int64_t c = 0;
+      if (field.value.get(c) == simdjson::SUCCESS && c != 0 && (worst == 0 || c > worst)) worst = static_cast<int>(c);
+    }
+    if (worst != 0 || r.state == "finished") r.exit_code = worst;
+  }
+  if (r.ended && r.end_ms == 0) r.end_ms = r.start_ms;
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+
+struct Uploader::Impl {
+  std::string dir;
+  UploadTarget target;
+  UploadSettings settings;
+  std::string upload_dir, state_file, lock_file, refused_file;
+  HttpClient http;
+  std::unique_ptr<Backend> backend;
+  UploadState st;
+  Backoff backoff;
+  bool remote_open = false;
+  int lock_fd = -1;
+  std::optional<SteadyTime> wait_until;
+  std::string reported; // the last problem printed, so that each is printed once
+  bool stopped = false;
+  std::string stop_reason;
+
+  LineSlice history, system, artifacts;
+  std::vector<ArtifactEntry> entries;
+  std::string config, summary;
+
+  Impl(std::string d, UploadTarget t, UploadSettings s)
+      : dir(std::move(d)), target(std::move(t)), settings(s), backoff(s.backoff_base, s.backoff_max) {
+    upload_dir = dir + "/upload";
+    state_file = upload_dir + "/" + target.id + ".json";
+    lock_file = upload_dir + "/" + target.id + ".lock";
+    refused_file = upload_dir + "/" + target.id + ".refused.jsonl";
+  }
+  ~Impl() {
+    if (lock_fd >= 0) detail::close_fd(lock_fd);
+  }
+
+  void report(const std::string& what) {
+    if (what == reported) return;
+    reported = what;
+    std::fprintf(stderr, "chorus: upload to %s: %s\n", target.url.c_str(), what.c_str());
+  }
+
+  void save() {
+    if (Error e = st.save(state_file)) report(e.message());
+  }
+
+  void record_refused(const std::vector<std::string>& lines) {
+    if (lines.empty()) return;
+    Error err;
+    auto f = AppendFile::open(refused_file, err);
+    if (!f) return report(err.message());
+    for (const std::string& l : lines) {
+      (void)f->write(l);
+      (void)f->write("\n");
+    }
+    if (Error e = f->flush()) report(e.message());
+  }
+
+  Error read_parts(const RunSnapshot& run) {
+    if (Error e = read_lines(dir + "/history.jsonl", st.history, settings.read_bytes, history)) return e;
+    if (Error e = read_lines(dir + "/system.jsonl", st.system, settings.read_bytes, system)) return e;
+    if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
+    entries.clear();
+    simdjson::dom::parser parser;
+    for (std::string_view line : artifacts.lines) {
+      ArtifactEntry a;
+      simdjson::dom::element doc;
+      std::string_view v;
+      if (parser.parse(line.data(), line.size()).get(doc) == simdjson::SUCCESS) {
+        if (doc["name"].get(v) == simdjson::SUCCESS) a.name = std::string(v);
+        if (doc["type"].get(v) == simdjson::SUCCESS) a.type = std::string(v);
+        if (doc["sha256"].get(v) == simdjson::SUCCESS) a.sha256 = std::string(v);
+        std::uint64_t size = 0;
+        if (doc["size"].get(size) == simdjson::SUCCESS) a.size = size;
+      }
+      entries.push_back(std::move(a)); // a malformed line stays an entry without a name: the backend skips it
+    }
+    if (Error e = detail::read_text(dir + "/config.json", config, true)) return e;
+    if (Error e = detail::read_text(dir + "/summary.json", summary, true)) return e;
+    (void)run;
+    return {};
+  }
+
+  Progress pump(SteadyTime deadline) {
+    Progress p;
+    for (;;) {
+      if (!st.final_sent.empty()) {
+        p.done = p.caught_up = true;
+        return p;
+      }
+      if (stopped) {
+        p.stopped = true;
+        p.error = stop_reason;
+        return p;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (wait_until && now < *wait_until) {
+        p.wait_until = wait_until;
+        p.error = st.last_error;
+        return p;
+      }
+      wait_until.reset();
+      if (now >= deadline) {
+        p.error = st.last_error;
+        return p;
+      }
+      Error err;
+      auto run = RunSnapshot::read(dir, err);
+      if (!run) return stop(p, err.message());
+      Sent sent;
+      if (!remote_open) {
+        sent = backend->open(*run, st, deadline);
+        if (sent.delivery == Delivery::ok) {
+          remote_open = true;
+          save();
+        }
+      } else {
+        if (Error e = read_parts(*run)) return stop(p, e.message());
+        Batch b;
+        b.history = history.lines;
+        b.system = system.lines;
+        b.history_from = st.history;
+        b.system_from = st.system;
+        b.history_after = history.after;
+        b.system_after = system.after;
+        b.artifacts = entries;
+        const bool config_changed = !config.empty() && digest(config) != st.config_sent;
+        if (config_changed) b.config = &config;
+        const bool rest_empty = b.history.empty() && b.system.empty() && b.artifacts.empty() && !config_changed;
+        const bool summary_changed = !summary.empty() && digest(summary) != st.summary_sent;
+        b.final = run->ended && rest_empty;
+        if (summary_changed && (backend->live_summary() || b.final)) b.summary = &summary;
+        b.deadline = deadline;
+        if (rest_empty && !b.summary && !b.final) {
+          p.caught_up = true;
+          p.error = st.last_error;
+          return p;
+        }
+        sent = backend->send(*run, b, st);
+        bool moved = false;
+        if (sent.history > 0) st.history = history.after[sent.history - 1], moved = true;
+        if (sent.system > 0) st.system = system.after[sent.system - 1], moved = true;
+        if (sent.artifacts > 0) st.artifacts = artifacts.after[sent.artifacts - 1], moved = true;
+        if (sent.config) st.config_sent = digest(config), moved = true;
+        if (sent.summary) st.summary_sent = digest(summary), moved = true;
+        if (sent.final) st.final_sent = run->state.empty() ? "ended" : run->state, moved = true;
+        st.points += sent.points;
+        st.refused += sent.refused_points;
+        record_refused(sent.refused);
+        if (moved || sent.points || sent.refused_points) {
+          if (sent.delivery == Delivery::ok) st.last_error.clear();
+          save();
+        }
+      }
+      switch (sent.delivery) {
+        case Delivery::ok:
+          backoff.reset();
+          if (!reported.empty() && st.last_error.empty()) {
+            report("delivering again");
+            reported.clear();
+          }
+          if (sent.not_before) wait_until = sent.not_before;
+          if (!sent.message.empty()) report(sent.message); // refused values, reported once
+          break;
+        case Delivery::retry: {
+          const auto wait = backoff.next(sent.retry_after);
+          wait_until = std::chrono::steady_clock::now() + wait;
+          st.last_error = sent.message;
+          save();
+          report(sent.message + "; retrying (the data stays in the run directory)");
+          break;
+        }
+        case Delivery::refused:
+          return stop(p, sent.message);
+      }
+    }
+  }
+
+  Progress stop(Progress& p, std::string why) {
+    stopped = true;
+    stop_reason = why;
+    st.last_error = why;
+    save();
+    report(why + "; stopped (what is not uploaded stays in the run directory for `chorus sync`)");
+    p.stopped = true;
+    p.error = std::move(why);
+    return p;
+  }
+};
+
+Uploader::Uploader(std::string run_dir, UploadTarget target, UploadSettings settings)
+    : impl_(std::make_unique<Impl>(std::move(run_dir), std::move(target), settings)) {}
+
+Uploader::~Uploader() = default;
+
+Error Uploader::open() {
+  Impl& s = *impl_;
+  if (Error e = make_dirs(s.upload_dir)) return e;
+  Error err;
+  s.lock_fd = detail::open_private(s.lock_file, O_RDWR | O_CREAT, err);
+  if (s.lock_fd < 0) return err;
+  if (::flock(s.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder;
+    (void)detail::read_text(s.lock_file, holder, true);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    detail::close_fd(s.lock_fd);
+    s.lock_fd = -1;
+    return Error(Errc::invalid_argument, "another process" + (holder.empty() ? std::string() : " (pid " + holder + ")") +
+                                             " is uploading " + s.dir + " to " + s.target.url +
+                                             ": wait for it to end, or stop it");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(s.lock_fd, 0) == 0) (void)detail::write_all(s.lock_fd, pid, s.lock_file);
+  if (Error e = s.st.load(s.state_file)) return e;
+  if (!s.st.url.empty() && s.st.url != s.target.url) {
+    // Same target id, another spelling (wandb:// and wandb+https://): the offsets still hold.
+  }
+  s.st.url = s.target.url;
+  s.backend = make_backend(s.target, s.http, err);
+  if (!s.backend) return err;
+  return {};
+}
+
+Uploader::Progress Uploader::pump(SteadyTime deadline) {
+  if (!impl_->backend) {
+    Progress p;
+    p.stopped = true;
+    p.error = "the Uploader was not opened";
+    return p;
+  }
+  return impl_->pump(deadline);
+}
+
+const UploadState& Uploader::state() const noexcept { return impl_->st; }
+const UploadTarget& Uploader::target() const noexcept { return impl_->target; }
+std::string Uploader::state_path() const { return impl_->state_file; }
+
+std::uint64_t Uploader::points_pending() const { return io::points_pending(impl_->dir, impl_->st); }
+
+std::uint64_t points_pending(const std::string& run_dir, const UploadState& state) {
+  std::uint64_t n = 0;
+  simdjson::dom::parser parser;
+  auto count = [&](const std::string& path, Cursor from, std::uint64_t part) {
+    LineSlice slice;
+    for (;;) {
+      if (read_lines(path, from, 4u << 20, slice) || slice.lines.empty()) return;
+      for (std::string_view line : slice.lines) {
+        simdjson::dom::object obj;
+        if (parser.parse(line.data(), line.size()).get(obj) != simdjson::SUCCESS) continue;
+        std::uint64_t values = 0;
+        for (auto field : obj)
+          if (!field.key.starts_with("_") && (field.value.is_number() || field.value.is_string())) ++values;
+        n += values - std::min(values, part);
+        part = 0;
+      }
+      from = slice.after.back();
+    }
+  };
+  count(run_dir + "/history.jsonl", state.history, state.history_part);
+  count(run_dir + "/system.jsonl", state.system, state.system_part);
+  return n;
+}
+
+std::vector<std::pair<std::string, std::string>> upload_targets(const std::string& run_dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string dir = run_dir + "/upload";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (!name.ends_with(".json") || name.ends_with(".keys.json")) continue;
+    out.emplace_back(std::string(name.substr(0, name.size() - 5)), dir + "/" + std::string(name));
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+} // namespace chorus::io
+
+namespace chorus::io {
+
+std::unique_ptr<Backend> make_backend(const UploadTarget& target, HttpClient& http, Error& error) {
+  if (target.kind == UploadTarget::Kind::mlflow) return detail::make_mlflow_backend(target, http);
+  return detail::make_wandb_backend(target, http, error);
+}
+
+std::chrono::milliseconds detail::time_left(SteadyTime deadline, std::chrono::milliseconds cap) {
+  if (deadline == SteadyTime::max()) return cap;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return std::clamp(left, std::chrono::milliseconds(0), cap);
+}
+
+HttpResponse detail::perform_until(HttpClient& http, HttpRequest& req, SteadyTime deadline,
+                                   std::chrono::milliseconds cap) {
+  req.timeout = time_left(deadline, cap);
+  if (req.timeout.count() == 0) {
+    HttpResponse r;
+    r.transport_error = "the time for uploading ran out";
+    return r;
+  }
+  return http.perform(req);
+}
+
+Sent detail::not_delivered(const HttpResponse& r, std::string_view server, std::string_view what,
+                           std::string_view credentials_fix) {
+  Sent s;
+  s.delivery = classify(r);
+  s.retry_after = r.retry_after;
+  s.message.append(server).append(" ").append(what).append(": ").append(describe(r));
+  if (r.status == 401 || r.status == 403) s.message.append(" (").append(credentials_fix).append(")");
+  if (s.delivery == Delivery::refused) s.stop = true;
+  return s;
+}
+
+} // namespace chorus::io

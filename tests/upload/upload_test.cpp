@@ -1,0 +1,487 @@
+// The Uploader and its MLflow and W&B backends against the loopback tracking
+// server: every point once and in step order, whatever the server does.
+#define BOOST_TEST_MODULE upload
+#include <boost/test/unit_test.hpp>
+
+#include "io/upload.hpp"
+#include "tests/upload/run_fixture.hpp"
+#include "tests/upload/tracking_server.hpp"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+using namespace chorus;
+using namespace std::chrono_literals;
+using test::RunFixture;
+using test::TrackingServer;
+
+namespace {
+
+io::UploadSettings quick() {
+  io::UploadSettings s;
+  s.backoff_base = 50ms;
+  s.backoff_max = 400ms;
+  return s;
+}
+
+io::UploadTarget target(const std::string& url) {
+  Error e;
+  auto t = io::UploadTarget::parse(url, e);
+  BOOST_REQUIRE_MESSAGE(t, e.message());
+  return *t;
+}
+
+std::string mlflow_url(const TrackingServer& s) { return "mlflow://127.0.0.1:" + std::to_string(s.port()); }
+std::string wandb_url(const TrackingServer& s) { return "wandb+http://127.0.0.1:" + std::to_string(s.port()); }
+
+/// Pumps until done or stopped (or `limit`), sleeping through waits.
+io::Uploader::Progress drain(io::Uploader& up, std::chrono::milliseconds limit = 30s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  io::Uploader::Progress p;
+  while (std::chrono::steady_clock::now() < end) {
+    p = up.pump(end);
+    if (p.done || p.stopped) break;
+    if (p.wait_until) std::this_thread::sleep_until(std::min(*p.wait_until, end));
+    else if (p.caught_up) break;
+  }
+  return p;
+}
+
+/// The one MLflow run on the server.
+test::MlflowRun only_run(const TrackingServer& s) {
+  auto runs = s.mlflow_runs();
+  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+  return runs.front();
+}
+
+/// Every key k0..k{keys-1} has exactly the steps [0, steps) once, in order, with the fixture's values.
+void check_history(const TrackingServer& s, const std::string& run_id, std::int64_t steps, int keys = 3) {
+  for (int k = 0; k < keys; ++k) {
+    const auto points = s.metric_history(run_id, "k" + std::to_string(k));
+    BOOST_REQUIRE_EQUAL(points.size(), static_cast<std::size_t>(steps));
+    for (std::int64_t i = 0; i < steps; ++i) {
+      BOOST_REQUIRE_EQUAL(points[i].step, i);
+      BOOST_REQUIRE_EQUAL(points[i].value, static_cast<double>(i * 10 + k));
+      BOOST_REQUIRE_EQUAL(points[i].timestamp, 1'700'000'000'000 + i * 250);
+    }
+  }
+}
+
+struct Env {
+  std::string name;
+  Env(std::string n, const std::string& v) : name(std::move(n)) { ::setenv(name.c_str(), v.c_str(), 1); }
+  ~Env() { ::unsetenv(name.c_str()); }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(target_urls) {
+  BOOST_TEST(target("mlflow://h:5000").base_url == "http://h:5000");
+  BOOST_TEST(target("mlflow+https://h:443").base_url == "https://h:443");
+  BOOST_TEST(target("wandb://api.wandb.ai").base_url == "https://api.wandb.ai");
+  BOOST_TEST(target("wandb+http://h:8080/team").entity == "team");
+  BOOST_TEST(target("mlflow://127.0.0.1:5000").id == "mlflow-127.0.0.1-5000");
+  for (const char* bad : {"http://h", "mlflow:/h", "mlflow://", "mlflow://h:1/x", "wandb://h/a/b"}) {
+    Error e;
+    BOOST_TEST(!io::UploadTarget::parse(bad, e), bad);
+    BOOST_TEST(e.message().find("mlflow://HOST:PORT") != std::string::npos, e.message());
+  }
+  Error e;
+  BOOST_TEST(!io::UploadTarget::parse("wandb://user:secret@h", e));
+  BOOST_TEST(e.message().find("WANDB_API_KEY") != std::string::npos);
+  BOOST_TEST(e.message().find("secret") == std::string::npos, e.message()); // never echoed
+}
+
+BOOST_AUTO_TEST_CASE(read_lines_takes_whole_lines_only) {
+  RunFixture run;
+  run.append("history.jsonl", "{\"a\":1}\n{\"b\":2}\n{\"c\":");
+  io::LineSlice s;
+  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 1 << 20, s));
+  BOOST_REQUIRE_EQUAL(s.lines.size(), 2u);
+  BOOST_TEST(s.lines[1] == "{\"b\":2}");
+  BOOST_TEST(s.after[1].lines == 2u);
+  BOOST_TEST(s.after[1].bytes == 16u);
+  // A small budget still gives at least one line.
+  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 3, s));
+  BOOST_TEST(s.lines.size() >= 1u);
+  // From the middle.
+  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {1, 8}, 1 << 20, s));
+  BOOST_REQUIRE_EQUAL(s.lines.size(), 1u);
+  BOOST_TEST(s.lines[0] == "{\"b\":2}");
+  // A file shorter than the offset was rewritten: an error that says what to do.
+  Error e = io::read_lines(run.dir() + "/history.jsonl", {9, 1000}, 1 << 20, s);
+  BOOST_TEST(static_cast<bool>(e));
+  BOOST_TEST(e.message().find("upload/") != std::string::npos);
+  // A missing file is empty.
+  BOOST_TEST(!io::read_lines(run.dir() + "/nothing.jsonl", {}, 1 << 20, s));
+  BOOST_TEST(s.lines.empty());
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_whole_run) {
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 2500); // 7500 points: 8 requests of at most 999
+  run.append("system.jsonl", "{\"_timestamp\":1700000001.5,\"_runtime\":1.5,\"_node\":0,\"_rank\":0,"
+                             "\"system.cpu.percent/node-0\":12.5,\"system.proc.threads/rank-0\":9}\n");
+  std::string config = "{\"lr\":0.001,\"model\":{\"depth\":12,\"name\":\"mlp\"}";
+  for (int i = 0; i < 150; ++i) config += ",\"p" + std::to_string(i) + "\":" + std::to_string(i);
+  config += "}";
+  run.write("config.json", config);
+  run.write("summary.json", "{\"_step\":2499,\"best\":0.93,\"note\":\"ok\"}");
+  run.write_run_json("finished", 1'700'000'700.0);
+
+  {
+    io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    BOOST_TEST(up.points_pending() == 7502u);
+    auto p = drain(up);
+    BOOST_REQUIRE_MESSAGE(p.done, p.error);
+    BOOST_TEST(up.points_pending() == 0u);
+    BOOST_TEST(up.state().points == 7502u);
+  }
+
+  const auto r = only_run(server);
+  check_history(server, r.id, 2500);
+  BOOST_TEST(r.status == "FINISHED");
+  BOOST_TEST(r.end_time.value_or(0) == 1'700'000'700'000);
+  BOOST_TEST(r.start_time == 1'700'000'000'000);
+  BOOST_TEST(r.name == "run-rank-3");
+  BOOST_TEST(r.tags.at("chorus.group") == "grp");
+  BOOST_TEST(r.tags.at("chorus.mode") == "per_rank");
+  BOOST_TEST(r.tags.at("chorus.host") == "node7");
+  BOOST_TEST(r.tags.at("chorus.rank") == "3");
+  BOOST_TEST(r.tags.at("chorus.run_id") == "run");
+  BOOST_TEST(r.params.size() == 153u);
+  BOOST_TEST(r.params.at("model.depth") == "12");
+  BOOST_TEST(r.params.at("model.name") == "mlp");
+  BOOST_TEST(r.params.at("lr") == "0.001");
+  BOOST_TEST(r.tags.at("summary.best") == "0.93");
+  // System metrics under system/.
+  auto cpu = server.metric_history(r.id, "system/cpu.percent/node-0");
+  BOOST_REQUIRE_EQUAL(cpu.size(), 1u);
+  BOOST_TEST(cpu[0].value == 12.5);
+  BOOST_TEST(cpu[0].timestamp == 1'700'000'001'500);
+  BOOST_TEST(server.experiments().size() == 2u); // Default and proj
+  // Keep-alive: one connection for all of it.
+  BOOST_TEST(server.stats().connections == 1u);
+  // A second Uploader has nothing left to do, and sends nothing.
+  const auto before = server.stats().requests;
+  io::Uploader again(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!again.open());
+  BOOST_TEST(drain(again).done);
+  BOOST_TEST(server.stats().requests == before);
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_live_run_grows_while_uploading) {
+  TrackingServer server;
+  RunFixture run;
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  for (int i = 0; i < 5; ++i) {
+    run.history(i * 100, 100);
+    run.append("history.jsonl", ""); // nothing
+    auto p = drain(up);
+    BOOST_TEST(p.caught_up);
+    BOOST_TEST(!p.done);
+  }
+  // A torn last line (the writer mid-append) waits for its end.
+  run.append("history.jsonl", "{\"_step\":500,\"_timestamp\":1700000125,\"k0\":5000,\"k1\":5001");
+  BOOST_TEST(drain(up).caught_up);
+  run.append("history.jsonl", ",\"k2\":5002}\n");
+  run.write_run_json("failed", 1'700'000'200.0);
+  BOOST_REQUIRE(drain(up).done);
+  const auto r = only_run(server);
+  check_history(server, r.id, 501);
+  BOOST_TEST(r.status == "FAILED");
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_faults_every_point_once) {
+  struct Fault {
+    const char* name;
+    std::function<void(TrackingServer&)> inject;
+  };
+  const std::vector<Fault> faults{
+      {"500s", [](TrackingServer& s) { s.fail_next(3, {500, "", "", "log-batch"}); }},
+      {"429 Retry-After", [](TrackingServer& s) { s.fail_next(2, {429, "", "1", "log-batch"}); }},
+      {"reset before applied", [](TrackingServer& s) { s.reset_next(2, test::ResetPoint::after_body, "log-batch"); }},
+      {"reset after applied", [](TrackingServer& s) { s.reset_next(2, test::ResetPoint::after_handling, "log-batch"); }},
+      {"503 after applied?", [](TrackingServer& s) { s.fail_next(1, {503, "", "", "runs/create"}); }},
+      {"slow", [](TrackingServer& s) { s.set_delay(100ms, "log-batch"); }},
+      {"outage", [](TrackingServer& s) { s.outage(2500ms); }},
+  };
+  for (const Fault& f : faults) {
+    BOOST_TEST_CONTEXT(f.name) {
+      TrackingServer server;
+      RunFixture run;
+      run.history(0, 1200);
+      run.write_run_json("finished", 1'700'000'300.0);
+      f.inject(server);
+      io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+      BOOST_REQUIRE(!up.open());
+      auto p = drain(up);
+      BOOST_REQUIRE_MESSAGE(p.done, p.error);
+      const auto r = only_run(server);
+      check_history(server, r.id, 1200);
+      BOOST_TEST(r.status == "FINISHED");
+      BOOST_TEST(up.state().points == 3600u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_resumes_after_a_crash_between_answer_and_offsets) {
+  // The server stores a batch, its answer is lost, and the uploading process
+  // dies before it saved its offsets: the next one reads the offset tag.
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 1500);
+  run.write_run_json("finished", 1'700'000'400.0);
+  {
+    server.reset_next(1, test::ResetPoint::after_handling, "log-batch");
+    io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    auto p = up.pump(std::chrono::steady_clock::now() + 10s); // open, then the first batch: reset
+    BOOST_TEST(!p.done);
+    BOOST_TEST(p.wait_until.has_value());
+    BOOST_TEST(up.state().points == 0u); // not known to be delivered here
+  } // "killed": its offsets say nothing was delivered
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_REQUIRE(drain(up).done);
+  check_history(server, only_run(server).id, 1500);
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_refused_key_is_reported_and_the_rest_delivered) {
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 300);
+  run.append("history.jsonl", "{\"_step\":300,\"_timestamp\":1700000075,\"k0\":3000,\"k1\":3001,\"k2\":3002,\"bad\":1}\n");
+  run.write_run_json("finished", 1'700'000'100.0);
+  server.refuse_key("bad");
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_REQUIRE(drain(up).done);
+  const auto r = only_run(server);
+  check_history(server, r.id, 301);
+  BOOST_TEST(server.metric_history(r.id, "bad").empty());
+  BOOST_TEST(up.state().refused == 1u);
+  const std::string refused = run.read("upload/" + up.target().id + ".refused.jsonl");
+  BOOST_TEST(refused.find("\"key\":\"bad\"") != std::string::npos, refused);
+  BOOST_TEST(refused.find("INVALID_PARAMETER_VALUE") != std::string::npos, refused);
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_keys_it_would_refuse_are_mapped_and_recorded) {
+  TrackingServer server;
+  RunFixture run;
+  const std::string long_key(300, 'x');
+  std::string line = "{\"_step\":0,\"_timestamp\":1700000000,\"loss@rank#1\":1,\"a/../b\":2,\"/lead//dbl/\":3,\"ok/key-1.5 x\":4,\"";
+  line += long_key + "\":5,\"caf\\u00e9\":6}\n";
+  run.append("history.jsonl", line);
+  run.write_run_json("finished", 1'700'000'001.0);
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_REQUIRE(drain(up).done);
+  const auto r = only_run(server);
+  BOOST_TEST(up.state().refused == 0u);
+  BOOST_TEST(r.metrics.size() == 6u);
+  BOOST_TEST(r.metrics.count("ok/key-1.5 x") == 1u); // valid keys are kept as they are
+  // The mapping file names every mapped key, and each maps to a stored key.
+  simdjson::dom::parser parser;
+  simdjson::dom::object map;
+  BOOST_REQUIRE(parser.parse(run.read("upload/" + up.target().id + ".keys.json")).get(map) == simdjson::SUCCESS);
+  std::set<std::string> originals;
+  for (auto f : map) {
+    originals.insert(std::string(f.key));
+    std::string_view mapped;
+    BOOST_REQUIRE(f.value.get(mapped) == simdjson::SUCCESS);
+    BOOST_TEST(r.metrics.count(std::string(mapped)) == 1u, mapped);
+    BOOST_TEST(mapped.size() <= 250u);
+  }
+  BOOST_TEST(originals == (std::set<std::string>{"loss@rank#1", "a/../b", "/lead//dbl/", long_key, "caf\xc3\xa9"}));
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_artifacts_streamed) {
+  TrackingServer server;
+  RunFixture run;
+  std::string blob(3u << 20, '\0');
+  for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>((i * 131) >> 3);
+  std::filesystem::create_directories(run.dir() + "/artifacts/ckpt");
+  run.write("artifacts/ckpt/model.bin", blob);
+  run.append("artifacts.jsonl", "{\"name\":\"ckpt/model.bin\",\"type\":\"model\",\"size\":3145728,\"sha256\":\"x\",\"rank\":0}\n");
+  run.history(0, 10);
+  run.write_run_json("finished", 1'700'000'010.0);
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_REQUIRE(drain(up).done);
+  const auto arts = server.artifacts(only_run(server).id);
+  BOOST_REQUIRE_EQUAL(arts.count("ckpt/model.bin"), 1u);
+  BOOST_TEST((arts.at("ckpt/model.bin") == blob));
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_bad_credentials_stop_once) {
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 10);
+  server.fail_next(1, {401, "{\"error_code\":\"UNAUTHENTICATED\",\"message\":\"no token\"}", "", "experiments"});
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  auto p = drain(up);
+  BOOST_TEST(p.stopped);
+  BOOST_TEST(p.error.find("MLFLOW_TRACKING_TOKEN") != std::string::npos, p.error);
+  BOOST_TEST(server.stats().requests == 1u); // never retried
+}
+
+BOOST_AUTO_TEST_CASE(one_uploader_per_run_and_target) {
+  TrackingServer server;
+  RunFixture run;
+  io::Uploader a(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!a.open());
+  io::Uploader b(run.dir(), target(mlflow_url(server)), quick());
+  Error e = b.open();
+  BOOST_TEST(static_cast<bool>(e));
+  BOOST_TEST(e.message().find("pid " + std::to_string(::getpid())) != std::string::npos, e.message());
+}
+
+BOOST_AUTO_TEST_CASE(wandb_whole_run) {
+  TrackingServer server;
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  RunFixture run;
+  run.history(0, 400);
+  run.append("system.jsonl", "{\"_timestamp\":1700000001.5,\"_runtime\":1.5,\"system.cpu.percent/node-0\":12.5}\n");
+  run.write("config.json", "{\"lr\":0.001,\"layers\":[1,2]}");
+  run.write("summary.json", "{\"_step\":399,\"best\":0.93}");
+  run.write_run_json("finished", 1'700'000'100.0);
+  io::Uploader up(run.dir(), target(wandb_url(server) + "/team"), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_REQUIRE(drain(up).done);
+  auto r = server.wandb_run("team", "proj", "run");
+  BOOST_REQUIRE(r);
+  BOOST_TEST(r->history.size() == 400u);
+  const std::string hist = run.read("history.jsonl");
+  std::string joined;
+  for (auto& l : r->history) joined += l + "\n";
+  BOOST_TEST(joined == hist); // every line, once, in order, as written
+  BOOST_REQUIRE_EQUAL(r->events.size(), 1u);
+  BOOST_TEST(r->summary.find("\"best\":0.93") != std::string::npos);
+  BOOST_TEST(r->complete);
+  BOOST_TEST(r->exitcode.value_or(-1) == 0);
+  BOOST_TEST(r->group == "grp");
+  BOOST_TEST(r->display_name == "run-rank-3");
+  BOOST_TEST(r->config.find("{\"value\":0.001}") != std::string::npos, r->config);
+  // The key never lands in the run directory.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(run.dir())) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    BOOST_TEST(text.find("chorus-test-key") == std::string::npos, e.path());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(wandb_faults_every_line_once) {
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  struct Fault {
+    const char* name;
+    std::function<void(TrackingServer&)> inject;
+  };
+  const std::vector<Fault> faults{
+      {"500s", [](TrackingServer& s) { s.fail_next(3, {500, "", "", "file_stream"}); }},
+      {"429", [](TrackingServer& s) { s.fail_next(1, {429, "", "1", "file_stream"}); }},
+      {"reset after applied", [](TrackingServer& s) { s.reset_next(2, test::ResetPoint::after_handling, "file_stream"); }},
+      {"outage", [](TrackingServer& s) { s.outage(2s); }},
+      {"rate limit", [](TrackingServer& s) { s.set_wandb_rate_limit(1); }},
+  };
+  for (const Fault& f : faults) {
+    BOOST_TEST_CONTEXT(f.name) {
+      TrackingServer server;
+      RunFixture run;
+      io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+      BOOST_REQUIRE(!up.open());
+      f.inject(server);
+      for (int i = 0; i < 4; ++i) {
+        run.history(i * 50, 50);
+        drain(up, 10s);
+      }
+      run.write_run_json("killed", 1'700'000'100.0);
+      auto p = drain(up);
+      BOOST_REQUIRE_MESSAGE(p.done, p.error);
+      auto r = server.wandb_run("chorus-user", "proj", "run");
+      BOOST_REQUIRE(r);
+      std::string joined;
+      for (auto& l : r->history) joined += l + "\n";
+      BOOST_TEST(joined == run.read("history.jsonl"));
+      BOOST_TEST(r->complete);
+      BOOST_TEST(r->exitcode.value_or(-1) == 143);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(wandb_wrong_key_and_stopped_run_stop) {
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 5);
+  {
+    Env key("WANDB_API_KEY", "wrong");
+    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    auto p = drain(up);
+    BOOST_TEST(p.stopped);
+    BOOST_TEST(p.error.find("WANDB_API_KEY") != std::string::npos, p.error);
+    BOOST_TEST(p.error.find("wrong") == std::string::npos, p.error);
+  }
+  {
+    Env key("WANDB_API_KEY", "chorus-test-key");
+    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    BOOST_TEST(drain(up).caught_up);
+    BOOST_REQUIRE(server.stop_wandb_run("chorus-user", "proj", "run"));
+    run.history(5, 5);
+    auto p = drain(up);
+    BOOST_TEST(p.stopped);
+    BOOST_TEST(p.error.find("stopped") != std::string::npos, p.error);
+  }
+  Error e;
+  ::unsetenv("WANDB_API_KEY");
+  io::Uploader none(run.dir(), target(wandb_url(server) + "/x"), quick());
+  e = none.open();
+  BOOST_TEST(e.message().find("WANDB_API_KEY") != std::string::npos, e.message());
+}
+
+BOOST_AUTO_TEST_CASE(wandb_https_verifies_the_certificate) {
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  RunFixture run;
+  std::filesystem::create_directories(run.root() + "/good");
+  std::filesystem::create_directories(run.root() + "/other");
+  const auto good = test::write_test_certificates(run.root() + "/good");
+  const auto other = test::write_test_certificates(run.root() + "/other");
+  TrackingServer::Options o;
+  o.tls = good;
+  TrackingServer server(o);
+  run.history(0, 20);
+  run.write_run_json("finished", 1'700'000'010.0);
+  const std::string url = "wandb://127.0.0.1:" + std::to_string(server.port());
+  {
+    Env ca("CURL_CA_BUNDLE", other.ca);
+    io::Uploader up(run.dir(), target(url), quick());
+    BOOST_REQUIRE(!up.open());
+    auto p = drain(up);
+    BOOST_TEST(p.stopped); // a certificate that does not verify is not retried
+    BOOST_TEST(p.error.find("CURL_CA_BUNDLE") != std::string::npos, p.error);
+    BOOST_TEST(!server.wandb_run("chorus-user", "proj", "run"));
+  }
+  Env ca("CURL_CA_BUNDLE", good.ca);
+  io::Uploader up(run.dir(), target(url), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_REQUIRE(drain(up).done);
+  auto r = server.wandb_run("chorus-user", "proj", "run");
+  BOOST_REQUIRE(r);
+  BOOST_TEST(r->history.size() == 20u);
+  // Basic auth with user "api".
+  for (const auto& h : server.authorization_headers()) BOOST_TEST(h.starts_with("Basic "));
+}
