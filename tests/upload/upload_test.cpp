@@ -11,6 +11,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
+#include <atomic>
 #include <set>
 #include <thread>
 
@@ -484,4 +486,54 @@ BOOST_AUTO_TEST_CASE(wandb_https_verifies_the_certificate) {
   BOOST_TEST(r->history.size() == 20u);
   // Basic auth with user "api".
   for (const auto& h : server.authorization_headers()) BOOST_TEST(h.starts_with("Basic "));
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_runs_racing_for_one_experiment) {
+  // Eight per-rank runs of one project create its experiment at once: one
+  // experiment, eight runs in it.
+  TrackingServer server;
+  std::vector<std::unique_ptr<RunFixture>> runs;
+  for (int r = 0; r < 8; ++r) {
+    runs.push_back(std::make_unique<RunFixture>("run" + std::to_string(r)));
+    runs.back()->history(0, 20);
+    runs.back()->write_run_json("finished", 1'700'000'010.0);
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> done{0};
+  for (auto& run : runs)
+    threads.emplace_back([&, dir = run->dir()] {
+      io::Uploader up(dir, target(mlflow_url(server)), quick());
+      if (!up.open() && drain(up).done) ++done;
+    });
+  for (auto& t : threads) t.join();
+  BOOST_TEST(done.load() == 8);
+  const auto exps = server.experiments();
+  BOOST_TEST(std::count_if(exps.begin(), exps.end(), [](const auto& e) { return e.name == "proj"; }) == 1);
+  const auto all = server.mlflow_runs();
+  BOOST_REQUIRE_EQUAL(all.size(), 8u);
+  for (const auto& r : all) {
+    BOOST_TEST(r.experiment_id == all.front().experiment_id);
+    check_history(server, r.id, 20);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(mlflow_non_finite_values_and_a_changed_config) {
+  TrackingServer server;
+  RunFixture run;
+  run.append("history.jsonl", "{\"_step\":0,\"_timestamp\":1700000000,\"a\":\"NaN\",\"b\":\"Infinity\",\"c\":\"-Infinity\",\"d\":1}\n");
+  run.write("config.json", "{\"lr\":0.1}");
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  BOOST_TEST(drain(up).caught_up);
+  run.write("config.json", "{\"lr\":0.2,\"wd\":0.01}"); // lr changed after upload; wd new
+  run.write_run_json("finished", 1'700'000'001.0);
+  BOOST_REQUIRE(drain(up).done);
+  const auto r = only_run(server);
+  BOOST_TEST(std::isnan(server.metric_history(r.id, "a").at(0).value));
+  BOOST_TEST(server.metric_history(r.id, "b").at(0).value == 1.7976931348623157e308);
+  BOOST_TEST(server.metric_history(r.id, "c").at(0).value == -1.7976931348623157e308);
+  BOOST_TEST(r.params.at("lr") == "0.1"); // MLflow keeps the first value
+  BOOST_TEST(r.params.at("wd") == "0.01");
+  BOOST_TEST(r.tags.at("chorus.param.lr") == "0.2"); // the change is not lost
+  BOOST_TEST(up.state().refused == 0u);
 }
