@@ -174,7 +174,8 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
   if (!host->settings.opts.upload.empty()) {
-    st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload);
+    st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
+                                 host->settings.opts.upload_buffer);
     // An uploader outlives no run: it stops when the Run actor does.
     if (st.uploader)
       self->attach_functor([u = st.uploader](const caf::error&) { caf::anon_send_exit(u, caf::exit_reason::user_shutdown); });

@@ -62,14 +62,17 @@ caf::behavior uploader(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
 
 } // namespace
 
-caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url) {
+caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
+                          std::size_t read_bytes) {
   Error err;
   auto target = io::UploadTarget::parse(url, err);
   if (!target) {
     std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", err.message().c_str());
     return {};
   }
-  auto up = std::make_shared<io::Uploader>(run_dir, *target);
+  io::UploadSettings settings;
+  settings.read_bytes = read_bytes;
+  auto up = std::make_shared<io::Uploader>(run_dir, *target, settings);
   if (Error e = up->open()) {
     std::fprintf(stderr, "chorus: upload to %s: %s; the run is kept locally (`chorus sync` can upload it later)\n",
                  url.c_str(), e.message().c_str());

@@ -16,9 +16,10 @@
 
 namespace chorus::detail {
 
-/// The Uploader of the run in `run_dir` to `url`; an invalid handle (and a
-/// line on stderr naming the cause) if it cannot start, in which case the
-/// run goes on locally.
-caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url);
+/// The Uploader of the run in `run_dir` to `url`, reading `read_bytes` of
+/// each file at a time; an invalid handle (and a line on stderr naming the
+/// cause) if it cannot start, in which case the run goes on locally.
+caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
+                          std::size_t read_bytes);
 
 } // namespace chorus::detail

@@ -148,6 +148,11 @@ Error apply_env(Options& o, const Env& env) {
       o.*field = to_ms(*s);
     }
   }
+  if (auto v = lookup(env, "CHORUS_UPLOAD_BUFFER")) {
+    auto mib = parse_seconds(*v, 0.0625, 1024, false); // a plain decimal number, here in MiB
+    if (!mib) return bad(variable("CHORUS_UPLOAD_BUFFER"), *v, "is not a size", "MiB, from 0.0625 to 1024, like 4");
+    o.upload_buffer = static_cast<std::size_t>(*mib * 1048576.0);
+  }
   if (auto v = lookup(env, "CHORUS_SYSTEM_INTERVAL")) {
     auto s = parse_seconds(*v, 0.1, 1e9, true);
     if (!s) return bad(variable("CHORUS_SYSTEM_INTERVAL"), *v, "is not an interval", "seconds, 0 (off) or at least 0.1");
@@ -212,9 +217,20 @@ Error check_options(const Options& o, const Options& given) {
     const std::size_t sep = o.upload.find("://");
     const std::string_view scheme = std::string_view(o.upload).substr(0, sep);
     const Origin where = o.upload != given.upload ? variable("CHORUS_UPLOAD") : option("upload");
-    if (sep == std::string::npos || (scheme != "mlflow" && scheme != "wandb") || sep + 3 == o.upload.size())
-      return bad(where, o.upload, "is not an upload target", "mlflow://HOST:PORT or wandb://HOST");
+    static constexpr std::string_view schemes[] = {"mlflow", "mlflow+http", "mlflow+https",
+                                                   "wandb",  "wandb+http",  "wandb+https"};
+    if (sep == std::string::npos || std::find(std::begin(schemes), std::end(schemes), scheme) == std::end(schemes) ||
+        sep + 3 == o.upload.size())
+      return bad(where, o.upload, "is not an upload target",
+                 "mlflow://HOST:PORT or wandb://HOST (mlflow+https://, wandb+http:// for the other protocol)");
+    const std::string_view authority = std::string_view(o.upload).substr(sep + 3, o.upload.find('/', sep + 3) - sep - 3);
+    if (authority.find('@') != std::string_view::npos)
+      return bad(where, std::string(scheme) + "://***" + std::string(authority.substr(authority.rfind('@'))),
+                 "has credentials in it (they would be written into the run's files)",
+                 "the URL without them, and the key in WANDB_API_KEY or MLFLOW_TRACKING_TOKEN");
   }
+  if (o.upload_buffer < (64u << 10) || o.upload_buffer > (std::size_t{1} << 30))
+    return bad(option("upload_buffer"), std::to_string(o.upload_buffer), "is out of range", "64 KiB to 1 GiB");
   if (o.dir.find('\0') != std::string::npos) return bad(option("dir"), o.dir, "contains a NUL byte", "a path");
   return {};
 }

@@ -634,3 +634,30 @@ BOOST_AUTO_TEST_CASE(any_environment_resolves_to_usable_settings_or_an_error) {
   }
   BOOST_TEST(resolved > 100);
 }
+
+// --- Upload settings --------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(upload_settings_from_the_environment) {
+  const auto s = resolve_ok(Options{}, {{"CHORUS_UPLOAD_TIMEOUT", "2.5"}, {"CHORUS_UPLOAD_BUFFER", "8"}});
+  BOOST_TEST(s.opts.upload_timeout.count() == 2500);
+  BOOST_TEST(s.opts.upload_buffer == std::size_t{8} << 20);
+  BOOST_TEST(resolve_ok(Options{}).opts.upload_timeout.count() == 30'000);
+  BOOST_TEST(resolve_ok(Options{}).opts.upload_buffer == std::size_t{4} << 20);
+  for (const char* url : {"mlflow://h:5000", "mlflow+https://h:443", "mlflow+http://h:80", "wandb://api.wandb.ai",
+                          "wandb+http://h:8080/team", "wandb+https://h/team"})
+    BOOST_TEST(resolve_ok(Options{}, {{"CHORUS_UPLOAD", url}}).opts.upload == url, url);
+  for (const char* v : {"0", "-1", "0.01", "2048", "4M", "abc"}) {
+    BOOST_TEST_CONTEXT(v) { (void)env_error({{"CHORUS_UPLOAD_BUFFER", v}}, {"CHORUS_UPLOAD_BUFFER", "MiB"}); }
+  }
+  for (const char* v : {"0", "-3", "soon"}) {
+    BOOST_TEST_CONTEXT(v) { (void)env_error({{"CHORUS_UPLOAD_TIMEOUT", v}}, {"CHORUS_UPLOAD_TIMEOUT", "seconds"}); }
+  }
+  // Credentials in the URL would land in run.json: refused, and not echoed.
+  const std::string m = env_error({{"CHORUS_UPLOAD", "wandb://user:hunter2@h"}}, {"credentials", "WANDB_API_KEY"});
+  BOOST_TEST(m.find("hunter2") == std::string::npos, m);
+  (void)option_error([] {
+    Options o;
+    o.upload_buffer = 1000;
+    return o;
+  }(), {"Options::upload_buffer", "64 KiB"});
+}

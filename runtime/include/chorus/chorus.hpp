@@ -241,6 +241,9 @@ struct Options {
   /// How long the run host's finish may spend sending what is left to the
   /// upload target; the rest stays in the run directory for `chorus sync`.
   std::chrono::milliseconds upload_timeout{30'000};
+  /// Bytes the Uploader reads from each run file at a time: what it holds in
+  /// memory is bounded by about twice this, however far behind the server is.
+  std::size_t upload_buffer = 4u << 20;
   std::chrono::milliseconds barrier_timeout{600'000};
   /// How often links between processes are probed, and how long a silent
   /// peer may stay silent before its ranks count as crashed.
