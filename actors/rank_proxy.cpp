@@ -183,6 +183,8 @@ bool drain(proxy_actor* self) {
         break;
       }
       case SlotKind::finish:
+        // Artifact copies in flight complete first (at most finish_timeout).
+        if (st.run->artifacts().holds_finish()) goto full;
         w.finish(pos + 1);
         st.finish_seq = pos + 1;
         pos += 1;

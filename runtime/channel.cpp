@@ -55,22 +55,32 @@ Error Channel::result(std::uint64_t seq, bool has_error) const {
     return has_error ? Error{Errc::internal, "the error of this call was discarded: more than 4096 errors are kept"}
                      : Error{Errc::dropped, "the queue was full (Overflow::drop_newest): raise Options::queue_capacity "
                                             "or use Overflow::block"};
-  if (completed_.load(std::memory_order_acquire) < seq && failed_.load(std::memory_order_acquire)) return failure_;
+  if ((seq & deferred_bit) == 0 && completed_.load(std::memory_order_acquire) < seq &&
+      failed_.load(std::memory_order_acquire))
+    return failure_;
   return {};
+}
+
+void Channel::keep_error(std::uint64_t seq, Error e) {
+  if (errors_.size() >= max_kept_errors) errors_.erase(errors_.begin());
+  errors_.emplace(seq, std::move(e));
 }
 
 void Channel::set_error(std::uint64_t seq, Error e) {
   std::lock_guard lock(mu_);
-  if (errors_.size() >= max_kept_errors) errors_.erase(errors_.begin());
-  errors_.emplace(seq, std::move(e));
+  keep_error(seq, std::move(e));
 }
 
 std::uint64_t Channel::immediate(Error e) {
   std::lock_guard lock(mu_);
   const std::uint64_t id = immediate_bit | ++next_immediate_;
-  if (errors_.size() >= max_kept_errors) errors_.erase(errors_.begin());
-  errors_.emplace(id, std::move(e));
+  keep_error(id, std::move(e));
   return id;
+}
+
+std::uint64_t Channel::defer() {
+  std::lock_guard lock(mu_);
+  return deferred_bit | ++next_deferred_;
 }
 
 Error Channel::wait(std::uint64_t seq, bool has_error, std::optional<std::chrono::milliseconds> limit) {
@@ -121,31 +131,36 @@ void Channel::on_done(std::uint64_t seq, bool has_error, std::function<void(Erro
   run_or_park(seq, Waiter{{}, nullptr, std::move(fn), has_error});
 }
 
-void Channel::complete(std::uint64_t seq) {
-  std::multimap<std::uint64_t, Waiter> due;
-  {
-    std::lock_guard lock(mu_);
-    if (seq <= completed_.load(std::memory_order_relaxed)) return;
-    completed_.store(seq, std::memory_order_release);
-    auto end = waiters_.upper_bound(seq);
-    due.insert(std::make_move_iterator(waiters_.begin()), std::make_move_iterator(end));
-    waiters_.erase(waiters_.begin(), end);
-  }
+void Channel::resume(std::unique_lock<std::mutex>& lock, Waiters::iterator first, Waiters::iterator last) {
+  Waiters due;
+  due.insert(std::make_move_iterator(first), std::make_move_iterator(last));
+  waiters_.erase(first, last);
+  lock.unlock();
   cv_.notify_all();
   for (auto& [s, w] : due) run(w, s);
 }
 
+void Channel::complete(std::uint64_t seq) {
+  std::unique_lock lock(mu_);
+  if (seq <= completed_.load(std::memory_order_relaxed)) return;
+  completed_.store(seq, std::memory_order_release);
+  resume(lock, waiters_.begin(), waiters_.upper_bound(seq));
+}
+
 void Channel::fail(Error e) {
-  std::multimap<std::uint64_t, Waiter> due;
-  {
-    std::lock_guard lock(mu_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    failure_ = std::move(e);
-    failed_.store(true, std::memory_order_release);
-    due.swap(waiters_);
-  }
-  cv_.notify_all();
-  for (auto& [s, w] : due) run(w, s);
+  std::unique_lock lock(mu_);
+  if (failed_.load(std::memory_order_relaxed)) return;
+  failure_ = std::move(e);
+  failed_.store(true, std::memory_order_release);
+  resume(lock, waiters_.begin(), waiters_.lower_bound(deferred_bit));
+}
+
+void Channel::settle(std::uint64_t id, Error e) {
+  std::unique_lock lock(mu_);
+  if (e) keep_error(id, std::move(e));
+  if (id <= settled_.load(std::memory_order_relaxed)) return;
+  settled_.store(id, std::memory_order_release);
+  resume(lock, waiters_.lower_bound(deferred_bit), waiters_.upper_bound(id));
 }
 
 void Channel::wake_slow() noexcept {

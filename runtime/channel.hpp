@@ -19,6 +19,9 @@ namespace chorus::detail {
 
 /// Immediate errors (nothing was enqueued) get ids in their own space.
 inline constexpr std::uint64_t immediate_bit = 1ull << 63;
+/// So do deferred tickets: work done on a chorus thread of this process
+/// (artifact copies), which settles them one by one, in the order handed out.
+inline constexpr std::uint64_t deferred_bit = 1ull << 62;
 
 /// Runs callbacks and coroutine resumptions on one chorus-owned thread.
 class CompletionThread {
@@ -39,8 +42,9 @@ public:
   Channel& operator=(const Channel&) = delete;
 
   [[nodiscard]] bool ready(std::uint64_t seq) const noexcept {
-    return (seq & immediate_bit) != 0 || completed_.load(std::memory_order_acquire) >= seq ||
-           failed_.load(std::memory_order_acquire);
+    if ((seq & immediate_bit) != 0) return true;
+    if ((seq & deferred_bit) != 0) return settled_.load(std::memory_order_acquire) >= seq;
+    return completed_.load(std::memory_order_acquire) >= seq || failed_.load(std::memory_order_acquire);
   }
   [[nodiscard]] Error result(std::uint64_t seq, bool has_error) const;
   Error wait(std::uint64_t seq, bool has_error, std::optional<std::chrono::milliseconds> limit);
@@ -54,8 +58,15 @@ public:
   /// Everything through `seq` is done; earlier set_error calls hold the errors.
   void complete(std::uint64_t seq);
   /// Nothing more will complete normally: every waiter, present and future,
-  /// gets `e` unless its own error was recorded first.
+  /// gets `e` unless its own error was recorded first. Deferred tickets are
+  /// not the run host's: they still wait to be settled.
   void fail(Error e);
+
+  /// A deferred ticket's id; settle() completes it.
+  std::uint64_t defer();
+  /// Completes the deferred ticket `id` with `e` (ok if empty). Tickets are
+  /// settled in the order defer() handed them out.
+  void settle(std::uint64_t id, Error e);
 
   [[nodiscard]] std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_acquire); }
   [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
@@ -94,18 +105,25 @@ private:
     std::function<void(Error)> fn;
     bool has_error;
   };
+  using Waiters = std::multimap<std::uint64_t, Waiter>;
   void run(Waiter& w, std::uint64_t seq);
-  /// Runs `w` now if `seq` is ready, else keeps it until complete() or fail().
+  /// Runs `w` now if `seq` is ready, else keeps it until complete(), fail() or settle().
   void run_or_park(std::uint64_t seq, Waiter w);
+  /// Takes the waiters in [first, last) out, unlocks, wakes waiting threads and runs them.
+  void resume(std::unique_lock<std::mutex>& lock, Waiters::iterator first, Waiters::iterator last);
+  /// Keeps `e` as the error of `seq` (under mu_), forgetting the oldest past a bound.
+  void keep_error(std::uint64_t seq, Error e);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<bool> failed_{false};
   Error failure_;
-  std::map<std::uint64_t, Error> errors_; // bounded, see set_error
-  std::multimap<std::uint64_t, Waiter> waiters_;
+  std::map<std::uint64_t, Error> errors_; // bounded, see keep_error
+  Waiters waiters_;
   std::uint64_t next_immediate_ = 0;
+  std::atomic<std::uint64_t> settled_{deferred_bit}; // the last deferred ticket settled
+  std::uint64_t next_deferred_ = 0;
 };
 
 /// Holds what `finish` reports, filled before the finish ticket completes.

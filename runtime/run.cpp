@@ -4,10 +4,13 @@
 #include "runtime/system.hpp"
 #include "runtime/wire.hpp"
 
+#include "io/artifacts.hpp"
 #include "io/json.hpp"
+#include "io/posix.hpp"
 
 #include <pthread.h>
 
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -45,6 +48,12 @@ RunImpl::~RunImpl() {
 Error RunImpl::start() {
   Error err;
   system_ = System::start(*this, err);
+  if (!err) {
+    // Artifacts are copied later, whatever the current directory is then.
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(run_dir), ec);
+    artifact_run_dir_ = ec ? run_dir : dir.string();
+  }
   return err;
 }
 
@@ -126,6 +135,7 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
   std::uint64_t pos;
   if (!reserve(good, pos, false)) return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
   const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
+  note_step(opts.step);
   std::uint32_t j = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (ids[i] == KeyTable::invalid) continue;
@@ -196,10 +206,41 @@ Pending RunImpl::barrier(std::string_view name, std::chrono::milliseconds timeou
   });
 }
 
+Pending RunImpl::log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept {
+  try {
+    if (Error e = io::validate_artifact_name(name)) return refuse(std::move(e));
+    if (type.empty() || type.size() > KeyTable::max_key_bytes || !io::valid_utf8(type))
+      return refuse({Errc::invalid_argument,
+                     std::string("artifact type ")
+                         .append(quoted(type))
+                         .append(" must be non-empty UTF-8 of at most 250 bytes, such as \"model\" or \"file\"")});
+    if (path.empty())
+      return refuse({Errc::invalid_argument, "log_artifact without a source path: pass the file to copy, such as "
+                                             "\"/tmp/ckpt/model.pt\""});
+    ArtifactCopier::Job job;
+    job.name = name;
+    job.type = type;
+    // Made absolute now: the copy starts later, and the trainer may change directory meanwhile.
+    std::error_code ec;
+    const std::filesystem::path source = std::filesystem::absolute(std::filesystem::path(path), ec);
+    job.source = ec ? std::string(path) : source.string();
+    job.run_dir = artifact_run_dir_;
+    job.rank = settings_.topo.rank;
+    job.step = step_.load(std::memory_order_relaxed);
+    job.ts_us = io::detail::unix_now_us();
+    job.check_here = !settings_.is_host;
+    return artifacts_.push(std::move(job));
+  } catch (...) {
+    return refuse({Errc::internal, "out of memory, or no thread could be started for the artifact copy"});
+  }
+}
+
 FinishPending RunImpl::finish() noexcept {
   std::lock_guard lock(finish_mu_);
   if (finishing_) return *finishing_;
   closed_.store(true, std::memory_order_relaxed);
+  // Copies queued before this still run: the RankProxy holds the finish for them.
+  artifacts_.close();
   finishing_.emplace(push_control(SlotKind::finish, [](Slot&) {}), &finish_);
   if (channel_.nudge) channel_.nudge();
   return *finishing_;
@@ -257,6 +298,10 @@ Pending Run::summary(std::span<const Field> fields) {
 Pending Run::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
   auto* impl = detail::live(impl_);
   return impl ? impl->barrier(name, timeout) : Pending{};
+}
+Pending Run::log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_artifact(name, path, type) : Pending{};
 }
 FinishPending Run::finish() noexcept {
   auto* impl = detail::live(impl_);

@@ -64,6 +64,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
       if (captured == nullptr) {
         // Off the run host nothing comes back to this rank: it only moves its
         // step, so that automatic steps stay in line with the host's.
+        note_step(opts.step);
         return push_control(SlotKind::step_mark, [&](Slot& s) { s.step = step; });
       }
     } else {
@@ -76,6 +77,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
       device_->release(captured);
       return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
     }
+    note_step(opts.step);
     // Value slots first, the head last: the RankProxy reads a call once its
     // last slot is published, and a head always names its capture.
     for (std::size_t j = n; j-- > 0;) {

@@ -3,6 +3,7 @@
 // that knows CAF.
 #pragma once
 
+#include "runtime/artifact_copier.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/device.hpp"
 #include "runtime/ingest.hpp"
@@ -10,6 +11,7 @@
 
 #include <chorus/chorus.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -43,6 +45,7 @@ public:
   /// log_device (no `reduce`) and reduce_device (run_device.cpp).
   Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
                      std::optional<Reduce> reduce) noexcept;
+  Pending log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept;
 
   const Settings& settings() const noexcept { return settings_; }
   Ring& ring() noexcept { return ring_; }
@@ -56,6 +59,8 @@ public:
   bool forked() const noexcept { return fork_count.load(std::memory_order_relaxed) != forks_at_start_; }
   /// The device capture, once a device call has made it (read by the RankProxy).
   DeviceCapture* device() const noexcept { return device_ptr_.load(std::memory_order_acquire); }
+  /// The artifact copies in flight (the RankProxy holds the finish for them).
+  ArtifactCopier& artifacts() noexcept { return artifacts_; }
 
   // Set by System::start.
   std::string run_id;
@@ -69,6 +74,12 @@ private:
   /// that `fill` completes; force-reserved, as control never drops.
   template <class Fill>
   Pending push_control(SlotKind kind, Fill&& fill) noexcept;
+  /// Moves the rank's step as the run host will for a call that logs at
+  /// `step` (automatic steps count calls), so log_artifact can name it.
+  void note_step(const std::optional<std::int64_t>& step) noexcept {
+    const std::int64_t last = step_.load(std::memory_order_relaxed);
+    step_.store(step ? std::max(last, *step) : last + 1, std::memory_order_relaxed);
+  }
 
   Settings settings_;
   const unsigned forks_at_start_ = fork_count.load(std::memory_order_relaxed);
@@ -77,6 +88,7 @@ private:
   FinishState finish_;
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::int64_t> step_{-1}; // the rank's step; -1 before its first log call
   std::mutex finish_mu_;
   std::optional<FinishPending> finishing_;
   // The GPU path, made by the first device call. Declared before system_ so
@@ -86,6 +98,9 @@ private:
   std::unique_ptr<DeviceCapture> device_;
   std::atomic<DeviceCapture*> device_ptr_{nullptr};
   std::unique_ptr<DeviceReducer> reducer_;
+  // After channel_, whose tickets it settles while it stops.
+  ArtifactCopier artifacts_{channel_, settings_.opts.finish_timeout};
+  std::string artifact_run_dir_; // run_dir, made absolute at start
   std::unique_ptr<System> system_;
 };
 

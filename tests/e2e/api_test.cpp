@@ -24,6 +24,7 @@ BOOST_AUTO_TEST_CASE(inactive_handle_is_a_cheap_no_op) {
   BOOST_TEST(!run.log({{"loss", 1.0}}).wait());
   BOOST_TEST(run.log({{"loss", 1.0}}).ready());
   BOOST_TEST(!run.barrier("x").wait());
+  BOOST_TEST(!run.log_artifact("model.pt", "/nonexistent/model.pt").wait());
   auto r = run.finish().wait();
   BOOST_TEST(!r.error);
 }

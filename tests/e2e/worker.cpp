@@ -3,12 +3,14 @@
 // is inactive (automatic mode, not the primary) prints INACTIVE and exits.
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
-//          [--step-us U] [--ack-each 1] [--fork-every N]
+//          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH]
 // --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
 // --fork-every forks a child every N steps, as DataLoader workers are forked:
 // the child logs through the inherited handle, drops it and exits; the parent
 // prints "CHILD HUNG" for a child that is not gone within 10 s.
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
+// --artifact: after the steps and a barrier, each rank logs PATH as the artifact
+// "rank-R/<file name>" of type "model" and prints "ARTIFACT R ok" once it is stored.
 #include <chorus/chorus.hpp>
 
 #include <thread>
@@ -37,6 +39,7 @@ struct Args {
   long step_us = 0; // a pause per step, as a training step would take
   bool ack_each = false;
   long fork_every = 0;
+  std::string artifact;
 };
 
 /// A child forked with a live run: its calls must be no-ops that return at
@@ -82,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--step-us") a.step_us = v;
     else if (k == "--ack-each") a.ack_each = v != 0;
     else if (k == "--fork-every") a.fork_every = v;
+    else if (k == "--artifact") a.artifact = argv[i + 1];
   }
   return a;
 }
@@ -145,6 +149,13 @@ chorus::task<int> work(Args a) {
       chorus::Error e = co_await run.barrier(name);
       if (e) std::fprintf(stderr, "rank %d barrier %s: %s\n", rank, name.c_str(), e.message().c_str());
     }
+  }
+  if (!a.artifact.empty()) {
+    chorus::Error e = co_await run.barrier("artifacts");
+    const std::string name = "rank-" + std::to_string(rank) + "/" + a.artifact.substr(a.artifact.rfind('/') + 1);
+    if (!e) e = co_await run.log_artifact(name, a.artifact, "model");
+    if (e) std::fprintf(stderr, "rank %d artifact: %s\n", rank, e.message().c_str());
+    else std::printf("ARTIFACT %d ok\n", rank);
   }
   run.summary({{"done", true}});
   if (a.no_finish) co_return a.exit_code; // the Run's destructor finishes

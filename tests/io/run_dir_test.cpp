@@ -3,6 +3,7 @@
 
 #include "io/run_dir.hpp"
 #include "runtime/wire.hpp"
+#include "tests/io/files.hpp"
 #include "tests/io/tmp_dir.hpp"
 
 #include <simdjson.h>
@@ -22,27 +23,12 @@ using namespace chorus::io;
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 using chorus::detail::Row;
 using chorus::detail::RowValue;
+using chorus::io::test::lines_of;
+using chorus::io::test::mode_of;
+using chorus::io::test::slurp;
 using chorus::io::test::TmpDir;
 
 namespace {
-
-unsigned mode_of(const std::string& path) {
-  struct stat st {};
-  BOOST_REQUIRE_MESSAGE(::stat(path.c_str(), &st) == 0, "no " << path);
-  return st.st_mode & 07777;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::vector<std::string> lines_of(const std::string& path) {
-  std::vector<std::string> out;
-  std::ifstream in(path);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
 
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> out;

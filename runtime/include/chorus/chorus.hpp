@@ -12,6 +12,7 @@
 //   run.log({{"loss", l}, {"lr", lr}});          // non-blocking ticket
 //   co_await run.log({{"acc", a}});               // durably committed
 //   co_await run.barrier("epoch-3");
+//   co_await run.log_artifact("model.pt", "/tmp/ckpt/model.pt", "model");  // copied, hashed, listed
 //   chorus::FinishResult r = co_await run.finish();
 #pragma once
 
@@ -456,9 +457,10 @@ T sync_wait(task<T> t) {
 // ---------------------------------------------------------------------------
 // Tickets
 
-/// What `Run::log`, `barrier`, `config`, `summary` and `define_metric` return:
-/// drop it, `co_await` it, or `.wait()` on it. It completes once what it
-/// names is durably committed on the run host (or at once with an error).
+/// What `Run::log`, `barrier`, `config`, `summary`, `define_metric` and
+/// `log_artifact` return: drop it, `co_await` it, or `.wait()` on it. It
+/// completes once what it names is durably committed on the run host (or at
+/// once with an error).
 /// Trivially destructible; it must not outlive its Run.
 class Pending {
 public:
@@ -610,6 +612,22 @@ public:
   /// logged before it is committed before anything after it. On timeout
   /// (default Options::barrier_timeout) the error names the missing ranks.
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout = {}) noexcept;
+
+  /// Copies the file at `path` into the run directory as
+  /// `artifacts/<name>` and lists it in `artifacts.jsonl` (name, type, size,
+  /// SHA-256, rank, this rank's step, timestamp): a checkpoint, a model, a
+  /// plot. The copy runs on a chorus thread, streamed in 1 MiB chunks, never
+  /// on the caller's thread; the ticket completes once the file and its line
+  /// are durable, so the caller may then delete or overwrite `path`.
+  /// Logging a name again replaces the file (the manifest's last line wins).
+  /// `name` is a relative path of ASCII letters, digits, '_', '.', '-', ' '
+  /// and '/' (no "..", no leading '/', at most 250 bytes), as MLflow takes
+  /// it; a bad name, a missing or unreadable file, a directory and a write
+  /// error (a full disk) are errors that say so. The run directory must be
+  /// on this machine: call it on the run host's node (in a shared global
+  /// run, rank 0, typically after a barrier). finish() waits for copies in
+  /// flight, at most finish_timeout.
+  Pending log_artifact(std::string_view name, std::string_view path, std::string_view type = "file") noexcept;
 
   /// Finishes this rank's part of the run; on the run host, the run itself.
   /// Bounded by Options::finish_timeout; calling it twice returns the same result.
