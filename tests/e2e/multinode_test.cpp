@@ -2,8 +2,10 @@
 // address and its own disk (a CHORUS_DIR of its own), and runs its two ranks
 // under `chorus launch --nnodes 3`. Unlike e2e_modes_test, whose nodes share
 // loopback, the ranks of other nodes reach the run host only through
-// MASTER_ADDR, and a node can be cut off the network mid-run. Needs root
-// (ctest label `netns`); skipped otherwise.
+// MASTER_ADDR, and a node can be cut off the network mid-run. The links
+// between nodes are mutual TLS with the job's credentials (`chorus certs`),
+// as a real multi-node job's must be. Needs root (ctest label `netns`);
+// skipped otherwise.
 #define BOOST_TEST_MODULE e2e_multinode
 #include "netns.hpp"
 
@@ -26,8 +28,14 @@ struct Cluster {
   int port = 29400;
   std::vector<std::unique_ptr<Process>> launches; // destroyed first: SIGKILL to what is left
 
+  std::string credentials; // CHORUS_TLS_DIR=..., made once for the job
+
   Cluster() {
     for (int k = 0; k < nodes; ++k) fs::create_directories(disk(k));
+    const fs::path creds = dir.path / "creds";
+    const Output made = run(bin("chorus") + " certs " + creds.string());
+    BOOST_REQUIRE_MESSAGE(made.status == 0, made.text);
+    credentials = "CHORUS_TLS_DIR=" + creds.string();
   }
 
   fs::path disk(int k) const { return dir.path / ("node" + std::to_string(k)); }
@@ -37,8 +45,7 @@ struct Cluster {
   void start(const std::string& mode, const std::string& scope, const std::string& worker_args) {
     const std::string job = "multinode-" + mode + "-" + scope;
     for (int k = 0; k < nodes; ++k) {
-      // Links between nodes are unauthenticated here: the tests are about placement and failure.
-      const std::string env = "env CHORUS_INSECURE=1 CHORUS_MODE=" + mode + " CHORUS_SCOPE=" + scope + " ";
+      const std::string env = "env " + credentials + " CHORUS_MODE=" + mode + " CHORUS_SCOPE=" + scope + " ";
       const std::string cmd =
           hosts.on(k) + env +
           launch_worker(disk(k), per_node, port, worker_args,
