@@ -1,6 +1,7 @@
 #include "actors/run.hpp"
 #include "io/posix.hpp"
 
+#include "actors/group.hpp"
 #include "actors/merger.hpp"
 #include "actors/uploader.hpp"
 #include "io/run_dir.hpp"
@@ -44,6 +45,7 @@ public:
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {
     if (rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() && !host.empty()) hosts[rank] = host;
+    ++generation;
     writer.rank_state(rank, state, last_step, host, reason);
   }
   void completed(int rank, std::uint64_t seq, const Error* err) override {
@@ -59,6 +61,7 @@ public:
   io::RunWriter writer;
   std::vector<Progress> progress;
   std::vector<std::string> hosts;
+  std::uint64_t generation = 0; // rank state changes so far
 };
 
 struct RunActorState {
@@ -72,6 +75,8 @@ struct RunActorState {
   bool ended = false;
   bool wal_failed = false;
   caf::response_promise finish_promise;
+  GroupLink group;                       // where the job has several runs
+  std::uint64_t reported_generation = 0; // the rank states the group last heard
   caf::actor uploader; // when the run uploads (Options::upload)
   std::vector<char> nccl_id;                         // from rank 0, once it has made one
   std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
@@ -136,6 +141,8 @@ void end_run(run_actor* self) {
       r.ranks.push_back(std::move(rr));
     }
   }
+  if (st.host->settings.group_size > 0)
+    st.group.report(self, member_report(*st.host, *st.merger, state, st.sink->writer.summary_json()));
   // The run's end is on disk: the Uploader sends what is left (bounded),
   // then finish returns. What it could not send stays for `chorus sync`.
   auto done = [self] {
@@ -161,6 +168,10 @@ void after_frame(run_actor* self, int frame_rank) {
                        open);
   }
   if (st.finishing && st.merger->all_done()) end_run(self);
+  if (!st.ended && st.host->settings.group_size > 0 && st.sink->generation != st.reported_generation) {
+    st.reported_generation = st.sink->generation;
+    st.group.report(self, member_report(*st.host, *st.merger));
+  }
 }
 
 caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
@@ -183,6 +194,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
 
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
+    if (st.group.down(dm)) return;
     auto it = st.rank_of.find(dm.source);
     if (it == st.rank_of.end() || st.ended) return;
     const std::uint32_t rank = it->second;
@@ -267,6 +279,16 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
           return;
         st.sink->writer.system_line(line);
       },
+      [self](group_atom, caf::actor group) {
+        // Registers with the group before the run takes values: a run that dies early is still known there.
+        auto& st = self->state;
+        st.reported_generation = st.sink->generation;
+        st.group.report(self, member_report(*st.host, *st.merger));
+        st.group.connect(self, std::move(group), self->make_response_promise());
+      },
+      [self](group_atom) { self->state.group.when_settled(self->make_response_promise()); },
+      [self](member_ok_atom, std::int64_t seq) { self->state.group.acked(seq); },
+      [self](member_retry_atom) { self->state.group.retry(self); },
       [self](nccl_id_atom, const std::vector<char>& id) {
         auto& st = self->state;
         st.nccl_id = id;

@@ -7,6 +7,7 @@
 // each rank and its children, instead of every process getting it twice.
 #include "cli/cli.hpp"
 #include "cli/launch.hpp"
+#include "io/posix.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -285,7 +286,10 @@ private:
       note("second interrupt: killing every rank");
       return stop_all(SIGKILL);
     }
-    if (signal_ == 0) signal_ = sig;
+    if (signal_ == 0) {
+      signal_ = sig;
+      signal_at_us_ = io::detail::unix_now_us();
+    }
     stopping_ = true;
     stop_all(sig);
     start_grace();
@@ -373,7 +377,7 @@ public:
     for (const Rank& r : ranks_) out.push_back(r.code);
     return out;
   }
-  int stop_signal() const { return signal_; }
+  StopSignal stop_signal() const { return {signal_, signal_at_us_}; }
 
 private:
   const LaunchArgs& args_;
@@ -382,13 +386,14 @@ private:
   Sink err_{STDERR_FILENO, {}};
   int sigfd_ = -1;
   int signal_ = 0;       // the first stop signal launch received
+  std::int64_t signal_at_us_ = 0;
   bool stopping_ = false; // ranks were told to stop (signal or --fail-fast)
   std::optional<Clock::time_point> deadline_; // when stopping ranks get SIGKILL
 };
 
 } // namespace
 
-int run_ranks(const LaunchArgs& args, std::vector<int>* codes, int* stop_signal) {
+int run_ranks(const LaunchArgs& args, std::vector<int>* codes, StopSignal* stop_signal) {
   Launcher launcher(args);
   const int worst = launcher.run();
   if (codes) *codes = launcher.codes();

@@ -2,6 +2,7 @@
 // rank gets from it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,11 +29,18 @@ struct LaunchArgs {
 /// torchrun's variables set (replacing any inherited values).
 std::vector<std::string> rank_environment(const LaunchArgs& args, int local_rank);
 
+/// The first stop signal launch got and passed on to the ranks (0: none),
+/// and when it came (unix microseconds).
+struct StopSignal {
+  int signal = 0;
+  std::int64_t at_us = 0;
+};
+
 /// Starts the ranks, relays their output and signals, and waits for them.
 /// Returns the worst rank's exit code (128 + signal for a signal death);
-/// `codes`, if given, receives each rank's code by local rank;
-/// `stop_signal` the first stop signal launch got and passed on (0: none).
-int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr, int* stop_signal = nullptr);
+/// `codes`, if given, receives each rank's code by local rank; `stop`, the
+/// stop signal.
+int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr, StopSignal* stop = nullptr);
 
 /// Adds "exit_codes": {"<global rank>": code, ...} to DIR/run.json (the
 /// ranks launch started, or only `only_rank` for a per-rank run); returns

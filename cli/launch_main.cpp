@@ -2,7 +2,9 @@
 // environment. The ranks themselves are run in launch.cpp.
 #include "cli/cli.hpp"
 #include "cli/launch.hpp"
+#include "cli/group_info.hpp"
 #include "cli/recover.hpp"
+#include "cli/run_info.hpp"
 #include "io/run_dir.hpp"
 
 #include <simdjson.h>
@@ -14,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <netinet/in.h>
 #include <optional>
@@ -200,22 +203,23 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
 
 // A run whose host a stop signal ended before the run did (its run.json
 // still says running) is rebuilt from its log, which holds everything the
-// host acknowledged, and marked killed: the user stopped it, it did not crash.
-void mark_killed(const std::string& dir, int sig) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element info;
-  std::string_view state;
-  if (parser.load(dir + "/run.json").get(info) || info["state"].get(state) || state != "running") return;
-  const char* name = ::strsignal(sig);
+// host acknowledged, and marked killed: the user stopped it, it did not
+// crash. So are its ranks that the host saw die after the signal, also in a
+// run whose host lived on to end it.
+void mark_killed(const std::string& dir, const StopSignal& stop) {
+  const RunInfo info = read_run(dir);
+  if (!info.readable() || (info.state != "running" && info.crashed_ranks() == 0)) return;
+  const char* name = ::strsignal(stop.signal);
   RecoverOptions o;
   o.backup = false;
   o.unended = RunState::killed;
-  o.unended_reason = "stopped by signal " + std::to_string(sig) + " (" + (name ? name : "unknown") +
+  o.unended_reason = "stopped by signal " + std::to_string(stop.signal) + " (" + (name ? name : "unknown") +
                      ") that chorus launch passed on";
+  o.stopped_at_us = stop.at_us;
   std::string report;
   if (std::string problem = recover_run(dir, o, report); !problem.empty())
     std::fprintf(stderr, "chorus launch: %s was stopped by signal %d but cannot be marked killed: %s (run chorus "
-                         "recover on it)\n", dir.c_str(), sig, problem.c_str());
+                         "recover on it)\n", dir.c_str(), stop.signal, problem.c_str());
 }
 
 } // namespace
@@ -320,9 +324,10 @@ int launch_main(std::span<char* const> words) {
     a.runs_file = runs_file;
   }
   std::vector<int> codes;
-  int stop_signal = 0;
-  const int worst = run_ranks(a, &codes, &stop_signal);
+  StopSignal stop;
+  const int worst = run_ranks(a, &codes, &stop);
   if (!a.runs_file.empty()) {
+    std::map<std::string, std::vector<std::string>> groups; // group directory -> its runs launch knows
     // Each line is "RANK<TAB>DIR" (a per-rank run: that rank's code) or "*<TAB>DIR" (every rank's).
     std::ifstream in(a.runs_file);
     std::set<std::string> seen;
@@ -336,12 +341,22 @@ int launch_main(std::span<char* const> words) {
         if (!rank) continue;
         only = static_cast<int>(*rank);
       }
-      if (stop_signal != 0) mark_killed(dir, stop_signal);
+      if (stop.signal != 0) mark_killed(dir, stop);
       if (std::string problem = record_exit_codes(dir, a, codes, only); !problem.empty())
         std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", dir.c_str(),
                      problem.c_str());
+      groups[std::filesystem::path(dir).parent_path().string()].push_back(dir);
     }
     std::remove(a.runs_file.c_str());
+    // A job of several runs has a group.json beside them (where this node
+    // shares a filesystem with global rank 0): every rank launch started gets
+    // its exit code there, and the runs their states as their run.json has them.
+    std::map<std::int64_t, std::int64_t> by_rank;
+    for (std::size_t i = 0; i < codes.size(); ++i) by_rank[a.node_rank * a.nproc + static_cast<std::int64_t>(i)] = codes[i];
+    for (const auto& [group_dir, runs] : groups)
+      if (std::string problem = record_group_exit_codes(group_dir, by_rank, runs); !problem.empty())
+        std::fprintf(stderr, "chorus launch: the exit codes are not in %s/group.json: %s\n", group_dir.c_str(),
+                     problem.c_str());
   }
   return worst;
 }

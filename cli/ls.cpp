@@ -1,5 +1,6 @@
 // `chorus ls`: every run under a run directory, by project and group.
 #include "cli/cli.hpp"
+#include "cli/group_info.hpp"
 #include "cli/run_info.hpp"
 
 #include <algorithm>
@@ -16,6 +17,13 @@ as DIR/PROJECT/GROUP/RUN-ID, grouped by project and group and ordered by start
 time. For each run: its id, state, ranks (world size, and how many crashed),
 history rows, start time, duration and name, from the run's run.json.
 
+The runs of a job with several runs (a run per rank, or per node) form a
+group: its heading adds what the group's group.json says (how many runs, mode
+and scope, the group's state and duration, the ranks' exit codes), its
+members come first in their order in the job, with the global ranks each
+holds, and a member whose run directory is not under DIR (another node's
+disk), or that never started, is listed from group.json.
+
 A run whose run.json is missing or broken is listed as "unreadable" with the
 reason; the listing goes on. A run whose run.json says "running" but whose
 host no longer holds its write-ahead log is shown as "crashed?": rebuild its
@@ -28,45 +36,91 @@ exit codes: 0 listed (even with unreadable runs), 1 DIR is not a directory,
 2 a wrong command line.
 )";
 
-std::string ranks_cell(const RunInfo& r) {
-  if (!r.world_size) return "-";
-  std::string s = std::to_string(*r.world_size);
-  if (const auto crashed = r.crashed_ranks(); crashed > 0) s += " (" + std::to_string(crashed) + " crashed)";
+std::string ranks_cell(const GroupMemberView& v) {
+  std::string s = "-";
+  if (v.run && v.run->world_size) {
+    s = std::to_string(*v.run->world_size);
+    if (const auto crashed = v.run->crashed_ranks(); crashed > 0) s += " (" + std::to_string(crashed) + " crashed)";
+  } else if (v.member && !v.member->ranks.empty()) {
+    s = std::to_string(v.member->ranks.size());
+  }
+  // A member of a group: which of the job's ranks it holds.
+  if (const std::string global = v.ranks(); !global.empty())
+    s += (v.member->ranks.size() == 1 ? " (rank " : " (ranks ") + global + ")";
   return s;
+}
+
+/// "  (group: 4 runs, new global, finished, 3.2s, exit codes: 0)" from group.json.
+std::string group_note(const GroupInfo& info) {
+  if (!info.problem.empty()) return "  (group.json unreadable: " + info.problem + ")";
+  if (!info.manifest) return {};
+  const io::GroupManifest& g = *info.manifest;
+  std::string note = "  (group: " + std::to_string(g.size) + (g.size == 1 ? " run, " : " runs, ") + g.mode + " " +
+                     g.scope + ", " + g.state;
+  if (g.start_time && g.end_time) note += ", " + format_duration(*g.end_time - *g.start_time);
+  if (!g.exit_codes.empty()) note += ", exit codes: " + exit_codes_cell(g.exit_codes);
+  return note + ")";
 }
 
 } // namespace
 
 bool print_runs(const RunGroup& g, std::string& out) {
-  std::vector<RunInfo> runs;
-  for (const std::string& d : g.run_dirs) runs.push_back(read_run(d));
-  std::stable_sort(runs.begin(), runs.end(), [](const RunInfo& a, const RunInfo& b) {
-    if (a.readable() != b.readable()) return a.readable();
-    return a.start_time.value_or(0) < b.start_time.value_or(0);
-  });
+  GroupInfo info;
+  if (!g.dir.empty()) {
+    info = read_group(g.dir);
+  } else {
+    for (const std::string& d : g.run_dirs) info.members.push_back({{}, std::nullopt, read_run(d)});
+    std::stable_sort(info.members.begin(), info.members.end(), [](const GroupMemberView& a, const GroupMemberView& b) {
+      return a.run->start_time.value_or(0) < b.run->start_time.value_or(0);
+    });
+  }
   out += g.project;
   if (!g.group.empty()) out += " / " + g.group;
+  out += group_note(info);
   out += '\n';
+  const io::GroupManifest* manifest = info.manifest ? &*info.manifest : nullptr;
+  bool codes = false;
+  for (const GroupMemberView& v : info.members) codes = codes || !v.exit_codes(manifest).empty();
   Table t;
-  t.add({"RUN", "STATE", "RANKS", "ROWS", "STARTED", "DURATION", "NAME"});
+  std::vector<std::string> heading{"RUN", "STATE", "RANKS", "ROWS", "STARTED", "DURATION"};
+  if (codes) heading.push_back("EXIT");
+  heading.push_back("NAME");
+  t.add(std::move(heading));
   bool host_crashed = false;
   std::string broken;
-  std::size_t broken_count = 0;
-  for (const RunInfo& r : runs) {
-    if (!r.readable()) {
-      broken += "  " + r.id + "  unreadable: " + r.problem + "\n";
-      ++broken_count;
+  std::size_t rows = 0;
+  for (const GroupMemberView& v : info.members) {
+    if (v.run && !v.run->readable()) {
+      broken += "  " + v.run->id + "  unreadable: " + v.run->problem + "\n";
       continue;
     }
-    host_crashed = host_crashed || r.host_crashed();
-    const auto d = r.duration();
-    // run.json's row count is written at the end: while running it lags.
-    const bool rows_known = r.rows && r.state != "running";
-    t.add({r.id, r.shown_state(), ranks_cell(r), rows_known ? std::to_string(*r.rows) : "-",
-           r.start_time ? format_time(*r.start_time) : "-", d ? format_duration(*d) : "-",
-           r.name == r.id ? "" : r.name});
+    std::vector<std::string> row;
+    if (v.run) {
+      const RunInfo& r = *v.run;
+      host_crashed = host_crashed || r.host_crashed();
+      const auto d = r.duration();
+      // run.json's row count is written at the end: while running it lags.
+      const bool rows_known = r.rows && r.state != "running";
+      row = {r.id, v.state(), ranks_cell(v), rows_known ? std::to_string(*r.rows) : "-",
+             r.start_time ? format_time(*r.start_time) : "-", d ? format_duration(*d) : "-"};
+    } else {
+      // Known from group.json only: its run directory is on another machine, or it never started.
+      const io::GroupMember& m = *v.member;
+      const bool timed = m.start_time && m.end_time;
+      row = {m.id.empty() ? "-" : m.id, m.state, ranks_cell(v), m.ended() ? std::to_string(m.rows) : "-",
+             m.start_time ? format_time(*m.start_time) : "-", timed ? format_duration(*m.end_time - *m.start_time) : "-"};
+    }
+    if (codes) row.push_back(exit_codes_cell(v.exit_codes(manifest)));
+    std::string name = v.run ? (v.run->name == v.run->id ? "" : v.run->name) : v.member->name;
+    if (!v.run && v.member->state == "missing")
+      name = "place " + std::to_string(v.member->index) + ": never registered";
+    else if (!v.run)
+      name += " (on " + (v.member->host.empty() ? std::string("another host") : v.member->host) + ", not here)";
+    row.push_back(std::move(name));
+    t.add(std::move(row));
+    ++rows;
   }
-  if (runs.size() > broken_count) out += t.render("  ");
+  if (rows > 0) out += t.render("  ");
   out += broken;
   return host_crashed;
 }

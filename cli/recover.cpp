@@ -100,6 +100,35 @@ std::int64_t frame_time(const wire::Frame& f) {
   return ts;
 }
 
+// The rebuilt files' writer, but a rank that died of the job's stop signal
+// (while `stopping`) is written with the state the run was stopped with.
+class StoppedRanks final : public detail::HistorySink {
+public:
+  StoppedRanks(io::RunWriter& writer, RunState stopped) : writer_(writer), stopped_(stopped) {}
+  bool stopping = false;
+
+  void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
+    writer_.run_start(run_json, ts_us, world_size);
+  }
+  void row(const detail::Row& row) override { writer_.row(row); }
+  void config(int rank, std::string_view json) override { writer_.config(rank, json); }
+  void summary(int rank, std::string_view json) override { writer_.summary(rank, json); }
+  void rejected(int rank, std::uint64_t seq, std::int64_t step,
+                std::span<const std::pair<std::string_view, double>> values, const Error& why) override {
+    writer_.rejected(rank, seq, step, values, why);
+  }
+  void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
+                  std::string_view reason) override {
+    writer_.rank_state(rank, stopping && state == RunState::crashed ? stopped_ : state, last_step, host, reason);
+  }
+  void completed(int rank, std::uint64_t seq, const Error* err) override { writer_.completed(rank, seq, err); }
+  void run_end(RunState state, std::int64_t ts_us) override { writer_.run_end(state, ts_us); }
+
+private:
+  io::RunWriter& writer_;
+  RunState stopped_;
+};
+
 // Shows how far a long replay has got, on a terminal only.
 class Progress {
 public:
@@ -197,7 +226,8 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
 
   detail::Merger* merger_ptr = nullptr;
   io::RunWriter writer(tmp, [&](std::uint32_t key) { return merger_ptr->key_name(key); });
-  detail::Merger merger(writer);
+  StoppedRanks sink(writer, a.unended);
+  detail::Merger merger(sink);
   merger_ptr = &merger;
 
   std::uint64_t malformed = 0;
@@ -213,11 +243,17 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
         [&](std::span<const char> payload, std::uint64_t offset) {
           progress.at(offset);
           wire::Frame f;
-          if (!wire::decode(payload, f) || !merger.apply(payload)) {
+          if (!wire::decode(payload, f)) {
             ++malformed;
             return;
           }
-          last_ts = std::max(last_ts, frame_time(f));
+          const std::int64_t ts = frame_time(f);
+          sink.stopping = a.stopped_at_us > 0 && f.type == wire::FrameType::host_event && ts >= a.stopped_at_us;
+          if (!merger.apply(payload)) {
+            ++malformed;
+            return;
+          }
+          last_ts = std::max(last_ts, ts);
           if (const auto* e = std::get_if<wire::RunEnd>(&f.host); e && f.type == wire::FrameType::host_event && !ended) {
             ended = true;
             end_state = e->state;
@@ -231,6 +267,7 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
                                   " frames read): the host died before the run began; there is nothing to rebuild";
 
   int marked = 0;
+  sink.stopping = a.unended != RunState::crashed;
   if (!ended) {
     for (int r = 0; r < merger.world_size(); ++r) {
       if (merger.rank_state(r) != RunState::running) continue;
@@ -264,7 +301,7 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   report += ended ? "  state      " + std::string(to_string(end_state)) + ", as the log records\n"
                   : "  state      " + std::string(to_string(a.unended)) +
                         ": the log stops before the run's end, so its host died; " + std::to_string(marked) +
-                        (marked == 1 ? " rank" : " ranks") + " marked crashed\n";
+                        (marked == 1 ? " rank" : " ranks") + " marked " + std::string(to_string(a.unended)) + "\n";
   if (a.dry_run) {
     report += "  (dry run: nothing changed)\n";
     return {};

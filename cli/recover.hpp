@@ -4,6 +4,7 @@
 
 #include <chorus/chorus.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace chorus::cli {
@@ -14,6 +15,10 @@ struct RecoverOptions {
   // How a run whose log stops before its end ended, and why its running ranks did.
   RunState unended = RunState::crashed;
   std::string unended_reason = "the run host died before this rank finished (marked by chorus recover)";
+  /// When a stop signal went to the job (unix microseconds; 0: none): a rank
+  /// that the host saw die at or after it is recorded as `unended` (killed),
+  /// not crashed.
+  std::int64_t stopped_at_us = 0;
 };
 
 /// Rebuilds the run in `dir`; returns "" or the problem, and in `report` what it read and did.

@@ -138,6 +138,8 @@ RunInfo read_run(const std::string& dir) {
   read_number(o, "world_size", r.world_size);
   read_number(o, "rows", r.rows);
   read_number(o, "rejected", r.rejected);
+  read_number(o, "group_index", r.group_index);
+  read_number(o, "rank", r.first_rank);
   simdjson::dom::array ranks;
   if (o["ranks"].get(ranks) == simdjson::SUCCESS) {
     for (simdjson::dom::element e : ranks) {
@@ -185,7 +187,7 @@ std::vector<RunGroup> find_runs(const std::string& root) {
         loose.run_dirs.push_back(child);
         continue;
       }
-      RunGroup g{project, fs::path(child).filename().string(), {}};
+      RunGroup g{project, fs::path(child).filename().string(), {}, child};
       for (const std::string& run : subdirs(child))
         if (is_run_dir(run)) g.run_dirs.push_back(run);
       if (!g.run_dirs.empty()) groups.push_back(std::move(g));

@@ -34,6 +34,8 @@ struct RunInfo {
   std::optional<double> start_time, end_time; // unix seconds
   std::string state;
   std::optional<std::int64_t> world_size, rows, rejected;
+  /// In a job of several runs: its place in the group, and the global rank of its first place.
+  std::optional<std::int64_t> group_index, first_rank;
   std::vector<RankInfo> ranks;
   /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
   std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;
@@ -61,11 +63,12 @@ struct RunGroup {
   std::string project;
   std::string group; // empty: runs directly under the project
   std::vector<std::string> run_dirs;
+  std::string dir;   // the group's directory (empty for runs directly under the project)
 };
 std::vector<RunGroup> find_runs(const std::string& root);
 
-/// Appends a group's heading and its runs as a table to `out`; true if the
-/// host of one of them crashed (for a footnote).
+/// Appends a group's heading (with what its group.json says) and its runs as
+/// a table to `out`; true if the host of one of them crashed (for a footnote).
 bool print_runs(const RunGroup& g, std::string& out);
 
 /// The run directories under `root` whose directory name is `id` or, when

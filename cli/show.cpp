@@ -1,6 +1,7 @@
 // `chorus show`: one run (or one group of runs) on one screen.
 #include "cli/chart.hpp"
 #include "cli/cli.hpp"
+#include "cli/group_info.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
@@ -18,12 +19,19 @@ namespace chorus::cli {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr std::string_view help_text = R"(usage: chorus show [OPTIONS] RUN
+constexpr std::string_view help_text = R"(usage: chorus show [OPTIONS] RUN|GROUP
 
 Shows a run: its identity, its ranks and their states, config, summary, what
 its machines did, and a terminal chart per metric of its history (x = _step).
 RUN is a run directory, or a run id (or the start of one) looked up under DIR.
-A group directory lists the group's runs.
+
+Shows a group (the runs of one job: a run per rank or per node) with its
+members side by side: the group's identity and state (from its group.json),
+each member's state, host, node, global ranks, last step, rows and exit
+codes, then the config keys whose values differ, the summaries, and the last
+value of each metric every member logged, a column per member. GROUP is a
+group directory, or a group's name looked up under DIR. A member whose run
+directory is on another machine is shown from what it reported to the group.
 
 What the machines did comes from system.jsonl (see CHORUS_SYSTEM_INTERVAL): a
 row per node (CPU, memory, disk and network) and one per rank (its process's
@@ -46,7 +54,8 @@ options:
   --width W       columns to draw in (default: the terminal's, else 100)
   --height H      rows per chart (default 10)
   --ascii         ASCII instead of Unicode braille and block characters
-  --no-history    skip history.jsonl (no charts, no sparklines of metrics)
+  --no-history    skip history.jsonl (no charts, no sparklines of metrics; a
+                  group's final values come from its members' summaries)
   --no-system     skip system.jsonl (the nodes' and ranks' CPU, memory, GPU)
   -h, --help      this text
 
@@ -237,16 +246,22 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   return out;
 }
 
-int show_group(const std::string& dir) {
-  RunGroup g{fs::path(dir).parent_path().filename().string(), fs::path(dir).filename().string(), {}};
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory(ec) && is_run_dir(e.path().string())) g.run_dirs.push_back(e.path().string());
-  std::sort(g.run_dirs.begin(), g.run_dirs.end());
-  std::string out;
-  print_runs(g, out);
-  std::fputs(out.c_str(), stdout);
+int show_group(const std::string& dir, const ShowArgs& a) {
+  std::fputs(render_group(read_group(dir), a.width > 0 ? a.width : terminal_width(), a.history).c_str(), stdout);
   return exit_ok;
+}
+
+/// A name under `root` that is a group's and no run's (exactly): the group's directory.
+std::string group_named(const std::string& name, const std::string& root, std::string& problem) {
+  if (name.find('/') != std::string::npos) return {};
+  const std::vector<std::string> groups = find_group_by_name(root, name);
+  if (groups.empty()) return {};
+  for (const std::string& d : find_run_by_id(root, name))
+    if (fs::path(d).filename() == name) return {};
+  if (groups.size() == 1) return groups.front();
+  problem = "'" + name + "' names " + std::to_string(groups.size()) + " groups; pass one's directory:";
+  for (const std::string& g : groups) problem += "\n  " + g;
+  return {};
 }
 
 } // namespace
@@ -265,15 +280,16 @@ int show_main(std::span<char* const> words) {
     dir = fs::path(a.run).parent_path().string();
   } else if (fs::is_directory(a.run, ec)) {
     if (!is_run_dir(a.run)) {
-      bool group = false;
-      for (const auto& e : fs::directory_iterator(a.run, ec)) group = group || is_run_dir(e.path().string());
-      if (group) return show_group(a.run);
+      if (is_group_dir(a.run)) return show_group(a.run, a);
       return failure("show", a.run + " is not a run directory (no run.json, no wal): pass a run's directory or id");
     }
     dir = a.run;
-  } else if (std::string problem = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir, dir);
-             !problem.empty()) {
-    return failure("show", problem);
+  } else {
+    const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
+    std::string problem;
+    if (const std::string group = group_named(a.run, root, problem); !group.empty()) return show_group(group, a);
+    if (!problem.empty()) return failure("show", problem);
+    if (problem = locate_run(a.run, root, dir); !problem.empty()) return failure("show", problem);
   }
   const RunInfo r = read_run(dir);
   const int width = a.width > 0 ? a.width : terminal_width();

@@ -94,6 +94,10 @@ public:
   /// on a timer or per batch, not per row.
   void flush();
 
+  /// summary.json's object as it stands: each column's last value, with
+  /// what run.summary set over them.
+  [[nodiscard]] std::string summary_json() const;
+
   /// The first error met (Errc::io_error for the filesystem, invalid_argument
   /// for a config or summary that was not a JSON object); ok if none.
   [[nodiscard]] const Error& error() const noexcept;

@@ -149,6 +149,14 @@ struct RunWriter::State {
   }
 
   void write_summary() {
+    std::string out = summary_text();
+    out.push_back('\n');
+    fail(write_file_atomic(file("summary.json"), out));
+    summary_dirty = false;
+  }
+
+  /// summary.json's object: the automatic last values, and run.summary over them.
+  [[nodiscard]] std::string summary_text() const {
     std::string out;
     JsonWriter w(out);
     w.begin_object();
@@ -170,9 +178,7 @@ struct RunWriter::State {
     }
     for (const auto& [k, v] : summary.items) w.key(k).raw(v);
     w.end_object();
-    out.push_back('\n');
-    fail(write_file_atomic(file("summary.json"), out));
-    summary_dirty = false;
+    return out;
   }
 
   void write_run_json() {
@@ -333,6 +339,8 @@ void RunWriter::rank_state(int rank, RunState state, std::int64_t last_step, std
 }
 
 void RunWriter::completed(int, std::uint64_t, const Error*) {}
+
+std::string RunWriter::summary_json() const { return s_->summary_text(); }
 
 void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   State& s = *s_;

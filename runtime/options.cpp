@@ -355,6 +355,7 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
     return s;
   }
   if (port == 0) port = t.master_port > 0 ? static_cast<unsigned>(t.master_port) + 1 : default_port;
+  const unsigned base_port = port;
   // Node runs may share one machine (a simulated cluster): each node gets its own port.
   if (o.mode == Mode::shared && node) port += static_cast<unsigned>(t.node_rank);
   if (port > 65535) {
@@ -364,6 +365,23 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
     return s;
   }
   s.port = static_cast<std::uint16_t>(port);
+
+  // Several runs make a group, kept by global rank 0. Its port is the base
+  // port, or the one after the nodes' where node runs listen.
+  const int runs = o.mode == Mode::per_rank ? t.world_size : node ? t.num_nodes : 1;
+  if (runs > 1) {
+    const unsigned group_port = base_port + (o.mode == Mode::shared && node ? static_cast<unsigned>(t.num_nodes) : 0u);
+    if (group_port > 65535) {
+      error = Error(Errc::bad_environment, "the job's group would listen on port " + std::to_string(group_port) +
+                                               " (the base port plus the number of nodes), past 65535: set "
+                                               "CHORUS_PORT lower");
+      return s;
+    }
+    s.group_size = runs;
+    s.group_index = o.mode == Mode::per_rank ? t.rank : t.node_rank;
+    s.group_port = static_cast<std::uint16_t>(group_port);
+    s.group_address = t.num_nodes <= 1 ? std::string("127.0.0.1") : !o.host_address.empty() ? o.host_address : t.master_addr;
+  }
 
   // A run within a node, or a job on one node, is hosted on this machine (the
   // host then listens on loopback only); across nodes, rank 0 is at MASTER_ADDR.

@@ -39,6 +39,13 @@ struct Settings {
   std::string host_address; // where the run host listens (remote ranks dial it)
   std::uint16_t port = 0;   // the run host's port
   std::string run_name;     // display name, with -rank-R / -node-N where it applies
+  // The job's group, where the job has several runs (a run per rank, or per
+  // node on several nodes): their hosts report to the Group actor on global
+  // rank 0 (DESIGN.md section 5).
+  int group_size = 0;        // runs in the job; 0: one run, no Group actor
+  int group_index = 0;       // this run's place: its rank (per-rank runs) or node (per-node runs)
+  std::string group_address; // where global rank 0 listens for them; empty: only its own node can
+  std::uint16_t group_port = 0;
 };
 
 /// Applies the environment to `opts` (when opts.read_env), detects the

@@ -14,9 +14,16 @@
 //   rank 0 -> Run      (nccl_id_atom, vector<char> id)               the run's NCCL unique id
 //   rank -> Run        (nccl_id_atom) -> (vector<char> id)           answered once rank 0 sent it
 //   SystemMonitor -> Run (system_atom, u32 rank, string json_line)   one system.jsonl line
+//   Run -> Group       (member_atom, i64 seq, string member_json, actor run)
+//                      a member run's latest state (io/group_file.hpp's member
+//                      object), repeated until acknowledged; a later seq wins
+//   Group -> Run       (member_ok_atom, i64 seq)                      sent to the run the report names
+//   System -> Run      (group_atom, actor group)                      the Group, here or remote
+//   System -> Run      (group_atom) -> (ok_atom)                      once the final report is acknowledged
+//   System -> Group    (finish_atom) -> (ok_atom)                     rank 0 exits: once the members ended
 //   Run -> Uploader    (upload_atom), (upload_drain_atom, i64 ms) -> (bool)   see actors/uploader.hpp
 //   self-timers        (drain_atom, u64 loop), nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
-//                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom
+//                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom, member_retry_atom
 //
 // Only built-in CAF types travel (integers, strings, std::vector<char>, actor
 // handles), so nothing needs registering and a frame is copied once, as raw
@@ -48,6 +55,10 @@ using finish_tmo_atom = caf::atom_constant<caf::atom("fin_tmo")>;
 using nccl_id_atom = caf::atom_constant<caf::atom("nccl_id")>;
 using system_atom = caf::atom_constant<caf::atom("system")>;
 using sample_atom = caf::atom_constant<caf::atom("sample")>;
+using member_atom = caf::atom_constant<caf::atom("member")>;
+using member_ok_atom = caf::atom_constant<caf::atom("member_ok")>;
+using member_retry_atom = caf::atom_constant<caf::atom("member_rty")>;
+using group_atom = caf::atom_constant<caf::atom("group")>;
 using upload_atom = caf::atom_constant<caf::atom("upload")>;
 using upload_drain_atom = caf::atom_constant<caf::atom("up_drain")>;
 

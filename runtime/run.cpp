@@ -274,10 +274,13 @@ Run& Run::operator=(Run&& o) noexcept {
   if (this != &o) {
     close(impl_);
     impl_ = std::move(o.impl_);
+    inactive_topology_ = std::move(o.inactive_topology_);
   }
   return *this;
 }
 Run::~Run() { close(impl_); }
+
+Run::operator bool() const noexcept { return detail::live(impl_) != nullptr; }
 
 Pending Run::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
   auto* impl = detail::live(impl_);
@@ -309,8 +312,15 @@ FinishPending Run::finish() noexcept {
 }
 
 const Topology& Run::topology() const noexcept {
-  static const Topology none;
-  return impl_ ? impl_->settings().topo : none;
+  if (impl_) return impl_->settings().topo;
+  if (inactive_topology_) return *inactive_topology_;
+  // A handle init did not make: the launcher's view of this process.
+  static const Topology detected = [] {
+    Error ignored;
+    Topology t = detect_topology(ignored);
+    return ignored ? Topology{} : t;
+  }();
+  return detected;
 }
 std::string_view Run::id() const noexcept { return impl_ ? std::string_view(impl_->run_id) : std::string_view(); }
 std::string_view Run::dir() const noexcept { return impl_ ? std::string_view(impl_->run_dir) : std::string_view(); }
@@ -322,7 +332,12 @@ Run init(const Options& opts, Error& error) noexcept {
   try {
     detail::Settings s = detail::resolve(opts, detail::process_env(), error);
     if (error) return {};
-    if (!s.active) return {};
+    if (!s.active) {
+      // Logs nothing, but knows where this process sits.
+      Run inactive;
+      inactive.inactive_topology_ = std::make_unique<const Topology>(s.topo);
+      return inactive;
+    }
     auto impl = std::make_unique<detail::RunImpl>(std::move(s));
     if ((error = impl->start())) return {};
     std::vector<Field> config;

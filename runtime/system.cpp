@@ -3,6 +3,7 @@
 #include "runtime/system.hpp"
 #include "io/posix.hpp"
 
+#include "actors/group.hpp"
 #include "actors/rank_proxy.hpp"
 #include "actors/run.hpp"
 #include "actors/system_monitor.hpp"
@@ -123,6 +124,13 @@ std::string identity_json(const Settings& s, const std::string& id, const std::s
   w.integer(s.topo.num_nodes);
   w.key("start_time");
   w.number(static_cast<double>(start_us) / 1e6);
+  if (s.group_size > 0) {
+    // Its place in the job's group, and the global rank of its first place.
+    w.key("group_index");
+    w.integer(s.group_index);
+    w.key("rank");
+    w.integer(s.topo.rank);
+  }
   w.end_object();
   return out;
 }
@@ -177,15 +185,19 @@ void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_r
 class SystemImpl final : public System {
 public:
   /// `creds`: the job's credentials when links between nodes are
-  /// authenticated (every link of the run then goes through CAF's OpenSSL
-  /// module, with mutual TLS against the job's CA); null otherwise.
-  SystemImpl(const Settings& s, const io::Credentials* creds) : tls_(creds != nullptr), sys_(configure(cfg_, s, creds)) {}
+  /// authenticated, null otherwise. `run_tls`: the run's links go through
+  /// CAF's OpenSSL module, with mutual TLS against the job's CA; `group_tls`:
+  /// the links of the job's run hosts to its group do.
+  SystemImpl(const Settings& s, const io::Credentials* creds, bool run_tls, bool group_tls)
+      : tls_(run_tls), group_tls_(group_tls), sys_(configure(cfg_, s, creds)) {}
 
   ~SystemImpl() override {
+    leave_group();
     if (run_actor_) stop_syncing_wal_on_signals();
     if (monitor_) caf::anon_send_exit(monitor_, caf::exit_reason::user_shutdown);
     if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
     if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
+    if (group_) caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
     // ~actor_system waits for every actor and stops the middleman.
   }
 
@@ -225,8 +237,9 @@ public:
     if (s.is_host) {
       if (Error e = start_host(run, host)) return e;
       label = "this process";
+      if (s.group_size > 0) join_group(run);
     } else {
-      if (Error e = dial(s, host)) return e;
+      if (Error e = dial_run_host(s, host)) return e;
     }
     host_ = host;
     init_timeout_ = s.opts.init_timeout;
@@ -314,8 +327,7 @@ private:
       // run's ranks are all on its host's node.
       const bool spans_nodes = s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
       const char* bind = spans_nodes ? nullptr : "127.0.0.1";
-      auto port = tls_ ? caf::openssl::publish(run_actor_, s.port, bind, true)
-                       : sys_.middleman().publish(run_actor_, s.port, bind, true);
+      auto port = publish(run_actor_, s.port, bind, tls_);
       if (!port)
         return {Errc::address_in_use, "the run host cannot listen on port " + std::to_string(s.port) + ": " +
                                           sys_.render(port.error()) +
@@ -325,29 +337,36 @@ private:
     return {};
   }
 
-  /// Dials the run host until init_timeout: a bounded TCP probe, then CAF's
+  /// Publishes `whom` on `port` (loopback only when `bind` says so), over TLS when `tls`.
+  caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, const char* bind, bool tls) {
+    return tls ? caf::openssl::publish(whom, port, bind, true) : sys_.middleman().publish(whom, port, bind, true);
+  }
+
+  /// Dials host:port until `deadline`: a bounded TCP probe, then CAF's
   /// handshake through the middleman actor, bounded by a request timeout.
-  Error dial(const Settings& s, caf::actor& out) {
-    const auto deadline = clock::now() + s.opts.init_timeout;
+  /// Returns "" with the actor published there in `out`, or the last reason
+  /// it failed.
+  std::string dial(const std::string& address, std::uint16_t port, bool tls, clock::time_point deadline,
+                   caf::actor& out) {
     std::string why = "nothing tried";
     // Ranks often start before the host listens: retry soon, then back off.
     auto pause = std::chrono::milliseconds(5);
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0) break;
-      if (tcp_probe(s.host_address, s.port, std::min(left, std::chrono::milliseconds(1000)), why)) {
+      if (tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
         bool ok = false;
         const caf::io::middleman_actor& connector =
-            tls_ ? sys_.openssl_manager().actor_handle() : sys_.middleman().actor_handle();
-        self->request(connector, left, caf::connect_atom::value, s.host_address, s.port)
+            tls ? sys_.openssl_manager().actor_handle() : sys_.middleman().actor_handle();
+        self->request(connector, left, caf::connect_atom::value, address, port)
             .receive(
                 [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
                   if (ptr) {
                     out = caf::actor_cast<caf::actor>(std::move(ptr));
                     ok = true;
                   } else {
-                    why = "no run published on that port yet";
+                    why = "nothing published on that port yet";
                   }
                 },
                 [&](caf::error& e) { why = sys_.render(e); });
@@ -357,6 +376,14 @@ private:
           std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
     }
+    return why;
+  }
+
+  /// Dials the run host until init_timeout.
+  Error dial_run_host(const Settings& s, caf::actor& out) {
+    const std::string why =
+        dial(s.host_address, s.port, tls_, clock::now() + s.opts.init_timeout, out);
+    if (why.empty()) return {};
     return {Errc::connect_failed,
             "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " + s.host_address + ":" +
                 std::to_string(s.port) + " within init_timeout (" + std::to_string(s.opts.init_timeout.count()) +
@@ -366,13 +393,105 @@ private:
                 "CHORUS_INIT_TIMEOUT"};
   }
 
+  /// The job's group: on global rank 0, the Group actor, which the run hosts
+  /// of the other processes dial before their runs take values, so that a
+  /// run that dies early is known to the group (up to init_timeout; a group
+  /// out of reach costs the run nothing else). It takes other nodes' runs
+  /// only over authenticated links, or where CHORUS_INSECURE allows plain ones.
+  void join_group(const RunImpl& run) {
+    const Settings& s = run.settings();
+    const bool other_nodes = s.topo.num_nodes > 1 && (group_tls_ || s.opts.insecure);
+    joined_group_ = true;
+    finish_timeout_ = s.opts.finish_timeout;
+    if (s.topo.rank == 0) {
+      start_group(run, other_nodes);
+      return;
+    }
+    // Node 0 shares global rank 0's machine; the others need its address.
+    if (s.topo.node_rank != 0 && (!other_nodes || s.group_address.empty())) return;
+    const std::string address = s.topo.node_rank == 0 ? std::string("127.0.0.1") : s.group_address;
+    caf::actor group;
+    const std::string why = dial(address, s.group_port, group_tls_, clock::now() + s.opts.init_timeout, group);
+    if (why.empty())
+      register_run(group, s.opts.init_timeout);
+    else
+      std::fprintf(stderr, "chorus: the run of rank %d could not reach the job's group at %s:%u within init_timeout "
+                           "(%s): it goes on, and group.json will list it as missing\n",
+                   s.topo.rank, address.c_str(), static_cast<unsigned>(s.group_port), why.c_str());
+  }
+
+  void start_group(const RunImpl& run, bool other_nodes) {
+    const Settings& s = run.settings();
+    GroupHost g;
+    g.dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group).string();
+    io::GroupManifest& m = g.manifest;
+    m.group = s.opts.group;
+    m.project = s.opts.project;
+    m.mode = to_string(s.opts.mode);
+    m.scope = to_string(s.opts.scope);
+    m.launcher = s.topo.launcher;
+    m.job_id = s.topo.job_id;
+    m.host = this_host();
+    m.size = s.group_size;
+    m.start_time = static_cast<double>(unix_now_us()) / 1e6;
+    // The ranks of each place: a per-rank run's own; a node's (the logging one
+    // only, in automatic mode), ranks filling nodes in order.
+    const int per_node = s.topo.local_world_size;
+    for (int i = 0; i < s.group_size; ++i) {
+      auto& ranks = g.expected_ranks.emplace_back();
+      if (s.opts.mode == Mode::per_rank)
+        ranks.push_back(i);
+      else
+        for (int r = 0; r < (s.opts.mode == Mode::shared ? per_node : 1); ++r) ranks.push_back(i * per_node + r);
+    }
+    // Members dial until their init_timeout runs out.
+    g.join_timeout = s.opts.init_timeout + std::chrono::seconds(2);
+    g.finish_timeout = s.opts.finish_timeout;
+    group_ = spawn_group_actor(sys_, std::move(g));
+    if (s.topo.num_nodes > 1 && !other_nodes)
+      std::fprintf(stderr, "chorus: the runs on other nodes cannot report to the job's group without the job's "
+                           "credentials (CHORUS_TLS_DIR, or CHORUS_INSECURE=1): group.json will list them as "
+                           "missing\n");
+    if (auto port = publish(group_, s.group_port, other_nodes ? nullptr : "127.0.0.1", group_tls_); !port)
+      std::fprintf(stderr, "chorus: the job's group cannot listen on port %u (%s): the other processes' runs cannot "
+                           "report to it; set CHORUS_PORT to a free port on every rank\n",
+                   static_cast<unsigned>(s.group_port), sys_.render(port.error()).c_str());
+    register_run(group_, s.opts.init_timeout);
+  }
+
+  /// Hands the Group to the Run actor, which registers with it; returns once
+  /// the Group has the run (or `limit` ran out).
+  void register_run(const caf::actor& group, std::chrono::milliseconds limit) {
+    caf::scoped_actor self{sys_};
+    self->request(run_actor_, limit, group_atom::value, group).receive([](caf::ok_atom) {}, [](caf::error&) {});
+  }
+
+  /// Before the actors stop: this run's last report reaches the group (a
+  /// member), or the members' runs end (global rank 0), each bounded by
+  /// finish_timeout.
+  void leave_group() {
+    const auto deadline = clock::now() + finish_timeout_;
+    caf::scoped_actor self{sys_};
+    auto wait = [&](const caf::actor& whom, auto... msg) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      self->request(whom, std::max(left, std::chrono::milliseconds(1)) + std::chrono::seconds(1), msg...)
+          .receive([](caf::ok_atom) {}, [](caf::error&) {});
+    };
+    if (run_actor_ && joined_group_) wait(run_actor_, group_atom::value);
+    if (group_) wait(group_, finish_atom::value);
+  }
+
   bool tls_;
+  bool group_tls_;
   caf::actor_system_config cfg_;
   caf::actor_system sys_;
   caf::actor run_actor_;
   caf::actor proxy_;
   caf::actor host_; // the Run actor, here or remote
   caf::actor monitor_;
+  caf::actor group_; // global rank 0's Group actor
+  bool joined_group_ = false;
+  std::chrono::milliseconds finish_timeout_{0};
   std::chrono::milliseconds init_timeout_{0};
 };
 
@@ -383,10 +502,13 @@ std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
   // Links between nodes carry records from other machines: they are
   // authenticated with the job's credentials, or explicitly allowed not to be.
   const bool spans_nodes = s.run_world > 1 && s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
+  // A job's run hosts report to its group on global rank 0, across nodes too.
+  const bool group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
   io::Credentials creds;
   bool tls = false;
+  if (((spans_nodes && !s.opts.tls_dir.empty()) || group_tls) && (error = io::check_credentials(s.opts.tls_dir, creds)))
+    return nullptr;
   if (spans_nodes && !s.opts.tls_dir.empty()) {
-    if ((error = io::check_credentials(s.opts.tls_dir, creds))) return nullptr;
     tls = true;
   } else if (spans_nodes && !s.opts.insecure) {
     error = {Errc::invalid_argument,
@@ -401,7 +523,7 @@ std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
                          "CHORUS_TLS_DIR instead\n",
                  static_cast<unsigned>(s.port));
   }
-  auto sys = std::make_unique<SystemImpl>(s, tls ? &creds : nullptr);
+  auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, tls, group_tls);
   error = sys->start(run);
   return sys;
 }

@@ -6,7 +6,11 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <thread>
 
@@ -27,6 +31,55 @@ BOOST_AUTO_TEST_CASE(inactive_handle_is_a_cheap_no_op) {
   BOOST_TEST(!run.log_artifact("model.pt", "/nonexistent/model.pt").wait());
   auto r = run.finish().wait();
   BOOST_TEST(!r.error);
+}
+
+BOOST_AUTO_TEST_CASE(an_inactive_handle_knows_where_its_process_sits) {
+  TempDir dir;
+  chorus::Options opt = local_options(dir);
+  opt.mode = chorus::Mode::automatic; // only global rank 0 logs
+  opt.topology = chorus::Topology{.rank = 3,
+                                  .local_rank = 1,
+                                  .world_size = 4,
+                                  .local_world_size = 2,
+                                  .node_rank = 1,
+                                  .num_nodes = 2,
+                                  .master_addr = "10.0.0.1",
+                                  .master_port = 6000,
+                                  .launcher = "torchrun",
+                                  .job_id = "j7"};
+  chorus::Run run = chorus::init(opt);
+  BOOST_TEST(!run);
+  const chorus::Topology& t = run.topology();
+  BOOST_TEST(t.rank == 3);
+  BOOST_TEST(t.local_rank == 1);
+  BOOST_TEST(t.world_size == 4);
+  BOOST_TEST(t.node_rank == 1);
+  BOOST_TEST(t.job_id == "j7");
+  chorus::Run moved;
+  moved = std::move(run);
+  BOOST_TEST(moved.topology().rank == 3);
+  // A handle init did not make answers with the launcher's view of this process.
+  chorus::Error e;
+  const chorus::Topology here = chorus::detect_topology(e);
+  chorus::Run none;
+  BOOST_TEST(none.topology().rank == here.rank);
+  BOOST_TEST(none.topology().world_size == here.world_size);
+}
+
+BOOST_AUTO_TEST_CASE(a_forked_child_sees_the_inherited_run_as_inactive) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  BOOST_REQUIRE(run);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  // In the child the run is the parent's: false, while its topology still answers.
+  if (child == 0) ::_exit(!run && run.topology().world_size == 1 ? 0 : 1);
+  BOOST_REQUIRE(child > 0);
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child saw a live run (status " << status << ")");
+  BOOST_TEST(bool(run)); // the parent's is its own
+  BOOST_TEST(!run.finish().wait().error);
 }
 
 BOOST_AUTO_TEST_CASE(log_wait_finish_writes_the_run_directory) {

@@ -119,6 +119,9 @@ BOOST_AUTO_TEST_CASE(sigterm_to_launch_ends_the_run_killed_with_everything_ackno
   auto info = read_run_json(parser, runs[0]);
   BOOST_TEST(std::string_view(info["state"].get_string()) == "killed");
   for (int r = 0; r < 2; ++r) BOOST_TEST(int64_t(info["exit_codes"][std::to_string(r)].get_int64()) == 143);
+  // The signal ended every rank, the host's and the one the host saw go first alike: killed, not crashed.
+  for (auto rank : info["ranks"].get_array())
+    BOOST_TEST(std::string_view(rank["state"].get_string()) == "killed", "rank " << int64_t(rank["rank"].get_int64()));
 
   // Every acknowledged value is in the history, in step order.
   auto rows = read_history(runs[0]);

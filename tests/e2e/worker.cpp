@@ -106,8 +106,8 @@ chorus::task<int> work(Args a) {
     co_return 3;
   }
   if (!run) {
-    // A rank that does not log in this mode (automatic, not the primary):
-    // its handle knows no topology, so it stops here without a value.
+    // A rank that does not log in this mode (automatic, not the primary)
+    // stops here without a value.
     std::printf("INACTIVE\n");
     co_return a.exit_code;
   }

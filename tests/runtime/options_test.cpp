@@ -580,6 +580,41 @@ BOOST_AUTO_TEST_CASE(shared_run_across_nodes_needs_rank_0s_address) {
   BOOST_TEST(resolve_ok(with_mode(Mode::shared, Scope::node), mpi).host_address == "127.0.0.1");
 }
 
+// --- The group of a job with several runs ---------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_job_with_several_runs_has_a_group_kept_by_global_rank_0) {
+  // A run per rank: every rank is a member, its index its rank; the group
+  // listens on the base port (no run of the job listens).
+  for (int rank : {0, 3}) {
+    const auto s = resolve_ok(with_mode(Mode::per_rank, Scope::global), torchrun(rank, 4, 2));
+    BOOST_TEST(s.group_size == 4);
+    BOOST_TEST(s.group_index == rank);
+    BOOST_TEST(s.group_port == 6001);
+    BOOST_TEST(s.group_address == "10.0.0.1"); // several nodes: global rank 0's
+  }
+  // A run per node: its index is the node; shared node runs take the base
+  // port plus the node index, so the group takes the one after them.
+  auto node_run = resolve_ok(with_mode(Mode::shared, Scope::node), torchrun(2, 6, 2));
+  BOOST_TEST(node_run.group_size == 3);
+  BOOST_TEST(node_run.group_index == 1);
+  BOOST_TEST(node_run.group_port == 6001 + 3);
+  auto auto_node = resolve_ok(with_mode(Mode::automatic, Scope::node), torchrun(2, 6, 2));
+  BOOST_TEST(auto_node.group_size == 3);
+  BOOST_TEST(auto_node.group_port == 6001);
+  // One node: the group is on this machine.
+  BOOST_TEST(resolve_ok(with_mode(Mode::per_rank, Scope::node), torchrun(1, 2, 2)).group_address == "127.0.0.1");
+  Options o = with_mode(Mode::per_rank, Scope::global);
+  o.host_address = "head";
+  BOOST_TEST(resolve_ok(o, torchrun(3, 4, 2)).group_address == "head");
+  // One run, no group: a global run, node runs of one node, a job of one process.
+  BOOST_TEST(resolve_ok(with_mode(Mode::shared, Scope::global), torchrun(3, 4, 2)).group_size == 0);
+  BOOST_TEST(resolve_ok(with_mode(Mode::automatic, Scope::global), torchrun(0, 4, 2)).group_size == 0);
+  BOOST_TEST(resolve_ok(with_mode(Mode::shared, Scope::node), torchrun(1, 2, 2)).group_size == 0);
+  BOOST_TEST(resolve_ok(with_mode(Mode::per_rank, Scope::global)).group_size == 0);
+  resolve_error(with_mode(Mode::shared, Scope::node), with(torchrun(0, 4, 2), {{"CHORUS_PORT", "65534"}}),
+                Errc::bad_environment, {"group", "65536", "CHORUS_PORT"});
+}
+
 // --- Any environment -----------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(any_environment_resolves_to_usable_settings_or_an_error) {

@@ -555,7 +555,8 @@ public:
   /// Finishes the run if `finish` was not called (bounded by finish_timeout).
   ~Run();
 
-  explicit operator bool() const noexcept { return impl_ != nullptr; }
+  /// False on an inactive handle, and in a forked child (where the run is the parent's).
+  explicit operator bool() const noexcept;
 
   /// Enqueues values at once: never blocks (but under Overflow::block with a
   /// full queue), never allocates in the steady state, never throws.
@@ -642,7 +643,10 @@ public:
   [[nodiscard]] std::uint64_t dropped() const noexcept;
 
 private:
+  friend Run init(const Options& opts, Error& error) noexcept;
+
   std::unique_ptr<detail::RunImpl> impl_;
+  std::unique_ptr<const Topology> inactive_topology_; // where an inactive handle's process sits
 };
 
 /// Starts (or joins) the run this process logs into, as `opts` and the

@@ -1,0 +1,305 @@
+#include "actors/group.hpp"
+
+#include "actors/merger.hpp"
+#include "actors/run.hpp"
+#include "io/posix.hpp"
+
+#include <cstdio>
+#include <map>
+#include <unistd.h>
+
+namespace chorus::detail {
+
+using io::detail::unix_now_us;
+
+namespace {
+
+constexpr auto write_interval = std::chrono::milliseconds(500);
+constexpr auto retry_interval = std::chrono::milliseconds(250);
+
+double now_s() { return static_cast<double>(unix_now_us()) / 1e6; }
+
+struct GroupState {
+  GroupHost host;
+  std::map<caf::actor_addr, std::int64_t> index_of; // a member run's actor -> its place
+  std::map<std::int64_t, std::int64_t> seq_of;      // the latest report taken, per place
+  bool dirty = false;       // group.json lags behind
+  bool write_armed = false; // a write timer is set
+  bool done = false;        // every member has ended; group.json says so
+  bool warned = false;
+  std::vector<caf::response_promise> finish_waiters;
+  static inline const char* name = "chorus.group";
+
+  /// Writes group.json, keeping what `chorus launch` put there: the exit
+  /// codes, and a run it marked killed (its host died of the signal it passed on).
+  void write() {
+    io::GroupManifest& mine = host.manifest;
+    Error e = io::update_group_file(host.dir, [&](io::GroupManifest& there, bool exists) {
+      if (exists) {
+        for (const auto& [rank, code] : there.exit_codes) mine.exit_codes.insert_or_assign(rank, code);
+        for (const io::GroupMember& t : there.members)
+          if (io::GroupMember* m = mine.member(t.index); m && t.state == "killed" && m->id == t.id && m->state != "finished")
+            *m = t;
+      }
+      mine.settle();
+      there = mine;
+      return true;
+    });
+    dirty = false;
+    if (e && !warned) {
+      warned = true;
+      std::fprintf(stderr, "chorus: cannot write the group's manifest: %s\n", e.message().c_str());
+    }
+  }
+
+  ~GroupState() {
+    if (dirty) write();
+  }
+};
+
+using group_actor = caf::stateful_actor<GroupState>;
+
+void mark_dirty(group_actor* self) {
+  auto& st = self->state;
+  st.dirty = true;
+  if (st.write_armed) return;
+  st.write_armed = true;
+  self->delayed_send(self, write_interval, flush_atom::value);
+}
+
+/// Once every place has a run that ended (or is recorded missing): writes
+/// the final manifest and answers whoever waits for the group to finish.
+void check_done(group_actor* self) {
+  auto& st = self->state;
+  io::GroupManifest& g = st.host.manifest;
+  g.settle();
+  if (st.done || g.state == "running") return;
+  st.done = true;
+  st.write();
+  for (auto& rp : st.finish_waiters) rp.deliver(caf::ok_atom::value);
+  st.finish_waiters.clear();
+}
+
+/// Records a run for each place that none has reported for.
+void record_missing(group_actor* self, std::string_view why) {
+  auto& st = self->state;
+  io::GroupManifest& g = st.host.manifest;
+  for (std::int64_t i = 0; i < g.size; ++i) {
+    if (g.member(i) != nullptr) continue;
+    io::GroupMember m;
+    m.index = i;
+    m.state = "missing";
+    m.message = std::string(why);
+    if (static_cast<std::size_t>(i) < st.host.expected_ranks.size())
+      for (std::int64_t r : st.host.expected_ranks[static_cast<std::size_t>(i)]) m.ranks.push_back({r, "missing", -1});
+    g.members.push_back(std::move(m));
+  }
+  mark_dirty(self);
+}
+
+/// A member that can no longer report: what it last said, ended as `state`.
+void end_member(io::GroupMember& m, std::string_view state, std::string message) {
+  m.state = std::string(state);
+  m.message = std::move(message);
+  if (!m.end_time) m.end_time = now_s();
+  for (io::GroupRank& r : m.ranks)
+    if (r.state == "running") r.state = std::string(state);
+}
+
+caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
+  auto& st = self->state;
+  st.host = std::move(host);
+  st.write();
+  self->delayed_send(self, st.host.join_timeout, join_tmo_atom::value);
+
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto it = st.index_of.find(dm.source);
+    if (it == st.index_of.end()) return;
+    io::GroupMember* m = st.host.manifest.member(it->second);
+    st.index_of.erase(it);
+    if (m == nullptr || m->ended()) return;
+    end_member(*m, "crashed",
+               "its run host exited or its connection was lost (" + caf::to_string(dm.reason) + ") before the run ended");
+    mark_dirty(self);
+    check_done(self);
+  });
+
+  return {
+      [self](member_atom, std::int64_t seq, const std::string& json, caf::actor run) {
+        auto& st = self->state;
+        io::GroupManifest& g = st.host.manifest;
+        io::GroupMember m;
+        std::string why;
+        const bool ok = io::parse_member(json, m, why) && m.index < g.size;
+        if (run) self->send(run, member_ok_atom::value, seq); // a refused report is not repeated
+        if (!ok) {
+          std::fprintf(stderr, "chorus: the group refused a member's report: %s\n",
+                       why.empty() ? "its place is outside the group" : why.c_str());
+          return;
+        }
+        io::GroupMember* there = g.member(m.index);
+        if (there != nullptr && there->state != "missing" && there->id != m.id) {
+          std::fprintf(stderr, "chorus: runs %s and %s both claim place %lld of group %s: the second is left out "
+                               "(two jobs share the group and its port?)\n",
+                       there->id.c_str(), m.id.c_str(), static_cast<long long>(m.index), g.group.c_str());
+          return;
+        }
+        auto& last = st.seq_of[m.index];
+        if (there != nullptr && there->state != "missing" && (seq <= last || there->ended())) return;
+        last = seq;
+        if (m.ended() && !m.end_time) m.end_time = now_s();
+        // A run's arrival and its end are written at once (its process may
+        // be stopped any moment); what happens in between, within write_interval.
+        const bool now = there == nullptr || there->state == "missing" || m.ended();
+        if (there == nullptr) {
+          g.members.push_back(std::move(m));
+          there = &g.members.back();
+        } else {
+          *there = std::move(m);
+        }
+        if (run && !st.index_of.contains(run.address())) {
+          st.index_of[run.address()] = there->index;
+          self->monitor(run);
+        }
+        if (now)
+          st.write();
+        else
+          mark_dirty(self);
+        check_done(self);
+      },
+      [self](join_tmo_atom) {
+        auto& st = self->state;
+        if (st.done) return;
+        record_missing(self, "never registered with the group within init_timeout: its run host did not start, or "
+                             "could not reach global rank 0 (across nodes that takes CHORUS_TLS_DIR or "
+                             "CHORUS_INSECURE=1)");
+        check_done(self);
+      },
+      [self](flush_atom) {
+        auto& st = self->state;
+        st.write_armed = false;
+        if (st.dirty) st.write();
+      },
+      [self](finish_atom) {
+        auto& st = self->state;
+        auto rp = self->make_response_promise();
+        if (st.done) {
+          rp.deliver(caf::ok_atom::value);
+          return;
+        }
+        st.finish_waiters.push_back(std::move(rp));
+        self->delayed_send(self, st.host.finish_timeout, finish_tmo_atom::value);
+      },
+      [self](finish_tmo_atom) {
+        auto& st = self->state;
+        if (st.done) return;
+        for (io::GroupMember& m : st.host.manifest.members)
+          if (!m.ended())
+            end_member(m, "unknown",
+                       "no final report: still running when global rank 0 stopped waiting for it (finish_timeout); "
+                       "its run.json has its state");
+        record_missing(self, "never registered with the group");
+        check_done(self);
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
+  return sys.spawn(group_actor_fn, std::move(host));
+}
+
+io::GroupMember member_report(const RunHost& host, const Merger& merger, std::optional<RunState> end,
+                              std::string summary) {
+  const Settings& s = host.settings;
+  io::GroupMember m;
+  m.index = s.group_index;
+  m.id = host.run_id;
+  m.name = s.run_name.empty() ? host.run_id : s.run_name;
+  m.dir = host.run_dir;
+  m.host = io::detail::this_host();
+  m.pid = ::getpid();
+  m.node = s.topo.node_rank;
+  m.start_time = static_cast<double>(host.start_us) / 1e6;
+  m.rows = static_cast<std::int64_t>(merger.rows_committed());
+  // A run's places are its host's rank and those after it (a node's ranks fill it in order).
+  for (int place = 0; place < merger.world_size(); ++place)
+    m.ranks.push_back({s.topo.rank + place, std::string(to_string(merger.rank_state(place))), merger.rank_last_step(place)});
+  if (end) {
+    m.state = to_string(*end);
+    m.end_time = now_s();
+    m.summary = std::move(summary);
+    if (*end != RunState::finished) {
+      int down = 0;
+      for (const io::GroupRank& r : m.ranks) down += r.state != "finished";
+      m.message = std::to_string(down) + (down == 1 ? " rank" : " ranks") + " did not finish (see run.json)";
+    }
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------------------
+// GroupLink
+
+void GroupLink::connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered) {
+  if (!group_ && group) {
+    group_ = std::move(group);
+    self->monitor(group_);
+    if (!latest_.empty()) send(self);
+  }
+  when_acked(seq_, std::move(registered));
+}
+
+void GroupLink::report(caf::event_based_actor* self, const io::GroupMember& m) {
+  if (final_) return; // the run's last word is said
+  latest_ = io::member_json(m);
+  ++seq_;
+  final_ = m.ended();
+  if (group_ && !lost_) send(self);
+}
+
+void GroupLink::acked(std::int64_t seq) {
+  acked_ = std::max(acked_, seq);
+  answer_waiters();
+}
+
+bool GroupLink::down(const caf::down_msg& dm) {
+  if (!group_ || dm.source != group_.address()) return false;
+  lost_ = true;
+  answer_waiters();
+  return true;
+}
+
+void GroupLink::retry(caf::event_based_actor* self) {
+  retrying_ = false;
+  if (group_ && !lost_ && acked_ < seq_) send(self);
+}
+
+void GroupLink::when_settled(caf::response_promise rp) {
+  // Without a final report there is nothing to wait for.
+  when_acked(final_ ? seq_ : 0, std::move(rp));
+}
+
+void GroupLink::send(caf::event_based_actor* self) {
+  self->send(group_, member_atom::value, seq_, latest_, caf::actor_cast<caf::actor>(self));
+  if (retrying_) return;
+  retrying_ = true;
+  self->delayed_send(self, retry_interval, member_retry_atom::value);
+}
+
+void GroupLink::when_acked(std::int64_t seq, caf::response_promise rp) {
+  waiters_.emplace_back(seq, std::move(rp));
+  answer_waiters();
+}
+
+void GroupLink::answer_waiters() {
+  std::erase_if(waiters_, [&](auto& w) {
+    if (group_ && !lost_ && w.first > acked_) return false;
+    w.second.deliver(caf::ok_atom::value);
+    return true;
+  });
+}
+
+} // namespace chorus::detail

@@ -1,0 +1,75 @@
+// Group actor: one per job with several runs, on global rank 0. The hosts of
+// the job's runs report to it (identity, ranks, states, the final state and
+// summary); it keeps group.json in the group directory and finishes when
+// every member has ended, gone silent or failed to show up.
+//
+// GroupLink is the member's side, held by each Run actor: the latest report,
+// repeated until the Group acknowledges it.
+#pragma once
+
+#include "io/group_file.hpp"
+#include "runtime/protocol.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace chorus::detail {
+
+struct GroupHost {
+  std::string dir;           // the group directory
+  io::GroupManifest manifest; // the group's identity, size and start; no members yet
+  /// The global ranks of each place in the group, for the places whose run never reports.
+  std::vector<std::vector<std::int64_t>> expected_ranks;
+  /// A place whose run has not registered by then is recorded as missing.
+  std::chrono::milliseconds join_timeout{30'000};
+  /// How long global rank 0, on its way out, waits for the members still running.
+  std::chrono::milliseconds finish_timeout{60'000};
+};
+
+caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host);
+
+struct RunHost;
+class Merger;
+
+/// What the run `host` hosts reports: its identity, and its ranks (by global
+/// rank) as `merger` has them; at the run's end, `end` and its summary.
+[[nodiscard]] io::GroupMember member_report(const RunHost& host, const Merger& merger,
+                                            std::optional<RunState> end = std::nullopt, std::string summary = "{}");
+
+/// A member run's reports to its Group.
+class GroupLink {
+public:
+  /// The Group's handle arrived: sends the latest report, if any, and
+  /// answers `registered` once the Group has it (or is gone).
+  void connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered);
+  /// Sends `m` as the run's latest state (now, or once connected).
+  void report(caf::event_based_actor* self, const io::GroupMember& m);
+  void acked(std::int64_t seq);
+  /// True if `dm` is about the Group: it is gone, nobody acknowledges now.
+  bool down(const caf::down_msg& dm);
+  /// The retry timer: the latest report again, if still unacknowledged.
+  void retry(caf::event_based_actor* self);
+  /// Answers `rp` once the final report is acknowledged, at once if there is
+  /// no Group to wait for (none connected, or no final report to give).
+  void when_settled(caf::response_promise rp);
+
+private:
+  void send(caf::event_based_actor* self);
+  /// Answers `rp` once report `seq` is acknowledged, or nobody is there to.
+  void when_acked(std::int64_t seq, caf::response_promise rp);
+  void answer_waiters();
+
+  caf::actor group_;
+  bool lost_ = false; // the Group went away
+  std::string latest_;     // the latest report
+  std::int64_t seq_ = 0;   // its number
+  std::int64_t acked_ = 0; // the highest acknowledged
+  bool final_ = false;     // the latest report is the run's last
+  bool retrying_ = false;  // a retry timer is set
+  std::vector<std::pair<std::int64_t, caf::response_promise>> waiters_; // (report, who waits for its ack)
+};
+
+} // namespace chorus::detail

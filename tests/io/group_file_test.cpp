@@ -1,0 +1,203 @@
+// group.json: the member reports' codec, the manifest's, its settling, and
+// updates from several processes at once.
+#define BOOST_TEST_MODULE io_group_file
+#include <boost/test/unit_test.hpp>
+
+#include "io/group_file.hpp"
+#include "tests/io/tmp_dir.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
+using namespace chorus;
+using chorus::io::test::TmpDir;
+
+namespace {
+
+io::GroupMember member(std::int64_t index, std::string state = "finished") {
+  io::GroupMember m;
+  m.index = index;
+  m.id = "run" + std::to_string(index);
+  m.name = "job-rank-" + std::to_string(index);
+  m.dir = "/runs/p/job/run" + std::to_string(index);
+  m.host = "node\"" + std::to_string(index); // a quote survives the trip
+  m.pid = 100 + index;
+  m.node = index / 2;
+  m.state = std::move(state);
+  m.start_time = 1000.0 + static_cast<double>(index);
+  if (m.ended()) m.end_time = 2000.0 + static_cast<double>(index);
+  m.rows = 40;
+  m.ranks = {{index, m.state, 39}};
+  m.summary = R"({"loss":0.25,"done":true})";
+  return m;
+}
+
+io::GroupManifest manifest(std::int64_t size) {
+  io::GroupManifest g;
+  g.group = "job";
+  g.project = "p";
+  g.mode = "new";
+  g.scope = "global";
+  g.launcher = "torchrun";
+  g.job_id = "7";
+  g.host = "node0";
+  g.size = size;
+  g.start_time = 1000.5;
+  return g;
+}
+
+std::string write(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_member_report_reads_back_as_it_was_written) {
+  const io::GroupMember m = member(3, "crashed");
+  io::GroupMember back;
+  std::string why;
+  BOOST_REQUIRE_MESSAGE(io::parse_member(io::member_json(m), back, why), why);
+  BOOST_TEST(back.index == 3);
+  BOOST_TEST(back.id == m.id);
+  BOOST_TEST(back.host == m.host);
+  BOOST_TEST(back.state == "crashed");
+  BOOST_TEST(back.ended());
+  BOOST_TEST(*back.start_time == 1003.0);
+  BOOST_TEST(*back.end_time == 2003.0);
+  BOOST_REQUIRE_EQUAL(back.ranks.size(), 1u);
+  BOOST_TEST(back.ranks[0].rank == 3);
+  BOOST_TEST(back.ranks[0].last_step == 39);
+  BOOST_TEST(back.summary == m.summary);
+  // A report without an end is still running.
+  io::GroupMember running = member(1, "running");
+  BOOST_REQUIRE(io::parse_member(io::member_json(running), back, why));
+  BOOST_TEST(!back.ended());
+  BOOST_TEST(!back.end_time);
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_report_is_refused_and_names_the_field) {
+  io::GroupMember m = member(0);
+  std::string why;
+  BOOST_TEST(!io::parse_member("[1,2]", m, why));
+  BOOST_TEST(why.find("not a JSON object") != std::string::npos);
+  BOOST_TEST(m.id == "run0"); // left as it was
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"index":1,"state":"sideways"})", "state"},
+      {R"({"index":-1})", "index"},
+      {R"({"index":"one"})", "index"},
+      {R"({"index":1,"summary":[1]})", "summary"},
+      {R"({"index":1,"ranks":[{"rank":0,"state":"done"}]})", "ranks"},
+      {R"({"index":1,"name":7})", "name"},
+      {R"({"index":1,"end_time":"soon"})", "end_time"},
+  };
+  for (auto [json, field] : bad) {
+    why.clear();
+    BOOST_TEST(!io::parse_member(json, m, why), json);
+    BOOST_TEST(why.find(field) != std::string::npos, json << ": " << why);
+  }
+  const std::string long_name = R"({"index":1,"name":")" + std::string(5000, 'x') + "\"}";
+  BOOST_TEST(!io::parse_member(long_name, m, why));
+}
+
+BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
+  TmpDir dir;
+  io::GroupManifest g = manifest(2);
+  g.members = {member(0), member(1, "crashed")};
+  g.exit_codes = {{0, 0}, {1, 137}};
+  g.settle();
+  std::ofstream(dir / "group.json") << io::group_json(g);
+
+  io::GroupManifest back;
+  const Error e = io::read_group_file(dir.path(), back);
+  BOOST_REQUIRE_MESSAGE(!e, e.message());
+  BOOST_TEST(back.group == "job");
+  BOOST_TEST(back.mode == "new");
+  BOOST_TEST(back.size == 2);
+  BOOST_TEST(back.state == "failed");
+  BOOST_REQUIRE_EQUAL(back.members.size(), 2u);
+  BOOST_TEST(back.members[1].state == "crashed");
+  BOOST_TEST(back.exit_codes.at(1) == 137);
+  BOOST_TEST((back.exit_codes_of(back.members[1]) == std::map<std::int64_t, std::int64_t>{{1, 137}}));
+  // The member objects carry their own codes for a reader of one member.
+  BOOST_TEST(io::group_json(g).find(R"("exit_codes":{"1":137})") != std::string::npos);
+
+  write(dir / "group.json", R"({"group":"job","size":2,"exit_codes":{"one":1}})");
+  BOOST_TEST(bool(io::read_group_file(dir.path(), back)));
+  write(dir / "group.json", R"({"group":"job","members":[{"index":0,"state":"gone"}]})");
+  const Error bad = io::read_group_file(dir.path(), back);
+  BOOST_TEST(bad.message().find("state") != std::string::npos);
+  BOOST_TEST((io::read_group_file(dir / "nowhere", back).code() == Errc::io_error));
+}
+
+BOOST_AUTO_TEST_CASE(a_group_settles_once_every_member_has_ended) {
+  io::GroupManifest g = manifest(3);
+  g.members = {member(2), member(0, "running")};
+  g.settle();
+  BOOST_TEST(g.state == "running");
+  BOOST_TEST(g.members[0].index == 0); // by place
+  BOOST_TEST(*g.start_time == 1000.0); // the earliest member's start
+  BOOST_TEST(!g.end_time);
+  g.members[0] = member(0);
+  g.settle();
+  BOOST_TEST(g.state == "running"); // the third run has not been heard of
+  g.members.push_back(member(1, "killed"));
+  g.settle();
+  BOOST_TEST(g.state == "killed");
+  BOOST_TEST(*g.end_time == 2002.0); // the last member's end
+  g.members[1] = member(1, "missing");
+  g.members[1].end_time.reset();
+  g.settle();
+  BOOST_TEST(g.state == "failed");
+  g.members[1] = member(1);
+  g.settle();
+  BOOST_TEST(g.state == "finished");
+}
+
+BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
+  TmpDir dir;
+  BOOST_TEST(!io::update_group_file(dir.path(), [](io::GroupManifest& g, bool exists) {
+    BOOST_TEST(!exists);
+    g = manifest(64);
+    return true;
+  }));
+  struct stat st {};
+  BOOST_REQUIRE(::stat((dir / "group.json").c_str(), &st) == 0);
+  BOOST_TEST((st.st_mode & 0777) == 0600u);
+  // Each process adds its ranks' codes one at a time, as the launches of
+  // several nodes and the Group actor do: every one of them must stay.
+  constexpr int procs = 4, each = 16;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < procs; ++p) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      bool ok = true;
+      for (int i = 0; i < each; ++i)
+        ok = !io::update_group_file(dir.path(), [&](io::GroupManifest& g, bool exists) {
+          g.exit_codes[p * each + i] = p;
+          return exists;
+        }) && ok;
+      ::_exit(ok ? 0 : 1);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ::waitpid(k, &status, 0);
+    BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  io::GroupManifest g;
+  BOOST_REQUIRE(!io::read_group_file(dir.path(), g));
+  BOOST_TEST(g.exit_codes.size() == static_cast<std::size_t>(procs * each));
+  BOOST_TEST(g.size == 64);
+  // An update that declines writes nothing.
+  BOOST_TEST(!io::update_group_file(dir.path(), [](io::GroupManifest& m, bool) {
+    m.size = 1;
+    return false;
+  }));
+  BOOST_REQUIRE(!io::read_group_file(dir.path(), g));
+  BOOST_TEST(g.size == 64);
+}
