@@ -399,3 +399,104 @@ BOOST_AUTO_TEST_CASE(show_lists_64_ranks_in_numeric_order_one_line_each) {
     BOOST_TEST(row[3] == "101 / 102");
   }
 }
+
+// A group of four runs, a run per rank: two with their directories here, one
+// whose directory is on another node (known from group.json only), one that
+// never started.
+fs::path make_group(const fs::path& root) {
+  const fs::path dir = root / "proj" / "job7";
+  for (int r = 0; r < 2; ++r) {
+    const std::string id = "r" + std::to_string(r);
+    const fs::path rd = make_run(root, "proj", "job7", {.id = id, .world = 1, .start = 1'700'000'000.0 + r});
+    write_text(rd / "config.json", R"({"lr":0.)" + std::to_string(r + 1) + R"(,"opt":"sgd"})");
+    write_text(rd / "summary.json", R"({"_step":9,"loss":0.)" + std::to_string(25 + 10 * r) + R"(,"best":)" +
+                                        std::to_string(r + 1) + "}");
+    std::string h;
+    for (int s = 0; s < 10; ++s) {
+      h += R"({"_step":)" + std::to_string(s) + R"(,"loss":)" + (s == 9 ? std::to_string(0.25 + 0.1 * r) : "1");
+      if (r == 0) h += R"(,"acc":0.5)";
+      h += "}\n";
+    }
+    write_text(rd / "history.jsonl", h);
+  }
+  auto member = [](int r, const std::string& id, const std::string& host, const std::string& state,
+                   const std::string& extra) {
+    return R"({"index":)" + std::to_string(r) + R"(,"id":")" + id + R"(","name":")" +
+           (id.empty() ? "" : "job7-rank-" + std::to_string(r)) + R"(","dir":"/elsewhere/)" + id + R"(","host":")" +
+           host + R"(","pid":1,"node":)" + std::to_string(r / 2) + R"(,"state":")" + state +
+           R"(","message":"","start_time":1700000000,"end_time":1700000100,"rows":10,"ranks":[{"rank":)" +
+           std::to_string(r) + R"(,"state":")" + state + R"(","last_step":9}])" + extra + "}";
+  };
+  write_text(dir / "group.json",
+             R"({"group":"job7","project":"proj","mode":"new","scope":"global","launcher":"torchrun","job_id":"7",)"
+             R"("host":"node0","size":4,"state":"failed","start_time":1700000000,"end_time":1700000100,"members":[)" +
+                 member(0, "r0", "node0", "finished", "") + "," + member(1, "r1", "node0", "finished", "") + "," +
+                 member(2, "remote2", "node9", "crashed", R"(,"summary":{"loss":0.5,"best":3})") + "," +
+                 member(3, "", "", "missing", "") + R"(],"exit_codes":{"0":0,"1":0,"2":137}})");
+  return dir;
+}
+
+BOOST_AUTO_TEST_CASE(ls_sums_up_a_group_and_lists_members_from_elsewhere) {
+  TempDir root;
+  make_group(root.path());
+  const Output o = run_chorus({"ls", root.str()});
+  BOOST_TEST_INFO(o.out);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "proj / job7  (group: 4 runs, new global, failed, 1m 40s, exit codes: 0=0 1=0 2=137)\n"));
+  const auto rows = table(o.out, "RUN");
+  BOOST_REQUIRE_EQUAL(rows.size(), 5u);
+  using Row = std::vector<std::string>;
+  BOOST_TEST((rows[0] == Row{"RUN", "STATE", "RANKS", "ROWS", "STARTED", "DURATION", "EXIT", "NAME"}));
+  BOOST_TEST(rows[1][0] == "r0");
+  BOOST_TEST(rows[1][2] == "1 (rank 0)");
+  BOOST_TEST(rows[1][6] == "0");
+  BOOST_TEST(rows[3][0] == "remote2");
+  BOOST_TEST(rows[3][1] == "crashed");
+  BOOST_TEST(rows[3][6] == "137");
+  BOOST_TEST(rows[3][7] == "job7-rank-2 (on node9, not here)");
+  BOOST_TEST(rows[4][1] == "missing");
+  BOOST_TEST(rows[4][7] == "place 3: never registered");
+}
+
+BOOST_AUTO_TEST_CASE(show_group_puts_the_members_side_by_side) {
+  TempDir root;
+  const fs::path dir = make_group(root.path());
+  const Output o = run_chorus({"show", "--dir", root.str(), "job7", "--width", "120"});
+  BOOST_TEST_INFO(o.out << o.err);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(o.out.starts_with("group job7\n"));
+  BOOST_TEST(contains(o.out, "4: 1 crashed, 2 finished, 1 missing"));
+  using Row = std::vector<std::string>;
+  const auto members = table(o.out, "MEMBER");
+  BOOST_REQUIRE_EQUAL(members.size(), 5u);
+  BOOST_TEST((members[1] == Row{"rank-0", "r0", "finished", hostname(), "0", "0", "99", "100", "0", "1m 35s"}));
+  BOOST_TEST((members[3] == Row{"rank-2", "remote2", "crashed", "node9", "1", "2", "9", "10", "137", "1m 40s"}));
+  BOOST_TEST((members[4] == Row{"place-3", "-", "missing", "-", "1", "3", "9", "-", "-", "1m 40s"}));
+  // Config: only what differs among the members that have one, then what they share.
+  const std::string config = section(o.out, "config (");
+  BOOST_TEST(contains(config, "config (2 keys, 1 differ)"));
+  const auto differ = table(config, "KEY");
+  BOOST_REQUIRE_GE(differ.size(), 2u);
+  BOOST_TEST((differ[0] == Row{"KEY", "rank-0", "rank-1", "rank-2"}));
+  BOOST_TEST((differ[1] == Row{"lr", "0.1", "0.2", "-"}));
+  BOOST_TEST(contains(config, "the same on every member: opt=sgd"));
+  // Final values from each history here, from the summary reported for the one elsewhere.
+  const std::string finals = section(o.out, "final values");
+  const auto f = table(finals, "KEY");
+  BOOST_REQUIRE_EQUAL(f.size(), 3u);
+  BOOST_TEST((f[1] == Row{"_step", "9", "9", "-"}));
+  BOOST_TEST((f[2] == Row{"loss", "0.25", "0.35", "0.5"}));
+  BOOST_TEST((table(section(o.out, "summary"), "KEY")[1] == Row{"best", "1", "2", "3"}));
+
+  // Narrow: the member columns go on in a second table.
+  const Output narrow = run_chorus({"show", dir.string(), "--width", "30", "--no-history"});
+  BOOST_TEST(narrow.code == 0);
+  BOOST_TEST(count_of(section(narrow.out, "final values"), "  KEY  ") >= 2u, narrow.out);
+
+  // A name two projects' groups share must be chosen by directory.
+  make_run(root.path(), "other", "job7", {.id = "x9"});
+  const Output twice = run_chorus({"show", "--dir", root.str(), "job7"});
+  BOOST_TEST(twice.code == 1);
+  BOOST_TEST(contains(twice.err, "names 2 groups"));
+  BOOST_TEST(contains(twice.err, (root.path() / "other" / "job7").string()));
+}
