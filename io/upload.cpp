@@ -238,24 +238,46 @@ Error UploadState::load(const std::string& path) {
   return {};
 }
 
-Error UploadState::save(const std::string& path) const {
+namespace {
+
+std::string render_state(const UploadState& s) {
   std::string out;
   JsonWriter w(out);
   w.begin_object();
-  w.key("url").string(url).key("remote_run").string(remote_run).key("experiment").string(experiment);
-  w.key("entity").string(entity).key("project").string(project);
-  write_cursor(w, "history", history);
-  w.key("history_part").uinteger(history_part);
-  write_cursor(w, "system", system);
-  w.key("system_part").uinteger(system_part);
-  write_cursor(w, "artifacts", artifacts);
-  w.key("config_sent").string(config_sent).key("summary_sent").string(summary_sent);
-  w.key("final_sent").string(final_sent).key("points").uinteger(points).key("refused").uinteger(refused);
-  w.key("last_error").string(last_error);
+  w.key("url").string(s.url).key("remote_run").string(s.remote_run).key("experiment").string(s.experiment);
+  w.key("entity").string(s.entity).key("project").string(s.project);
+  write_cursor(w, "history", s.history);
+  w.key("history_part").uinteger(s.history_part);
+  write_cursor(w, "system", s.system);
+  w.key("system_part").uinteger(s.system_part);
+  write_cursor(w, "artifacts", s.artifacts);
+  w.key("config_sent").string(s.config_sent).key("summary_sent").string(s.summary_sent);
+  w.key("final_sent").string(s.final_sent).key("points").uinteger(s.points).key("refused").uinteger(s.refused);
+  w.key("last_error").string(s.last_error);
   w.end_object();
   out.push_back('\n');
-  return write_file_atomic(path, out);
+  return out;
 }
+
+/// Replaces `path` with `content` through a rename, without the fsync of
+/// write_file_atomic: a crash of the process leaves the old or the new file,
+/// a crash of the machine may lose the latest replacements.
+Error replace_file(const std::string& path, std::string_view content) {
+  const auto slash = path.rfind('/') + 1; // hidden, as write_file_atomic's
+  const std::string tmp = path.substr(0, slash) + "." + path.substr(slash) + ".tmp." + std::to_string(::getpid());
+  Error err;
+  const int fd = detail::open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC, err);
+  if (fd < 0) return err;
+  err = detail::write_all(fd, content, tmp);
+  detail::close_fd(fd);
+  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
+  if (err) ::unlink(tmp.c_str());
+  return err;
+}
+
+} // namespace
+
+Error UploadState::save(const std::string& path) const { return write_file_atomic(path, render_state(*this)); }
 
 // ---------------------------------------------------------------------------
 
@@ -341,6 +363,7 @@ struct Uploader::Impl {
     refused_file = upload_dir + "/" + target.id + ".refused.jsonl";
   }
   ~Impl() {
+    if (pending_durable && lock_fd >= 0) (void)st.save(state_file);
     if (lock_fd >= 0) detail::close_fd(lock_fd);
   }
 
@@ -350,8 +373,32 @@ struct Uploader::Impl {
     std::fprintf(stderr, "chorus: upload to %s: %s\n", target.url.c_str(), what.c_str());
   }
 
+  // The offsets are replaced after every answer, but made durable (fsync) at
+  // most once per `durable_every`, and whenever the remote run or the end
+  // state changes: an fsync costs milliseconds on many disks, one per
+  // request capped MLflow at ~100 requests a second. What a crash of the
+  // machine could lose (the last second's offsets) is settled with the
+  // server as after a lost answer: MLflow's offset tag says what it
+  // stored, W&B's file_stream places lines at their offsets.
+  static constexpr std::chrono::milliseconds durable_every{1000};
+  SteadyTime durable_at{};
+  std::string durable_run, durable_final;
+  bool pending_durable = false;
+
   void save() {
-    if (Error e = st.save(state_file)) report(e.message());
+    const auto now = std::chrono::steady_clock::now();
+    const bool durable =
+        now - durable_at >= durable_every || st.remote_run != durable_run || st.final_sent != durable_final;
+    if (!durable) {
+      if (Error e = replace_file(state_file, render_state(st))) report(e.message());
+      pending_durable = true;
+      return;
+    }
+    if (Error e = st.save(state_file)) return report(e.message());
+    durable_at = now;
+    durable_run = st.remote_run;
+    durable_final = st.final_sent;
+    pending_durable = false;
   }
 
   void record_refused(const std::vector<std::string>& lines) {
