@@ -351,7 +351,40 @@ struct Uploader::Impl {
   bool stopped = false;
   std::string stop_reason;
 
-  LineSlice history, system, artifacts;
+  // A history or system slice is kept while the backend takes it a request
+  // at a time (MLflow takes ~100 lines of a 4 MiB slice a request), from its
+  // line `next` on, and read again once less than half a slice is left of
+  // it: each byte is read at most about twice, not once a request.
+  struct Kept {
+    LineSlice slice;
+    Cursor from;          // where the slice starts in the file
+    std::size_t next = 0; // its first line not consumed
+
+    /// The slice from `at`: what is left of the kept one when `at` is the
+    /// start of one of its lines and at least half of `read_bytes` is left.
+    Error refresh(const std::string& path, Cursor at, std::size_t read_bytes) {
+      if (!slice.lines.empty()) {
+        const auto& after = slice.after;
+        std::size_t i = 0;
+        if (at != from) {
+          const auto it = std::lower_bound(after.begin(), after.end(), at.bytes,
+                                           [](const Cursor& c, std::uint64_t b) { return c.bytes < b; });
+          i = it == after.end() || *it != at ? after.size() + 1 : static_cast<std::size_t>(it - after.begin()) + 1;
+        }
+        if (i <= after.size() && after.back().bytes - at.bytes >= read_bytes / 2) {
+          next = i;
+          return {};
+        }
+      }
+      from = at;
+      next = 0;
+      return read_lines(path, at, read_bytes, slice);
+    }
+    [[nodiscard]] std::span<const std::string_view> lines() const { return std::span(slice.lines).subspan(next); }
+    [[nodiscard]] std::span<const Cursor> after() const { return std::span(slice.after).subspan(next); }
+  };
+  Kept history, system;
+  LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
   std::string config, summary;
 
@@ -414,8 +447,8 @@ struct Uploader::Impl {
   }
 
   Error read_parts(const RunSnapshot& run) {
-    if (Error e = read_lines(dir + "/history.jsonl", st.history, settings.read_bytes, history)) return e;
-    if (Error e = read_lines(dir + "/system.jsonl", st.system, settings.read_bytes, system)) return e;
+    if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes)) return e;
+    if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     entries.clear();
     simdjson::dom::parser parser;
@@ -474,12 +507,12 @@ struct Uploader::Impl {
       } else {
         if (Error e = read_parts(*run)) return stop(p, e.message());
         Batch b;
-        b.history = history.lines;
-        b.system = system.lines;
+        b.history = history.lines();
+        b.system = system.lines();
         b.history_from = st.history;
         b.system_from = st.system;
-        b.history_after = history.after;
-        b.system_after = system.after;
+        b.history_after = history.after();
+        b.system_after = system.after();
         b.artifacts = entries;
         const bool config_changed = !config.empty() && digest(config) != st.config_sent;
         if (config_changed) b.config = &config;
@@ -495,8 +528,8 @@ struct Uploader::Impl {
         }
         sent = backend->send(*run, b, st);
         bool moved = false;
-        if (sent.history > 0) st.history = history.after[sent.history - 1], moved = true;
-        if (sent.system > 0) st.system = system.after[sent.system - 1], moved = true;
+        if (sent.history > 0) st.history = b.history_after[sent.history - 1], moved = true;
+        if (sent.system > 0) st.system = b.system_after[sent.system - 1], moved = true;
         if (sent.artifacts > 0) st.artifacts = artifacts.after[sent.artifacts - 1], moved = true;
         if (sent.config) st.config_sent = digest(config), moved = true;
         if (sent.summary) st.summary_sent = digest(summary), moved = true;
