@@ -160,7 +160,7 @@ public:
   Sent open(const RunSnapshot& run, UploadState& st, SteadyTime deadline) override {
     keys_file_ = run.dir + "/upload/" + target_.id + ".keys.json";
     load_keys();
-    if (!st.remote_run.empty()) return reopen(st, deadline);
+    if (!st.remote_run.empty()) return reopen(run, st, deadline);
 
     // The experiment: get, or create; a 400 RESOURCE_ALREADY_EXISTS means
     // another run made it first: read it again.
@@ -301,7 +301,7 @@ private:
     return s;
   }
 
-  Sent reopen(UploadState& st, SteadyTime deadline) {
+  Sent reopen(const RunSnapshot& run, UploadState& st, SteadyTime deadline) {
     HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {}, deadline);
     if (r.status == 404)
       return refused("run " + st.remote_run + " (from upload/" + target_.id +
@@ -312,16 +312,13 @@ private:
     std::string_view uri;
     if (doc["run"]["info"]["artifact_uri"].get(uri) == simdjson::SUCCESS) artifact_uri_ = uri;
     simdjson::dom::array tags, params;
+    Cursor h = st.history, s = st.system;
+    std::uint64_t hp = st.history_part, sp = st.system_part;
     if (doc["run"]["data"]["tags"].get(tags) == simdjson::SUCCESS) {
       for (auto t : tags) {
         std::string_view k, v;
         if (t["key"].get(k) != simdjson::SUCCESS || t["value"].get(v) != simdjson::SUCCESS || k != offset_tag) continue;
-        Cursor h, s;
-        std::uint64_t hp = 0, sp = 0;
-        if (!decode_offset(v, h, hp, s, sp)) continue;
-        // The server got a batch whose answer was lost: take its word.
-        if (after(h, hp, st.history, st.history_part)) st.history = h, st.history_part = hp;
-        if (after(s, sp, st.system, st.system_part)) st.system = s, st.system_part = sp;
+        if (!decode_offset(v, h, hp, s, sp)) h = st.history, hp = st.history_part, s = st.system, sp = st.system_part;
       }
     }
     if (doc["run"]["data"]["params"].get(params) == simdjson::SUCCESS) {
@@ -331,7 +328,35 @@ private:
           params_sent_[std::string(k)] = std::string(v);
       }
     }
+    // The server got a batch whose answer was lost: take its word, and count
+    // what it got as delivered (after the last use of `doc`: counting parses).
+    if (after(h, hp, st.history, st.history_part)) {
+      st.points += values_between(run.dir + "/history.jsonl", st.history, st.history_part, h, hp);
+      st.history = h, st.history_part = hp;
+    }
+    if (after(s, sp, st.system, st.system_part)) {
+      st.points += values_between(run.dir + "/system.jsonl", st.system, st.system_part, s, sp);
+      st.system = s, st.system_part = sp;
+    }
     return {};
+  }
+
+  /// The values of a JSON-lines file from one position (cursor and values
+  /// of its line already counted) to another, as gather() counts them.
+  std::uint64_t values_between(const std::string& path, Cursor from, std::uint64_t from_part, Cursor to,
+                               std::uint64_t to_part) {
+    std::uint64_t n = 0;
+    LineSlice slice;
+    while (from.bytes < to.bytes) {
+      if (read_lines(path, from, 1u << 20, slice) || slice.lines.empty()) return n;
+      for (std::size_t i = 0; i < slice.lines.size() && from.bytes < to.bytes; ++i) {
+        const std::uint64_t v = count_values(slice.lines[i]);
+        n += v - std::min(v, from_part);
+        from_part = 0;
+        from = slice.after[i];
+      }
+    }
+    return n + (to_part > from_part ? to_part - from_part : 0);
   }
 
   // --- keys ---------------------------------------------------------------
@@ -445,8 +470,9 @@ private:
 
   /// Reads up to max_metrics points from the Batch, history first.
   void gather(const Batch& b, const UploadState& st, std::vector<Point>& points, std::vector<std::string>& bad) {
+    std::size_t metrics = 0; // points to send; the end-of-line markers are not sent and not counted
     auto take = [&](std::span<const std::string_view> lines, Cursor from, bool history, std::uint64_t part) {
-      for (std::size_t i = 0; i < lines.size() && points.size() < max_metrics; ++i) {
+      for (std::size_t i = 0; i < lines.size() && metrics < max_metrics; ++i) {
         simdjson::dom::element doc;
         simdjson::dom::object obj;
         if (parser_.parse(lines[i].data(), lines[i].size()).get(doc) != simdjson::SUCCESS ||
@@ -485,14 +511,14 @@ private:
             key = std::string(f.key);
           }
           points.push_back(Point{map_key(key), v, static_cast<std::int64_t>(std::llround(ts * 1000.0)), step, history, i, at});
-          if (points.size() >= max_metrics) return;
+          if (++metrics >= max_metrics) return;
         }
         // A line whose every value fitted: a marker so the line counts as consumed even with no values.
         points.push_back(Point{{}, 0, 0, 0, history, i, ~std::uint64_t{0}});
       }
     };
     take(b.history, b.history_from, true, st.history_part);
-    if (points.size() < max_metrics) take(b.system, b.system_from, false, st.system_part);
+    if (metrics < max_metrics) take(b.system, b.system_from, false, st.system_part);
   }
 
   /// Where the run directory stands after points[0..end).
