@@ -9,7 +9,11 @@ namespace chorus::detail {
 namespace {
 
 /// How long one poke may send before the actor looks at its mailbox again.
-constexpr std::chrono::milliseconds slice{200};
+/// It bounds each request of the poke too, so it must leave a slow or
+/// distant server time to answer (at 200 ms, a server that took longer
+/// never got a batch in while the run trained); and a drain queued behind
+/// a poke must still end within the 5 s the Run allows past upload_timeout.
+constexpr std::chrono::milliseconds slice{3'000};
 
 struct UploaderState {
   std::shared_ptr<io::Uploader> up;
