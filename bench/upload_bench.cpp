@@ -14,9 +14,9 @@
 //    Median of the repetitions, ours and the reference taking turns.
 // 2. Memory with the server down. A real single-process run (this binary
 //    again, `--log`), logging 10 scalars a call flat out, uploading to the
-//    tracking server, which goes down (an outage: connections refused) after
-//    the first seconds and stays down to the end of the run; the process's
-//    RSS sampled every second. The reference: the same run with no upload
+//    tracking server, which goes down (an outage: connections refused) once
+//    it has taken the first log-batches (the Uploader holds its slices) and
+//    stays down to the end of the run; the process's RSS sampled every second. The reference: the same run with no upload
 //    target. Then the server comes back and io::Uploader (what `chorus sync`
 //    runs) catches up on the run directory for a while: points/s.
 //
@@ -53,9 +53,9 @@ constexpr int history_keys = 10;
 constexpr int reps = 3;
 
 constexpr double log_seconds = 20;   // each logging run
-constexpr double server_up_s = 2;    // the stalled run uploads this long before the outage
+constexpr int live_batches = 20;     // the stalled run's log-batches the server takes before its outage
 constexpr double warmup_s = 5;       // RSS growth is measured from here to the end
-constexpr double catch_up_s = 10;    // the backlog delivered after the outage, at most this long
+constexpr double catch_up_s = 5;     // the backlog delivered after the outage, at most this long
 constexpr std::int64_t rss_budget = 64ll << 20; // DESIGN.md 9: bounded by config, default <= 64 MiB
 
 const char* const keys[history_keys] = {"train/loss",       "train/lr",        "train/grad_norm", "train/tokens_per_s",
@@ -547,9 +547,9 @@ bool memory() {
   std::printf("\nmemory with the server down: one process logging %d scalars a call flat out for %.0f s "
               "(system_interval = 0); RSS from /proc/self/statm every second\n",
               history_keys, log_seconds);
-  std::printf("  stalled: uploads to the tracking server, which goes down %.0f s in (connections refused) and "
-              "stays down past the run's end\n",
-              server_up_s);
+  std::printf("  stalled: uploads to the tracking server, which goes down once it has taken %d log-batches "
+              "(connections refused) and stays down past the run's end\n",
+              live_batches);
   std::printf("  reference: the same run with no upload target\n\n");
   bool ok = true;
 
@@ -565,10 +565,19 @@ bool memory() {
   const std::string url = mlflow_url(server);
   bench::TempDir dir;
   bench::Job job(1, {"--log", (dir.path / "runs").string(), num(log_seconds, 1), url}, {}, dir.path);
-  std::this_thread::sleep_for(std::chrono::duration<double>(server_up_s));
+  // The live Uploader has opened the remote run and reads its slices when the server goes.
+  const auto started = std::chrono::steady_clock::now();
+  auto batches = [&] {
+    const auto k = server.stats().by_kind;
+    const auto it = k.find("mlflow/runs/log-batch");
+    return it == k.end() ? std::uint64_t{0} : it->second;
+  };
+  while (batches() < live_batches && std::chrono::steady_clock::now() - started < 15s)
+    std::this_thread::sleep_for(10ms);
   const auto up_stats = server.stats();
+  const double up_for = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   // Down until after the run has finished (its finish waits 1 s for the upload).
-  server.outage(std::chrono::milliseconds(static_cast<std::int64_t>((log_seconds - server_up_s + 4) * 1000)));
+  server.outage(std::chrono::milliseconds(static_cast<std::int64_t>((log_seconds - up_for + 4) * 1000)));
   const auto down_at = std::chrono::steady_clock::now();
   LogRun stalled = read_log_run(job);
   const double down_for = std::chrono::duration<double>(std::chrono::steady_clock::now() - down_at).count();
@@ -635,10 +644,15 @@ bool memory() {
   const double caught = static_cast<double>(up.state().points) - delivered_live;
   const double rate = caught / tc.wall_s;
   const double left = logged - static_cast<double>(up.state().points);
-  std::printf("\nbefore the outage the live upload delivered %s values (%llu requests in %.0f s); the server was "
-              "down %.1f s\n",
-              with_commas(delivered_live).c_str(), static_cast<unsigned long long>(up_stats.requests), server_up_s,
+  std::printf("\nbefore the outage the live upload delivered %s values (%llu requests in the first %.1f s); the "
+              "server was down %.1f s\n",
+              with_commas(delivered_live).c_str(), static_cast<unsigned long long>(up_stats.requests), up_for,
               down_for);
+  if (delivered_live == 0) {
+    std::printf("the live upload FAILED to start before the outage: the memory figures above are of an Uploader "
+                "that held no slice\n");
+    ok = false;
+  }
   std::printf("after it (io::Uploader on the run directory, as `chorus sync`, for up to %.0f s): %s values in %.2f s "
               "= %s values/s%s; %s values left (%.0f s more at that rate)\n",
               catch_up_s, with_commas(caught).c_str(), tc.wall_s, with_commas(rate).c_str(),
