@@ -53,8 +53,9 @@ caf::behavior uploader(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
         }
         if (!p.done) {
           std::fprintf(stderr,
-                       "chorus: upload to %s: %llu values not uploaded yet%s%s; `chorus sync %s --to %s` sends them\n",
-                       up.target().url.c_str(), static_cast<unsigned long long>(up.points_pending()),
+                       "chorus: upload to %s: %.1f MiB of history and system metrics not uploaded yet%s%s; `chorus sync "
+                       "%s --to %s` sends them\n",
+                       up.target().url.c_str(), static_cast<double>(up.bytes_pending()) / 1048576.0,
                        p.error.empty() ? "" : " (", p.error.empty() ? "" : (p.error + ")").c_str(),
                        self->state.up->state_path().substr(0, self->state.up->state_path().rfind("/upload/")).c_str(),
                        up.target().url.c_str());

@@ -627,6 +627,16 @@ std::string Uploader::state_path() const { return impl_->state_file; }
 
 std::uint64_t Uploader::points_pending() const { return io::points_pending(impl_->dir, impl_->st); }
 
+std::uint64_t Uploader::bytes_pending() const {
+  std::uint64_t n = 0;
+  for (auto [file, cursor] : {std::pair{"/history.jsonl", impl_->st.history}, std::pair{"/system.jsonl", impl_->st.system}}) {
+    struct stat sb {};
+    if (::stat((impl_->dir + file).c_str(), &sb) == 0 && static_cast<std::uint64_t>(sb.st_size) > cursor.bytes)
+      n += static_cast<std::uint64_t>(sb.st_size) - cursor.bytes;
+  }
+  return n;
+}
+
 std::uint64_t points_pending(const std::string& run_dir, const UploadState& state) {
   std::uint64_t n = 0;
   simdjson::dom::parser parser;

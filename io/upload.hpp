@@ -193,6 +193,9 @@ public:
   [[nodiscard]] const UploadState& state() const noexcept;
   /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.
   [[nodiscard]] std::uint64_t points_pending() const;
+  /// Bytes of history.jsonl and system.jsonl not yet delivered: two stat()s,
+  /// cheap however far behind the upload is.
+  [[nodiscard]] std::uint64_t bytes_pending() const;
   [[nodiscard]] const UploadTarget& target() const noexcept;
   [[nodiscard]] std::string state_path() const;
 
