@@ -5,6 +5,7 @@
 #include "io/posix.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <unistd.h>
 
@@ -206,6 +207,35 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
 }
 
 } // namespace
+
+GroupHost group_host(const Settings& s) {
+  GroupHost g;
+  g.dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group).string();
+  io::GroupManifest& m = g.manifest;
+  m.group = s.opts.group;
+  m.project = s.opts.project;
+  m.mode = to_string(s.opts.mode);
+  m.scope = to_string(s.opts.scope);
+  m.launcher = s.topo.launcher;
+  m.job_id = s.topo.job_id;
+  m.host = io::detail::this_host();
+  m.size = s.group_size;
+  m.start_time = now_s();
+  // The ranks of each place: a per-rank run's own; a node's (the logging one
+  // only, in automatic mode), ranks filling nodes in order.
+  const int per_node = s.topo.local_world_size;
+  for (int i = 0; i < s.group_size; ++i) {
+    auto& ranks = g.expected_ranks.emplace_back();
+    if (s.opts.mode == Mode::per_rank)
+      ranks.push_back(i);
+    else
+      for (int r = 0; r < (s.opts.mode == Mode::shared ? per_node : 1); ++r) ranks.push_back(i * per_node + r);
+  }
+  // Members dial until their init_timeout runs out.
+  g.join_timeout = s.opts.init_timeout + std::chrono::seconds(2);
+  g.finish_timeout = s.opts.finish_timeout;
+  return g;
+}
 
 caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
   return sys.spawn(group_actor_fn, std::move(host));

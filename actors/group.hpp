@@ -8,6 +8,7 @@
 #pragma once
 
 #include "io/group_file.hpp"
+#include "runtime/options.hpp"
 #include "runtime/protocol.hpp"
 
 #include <chrono>
@@ -28,6 +29,9 @@ struct GroupHost {
   /// How long global rank 0, on its way out, waits for the members still running.
   std::chrono::milliseconds finish_timeout{60'000};
 };
+
+/// The group of the job `s` describes, kept by this process (global rank 0).
+[[nodiscard]] GroupHost group_host(const Settings& s);
 
 caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host);
 

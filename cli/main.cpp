@@ -17,7 +17,8 @@ commands:
   launch   start N local ranks with torchrun's environment, prefix their output,
            forward signals and exit with the worst rank's code
   ls       list the runs under a run directory, grouped by project and group
-  show     a run's identity, ranks, config, summary and a chart per metric
+  show     a run's identity, ranks, config, summary and a chart per metric; a
+           group's runs side by side
   recover  rebuild a run's files from its write-ahead log after its host crashed
   certs    make the credentials that authenticate a job's nodes to each other
   sync     upload runs to MLflow or W&B (offline runs, cut-off uploads), or

@@ -422,32 +422,7 @@ private:
 
   void start_group(const RunImpl& run, bool other_nodes) {
     const Settings& s = run.settings();
-    GroupHost g;
-    g.dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group).string();
-    io::GroupManifest& m = g.manifest;
-    m.group = s.opts.group;
-    m.project = s.opts.project;
-    m.mode = to_string(s.opts.mode);
-    m.scope = to_string(s.opts.scope);
-    m.launcher = s.topo.launcher;
-    m.job_id = s.topo.job_id;
-    m.host = this_host();
-    m.size = s.group_size;
-    m.start_time = static_cast<double>(unix_now_us()) / 1e6;
-    // The ranks of each place: a per-rank run's own; a node's (the logging one
-    // only, in automatic mode), ranks filling nodes in order.
-    const int per_node = s.topo.local_world_size;
-    for (int i = 0; i < s.group_size; ++i) {
-      auto& ranks = g.expected_ranks.emplace_back();
-      if (s.opts.mode == Mode::per_rank)
-        ranks.push_back(i);
-      else
-        for (int r = 0; r < (s.opts.mode == Mode::shared ? per_node : 1); ++r) ranks.push_back(i * per_node + r);
-    }
-    // Members dial until their init_timeout runs out.
-    g.join_timeout = s.opts.init_timeout + std::chrono::seconds(2);
-    g.finish_timeout = s.opts.finish_timeout;
-    group_ = spawn_group_actor(sys_, std::move(g));
+    group_ = spawn_group_actor(sys_, group_host(s));
     if (s.topo.num_nodes > 1 && !other_nodes)
       std::fprintf(stderr, "chorus: the runs on other nodes cannot report to the job's group without the job's "
                            "credentials (CHORUS_TLS_DIR, or CHORUS_INSECURE=1): group.json will list them as "
