@@ -5,6 +5,7 @@
 
 #include "io/json.hpp"
 #include "io/run_dir.hpp"
+#include "tests/io/files.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -73,10 +74,7 @@ public:
   void write(const std::string& file, const std::string& text) {
     BOOST_REQUIRE(!io::write_file_atomic(dir_ + "/" + file, text));
   }
-  [[nodiscard]] std::string read(const std::string& file) const {
-    std::ifstream f(dir_ + "/" + file, std::ios::binary);
-    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  }
+  [[nodiscard]] std::string read(const std::string& file) const { return io::test::slurp(dir_ + "/" + file); }
 
 private:
   std::string root_, dir_, id_;
