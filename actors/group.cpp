@@ -182,6 +182,7 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
         st.write_armed = false;
         if (st.dirty) st.write();
       },
+      [](ping_atom) { return caf::ok_atom::value; },
       [self](finish_atom) {
         auto& st = self->state;
         auto rp = self->make_response_promise();
@@ -238,7 +239,9 @@ GroupHost group_host(const Settings& s) {
 }
 
 caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
-  return sys.spawn(group_actor_fn, std::move(host));
+  // On a thread of its own: it answers its members' keepalive pings however
+  // busy rank 0's run is.
+  return sys.spawn<caf::detached>(group_actor_fn, std::move(host));
 }
 
 io::GroupMember member_report(const RunHost& host, const Merger& merger, std::optional<RunState> end,
@@ -273,11 +276,16 @@ io::GroupMember member_report(const RunHost& host, const Merger& merger, std::op
 // ---------------------------------------------------------------------------
 // GroupLink
 
-void GroupLink::connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered) {
+void GroupLink::connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered,
+                        std::chrono::milliseconds interval, std::chrono::milliseconds limit) {
   if (!group_ && group) {
     group_ = std::move(group);
     self->monitor(group_);
     if (!latest_.empty()) send(self);
+    if (is_remote(self, group_)) {
+      keepalive_.emplace(interval, limit);
+      self->send(self, keepalive_atom::value);
+    }
   }
   when_acked(seq_, std::move(registered));
 }
@@ -292,14 +300,24 @@ void GroupLink::report(caf::event_based_actor* self, const io::GroupMember& m) {
 
 void GroupLink::acked(std::int64_t seq) {
   acked_ = std::max(acked_, seq);
+  if (keepalive_) keepalive_->heard();
   answer_waiters();
 }
 
 bool GroupLink::down(const caf::down_msg& dm) {
   if (!group_ || dm.source != group_.address()) return false;
+  lose();
+  return true;
+}
+
+void GroupLink::keepalive(caf::event_based_actor* self) {
+  if (!keepalive_ || lost_ || (final_ && acked_ >= seq_)) return;
+  if (!keepalive_->tick(self, group_)) lose();
+}
+
+void GroupLink::lose() {
   lost_ = true;
   answer_waiters();
-  return true;
 }
 
 void GroupLink::retry(caf::event_based_actor* self) {

@@ -7,6 +7,7 @@
 // repeated until the Group acknowledges it.
 #pragma once
 
+#include "actors/keepalive.hpp"
 #include "io/group_file.hpp"
 #include "runtime/options.hpp"
 #include "runtime/protocol.hpp"
@@ -47,8 +48,11 @@ class Merger;
 class GroupLink {
 public:
   /// The Group's handle arrived: sends the latest report, if any, and
-  /// answers `registered` once the Group has it (or is gone).
-  void connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered);
+  /// answers `registered` once the Group has it (or is gone). A Group in
+  /// another process is pinged every `interval` and counts as gone once not
+  /// heard from for `limit` (actors/keepalive.hpp).
+  void connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered,
+               std::chrono::milliseconds interval, std::chrono::milliseconds limit);
   /// Sends `m` as the run's latest state (now, or once connected).
   void report(caf::event_based_actor* self, const io::GroupMember& m);
   void acked(std::int64_t seq);
@@ -56,6 +60,8 @@ public:
   bool down(const caf::down_msg& dm);
   /// The retry timer: the latest report again, if still unacknowledged.
   void retry(caf::event_based_actor* self);
+  /// The keepalive timer (keepalive_atom), while the run's last word is unacknowledged.
+  void keepalive(caf::event_based_actor* self);
   /// Answers `rp` once the final report is acknowledged, at once if there is
   /// no Group to wait for (none connected, or no final report to give).
   void when_settled(caf::response_promise rp);
@@ -65,8 +71,10 @@ private:
   /// Answers `rp` once report `seq` is acknowledged, or nobody is there to.
   void when_acked(std::int64_t seq, caf::response_promise rp);
   void answer_waiters();
+  void lose();
 
   caf::actor group_;
+  std::optional<Keepalive> keepalive_; // a Group in another process
   bool lost_ = false; // the Group went away
   std::string latest_;     // the latest report
   std::int64_t seq_ = 0;   // its number

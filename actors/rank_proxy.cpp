@@ -1,4 +1,5 @@
 #include "actors/rank_proxy.hpp"
+#include "actors/keepalive.hpp"
 #include "io/posix.hpp"
 
 #include "runtime/run_impl.hpp"
@@ -8,6 +9,7 @@
 
 #include <climits>
 #include <cstring>
+#include <optional>
 
 namespace chorus::detail {
 
@@ -55,6 +57,8 @@ struct ProxyState {
   std::function<void(JoinResult)> on_join; // emptied once called
   std::chrono::steady_clock::time_point join_deadline;
   std::chrono::milliseconds join_retry{200};
+  std::optional<Keepalive> keepalive; // a run host in another process
+  caf::actor beacon;                  // where pings go once joined (else to the host)
   static inline const char* name = "chorus.rank_proxy";
 };
 
@@ -91,6 +95,16 @@ void complete_finish(proxy_actor* self, Error err) {
     r.dropped = st.run->dropped();
   }
   st.run->channel().complete(st.finish_seq);
+}
+
+/// The run host is gone (`e` says how): every waiting caller gets `e`, and the proxy stops.
+void lose_host(proxy_actor* self, Error e) {
+  auto& st = self->state;
+  st.host = nullptr;
+  joined(self, JoinResult{e, {}, {}});
+  if (st.finish_seq) complete_finish(self, e);
+  st.run->channel().fail(std::move(e));
+  self->quit();
 }
 
 void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
@@ -219,20 +233,24 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (dm.source != st.host.address()) return;
-    Error e(Errc::host_lost, "the run host (" + st.host_label + ") went away (" + caf::to_string(dm.reason) +
-                                 "): values not yet acknowledged are lost to the run; check the host rank's output");
-    st.host = nullptr;
-    joined(self, JoinResult{e, {}, {}});
-    if (st.finish_seq) complete_finish(self, e);
-    st.run->channel().fail(std::move(e));
-    self->quit();
+    lose_host(self, Error(Errc::host_lost, "the run host (" + st.host_label + ") went away (" +
+                                               caf::to_string(dm.reason) +
+                                               "): values not yet acknowledged are lost to the run; check the host "
+                                               "rank's output"));
   });
+  if (is_remote(self, host)) {
+    const auto& opts = run->settings().opts;
+    st.keepalive.emplace(opts.heartbeat_interval, opts.connection_timeout);
+    self->send(self, keepalive_atom::value);
+  }
   st.on_join = std::move(on_join);
   st.join_deadline = std::chrono::steady_clock::now() + run->settings().opts.init_timeout;
   send_join(self);
   return {
-      [self](joined_atom, bool ok, const std::string& id_or_error, const std::string& dir) {
+      [self](joined_atom, bool ok, const std::string& id_or_error, const std::string& dir, const caf::actor& beacon) {
         auto& st = self->state;
+        if (st.keepalive) st.keepalive->heard();
+        if (beacon) st.beacon = beacon;
         if (!st.on_join) return; // an answer to a repeated join
         if (!ok) {
           joined(self, JoinResult{Error(Errc::connect_failed,
@@ -306,6 +324,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
       },
       [self](ack_atom, bool for_frame, std::uint64_t completed, const std::vector<char>& errors) {
         auto& st = self->state;
+        if (st.keepalive) st.keepalive->heard();
         if (for_frame) --st.in_flight;
         for_each_ack_error(errors, [&](std::uint64_t seq, Error e) { st.run->channel().set_error(seq, std::move(e)); });
         if (st.finish_seq != 0 && completed >= st.finish_seq) {
@@ -325,6 +344,15 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
           st.run->channel().complete(completed);
         }
         if (for_frame) drain(self);
+      },
+      [self](keepalive_atom) {
+        auto& st = self->state;
+        if (st.done || !st.host || st.keepalive->tick(self, st.beacon ? st.beacon : st.host)) return;
+        lose_host(self, Error(Errc::host_lost,
+                              "the run host (" + st.host_label + ") was not heard from for connection_timeout (" +
+                                  std::to_string(st.keepalive->limit().count()) +
+                                  " ms): its node is unreachable or it hangs; values not yet acknowledged are lost "
+                                  "to the run. On a slow or loaded network raise Options::connection_timeout"));
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;

@@ -1,4 +1,5 @@
 #include "actors/run.hpp"
+#include "actors/keepalive.hpp"
 #include "io/posix.hpp"
 
 #include "actors/group.hpp"
@@ -78,6 +79,7 @@ struct RunActorState {
   GroupLink group;                       // where the job has several runs
   std::uint64_t reported_generation = 0; // the rank states the group last heard
   caf::actor uploader; // when the run uploads (Options::upload)
+  caf::actor beacon;   // answers the ranks' keepalive pings (actors/keepalive.hpp)
   std::vector<char> nccl_id;                         // from rank 0, once it has made one
   std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
   static inline const char* name = "chorus.run";
@@ -184,6 +186,10 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
+  if (host->settings.run_world > 1) {
+    st.beacon = spawn_beacon(self->system());
+    self->attach_functor([b = st.beacon](const caf::error&) { caf::anon_send_exit(b, caf::exit_reason::user_shutdown); });
+  }
   if (!host->settings.opts.upload.empty()) {
     st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
                                  host->settings.opts.upload_buffer);
@@ -213,7 +219,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         // lost the sender of this message (see protocol.hpp).
         caf::actor proxy = self->current_sender() ? caf::actor_cast<caf::actor>(self->current_sender()) : named;
         if (!proxy) return; // nobody to answer
-        auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string()); };
+        auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string(), caf::actor()); };
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
           return refuse("rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
@@ -221,7 +227,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         if (st.merger->rank_joined(static_cast<int>(rank))) {
           // The same proxy again: its answer was lost on the way; answer again.
           if (st.proxies[rank] == proxy)
-            return self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir);
+            return self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir, st.beacon);
           return refuse("rank " + std::to_string(rank) +
                         " already joined or left this run: two processes claim the same RANK, or a restarted "
                         "rank needs a new run id");
@@ -232,7 +238,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         self->monitor(proxy);
         record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
         after_frame(self, -1);
-        self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir);
+        self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir, st.beacon);
       },
       [self](batch_atom, const std::vector<char>& frame) {
         auto& st = self->state;
@@ -284,11 +290,15 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         auto& st = self->state;
         st.reported_generation = st.sink->generation;
         st.group.report(self, member_report(*st.host, *st.merger));
-        st.group.connect(self, std::move(group), self->make_response_promise());
+        const Options& opts = st.host->settings.opts;
+        st.group.connect(self, std::move(group), self->make_response_promise(), opts.heartbeat_interval,
+                         opts.connection_timeout);
       },
       [self](group_atom) { self->state.group.when_settled(self->make_response_promise()); },
       [self](member_ok_atom, std::int64_t seq) { self->state.group.acked(seq); },
       [self](member_retry_atom) { self->state.group.retry(self); },
+      [self](keepalive_atom) { self->state.group.keepalive(self); },
+      [](ping_atom) { return caf::ok_atom::value; },
       [self](nccl_id_atom, const std::vector<char>& id) {
         auto& st = self->state;
         st.nccl_id = id;

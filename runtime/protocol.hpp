@@ -2,7 +2,7 @@
 // few translation units that run actors include this (it pulls in CAF).
 //
 //   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid, actor proxy)
-//   Run -> RankProxy   (joined_atom, bool ok, string run_id | error, string run_dir)
+//   Run -> RankProxy   (joined_atom, bool ok, string run_id | error, string run_dir, actor beacon)
 //                      sent to the proxy the join names, not as a response: CAF
 //                      0.17 can lose a remote message's sender while the
 //                      connection is set up, so the proxy repeats its join
@@ -22,8 +22,12 @@
 //   System -> Run      (group_atom) -> (ok_atom)                      once the final report is acknowledged
 //   System -> Group    (finish_atom) -> (ok_atom)                     rank 0 exits: once the members ended
 //   Run -> Uploader    (upload_atom), (upload_drain_atom, i64 ms) -> (bool)   see actors/uploader.hpp
+//   RankProxy -> beacon (ping_atom) -> (ok_atom)                      a dialled link's keepalive (to the
+//   Run -> Group        (ping_atom) -> (ok_atom)                      Run before the join answer came),
+//                                                                     see actors/keepalive.hpp
 //   self-timers        (drain_atom, u64 loop), nudge_atom, flush_atom, (barrier_tmo_atom, i64 index),
-//                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom, member_retry_atom
+//                      join_tmo_atom, join_retry_atom, finish_tmo_atom, sample_atom, member_retry_atom,
+//                      keepalive_atom
 //
 // Only built-in CAF types travel (integers, strings, std::vector<char>, actor
 // handles), so nothing needs registering and a frame is copied once, as raw
@@ -61,6 +65,8 @@ using member_retry_atom = caf::atom_constant<caf::atom("member_rty")>;
 using group_atom = caf::atom_constant<caf::atom("group")>;
 using upload_atom = caf::atom_constant<caf::atom("upload")>;
 using upload_drain_atom = caf::atom_constant<caf::atom("up_drain")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using keepalive_atom = caf::atom_constant<caf::atom("keepalive")>;
 
 /// Encodes one (seq, error) pair of an ack.
 void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e);

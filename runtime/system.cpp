@@ -215,7 +215,6 @@ public:
     cfg.set("scheduler.max-threads", 2);
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
-    // Off by default in CAF: without heartbeats a silent peer is never noticed.
     // Messages from the network are deserialized on the multiplexer thread,
     // in arrival order: CAF 0.17's worker threads can hand a message over
     // before its connection's node is known (a lost sender, a dropped link).
@@ -225,7 +224,17 @@ public:
     // after every timer an idle process would spin for 25 ms. 1 ms of it is
     // enough to catch the next message of a busy stream.
     cfg.set("work-stealing.moderate-poll-attempts", size_t{20});
-    cfg.set("middleman.heartbeat-interval", caf::timespan(s.opts.heartbeat_interval));
+    // Heartbeats are off by default in CAF, where a silent peer is never
+    // noticed. But CAF's heartbeat ticks close, besides silent links, any link this
+    // process dialled whose handshake is still unanswered at the tick (CAF
+    // 0.17 sets its "last seen" only once bytes come back): under load, or
+    // on a slow link, every attempt to reach the run host would be closed
+    // again. They run only where links are accepted (a run host with other
+    // ranks, the job's group), to notice ranks that went silent; a process
+    // that only dials keeps its links alive and watched itself
+    // (actors/keepalive.hpp), and so do members of a remote group.
+    const bool accepts = s.is_host && (s.run_world > 1 || (s.topo.rank == 0 && s.group_size > 0));
+    cfg.set("middleman.heartbeat-interval", caf::timespan(accepts ? s.opts.heartbeat_interval : std::chrono::milliseconds(0)));
     cfg.set("middleman.connection-timeout", caf::timespan(s.opts.connection_timeout));
     return cfg;
   }

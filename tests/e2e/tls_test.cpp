@@ -5,6 +5,7 @@
 // each run on this machine, as two `chorus launch --nnodes 2`.
 #define BOOST_TEST_MODULE e2e_tls
 #include "harness.hpp"
+#include "slow_link.hpp"
 
 #include "io/credentials.hpp"
 
@@ -19,14 +20,16 @@ using namespace e2e;
 namespace {
 
 /// Both nodes of a 2 x 2 shared run at once, each with its own environment.
-std::pair<Output, Output> two_nodes(const TempDir& dir, int salt, const std::string& env0, const std::string& env1) {
+/// The run host listens on test_port(salt) + 1.
+std::pair<Output, Output> two_nodes(const TempDir& dir, int salt, const std::string& env0, const std::string& env1,
+                                    const std::string& worker_args = "--steps 30", int init_timeout_s = 3) {
   const int port = test_port(salt);
   auto node = [&](int k, const std::string& env) {
     return run(env + " CHORUS_DIR=" + (dir.path / ("node" + std::to_string(k))).string() +
-               " CHORUS_MODE=shared CHORUS_INIT_TIMEOUT=3 " + bin("chorus") +
+               " CHORUS_MODE=shared CHORUS_INIT_TIMEOUT=" + std::to_string(init_timeout_s) + " " + bin("chorus") +
                " launch -n 2 --nnodes 2 --node-rank " + std::to_string(k) + " --master-addr 127.0.0.1 --master-port " +
                std::to_string(port) + " --run-id tls" + std::to_string(salt) + " -- " + bin("chorus_e2e_worker") +
-               " --steps 30");
+               " " + worker_args);
   };
   auto second = std::async(std::launch::async, node, 1, env1);
   Output first = node(0, env0);
@@ -122,6 +125,29 @@ BOOST_AUTO_TEST_CASE(nodes_with_the_jobs_credentials_log_into_one_run) {
     BOOST_REQUIRE_EQUAL(rows.size(), 30u);
     for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == 4);
   }
+}
+
+BOOST_AUTO_TEST_CASE(ranks_join_across_a_link_slower_than_the_heartbeat) {
+  // Node 1 reaches the run host through a link that takes 250 ms each way,
+  // while heartbeats tick every 100 ms: every handshake (TCP, TLS, CAF's)
+  // outlasts several ticks, and a rank must still join, log and finish.
+  TempDir dir;
+  const std::string env = certs(dir.path / "creds");
+  constexpr int salt = 51;
+  const int host_port = test_port(salt) + 1;
+  const int relay_port = test_port(salt) + 2;
+  SlowLink link(relay_port, host_port, std::chrono::milliseconds(250));
+  auto [n0, n1] = two_nodes(dir, salt, env, env + " CHORUS_PORT=" + std::to_string(relay_port),
+                            "--steps 30 --heartbeat-ms 100 --connection-timeout-ms 5000", 30);
+  BOOST_TEST_CONTEXT(n0.text << n1.text) {
+    BOOST_REQUIRE_EQUAL(n0.status, 0);
+    BOOST_REQUIRE_EQUAL(n1.status, 0);
+  }
+  std::vector<Row> rows;
+  auto states = rank_states(dir.path / "node0", rows);
+  BOOST_TEST(states == std::vector<std::string>(4, "finished"), boost::test_tools::per_element());
+  BOOST_REQUIRE_EQUAL(rows.size(), 30u);
+  for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == 4);
 }
 
 BOOST_AUTO_TEST_CASE(a_peer_with_another_ca_or_none_cannot_join_or_inject) {

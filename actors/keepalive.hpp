@@ -1,0 +1,70 @@
+// Keepalive: the liveness of a link this process dialled.
+//
+// CAF 0.17's own silence detection (middleman.connection-timeout, checked at
+// every heartbeat tick) closes a connection it dialled whose handshake has
+// not been answered by the next tick: the connection's "last seen" time is
+// only set by the first bytes that come back. Under load, or across a slow
+// link, a TLS handshake outlasts a tick and every attempt to reach the run
+// host is closed again. A process that only dials (a rank that does not host
+// a run) therefore runs CAF without ticks (see runtime/system.cpp), and each
+// link it dialled is kept and watched here instead:
+//
+//   - every heartbeat_interval the peer is sent (ping_atom), which it answers
+//     with ok_atom; the ping is also the traffic that keeps the peer's own
+//     connection timeout from closing the link of a quiet rank;
+//   - a peer not heard from for connection_timeout is gone: its node is
+//     unreachable (a pulled cable sends no reset) or it hangs.
+#pragma once
+
+#include "runtime/protocol.hpp"
+
+#include <chrono>
+
+namespace chorus::detail {
+
+class Keepalive {
+public:
+  using clock = std::chrono::steady_clock;
+
+  Keepalive(std::chrono::milliseconds interval, std::chrono::milliseconds limit)
+      : interval_(interval), limit_(limit), heard_(clock::now()) {}
+
+  /// Something came from the peer.
+  void heard() { heard_ = clock::now(); }
+
+  /// One tick of `self`'s keepalive_atom timer: false once `peer` has been
+  /// silent for longer than the limit; otherwise pings it and arms the next
+  /// tick. `this` must live as long as `self` (a member of its state).
+  bool tick(caf::event_based_actor* self, const caf::actor& peer) {
+    if (clock::now() - heard_ > limit_) return false;
+    self->request(peer, limit_, ping_atom::value).then([this](caf::ok_atom) { heard(); }, [](caf::error&) {});
+    self->delayed_send(self, interval_, keepalive_atom::value);
+    return true;
+  }
+
+  std::chrono::milliseconds limit() const { return limit_; }
+
+private:
+  std::chrono::milliseconds interval_, limit_;
+  clock::time_point heard_;
+};
+
+/// An actor on a thread of its own that answers pings: a host's links are
+/// judged by whether the process and its network answer, not by how long a
+/// busy actor's mailbox is (as CAF's own heartbeats are).
+class Beacon final : public caf::event_based_actor {
+public:
+  using caf::event_based_actor::event_based_actor;
+  caf::behavior make_behavior() override {
+    return {[](ping_atom) { return caf::ok_atom::value; }};
+  }
+};
+
+inline caf::actor spawn_beacon(caf::actor_system& sys) { return sys.spawn<Beacon, caf::detached>(); }
+
+/// True when `peer` lives in another process: a link that was dialled.
+inline bool is_remote(const caf::event_based_actor* self, const caf::actor& peer) {
+  return peer && peer.node() != self->node();
+}
+
+} // namespace chorus::detail
