@@ -55,6 +55,19 @@ std::vector<std::string> rank_states(const fs::path& root, std::vector<Row>& row
   return states;
 }
 
+/// Both nodes succeeded, and node 0 holds the whole run: 4 ranks finished, 30 rows of 4 losses.
+void check_whole_run(const TempDir& dir, const Output& n0, const Output& n1) {
+  BOOST_TEST_CONTEXT(n0.text << n1.text) {
+    BOOST_REQUIRE_EQUAL(n0.status, 0);
+    BOOST_REQUIRE_EQUAL(n1.status, 0);
+  }
+  std::vector<Row> rows;
+  auto states = rank_states(dir.path / "node0", rows);
+  BOOST_TEST(states == std::vector<std::string>(4, "finished"), boost::test_tools::per_element());
+  BOOST_REQUIRE_EQUAL(rows.size(), 30u);
+  for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == 4);
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(certs_makes_private_credentials_once) {
@@ -116,14 +129,7 @@ BOOST_AUTO_TEST_CASE(nodes_with_the_jobs_credentials_log_into_one_run) {
   for (int round = 0; round < 3; ++round) {
     TempDir runs;
     auto [n0, n1] = two_nodes(runs, 30 + round, env, env);
-    BOOST_TEST_INFO(n0.text << n1.text);
-    BOOST_REQUIRE_EQUAL(n0.status, 0);
-    BOOST_REQUIRE_EQUAL(n1.status, 0);
-    std::vector<Row> rows;
-    auto states = rank_states(runs.path / "node0", rows);
-    BOOST_TEST(states == std::vector<std::string>(4, "finished"), boost::test_tools::per_element());
-    BOOST_REQUIRE_EQUAL(rows.size(), 30u);
-    for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == 4);
+    check_whole_run(runs, n0, n1);
   }
 }
 
@@ -139,15 +145,7 @@ BOOST_AUTO_TEST_CASE(ranks_join_across_a_link_slower_than_the_heartbeat) {
   SlowLink link(relay_port, host_port, std::chrono::milliseconds(250));
   auto [n0, n1] = two_nodes(dir, salt, env, env + " CHORUS_PORT=" + std::to_string(relay_port),
                             "--steps 30 --heartbeat-ms 100 --connection-timeout-ms 5000", 30);
-  BOOST_TEST_CONTEXT(n0.text << n1.text) {
-    BOOST_REQUIRE_EQUAL(n0.status, 0);
-    BOOST_REQUIRE_EQUAL(n1.status, 0);
-  }
-  std::vector<Row> rows;
-  auto states = rank_states(dir.path / "node0", rows);
-  BOOST_TEST(states == std::vector<std::string>(4, "finished"), boost::test_tools::per_element());
-  BOOST_REQUIRE_EQUAL(rows.size(), 30u);
-  for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == 4);
+  check_whole_run(dir, n0, n1);
 }
 
 BOOST_AUTO_TEST_CASE(a_peer_with_another_ca_or_none_cannot_join_or_inject) {
