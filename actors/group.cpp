@@ -239,9 +239,9 @@ GroupHost group_host(const Settings& s) {
 }
 
 caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
-  // On a thread of its own: it answers its members' keepalive pings however
-  // busy rank 0's run is.
-  return sys.spawn<caf::detached>(group_actor_fn, std::move(host));
+  // Scheduled, not detached, for the reason given at the Beacon
+  // (actors/keepalive.hpp): it talks to the runs of other processes.
+  return sys.spawn(group_actor_fn, std::move(host));
 }
 
 io::GroupMember member_report(const RunHost& host, const Merger& merger, std::optional<RunState> end,

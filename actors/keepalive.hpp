@@ -49,9 +49,14 @@ private:
   clock::time_point heard_;
 };
 
-/// An actor on a thread of its own that answers pings: a host's links are
-/// judged by whether the process and its network answer, not by how long a
-/// busy actor's mailbox is (as CAF's own heartbeats are).
+/// An actor of its own that answers pings: a host's links are judged by
+/// whether the process and its network answer, not by how long a busy
+/// actor's mailbox is (as CAF's own heartbeats are). It is a scheduled
+/// actor, not a detached one: CAF 0.17 may never destroy a detached actor
+/// that has answered actors of other processes (a reference to it outlives
+/// the middleman's stop), and ~actor_system then waits for its thread
+/// forever. The scheduler's bounded max-throughput (runtime/system.cpp)
+/// keeps a busy Run actor from holding a worker thread while pings wait.
 class Beacon final : public caf::event_based_actor {
 public:
   using caf::event_based_actor::event_based_actor;
@@ -60,7 +65,7 @@ public:
   }
 };
 
-inline caf::actor spawn_beacon(caf::actor_system& sys) { return sys.spawn<Beacon, caf::detached>(); }
+inline caf::actor spawn_beacon(caf::actor_system& sys) { return sys.spawn<Beacon>(); }
 
 /// True when `peer` lives in another process: a link that was dialled.
 inline bool is_remote(const caf::event_based_actor* self, const caf::actor& peer) {

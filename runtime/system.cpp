@@ -213,6 +213,11 @@ public:
       cfg.openssl_cafile = creds->ca_file;
     }
     cfg.set("scheduler.max-threads", 2);
+    // An actor yields its worker thread after this many messages (CAF's
+    // default is unbounded): a Run actor with a long mailbox would otherwise
+    // keep the keepalive pings of its ranks and group (actors/keepalive.hpp)
+    // waiting behind it.
+    cfg.set("scheduler.max-throughput", size_t{256});
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
     // Messages from the network are deserialized on the multiplexer thread,
