@@ -347,7 +347,12 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
       },
       [self](keepalive_atom) {
         auto& st = self->state;
-        if (st.done || !st.host || st.keepalive->tick(self, st.beacon ? st.beacon : st.host)) return;
+        if (st.done || !st.host) return;
+        // Until the join is answered, init_timeout bounds the wait (join_retry_atom), not
+        // the host's silence: a host still starting up answers late. The pings still go,
+        // to keep the link alive.
+        if (st.on_join) st.keepalive->heard();
+        if (st.keepalive->tick(self, st.beacon ? st.beacon : st.host)) return;
         lose_host(self, Error(Errc::host_lost,
                               "the run host (" + st.host_label + ") was not heard from for connection_timeout (" +
                                   std::to_string(st.keepalive->limit().count()) +

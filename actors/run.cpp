@@ -233,6 +233,11 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                         "rank needs a new run id");
         }
         if (st.ended) return refuse("the run has ended: start a new run (another run id) to log more");
+        if (st.merger->rank_state(static_cast<int>(rank)) != RunState::running)
+          return refuse("rank " + std::to_string(rank) + " came later than init_timeout (" +
+                        std::to_string(st.host->settings.opts.init_timeout.count()) +
+                        " ms) after the run host started, and the run went on without it: start every rank "
+                        "within init_timeout of the host, or raise init_timeout (CHORUS_INIT_TIMEOUT)");
         st.proxies[rank] = proxy;
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);

@@ -82,6 +82,31 @@ BOOST_AUTO_TEST_CASE(without_a_host_every_rank_fails_init_within_init_timeout_na
   BOOST_TEST(took < 2 + 20.0, "did not hang: " << took << " s for an init_timeout of 2 s");
 }
 
+BOOST_AUTO_TEST_CASE(a_rank_later_than_init_timeout_is_refused_and_the_run_finishes_without_it) {
+  TempDir dir;
+  const Ranks ranks{dir, test_port(25), 2, "CHORUS_INIT_TIMEOUT=1 CHORUS_RUN_ID=late-rank"};
+  // Rank 0 logs for about 4 s; rank 1 comes 2.5 s after it, when the host has
+  // already recorded it as never connected.
+  Output out = run("(" + ranks.rank(0, "--steps 400 --step-us 10000") + " & p0=$!; sleep 2.5; " +
+                   ranks.rank(1, "--steps 10") + "; s1=$?; wait $p0; s0=$?; echo \"STATUS $s0 $s1\")");
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.text.find("STATUS 0 3") != std::string::npos); // rank 1: the worker's code for a failed init
+  BOOST_TEST(out.text.find("refused rank 1: rank 1 came later than init_timeout (1000 ms) after the run host "
+                           "started") != std::string::npos);
+  const fs::path rd = run_dir_of(out.text);
+  BOOST_REQUIRE(!rd.empty());
+  simdjson::dom::parser parser;
+  auto info = read_run_json(parser, rd);
+  std::map<std::int64_t, std::pair<std::string, std::string>> state_of;
+  for (auto r : info["ranks"].get_array())
+    state_of[r["rank"].get_int64()] = {std::string(r["state"].get_string().value()),
+                                       std::string(r["message"].get_string().value())};
+  BOOST_TEST(state_of[0].first == "finished");
+  BOOST_TEST(state_of[1].first == "crashed");
+  BOOST_TEST(state_of[1].second.find("never connected to the run host within init_timeout") != std::string::npos);
+  BOOST_TEST(read_history(rd).size() == 400u); // rank 0's steps, none held back for rank 1
+}
+
 BOOST_AUTO_TEST_CASE(sigterm_to_launch_ends_the_run_killed_with_everything_acknowledged) {
   TempDir dir;
   const fs::path log = dir.path / "launch.out";
