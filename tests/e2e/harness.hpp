@@ -53,6 +53,18 @@ inline Output run(const std::string& cmd) {
   return out;
 }
 
+/// How many times slower a sanitizer build runs the processes a test starts.
+/// Timeouts a test gives those processes (not bounds on their speed) grow by
+/// it: under ThreadSanitizer, a dozen ranks on two cores can leave a process
+/// silent for seconds.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr int sanitizer_slowdown = 4;
+#elif defined(__SANITIZE_ADDRESS__)
+inline constexpr int sanitizer_slowdown = 2;
+#else
+inline constexpr int sanitizer_slowdown = 1;
+#endif
+
 /// A port unlikely to clash between concurrent tests of one machine.
 inline int test_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt * 131) % 20000); }
 

@@ -174,9 +174,10 @@ BOOST_AUTO_TEST_CASE(a_node_cut_off_the_network_is_declared_crashed_and_the_othe
   Cluster c;
   // About six seconds of steps; the link goes down after the first 50 rows.
   constexpr int steps = 600;
-  constexpr auto connection_timeout = 1500ms;
+  constexpr auto connection_timeout = 1500ms * sanitizer_slowdown;
   c.start("shared", "global",
-          "--steps " + std::to_string(steps) + " --step-us 10000 --heartbeat-ms 200 --connection-timeout-ms " +
+          "--steps " + std::to_string(steps) + " --step-us 10000 --heartbeat-ms " +
+              std::to_string(200 * sanitizer_slowdown) + " --connection-timeout-ms " +
               std::to_string(connection_timeout.count()));
 
   auto run_dir = [&]() -> fs::path {

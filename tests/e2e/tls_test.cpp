@@ -26,7 +26,8 @@ std::pair<Output, Output> two_nodes(const TempDir& dir, int salt, const std::str
   const int port = test_port(salt);
   auto node = [&](int k, const std::string& env) {
     return run(env + " CHORUS_DIR=" + (dir.path / ("node" + std::to_string(k))).string() +
-               " CHORUS_MODE=shared CHORUS_INIT_TIMEOUT=" + std::to_string(init_timeout_s) + " " + bin("chorus") +
+               " CHORUS_MODE=shared CHORUS_INIT_TIMEOUT=" + std::to_string(init_timeout_s * sanitizer_slowdown) + " " +
+               bin("chorus") +
                " launch -n 2 --nnodes 2 --node-rank " + std::to_string(k) + " --master-addr 127.0.0.1 --master-port " +
                std::to_string(port) + " --run-id tls" + std::to_string(salt) + " -- " + bin("chorus_e2e_worker") +
                " " + worker_args);
