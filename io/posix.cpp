@@ -4,12 +4,26 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace chorus::io::detail {
 namespace {
+
+/// Whether `fd`, just connected, is connected to itself (see tcp_probe).
+bool connected_to_itself(int fd) {
+  sockaddr_storage mine{}, peer{};
+  socklen_t mine_len = sizeof mine, peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+    return false;
+  return mine_len == peer_len && std::memcmp(&mine, &peer, mine_len) == 0;
+}
 
 std::string_view fix_for(int errnum) {
   switch (errnum) {
@@ -131,6 +145,56 @@ std::string this_host() {
   char buf[HOST_NAME_MAX + 1] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return {};
   return buf;
+}
+
+bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    why = std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc);
+    return false;
+  }
+  bool ok = false;
+  for (addrinfo* ai = res; ai && !ok; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        ok = err == 0;
+        if (!ok) why = std::strerror(err);
+      } else {
+        why = "no answer";
+      }
+    } else {
+      why = std::strerror(errno);
+    }
+    if (ok && connected_to_itself(fd)) {
+      ok = false;
+      why = std::strerror(ECONNREFUSED);
+      const linger reset{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return ok;
+}
+
+std::string ephemeral_port_note(std::uint16_t port) {
+  int low = 0, high = -1;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); !(range >> low >> high)) return {};
+  if (port < low || port > high) return {};
+  return " Port " + std::to_string(port) + " lies in this machine's ephemeral range (" + std::to_string(low) + "-" +
+         std::to_string(high) + "), from which outgoing connections take their ports: a port below " +
+         std::to_string(low) + " is not taken that way.";
 }
 
 } // namespace chorus::io::detail

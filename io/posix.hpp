@@ -4,6 +4,7 @@
 
 #include <chorus/chorus.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -35,6 +36,25 @@ void close_fd(int fd) noexcept;
 /// Wall-clock time in microseconds since the Unix epoch (the timestamps of
 /// runs, rows and events).
 [[nodiscard]] std::int64_t unix_now_us() noexcept;
+
+/// Whether a TCP connection to host:port opens within `limit`. CAF 0.17's
+/// connect blocks for the kernel's full SYN timeout on an unreachable host,
+/// so a host is probed with a bounded connect first. Where it fails, `why`
+/// says why.
+///
+/// With nothing listening yet on a port of the kernel's ephemeral range, a
+/// connect on the same machine may be given that very port as its own, and
+/// TCP's simultaneous open joins the socket to itself. Such a probe found
+/// nothing listening, and is closed with a reset: a normal close would leave
+/// the port in TIME_WAIT for a minute, and the host, starting a moment
+/// later, could not listen on it.
+[[nodiscard]] bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit,
+                             std::string& why);
+
+/// Where `port` lies in this machine's ephemeral range (the ports outgoing
+/// connections are given, net.ipv4.ip_local_port_range), a sentence that
+/// says so, to add to an error about listening on it; empty otherwise.
+[[nodiscard]] std::string ephemeral_port_note(std::uint16_t port);
 
 /// This machine's host name; empty if it cannot be read.
 [[nodiscard]] std::string this_host();

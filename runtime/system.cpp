@@ -19,8 +19,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -50,44 +48,6 @@ std::string new_run_id() {
   std::string id(8, '0');
   for (char& c : id) c = digits[gen() % 36];
   return id;
-}
-
-/// Whether a TCP connection to host:port opens within `limit`. CAF 0.17's
-/// connect blocks for the kernel's full SYN timeout on an unreachable host,
-/// so the run host is probed with a bounded connect first.
-bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, std::string& why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
-    why = std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc);
-    return false;
-  }
-  bool ok = false;
-  for (addrinfo* ai = res; ai && !ok; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-      ok = true;
-    } else if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        ok = err == 0;
-        if (!ok) why = std::strerror(err);
-      } else {
-        why = "no answer";
-      }
-    } else {
-      why = std::strerror(errno);
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return ok;
 }
 
 std::string identity_json(const Settings& s, const std::string& id, const std::string& dir, std::int64_t start_us) {
@@ -345,7 +305,8 @@ private:
       if (!port)
         return {Errc::address_in_use, "the run host cannot listen on port " + std::to_string(s.port) + ": " +
                                           sys_.render(port.error()) +
-                                          ". Another job may hold it: set CHORUS_PORT to a free port on every rank"};
+                                          ". Another job may hold it: set CHORUS_PORT to a free port on every rank." +
+                                          io::detail::ephemeral_port_note(s.port)};
     }
     out = run_actor_;
     return {};
@@ -368,7 +329,7 @@ private:
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0) break;
-      if (tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
+      if (io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
         bool ok = false;
         const caf::io::middleman_actor& connector =
@@ -443,8 +404,9 @@ private:
                            "missing\n");
     if (auto port = publish(group_, s.group_port, other_nodes ? nullptr : "127.0.0.1", group_tls_); !port)
       std::fprintf(stderr, "chorus: the job's group cannot listen on port %u (%s): the other processes' runs cannot "
-                           "report to it; set CHORUS_PORT to a free port on every rank\n",
-                   static_cast<unsigned>(s.group_port), sys_.render(port.error()).c_str());
+                           "report to it; set CHORUS_PORT to a free port on every rank.%s\n",
+                   static_cast<unsigned>(s.group_port), sys_.render(port.error()).c_str(),
+                   io::detail::ephemeral_port_note(s.group_port).c_str());
     register_run(group_, s.opts.init_timeout);
   }
 

@@ -6,15 +6,19 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "tests/socket.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -65,8 +69,50 @@ inline constexpr int sanitizer_slowdown = 2;
 inline constexpr int sanitizer_slowdown = 1;
 #endif
 
-/// A port unlikely to clash between concurrent tests of one machine.
-inline int test_port(int salt) { return 20000 + static_cast<int>((::getpid() * 7 + salt * 131) % 20000); }
+/// Whether ports [first, first + count) can be listened on now (on every
+/// address, as a multi-node run host does).
+inline bool ports_free(int first, int count) {
+  for (int port = first; port < first + count; ++port) {
+    const int fd = chorus::test::bound_socket(static_cast<std::uint16_t>(port), 0, true);
+    if (fd < 0) return false;
+    ::close(fd);
+  }
+  return true;
+}
+
+/// A base port for a test's job, whose processes listen on it and the few
+/// after it: free when chosen, different for each test process and salt, and
+/// outside the kernel's ephemeral range (net.ipv4.ip_local_port_range), where
+/// the local end of any connection on the machine, or the TIME_WAIT it
+/// leaves, could hold it when the job starts listening. The same salt gives
+/// the same port throughout a test process.
+inline int test_port(int salt) {
+  static std::mutex lock;
+  static std::map<int, int> chosen;
+  const std::lock_guard hold(lock);
+  if (auto it = chosen.find(salt); it != chosen.end()) return it->second;
+  constexpr int span = 8;
+  int low = 32768, high = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low >> high;
+  int first = 20000, last = low - span; // below the range, else above it
+  if (last - first < 4096) {
+    first = high + 1;
+    last = 65535 - span;
+  }
+  if (last - first < 4096) { // a range over nearly all ports: take the old span
+    first = 20000;
+    last = 40000;
+  }
+  const int count = std::max(last - first, 1);
+  const int start = static_cast<int>((::getpid() * 7 + salt * 131) % count);
+  int port = first + start;
+  for (int k = 0; k < 64; ++k)
+    if (const int candidate = first + (start + k * 977) % count; ports_free(candidate, span)) {
+      port = candidate;
+      break;
+    }
+  return chosen[salt] = port;
+}
 
 inline std::string bin(const std::string& name) { return std::string(CHORUS_BINARY_DIR) + "/bin/" + name; }
 

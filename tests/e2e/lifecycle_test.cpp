@@ -82,6 +82,26 @@ BOOST_AUTO_TEST_CASE(without_a_host_every_rank_fails_init_within_init_timeout_na
   BOOST_TEST(took < 2 + 20.0, "did not hang: " << took << " s for an init_timeout of 2 s");
 }
 
+BOOST_AUTO_TEST_CASE(a_host_whose_port_is_taken_fails_init_naming_the_port_and_the_fix) {
+  // Another process listens on the port: one below the ephemeral range, then
+  // one the kernel gives from it (bind to port 0), where the error says so.
+  for (const int wanted : {test_port(26) + 1, 0}) {
+    const int other = chorus::test::bound_socket(static_cast<std::uint16_t>(wanted), 4);
+    BOOST_REQUIRE(other >= 0);
+    const int port = chorus::test::port_of(other);
+    TempDir dir;
+    const Ranks ranks{dir, port, 2, "CHORUS_INIT_TIMEOUT=2"};
+    const Output out = run(ranks.rank(0, "--steps 5"));
+    ::close(other);
+    BOOST_TEST_CONTEXT("port " << port << ":\n" << out.text) {
+      BOOST_TEST(out.status == 3); // the worker's code for a failed init
+      BOOST_TEST(out.text.find("the run host cannot listen on port " + std::to_string(port) + ":") != std::string::npos);
+      BOOST_TEST(out.text.find("set CHORUS_PORT to a free port on every rank") != std::string::npos);
+      BOOST_TEST((out.text.find("lies in this machine's ephemeral range") != std::string::npos) == (wanted == 0));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_rank_later_than_init_timeout_is_refused_and_the_run_finishes_without_it) {
   TempDir dir;
   const Ranks ranks{dir, test_port(25), 2, "CHORUS_INIT_TIMEOUT=1 CHORUS_RUN_ID=late-rank"};

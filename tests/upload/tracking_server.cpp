@@ -2,6 +2,7 @@
 // one component seen from outside: an HTTP/1.1 layer over POSIX sockets and
 // OpenSSL, then MLflow's calls, then W&B's, then the test certificates.
 #include "tests/upload/tracking_server.hpp"
+#include "tests/socket.hpp"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -457,22 +458,8 @@ void block_sigpipe() {
 }
 
 int open_listener(std::uint16_t port, std::string& error) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    error = std::string("socket: ") + std::strerror(errno);
-    return -1;
-  }
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 128) != 0) {
-    error = std::string("bind/listen on 127.0.0.1:") + std::to_string(port) + ": " + std::strerror(errno);
-    ::close(fd);
-    return -1;
-  }
+  const int fd = chorus::test::bound_socket(port, 128);
+  if (fd < 0) error = "bind/listen on 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(errno);
   return fd;
 }
 

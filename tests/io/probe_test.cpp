@@ -1,0 +1,62 @@
+// tcp_probe: how a rank finds out whether its host listens yet, without ever
+// keeping the host from listening.
+#define BOOST_TEST_MODULE io_probe
+#include <boost/test/unit_test.hpp>
+
+#include "io/posix.hpp"
+#include "tests/socket.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+using namespace chorus;
+using chorus::test::bound_socket;
+using chorus::test::port_of;
+using namespace std::chrono_literals;
+
+
+BOOST_AUTO_TEST_CASE(a_listening_port_answers_and_a_closed_one_says_why_not) {
+  const int listener = bound_socket(0, 8);
+  BOOST_REQUIRE(listener >= 0);
+  const std::uint16_t port = port_of(listener);
+  std::string why;
+  BOOST_TEST(io::detail::tcp_probe("127.0.0.1", port, 1000ms, why));
+  ::close(listener);
+  BOOST_TEST(!io::detail::tcp_probe("127.0.0.1", port, 1000ms, why));
+  BOOST_TEST(why == "Connection refused");
+  BOOST_TEST(!io::detail::tcp_probe("no-such-host.invalid", port, 1000ms, why));
+  BOOST_TEST(why.find("cannot resolve no-such-host.invalid") == 0u, why);
+}
+
+// Ranks probe their host's port again and again until it listens. Where that
+// port lies in the kernel's ephemeral range, a probe may be given the port
+// itself as its own end and connect to itself (TCP's simultaneous open). Such
+// a probe must not count as the host, nor leave the port in TIME_WAIT, which
+// would keep the host, starting a moment later, from listening on it.
+BOOST_AUTO_TEST_CASE(a_probe_that_meets_itself_finds_nothing_and_leaves_the_port_free) {
+  int low = 32768, high = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low >> high;
+  BOOST_REQUIRE_LT(low + 64, high);
+  // A free port of the range with the parity the kernel tries first (that of its low end).
+  int port = low + 2 * static_cast<int>((::getpid() * 37) % ((high - low) / 2));
+  for (int tries = 0; tries < 100; ++tries, port = low + (port - low + 2 * 101) % (high - low)) {
+    if (const int fd = bound_socket(static_cast<std::uint16_t>(port), 0); fd >= 0) {
+      ::close(fd);
+      break;
+    }
+  }
+  // The kernel walks the range for each new connection to one address: enough
+  // probes meet the port itself many times over (on Linux 6, within about
+  // 10,000 probes for a range of 28,000 ports).
+  const int probes = 4 * (high - low);
+  int answered = 0;
+  std::string why;
+  for (int i = 0; i < probes; ++i)
+    if (io::detail::tcp_probe("127.0.0.1", static_cast<std::uint16_t>(port), 1000ms, why)) ++answered;
+  BOOST_TEST(answered == 0, answered << " of " << probes << " probes of port " << port
+                                     << ", where nothing listens, counted as answered");
+  const int host = bound_socket(static_cast<std::uint16_t>(port), 8);
+  BOOST_TEST(host >= 0, "after the probes, port " << port << " cannot be listened on: " << std::strerror(errno));
+  if (host >= 0) ::close(host);
+}

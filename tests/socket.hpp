@@ -1,0 +1,44 @@
+// Sockets for tests: a port of this machine held (and listened on), and its number.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+
+namespace chorus::test {
+
+/// A TCP socket (SO_REUSEADDR) bound to `port` on loopback, or on every
+/// address where `any`, and listening where `backlog` > 0; port 0 takes one
+/// the kernel picks from its ephemeral range. -1 if the port cannot be had,
+/// with errno saying why.
+inline int bound_socket(std::uint16_t port, int backlog, bool any = false) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || (backlog > 0 && ::listen(fd, backlog) != 0)) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+/// The local port of a bound socket.
+inline std::uint16_t port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+} // namespace chorus::test
