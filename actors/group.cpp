@@ -32,15 +32,23 @@ struct GroupState {
   static inline const char* name = "chorus.group";
 
   /// Writes group.json, keeping what `chorus launch` put there: the exit
-  /// codes, and a run it marked killed (its host died of the signal it passed on).
+  /// codes, a run it marked killed (its host died of the signal it passed
+  /// on), and a run it filled in from its run.json where no report of that
+  /// run reached the group.
   void write() {
     io::GroupManifest& mine = host.manifest;
     Error e = io::update_group_file(host.dir, [&](io::GroupManifest& there, bool exists) {
       if (exists) {
         for (const auto& [rank, code] : there.exit_codes) mine.exit_codes.insert_or_assign(rank, code);
-        for (const io::GroupMember& t : there.members)
-          if (io::GroupMember* m = mine.member(t.index); m && t.state == "killed" && m->id == t.id && m->state != "finished")
+        for (const io::GroupMember& t : there.members) {
+          io::GroupMember* m = mine.member(t.index);
+          const bool killed = m != nullptr && t.state == "killed" && m->id == t.id && m->state != "finished";
+          const bool filled_in = t.state != "missing" && !t.id.empty() && (m == nullptr || m->state == "missing");
+          if (m != nullptr && (killed || filled_in))
             *m = t;
+          else if (m == nullptr && filled_in && t.index < mine.size)
+            mine.members.push_back(t);
+        }
       }
       mine.settle();
       there = mine;
@@ -263,7 +271,7 @@ io::GroupMember member_report(const RunHost& host, const Merger& merger, std::op
   if (end) {
     m.state = to_string(*end);
     m.end_time = now_s();
-    m.summary = std::move(summary);
+    if (summary.size() <= io::max_member_summary) m.summary = std::move(summary); // else only in summary.json
     if (*end != RunState::finished) {
       int down = 0;
       for (const io::GroupRank& r : m.ranks) down += r.state != "finished";

@@ -2,6 +2,8 @@
 
 #include "io/posix.hpp"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -14,6 +16,16 @@ std::string short_label(const std::string& name, const std::string& group) {
   if (name.size() > group.size() + 1 && name.starts_with(group) && name[group.size()] == '-')
     return name.substr(group.size() + 1);
   return name;
+}
+
+/// A run's summary.json as one line of JSON, as a member's report would
+/// carry it; "{}" where there is none (or it is not an object).
+std::string summary_of(const std::string& run_dir) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object o;
+  if (parser.load(run_dir + "/summary.json").get(o) != simdjson::SUCCESS) return "{}";
+  std::string json = simdjson::minify(o);
+  return json.size() <= io::max_member_summary ? json : "{}";
 }
 
 bool same_dir(const std::string& a, const std::string& b) {
@@ -144,9 +156,12 @@ std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
   m.dir = run.dir;
   m.host = run.host;
   m.pid = run.pid;
+  m.node = run.node.value_or(0);
   m.start_time = run.start_time;
+  m.summary = summary_of(run.dir);
   for (const RankInfo& k : run.ranks) m.ranks.push_back({*run.first_rank + k.rank, "running", k.last_step});
   m.state = "running";
+  m.message = "no report of this run reached the group (see its host's output); chorus launch took it from its run.json";
   refresh_member(m, run);
   return m;
 }

@@ -140,6 +140,7 @@ RunInfo read_run(const std::string& dir) {
   read_number(o, "rejected", r.rejected);
   read_number(o, "group_index", r.group_index);
   read_number(o, "rank", r.first_rank);
+  read_number(o, "node", r.node);
   simdjson::dom::array ranks;
   if (o["ranks"].get(ranks) == simdjson::SUCCESS) {
     for (simdjson::dom::element e : ranks) {

@@ -34,8 +34,8 @@ struct RunInfo {
   std::optional<double> start_time, end_time; // unix seconds
   std::string state;
   std::optional<std::int64_t> world_size, rows, rejected;
-  /// In a job of several runs: its place in the group, and the global rank of its first place.
-  std::optional<std::int64_t> group_index, first_rank;
+  /// In a job of several runs: its place in the group, the global rank of its first place, its host's node.
+  std::optional<std::int64_t> group_index, first_rank, node;
   std::vector<RankInfo> ranks;
   /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
   std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;

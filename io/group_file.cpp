@@ -18,7 +18,6 @@ namespace chorus::io {
 namespace {
 
 constexpr std::size_t max_text = 4096;           // a name, host, directory or message
-constexpr std::size_t max_summary = 1u << 20;    // a member's summary object
 constexpr std::size_t max_ranks = 65536;
 
 constexpr std::array<std::string_view, 7> member_states = {"running", "finished", "failed", "crashed",
@@ -139,7 +138,7 @@ bool read_member(simdjson::dom::object& o, GroupMember& m, std::string& why) {
   if (o["summary"].get(summary) == simdjson::SUCCESS) {
     if (!summary.is_object()) return bad("summary");
     m.summary = simdjson::minify(summary);
-    if (m.summary.size() > max_summary) return bad("summary");
+    if (m.summary.size() > max_member_summary) return bad("summary");
   }
   return true;
 }

@@ -25,6 +25,10 @@ struct GroupRank {
   std::int64_t last_step = -1;
 };
 
+/// The largest summary a member carries into group.json; a larger one
+/// stays in its run's summary.json only.
+inline constexpr std::size_t max_member_summary = 1u << 20;
+
 /// One run of a group, as its run host reports it.
 struct GroupMember {
   /// Its place in the group: the global rank of a per-rank run, the node of a per-node run.
@@ -39,7 +43,7 @@ struct GroupMember {
   std::optional<double> start_time, end_time; // unix seconds
   std::int64_t rows = 0;
   std::vector<GroupRank> ranks;
-  std::string summary = "{}"; // summary.json's object, as JSON text
+  std::string summary = "{}"; // summary.json's object, as JSON text (at most max_member_summary bytes)
 
   /// The run has ended, one way or another: no later report changes it.
   [[nodiscard]] bool ended() const { return state != "running"; }

@@ -85,11 +85,13 @@ std::string identity_json(const Settings& s, const std::string& id, const std::s
   w.key("start_time");
   w.number(static_cast<double>(start_us) / 1e6);
   if (s.group_size > 0) {
-    // Its place in the job's group, and the global rank of its first place.
+    // Its place in the job's group, the global rank of its first place, its node.
     w.key("group_index");
     w.integer(s.group_index);
     w.key("rank");
     w.integer(s.topo.rank);
+    w.key("node");
+    w.integer(s.topo.node_rank);
   }
   w.end_object();
   return out;

@@ -20,20 +20,21 @@ namespace {
 constexpr int steps = 40;
 
 /// A job of `nodes` launches of `per_node` ranks each, all at once; the
-/// status of each launch, and their output.
+/// status of each launch, and their output. Node 0's workers also take
+/// `node0_args` (later flags win).
 struct Job {
   std::vector<int> status;
   std::string text;
 };
 
 Job run_job(const TempDir& dir, int salt, const std::string& env, int nodes, int per_node,
-            const std::string& worker_args, int launched = -1) {
+            const std::string& worker_args, int launched = -1, const std::string& node0_args = {}) {
   const int port = test_port(salt);
   const std::string id = "group" + std::to_string(salt);
   auto node = [&](int k) {
     const fs::path out = dir.path / ("node" + std::to_string(k) + ".out");
     Output o = run(env + " " +
-                   launch_worker(dir.path, per_node, port, worker_args,
+                   launch_worker(dir.path, per_node, port, k == 0 ? worker_args + " " + node0_args : worker_args,
                                  "--nnodes " + std::to_string(nodes) + " --node-rank " + std::to_string(k) +
                                      " --master-addr 127.0.0.1 --run-id " + id) +
                    " > " + out.string() + " 2>&1");
@@ -65,7 +66,7 @@ struct Rank {
 };
 
 struct Member {
-  std::int64_t index = -1;
+  std::int64_t index = -1, node = -1;
   std::string id, name, dir, state, message;
   std::optional<double> start, end;
   std::int64_t rows = 0;
@@ -107,6 +108,7 @@ Group read_group_json(const fs::path& dir) {
   for (auto m : doc["members"].get_array()) {
     Member x;
     x.index = m["index"].get_int64();
+    x.node = m["node"].get_int64();
     for (auto [key, out] : {std::pair{"id", &x.id}, std::pair{"name", &x.name}, std::pair{"dir", &x.dir},
                             std::pair{"state", &x.state}, std::pair{"message", &x.message}})
       *out = std::string(std::string_view(m[key].get_string()));
@@ -149,6 +151,28 @@ void check_run_dir(const Member& m) {
   BOOST_TEST(std::string_view(info["name"].get_string()) == m.name);
 }
 
+/// Member `rank` of a per-rank group on `node`: the worker's run of `steps`
+/// steps, finished, with its exit code and summary, in the group directory.
+void check_rank_member(const Group& g, const fs::path& gd, int rank, int node, int steps) {
+  BOOST_REQUIRE_GT(g.members.size(), static_cast<std::size_t>(rank));
+  const Member& m = g.members[static_cast<std::size_t>(rank)];
+  BOOST_TEST_CONTEXT("rank " << rank) {
+    BOOST_TEST(m.index == rank);
+    BOOST_TEST(m.node == node);
+    BOOST_TEST(m.state == "finished");
+    BOOST_TEST(m.name == g.group + "-rank-" + std::to_string(rank));
+    BOOST_TEST(m.rows == steps);
+    BOOST_REQUIRE_EQUAL(m.ranks.size(), 1u);
+    BOOST_TEST(m.ranks[0].rank == rank);
+    BOOST_TEST(m.ranks[0].state == "finished");
+    BOOST_TEST(m.ranks[0].last_step == steps - 1);
+    BOOST_TEST((m.exit_codes == std::map<std::string, std::int64_t>{{std::to_string(rank), 0}}));
+    BOOST_TEST(m.summary.find(R"("done":true)") != std::string::npos, m.summary);
+    BOOST_TEST(fs::path(m.dir).parent_path() == gd);
+    check_run_dir(m);
+  }
+}
+
 /// The cells of the lines of `out` that start (after the indent) with `first`;
 /// cells are two or more spaces apart.
 std::vector<std::string> row_of(const std::string& out, const std::string& first) {
@@ -175,6 +199,8 @@ BOOST_AUTO_TEST_CASE(a_run_per_rank_across_two_nodes_makes_one_group_of_every_ra
   const Job job = run_job(dir, 31, "CHORUS_INSECURE=1 CHORUS_MODE=new", 2, 2, "--steps 40 --barrier-every 10");
   BOOST_TEST_INFO(job.text);
   BOOST_REQUIRE((job.status == std::vector{0, 0}));
+  // Every member reached the group (else group.json holds only what launch read from run.json).
+  BOOST_TEST(job.text.find("the job's group") == std::string::npos, job.text);
 
   const fs::path gd = group_dir(dir);
   const Group g = read_group_json(gd);
@@ -186,23 +212,7 @@ BOOST_AUTO_TEST_CASE(a_run_per_rank_across_two_nodes_makes_one_group_of_every_ra
   BOOST_TEST(g.state == "finished");
   check_times(g);
   BOOST_REQUIRE_EQUAL(g.members.size(), 4u);
-  for (int r = 0; r < 4; ++r) {
-    const Member& m = g.members[static_cast<std::size_t>(r)];
-    BOOST_TEST_CONTEXT("rank " << r) {
-      BOOST_TEST(m.index == r);
-      BOOST_TEST(m.state == "finished");
-      BOOST_TEST(m.name == g.group + "-rank-" + std::to_string(r));
-      BOOST_TEST(m.rows == steps);
-      BOOST_REQUIRE_EQUAL(m.ranks.size(), 1u);
-      BOOST_TEST(m.ranks[0].rank == r);
-      BOOST_TEST(m.ranks[0].state == "finished");
-      BOOST_TEST(m.ranks[0].last_step == steps - 1);
-      BOOST_TEST((m.exit_codes == std::map<std::string, std::int64_t>{{std::to_string(r), 0}}));
-      BOOST_TEST(m.summary.find(R"("done":true)") != std::string::npos, m.summary);
-      BOOST_TEST(fs::path(m.dir).parent_path() == gd);
-      check_run_dir(m);
-    }
-  }
+  for (int r = 0; r < 4; ++r) check_rank_member(g, gd, r, r / 2, steps);
   BOOST_TEST((g.exit_codes == std::map<std::string, std::int64_t>{{"0", 0}, {"1", 0}, {"2", 0}, {"3", 0}}));
 
   // chorus ls: the group's line, then its runs with the rank each holds.
@@ -271,6 +281,7 @@ BOOST_AUTO_TEST_CASE(node_runs_report_to_the_group_over_the_jobs_credentials) {
   BOOST_TEST_INFO(job.text);
   BOOST_REQUIRE((job.status == std::vector{0, 0}));
   BOOST_TEST(job.text.find("WARNING") == std::string::npos);
+  BOOST_TEST(job.text.find("the job's group") == std::string::npos, job.text);
 
   const Group g = read_group_json(group_dir(dir));
   BOOST_TEST(g.mode == "shared");
@@ -384,6 +395,31 @@ BOOST_AUTO_TEST_CASE(a_place_whose_run_never_starts_is_missing_and_the_group_fin
 
   const Output ls = run(bin("chorus") + " ls " + dir.path.string());
   BOOST_TEST(ls.text.find("place 3: never registered") != std::string::npos, ls.text);
+}
+
+BOOST_AUTO_TEST_CASE(a_run_whose_reports_cannot_reach_the_group_is_filled_in_from_its_run_json) {
+  // Without credentials, node 1's run cannot report to global rank 0's group
+  // (rank 0 says so, and the group records it missing when the registration
+  // window closes). Node 1's chorus launch, seeing the group directory, fills
+  // its member in from the run's own files when it ends, while rank 0 still
+  // runs; the group's later writes keep that.
+  TempDir dir;
+  const Job job = run_job(dir, 37, "CHORUS_MODE=new CHORUS_INIT_TIMEOUT=2", 2, 1, "--steps 30 --step-us 100000", -1,
+                          "--steps 80");
+  BOOST_TEST_INFO(job.text);
+  BOOST_REQUIRE((job.status == std::vector{0, 0}));
+  BOOST_TEST(job.text.find("cannot report to the job's group without the job's credentials") != std::string::npos);
+  const fs::path gd = group_dir(dir);
+  const Group g = read_group_json(gd);
+  BOOST_TEST(g.state == "finished");
+  check_times(g);
+  BOOST_TEST((g.exit_codes == std::map<std::string, std::int64_t>{{"0", 0}, {"1", 0}}));
+  BOOST_REQUIRE_EQUAL(g.members.size(), 2u);
+  check_rank_member(g, gd, 0, 0, 80);
+  check_rank_member(g, gd, 1, 1, 30);
+  BOOST_TEST(g.members[0].message.empty(), g.members[0].message);
+  BOOST_TEST(g.members[1].message.find("no report of this run reached the group") != std::string::npos,
+             g.members[1].message);
 }
 
 BOOST_AUTO_TEST_CASE(sigterm_to_launch_leaves_the_groups_runs_killed) {
