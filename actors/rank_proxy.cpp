@@ -357,7 +357,8 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
                               "the run host (" + st.host_label + ") was not heard from for connection_timeout (" +
                                   std::to_string(st.keepalive->limit().count()) +
                                   " ms): its node is unreachable or it hangs; values not yet acknowledged are lost "
-                                  "to the run. On a slow or loaded network raise Options::connection_timeout"));
+                                  "to the run. On a slow or loaded network raise connection_timeout (CHORUS_CONNECTION_TIMEOUT, "
+                                  "or Options::connection_timeout)"));
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;

@@ -141,7 +141,9 @@ Error apply_env(Options& o, const Env& env) {
   }
   for (auto [field, var] : {std::pair{&Options::init_timeout, "CHORUS_INIT_TIMEOUT"},
                             std::pair{&Options::finish_timeout, "CHORUS_FINISH_TIMEOUT"},
-                            std::pair{&Options::upload_timeout, "CHORUS_UPLOAD_TIMEOUT"}}) {
+                            std::pair{&Options::upload_timeout, "CHORUS_UPLOAD_TIMEOUT"},
+                            std::pair{&Options::heartbeat_interval, "CHORUS_HEARTBEAT_INTERVAL"},
+                            std::pair{&Options::connection_timeout, "CHORUS_CONNECTION_TIMEOUT"}}) {
     if (auto v = lookup(env, var)) {
       auto s = parse_seconds(*v, 0.0, 1e9, false);
       if (!s || *s <= 0) return bad(variable(var), *v, "is not a timeout", "seconds greater than 0, like 30 or 2.5");
@@ -203,10 +205,23 @@ Error check_options(const Options& o, const Options& given) {
     if ((o.*field).count() <= 0)
       return bad(option(name), std::to_string((o.*field).count()) + " ms", "is not positive", "a duration above 0");
   // A peer probed less often than the silence allowed would be dropped between probes.
-  if (o.connection_timeout <= o.heartbeat_interval)
+  if (o.connection_timeout <= o.heartbeat_interval) {
+    // Named as it was set: from the environment (in seconds) or in Options.
+    const bool env = o.connection_timeout != given.connection_timeout || o.heartbeat_interval != given.heartbeat_interval;
+    const auto secs = [](std::chrono::milliseconds d) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(d.count()) / 1000.0);
+      return std::string(buf);
+    };
+    if (env)
+      return bad(variable("CHORUS_CONNECTION_TIMEOUT"), secs(o.connection_timeout),
+                 "is not longer than the heartbeat interval (CHORUS_HEARTBEAT_INTERVAL, " + secs(o.heartbeat_interval) +
+                     " s)",
+                 "seconds, more than the heartbeat interval");
     return bad(option("connection_timeout"), std::to_string(o.connection_timeout.count()) + " ms",
                "is not longer than heartbeat_interval (" + std::to_string(o.heartbeat_interval.count()) + " ms)",
                "a duration longer than heartbeat_interval");
+  }
   if (o.queue_capacity < min_queue || o.queue_capacity > max_queue)
     return bad(option("queue_capacity"), std::to_string(o.queue_capacity), "is out of range",
                "1024 to 67108864 values");

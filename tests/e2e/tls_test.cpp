@@ -144,8 +144,8 @@ BOOST_AUTO_TEST_CASE(ranks_join_across_a_link_slower_than_the_heartbeat) {
   const int host_port = test_port(salt) + 1;
   const int relay_port = test_port(salt) + 2;
   SlowLink link(relay_port, host_port, std::chrono::milliseconds(250));
-  auto [n0, n1] = two_nodes(dir, salt, env, env + " CHORUS_PORT=" + std::to_string(relay_port),
-                            "--steps 30 --heartbeat-ms 100 --connection-timeout-ms 5000", 30);
+  const std::string liveness = env + " CHORUS_HEARTBEAT_INTERVAL=0.1 CHORUS_CONNECTION_TIMEOUT=5";
+  auto [n0, n1] = two_nodes(dir, salt, liveness, liveness + " CHORUS_PORT=" + std::to_string(relay_port), "--steps 30", 30);
   check_whole_run(dir, n0, n1);
 }
 

@@ -227,6 +227,8 @@ BOOST_AUTO_TEST_CASE(malformed_chorus_values_name_the_variable_and_what_it_takes
        {"-1", "ten", "0", "0.0", "1e3", "nan", "inf", "30s", "2000000000", "-0.5"},
        "seconds greater than 0"},
       {"CHORUS_FINISH_TIMEOUT", {"-1", "ten", "0", "1e3", "inf", "5m"}, "seconds greater than 0"},
+      {"CHORUS_HEARTBEAT_INTERVAL", {"-1", "0", "1s", "nan"}, "seconds greater than 0"},
+      {"CHORUS_CONNECTION_TIMEOUT", {"-1", "0", "10s", "inf"}, "seconds greater than 0"},
       {"CHORUS_SYSTEM_INTERVAL", {"-1", "0.01", "abc", "5m", "nan"}, "seconds, 0 (off) or at least 0.1"},
       {"CHORUS_INSECURE", {"maybe", "2", "on", "-1"}, "1, 0, true, false, yes or no"},
       {"CHORUS_RUN_ID", {"../x", "a/b", "..", ".", "/abs", "a b", "x:y", "ü", long_name}, "1 to 128 of the characters"},
@@ -668,6 +670,21 @@ BOOST_AUTO_TEST_CASE(any_environment_resolves_to_usable_settings_or_an_error) {
     }
   }
   BOOST_TEST(resolved > 100);
+}
+
+BOOST_AUTO_TEST_CASE(link_liveness_from_the_environment) {
+  const auto s = resolve_ok(Options{}, {{"CHORUS_HEARTBEAT_INTERVAL", "0.25"}, {"CHORUS_CONNECTION_TIMEOUT", "45"}});
+  BOOST_TEST(s.opts.heartbeat_interval.count() == 250);
+  BOOST_TEST(s.opts.connection_timeout.count() == 45'000);
+  BOOST_TEST(resolve_ok(Options{}).opts.heartbeat_interval.count() == 1'000);
+  BOOST_TEST(resolve_ok(Options{}).opts.connection_timeout.count() == 10'000);
+  // A peer probed less often than the silence allowed would be dropped between probes.
+  (void)env_error({{"CHORUS_CONNECTION_TIMEOUT", "0.5"}},
+                  {"CHORUS_CONNECTION_TIMEOUT='0.5'", "CHORUS_HEARTBEAT_INTERVAL, 1 s", "more than the heartbeat"});
+  (void)env_error({{"CHORUS_HEARTBEAT_INTERVAL", "20"}}, {"CHORUS_CONNECTION_TIMEOUT='10'", "CHORUS_HEARTBEAT_INTERVAL, 20 s"});
+  Options o;
+  o.connection_timeout = std::chrono::milliseconds(500);
+  BOOST_TEST(resolve_ok(o, {{"CHORUS_CONNECTION_TIMEOUT", "2"}}).opts.connection_timeout.count() == 2'000);
 }
 
 // --- Upload settings --------------------------------------------------------
