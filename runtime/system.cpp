@@ -17,10 +17,8 @@
 #include <caf/openssl/all.hpp>
 #include "runtime/run_impl.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
