@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <fstream>
+#include <utility>
 
 namespace chorus::test {
 
@@ -31,6 +33,15 @@ inline int bound_socket(std::uint16_t port, int backlog, bool any = false) {
     return -1;
   }
   return fd;
+}
+
+/// The kernel's ephemeral range (net.ipv4.ip_local_port_range), from which
+/// outgoing connections take their local ports: {low, high}, inclusive;
+/// Linux's default where it cannot be read.
+inline std::pair<int, int> ephemeral_range() {
+  int low = 32768, high = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); !(range >> low >> high)) return {32768, 60999};
+  return {low, high};
 }
 
 /// The local port of a bound socket.

@@ -92,8 +92,7 @@ inline int test_port(int salt) {
   const std::lock_guard hold(lock);
   if (auto it = chosen.find(salt); it != chosen.end()) return it->second;
   constexpr int span = 8;
-  int low = 32768, high = 60999;
-  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low >> high;
+  const auto [low, high] = chorus::test::ephemeral_range();
   int first = 20000, last = low - span; // below the range, else above it
   if (last - first < 4096) {
     first = high + 1;

@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 using namespace chorus;
 using chorus::test::bound_socket;
@@ -35,8 +34,7 @@ BOOST_AUTO_TEST_CASE(a_listening_port_answers_and_a_closed_one_says_why_not) {
 // a probe must not count as the host, nor leave the port in TIME_WAIT, which
 // would keep the host, starting a moment later, from listening on it.
 BOOST_AUTO_TEST_CASE(a_probe_that_meets_itself_finds_nothing_and_leaves_the_port_free) {
-  int low = 32768, high = 60999;
-  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low >> high;
+  const auto [low, high] = chorus::test::ephemeral_range();
   BOOST_REQUIRE_LT(low + 64, high);
   // A free port of the range with the parity the kernel tries first (that of its low end).
   int port = low + 2 * static_cast<int>((::getpid() * 37) % ((high - low) / 2));
