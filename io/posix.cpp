@@ -83,6 +83,44 @@ int open_private(const std::string& path, int flags, Error& err) {
   return fd;
 }
 
+int open_regular(const std::string& path, int flags, Error& err, int* err_no) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int e = errno;
+    if (err_no) *err_no = e;
+    if (e == ELOOP)
+      err = Error{Errc::io_error, std::string(path) + " is a symbolic link: chorus reads and writes only regular files "
+                                                   "inside a run directory and follows no link there; replace the "
+                                                   "link with the file it points to"};
+    else
+      err = os_error("cannot open", path, e);
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool stat_failed = st.st_mode == 0;
+    const int e = errno;
+    close_fd(fd);
+    if (err_no) *err_no = stat_failed ? e : EINVAL;
+    err = stat_failed ? os_error("fstat", path, e)
+                      : Error{Errc::io_error, std::string(path) + " is not a regular file (" +
+                                                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                                   : S_ISDIR(st.st_mode) ? "a directory"
+                                                   : S_ISSOCK(st.st_mode) ? "a socket"
+                                                                          : "a device") +
+                                                  "): a run directory holds regular files only; remove it, or "
+                                                  "point chorus at the real run directory"};
+    return -1;
+  }
+  // Regular files never block; clear O_NONBLOCK so that reads and writes behave as usual.
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (err_no) *err_no = 0;
+  return fd;
+}
+
 Error write_all(int fd, iovec* iov, int n, std::string_view path) {
   while (n > 0) {
     const ssize_t w = ::writev(fd, iov, n);
@@ -111,10 +149,12 @@ Error write_all(int fd, std::string_view data, std::string_view path) {
 
 Error read_text(const std::string& path, std::string& out, bool missing_ok) {
   out.clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  Error err;
+  int err_no = 0;
+  const int fd = open_regular(path, O_RDONLY, err, &err_no);
   if (fd < 0) {
-    if (errno == ENOENT && missing_ok) return {};
-    return os_error("cannot open", path, errno);
+    if (err_no == ENOENT && missing_ok) return {};
+    return err;
   }
   char buf[1 << 16];
   for (;;) {

@@ -21,6 +21,15 @@ namespace chorus::io::detail {
 /// putting an existing file's mode back to 0600. Returns -1 and sets `err`.
 [[nodiscard]] int open_private(const std::string& path, int flags, Error& err);
 
+/// Opens an existing regular file of a run directory for reading (or with
+/// `flags`, O_RDWR say) without following a symbolic link in its last part
+/// and without blocking: a FIFO, device, socket or directory planted where a
+/// run file belongs is refused with an error naming it, instead of hanging
+/// the reader or letting it truncate a file elsewhere. Returns -1 and sets
+/// `err` (errno ENOENT is left in `err_no` for callers that accept a
+/// missing file).
+[[nodiscard]] int open_regular(const std::string& path, int flags, Error& err, int* err_no = nullptr);
+
 /// Writes every byte of `iov[0..n)` (which it may modify), retrying on EINTR
 /// and after short writes.
 [[nodiscard]] Error write_all(int fd, iovec* iov, int n, std::string_view path);
