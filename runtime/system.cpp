@@ -2,6 +2,7 @@
 // dialling the run host, and this process's RankProxy.
 #include "runtime/system.hpp"
 #include "io/posix.hpp"
+#include "runtime/local_link.hpp"
 
 #include "actors/group.hpp"
 #include "actors/rank_proxy.hpp"
@@ -142,14 +143,21 @@ void sync_wal_on_signals(int fd) {
 
 void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_relaxed); }
 
+/// How a link between two of the job's processes travels: a Unix socket
+/// private to this user (processes of one node), TLS with the job's
+/// credentials, or plain TCP (between nodes, where CHORUS_INSECURE allows it).
+enum class Link { local, tls, tcp };
+
 class SystemImpl final : public System {
 public:
   /// `creds`: the job's credentials when links between nodes are
   /// authenticated, null otherwise. `run_tls`: the run's links go through
   /// CAF's OpenSSL module, with mutual TLS against the job's CA; `group_tls`:
   /// the links of the job's run hosts to its group do.
-  SystemImpl(const Settings& s, const io::Credentials* creds, bool run_tls, bool group_tls)
-      : tls_(run_tls), group_tls_(group_tls), sys_(configure(cfg_, s, creds)) {}
+  SystemImpl(const Settings& s, const io::Credentials* creds, bool run_tls, bool group_tls, std::string socket_dir)
+      : tls_(run_tls), group_tls_(group_tls), sys_(configure(cfg_, s, creds)), socket_dir_(std::move(socket_dir)) {
+    if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_);
+  }
 
   ~SystemImpl() override {
     leave_group();
@@ -158,6 +166,7 @@ public:
     if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
     if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
     if (group_) caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
+    if (local_) caf::anon_send_exit(local_, caf::exit_reason::kill);
     // ~actor_system waits for every actor and stops the middleman.
   }
 
@@ -232,7 +241,9 @@ public:
   Error exchange_nccl_id(bool provide, std::vector<char>& id) override {
     if (!host_) return {Errc::host_lost, "the run host is not connected: no NCCL id to exchange"};
     if (provide) {
-      caf::anon_send(host_, nccl_id_atom::value, id);
+      // Sent with a sender: the Run actor takes the id from its own process only.
+      caf::scoped_actor self{sys_};
+      self->send(host_, nccl_id_atom::value, id);
       return {};
     }
     Error err;
@@ -291,37 +302,63 @@ private:
     if (err) return err;
     note_run_for_launcher(s, host->run_dir);
     host->run_json = identity_json(s, host->run_id, host->run_dir, host->start_us);
+    host->job = job_identity(s);
     host->finish = &run.finish_state();
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
     sync_wal_on_signals(host->wal->fd());
     run_actor_ = spawn_run_actor(sys_, host);
     if (s.run_world > 1) {
-      // Only a run that spans nodes listens beyond loopback: a node-scope
-      // run's ranks are all on its host's node.
-      const bool spans_nodes = s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
-      const char* bind = spans_nodes ? nullptr : "127.0.0.1";
-      auto port = publish(run_actor_, s.port, bind, tls_);
+      // Only a run that spans nodes listens on the network: a node-scope
+      // run's ranks are all on its host's node, and link through its socket.
+      const Link link = run_link(s);
+      auto port = publish(run_actor_, s.port, link);
       if (!port)
-        return {Errc::address_in_use, "the run host cannot listen on port " + std::to_string(s.port) + ": " +
-                                          sys_.render(port.error()) +
-                                          ". Another job may hold it: set CHORUS_PORT to a free port on every rank." +
-                                          io::detail::ephemeral_port_note(s.port)};
+        return {Errc::address_in_use,
+                "the run host cannot listen on " + where(s.port, link) + ": " + sys_.render(port.error()) +
+                    ". Another job may hold it: set CHORUS_PORT to a free port on every rank." +
+                    (link == Link::local ? std::string() : io::detail::ephemeral_port_note(s.port))};
     }
     out = run_actor_;
     return {};
   }
 
-  /// Publishes `whom` on `port` (loopback only when `bind` says so), over TLS when `tls`.
-  caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, const char* bind, bool tls) {
-    return tls ? caf::openssl::publish(whom, port, bind, true) : sys_.middleman().publish(whom, port, bind, true);
+  /// How the ranks of this run reach its host.
+  Link run_link(const Settings& s) const {
+    const bool spans_nodes = s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
+    return !spans_nodes ? Link::local : tls_ ? Link::tls : Link::tcp;
+  }
+
+  /// Names the listener of `port` for an error.
+  std::string where(std::uint16_t port, Link link) const {
+    return link == Link::local ? local_socket_path(socket_dir_, port) + " (CHORUS_PORT " + std::to_string(port) + ")"
+                               : "port " + std::to_string(port);
+  }
+
+  /// The middleman actor that opens links of kind `link`.
+  caf::io::middleman_actor connector(Link link) {
+    return link == Link::local ? local_ : link == Link::tls ? sys_.openssl_manager().actor_handle()
+                                                            : sys_.middleman().actor_handle();
+  }
+
+  /// Publishes `whom` on `port`: this user's socket for it (local), or every
+  /// interface (TLS, or plain TCP between nodes).
+  caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, Link link) {
+    if (link == Link::local && !local_)
+      return caf::make_error(caf::sec::cannot_open_port, "no socket directory for local links");
+    caf::expected<std::uint16_t> out{std::uint16_t{0}};
+    caf::scoped_actor self{sys_};
+    self->request(connector(link), caf::infinite, caf::publish_atom::value, port,
+                  caf::actor_cast<caf::strong_actor_ptr>(whom), std::set<std::string>{}, std::string(), true)
+        .receive([&](std::uint16_t actual) { out = actual; }, [&](caf::error& e) { out = std::move(e); });
+    return out;
   }
 
   /// Dials host:port until `deadline`: a bounded TCP probe, then CAF's
   /// handshake through the middleman actor, bounded by a request timeout.
   /// Returns "" with the actor published there in `out`, or the last reason
   /// it failed.
-  std::string dial(const std::string& address, std::uint16_t port, bool tls, clock::time_point deadline,
+  std::string dial(const std::string& address, std::uint16_t port, Link link, clock::time_point deadline,
                    caf::actor& out) {
     std::string why = "nothing tried";
     // Ranks often start before the host listens: retry soon, then back off.
@@ -329,12 +366,11 @@ private:
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0) break;
-      if (io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
+      // A Unix socket answers at once; a TCP host is probed first (see tcp_probe).
+      if (link == Link::local || io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
         bool ok = false;
-        const caf::io::middleman_actor& connector =
-            tls ? sys_.openssl_manager().actor_handle() : sys_.middleman().actor_handle();
-        self->request(connector, left, caf::connect_atom::value, address, port)
+        self->request(connector(link), left, caf::connect_atom::value, address, port)
             .receive(
                 [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
                   if (ptr) {
@@ -356,12 +392,13 @@ private:
 
   /// Dials the run host until init_timeout.
   Error dial_run_host(const Settings& s, caf::actor& out) {
-    const std::string why =
-        dial(s.host_address, s.port, tls_, clock::now() + s.opts.init_timeout, out);
+    const Link link = run_link(s);
+    const std::string why = dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out);
     if (why.empty()) return {};
     return {Errc::connect_failed,
-            "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " + s.host_address + ":" +
-                std::to_string(s.port) + " within init_timeout (" + std::to_string(s.opts.init_timeout.count()) +
+            "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " +
+                (link == Link::local ? where(s.port, link) : s.host_address + ":" + std::to_string(s.port)) +
+                " within init_timeout (" + std::to_string(s.opts.init_timeout.count()) +
                 " ms; last attempt: " + why + (s.topo.num_nodes > 1 ? std::string(
                     "; across nodes, every rank needs the same CHORUS_TLS_DIR credentials as the run host") : std::string()) +
                 "). Check that rank 0 is running, that MASTER_ADDR / CHORUS_PORT point to it on every rank, or raise "
@@ -386,7 +423,8 @@ private:
     if (s.topo.node_rank != 0 && (!other_nodes || s.group_address.empty())) return;
     const std::string address = s.topo.node_rank == 0 ? std::string("127.0.0.1") : s.group_address;
     caf::actor group;
-    const std::string why = dial(address, s.group_port, group_tls_, clock::now() + s.opts.init_timeout, group);
+    const std::string why =
+        dial(address, s.group_port, group_link(other_nodes), clock::now() + s.opts.init_timeout, group);
     if (why.empty())
       register_run(group, s.opts.init_timeout);
     else
@@ -402,12 +440,19 @@ private:
       std::fprintf(stderr, "chorus: the runs on other nodes cannot report to the job's group without the job's "
                            "credentials (CHORUS_TLS_DIR, or CHORUS_INSECURE=1): group.json will list them as "
                            "missing\n");
-    if (auto port = publish(group_, s.group_port, other_nodes ? nullptr : "127.0.0.1", group_tls_); !port)
-      std::fprintf(stderr, "chorus: the job's group cannot listen on port %u (%s): the other processes' runs cannot "
+    const Link link = group_link(other_nodes);
+    if (auto port = publish(group_, s.group_port, link); !port)
+      std::fprintf(stderr, "chorus: the job's group cannot listen on %s (%s): the other processes' runs cannot "
                            "report to it; set CHORUS_PORT to a free port on every rank.%s\n",
-                   static_cast<unsigned>(s.group_port), sys_.render(port.error()).c_str(),
-                   io::detail::ephemeral_port_note(s.group_port).c_str());
+                   where(s.group_port, link).c_str(), sys_.render(port.error()).c_str(),
+                   link == Link::local ? "" : io::detail::ephemeral_port_note(s.group_port).c_str());
     register_run(group_, s.opts.init_timeout);
+  }
+
+  /// How the job's run hosts reach its group: across nodes (where allowed)
+  /// over the network, else through this node's socket.
+  Link group_link(bool other_nodes) const {
+    return !other_nodes ? Link::local : group_tls_ ? Link::tls : Link::tcp;
   }
 
   /// Hands the Group to the Run actor, which registers with it; returns once
@@ -436,6 +481,8 @@ private:
   bool group_tls_;
   caf::actor_system_config cfg_;
   caf::actor_system sys_;
+  caf::io::middleman_actor local_; // links within this node (runtime/local_link.hpp)
+  std::string socket_dir_;
   caf::actor run_actor_;
   caf::actor proxy_;
   caf::actor host_; // the Run actor, here or remote
@@ -474,7 +521,11 @@ std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
                          "CHORUS_TLS_DIR instead\n",
                  static_cast<unsigned>(s.port));
   }
-  auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, tls, group_tls);
+  // Links within the node go through this user's socket directory.
+  std::string socket_dir;
+  if ((s.run_world > 1 && !spans_nodes) || s.group_size > 0)
+    if ((error = local_socket_dir(s.opts.read_env, socket_dir))) return nullptr;
+  auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, tls, group_tls, socket_dir);
   error = sys->start(run);
   return sys;
 }

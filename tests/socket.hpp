@@ -4,11 +4,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
+#include <string>
 #include <utility>
 
 namespace chorus::test {
@@ -42,6 +45,28 @@ inline std::pair<int, int> ephemeral_range() {
   int low = 32768, high = 60999;
   if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); !(range >> low >> high)) return {32768, 60999};
   return {low, high};
+}
+
+/// A Unix stream socket bound to `path`, listening where `backlog` > 0
+/// (an unlistened one is what a process that died leaves behind); -1 with
+/// errno on failure.
+inline int unix_socket(const std::string& path, int backlog) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || (backlog > 0 && ::listen(fd, backlog) != 0)) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
 }
 
 /// The local port of a bound socket.

@@ -1,0 +1,36 @@
+// Links between the processes of one node: a Unix socket in a directory that
+// only this user can enter, instead of TCP on loopback, which any local
+// process of any user could reach. The kernel admits only this user's
+// processes (the directory's mode, and each accepted peer's credentials are
+// checked again), so nothing from another user reaches CAF's parser: not a
+// message, not a handshake, not a header that sizes a buffer.
+//
+// CAF 0.17 carries its BASP over any stream socket: a middleman actor of our
+// own (as CAF's OpenSSL module does for TLS) opens the Unix listener and
+// connections and hands them to the same BASP broker that TCP links use.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <caf/fwd.hpp>
+#include <caf/io/middleman_actor.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace chorus::detail {
+
+/// The directory of this user's sockets: CHORUS_SOCKET_DIR (where `read_env`),
+/// else $TMPDIR/chorus-<uid>, else /tmp/chorus-<uid>. Made with mode 0700
+/// where missing; refused, with the fix, where it is a link, not a directory,
+/// or owned by another user.
+[[nodiscard]] Error local_socket_dir(bool read_env, std::string& out);
+
+/// The socket of the run or group that `port` names on this node.
+[[nodiscard]] std::string local_socket_path(const std::string& dir, std::uint16_t port);
+
+/// A middleman actor (CAF's publish_atom and connect_atom) whose listeners
+/// and connections are the Unix sockets of `dir`, keyed by port.
+caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string dir);
+
+} // namespace chorus::detail
