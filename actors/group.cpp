@@ -135,8 +135,11 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
   });
 
   return {
-      [self](member_atom, std::int64_t seq, const std::string& json, caf::actor run) {
+      [self](member_atom, std::int64_t seq, const std::string& json, const caf::actor& named) {
         auto& st = self->state;
+        // A report comes from the run it describes; one whose sender CAF lost is repeated until acknowledged.
+        caf::actor run = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!run || run != named) return;
         io::GroupManifest& g = st.host.manifest;
         io::GroupMember m;
         std::string why;
@@ -179,7 +182,7 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
       },
       [self](join_tmo_atom) {
         auto& st = self->state;
-        if (st.done) return;
+        if (!from_self(self) || st.done) return;
         record_missing(self, "never registered with the group within init_timeout: its run host did not start, or "
                              "could not reach global rank 0 (across nodes that takes CHORUS_TLS_DIR or "
                              "CHORUS_INSECURE=1)");
@@ -187,12 +190,14 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
       },
       [self](flush_atom) {
         auto& st = self->state;
+        if (!from_self(self)) return;
         st.write_armed = false;
         if (st.dirty) st.write();
       },
       [](ping_atom) { return caf::ok_atom::value; },
       [self](finish_atom) {
         auto& st = self->state;
+        if (!from_this_process(self)) return; // global rank 0's own System, as it exits
         auto rp = self->make_response_promise();
         if (st.done) {
           rp.deliver(caf::ok_atom::value);
@@ -203,7 +208,7 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;
-        if (st.done) return;
+        if (!from_self(self) || st.done) return;
         for (io::GroupMember& m : st.host.manifest.members)
           if (!m.ended())
             end_member(m, "unknown",

@@ -56,6 +56,10 @@ public:
   /// Sends `m` as the run's latest state (now, or once connected).
   void report(caf::event_based_actor* self, const io::GroupMember& m);
   void acked(std::int64_t seq);
+  /// Whether `sender` is the Group this link reports to.
+  [[nodiscard]] bool is(const caf::strong_actor_ptr& sender) const {
+    return sender && group_ && caf::actor_cast<caf::actor_addr>(sender) == group_.address();
+  }
   /// True if `dm` is about the Group: it is gone, nobody acknowledges now.
   bool down(const caf::down_msg& dm);
   /// The retry timer: the latest report again, if still unacknowledged.

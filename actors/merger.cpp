@@ -24,6 +24,10 @@ constexpr std::uint32_t max_world = 1u << 16;
 constexpr std::uint32_t max_local_key = 1u << 22;
 constexpr std::uint32_t no_key = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint32_t key_in_frame = no_key - 1; // defined earlier in the frame being checked
+// A rank's seqs count the slots of its queue: one event moves them by its
+// values (at most 65535 a call) or by one. A bigger jump is not a frame its
+// RankProxy wrote, and would complete tickets not yet sent.
+constexpr std::uint64_t max_seq_advance = 1u << 17;
 
 /// A rank's id for a key, and where that rank's value of it sits in the
 /// pending row it last logged it at (so a repeat replaces, not appends).
@@ -43,6 +47,7 @@ struct Rank {
   std::int64_t cursor = no_step;    // last_step, or past what a barrier committed: auto steps go on from here
   std::uint64_t barriers = 0;       // barrier events processed
   std::uint64_t barrier_seq = 0;
+  std::uint64_t seq = 0; // the last seq of its frames: each event's is higher, and not by much
   std::uint32_t barrier_name = no_key;
   std::vector<char> parked_events; // encoded events, as they came, from parked_from on
   std::size_t parked_from = 0;
@@ -139,15 +144,28 @@ struct Merger::State {
   }
 
   /// Checks that every key a frame uses is defined before its use, and
-  /// consistently; new ids are marked, and unmarked again on failure.
+  /// consistently, and that its seqs go up as a RankProxy numbers them; new
+  /// ids are marked, and unmarked again on failure.
   bool check_keys(Rank& r, std::span<const char> body) {
     fresh_ids.clear();
     fresh_names.clear();
     auto known = [&r](std::uint32_t id) { return id < r.keys.size() && r.keys[id].gid != no_key; };
     bool ok = true;
+    std::uint64_t seq = r.seq;
     wire::EventReader in(body);
     wire::RankEvent ev;
     while (ok && in.next(ev)) {
+      const std::uint64_t next = std::visit(
+          [seq](const auto& e) -> std::uint64_t {
+            if constexpr (requires { e.seq; }) return e.seq;
+            return seq + 1; // a key definition carries none
+          },
+          ev);
+      if (next <= seq || next - seq > max_seq_advance) {
+        ok = false;
+        break;
+      }
+      if (!std::holds_alternative<wire::KeyDef>(ev)) seq = next;
       if (const auto* k = std::get_if<wire::KeyDef>(&ev)) {
         if (k->id >= max_local_key) {
           ok = false;
@@ -176,6 +194,8 @@ struct Merger::State {
     }
     if (!ok)
       for (std::uint32_t id : fresh_ids) r.keys[id].gid = no_key;
+    else
+      r.seq = seq;
     return ok;
   }
 

@@ -39,7 +39,8 @@
 // - a rank batch is malformed (apply() returns false, nothing changes) before
 //   run_start, from a rank outside world_size or not joined yet, or when it
 //   uses a key id before naming it or names one id twice differently (or
-//   names an id of 2^22 or more); so is a run_start for 0 or more than 65536
+//   names an id of 2^22 or more), or whose seqs do not go up from the rank's
+//   last (by at most 2^17 an event); so is a run_start for 0 or more than 65536
 //   ranks. A joined event for a rank already dead is ignored: it stays crashed;
 // - a step outside 0..INT64_MAX-1 (or an auto step past it) is refused with
 //   invalid_argument.

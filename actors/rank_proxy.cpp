@@ -76,15 +76,17 @@ void joined(proxy_actor* self, JoinResult r) {
 void send_join(proxy_actor* self) {
   auto& st = self->state;
   self->send(st.host, join_atom::value, st.rank, this_host(), static_cast<std::int64_t>(::getpid()),
-             caf::actor_cast<caf::actor>(self));
+             job_identity(st.run->settings()));
   self->delayed_send(self, st.join_retry, join_retry_atom::value);
   st.join_retry = std::min(st.join_retry * 2, std::chrono::milliseconds(2000));
 }
 
+/// Fills in the process's FinishResult (`err`, if any, is its error) and,
+/// once the finish ticket was seen, completes it.
 void complete_finish(proxy_actor* self, Error err) {
   auto& st = self->state;
   if (st.done) return;
-  st.done = true;
+  st.done = st.finish_seq != 0;
   {
     std::lock_guard lock(st.run->finish_state().mu);
     FinishResult& r = st.run->finish_state().result;
@@ -94,7 +96,7 @@ void complete_finish(proxy_actor* self, Error err) {
     r.run_dir = st.run->run_dir;
     r.dropped = st.run->dropped();
   }
-  st.run->channel().complete(st.finish_seq);
+  if (st.finish_seq) st.run->channel().complete(st.finish_seq);
 }
 
 /// The run host is gone (`e` says how): every waiting caller gets `e`, and the proxy stops.
@@ -102,7 +104,7 @@ void lose_host(proxy_actor* self, Error e) {
   auto& st = self->state;
   st.host = nullptr;
   joined(self, JoinResult{e, {}, {}});
-  if (st.finish_seq) complete_finish(self, e);
+  complete_finish(self, e);
   st.run->channel().fail(std::move(e));
   self->quit();
 }
@@ -249,6 +251,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
   return {
       [self](joined_atom, bool ok, const std::string& id_or_error, const std::string& dir, const caf::actor& beacon) {
         auto& st = self->state;
+        if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
         if (beacon) st.beacon = beacon;
         if (!st.on_join) return; // an answer to a repeated join
@@ -268,7 +271,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
       },
       [self](join_retry_atom) {
         auto& st = self->state;
-        if (!st.on_join) return;
+        if (!from_self(self) || !st.on_join) return;
         if (std::chrono::steady_clock::now() < st.join_deadline) return send_join(self);
         joined(self, JoinResult{Error(Errc::connect_failed,
                                       "the run host at " + st.host_label +
@@ -284,7 +287,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         // The proxy's own loop: back-to-back while there is data, else a
         // short sleep, else parked (see idle_poll).
         auto& st = self->state;
-        if (loop != st.loop) return;
+        if (!from_self(self) || loop != st.loop) return;
         Channel& ch = st.run->channel();
         if (drain(self)) {
           st.idle_polls = 0;
@@ -322,10 +325,11 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         st.idle_polls = 0;
         self->send(self, drain_atom::value, ++st.loop);
       },
-      [self](ack_atom, bool for_frame, std::uint64_t completed, const std::vector<char>& errors) {
+      [self](ack_atom, std::uint32_t frames, std::uint64_t completed, const std::vector<char>& errors) {
         auto& st = self->state;
+        if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
-        if (for_frame) --st.in_flight;
+        st.in_flight -= static_cast<int>(std::min<std::uint32_t>(frames, static_cast<std::uint32_t>(st.in_flight)));
         for_each_ack_error(errors, [&](std::uint64_t seq, Error e) { st.run->channel().set_error(seq, std::move(e)); });
         if (st.finish_seq != 0 && completed >= st.finish_seq) {
           st.run->channel().complete(st.finish_seq - 1);
@@ -343,11 +347,15 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         } else {
           st.run->channel().complete(completed);
         }
-        if (for_frame) drain(self);
+        if (frames != 0) drain(self);
+      },
+      [self](fail_atom, std::uint8_t code, const std::string& why) {
+        // The run keeps nothing more (its WAL failed, or it ended): every ticket learns why.
+        if (from(self, self->state.host)) lose_host(self, Error(static_cast<Errc>(code), why));
       },
       [self](keepalive_atom) {
         auto& st = self->state;
-        if (st.done || !st.host) return;
+        if (!from_self(self) || st.done || !st.host) return;
         // Until the join is answered, init_timeout bounds the wait (join_retry_atom), not
         // the host's silence: a host still starting up answers late. The pings still go,
         // to keep the link alive.
@@ -362,7 +370,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;
-        if (st.done) return;
+        if (!from_self(self) || st.done) return;
         complete_finish(self, Error(Errc::timeout, "finish did not complete within finish_timeout (" +
                                                        std::to_string(st.run->settings().opts.finish_timeout.count()) +
                                                        " ms): the run host did not confirm; data it acknowledged is "

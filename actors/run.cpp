@@ -10,6 +10,7 @@
 #include "runtime/channel.hpp"
 #include "runtime/wire.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -26,6 +27,7 @@ public:
   struct Progress {
     std::uint64_t completed = 0;
     std::vector<char> errors;
+    std::uint32_t frames = 0; // the rank's frames applied since its last ack
     bool changed = false;
   };
 
@@ -74,7 +76,8 @@ struct RunActorState {
   std::int64_t armed_barrier = -1;
   bool finishing = false;
   bool ended = false;
-  bool wal_failed = false;
+  bool sync_pending = false; // a sync_atom is on its way: acks wait for it
+  Error wal_error;           // the WAL could not be written: nothing more is acknowledged
   caf::response_promise finish_promise;
   GroupLink group;                       // where the job has several runs
   std::uint64_t reported_generation = 0; // the rank states the group last heard
@@ -91,26 +94,74 @@ struct RunActorState {
 
 using run_actor = caf::stateful_actor<RunActorState>;
 
-/// Logs a frame, then applies it: what was applied is always in the WAL.
-void record(run_actor* self, const std::vector<char>& frame) {
+void end_run(run_actor* self);
+
+/// The WAL failed (`e`): the run keeps nothing more. Every rank learns at
+/// once that what it sent since the last ack, and all it sends later, is
+/// lost; run.json and the run's FinishResult carry the reason.
+void fail_wal(run_actor* self, const Error& e) {
   auto& st = self->state;
-  if (Error e = st.host->wal->append(frame); e && !st.wal_failed) {
-    st.wal_failed = true;
-    std::fprintf(stderr, "chorus: %s (the run continues without its write-ahead log)\n", e.message().c_str());
-  }
-  if (!st.merger->apply(frame)) std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
+  if (st.wal_error) return;
+  st.wal_error = Error(Errc::io_error, "the run's write-ahead log could not be written (" + e.message() +
+                                           "): values sent since the last acknowledgement, and every later one, are "
+                                           "not kept; everything acknowledged before is on disk (chorus recover " +
+                                           st.host->run_dir + " rebuilds the run's files once the disk is fixed)");
+  std::fprintf(stderr, "chorus: %s\n", st.wal_error.message().c_str());
+  st.sink->writer.note_error(st.wal_error);
+  for (auto& p : st.sink->progress) p = {};
+  for (const auto& proxy : st.proxies)
+    if (proxy) self->send(proxy, fail_atom::value, static_cast<std::uint8_t>(st.wal_error.code()), st.wal_error.message());
+  // The run is over: its state (failed) and the reason go to run.json where the disk still takes them.
+  end_run(self);
 }
 
-void send_acks(run_actor* self, int frame_rank) {
+/// Acks go out once the WAL holding what they acknowledge is on disk; one
+/// sync_atom behind the frames in the mailbox syncs them all at once.
+void request_sync(run_actor* self) {
   auto& st = self->state;
+  if (st.sync_pending) return;
+  st.sync_pending = true;
+  self->send(self, sync_atom::value);
+}
+
+/// Applies a frame, then appends it to the WAL (a malformed frame changes
+/// nothing and never reaches the WAL); false if it was refused. Its ack
+/// waits for the sync.
+bool record(run_actor* self, const std::vector<char>& frame) {
+  auto& st = self->state;
+  if (!st.merger->apply(frame)) {
+    std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
+    return false;
+  }
+  if (st.wal_error) return true;
+  if (Error e = st.host->wal->append(frame)) {
+    fail_wal(self, e);
+    return true;
+  }
+  request_sync(self);
+  return true;
+}
+
+void send_acks(run_actor* self) {
+  auto& st = self->state;
+  if (st.wal_error) return;
   for (std::size_t r = 0; r < st.sink->progress.size(); ++r) {
     auto& p = st.sink->progress[r];
-    const bool for_frame = static_cast<int>(r) == frame_rank;
-    if ((!p.changed && !for_frame) || r >= st.proxies.size() || !st.proxies[r]) continue;
-    self->send(st.proxies[r], ack_atom::value, for_frame, p.completed, p.errors);
+    if ((!p.changed && p.frames == 0) || r >= st.proxies.size() || !st.proxies[r]) continue;
+    self->send(st.proxies[r], ack_atom::value, p.frames, p.completed, p.errors);
     p.errors.clear();
     p.changed = false;
+    p.frames = 0;
   }
+}
+
+/// Makes what was appended durable, then acknowledges it.
+void sync_and_ack(run_actor* self) {
+  auto& st = self->state;
+  st.sync_pending = false;
+  if (st.wal_error) return;
+  if (Error e = st.host->wal->sync()) return fail_wal(self, e);
+  send_acks(self);
 }
 
 void end_run(run_actor* self) {
@@ -121,15 +172,17 @@ void end_run(run_actor* self) {
   int finished = 0;
   for (int r = 0; r < world; ++r)
     if (st.merger->rank_state(r) == RunState::finished) ++finished;
-  const RunState state = finished == world ? RunState::finished : RunState::failed;
+  const RunState state = finished == world && !st.wal_error ? RunState::finished : RunState::failed;
   record(self, wire::run_end(state, unix_now_us()));
   st.sink->writer.flush();
-  (void)st.host->wal->sync();
-  send_acks(self, -1);
+  sync_and_ack(self);
   if (FinishState* fs = st.host->finish) {
     std::lock_guard lock(fs->mu);
     FinishResult& r = fs->result;
-    r.state = state;
+    r.state = st.wal_error ? RunState::failed : state;
+    // What could not be written is the run's error: the WAL's, else the first of its files'.
+    if (!r.error && st.wal_error) r.error = st.wal_error;
+    if (!r.error && st.sink->writer.error().code() == Errc::io_error) r.error = st.sink->writer.error();
     r.rows = st.merger->rows_committed();
     r.rejected = st.merger->values_rejected();
     r.ranks.clear();
@@ -159,10 +212,10 @@ void end_run(run_actor* self) {
       .then([done](bool) { done(); }, [done](caf::error&) { done(); });
 }
 
-/// After every applied frame: acks, barrier timers, the end of the run.
-void after_frame(run_actor* self, int frame_rank) {
+/// After every applied frame: acks (once synced), barrier timers, the end of the run.
+void after_frame(run_actor* self) {
   auto& st = self->state;
-  send_acks(self, frame_rank);
+  request_sync(self);
   const std::int64_t open = st.merger->open_barrier();
   if (open >= 0 && open != st.armed_barrier) {
     st.armed_barrier = open;
@@ -209,17 +262,22 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
       record(self, wire::rank_dead(rank, unix_now_us(), "its process exited or its connection was lost (" +
                                                        caf::to_string(dm.reason) + ") at step " +
                                                        std::to_string(st.merger->rank_last_step(static_cast<int>(rank)))));
-    after_frame(self, -1);
+    after_frame(self);
   });
 
   return {
-      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, caf::actor named) {
+      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, const std::string& job) {
         auto& st = self->state;
-        // The sender is the proxy; the name it sends along stands in when CAF
-        // lost the sender of this message (see protocol.hpp).
-        caf::actor proxy = self->current_sender() ? caf::actor_cast<caf::actor>(self->current_sender()) : named;
-        if (!proxy) return; // nobody to answer
+        // A join without a sender (CAF lost it, see protocol.hpp) is
+        // repeated by its proxy: only one that names its sender is taken.
+        caf::actor proxy = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!proxy) return;
         auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string(), caf::actor()); };
+        const std::string& ours = st.host->job;
+        if (job != ours)
+          return refuse("rank " + std::to_string(rank) + " belongs to another job (" + job + ") than this run (" + ours +
+                        "): two jobs on one node met on the same port; give each job its own CHORUS_PORT (or "
+                        "MASTER_PORT), or check that every rank sees the same CHORUS_* settings");
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
           return refuse("rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
@@ -233,6 +291,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                         "rank needs a new run id");
         }
         if (st.ended) return refuse("the run has ended: start a new run (another run id) to log more");
+        if (st.wal_error) return refuse(st.wal_error.message());
         if (st.merger->rank_state(static_cast<int>(rank)) != RunState::running)
           return refuse("rank " + std::to_string(rank) + " came later than init_timeout (" +
                         std::to_string(st.host->settings.opts.init_timeout.count()) +
@@ -242,76 +301,104 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
         record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
-        after_frame(self, -1);
+        after_frame(self);
         self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir, st.beacon);
       },
       [self](batch_atom, const std::vector<char>& frame) {
         auto& st = self->state;
+        // Only a joined rank's own proxy sends frames, and only for its rank.
+        auto it = st.rank_of.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+        if (it == st.rank_of.end()) return;
+        const std::uint32_t rank = it->second;
         std::uint32_t claimed = 0;
         if (frame.size() >= 5) std::memcpy(&claimed, frame.data() + 1, 4);
-        if (st.ended || claimed >= st.proxies.size() || !st.merger->rank_joined(static_cast<int>(claimed))) return;
-        // A frame from another process than the rank's own proxy is dropped;
-        // a frame whose sender CAF lost (see join) is taken on its rank's word.
-        if (auto sender = self->current_sender()) {
-          auto it = st.rank_of.find(caf::actor_cast<caf::actor_addr>(sender));
-          if (it == st.rank_of.end() || it->second != claimed) return;
+        if (claimed != rank || !st.proxies[rank]) return;
+        if (st.wal_error) return; // the rank was told (fail_atom)
+        if (st.ended) {
+          // Nothing waits for ever: the proxy learns that its values came too late.
+          return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::host_lost),
+                            "the run ended before these values reached it (this rank is recorded as " +
+                                std::string(to_string(st.merger->rank_state(static_cast<int>(rank)))) +
+                                "); they are not in the run");
         }
-        record(self, frame);
-        after_frame(self, static_cast<int>(claimed));
+        if (!record(self, frame)) return;
+        ++st.sink->progress[rank].frames;
+        after_frame(self);
+      },
+      [self](sync_atom) {
+        if (from_self(self)) sync_and_ack(self);
       },
       [self](barrier_tmo_atom, std::int64_t index) {
         auto& st = self->state;
-        if (st.ended || st.merger->open_barrier() != index) return;
+        if (!from_self(self) || st.ended || st.merger->open_barrier() != index) return;
         record(self, wire::barrier_timeout(static_cast<std::uint32_t>(index), unix_now_us()));
-        after_frame(self, -1);
+        after_frame(self);
       },
       [self](join_tmo_atom) {
         auto& st = self->state;
-        if (st.ended) return;
+        if (!from_self(self) || st.ended) return;
         for (int r = 0; r < st.merger->world_size(); ++r)
           if (!st.merger->rank_joined(r) && st.merger->rank_state(r) == RunState::running)
             record(self, wire::rank_dead(static_cast<std::uint32_t>(r), unix_now_us(),
                                          "never connected to the run host within init_timeout (" +
                                              std::to_string(st.host->settings.opts.init_timeout.count()) + " ms)"));
-        after_frame(self, -1);
+        after_frame(self);
       },
       [self](flush_atom) {
         auto& st = self->state;
-        if (st.ended) return;
+        if (!from_self(self) || st.ended) return;
         st.sink->writer.flush();
         if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },
       [self](system_atom, std::uint32_t rank, const std::string& line) {
         auto& st = self->state;
-        // One JSON object a line, from a rank of this run.
-        if (st.ended || rank >= st.proxies.size() || !st.merger->rank_joined(static_cast<int>(rank)) ||
-            line.size() < 2 || line.size() > 65536 || line.front() != '{' || line.find('\n') != std::string::npos)
+        // One JSON object a line, from the process of a joined rank (its SystemMonitor).
+        if (st.ended || rank >= st.proxies.size() || !st.proxies[rank] || !self->current_sender() ||
+            self->current_sender()->node() != st.proxies[rank].node() || line.size() < 2 || line.size() > 65536 ||
+            line.front() != '{' || line.find('\n') != std::string::npos)
           return;
         st.sink->writer.system_line(line);
       },
       [self](group_atom, caf::actor group) {
         // Registers with the group before the run takes values: a run that dies early is still known there.
         auto& st = self->state;
+        if (!from_this_process(self)) return;
         st.reported_generation = st.sink->generation;
         st.group.report(self, member_report(*st.host, *st.merger));
         const Options& opts = st.host->settings.opts;
         st.group.connect(self, std::move(group), self->make_response_promise(), opts.heartbeat_interval,
                          opts.connection_timeout);
       },
-      [self](group_atom) { self->state.group.when_settled(self->make_response_promise()); },
-      [self](member_ok_atom, std::int64_t seq) { self->state.group.acked(seq); },
-      [self](member_retry_atom) { self->state.group.retry(self); },
-      [self](keepalive_atom) { self->state.group.keepalive(self); },
+      [self](group_atom) {
+        if (from_this_process(self)) self->state.group.when_settled(self->make_response_promise());
+      },
+      [self](member_ok_atom, std::int64_t seq) {
+        if (self->state.group.is(self->current_sender())) self->state.group.acked(seq);
+      },
+      [self](member_retry_atom) {
+        if (from_self(self)) self->state.group.retry(self);
+      },
+      [self](keepalive_atom) {
+        if (from_self(self)) self->state.group.keepalive(self);
+      },
       [](ping_atom) { return caf::ok_atom::value; },
       [self](nccl_id_atom, const std::vector<char>& id) {
+        // The id comes from the host's own process (run rank 0).
         auto& st = self->state;
+        if (!from_this_process(self) || id.empty() || id.size() > 4096) return;
         st.nccl_id = id;
         for (auto& rp : st.nccl_id_waiters) rp.deliver(id);
         st.nccl_id_waiters.clear();
       },
       [self](nccl_id_atom) {
         auto& st = self->state;
+        // Only the processes of the run's ranks are told the id.
+        const auto& sender = self->current_sender();
+        const bool member = sender && std::any_of(st.proxies.begin(), st.proxies.end(), [&](const caf::actor& p) {
+                              return p && p.node() == sender->node();
+                            });
+        if (!member) return;
         auto rp = self->make_response_promise();
         if (!st.nccl_id.empty())
           rp.deliver(st.nccl_id);
@@ -320,6 +407,8 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
       },
       [self](finish_atom) {
         auto& st = self->state;
+        // Only the host's own RankProxy finishes the run.
+        if (!from_this_process(self)) return;
         auto rp = self->make_response_promise();
         if (st.ended) {
           rp.deliver(caf::ok_atom::value);
@@ -328,11 +417,11 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         st.finishing = true;
         st.finish_promise = rp;
         self->delayed_send(self, st.host->settings.opts.finish_timeout, finish_tmo_atom::value);
-        after_frame(self, -1);
+        after_frame(self);
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;
-        if (st.ended) return;
+        if (!from_self(self) || st.ended) return;
         record(self, wire::finish_timeout(unix_now_us()));
         end_run(self);
       },

@@ -24,6 +24,7 @@ struct RunHost {
   std::string run_id;
   std::string run_dir;
   std::string run_json; // the identity object of run.json
+  std::string job;      // job_identity(): the joins of other jobs' ranks are refused
   std::int64_t start_us = 0;
   std::unique_ptr<io::WalWriter> wal;
   FinishState* finish = nullptr; // the host process's; filled when the run ends

@@ -98,6 +98,9 @@ public:
   /// what run.summary set over them.
   [[nodiscard]] std::string summary_json() const;
 
+  /// Records `e` as the run's error (its WAL failed, say): run.json says so.
+  void note_error(const Error& e);
+
   /// The first error met (Errc::io_error for the filesystem, invalid_argument
   /// for a config or summary that was not a JSON object); ok if none.
   [[nodiscard]] const Error& error() const noexcept;

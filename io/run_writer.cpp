@@ -201,6 +201,8 @@ struct RunWriter::State {
     w.key("world_size").uinteger(world_size);
     w.key("rows").uinteger(rows);
     w.key("rejected").uinteger(rejected_values);
+    // What could not be written, where the files are incomplete (the WAL or a file of the run).
+    if (error.code() == Errc::io_error) w.key("error").string(error.message());
     w.key("ranks").begin_array();
     for (const auto& [rank, r] : ranks) {
       w.begin_object();
@@ -350,6 +352,11 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   if (s.history) s.fail(s.history->sync());
   s.write_summary();
   s.write_run_json();
+}
+
+void RunWriter::note_error(const Error& e) {
+  s_->error = e; // the run's own failure outranks a file's
+  s_->run_json_dirty = true;
 }
 
 void RunWriter::system_line(std::string_view json_line) {

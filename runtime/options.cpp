@@ -415,4 +415,10 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
   return s;
 }
 
+std::string job_identity(const Settings& s) {
+  return "project " + s.opts.project + ", group " + s.opts.group + ", " + std::to_string(s.run_world) + " ranks, mode " +
+         std::string(to_string(s.opts.mode)) + ", scope " + std::string(to_string(s.opts.scope)) +
+         (s.opts.run_id.empty() ? std::string() : ", run id " + s.opts.run_id);
+}
+
 } // namespace chorus::detail

@@ -54,4 +54,10 @@ struct Settings {
 /// takes, and the result is unspecified.
 Settings resolve(const Options& opts, const Env& env, Error& error);
 
+/// The identity of the job a rank belongs to, as its joins carry it: the
+/// project, the group (derived from the launcher's job id, or where the job
+/// meets), the run's size, mode and scope. A run host refuses a rank whose
+/// identity differs from its own, and the refusal shows both.
+std::string job_identity(const Settings& s);
+
 } // namespace chorus::detail

@@ -1,19 +1,31 @@
 // Every message that crosses between chorus's actors, in one place. Only the
 // few translation units that run actors include this (it pulls in CAF).
 //
-//   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid, actor proxy)
+//   RankProxy -> Run   (join_atom, u32 rank, string host, i64 pid, string job)
 //   Run -> RankProxy   (joined_atom, bool ok, string run_id | error, string run_dir, actor beacon)
-//                      sent to the proxy the join names, not as a response: CAF
-//                      0.17 can lose a remote message's sender while the
-//                      connection is set up, so the proxy repeats its join
-//                      until answered (a repeated join is answered again).
+//                      sent to the join's sender, not as a response: CAF 0.17
+//                      can lose a remote message's sender while the connection
+//                      is set up, so the proxy repeats its join until answered
+//                      (a repeated join is answered again; one without a
+//                      sender is ignored). `job` is the job's identity: a
+//                      rank of another job is refused.
 //   RankProxy -> Run   (batch_atom, vector<char> frame)              a wire.hpp rank_batch
-//   Run -> RankProxy   (ack_atom, bool for_frame, u64 completed, vector<char> errors)
+//   Run -> RankProxy   (ack_atom, u32 frames, u64 completed, vector<char> errors)
+//                      sent once the WAL holding them is on disk; `frames`:
+//                      how many of the rank's frames it answers.
 //                      errors: repeated {u64 seq, u8 Errc, u32 len, message}
+//   Run -> RankProxy   (fail_atom, u8 Errc, string message)          the run cannot keep what it is sent
+//                      (its WAL failed): every ticket not acknowledged, and
+//                      every later one, fails with this error
 //   RankProxy -> Run   (finish_atom) -> (ok_atom)                    host only: finish the run
 //   rank 0 -> Run      (nccl_id_atom, vector<char> id)               the run's NCCL unique id
 //   rank -> Run        (nccl_id_atom) -> (vector<char> id)           answered once rank 0 sent it
 //   SystemMonitor -> Run (system_atom, u32 rank, string json_line)   one system.jsonl line
+//
+// Every handler checks who sent its message: a rank's messages come from its
+// RankProxy (or its process), the host's own calls from its own process,
+// timers from the actor itself, reports from the Group it registered with.
+// Anything else, an anonymous message included, is dropped.
 //   Run -> Group       (member_atom, i64 seq, string member_json, actor run)
 //                      a member run's latest state (io/group_file.hpp's member
 //                      object), repeated until acknowledged; a later seq wins
@@ -67,6 +79,23 @@ using upload_atom = caf::atom_constant<caf::atom("upload")>;
 using upload_drain_atom = caf::atom_constant<caf::atom("up_drain")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using keepalive_atom = caf::atom_constant<caf::atom("keepalive")>;
+using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using sync_atom = caf::atom_constant<caf::atom("sync")>;
+
+/// The current message is a timer or a note the actor sent itself.
+inline bool from_self(caf::local_actor* self) { return self->current_sender() == self->ctrl(); }
+
+/// The current message comes from an actor of this process.
+inline bool from_this_process(caf::local_actor* self) {
+  const auto& s = self->current_sender();
+  return s && s->node() == self->node();
+}
+
+/// The current message comes from `whom`.
+inline bool from(caf::local_actor* self, const caf::actor& whom) {
+  const auto& s = self->current_sender();
+  return s && whom && caf::actor_cast<caf::actor_addr>(s) == whom.address();
+}
 
 /// Encodes one (seq, error) pair of an ack.
 void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e);

@@ -619,6 +619,31 @@ BOOST_AUTO_TEST_CASE(malformed_frames_are_refused_and_change_nothing) {
   BOOST_TEST(!fresh.started());
 }
 
+BOOST_AUTO_TEST_CASE(frames_whose_seqs_do_not_go_up_as_a_proxy_numbers_them_are_refused) {
+  // A seq far ahead would complete tickets not yet sent (a finish among them).
+  Rig rig(2);
+  auto frame = [](std::vector<std::uint64_t> seqs) {
+    std::vector<char> out;
+    w::BatchWriter b(out, 0);
+    b.key(1, "loss");
+    std::int64_t step = 0;
+    for (std::uint64_t seq : seqs) {
+      b.values(seq, step++, start_ts, 1);
+      b.value(1, 1.0);
+    }
+    return out;
+  };
+  BOOST_TEST(!rig.apply(frame({std::uint64_t{1} << 62})));
+  BOOST_TEST(!rig.apply(frame({0})));    // seqs start at 1
+  BOOST_TEST(!rig.apply(frame({2, 2}))); // and go up
+  BOOST_TEST(!rig.apply(frame({3, 2})));
+  BOOST_TEST(rig.sink.completions.empty());
+  BOOST_TEST(rig.apply(frame({1, 2, 3})));
+  BOOST_TEST(!rig.apply(frame({3}))); // not again
+  BOOST_TEST(!rig.apply(frame({4 + (1u << 17)})));
+  BOOST_TEST(rig.apply(frame({4 + 65535})));
+}
+
 BOOST_AUTO_TEST_CASE(two_local_ids_for_one_name_are_one_key) {
   Rig rig(1);
   std::vector<char> out;
