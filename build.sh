@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 
 PACKAGES=(build-essential cmake ninja-build pkg-config git
           libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
-          libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps)
+          libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount)
 JOBS=${JOBS:-$(nproc)}
 
 install_packages() {

@@ -1,6 +1,10 @@
 // RunWriter (declared in run_dir.hpp): the readable files of a run directory.
 #include "io/json.hpp"
 #include "io/run_dir.hpp"
+#include "io/posix.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
 #include "runtime/wire.hpp"
 
 #include <simdjson.h>
@@ -109,6 +113,23 @@ struct RunWriter::State {
 
   void fail(Error e) {
     if (e && !error) error = std::move(e);
+  }
+
+  // Room held on the run's disk for its last words: where the disk fills up
+  // under the run, freeing it lets the end state and the reason reach run.json.
+  static constexpr off_t room = 256 << 10;
+  bool holds_room = false;
+  void hold_room() {
+    Error ignored;
+    const int fd = detail::open_private(file(".reserve"), O_WRONLY | O_CREAT | O_TRUNC, ignored);
+    if (fd < 0) return;
+    holds_room = ::posix_fallocate(fd, 0, room) == 0;
+    detail::close_fd(fd);
+    if (!holds_room) ::unlink(file(".reserve").c_str());
+  }
+  void release_room() {
+    if (holds_room) ::unlink(file(".reserve").c_str());
+    holds_room = false;
   }
   [[nodiscard]] std::string file(std::string_view name) const { return dir + "/" + std::string(name); }
 
@@ -254,6 +275,7 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   s.config_dirty = s.summary_dirty = true;
   s.write_run_json();
   flush();
+  s.hold_room();
 }
 
 void RunWriter::row(const chorus::detail::Row& row) {
@@ -348,6 +370,12 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   State& s = *s_;
   s.state = state;
   s.end_us = ts_us;
+  s.release_room();
+  if (s.error.code() == Errc::io_error) {
+    // The disk is failing: the end state and the reason take the room first.
+    s.write_summary();
+    s.write_run_json();
+  }
   flush();
   if (s.history) s.fail(s.history->sync());
   s.write_summary();
