@@ -24,29 +24,32 @@ namespace {
 using caf::io::network::default_multiplexer;
 using caf::io::network::native_socket;
 
-bool make_address(const std::string& path, sockaddr_un& addr) {
+/// A Unix stream socket (with `flags`) and the address of `path`; -1 with errno set.
+int unix_socket(const std::string& path, int flags, sockaddr_un& addr) {
   addr = {};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return false;
+  if (path.size() >= sizeof addr.sun_path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return true;
+  return ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
+}
+
+/// Closes `fd` and returns -1, errno kept.
+int close_failed(int fd) {
+  const int e = errno;
+  ::close(fd);
+  errno = e;
+  return -1;
 }
 
 /// A connected Unix socket to `path`, or -1 with errno set.
 int connect_to(const std::string& path) {
   sockaddr_un addr;
-  if (!make_address(path, addr)) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const int fd = unix_socket(path, SOCK_NONBLOCK, addr);
   if (fd < 0) return -1;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    return -1;
-  }
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return close_failed(fd);
   return fd;
 }
 
@@ -54,18 +57,9 @@ int connect_to(const std::string& path) {
 /// accepts on it) is replaced; one that a live process listens on is EADDRINUSE.
 int listen_on(const std::string& path) {
   sockaddr_un addr;
-  if (!make_address(path, addr)) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = unix_socket(path, 0, addr);
   if (fd < 0) return -1;
-  auto fail = [fd] {
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    return -1;
-  };
+  auto fail = [fd] { return close_failed(fd); };
   for (int attempt = 0;; ++attempt) {
     if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) break;
     if (errno != EADDRINUSE || attempt > 0) return fail();

@@ -16,6 +16,19 @@
 
 namespace chorus::test {
 
+/// Binds `fd` to `a` and listens where `backlog` > 0; closes it and returns
+/// -1 (errno kept) on failure.
+template <class Address>
+inline int bind_listen(int fd, const Address& a, int backlog) {
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || (backlog > 0 && ::listen(fd, backlog) != 0)) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 /// A TCP socket (SO_REUSEADDR) bound to `port` on loopback, or on every
 /// address where `any`, and listening where `backlog` > 0; port 0 takes one
 /// the kernel picks from its ephemeral range. -1 if the port cannot be had,
@@ -29,13 +42,7 @@ inline int bound_socket(std::uint16_t port, int backlog, bool any = false) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || (backlog > 0 && ::listen(fd, backlog) != 0)) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    return -1;
-  }
-  return fd;
+  return bind_listen(fd, a, backlog);
 }
 
 /// The kernel's ephemeral range (net.ipv4.ip_local_port_range), from which
@@ -59,14 +66,7 @@ inline int unix_socket(const std::string& path, int backlog) {
   }
   std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || (backlog > 0 && ::listen(fd, backlog) != 0)) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    return -1;
-  }
-  return fd;
+  return fd < 0 ? -1 : bind_listen(fd, a, backlog);
 }
 
 /// The local port of a bound socket.

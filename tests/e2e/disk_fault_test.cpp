@@ -89,6 +89,12 @@ std::map<int, std::set<long>> in_wal(const fs::path& wal) {
   return out;
 }
 
+/// The start and the end of a long output, for a failed check.
+std::string ends_of(const std::string& text) {
+  if (text.size() <= 8000) return text;
+  return text.substr(0, 4000) + "\n...\n" + text.substr(text.size() - 4000);
+}
+
 void check_nothing_acknowledged_is_lost(const std::string& text, const fs::path& wal) {
   const auto told = acked(text);
   const auto kept = in_wal(wal);
@@ -115,7 +121,7 @@ BOOST_AUTO_TEST_CASE(a_full_disk_fails_the_run_and_loses_nothing_acknowledged) {
   const std::string args = "--steps 8000 --ack-each 1";
   const Output out = run("(" + rank_cmd(m.at, port, 0, args) + " & p0=$!; " + rank_cmd(m.at, port, 1, args) +
                          "; wait $p0; echo STATUS done)");
-  BOOST_TEST_INFO(out.text.substr(0, 4000) << "\n...\n" << out.text.substr(out.text.size() > 4000 ? out.text.size() - 4000 : 0));
+  BOOST_TEST_INFO(ends_of(out.text));
   BOOST_TEST(out.text.find("STATUS done") != std::string::npos);
   BOOST_TEST(out.text.find("No space left on device") != std::string::npos);
   BOOST_TEST(out.text.find("the run's write-ahead log could not be written") != std::string::npos);
@@ -142,7 +148,7 @@ BOOST_AUTO_TEST_CASE(a_disk_shut_down_under_the_run_loses_nothing_acknowledged) 
   const Output out = run("(" + rank_cmd(m.at, port, 0, args) + " & p0=$!; " + rank_cmd(m.at, port, 1, args) +
                          " & p1=$!; sleep 1; " + bin("chorus_fs_shutdown") + " " + m.at.string() +
                          "; wait $p0; wait $p1; echo STATUS done)");
-  BOOST_TEST_INFO(out.text.substr(0, 4000) << "\n...\n" << out.text.substr(out.text.size() > 4000 ? out.text.size() - 4000 : 0));
+  BOOST_TEST_INFO(ends_of(out.text));
   BOOST_TEST(out.text.find("SHUTDOWN") != std::string::npos);
   BOOST_TEST(out.text.find("STATUS done") != std::string::npos);
   BOOST_TEST(out.text.find("the run's write-ahead log could not be written") != std::string::npos);

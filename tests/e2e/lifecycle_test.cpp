@@ -30,6 +30,14 @@ struct Ranks {
   }
 };
 
+/// A socket directory of the test's own (mode 0700) and the path of the socket for `port` in it.
+std::pair<fs::path, std::string> socket_dir(const TempDir& dir, int port) {
+  const fs::path sockets = dir.path / "sockets";
+  fs::create_directory(sockets);
+  fs::permissions(sockets, fs::perms::owner_all);
+  return {sockets, (sockets / (std::to_string(port) + ".sock")).string()};
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -88,10 +96,7 @@ BOOST_AUTO_TEST_CASE(a_host_whose_socket_is_taken_fails_init_naming_it_and_the_f
   // A live process listens on the socket of the port: the host names it and the fix.
   TempDir dir;
   const int port = test_port(26) + 1;
-  const fs::path sockets = dir.path / "sockets";
-  fs::create_directory(sockets);
-  fs::permissions(sockets, fs::perms::owner_all);
-  const std::string path = (sockets / (std::to_string(port) + ".sock")).string();
+  const auto [sockets, path] = socket_dir(dir, port);
   const int other = chorus::test::unix_socket(path, 4);
   BOOST_REQUIRE(other >= 0);
   const Ranks ranks{dir, port, 2, "CHORUS_INIT_TIMEOUT=2 CHORUS_SOCKET_DIR=" + sockets.string()};
@@ -109,10 +114,7 @@ BOOST_AUTO_TEST_CASE(a_socket_left_by_a_process_that_died_is_taken_over) {
   // A socket file nobody listens on (its process was killed) does not keep a new job out.
   TempDir dir;
   const int port = test_port(27) + 1;
-  const fs::path sockets = dir.path / "sockets";
-  fs::create_directory(sockets);
-  fs::permissions(sockets, fs::perms::owner_all);
-  const std::string path = (sockets / (std::to_string(port) + ".sock")).string();
+  const auto [sockets, path] = socket_dir(dir, port);
   ::close(chorus::test::unix_socket(path, 0));
   BOOST_REQUIRE(fs::is_socket(path));
   const Ranks ranks{dir, port, 2, "CHORUS_SOCKET_DIR=" + sockets.string()};
