@@ -107,7 +107,8 @@ BOOST_AUTO_TEST_CASE(pkg_config_builds_and_links_a_program) {
                 " -o " + q(exe) + " $(" + pc + " --cflags chorus) $(" + pc + " --libs chorus)");
   BOOST_TEST_INFO(r.out);
   BOOST_REQUIRE_EQUAL(r.status, 0);
-  check_consumer(exe, tmp.path / "runs-pc", "LD_LIBRARY_PATH=" + q(pcdir.parent_path()) + " ");
+  // The .pc file's rpath finds the library in a prefix the loader does not search.
+  check_consumer(exe, tmp.path / "runs-pc");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
