@@ -2,6 +2,10 @@
 
 #include "io/json.hpp"
 
+#include <cctype>
+#include <filesystem>
+#include <string_view>
+
 namespace chorus::io {
 
 namespace {
@@ -9,6 +13,23 @@ namespace {
 void note(std::string& notes, std::string_view line) {
   if (!notes.empty()) notes.append("; ");
   notes.append(line);
+}
+
+} // namespace
+
+namespace {
+
+/// Whether this process is meant to see a GPU: CUDA_VISIBLE_DEVICES names
+/// one, or an NVIDIA device node exists. Only then is a missing NVML worth a word.
+bool gpu_expected(const char* cuda_visible_devices) {
+  if (cuda_visible_devices != nullptr)
+    return *cuda_visible_devices != '\0' && std::string_view(cuda_visible_devices) != "-1";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 6 && name.starts_with("nvidia") && std::isdigit(static_cast<unsigned char>(name[6]))) return true;
+  }
+  return false;
 }
 
 } // namespace
@@ -26,7 +47,7 @@ SystemSampler::SystemSampler(SystemLabels labels, std::string watched_dir, const
   std::string why;
   nvml_ = Nvml::load(why, nvml_library);
   if (!nvml_) {
-    note(notes_, why);
+    if (gpu_expected(cuda_visible_devices)) note(notes_, why);
     return;
   }
   const VisibleDevices visible = parse_cuda_visible_devices(cuda_visible_devices);

@@ -122,14 +122,17 @@ Error apply_env(Options& o, const Env& env) {
                             std::pair{&Options::tls_dir, "CHORUS_TLS_DIR"}})
     if (auto v = lookup(env, var)) o.*field = std::move(*v);
 
+  // Flyte's words, and the C++ enum names beside them.
   if (auto v = lookup(env, "CHORUS_MODE")) {
-    auto m = parse_enum(*v, {Mode::automatic, Mode::shared, Mode::per_rank});
-    if (!m) return bad(variable("CHORUS_MODE"), *v, "is not a mode", "auto, shared or new");
+    auto m = *v == "automatic" ? Mode::automatic
+             : *v == "per_rank" ? Mode::per_rank
+                                 : parse_enum(*v, {Mode::automatic, Mode::shared, Mode::per_rank});
+    if (!m) return bad(variable("CHORUS_MODE"), *v, "is not a mode", "auto, shared or new (or automatic, per_rank)");
     o.mode = *m;
   }
   if (auto v = lookup(env, "CHORUS_SCOPE")) {
-    auto s = parse_enum(*v, {Scope::global, Scope::node});
-    if (!s) return bad(variable("CHORUS_SCOPE"), *v, "is not a scope", "global or worker");
+    auto s = *v == "node" ? Scope::node : parse_enum(*v, {Scope::global, Scope::node});
+    if (!s) return bad(variable("CHORUS_SCOPE"), *v, "is not a scope", "global or worker (or node)");
     o.scope = *s;
   }
   if (auto v = lookup(env, "CHORUS_PORT")) {

@@ -300,7 +300,6 @@ private:
     Error err;
     host->wal = io::WalWriter::open(host->run_dir + "/wal", err);
     if (err) return err;
-    note_run_for_launcher(s, host->run_dir);
     host->run_json = identity_json(s, host->run_id, host->run_dir, host->start_us);
     host->job = job_identity(s);
     host->finish = &run.finish_state();
@@ -313,14 +312,30 @@ private:
       // run's ranks are all on its host's node, and link through its socket.
       const Link link = run_link(s);
       auto port = publish(run_actor_, s.port, link);
-      if (!port)
-        return {Errc::address_in_use,
+      if (!port) {
+        Error e{Errc::address_in_use,
                 "the run host cannot listen on " + where(s.port, link) + ": " + sys_.render(port.error()) +
                     ". Another job may hold it: set CHORUS_PORT to a free port on every rank." +
                     (link == Link::local ? std::string() : io::detail::ephemeral_port_note(s.port))};
+        discard_run(host->run_dir);
+        return e;
+      }
     }
+    note_run_for_launcher(s, host->run_dir);
     out = run_actor_;
     return {};
+  }
+
+  /// A run that never started (its host could not listen) leaves no
+  /// directory behind to be taken for a crashed run.
+  void discard_run(const std::string& dir) {
+    stop_syncing_wal_on_signals();
+    caf::scoped_actor self{sys_};
+    self->send_exit(run_actor_, caf::exit_reason::kill);
+    self->wait_for(run_actor_);
+    run_actor_ = nullptr;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
   }
 
   /// How the ranks of this run reach its host.

@@ -107,6 +107,7 @@ BOOST_AUTO_TEST_CASE(a_host_whose_socket_is_taken_fails_init_naming_it_and_the_f
     BOOST_TEST(out.text.find("the run host cannot listen on " + path + " (CHORUS_PORT " + std::to_string(port) + "):") !=
                std::string::npos);
     BOOST_TEST(out.text.find("set CHORUS_PORT to a free port on every rank") != std::string::npos);
+    BOOST_TEST(find_runs(dir.path).empty()); // no run directory left to look like a crashed run
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <simdjson.h>
 
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -83,6 +84,16 @@ BOOST_AUTO_TEST_CASE(without_nvml_one_note_and_no_gpu_keys) {
   BOOST_TEST(s.gpu_name().empty());
   std::string line;
   for (const auto& k : keys_of(s, line)) BOOST_TEST(k.find("gpu") == std::string::npos, k);
+}
+
+BOOST_AUTO_TEST_CASE(without_nvml_where_no_gpu_is_expected_no_note) {
+  // CUDA_VISIBLE_DEVICES unset and no /dev/nvidia*: a CPU-only machine hears nothing of NVML.
+  if (std::filesystem::exists("/dev/nvidia0")) return;
+  chorus::io::test::TmpDir dir;
+  for (const char* visible : {static_cast<const char*>(nullptr), "", "-1"}) {
+    SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.path(), no_nvml, visible);
+    BOOST_TEST(s.notes().find("NVML") == std::string::npos, s.notes());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(no_gpu_figures_asked_for_no_note) {

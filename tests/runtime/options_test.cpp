@@ -181,12 +181,15 @@ BOOST_AUTO_TEST_CASE(empty_chorus_variables_count_as_unset) {
 }
 
 BOOST_AUTO_TEST_CASE(mode_and_scope_spellings) {
-  const std::pair<const char*, Mode> modes[] = {{"auto", Mode::automatic}, {"shared", Mode::shared}, {"new", Mode::per_rank}};
+  const std::pair<const char*, Mode> modes[] = {{"auto", Mode::automatic},     {"shared", Mode::shared},
+                                                {"new", Mode::per_rank},       {"automatic", Mode::automatic},
+                                                {"per_rank", Mode::per_rank}};
   for (const auto& [text, mode] : modes) {
     BOOST_TEST_CONTEXT(text) { BOOST_TEST((resolve_ok(Options{}, {{"CHORUS_MODE", text}}).opts.mode == mode)); }
   }
   BOOST_TEST((resolve_ok(Options{}, {{"CHORUS_SCOPE", "global"}}).opts.scope == Scope::global));
   BOOST_TEST((resolve_ok(Options{}, {{"CHORUS_SCOPE", "worker"}}).opts.scope == Scope::node));
+  BOOST_TEST((resolve_ok(Options{}, {{"CHORUS_SCOPE", "node"}}).opts.scope == Scope::node));
 }
 
 BOOST_AUTO_TEST_CASE(accepted_edge_values) {
@@ -218,8 +221,8 @@ BOOST_AUTO_TEST_CASE(malformed_chorus_values_name_the_variable_and_what_it_takes
   };
   const std::string long_name(129, 'n');
   const Case cases[] = {
-      {"CHORUS_MODE", {"sideways", "Shared", "automatic", "per_rank", "auto "}, "auto, shared or new"},
-      {"CHORUS_SCOPE", {"node", "local", "Global"}, "global or worker"},
+      {"CHORUS_MODE", {"sideways", "Shared", "Automatic", "per-rank", "auto "}, "auto, shared or new (or automatic, per_rank)"},
+      {"CHORUS_SCOPE", {"nodes", "local", "Global"}, "global or worker (or node)"},
       {"CHORUS_PORT",
        {"70000", "65536", "0", "-1", "abc", "80x", " 80", "99999999999999999999"},
        "a port number in 1..65535"},
