@@ -76,7 +76,10 @@ struct RunActorState {
   std::int64_t armed_barrier = -1;
   bool finishing = false;
   bool ended = false;
-  bool sync_pending = false; // a sync_atom is on its way: acks wait for it
+  caf::actor syncer;          // fdatasyncs the WAL on a thread of its own
+  bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
+  bool unsynced = false;       // appended since the last sync was asked for
+  std::vector<HostSink::Progress> syncing; // the acks the sync in flight will release
   Error wal_error;           // the WAL could not be written: nothing more is acknowledged
   caf::response_promise finish_promise;
   GroupLink group;                       // where the job has several runs
@@ -115,13 +118,27 @@ void fail_wal(run_actor* self, const Error& e) {
   end_run(self);
 }
 
-/// Acks go out once the WAL holding what they acknowledge is on disk; one
-/// sync_atom behind the frames in the mailbox syncs them all at once.
+void synced(run_actor* self, const std::string& failure);
+
+/// Acks go out once the WAL holding what they acknowledge is on disk. The
+/// syncer fdatasyncs while the actor merges on; what is appended meanwhile
+/// waits for the next round, so one fdatasync serves every frame of a round.
 void request_sync(run_actor* self) {
   auto& st = self->state;
-  if (st.sync_pending) return;
-  st.sync_pending = true;
-  self->send(self, sync_atom::value);
+  st.unsynced = true;
+  if (st.sync_in_flight || st.wal_error || !st.syncer) return;
+  st.sync_in_flight = true;
+  st.unsynced = false;
+  // The acks of what is appended so far, released by this sync.
+  st.syncing = st.sink->progress;
+  for (auto& p : st.sink->progress) {
+    p.errors.clear();
+    p.changed = false;
+    p.frames = 0;
+  }
+  self->request(st.syncer, caf::infinite, sync_atom::value)
+      .then([self](const std::string& failure) { synced(self, failure); },
+            [self](caf::error& e) { synced(self, "the WAL's syncer stopped: " + self->system().render(e)); });
 }
 
 /// Applies a frame, then appends it to the WAL (a malformed frame changes
@@ -142,11 +159,12 @@ bool record(run_actor* self, const std::vector<char>& frame) {
   return true;
 }
 
-void send_acks(run_actor* self) {
+/// Sends the acks of `acks` (per rank) and clears them.
+void send_acks(run_actor* self, std::vector<HostSink::Progress>& acks) {
   auto& st = self->state;
   if (st.wal_error) return;
-  for (std::size_t r = 0; r < st.sink->progress.size(); ++r) {
-    auto& p = st.sink->progress[r];
+  for (std::size_t r = 0; r < acks.size(); ++r) {
+    auto& p = acks[r];
     if ((!p.changed && p.frames == 0) || r >= st.proxies.size() || !st.proxies[r]) continue;
     self->send(st.proxies[r], ack_atom::value, p.frames, p.completed, p.errors);
     p.errors.clear();
@@ -155,13 +173,23 @@ void send_acks(run_actor* self) {
   }
 }
 
-/// Makes what was appended durable, then acknowledges it.
+/// The syncer's answer: what it synced is acknowledged, and the next round starts.
+void synced(run_actor* self, const std::string& failure) {
+  auto& st = self->state;
+  st.sync_in_flight = false;
+  if (!failure.empty()) return fail_wal(self, Error(Errc::io_error, failure));
+  send_acks(self, st.syncing);
+  if (st.unsynced) request_sync(self);
+}
+
+/// Makes everything appended durable now (the run's end), then acknowledges it.
 void sync_and_ack(run_actor* self) {
   auto& st = self->state;
-  st.sync_pending = false;
   if (st.wal_error) return;
   if (Error e = st.host->wal->sync()) return fail_wal(self, e);
-  send_acks(self);
+  st.unsynced = false;
+  send_acks(self, st.syncing);
+  send_acks(self, st.sink->progress);
 }
 
 void end_run(run_actor* self) {
@@ -236,6 +264,14 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   st.merger = std::make_unique<Merger>(*st.sink);
   st.sink->merger = st.merger.get();
   st.proxies.resize(host->settings.run_world);
+  // fdatasync blocks: it runs on a thread of its own, beside the merge.
+  st.syncer = self->system().spawn<caf::detached>([host](caf::event_based_actor*) -> caf::behavior {
+    return {[host](sync_atom) {
+      const Error e = host->wal->sync();
+      return e ? e.message() : std::string();
+    }};
+  });
+  self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
@@ -324,9 +360,6 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         if (!record(self, frame)) return;
         ++st.sink->progress[rank].frames;
         after_frame(self);
-      },
-      [self](sync_atom) {
-        if (from_self(self)) sync_and_ack(self);
       },
       [self](barrier_tmo_atom, std::int64_t index) {
         auto& st = self->state;

@@ -258,7 +258,10 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
   s_->fail(std::move(e));
 }
 
-RunWriter::~RunWriter() { flush(); }
+RunWriter::~RunWriter() {
+  flush();
+  s_->release_room();
+}
 
 void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
   State& s = *s_;
