@@ -1,7 +1,7 @@
 // A tracking server on loopback for the upload tests and benchmark: MLflow's
 // REST 2.0 API with proxied artifacts, and W&B's GraphQL upsertBucket and
-// file_stream, answering as the real servers do (../shared/BACKENDS.md; where
-// this double and a real server differ, the double is wrong), plus faults on
+// file_stream, answering as the real servers do (where this double and a
+// real server differ, the double is wrong), plus faults on
 // command and a view of everything it received.
 //
 //   chorus::test::TrackingServer server;            // http://127.0.0.1:<port>
