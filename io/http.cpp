@@ -1,5 +1,7 @@
 #include "io/http.hpp"
 
+#include "io/posix.hpp"
+
 #include <curl/curl.h>
 #include <simdjson.h>
 
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -246,9 +249,14 @@ bool prepare(CURL* c, const HttpRequest& req, Transfer& t, long timeout) {
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, t.headers);
 
   if (!req.upload_file.empty()) {
-    t.upload = std::fopen(req.upload_file.c_str(), "rb");
+    // A run's file: never a FIFO or a link planted where it belongs.
+    Error err;
+    int err_no = 0;
+    const int fd = detail::open_regular(req.upload_file, O_RDONLY, err, &err_no);
+    if (fd >= 0) t.upload = ::fdopen(fd, "rb");
     if (!t.upload) {
-      res.transport_error = "cannot read " + req.upload_file + ": " + std::strerror(errno);
+      if (fd >= 0) detail::close_fd(fd);
+      res.transport_error = "cannot read " + req.upload_file + ": " + (fd < 0 ? err.message() : std::strerror(errno));
       return false;
     }
     std::fseek(t.upload, 0, SEEK_END);
