@@ -378,6 +378,24 @@ BOOST_AUTO_TEST_CASE(live_upload_to_mlflow_holds_every_point_once) {
   BOOST_TEST(listed);
 }
 
+// 1b. A server that takes longer to answer a log-batch (3.5 s) than the live
+// upload's 3 s slice: the slice decides only when a request starts, so
+// points arrive while the run trains, and no request is cut.
+BOOST_AUTO_TEST_CASE(live_upload_to_a_slow_server_is_never_cut_by_its_slice) {
+  TrackingServer server;
+  server.set_delay(3500ms, "log-batch");
+  chorus::test::TempDir dir;
+  auto job = launch(dir.path(), 1, {"--steps", "300", "--step-us", "40000"},
+                    {"CHORUS_UPLOAD=" + mlflow_url(server.port()), "CHORUS_UPLOAD_TIMEOUT=60"});
+  BOOST_TEST(arrived_while_training(dir.path(), [&](const RunJson&) { return points_on(server) > 0; }));
+  const auto out = job->finish(120s);
+  BOOST_TEST_INFO_SCOPE(both(out));
+  BOOST_REQUIRE_EQUAL(out.code, 0);
+  BOOST_TEST(out.err.find("Timeout was reached") == std::string::npos);
+  BOOST_TEST(out.err.find("ran out") == std::string::npos);
+  check_mlflow(server, only_run_dir(dir.path()));
+}
+
 // 2. The same to W&B: history and system lines streamed through file_stream.
 BOOST_AUTO_TEST_CASE(live_upload_to_wandb_holds_every_line_once_and_never_the_key) {
   TrackingServer::Options so;
