@@ -8,11 +8,10 @@
 namespace chorus::detail {
 namespace {
 
-/// How long one poke may send before the actor looks at its mailbox again.
-/// It bounds each request of the poke too, so it must leave a slow or
-/// distant server time to answer (at 200 ms, a server that took longer
-/// never got a batch in while the run trained); and a drain queued behind
-/// a poke must still end within the 5 s the Run allows past upload_timeout.
+/// How long one poke may start requests before the actor looks at its
+/// mailbox again. A request it started runs to its own timeout (the HTTP
+/// layer's caps), so a slow or distant server still answers; the drain at
+/// the run's finish cuts one still in flight then (see the front below).
 constexpr std::chrono::milliseconds slice{3'000};
 
 struct UploaderState {
@@ -34,7 +33,7 @@ void pump_some(uploader_actor* self) {
   self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(at - now), upload_atom::value);
 }
 
-caf::behavior uploader(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
+caf::behavior upload_sender(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
   self->state.up = std::move(up);
   return {
       [self](upload_atom) {
@@ -53,14 +52,31 @@ caf::behavior uploader(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
         }
         if (!p.done) {
           std::fprintf(stderr,
-                       "chorus: upload to %s: %.1f MiB of history and system metrics not uploaded yet%s%s; `chorus sync "
+                       "chorus: upload to %s: %.1f MiB of history and system metrics not uploaded yet%s%s; %s`chorus sync "
                        "%s --to %s` sends them\n",
                        up.target().url.c_str(), static_cast<double>(up.bytes_pending()) / 1048576.0,
                        p.error.empty() ? "" : " (", p.error.empty() ? "" : (p.error + ")").c_str(),
+                       p.stopped ? "once that is changed, " : "",
                        self->state.up->state_path().substr(0, self->state.up->state_path().rfind("/upload/")).c_str(),
                        up.target().url.c_str());
         }
         return p.done;
+      },
+  };
+}
+
+/// What the Run talks to: it never blocks, so a drain reaches the sender's
+/// request in flight (a poke's, which may run to its own timeout) and cuts
+/// it at the drain's end; and so does the Run's exit, so that neither
+/// finish nor shutdown waits for a slow server.
+caf::behavior uploader(caf::event_based_actor* self, std::shared_ptr<io::Uploader> up, caf::actor sender) {
+  self->link_to(sender);
+  self->attach_functor([up] { up->cut_requests_at(std::chrono::steady_clock::now()); });
+  return {
+      [self, sender](upload_atom a) { self->send(sender, a); },
+      [self, up, sender](upload_drain_atom a, std::int64_t ms) {
+        up->cut_requests_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(ms, 0)));
+        return self->delegate(sender, a, ms);
       },
   };
 }
@@ -84,7 +100,8 @@ caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, co
     return {};
   }
   // Detached: a request blocks its thread for up to its timeout.
-  return sys.spawn<caf::detached>(uploader, std::move(up));
+  auto sender = sys.spawn<caf::detached>(upload_sender, up);
+  return sys.spawn(uploader, std::move(up), std::move(sender));
 }
 
 } // namespace chorus::detail

@@ -11,7 +11,10 @@
 //    on one keep-alive handle to a fresh server: no reading, no JSON
 //    building, the floor of the server and HTTP. CPU time is split into the
 //    client's thread and the rest of the process (the server's threads).
-//    Median of the repetitions, ours and the reference taking turns.
+//    Median of the repetitions, ours and the reference taking turns. The
+//    server thinks `--think` ms (default 10) before it answers each request,
+//    as a real MLflow with its SQL store does: the reference then waits that
+//    long a request, one at a time; the Uploader keeps 4 log-batches in flight.
 // 2. Memory with the server down. A real single-process run (this binary
 //    again, `--log`), logging 10 scalars a call flat out, uploading to the
 //    tracking server, which goes down (an outage: connections refused) once
@@ -20,8 +23,8 @@
 //    target. Then the server comes back and io::Uploader (what `chorus sync`
 //    runs) catches up on the run directory for a while: points/s.
 //
-//   bench_upload                                  the benchmark
-//   bench_upload --throughput | --memory          one part of it
+//   bench_upload [--think MS]                     the benchmark
+//   bench_upload --throughput | --memory [--think MS]  one part of it
 //   bench_upload --log DIR SECONDS [URL]          one run (what it starts)
 #include "bench.hpp"
 
@@ -57,6 +60,15 @@ constexpr int live_batches = 20;     // the stalled run's log-batches the server
 constexpr double warmup_s = 5;       // RSS growth is measured from here to the end
 constexpr double catch_up_s = 5;     // the backlog delivered after the outage, at most this long
 constexpr std::int64_t rss_budget = 64ll << 20; // DESIGN.md 9: bounded by config, default <= 64 MiB
+
+std::chrono::milliseconds think{10}; // the throughput servers' time per request before answering (--think)
+
+/// A tracking server for the throughput part: it thinks before every answer.
+struct ThinkingServer : chorus::test::TrackingServer {
+  explicit ThinkingServer(chorus::test::TrackingServer::Options o = {}) : TrackingServer(std::move(o)) {
+    if (think.count() > 0) set_delay(think);
+  }
+};
 
 const char* const keys[history_keys] = {"train/loss",       "train/lr",        "train/grad_norm", "train/tokens_per_s",
                                         "train/step_time",  "eval/loss",       "eval/accuracy",   "gpu/mem_gb",
@@ -217,7 +229,7 @@ struct Recorded {
 std::vector<Recorded> capture(const HandRun& run, bool wandb, Timing& t) {
   chorus::test::TrackingServer::Options o;
   o.record_requests = true;
-  chorus::test::TrackingServer server(o);
+  ThinkingServer server(o);
   t = upload_all(run, wandb ? wandb_url(server) : mlflow_url(server), server);
   std::vector<Recorded> out;
   for (auto& r : server.requests()) out.push_back({r.method, r.target, std::move(r.body)});
@@ -287,7 +299,7 @@ std::string json_field(const std::string& json, const std::string& name) {
 /// fresh server; what sets up the remote run first is not timed.
 Timing post_bare(const std::vector<Recorded>& recorded, bool wandb) {
   Timing t;
-  chorus::test::TrackingServer server;
+  ThinkingServer server;
   Curl curl(server.base_url(), wandb ? "api:chorus-test-key" : "");
   std::vector<const Recorded*> timed;
   std::string old_run, new_run;
@@ -381,7 +393,7 @@ bool throughput(const HandRun& run, bool wandb, bench::Table& table, std::vector
   bool ok = true;
   for (int rep = 0; rep < reps; ++rep) {
     {
-      chorus::test::TrackingServer server;
+      ThinkingServer server;
       Timing t = upload_all(run, wandb ? wandb_url(server) : mlflow_url(server), server);
       // Every point arrived once.
       if (wandb) {
@@ -671,7 +683,12 @@ int main(int argc, char** argv) {
   ::setenv("CHORUS_WANDB_INTERVAL", "0", 1);
   std::printf("bench_upload: points per second delivered to the loopback tracking server, and the memory held while "
               "it is down\n\n");
-  const std::string only = argc >= 2 ? argv[1] : "";
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--think" && i + 1 < argc) think = std::chrono::milliseconds(std::atoi(argv[++i]));
+    else only = a;
+  }
   bool ok = true;
   if (only != "--memory") {
     bench::TempDir root;
@@ -682,9 +699,9 @@ int main(int argc, char** argv) {
                 history_rows, history_keys, with_commas(double{history_rows} * history_keys).c_str(),
                 mib(static_cast<double>(run.history_bytes)), static_cast<double>(bench::now_ns() - w0) / 1e9);
     std::printf("io::Uploader, default settings (read_bytes 4 MiB a file a slice), from open() until caught up; the "
-                "reference posts the same bodies (captured in a run before) with a bare libcurl loop to a fresh "
-                "server; median of %d, taking turns\n\n",
-                reps);
+                "reference posts the same bodies (captured in a run before) with a bare libcurl loop, one request at "
+                "a time, to a fresh server; median of %d, taking turns; the server thinks %lld ms a request\n\n",
+                reps, static_cast<long long>(think.count()));
     bench::Table t({"case", "points/s", "lines/s", "s", "client CPU us/req", "server CPU us/req", "requests",
                     "body MiB", "connections", "time / reference"});
     std::vector<std::string> ratios;

@@ -31,8 +31,10 @@ its live upload was cut off, or an earlier sync was interrupted.
                    wants one, from MLFLOW_TRACKING_TOKEN or
                    MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD)
   --dir DIR        where runs are looked up by id (default $CHORUS_DIR or ./chorus-runs)
-  --timeout S      give up after S seconds (default 600; 0: no limit), keeping
-                   the offsets, so that the next sync goes on from there
+  --timeout S      give up after S seconds (default 600; 0: no limit), a request
+                   in flight then included, keeping the offsets, so that the
+                   next sync goes on from there. Otherwise each request has
+                   its own limit (30 s; 10 min for an artifact)
   --status         for each run under DIR (or the run or group given), each
                    target it was uploaded to: done, or how many values are left,
                    and the last problem
@@ -42,7 +44,8 @@ refuses it. A run whose host crashed has no end state yet: `chorus recover`
 gives it one first.
 
 exit codes: 0 everything uploaded (or --status printed), 1 something was
-left (see the message; run sync again), 2 the command line was wrong.
+left (the message says whether syncing again goes on, or what must change
+first), 2 the command line was wrong.
 )";
 
 volatile std::sig_atomic_t interrupted = 0;
@@ -161,6 +164,10 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
                  tty && !last ? "" : "\n");
     std::fflush(stderr);
   };
+  // --timeout bounds the whole sync, a request in flight included; the 250 ms
+  // slice only decides when to look at the progress line and the signals,
+  // never how long a request may take (a slow server still answers).
+  if (timeout_s > 0) up.cut_requests_at(limit);
   for (;;) {
     p = up.pump(std::min(limit, std::chrono::steady_clock::now() + std::chrono::milliseconds(250)));
     show(false);
@@ -179,10 +186,18 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
                 st.refused ? (", " + std::to_string(st.refused) + " refused (see " + dir + "/upload/" + target.id + ".refused.jsonl)").c_str() : "");
     return p.done || !ended;
   }
+  const auto left = static_cast<unsigned long long>(up.points_pending());
+  if (p.stopped && !interrupted) {
+    // Sending the same again cannot succeed: say what has to change instead.
+    std::fprintf(stderr,
+                 "chorus sync: %s: %s; %llu values left in the run directory, not sent: syncing again goes on only "
+                 "once what is named here is changed\n",
+                 label.c_str(), p.error.c_str(), left);
+    return false;
+  }
   std::fprintf(stderr, "chorus sync: %s: %s; %llu values left, run `chorus sync` again to go on from here\n",
                label.c_str(),
-               interrupted ? "interrupted" : !p.error.empty() ? p.error.c_str() : "the time (--timeout) ran out",
-               static_cast<unsigned long long>(up.points_pending()));
+               interrupted ? "interrupted" : !p.error.empty() ? p.error.c_str() : "the time (--timeout) ran out", left);
   return false;
 }
 
@@ -208,7 +223,11 @@ int status(const SyncArgs& a) {
         continue;
       }
       const std::uint64_t left = io::points_pending(dir, st);
-      const std::string state = !st.final_sent.empty() ? "done (" + st.final_sent + ")" : left ? "behind" : "no end state yet";
+      const bool ended = info.readable() && info.state != "running";
+      const std::string state = !st.final_sent.empty() ? "done (" + st.final_sent + ")"
+                                : left                 ? "behind"
+                                : ended ? info.state + ", end state not yet delivered"
+                                        : "no end state yet";
       t.add({label, st.url.empty() ? id : st.url, state, count(st.points), count(left), st.remote_run,
              clip(st.last_error, 60)});
     }

@@ -1,5 +1,7 @@
 #include "io/http.hpp"
 
+#include "io/posix.hpp"
+
 #include <curl/curl.h>
 #include <simdjson.h>
 
@@ -10,6 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
+#include <limits>
+#include <memory>
 #include <mutex>
 
 namespace chorus::io {
@@ -30,12 +35,57 @@ std::chrono::milliseconds parse_retry_after(std::string_view v) {
   return std::chrono::seconds(std::max<std::int64_t>(when - std::time(nullptr), 0));
 }
 
+/// One request in flight on one easy handle.
 struct Transfer {
-  HttpResponse* response;
+  HttpResponse* response = nullptr;
   std::FILE* upload = nullptr;
   std::string_view body; // a non-idempotent request's body, given out by on_read_body
   std::size_t body_at = 0;
+  curl_slist* headers = nullptr;
+  const std::atomic<std::int64_t>* cut_ns = nullptr;
+  bool cut = false; // cut_at's time came while it ran
+
+  ~Transfer() {
+    curl_slist_free_all(headers);
+    if (upload) std::fclose(upload);
+  }
 };
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Cuts a transfer once the client's cut_at time has come.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  if (now_ns() < t->cut_ns->load(std::memory_order_relaxed)) return 0;
+  t->cut = true;
+  return 1;
+}
+
+/// libcurl's words for a failed transfer, made to say what happened to the request.
+std::string transport_error(CURLcode rc, const Transfer& t, long timeout_ms) {
+  switch (rc) {
+    case CURLE_SEND_FAIL_REWIND:
+      return "the connection dropped after the request went out; it was not sent again, so that the server cannot "
+             "store it twice (what the server kept is checked before going on)";
+    case CURLE_ABORTED_BY_CALLBACK:
+      if (t.cut) return "the time for uploading ran out while a request was in flight";
+      break;
+    case CURLE_OPERATION_TIMEDOUT:
+      if (now_ns() >= t.cut_ns->load(std::memory_order_relaxed) - 5'000'000)
+        return "the time for uploading ran out while a request was in flight";
+      return "no answer within " + std::to_string(timeout_ms / 1000) + "." + std::to_string(timeout_ms % 1000 / 100) +
+             " s (" + curl_easy_strerror(rc) + ")";
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return std::string(curl_easy_strerror(rc)) +
+             " (the server's certificate does not verify: give its CA with CURL_CA_BUNDLE or SSL_CERT_FILE; "
+             "verification is never turned off)";
+    default: break;
+  }
+  return curl_easy_strerror(rc);
+}
 
 std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -81,6 +131,8 @@ int refuse_rewind(void* user, curl_off_t offset, int) {
   if (offset == 0 && t->body_at == 0) return CURL_SEEKFUNC_OK;
   return CURL_SEEKFUNC_FAIL;
 }
+
+std::int64_t req_timeout(const HttpRequest& r) { return static_cast<std::int64_t>(r.timeout.count()); }
 
 void global_init() {
   static std::once_flag once;
@@ -140,26 +192,34 @@ std::chrono::milliseconds Backoff::next(std::optional<std::chrono::milliseconds>
   return wait;
 }
 
-HttpClient::HttpClient() {
+HttpClient::HttpClient(std::size_t parallel) : cut_ns_(std::numeric_limits<std::int64_t>::max()) {
   global_init();
-  curl_ = curl_easy_init();
+  multi_ = curl_multi_init();
+  for (std::size_t i = 0; i < std::max<std::size_t>(parallel, 1); ++i) handles_.push_back(curl_easy_init());
 }
 
 HttpClient::~HttpClient() {
-  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
+  for (void* h : handles_)
+    if (h) curl_easy_cleanup(static_cast<CURL*>(h));
+  if (multi_) curl_multi_cleanup(static_cast<CURLM*>(multi_));
 }
 
-HttpResponse HttpClient::perform(const HttpRequest& req) {
-  HttpResponse res;
-  auto* c = static_cast<CURL*>(curl_);
-  if (!c) {
-    res.transport_error = "libcurl could not make a handle (out of memory?)";
-    return res;
-  }
+void HttpClient::cut_at(std::chrono::steady_clock::time_point at) noexcept {
+  cut_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count(),
+                std::memory_order_relaxed);
+}
+
+HttpResponse HttpClient::perform(const HttpRequest& req) { return std::move(perform_all(std::span(&req, 1)).front()); }
+
+namespace {
+
+/// Sets `c` up for `req`; false (and `res` says why) when it cannot be sent.
+bool prepare(CURL* c, const HttpRequest& req, Transfer& t, long timeout) {
+  HttpResponse& res = *t.response;
   // Reset keeps the live connections, so the next request reuses them.
   curl_easy_reset(c);
-  Transfer t{&res};
   curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(c, CURLOPT_PRIVATE, &t);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
@@ -170,9 +230,11 @@ HttpResponse HttpClient::perform(const HttpRequest& req) {
       break;
     }
   }
-  const long timeout = std::max<long>(1, static_cast<long>(req.timeout.count()));
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, std::min<long>(timeout, 10'000));
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -182,24 +244,24 @@ HttpResponse HttpClient::perform(const HttpRequest& req) {
     curl_easy_setopt(c, CURLOPT_USERNAME, req.user.c_str());
     curl_easy_setopt(c, CURLOPT_PASSWORD, req.password.c_str());
   }
+  for (const std::string& h : req.headers) t.headers = curl_slist_append(t.headers, h.c_str());
+  t.headers = curl_slist_append(t.headers, "Expect:"); // no 100-continue round trip
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, t.headers);
 
-  curl_slist* headers = nullptr;
-  for (const std::string& h : req.headers) headers = curl_slist_append(headers, h.c_str());
-  headers = curl_slist_append(headers, "Expect:"); // no 100-continue round trip
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-
-  std::FILE* file = nullptr;
   if (!req.upload_file.empty()) {
-    file = std::fopen(req.upload_file.c_str(), "rb");
-    if (!file) {
-      res.transport_error = "cannot read " + req.upload_file + ": " + std::strerror(errno);
-      curl_slist_free_all(headers);
-      return res;
+    // A run's file: never a FIFO or a link planted where it belongs.
+    Error err;
+    int err_no = 0;
+    const int fd = detail::open_regular(req.upload_file, O_RDONLY, err, &err_no);
+    if (fd >= 0) t.upload = ::fdopen(fd, "rb");
+    if (!t.upload) {
+      if (fd >= 0) detail::close_fd(fd);
+      res.transport_error = "cannot read " + req.upload_file + ": " + (fd < 0 ? err.message() : std::strerror(errno));
+      return false;
     }
-    std::fseek(file, 0, SEEK_END);
-    const long size = std::ftell(file);
-    std::fseek(file, 0, SEEK_SET);
-    t.upload = file;
+    std::fseek(t.upload, 0, SEEK_END);
+    const long size = std::ftell(t.upload);
+    std::fseek(t.upload, 0, SEEK_SET);
     curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(c, CURLOPT_READDATA, &t);
@@ -221,26 +283,76 @@ HttpResponse HttpClient::perform(const HttpRequest& req) {
   } else if (req.method != "GET") {
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method.c_str());
   }
+  return true;
+}
 
-  const CURLcode rc = curl_easy_perform(c);
-  if (rc == CURLE_OK) {
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
-  } else {
-    res.status = 0;
-    res.body.clear();
-    res.transport_error = curl_easy_strerror(rc);
-    res.permanent = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
-                    rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
-    if (rc == CURLE_PEER_FAILED_VERIFICATION)
-      res.transport_error += " (the server's certificate does not verify: give its CA with CURL_CA_BUNDLE or "
-                             "SSL_CERT_FILE; verification is never turned off)";
+} // namespace
+
+std::vector<HttpResponse> HttpClient::perform_all(std::span<const HttpRequest> requests) {
+  std::vector<HttpResponse> out(requests.size());
+  auto* multi = static_cast<CURLM*>(multi_);
+  if (!multi || requests.size() > handles_.size()) {
+    for (HttpResponse& r : out) r.transport_error = "libcurl could not make a handle (out of memory?), or too many requests at once";
+    return out;
   }
-  long opened = 0;
-  if (curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)
-    connections_ += static_cast<std::uint64_t>(opened);
-  curl_slist_free_all(headers);
-  if (file) std::fclose(file);
-  return res;
+  std::vector<std::unique_ptr<Transfer>> transfers(requests.size());
+  std::vector<long> timeouts(requests.size());
+  int running = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto* c = static_cast<CURL*>(handles_[i]);
+    transfers[i] = std::make_unique<Transfer>();
+    Transfer& t = *transfers[i];
+    t.response = &out[i];
+    t.cut_ns = &cut_ns_;
+    if (!c) {
+      out[i].transport_error = "libcurl could not make a handle (out of memory?)";
+      continue;
+    }
+    const std::int64_t cut_ms = (cut_ns_.load(std::memory_order_relaxed) - now_ns()) / 1'000'000;
+    if (cut_ms <= 0) {
+      out[i].transport_error = "the time for uploading ran out";
+      continue;
+    }
+    timeouts[i] = static_cast<long>(std::clamp<std::int64_t>(req_timeout(requests[i]), 1, cut_ms));
+    if (!prepare(c, requests[i], t, timeouts[i])) continue;
+    curl_multi_add_handle(multi, c);
+    ++running;
+  }
+  while (running > 0) {
+    int still = 0;
+    if (curl_multi_perform(multi, &still) != CURLM_OK) break;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &still)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      CURL* c = msg->easy_handle;
+      const CURLcode rc = msg->data.result;
+      Transfer* t = nullptr;
+      curl_easy_getinfo(c, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+      HttpResponse& res = *t->response;
+      if (rc == CURLE_OK) {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
+      } else {
+        const auto i = static_cast<std::size_t>(t->response - out.data());
+        res.status = 0;
+        res.body.clear();
+        res.transport_error = transport_error(rc, *t, timeouts[i]);
+        res.permanent = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+                        rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
+      }
+      long opened = 0;
+      if (curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)
+        connections_ += static_cast<std::uint64_t>(opened);
+      curl_multi_remove_handle(multi, c);
+      --running;
+    }
+    if (running > 0 && curl_multi_poll(multi, nullptr, 0, 100, nullptr) != CURLM_OK) break;
+  }
+  if (running > 0) { // the multi handle itself failed
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (handles_[i]) curl_multi_remove_handle(multi, static_cast<CURL*>(handles_[i]));
+      if (out[i].status == 0 && out[i].transport_error.empty()) out[i].transport_error = "libcurl failed to run the transfer";
+    }
+  }
+  return out;
 }
 
 std::string url_encode(std::string_view s) {

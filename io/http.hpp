@@ -5,10 +5,12 @@
 
 #include <chorus/chorus.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,24 +77,37 @@ private:
   std::mt19937_64 rng_;
 };
 
-/// A libcurl easy handle reused for every request, so that connections to a
-/// server stay open between requests. One request at a time; not
-/// thread-safe. CA bundle: $CURL_CA_BUNDLE or $SSL_CERT_FILE if set, else
-/// the system's.
+/// libcurl easy handles reused for every request, so that connections to a
+/// server stay open between requests: `parallel` of them, each on a
+/// connection of its own, for requests sent at once (perform_all). Every
+/// request runs within its own timeout (HttpRequest::timeout), never within
+/// a caller's time slice. Not thread-safe, except cut_at. CA bundle:
+/// $CURL_CA_BUNDLE or $SSL_CERT_FILE if set, else the system's.
 class HttpClient {
 public:
-  HttpClient();
+  explicit HttpClient(std::size_t parallel = 1);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
   [[nodiscard]] HttpResponse perform(const HttpRequest& request);
+  /// Sends the requests at once (at most parallel() of them), each on its
+  /// own connection and within its own timeout; the answers in the same order.
+  [[nodiscard]] std::vector<HttpResponse> perform_all(std::span<const HttpRequest> requests);
+  [[nodiscard]] std::size_t parallel() const noexcept { return handles_.size(); }
+
+  /// No request runs past `at`: one in flight then is cut, a later one is not
+  /// sent ("no answer"). For a caller that must end by a time (the drain at
+  /// a run's finish, `chorus sync --timeout`). May be called from any thread.
+  void cut_at(std::chrono::steady_clock::time_point at) noexcept;
 
   /// Connections opened so far (keep-alive reuses them).
   [[nodiscard]] std::uint64_t connections() const noexcept { return connections_; }
 
 private:
-  void* curl_ = nullptr;
+  void* multi_ = nullptr;
+  std::vector<void*> handles_;
+  std::atomic<std::int64_t> cut_ns_;
   std::uint64_t connections_ = 0;
 };
 

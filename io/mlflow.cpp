@@ -1,31 +1,32 @@
-// The MLflow backend (REST 2.0, ../shared/BACKENDS.md):
+// The MLflow backend (REST 2.0, as a 2.10 tracking server answers):
 //
 //   open    experiment get-or-create (a race with other runs creating it is
-//           settled by reading it back), runs/create with chorus's tags, or
-//           runs/get of the run already made, whose offset tag says what the
-//           server has;
+//           settled by reading it back); the run this chorus run already
+//           has there (runs/search by its chorus.run_id tag), else
+//           runs/create with chorus's tags; runs/get of the run already
+//           made, whose tags say what the server has;
 //   send    config → params (100 a request), history and system lines →
-//           log-batch (999 metrics and the offset tag, within the 1000
-//           entries a request), artifacts → the artifact store (streamed),
-//           summary → tags, the end state → runs/update.
+//           log-batch (io/mlflow_points.hpp: 999 metrics and a slot tag a
+//           request, several in flight at once), artifacts → the artifact
+//           store (streamed from disk), summary → tags, the end state →
+//           runs/update.
 //
-// Exactly once: every log-batch carries the tag chorus.upload.offset, the
-// position in the run directory just past its last metric, so that the
-// server keeps, with the points themselves, how far it got. After a crash
-// between the server's answer and the local offsets file, open() takes the
-// server's word. A batch the server refuses (400) is split in halves until
-// the refused values are alone; those are recorded in upload/<id>.refused.jsonl.
+// Exactly once: io/mlflow_spans.hpp. A batch the server refuses (400) is
+// split in halves until the refused values are alone; those are recorded in
+// upload/<id>.refused.jsonl.
 //
 // Keys the server would refuse (characters outside [\w./\- ], more than 250
 // bytes, '.', '..' or empty path segments) are mapped deterministically to
 // `<cleaned>-<hash>`, and the mapping is kept in upload/<id>.keys.json.
 #include "io/backends.hpp"
 #include "io/json.hpp"
+#include "io/mlflow_points.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -35,11 +36,8 @@
 namespace chorus::io::detail {
 namespace {
 
-constexpr std::size_t max_metrics = 999; // + the offset tag = MLflow's 1000 entries
 constexpr std::size_t max_params = 100, max_tags = 100;
 constexpr std::size_t max_key = 250, max_param_value = 6000, max_tag_value = 5000;
-constexpr const char* offset_tag = "chorus.upload.offset";
-constexpr std::chrono::milliseconds request_cap{30'000};
 
 std::uint32_t fnv32(std::string_view s) {
   std::uint32_t h = 2166136261u;
@@ -98,52 +96,7 @@ std::string state_status(const std::string& state) {
   return "FAILED";
 }
 
-/// "h=<lines>.<bytes>.<part>;s=<lines>.<bytes>.<part>"
-std::string encode_offset(Cursor h, std::uint64_t hp, Cursor s, std::uint64_t sp) {
-  return "h=" + std::to_string(h.lines) + "." + std::to_string(h.bytes) + "." + std::to_string(hp) +
-         ";s=" + std::to_string(s.lines) + "." + std::to_string(s.bytes) + "." + std::to_string(sp);
-}
-
-bool decode_offset(std::string_view v, Cursor& h, std::uint64_t& hp, Cursor& s, std::uint64_t& sp) {
-  auto three = [](std::string_view part, Cursor& c, std::uint64_t& p) {
-    std::uint64_t n[3];
-    const char* at = part.data();
-    const char* end = part.data() + part.size();
-    for (int i = 0; i < 3; ++i) {
-      auto r = std::from_chars(at, end, n[i]);
-      if (r.ec != std::errc()) return false;
-      at = r.ptr;
-      if (i < 2) {
-        if (at == end || *at != '.') return false;
-        ++at;
-      }
-    }
-    if (at != end) return false;
-    c = {n[0], n[1]};
-    p = n[2];
-    return true;
-  };
-  const std::size_t semi = v.find(';');
-  if (!v.starts_with("h=") || semi == std::string_view::npos || v.substr(semi + 1, 2) != "s=") return false;
-  return three(v.substr(2, semi - 2), h, hp) && three(v.substr(semi + 3), s, sp);
-}
-
-bool after(Cursor a, std::uint64_t ap, Cursor b, std::uint64_t bp) {
-  return a.bytes > b.bytes || (a.bytes == b.bytes && ap > bp);
-}
-
-/// One metric to send, and where it sits in the run directory.
-struct Point {
-  std::string key; // mapped
-  double value;
-  std::int64_t ts_ms;
-  std::int64_t step;
-  bool history;     // else system
-  std::size_t line; // index in the Batch's slice
-  std::uint64_t index; // value index within its line
-};
-
-class MlflowBackend final : public Backend {
+class MlflowBackend final : public Backend, MlflowApi {
 public:
   MlflowBackend(const UploadTarget& target, HttpClient& http) : target_(target), http_(http) {
     if (const char* t = std::getenv("MLFLOW_TRACKING_TOKEN"); t && *t) {
@@ -157,16 +110,16 @@ public:
 
   [[nodiscard]] bool live_summary() const noexcept override { return false; }
 
-  Sent open(const RunSnapshot& run, UploadState& st, SteadyTime deadline) override {
+  Sent open(const RunSnapshot& run, UploadState& st) override {
     keys_file_ = run.dir + "/upload/" + target_.id + ".keys.json";
     load_keys();
-    if (!st.remote_run.empty()) return reopen(run, st, deadline);
+    if (!st.remote_run.empty()) return reopen(run, st);
 
     // The experiment: get, or create; a 400 RESOURCE_ALREADY_EXISTS means
     // another run made it first: read it again.
     std::string experiment;
     for (int attempt = 0; attempt < 3 && experiment.empty(); ++attempt) {
-      HttpResponse r = call("GET", "experiments/get-by-name?experiment_name=" + url_encode(run.project), {}, deadline);
+      HttpResponse r = call("GET", "experiments/get-by-name?experiment_name=" + url_encode(run.project), {});
       if (r.ok()) {
         simdjson::dom::element doc;
         std::string_view id;
@@ -180,7 +133,7 @@ public:
       if (r.status != 404) return failed(r, "reading experiment '" + run.project + "'");
       std::string body;
       JsonWriter(body).begin_object().key("name").string(run.project).end_object();
-      r = call("POST", "experiments/create", body, deadline);
+      r = call("POST", "experiments/create", body);
       if (r.ok()) {
         simdjson::dom::element doc;
         std::string_view id;
@@ -192,6 +145,17 @@ public:
         return failed(r, "creating experiment '" + run.project + "'");
     }
     if (experiment.empty()) return refused("could not create or find experiment '" + run.project + "'");
+
+    // A run made before for this chorus run (the server spelled another way,
+    // localhost after 127.0.0.1, or a runs/create whose answer was lost) is
+    // taken again, so that one chorus run is one MLflow run.
+    std::string existing;
+    if (Sent s = find_run(run, experiment, existing); s.delivery != Delivery::ok) return s;
+    if (!existing.empty()) {
+      st.remote_run = existing;
+      st.experiment = experiment;
+      return reopen(run, st);
+    }
 
     std::string body;
     JsonWriter w(body);
@@ -217,7 +181,7 @@ public:
         tag("chorus." + std::string(kind), run.name.substr(at + marker.size()));
     }
     w.end_array().end_object();
-    HttpResponse r = call("POST", "runs/create", body, deadline);
+    HttpResponse r = call("POST", "runs/create", body);
     if (!r.ok()) return failed(r, "creating the run");
     simdjson::dom::element doc;
     std::string_view run_id, artifact_uri;
@@ -232,20 +196,20 @@ public:
 
   Sent send(const RunSnapshot& run, const Batch& b, UploadState& st) override {
     if (b.config) {
-      Sent s = send_config(*b.config, st, b.deadline);
+      Sent s = send_config(*b.config, st);
       if (s.delivery != Delivery::ok || !s.config) return s;
       if (b.history.empty() && b.system.empty() && b.artifacts.empty() && !b.summary && !b.final) return s;
       Sent rest = send(run, Batch{b.history, b.system, b.history_from, b.system_from, b.history_after, b.system_after,
-                                  nullptr, b.summary, b.artifacts, b.final, b.deadline},
+                                  nullptr, b.summary, b.artifacts, b.final},
                        st);
       rest.config = true;
       return rest;
     }
-    if (!b.history.empty() || !b.system.empty()) return send_points(b, st);
-    if (!b.artifacts.empty()) return send_artifact(run, b.artifacts.front(), st, b.deadline);
+    if (!b.history.empty() || !b.system.empty()) return points_.send(b, st);
+    if (!b.artifacts.empty()) return send_artifact(run, b.artifacts.front(), st);
     Sent s;
     if (b.summary) {
-      s = send_summary(*b.summary, st, b.deadline);
+      s = send_summary(*b.summary, st);
       if (s.delivery != Delivery::ok) return s;
     }
     if (b.final) {
@@ -259,7 +223,7 @@ public:
           .key("end_time")
           .integer(run.end_ms)
           .end_object();
-      HttpResponse r = call("POST", "runs/update", body, b.deadline);
+      HttpResponse r = call("POST", "runs/update", body);
       if (!r.ok()) {
         Sent f = failed(r, "setting the end state");
         f.summary = s.summary;
@@ -271,27 +235,30 @@ public:
   }
 
 private:
-  HttpResponse call(const std::string& method, const std::string& path, std::string body, SteadyTime deadline) {
+  HttpResponse call(const std::string& method, const std::string& path, std::string body) {
+    HttpRequest req = request(method, path, std::move(body));
+    return perform_capped(http_, req, mlflow_request_cap);
+  }
+
+  HttpRequest request(const std::string& method, const std::string& path, std::string body) const override {
     HttpRequest req;
     req.method = method;
     // What stores points or makes runs is sent once; a lost answer is settled by reading back.
     req.idempotent = !(path == "runs/log-batch" || path == "runs/create");
     req.url = target_.base_url + "/api/2.0/mlflow/" + path;
-    return perform(std::move(req), std::move(body), deadline);
+    if (req.method == "POST") req.headers.emplace_back("Content-Type: application/json");
+    add_credentials(req);
+    req.body = std::move(body);
+    return req;
   }
 
-  HttpResponse perform(HttpRequest req, std::string body, SteadyTime deadline) {
-    if (req.method == "POST") req.headers.emplace_back("Content-Type: application/json");
+  void add_credentials(HttpRequest& req) const {
     if (!auth_header_.empty()) req.headers.push_back(auth_header_);
     req.user = user_;
     req.password = password_;
-    req.body = std::move(body);
-    return perform_until(http_, req, deadline, request_cap);
   }
 
-  static Sent failed(const HttpResponse& r, const std::string& what) {
-    return not_delivered(r, "MLflow", what, "set MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD");
-  }
+  static Sent failed(const HttpResponse& r, const std::string& what) { return mlflow_failed(r, what); }
 
   static Sent refused(std::string why) {
     Sent s;
@@ -301,8 +268,38 @@ private:
     return s;
   }
 
-  Sent reopen(const RunSnapshot& run, UploadState& st, SteadyTime deadline) {
-    HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {}, deadline);
+  /// The run in `experiment` tagged chorus.run_id = run.id, if there is one:
+  /// the one that holds uploaded data when several do (an empty one left by
+  /// a lost runs/create answer before this check existed), else the oldest.
+  Sent find_run(const RunSnapshot& run, const std::string& experiment, std::string& found) {
+    std::string body;
+    JsonWriter w(body);
+    w.begin_object().key("experiment_ids").begin_array().string(experiment).end_array();
+    std::string filter = "tags.\"chorus.run_id\" = '";
+    for (char c : run.id) filter += c == '\'' ? std::string("\\'") : std::string(1, c);
+    filter += "'";
+    w.key("filter").string(filter).key("max_results").integer(100).end_object();
+    HttpResponse r = call("POST", "runs/search", body);
+    if (!r.ok()) return failed(r, "looking for a run already made for " + run.id);
+    simdjson::dom::element doc;
+    simdjson::dom::array runs;
+    if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS) return refused("runs/search answered something that is not JSON");
+    if (doc["runs"].get(runs) != simdjson::SUCCESS) return {}; // none: protobuf's JSON leaves out an empty list
+    bool found_data = false;
+    for (auto candidate : runs) { // newest first
+      std::string_view id;
+      if (candidate["info"]["run_id"].get(id) != simdjson::SUCCESS) continue;
+      simdjson::dom::array metrics;
+      const bool data = candidate["data"]["metrics"].get(metrics) == simdjson::SUCCESS && metrics.size() > 0;
+      if (found_data && !data) continue;
+      found = std::string(id);
+      found_data = found_data || data;
+    }
+    return {};
+  }
+
+  Sent reopen(const RunSnapshot& run, UploadState& st) {
+    HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {});
     if (r.status == 404)
       return refused("run " + st.remote_run + " (from upload/" + target_.id +
                      ".json) is not on the server any more: remove that file to upload the run again as a new run");
@@ -311,16 +308,7 @@ private:
     if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS) return refused("runs/get answered something that is not JSON");
     std::string_view uri;
     if (doc["run"]["info"]["artifact_uri"].get(uri) == simdjson::SUCCESS) artifact_uri_ = uri;
-    simdjson::dom::array tags, params;
-    Cursor h = st.history, s = st.system;
-    std::uint64_t hp = st.history_part, sp = st.system_part;
-    if (doc["run"]["data"]["tags"].get(tags) == simdjson::SUCCESS) {
-      for (auto t : tags) {
-        std::string_view k, v;
-        if (t["key"].get(k) != simdjson::SUCCESS || t["value"].get(v) != simdjson::SUCCESS || k != offset_tag) continue;
-        if (!decode_offset(v, h, hp, s, sp)) h = st.history, hp = st.history_part, s = st.system, sp = st.system_part;
-      }
-    }
+    simdjson::dom::array params;
     if (doc["run"]["data"]["params"].get(params) == simdjson::SUCCESS) {
       for (auto p : params) {
         std::string_view k, v;
@@ -328,40 +316,13 @@ private:
           params_sent_[std::string(k)] = std::string(v);
       }
     }
-    // The server got a batch whose answer was lost: take its word, and count
-    // what it got as delivered (after the last use of `doc`: counting parses).
-    if (after(h, hp, st.history, st.history_part)) {
-      st.points += values_between(run.dir + "/history.jsonl", st.history, st.history_part, h, hp);
-      st.history = h, st.history_part = hp;
-    }
-    if (after(s, sp, st.system, st.system_part)) {
-      st.points += values_between(run.dir + "/system.jsonl", st.system, st.system_part, s, sp);
-      st.system = s, st.system_part = sp;
-    }
+    points_.take_up(doc, run.dir, st);
     return {};
-  }
-
-  /// The values of a JSON-lines file from one position (cursor and values
-  /// of its line already counted) to another, as gather() counts them.
-  std::uint64_t values_between(const std::string& path, Cursor from, std::uint64_t from_part, Cursor to,
-                               std::uint64_t to_part) {
-    std::uint64_t n = 0;
-    LineSlice slice;
-    while (from.bytes < to.bytes) {
-      if (read_lines(path, from, 1u << 20, slice) || slice.lines.empty()) return n;
-      for (std::size_t i = 0; i < slice.lines.size() && from.bytes < to.bytes; ++i) {
-        const std::uint64_t v = count_values(slice.lines[i]);
-        n += v - std::min(v, from_part);
-        from_part = 0;
-        from = slice.after[i];
-      }
-    }
-    return n + (to_part > from_part ? to_part - from_part : 0);
   }
 
   // --- keys ---------------------------------------------------------------
 
-  const std::string& map_key(std::string_view key) {
+  const std::string& map_key(std::string_view key) override {
     auto it = keys_.find(key);
     if (it != keys_.end()) return it->second;
     std::string mapped = clean_key(key);
@@ -388,7 +349,7 @@ private:
     }
   }
 
-  void save_keys() {
+  void save_keys() override {
     if (!keys_dirty_) return;
     std::string out;
     JsonWriter w(out);
@@ -421,7 +382,7 @@ private:
     out.emplace_back(std::move(prefix), std::move(v));
   }
 
-  Sent send_config(const std::string& config, UploadState& st, SteadyTime deadline) {
+  Sent send_config(const std::string& config, UploadState& st) {
     simdjson::dom::element doc;
     Sent s;
     if (parser_.parse(config).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
@@ -456,7 +417,7 @@ private:
       for (std::size_t i = ti; i < tend; ++i)
         w.begin_object().key("key").string(tags[i].first).key("value").string(tags[i].second).end_object();
       w.end_array().end_object();
-      HttpResponse r = call("POST", "runs/log-batch", body, deadline);
+      HttpResponse r = call("POST", "runs/log-batch", body);
       if (!r.ok()) return failed(r, "logging the config as params");
       for (std::size_t i = pi; i < pend; ++i) params_sent_[params[i].first] = params[i].second;
       pi = pend;
@@ -466,238 +427,9 @@ private:
     return s;
   }
 
-  // --- history and system → metrics --------------------------------------------
-
-  /// Reads up to max_metrics points from the Batch, history first.
-  void gather(const Batch& b, const UploadState& st, std::vector<Point>& points, std::vector<std::string>& bad) {
-    std::size_t metrics = 0; // points to send; the end-of-line markers are not sent and not counted
-    auto take = [&](std::span<const std::string_view> lines, Cursor from, bool history, std::uint64_t part) {
-      for (std::size_t i = 0; i < lines.size() && metrics < max_metrics; ++i) {
-        simdjson::dom::element doc;
-        simdjson::dom::object obj;
-        if (parser_.parse(lines[i].data(), lines[i].size()).get(doc) != simdjson::SUCCESS ||
-            doc.get(obj) != simdjson::SUCCESS) {
-          std::string line = "{\"part\":\"";
-          line += history ? "history" : "system";
-          line += "\",\"line\":" + std::to_string(from.lines + i) + ",\"why\":\"not a JSON object\"}";
-          bad.push_back(std::move(line));
-          points.push_back(Point{{}, 0, 0, 0, history, i, ~std::uint64_t{0}}); // a marker that consumes the line
-          continue;
-        }
-        double ts = 0;
-        if (obj["_timestamp"].get(ts) != simdjson::SUCCESS) ts = 0;
-        std::int64_t step = static_cast<std::int64_t>(from.lines + i);
-        std::int64_t logged_step = 0;
-        if (history && obj["_step"].get(logged_step) == simdjson::SUCCESS) step = logged_step;
-        std::uint64_t index = 0;
-        for (auto f : obj) {
-          if (f.key.starts_with("_")) continue;
-          double v;
-          std::string_view s;
-          if (f.value.get(v) != simdjson::SUCCESS) {
-            if (f.value.get(s) != simdjson::SUCCESS) continue;
-            if (s == "NaN") v = std::nan("");
-            else if (s == "Infinity") v = HUGE_VAL;
-            else if (s == "-Infinity") v = -HUGE_VAL;
-            else continue;
-          }
-          const std::uint64_t at = index++;
-          if (i == 0 && at < part) continue; // sent before
-          std::string key;
-          if (!history && f.key.starts_with("system.")) {
-            key = "system/";
-            key.append(f.key.substr(7));
-          } else {
-            key = std::string(f.key);
-          }
-          points.push_back(Point{map_key(key), v, static_cast<std::int64_t>(std::llround(ts * 1000.0)), step, history, i, at});
-          if (++metrics >= max_metrics) return;
-        }
-        // A line whose every value fitted: a marker so the line counts as consumed even with no values.
-        points.push_back(Point{{}, 0, 0, 0, history, i, ~std::uint64_t{0}});
-      }
-    };
-    take(b.history, b.history_from, true, st.history_part);
-    if (metrics < max_metrics) take(b.system, b.system_from, false, st.system_part);
-  }
-
-  /// Where the run directory stands after points[0..end).
-  struct Position {
-    Cursor history, system;
-    std::uint64_t history_part, system_part;
-    std::size_t history_lines = 0, system_lines = 0; // whole lines consumed in this Batch
-  };
-  Position position(const Batch& b, const UploadState& st, const std::vector<Point>& points, std::size_t end) const {
-    Position p{st.history, st.system, st.history_part, st.system_part};
-    for (std::size_t i = 0; i < end; ++i) {
-      const Point& pt = points[i];
-      if (pt.index == ~std::uint64_t{0}) { // end of line
-        if (pt.history) {
-          p.history = b.history_after[pt.line];
-          p.history_part = 0;
-          p.history_lines = pt.line + 1;
-        } else {
-          p.system = b.system_after[pt.line];
-          p.system_part = 0;
-          p.system_lines = pt.line + 1;
-        }
-      } else if (pt.history) {
-        p.history_part = pt.index + 1;
-      } else {
-        p.system_part = pt.index + 1;
-      }
-    }
-    return p;
-  }
-
-  /// After a log-batch whose answer did not come (or was an error the
-  /// server may still have acted on), the server's offset tag says whether
-  /// it stored the batch: what it has is counted as delivered, not sent again.
-  Sent reconcile(const Batch& b, UploadState& st) {
-    Sent s;
-    HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {}, b.deadline);
-    if (!r.ok()) return failed(r, "reading run " + st.remote_run + " back");
-    uncertain_ = false;
-    simdjson::dom::element doc;
-    simdjson::dom::array tags;
-    if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS || doc["run"]["data"]["tags"].get(tags) != simdjson::SUCCESS)
-      return s;
-    for (auto t : tags) {
-      std::string_view k, v;
-      if (t["key"].get(k) != simdjson::SUCCESS || t["value"].get(v) != simdjson::SUCCESS || k != offset_tag) continue;
-      Cursor h, y;
-      std::uint64_t hp = 0, yp = 0;
-      if (!decode_offset(v, h, hp, y, yp)) break;
-      // The values the server has beyond our offsets count as delivered.
-      auto skip = [&](Cursor server, std::uint64_t server_part, Cursor from, std::span<const std::string_view> lines,
-                      std::span<const Cursor> after, std::uint64_t& part, std::size_t& consumed) {
-        if (!(server.bytes > from.bytes || (server.bytes == from.bytes && server_part > part))) return;
-        std::size_t n = 0;
-        while (n < after.size() && after[n].bytes <= server.bytes) ++n;
-        const std::uint64_t new_part = (n > 0 ? after[n - 1].bytes : from.bytes) == server.bytes ? server_part : 0;
-        std::uint64_t values = 0;
-        for (std::size_t i = 0; i < n; ++i) values += count_values(lines[i]);
-        values += new_part;
-        s.points += values - std::min(values, part);
-        consumed = n;
-        part = new_part;
-      };
-      skip(h, hp, b.history_from, b.history, b.history_after, st.history_part, s.history);
-      skip(y, yp, b.system_from, b.system, b.system_after, st.system_part, s.system);
-    }
-    return s;
-  }
-
-  /// The values of a line, as gather() counts them.
-  std::uint64_t count_values(std::string_view line) {
-    simdjson::dom::object obj;
-    if (parser_.parse(line.data(), line.size()).get(obj) != simdjson::SUCCESS) return 0;
-    std::uint64_t n = 0;
-    for (auto f : obj) {
-      if (f.key.starts_with("_")) continue;
-      std::string_view sv;
-      if (f.value.is_number() || (f.value.get(sv) == simdjson::SUCCESS && (sv == "NaN" || sv == "Infinity" || sv == "-Infinity"))) ++n;
-    }
-    return n;
-  }
-
-  Sent send_points(const Batch& b, UploadState& st) {
-    if (uncertain_) {
-      Sent s = reconcile(b, st);
-      if (s.delivery != Delivery::ok || s.history > 0 || s.system > 0) return s;
-    }
-    std::vector<Point> points;
-    Sent s;
-    gather(b, st, points, s.refused);
-    save_keys();
-    std::size_t done = 0; // points[0..done) are delivered (or refused and recorded)
-    // Ranges to send, last first: split in halves on a 400.
-    std::vector<std::pair<std::size_t, std::size_t>> todo{{0, points.size()}};
-    while (!todo.empty()) {
-      auto [lo, hi] = todo.back();
-      todo.pop_back();
-      std::size_t real = 0;
-      for (std::size_t i = lo; i < hi; ++i) real += points[i].index != ~std::uint64_t{0};
-      const Position pos = position(b, st, points, hi);
-      if (real == 0) {
-        // Lines without values: nothing to send. The local offsets move past
-        // them; the server's offset tag moves with the next request.
-        done = hi;
-        continue;
-      }
-      std::string body;
-      JsonWriter w(body);
-      w.begin_object().key("run_id").string(st.remote_run).key("metrics").begin_array();
-      for (std::size_t i = lo; i < hi; ++i) {
-        const Point& p = points[i];
-        if (p.index == ~std::uint64_t{0}) continue;
-        w.begin_object().key("key").string(p.key).key("value").number(p.value);
-        w.key("timestamp").integer(p.ts_ms).key("step").integer(p.step).end_object();
-      }
-      w.end_array().key("tags").begin_array();
-      w.begin_object()
-          .key("key")
-          .string(offset_tag)
-          .key("value")
-          .string(encode_offset(pos.history, pos.history_part, pos.system, pos.system_part))
-          .end_object();
-      w.end_array().end_object();
-      HttpResponse r = call("POST", "runs/log-batch", body, b.deadline);
-      const Delivery d = classify(r);
-      if (d == Delivery::ok) {
-        s.points += real;
-        done = hi;
-        continue;
-      }
-      if (d == Delivery::refused && r.status == 400 && real > 1) {
-        // Find the refused values: each half on its own, first half first.
-        std::size_t mid = lo + (hi - lo) / 2;
-        todo.emplace_back(mid, hi);
-        todo.emplace_back(lo, mid);
-        continue;
-      }
-      if (d == Delivery::refused && r.status == 400) {
-        for (std::size_t i = lo; i < hi; ++i) {
-          const Point& p = points[i];
-          if (p.index == ~std::uint64_t{0}) continue;
-          std::string line;
-          JsonWriter lw(line);
-          lw.begin_object().key("part").string(p.history ? "history" : "system").key("key").string(p.key);
-          lw.key("step").integer(p.step).key("value").number(p.value).key("why").string(describe(r)).end_object();
-          s.refused.push_back(std::move(line));
-          ++s.refused_points;
-        }
-        if (s.message.empty()) s.message = "MLflow refused a value (" + describe(r) + "); such values are listed in upload/" + target_.id + ".refused.jsonl";
-        // Not on the server, so not in its offset tag: if this process dies
-        // before its offsets file is saved, these values are refused (and
-        // listed) once more, and nothing is sent twice.
-        done = hi;
-        continue;
-      }
-      // Retry later (or stop): what was delivered before stays delivered.
-      uncertain_ = true;
-      Sent f = failed(r, "logging metrics");
-      f.points = s.points;
-      f.refused = std::move(s.refused);
-      f.refused_points = s.refused_points;
-      apply(b, st, points, done, f);
-      return f;
-    }
-    apply(b, st, points, done, s);
-    return s;
-  }
-
-  void apply(const Batch& b, UploadState& st, const std::vector<Point>& points, std::size_t done, Sent& s) const {
-    const Position p = position(b, st, points, done);
-    s.history = p.history_lines;
-    s.system = p.system_lines;
-    st.history_part = p.history_part;
-    st.system_part = p.system_part;
-  }
-
   // --- artifacts, summary --------------------------------------------------------
 
-  Sent send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st, SteadyTime deadline) {
+  Sent send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st) {
     Sent s;
     if (a.name.empty() || a.name.find("..") != std::string::npos) {
       s.artifacts = 1;
@@ -726,10 +458,8 @@ private:
     }
     req.url = target_.base_url + "/api/2.0/mlflow-artifacts/artifacts/" + path + "/" + encoded;
     req.upload_file = run.dir + "/artifacts/" + a.name;
-    if (!auth_header_.empty()) req.headers.push_back(auth_header_);
-    req.user = user_;
-    req.password = password_;
-    HttpResponse r = perform_until(http_, req, deadline, std::chrono::milliseconds(600'000));
+    add_credentials(req);
+    HttpResponse r = perform_capped(http_, req, std::chrono::milliseconds(600'000));
     if (r.status == 0 && r.transport_error.starts_with("cannot read")) {
       s.artifacts = 1;
       s.refused.push_back("{\"part\":\"artifacts\",\"name\":\"" + a.name + "\",\"why\":\"the file is missing\"}");
@@ -746,7 +476,7 @@ private:
     return s;
   }
 
-  Sent send_summary(const std::string& summary, UploadState& st, SteadyTime deadline) {
+  Sent send_summary(const std::string& summary, UploadState& st) {
     Sent s;
     simdjson::dom::element doc;
     simdjson::dom::object obj;
@@ -768,7 +498,7 @@ private:
       for (std::size_t j = i; j < std::min(tags.size(), i + max_tags); ++j)
         w.begin_object().key("key").string(tags[j].first).key("value").string(tags[j].second).end_object();
       w.end_array().end_object();
-      HttpResponse r = call("POST", "runs/log-batch", body, deadline);
+      HttpResponse r = call("POST", "runs/log-batch", body);
       if (!r.ok()) return failed(r, "logging the summary as tags");
     }
     s.summary = true;
@@ -784,7 +514,7 @@ private:
   std::map<std::string, std::string, std::less<>> keys_;
   std::vector<std::pair<std::string, std::string>> mapped_;
   bool keys_dirty_ = false;
-  bool uncertain_ = false; // a log-batch's fate is unknown: read the offset tag back first
+  MlflowPoints points_{*this, http_, target_.id};
   std::unordered_map<std::string, std::string> params_sent_;
 };
 

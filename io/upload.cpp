@@ -134,8 +134,10 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   out.buf.clear();
   out.lines.clear();
   out.after.clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? Error() : os_error("cannot open", path, errno);
+  Error err;
+  int err_no = 0;
+  const int fd = detail::open_regular(path, O_RDONLY, err, &err_no); // never blocks on a FIFO planted there
+  if (fd < 0) return err_no == ENOENT ? Error() : err;
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
@@ -340,7 +342,7 @@ struct Uploader::Impl {
   UploadTarget target;
   UploadSettings settings;
   std::string upload_dir, state_file, lock_file, refused_file;
-  HttpClient http;
+  HttpClient http{detail::mlflow_window};
   std::unique_ptr<Backend> backend;
   UploadState st;
   Backoff backoff;
@@ -471,7 +473,7 @@ struct Uploader::Impl {
     return {};
   }
 
-  Progress pump(SteadyTime deadline) {
+  Progress pump(SteadyTime start_by) {
     Progress p;
     for (;;) {
       if (!st.final_sent.empty()) {
@@ -490,7 +492,7 @@ struct Uploader::Impl {
         return p;
       }
       wait_until.reset();
-      if (now >= deadline) {
+      if (now >= start_by) {
         p.error = st.last_error;
         return p;
       }
@@ -499,7 +501,7 @@ struct Uploader::Impl {
       if (!run) return stop(p, err.message());
       Sent sent;
       if (!remote_open) {
-        sent = backend->open(*run, st, deadline);
+        sent = backend->open(*run, st);
         if (sent.delivery == Delivery::ok) {
           remote_open = true;
           save();
@@ -520,7 +522,6 @@ struct Uploader::Impl {
         const bool summary_changed = !summary.empty() && digest(summary) != st.summary_sent;
         b.final = run->ended && rest_empty;
         if (summary_changed && (backend->live_summary() || b.final)) b.summary = &summary;
-        b.deadline = deadline;
         if (rest_empty && !b.summary && !b.final) {
           p.caught_up = true;
           p.error = st.last_error;
@@ -571,7 +572,7 @@ struct Uploader::Impl {
     stop_reason = why;
     st.last_error = why;
     save();
-    report(why + "; stopped (what is not uploaded stays in the run directory for `chorus sync`)");
+    report(why + "; stopped: what is not uploaded stays in the run directory, and `chorus sync` sends it once that is changed");
     p.stopped = true;
     p.error = std::move(why);
     return p;
@@ -611,15 +612,17 @@ Error Uploader::open() {
   return {};
 }
 
-Uploader::Progress Uploader::pump(SteadyTime deadline) {
+Uploader::Progress Uploader::pump(SteadyTime start_by) {
   if (!impl_->backend) {
     Progress p;
     p.stopped = true;
     p.error = "the Uploader was not opened";
     return p;
   }
-  return impl_->pump(deadline);
+  return impl_->pump(start_by);
 }
+
+void Uploader::cut_requests_at(SteadyTime at) noexcept { impl_->http.cut_at(at); }
 
 const UploadState& Uploader::state() const noexcept { return impl_->st; }
 const UploadTarget& Uploader::target() const noexcept { return impl_->target; }
@@ -685,20 +688,8 @@ std::unique_ptr<Backend> make_backend(const UploadTarget& target, HttpClient& ht
   return detail::make_wandb_backend(target, http, error);
 }
 
-std::chrono::milliseconds detail::time_left(SteadyTime deadline, std::chrono::milliseconds cap) {
-  if (deadline == SteadyTime::max()) return cap;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return std::clamp(left, std::chrono::milliseconds(0), cap);
-}
-
-HttpResponse detail::perform_until(HttpClient& http, HttpRequest& req, SteadyTime deadline,
-                                   std::chrono::milliseconds cap) {
-  req.timeout = time_left(deadline, cap);
-  if (req.timeout.count() == 0) {
-    HttpResponse r;
-    r.transport_error = "the time for uploading ran out";
-    return r;
-  }
+HttpResponse detail::perform_capped(HttpClient& http, HttpRequest& req, std::chrono::milliseconds cap) {
+  req.timeout = cap;
   return http.perform(req);
 }
 

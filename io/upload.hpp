@@ -124,7 +124,6 @@ struct Batch {
   const std::string* summary = nullptr;      // summary.json, if it changed
   std::span<const ArtifactEntry> artifacts;
   bool final = false; // the run has ended and everything else is delivered: send the end state
-  SteadyTime deadline = SteadyTime::max(); // no request may run past this
 };
 
 /// What one call to a backend did: how much of each part of the Batch it
@@ -142,14 +141,16 @@ struct Sent {
   bool stop = false; // cannot go on (bad credentials, run stopped on the server)
 };
 
-/// One tracking server's protocol. Each call makes at most a few requests
-/// and never runs past the Batch's (or open's) deadline.
+/// One tracking server's protocol. Each call makes at most a few requests,
+/// each within its own timeout (the HTTP client's caps), so that a slow
+/// server still answers: the Uploader's time slice decides only whether a
+/// call starts. Only HttpClient::cut_at cuts a request short.
 class Backend {
 public:
   virtual ~Backend() = default;
   /// Finds or creates the remote run and reconciles `state` with what the
   /// server already has, so that nothing is sent twice.
-  virtual Sent open(const RunSnapshot& run, UploadState& state, SteadyTime deadline) = 0;
+  virtual Sent open(const RunSnapshot& run, UploadState& state) = 0;
   /// Sends a prefix of `batch`; the Uploader advances the offsets by what was consumed.
   virtual Sent send(const RunSnapshot& run, const Batch& batch, UploadState& state) = 0;
   /// Whether summary.json goes up while the run trains (W&B), or only with the end state (MLflow).
@@ -187,8 +188,17 @@ public:
     std::optional<SteadyTime> wait_until; // backing off or rate limited until then
     std::string error;      // the latest problem, "" if none
   };
-  /// Sends until caught up, done, stopped, a wait is needed, or `deadline`.
-  Progress pump(SteadyTime deadline);
+  /// Sends until caught up, done, stopped, a wait is needed, or `start_by`:
+  /// no backend call (a few requests: a window of log-batches, an artifact)
+  /// starts after it, and one under way then runs on, each request to its
+  /// own timeout (30 s; 10 min for an artifact). So `start_by` is a time
+  /// slice, not a limit on a request (cut_requests_at is).
+  Progress pump(SteadyTime start_by);
+
+  /// No request runs past `at`: one in flight then is cut. For a caller
+  /// that must end by a time (a run's finish, `chorus sync --timeout`); may
+  /// be called from another thread while pump runs.
+  void cut_requests_at(SteadyTime at) noexcept;
 
   [[nodiscard]] const UploadState& state() const noexcept;
   /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.

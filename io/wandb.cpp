@@ -1,4 +1,4 @@
-// The W&B backend (GraphQL + file_stream, ../shared/BACKENDS.md):
+// The W&B backend (GraphQL + file_stream, as the W&B servers answer):
 //
 //   open    upsertBucket (name = the run id, so that a retry or a resumed
 //           upload finds the same run) with the config; the server's
@@ -45,11 +45,11 @@ public:
   WandbBackend(const UploadTarget& target, HttpClient& http, std::string key, std::chrono::milliseconds interval)
       : target_(target), http_(http), key_(std::move(key)), interval_(interval) {}
 
-  Sent open(const RunSnapshot& run, UploadState& st, SteadyTime deadline) override {
+  Sent open(const RunSnapshot& run, UploadState& st) override {
     std::string config;
     (void)read_text(run.dir + "/config.json", config, true);
     std::int64_t lines = 0;
-    Sent s = upsert(run, st, config.empty() ? nullptr : &config, deadline, &lines);
+    Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines);
     if (s.delivery != Delivery::ok) return s;
     if (static_cast<std::uint64_t>(lines) < st.history.lines) {
       // The server has fewer lines than were delivered (it lost some): send
@@ -70,7 +70,7 @@ public:
       return wait;
     }
     if (b.config) {
-      Sent s = upsert(run, st, b.config, b.deadline, nullptr);
+      Sent s = upsert(run, st, b.config, nullptr);
       if (s.delivery != Delivery::ok) return s;
       s.config = true;
       return s;
@@ -123,7 +123,7 @@ public:
     }
     HttpResponse r = post(target_.base_url + "/files/" + url_encode(st.entity) + "/" + url_encode(st.project) + "/" +
                               url_encode(st.remote_run) + "/file_stream",
-                          std::move(body), b.deadline);
+                          std::move(body));
     last_ = std::chrono::steady_clock::now();
     if (!r.ok()) {
       Sent f = failed(r, "file_stream");
@@ -141,7 +141,7 @@ public:
         stopped && !final) {
       s.delivery = Delivery::refused;
       s.stop = true;
-      s.message = "W&B: the run was stopped on the server; nothing more is sent to it";
+      s.message = "W&B: the run was stopped on the server, and a stopped W&B run takes no more data; what is left stays in the run directory (to upload it elsewhere, sync it to another target)";
     }
     return s;
   }
@@ -191,7 +191,7 @@ private:
     return out;
   }
 
-  HttpResponse post(std::string url, std::string body, SteadyTime deadline) {
+  HttpResponse post(std::string url, std::string body) {
     HttpRequest req;
     req.method = "POST";
     req.url = std::move(url);
@@ -199,14 +199,14 @@ private:
     req.headers.emplace_back("Content-Type: application/json");
     req.user = "api";
     req.password = key_;
-    return perform_until(http_, req, deadline, request_cap);
+    return perform_capped(http_, req, request_cap);
   }
 
   static Sent failed(const HttpResponse& r, const std::string& what) {
     return not_delivered(r, "W&B", what, "check WANDB_API_KEY");
   }
 
-  Sent upsert(const RunSnapshot& run, UploadState& st, const std::string* config, SteadyTime deadline,
+  Sent upsert(const RunSnapshot& run, UploadState& st, const std::string* config,
               std::int64_t* history_lines) {
     std::string body;
     JsonWriter w(body);
@@ -224,7 +224,7 @@ private:
     if (!run.scope.empty()) w.string("scope:" + run.scope);
     w.end_array();
     w.end_object().end_object();
-    HttpResponse r = post(target_.base_url + "/graphql", std::move(body), deadline);
+    HttpResponse r = post(target_.base_url + "/graphql", std::move(body));
     if (!r.ok()) return failed(r, "upsertBucket");
     simdjson::dom::element doc, bucket;
     simdjson::dom::array errors;

@@ -213,7 +213,9 @@ std::string show(const std::map<std::string, std::string>& m) {
 }
 
 /// The server's points equal the expected ones key by key: none missing,
-/// none twice, none extra, in order. Reports the first difference per key.
+/// none twice, none extra, in step order (several log-batches are in flight
+/// at once: the server may store them in another order). Reports the first
+/// difference per key.
 void check_metrics(const MlflowRun& r, const Metrics& want) {
   std::set<std::string> have_keys, want_keys;
   for (const auto& [k, v] : r.metrics) have_keys.insert(k);
@@ -222,12 +224,16 @@ void check_metrics(const MlflowRun& r, const Metrics& want) {
   for (const auto& [key, points] : want) {
     auto it = r.metrics.find(key);
     if (it == r.metrics.end()) continue; // reported above
-    const auto& got = it->second;
+    auto got = it->second;
+    auto by_step = [](const MetricPoint& a, const MetricPoint& b) { return a.step < b.step; };
+    std::stable_sort(got.begin(), got.end(), by_step);
+    auto sorted = points;
+    std::stable_sort(sorted.begin(), sorted.end(), by_step);
     BOOST_TEST_CONTEXT("key " << key) {
       BOOST_TEST(got.size() == points.size());
       for (std::size_t i = 0; i < std::min(got.size(), points.size()); ++i)
-        if (!same_point(got[i], points[i])) {
-          BOOST_ERROR("point " << i << ": the server has " << show(got[i]) << ", the run directory " << show(points[i]));
+        if (!same_point(got[i], sorted[i])) {
+          BOOST_ERROR("point " << i << ": the server has " << show(got[i]) << ", the run directory " << show(sorted[i]));
           break;
         }
     }
@@ -370,6 +376,24 @@ BOOST_AUTO_TEST_CASE(live_upload_to_mlflow_holds_every_point_once) {
     if (line.find(rj.id) != std::string::npos && line.find(mlflow_url(server.port())) != std::string::npos)
       listed = line.find("done (finished)") != std::string::npos;
   BOOST_TEST(listed);
+}
+
+// 1b. A server that takes longer to answer a log-batch (3.5 s) than the live
+// upload's 3 s slice: the slice decides only when a request starts, so
+// points arrive while the run trains, and no request is cut.
+BOOST_AUTO_TEST_CASE(live_upload_to_a_slow_server_is_never_cut_by_its_slice) {
+  TrackingServer server;
+  server.set_delay(3500ms, "log-batch");
+  chorus::test::TempDir dir;
+  auto job = launch(dir.path(), 1, {"--steps", "300", "--step-us", "40000"},
+                    {"CHORUS_UPLOAD=" + mlflow_url(server.port()), "CHORUS_UPLOAD_TIMEOUT=60"});
+  BOOST_TEST(arrived_while_training(dir.path(), [&](const RunJson&) { return points_on(server) > 0; }));
+  const auto out = job->finish(120s);
+  BOOST_TEST_INFO_SCOPE(both(out));
+  BOOST_REQUIRE_EQUAL(out.code, 0);
+  BOOST_TEST(out.err.find("Timeout was reached") == std::string::npos);
+  BOOST_TEST(out.err.find("ran out") == std::string::npos);
+  check_mlflow(server, only_run_dir(dir.path()));
 }
 
 // 2. The same to W&B: history and system lines streamed through file_stream.
@@ -632,4 +656,49 @@ BOOST_AUTO_TEST_CASE(sync_refuses_bad_input_naming_the_fix) {
   }
   // None of it reached the server.
   BOOST_TEST(server.stats().requests == 0u);
+}
+
+namespace {
+
+/// A one-rank run of `steps` made under `dir` without uploading: its directory.
+fs::path offline_run(const chorus::test::TempDir& dir, int steps) {
+  auto job = launch(dir.path(), 1, {"--steps", std::to_string(steps)}, {});
+  const auto out = job->finish(120s);
+  BOOST_TEST_INFO_SCOPE(both(out));
+  BOOST_REQUIRE_EQUAL(out.code, 0);
+  return only_run_dir(dir.path());
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(sync_against_a_slow_server_gives_each_request_its_own_time) {
+  // Every answer takes 300 ms, more than the 250 ms sync waits between looks
+  // at its progress: that slice never cuts a request in flight.
+  chorus::test::TempDir dir;
+  const fs::path run_dir = offline_run(dir, 300);
+  TrackingServer server;
+  server.set_delay(300ms);
+  const auto sync = chorus_cmd({"sync", run_dir.string(), "--to", mlflow_url(server.port()), "--timeout", "120"});
+  BOOST_TEST_INFO_SCOPE(both(sync));
+  BOOST_REQUIRE_EQUAL(sync.code, 0);
+  check_mlflow(server, run_dir);
+  BOOST_TEST(server.mlflow_runs().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(sync_says_what_must_change_when_syncing_again_cannot_go_on) {
+  chorus::test::TempDir dir;
+  const fs::path run_dir = offline_run(dir, 10);
+  TrackingServer server;
+  server.fail_next(1, {400, R"({"error_code": "INVALID_PARAMETER_VALUE", "message": "end_time refused"})", "", "runs/update"});
+  const auto sync = chorus_cmd({"sync", run_dir.string(), "--to", mlflow_url(server.port())});
+  BOOST_TEST_INFO_SCOPE(both(sync));
+  BOOST_TEST(sync.code == 1);
+  BOOST_TEST(sync.err.find("end_time refused") != std::string::npos);
+  BOOST_TEST(sync.err.find("once what is named here is changed") != std::string::npos);
+  BOOST_TEST(sync.err.find("run `chorus sync` again") == std::string::npos);
+  // Every point is there; the end state is not.
+  const auto status = chorus_cmd({"sync", "--status", run_dir.string()});
+  BOOST_TEST_INFO_SCOPE(both(status));
+  BOOST_TEST(status.out.find("finished, end state not yet delivered") != std::string::npos);
+  BOOST_TEST(status.out.find("no end state yet") == std::string::npos);
 }

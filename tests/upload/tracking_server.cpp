@@ -1014,6 +1014,7 @@ struct TrackingServer::Impl {
         {"runs/create", nullptr, &Impl::create_run},
         {"runs/update", nullptr, &Impl::update_run},
         {"runs/get", &Impl::get_run, nullptr},
+        {"runs/search", nullptr, &Impl::search_runs},
         {"runs/log-batch", nullptr, &Impl::log_batch},
         {"runs/log-metric", nullptr, &Impl::log_metric},
         {"runs/log-parameter", nullptr, &Impl::log_parameter},
@@ -1245,6 +1246,108 @@ struct TrackingServer::Impl {
     std::string out = R"({"run": )";
     put_run(out, find_run(it->second));
     return json(out + "}");
+  }
+
+  // runs/search as MLflow 2.10 answers it, for the filters its clients send:
+  // clauses `tags.<key> = '<value>'` (the key bare, "quoted" or `quoted`)
+  // and `attributes.status = '<status>'`, joined by AND. Newest run first;
+  // {"runs": [...], "next_page_token"?}, {} when nothing matches.
+  Answer search_runs(simdjson::dom::object o, Parsers&) {
+    std::set<std::string> experiment_ids;
+    if (const auto ids = member(o, "experiment_ids")) {
+      simdjson::dom::array a;
+      if (ids->get_array().get(a) != simdjson::SUCCESS) invalid_param("experiment_ids");
+      for (auto e : a) experiment_ids.insert(std::string(checked(e.get_string())));
+    }
+    const std::int64_t max_results = optional_int(o, "max_results").value_or(1000);
+    if (max_results <= 0 || max_results > 50000)
+      invalid("Invalid value " + std::to_string(max_results) +
+              " for parameter 'max_results' supplied. It must be at most 50000, but got value " +
+              std::to_string(max_results));
+    const std::string page_token = optional_string(o, "page_token").value_or("");
+    std::size_t offset = 0;
+    if (!page_token.empty()) {
+      auto [end, ec] = std::from_chars(page_token.data(), page_token.data() + page_token.size(), offset);
+      if (ec != std::errc() || end != page_token.data() + page_token.size()) invalid("Invalid page token, could not base64-decode");
+    }
+    const auto clauses = parse_filter(optional_string(o, "filter").value_or(""));
+    std::vector<const MlRun*> found;
+    for (const auto& [id, r] : ml_runs) {
+      if (experiment_ids.count(r.run.experiment_id) == 0) continue;
+      const bool match = std::all_of(clauses.begin(), clauses.end(), [&](const auto& c) {
+        if (c.tag) {
+          const auto it = r.run.tags.find(c.key);
+          return it != r.run.tags.end() && it->second == c.value;
+        }
+        return r.run.status == c.value;
+      });
+      if (match) found.push_back(&r);
+    }
+    std::sort(found.begin(), found.end(), [](const MlRun* a, const MlRun* b) {
+      return a->run.start_time != b->run.start_time ? a->run.start_time > b->run.start_time : a->run.id < b->run.id;
+    });
+    std::string out = "{";
+    const std::size_t end = std::min(found.size(), offset + static_cast<std::size_t>(max_results));
+    if (offset < end) {
+      out += R"("runs": [)";
+      for (std::size_t i = offset; i < end; ++i) {
+        if (i > offset) out += ", ";
+        put_run(out, *found[i]);
+      }
+      out += "]";
+      if (end < found.size()) out += R"(, "next_page_token": )" + json_quoted(std::to_string(end));
+    }
+    return json(out + "}");
+  }
+
+  struct Clause {
+    bool tag = true; // else attributes.status
+    std::string key, value;
+  };
+
+  static std::vector<Clause> parse_filter(std::string_view f) {
+    std::vector<Clause> out;
+    const auto bad = [&] { invalid("Invalid filter '" + std::string(f) + "'"); };
+    std::string_view rest = trim(f);
+    while (!rest.empty()) {
+      Clause c;
+      std::string_view ident;
+      if (starts_with(rest, "tags.")) {
+        rest.remove_prefix(5);
+      } else if (starts_with(rest, "attributes.status") || starts_with(rest, "attribute.status")) {
+        c.tag = false;
+        rest.remove_prefix(rest.find('.') + 7);
+      } else {
+        bad();
+      }
+      if (c.tag) {
+        if (!rest.empty() && (rest.front() == '"' || rest.front() == '`')) {
+          const std::size_t close = rest.find(rest.front(), 1);
+          if (close == std::string_view::npos) bad();
+          c.key = std::string(rest.substr(1, close - 1));
+          rest.remove_prefix(close + 1);
+        } else {
+          std::size_t n = 0;
+          while (n < rest.size() && (std::isalnum(static_cast<unsigned char>(rest[n])) || rest[n] == '_' || rest[n] == '.')) ++n;
+          if (n == 0) bad();
+          c.key = std::string(rest.substr(0, n));
+          rest.remove_prefix(n);
+        }
+      }
+      rest = trim(rest);
+      if (!starts_with(rest, "=") || starts_with(rest, "==")) bad();
+      rest = trim(rest.substr(1));
+      if (rest.empty() || (rest.front() != '\'' && rest.front() != '"')) bad();
+      const std::size_t close = rest.find(rest.front(), 1);
+      if (close == std::string_view::npos) bad();
+      c.value = std::string(rest.substr(1, close - 1));
+      rest = trim(rest.substr(close + 1));
+      out.push_back(std::move(c));
+      if (rest.empty()) break;
+      if (rest.size() < 4 || lower(rest.substr(0, 4)) != "and ") bad();
+      rest = trim(rest.substr(4));
+    }
+    return out;
   }
 
   MetricIn read_metric(simdjson::dom::object m, const std::string& path) {

@@ -1,7 +1,7 @@
 // A tracking server on loopback for the upload tests and benchmark: MLflow's
 // REST 2.0 API with proxied artifacts, and W&B's GraphQL upsertBucket and
-// file_stream, answering as the real servers do (../shared/BACKENDS.md; where
-// this double and a real server differ, the double is wrong), plus faults on
+// file_stream, answering as the real servers do (where this double and a
+// real server differ, the double is wrong), plus faults on
 // command and a view of everything it received.
 //
 //   chorus::test::TrackingServer server;            // http://127.0.0.1:<port>
@@ -20,7 +20,9 @@
 //    "files" for an empty directory).
 //    NaN goes out as "NaN", the stored infinities as ±1.7976931348623157e+308.
 //    A run id that is not [A-Za-z0-9][\w-]{0,255} gets 400, an unknown one
-//    404. Also served: experiments/get, runs/log-metric. A wrong method gets
+//    404. Also served: experiments/get, runs/log-metric, runs/search (with
+//    the filters `tags.<key> = '<v>'` and `attributes.status = '<s>'`, joined
+//    by AND; newest first; a page token is the offset). A wrong method gets
 //    405, an unknown path 404 (text bodies, as Flask's).
 //  - W&B: GraphQL errors come back with HTTP 200 ({"errors": [...]}), bad
 //    credentials with 401, file_stream errors as {"error": "..."}. The bucket

@@ -415,6 +415,48 @@ BOOST_AUTO_TEST_CASE(mlflow_runs_create_get_update) {
   require_refused(m.batch(metrics_json(1, "a")), 404, "RESOURCE_DOES_NOT_EXIST");
 }
 
+BOOST_AUTO_TEST_CASE(mlflow_runs_search_by_tag) {
+  // As MLflow 2.10: POST runs/search {experiment_ids, filter, max_results,
+  // page_token} -> {runs: [...], next_page_token?}, newest first; {} for none.
+  Mlflow m;
+  const std::string exp = Doc(m.post("experiments/create", R"({"name": "e"})").body).str("/experiment_id");
+  auto create = [&](std::int64_t start, const std::string& id) {
+    const Reply r = m.post("runs/create", R"({"experiment_id": )" + quote(exp) + R"(, "start_time": )" +
+                                              std::to_string(start) + R"(, "tags": [{"key": "chorus.run_id", "value": )" +
+                                              quote(id) + "}]}");
+    BOOST_TEST_REQUIRE(r.status == 200, r);
+    return Doc(r.body).str("/run/info/run_id");
+  };
+  const std::string older = create(1000, "abc");
+  const std::string newer = create(2000, "abc");
+  create(3000, "other");
+  auto search = [&](const std::string& filter, int max_results = 100, const std::string& token = "") {
+    std::string body = R"({"experiment_ids": [)" + quote(exp) + R"(], "filter": )" + quote(filter) +
+                       R"(, "max_results": )" + std::to_string(max_results);
+    if (!token.empty()) body += R"(, "page_token": )" + quote(token);
+    return m.post("runs/search", body + "}");
+  };
+  const Reply both = search(R"(tags."chorus.run_id" = 'abc')");
+  BOOST_TEST_REQUIRE(both.status == 200, both);
+  BOOST_TEST(Doc(both.body).str("/runs/0/info/run_id") == newer);
+  BOOST_TEST(Doc(both.body).str("/runs/1/info/run_id") == older);
+  BOOST_TEST(!Doc(both.body).has("/runs/2"));
+  BOOST_TEST(!Doc(both.body).has("/next_page_token"));
+  BOOST_TEST(Doc(search("tags.`chorus.run_id` = \"abc\"").body).str("/runs/1/info/run_id") == older);
+  const Reply page = search(R"(tags."chorus.run_id" = 'abc')", 1);
+  BOOST_TEST(Doc(page.body).str("/runs/0/info/run_id") == newer);
+  const std::string token = Doc(page.body).str("/next_page_token");
+  BOOST_TEST(Doc(search(R"(tags."chorus.run_id" = 'abc')", 1, token).body).str("/runs/0/info/run_id") == older);
+  const Reply none = search(R"(tags."chorus.run_id" = 'zzz')");
+  BOOST_TEST(none.status == 200, none);
+  BOOST_TEST(none.body == "{}", none);
+  // Not in the searched experiment: not found.
+  const Reply elsewhere = m.post("runs/search", R"({"experiment_ids": ["0"], "filter": "tags.\"chorus.run_id\" = 'abc'"})");
+  BOOST_TEST(elsewhere.body == "{}", elsewhere);
+  require_refused(search("tags.x ~ 'a'"), 400, "INVALID_PARAMETER_VALUE");
+  require_refused(search(R"(tags."chorus.run_id" = 'abc')", 50001), 400, "INVALID_PARAMETER_VALUE");
+}
+
 BOOST_AUTO_TEST_CASE(mlflow_log_batch_limits) {
   Mlflow m;
   BOOST_TEST(m.batch(metrics_json(1000, "a")).status == 200);

@@ -5,6 +5,7 @@
 
 #include "io/upload.hpp"
 #include "tests/upload/run_fixture.hpp"
+#include "tests/upload/uploading.hpp"
 #include "tests/upload/tracking_server.hpp"
 
 #include <simdjson.h>
@@ -18,60 +19,17 @@
 
 using namespace chorus;
 using namespace std::chrono_literals;
+using test::check_history;
+using test::drain;
+using test::mlflow_url;
+using test::only_run;
+using test::quick;
 using test::RunFixture;
+using test::target;
 using test::TrackingServer;
+using test::wandb_url;
 
 namespace {
-
-io::UploadSettings quick() {
-  io::UploadSettings s;
-  s.backoff_base = 50ms;
-  s.backoff_max = 400ms;
-  return s;
-}
-
-io::UploadTarget target(const std::string& url) {
-  Error e;
-  auto t = io::UploadTarget::parse(url, e);
-  BOOST_REQUIRE_MESSAGE(t, e.message());
-  return *t;
-}
-
-std::string mlflow_url(const TrackingServer& s) { return "mlflow://127.0.0.1:" + std::to_string(s.port()); }
-std::string wandb_url(const TrackingServer& s) { return "wandb+http://127.0.0.1:" + std::to_string(s.port()); }
-
-/// Pumps until done or stopped (or `limit`), sleeping through waits.
-io::Uploader::Progress drain(io::Uploader& up, std::chrono::milliseconds limit = 30s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  io::Uploader::Progress p;
-  while (std::chrono::steady_clock::now() < end) {
-    p = up.pump(end);
-    if (p.done || p.stopped) break;
-    if (p.wait_until) std::this_thread::sleep_until(std::min(*p.wait_until, end));
-    else if (p.caught_up) break;
-  }
-  return p;
-}
-
-/// The one MLflow run on the server.
-test::MlflowRun only_run(const TrackingServer& s) {
-  auto runs = s.mlflow_runs();
-  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
-  return runs.front();
-}
-
-/// Every key k0..k{keys-1} has exactly the steps [0, steps) once, in order, with the fixture's values.
-void check_history(const TrackingServer& s, const std::string& run_id, std::int64_t steps, int keys = 3) {
-  for (int k = 0; k < keys; ++k) {
-    const auto points = s.metric_history(run_id, "k" + std::to_string(k));
-    BOOST_REQUIRE_EQUAL(points.size(), static_cast<std::size_t>(steps));
-    for (std::int64_t i = 0; i < steps; ++i) {
-      BOOST_REQUIRE_EQUAL(points[i].step, i);
-      BOOST_REQUIRE_EQUAL(points[i].value, static_cast<double>(i * 10 + k));
-      BOOST_REQUIRE_EQUAL(points[i].timestamp, 1'700'000'000'000 + i * 250);
-    }
-  }
-}
 
 struct Env {
   std::string name;
@@ -168,8 +126,8 @@ BOOST_AUTO_TEST_CASE(mlflow_whole_run) {
   BOOST_TEST(cpu[0].value == 12.5);
   BOOST_TEST(cpu[0].timestamp == 1'700'000'001'500);
   BOOST_TEST(server.experiments().size() == 2u); // Default and proj
-  // Keep-alive: one connection for all of it.
-  BOOST_TEST(server.stats().connections == 1u);
+  // Keep-alive: a connection per log-batch in flight at once (4), for all of it.
+  BOOST_TEST(server.stats().connections <= 4u);
   // A second Uploader has nothing left to do, and sends nothing.
   const auto before = server.stats().requests;
   io::Uploader again(run.dir(), target(mlflow_url(server)), quick());
@@ -248,7 +206,7 @@ BOOST_AUTO_TEST_CASE(mlflow_resumes_after_a_crash_between_answer_and_offsets) {
     auto p = up.pump(std::chrono::steady_clock::now() + 10s); // open, then the first batch: reset
     BOOST_TEST(!p.done);
     BOOST_TEST(p.wait_until.has_value());
-    BOOST_TEST(up.state().points == 0u); // not known to be delivered here
+    BOOST_TEST(up.state().points < 4500u); // the batch whose answer was lost is not known to be delivered here
   } // "killed": its offsets say nothing was delivered
   io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());

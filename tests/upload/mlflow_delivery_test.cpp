@@ -1,0 +1,194 @@
+// The MLflow upload against a slow server, several log-batches in flight at
+// once, and one chorus run staying one MLflow run: every point once.
+#define BOOST_TEST_MODULE upload_mlflow_delivery
+#include <boost/test/unit_test.hpp>
+
+#include "io/upload.hpp"
+#include "tests/upload/run_fixture.hpp"
+#include "tests/upload/tracking_server.hpp"
+#include "tests/upload/uploading.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+using namespace chorus;
+using namespace std::chrono_literals;
+using test::check_history;
+using test::drain;
+using test::mlflow_url;
+using test::only_run;
+using test::quick;
+using test::RunFixture;
+using test::target;
+using test::TrackingServer;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Pumps as `chorus sync` does: a 250 ms slice at a time, sleeping through waits.
+io::Uploader::Progress pump_in_slices(io::Uploader& up, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  io::Uploader::Progress p;
+  while (Clock::now() < end) {
+    p = up.pump(std::min(end, Clock::now() + 250ms));
+    if (p.done || p.stopped) break;
+    if (p.wait_until) std::this_thread::sleep_until(std::min(*p.wait_until, end));
+  }
+  return p;
+}
+
+/// `rows` history rows and the end state; an Uploader of it to `url`, opened.
+std::unique_ptr<io::Uploader> finished_run(RunFixture& run, int rows, const std::string& url) {
+  run.history(0, rows);
+  run.write_run_json("finished", 1'700'000'000.0 + rows);
+  auto up = std::make_unique<io::Uploader>(run.dir(), target(url), quick());
+  BOOST_REQUIRE(!up->open());
+  return up;
+}
+
+std::string blob(std::size_t size) {
+  std::string b(size, '\0');
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>((i * 131) >> 3);
+  return b;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_slow_server_gets_every_request_its_own_time) {
+  // Every answer takes 600 ms, more than the 250 ms slice `chorus sync`
+  // pumps in: a slice decides only whether a request starts, so the upload
+  // completes, the artifact whole.
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 1200);
+  const std::string artifact = blob(2u << 20);
+  std::filesystem::create_directories(run.dir() + "/artifacts");
+  run.write("artifacts/model.bin", artifact);
+  run.append("artifacts.jsonl", "{\"name\":\"model.bin\",\"type\":\"model\",\"size\":2097152,\"sha256\":\"x\"}\n");
+  run.write_run_json("finished", 1'700'000'300.0);
+  server.set_delay(600ms);
+  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  const auto p = pump_in_slices(up, 90s);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  const auto r = only_run(server);
+  check_history(server, r.id, 1200);
+  BOOST_TEST(r.status == "FINISHED");
+  const auto arts = server.artifacts(r.id);
+  BOOST_REQUIRE_EQUAL(arts.count("model.bin"), 1u);
+  BOOST_TEST((arts.at("model.bin") == artifact));
+}
+
+BOOST_AUTO_TEST_CASE(cut_requests_at_bounds_the_requests_in_flight) {
+  // The drain at a run's finish and `chorus sync --timeout` must end in time:
+  // requests in flight then are cut. The server applies them anyway; the
+  // next upload reads that back and sends nothing twice.
+  TrackingServer server;
+  RunFixture run;
+  auto up = finished_run(run, 1500, mlflow_url(server));
+  server.set_delay(1500ms, "log-batch");
+  const auto start = Clock::now();
+  up->cut_requests_at(start + 300ms);
+  const auto p = up->pump(start + 10s);
+  BOOST_TEST(std::chrono::duration<double>(Clock::now() - start).count() < 1.2);
+  BOOST_TEST(!p.done);
+  BOOST_TEST(p.error.find("ran out") != std::string::npos, p.error);
+  std::this_thread::sleep_for(1800ms); // the server stores the batches it was sent
+  server.clear_faults();
+  up->cut_requests_at(io::SteadyTime::max());
+  const auto done = drain(*up);
+  BOOST_REQUIRE_MESSAGE(done.done, done.error);
+  check_history(server, only_run(server).id, 1500);
+  BOOST_TEST(up->state().points == 4500u);
+}
+
+BOOST_AUTO_TEST_CASE(log_batches_go_several_at_once) {
+  // 20 log-batches, each answered after 200 ms: one at a time takes 4 s.
+  TrackingServer server;
+  RunFixture run;
+  auto up = finished_run(run, 6660, mlflow_url(server));
+  server.set_delay(200ms, "log-batch");
+  const auto start = Clock::now();
+  const auto p = drain(*up);
+  const auto took = Clock::now() - start;
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  check_history(server, only_run(server).id, 6660);
+  BOOST_TEST(server.stats().connections > 1u);
+  BOOST_TEST(server.stats().connections <= 4u);
+  BOOST_TEST(std::chrono::duration<double>(took).count() < 3.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_window_with_lost_answers_then_a_crash_sends_nothing_twice) {
+  // Batches in flight at once: some stored with their answer lost, one
+  // refused before it was stored (a gap, with stored batches after it).
+  // Then the process dies; the next one reads the server's record, with its
+  // offsets file kept, and with it lost (as for another spelling of the
+  // server's address): every point once either way.
+  for (const bool keep_offsets : {true, false}) {
+    for (int round = 0; round < 3; ++round) {
+      BOOST_TEST_CONTEXT("keep offsets " << keep_offsets << ", round " << round) {
+        TrackingServer server;
+        RunFixture run;
+        std::string state_file;
+        {
+          auto first = finished_run(run, 4000, mlflow_url(server));
+          state_file = first->state_path();
+          server.reset_next(2, test::ResetPoint::after_handling, "log-batch");
+          server.fail_next(1, {503, "", "", "log-batch"});
+          BOOST_TEST(!first->pump(Clock::now() + 10s).done); // the run made, a window of batches, then a wait
+        } // "killed"
+        if (!keep_offsets) std::filesystem::remove(state_file);
+        io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+        BOOST_REQUIRE(!up.open());
+        const auto p = drain(up);
+        BOOST_REQUIRE_MESSAGE(p.done, p.error);
+        BOOST_REQUIRE_EQUAL(server.mlflow_runs().size(), 1u);
+        check_history(server, only_run(server).id, 4000);
+        BOOST_TEST(up.state().points == 12000u);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_same_server_spelled_another_way_is_the_same_run) {
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 600);
+  {
+    io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    BOOST_REQUIRE(drain(up).caught_up);
+  }
+  run.history(600, 600);
+  run.write_run_json("finished", 1'700'000'300.0);
+  io::Uploader up(run.dir(), target("mlflow://localhost:" + std::to_string(server.port())), quick());
+  BOOST_REQUIRE(!up.open());
+  const auto p = drain(up);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  const auto r = only_run(server);
+  check_history(server, r.id, 1200);
+  BOOST_TEST(r.status == "FINISHED");
+  BOOST_TEST(up.state().points == 3600u);
+  BOOST_TEST(up.state().remote_run == r.id);
+}
+
+BOOST_AUTO_TEST_CASE(a_lost_runs_create_answer_leaves_no_second_run) {
+  // The server makes the run and its answer is lost: the next attempt finds
+  // it by its chorus.run_id tag instead of making another.
+  TrackingServer server;
+  RunFixture run;
+  auto up = finished_run(run, 300, mlflow_url(server));
+  server.reset_next(1, test::ResetPoint::after_handling, "runs/create");
+  const auto first = up->pump(Clock::now() + 10s);
+  BOOST_TEST(!first.done);
+  // libcurl's "Send failed since rewinding of the data stream failed", said as what it means.
+  BOOST_TEST(first.error.find("the connection dropped after the request went out") != std::string::npos, first.error);
+  BOOST_TEST(first.error.find("rewinding") == std::string::npos, first.error);
+  const auto p = drain(*up);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  BOOST_REQUIRE_EQUAL(server.mlflow_runs().size(), 1u);
+  check_history(server, only_run(server).id, 300);
+  BOOST_TEST(server.stats().by_kind["mlflow/runs/create"] == 1u);
+}
