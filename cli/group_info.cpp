@@ -1,5 +1,6 @@
 #include "cli/group_info.hpp"
 
+#include "cli/json_lines.hpp"
 #include "io/posix.hpp"
 
 #include <simdjson.h>
@@ -22,8 +23,9 @@ std::string short_label(const std::string& name, const std::string& group) {
 /// carry it; "{}" where there is none (or it is not an object).
 std::string summary_of(const std::string& run_dir) {
   simdjson::dom::parser parser;
+  simdjson::dom::element doc;
   simdjson::dom::object o;
-  if (parser.load(run_dir + "/summary.json").get(o) != simdjson::SUCCESS) return "{}";
+  if (!load_json_file(run_dir + "/summary.json", parser, doc).empty() || doc.get(o) != simdjson::SUCCESS) return "{}";
   std::string json = simdjson::minify(o);
   return json.size() <= io::max_member_summary ? json : "{}";
 }
@@ -51,7 +53,8 @@ std::string GroupMemberView::ranks() const {
   std::vector<std::int64_t> r;
   for (const io::GroupRank& k : member->ranks) r.push_back(k.rank);
   std::sort(r.begin(), r.end());
-  if (r.size() > 1 && r.back() - r.front() + 1 == static_cast<std::int64_t>(r.size()))
+  // Ranks are not negative, so the difference fits; as unsigned it cannot overflow.
+  if (r.size() > 1 && static_cast<std::uint64_t>(r.back()) - static_cast<std::uint64_t>(r.front()) == r.size() - 1)
     return std::to_string(r.front()) + "-" + std::to_string(r.back());
   std::string out;
   for (std::int64_t k : r) out.append(out.empty() ? "" : ",").append(std::to_string(k));
