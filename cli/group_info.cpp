@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 namespace chorus::cli {
 namespace fs = std::filesystem;
@@ -83,7 +84,7 @@ GroupInfo read_group(const std::string& dir) {
   g.name = fs::path(dir).filename().string();
   g.project = fs::path(dir).parent_path().filename().string();
   std::error_code ec;
-  if (fs::exists(dir + "/group.json", ec)) {
+  if (fs::exists(fs::symlink_status(dir + "/group.json", ec))) {
     io::GroupManifest m;
     if (Error e = io::read_group_file(dir, m))
       g.problem = e.message();
@@ -151,7 +152,11 @@ void refresh_member(io::GroupMember& m, const RunInfo& run) {
 }
 
 std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
-  if (!run.readable() || !run.group_index || !run.first_rank) return std::nullopt;
+  // Ranks are ints: a run.json that says otherwise is not taken for a member (and its sums cannot overflow).
+  auto a_rank = [](std::int64_t r) { return r >= 0 && r <= std::numeric_limits<int>::max(); };
+  if (!run.readable() || !run.group_index || !run.first_rank || !a_rank(*run.first_rank)) return std::nullopt;
+  if (!std::all_of(run.ranks.begin(), run.ranks.end(), [&](const RankInfo& k) { return a_rank(k.rank); }))
+    return std::nullopt;
   io::GroupMember m;
   m.index = *run.group_index;
   m.id = run.id;
@@ -208,7 +213,7 @@ std::vector<std::string> find_group_by_name(const std::string& root, const std::
 bool is_group_dir(const std::string& dir) {
   std::error_code ec;
   if (is_run_dir(dir)) return false;
-  if (fs::exists(dir + "/group.json", ec)) return true;
+  if (fs::exists(fs::symlink_status(dir + "/group.json", ec))) return true;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (is_run_dir(it->path().string())) return true;
   return false;

@@ -154,8 +154,8 @@ RunInfo read_run(const std::string& dir) {
   std::optional<std::int64_t> pid, nodes;
   std::string bad;
   const std::pair<const char*, std::optional<std::int64_t>*> counts[] = {
-      {"pid", &pid},   {"nodes", &nodes},         {"world_size", &r.world_size}, {"rows", &r.rows},
-      {"rejected", &r.rejected}, {"group_index", &r.group_index}, {"rank", &r.first_rank},   {"node", &r.node}};
+      {"pid", &pid}, {"nodes", &nodes}, {"world_size", &r.world_size}, {"rows", &r.rows},
+      {"rejected", &r.rejected}, {"group_index", &r.group_index}, {"rank", &r.first_rank}, {"node", &r.node}};
   for (const auto& [key, out] : counts) read_number(o, key, *out, bad);
   r.pid = pid.value_or(0);
   r.nodes = nodes.value_or(0);
