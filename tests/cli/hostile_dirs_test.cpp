@@ -139,6 +139,14 @@ BOOST_AUTO_TEST_CASE(numbers_beyond_int64_are_reported_not_cast) {
   BOOST_TEST(o.code == 1);
   BOOST_TEST(contains(o.err, "\"pid\" is 1e+300, beyond a whole number's range"), o.err);
 
+  // Times no calendar holds are shown as unknown.
+  j = good_run_json;
+  j.replace(j.find("1700000000,"), 10, "1e300");
+  j.replace(j.find("1700000010"), 10, "1e308");
+  write_text(dir / "run.json", j);
+  o = run_bounded({"show", dir.string()});
+  BOOST_TEST(o.code == 0, o.err);
+
   write_text(dir / "run.json", good_run_json);
   write_text(dir / "history.jsonl", good_history + R"({"_step":1e300,"loss":0.5})" + "\n");
   o = run_bounded({"show", dir.string()});
