@@ -3,8 +3,9 @@
 #
 #   ./build.sh demo    install what is missing, build, run the 4-rank training
 #                      sample into one shared run, and show the run
-#   ./build.sh test    install what is missing, build, run every test; then the
-#                      same suite again under AddressSanitizer + UBSan
+#   ./build.sh test    install what is missing, build, run every test, a short
+#                      run of every fuzz target; then the same suite again
+#                      under AddressSanitizer + UBSan
 #   ./build.sh tsan    the suite under ThreadSanitizer (build-tsan/)
 #   ./build.sh bench   build in Release and run the benchmarks (bench/)
 set -euo pipefail
@@ -12,7 +13,8 @@ cd "$(dirname "$0")"
 
 PACKAGES=(build-essential cmake ninja-build pkg-config git
           libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
-          libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount)
+          libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount
+          clang libclang-rt-14-dev)
 JOBS=${JOBS:-$(nproc)}
 
 install_packages() {
@@ -56,6 +58,8 @@ case "${1:-}" in
     echo "== build and test (RelWithDebInfo, warnings are errors)"
     configure_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_BUILD_BENCH=OFF
     run_tests build
+    echo "== fuzz smoke: every target in fuzz/ for 10 s (clang, libFuzzer)"
+    JOBS="$JOBS" fuzz/smoke.sh 10
     echo "== build and test under AddressSanitizer + UndefinedBehaviorSanitizer"
     configure_build build-asan -DCMAKE_BUILD_TYPE=Debug -DCHORUS_SANITIZE=address,undefined \
       -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_SAMPLES=OFF -DCMAKE_CXX_FLAGS=-O1

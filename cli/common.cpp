@@ -97,7 +97,8 @@ std::optional<double> parse_double(std::string_view s) {
 }
 
 std::string format_time(double unix_s) {
-  if (!std::isfinite(unix_s) || unix_s <= 0) return "-";
+  // Past 2^62 seconds no calendar holds it, and the cast below would overflow.
+  if (!std::isfinite(unix_s) || unix_s <= 0 || unix_s >= 0x1p62) return "-";
   const std::time_t t = static_cast<std::time_t>(unix_s);
   std::tm tm{};
   if (::localtime_r(&t, &tm) == nullptr) return "-";
@@ -107,7 +108,7 @@ std::string format_time(double unix_s) {
 }
 
 std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "-";
+  if (!std::isfinite(s) || s < 0 || s >= 0x1p62) return "-"; // beyond 2^62 s the casts below would overflow
   char buf[48];
   if (s < 1) {
     std::snprintf(buf, sizeof buf, "%.0fms", s * 1e3);

@@ -1,11 +1,13 @@
 #include "cli/group_info.hpp"
 
+#include "cli/json_lines.hpp"
 #include "io/posix.hpp"
 
 #include <simdjson.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 namespace chorus::cli {
 namespace fs = std::filesystem;
@@ -22,8 +24,9 @@ std::string short_label(const std::string& name, const std::string& group) {
 /// carry it; "{}" where there is none (or it is not an object).
 std::string summary_of(const std::string& run_dir) {
   simdjson::dom::parser parser;
+  simdjson::dom::element doc;
   simdjson::dom::object o;
-  if (parser.load(run_dir + "/summary.json").get(o) != simdjson::SUCCESS) return "{}";
+  if (!load_json_file(run_dir + "/summary.json", parser, doc).empty() || doc.get(o) != simdjson::SUCCESS) return "{}";
   std::string json = simdjson::minify(o);
   return json.size() <= io::max_member_summary ? json : "{}";
 }
@@ -51,7 +54,8 @@ std::string GroupMemberView::ranks() const {
   std::vector<std::int64_t> r;
   for (const io::GroupRank& k : member->ranks) r.push_back(k.rank);
   std::sort(r.begin(), r.end());
-  if (r.size() > 1 && r.back() - r.front() + 1 == static_cast<std::int64_t>(r.size()))
+  // Ranks are not negative, so the difference fits; as unsigned it cannot overflow.
+  if (r.size() > 1 && static_cast<std::uint64_t>(r.back()) - static_cast<std::uint64_t>(r.front()) == r.size() - 1)
     return std::to_string(r.front()) + "-" + std::to_string(r.back());
   std::string out;
   for (std::int64_t k : r) out.append(out.empty() ? "" : ",").append(std::to_string(k));
@@ -80,7 +84,7 @@ GroupInfo read_group(const std::string& dir) {
   g.name = fs::path(dir).filename().string();
   g.project = fs::path(dir).parent_path().filename().string();
   std::error_code ec;
-  if (fs::exists(dir + "/group.json", ec)) {
+  if (fs::exists(fs::symlink_status(dir + "/group.json", ec))) {
     io::GroupManifest m;
     if (Error e = io::read_group_file(dir, m))
       g.problem = e.message();
@@ -148,7 +152,11 @@ void refresh_member(io::GroupMember& m, const RunInfo& run) {
 }
 
 std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
-  if (!run.readable() || !run.group_index || !run.first_rank) return std::nullopt;
+  // Ranks are ints: a run.json that says otherwise is not taken for a member (and its sums cannot overflow).
+  auto a_rank = [](std::int64_t r) { return r >= 0 && r <= std::numeric_limits<int>::max(); };
+  if (!run.readable() || !run.group_index || !run.first_rank || !a_rank(*run.first_rank)) return std::nullopt;
+  if (!std::all_of(run.ranks.begin(), run.ranks.end(), [&](const RankInfo& k) { return a_rank(k.rank); }))
+    return std::nullopt;
   io::GroupMember m;
   m.index = *run.group_index;
   m.id = run.id;
@@ -205,7 +213,7 @@ std::vector<std::string> find_group_by_name(const std::string& root, const std::
 bool is_group_dir(const std::string& dir) {
   std::error_code ec;
   if (is_run_dir(dir)) return false;
-  if (fs::exists(dir + "/group.json", ec)) return true;
+  if (fs::exists(fs::symlink_status(dir + "/group.json", ec))) return true;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (is_run_dir(it->path().string())) return true;
   return false;

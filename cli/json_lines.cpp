@@ -1,14 +1,18 @@
 #include "cli/json_lines.hpp"
 
+#include "io/posix.hpp"
+
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 #include <vector>
 
 namespace chorus::cli {
 namespace {
 
 constexpr std::size_t chunk_size = 4u << 20;
+static_assert(max_line_bytes % chunk_size == 0);
 
 bool blank(const char* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
@@ -20,9 +24,10 @@ bool blank(const char* p, std::size_t n) {
 
 JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   JsonLines out;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    out.problem = path + ": " + std::strerror(errno);
+  Error err;
+  const int fd = io::detail::open_regular(path, O_RDONLY, err);
+  if (fd < 0) {
+    out.problem = err.message();
     return out;
   }
   simdjson::dom::parser parser;
@@ -48,8 +53,13 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   std::vector<char> buf(chunk_size + simdjson::SIMDJSON_PADDING);
   std::size_t cap = chunk_size, have = 0;
   for (;;) {
-    const std::size_t got = std::fread(buf.data() + have, 1, cap - have, f);
-    have += got;
+    const ssize_t got = ::read(fd, buf.data() + have, cap - have);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      out.problem = io::detail::os_error("cannot read", path, errno).message();
+      break;
+    }
+    have += static_cast<std::size_t>(got);
     std::size_t start = 0;
     for (const char* nl; (nl = static_cast<const char*>(std::memchr(buf.data() + start, '\n', have - start)));) {
       const auto end = static_cast<std::size_t>(nl - buf.data());
@@ -63,13 +73,27 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
     std::memmove(buf.data(), buf.data() + start, have - start);
     have -= start;
     if (have == cap) { // one line longer than the buffer
-      cap *= 2;
+      if (cap >= max_line_bytes) {
+        out.problem = path + ": line " + std::to_string(number + 1) + " runs past " +
+                      std::to_string(max_line_bytes >> 20) +
+                      " MiB without a newline, far longer than a line chorus writes: the file is damaged or is not "
+                      "a JSON-lines file. Move it aside (chorus recover rebuilds history.jsonl from the WAL)";
+        break;
+      }
+      cap = std::min(cap * 2, max_line_bytes);
       buf.resize(cap + simdjson::SIMDJSON_PADDING);
     }
   }
-  if (std::ferror(f)) out.problem = path + ": read error";
-  std::fclose(f);
+  io::detail::close_fd(fd);
   return out;
+}
+
+std::string load_json_file(const std::string& path, simdjson::dom::parser& parser, simdjson::dom::element& doc) {
+  std::string text;
+  if (Error e = io::detail::read_text(path, text)) return e.message();
+  if (auto e = parser.parse(text).get(doc))
+    return path + " is not valid JSON (" + simdjson::error_message(e) + "): it is damaged, or was cut short while being written";
+  return {};
 }
 
 } // namespace chorus::cli

@@ -12,6 +12,11 @@
 
 namespace chorus::cli {
 
+/// The longest line read_json_lines takes: chorus writes lines of a few KiB,
+/// so a longer one is damage (or a file that never ends, like /dev/zero),
+/// reported rather than buffered without bound.
+inline constexpr std::size_t max_line_bytes = 16u << 20;
+
 struct JsonLines {
   std::uint64_t used = 0;     // lines handed over and taken
   std::uint64_t skipped = 0;  // complete lines not taken: not JSON, or refused
@@ -19,13 +24,19 @@ struct JsonLines {
   std::uint64_t first_skipped_line = 0; // the first of them (lines count from 1)
   std::string first_skipped_why;        // "TAPE_ERROR: ...", "no numeric _step"
   bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
-  std::string problem;        // the file could not be read
+  std::string problem;        // the file could not be read, or was cut off at a line too long: why
 };
 
 /// Hands each complete line of `path` that is a JSON object to `take`, which
 /// returns why it refuses it, or nothing. Blank lines are passed over; an
-/// unfinished last line is left out.
+/// unfinished last line is left out. `path` is opened as a regular file only
+/// (io::detail::open_regular): a link or a FIFO there is a problem.
 using TakeLine = std::function<std::string_view(const simdjson::dom::object&)>;
 JsonLines read_json_lines(const std::string& path, const TakeLine& take);
+
+/// Parses the JSON file `path` (run.json, config.json, summary.json) into
+/// `doc`, read through io::detail::read_text: a regular file only, at most
+/// io::detail::run_file_max_bytes. Returns the problem, naming the path, or "".
+std::string load_json_file(const std::string& path, simdjson::dom::parser& parser, simdjson::dom::element& doc);
 
 } // namespace chorus::cli

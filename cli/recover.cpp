@@ -157,12 +157,16 @@ std::string install(const std::string& tmp, const std::string& dir, bool backup,
     const std::string from = tmp + "/" + name, to = dir + "/" + name;
     std::error_code ec;
     if (!fs::exists(from, ec)) continue;
-    if (backup && fs::exists(to, ec)) {
+    if (backup && fs::exists(fs::symlink_status(to, ec))) {
       const std::string bak = to + ".bak";
       fs::remove(bak, ec);
       // A hard link keeps the old file while the rename below replaces its name at once.
       fs::create_hard_link(to, bak, ec);
-      if (ec) return "cannot keep " + to + " as " + bak + ": " + ec.message() + " (or pass --no-backup)";
+      if (ec)
+        return "cannot keep " + to + " as " + bak + " (a hard link to it: " + ec.message() +
+               "; the filesystem may not allow hard links, or " + bak +
+               " may be in the way). Nothing was replaced yet: remove or move aside " + bak +
+               ", or copy the old files aside yourself and run recover again with --no-backup";
     }
     fs::rename(from, to, ec);
     if (ec) return "cannot move " + from + " to " + to + ": " + ec.message();
@@ -196,9 +200,15 @@ int recover_main(std::span<char* const> words) {
 std::string recover_run(const std::string& dir, const RecoverOptions& a, std::string& report) {
   const std::string wal = dir + "/wal";
   struct stat st {};
-  if (::stat(wal.c_str(), &st) != 0)
+  if (::lstat(wal.c_str(), &st) != 0)
     return "no write-ahead log at " + wal + " (" + std::strerror(errno) +
                                   "): there is nothing to rebuild the run from";
+  // Checked before the torn tail is cut, so that a run that cannot be
+  // rebuilt is left exactly as it was.
+  if (!a.dry_run && ::access(dir.c_str(), W_OK) != 0)
+    return "the run directory " + dir + " is not writable (" + std::strerror(errno) +
+           "): recover rebuilds the run's files inside it. Make it writable (chmod u+w " + dir +
+           ", or remount its filesystem read-write) and run recover again, or pass --dry-run to only read the log";
 
   // Cutting the torn tail takes the WAL's writer lock, so a live host makes
   // this fail rather than have its log rewritten under it.
@@ -215,7 +225,8 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   // a dry run leaves the run directory alone.
   std::string tmp = a.dry_run ? (fs::temp_directory_path() / "chorus-recover-XXXXXX").string() : dir + "/.recover-XXXXXX";
   if (::mkdtemp(tmp.data()) == nullptr)
-    return "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno);
+    return "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno) +
+           (a.dry_run ? ". Set TMPDIR to a writable directory" : ". Make " + dir + " writable (chmod u+w " + dir + ")");
   struct Cleanup {
     std::string path;
     ~Cleanup() {

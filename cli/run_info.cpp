@@ -1,6 +1,7 @@
 #include "cli/run_info.hpp"
 #include "io/posix.hpp"
 #include "cli/cli.hpp"
+#include "cli/json_lines.hpp"
 
 #include <simdjson.h>
 
@@ -45,13 +46,13 @@ std::optional<bool> locked(const struct stat& st) {
 HostLife host_life(const RunInfo& r) {
   const bool here = !r.host.empty() && r.host == this_host();
   struct stat st {};
-  if (::stat((r.dir + "/wal").c_str(), &st) == 0) {
+  if (::lstat((r.dir + "/wal").c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     if (auto held = locked(st)) {
       if (*held) return HostLife::alive;
       return here ? HostLife::gone : HostLife::unknown;
     }
   }
-  if (here && r.pid > 0) return ::kill(static_cast<pid_t>(r.pid), 0) == 0 || errno == EPERM ? HostLife::alive : HostLife::gone;
+  if (here && r.pid > 0 && r.pid <= std::numeric_limits<pid_t>::max()) return ::kill(static_cast<pid_t>(r.pid), 0) == 0 || errno == EPERM ? HostLife::alive : HostLife::gone;
   return HostLife::unknown;
 }
 
@@ -60,10 +61,32 @@ void read_string(simdjson::dom::object& o, const char* key, std::string& out) {
   if (o[key].get(v) == simdjson::SUCCESS) out = v;
 }
 
-template <class T>
-void read_number(simdjson::dom::object& o, const char* key, std::optional<T>& out) {
+void read_number(simdjson::dom::object& o, const char* key, std::optional<double>& out) {
   double v = 0;
-  if (o[key].get(v) == simdjson::SUCCESS) out = static_cast<T>(v);
+  if (o[key].get(v) == simdjson::SUCCESS) out = v;
+}
+
+// A whole number; one written as a double is cut to its integer part, and
+// one beyond int64 (1e300, say) is named in `bad` rather than cast.
+void read_number(simdjson::dom::object& o, const char* key, std::optional<std::int64_t>& out, std::string& bad) {
+  std::int64_t i = 0;
+  double v = 0;
+  if (o[key].get(i) == simdjson::SUCCESS) {
+    out = i;
+  } else if (o[key].get(v) == simdjson::SUCCESS) {
+    if (v >= -0x1p63 && v < 0x1p63)
+      out = static_cast<std::int64_t>(v);
+    else if (bad.empty())
+      bad = std::string("\"") + key + "\" is " + simdjson::minify(o[key]) + ", beyond a whole number's range";
+  }
+}
+
+// Whether a directory entry `path` is there, whatever it is (a link that
+// leads nowhere, or loops, included), so that a planted one is read and
+// reported rather than taken for a missing file.
+bool present(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));
 }
 
 std::vector<std::string> subdirs(const std::string& dir) {
@@ -104,17 +127,17 @@ RunInfo read_run(const std::string& dir) {
   r.dir = dir;
   r.id = fs::path(dir).filename().string();
   const std::string path = dir + "/run.json";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    r.problem = fs::exists(dir + "/wal", ec)
+  if (!present(path)) {
+    r.problem = present(dir + "/wal")
                     ? "no run.json, but a WAL: the host may have died before writing it; try chorus recover " + dir
                     : "no run.json";
     return r;
   }
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
-  if (auto e = parser.load(path).get(doc)) {
-    r.problem = std::string("run.json: ") + simdjson::error_message(e);
+  if (r.problem = load_json_file(path, parser, doc); !r.problem.empty()) {
+    // The run is named beside the problem (ls, show): its file by name alone reads better.
+    for (std::size_t at; (at = r.problem.find(dir + "/")) != std::string::npos;) r.problem.erase(at, dir.size() + 1);
     return r;
   }
   simdjson::dom::object o;
@@ -129,18 +152,15 @@ RunInfo read_run(const std::string& dir) {
       {"launcher", &r.launcher}, {"job_id", &r.job_id},   {"state", &r.state}};
   for (const auto& [key, out] : strings) read_string(o, key, *out);
   std::optional<std::int64_t> pid, nodes;
-  read_number(o, "pid", pid);
-  read_number(o, "nodes", nodes);
+  std::string bad;
+  const std::pair<const char*, std::optional<std::int64_t>*> counts[] = {
+      {"pid", &pid}, {"nodes", &nodes}, {"world_size", &r.world_size}, {"rows", &r.rows},
+      {"rejected", &r.rejected}, {"group_index", &r.group_index}, {"rank", &r.first_rank}, {"node", &r.node}};
+  for (const auto& [key, out] : counts) read_number(o, key, *out, bad);
   r.pid = pid.value_or(0);
   r.nodes = nodes.value_or(0);
   read_number(o, "start_time", r.start_time);
   read_number(o, "end_time", r.end_time);
-  read_number(o, "world_size", r.world_size);
-  read_number(o, "rows", r.rows);
-  read_number(o, "rejected", r.rejected);
-  read_number(o, "group_index", r.group_index);
-  read_number(o, "rank", r.first_rank);
-  read_number(o, "node", r.node);
   simdjson::dom::array ranks;
   if (o["ranks"].get(ranks) == simdjson::SUCCESS) {
     for (simdjson::dom::element e : ranks) {
@@ -148,8 +168,8 @@ RunInfo read_run(const std::string& dir) {
       if (e.get(ro) != simdjson::SUCCESS) continue;
       RankInfo k;
       std::optional<std::int64_t> rank, last;
-      read_number(ro, "rank", rank);
-      read_number(ro, "last_step", last);
+      read_number(ro, "rank", rank, bad);
+      read_number(ro, "last_step", last, bad);
       k.rank = rank.value_or(-1);
       k.last_step = last.value_or(-1);
       read_string(ro, "state", k.state);
@@ -168,15 +188,13 @@ RunInfo read_run(const std::string& dir) {
     }
     std::sort(r.exit_codes.begin(), r.exit_codes.end());
   }
-  if (r.state.empty()) r.problem = "run.json has no \"state\"";
+  if (!bad.empty()) r.problem = "run.json: " + bad + ". The file is damaged: chorus recover rebuilds it from the WAL";
+  else if (r.state.empty()) r.problem = "run.json has no \"state\"";
   if (r.state == "running") r.host_life = host_life(r);
   return r;
 }
 
-bool is_run_dir(const std::string& dir) {
-  std::error_code ec;
-  return fs::exists(dir + "/run.json", ec) || fs::exists(dir + "/wal", ec);
-}
+bool is_run_dir(const std::string& dir) { return present(dir + "/run.json") || present(dir + "/wal"); }
 
 std::vector<RunGroup> find_runs(const std::string& root) {
   std::vector<RunGroup> groups;

@@ -39,6 +39,7 @@ public:
     double step_d = 0;
     if (row["_step"].get(step) != simdjson::SUCCESS) {
       if (row["_step"].get(step_d) != simdjson::SUCCESS || !std::isfinite(step_d)) return "no numeric _step";
+      if (!(step_d >= -0x1p63 && step_d < 0x1p63)) return "_step beyond a whole number's range";
       step = static_cast<std::int64_t>(step_d);
     }
     ++h_.rows;

@@ -2,6 +2,7 @@
 #include "cli/chart.hpp"
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
+#include "cli/json_lines.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
@@ -118,10 +119,13 @@ std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
 // A config.json or summary.json, one "key = value" line per member.
 std::string json_section(const std::string& title, const std::string& path, int width, std::size_t limit) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return {};
+  if (!fs::exists(fs::symlink_status(path, ec))) return {};
   simdjson::dom::parser parser;
+  simdjson::dom::element doc;
   simdjson::dom::object obj;
-  if (auto e = parser.load(path).get(obj)) return title + "\n  unreadable: " + simdjson::error_message(e) + "\n\n";
+  if (std::string problem = load_json_file(path, parser, doc); !problem.empty())
+    return title + "\n  unreadable: " + problem + "\n\n";
+  if (doc.get(obj) != simdjson::SUCCESS) return title + "\n  unreadable: " + path + " is not a JSON object\n\n";
   Table t;
   std::size_t n = 0, shown = 0;
   for (auto [key, value] : obj) {
@@ -197,7 +201,7 @@ std::string ranks_section(const RunInfo& r, int width) {
 std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   const std::string path = r.dir + "/history.jsonl";
   std::error_code ec;
-  if (!fs::exists(path, ec)) return "history\n  no history.jsonl\n";
+  if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
   std::function<bool(std::string_view)> wanted;
   if (!a.metrics.empty())
     wanted = [&](std::string_view key) {

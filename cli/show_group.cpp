@@ -4,6 +4,7 @@
 // another node's disk) is shown from what it reported to group.json.
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
+#include "cli/json_lines.hpp"
 #include "cli/series.hpp"
 
 #include <simdjson.h>
@@ -42,7 +43,7 @@ Object load_object(const std::string& path) {
   if (!fs::exists(path, ec)) return {};
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
-  if (parser.load(path).get(doc) != simdjson::SUCCESS) return {};
+  if (!load_json_file(path, parser, doc).empty()) return {};
   return object_of(doc);
 }
 

@@ -267,7 +267,7 @@ std::string system_section(const RunInfo& r, int width, bool ascii) {
   std::error_code ec;
   Machines m;
   JsonLines lines;
-  if (std::filesystem::exists(path, ec)) {
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
     lines = read_json_lines(path, [&](const simdjson::dom::object& line) { return m.take(line); });
     if (!lines.problem.empty()) return "system\n  unreadable: " + lines.problem + "\n\n";
   }

@@ -31,6 +31,31 @@ constexpr Tables make_tables() {
 
 constexpr Tables tables = make_tables();
 
+// a * b modulo the polynomial, reflected (bit 31 holds x^0), as in zlib.
+constexpr std::uint32_t multmodp(std::uint32_t a, std::uint32_t b) noexcept {
+  std::uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = (b & 1u) ? (b >> 1) ^ poly : b >> 1;
+  }
+  return p;
+}
+
+// x2n[k] = x^(2^k) modulo the polynomial.
+constexpr std::array<std::uint32_t, 32> make_x2n() {
+  std::array<std::uint32_t, 32> t{};
+  std::uint32_t p = 1u << 30; // x^1
+  t[0] = p;
+  for (std::size_t k = 1; k < t.size(); ++k) t[k] = p = multmodp(p, p);
+  return t;
+}
+
+constexpr std::array<std::uint32_t, 32> x2n = make_x2n();
+
 using CrcFn = std::uint32_t (*)(const void*, std::size_t, std::uint32_t) noexcept;
 
 CrcFn choose() noexcept {
@@ -118,6 +143,14 @@ std::uint32_t crc32c_hardware(const void* data, std::size_t n, std::uint32_t crc
 std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc) noexcept {
   static const CrcFn fn = choose();
   return fn(data, n, crc);
+}
+
+std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) noexcept {
+  // crc_a shifted past len_b zero bytes: times x^(8 len_b), a product of x^(2^k).
+  std::uint32_t shift = 1u << 31; // x^0
+  for (std::size_t k = 3; len_b != 0; len_b >>= 1, ++k)
+    if (len_b & 1u) shift = multmodp(x2n[k % 32], shift);
+  return multmodp(shift, crc_a) ^ crc_b;
 }
 
 } // namespace chorus::io

@@ -11,6 +11,10 @@ namespace chorus::io {
 /// CRC of a followed by b. crc32c("123456789", 9) == 0xE3069283.
 [[nodiscard]] std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t crc = 0) noexcept;
 
+/// The CRC of a followed by b from crc32c(a), crc32c(b) and b's length, in
+/// O(log len_b) without b's bytes (zlib's crc32_combine).
+[[nodiscard]] std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) noexcept;
+
 /// The masking TensorBoard applies to the CRCs in its event files, so that a
 /// CRC stored inside checksummed data does not checksum to a fixed value.
 [[nodiscard]] constexpr std::uint32_t mask_crc32c(std::uint32_t crc) noexcept {

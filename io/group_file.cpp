@@ -10,6 +10,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <limits>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -129,7 +130,8 @@ bool read_member(simdjson::dom::object& o, GroupMember& m, std::string& why) {
       simdjson::dom::object ro;
       GroupRank r;
       if (e.get(ro) != simdjson::SUCCESS || !integer(ro, "rank", r.rank) || !integer(ro, "last_step", r.last_step) ||
-          !text(ro, "state", r.state) || !known_state(r.state) || r.rank < 0)
+          !text(ro, "state", r.state) || !known_state(r.state) || r.rank < 0 ||
+          r.rank > std::numeric_limits<int>::max()) // ranks are ints everywhere else
         return bad("ranks");
       m.ranks.push_back(std::move(r));
     }

@@ -48,6 +48,44 @@ std::string_view fix_for(int errnum) {
   }
 }
 
+// Why open_regular met ELOOP: the last part of `path` is a link (one that
+// loops, or not), or a loop lies in a directory part of it.
+Error link_error(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
+    return Error{Errc::io_error, "cannot open " + path + ": a directory in its path is a symbolic link loop (" +
+                                     std::strerror(ELOOP) + "). Replace the looping link with a real directory"};
+  const bool loops = ::stat(path.c_str(), &st) != 0 && errno == ELOOP;
+  return Error{Errc::io_error, path + (loops ? " is a symbolic link loop (it leads back to itself)"
+                                             : " is a symbolic link") +
+                                   ": chorus reads and writes only regular files inside a run directory and follows "
+                                   "no link there. Replace the link with the file it should be, or remove it"};
+}
+
+// Closes `fd` and sets `err` unless it is a regular file; clears the
+// O_NONBLOCK it was opened with (regular files never block, and reads and
+// writes should behave as usual).
+bool keep_if_regular(int fd, const std::string& path, Error& err, int* err_no) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool stat_failed = st.st_mode == 0;
+    const int e = errno;
+    close_fd(fd);
+    if (err_no) *err_no = stat_failed ? e : EINVAL;
+    err = stat_failed ? os_error("fstat", path, e)
+                      : Error{Errc::io_error, std::string(path) + " is not a regular file (" +
+                                                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                                   : S_ISDIR(st.st_mode) ? "a directory"
+                                                   : S_ISSOCK(st.st_mode) ? "a socket"
+                                                                          : "a device") +
+                                                  "): a run directory holds regular files only; remove it, or "
+                                                  "point chorus at the real run directory"};
+    return false;
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return true;
+}
+
 } // namespace
 
 Error os_error(std::string_view what, std::string_view path, int errnum) {
@@ -61,12 +99,13 @@ Error os_error(std::string_view what, std::string_view path, int errnum) {
 int open_private(const std::string& path, int flags, Error& err) {
   int fd;
   do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, 0600);
+    fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
-    err = os_error("open", path, errno);
+    err = errno == ELOOP ? link_error(path) : os_error("open", path, errno);
     return -1;
   }
+  if (!keep_if_regular(fd, path, err, nullptr)) return -1;
   // The umask may have taken bits away from 0600 (or the file pre-existed
   // with looser ones): set the mode the run directory promises.
   struct stat st {};
@@ -91,32 +130,10 @@ int open_regular(const std::string& path, int flags, Error& err, int* err_no) {
   if (fd < 0) {
     const int e = errno;
     if (err_no) *err_no = e;
-    if (e == ELOOP)
-      err = Error{Errc::io_error, std::string(path) + " is a symbolic link: chorus reads and writes only regular files "
-                                                   "inside a run directory and follows no link there; replace the "
-                                                   "link with the file it points to"};
-    else
-      err = os_error("cannot open", path, e);
+    err = e == ELOOP ? link_error(path) : os_error("cannot open", path, e);
     return -1;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const bool stat_failed = st.st_mode == 0;
-    const int e = errno;
-    close_fd(fd);
-    if (err_no) *err_no = stat_failed ? e : EINVAL;
-    err = stat_failed ? os_error("fstat", path, e)
-                      : Error{Errc::io_error, std::string(path) + " is not a regular file (" +
-                                                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
-                                                   : S_ISDIR(st.st_mode) ? "a directory"
-                                                   : S_ISSOCK(st.st_mode) ? "a socket"
-                                                                          : "a device") +
-                                                  "): a run directory holds regular files only; remove it, or "
-                                                  "point chorus at the real run directory"};
-    return -1;
-  }
-  // Regular files never block; clear O_NONBLOCK so that reads and writes behave as usual.
-  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (!keep_if_regular(fd, path, err, err_no)) return -1;
   if (err_no) *err_no = 0;
   return fd;
 }
@@ -147,7 +164,7 @@ Error write_all(int fd, std::string_view data, std::string_view path) {
   return write_all(fd, &v, 1, path);
 }
 
-Error read_text(const std::string& path, std::string& out, bool missing_ok) {
+Error read_text(const std::string& path, std::string& out, bool missing_ok, std::size_t max_bytes) {
   out.clear();
   Error err;
   int err_no = 0;
@@ -156,8 +173,19 @@ Error read_text(const std::string& path, std::string& out, bool missing_ok) {
     if (err_no == ENOENT && missing_ok) return {};
     return err;
   }
+  auto too_big = [&] {
+    close_fd(fd);
+    out.clear();
+    return Error{Errc::io_error, path + " is larger than " + std::to_string(max_bytes >> 20) +
+                                     " MiB, far more than chorus writes there: it is damaged or not a run file. "
+                                     "Move it aside, or restore it (chorus recover rebuilds a run's files from its WAL)"};
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big();
   char buf[1 << 16];
   for (;;) {
+    // A file growing under the reader is held to the bound as well.
+    if (out.size() > max_bytes) return too_big();
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {

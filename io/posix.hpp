@@ -18,7 +18,9 @@ namespace chorus::io::detail {
 [[nodiscard]] Error os_error(std::string_view what, std::string_view path, int errnum);
 
 /// open(2) with O_CLOEXEC, creating with mode 0600 whatever the umask, and
-/// putting an existing file's mode back to 0600. Returns -1 and sets `err`.
+/// putting an existing file's mode back to 0600. Like open_regular, it follows
+/// no link in the last part of `path`, never blocks on a FIFO and refuses what
+/// is not a regular file. Returns -1 and sets `err`.
 [[nodiscard]] int open_private(const std::string& path, int flags, Error& err);
 
 /// Opens an existing regular file of a run directory for reading (or with
@@ -35,9 +37,16 @@ namespace chorus::io::detail {
 [[nodiscard]] Error write_all(int fd, iovec* iov, int n, std::string_view path);
 [[nodiscard]] Error write_all(int fd, std::string_view data, std::string_view path);
 
-/// Reads the whole file into `out` (replacing it). A missing file is
-/// Errc::io_error unless `missing_ok`, which leaves `out` empty.
-[[nodiscard]] Error read_text(const std::string& path, std::string& out, bool missing_ok = false);
+/// The largest run file (run.json, config.json, summary.json, group.json, an
+/// offsets file) read_text takes: chorus writes them far smaller, so a bigger
+/// one is damaged or planted, and is refused rather than allocated.
+inline constexpr std::size_t run_file_max_bytes = 64u << 20;
+
+/// Reads the whole regular file (opened as open_regular does) into `out`
+/// (replacing it). A missing file is Errc::io_error unless `missing_ok`,
+/// which leaves `out` empty; a file over `max_bytes` is Errc::io_error.
+[[nodiscard]] Error read_text(const std::string& path, std::string& out, bool missing_ok = false,
+                              std::size_t max_bytes = run_file_max_bytes);
 
 /// Closes `fd`, retrying nothing (Linux releases the descriptor even on EINTR).
 void close_fd(int fd) noexcept;

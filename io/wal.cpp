@@ -32,6 +32,11 @@ std::uint32_t frame_crc(const char* len_bytes, const char* payload, std::size_t 
   return crc32c(payload, n, crc32c(len_bytes, 4));
 }
 
+Error shrank(const std::string& path) {
+  return Error{Errc::io_error, "read on " + path +
+                                   ": the file shrank while it was being read. Do not truncate a WAL that is in use."};
+}
+
 // A forward-moving window over the file, read with pread: memory stays at
 // one chunk or one frame, and a file truncated under us is an error, not SIGBUS.
 class Window {
@@ -56,7 +61,7 @@ public:
         return nullptr;
       }
       if (r == 0) {
-        err = Error{Errc::io_error, "read on " + path_ + ": the file shrank while it was being read. Do not truncate a WAL that is in use."};
+        err = shrank(path_);
         return nullptr;
       }
       got += static_cast<std::size_t>(r);
@@ -80,56 +85,181 @@ private:
   std::size_t len_ = 0;
 };
 
+// Running CRCs of a stretch of the file, kept every `step` bytes, so that
+// the CRC of any frame inside the stretch costs at most 2 * step bytes and a
+// multiplication, whatever length the frame claims. Checking each candidate
+// met while hunting for the next frame by reading its whole claimed payload
+// made a file planted with headers quadratic to scan; with the checkpoints,
+// each byte is summed once per scan, plus a bounded amount per candidate.
+//
+// running(q) is crc32c(bytes [origin, q), seed). For any a <= b in the
+// stretch, crc32c(bytes [a, b)) == running(b) ^ shift(running(a), b - a),
+// which is what crc32c_combine computes.
+class Checkpoints {
+public:
+  static constexpr std::size_t step = 256;
+
+  Checkpoints(int fd, const std::string& path, std::uint64_t& summed) : fd_(fd), path_(path), summed_(summed) {}
+
+  [[nodiscard]] bool covers(std::uint64_t a, std::uint64_t b) const noexcept {
+    return !marks_.empty() && origin_ + first_ * step <= a && a <= b && b <= end_;
+  }
+  [[nodiscard]] std::uint64_t end() const noexcept { return end_; }
+  [[nodiscard]] std::uint32_t running() const noexcept { return running_; }
+
+  void restart(std::uint64_t origin, std::uint32_t seed) {
+    origin_ = end_ = origin;
+    running_ = seed;
+    first_ = 0;
+    marks_.assign(1, seed);
+  }
+
+  // Sums `n` bytes that follow end().
+  void feed(const char* p, std::size_t n) {
+    summed_ += n;
+    while (n > 0) {
+      const std::size_t to_mark = step - static_cast<std::size_t>((end_ - origin_) % step);
+      const std::size_t k = std::min(n, to_mark);
+      running_ = crc32c(p, k, running_);
+      end_ += k;
+      p += k;
+      n -= k;
+      if (k == to_mark) marks_.push_back(running_);
+    }
+  }
+
+  // Forgets the marks before `p` (nothing before it is asked for again).
+  void drop_before(std::uint64_t p) {
+    while (marks_.size() - first_ > 1 && origin_ + (first_ + 1) * step <= p) ++first_;
+    if (first_ > 4096 && first_ * 2 > marks_.size()) {
+      marks_.erase(marks_.begin(), marks_.begin() + static_cast<std::ptrdiff_t>(first_));
+      origin_ += first_ * step;
+      first_ = 0;
+    }
+  }
+
+  // running(q), for q inside the stretch; the few bytes since the last mark
+  // come from the window if it holds them.
+  std::uint32_t at(std::uint64_t q, Window& w, Error& err) {
+    const std::uint64_t i = (q - origin_) / step;
+    const std::uint64_t from = origin_ + i * step;
+    const auto n = static_cast<std::size_t>(q - from);
+    summed_ += n;
+    const std::uint32_t mark = marks_[static_cast<std::size_t>(i)];
+    if (n == 0) return mark;
+    if (w.resident_from(from) >= n) return crc32c(w.at(from, n, err), n, mark);
+    std::array<char, step> buf;
+    for (std::size_t got = 0; got < n;) {
+      const ssize_t r = ::pread(fd_, buf.data() + got, n - got, static_cast<off_t>(from + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        err = r < 0 ? os_error("read", path_, errno) : shrank(path_);
+        return 0;
+      }
+      got += static_cast<std::size_t>(r);
+    }
+    return crc32c(buf.data(), n, mark);
+  }
+
+private:
+  int fd_;
+  const std::string& path_;
+  std::uint64_t& summed_;
+  std::uint64_t origin_ = 0, end_ = 0;
+  std::uint32_t running_ = 0;
+  std::size_t first_ = 0;             // marks_[first_] is the first still wanted
+  std::vector<std::uint32_t> marks_;  // marks_[i] = running(origin_ + i * step)
+};
+
 struct Check {
   bool good = false;
   std::uint32_t len = 0;
-  const char* payload = nullptr;
-  std::string why; // filled only when asked for
+  std::uint32_t stored = 0;  // the CRC the header holds
+  std::uint32_t len_crc = 0; // the CRC of its length field, where the frame's CRC starts
+  std::string why;           // filled only when asked for
+  [[nodiscard]] std::uint64_t body(std::uint64_t p) const noexcept { return p + wal_header_size; }
+  [[nodiscard]] std::uint64_t end(std::uint64_t p) const noexcept { return p + wal_header_size + len; }
 };
 
-// Verifies the frame at p. `explain` fills `why` on failure (skipped while
-// hunting for the next frame, where most candidates fail).
-Check check_frame(Window& w, std::uint64_t p, bool explain, Error& err) {
-  Check c;
+// The header checks of the frame at p: its magic, and a length that fits the
+// file. `explain` fills `why` on failure (skipped while hunting for the next
+// frame, where most candidates fail).
+bool check_header(Window& w, std::uint64_t p, bool explain, Check& c, Error& err) {
   const std::uint64_t left = w.size() - p;
   if (left < wal_header_size) {
     if (explain) c.why = "incomplete frame header (" + std::to_string(left) + " bytes)";
-    return c;
+    return false;
   }
   const char* h = w.at(p, wal_header_size, err);
-  if (h == nullptr) return c;
+  if (h == nullptr) return false;
   if (load_u32(h) != wal_magic) {
     if (explain) c.why = "no frame magic";
-    return c;
+    return false;
   }
-  const std::uint32_t len = load_u32(h + 4);
-  if (len > wal_max_payload) {
-    if (explain) c.why = "frame length " + std::to_string(len) + " exceeds the maximum";
-    return c;
+  c.len = load_u32(h + 4);
+  if (c.len > wal_max_payload) {
+    if (explain) c.why = "frame length " + std::to_string(c.len) + " exceeds the maximum";
+    return false;
   }
-  if (wal_header_size + len > left) {
+  if (wal_header_size + c.len > left) {
     if (explain)
-      c.why = "frame of " + std::to_string(len) + " bytes runs " + std::to_string(wal_header_size + len - left) +
+      c.why = "frame of " + std::to_string(c.len) + " bytes runs " + std::to_string(wal_header_size + c.len - left) +
               " bytes past the end of the file";
-    return c;
+    return false;
   }
-  const char* f = w.at(p, wal_header_size + len, err);
-  if (f == nullptr) return c;
-  const std::uint32_t stored = load_u32(f + 8);
-  const std::uint32_t actual = frame_crc(f + 4, f + wal_header_size, len);
-  if (stored != actual) {
-    if (explain) c.why = "CRC mismatch in a frame of " + std::to_string(len) + " bytes";
-    return c;
+  c.stored = load_u32(h + 8);
+  c.len_crc = crc32c(h + 4, 4);
+  return true;
+}
+
+// Whether the frame at `p` verifies, from checkpoints that cover its payload.
+bool verifies_from(Checkpoints& ck, Window& w, std::uint64_t p, const Check& c, Error& err) {
+  ck.drop_before(c.body(p));
+  const std::uint32_t a = ck.at(c.body(p), w, err);
+  const std::uint32_t b = ck.at(c.end(p), w, err);
+  return !err && crc32c_combine(c.len_crc ^ a, b, c.len) == c.stored;
+}
+
+// Verifies the frame at p. Its payload is summed into `ck`, which starts
+// afresh at it, or, after a hunt that summed part of it, is extended over it
+// (so that no byte is summed twice).
+Check check_frame(Window& w, Checkpoints& ck, std::uint64_t p, bool explain, Error& err) {
+  Check c;
+  if (!check_header(w, p, explain, c, err)) return c;
+  bool fresh = false;
+  if (!ck.covers(c.body(p), c.end(p))) {
+    const char* f = w.at(p, wal_header_size + c.len, err);
+    if (f == nullptr) return c;
+    if (!ck.covers(c.body(p), c.body(p))) {
+      ck.restart(c.body(p), c.len_crc);
+      fresh = true;
+    }
+    ck.feed(f + (ck.end() - p), static_cast<std::size_t>(c.end(p) - ck.end()));
   }
-  c.good = true;
-  c.len = len;
-  c.payload = f + wal_header_size;
+  c.good = fresh ? ck.running() == c.stored : verifies_from(ck, w, p, c, err);
+  if (!c.good && !err && explain) c.why = "CRC mismatch in a frame of " + std::to_string(c.len) + " bytes";
   return c;
+}
+
+// Whether the candidate at `cand`, met while hunting, verifies. The
+// checkpoints are extended to its end in whole chunks, so that however the
+// candidates' claimed ends fall, each byte is summed once.
+bool candidate_verifies(Window& w, Checkpoints& ck, std::uint64_t cand, Error& err) {
+  Check c;
+  if (!check_header(w, cand, false, c, err)) return false;
+  if (!ck.covers(c.body(cand), c.body(cand))) ck.restart(c.body(cand), 0);
+  while (ck.end() < c.end(cand)) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(read_chunk, w.size() - ck.end()));
+    const char* bytes = w.at(ck.end(), n, err);
+    if (bytes == nullptr) return false;
+    ck.feed(bytes, n);
+  }
+  return verifies_from(ck, w, cand, c, err);
 }
 
 // The offset of the next frame that verifies at or after `from`, or the file
 // size if there is none.
-std::uint64_t find_next_frame(Window& w, std::uint64_t from, Error& err) {
+std::uint64_t find_next_frame(Window& w, Checkpoints& ck, std::uint64_t from, Error& err) {
   const auto first = static_cast<char>(wal_magic & 0xFFu);
   std::uint64_t p = from;
   while (p + wal_header_size <= w.size()) {
@@ -145,7 +275,7 @@ std::uint64_t find_next_frame(Window& w, std::uint64_t from, Error& err) {
       continue;
     }
     const std::uint64_t cand = p + static_cast<std::uint64_t>(hit - base);
-    if (check_frame(w, cand, false, err).good) return cand;
+    if (candidate_verifies(w, ck, cand, err)) return cand;
     if (err) return w.size();
     p = cand + 1;
   }
@@ -173,18 +303,23 @@ WalScan scan_fd(int fd, const std::string& path, const WalFrameFn& on_frame, Err
     return s;
   }
   Window w(fd, static_cast<std::uint64_t>(st.st_size), path);
+  Checkpoints ck(fd, path, s.summed_bytes);
   std::uint64_t p = 0;
   while (p < w.size()) {
-    Check c = check_frame(w, p, true, err);
+    Check c = check_frame(w, ck, p, true, err);
     if (err) return s;
     if (c.good) {
-      if (on_frame) on_frame(std::span<const char>(c.payload, c.len), p);
+      if (on_frame) {
+        const char* f = w.at(p, wal_header_size + c.len, err);
+        if (f == nullptr) return s;
+        on_frame(std::span<const char>(f + wal_header_size, c.len), p);
+      }
       ++s.frames;
       p += wal_header_size + c.len;
       s.good_end = p;
       continue;
     }
-    const std::uint64_t next = find_next_frame(w, p + 1, err);
+    const std::uint64_t next = find_next_frame(w, ck, p + 1, err);
     if (err) return s;
     s.skipped_bytes += next - p;
     if (next < w.size()) {
@@ -286,26 +421,18 @@ Error WalWriter::sync() {
 
 WalScan scan_wal(const std::string& path, const WalFrameFn& on_frame, Error& err) {
   err = {};
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    err = os_error("open", path, errno);
-    return {};
-  }
+  const int fd = detail::open_regular(path, O_RDONLY, err);
+  if (fd < 0) return {};
   WalScan s = scan_fd(fd, path, on_frame, err);
   detail::close_fd(fd);
   return s;
 }
 
 Error truncate_torn_tail(const std::string& path, WalScan* out) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return os_error("open", path, errno);
-  Error err = lock_wal(fd, path);
+  Error err;
+  const int fd = detail::open_regular(path, O_RDWR, err);
+  if (fd < 0) return err;
+  err = lock_wal(fd, path);
   WalScan s;
   if (!err) s = scan_fd(fd, path, {}, err);
   if (!err && s.torn_tail) err = cut(fd, path, s.good_end);

@@ -67,6 +67,7 @@ struct WalScan {
   std::uint64_t skipped_bytes = 0;   // bytes in corrupt regions and in a torn tail
   std::uint32_t corrupt_regions = 0; // damaged stretches followed by a good frame
   bool torn_tail = false;            // bytes after the last good frame (a write cut short)
+  std::uint64_t summed_bytes = 0;    // bytes passed through the CRC: linear in the file's size, whatever is in it
   std::vector<std::string> problems; // one line each: the offset and what was wrong
 };
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <grp.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -32,7 +33,8 @@ struct Output {
 /// One running `chorus` process.
 class Child {
 public:
-  explicit Child(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  /// `as_user` >= 0: the process runs as that user and group (the test must be root).
+  explicit Child(const std::vector<std::string>& args, const std::vector<std::string>& env = {}, int as_user = -1) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     std::vector<std::string> words{chorus_binary};
@@ -58,6 +60,9 @@ public:
       ::dup2(err[1], STDERR_FILENO);
       const int devnull = ::open("/dev/null", O_RDONLY);
       ::dup2(devnull, STDIN_FILENO);
+      if (as_user >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(as_user)) != 0 ||
+                           ::setuid(static_cast<uid_t>(as_user)) != 0))
+        ::_exit(125);
       ::execve(argv[0], argv.data(), envp.data());
       ::_exit(126);
     }

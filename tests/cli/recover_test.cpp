@@ -88,6 +88,16 @@ void append_torn_tail(const fs::path& wal) {
   std::ofstream(wal, std::ios::binary | std::ios::app) << tail;
 }
 
+// ROOT/p/g/rec1 as a crashed host left it: a log without the run's end, with a torn tail.
+fs::path crashed_run(const TempDir& root) {
+  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  Wal w(dir / "wal");
+  write_run(w, dir, false);
+  w.close();
+  append_torn_tail(dir / "wal");
+  return dir;
+}
+
 struct Row {
   std::int64_t step;
   double loss, acc0, acc1;
@@ -223,11 +233,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_frame_is_skipped_and_reported) {
 
 BOOST_AUTO_TEST_CASE(dry_run_changes_nothing) {
   TempDir root;
-  const fs::path dir = root.path() / "p" / "g" / "rec1";
-  Wal w(dir / "wal");
-  write_run(w, dir, false);
-  w.close();
-  append_torn_tail(dir / "wal");
+  const fs::path dir = crashed_run(root);
   const auto size = fs::file_size(dir / "wal");
   const Output o = run_chorus({"recover", "--dry-run", dir.string()});
   BOOST_TEST(o.code == 0);
@@ -265,4 +271,38 @@ BOOST_AUTO_TEST_CASE(recover_refuses_a_live_host_and_a_missing_log) {
 
   BOOST_TEST(run_chorus({"recover"}).code == 2);
   BOOST_TEST(run_chorus({"recover", "--help"}).code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_backup_in_the_way_is_reported_with_what_to_do) {
+  TempDir root;
+  const fs::path dir = crashed_run(root);
+  write_text(dir / "history.jsonl", "{\"_step\":0,\"loss\":0.5}\n");
+  // A directory with something in it cannot be removed to make room for the backup.
+  write_text(dir / "history.jsonl.bak" / "keep", "x");
+  const Output o = run_chorus({"recover", dir.string()});
+  BOOST_TEST(o.code == 1);
+  BOOST_TEST(contains(o.err, "cannot keep"), o.err);
+  BOOST_TEST(contains(o.err, "move aside"), o.err);
+  BOOST_TEST(contains(o.err, "--no-backup"), o.err);
+  BOOST_TEST(read_text(dir / "history.jsonl") == "{\"_step\":0,\"loss\":0.5}\n");
+}
+
+BOOST_AUTO_TEST_CASE(a_read_only_run_directory_is_reported_before_anything_changes) {
+  TempDir root;
+  const fs::path dir = crashed_run(root);
+  const auto size = fs::file_size(dir / "wal");
+  // Root writes anywhere: the directory is given to an ordinary user, who runs recover.
+  const bool root_user = ::geteuid() == 0;
+  const int user = root_user ? 65534 : -1;
+  if (root_user)
+    for (fs::path p = dir / "wal"; p != root.path().parent_path(); p = p.parent_path())
+      BOOST_REQUIRE(::chown(p.c_str(), 65534, 65534) == 0);
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+  Child c({"recover", dir.string()}, {}, user);
+  const Output o = c.finish();
+  fs::permissions(dir, fs::perms::owner_all);
+  BOOST_TEST(o.code == 1);
+  BOOST_TEST(contains(o.err, "is not writable"), o.err);
+  BOOST_TEST(contains(o.err, "chmod u+w"), o.err);
+  BOOST_TEST(fs::file_size(dir / "wal") == size); // the torn tail is still there
 }

@@ -72,3 +72,14 @@ BOOST_AUTO_TEST_CASE(software_and_hardware_agree) {
     }
   }
 }
+
+BOOST_AUTO_TEST_CASE(combine_joins_two_crcs_without_the_second_part) {
+  std::mt19937 gen(7);
+  std::vector<unsigned char> data(70000);
+  for (auto& b : data) b = static_cast<unsigned char>(gen());
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{4096}, std::size_t{69999}, data.size()}) {
+    const std::uint32_t a = crc32c(data.data(), cut);
+    const std::uint32_t b = crc32c(data.data() + cut, data.size() - cut);
+    BOOST_TEST(crc32c_combine(a, b, data.size() - cut) == crc32c(data.data(), data.size()));
+  }
+}

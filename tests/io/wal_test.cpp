@@ -3,6 +3,7 @@
 
 #include "io/wal.hpp"
 #include "tests/io/tmp_dir.hpp"
+#include "tests/io/wal_read.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,8 @@ using namespace chorus;
 using namespace chorus::io;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
+using chorus::io::test::Read;
+using chorus::io::test::read_all;
 using chorus::io::test::TmpDir;
 
 namespace {
@@ -32,26 +35,6 @@ std::string random_payload(std::mt19937_64& rng, std::size_t n) {
   // Plant the magic now and then so a resync has false starts to reject.
   if (n >= 8 && rng() % 4 == 0) std::memcpy(s.data() + rng() % (n - 3), &wal_magic, 4);
   return s;
-}
-
-struct Read {
-  WalScan scan;
-  std::vector<std::string> payloads;
-  std::vector<std::uint64_t> offsets;
-};
-
-Read read_all(const std::string& path) {
-  Read r;
-  Error err;
-  r.scan = scan_wal(
-      path,
-      [&](std::span<const char> p, std::uint64_t off) {
-        r.payloads.emplace_back(p.data(), p.size());
-        r.offsets.push_back(off);
-      },
-      err);
-  BOOST_REQUIRE_MESSAGE(!err, err.message());
-  return r;
 }
 
 std::string slurp(const std::string& path) {

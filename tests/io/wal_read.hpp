@@ -1,0 +1,33 @@
+// A WAL read back whole in tests: the scan, and each frame's payload and offset.
+#pragma once
+
+#include "io/wal.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+#include <vector>
+
+namespace chorus::io::test {
+
+struct Read {
+  WalScan scan;
+  std::vector<std::string> payloads;
+  std::vector<std::uint64_t> offsets;
+};
+
+inline Read read_all(const std::string& path) {
+  Read r;
+  Error err;
+  r.scan = scan_wal(
+      path,
+      [&](std::span<const char> p, std::uint64_t off) {
+        r.payloads.emplace_back(p.data(), p.size());
+        r.offsets.push_back(off);
+      },
+      err);
+  BOOST_REQUIRE_MESSAGE(!err, err.message());
+  return r;
+}
+
+} // namespace chorus::io::test
