@@ -82,7 +82,7 @@ case "${1:-}" in
     for b in build-release/bin/bench_*; do echo "== $b"; "$b"; done
     ;;
   *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

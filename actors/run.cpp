@@ -257,6 +257,16 @@ void after_frame(run_actor* self) {
   }
 }
 
+/// Answers each sync_atom once `host`'s WAL is fdatasync'ed: empty, or why it failed.
+/// (Its argument is passed, not captured: CAF 0.17 dereferences a null argument
+/// tuple for a function spawned without arguments.)
+caf::behavior wal_syncer(caf::event_based_actor*, std::shared_ptr<RunHost> host) {
+  return {[host](sync_atom) {
+    const Error e = host->wal->sync();
+    return e ? e.message() : std::string();
+  }};
+}
+
 caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   auto& st = self->state;
   st.host = host;
@@ -265,12 +275,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   st.sink->merger = st.merger.get();
   st.proxies.resize(host->settings.run_world);
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
-  st.syncer = self->system().spawn<caf::detached>([host](caf::event_based_actor*) -> caf::behavior {
-    return {[host](sync_atom) {
-      const Error e = host->wal->sync();
-      return e ? e.message() : std::string();
-    }};
-  });
+  st.syncer = self->system().spawn<caf::detached>(wal_syncer, host);
   self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
