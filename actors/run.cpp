@@ -362,7 +362,12 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                                 std::string(to_string(st.merger->rank_state(static_cast<int>(rank)))) +
                                 "); they are not in the run");
         }
-        if (!record(self, frame)) return;
+        if (!record(self, frame)) {
+          // Its own proxy sent what the merge cannot read: it is told, rather than left waiting for an ack.
+          return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::internal),
+                            std::string("the run host refused a malformed frame from this rank (are every rank and "
+                                        "the host built against the same chorus?); its values are not in the run"));
+        }
         ++st.sink->progress[rank].frames;
         after_frame(self);
       },

@@ -50,11 +50,14 @@ struct Mount {
   }
 };
 
+/// A rank of the job, its output lines prefixed "[r] ". sed -u writes each
+/// line whole as it comes: the two ranks share one pipe, and a block cut
+/// mid-line would splice one rank's line into the other's.
 std::string rank_cmd(const fs::path& dir, int port, int r, const std::string& args) {
   return "CHORUS_DIR=" + dir.string() + " CHORUS_PORT=" + std::to_string(port) + " CHORUS_SYSTEM_INTERVAL=0 RANK=" +
          std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
          " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port + 1) +
-         " " + bin("chorus_e2e_worker") + " " + args + " 2>&1 | sed 's/^/[" + std::to_string(r) + "] /'";
+         " " + bin("chorus_e2e_worker") + " " + args + " 2>&1 | sed -u 's/^/[" + std::to_string(r) + "] /'";
 }
 
 /// The steps each rank was told were committed ("[r] ACKED s").
@@ -63,9 +66,10 @@ std::map<int, std::set<long>> acked(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    int r;
+    int r, end = 0;
     long s;
-    if (std::sscanf(line.c_str(), "[%d] ACKED %ld", &r, &s) == 2) out[r].insert(s);
+    if (std::sscanf(line.c_str(), "[%d] ACKED %ld%n", &r, &s, &end) == 2 && static_cast<std::size_t>(end) == line.size())
+      out[r].insert(s);
   }
   return out;
 }
