@@ -362,6 +362,20 @@ BOOST_AUTO_TEST_CASE(run_writer_reports_an_unwritable_dir) {
   BOOST_TEST(w.error().message().find(tmp / "file") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(run_json_records_the_runs_error_and_the_reserve_goes_at_the_end) {
+  TmpDir tmp;
+  const std::string dir = tmp / "run";
+  RunWriter w(dir, name_of);
+  w.run_start("{}", t0, 1);
+  BOOST_TEST(std::filesystem::exists(dir + "/.reserve")); // room held for the last words
+  w.note_error(Error(Errc::io_error, "the run's write-ahead log could not be written (test)"));
+  w.run_end(RunState::failed, t0 + 1);
+  Doc run(slurp(dir + "/run.json"));
+  BOOST_TEST(run.str("state") == "failed");
+  BOOST_TEST(run.str("error").find("could not be written (test)") != std::string::npos);
+  BOOST_TEST(!std::filesystem::exists(dir + "/.reserve"));
+}
+
 BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
   TmpDir tmp;
   const std::string dir = tmp / "run";
