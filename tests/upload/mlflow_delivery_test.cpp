@@ -91,10 +91,12 @@ BOOST_AUTO_TEST_CASE(cut_requests_at_bounds_the_requests_in_flight) {
   server.set_delay(1500ms, "log-batch");
   const auto start = Clock::now();
   up->cut_requests_at(start + 300ms);
+  // Uncut, the answers would come after 1.5 s and the upload would be done
+  // within the pump's 10 s: cut, it ends with nothing acknowledged yet.
   const auto p = up->pump(start + 10s);
-  BOOST_TEST(std::chrono::duration<double>(Clock::now() - start).count() < 1.2);
   BOOST_TEST(!p.done);
   BOOST_TEST(p.error.find("ran out") != std::string::npos, p.error);
+  BOOST_TEST(up->state().points == 0u);
   std::this_thread::sleep_for(1800ms); // the server stores the batches it was sent
   server.clear_faults();
   up->cut_requests_at(io::SteadyTime::max());
@@ -110,14 +112,13 @@ BOOST_AUTO_TEST_CASE(log_batches_go_several_at_once) {
   RunFixture run;
   auto up = finished_run(run, 6660, mlflow_url(server));
   server.set_delay(200ms, "log-batch");
-  const auto start = Clock::now();
   const auto p = drain(*up);
-  const auto took = Clock::now() - start;
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
   check_history(server, only_run(server).id, 6660);
+  // One request at a time keeps one kept-alive connection: several mean
+  // requests that were in flight together.
   BOOST_TEST(server.stats().connections > 1u);
   BOOST_TEST(server.stats().connections <= 4u);
-  BOOST_TEST(std::chrono::duration<double>(took).count() < 3.0);
 }
 
 BOOST_AUTO_TEST_CASE(a_window_with_lost_answers_then_a_crash_sends_nothing_twice) {
