@@ -192,7 +192,8 @@ chorus::task<int> train(const Args& args) {
 
   const ddp::Shape shape{32, args.hidden, 10};
   // Tickets are trivially destructible and the braced Field lists die at the
-  // end of each statement, before any co_await (see STYLE.md on GCC 12).
+  // end of each statement, before any co_await: GCC 12 destroys a non-trivial
+  // temporary that lives across a co_await twice.
   const std::array<chorus::Pending, 5> setup = {
       run.config({{"model", "mlp"},
                   {"inputs", shape.inputs},

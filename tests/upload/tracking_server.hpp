@@ -13,7 +13,7 @@
 // its own threads (one accepts, one per connection) from the constructor to
 // the destructor, which closes every connection and joins them.
 //
-// What it answers (besides BACKENDS.md):
+// What it answers, beyond the calls and limits of the real servers (README, "Uploading to MLflow and W&B"):
 //  - MLflow: a fresh server has experiment "0" ("Default"); new experiments
 //    get "1", "2", ... Answers leave out empty lists, as protobuf's JSON does
 //    (get-history answers {} when there are no points, artifacts/list no
