@@ -29,6 +29,12 @@ public:
     std::vector<char> errors;
     std::uint32_t frames = 0; // the rank's frames applied since its last ack
     bool changed = false;
+    /// What an ack told is told: only `completed` stays.
+    void acked() {
+      errors.clear();
+      changed = false;
+      frames = 0;
+    }
   };
 
   explicit HostSink(std::string dir) : writer(std::move(dir), [this](std::uint32_t k) { return merger->key_name(k); }) {}
@@ -111,7 +117,6 @@ void fail_wal(run_actor* self, const Error& e) {
                                            st.host->run_dir + " rebuilds the run's files once the disk is fixed)");
   std::fprintf(stderr, "chorus: %s\n", st.wal_error.message().c_str());
   st.sink->writer.note_error(st.wal_error);
-  for (auto& p : st.sink->progress) p = {};
   for (const auto& proxy : st.proxies)
     if (proxy) self->send(proxy, fail_atom::value, static_cast<std::uint8_t>(st.wal_error.code()), st.wal_error.message());
   // The run is over: its state (failed) and the reason go to run.json where the disk still takes them.
@@ -131,11 +136,7 @@ void request_sync(run_actor* self) {
   st.unsynced = false;
   // The acks of what is appended so far, released by this sync.
   st.syncing = st.sink->progress;
-  for (auto& p : st.sink->progress) {
-    p.errors.clear();
-    p.changed = false;
-    p.frames = 0;
-  }
+  for (auto& p : st.sink->progress) p.acked();
   self->request(st.syncer, caf::infinite, sync_atom::value)
       .then([self](const std::string& failure) { synced(self, failure); },
             [self](caf::error& e) { synced(self, "the WAL's syncer stopped: " + self->system().render(e)); });
@@ -167,9 +168,7 @@ void send_acks(run_actor* self, std::vector<HostSink::Progress>& acks) {
     auto& p = acks[r];
     if ((!p.changed && p.frames == 0) || r >= st.proxies.size() || !st.proxies[r]) continue;
     self->send(st.proxies[r], ack_atom::value, p.frames, p.completed, p.errors);
-    p.errors.clear();
-    p.changed = false;
-    p.frames = 0;
+    p.acked();
   }
 }
 

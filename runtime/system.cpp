@@ -143,6 +143,9 @@ void sync_wal_on_signals(int fd) {
 
 void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_relaxed); }
 
+/// Whether the run's ranks are on several nodes (scope global across nodes).
+bool spans_nodes(const Settings& s) { return s.topo.num_nodes > 1 && s.opts.scope == Scope::global; }
+
 /// How a link between two of the job's processes travels: a Unix socket
 /// private to this user (processes of one node), TLS with the job's
 /// credentials, or plain TCP (between nodes, where CHORUS_INSECURE allows it).
@@ -340,8 +343,7 @@ private:
 
   /// How the ranks of this run reach its host.
   Link run_link(const Settings& s) const {
-    const bool spans_nodes = s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
-    return !spans_nodes ? Link::local : tls_ ? Link::tls : Link::tcp;
+    return !spans_nodes(s) ? Link::local : tls_ ? Link::tls : Link::tcp;
   }
 
   /// Names the listener of `port` for an error.
@@ -514,23 +516,23 @@ std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
   const Settings& s = run.settings();
   // Links between nodes carry records from other machines: they are
   // authenticated with the job's credentials, or explicitly allowed not to be.
-  const bool spans_nodes = s.run_world > 1 && s.topo.num_nodes > 1 && s.opts.scope == Scope::global;
+  const bool across_nodes = s.run_world > 1 && spans_nodes(s);
   // A job's run hosts report to its group on global rank 0, across nodes too.
   const bool group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
   io::Credentials creds;
   bool tls = false;
-  if (((spans_nodes && !s.opts.tls_dir.empty()) || group_tls) && (error = io::check_credentials(s.opts.tls_dir, creds)))
+  if (((across_nodes && !s.opts.tls_dir.empty()) || group_tls) && (error = io::check_credentials(s.opts.tls_dir, creds)))
     return nullptr;
-  if (spans_nodes && !s.opts.tls_dir.empty()) {
+  if (across_nodes && !s.opts.tls_dir.empty()) {
     tls = true;
-  } else if (spans_nodes && !s.opts.insecure) {
+  } else if (across_nodes && !s.opts.insecure) {
     error = {Errc::invalid_argument,
              "this run spans " + std::to_string(s.topo.num_nodes) +
                  " nodes, and links between nodes need the job's credentials: run `chorus certs DIR` once, copy DIR "
                  "to every node and set CHORUS_TLS_DIR=DIR on every rank (or set CHORUS_INSECURE=1 to accept "
                  "unauthenticated links, on a network you trust)"};
     return nullptr;
-  } else if (spans_nodes && s.topo.rank == 0) {
+  } else if (across_nodes && s.topo.rank == 0) {
     std::fprintf(stderr, "chorus: WARNING: CHORUS_INSECURE=1: the run host on port %u accepts records from any "
                          "peer that can reach it, unauthenticated; make credentials with `chorus certs DIR` and set "
                          "CHORUS_TLS_DIR instead\n",
@@ -538,7 +540,7 @@ std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
   }
   // Links within the node go through this user's socket directory.
   std::string socket_dir;
-  if ((s.run_world > 1 && !spans_nodes) || s.group_size > 0)
+  if ((s.run_world > 1 && !across_nodes) || s.group_size > 0)
     if ((error = local_socket_dir(s.opts.read_env, socket_dir))) return nullptr;
   auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, tls, group_tls, socket_dir);
   error = sys->start(run);

@@ -60,6 +60,21 @@ std::string rank_cmd(const fs::path& dir, int port, int r, const std::string& ar
          " " + bin("chorus_e2e_worker") + " " + args + " 2>&1 | sed -u 's/^/[" + std::to_string(r) + "] /'";
 }
 
+/// Two ranks running `args` into a run on `m`; `meanwhile` runs in the
+/// shell while they do. "STATUS done" ends the output once both are back.
+Output run_job(const Mount& m, int port, const std::string& args, const std::string& meanwhile = {}) {
+  return run("(" + rank_cmd(m.at, port, 0, args) + " & p0=$!; " + rank_cmd(m.at, port, 1, args) + " & p1=$!; " +
+             meanwhile + "wait $p0; wait $p1; echo STATUS done)");
+}
+
+/// Both ranks came back (nothing waited for ever), and the WAL's failure
+/// reached them and the host's finish.
+void check_the_failure_was_told(const Output& out) {
+  BOOST_TEST(out.text.find("STATUS done") != std::string::npos);
+  BOOST_TEST(out.text.find("the run's write-ahead log could not be written") != std::string::npos);
+  BOOST_TEST(out.text.find("[0] rank 0 finish:") != std::string::npos); // finish reports it
+}
+
 /// The steps each rank was told were committed ("[r] ACKED s").
 std::map<int, std::set<long>> acked(const std::string& text) {
   std::map<int, std::set<long>> out;
@@ -123,14 +138,11 @@ BOOST_AUTO_TEST_CASE(a_full_disk_fails_the_run_and_loses_nothing_acknowledged) {
   BOOST_REQUIRE(m.ok);
   const int port = test_port(51);
   const std::string args = "--steps 8000 --ack-each 1";
-  const Output out = run("(" + rank_cmd(m.at, port, 0, args) + " & p0=$!; " + rank_cmd(m.at, port, 1, args) +
-                         "; wait $p0; echo STATUS done)");
+  const Output out = run_job(m, port, args);
   BOOST_TEST_INFO(ends_of(out.text));
-  BOOST_TEST(out.text.find("STATUS done") != std::string::npos);
+  check_the_failure_was_told(out);
   BOOST_TEST(out.text.find("No space left on device") != std::string::npos);
-  BOOST_TEST(out.text.find("the run's write-ahead log could not be written") != std::string::npos);
   BOOST_TEST(out.text.find("Free disk space") != std::string::npos);
-  BOOST_TEST(out.text.find("[0] rank 0 finish:") != std::string::npos); // finish reports it
   const auto runs = find_runs(m.at);
   BOOST_REQUIRE(runs.size() == 1);
   check_nothing_acknowledged_is_lost(out.text, runs[0] / "wal");
@@ -149,14 +161,10 @@ BOOST_AUTO_TEST_CASE(a_disk_shut_down_under_the_run_loses_nothing_acknowledged) 
   }
   const int port = test_port(52);
   const std::string args = "--steps 3000 --ack-each 1 --step-us 500";
-  const Output out = run("(" + rank_cmd(m.at, port, 0, args) + " & p0=$!; " + rank_cmd(m.at, port, 1, args) +
-                         " & p1=$!; sleep 1; " + bin("chorus_fs_shutdown") + " " + m.at.string() +
-                         "; wait $p0; wait $p1; echo STATUS done)");
+  const Output out = run_job(m, port, args, "sleep 1; " + bin("chorus_fs_shutdown") + " " + m.at.string() + "; ");
   BOOST_TEST_INFO(ends_of(out.text));
   BOOST_TEST(out.text.find("SHUTDOWN") != std::string::npos);
-  BOOST_TEST(out.text.find("STATUS done") != std::string::npos);
-  BOOST_TEST(out.text.find("the run's write-ahead log could not be written") != std::string::npos);
-  BOOST_TEST(out.text.find("[0] rank 0 finish:") != std::string::npos);
+  check_the_failure_was_told(out);
   // What the kernel had not put on the disk is gone after the shutdown: what
   // the ranks were told is committed must not be.
   BOOST_REQUIRE(m.remount());
