@@ -29,6 +29,9 @@ void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e)
 namespace {
 
 constexpr std::size_t max_slots_per_frame = 16384;
+// A frame closes once it holds this many bytes (a few config texts can be
+// large), far below what a link takes (runtime/node_link.hpp).
+constexpr std::size_t max_frame_bytes = std::size_t{32} << 20;
 constexpr int max_frames_in_flight = 4;
 // With nothing to send the proxy polls its ring every millisecond, and after
 // a while parks: it polls every 50 ms and producers wake it (Channel::wake).
@@ -139,7 +142,7 @@ bool drain(proxy_actor* self) {
   wire::BatchWriter w(st.frame, st.rank);
   const std::int64_t ts = unix_now_us();
   const std::uint64_t end = pos + max_slots_per_frame;
-  while (pos < end) {
+  while (pos < end && st.frame.size() < max_frame_bytes) {
     Slot* s = ring.peek(pos);
     if (s == nullptr) break;
     switch (s->kind) {

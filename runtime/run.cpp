@@ -25,6 +25,8 @@ namespace chorus {
 namespace detail {
 
 namespace {
+/// The JSON of one config or summary call: a frame must fit a link (runtime/node_link.hpp).
+constexpr std::size_t max_text_bytes = std::size_t{16} << 20;
 void count_fork_in_child() { fork_count.fetch_add(1, std::memory_order_relaxed); }
 } // namespace
 
@@ -184,6 +186,10 @@ Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
       return refuse({Errc::invalid_key, std::string(what) + " key " + quoted(f.key) +
                                             " is empty or not UTF-8: use a non-empty UTF-8 key"});
   auto json = std::make_unique<std::string>(io::fields_to_json(fields));
+  if (json->size() > max_text_bytes)
+    return refuse({Errc::invalid_argument, std::string(what) + " of " + std::to_string(json->size() >> 20) +
+                                               " MiB is over the 16 MiB a call takes: split it over several calls, "
+                                               "or log large objects as artifacts (log_artifact)"});
   return push_control(kind, [&](Slot& s) { s.text = json.release(); }); // the RankProxy frees it
 }
 

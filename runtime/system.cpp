@@ -3,6 +3,7 @@
 #include "runtime/system.hpp"
 #include "io/posix.hpp"
 #include "runtime/local_link.hpp"
+#include "runtime/node_link.hpp"
 
 #include "actors/group.hpp"
 #include "actors/rank_proxy.hpp"
@@ -160,6 +161,7 @@ public:
   SystemImpl(const Settings& s, const io::Credentials* creds, bool run_tls, bool group_tls, std::string socket_dir)
       : tls_(run_tls), group_tls_(group_tls), sys_(configure(cfg_, s, creds)), socket_dir_(std::move(socket_dir)) {
     if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_);
+    if (s.topo.num_nodes > 1) node_ = spawn_node_links(sys_, creds != nullptr, s.opts.connection_timeout);
   }
 
   ~SystemImpl() override {
@@ -170,6 +172,7 @@ public:
     if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
     if (group_) caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
     if (local_) caf::anon_send_exit(local_, caf::exit_reason::kill);
+    if (node_) caf::anon_send_exit(node_, caf::exit_reason::kill);
     // ~actor_system waits for every actor and stops the middleman.
   }
 
@@ -354,8 +357,7 @@ private:
 
   /// The middleman actor that opens links of kind `link`.
   caf::io::middleman_actor connector(Link link) {
-    return link == Link::local ? local_ : link == Link::tls ? sys_.openssl_manager().actor_handle()
-                                                            : sys_.middleman().actor_handle();
+    return link == Link::local ? local_ : node_;
   }
 
   /// Publishes `whom` on `port`: this user's socket for it (local), or every
@@ -363,6 +365,8 @@ private:
   caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, Link link) {
     if (link == Link::local && !local_)
       return caf::make_error(caf::sec::cannot_open_port, "no socket directory for local links");
+    if (link != Link::local && !node_)
+      return caf::make_error(caf::sec::cannot_open_port, "no links between nodes in a job of one node");
     caf::expected<std::uint16_t> out{std::uint16_t{0}};
     caf::scoped_actor self{sys_};
     self->request(connector(link), caf::infinite, caf::publish_atom::value, port,
@@ -499,6 +503,7 @@ private:
   caf::actor_system_config cfg_;
   caf::actor_system sys_;
   caf::io::middleman_actor local_; // links within this node (runtime/local_link.hpp)
+  caf::io::middleman_actor node_;  // links between nodes, TLS or plain (runtime/node_link.hpp)
   std::string socket_dir_;
   caf::actor run_actor_;
   caf::actor proxy_;

@@ -142,6 +142,12 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
       BOOST_TEST(!e.message().empty());
     }
     BOOST_TEST((run.log({{"", 1.0}}).wait().code() == chorus::Errc::invalid_key));
+    // A config over 16 MiB would not fit a link between nodes: refused, saying what to do.
+    const std::string blob(17u << 20, 'x');
+    chorus::Error big = run.config({{"blob", std::string_view(blob)}}).wait();
+    BOOST_TEST((big.code() == chorus::Errc::invalid_argument));
+    BOOST_TEST(big.message().find("16 MiB") != std::string::npos, big.message());
+    BOOST_TEST(big.message().find("log_artifact") != std::string::npos, big.message());
     chorus::FinishResult first = run.finish().wait();
     BOOST_TEST(!first.error, first.error.message());
     // After finish: refused, and finish again gives the same result.

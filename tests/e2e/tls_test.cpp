@@ -56,8 +56,8 @@ std::vector<std::string> rank_states(const fs::path& root, std::vector<Row>& row
   return states;
 }
 
-/// Both nodes succeeded, and node 0 holds the whole run: 4 ranks finished, 30 rows of 4 losses.
-void check_whole_run(const TempDir& dir, const Output& n0, const Output& n1) {
+/// Both nodes succeeded, and node 0 holds the whole run: 4 ranks finished, `steps` rows of 4 losses.
+void check_whole_run(const TempDir& dir, const Output& n0, const Output& n1, std::size_t steps = 30) {
   BOOST_TEST_CONTEXT(n0.text << n1.text) {
     BOOST_REQUIRE_EQUAL(n0.status, 0);
     BOOST_REQUIRE_EQUAL(n1.status, 0);
@@ -65,7 +65,7 @@ void check_whole_run(const TempDir& dir, const Output& n0, const Output& n1) {
   std::vector<Row> rows;
   auto states = rank_states(dir.path / "node0", rows);
   BOOST_TEST(states == std::vector<std::string>(4, "finished"), boost::test_tools::per_element());
-  BOOST_REQUIRE_EQUAL(rows.size(), 30u);
+  BOOST_REQUIRE_EQUAL(rows.size(), steps);
   for (const Row& row : rows) BOOST_TEST(row.count.at("loss") == 4);
 }
 
@@ -174,4 +174,109 @@ BOOST_AUTO_TEST_CASE(a_peer_with_another_ca_or_none_cannot_join_or_inject) {
       }
     }
   }
+}
+
+namespace {
+
+/// A TCP connection to 127.0.0.1:port once something listens there (within
+/// `patience`), or -1.
+int connect_when_listening(int port, std::chrono::seconds patience) {
+  const auto until = std::chrono::steady_clock::now() + patience;
+  while (std::chrono::steady_clock::now() < until) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+/// Whether the peer has closed `fd` (end of stream or an error), reading and
+/// dropping whatever it sent first; waits at most `ms`.
+bool closed_by_peer(int fd, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+  }
+}
+
+/// Opens `silent` connections to the run host's port of a job that runs on
+/// as `job`, and counts those the host closed while the job still ran.
+/// `first_bytes`, when not empty, is sent on one more connection, which must
+/// be closed too.
+struct Intruders {
+  int closed_while_running = 0;
+  bool written_closed = false;
+};
+
+Intruders intrude(int port, int silent, const std::string& first_bytes, std::future<std::pair<Output, Output>>& job) {
+  Intruders out;
+  std::vector<int> fds;
+  const int first = connect_when_listening(port, std::chrono::seconds(30 * sanitizer_slowdown));
+  if (first < 0) return out;
+  fds.push_back(first);
+  for (int i = 1; i < silent; ++i)
+    if (const int fd = connect_when_listening(port, std::chrono::seconds(5)); fd >= 0) fds.push_back(fd);
+  int written = -1;
+  if (!first_bytes.empty() && (written = connect_when_listening(port, std::chrono::seconds(5))) >= 0)
+    (void)!::write(written, first_bytes.data(), first_bytes.size());
+  for (const int fd : fds) {
+    // Closed by the host, not by its exit: the job must still be running.
+    if (closed_by_peer(fd, 60'000) && job.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+      ++out.closed_while_running;
+    ::close(fd);
+  }
+  if (written >= 0) {
+    out.written_closed = closed_by_peer(written, 60'000) && job.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+    ::close(written);
+  }
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(connections_that_never_finish_the_tls_handshake_are_closed) {
+  // 30 connections to the TLS port that say nothing, and one that sends a
+  // TLS client hello's first bytes and stops: each is closed once the
+  // connection timeout (2 s) passes, while the job (about 12 s) goes on
+  // whole. Before, they stayed open until the host exited.
+  TempDir dir;
+  const std::string env = certs(dir.path / "creds") + " CHORUS_HEARTBEAT_INTERVAL=0.5 CHORUS_CONNECTION_TIMEOUT=2";
+  constexpr int salt = 61;
+  auto job = std::async(std::launch::async, [&] { return two_nodes(dir, salt, env, env, "--steps 60 --step-us 200000", 10); });
+  const std::string hello_start("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+  const Intruders got = intrude(test_port(salt) + 1, 30, hello_start, job);
+  auto [n0, n1] = job.get();
+  BOOST_TEST(got.closed_while_running == 30);
+  BOOST_TEST(got.written_closed);
+  check_whole_run(dir, n0, n1, 60);
+}
+
+BOOST_AUTO_TEST_CASE(a_header_claiming_4_gib_cuts_its_link_and_nothing_else) {
+  // Plain links (CHORUS_INSECURE=1) take any peer, but not a BASP header
+  // whose payload_len would have CAF allocate 4 GiB: the link is cut at the
+  // header, the host says so, and the run is whole.
+  TempDir dir;
+  const std::string env = "CHORUS_INSECURE=1 CHORUS_HEARTBEAT_INTERVAL=0.5 CHORUS_CONNECTION_TIMEOUT=2";
+  constexpr int salt = 62;
+  auto job = std::async(std::launch::async, [&] { return two_nodes(dir, salt, env, env, "--steps 60 --step-us 200000", 10); });
+  std::string header(32, '\0');
+  header[4] = header[5] = header[6] = '\xff';
+  header[7] = '\xf0';
+  const Intruders got = intrude(test_port(salt) + 1, 1, header, job);
+  auto [n0, n1] = job.get();
+  BOOST_TEST(got.written_closed);
+  BOOST_TEST(got.closed_while_running == 1); // the silent one, by the deadline
+  BOOST_TEST(n0.text.find("claiming 4294967280 bytes") != std::string::npos, n0.text);
+  check_whole_run(dir, n0, n1, 60);
 }
