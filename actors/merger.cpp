@@ -72,7 +72,9 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+/// `e` holds one key's values, in rank order.
 double reduce_values(Reduce how, const Entry* e, std::size_t n) {
+  if (how == Reduce::first) return e[0].value; // the lowest rank's, NaN or not: the others' do not count
   bool nan = false;
   for (std::size_t i = 0; i < n; ++i) nan = nan || std::isnan(e[i].value);
   if (nan) return std::numeric_limits<double>::quiet_NaN();
@@ -89,6 +91,7 @@ double reduce_values(Reduce how, const Entry* e, std::size_t n) {
       for (std::size_t i = 1; i < n; ++i) r = std::max(r, e[i].value);
       return r;
     case Reduce::none:
+    case Reduce::first:
       break;
   }
   return r;
@@ -467,6 +470,10 @@ struct Merger::State {
     out.runtime_us =
         static_cast<std::int64_t>(static_cast<std::uint64_t>(p.ts_us) - static_cast<std::uint64_t>(start_ts));
     out.values.clear();
+    // A value's column depends on its key, the key's declaration and its rank
+    // only, never on which other ranks logged at this step: so each key is one
+    // series (or one per rank) for the whole run.
+    const bool one_rank = ranks.size() == 1;
     const Entry* e = p.entries.data();
     const std::size_t n = p.entries.size();
     for (std::size_t i = 0; i < n;) {
@@ -477,11 +484,11 @@ struct Merger::State {
       const Reduce how = reduction[gid];
       if (how != Reduce::none) {
         out.values.push_back({gid, -1, reduce_values(how, e + i, j - i), static_cast<std::uint32_t>(j - i)});
-      } else if (j - i == 1) {
-        out.values.push_back({gid, -1, e[i].value, 0});
       } else {
-        for (std::size_t k = i; k < j; ++k)
-          out.values.push_back({gid, static_cast<std::int32_t>(static_cast<std::uint32_t>(e[k].sort)), e[k].value, 0});
+        for (std::size_t k = i; k < j; ++k) {
+          const auto rank = static_cast<std::int32_t>(static_cast<std::uint32_t>(e[k].sort));
+          out.values.push_back({gid, one_rank ? -1 : rank, e[k].value, 0});
+        }
       }
       i = j;
     }

@@ -15,10 +15,13 @@
 //   timeout, or a name mismatch), the parked ranks' auto steps move past the
 //   last committed step, and their later events are processed;
 // - a value at or below the last committed step is rejected (step_committed);
-// - a key with a reduction is reduced over the ranks that logged it at that
-//   step (count kept); without one, one rank's value is stored under the key,
-//   several ranks' values as key/rank-N; within one rank and step the later
-//   value of a key replaces the earlier;
+// - a value's column depends only on its key, the key's reduction and its
+//   rank, never on which other ranks logged at that step: a key with a
+//   reduction is one column `key`, reduced over the ranks that logged it at
+//   that step (count kept; `first` takes the lowest rank's value); a key
+//   without one is a column per rank, key/rank-N, in a run of several ranks,
+//   and `key` in a run of one; within one rank and step the later value of a
+//   key replaces the earlier;
 // - a dead rank leaves the watermark and never blocks again; events of a rank
 //   after its death or finish are ignored.
 //
@@ -31,8 +34,10 @@
 //   and that waits behind a barrier is processed when the barrier releases;
 //   run_end releases every open barrier (barrier_timeout for its waiters),
 //   processes what waited, and commits every pending row;
-// - a key's reduction is the one in force when its row commits; a reduced
-//   value sums in rank order, so replays give the same bits; NaN propagates;
+// - a key's reduction is the one in force when its row commits, so a key
+//   declared late changes column from that row on; a reduced value sums in
+//   rank order, so replays give the same bits; NaN propagates (through
+//   `first` only when it is the lowest rank's value);
 // - a row's ts_us is the earliest ts_us of the values logged into it;
 // - completed(rank, seq) follows each rank's seq order: values, define,
 //   config, summary and finish when processed, a barrier when it releases;

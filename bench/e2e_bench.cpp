@@ -42,7 +42,8 @@ double expected(chorus::Reduce how, std::int64_t s, int k) {
   switch (how) {
     case chorus::Reduce::mean: return base + (world - 1) / 2.0;
     case chorus::Reduce::sum: return base * world + world * (world - 1) / 2.0;
-    case chorus::Reduce::min: return base;
+    case chorus::Reduce::min:
+    case chorus::Reduce::first: return base;
     case chorus::Reduce::max: return base + world - 1;
     case chorus::Reduce::none: break;
   }

@@ -30,6 +30,25 @@ std::uint32_t adjacent_run(std::span<const float* const> values, std::uint32_t i
   return run;
 }
 
+/// NCCL's operation for `op`; -1, with `err` naming the fix, where it has none.
+int nccl_op_of(Reduce op, Error& err) {
+  switch (op) {
+    case Reduce::mean: return cuda::nccl_avg;
+    case Reduce::sum: return cuda::nccl_sum;
+    case Reduce::min: return cuda::nccl_min;
+    case Reduce::max: return cuda::nccl_max;
+    case Reduce::first:
+      err = {Errc::invalid_argument,
+             "reduce_device cannot reduce with Reduce::first: NCCL has no such operation. To keep one rank's "
+             "value, log it with log_device on that rank and declare the key with define_metric(key, "
+             "Reduce::first); else use mean, sum, min or max"};
+      return -1;
+    case Reduce::none: break;
+  }
+  err = {Errc::invalid_argument, "reduce_device needs a reduction: mean, sum, min or max"};
+  return -1;
+}
+
 } // namespace
 
 std::unique_ptr<DeviceCapture> DeviceCapture::create(Error& err) {
@@ -214,7 +233,15 @@ Error DeviceReducer::init(int device) {
   return {};
 }
 
+Error DeviceReducer::check(Reduce op) {
+  Error err;
+  (void)nccl_op_of(op, err);
+  return err;
+}
+
 Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, cuda::Stream stream, Error& err) {
+  const int nccl_op = nccl_op_of(op, err);
+  if (err) return nullptr;
   const cuda::Runtime& rt = capture_.runtime();
   int device = 0;
   if (int rc = rt.GetDevice(&device); rc != cuda::success) {
@@ -282,16 +309,6 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
   rt.EventRecord(values_copied_, stream_);
   rt.StreamWaitEvent(stream, values_copied_, 0);
 
-  int nccl_op = cuda::nccl_sum;
-  switch (op) {
-    case Reduce::mean: nccl_op = cuda::nccl_avg; break;
-    case Reduce::sum: nccl_op = cuda::nccl_sum; break;
-    case Reduce::min: nccl_op = cuda::nccl_min; break;
-    case Reduce::max: nccl_op = cuda::nccl_max; break;
-    case Reduce::none:
-      err = {Errc::invalid_argument, "reduce_device needs a reduction: mean, sum, min or max"};
-      return nullptr;
-  }
   const int rc = nccl_->Reduce(staging_, result_, n, cuda::nccl_float32, nccl_op, 0, comm_, stream_);
   if (rc == cuda::nccl_in_progress) {
     if ((err = wait_comm("enqueueing a reduction"))) return nullptr;

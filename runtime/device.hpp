@@ -76,6 +76,10 @@ public:
   DeviceReducer(const DeviceReducer&) = delete;
   DeviceReducer& operator=(const DeviceReducer&) = delete;
 
+  /// An error naming the fix where `op` is no reduction NCCL can do (none,
+  /// first, an unknown value).
+  static Error check(Reduce op);
+
   /// Reduces `values` (floats in device memory, ready in `stream`'s order)
   /// over the run's ranks. On the run host (rank 0) returns the capture of
   /// the result; elsewhere nullptr. `stream` waits only for chorus's copy of

@@ -13,8 +13,8 @@
 namespace chorus::detail {
 
 /// One value of a committed row. `rank` is -1 when the value is stored under
-/// its plain key (a reduced key, or a key one rank logged at that step); else
-/// it is stored as `key/rank-N`. `count` is the number of ranks a reduced
+/// its plain key (a key with a reduction, or any key in a run of one rank);
+/// else it is stored as `key/rank-N`. `count` is the number of ranks a reduced
 /// value was computed from (0 for unreduced values).
 struct RowValue {
   std::uint32_t key; // Merger key id, see Merger::key_name

@@ -169,8 +169,9 @@ Pending RunImpl::define_metric(std::string_view key, Reduce reduce) noexcept {
     return refuse({Errc::finished, "define_metric after finish: define metrics before calling finish()"});
   const std::uint32_t id = KeyTable::instance().intern_metric(key);
   if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
-  if (static_cast<std::uint8_t>(reduce) > static_cast<std::uint8_t>(Reduce::max))
-    return refuse({Errc::invalid_argument, "unknown Reduce value: use none, mean, sum, min or max"});
+  if (!wire::known(reduce))
+    return refuse({Errc::invalid_argument, "unknown Reduce value " + std::to_string(static_cast<int>(reduce)) +
+                                               ": use none, mean, sum, min, max or first"});
   return push_control(SlotKind::define, [&](Slot& s) {
     s.key = id;
     s.reduce = reduce;

@@ -25,8 +25,8 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
                                                  "Options::queue_capacity"});
     if (opts.step && *opts.step < 0)
       return refuse({Errc::invalid_argument, "step " + std::to_string(*opts.step) + " is negative: steps start at 0"});
-    if (reduce && (*reduce == Reduce::none || static_cast<std::uint8_t>(*reduce) > static_cast<std::uint8_t>(Reduce::max)))
-      return refuse({Errc::invalid_argument, "reduce_device needs a reduction: mean, sum, min or max"});
+    if (reduce)
+      if (Error e = DeviceReducer::check(*reduce)) return refuse(std::move(e));
 
     thread_local std::vector<std::uint32_t> ids;
     thread_local std::vector<const float*> ptrs;
@@ -67,6 +67,14 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
         note_step(opts.step);
         return push_control(SlotKind::step_mark, [&](Slot& s) { s.step = step; });
       }
+      // Only the run host logs the result: undeclared, it would be the column
+      // key/rank-0. Declared first, it is `key`, as the reduction it is.
+      for (std::size_t i = 0; i < n; ++i)
+        if (device_declared_.insert(ids[i]).second)
+          (void)push_control(SlotKind::define, [&](Slot& s) {
+            s.key = ids[i];
+            s.reduce = Reduce::first;
+          });
     } else {
       captured = device_->capture(ptrs, stream, err);
       if (err) return refuse(std::move(err));

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 namespace chorus::detail {
 
@@ -98,6 +99,7 @@ private:
   std::unique_ptr<DeviceCapture> device_;
   std::atomic<DeviceCapture*> device_ptr_{nullptr};
   std::unique_ptr<DeviceReducer> reducer_;
+  std::unordered_set<std::uint32_t> device_declared_; // keys reduce_device has declared first
   // After channel_, whose tickets it settles while it stops.
   ArtifactCopier artifacts_{channel_, settings_.opts.finish_timeout};
   std::string artifact_run_dir_; // run_dir, made absolute at start

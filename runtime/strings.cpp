@@ -29,6 +29,7 @@ std::string_view to_string(Reduce r) noexcept {
   case Reduce::sum: return "sum";
   case Reduce::min: return "min";
   case Reduce::max: return "max";
+  case Reduce::first: return "first";
   }
   return "unknown";
 }

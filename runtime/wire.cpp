@@ -38,7 +38,6 @@ private:
   const char* end_;
 };
 
-bool valid(Reduce r) noexcept { return static_cast<std::uint8_t>(r) <= static_cast<std::uint8_t>(Reduce::max); }
 bool valid(RunState s) noexcept { return static_cast<std::uint8_t>(s) <= static_cast<std::uint8_t>(RunState::killed); }
 
 bool read_event(Reader& in, RankEvent& ev) noexcept {
@@ -64,7 +63,7 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       std::uint8_t r;
       if (!in.get(d.seq) || !in.get(d.key) || !in.get(r)) return false;
       d.reduce = static_cast<Reduce>(r);
-      if (!valid(d.reduce)) return false;
+      if (!known(d.reduce)) return false;
       ev = d;
       return true;
     }

@@ -27,11 +27,17 @@ namespace chorus::wire {
 
 enum class FrameType : std::uint8_t { rank_batch = 1, host_event = 2 };
 
+/// A Reduce value this build knows. Values only ever get added at the end, so
+/// a WAL written before one was added still decodes.
+constexpr bool known(Reduce r) noexcept {
+  return static_cast<std::uint8_t>(r) <= static_cast<std::uint8_t>(Reduce::first);
+}
+
 /// Events inside a rank batch, in the rank's own order.
 enum class Tag : std::uint8_t {
   key = 1,     // u32 id, u32 len, bytes: a key or barrier name first seen
   values = 2,  // u64 seq, i64 step (auto_step: next), i64 ts_us, u32 n, n x {u32 key, f64}
-  define = 3,  // u64 seq, u32 key, u8 Reduce
+  define = 3,  // u64 seq, u32 key, u8 Reduce (0 none, 1 mean, 2 sum, 3 min, 4 max, 5 first)
   barrier = 4, // u64 seq, u32 name key, i64 timeout_ms
   config = 5,  // u64 seq, u32 len, JSON object bytes
   summary = 6, // u64 seq, u32 len, JSON object bytes

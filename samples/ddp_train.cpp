@@ -194,7 +194,7 @@ chorus::task<int> train(const Args& args) {
   // Tickets are trivially destructible and the braced Field lists die at the
   // end of each statement, before any co_await: GCC 12 destroys a non-trivial
   // temporary that lives across a co_await twice.
-  const std::array<chorus::Pending, 5> setup = {
+  const std::array<chorus::Pending, 6> setup = {
       run.config({{"model", "mlp"},
                   {"inputs", shape.inputs},
                   {"hidden", shape.hidden},
@@ -212,9 +212,13 @@ chorus::task<int> train(const Args& args) {
       run.define_metric("accuracy", chorus::Reduce::mean),
       run.define_metric("val_loss", chorus::Reduce::mean),
       run.define_metric("val_accuracy", chorus::Reduce::mean),
+      // Rank 0 logs the learning rate alone (every rank holds the same one):
+      // declared first, it is the column lr; undeclared, it would be lr/rank-0.
+      run.define_metric("lr", chorus::Reduce::first),
   };
   // samples_per_sec gets no reduction: each rank's value lands as
-  // samples_per_sec/rank-N, which shows a straggler at a glance.
+  // samples_per_sec/rank-N (plain in a run of one rank), which shows a
+  // straggler at a glance.
   int failures = 0;
   for (chorus::Pending p : setup) {
     chorus::Error e = co_await p;
@@ -278,6 +282,7 @@ chorus::task<int> train(const Args& args) {
       const ddp::Tally val = model.evaluate(held_out);
       const chorus::Pending val_log =
           run.log({{"val_loss", val.loss()}, {"val_accuracy", val.accuracy()}}, {.step = step});
+      if (lead) run.log({{"lr", args.lr}}, {.step = step});
 
       // Global figures for the console (chorus reduces the logged ones itself).
       std::array<double, 7> totals = {epoch_tally.loss_sum, double(epoch_tally.correct), double(epoch_tally.count),

@@ -306,12 +306,13 @@ private:
           by_rank.emplace_back(it->first.second, it->second);
         const auto r = reduce_.find(key);
         const Reduce how = r == reduce_.end() ? Reduce::none : r->second;
-        if (how == Reduce::none) {
-          if (by_rank.size() == 1) {
-            out.values.push_back({key, -1, by_rank[0].second, 0});
-          } else {
-            for (auto [rank, v] : by_rank) out.values.push_back({key, rank, v, 0});
-          }
+        const auto count = static_cast<std::uint32_t>(by_rank.size());
+        if (how == Reduce::none) { // a column per rank, whoever else logged; plain in a run of one
+          for (auto [rank, v] : by_rank) out.values.push_back({key, world() == 1 ? -1 : rank, v, 0});
+          continue;
+        }
+        if (how == Reduce::first) { // the lowest rank's value: by_rank is in rank order
+          out.values.push_back({key, -1, by_rank[0].second, count});
           continue;
         }
         bool nan = false;
@@ -325,7 +326,7 @@ private:
         }
         if (how == Reduce::mean) x /= static_cast<double>(by_rank.size());
         if (nan) x = std::numeric_limits<double>::quiet_NaN();
-        out.values.push_back({key, -1, x, static_cast<std::uint32_t>(by_rank.size())});
+        out.values.push_back({key, -1, x, count});
       }
       committed = step;
       ++rows;
@@ -432,7 +433,7 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
       } else if (what < 82) {
         Ev d{w::Tag::define};
         random_key(d.key);
-        d.reduce = static_cast<Reduce>(pick(rng, 5));
+        d.reduce = static_cast<Reduce>(pick(rng, 6)); // none .. first
         d.seq = ++seq;
         stream.push_back(d);
       } else if (what < 91) {

@@ -2,7 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "actors/merger.hpp"
-#include "tests/actors/recording_sink.hpp"
+#include "tests/actors/merger_rig.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -18,146 +18,7 @@ namespace w = chorus::wire;
 
 namespace {
 
-constexpr std::int64_t start_ts = 1'000'000;
-constexpr std::int64_t auto_step = w::auto_step;
-
-/// A Merger with a recording sink, and frame builders that keep each rank's
-/// key ids and seqs the way a RankProxy does. Ranks number their keys
-/// differently on purpose: the merge must join them by name.
-struct Rig {
-  test::RecordingSink sink;
-  Merger m{sink};
-  std::vector<std::map<std::string, std::uint32_t, std::less<>>> ids;
-  std::vector<std::uint64_t> seq;
-  std::vector<std::vector<char>> frames; // everything applied, in order
-
-  explicit Rig(int world, bool join_all = true) {
-    sink.merger = &m;
-    ids.resize(world);
-    seq.assign(world, 0);
-    BOOST_REQUIRE(apply(w::run_start(start_ts, static_cast<std::uint32_t>(world), R"({"id":"t"})")));
-    if (join_all)
-      for (int r = 0; r < world; ++r) join(r);
-  }
-
-  bool apply(const std::vector<char>& f) {
-    frames.push_back(f);
-    return m.apply(f);
-  }
-  void join(int r) {
-    BOOST_REQUIRE(apply(w::rank_joined(static_cast<std::uint32_t>(r), 1, 100 + r, "host-" + std::to_string(r))));
-  }
-  void dead(int r, std::string_view why = "gone") {
-    BOOST_REQUIRE(apply(w::rank_dead(static_cast<std::uint32_t>(r), 2, why)));
-  }
-  void end(RunState s = RunState::finished) { BOOST_REQUIRE(apply(w::run_end(s, 99))); }
-
-  class Batch {
-  public:
-    Batch(Rig& rig, int rank) : rig_(rig), rank_(rank), w_(bytes_, static_cast<std::uint32_t>(rank)) {}
-
-    std::uint64_t log(std::vector<std::pair<std::string, double>> values, std::int64_t step = auto_step,
-                      std::int64_t ts = start_ts + 10) {
-      std::vector<std::uint32_t> keys;
-      for (auto& [k, v] : values) keys.push_back(key(k));
-      const std::uint64_t s = next();
-      w_.values(s, step, ts, static_cast<std::uint32_t>(values.size()));
-      for (std::size_t i = 0; i < values.size(); ++i) w_.value(keys[i], values[i].second);
-      return s;
-    }
-    std::uint64_t define(std::string_view name, Reduce r) {
-      const auto k = key(name);
-      const auto s = next();
-      w_.define(s, k, r);
-      return s;
-    }
-    std::uint64_t barrier(std::string_view name, std::int64_t timeout_ms = 1000) {
-      const auto k = key(name);
-      const auto s = next();
-      w_.barrier(s, k, timeout_ms);
-      return s;
-    }
-    std::uint64_t config(std::string_view json) {
-      const auto s = next();
-      w_.config(s, json);
-      return s;
-    }
-    std::uint64_t summary(std::string_view json) {
-      const auto s = next();
-      w_.summary(s, json);
-      return s;
-    }
-    std::uint64_t finish() {
-      const auto s = next();
-      w_.finish(s);
-      return s;
-    }
-    bool send() { return rig_.apply(bytes_); }
-
-  private:
-    std::uint32_t key(std::string_view name) {
-      auto& ids = rig_.ids[rank_];
-      auto it = ids.find(name);
-      if (it != ids.end()) return it->second;
-      const auto id = static_cast<std::uint32_t>(ids.size() * 3 + rank_ * 11); // rank-local numbering
-      ids.emplace(std::string(name), id);
-      w_.key(id, name);
-      return id;
-    }
-    std::uint64_t next() { return ++rig_.seq[rank_]; }
-
-    Rig& rig_;
-    int rank_;
-    std::vector<char> bytes_;
-    w::BatchWriter w_;
-  };
-
-  Batch batch(int r) { return Batch(*this, r); }
-
-  /// One log call in its own frame.
-  std::uint64_t log(int r, std::vector<std::pair<std::string, double>> values, std::int64_t step = auto_step,
-                    std::int64_t ts = start_ts + 10) {
-    auto b = batch(r);
-    const auto s = b.log(std::move(values), step, ts);
-    BOOST_REQUIRE(b.send());
-    return s;
-  }
-  std::uint64_t barrier(int r, std::string_view name, std::int64_t timeout_ms = 1000) {
-    auto b = batch(r);
-    const auto s = b.barrier(name, timeout_ms);
-    BOOST_REQUIRE(b.send());
-    return s;
-  }
-  std::uint64_t finish(int r) {
-    auto b = batch(r);
-    const auto s = b.finish();
-    BOOST_REQUIRE(b.send());
-    return s;
-  }
-
-  [[nodiscard]] std::vector<std::int64_t> steps() const {
-    std::vector<std::int64_t> out;
-    for (const auto& r : sink.rows) out.push_back(r.step);
-    return out;
-  }
-  [[nodiscard]] const test::RecordedRow* row(std::int64_t step) const {
-    for (const auto& r : sink.rows)
-      if (r.step == step) return &r;
-    return nullptr;
-  }
-  [[nodiscard]] std::optional<Errc> done(int rank, std::uint64_t s) const {
-    const auto* c = sink.completion(rank, s);
-    if (!c) return std::nullopt;
-    return c->code;
-  }
-
-  ~Rig() {
-    BOOST_CHECK_MESSAGE(sink.violations.empty(),
-                        "sink saw: " << (sink.violations.empty() ? "" : sink.violations.front()));
-  }
-};
-
-std::string values_text(const test::RecordedRow* r) { return r ? test::format_row(*r) : std::string("(no row)"); }
+using namespace chorus::test;
 
 bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
@@ -199,14 +60,15 @@ BOOST_AUTO_TEST_CASE(rows_wait_for_every_live_rank_and_join_keys_by_name) {
   BOOST_TEST(rig.sink.rows.empty()); // rank 1 may still log at step 0
   rig.log(1, {{"loss", 20}});
   BOOST_TEST(rig.steps() == Steps{0}, boost::test_tools::per_element());
-  // Same name, different local ids on each rank: one key, stored per rank.
+  // Same name, different local ids on each rank: one key, stored per rank,
+  // even where one rank alone logged it.
   BOOST_TEST(values_text(rig.row(0)) ==
-             "row 0 ts=1000010 rt=10 | loss/rank-0=0x1p+0#0 loss/rank-1=0x1.4p+3#0 only0=0x1.4p+2#0");
+             "row 0 ts=1000010 rt=10 | loss/rank-0=0x1p+0#0 loss/rank-1=0x1.4p+3#0 only0/rank-0=0x1.4p+2#0");
   rig.log(1, {{"loss", 30}}, 5);
   BOOST_TEST(rig.steps() == Steps({0, 1}), boost::test_tools::per_element()); // rank 0 may still log at 2
   rig.end();
   BOOST_TEST(rig.steps() == Steps({0, 1, 2, 5}), boost::test_tools::per_element());
-  BOOST_TEST(values_text(rig.row(5)) == "row 5 ts=1000010 rt=10 | loss=0x1.ep+4#0");
+  BOOST_TEST(values_text(rig.row(5)) == "row 5 ts=1000010 rt=10 | loss/rank-1=0x1.ep+4#0");
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_that_has_not_joined_holds_every_row) {
@@ -300,7 +162,8 @@ BOOST_AUTO_TEST_CASE(reductions) {
   for (std::uint64_t s = 1; s <= 6; ++s) BOOST_TEST((rig.done(0, s) == Errc::ok));
 }
 
-BOOST_AUTO_TEST_CASE(nan_propagates_through_every_reduction) {
+// `first` takes one rank's value, NaN or not: merger_columns_test.
+BOOST_AUTO_TEST_CASE(nan_propagates_through_every_arithmetic_reduction) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (Reduce how : {Reduce::mean, Reduce::sum, Reduce::min, Reduce::max}) {
     Rig rig(2);
@@ -326,7 +189,7 @@ BOOST_AUTO_TEST_CASE(values_sorted_by_key_name_then_rank) {
   BOOST_REQUIRE_EQUAL(rig.sink.rows.size(), 1u);
   std::vector<std::string> got;
   for (const auto& v : rig.sink.rows[0].values) got.push_back(v.key + ":" + std::to_string(v.rank));
-  const std::vector<std::string> want{"A:-1", "a:-1", "a/z:-1", "b:0", "b:1", "b:2"};
+  const std::vector<std::string> want{"A:2", "a:0", "a/z:2", "b:0", "b:1", "b:2"};
   BOOST_TEST(got == want, boost::test_tools::per_element());
 }
 
@@ -449,7 +312,7 @@ BOOST_AUTO_TEST_CASE(barrier_timeout_names_the_missing_and_lets_late_ranks_throu
   BOOST_TEST(rig.m.open_barrier() == -1);
   rig.log(3, {{"y", 2}});
   rig.end();
-  BOOST_TEST(values_text(rig.row(4)) == "row 4 ts=1000010 rt=10 | x=0x1p+0#0 y=0x1p+1#0");
+  BOOST_TEST(values_text(rig.row(4)) == "row 4 ts=1000010 rt=10 | x/rank-0=0x1p+0#0 y/rank-3=0x1p+1#0");
 }
 
 BOOST_AUTO_TEST_CASE(finished_and_dead_ranks_do_not_block) {
@@ -504,7 +367,7 @@ BOOST_AUTO_TEST_CASE(events_of_a_rank_that_died_behind_a_barrier_are_kept) {
   BOOST_REQUIRE_EQUAL(rig.sink.configs.size(), 1u);
   rig.end(RunState::failed);
   BOOST_TEST(rig.steps() == Steps({0, 1, 2}), boost::test_tools::per_element());
-  BOOST_TEST(values_text(rig.row(1)) == "row 1 ts=1000010 rt=10 | x=0x1p+0#0");
+  BOOST_TEST(values_text(rig.row(1)) == "row 1 ts=1000010 rt=10 | x/rank-0=0x1p+0#0");
 }
 
 BOOST_AUTO_TEST_CASE(a_dead_ranks_waiting_events_are_processed_when_all_others_finished) {
@@ -609,7 +472,7 @@ BOOST_AUTO_TEST_CASE(malformed_frames_are_refused_and_change_nothing) {
   }
   BOOST_TEST(rig.apply(out));
   rig.end();
-  BOOST_TEST(values_text(rig.row(0)) == "row 0 ts=1000000 rt=0 | other=0x1.8p+1#0");
+  BOOST_TEST(values_text(rig.row(0)) == "row 0 ts=1000000 rt=0 | other/rank-0=0x1.8p+1#0");
 
   test::RecordingSink sink;
   Merger fresh(sink);

@@ -20,6 +20,15 @@ namespace {
 
 chorus::Options local_options(const TempDir& dir) { return e2e::local_options(dir, "api"); }
 
+/// Finishes `run` and reads back its history, which must hold `rows` rows.
+std::vector<Row> finish_and_read(chorus::Run& run, std::size_t rows) {
+  const chorus::FinishResult r = run.finish().wait();
+  BOOST_TEST(!r.error, r.error.message());
+  std::vector<Row> out = read_history(r.run_dir);
+  BOOST_REQUIRE_EQUAL(out.size(), rows);
+  return out;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(inactive_handle_is_a_cheap_no_op) {
@@ -168,6 +177,26 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
   BOOST_TEST(rejected.find("backwards_step") != std::string::npos);
 }
 
+// Reduce::first through the public API: accepted by define_metric, one
+// column with its count; refused by reduce_device (NCCL has no such
+// operation) before any device is touched, and an unknown value is named.
+BOOST_AUTO_TEST_CASE(reduce_first_is_a_declaration_and_no_device_reduction) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  BOOST_TEST(!run.define_metric("lr", chorus::Reduce::first).wait());
+  const chorus::Error unknown = run.define_metric("lr", static_cast<chorus::Reduce>(6)).wait();
+  BOOST_TEST((unknown.code() == chorus::Errc::invalid_argument));
+  BOOST_TEST(unknown.message().find("use none, mean, sum, min, max or first") != std::string::npos, unknown.message());
+  const float* any = reinterpret_cast<const float*>(0x1000);
+  const chorus::Error device = run.reduce_device({{"lr", any}}, chorus::Reduce::first, nullptr).wait();
+  BOOST_TEST((device.code() == chorus::Errc::invalid_argument));
+  BOOST_TEST(device.message().find("define_metric(key, Reduce::first)") != std::string::npos, device.message());
+  BOOST_TEST(!run.log({{"lr", 0.5}}).wait());
+  const auto rows = finish_and_read(run, 1);
+  BOOST_TEST(rows[0].num.at("lr") == 0.5);
+  BOOST_TEST(rows[0].count.at("lr") == 1.0);
+}
+
 BOOST_AUTO_TEST_CASE(braced_lists_keep_every_entry_even_after_a_bad_key) {
   TempDir dir;
   chorus::Run run = chorus::init(local_options(dir));
@@ -180,10 +209,7 @@ BOOST_AUTO_TEST_CASE(braced_lists_keep_every_entry_even_after_a_bad_key) {
                        {"k15", 15}},
                       {.step = 1})
                   .wait());
-  chorus::FinishResult r = run.finish().wait();
-  BOOST_TEST(!r.error, r.error.message());
-  auto rows = read_history(r.run_dir);
-  BOOST_REQUIRE_EQUAL(rows.size(), 2u);
+  const auto rows = finish_and_read(run, 2);
   BOOST_TEST(rows[0].num.at("a") == 1.0);
   BOOST_TEST(rows[0].num.at("b") == 3.0);
   for (int i = 0; i < 16; ++i) BOOST_TEST(rows[1].num.at("k" + std::to_string(i)) == i);

@@ -222,8 +222,9 @@ inline void check_worker_history(const fs::path& run_dir, const std::vector<int>
         for (std::size_t p : places)
           BOOST_TEST(row.num.at("per_rank/rank-" + std::to_string(p)) == ranks[p] * 1000 + s);
       }
-      BOOST_TEST(row.num.count("only0") == (has0 ? 1u : 0u));
+      BOOST_TEST(row.num.count("only0") == (has0 ? 1u : 0u)); // declared first: its plain name
       if (has0) BOOST_TEST(row.num.at("only0") == s);
+      if (has0) BOOST_TEST(row.count.at("only0") == 1);
       // Nothing else: _step, _timestamp, _runtime, four reductions, the unreduced columns, only0.
       BOOST_TEST(row.num.size() == 7u + places.size() + (has0 ? 1u : 0u));
     }

@@ -21,7 +21,7 @@ std::string launch(const TempDir& dir, int ranks, int port, const std::string& w
 BOOST_AUTO_TEST_CASE(eight_ranks_every_value_exactly_once_in_step_order) {
   TempDir dir;
   const int R = 8, S = 200;
-  Output out = run(launch(dir, R, test_port(1), "--steps " + std::to_string(S) + " --barrier-every 50"));
+  Output out = run(launch(dir, R, test_port(1), "--steps " + std::to_string(S) + " --barrier-every 50 --uneven 1"));
   BOOST_TEST_INFO(out.text);
   BOOST_REQUIRE_EQUAL(out.status, 0);
   const fs::path rd = run_dir_of(out.text);
@@ -45,10 +45,18 @@ BOOST_AUTO_TEST_CASE(eight_ranks_every_value_exactly_once_in_step_order) {
       // Unreduced, logged by every rank: one column per rank.
       for (int r = 0; r < R; ++r) BOOST_TEST(row.num.at("per_rank/rank-" + std::to_string(r)) == r * 1000 + st);
       BOOST_TEST(row.num.count("per_rank") == 0u);
-      // Unreduced, logged by one rank: its plain key.
+      // Logged by rank 0 alone and declared first: its plain key.
       BOOST_TEST(row.num.at("only0") == st);
-      // Nothing else: _step, _timestamp, _runtime, loss, tokens, lo, hi, only0 and 8 per-rank columns.
-      BOOST_TEST(row.num.size() == 8u + R);
+      BOOST_TEST(row.count.at("only0") == 1);
+      // Unreduced, logged by rank 0 at every step and by the others at even
+      // steps: a column per rank at every step, never the plain key.
+      const bool even = s % 2 == 0;
+      for (int r = 0; r < R; ++r)
+        BOOST_TEST(row.num.count("uneven/rank-" + std::to_string(r)) == (r == 0 || even ? 1u : 0u), "rank " << r);
+      BOOST_TEST(row.num.at("uneven/rank-0") == st);
+      BOOST_TEST(row.num.count("uneven") == 0u);
+      // Nothing else: _step, _timestamp, _runtime, loss, tokens, lo, hi, only0, 8 per-rank columns, and uneven's.
+      BOOST_TEST(row.num.size() == static_cast<std::size_t>(8 + R + (even ? R : 1)));
     }
   }
 
@@ -62,6 +70,10 @@ BOOST_AUTO_TEST_CASE(eight_ranks_every_value_exactly_once_in_step_order) {
   BOOST_TEST(finished == R);
   auto summary = slurp(rd / "summary.json");
   BOOST_TEST(summary.find("\"done\":true") != std::string::npos);
+  // The last value of each column: rank 0's at the last step, rank 1's at the last even one.
+  BOOST_TEST(summary.find("\"uneven/rank-0\":" + std::to_string(S - 1)) != std::string::npos, summary);
+  BOOST_TEST(summary.find("\"uneven/rank-1\":" + std::to_string(1000 + S - 2)) != std::string::npos, summary);
+  BOOST_TEST(summary.find("\"uneven\":") == std::string::npos, summary);
   auto config = slurp(rd / "config.json");
   BOOST_TEST(config.find("\"optimizer\":\"sgd\"") != std::string::npos);
 }

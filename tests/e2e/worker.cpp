@@ -3,7 +3,7 @@
 // is inactive (automatic mode, not the primary) prints INACTIVE and exits.
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
-//          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH]
+//          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH] [--uneven 1]
 // --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
 // --fork-every forks a child every N steps, as DataLoader workers are forked:
 // the child logs through the inherited handle, drops it and exits; the parent
@@ -11,6 +11,8 @@
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
 // --artifact: after the steps and a barrier, each rank logs PATH as the artifact
 // "rank-R/<file name>" of type "model" and prints "ARTIFACT R ok" once it is stored.
+// --uneven: rank 0 logs the undeclared key "uneven" (rank * 1000 + step) at
+// every step, the other ranks at even steps only.
 #include <chorus/chorus.hpp>
 
 #include <thread>
@@ -40,6 +42,7 @@ struct Args {
   bool ack_each = false;
   long fork_every = 0;
   std::string artifact;
+  bool uneven = false;
 };
 
 /// A child forked with a live run: its calls must be no-ops that return at
@@ -86,6 +89,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--ack-each") a.ack_each = v != 0;
     else if (k == "--fork-every") a.fork_every = v;
     else if (k == "--artifact") a.artifact = argv[i + 1];
+    else if (k == "--uneven") a.uneven = v != 0;
   }
   return a;
 }
@@ -116,6 +120,7 @@ chorus::task<int> work(Args a) {
   run.define_metric("tokens", chorus::Reduce::sum);
   run.define_metric("lo", chorus::Reduce::min);
   run.define_metric("hi", chorus::Reduce::max);
+  run.define_metric("only0", chorus::Reduce::first); // rank 0 logs it alone: declared, it keeps its plain name
   run.config({{"steps", a.steps}, {"optimizer", "sgd"}});
   chorus::Pending last;
   for (long s = 0; s < a.steps; ++s) {
@@ -130,6 +135,7 @@ chorus::task<int> work(Args a) {
                    {.step = s});
     chorus::Pending only0;
     if (rank == 0) only0 = run.log({{"only0", st}}, {.step = s});
+    if (a.uneven && (rank == 0 || s % 2 == 0)) run.log({{"uneven", r * 1000 + st}}, {.step = s});
     if (a.ack_each) {
       const chorus::Error e1 = last.wait(), e2 = only0.wait();
       if (e1 || e2) std::fprintf(stderr, "rank %d step %ld: %s\n", rank, s, (e1 ? e1 : e2).message().c_str());

@@ -42,8 +42,12 @@ namespace chorus {
 enum class Mode { automatic, shared, per_rank };
 /// Which ranks a run spans (Flyte's rank_scope: global|worker).
 enum class Scope { global, node };
-/// Cross-rank reduction of a metric at each step.
-enum class Reduce : std::uint8_t { none, mean, sum, min, max };
+/// Cross-rank reduction of a metric at each step. A declared key is one
+/// column, `key`, with `_count`; an undeclared one (or `none`) is a column per
+/// rank, `key/rank-N`, in a run of several ranks. `first` takes the value of
+/// the lowest-numbered rank that logged the key at the step: how a value that
+/// one rank logs (say rank 0's learning rate) keeps its plain name.
+enum class Reduce : std::uint8_t { none, mean, sum, min, max, first };
 /// What `Run::log` does when its queue is full.
 enum class Overflow { block, drop_newest };
 
@@ -587,7 +591,10 @@ public:
   /// collective: every rank of the run calls it with the same keys in the
   /// same order (the first call forms the communicator, within
   /// init_timeout), one GPU per rank. `stream` waits for chorus's copy of the
-  /// values only, never for the reduction.
+  /// values only, never for the reduction. `op` is mean, sum, min or max
+  /// (NCCL has no `first`). The result is one value a step, the run host's:
+  /// the first call for a key declares it `Reduce::first` there, so that it
+  /// keeps the plain column `key`.
   Pending reduce_device(std::span<const DeviceMetric> values, Reduce op, CudaStream stream,
                         const LogOptions& opts = {}) noexcept;
   Pending reduce_device(const DeviceMetrics& values, Reduce op, CudaStream stream,
@@ -595,7 +602,9 @@ public:
     return reduce_device(std::span<const DeviceMetric>(values), op, stream, opts);
   }
 
-  /// Declares how `key` is reduced across ranks at each step.
+  /// Declares how `key` is reduced across ranks at each step, and so its
+  /// column (see `Reduce`). The declaration in force when a row commits
+  /// decides for that row.
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
 
   /// Sets config keys (merged; a later value for a key replaces the earlier).
