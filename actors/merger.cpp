@@ -263,7 +263,10 @@ struct Merger::State {
       sink.completed(rank, s->seq, nullptr);
     } else if (const auto* f = std::get_if<wire::Finish>(&ev)) {
       r.closed = true;
-      if (r.state == RunState::running) leave(rank, RunState::finished, {});
+      if (r.state == RunState::running && f->exit_code != 0)
+        leave(rank, RunState::failed, "ended its run with exit code " + std::to_string(f->exit_code));
+      else if (r.state == RunState::running)
+        leave(rank, RunState::finished, {});
       sink.completed(rank, f->seq, nullptr);
     }
   }

@@ -94,7 +94,9 @@ void complete_finish(proxy_actor* self, Error err) {
     std::lock_guard lock(st.run->finish_state().mu);
     FinishResult& r = st.run->finish_state().result;
     if (err && !r.error) r.error = std::move(err);
-    if (r.state == RunState::running) r.state = r.error ? RunState::failed : RunState::finished;
+    // A run host's end_run has set the run's state; another rank's is its own.
+    if (r.state == RunState::running)
+      r.state = r.error || st.run->finish_state().exit_code != 0 ? RunState::failed : RunState::finished;
     r.run_id = st.run->run_id;
     r.run_dir = st.run->run_dir;
     r.dropped = st.run->dropped();
@@ -204,7 +206,7 @@ bool drain(proxy_actor* self) {
       case SlotKind::finish:
         // Artifact copies in flight complete first (at most finish_timeout).
         if (st.run->artifacts().holds_finish()) goto full;
-        w.finish(pos + 1);
+        w.finish(pos + 1, static_cast<std::int32_t>(s->step));
         st.finish_seq = pos + 1;
         pos += 1;
         {

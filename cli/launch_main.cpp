@@ -5,6 +5,7 @@
 #include "cli/group_info.hpp"
 #include "cli/recover.hpp"
 #include "cli/run_info.hpp"
+#include "io/json.hpp"
 #include "io/run_dir.hpp"
 
 #include <simdjson.h>
@@ -222,6 +223,23 @@ void mark_killed(const std::string& dir, const StopSignal& stop) {
                          "recover on it)\n", dir.c_str(), stop.signal, problem.c_str());
 }
 
+// A run whose host process ended without ending the run (an uncaught
+// exception, an abort, the OOM killer) is rebuilt from its log and marked
+// crashed, with its ranks' last steps: nobody has to run chorus recover.
+void finish_unended(const std::string& dir, int worst) {
+  const RunInfo info = read_run(dir);
+  if (!info.readable() || info.state != "running") return;
+  RecoverOptions o;
+  o.backup = false;
+  o.unended = RunState::crashed;
+  o.unended_reason = "the run host's process ended (worst exit code " + std::to_string(worst) +
+                     ") before it ended the run; chorus launch rebuilt the run from its WAL";
+  std::string report;
+  if (std::string problem = recover_run(dir, o, report); !problem.empty())
+    std::fprintf(stderr, "chorus launch: the host of %s exited before ending it, and the run cannot be rebuilt: %s "
+                         "(run chorus recover on it)\n", dir.c_str(), problem.c_str());
+}
+
 } // namespace
 
 std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
@@ -268,6 +286,7 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
   if (close == std::string::npos) return "it holds no JSON object";
   std::string field = ",\"exit_codes\":{";
   bool first = true;
+  std::string failure; // the first rank that exited non-zero
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const int rank = a.node_rank * a.nproc + static_cast<int>(i);
     if (only_rank && rank != *only_rank) continue;
@@ -276,9 +295,23 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
     // Appended piece by piece: GCC 12's -Wrestrict misfires on "\"" + std::to_string(...).
     field.append("\"").append(std::to_string(rank)).append("\":");
     field.append(std::to_string(codes[i]));
+    if (codes[i] != 0 && failure.empty())
+      failure = "rank " + std::to_string(rank) + " exited with code " + std::to_string(codes[i]) +
+                " after the run ended";
   }
   field.push_back('}');
   text.insert(close, field);
+  // A rank that failed after its finish fails the run: a finished run had
+  // every rank succeed. The run's own state comes first in run.json, before
+  // its ranks', and a finished run carries no error of its own.
+  constexpr std::string_view finished = "\"state\":\"finished\"";
+  if (const auto at = text.find(finished); !failure.empty() && at != std::string::npos &&
+                                           text.find("\"error\":") == std::string::npos)
+  {
+    std::string failed = "\"state\":\"failed\",\"error\":";
+    io::append_json_string(failed, failure);
+    text.replace(at, finished.size(), failed);
+  }
   simdjson::dom::parser parser;
   simdjson::dom::object check;
   if (parser.parse(text).get(check) != simdjson::SUCCESS) return "it is not a JSON object (left as it was)";
@@ -341,7 +374,10 @@ int launch_main(std::span<char* const> words) {
         if (!rank) continue;
         only = static_cast<int>(*rank);
       }
-      if (stop.signal != 0) mark_killed(dir, stop);
+      if (stop.signal != 0)
+        mark_killed(dir, stop);
+      else
+        finish_unended(dir, worst);
       if (std::string problem = record_exit_codes(dir, a, codes, only); !problem.empty())
         std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", dir.c_str(),
                      problem.c_str());

@@ -71,7 +71,11 @@ void Pending::suspend(std::coroutine_handle<> h, Executor* ex) const {
 Error Pending::result() const { return ch_ ? ch_->result(seq_, has_error_) : Error{}; }
 
 FinishResult FinishPending::result() const {
-  if (!st_) return {};
+  if (!st_) {
+    FinishResult inactive;
+    inactive.state = RunState::inactive;
+    return inactive;
+  }
   std::lock_guard lock(st_->mu);
   FinishResult r = st_->result;
   if (!r.error)

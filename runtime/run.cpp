@@ -242,13 +242,17 @@ Pending RunImpl::log_artifact(std::string_view name, std::string_view path, std:
   }
 }
 
-FinishPending RunImpl::finish() noexcept {
+FinishPending RunImpl::finish(int exit_code) noexcept {
   std::lock_guard lock(finish_mu_);
   if (finishing_) return *finishing_;
   closed_.store(true, std::memory_order_relaxed);
   // Copies queued before this still run: the RankProxy holds the finish for them.
   artifacts_.close();
-  finishing_.emplace(push_control(SlotKind::finish, [](Slot&) {}), &finish_);
+  {
+    std::lock_guard hold(finish_.mu);
+    finish_.exit_code = exit_code;
+  }
+  finishing_.emplace(push_control(SlotKind::finish, [&](Slot& s) { s.step = exit_code; }), &finish_);
   if (channel_.nudge) channel_.nudge();
   return *finishing_;
 }
@@ -313,9 +317,9 @@ Pending Run::log_artifact(std::string_view name, std::string_view path, std::str
   auto* impl = detail::live(impl_);
   return impl ? impl->log_artifact(name, path, type) : Pending{};
 }
-FinishPending Run::finish() noexcept {
+FinishPending Run::finish(FinishOptions opts) noexcept {
   auto* impl = detail::live(impl_);
-  return impl ? impl->finish() : FinishPending{};
+  return impl ? impl->finish(opts.exit_code) : FinishPending{};
 }
 
 const Topology& Run::topology() const noexcept {

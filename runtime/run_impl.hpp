@@ -42,7 +42,8 @@ public:
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
   Pending text(SlotKind kind, std::span<const Field> fields);
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
-  FinishPending finish() noexcept;
+  /// `exit_code`: non-zero when the trainer ends its rank as failed.
+  FinishPending finish(int exit_code = 0) noexcept;
   /// log_device (no `reduce`) and reduce_device (run_device.cpp).
   Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
                      std::optional<Reduce> reduce) noexcept;

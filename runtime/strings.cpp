@@ -41,6 +41,7 @@ std::string_view to_string(RunState s) noexcept {
   case RunState::failed: return "failed";
   case RunState::crashed: return "crashed";
   case RunState::killed: return "killed";
+  case RunState::inactive: return "inactive";
   }
   return "unknown";
 }

@@ -85,9 +85,11 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       ev = s;
       return true;
     }
-    case Tag::finish: {
+    case Tag::finish:
+    case Tag::finish_failed: {
       Finish f{};
       if (!in.get(f.seq)) return false;
+      if (tag == Tag::finish_failed && (!in.get(f.exit_code) || f.exit_code == 0)) return false;
       ev = f;
       return true;
     }

@@ -42,6 +42,7 @@ enum class Tag : std::uint8_t {
   config = 5,  // u64 seq, u32 len, JSON object bytes
   summary = 6, // u64 seq, u32 len, JSON object bytes
   finish = 7,  // u64 seq
+  finish_failed = 8, // u64 seq, i32 exit code (non-zero): the trainer ended its rank as failed
 };
 
 /// Decisions the run host took that depend on time or on the network; they
@@ -116,9 +117,10 @@ public:
   }
   void config(std::uint64_t seq, std::string_view json) { blob(Tag::config, seq, json); }
   void summary(std::uint64_t seq, std::string_view json) { blob(Tag::summary, seq, json); }
-  void finish(std::uint64_t seq) {
-    begin(Tag::finish);
+  void finish(std::uint64_t seq, std::int32_t exit_code = 0) {
+    begin(exit_code == 0 ? Tag::finish : Tag::finish_failed);
     detail::put(out_, seq);
+    if (exit_code != 0) detail::put(out_, exit_code);
   }
 
   [[nodiscard]] std::uint32_t events() const noexcept { return events_; }
@@ -191,6 +193,7 @@ struct Summary {
 };
 struct Finish {
   std::uint64_t seq;
+  std::int32_t exit_code = 0; // non-zero: Run::finish({.exit_code}) ended the rank as failed
 };
 using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish>;
 

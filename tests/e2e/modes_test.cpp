@@ -94,6 +94,8 @@ void check_cell(const std::string& mode, const std::string& scope, int salt) {
   }
   BOOST_TEST(ranks_saying(text, "RUN_DIR=") == hosts);
   BOOST_TEST(ranks_saying(text, "INACTIVE") == inactive);
+  // An inactive handle's finish says so, not `running`.
+  for (int r : inactive) BOOST_TEST(text.find("FINISH_STATE " + std::to_string(r) + " inactive") != std::string::npos, r);
 
   // One group, derived from the job, holding exactly the cell's runs.
   const std::string group = "torchrun-" + job;

@@ -43,6 +43,8 @@ struct Args {
   long fork_every = 0;
   std::string artifact;
   bool uneven = false;
+  int fail_rank = -1; // this rank ends the run with finish({.exit_code = finish_code})
+  int finish_code = 0;
 };
 
 /// A child forked with a live run: its calls must be no-ops that return at
@@ -82,6 +84,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--die-signal") a.die_signal = static_cast<int>(v);
     else if (k == "--no-finish") a.no_finish = v != 0;
     else if (k == "--exit-code") a.exit_code = static_cast<int>(v);
+    else if (k == "--fail-rank") a.fail_rank = static_cast<int>(v);
+    else if (k == "--finish-code") a.finish_code = static_cast<int>(v);
     else if (k == "--heartbeat-ms") a.heartbeat_ms = v;
     else if (k == "--connection-timeout-ms") a.connection_timeout_ms = v;
     else if (k == "--queue") a.queue = v;
@@ -113,6 +117,7 @@ chorus::task<int> work(Args a) {
     // A rank that does not log in this mode (automatic, not the primary)
     // stops here without a value.
     std::printf("INACTIVE\n");
+    std::printf("FINISH_STATE %d %s\n", run.topology().rank, std::string(chorus::to_string(run.finish().wait().state)).c_str());
     co_return a.exit_code;
   }
   const int rank = run.topology().rank;
@@ -165,8 +170,10 @@ chorus::task<int> work(Args a) {
   }
   run.summary({{"done", true}});
   if (a.no_finish) co_return a.exit_code; // the Run's destructor finishes
-  chorus::FinishResult r = co_await run.finish();
+  const chorus::FinishOptions how{.exit_code = rank == a.fail_rank ? a.finish_code : 0};
+  chorus::FinishResult r = co_await run.finish(how);
   if (r.error) std::fprintf(stderr, "rank %d finish: %s\n", rank, r.error.message().c_str());
+  std::printf("FINISH_STATE %d %s\n", rank, std::string(chorus::to_string(r.state)).c_str());
   if (run.is_host()) std::printf("RUN_DIR=%s\n", r.run_dir.c_str());
   co_return r.error ? 4 : a.exit_code;
 }

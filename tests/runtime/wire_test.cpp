@@ -347,11 +347,12 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       const auto rank = static_cast<std::uint32_t>(rng());
       std::vector<std::pair<int, std::uint64_t>> expect; // (tag, seq or key id)
       std::vector<double> values;
+      std::vector<std::int32_t> exit_codes, got_codes;
       {
         w::BatchWriter b(out, rank);
         const int n = static_cast<int>(rng() % 12);
         for (int i = 0; i < n; ++i) {
-          const auto tag = static_cast<std::uint8_t>(1 + rng() % 7);
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 8);
           const std::uint64_t seq = rng();
           switch (static_cast<w::Tag>(tag)) {
             case w::Tag::key: b.key(static_cast<std::uint32_t>(seq), std::string(seq % 40, 'k')); break;
@@ -374,8 +375,11 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
             case w::Tag::config: b.config(seq, std::string(seq % 100, '{')); break;
             case w::Tag::summary: b.summary(seq, std::string(seq % 100, '}')); break;
             case w::Tag::finish: b.finish(seq); break;
+            case w::Tag::finish_failed: b.finish(seq, static_cast<std::int32_t>(seq % 200) + 1); break;
           }
-          expect.emplace_back(tag, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
+          // A failed finish decodes as a Finish carrying its exit code.
+          if (tag == 7 || tag == 8) exit_codes.push_back(tag == 8 ? static_cast<std::int32_t>(seq % 200) + 1 : 0);
+          expect.emplace_back(tag == 8 ? 7 : tag, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
         }
       }
       w::Frame f;
@@ -394,6 +398,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               } else {
                 seq = x.seq;
               }
+              if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.exit_code);
               if constexpr (std::is_same_v<T, w::Values>)
                 for (std::uint32_t j = 0; j < x.n; ++j)
                   values_match = values_match && vi < values.size() &&
@@ -405,6 +410,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       BOOST_TEST(values_match);
       BOOST_TEST(vi == values.size());
       BOOST_TEST((got == expect));
+      BOOST_TEST((got_codes == exit_codes));
     }
   }
 }

@@ -52,7 +52,8 @@ enum class Reduce : std::uint8_t { none, mean, sum, min, max, first };
 enum class Overflow { block, drop_newest };
 
 /// The final or current state of a run, or of one rank in it.
-enum class RunState { running, finished, failed, crashed, killed };
+/// `inactive`: what an inactive handle's finish says (it logs into no run).
+enum class RunState { running, finished, failed, crashed, killed, inactive };
 
 std::string_view to_string(Mode) noexcept;
 std::string_view to_string(Scope) noexcept;
@@ -509,6 +510,14 @@ struct RankResult {
   std::string message; // why it crashed or did not finish, if it did not
 };
 
+/// How a rank ends its part of a run (`Run::finish`), as MLflow's
+/// `end_run(status)` and W&B's `finish(exit_code)` let a trainer say.
+struct FinishOptions {
+  /// Non-zero: this rank failed. The host records the rank `failed` with this
+  /// code (run.json), and the run ends `failed`.
+  int exit_code = 0;
+};
+
 struct FinishResult {
   Error error;               // set if the finish itself did not go cleanly
   RunState state = RunState::running;
@@ -640,8 +649,10 @@ public:
   Pending log_artifact(std::string_view name, std::string_view path, std::string_view type = "file") noexcept;
 
   /// Finishes this rank's part of the run; on the run host, the run itself.
-  /// Bounded by Options::finish_timeout; calling it twice returns the same result.
-  FinishPending finish() noexcept;
+  /// Bounded by Options::finish_timeout; calling it twice returns the same
+  /// result (the first call's options count). `{.exit_code = 3}` ends this
+  /// rank, and so the run, as failed.
+  FinishPending finish(FinishOptions opts = {}) noexcept;
 
   [[nodiscard]] const Topology& topology() const noexcept;
   [[nodiscard]] std::string_view id() const noexcept;
