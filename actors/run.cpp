@@ -234,9 +234,28 @@ void end_run(run_actor* self) {
     if (st.finish_promise.pending()) st.finish_promise.deliver(caf::ok_atom::value);
   };
   if (!st.uploader) return done();
+  // What the upload left for `chorus sync` goes in the finish's result.
+  auto left = [self](std::uint64_t bytes, std::string why) {
+    FinishState* fs = self->state.host->finish;
+    if (!fs) return;
+    std::lock_guard lock(fs->mu);
+    fs->result.upload_left = bytes;
+    fs->result.upload_error = Error(Errc::upload_incomplete, std::move(why));
+  };
   const auto ms = st.host->settings.opts.upload_timeout;
   self->request(st.uploader, ms + std::chrono::seconds(5), upload_drain_atom::value, static_cast<std::int64_t>(ms.count()))
-      .then([done](bool) { done(); }, [done](caf::error&) { done(); });
+      .then(
+          [done, left](bool delivered, std::uint64_t bytes, std::string& why) {
+            if (!delivered) left(bytes, std::move(why));
+            done();
+          },
+          [self, done, left](caf::error& e) {
+            const auto& host = *self->state.host;
+            left(0, "upload to " + host.settings.opts.upload + ": the uploader did not say how far it got (" +
+                        caf::to_string(e) + "); what is left stays in the run directory, and `chorus sync " +
+                        host.run_dir + " --to " + host.settings.opts.upload + "` sends it");
+            done();
+          });
 }
 
 /// After every applied frame: acks (once synced), barrier timers, the end of the run.

@@ -33,6 +33,57 @@ void pump_some(uploader_actor* self) {
   self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(at - now), upload_atom::value);
 }
 
+/// How long, while the run finishes, a target that has not answered since
+/// its last failure (or at all) may leave a request unanswered: long enough
+/// for a distant server to answer a small request, short beside the drain's
+/// bound, which a target that answers keeps whole.
+constexpr std::chrono::milliseconds drain_silence{5'000};
+
+std::string size_text(std::uint64_t bytes) {
+  char buf[32];
+  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(bytes));
+  else if (bytes < (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return buf;
+}
+
+/// Sends what is left, the end state last, until it is delivered, the
+/// target stops the upload, `deadline` comes, or the target proves
+/// unreachable. A target that refuses connections or leaves requests
+/// unanswered gets no more tries then: the rest waits for `chorus sync`
+/// instead of holding the finish to its bound, while one that answers, however
+/// slowly, keeps the whole bound. Returns what is left: bytes of history
+/// and system metrics, and "" or the line that names what is left and the
+/// command that sends it (also printed).
+std::pair<std::uint64_t, std::string> drain(io::Uploader& up, io::SteadyTime deadline) {
+  // A target the live upload found down may be back: it gets one try now,
+  // not after the rest of its backoff.
+  if (up.unreachable()) up.retry_now();
+  io::Uploader::Progress p;
+  for (;;) {
+    p = up.pump(deadline);
+    if (p.done || p.stopped || std::chrono::steady_clock::now() >= deadline || up.unreachable()) break;
+    if (p.wait_until) {
+      if (*p.wait_until >= deadline) break; // the next try could not start in time
+      std::this_thread::sleep_until(*p.wait_until);
+    } else if (p.caught_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50)); // the end state is not on disk yet
+    }
+  }
+  if (p.done) return {0, {}};
+  const std::uint64_t left = up.bytes_pending();
+  const std::string run_dir = up.state_path().substr(0, up.state_path().rfind("/upload/"));
+  std::string what = left > 0 ? size_text(left) + " of history and system metrics and the run's end state"
+                              : std::string("the run's end state");
+  std::string line = "upload to " + up.target().url + ": " + what + " not uploaded yet";
+  if (!p.error.empty()) line += " (" + p.error + ")";
+  line += "; what is left stays in the run directory, and ";
+  if (p.stopped) line += "once that is changed, ";
+  line += "`chorus sync " + run_dir + " --to " + up.target().url + "` sends it";
+  std::fprintf(stderr, "chorus: %s\n", line.c_str());
+  return {left, std::move(line)};
+}
+
 caf::behavior upload_sender(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
   self->state.up = std::move(up);
   return {
@@ -40,27 +91,11 @@ caf::behavior upload_sender(uploader_actor* self, std::shared_ptr<io::Uploader> 
         if (std::chrono::steady_clock::now() >= self->state.timer_at) self->state.timer_at = io::SteadyTime::max();
         pump_some(self);
       },
-      [self](upload_drain_atom, std::int64_t ms) -> bool {
-        auto& up = *self->state.up;
+      [self](upload_drain_atom, std::int64_t ms) -> caf::result<bool, std::uint64_t, std::string> {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(ms, 0));
-        io::Uploader::Progress p;
-        for (;;) {
-          p = up.pump(deadline);
-          if (p.done || p.stopped || std::chrono::steady_clock::now() >= deadline) break;
-          if (p.wait_until) std::this_thread::sleep_until(std::min(*p.wait_until, deadline));
-          else if (p.caught_up) std::this_thread::sleep_for(std::chrono::milliseconds(50)); // the end state is not on disk yet
-        }
-        if (!p.done) {
-          std::fprintf(stderr,
-                       "chorus: upload to %s: %.1f MiB of history and system metrics not uploaded yet%s%s; %s`chorus sync "
-                       "%s --to %s` sends them\n",
-                       up.target().url.c_str(), static_cast<double>(up.bytes_pending()) / 1048576.0,
-                       p.error.empty() ? "" : " (", p.error.empty() ? "" : (p.error + ")").c_str(),
-                       p.stopped ? "once that is changed, " : "",
-                       self->state.up->state_path().substr(0, self->state.up->state_path().rfind("/upload/")).c_str(),
-                       up.target().url.c_str());
-        }
-        return p.done;
+        auto [left, line] = drain(*self->state.up, deadline);
+        const bool done = line.empty();
+        return {done, left, std::move(line)};
       },
   };
 }
@@ -76,6 +111,10 @@ caf::behavior uploader(caf::event_based_actor* self, std::shared_ptr<io::Uploade
       [self, sender](upload_atom a) { self->send(sender, a); },
       [self, up, sender](upload_drain_atom a, std::int64_t ms) {
         up->cut_requests_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(ms, 0)));
+        // Here, not in the sender: a request of the live upload to a target
+        // that does not answer may be in flight, and the sender sees the
+        // drain only once that request ends.
+        up->limit_silence(drain_silence);
         return self->delegate(sender, a, ms);
       },
   };

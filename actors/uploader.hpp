@@ -4,9 +4,10 @@
 // or absent server never holds up the Run actor or training.
 //
 //   Run -> Uploader   (upload_atom)                  new data was flushed: send what there is
-//   Run -> Uploader   (upload_drain_atom, i64 ms) -> (bool done)
+//   Run -> Uploader   (upload_drain_atom, i64 ms) -> (bool done, u64 bytes left, string why)
 //                     the run ended: send everything, the end state last, for
-//                     at most `ms`; what is left stays for `chorus sync`
+//                     at most `ms` (less where the target does not answer);
+//                     what is left stays for `chorus sync`, which `why` names
 //   self-timer        (upload_atom) when a backoff or a rate limit ends
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -18,14 +19,13 @@ struct Column {
   std::uint64_t n = 0;
 };
 
-// Spreads the buckets over `columns` columns by step.
-std::vector<Column> columns_of(const Series& s, int columns) {
+// Spreads the buckets over `columns` columns by step, steps x0..x1 across.
+std::vector<Column> columns_of(const Series& s, int columns, std::int64_t x0, std::int64_t x1) {
   std::vector<Column> cols(static_cast<std::size_t>(std::max(columns, 1)));
-  const double x0 = static_cast<double>(s.first_step());
-  const double span = static_cast<double>(s.last_step()) - x0;
+  const double span = static_cast<double>(x1) - static_cast<double>(x0);
   auto col = [&](std::int64_t step) {
     if (span <= 0) return std::size_t{0};
-    const double at = (static_cast<double>(step) - x0) / span * static_cast<double>(cols.size() - 1);
+    const double at = (static_cast<double>(step) - static_cast<double>(x0)) / span * static_cast<double>(cols.size() - 1);
     return static_cast<std::size_t>(std::clamp(std::lround(at), 0L, static_cast<long>(cols.size() - 1)));
   };
   for (const Bucket& b : s.buckets()) {
@@ -62,6 +62,87 @@ void append_braille(std::string& out, unsigned bits) {
   out += static_cast<char>(0x80 | (cp & 0x3F));
 }
 
+// What a chart spans (steps x0..x1, values lo..hi, drawn over y0..y1: a flat
+// line is centred) and how it is laid out in the style's columns.
+struct Frame {
+  std::int64_t x0 = 0, x1 = 0;
+  double lo = 0, hi = 0, y0 = 0, y1 = 0;
+  int label_w = 0, plot_w = 0, plot_h = 0;
+};
+
+// The frame of every series with points in `series` (at least one has).
+Frame frame_of(std::span<const Series* const> series, const ChartStyle& st) {
+  Frame f;
+  bool first = true;
+  for (const Series* s : series) {
+    if (!s || s->points() == 0) continue;
+    f.x0 = first ? s->first_step() : std::min(f.x0, s->first_step());
+    f.x1 = first ? s->last_step() : std::max(f.x1, s->last_step());
+    f.lo = first ? s->min() : std::min(f.lo, s->min());
+    f.hi = first ? s->max() : std::max(f.hi, s->max());
+    first = false;
+  }
+  f.y0 = f.lo;
+  f.y1 = f.hi;
+  if (f.y1 - f.y0 <= std::fabs(f.y0) * 1e-12) { // flat: centre the line
+    const double pad = f.y0 == 0 ? 1 : std::fabs(f.y0) * 0.1;
+    f.y0 -= pad;
+    f.y1 += pad;
+  }
+  f.label_w = static_cast<int>(std::max(label(f.hi).size(), label(f.lo).size()));
+  f.plot_w = std::max(8, st.width - f.label_w - 3);
+  f.plot_h = std::max(2, st.height);
+  return f;
+}
+
+// Calls mark(row, column) for each dot of the series' line on a grid of
+// `w` by `h` dots (row 0 at the bottom), each column joined to the previous
+// one, so that the line has no gaps.
+template <class Mark>
+void trace(const Series& s, const Frame& f, int w, int h, Mark&& mark) {
+  const std::vector<Column> cols = columns_of(s, w, f.x0, f.x1);
+  auto row_of = [&](double v) {
+    const double at = (v - f.y0) / (f.y1 - f.y0) * (h - 1);
+    return static_cast<int>(std::clamp(std::lround(at), 0L, static_cast<long>(h - 1)));
+  };
+  std::optional<double> prev;
+  for (int c = 0; c < w; ++c) {
+    const Column& k = cols[static_cast<std::size_t>(c)];
+    if (!k.any) continue;
+    double lo = k.min, hi = k.max;
+    if (prev) {
+      lo = std::min(lo, *prev);
+      hi = std::max(hi, *prev);
+    }
+    for (int r = row_of(lo); r <= row_of(hi); ++r) mark(r, c);
+    prev = k.last;
+  }
+}
+
+// The plot's lines, `cells(line)` drawing line 0 (the top) to plot_h - 1,
+// with the value labels on the left, then the step axis and its labels.
+std::string framed(const Frame& f, bool ascii, const std::function<std::string(int line)>& cells) {
+  const std::string top = label(f.hi), bottom = label(f.lo);
+  const auto lw = static_cast<std::size_t>(f.label_w);
+  std::string out;
+  for (int line = 0; line < f.plot_h; ++line) {
+    const std::string lab = line == 0 ? top : line == f.plot_h - 1 ? bottom : std::string();
+    std::string row = "  " + std::string(lw - lab.size(), ' ') + lab;
+    row += lab.empty() ? (ascii ? "|" : "│") : (ascii ? "+" : "┤");
+    row += cells(line);
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out += row + "\n";
+  }
+  std::string axis = "  " + std::string(lw, ' ') + (ascii ? "+" : "└");
+  for (int i = 0; i < f.plot_w; ++i) axis += ascii ? "-" : "─";
+  out += axis + "\n";
+  const std::string x0 = std::to_string(f.x0), x1 = std::to_string(f.x1) + " _step";
+  std::string xl = "  " + std::string(lw + 1, ' ') + x0;
+  const std::size_t end = lw + 3 + static_cast<std::size_t>(f.plot_w);
+  xl += std::string(end > xl.size() + x1.size() ? end - xl.size() - x1.size() : 1, ' ') + x1;
+  return out + xl + "\n";
+}
+
 } // namespace
 
 std::string describe_points(const Series& s) {
@@ -81,74 +162,61 @@ std::string describe_points(const Series& s) {
 std::string render_chart(const Series& s, const ChartStyle& st) {
   std::string out = s.key() + "  (" + describe_points(s) + ")\n";
   if (s.points() == 0) return out + "  (nothing to plot)\n";
-  double y0 = s.min(), y1 = s.max();
-  if (y1 - y0 <= std::fabs(y0) * 1e-12) { // flat: centre the line
-    const double pad = y0 == 0 ? 1 : std::fabs(y0) * 0.1;
-    y0 -= pad;
-    y1 += pad;
-  }
-  const std::string top = label(s.max()), bottom = label(s.min());
-  const int lw = static_cast<int>(std::max(top.size(), bottom.size()));
-  const int plot_w = std::max(8, st.width - lw - 3);
-  const int plot_h = std::max(2, st.height);
+  const Series* const one[] = {&s};
+  const Frame f = frame_of(one, st);
+  // Braille: 2 by 4 dots a character; ASCII: one.
   const int dx = st.ascii ? 1 : 2, dy = st.ascii ? 1 : 4;
-  const int dots_w = plot_w * dx, dots_h = plot_h * dy;
-  const std::vector<Column> cols = columns_of(s, dots_w);
+  std::vector<std::vector<bool>> dots(static_cast<std::size_t>(f.plot_h * dy),
+                                      std::vector<bool>(static_cast<std::size_t>(f.plot_w * dx)));
+  trace(s, f, f.plot_w * dx, f.plot_h * dy,
+        [&](int r, int c) { dots[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)] = true; });
+  return out + framed(f, st.ascii, [&](int line) {
+           const int r_top = (f.plot_h - 1 - line) * dy + dy - 1; // highest dot row in this line
+           std::string row;
+           for (int cell = 0; cell < f.plot_w; ++cell) {
+             if (st.ascii) {
+               row += dots[static_cast<std::size_t>(r_top)][static_cast<std::size_t>(cell)] ? '*' : ' ';
+               continue;
+             }
+             static constexpr unsigned bit[4][2] = {{0x01, 0x08}, {0x02, 0x10}, {0x04, 0x20}, {0x40, 0x80}};
+             unsigned bits = 0;
+             for (int i = 0; i < 4; ++i)
+               for (int j = 0; j < 2; ++j)
+                 if (dots[static_cast<std::size_t>(r_top - i)][static_cast<std::size_t>(cell * 2 + j)]) bits |= bit[i][j];
+             if (bits == 0)
+               row += ' ';
+             else
+               append_braille(row, bits);
+           }
+           return row;
+         });
+}
 
-  // dots[row][col], row 0 at the bottom.
-  std::vector<std::vector<bool>> dots(static_cast<std::size_t>(dots_h), std::vector<bool>(static_cast<std::size_t>(dots_w)));
-  auto row_of = [&](double v) {
-    const double at = (v - y0) / (y1 - y0) * (dots_h - 1);
-    return static_cast<int>(std::clamp(std::lround(at), 0L, static_cast<long>(dots_h - 1)));
-  };
-  std::optional<double> prev;
-  for (int c = 0; c < dots_w; ++c) {
-    const Column& k = cols[static_cast<std::size_t>(c)];
-    if (!k.any) continue;
-    double lo = k.min, hi = k.max;
-    if (prev) { // join to the previous column, so the line has no gaps
-      lo = std::min(lo, *prev);
-      hi = std::max(hi, *prev);
-    }
-    for (int r = row_of(lo); r <= row_of(hi); ++r) dots[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)] = true;
-    prev = k.last;
-  }
+char overlay_marker(std::size_t i) { return "*o+x#@%&"[i % max_overlay]; }
 
-  const char* tick = st.ascii ? "+" : "┤";
-  const char* bar = st.ascii ? "|" : "│";
-  for (int line = 0; line < plot_h; ++line) {
-    std::string lab;
-    if (line == 0) lab = top;
-    if (line == plot_h - 1) lab = bottom;
-    std::string row = "  " + std::string(static_cast<std::size_t>(lw) - lab.size(), ' ') + lab;
-    row += lab.empty() ? bar : tick;
-    const int r_top = (plot_h - 1 - line) * dy + dy - 1; // highest dot row in this line
-    for (int cell = 0; cell < plot_w; ++cell) {
-      if (st.ascii) {
-        row += dots[static_cast<std::size_t>(r_top)][static_cast<std::size_t>(cell)] ? '*' : ' ';
-        continue;
-      }
-      static constexpr unsigned bit[4][2] = {{0x01, 0x08}, {0x02, 0x10}, {0x04, 0x20}, {0x40, 0x80}};
-      unsigned bits = 0;
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 2; ++j)
-          if (dots[static_cast<std::size_t>(r_top - i)][static_cast<std::size_t>(cell * 2 + j)]) bits |= bit[i][j];
-      if (bits == 0)
-        row += ' ';
-      else
-        append_braille(row, bits);
-    }
-    while (!row.empty() && row.back() == ' ') row.pop_back();
-    out += row + "\n";
+std::string render_overlay(const std::string& key, std::span<const Series* const> runs,
+                           std::span<const std::string> names, const ChartStyle& st) {
+  const auto logged = static_cast<std::size_t>(std::count_if(runs.begin(), runs.end(), [](const Series* s) { return s; }));
+  std::string out = key + "  (" + std::to_string(logged) + " of " + std::to_string(runs.size()) + " runs)\n";
+  const bool any = std::any_of(runs.begin(), runs.end(), [](const Series* s) { return s && s->points() > 0; });
+  if (!any) {
+    out += "  (nothing to plot)\n";
+  } else {
+    // One character a cell, each run its marker: a later run's covers an earlier one's where they meet.
+    const Frame f = frame_of(runs, st);
+    std::vector<std::string> grid(static_cast<std::size_t>(f.plot_h), std::string(static_cast<std::size_t>(f.plot_w), ' '));
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      if (runs[i])
+        trace(*runs[i], f, f.plot_w, f.plot_h, [&](int r, int c) {
+          grid[static_cast<std::size_t>(f.plot_h - 1 - r)][static_cast<std::size_t>(c)] = overlay_marker(i);
+        });
+    out += framed(f, st.ascii, [&](int line) { return grid[static_cast<std::size_t>(line)]; });
   }
-  std::string axis = "  " + std::string(static_cast<std::size_t>(lw), ' ') + (st.ascii ? "+" : "└");
-  for (int i = 0; i < plot_w; ++i) axis += st.ascii ? "-" : "─";
-  out += axis + "\n";
-  const std::string x0 = std::to_string(s.first_step()), x1 = std::to_string(s.last_step()) + " _step";
-  std::string xl = "  " + std::string(static_cast<std::size_t>(lw) + 1, ' ') + x0;
-  const std::size_t end = static_cast<std::size_t>(lw) + 3 + static_cast<std::size_t>(plot_w);
-  xl += std::string(end > xl.size() + x1.size() ? end - xl.size() - x1.size() : 1, ' ') + x1;
-  out += xl + "\n";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::string line = "  " + std::string(1, overlay_marker(i)) + " " + (i < names.size() ? names[i] : std::string());
+    line += "  " + (runs[i] ? describe_points(*runs[i]) : std::string("(not logged)"));
+    out += clip(line, st.width) + "\n";
+  }
   return out;
 }
 
@@ -159,7 +227,7 @@ std::string render_sparkline(const Series& s, int width, bool ascii) {
 std::string render_sparkline(const Series& s, int width, bool ascii, double lo, double hi) {
   static constexpr const char* blocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   static constexpr char levels[] = "_.-:=+*#";
-  const std::vector<Column> cols = columns_of(s, width);
+  const std::vector<Column> cols = columns_of(s, width, s.first_step(), s.last_step());
   const double span = hi - lo;
   std::string out;
   for (const Column& k : cols) {

@@ -4,6 +4,7 @@
 
 #include "cli/series.hpp"
 
+#include <span>
 #include <string>
 
 namespace chorus::cli {
@@ -16,6 +17,18 @@ struct ChartStyle {
 
 /// The chart's heading line, plot and x axis; every line ends in '\n'.
 std::string render_chart(const Series& s, const ChartStyle& style);
+
+/// Runs one chart holds at most: each gets a marker of its own.
+inline constexpr std::size_t max_overlay = 8;
+
+/// The marker of the i-th run in an overlay ('*', 'o', '+', ...).
+char overlay_marker(std::size_t i);
+
+/// One chart of `key` over several runs, a series each (null: the run did
+/// not log it), drawn with the runs' markers, and a legend line per run
+/// naming it (`names`) with its points.
+std::string render_overlay(const std::string& key, std::span<const Series* const> runs,
+                           std::span<const std::string> names, const ChartStyle& style);
 
 /// `width` characters, one level per column (`▁`..`█`, or `_.-:=+*#` in ASCII),
 /// from the series' min to its max, or from `lo` to `hi` (a percentage: 0 to 100).

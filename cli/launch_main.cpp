@@ -11,9 +11,11 @@
 #include <simdjson.h>
 
 #include <arpa/inet.h>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -24,6 +26,7 @@
 #include <random>
 #include <string_view>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -55,7 +58,8 @@ options:
                           run host listens on MASTER_PORT+1); with several
                           nodes, 29500, because every node must agree on it
   --run-id ID             TORCHELASTIC_RUN_ID, the job's identity; give every
-                          node the same one (default: a fresh random id)
+                          node the same one (default: the launch's date and
+                          time and a random part, 20250301-142233-3fa9c1)
   --fail-fast             when a rank fails, stop the others (SIGTERM, then
                           SIGKILL after the grace period). By default they run
                           on: they may still finish with their data
@@ -120,16 +124,44 @@ std::optional<int> free_port_pair() {
   return std::nullopt;
 }
 
-std::string random_id() {
+/// The job id launch makes up when none is given: the launch's local date
+/// and time and a random part ("20250301-142233-3fa9c1"), so that the
+/// groups named after it (torchrun-<id>) tell jobs apart at a glance and
+/// sort by when they started. Made once, here, and handed to every rank in
+/// TORCHELASTIC_RUN_ID: the ranks never read a clock for it.
+std::string made_up_job_id() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y%m%d-%H%M%S-", &local);
   std::random_device rd;
   std::uniform_int_distribution<unsigned> hex(0, 15);
-  std::string id(16, '0');
-  for (char& c : id) c = "0123456789abcdef"[hex(rd)];
+  std::string id = when;
+  for (int i = 0; i < 6; ++i) id.push_back("0123456789abcdef"[hex(rd)]);
   return id;
 }
 
-bool findable(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+/// Why `program` cannot be started, or "". A name with a '/' is a path, and
+/// must be an executable file there; a bare name is looked up in PATH, as
+/// execvp does.
+std::string cannot_start(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    struct stat st {};
+    if (::stat(program.c_str(), &st) != 0) {
+      std::string where;
+      if (program.front() != '/') {
+        std::error_code ec;
+        where = " (in " + std::filesystem::current_path(ec).string() + ")";
+      }
+      return "cannot start '" + program + "': " + std::strerror(errno) + where + ": check the path";
+    }
+    if (S_ISDIR(st.st_mode)) return "cannot start '" + program + "': it is a directory: give the program in it";
+    if (::access(program.c_str(), X_OK) != 0)
+      return "cannot start '" + program + "': it is not executable: make it so (chmod +x " + program +
+             "), or start it through its interpreter (-- python3 " + program + ")";
+    return {};
+  }
   const char* path = std::getenv("PATH");
   std::string_view rest = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
@@ -139,10 +171,12 @@ bool findable(const std::string& program) {
     const std::string_view dir = rest.substr(0, colon);
     std::string candidate(dir.empty() ? std::string_view(".") : dir);
     candidate.append("/").append(program);
-    if (::access(candidate.c_str(), X_OK) == 0) return true;
-    if (colon == std::string_view::npos) return false;
+    if (::access(candidate.c_str(), X_OK) == 0) return {};
+    if (colon == std::string_view::npos) break;
     rest.remove_prefix(colon + 1);
   }
+  return "cannot find '" + program + "' in PATH: give its path (./" + program +
+         " for one in this directory), or add its directory to PATH";
 }
 
 // Reads the options; returns a usage problem, or "" when all is well.
@@ -327,9 +361,7 @@ int launch_main(std::span<char* const> words) {
     std::fputs(help_text.data(), stdout);
     return exit_ok;
   }
-  if (!findable(a.program[0]))
-    return failure("launch", "cannot find '" + a.program[0] +
-                                 "' (not in PATH, or not executable): give its path, e.g. ./" + a.program[0]);
+  if (std::string problem = cannot_start(a.program[0]); !problem.empty()) return failure("launch", problem);
   if (a.master_port == 0) {
     if (a.nnodes > 1) {
       a.master_port = default_master_port;
@@ -347,7 +379,7 @@ int launch_main(std::span<char* const> words) {
                  "so the nodes' ranks cannot tell that they belong to one job. Pass the same --run-id on every "
                  "node (e.g. \"$SLURM_JOB_ID\")\n",
                  stderr);
-    a.run_id = random_id();
+    a.run_id = made_up_job_id();
   }
   // Run hosts among the ranks note their run directories here; afterwards
   // each of those runs gets the ranks' exit codes.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 namespace chorus::cli {
 namespace {
@@ -13,9 +14,11 @@ namespace {
 constexpr std::string_view help_text = R"(usage: chorus ls [DIR]
 
 Lists the runs under DIR (default: $CHORUS_DIR, else ./chorus-runs), laid out
-as DIR/PROJECT/GROUP/RUN-ID, grouped by project and group and ordered by start
-time. For each run: its id, state, ranks (world size, and how many crashed),
-history rows, start time, duration and name, from the run's run.json.
+as DIR/PROJECT/GROUP/RUN-ID, grouped by project and group: projects by name,
+the groups of a project by start time, the newest last, and the runs of a
+group by start time too. For each run: its id, state, ranks (world size, and
+how many crashed), history rows, start time, duration and name, from the
+run's run.json.
 
 The runs of a job with several runs (a run per rank, or per node) form a
 group: its heading adds what the group's group.json says (how many runs, mode
@@ -62,18 +65,33 @@ std::string group_note(const GroupInfo& info) {
   return note + ")";
 }
 
-} // namespace
-
-bool print_runs(const RunGroup& g, std::string& out) {
+/// A group as ls lists it: group.json and its runs, or the runs directly
+/// under a project, by start time.
+GroupInfo read_listing(const RunGroup& g) {
+  if (!g.dir.empty()) return read_group(g.dir);
   GroupInfo info;
-  if (!g.dir.empty()) {
-    info = read_group(g.dir);
-  } else {
-    for (const std::string& d : g.run_dirs) info.members.push_back({{}, std::nullopt, read_run(d)});
-    std::stable_sort(info.members.begin(), info.members.end(), [](const GroupMemberView& a, const GroupMemberView& b) {
-      return a.run->start_time.value_or(0) < b.run->start_time.value_or(0);
-    });
+  for (const std::string& d : g.run_dirs) info.members.push_back({{}, std::nullopt, read_run(d)});
+  std::stable_sort(info.members.begin(), info.members.end(), [](const GroupMemberView& a, const GroupMemberView& b) {
+    return a.run->start_time.value_or(0) < b.run->start_time.value_or(0);
+  });
+  return info;
+}
+
+/// When a group started: group.json's start, else its first member's; none
+/// where no run says.
+std::optional<double> started(const GroupInfo& info) {
+  if (info.manifest && info.manifest->start_time) return *info.manifest->start_time;
+  std::optional<double> first;
+  for (const GroupMemberView& v : info.members) {
+    const std::optional<double> t = v.run ? v.run->start_time : v.member ? v.member->start_time : std::nullopt;
+    if (t && (!first || *t < *first)) first = t;
   }
+  return first;
+}
+
+/// Appends a group's heading (with what its group.json says) and its runs as
+/// a table to `out`; true if the host of one of them crashed (for a footnote).
+bool print_runs(const RunGroup& g, const GroupInfo& info, std::string& out) {
   out += g.project;
   if (!g.group.empty()) out += " / " + g.group;
   out += group_note(info);
@@ -125,6 +143,8 @@ bool print_runs(const RunGroup& g, std::string& out) {
   return host_crashed;
 }
 
+} // namespace
+
 int ls_main(std::span<char* const> words) {
   ArgCursor c(words);
   std::string dir;
@@ -143,14 +163,32 @@ int ls_main(std::span<char* const> words) {
   if (!std::filesystem::is_directory(dir, ec))
     return failure("ls", "no run directory at " + dir + ": pass the directory the runs were written to, or set CHORUS_DIR");
 
-  const std::vector<RunGroup> groups = find_runs(dir);
+  struct Listed {
+    RunGroup group;
+    GroupInfo info;
+    std::optional<double> start;
+  };
+  std::vector<Listed> groups;
   std::size_t n = 0;
-  for (const RunGroup& g : groups) n += g.run_dirs.size();
+  for (RunGroup& g : find_runs(dir)) {
+    n += g.run_dirs.size();
+    GroupInfo info = read_listing(g);
+    const auto start = started(info);
+    groups.push_back({std::move(g), std::move(info), start});
+  }
+  // Projects by name; within one, groups by start time, the newest last as
+  // runs are within a group (group names, random or a job id, say nothing of
+  // when); groups no run dates come last.
+  std::stable_sort(groups.begin(), groups.end(), [](const Listed& a, const Listed& b) {
+    if (a.group.project != b.group.project) return a.group.project < b.group.project;
+    if (a.start.has_value() != b.start.has_value()) return a.start.has_value();
+    return a.start.value_or(0) < b.start.value_or(0);
+  });
   std::string out = dir + ": " + std::to_string(n) + (n == 1 ? " run" : " runs") + "\n";
   bool host_crashed = false;
-  for (const RunGroup& g : groups) {
+  for (const Listed& g : groups) {
     out += '\n';
-    host_crashed = print_runs(g, out) || host_crashed;
+    host_crashed = print_runs(g.group, g.info, out) || host_crashed;
   }
   if (host_crashed)
     out += "\ncrashed?: run.json says running, but no process holds the run's write-ahead log: its host died.\n"

@@ -100,6 +100,24 @@ std::vector<std::string> subdirs(const std::string& dir) {
   return out;
 }
 
+// run.json is rewritten as ranks join and end, not at every step. While the
+// run goes on, each running rank has reached at least the last committed
+// row, whose step summary.json (rewritten at every flush) holds as _step.
+void fill_running_steps(RunInfo& r) {
+  const auto running = [](const RankInfo& k) { return k.state == "running"; };
+  if (std::none_of(r.ranks.begin(), r.ranks.end(), running)) return;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  std::int64_t step = 0;
+  if (!load_json_file(r.dir + "/summary.json", parser, doc).empty() || doc["_step"].get(step) != simdjson::SUCCESS)
+    return;
+  for (RankInfo& k : r.ranks) {
+    if (!running(k) || step <= k.last_step) continue;
+    k.last_step = step;
+    k.committed = true;
+  }
+}
+
 } // namespace
 
 std::int64_t RunInfo::crashed_ranks() const {
@@ -190,7 +208,10 @@ RunInfo read_run(const std::string& dir) {
   }
   if (!bad.empty()) r.problem = "run.json: " + bad + ". The file is damaged: chorus recover rebuilds it from the WAL";
   else if (r.state.empty()) r.problem = "run.json has no \"state\"";
-  if (r.state == "running") r.host_life = host_life(r);
+  if (r.state == "running") {
+    r.host_life = host_life(r);
+    fill_running_steps(r);
+  }
   return r;
 }
 

@@ -16,6 +16,10 @@ struct RankInfo {
   std::int64_t last_step = -1;
   std::string host;
   std::string message;
+  /// last_step is the run's last committed step, not one the rank reported:
+  /// run.json learns a rank's own only when it ends, so while it runs this
+  /// is the best known (it may be ahead).
+  bool committed = false;
 };
 
 /// Whether the process that hosts a "running" run is still there.
@@ -66,10 +70,6 @@ struct RunGroup {
   std::string dir;   // the group's directory (empty for runs directly under the project)
 };
 std::vector<RunGroup> find_runs(const std::string& root);
-
-/// Appends a group's heading (with what its group.json says) and its runs as
-/// a table to `out`; true if the host of one of them crashed (for a footnote).
-bool print_runs(const RunGroup& g, std::string& out);
 
 /// The run directories under `root` whose directory name is `id` or, when
 /// none is, starts with it.

@@ -79,11 +79,31 @@ private:
 
 } // namespace
 
-bool Series::per_rank() const {
-  const auto at = key_.rfind("/rank-");
-  if (at == std::string::npos || at + 6 == key_.size()) return false;
-  return std::all_of(key_.begin() + static_cast<std::ptrdiff_t>(at + 6), key_.end(),
+bool per_rank_key(std::string_view key) {
+  const auto at = key.rfind("/rank-");
+  if (at == std::string_view::npos || at + 6 == key.size()) return false;
+  return std::all_of(key.begin() + static_cast<std::ptrdiff_t>(at + 6), key.end(),
                      [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool Series::per_rank() const { return per_rank_key(key_); }
+
+std::function<bool(std::string_view)> metric_filter(const std::vector<std::string>& metrics) {
+  if (metrics.empty()) return nullptr;
+  return [metrics](std::string_view key) {
+    for (const std::string& m : metrics)
+      if (key == m || (key.starts_with(m) && key.substr(m.size()).starts_with("/rank-"))) return true;
+    return false;
+  };
+}
+
+std::vector<bool> chart_choice(const std::vector<std::string_view>& keys, std::size_t charts, bool picked) {
+  const bool all = picked || keys.size() <= charts;
+  std::vector<bool> chart(keys.size(), false);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < keys.size() && n < charts; ++i)
+    if (all || !per_rank_key(keys[i])) chart[i] = true, ++n;
+  return chart;
 }
 
 void Series::add(std::int64_t step, double v) {

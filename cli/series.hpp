@@ -56,6 +56,18 @@ struct History {
   std::string problem;         // the file could not be read
 };
 
+/// A per-rank column (`key/rank-N`), as opposed to a plain or reduced key.
+[[nodiscard]] bool per_rank_key(std::string_view key);
+
+/// The keys `--metric` picks: each one named and its per-rank columns;
+/// null (every key) when none is named.
+std::function<bool(std::string_view)> metric_filter(const std::vector<std::string>& metrics);
+
+/// Whether each of `keys` gets a chart, at most `charts` of them: every key
+/// while they fit (or when they were picked with --metric), else the plain
+/// and reduced keys first; the rest get a sparkline or a mention.
+std::vector<bool> chart_choice(const std::vector<std::string_view>& keys, std::size_t charts, bool picked);
+
 /// Streams `path`. Keys starting with `_` are bookkeeping and skipped; a value
 /// is a number or one of "NaN", "Infinity", "-Infinity". `wanted(key)` is
 /// asked once per key; the others are not kept. A last line without its

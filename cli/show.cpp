@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -21,10 +22,18 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view help_text = R"(usage: chorus show [OPTIONS] RUN|GROUP
+       chorus show [OPTIONS] RUN RUN...
 
-Shows a run: its identity, its ranks and their states, config, summary, what
-its machines did, and a terminal chart per metric of its history (x = _step).
-RUN is a run directory, or a run id (or the start of one) looked up under DIR.
+Shows a run: its identity, its ranks and their states (a running rank's last
+step is the run's last committed row), config, summary (with the last row's
+step, time and runtime on one line), what its machines did, and a terminal
+chart per metric of its history (x = _step). RUN is a run directory, or a run
+id (or the start of one) looked up under DIR.
+
+Shows several runs (up to 8) over each other: a row per run, marked with the
+character its curves are drawn with, then a chart per metric holding a curve
+per run and a legend naming the runs (where curves meet, the later run's
+marker shows).
 
 Shows a group (the runs of one job: a run per rank or per node) with its
 members side by side: the group's identity and state (from its group.json),
@@ -64,7 +73,8 @@ exit codes: 0 shown, 1 the run cannot be found or read, 2 a wrong command line.
 )";
 
 struct ShowArgs {
-  std::string run, dir;
+  std::vector<std::string> runs;
+  std::string dir;
   std::vector<std::string> metrics;
   int charts = 12, width = 0, height = 10;
   bool ascii = false, history = true, system = true;
@@ -104,20 +114,39 @@ std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
       a.system = false;
     } else if (c.peek().starts_with("-")) {
       c.fail("unknown option '" + std::string(c.peek()) + "'");
-    } else if (!a.run.empty()) {
-      c.fail("one run at a time, not '" + a.run + "' and '" + std::string(c.peek()) + "'");
     } else {
-      a.run = c.peek();
+      a.runs.emplace_back(c.peek());
       c.next();
     }
   }
   if (!c.error().empty()) return c.error();
-  if (a.run.empty()) return "missing RUN: a run directory or a run id";
+  if (a.runs.empty()) return "missing RUN: a run directory or a run id";
+  if (a.runs.size() > max_overlay)
+    return std::to_string(a.runs.size()) + " runs: one chart tells at most " + std::to_string(max_overlay) +
+           " apart (a marker each); give fewer";
   return {};
 }
 
-// A config.json or summary.json, one "key = value" line per member.
-std::string json_section(const std::string& title, const std::string& path, int width, std::size_t limit) {
+// What summary.json keeps of the last row (_step, _runtime, _timestamp, as
+// W&B's summary does) is not something the user logged: one line of it, in
+// words, rather than three raw keys among theirs. "" where none is there.
+std::string last_row(simdjson::dom::object obj) {
+  std::int64_t step = 0;
+  double runtime = 0, at = 0;
+  std::string out;
+  if (obj["_step"].get(step) == simdjson::SUCCESS) out += "step " + std::to_string(step);
+  if (obj["_timestamp"].get(at) == simdjson::SUCCESS) out += (out.empty() ? "" : ", ") + format_time(at);
+  if (obj["_runtime"].get(runtime) == simdjson::SUCCESS)
+    out += (out.empty() ? "" : ", ") + format_duration(runtime) + " into the run";
+  return out.empty() ? out : "  last row: " + out;
+}
+
+bool bookkeeping(std::string_view key) { return key == "_step" || key == "_runtime" || key == "_timestamp"; }
+
+// A config.json or summary.json, one "key = value" line per member; a
+// summary's bookkeeping keys make one line of their own.
+std::string json_section(const std::string& title, const std::string& path, int width, std::size_t limit,
+                         bool summary = false) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return {};
   simdjson::dom::parser parser;
@@ -129,13 +158,16 @@ std::string json_section(const std::string& title, const std::string& path, int 
   Table t;
   std::size_t n = 0, shown = 0;
   for (auto [key, value] : obj) {
+    if (summary && bookkeeping(key)) continue;
     if (++n > limit) continue;
     ++shown;
     std::string_view s;
     t.add({std::string(key), "= " + (value.get(s) == simdjson::SUCCESS ? std::string(s) : simdjson::minify(value))});
   }
-  if (n == 0) return {};
+  const std::string row = summary ? last_row(obj) : std::string();
+  if (n == 0 && row.empty()) return {};
   std::string out = title + "\n";
+  if (!row.empty()) out += clip(row, width) + "\n";
   for (const std::string& line : split_lines(t.render("  "))) out += clip(line, width) + "\n";
   if (n > shown) out += "  ... and " + std::to_string(n - shown) + " more in " + path + "\n";
   return out + "\n";
@@ -182,10 +214,16 @@ std::string ranks_section(const RunInfo& r, int width) {
   if (r.ranks.empty()) return {};
   Table t;
   t.add({"RANK", "STATE", "LAST STEP", "HOST", "MESSAGE"});
-  for (const RankInfo& k : r.ranks)
+  bool committed = false;
+  for (const RankInfo& k : r.ranks) {
+    committed = committed || k.committed;
     t.add({std::to_string(k.rank), k.state, k.last_step < 0 ? "-" : std::to_string(k.last_step), k.host, k.message});
+  }
   std::string out = "ranks (" + std::to_string(r.ranks.size()) + ")\n";
   for (const std::string& line : split_lines(t.render("  "))) out += clip(line, width) + "\n";
+  if (committed)
+    out += clip("  a running rank's last step is the run's last committed row (a rank may be ahead of it)", width) +
+           "\n";
   if (!r.exit_codes.empty()) {
     // Keyed by global rank: in a node-scope or per-rank run these are not the RANK column's numbers.
     std::string codes = "  exit codes (chorus launch, by global rank):";
@@ -202,14 +240,7 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   const std::string path = r.dir + "/history.jsonl";
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
-  std::function<bool(std::string_view)> wanted;
-  if (!a.metrics.empty())
-    wanted = [&](std::string_view key) {
-      for (const std::string& m : a.metrics)
-        if (key == m || (key.starts_with(m) && key.substr(m.size()).starts_with("/rank-"))) return true;
-      return false;
-    };
-  const History h = read_history(path, wanted);
+  const History h = read_history(path, metric_filter(a.metrics));
   if (!h.problem.empty()) return "history\n  unreadable: " + h.problem + "\n";
   std::string out = "history (" + std::to_string(h.rows) + (h.rows == 1 ? " row, " : " rows, ") +
                     std::to_string(h.series.size()) + (h.series.size() == 1 ? " key" : " keys") + ")\n";
@@ -221,10 +252,11 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   }
   // Charts for the plain and reduced keys first; per-rank columns and what
   // does not fit get a sparkline.
+  std::vector<std::string_view> keys;
+  for (const Series& s : h.series) keys.push_back(s.key());
+  const std::vector<bool> chart = chart_choice(keys, static_cast<std::size_t>(a.charts), !a.metrics.empty());
   std::vector<const Series*> charted, sparked;
-  const bool all = !a.metrics.empty() || h.series.size() <= static_cast<std::size_t>(a.charts);
-  for (const Series& s : h.series)
-    (charted.size() < static_cast<std::size_t>(a.charts) && (all || !s.per_rank()) ? charted : sparked).push_back(&s);
+  for (std::size_t i = 0; i < h.series.size(); ++i) (chart[i] ? charted : sparked).push_back(&h.series[i]);
   const ChartStyle style{width, a.height, a.ascii};
   for (const Series* s : charted) out += "\n" + render_chart(*s, style);
   if (!sparked.empty()) {
@@ -268,6 +300,86 @@ std::string group_named(const std::string& name, const std::string& root, std::s
   return {};
 }
 
+/// Where `arg` leads: a run's directory (`run`), or a group's (`group`):
+/// a run.json, a run or group directory, or a group's name or a run id
+/// under --dir. Returns the problem, or "".
+std::string locate(const std::string& arg, const ShowArgs& a, std::string& run, std::string& group) {
+  std::error_code ec;
+  if (fs::is_regular_file(arg, ec) && fs::path(arg).filename() == "run.json") {
+    run = fs::path(arg).parent_path().string();
+    return {};
+  }
+  if (fs::is_directory(arg, ec)) {
+    if (is_run_dir(arg)) run = arg;
+    else if (is_group_dir(arg)) group = arg;
+    else return arg + " is not a run directory (no run.json, no wal): pass a run's directory or id";
+    return {};
+  }
+  const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
+  std::string problem;
+  if (group = group_named(arg, root, problem); !group.empty() || !problem.empty()) return problem;
+  return locate_run(arg, root, run);
+}
+
+/// The run at `dir`, or why it cannot be shown.
+std::string read_readable(const std::string& dir, RunInfo& r) {
+  r = read_run(dir);
+  if (r.readable()) return {};
+  std::string msg = "cannot read the run at " + dir + ": " + r.problem;
+  std::error_code ec;
+  if (fs::exists(dir + "/wal", ec) && msg.find("recover") == std::string::npos)
+    msg += ". If its host crashed, 'chorus recover " + dir + "' rebuilds its files from the WAL";
+  return msg;
+}
+
+/// How a run is named in an overlay's legend: its name and id, or its id.
+std::string run_label(const RunInfo& r) { return r.name.empty() || r.name == r.id ? r.id : r.name + " (" + r.id + ")"; }
+
+/// Several runs over each other: a row per run, then a chart per metric
+/// with a series per run, told apart by their markers.
+std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int width) {
+  Table t;
+  t.add({"", "RUN", "STATE", "ROWS", "STARTED", "DURATION", "NAME"});
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunInfo& r = runs[i];
+    const auto d = r.duration();
+    t.add({std::string(1, overlay_marker(i)), r.id, r.shown_state(),
+           r.rows && r.state != "running" ? std::to_string(*r.rows) : "-",
+           r.start_time ? format_time(*r.start_time) : "-", d ? format_duration(*d) : "-", r.name == r.id ? "" : r.name});
+    names.push_back(run_label(r));
+  }
+  std::string out = "runs (" + std::to_string(runs.size()) + ")\n";
+  for (const std::string& line : split_lines(t.render("  "))) out += clip(line, width) + "\n";
+  if (!a.history) return out;
+
+  std::vector<History> histories;
+  std::vector<std::string_view> keys; // every run's, in the order they first appear
+  std::map<std::string_view, std::vector<const Series*>> by_key;
+  out += "\nhistory\n";
+  for (const RunInfo& r : runs) histories.push_back(read_history(r.dir + "/history.jsonl", metric_filter(a.metrics)));
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const History& h = histories[i];
+    if (!h.problem.empty()) out += clip("  " + runs[i].id + ": unreadable: " + h.problem, width) + "\n";
+    for (const Series& s : h.series) {
+      auto [it, fresh] = by_key.try_emplace(s.key(), runs.size(), nullptr);
+      if (fresh) keys.push_back(s.key());
+      it->second[i] = &s;
+    }
+  }
+  if (keys.empty())
+    return out + (a.metrics.empty() ? "  nothing logged\n" : "  no such key: see the keys with 'chorus show RUN'\n");
+  const std::vector<bool> chart = chart_choice(keys, static_cast<std::size_t>(a.charts), !a.metrics.empty());
+  const ChartStyle style{width, a.height, a.ascii};
+  std::string rest;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    if (chart[k]) out += "\n" + render_overlay(std::string(keys[k]), by_key[keys[k]], names, style);
+    else rest += (rest.empty() ? "" : ", ") + std::string(keys[k]);
+  }
+  if (!rest.empty()) out += "\n" + clip("  not charted: " + rest, width) + "\n  (chart a key with --metric KEY)\n";
+  return out;
+}
+
 } // namespace
 
 int show_main(std::span<char* const> words) {
@@ -278,33 +390,26 @@ int show_main(std::span<char* const> words) {
     std::fputs(help_text.data(), stdout);
     return exit_ok;
   }
-  std::string dir;
-  std::error_code ec;
-  if (fs::is_regular_file(a.run, ec) && fs::path(a.run).filename() == "run.json") {
-    dir = fs::path(a.run).parent_path().string();
-  } else if (fs::is_directory(a.run, ec)) {
-    if (!is_run_dir(a.run)) {
-      if (is_group_dir(a.run)) return show_group(a.run, a);
-      return failure("show", a.run + " is not a run directory (no run.json, no wal): pass a run's directory or id");
-    }
-    dir = a.run;
-  } else {
-    const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
-    std::string problem;
-    if (const std::string group = group_named(a.run, root, problem); !group.empty()) return show_group(group, a);
-    if (!problem.empty()) return failure("show", problem);
-    if (problem = locate_run(a.run, root, dir); !problem.empty()) return failure("show", problem);
-  }
-  const RunInfo r = read_run(dir);
   const int width = a.width > 0 ? a.width : terminal_width();
-  if (!r.readable()) {
-    std::string msg = "cannot read the run at " + dir + ": " + r.problem;
-    if (fs::exists(dir + "/wal", ec) && msg.find("recover") == std::string::npos)
-      msg += ". If its host crashed, 'chorus recover " + dir + "' rebuilds its files from the WAL";
-    return failure("show", msg);
+  std::vector<RunInfo> runs;
+  for (const std::string& arg : a.runs) {
+    std::string dir, group;
+    if (std::string problem = locate(arg, a, dir, group); !problem.empty()) return failure("show", problem);
+    if (!group.empty()) {
+      if (a.runs.size() == 1) return show_group(group, a);
+      return failure("show", "'" + arg + "' is a group, not a run: show it alone (its runs side by side), or name "
+                             "its runs to chart them over the others");
+    }
+    if (std::string problem = read_readable(dir, runs.emplace_back()); !problem.empty()) return failure("show", problem);
   }
-  std::string out = identity(r) + ranks_section(r, width) + json_section("config", dir + "/config.json", width, 100) +
-                    json_section("summary", dir + "/summary.json", width, 60);
+  if (runs.size() > 1) {
+    std::fputs(overlay(runs, a, width).c_str(), stdout);
+    return exit_ok;
+  }
+  const RunInfo& r = runs.front();
+  std::string out = identity(r) + ranks_section(r, width) +
+                    json_section("config", r.dir + "/config.json", width, 100) +
+                    json_section("summary", r.dir + "/summary.json", width, 60, true);
   if (a.system) out += system_section(r, width, a.ascii);
   if (a.history) out += history_section(r, a, width);
   std::fputs(out.c_str(), stdout);

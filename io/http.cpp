@@ -44,6 +44,14 @@ struct Transfer {
   curl_slist* headers = nullptr;
   const std::atomic<std::int64_t>* cut_ns = nullptr;
   bool cut = false; // cut_at's time came while it ran
+  // limit_silence: whether it applies (the server had not answered since
+  // its last failure when this request started), from when, and whether it
+  // cut the request.
+  const std::atomic<std::int64_t>* silence_ns = nullptr;
+  bool suspect = false;
+  std::int64_t started_ns = 0;
+  bool answering = false; // a byte of the answer (a header line) came
+  bool silent = false;
 
   ~Transfer() {
     curl_slist_free_all(headers);
@@ -56,12 +64,23 @@ std::int64_t now_ns() {
       .count();
 }
 
-/// Cuts a transfer once the client's cut_at time has come.
+/// Cuts a transfer once the client's cut_at time has come, or once a
+/// suspect server has been silent for limit_silence's grace.
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
-  if (now_ns() < t->cut_ns->load(std::memory_order_relaxed)) return 0;
-  t->cut = true;
+  const std::int64_t now = now_ns();
+  if (now >= t->cut_ns->load(std::memory_order_relaxed)) {
+    t->cut = true;
+    return 1;
+  }
+  const std::int64_t grace = t->silence_ns->load(std::memory_order_relaxed);
+  if (!t->suspect || t->answering || grace <= 0 || now - t->started_ns < grace) return 0;
+  t->silent = true;
   return 1;
+}
+
+std::string seconds_text(std::int64_t ms) {
+  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
 }
 
 /// libcurl's words for a failed transfer, made to say what happened to the request.
@@ -72,12 +91,15 @@ std::string transport_error(CURLcode rc, const Transfer& t, long timeout_ms) {
              "store it twice (what the server kept is checked before going on)";
     case CURLE_ABORTED_BY_CALLBACK:
       if (t.cut) return "the time for uploading ran out while a request was in flight";
+      if (t.silent)
+        return "none within " + seconds_text(t.silence_ns->load(std::memory_order_relaxed) / 1'000'000) +
+               " from a server that had not answered since its last failure, if ever (a finishing run waits no "
+               "longer for such a server)";
       break;
     case CURLE_OPERATION_TIMEDOUT:
       if (now_ns() >= t.cut_ns->load(std::memory_order_relaxed) - 5'000'000)
         return "the time for uploading ran out while a request was in flight";
-      return "no answer within " + std::to_string(timeout_ms / 1000) + "." + std::to_string(timeout_ms % 1000 / 100) +
-             " s (" + curl_easy_strerror(rc) + ")";
+      return "no answer within " + seconds_text(timeout_ms) + " (" + curl_easy_strerror(rc) + ")";
     case CURLE_PEER_FAILED_VERIFICATION:
       return std::string(curl_easy_strerror(rc)) +
              " (the server's certificate does not verify: give its CA with CURL_CA_BUNDLE or SSL_CERT_FILE; "
@@ -97,6 +119,7 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
 
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
+  t->answering = true;
   const std::string_view line(data, size * n);
   const std::size_t colon = line.find(':');
   if (colon == std::string_view::npos) return size * n;
@@ -209,6 +232,12 @@ void HttpClient::cut_at(std::chrono::steady_clock::time_point at) noexcept {
                 std::memory_order_relaxed);
 }
 
+void HttpClient::limit_silence(std::chrono::milliseconds grace) noexcept {
+  silence_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(grace).count(), std::memory_order_relaxed);
+}
+
+bool HttpClient::unreachable() const noexcept { return unanswered_ >= 2 || (unanswered_ >= 1 && !ever_answered_); }
+
 HttpResponse HttpClient::perform(const HttpRequest& req) { return std::move(perform_all(std::span(&req, 1)).front()); }
 
 namespace {
@@ -304,6 +333,9 @@ std::vector<HttpResponse> HttpClient::perform_all(std::span<const HttpRequest> r
     Transfer& t = *transfers[i];
     t.response = &out[i];
     t.cut_ns = &cut_ns_;
+    t.silence_ns = &silence_ns_;
+    t.suspect = unanswered_ > 0 || !ever_answered_;
+    t.started_ns = now_ns();
     if (!c) {
       out[i].transport_error = "libcurl could not make a handle (out of memory?)";
       continue;
@@ -330,6 +362,8 @@ std::vector<HttpResponse> HttpClient::perform_all(std::span<const HttpRequest> r
       HttpResponse& res = *t->response;
       if (rc == CURLE_OK) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
+        unanswered_ = 0;
+        ever_answered_ = true;
       } else {
         const auto i = static_cast<std::size_t>(t->response - out.data());
         res.status = 0;
@@ -337,6 +371,9 @@ std::vector<HttpResponse> HttpClient::perform_all(std::span<const HttpRequest> r
         res.transport_error = transport_error(rc, *t, timeouts[i]);
         res.permanent = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
                         rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
+        // A request cut by the caller's time says nothing of the server; one
+        // refused, reset or left unanswered does.
+        if (!t->cut && !res.permanent) ++unanswered_;
       }
       long opened = 0;
       if (curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)

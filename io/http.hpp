@@ -81,7 +81,7 @@ private:
 /// server stay open between requests: `parallel` of them, each on a
 /// connection of its own, for requests sent at once (perform_all). Every
 /// request runs within its own timeout (HttpRequest::timeout), never within
-/// a caller's time slice. Not thread-safe, except cut_at. CA bundle:
+/// a caller's time slice. Not thread-safe, except cut_at and limit_silence. CA bundle:
 /// $CURL_CA_BUNDLE or $SSL_CERT_FILE if set, else the system's.
 class HttpClient {
 public:
@@ -101,6 +101,18 @@ public:
   /// a run's finish, `chorus sync --timeout`). May be called from any thread.
   void cut_at(std::chrono::steady_clock::time_point at) noexcept;
 
+  /// From now on a request to a server that has not answered since its last
+  /// failure (or never has) is cut once it has waited `grace` for an answer,
+  /// one in flight included; a server that answers is given each request's
+  /// own timeout. For the drain at a run's finish, so that a server that does
+  /// not answer cannot hold it (0 turns it off). May be called from any thread.
+  void limit_silence(std::chrono::milliseconds grace) noexcept;
+
+  /// The server did not answer the last two requests (the connection was
+  /// refused or reset, or no answer came in time), or the last one when it
+  /// never answered any: sending more is unlikely to get through now.
+  [[nodiscard]] bool unreachable() const noexcept;
+
   /// Connections opened so far (keep-alive reuses them).
   [[nodiscard]] std::uint64_t connections() const noexcept { return connections_; }
 
@@ -108,7 +120,10 @@ private:
   void* multi_ = nullptr;
   std::vector<void*> handles_;
   std::atomic<std::int64_t> cut_ns_;
+  std::atomic<std::int64_t> silence_ns_{0};
   std::uint64_t connections_ = 0;
+  int unanswered_ = 0;       // requests in a row that got no answer
+  bool ever_answered_ = false;
 };
 
 /// Percent-encodes `s` for a URL's query or path segment.

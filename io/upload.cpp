@@ -623,6 +623,9 @@ Uploader::Progress Uploader::pump(SteadyTime start_by) {
 }
 
 void Uploader::cut_requests_at(SteadyTime at) noexcept { impl_->http.cut_at(at); }
+void Uploader::limit_silence(std::chrono::milliseconds grace) noexcept { impl_->http.limit_silence(grace); }
+bool Uploader::unreachable() const noexcept { return impl_->http.unreachable(); }
+void Uploader::retry_now() noexcept { impl_->wait_until.reset(); }
 
 const UploadState& Uploader::state() const noexcept { return impl_->st; }
 const UploadTarget& Uploader::target() const noexcept { return impl_->target; }

@@ -200,6 +200,18 @@ public:
   /// be called from another thread while pump runs.
   void cut_requests_at(SteadyTime at) noexcept;
 
+  /// From now on a request to a target that has not answered since its last
+  /// failure (or never has) gets at most `grace` to answer, one in flight
+  /// included (HttpClient::limit_silence); one that answers keeps its own
+  /// timeout. May be called from another thread while pump runs.
+  void limit_silence(std::chrono::milliseconds grace) noexcept;
+  /// The target did not answer its last requests (HttpClient::unreachable):
+  /// a caller that must end soon stops trying.
+  [[nodiscard]] bool unreachable() const noexcept;
+  /// Ends a backoff now, so that the next pump tries at once: one more
+  /// chance for a target that was down, before a caller gives up on it.
+  void retry_now() noexcept;
+
   [[nodiscard]] const UploadState& state() const noexcept;
   /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.
   [[nodiscard]] std::uint64_t points_pending() const;

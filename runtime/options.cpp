@@ -284,21 +284,21 @@ std::string id_chars(std::string_view s) {
   return out;
 }
 
-/// The group every rank of a job derives alike: from the launcher's job id,
-/// else from where the job meets (FNV-1a of MASTER_ADDR, MASTER_PORT and
-/// WORLD_SIZE), else, for a single process, its run id or "default".
+/// The group every rank of a job derives alike, named so that a person can
+/// tell jobs apart: the launcher, then its job id (`chorus launch` makes one
+/// up that starts with the launch's date and time), else where the job meets
+/// (FNV-1a of MASTER_ADDR, MASTER_PORT and WORLD_SIZE); for a single process,
+/// its run id or "default". Never a rank's own clock: ranks would disagree.
 std::string derive_group(const Topology& t, const std::string& run_id) {
-  if (!t.job_id.empty()) {
-    const std::string launcher = t.launcher.empty() ? "job" : id_chars(t.launcher);
-    return (launcher + "-" + id_chars(t.job_id)).substr(0, max_name_bytes);
-  }
+  const std::string launcher = t.launcher.empty() || t.launcher == "none" ? "job" : id_chars(t.launcher);
+  if (!t.job_id.empty()) return (launcher + "-" + id_chars(t.job_id)).substr(0, max_name_bytes);
   if (t.world_size > 1) {
     std::uint64_t h = 0xcbf29ce484222325ull;
     const std::string key = t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size);
     for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
     char hex[9];
     std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h & 0xffffffffu));
-    return std::string("job-") + hex;
+    return launcher + "-" + hex;
   }
   return run_id.empty() ? "default" : run_id;
 }

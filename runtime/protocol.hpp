@@ -33,7 +33,7 @@
 //   System -> Run      (group_atom, actor group)                      the Group, here or remote
 //   System -> Run      (group_atom) -> (ok_atom)                      once the final report is acknowledged
 //   System -> Group    (finish_atom) -> (ok_atom)                     rank 0 exits: once the members ended
-//   Run -> Uploader    (upload_atom), (upload_drain_atom, i64 ms) -> (bool)   see actors/uploader.hpp
+//   Run -> Uploader    (upload_atom), (upload_drain_atom, i64 ms) -> (bool, u64, string)   see actors/uploader.hpp
 //   Run -> its syncer  (sync_atom) -> (string failure)               fdatasync of the WAL; empty: done
 //   RankProxy -> beacon (ping_atom) -> (ok_atom)                      a dialled link's keepalive (to the
 //   Run -> Group        (ping_atom) -> (ok_atom)                      Run before the join answer came),

@@ -155,8 +155,10 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
   if (first_bad != n) {
     try {
       Error e = validate_metric_key(values[first_bad].key);
-      channel_.set_error(seq, Error(e.code(), e.message() + " (the call's other " + std::to_string(good) +
-                                                  " values were logged)"));
+      // good >= 1 here: a call with no valid key was refused whole above.
+      const std::string rest = good == 1 ? "the call's one valid value was logged"
+                                         : "the call's " + std::to_string(good) + " valid values were logged";
+      channel_.set_error(seq, Error(e.code(), e.message() + " (" + rest + ")"));
     } catch (...) {
     }
     return Pending(&channel_, seq, true);

@@ -64,6 +64,7 @@ std::string_view to_string(Errc e) noexcept {
   case Errc::timeout: return "timeout";
   case Errc::io_error: return "io_error";
   case Errc::internal: return "internal";
+  case Errc::upload_incomplete: return "upload_incomplete";
   }
   return "unknown";
 }

@@ -5,6 +5,7 @@
 #include "tests/cli/process.hpp"
 
 #include <map>
+#include <regex>
 #include <set>
 
 using namespace chorus::test;
@@ -67,7 +68,11 @@ BOOST_AUTO_TEST_CASE(each_rank_gets_torchruns_environment) {
   }
   BOOST_TEST((seen == std::set<std::string>{"0", "1", "2"}));
   BOOST_TEST(ports.size() == 1u); // one rendezvous port for all
-  BOOST_TEST(ids.size() == 1u);   // one job id for all
+  BOOST_REQUIRE(ids.size() == 1u); // one job id for all
+  // Made up as the launch's date and time and a random part, so that the
+  // group named after it (torchrun-<id>) says when the job ran.
+  const std::string& id = *ids.begin();
+  BOOST_TEST(std::regex_match(id, std::regex(R"(20\d{6}-\d{6}-[0-9a-f]{6})")), id);
 }
 
 BOOST_AUTO_TEST_CASE(a_second_node_numbers_its_ranks_after_the_first) {
@@ -214,6 +219,24 @@ BOOST_AUTO_TEST_CASE(fail_fast_exits_with_the_failures_code_not_the_stopped_rank
   BOOST_TEST(contains(o.err, "rank 0 exited with signal 15 (Terminated), stopped by --fail-fast"));
 }
 
+BOOST_AUTO_TEST_CASE(a_program_that_cannot_start_is_named_with_the_reason) {
+  // A path is taken as it is: the fix is never to prefix it again.
+  const Output path = run_chorus({"launch", "-n", "1", "--", "./nonexistent"});
+  BOOST_TEST(path.code == 1);
+  BOOST_TEST(contains(path.err, "cannot start './nonexistent': No such file or directory (in "), path.err);
+  BOOST_TEST(!contains(path.err, "././"), path.err);
+  TempDir dir;
+  write_text(dir.path() / "train.py", "print('hi')\n");
+  const std::string script = (dir.path() / "train.py").string();
+  const Output plain = run_chorus({"launch", "-n", "1", "--", script});
+  BOOST_TEST(plain.code == 1);
+  BOOST_TEST(contains(plain.err, "it is not executable"), plain.err);
+  BOOST_TEST(contains(plain.err, "chmod +x " + script), plain.err);
+  const Output directory = run_chorus({"launch", "-n", "1", "--", dir.str()});
+  BOOST_TEST(directory.code == 1);
+  BOOST_TEST(contains(directory.err, "it is a directory"), directory.err);
+}
+
 BOOST_AUTO_TEST_CASE(a_wrong_command_line_is_exit_2_and_says_why) {
   const Output no_n = run_chorus({"launch", "--", "true"});
   BOOST_TEST(no_n.code == 2);
@@ -231,7 +254,8 @@ BOOST_AUTO_TEST_CASE(a_wrong_command_line_is_exit_2_and_says_why) {
   BOOST_TEST(contains(addr.err, "--master-addr"));
   const Output missing = run_chorus({"launch", "-n", "1", "--", "no-such-program-here"});
   BOOST_TEST(missing.code == 1);
-  BOOST_TEST(contains(missing.err, "no-such-program-here"));
+  BOOST_TEST(contains(missing.err, "cannot find 'no-such-program-here' in PATH: give its path (./no-such-program-here"),
+             missing.err);
   const Output help = run_chorus({"launch", "--help"});
   BOOST_TEST(help.code == 0);
   BOOST_TEST(contains(help.out, "usage: chorus launch"));

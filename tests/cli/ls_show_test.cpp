@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "tests/cli/process.hpp"
+#include "tests/cli/run_files.hpp"
 
 #include <cmath>
 #include <fcntl.h>
@@ -12,59 +13,6 @@ using namespace chorus::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string hostname() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
-struct RunSpec {
-  std::string id;
-  std::string state = "finished";
-  int world = 4;
-  int crashed = 0;
-  std::string host = hostname();
-  double start = 1'700'000'000.0;
-  bool ended = true;
-};
-
-std::string run_json(const RunSpec& r, const fs::path& dir) {
-  std::string ranks;
-  for (int i = 0; i < r.world; ++i) {
-    const bool dead = i < r.crashed;
-    ranks += std::string(i ? "," : "") + R"({"rank":)" + std::to_string(i) + R"(,"state":")" +
-             (dead ? "crashed" : r.state == "running" ? "running" : "finished") + R"(","last_step":)" +
-             (dead ? "41" : "99") + R"(,"host":")" + r.host + R"(","message":")" + (dead ? "heartbeat lost" : "") +
-             "\"}";
-  }
-  return R"({"id":")" + r.id + R"(","name":")" + r.id + R"(-name","project":"proj","group":"grp","mode":"shared",)" +
-         R"("scope":"global","host":")" + r.host + R"(","pid":2147483000,"dir":")" + dir.string() + R"(","state":")" +
-         r.state + R"(","start_time":)" + std::to_string(r.start) + R"(,"end_time":)" +
-         (r.ended ? std::to_string(r.start + 95.0) : "null") + R"(,"world_size":)" + std::to_string(r.world) +
-         R"(,"rows":100,"rejected":0,"ranks":[)" + ranks + "]}\n";
-}
-
-fs::path make_run(const fs::path& root, const std::string& project, const std::string& group, const RunSpec& r) {
-  const fs::path dir = root / project / group / r.id;
-  write_text(dir / "run.json", run_json(r, dir));
-  return dir;
-}
-
-// 100 rows of loss (every 10th NaN, one infinite), lr, and acc per rank.
-std::string history(int rows = 100, int ranks = 2) {
-  std::string h;
-  for (int s = 0; s < rows; ++s) {
-    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s) +
-         R"(,"_runtime":)" + std::to_string(s) + ",\"loss\":";
-    h += s % 10 == 3 ? "\"NaN\"" : s == 50 ? "\"Infinity\"" : std::to_string(2.0 * std::exp(-s / 30.0));
-    h += ",\"lr\":" + std::to_string(0.001 * (rows - s) / rows);
-    for (int r = 0; r < ranks; ++r) h += ",\"acc/rank-" + std::to_string(r) + "\":" + std::to_string(s * 0.01 + r);
-    h += R"(,"_count":{"loss":2}})"
-         "\n";
-  }
-  return h;
-}
 
 constexpr double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
 

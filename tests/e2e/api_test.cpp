@@ -148,9 +148,14 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
       chorus::Pending p = run.log({{bad, 1.0}, {"good", 3.0}}, {.step = 12});
       chorus::Error e = p.wait();
       BOOST_TEST((e.code() == chorus::Errc::invalid_key));
-      BOOST_TEST(!e.message().empty());
+      BOOST_TEST(e.message().find("(the call's one valid value was logged)") != std::string::npos, e.message());
     }
-    BOOST_TEST((run.log({{"", 1.0}}).wait().code() == chorus::Errc::invalid_key));
+    // The error says what became of the rest of the call, in words that fit its count.
+    const chorus::Error alone = run.log({{"", 1.0}}).wait();
+    BOOST_TEST((alone.code() == chorus::Errc::invalid_key));
+    BOOST_TEST(alone.message().find("valid value") == std::string::npos, alone.message()); // refused whole
+    const chorus::Error two = run.log({{"good", 4.0}, {"", 1.0}, {"also", 5.0}}, {.step = 13}).wait();
+    BOOST_TEST(two.message().find("(the call's 2 valid values were logged)") != std::string::npos, two.message());
     // A config over 16 MiB would not fit a link between nodes: refused, saying what to do.
     const std::string blob(17u << 20, 'x');
     chorus::Error big = run.config({{"blob", std::string_view(blob)}}).wait();
@@ -167,12 +172,13 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
     rd = first.run_dir;
   }
   auto rows = read_history(rd);
-  BOOST_REQUIRE_EQUAL(rows.size(), 3u);
+  BOOST_REQUIRE_EQUAL(rows.size(), 4u);
   BOOST_TEST(rows[0].num.at("x") == 1.0);
   BOOST_TEST(rows[1].str.at("nan") == "NaN");
   BOOST_TEST(rows[1].str.at("inf") == "Infinity");
   BOOST_TEST(rows[1].str.at("ninf") == "-Infinity");
   BOOST_TEST(rows[2].num.at("good") == 3.0);
+  BOOST_TEST(rows[3].num.at("also") == 5.0);
   const std::string rejected = slurp(rd / "rejected.jsonl");
   BOOST_TEST(rejected.find("backwards_step") != std::string::npos);
 }

@@ -490,7 +490,7 @@ BOOST_AUTO_TEST_CASE(group_default_is_the_same_on_every_rank) {
 BOOST_AUTO_TEST_CASE(group_without_a_job_id_follows_where_the_job_meets) {
   const auto group = [](const Vars& v) { return resolve_ok(Options{}, v).opts.group; };
   const std::string a = group(torchrun(0, 4, 2, ""));
-  BOOST_TEST(a.rfind("job-", 0) == 0u, a);
+  BOOST_TEST(a.rfind("torchrun-", 0) == 0u, a); // the launcher, for a person to tell jobs apart
   BOOST_TEST(group(torchrun(3, 4, 2, "")) == a);
   BOOST_TEST(group(with(torchrun(0, 4, 2, ""), {{"MASTER_PORT", "6001"}})) != a);
   BOOST_TEST(group(with(torchrun(0, 4, 2, ""), {{"MASTER_ADDR", "10.0.0.2"}})) != a);

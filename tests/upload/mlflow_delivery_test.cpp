@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/upload.hpp"
+#include "tests/socket.hpp"
 #include "tests/upload/run_fixture.hpp"
 #include "tests/upload/tracking_server.hpp"
 #include "tests/upload/uploading.hpp"
@@ -192,4 +193,38 @@ BOOST_AUTO_TEST_CASE(a_lost_runs_create_answer_leaves_no_second_run) {
   BOOST_REQUIRE_EQUAL(server.mlflow_runs().size(), 1u);
   check_history(server, only_run(server).id, 300);
   BOOST_TEST(server.stats().by_kind["mlflow/runs/create"] == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(limit_silence_spares_a_server_that_answers_and_gives_up_on_one_that_does_not) {
+  // A slow server that has answered keeps each request's own time under the
+  // finish's limit (its answers take 4 times the limit), and stays reachable.
+  TrackingServer server;
+  RunFixture run;
+  run.history(0, 3);
+  auto up = std::make_unique<io::Uploader>(run.dir(), target(mlflow_url(server)), quick());
+  BOOST_REQUIRE(!up->open());
+  auto p = up->pump(Clock::now() + 30s); // answered at once: the remote run is made, the rows sent
+  BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
+  server.set_delay(800ms);
+  up->limit_silence(200ms);
+  run.history(3, 300);
+  run.write_run_json("finished", 1'700'000'300.0);
+  p = drain(*up, 90s);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  BOOST_TEST(!up->unreachable());
+  check_history(server, only_run(server).id, 303);
+
+  // A server that takes the connection and never answers: cut after the
+  // limit, and unreachable at once, since it never answered.
+  const int silent = test::bound_socket(0, 16); // listening, never accepting
+  BOOST_REQUIRE(silent >= 0);
+  RunFixture other("other");
+  auto lost = finished_run(other, 10, "mlflow://127.0.0.1:" + std::to_string(test::port_of(silent)));
+  lost->limit_silence(200ms);
+  BOOST_TEST(!lost->unreachable());
+  p = lost->pump(Clock::now() + 30s);
+  BOOST_TEST(p.wait_until.has_value());
+  BOOST_TEST(lost->unreachable());
+  BOOST_TEST(p.error.find("none within 0.2 s") != std::string::npos, p.error);
+  ::close(silent);
 }

@@ -80,6 +80,7 @@ enum class Errc : std::uint8_t {
   timeout,           // a bounded wait ran out
   io_error,          // the run directory could not be written
   internal,          // a bug in chorus: please report it
+  upload_incomplete, // finish left part of the upload in the run directory for `chorus sync`
 };
 
 std::string_view to_string(Errc) noexcept;
@@ -527,6 +528,14 @@ struct FinishResult {
   std::uint64_t dropped = 0; // values dropped by this process's queue
   std::uint64_t rejected = 0;// values the run host refused (see rejected.jsonl)
   std::vector<RankResult> ranks; // run host only
+  /// The run host's upload (Options::upload) as finish left it: empty when
+  /// the target has everything, else Errc::upload_incomplete naming what is
+  /// left, why, and the `chorus sync` command that sends it. The run is
+  /// complete on disk either way (see `state` and `error`); a target that
+  /// refuses connections or does not answer is given up on at once rather
+  /// than holding finish for `upload_timeout`.
+  Error upload_error;
+  std::uint64_t upload_left = 0; // bytes of history.jsonl and system.jsonl not uploaded (run host only)
 };
 
 /// What `Run::finish` returns: awaitable, `.wait()`-able, droppable.

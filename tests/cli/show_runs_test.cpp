@@ -1,0 +1,133 @@
+// What a user meets first in `chorus ls` and `chorus show`: groups in the
+// order they ran, the summary's bookkeeping in words, a live run's last
+// steps, and several runs' curves in one chart.
+#define BOOST_TEST_MODULE cli_show_runs
+#include <boost/test/unit_test.hpp>
+
+#include "tests/cli/process.hpp"
+#include "tests/cli/run_files.hpp"
+
+using namespace chorus::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The lines of `out` from the one that starts with `first` up to the next blank one.
+std::vector<std::string> block(const std::string& out, const std::string& first) {
+  std::vector<std::string> lines;
+  for (const std::string& l : lines_of(out)) {
+    if (lines.empty() && !l.starts_with(first)) continue;
+    if (l.empty()) break;
+    lines.push_back(l);
+  }
+  return lines;
+}
+
+/// `cells` whitespace-separated, as a table row prints them.
+std::vector<std::string> words_of(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> w;
+  for (std::string s; in >> s;) w.push_back(s);
+  return w;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(ls_lists_a_projects_groups_by_start_time_newest_last) {
+  TempDir root;
+  // Names in the opposite order of their start: random ids and job ids say nothing of when.
+  make_run(root.path(), "proj", "a-newest", {.id = "r3", .start = 1'700'000'900.0});
+  make_run(root.path(), "proj", "b-middle", {.id = "r2", .start = 1'700'000'500.0});
+  make_run(root.path(), "proj", "c-oldest", {.id = "r1", .start = 1'700'000'100.0});
+  make_run(root.path(), "other", "z", {.id = "r0", .start = 1'700'000'999.0});
+  const Output o = run_chorus({"ls", root.str()});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const auto at = [&](const std::string& s) { return o.out.find(s); };
+  BOOST_TEST(at("proj / c-oldest") < at("proj / b-middle"));
+  BOOST_TEST(at("proj / b-middle") < at("proj / a-newest"));
+  BOOST_TEST(at("other / z") < at("proj / c-oldest")); // projects by name
+}
+
+BOOST_AUTO_TEST_CASE(show_puts_the_summarys_bookkeeping_in_words) {
+  TempDir root;
+  const fs::path dir = make_run(root.path(), "proj", "grp", {.id = "sum1"});
+  write_text(dir / "summary.json", R"({"_step":99,"_runtime":95.0,"_timestamp":1700000095.0,"best_acc":0.975})");
+  const Output o = run_chorus({"show", dir.string(), "--no-history", "--no-system", "--width", "120"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const std::vector<std::string> summary = block(o.out, "summary");
+  BOOST_REQUIRE_EQUAL(summary.size(), 3u); // the title, the last row, best_acc
+  BOOST_TEST(summary[1].starts_with("  last row: step 99, "), summary[1]);
+  BOOST_TEST(contains(summary[1], "1m 35s into the run"), summary[1]);
+  BOOST_TEST(contains(summary[2], "best_acc"));
+  for (const char* raw : {"_step", "_runtime", "_timestamp"}) BOOST_TEST(!contains(o.out, raw), raw);
+}
+
+BOOST_AUTO_TEST_CASE(show_gives_a_running_runs_ranks_their_last_committed_step) {
+  TempDir root;
+  const fs::path dir =
+      make_run(root.path(), "proj", "grp", {.id = "live1", .state = "running", .world = 2, .ended = false, .last_step = -1});
+  write_text(dir / "summary.json", R"({"_step":57,"_runtime":12.0,"_timestamp":1700000012.0,"loss":0.5})");
+  const Output o = run_chorus({"show", dir.string(), "--no-history", "--no-system", "--width", "120"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const std::vector<std::string> ranks = block(o.out, "ranks (2)");
+  BOOST_REQUIRE_GE(ranks.size(), 4u);
+  for (std::size_t r = 0; r < 2; ++r) {
+    const auto row = words_of(ranks[2 + r]);
+    BOOST_REQUIRE_GE(row.size(), 3u);
+    BOOST_TEST(row[1] == "running");
+    BOOST_TEST(row[2] == "57"); // not "-"
+  }
+  BOOST_TEST(contains(o.out, "last committed row"));
+}
+
+BOOST_AUTO_TEST_CASE(show_of_several_runs_overlays_their_curves_with_a_legend) {
+  TempDir root;
+  const fs::path a = make_run(root.path(), "proj", "g1", {.id = "run-a"});
+  const fs::path b = make_run(root.path(), "proj", "g2", {.id = "run-b", .start = 1'700'000'500.0});
+  write_text(a / "history.jsonl", history(100));
+  write_text(b / "history.jsonl", history(40, 3)); // shorter, and a per-rank key run-a has not
+  const Output o = run_chorus({"show", a.string(), "run-b", "--dir", root.str(), "--ascii", "--width", "100"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(contains(o.out, "runs (2)"));
+  // One chart per metric, a series per run, and the legend naming both.
+  BOOST_TEST(count_of(o.out, "\nloss  (2 of 2 runs)\n") == 1u);
+  BOOST_TEST(count_of(o.out, "\nacc/rank-2  (1 of 2 runs)\n") == 1u);
+  const std::vector<std::string> loss = block(o.out, "loss  (");
+  bool star = false, ring = false;
+  for (const std::string& l : loss) {
+    if (!l.starts_with("  ") || l.find('|') == std::string::npos) continue; // plot lines only
+    const std::string plot = l.substr(l.find('|') + 1);
+    star = star || contains(plot, "*");
+    ring = ring || contains(plot, "o");
+  }
+  BOOST_TEST(star);
+  BOOST_TEST(ring);
+  BOOST_TEST(contains(o.out, "  * run-a-name (run-a)  "));
+  BOOST_TEST(contains(o.out, "  o run-b-name (run-b)  "));
+  BOOST_TEST(contains(o.out, "steps 0..99"));
+  BOOST_TEST(contains(o.out, "steps 0..39"));
+  BOOST_TEST(contains(o.out, "(not logged)")); // run-a in acc/rank-2's legend
+}
+
+BOOST_AUTO_TEST_CASE(show_of_several_runs_refuses_what_it_cannot_overlay) {
+  TempDir root;
+  std::vector<std::string> nine{"show"};
+  for (int i = 0; i < 9; ++i) nine.push_back(make_run(root.path(), "p", "g", {.id = "n" + std::to_string(i)}).string());
+  const Output many = run_chorus(nine);
+  BOOST_TEST(many.code == 2);
+  BOOST_TEST(contains(many.err, "9 runs"), many.err);
+  BOOST_TEST(contains(many.err, "give fewer"), many.err);
+
+  const Output group = run_chorus({"show", (root.path() / "p" / "g").string(), (root.path() / "p" / "g" / "n0").string()});
+  BOOST_TEST(group.code == 1);
+  BOOST_TEST(contains(group.err, "is a group"), group.err);
+  BOOST_TEST(contains(group.err, "show it alone"), group.err);
+
+  const Output missing = run_chorus({"show", "--dir", root.str(), "n0", "nothing-here"});
+  BOOST_TEST(missing.code == 1);
+  BOOST_TEST(contains(missing.err, "nothing-here"), missing.err);
+}
