@@ -212,6 +212,7 @@ struct Topology {
   int master_port = 0;      // the launcher's rendezvous port, 0 if none
   std::string launcher;     // "none", "torchrun", "slurm", "openmpi", "mpich"
   std::string job_id;       // the launcher's job identity, empty if none
+  std::string job_step;     // the step of that job (Slurm's SLURM_STEP_ID), empty if none
 };
 
 /// Reads the launcher's environment (torchrun and Flyte Elastic, Slurm,
