@@ -234,7 +234,8 @@ struct Options {
   std::vector<std::pair<std::string, Value>> config;
 
   /// The run host's address and port. Default: MASTER_ADDR (else this host)
-  /// and CHORUS_PORT (else MASTER_PORT + 1, else 29501).
+  /// and CHORUS_PORT (else MASTER_PORT + 1, else a port in 20000..29396
+  /// derived from the launcher's job id and step, else 29501).
   std::string host_address;
   std::uint16_t port = 0;
 
