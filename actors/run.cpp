@@ -78,6 +78,7 @@ struct RunActorState {
   std::unique_ptr<HostSink> sink;
   std::unique_ptr<Merger> merger;
   std::vector<caf::actor> proxies;          // by rank
+  std::vector<std::string> joined_from;     // by rank: "process PID on HOST", once it joined
   std::map<caf::actor_addr, std::uint32_t> rank_of;
   std::int64_t armed_barrier = -1;
   bool finishing = false;
@@ -292,6 +293,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   st.merger = std::make_unique<Merger>(*st.sink);
   st.sink->merger = st.merger.get();
   st.proxies.resize(host->settings.run_world);
+  st.joined_from.resize(host->settings.run_world);
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
   st.syncer = self->system().spawn<caf::detached>(wal_syncer, host);
   self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
@@ -333,10 +335,12 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         if (!proxy) return;
         auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string(), caf::actor()); };
         const std::string& ours = st.host->job;
+        const Settings& settings = st.host->settings;
+        const std::string port = port_name(settings, settings.port);
         if (job != ours)
           return refuse("rank " + std::to_string(rank) + " belongs to another job (" + job + ") than this run (" + ours +
-                        "): two jobs on one node met on the same port; give each job its own CHORUS_PORT (or "
-                        "MASTER_PORT), or check that every rank sees the same CHORUS_* settings");
+                        "): two jobs on one node met on the same port (" + port + "); give each job its own "
+                        "CHORUS_PORT (or MASTER_PORT), or check that every rank sees the same CHORUS_* settings");
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
           return refuse("rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
@@ -345,9 +349,12 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
           // The same proxy again: its answer was lost on the way; answer again.
           if (st.proxies[rank] == proxy)
             return self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir, st.beacon);
-          return refuse("rank " + std::to_string(rank) +
-                        " already joined or left this run: two processes claim the same RANK, or a restarted "
-                        "rank needs a new run id");
+          // Two jobs whose identities read alike (no launcher job id) can
+          // meet on one port too: the message names both processes.
+          return refuse("rank " + std::to_string(rank) + " already joined this run from " + st.joined_from[rank] +
+                        ", and process " + std::to_string(pid) + " on " + hostname + " claims it too: two processes "
+                        "of one job claim the same RANK, or two jobs alike (" + ours + ") met on one port (" + port +
+                        "): give each job its own CHORUS_PORT; a restarted rank needs a new run id");
         }
         if (st.ended) return refuse("the run has ended: start a new run (another run id) to log more");
         if (st.wal_error) return refuse(st.wal_error.message());
@@ -357,6 +364,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                         " ms) after the run host started, and the run went on without it: start every rank "
                         "within init_timeout of the host, or raise init_timeout (CHORUS_INIT_TIMEOUT)");
         st.proxies[rank] = proxy;
+        st.joined_from[rank] = "process " + std::to_string(pid) + " on " + hostname;
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
         record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));

@@ -284,6 +284,12 @@ std::string id_chars(std::string_view s) {
   return out;
 }
 
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
 /// The group every rank of a job derives alike, named so that a person can
 /// tell jobs apart: the launcher, then its job id (`chorus launch` makes one
 /// up that starts with the launch's date and time), else where the job meets
@@ -293,14 +299,46 @@ std::string derive_group(const Topology& t, const std::string& run_id) {
   const std::string launcher = t.launcher.empty() || t.launcher == "none" ? "job" : id_chars(t.launcher);
   if (!t.job_id.empty()) return (launcher + "-" + id_chars(t.job_id)).substr(0, max_name_bytes);
   if (t.world_size > 1) {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    const std::string key = t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size);
-    for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
+    const std::uint64_t h =
+        fnv1a(t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size));
     char hex[9];
     std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h & 0xffffffffu));
     return launcher + "-" + hex;
   }
   return run_id.empty() ? "default" : run_id;
+}
+
+/// The ports a job's id maps to where nothing names its run host's port:
+/// below Linux's default ephemeral range (32768-60999), from which any
+/// outgoing connection may take its local end and so hold the port, and
+/// below torchrun's rendezvous (29400) and store (29500) ports. Their count
+/// is a prime, so that numeric job ids less than that far apart (Slurm's
+/// come one after another) never share a port.
+constexpr unsigned job_ports_first = 20000, job_ports = 9397;
+/// Steps of one job are this far apart among the job ports: near the count
+/// over the golden ratio, so that no small multiple of it lands near a
+/// neighbouring job's port.
+constexpr std::uint64_t step_stride = 5807;
+
+/// A job id or step as a number: itself where it is one, else its hash.
+std::uint64_t id_number(std::string_view id) {
+  std::uint64_t n = 0;
+  auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), n);
+  return ec == std::errc() && p == id.data() + id.size() ? n : fnv1a(id);
+}
+
+/// The run host's port derived from the launcher's job id and step: every
+/// rank of a job reads the same id and step, so each derives the same port
+/// without a word between them, and two jobs on one node get different ones.
+std::uint16_t job_port(const Topology& t) {
+  const std::uint64_t step = t.job_step.empty() ? 0 : id_number(t.job_step) % job_ports;
+  return static_cast<std::uint16_t>(job_ports_first + (id_number(t.job_id) % job_ports + step * step_stride) % job_ports);
+}
+
+/// The job a port was derived from, as messages name it.
+std::string job_name(const Topology& t) {
+  const auto cut = [](const std::string& id) { return id.size() > 64 ? id.substr(0, 64) + "..." : id; };
+  return t.launcher + " job " + cut(t.job_id) + (t.job_step.empty() ? std::string() : " step " + cut(t.job_step));
 }
 
 } // namespace
@@ -372,7 +410,15 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
                                          "MASTER_PORT+1: set CHORUS_PORT to a free port on every rank");
     return s;
   }
-  if (port == 0) port = t.master_port > 0 ? static_cast<unsigned>(t.master_port) + 1 : default_port;
+  if (port == 0 && t.master_port > 0) port = static_cast<unsigned>(t.master_port) + 1;
+  // Without either, two jobs on one node (mpirun, srun, mpiexec name no
+  // port) would meet on the default port: the host of the second could not
+  // listen, and its ranks would join the first job's run.
+  if (port == 0 && !t.job_id.empty()) {
+    port = job_port(t);
+    s.port_job = job_name(t);
+  }
+  if (port == 0) port = default_port;
   const unsigned base_port = port;
   // Node runs may share one machine (a simulated cluster): each node gets its own port.
   if (o.mode == Mode::shared && node) port += static_cast<unsigned>(t.node_rank);
@@ -416,6 +462,10 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
     }
   }
   return s;
+}
+
+std::string port_name(const Settings& s, std::uint16_t port) {
+  return "CHORUS_PORT " + std::to_string(port) + (s.port_job.empty() ? std::string() : ", derived from the " + s.port_job);
 }
 
 std::string job_identity(const Settings& s) {

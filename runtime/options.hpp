@@ -38,6 +38,9 @@ struct Settings {
   int run_world = 1;   // ranks in the run
   std::string host_address; // where the run host listens (remote ranks dial it)
   std::uint16_t port = 0;   // the run host's port
+  // The job the port was derived from ("openmpi job 1882980353"), where
+  // nothing named it (CHORUS_PORT, Options::port, MASTER_PORT); else empty.
+  std::string port_job;
   std::string run_name;     // display name, with -rank-R / -node-N where it applies
   // The job's group, where the job has several runs (a run per rank, or per
   // node on several nodes): their hosts report to the Group actor on global
@@ -53,6 +56,11 @@ struct Settings {
 /// malformed value, `error` names the variable or option and the values it
 /// takes, and the result is unspecified.
 Settings resolve(const Options& opts, const Env& env, Error& error);
+
+/// How messages name one of the job's ports (the run host's, or one after
+/// it): "CHORUS_PORT 29501", and where it was derived from the job's id,
+/// which job that was.
+std::string port_name(const Settings& s, std::uint16_t port);
 
 /// The identity of the job a rank belongs to, as its joins carry it: the
 /// project, the group (derived from the launcher's job id, or where the job

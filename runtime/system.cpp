@@ -320,7 +320,7 @@ private:
       auto port = publish(run_actor_, s.port, link);
       if (!port) {
         Error e{Errc::address_in_use,
-                "the run host cannot listen on " + where(s.port, link) + ": " + sys_.render(port.error()) +
+                "the run host cannot listen on " + where(s, s.port, link) + ": " + sys_.render(port.error()) +
                     ". Another job may hold it: set CHORUS_PORT to a free port on every rank." +
                     (link == Link::local ? std::string() : io::detail::ephemeral_port_note(s.port))};
         discard_run(host->run_dir);
@@ -349,10 +349,12 @@ private:
     return !spans_nodes(s) ? Link::local : tls_ ? Link::tls : Link::tcp;
   }
 
-  /// Names the listener of `port` for an error.
-  std::string where(std::uint16_t port, Link link) const {
-    return link == Link::local ? local_socket_path(socket_dir_, port) + " (CHORUS_PORT " + std::to_string(port) + ")"
-                               : "port " + std::to_string(port);
+  /// Names the listener of `port` (at `address`, where it is another
+  /// machine's) for an error, and the job it was derived from, if it was.
+  std::string where(const Settings& s, std::uint16_t port, Link link, const std::string& address = {}) const {
+    if (link == Link::local) return local_socket_path(socket_dir_, port) + " (" + port_name(s, port) + ")";
+    return (address.empty() ? "port " : address + ":") + std::to_string(port) +
+           (s.port_job.empty() ? std::string() : " (" + port_name(s, port) + ")");
   }
 
   /// The middleman actor that opens links of kind `link`.
@@ -418,7 +420,7 @@ private:
     if (why.empty()) return {};
     return {Errc::connect_failed,
             "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " +
-                (link == Link::local ? where(s.port, link) : s.host_address + ":" + std::to_string(s.port)) +
+                where(s, s.port, link, s.host_address) +
                 " within init_timeout (" + std::to_string(s.opts.init_timeout.count()) +
                 " ms; last attempt: " + why + (s.topo.num_nodes > 1 ? std::string(
                     "; across nodes, every rank needs the same CHORUS_TLS_DIR credentials as the run host") : std::string()) +
@@ -465,7 +467,7 @@ private:
     if (auto port = publish(group_, s.group_port, link); !port)
       std::fprintf(stderr, "chorus: the job's group cannot listen on %s (%s): the other processes' runs cannot "
                            "report to it; set CHORUS_PORT to a free port on every rank.%s\n",
-                   where(s.group_port, link).c_str(), sys_.render(port.error()).c_str(),
+                   where(s, s.group_port, link).c_str(), sys_.render(port.error()).c_str(),
                    link == Link::local ? "" : io::detail::ephemeral_port_note(s.group_port).c_str());
     register_run(group_, s.opts.init_timeout);
   }

@@ -230,11 +230,15 @@ bool from_openmpi(Vars& v, Launch& l, Topology& t) {
        {"OMPI_COMM_WORLD_LOCAL_SIZE", {}}, {}, {},
        "map the ranks by slot, core or socket (mpirun --map-by slot), not by node"};
   read_counts(v, l);
-  t.job_id = v.text(v.first_set({"OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE"})).value_or("");
+  // Open MPI 4's mpirun names its job in OMPI_MCA_ess_base_jobid (and the
+  // same number in PMIX_NAMESPACE), older ones in OMPI_MCA_orte_ess_jobid,
+  // Open MPI 5 (PRRTE) in PMIX_NAMESPACE only.
+  t.job_id =
+      v.text(v.first_set({"OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE"})).value_or("");
   return true;
 }
 
-bool from_mpich(Vars& v, Launch& l, Topology&) {
+bool from_mpich(Vars& v, Launch& l, Topology& t) {
   if (!v.has("PMI_RANK") && !v.has("PMI_SIZE")) return false;
   // srun's PMI plugins set PMI_RANK and PMI_SIZE (Cray's also PMI_LOCAL_*)
   // but not the node index, which Slurm's own variables then give.
@@ -249,6 +253,9 @@ bool from_mpich(Vars& v, Launch& l, Topology&) {
        {},
        "place the ranks in blocks (mpiexec -ppn N), not round-robin (-rr)"};
   read_counts(v, l);
+  // Cray PMI (PALS) and Slurm's PMI-2 name the job in PMI_JOBID, a PMIx
+  // launcher in PMIX_NAMESPACE; Hydra names none.
+  t.job_id = v.text(v.first_set({"PMI_JOBID", "PMIX_NAMESPACE"})).value_or("");
   return true;
 }
 
@@ -314,6 +321,13 @@ std::string first_host(std::string_view list) {
   return host;
 }
 
+/// The Slurm job this process runs in, and its step: two sruns of one
+/// allocation may run side by side, each a job of its own ranks.
+void slurm_job(const Vars& v, Topology& t) {
+  t.job_id = v.text(v.first_set({"SLURM_JOB_ID", "SLURM_JOBID"})).value_or("");
+  if (!t.job_id.empty()) t.job_step = v.text(v.first_set({"SLURM_STEP_ID", "SLURM_STEPID"})).value_or("");
+}
+
 bool from_slurm(Vars& v, Launch& l, Topology& t) {
   if (!v.has("SLURM_PROCID")) return false;
   // The step's counts (what srun started) come before the allocation's.
@@ -335,7 +349,7 @@ bool from_slurm(Vars& v, Launch& l, Topology& t) {
       if (!l.num_nodes.value) l.num_nodes = {l.local_world.name, listed};
     }
   }
-  t.job_id = v.text(v.first_set({"SLURM_JOB_ID", "SLURM_JOBID"})).value_or("");
+  slurm_job(v, t);
   // Task 0 runs on the step's first node under srun's block and cyclic layouts.
   for (std::string_view list : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     if (!t.master_addr.empty()) break;
@@ -364,8 +378,7 @@ Topology detect_topology(const Env& env, Error& error) {
   if (!place(v, l, found)) return t;
   // An MPI job or torchrun without a run id inside a Slurm allocation is
   // still one job, and the allocation names it.
-  if (found.job_id.empty() && found.launcher != "slurm")
-    found.job_id = v.text(v.first_set({"SLURM_JOB_ID", "SLURM_JOBID"})).value_or("");
+  if (found.job_id.empty() && found.launcher != "slurm") slurm_job(v, found);
   return found;
 }
 

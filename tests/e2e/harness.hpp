@@ -113,6 +113,15 @@ inline int test_port(int salt) {
   return chosen[salt] = port;
 }
 
+/// A socket directory of the test's own under `dir` (mode 0700, as chorus
+/// wants it): the processes of its jobs link there, apart from other tests'.
+inline fs::path own_socket_dir(const TempDir& dir) {
+  const fs::path sockets = dir.path / "sockets";
+  fs::create_directory(sockets);
+  fs::permissions(sockets, fs::perms::owner_all);
+  return sockets;
+}
+
 inline std::string bin(const std::string& name) { return std::string(CHORUS_BINARY_DIR) + "/bin/" + name; }
 
 /// A shell command that runs `ranks` workers of this node under `chorus

@@ -32,9 +32,7 @@ struct Ranks {
 
 /// A socket directory of the test's own (mode 0700) and the path of the socket for `port` in it.
 std::pair<fs::path, std::string> socket_dir(const TempDir& dir, int port) {
-  const fs::path sockets = dir.path / "sockets";
-  fs::create_directory(sockets);
-  fs::permissions(sockets, fs::perms::owner_all);
+  const fs::path sockets = own_socket_dir(dir);
   return {sockets, (sockets / (std::to_string(port) + ".sock")).string()};
 }
 

@@ -4,7 +4,10 @@
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 //          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH] [--uneven 1]
+//          [--hold-until PATH] [--fail-rank R --finish-code C]
 // --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
+// --hold-until waits before the last step until PATH exists (at most 60 s),
+// so that a test can keep this run going while it starts another.
 // --fork-every forks a child every N steps, as DataLoader workers are forked:
 // the child logs through the inherited handle, drops it and exits; the parent
 // prints "CHILD HUNG" for a child that is not gone within 10 s.
@@ -45,7 +48,14 @@ struct Args {
   bool uneven = false;
   int fail_rank = -1; // this rank ends the run with finish({.exit_code = finish_code})
   int finish_code = 0;
+  std::string hold_until;
 };
+
+/// Waits until `path` exists, at most 60 s.
+void hold_until(const std::string& path) {
+  for (int i = 0; i < 6000 && ::access(path.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
 
 /// A child forked with a live run: its calls must be no-ops that return at
 /// once. It exits through exit() so that static destructors run too.
@@ -94,6 +104,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--fork-every") a.fork_every = v;
     else if (k == "--artifact") a.artifact = argv[i + 1];
     else if (k == "--uneven") a.uneven = v != 0;
+    else if (k == "--hold-until") a.hold_until = argv[i + 1];
   }
   return a;
 }
@@ -134,6 +145,7 @@ chorus::task<int> work(Args a) {
       (void)last.wait();
       ::kill(::getpid(), a.die_signal);
     }
+    if (!a.hold_until.empty() && s + 1 == a.steps) hold_until(a.hold_until);
     const double r = rank, st = static_cast<double>(s);
     last = run.log({{"loss", r + st * 0.5}, {"tokens", 100.0 + r}, {"lo", st - r}, {"hi", st + r},
                     {"per_rank", r * 1000 + st}},

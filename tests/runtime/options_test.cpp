@@ -60,6 +60,27 @@ Vars torchrun(int rank, int world, int local_world, const std::string& run_id = 
   return v;
 }
 
+// Rank `r` of a job of 4 ranks, 2 a node, as srun, Open MPI 4's mpirun and
+// Cray's mpiexec start it: its job named by the launcher, no MASTER_PORT.
+Vars slurm(int r, const std::string& job, const std::string& step = "0") {
+  return {{"SLURM_PROCID", std::to_string(r)},  {"SLURM_LOCALID", std::to_string(r % 2)},
+          {"SLURM_NTASKS", "4"},                {"SLURM_NODEID", std::to_string(r / 2)},
+          {"SLURM_TASKS_PER_NODE", "2(x2)"},    {"SLURM_JOB_ID", job},
+          {"SLURM_STEP_ID", step},              {"SLURM_JOB_NODELIST", "n[1-2]"}};
+}
+Vars open_mpi(int r, const std::string& job) {
+  return {{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+          {"OMPI_COMM_WORLD_SIZE", "4"},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r % 2)},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+          {"OMPI_MCA_ess_base_jobid", job},
+          {"MASTER_ADDR", "n1"}};
+}
+Vars cray_pmi(int r, const std::string& job) {
+  return {{"PMI_RANK", std::to_string(r)}, {"PMI_SIZE", "4"}, {"PMI_LOCAL_RANK", std::to_string(r % 2)},
+          {"PMI_LOCAL_SIZE", "2"},         {"PMI_JOBID", job}};
+}
+
 Vars with(Vars base, const Vars& more) {
   for (const auto& [k, v] : more) base[k] = v;
   return base;
@@ -450,26 +471,10 @@ BOOST_AUTO_TEST_CASE(group_default_is_the_same_on_every_rank) {
   };
   const Job jobs[] = {
       {"torchrun --rdzv-id", [](int r) { return torchrun(r, 4, 2, "abc"); }, "torchrun-abc"},
-      {"slurm",
-       [](int r) {
-         return Vars{{"SLURM_PROCID", std::to_string(r)}, {"SLURM_LOCALID", std::to_string(r % 2)},
-                     {"SLURM_NTASKS", "4"},                {"SLURM_NODEID", std::to_string(r / 2)},
-                     {"SLURM_TASKS_PER_NODE", "2(x2)"},    {"SLURM_JOB_ID", "4242"},
-                     {"SLURM_JOB_NODELIST", "n[1-2]"}};
-       },
-       "slurm-4242"},
+      {"slurm", [](int r) { return slurm(r, "4242"); }, "slurm-4242"},
       {"torchrun inside an allocation", [](int r) { return with(torchrun(r, 4, 2, ""), {{"SLURM_JOB_ID", "99"}}); },
        "torchrun-99"},
-      {"open mpi",
-       [](int r) {
-         return Vars{{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
-                     {"OMPI_COMM_WORLD_SIZE", "4"},
-                     {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r % 2)},
-                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                     {"OMPI_MCA_orte_ess_jobid", "3735683073"},
-                     {"MASTER_ADDR", "n1"}};
-       },
-       "openmpi-3735683073"},
+      {"open mpi", [](int r) { return open_mpi(r, "3735683073"); }, "openmpi-3735683073"},
       {"job id with path characters", [](int r) { return torchrun(r, 4, 2, "a/b:c"); }, "torchrun-a-b-c"},
       {"torchrun without --rdzv-id", [](int r) { return torchrun(r, 4, 2, "none"); }, ""},
       {"mpich", [](int r) { return Vars{{"PMI_RANK", std::to_string(r)}, {"PMI_SIZE", "4"}}; }, ""},
@@ -525,7 +530,8 @@ BOOST_AUTO_TEST_CASE(given_run_id_is_the_same_on_every_rank_of_a_shared_run) {
 // --- The run host's port and address ------------------------------------------
 
 BOOST_AUTO_TEST_CASE(port_default_order) {
-  // CHORUS_PORT, else Options::port, else MASTER_PORT + 1, else 29501.
+  // CHORUS_PORT, else Options::port, else MASTER_PORT + 1, else one derived
+  // from the launcher's job id (below), else 29501.
   BOOST_TEST(resolve_ok(Options{}).port == 29501);
   BOOST_TEST(resolve_ok(Options{}, torchrun(0, 2, 2)).port == 6001);
   BOOST_TEST(resolve_ok(Options{}, with(torchrun(0, 2, 2), {{"CHORUS_PORT", "7000"}})).port == 7000);
@@ -534,6 +540,95 @@ BOOST_AUTO_TEST_CASE(port_default_order) {
   BOOST_TEST(resolve_ok(o, torchrun(0, 2, 2)).port == 8000);
   BOOST_TEST(resolve_ok(o, with(torchrun(0, 2, 2), {{"CHORUS_PORT", "7000"}})).port == 7000);
   BOOST_TEST(resolve_ok(Options{}, {{"MASTER_PORT", "1234"}}).port == 1235);
+}
+
+// Without a port named, two jobs on one node would meet on 29501: each job's
+// ranks derive one from its id instead, all alike, apart from other jobs'.
+constexpr int job_ports_first = 20000, job_ports_end = 29397;
+
+BOOST_AUTO_TEST_CASE(without_a_port_named_every_rank_derives_the_same_from_the_job_id) {
+  struct Launcher {
+    const char* what;
+    std::function<Vars(int rank, const std::string& job)> env;
+    std::string named; // how messages name the job "j-1"
+  };
+  const Launcher launchers[] = {
+      {"slurm", [](int r, const std::string& j) { return slurm(r, j); }, "slurm job j-1 step 0"},
+      {"open mpi", open_mpi, "openmpi job j-1"},
+      {"cray pmi", cray_pmi, "mpich job j-1"},
+      {"torchrun without MASTER_PORT",
+       [](int r, const std::string& j) {
+         Vars v = torchrun(r, 4, 2, j);
+         v.erase("MASTER_PORT");
+         return v;
+       },
+       "torchrun job j-1"},
+  };
+  for (const Launcher& l : launchers) {
+    BOOST_TEST_CONTEXT(l.what) {
+      std::set<int> ports;
+      for (int r = 0; r < 4; ++r) {
+        const detail::Settings s = resolve_ok(Options{}, l.env(r, "j-1"));
+        ports.insert(s.port);
+        BOOST_TEST(s.port_job == l.named);
+        BOOST_TEST(detail::port_name(s, s.port) == "CHORUS_PORT " + std::to_string(s.port) + ", derived from the " + l.named);
+      }
+      BOOST_REQUIRE(ports.size() == 1u);
+      // Below the kernel's ephemeral range (from 32768 by default) and torchrun's 29400 and 29500.
+      BOOST_TEST(*ports.begin() >= job_ports_first);
+      BOOST_TEST(*ports.begin() < job_ports_end);
+      BOOST_TEST(resolve_ok(Options{}, l.env(0, "j-2")).port != *ports.begin());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(jobs_numbered_one_after_another_and_their_steps_never_share_a_port) {
+  // Slurm numbers jobs in order: those sharing a node are often close.
+  std::map<int, std::string> owner;
+  for (int job = 4200; job < 4300; ++job)
+    for (int step : {0, 1, 2, 3}) {
+      const std::string name = std::to_string(job) + "." + std::to_string(step);
+      const int port = resolve_ok(Options{}, slurm(1, std::to_string(job), std::to_string(step))).port;
+      BOOST_TEST((port >= job_ports_first && port < job_ports_end), name << ": " << port);
+      const auto [at, alone] = owner.emplace(port, name);
+      BOOST_TEST(alone, name << " and " << at->second << " share " << port);
+    }
+  // Open MPI's and PMIx's ids, torchrun's run ids: each its own.
+  std::set<int> ports;
+  const std::vector<Vars> jobs = {open_mpi(0, "1882980353"), open_mpi(0, "1882914817"),
+                                  cray_pmi(0, "prterun-vm-7362@1"), cray_pmi(0, "prterun-vm-7363@1"),
+                                  torchrun(0, 4, 2, "job-a"), torchrun(0, 4, 2, "job-b")};
+  for (Vars v : jobs) {
+    v.erase("MASTER_PORT");
+    ports.insert(resolve_ok(Options{}, v).port);
+  }
+  BOOST_TEST(ports.size() == jobs.size());
+}
+
+BOOST_AUTO_TEST_CASE(a_named_port_wins_over_the_job_id) {
+  const Vars job = slurm(0, "4242");
+  const int derived = resolve_ok(Options{}, job).port;
+  BOOST_TEST(derived != 29501);
+  // torchrun's MASTER_PORT (the run host takes the next one), CHORUS_PORT, Options::port.
+  for (const auto& [vars, port] : {std::pair{with(job, {{"MASTER_PORT", "6000"}}), 6001},
+                                   std::pair{with(job, {{"CHORUS_PORT", "7000"}}), 7000},
+                                   std::pair{with(job, {{"MASTER_PORT", "6000"}, {"CHORUS_PORT", "7000"}}), 7000}}) {
+    const detail::Settings s = resolve_ok(Options{}, vars);
+    BOOST_TEST(s.port == port);
+    BOOST_TEST(s.port_job.empty());
+    BOOST_TEST(detail::port_name(s, s.port) == "CHORUS_PORT " + std::to_string(port));
+  }
+  Options o;
+  o.port = 8000;
+  BOOST_TEST(resolve_ok(o, job).port == 8000);
+  // A malformed CHORUS_PORT is still an error, not a reason to derive one.
+  env_error(with(job, {{"CHORUS_PORT", "29501x"}}), {"CHORUS_PORT='29501x' is not a port", "1..65535"});
+  env_error(with(job, {{"CHORUS_PORT", "0"}}), {"CHORUS_PORT='0' is not a port"});
+  // Without a job id (Hydra's mpiexec, one process) the default stays.
+  BOOST_TEST(resolve_ok(Options{}, {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}).port == 29501);
+  BOOST_TEST(resolve_ok(Options{}, {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}).port_job.empty());
+  // Node runs on one machine take the derived port plus the node's index.
+  BOOST_TEST(resolve_ok(with_mode(Mode::shared, Scope::node), slurm(3, "4242")).port == derived + 1);
 }
 
 BOOST_AUTO_TEST_CASE(master_port_65535_leaves_no_port) {

@@ -170,6 +170,21 @@ BOOST_AUTO_TEST_CASE(slurm_srun_step) {
   BOOST_TEST(t.master_port == 0);
 }
 
+BOOST_AUTO_TEST_CASE(slurm_step_of_the_job) {
+  // Two sruns of one allocation run side by side: the step tells them apart.
+  BOOST_TEST(detect_ok(slurm_step()).job_step.empty());
+  BOOST_TEST(detect_ok(with(slurm_step(), {{"SLURM_STEP_ID", "3"}})).job_step == "3");
+  BOOST_TEST(detect_ok(with(slurm_step(), {{"SLURM_STEPID", "4"}})).job_step == "4"); // the older spelling
+  // An MPI job or torchrun without a run id inside an allocation is named
+  // by the allocation and its step; with an id of its own, by that alone.
+  const Vars mpi{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "2"}};
+  BOOST_TEST(detect_ok(mpi).job_id == "4242");
+  BOOST_TEST(detect_ok(mpi).job_step == "2");
+  const Topology own = detect_ok(with(mpi, {{"PMIX_NAMESPACE", "prterun-vm-1@1"}}));
+  BOOST_TEST(own.job_id == "prterun-vm-1@1");
+  BOOST_TEST(own.job_step.empty());
+}
+
 BOOST_AUTO_TEST_CASE(slurm_uneven_tasks_per_node) {
   // 11 tasks: 4 on each of the first two nodes, 3 on the third; the node
   // count comes from the list when SLURM_NNODES is not set.
@@ -262,6 +277,21 @@ BOOST_AUTO_TEST_CASE(open_mpi) {
   BOOST_TEST(t.job_id == "3735683073");
 }
 
+BOOST_AUTO_TEST_CASE(open_mpi_4_job_id_as_debians_mpirun_sets_it) {
+  // mpirun of Open MPI 4.1 names its job in OMPI_MCA_ess_base_jobid, and in
+  // PMIX_NAMESPACE (the same number), not in OMPI_MCA_orte_ess_jobid.
+  const Topology t = detect_ok({{"OMPI_COMM_WORLD_RANK", "1"},
+                                {"OMPI_COMM_WORLD_SIZE", "2"},
+                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                {"OMPI_MCA_ess_base_jobid", "1882980353"},
+                                {"PMIX_NAMESPACE", "1882980353"},
+                                {"PMIX_RANK", "1"}});
+  BOOST_TEST(t.launcher == "openmpi");
+  BOOST_TEST(t.job_id == "1882980353");
+  BOOST_TEST(t.job_step.empty());
+}
+
 BOOST_AUTO_TEST_CASE(open_mpi_5_job_id_from_pmix_namespace) {
   const Topology t = detect_ok({{"OMPI_COMM_WORLD_RANK", "0"},
                                 {"OMPI_COMM_WORLD_SIZE", "2"},
@@ -288,6 +318,15 @@ BOOST_AUTO_TEST_CASE(mpich_hydra) {
   const Topology t = detect_ok({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}});
   check(t, 2, 4, 0, 2, 1, 2);
   BOOST_TEST(t.launcher == "mpich");
+}
+
+BOOST_AUTO_TEST_CASE(pmi_job_id) {
+  // Cray PMI (PALS) names the job in PMI_JOBID, a PMIx launcher in
+  // PMIX_NAMESPACE; Hydra names none.
+  const Vars pmi{{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}};
+  BOOST_TEST(detect_ok(with(pmi, {{"PMI_JOBID", "8131.pbs01"}})).job_id == "8131.pbs01");
+  BOOST_TEST(detect_ok(with(pmi, {{"PMIX_NAMESPACE", "mpiexec-7@0"}})).job_id == "mpiexec-7@0");
+  BOOST_TEST(detect_ok(with(pmi, {{"PMI_FD", "5"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}})).job_id.empty());
 }
 
 BOOST_AUTO_TEST_CASE(pmi_without_local_counts_is_one_node) {

@@ -218,6 +218,7 @@ struct Topology {
   int master_port = 0;      // the launcher's rendezvous port, 0 if none
   std::string launcher;     // "none", "torchrun", "slurm", "openmpi", "mpich"
   std::string job_id;       // the launcher's job identity, empty if none
+  std::string job_step;     // the step of that job (Slurm's SLURM_STEP_ID), empty if none
 };
 
 /// Reads the launcher's environment (torchrun and Flyte Elastic, Slurm,
@@ -239,7 +240,8 @@ struct Options {
   std::vector<std::pair<std::string, Value>> config;
 
   /// The run host's address and port. Default: MASTER_ADDR (else this host)
-  /// and CHORUS_PORT (else MASTER_PORT + 1, else 29501).
+  /// and CHORUS_PORT (else MASTER_PORT + 1, else a port in 20000..29396
+  /// derived from the launcher's job id and step, else 29501).
   std::string host_address;
   std::uint16_t port = 0;
 
