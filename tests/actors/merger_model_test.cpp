@@ -56,6 +56,7 @@ std::vector<char> encode(std::uint32_t rank, const std::vector<Ev>& events) {
       case w::Tag::config: b.config(e.seq, e.text); break;
       case w::Tag::summary: b.summary(e.seq, e.text); break;
       case w::Tag::finish: b.finish(e.seq); break;
+      case w::Tag::finish_failed: b.finish(e.seq, static_cast<std::int32_t>(e.step)); break;
     }
   }
   return out;
@@ -225,13 +226,17 @@ private:
         done(rank, e.seq, Errc::ok);
         break;
       case w::Tag::finish:
+      case w::Tag::finish_failed: {
         r.closed = true;
+        // A finish with an exit code ends the rank as failed, with that reason.
+        const bool failed = e.tag == w::Tag::finish_failed;
         if (r.state == RunState::running) {
-          r.state = RunState::finished;
-          log.push_back(test::format_state(rank, RunState::finished, r.last, r.host, false));
+          r.state = failed ? RunState::failed : RunState::finished;
+          log.push_back(test::format_state(rank, r.state, r.last, r.host, failed));
         }
         done(rank, e.seq, Errc::ok);
         break;
+      }
       case w::Tag::barrier: {
         const std::uint64_t index = r.barriers++;
         if (index < released_) {
@@ -458,7 +463,8 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
     }
   }
   if (chance(rng, 90)) {
-    Ev f{w::Tag::finish};
+    Ev f{chance(rng, 10) ? w::Tag::finish_failed : w::Tag::finish};
+    f.step = 1 + pick(rng, 255); // the exit code of a failed finish
     f.seq = ++seq;
     stream.push_back(f);
     if (chance(rng, 5)) { // a client that logs after its finish: ignored
