@@ -339,9 +339,9 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
   // every rank succeed. The run's own state comes first in run.json, before
   // its ranks', and a finished run carries no error of its own.
   constexpr std::string_view finished = "\"state\":\"finished\"";
-  if (const auto at = text.find(finished); !failure.empty() && at != std::string::npos &&
-                                           text.find("\"error\":") == std::string::npos)
-  {
+  const auto at = text.find(finished);
+  if (!failure.empty() && at != std::string::npos && at < text.find("\"ranks\":") &&
+      text.find("\"error\":") == std::string::npos) {
     std::string failed = "\"state\":\"failed\",\"error\":";
     io::append_json_string(failed, failure);
     text.replace(at, finished.size(), failed);

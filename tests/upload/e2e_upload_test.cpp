@@ -512,8 +512,9 @@ void kill_the_uploading_host(bool reset_before_kill) {
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_TEST(out.code != 0);
   BOOST_TEST(out.code != -1); // the other rank did not hang
-  // Still "running": the host died before the run's end (else while it drained the upload).
-  const bool killed_while_training = read_run_json(run_dir).state == "running";
+  // Ended by chorus launch from its WAL as crashed: the host died before the
+  // run's end (else while it drained the upload, after run.json said finished).
+  const bool killed_while_training = read_run_json(run_dir).state == "crashed";
   BOOST_TEST_MESSAGE("host killed " << (killed_while_training ? "while training" : "while draining"));
 
   // Cut off mid-stream: some points are on the server, not all, no end.
