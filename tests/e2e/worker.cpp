@@ -4,6 +4,10 @@
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 //          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH] [--uneven 1]
+//          [--start-step S] [--pause-step P]
+// --start-step: the first step logged, as by a trainer restarted from a checkpoint.
+// --pause-step: at step P every rank meets at a barrier (which commits every
+// row before P), prints "PAUSED P" and waits there to be killed.
 // --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
 // --fork-every forks a child every N steps, as DataLoader workers are forked:
 // the child logs through the inherited handle, drops it and exits; the parent
@@ -43,6 +47,8 @@ struct Args {
   long fork_every = 0;
   std::string artifact;
   bool uneven = false;
+  long start_step = 0;
+  long pause_step = -1;
 };
 
 /// A child forked with a live run: its calls must be no-ops that return at
@@ -90,6 +96,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--fork-every") a.fork_every = v;
     else if (k == "--artifact") a.artifact = argv[i + 1];
     else if (k == "--uneven") a.uneven = v != 0;
+    else if (k == "--start-step") a.start_step = v;
+    else if (k == "--pause-step") a.pause_step = v;
   }
   return a;
 }
@@ -123,7 +131,13 @@ chorus::task<int> work(Args a) {
   run.define_metric("only0", chorus::Reduce::first); // rank 0 logs it alone: declared, it keeps its plain name
   run.config({{"steps", a.steps}, {"optimizer", "sgd"}});
   chorus::Pending last;
-  for (long s = 0; s < a.steps; ++s) {
+  for (long s = a.start_step; s < a.steps; ++s) {
+    if (s == a.pause_step) {
+      chorus::Error e = co_await run.barrier("pause");
+      std::printf("PAUSED %ld%s%s\n", s, e ? " " : "", e ? e.message().c_str() : "");
+      std::fflush(stdout);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     if (rank == a.die_rank && s == a.die_step) {
       // Make sure what came before reached the host, then die without a word.
       (void)last.wait();
