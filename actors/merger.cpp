@@ -530,12 +530,20 @@ struct Merger::State {
 
   bool host_event(const wire::HostEventData& h) {
     if (const auto* s = std::get_if<wire::RunStart>(&h)) {
-      if (started || s->world_size == 0 || s->world_size > max_world) return false;
+      if ((started && !ended) || s->world_size == 0 || s->world_size > max_world) return false;
+      // A run_start after run_end is a resumed attempt: fresh ranks, the
+      // history, keys and counts go on, and so does the runtime's origin.
+      // Its ranks' auto steps start past the last committed step.
+      if (!started) start_ts = s->ts_us;
       started = true;
-      start_ts = s->ts_us;
-      ranks.resize(s->world_size);
+      ended = false;
+      ranks.assign(s->world_size, Rank{});
+      for (Rank& r : ranks) r.cursor = last_committed;
       live = static_cast<int>(s->world_size);
-      watermark.reset(s->world_size, no_step);
+      parked = parked_live = 0;
+      released = 0;
+      open_timeout_ms = 0;
+      watermark.reset(s->world_size, last_committed);
       sink.run_start(s->run_json, s->ts_us, s->world_size);
       return true;
     }

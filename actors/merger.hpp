@@ -22,6 +22,11 @@
 //   without one is a column per rank, key/rank-N, in a run of several ranks,
 //   and `key` in a run of one; within one rank and step the later value of a
 //   key replaces the earlier;
+// - a run_start after run_end begins a resumed attempt (Options::resume): its
+//   ranks start afresh (joined, keys, seqs, barriers), their auto steps
+//   after the last committed step; rows, keys, their reductions and the
+//   runtime's origin carry on, so a step at or below the last committed one
+//   is refused (step_committed) as always, never written twice;
 // - a dead rank leaves the watermark and never blocks again; events of a rank
 //   after its death or finish are ignored.
 //
@@ -42,7 +47,7 @@
 // - completed(rank, seq) follows each rank's seq order: values, define,
 //   config, summary and finish when processed, a barrier when it releases;
 // - a rank batch is malformed (apply() returns false, nothing changes) before
-//   run_start, from a rank outside world_size or not joined yet, or when it
+//   run_start, so is a run_start while the run is running, from a rank outside world_size or not joined yet, or when it
 //   uses a key id before naming it or names one id twice differently (or
 //   names an id of 2^22 or more), or whose seqs do not go up from the rank's
 //   last (by at most 2^17 an event); so is a run_start for 0 or more than 65536

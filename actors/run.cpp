@@ -7,6 +7,7 @@
 #include "actors/uploader.hpp"
 #include "io/run_dir.hpp"
 #include "io/wal.hpp"
+#include "io/wal_replay.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/wire.hpp"
 
@@ -40,8 +41,9 @@ public:
   explicit HostSink(std::string dir) : writer(std::move(dir), [this](std::uint32_t k) { return merger->key_name(k); }) {}
 
   void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
-    progress.resize(world_size);
-    hosts.resize(world_size);
+    // A resumed attempt's ranks count their seqs afresh.
+    progress.assign(world_size, {});
+    hosts.assign(world_size, {});
     writer.run_start(run_json, ts_us, world_size);
   }
   void row(const Row& row) override { writer.row(row); }
@@ -286,6 +288,36 @@ caf::behavior wal_syncer(caf::event_based_actor*, std::shared_ptr<RunHost> host)
   }};
 }
 
+/// A resumed run: its WAL replayed through the merge, which rewrites the
+/// readable files from it (bringing up to date what a crashed host left
+/// behind, as `chorus recover` does); an attempt the log leaves open is
+/// closed, in the log too, as its run.json had it (killed, where launch
+/// stopped it) or else crashed. Returns why the new attempt is refused, or "".
+std::string replay_previous(run_actor* self) {
+  auto& st = self->state;
+  const RunHost& h = *st.host;
+  const std::optional<RunState> noted = st.sink->writer.carry_over(h.run_dir + "/run.json");
+  Error err;
+  const io::WalReplay replay = io::replay_wal(h.wal->path(), *st.merger, {}, err);
+  if (err)
+    return "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" + err.message() +
+           "). Fix the disk, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
+  if (!st.merger->started()) return {}; // its host died before the run began: it starts now
+  if (st.merger->world_size() != h.settings.run_world)
+    return "cannot resume run " + h.run_id + " in " + h.run_dir + ": it has " +
+           std::to_string(st.merger->world_size()) + " ranks and this job " + std::to_string(h.settings.run_world) +
+           " (a shared run keeps its world size). Start the job with " + std::to_string(st.merger->world_size()) +
+           " ranks, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
+  if (!replay.ended) {
+    const RunState state = noted && *noted != RunState::running ? *noted : RunState::crashed;
+    for (const auto& frame : io::closing_frames(*st.merger, replay.last_ts, state,
+                                                "the run host died before this rank finished (found when the run "
+                                                "resumed)"))
+      record(self, frame);
+  }
+  return {};
+}
+
 caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   auto& st = self->state;
   st.host = host;
@@ -297,6 +329,11 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
   st.syncer = self->system().spawn<caf::detached>(wal_syncer, host);
   self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
+  const std::string refusal = host->resumed ? replay_previous(self) : std::string();
+  if (!refusal.empty()) {
+    // Nothing of this attempt is logged: the host stops this actor.
+    return {[refusal](resume_atom) { return refusal; }};
+  }
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
@@ -452,6 +489,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         if (from_self(self)) self->state.group.keepalive(self);
       },
       [](ping_atom) { return caf::ok_atom::value; },
+      [](resume_atom) { return std::string(); },
       [self](nccl_id_atom, const std::vector<char>& id) {
         // The id comes from the host's own process (run rank 0).
         auto& st = self->state;

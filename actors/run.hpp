@@ -26,6 +26,10 @@ struct RunHost {
   std::string run_json; // the identity object of run.json
   std::string job;      // job_identity(): the joins of other jobs' ranks are refused
   std::int64_t start_us = 0;
+  /// The run directory held this run already (Options::resume): its WAL is
+  /// replayed before the new attempt starts. The Run actor answers
+  /// resume_atom with "" once the attempt started, or why it was refused.
+  bool resumed = false;
   std::unique_ptr<io::WalWriter> wal;
   FinishState* finish = nullptr; // the host process's; filled when the run ends
 };

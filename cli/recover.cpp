@@ -12,6 +12,7 @@
 #include "actors/merger.hpp"
 #include "io/run_dir.hpp"
 #include "io/wal.hpp"
+#include "io/wal_replay.hpp"
 #include "runtime/wire.hpp"
 
 #include <cstdio>
@@ -85,19 +86,6 @@ std::string parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
   if (!c.error().empty()) return c.error();
   if (a.run.empty()) return "missing RUN: a run directory or a run id";
   return {};
-}
-
-// The latest time a frame carries: where a crashed run is taken to have ended.
-std::int64_t frame_time(const wire::Frame& f) {
-  std::int64_t ts = 0;
-  if (f.type == wire::FrameType::host_event) {
-    std::visit([&](const auto& e) { ts = e.ts_us; }, f.host);
-  } else {
-    wire::for_each_event(f, [&](const wire::RankEvent& ev) {
-      if (const auto* v = std::get_if<wire::Values>(&ev)) ts = std::max(ts, v->ts_us);
-    });
-  }
-  return ts;
 }
 
 // The rebuilt files' writer, but a rank that died of the job's stop signal
@@ -237,42 +225,28 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
 
   detail::Merger* merger_ptr = nullptr;
   io::RunWriter writer(tmp, [&](std::uint32_t key) { return merger_ptr->key_name(key); });
+  (void)writer.carry_over(dir + "/run.json");
   StoppedRanks sink(writer, a.unended);
   detail::Merger merger(sink);
   merger_ptr = &merger;
 
-  std::uint64_t malformed = 0;
-  std::int64_t last_ts = 0;
-  bool ended = false;
-  RunState end_state = RunState::crashed;
   Error err;
-  io::WalScan scan;
+  io::WalReplay replay;
   {
     Progress progress(static_cast<std::uint64_t>(st.st_size));
-    scan = io::scan_wal(
-        wal,
-        [&](std::span<const char> payload, std::uint64_t offset) {
+    replay = io::replay_wal(
+        wal, merger,
+        [&](const wire::Frame& f, std::int64_t ts, std::uint64_t offset) {
           progress.at(offset);
-          wire::Frame f;
-          if (!wire::decode(payload, f)) {
-            ++malformed;
-            return;
-          }
-          const std::int64_t ts = frame_time(f);
           sink.stopping = a.stopped_at_us > 0 && f.type == wire::FrameType::host_event && ts >= a.stopped_at_us;
-          if (!merger.apply(payload)) {
-            ++malformed;
-            return;
-          }
-          last_ts = std::max(last_ts, ts);
-          if (const auto* e = std::get_if<wire::RunEnd>(&f.host); e && f.type == wire::FrameType::host_event && !ended) {
-            ended = true;
-            end_state = e->state;
-          }
         },
         err);
   }
   if (err) return err.message();
+  const io::WalScan& scan = replay.scan;
+  const bool ended = replay.ended;
+  const RunState end_state = replay.end_state;
+  const std::uint64_t malformed = replay.malformed;
   if (!merger.started())
     return "the log at " + wal + " has no run start (" + std::to_string(scan.frames) +
                                   " frames read): the host died before the run began; there is nothing to rebuild";
@@ -280,13 +254,9 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   int marked = 0;
   sink.stopping = a.unended != RunState::crashed;
   if (!ended) {
-    for (int r = 0; r < merger.world_size(); ++r) {
-      if (merger.rank_state(r) != RunState::running) continue;
-      ++marked;
-      merger.apply(wire::rank_dead(static_cast<std::uint32_t>(r), last_ts,
-                                   a.unended_reason));
-    }
-    merger.apply(wire::run_end(a.unended, last_ts));
+    const auto closing = io::closing_frames(merger, replay.last_ts, a.unended, a.unended_reason);
+    marked = static_cast<int>(closing.size()) - 1; // a rank_dead for each, then the run_end
+    for (const auto& frame : closing) merger.apply(frame);
   }
   writer.flush();
   if (writer.error()) return "rebuilding the files failed: " + writer.error().message();

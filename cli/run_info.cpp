@@ -127,7 +127,8 @@ std::int64_t RunInfo::crashed_ranks() const {
 std::string RunInfo::shown_state() const {
   if (!readable()) return "unreadable";
   if (host_crashed()) return "crashed?";
-  return state.empty() ? "-" : state;
+  if (state.empty()) return "-";
+  return segments.size() > 1 ? state + " (" + std::to_string(segments.size()) + " attempts)" : state;
 }
 
 std::optional<double> RunInfo::duration() const {
@@ -196,6 +197,18 @@ RunInfo read_run(const std::string& dir) {
       r.ranks.push_back(std::move(k));
     }
     std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
+  }
+  simdjson::dom::array segments;
+  if (o["segments"].get(segments) == simdjson::SUCCESS) {
+    for (simdjson::dom::element e : segments) {
+      simdjson::dom::object so;
+      if (e.get(so) != simdjson::SUCCESS) continue;
+      RunInfo::Segment seg;
+      read_number(so, "start_time", seg.start_time);
+      read_number(so, "end_time", seg.end_time);
+      read_string(so, "state", seg.state);
+      r.segments.push_back(std::move(seg));
+    }
   }
   simdjson::dom::object codes;
   if (o["exit_codes"].get(codes) == simdjson::SUCCESS) {

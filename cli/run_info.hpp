@@ -44,6 +44,12 @@ struct RunInfo {
   /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
   std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;
   HostLife host_life = HostLife::unknown; // meaningful while state is "running"
+  /// The run's attempts, one a job that ran it (a resumed run has several).
+  struct Segment {
+    std::optional<double> start_time, end_time;
+    std::string state;
+  };
+  std::vector<Segment> segments;
 
   [[nodiscard]] bool readable() const noexcept { return problem.empty(); }
   /// run.json says running, but its host is gone: `chorus recover` applies.

@@ -198,6 +198,13 @@ std::string identity(const RunInfo& r) {
     state += " (its host, " + (r.host.empty() ? std::string("unknown") : r.host) + ", cannot be checked from here)";
   if (r.host_crashed()) state += ", but its host is gone: it CRASHED";
   row("state", state);
+  // A resumed run: when each job that ran it started and stopped, and how it ended.
+  if (r.segments.size() > 1)
+    for (std::size_t i = 0; i < r.segments.size(); ++i) {
+      const RunInfo::Segment& g = r.segments[i];
+      row("attempt " + std::to_string(i + 1), (g.start_time ? format_time(*g.start_time) : "?") + " - " +
+                                                  (g.end_time ? format_time(*g.end_time) : "...") + ", " + g.state);
+    }
   // run.json's row count is written at the end: while running it lags (the history section counts).
   std::string rows = r.rows && r.state != "running" ? std::to_string(*r.rows) : "";
   if (r.rejected && *r.rejected > 0) rows += " (" + std::to_string(*r.rejected) + " values rejected: see rejected.jsonl)";

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -97,6 +98,13 @@ public:
   /// summary.json's object as it stands: each column's last value, with
   /// what run.summary set over them.
   [[nodiscard]] std::string summary_json() const;
+
+  /// Takes from the run.json at `run_json_path`, which a replay of the WAL
+  /// is about to rebuild, what the WAL lacks: the exit codes `chorus launch`
+  /// added (its "segments" and its top-level "exit_codes", the last
+  /// attempt's), so that each attempt keeps its own. Returns the state it
+  /// records (launch marks a run it stopped killed), if it has one.
+  std::optional<RunState> carry_over(const std::string& run_json_path);
 
   /// Records `e` as the run's error (its WAL failed, say): run.json says so.
   void note_error(const Error& e);

@@ -67,6 +67,13 @@ struct Series {
   double last = 0;
 };
 
+// One attempt of the run: a run_start to its run_end (Options::resume).
+struct Segment {
+  std::int64_t start_us = 0;
+  std::optional<std::int64_t> end_us;
+  RunState state = RunState::running;
+};
+
 struct RankInfo {
   RunState state = RunState::running;
   std::int64_t last_step = -1;
@@ -98,10 +105,11 @@ struct RunWriter::State {
   bool summary_dirty = false;
   bool run_json_dirty = false; // rank states changed since run.json was written
 
-  std::map<int, RankInfo> ranks;
-  RunState state = RunState::running;
-  std::int64_t start_us = 0;
-  std::optional<std::int64_t> end_us;
+  std::map<int, RankInfo> ranks; // the current attempt's
+  std::vector<Segment> segments;
+  // The exit codes `chorus launch` added to an earlier run.json, by attempt:
+  // they are nowhere in the WAL, so a rebuild carries them over.
+  std::vector<std::string> exit_codes;
   std::uint32_t world_size = 0;
   std::uint64_t rows = 0;
   std::uint64_t rejected_values = 0;
@@ -202,13 +210,8 @@ struct RunWriter::State {
     return out;
   }
 
-  void write_run_json() {
-    std::string out;
-    JsonWriter w(out);
-    w.begin_object();
-    for (const auto& [k, v] : identity.items) w.key(k).raw(v);
+  static void write_times(JsonWriter& w, std::int64_t start_us, std::optional<std::int64_t> end_us) {
     std::string t;
-    w.key("state").string(to_string(state));
     append_seconds(t, start_us);
     w.key("start_time").raw(t);
     w.key("end_time");
@@ -219,6 +222,30 @@ struct RunWriter::State {
     } else {
       w.null();
     }
+  }
+
+  void write_run_json() {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    for (const auto& [k, v] : identity.items) w.key(k).raw(v);
+    // The run's times and state: from its first attempt's start to its last's end.
+    const Segment none;
+    const Segment& last = segments.empty() ? none : segments.back();
+    w.key("state").string(to_string(last.state));
+    write_times(w, segments.empty() ? 0 : segments.front().start_us, last.end_us);
+    w.key("segments").begin_array();
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      w.begin_object();
+      write_times(w, segments[i].start_us, segments[i].end_us);
+      w.key("state").string(to_string(segments[i].state));
+      if (i < exit_codes.size() && !exit_codes[i].empty()) w.key("exit_codes").raw(exit_codes[i]);
+      w.end_object();
+    }
+    w.end_array();
+    // Where the last attempt's codes are known already (a rebuild), they stay where launch put them.
+    if (segments.size() <= exit_codes.size() && !exit_codes[segments.size() - 1].empty())
+      w.key("exit_codes").raw(exit_codes[segments.size() - 1]);
     w.key("world_size").uinteger(world_size);
     w.key("rows").uinteger(rows);
     w.key("rejected").uinteger(rejected_values);
@@ -265,14 +292,15 @@ RunWriter::~RunWriter() {
 
 void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
   State& s = *s_;
-  s.start_us = ts_us;
+  s.segments.push_back(Segment{ts_us, std::nullopt, RunState::running});
+  s.ranks.clear(); // a resumed attempt's ranks join afresh
   s.world_size = world_size;
   s.identity = {};
   ObjectMerge parsed;
   if (s.merge(parsed, run_json, "run_start's identity"))
     for (auto& [k, v] : parsed.items)
       if (k != "state" && k != "start_time" && k != "end_time" && k != "world_size" && k != "rows" &&
-          k != "rejected" && k != "ranks")
+          k != "rejected" && k != "ranks" && k != "segments" && k != "exit_codes")
         s.identity.set(k, std::move(v));
   // Readers find every file from the start, if empty.
   s.config_dirty = s.summary_dirty = true;
@@ -371,8 +399,10 @@ std::string RunWriter::summary_json() const { return s_->summary_text(); }
 
 void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   State& s = *s_;
-  s.state = state;
-  s.end_us = ts_us;
+  if (!s.segments.empty()) {
+    s.segments.back().state = state;
+    s.segments.back().end_us = ts_us;
+  }
   s.release_room();
   if (s.error.code() == Errc::io_error) {
     // The disk is failing: the end state and the reason take the room first.
@@ -383,6 +413,34 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   if (s.history) s.fail(s.history->sync());
   s.write_summary();
   s.write_run_json();
+}
+
+std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {
+  State& s = *s_;
+  simdjson::padded_string text;
+  simdjson::dom::object obj;
+  // No run.json, or a torn one, has nothing to carry over.
+  if (simdjson::padded_string::load(run_json_path).get(text) != simdjson::SUCCESS ||
+      s.parser.parse(text).get(obj) != simdjson::SUCCESS)
+    return std::nullopt;
+  s.exit_codes.clear();
+  simdjson::dom::array segments;
+  if (obj["segments"].get(segments) == simdjson::SUCCESS)
+    for (simdjson::dom::element seg : segments) {
+      simdjson::dom::object codes;
+      s.exit_codes.push_back(seg["exit_codes"].get(codes) == simdjson::SUCCESS ? simdjson::minify(codes) : "");
+    }
+  // launch adds the codes of the attempt that ended last at the top level.
+  simdjson::dom::object last;
+  if (obj["exit_codes"].get(last) == simdjson::SUCCESS) {
+    if (s.exit_codes.empty()) s.exit_codes.emplace_back();
+    s.exit_codes.back() = simdjson::minify(last);
+  }
+  std::string_view state;
+  if (obj["state"].get(state) != simdjson::SUCCESS) return std::nullopt;
+  for (RunState r : {RunState::running, RunState::finished, RunState::failed, RunState::crashed, RunState::killed})
+    if (to_string(r) == state) return r;
+  return std::nullopt;
 }
 
 void RunWriter::note_error(const Error& e) {

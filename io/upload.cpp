@@ -351,6 +351,7 @@ struct Uploader::Impl {
   std::optional<SteadyTime> wait_until;
   std::string reported; // the last problem printed, so that each is printed once
   bool stopped = false;
+  bool resume_checked = false; // whether a delivered end was checked against a resumed run
   std::string stop_reason;
 
   // A history or system slice is kept while the backend takes it a request
@@ -476,6 +477,14 @@ struct Uploader::Impl {
   Progress pump(SteadyTime start_by) {
     Progress p;
     for (;;) {
+      if (!st.final_sent.empty() && !resume_checked) {
+        // A resumed run (Options::resume) runs again after an earlier
+        // attempt's end went up: its new attempt goes on from the offsets,
+        // to the same remote run, and its own end is sent in turn.
+        resume_checked = true;
+        Error ignored;
+        if (auto run = RunSnapshot::read(dir, ignored); run && !run->ended) st.final_sent.clear();
+      }
       if (!st.final_sent.empty()) {
         p.done = p.caught_up = true;
         return p;

@@ -135,6 +135,11 @@ Error apply_env(Options& o, const Env& env) {
     if (!s) return bad(variable("CHORUS_SCOPE"), *v, "is not a scope", "global or worker (or node)");
     o.scope = *s;
   }
+  if (auto v = lookup(env, "CHORUS_RESUME")) {
+    auto r = parse_enum(*v, {Resume::never, Resume::allow, Resume::must});
+    if (!r) return bad(variable("CHORUS_RESUME"), *v, "is not a resume policy", "never, allow or must");
+    o.resume = *r;
+  }
   if (auto v = lookup(env, "CHORUS_PORT")) {
     unsigned port = 0;
     auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), port);
@@ -196,6 +201,9 @@ Error check_options(const Options& o, const Options& given) {
     return bad(option("mode"), std::to_string(static_cast<int>(o.mode)), "is not a mode", "Mode::automatic, shared or per_rank");
   if (o.scope != Scope::global && o.scope != Scope::node)
     return bad(option("scope"), std::to_string(static_cast<int>(o.scope)), "is not a scope", "Scope::global or node");
+  if (o.resume != Resume::never && o.resume != Resume::allow && o.resume != Resume::must)
+    return bad(option("resume"), std::to_string(static_cast<int>(o.resume)), "is not a resume policy",
+               "Resume::never, allow or must");
   if (o.overflow != Overflow::block && o.overflow != Overflow::drop_newest)
     return bad(option("overflow"), std::to_string(static_cast<int>(o.overflow)), "is not a policy",
                "Overflow::block or drop_newest");

@@ -35,6 +35,7 @@
 //   System -> Group    (finish_atom) -> (ok_atom)                     rank 0 exits: once the members ended
 //   Run -> Uploader    (upload_atom), (upload_drain_atom, i64 ms) -> (bool, u64, string)   see actors/uploader.hpp
 //   Run -> its syncer  (sync_atom) -> (string failure)               fdatasync of the WAL; empty: done
+//   host -> Run        (resume_atom) -> (string refusal)              a resumed run's attempt started: empty
 //   RankProxy -> beacon (ping_atom) -> (ok_atom)                      a dialled link's keepalive (to the
 //   Run -> Group        (ping_atom) -> (ok_atom)                      Run before the join answer came),
 //                                                                     see actors/keepalive.hpp
@@ -82,6 +83,7 @@ using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using keepalive_atom = caf::atom_constant<caf::atom("keepalive")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using sync_atom = caf::atom_constant<caf::atom("sync")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
 
 /// The current message is a timer or a note the actor sent itself.
 inline bool from_self(caf::local_actor* self) { return self->current_sender() == self->ctrl(); }

@@ -46,6 +46,15 @@ std::string_view to_string(RunState s) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(Resume r) noexcept {
+  switch (r) {
+  case Resume::never: return "never";
+  case Resume::allow: return "allow";
+  case Resume::must: return "must";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Errc e) noexcept {
   switch (e) {
   case Errc::ok: return "ok";

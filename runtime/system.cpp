@@ -144,6 +144,27 @@ void sync_wal_on_signals(int fd) {
 
 void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_relaxed); }
 
+/// Whether a run directory that exists (or not) may be used under
+/// Options::resume; marks `host` resumed where its run goes on.
+Error check_resume(const Options& o, RunHost& host) {
+  if (o.resume == Resume::must && o.run_id.empty())
+    return {Errc::invalid_argument, "CHORUS_RESUME=must continues a run named by its id, and no run id is set: set "
+                                    "CHORUS_RUN_ID (Options::run_id) to the id of the run to resume"};
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(host.run_dir, ec);
+  if (exists && o.resume == Resume::never)
+    return {Errc::invalid_argument, "run directory " + host.run_dir +
+                                        " already exists: run ids must be unique; choose another run_id "
+                                        "(CHORUS_RUN_ID) or leave it unset, or set CHORUS_RESUME=allow "
+                                        "(Options::resume) to continue that run"};
+  if (!exists && o.resume == Resume::must)
+    return {Errc::invalid_argument, "CHORUS_RESUME=must, but there is no run " + host.run_id + " to resume (no " +
+                                        host.run_dir + "): check CHORUS_RUN_ID, CHORUS_DIR, CHORUS_PROJECT and "
+                                        "CHORUS_GROUP, or set CHORUS_RESUME=allow to start the run if it is new"};
+  host.resumed = exists;
+  return {};
+}
+
 /// Whether the run's ranks are on several nodes (scope global across nodes).
 bool spans_nodes(const Settings& s) { return s.topo.num_nodes > 1 && s.opts.scope == Scope::global; }
 
@@ -296,11 +317,7 @@ private:
     host->run_id = s.opts.run_id.empty() ? new_run_id() : s.opts.run_id;
     host->run_dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group / host->run_id).string();
     host->start_us = unix_now_us();
-    std::error_code ec;
-    if (std::filesystem::exists(host->run_dir, ec))
-      return {Errc::invalid_argument, "run directory " + host->run_dir +
-                                          " already exists: run ids must be unique; choose another run_id "
-                                          "(CHORUS_RUN_ID) or leave it unset"};
+    if (Error e = check_resume(s.opts, *host)) return e;
     if (Error e = io::make_dirs(host->run_dir)) return e;
     if (Error e = io::make_dirs(host->run_dir + "/artifacts")) return e;
     Error err;
@@ -313,6 +330,16 @@ private:
     run.run_dir = host->run_dir;
     sync_wal_on_signals(host->wal->fd());
     run_actor_ = spawn_run_actor(sys_, host);
+    if (host->resumed) {
+      std::string refusal;
+      caf::scoped_actor self{sys_};
+      self->request(run_actor_, caf::infinite, resume_atom::value)
+          .receive([&](std::string& r) { refusal = std::move(r); }, [&](caf::error& e) { refusal = sys_.render(e); });
+      if (!refusal.empty()) {
+        stop_run_actor(); // the run's directory stays: it is the earlier attempts'
+        return {Errc::invalid_argument, refusal};
+      }
+    }
     if (s.run_world > 1) {
       // Only a run that spans nodes listens on the network: a node-scope
       // run's ranks are all on its host's node, and link through its socket.
@@ -335,13 +362,17 @@ private:
   /// A run that never started (its host could not listen) leaves no
   /// directory behind to be taken for a crashed run.
   void discard_run(const std::string& dir) {
+    stop_run_actor();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  void stop_run_actor() {
     stop_syncing_wal_on_signals();
     caf::scoped_actor self{sys_};
     self->send_exit(run_actor_, caf::exit_reason::kill);
     self->wait_for(run_actor_);
     run_actor_ = nullptr;
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 
   /// How the ranks of this run reach its host.

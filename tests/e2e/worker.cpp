@@ -5,6 +5,10 @@
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 //          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH] [--uneven 1]
 //          [--hold-until PATH] [--fail-rank R --finish-code C]
+//          [--start-step S] [--pause-step P]
+// --start-step: the first step logged, as by a trainer restarted from a checkpoint.
+// --pause-step: at step P every rank meets at a barrier (which commits every
+// row before P), prints "PAUSED P" and waits there to be killed.
 // --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
 // --hold-until waits before the last step until PATH exists (at most 60 s),
 // so that a test can keep this run going while it starts another.
@@ -49,6 +53,8 @@ struct Args {
   int fail_rank = -1; // this rank ends the run with finish({.exit_code = finish_code})
   int finish_code = 0;
   std::string hold_until;
+  long start_step = 0;
+  long pause_step = -1;
 };
 
 /// Waits until `path` exists, at most 60 s.
@@ -105,6 +111,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--artifact") a.artifact = argv[i + 1];
     else if (k == "--uneven") a.uneven = v != 0;
     else if (k == "--hold-until") a.hold_until = argv[i + 1];
+    else if (k == "--start-step") a.start_step = v;
+    else if (k == "--pause-step") a.pause_step = v;
   }
   return a;
 }
@@ -139,7 +147,13 @@ chorus::task<int> work(Args a) {
   run.define_metric("only0", chorus::Reduce::first); // rank 0 logs it alone: declared, it keeps its plain name
   run.config({{"steps", a.steps}, {"optimizer", "sgd"}});
   chorus::Pending last;
-  for (long s = 0; s < a.steps; ++s) {
+  for (long s = a.start_step; s < a.steps; ++s) {
+    if (s == a.pause_step) {
+      chorus::Error e = co_await run.barrier("pause");
+      std::printf("PAUSED %ld%s%s\n", s, e ? " " : "", e ? e.message().c_str() : "");
+      std::fflush(stdout);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     if (rank == a.die_rank && s == a.die_step) {
       // Make sure what came before reached the host, then die without a word.
       (void)last.wait();

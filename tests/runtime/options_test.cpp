@@ -102,6 +102,7 @@ Vars all_chorus() {
           {"CHORUS_NAME", "nice name"},
           {"CHORUS_MODE", "shared"},
           {"CHORUS_SCOPE", "worker"},
+          {"CHORUS_RESUME", "allow"},
           {"CHORUS_UPLOAD", "mlflow://tracking:5000"},
           {"CHORUS_PORT", "40000"},
           {"CHORUS_INIT_TIMEOUT", "2.5"},
@@ -159,6 +160,7 @@ BOOST_AUTO_TEST_CASE(environment_overrides_options) {
   BOOST_TEST(s.run_name == "nice name-node-0");
   BOOST_TEST((s.opts.mode == Mode::shared));
   BOOST_TEST((s.opts.scope == Scope::node));
+  BOOST_TEST((s.opts.resume == Resume::allow));
   BOOST_TEST(s.opts.upload == "mlflow://tracking:5000");
   BOOST_TEST(s.opts.port == 40000);
   BOOST_TEST(s.port == 40000);
@@ -213,6 +215,19 @@ BOOST_AUTO_TEST_CASE(mode_and_scope_spellings) {
   BOOST_TEST((resolve_ok(Options{}, {{"CHORUS_SCOPE", "node"}}).opts.scope == Scope::node));
 }
 
+BOOST_AUTO_TEST_CASE(resume_spellings_and_default) {
+  // Today's behaviour stays the default: a reused run id is refused.
+  BOOST_TEST((resolve_ok(Options{}).opts.resume == Resume::never));
+  for (Resume r : {Resume::never, Resume::allow, Resume::must}) {
+    const std::string text(to_string(r));
+    BOOST_TEST_CONTEXT(text) { BOOST_TEST((resolve_ok(Options{}, {{"CHORUS_RESUME", text}}).opts.resume == r)); }
+  }
+  Options code;
+  code.resume = Resume::must;
+  BOOST_TEST((resolve_ok(code).opts.resume == Resume::must));
+  BOOST_TEST((resolve_ok(code, {{"CHORUS_RESUME", "never"}}).opts.resume == Resume::never));
+}
+
 BOOST_AUTO_TEST_CASE(accepted_edge_values) {
   BOOST_TEST(resolve_ok(Options{}, {{"CHORUS_PORT", "1"}}).port == 1);
   BOOST_TEST(resolve_ok(Options{}, {{"CHORUS_PORT", "65535"}}).port == 65535);
@@ -244,6 +259,7 @@ BOOST_AUTO_TEST_CASE(malformed_chorus_values_name_the_variable_and_what_it_takes
   const Case cases[] = {
       {"CHORUS_MODE", {"sideways", "Shared", "Automatic", "per-rank", "auto "}, "auto, shared or new (or automatic, per_rank)"},
       {"CHORUS_SCOPE", {"nodes", "local", "Global"}, "global or worker (or node)"},
+      {"CHORUS_RESUME", {"yes", "auto", "Allow", "true", "1", "must "}, "never, allow or must"},
       {"CHORUS_PORT",
        {"70000", "65536", "0", "-1", "abc", "80x", " 80", "99999999999999999999"},
        "a port number in 1..65535"},
@@ -357,6 +373,7 @@ BOOST_AUTO_TEST_CASE(bad_option_values) {
   check([](Options& o) { o.system_interval = std::numeric_limits<double>::quiet_NaN(); }, {"Options::system_interval"});
   check([](Options& o) { o.mode = static_cast<Mode>(7); }, {"Options::mode"});
   check([](Options& o) { o.scope = static_cast<Scope>(7); }, {"Options::scope"});
+  check([](Options& o) { o.resume = static_cast<Resume>(7); }, {"Options::resume", "Resume::never, allow or must"});
   check([](Options& o) { o.overflow = static_cast<Overflow>(7); }, {"Options::overflow"});
   check([](Options& o) { o.upload = "s3://bucket"; }, {"Options::upload='s3://bucket'", "mlflow://HOST:PORT"});
 }

@@ -55,10 +55,18 @@ enum class Overflow { block, drop_newest };
 /// `inactive`: what an inactive handle's finish says (it logs into no run).
 enum class RunState { running, finished, failed, crashed, killed, inactive };
 
+/// What a run id that names an existing run means (W&B's words): `never`
+/// refuses it (the default: two jobs given one id by mistake never mix),
+/// `allow` continues that run or starts a new one, `must` continues it and
+/// refuses to start afresh. A continued run appends after its last committed
+/// step (see README, "Resuming a run").
+enum class Resume { never, allow, must };
+
 std::string_view to_string(Mode) noexcept;
 std::string_view to_string(Scope) noexcept;
 std::string_view to_string(Reduce) noexcept;
 std::string_view to_string(RunState) noexcept;
+std::string_view to_string(Resume) noexcept;
 
 // ---------------------------------------------------------------------------
 // Errors are values.
@@ -235,6 +243,8 @@ struct Options {
   std::string notes;
   Mode mode = Mode::automatic;
   Scope scope = Scope::global;
+  /// A run_id (CHORUS_RUN_ID) whose run exists: refused, continued, or required.
+  Resume resume = Resume::never;
   std::string dir;      // default: $CHORUS_DIR or ./chorus-runs
   std::string upload;   // "mlflow://host:port", "wandb://host" (empty: local only)
   std::vector<std::pair<std::string, Value>> config;
