@@ -253,6 +253,14 @@ private:
     err_.flush();
   }
 
+  void note_exit(const Rank& r) const {
+    if (args_.exits_file.empty()) return;
+    if (std::FILE* f = std::fopen(args_.exits_file.c_str(), "a")) {
+      std::fprintf(f, "%d %d\n", r.rank, r.code);
+      std::fclose(f);
+    }
+  }
+
   void reap() {
     for (;;) {
       int status = 0;
@@ -262,6 +270,7 @@ private:
         if (r.pid != pid || !r.running) continue;
         r.running = false;
         r.code = status_code(status, r.signal);
+        note_exit(r);
         if (r.code != 0 && running() > 0 && !stopping_) {
           if (args_.fail_fast) {
             note("rank " + std::to_string(r.rank) + " failed (" + describe(r) + "); stopping the other ranks (--fail-fast)");

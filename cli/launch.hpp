@@ -23,6 +23,10 @@ struct LaunchArgs {
   /// Where run hosts among the ranks note their run directories
   /// (CHORUS_LAUNCH_RUNS), so that launch can record the exit codes there.
   std::string runs_file;
+  /// Where launch notes each rank that exited, "RANK CODE" a line
+  /// (CHORUS_LAUNCH_EXITS): a rank still dialing its run host stops once the
+  /// host's rank is there, instead of waiting out init_timeout.
+  std::string exits_file;
 };
 
 /// The environment of local rank `local_rank`: this process's own, with

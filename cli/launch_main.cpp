@@ -295,6 +295,7 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
       {"TORCHELASTIC_RESTART_COUNT", "0"},
       {"TORCHELASTIC_MAX_RESTARTS", "0"},
       {"CHORUS_LAUNCH_RUNS", a.runs_file},
+      {"CHORUS_LAUNCH_EXITS", a.exits_file},
   };
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -383,14 +384,18 @@ int launch_main(std::span<char* const> words) {
   }
   // Run hosts among the ranks note their run directories here; afterwards
   // each of those runs gets the ranks' exit codes.
-  std::string runs_file = (std::filesystem::temp_directory_path() / "chorus-launch-XXXXXX").string();
-  if (const int fd = ::mkstemp(runs_file.data()); fd >= 0) {
-    ::close(fd);
-    a.runs_file = runs_file;
+  // Ranks that exited are noted in another, for ranks still dialing their host.
+  for (std::string* file : {&a.runs_file, &a.exits_file}) {
+    std::string path = (std::filesystem::temp_directory_path() / "chorus-launch-XXXXXX").string();
+    if (const int fd = ::mkstemp(path.data()); fd >= 0) {
+      ::close(fd);
+      *file = path;
+    }
   }
   std::vector<int> codes;
   StopSignal stop;
   const int worst = run_ranks(a, &codes, &stop);
+  if (!a.exits_file.empty()) std::remove(a.exits_file.c_str());
   if (!a.runs_file.empty()) {
     std::map<std::string, std::vector<std::string>> groups; // group directory -> its runs launch knows
     // Each line is "RANK<TAB>DIR" (a per-rank run: that rank's code) or "*<TAB>DIR" (every rank's).

@@ -417,11 +417,11 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
 
 std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {
   State& s = *s_;
-  simdjson::padded_string text;
+  std::string text;
   simdjson::dom::object obj;
-  // No run.json, or a torn one, has nothing to carry over.
-  if (simdjson::padded_string::load(run_json_path).get(text) != simdjson::SUCCESS ||
-      s.parser.parse(text).get(obj) != simdjson::SUCCESS)
+  // No run.json, or a torn one, has nothing to carry over; one that is not a
+  // regular file (a FIFO, a link) is not opened as one (read_text refuses it).
+  if (detail::read_text(run_json_path, text, true) || text.empty() || s.parser.parse(text).get(obj) != simdjson::SUCCESS)
     return std::nullopt;
   s.exit_codes.clear();
   simdjson::dom::array segments;

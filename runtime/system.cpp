@@ -28,8 +28,10 @@
 #include <climits>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <random>
+#include <sstream>
 #include <thread>
 
 namespace chorus::detail {
@@ -162,6 +164,24 @@ Error check_resume(const Options& o, RunHost& host) {
                                         host.run_dir + "): check CHORUS_RUN_ID, CHORUS_DIR, CHORUS_PROJECT and "
                                         "CHORUS_GROUP, or set CHORUS_RESUME=allow to start the run if it is new"};
   host.resumed = exists;
+  return {};
+}
+
+/// Where `chorus launch` started this rank: why the run host's process is
+/// known to have exited (its rank is in the launch's CHORUS_LAUNCH_EXITS
+/// file, "RANK CODE" a line), else "".
+std::string launched_host_exit(const Settings& s) {
+  const char* file = s.opts.read_env ? std::getenv("CHORUS_LAUNCH_EXITS") : nullptr;
+  if (file == nullptr || *file == '\0') return {};
+  std::string text;
+  if (io::detail::read_text(file, text, true, 1 << 20)) return {};
+  // The run's places are consecutive global ranks; its host holds the first.
+  const int host = s.topo.rank - s.run_rank;
+  std::istringstream lines(text);
+  for (int rank = 0, code = 0; lines >> rank >> code;)
+    if (rank == host)
+      return "the run host (rank " + std::to_string(host) + ") exited with code " + std::to_string(code) +
+             " before this rank joined, as chorus launch saw: see that rank's output for why";
   return {};
 }
 
@@ -412,8 +432,9 @@ private:
   /// handshake through the middleman actor, bounded by a request timeout.
   /// Returns "" with the actor published there in `out`, or the last reason
   /// it failed.
+  /// `gone`, where given, says why dialing is over before the deadline ("" while it is not).
   std::string dial(const std::string& address, std::uint16_t port, Link link, clock::time_point deadline,
-                   caf::actor& out) {
+                   caf::actor& out, const std::function<std::string()>& gone = {}) {
     std::string why = "nothing tried";
     // Ranks often start before the host listens: retry soon, then back off.
     auto pause = std::chrono::milliseconds(5);
@@ -437,6 +458,8 @@ private:
                 [&](caf::error& e) { why = sys_.render(e); });
         if (ok) return {};
       }
+      if (gone)
+        if (std::string over = gone(); !over.empty()) return over;
       std::this_thread::sleep_for(
           std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
@@ -444,11 +467,20 @@ private:
     return why;
   }
 
-  /// Dials the run host until init_timeout.
+  /// Dials the run host until init_timeout, or until `chorus launch` says the
+  /// host's process exited (a host that dies before a rank joins would
+  /// otherwise keep that rank dialing for the whole init_timeout).
   Error dial_run_host(const Settings& s, caf::actor& out) {
     const Link link = run_link(s);
-    const std::string why = dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out);
+    bool host_exited = false;
+    const std::string why = dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out, [&] {
+      std::string exited = launched_host_exit(s);
+      host_exited = !exited.empty();
+      return exited;
+    });
     if (why.empty()) return {};
+    if (host_exited)
+      return {Errc::connect_failed, "rank " + std::to_string(s.topo.rank) + " could not reach the run host: " + why};
     return {Errc::connect_failed,
             "rank " + std::to_string(s.topo.rank) + " could not reach the run host at " +
                 where(s, s.port, link, s.host_address) +

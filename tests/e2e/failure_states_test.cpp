@@ -67,6 +67,17 @@ BOOST_AUTO_TEST_CASE(a_rank_that_exits_non_zero_after_its_finish_fails_the_run) 
   BOOST_TEST(show.text.find("failed") != std::string::npos, show.text);
 }
 
+BOOST_AUTO_TEST_CASE(a_host_that_dies_before_a_rank_joins_fails_that_rank_at_once) {
+  // Rank 0 aborts before init (its setup threw); rank 1 dials its host with
+  // 60 s to do it, and learns from chorus launch at once that the host is gone.
+  TempDir dir;
+  const Output o = run("CHORUS_INIT_TIMEOUT=60 " + launch_worker(dir.path, 2, test_port(74), "--steps 20 --abort-rank 0"));
+  BOOST_TEST_INFO(o.text);
+  BOOST_TEST(o.status != 0);
+  BOOST_TEST(o.text.find("the run host (rank 0) exited with code 134 before this rank joined") != std::string::npos);
+  BOOST_TEST(o.text.find("within init_timeout") == std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(a_host_that_aborts_is_ended_by_launch_from_its_wal) {
   // Rank 0 hosts the run and aborts at step 30 (SIGABRT, as an uncaught
   // exception does): launch rebuilds the run from its WAL and marks it

@@ -4,7 +4,7 @@
 //   worker [--steps N] [--barrier-every B] [--die-rank R --die-step S [--die-signal SIG]]
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 //          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH] [--uneven 1]
-//          [--hold-until PATH] [--fail-rank R --finish-code C]
+//          [--hold-until PATH] [--fail-rank R --finish-code C] [--abort-rank R]
 //          [--start-step S] [--pause-step P]
 // --start-step: the first step logged, as by a trainer restarted from a checkpoint.
 // --pause-step: at step P every rank meets at a barrier (which commits every
@@ -51,6 +51,7 @@ struct Args {
   std::string artifact;
   bool uneven = false;
   int fail_rank = -1; // this rank ends the run with finish({.exit_code = finish_code})
+  int abort_rank = -1; // this rank (RANK) aborts before init, as a trainer's setup that throws
   int finish_code = 0;
   std::string hold_until;
   long start_step = 0;
@@ -101,6 +102,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--no-finish") a.no_finish = v != 0;
     else if (k == "--exit-code") a.exit_code = static_cast<int>(v);
     else if (k == "--fail-rank") a.fail_rank = static_cast<int>(v);
+    else if (k == "--abort-rank") a.abort_rank = static_cast<int>(v);
     else if (k == "--finish-code") a.finish_code = static_cast<int>(v);
     else if (k == "--heartbeat-ms") a.heartbeat_ms = v;
     else if (k == "--connection-timeout-ms") a.connection_timeout_ms = v;
@@ -127,6 +129,8 @@ chorus::task<int> work(Args a) {
   if (a.heartbeat_ms > 0) opt.heartbeat_interval = std::chrono::milliseconds(a.heartbeat_ms);
   if (a.connection_timeout_ms > 0) opt.connection_timeout = std::chrono::milliseconds(a.connection_timeout_ms);
   chorus::Error err;
+  if (const char* r = std::getenv("RANK"); r != nullptr && a.abort_rank >= 0 && std::atoi(r) == a.abort_rank)
+    std::abort();
   chorus::Run run = chorus::init(opt, err);
   if (err) {
     std::fprintf(stderr, "init failed: %s\n", err.message().c_str());
