@@ -321,7 +321,6 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
   if (close == std::string::npos) return "it holds no JSON object";
   std::string field = ",\"exit_codes\":{";
   bool first = true;
-  std::string failure; // the first rank that exited non-zero
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const int rank = a.node_rank * a.nproc + static_cast<int>(i);
     if (only_rank && rank != *only_rank) continue;
@@ -330,11 +329,9 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
     // Appended piece by piece: GCC 12's -Wrestrict misfires on "\"" + std::to_string(...).
     field.append("\"").append(std::to_string(rank)).append("\":");
     field.append(std::to_string(codes[i]));
-    if (codes[i] != 0 && failure.empty())
-      failure = "rank " + std::to_string(rank) + " exited with code " + std::to_string(codes[i]) +
-                " after the run ended";
   }
   field.push_back('}');
+  const std::string failure = io::failure_of_exit_codes(std::string_view(field).substr(field.find('{')));
   text.insert(close, field);
   // A rank that failed after its finish fails the run: a finished run had
   // every rank succeed. The run's own state comes first in run.json, before

@@ -232,7 +232,10 @@ struct RunWriter::State {
     // The run's times and state: from its first attempt's start to its last's end.
     const Segment none;
     const Segment& last = segments.empty() ? none : segments.back();
-    w.key("state").string(to_string(last.state));
+    // The last attempt's exit codes, where a rebuild knows them already.
+    const std::string codes = !segments.empty() && segments.size() <= exit_codes.size() ? exit_codes[segments.size() - 1] : "";
+    const std::string exit_failure = last.state == RunState::finished && !codes.empty() ? failure_of_exit_codes(codes) : "";
+    w.key("state").string(to_string(exit_failure.empty() ? last.state : RunState::failed));
     write_times(w, segments.empty() ? 0 : segments.front().start_us, last.end_us);
     w.key("segments").begin_array();
     for (std::size_t i = 0; i < segments.size(); ++i) {
@@ -244,13 +247,15 @@ struct RunWriter::State {
     }
     w.end_array();
     // Where the last attempt's codes are known already (a rebuild), they stay where launch put them.
-    if (segments.size() <= exit_codes.size() && !exit_codes[segments.size() - 1].empty())
-      w.key("exit_codes").raw(exit_codes[segments.size() - 1]);
+    if (!codes.empty()) w.key("exit_codes").raw(codes);
     w.key("world_size").uinteger(world_size);
     w.key("rows").uinteger(rows);
     w.key("rejected").uinteger(rejected_values);
     // What could not be written, where the files are incomplete (the WAL or a file of the run).
-    if (error.code() == Errc::io_error) w.key("error").string(error.message());
+    if (error.code() == Errc::io_error)
+      w.key("error").string(error.message());
+    else if (!exit_failure.empty())
+      w.key("error").string(exit_failure);
     w.key("ranks").begin_array();
     for (const auto& [rank, r] : ranks) {
       w.begin_object();

@@ -62,9 +62,16 @@ BOOST_AUTO_TEST_CASE(a_rank_that_exits_non_zero_after_its_finish_fails_the_run) 
   BOOST_TEST(error.find("exited with code 3 after the run ended") != std::string::npos, error);
   BOOST_TEST(run.exit_code(0) == 3);
   BOOST_TEST(run.exit_code(1) == 3);
-  // chorus show and ls read it as it is.
+  // chorus show and ls read it as it is, and a rebuild from the WAL keeps it.
   const Output show = e2e::run(bin("chorus") + " show " + run.dir.string());
   BOOST_TEST(show.text.find("failed") != std::string::npos, show.text);
+  const Output recover = e2e::run(bin("chorus") + " recover " + run.dir.string());
+  BOOST_TEST(recover.status == 0, recover.text);
+  Ended rebuilt(dir);
+  BOOST_TEST(rebuilt.state() == "failed");
+  BOOST_TEST(rebuilt.exit_code(1) == 3);
+  const Output shown = e2e::run(bin("chorus") + " show " + run.dir.string());
+  BOOST_TEST(shown.text.find("exit codes") != std::string::npos, shown.text);
 }
 
 BOOST_AUTO_TEST_CASE(a_host_that_dies_before_a_rank_joins_fails_that_rank_at_once) {
