@@ -417,17 +417,21 @@ namespace {
 
 constexpr std::int64_t t1 = t0 + 100'000'000; // the requeued job's start
 
+void loss_row(RunWriter& w, std::int64_t step, std::int64_t ts_us, double loss) {
+  Row r;
+  r.step = step;
+  r.ts_us = ts_us;
+  r.values = {RowValue{0, -1, loss, 0}};
+  w.row(r);
+}
+
 /// The first attempt of a resumed run as its WAL holds it: two ranks, one
 /// row, and the closing frames a resumed host adds for a host that died.
 void first_attempt(RunWriter& w) {
   w.run_start(R"({"id":"r"})", t0, 2);
   w.rank_state(0, RunState::running, -1, "h0", "");
   w.rank_state(1, RunState::running, -1, "h1", "");
-  Row r;
-  r.step = 0;
-  r.ts_us = t0 + 1'000'000;
-  r.values = {RowValue{0, -1, 1.0, 0}};
-  w.row(r);
+  loss_row(w, 0, t0 + 1'000'000, 1.0);
   for (int rank : {0, 1}) w.rank_state(rank, RunState::crashed, 0, "h" + std::to_string(rank), "the run host died");
   w.run_end(RunState::crashed, t0 + 3'000'000);
 }
@@ -436,11 +440,7 @@ void first_attempt(RunWriter& w) {
 void second_attempt(RunWriter& w) {
   w.run_start(R"({"id":"r"})", t1, 2);
   w.rank_state(1, RunState::running, -1, "h2", "");
-  Row r;
-  r.step = 1;
-  r.ts_us = t1 + 1'000'000;
-  r.values = {RowValue{0, -1, 2.0, 0}};
-  w.row(r);
+  loss_row(w, 1, t1 + 1'000'000, 2.0);
 }
 
 void end_second_attempt(RunWriter& w) {
