@@ -308,6 +308,18 @@ private:
     if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS) return refused("runs/get answered something that is not JSON");
     std::string_view uri;
     if (doc["run"]["info"]["artifact_uri"].get(uri) == simdjson::SUCCESS) artifact_uri_ = uri;
+    // A resumed run (Options::resume) trains again after an earlier
+    // attempt's end went up. MLflow keeps a run's status as last set, and
+    // takes points for a FINISHED run all the same: so the run is marked
+    // RUNNING again, as mlflow.start_run(run_id=...) does, until this
+    // attempt's end replaces status and end_time.
+    std::string_view status;
+    if (!run.ended && doc["run"]["info"]["status"].get(status) == simdjson::SUCCESS && status != "RUNNING") {
+      std::string body;
+      JsonWriter(body).begin_object().key("run_id").string(st.remote_run).key("status").string("RUNNING").end_object();
+      if (HttpResponse u = call("POST", "runs/update", body); !u.ok())
+        return failed(u, "marking run " + st.remote_run + " RUNNING again for its resumed attempt");
+    }
     simdjson::dom::array params;
     if (doc["run"]["data"]["params"].get(params) == simdjson::SUCCESS) {
       for (auto p : params) {

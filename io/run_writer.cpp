@@ -242,11 +242,15 @@ struct RunWriter::State {
       w.begin_object();
       write_times(w, segments[i].start_us, segments[i].end_us);
       w.key("state").string(to_string(segments[i].state));
-      if (i < exit_codes.size() && !exit_codes[i].empty()) w.key("exit_codes").raw(exit_codes[i]);
+      // The last attempt's codes stay at the top level, where launch adds them to the live
+      // run.json: a rebuild from the WAL then gives the same file.
+      if (i + 1 < segments.size() && i < exit_codes.size() && !exit_codes[i].empty())
+        w.key("exit_codes").raw(exit_codes[i]);
       w.end_object();
     }
     w.end_array();
     // Where the last attempt's codes are known already (a rebuild), they stay where launch put them.
+    // (A run.json written before the first run_start, for a WAL that failed, has no attempt yet: no codes.)
     if (!codes.empty()) w.key("exit_codes").raw(codes);
     w.key("world_size").uinteger(world_size);
     w.key("rows").uinteger(rows);

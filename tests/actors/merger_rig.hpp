@@ -52,6 +52,15 @@ struct Rig {
     BOOST_REQUIRE(apply(w::rank_dead(static_cast<std::uint32_t>(r), 2, why)));
   }
   void end(RunState s = RunState::finished) { BOOST_REQUIRE(apply(w::run_end(s, 99))); }
+  /// A resumed attempt (Options::resume) after end(): its ranks are new
+  /// processes, numbering their keys and seqs afresh.
+  void resume(int world, std::int64_t ts, bool join_all = true) {
+    ids.assign(world, {});
+    seq.assign(world, 0);
+    BOOST_REQUIRE(apply(w::run_start(ts, static_cast<std::uint32_t>(world), R"({"id":"t"})")));
+    if (join_all)
+      for (int r = 0; r < world; ++r) join(r);
+  }
 
   class Batch {
   public:

@@ -24,6 +24,15 @@ bool contains(const std::string& s, std::string_view part) { return s.find(part)
 
 using Steps = std::vector<std::int64_t>;
 
+/// What a fresh Merger tells its sink when fed every frame `rig` applied.
+std::vector<std::string> replayed_log(const Rig& rig) {
+  test::RecordingSink sink;
+  Merger again(sink);
+  sink.merger = &again;
+  for (const auto& f : rig.frames) again.apply(f);
+  return sink.log;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(single_rank_auto_steps_commit_as_it_moves_on) {
@@ -580,12 +589,75 @@ BOOST_AUTO_TEST_CASE(replay_gives_the_same_output) {
   rig.log(1, {{"b", 5}});
   rig.end();
 
-  test::RecordingSink sink;
-  Merger again(sink);
-  sink.merger = &again;
-  for (const auto& f : rig.frames) again.apply(f);
-  BOOST_TEST(sink.log == rig.sink.log, boost::test_tools::per_element());
-  BOOST_TEST(!sink.log.empty());
+  BOOST_TEST(replayed_log(rig) == rig.sink.log, boost::test_tools::per_element());
+  BOOST_TEST(!rig.sink.log.empty());
+}
+
+// Options::resume: a job killed after step 5 committed starts again under
+// the same run id; the host replays the log, closes the attempt, and sends a
+// second run_start.
+BOOST_AUTO_TEST_CASE(a_resumed_attempt_goes_on_after_the_last_committed_step) {
+  Rig rig(2);
+  for (int s = 0; s < 5; ++s) {
+    rig.log(0, {{"loss", 10.0 + s}});
+    rig.log(1, {{"loss", 20.0 + s}});
+  }
+  rig.dead(1, "killed");
+  rig.log(0, {{"loss", 15}}); // step 5, with rank 1 gone
+  rig.dead(0, "the run host died"); // closing_frames, as the resumed host applies them
+  rig.end(RunState::crashed);
+  BOOST_TEST(rig.steps() == Steps({0, 1, 2, 3, 4, 5}), boost::test_tools::per_element());
+  BOOST_TEST(rig.m.all_done());
+
+  const std::int64_t resumed_at = start_ts + 60'000'000;
+  rig.resume(2, resumed_at, /*join_all=*/false);
+  // The ranks start afresh, the dead one too; the history goes on.
+  BOOST_TEST(!rig.m.all_done());
+  for (int r : {0, 1}) {
+    BOOST_TEST(rig.m.rank_state(r) == RunState::running);
+    BOOST_TEST(!rig.m.rank_joined(r));
+    BOOST_TEST(rig.m.rank_last_step(r) == -1);
+  }
+  BOOST_TEST(rig.m.last_committed_step() == 5);
+  BOOST_TEST(rig.m.start_ts_us() == start_ts); // runtime counts from the run's first start
+  BOOST_TEST(!rig.apply(w::run_start(resumed_at, 2, "{}"))); // this attempt is running
+  rig.join(0);
+  rig.join(1);
+
+  // Trainers reloaded a checkpoint at step 3: steps up to 5 are refused, never written twice.
+  const auto low = rig.log(0, {{"loss", 99}}, 3);
+  const auto edge = rig.log(1, {{"loss", 99}}, 5);
+  BOOST_TEST((rig.done(0, low) == Errc::step_committed));
+  BOOST_TEST((rig.done(1, edge) == Errc::step_committed));
+  BOOST_REQUIRE_EQUAL(rig.sink.rejections.size(), 2u);
+  BOOST_TEST(contains(rig.sink.rejections[0].message, "steps up to 5 are already committed"),
+             rig.sink.rejections[0].message);
+
+  // Auto steps go on after 5, and an explicit 6 meets them there.
+  const auto next = rig.log(0, {{"loss", 16}}, auto_step, resumed_at + 10);
+  rig.log(1, {{"loss", 26}}, 6, resumed_at + 20);
+  rig.log(0, {{"loss", 17}}, auto_step, resumed_at + 30);
+  rig.log(1, {{"loss", 27}}, auto_step, resumed_at + 40);
+  BOOST_TEST((rig.done(0, next) == Errc::ok));
+  BOOST_TEST(rig.steps() == Steps({0, 1, 2, 3, 4, 5, 6}), boost::test_tools::per_element());
+  BOOST_TEST(values_text(rig.row(6)) == "row 6 ts=" + std::to_string(resumed_at + 10) + " rt=60000010 | loss/rank-0=" +
+                                            exact(16) + "#0 loss/rank-1=" + exact(26) + "#0");
+
+  // Barriers count from 0 again in the new attempt: both ranks meet at the first.
+  const auto b0 = rig.barrier(0, "ckpt");
+  const auto b1 = rig.barrier(1, "ckpt");
+  BOOST_TEST((rig.done(0, b0) == Errc::ok));
+  BOOST_TEST((rig.done(1, b1) == Errc::ok));
+  BOOST_TEST(rig.steps().back() == 7);
+  rig.finish(0);
+  rig.finish(1);
+  BOOST_TEST(rig.m.all_done());
+  rig.end();
+  BOOST_TEST(std::count_if(rig.sink.log.begin(), rig.sink.log.end(),
+                           [](const std::string& l) { return l.starts_with("start "); }) == 2);
+
+  // What `chorus recover`, or the next resume, replays from the log gives the same.
+  BOOST_TEST(replayed_log(rig) == rig.sink.log, boost::test_tools::per_element());
 }
 
 namespace {

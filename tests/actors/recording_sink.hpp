@@ -175,9 +175,10 @@ public:
     log.push_back("end " + std::to_string(static_cast<int>(state)) + " " + std::to_string(ts_us));
   }
 
+  /// The latest: a resumed attempt's ranks number their seqs afresh.
   [[nodiscard]] const Completion* completion(int rank, std::uint64_t seq) const {
-    for (const auto& c : completions)
-      if (c.rank == rank && c.seq == seq) return &c;
+    for (auto c = completions.rbegin(); c != completions.rend(); ++c)
+      if (c->rank == rank && c->seq == seq) return &*c;
     return nullptr;
   }
 

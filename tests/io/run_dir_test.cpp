@@ -412,3 +412,114 @@ BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
     BOOST_TEST(v == double(i) / 3);
   }
 }
+
+namespace {
+
+constexpr std::int64_t t1 = t0 + 100'000'000; // the requeued job's start
+
+void loss_row(RunWriter& w, std::int64_t step, std::int64_t ts_us, double loss) {
+  Row r;
+  r.step = step;
+  r.ts_us = ts_us;
+  r.values = {RowValue{0, -1, loss, 0}};
+  w.row(r);
+}
+
+/// The first attempt of a resumed run as its WAL holds it: two ranks, one
+/// row, and the closing frames a resumed host adds for a host that died.
+void first_attempt(RunWriter& w) {
+  w.run_start(R"({"id":"r"})", t0, 2);
+  w.rank_state(0, RunState::running, -1, "h0", "");
+  w.rank_state(1, RunState::running, -1, "h1", "");
+  loss_row(w, 0, t0 + 1'000'000, 1.0);
+  for (int rank : {0, 1}) w.rank_state(rank, RunState::crashed, 0, "h" + std::to_string(rank), "the run host died");
+  w.run_end(RunState::crashed, t0 + 3'000'000);
+}
+
+/// The second attempt: one rank rejoins from another host, a row.
+void second_attempt(RunWriter& w) {
+  w.run_start(R"({"id":"r"})", t1, 2);
+  w.rank_state(1, RunState::running, -1, "h2", "");
+  loss_row(w, 1, t1 + 1'000'000, 2.0);
+}
+
+void end_second_attempt(RunWriter& w) {
+  w.rank_state(1, RunState::finished, 1, "h2", "");
+  w.run_end(RunState::finished, t1 + 5'000'000);
+}
+
+/// What `chorus launch` does once the ranks of an attempt exited.
+void launch_records_exit_codes(const std::string& dir, std::string_view codes) {
+  std::string text = slurp(dir + "/run.json");
+  text.insert(text.find_last_of('}'), ",\"exit_codes\":" + std::string(codes));
+  BOOST_REQUIRE(!write_file_atomic(dir + "/run.json", text));
+}
+
+std::string minified(Doc& d, std::string_view key) {
+  simdjson::dom::element e;
+  BOOST_TEST_REQUIRE(!d.root[key].get(e), "no " << key);
+  return simdjson::minify(e);
+}
+
+} // namespace
+
+// Options::resume as run.json sees it: the requeued job's host replays the
+// first attempt into a fresh RunWriter, carrying over the exit codes launch
+// added, then starts the second; a later rebuild of both (`chorus recover`)
+// gives each attempt its times, state and exit codes again.
+BOOST_AUTO_TEST_CASE(run_json_keeps_each_attempt_as_a_segment_with_its_exit_codes) {
+  TmpDir tmp;
+  const std::string dir = tmp / "run";
+  {
+    RunWriter w(dir, name_of);
+    first_attempt(w);
+  }
+  launch_records_exit_codes(dir, R"({"0":137,"1":137})");
+  {
+    RunWriter w(dir, name_of); // the resumed host
+    BOOST_TEST((w.carry_over(dir + "/run.json") == RunState::crashed));
+    first_attempt(w);
+    second_attempt(w);
+    w.flush();
+    Doc run(slurp(dir + "/run.json"));
+    BOOST_TEST(run.str("state") == "running");
+    BOOST_TEST(run.num("start_time") == 1700000000.25); // the run's first start
+    BOOST_TEST(run.root["end_time"].is_null());
+    BOOST_TEST(!run.has("exit_codes")); // the first attempt's codes are its segment's, not this one's
+    BOOST_TEST(minified(run, "segments") ==
+               R"([{"start_time":1700000000.25,"end_time":1700000003.25,"state":"crashed","exit_codes":{"0":137,"1":137}},)"
+               R"({"start_time":1700000100.25,"end_time":null,"state":"running"}])");
+    BOOST_TEST(minified(run, "ranks") == R"([{"rank":1,"state":"running","last_step":-1,"host":"h2","message":""}])");
+    BOOST_TEST(run.integer("rows") == 2);
+    end_second_attempt(w);
+  }
+  launch_records_exit_codes(dir, R"({"0":0,"1":0})");
+  Doc live(slurp(dir + "/run.json"));
+  BOOST_TEST(live.str("state") == "finished");
+  BOOST_TEST(live.num("end_time") == 1700000105.25);
+  {
+    RunWriter w(dir, name_of); // chorus recover, from the log of both attempts
+    BOOST_TEST((w.carry_over(dir + "/run.json") == RunState::finished));
+    first_attempt(w);
+    second_attempt(w);
+    end_second_attempt(w);
+  }
+  Doc rebuilt(slurp(dir + "/run.json"));
+  for (std::string_view key : {"state", "start_time", "end_time", "segments", "exit_codes", "rows", "ranks"})
+    BOOST_TEST(minified(rebuilt, key) == minified(live, key), key);
+  BOOST_TEST(minified(rebuilt, "exit_codes") == R"({"0":0,"1":0})"); // the last attempt's, where launch put them
+}
+
+// The run's error can come before its start (its WAL could not take the
+// run_start): run.json then says so, with no attempt yet.
+BOOST_AUTO_TEST_CASE(run_json_written_before_the_runs_start_has_no_segment) {
+  TmpDir tmp;
+  const std::string dir = tmp / "run";
+  RunWriter w(dir, name_of);
+  w.note_error(Error(Errc::io_error, "the run's write-ahead log could not be written (test)"));
+  w.flush();
+  Doc run(slurp(dir + "/run.json"));
+  BOOST_TEST(minified(run, "segments") == "[]");
+  BOOST_TEST(!run.has("exit_codes"));
+  BOOST_TEST(run.str("error").find("(test)") != std::string::npos);
+}

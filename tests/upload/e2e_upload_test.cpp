@@ -17,6 +17,8 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -51,10 +53,12 @@ BOOST_TEST_GLOBAL_FIXTURE(QuietEnvironment);
 std::string mlflow_url(std::uint16_t port) { return "mlflow://127.0.0.1:" + std::to_string(port); }
 std::string mlflow_id(std::uint16_t port) { return "mlflow-127.0.0.1-" + std::to_string(port); }
 
-/// `chorus launch -n RANKS -- chorus_e2e_worker ARGS`, its runs under `dir`, with `env` added.
+/// `chorus launch -n RANKS OPTIONS -- chorus_e2e_worker ARGS`, its runs under `dir`, with `env` added.
 std::unique_ptr<Child> launch(const fs::path& dir, int ranks, const std::vector<std::string>& args,
-                              std::vector<std::string> env) {
-  std::vector<std::string> words{"launch", "-n", std::to_string(ranks), "--", worker_binary};
+                              std::vector<std::string> env, const std::vector<std::string>& options = {}) {
+  std::vector<std::string> words{"launch", "-n", std::to_string(ranks)};
+  words.insert(words.end(), options.begin(), options.end());
+  words.insert(words.end(), {"--", worker_binary});
   words.insert(words.end(), args.begin(), args.end());
   env.push_back("CHORUS_DIR=" + dir.string());
   return std::make_unique<Child>(words, env);
@@ -551,6 +555,151 @@ BOOST_AUTO_TEST_CASE(sigkill_of_the_uploading_host_then_recover_and_sync) { kill
 // 4b. The killed host had a batch stored whose answer it never saw.
 BOOST_AUTO_TEST_CASE(sigkill_after_a_stored_batch_lost_its_answer_then_sync_sends_it_not_again) {
   kill_the_uploading_host(true);
+}
+
+namespace {
+
+struct ProcState {
+  char state = 0; // 'Z' for a zombie, which holds no file and no lock any more
+  pid_t ppid = 0;
+};
+
+/// /proc/PID/stat's state and parent, if the process is there.
+std::optional<ProcState> proc_state(const fs::path& proc_dir) {
+  const std::string stat = chorus::test::read_text(proc_dir / "stat");
+  const auto close = stat.rfind(')'); // the command name may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= stat.size()) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 2));
+  ProcState p;
+  if (!(fields >> p.state >> p.ppid)) return std::nullopt;
+  return p;
+}
+
+/// Kills a job for real, as a lost node's processes die: SIGKILL at once to
+/// `chorus launch` and to each rank it started (each in a process group of
+/// its own, which a signal to launch's group misses); returns once none is
+/// alive, so that the run host's WAL lock is free.
+void kill_job(pid_t launch) {
+  std::vector<pid_t> pids{launch};
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (const auto p = proc_state(e.path()); p && p->ppid == launch) pids.push_back(std::stoi(name));
+  }
+  BOOST_REQUIRE_GT(pids.size(), 1u); // launch's ranks
+  for (const pid_t p : pids) ::kill(-p, SIGKILL);
+  BOOST_REQUIRE(eventually(
+      [&] {
+        return std::none_of(pids.begin(), pids.end(), [](pid_t p) {
+          const auto s = proc_state("/proc/" + std::to_string(p));
+          return s && s->state != 'Z';
+        });
+      },
+      30s));
+}
+
+/// Case 4c: a 4-rank job uploading live is killed for real (SIGKILL to
+/// launch, the run host and the ranks) while parked at step 500, then
+/// requeued under the same run id, restarting from its checkpoint at step
+/// 400, and runs to step 999. With `sync_between`, the killed run was
+/// recovered and synced before the requeue, so the server had its end
+/// (crashed: FAILED) and must show it running again while the second attempt
+/// trains. Either way the server holds one MLflow run for the chorus run, each
+/// metric once per step 0..999, and ends FINISHED.
+void resume_a_killed_uploading_job(bool sync_between) {
+  constexpr int ranks = 4, steps = 1000, pause_at = 500, checkpoint = 400;
+  TrackingServer server;
+  chorus::test::TempDir dir;
+  const std::string url = mlflow_url(server.port());
+  const std::vector<std::string> env{"CHORUS_UPLOAD=" + url, "CHORUS_RUN_ID=requeued-1"};
+  const std::vector<std::string> same_job{"--run-id", "job-7"}; // a requeued job keeps its id, hence its group
+  {
+    auto first = launch(dir.path(), ranks, {"--steps", std::to_string(steps), "--pause-step", std::to_string(pause_at)},
+                        env, same_job);
+    const std::string paused = "PAUSED " + std::to_string(pause_at);
+    const bool reached = first->wait_for([&](const std::string& out, const std::string&) {
+      return out.find(paused) != std::string::npos;
+    }, 120s);
+    BOOST_REQUIRE_MESSAGE(reached, "the job never reported " << paused);
+    // Some of it went up live; the rest waits for the next attempt (or sync).
+    BOOST_REQUIRE(eventually([&] { return points_on(server) > 0; }, 60s));
+    kill_job(first->pid());
+    const auto out = first->finish(60s);
+    BOOST_TEST_INFO_SCOPE(both(out));
+  }
+  const fs::path run_dir = only_run_dir(dir.path());
+  const RunJson killed = read_run_json(run_dir);
+  BOOST_TEST(killed.state == "running"); // nothing was left to end it
+  BOOST_TEST(remote_run(server, killed.id).status == "RUNNING");
+  if (sync_between) {
+    const auto rec = chorus_cmd({"recover", run_dir.string()});
+    BOOST_TEST_INFO_SCOPE(both(rec));
+    BOOST_REQUIRE_EQUAL(rec.code, 0);
+    const auto sync = chorus_cmd({"sync", run_dir.string(), "--to", url});
+    BOOST_TEST_INFO_SCOPE(both(sync));
+    BOOST_REQUIRE_EQUAL(sync.code, 0);
+    check_mlflow(server, run_dir); // rows 0..499 once, and the end: FAILED
+    BOOST_TEST(remote_run(server, killed.id).status == "FAILED");
+  }
+
+  // The requeued job holds before its last step until `go` exists, so that
+  // the server can be looked at while the second attempt trains.
+  const fs::path go = dir.path() / "go";
+  std::vector<std::string> resumed_env = env;
+  resumed_env.push_back("CHORUS_RESUME=allow");
+  auto second = launch(dir.path(), ranks,
+                       {"--steps", std::to_string(steps), "--start-step", std::to_string(checkpoint), "--hold-until",
+                        go.string()},
+                       resumed_env, same_job);
+  // Rows up to 997 commit while the ranks hold at 999 (998 waits for them).
+  const bool running_again = eventually(
+      [&] {
+        for (const MlflowRun& r : server.mlflow_runs()) {
+          const auto loss = r.metrics.find("loss");
+          if (loss == r.metrics.end()) continue;
+          const bool late_rows = std::any_of(loss->second.begin(), loss->second.end(),
+                                             [](const MetricPoint& p) { return p.step == steps - 3; });
+          if (late_rows) return r.status == "RUNNING";
+        }
+        return false;
+      },
+      45s);
+  BOOST_TEST(read_run_json(run_dir).state == "running");
+  BOOST_TEST(running_again, "the server should show the run RUNNING while its second attempt trains, not "
+                                << remote_run(server, killed.id).status);
+  { std::ofstream touch(go); }
+  const auto out = second->finish(120s);
+  BOOST_TEST_INFO_SCOPE(both(out));
+  BOOST_REQUIRE_EQUAL(out.code, 0);
+  BOOST_REQUIRE_EQUAL(only_run_dir(dir.path()), run_dir);
+  e2e::check_worker_history(run_dir, {0, 1, 2, 3}, steps);
+  check_mlflow(server, run_dir); // every value of history.jsonl once, FINISHED, the offsets done
+  BOOST_TEST(server.mlflow_runs().size() == 1u);
+  const MlflowRun r = remote_run(server, killed.id);
+  BOOST_TEST(r.status == "FINISHED");
+  // One continuous series per metric: steps 0..999, each once.
+  for (const auto& [key, points] : r.metrics) {
+    if (key.starts_with("system/")) continue;
+    std::vector<std::int64_t> got;
+    for (const MetricPoint& p : points) got.push_back(p.step);
+    std::sort(got.begin(), got.end());
+    std::vector<std::int64_t> want(steps);
+    std::iota(want.begin(), want.end(), 0);
+    BOOST_TEST((got == want), key << ": " << got.size() << " points, steps " << (got.empty() ? -1 : got.front())
+                                  << ".." << (got.empty() ? -1 : got.back()));
+  }
+}
+
+} // namespace
+
+// 4c.
+BOOST_AUTO_TEST_CASE(a_killed_job_requeued_under_its_run_id_uploads_one_run_once) {
+  resume_a_killed_uploading_job(false);
+}
+
+// 4d. The killed run's end went up (recover, then sync) before the requeue.
+BOOST_AUTO_TEST_CASE(a_requeued_run_whose_end_was_uploaded_runs_again_on_the_server_then_finishes) {
+  resume_a_killed_uploading_job(true);
 }
 
 // 5. The server misbehaves while the job trains; nothing is lost or doubled
