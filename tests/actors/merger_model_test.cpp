@@ -596,7 +596,7 @@ CaseResult run_case(std::uint64_t seed) {
         ++delivered;
         std::string what = "frame " + std::to_string(r) + ":";
         static const char* const tag_names[] = {"?",      "key",    "values",  "define",
-                                                "barrier", "config", "summary", "finish"};
+                                                "barrier", "config", "summary", "finish", "finish_failed"};
         for (const Ev& e : events) {
           what += std::string(" ") + tag_names[static_cast<int>(e.tag)];
           if (e.tag == w::Tag::values) {
