@@ -101,10 +101,11 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
   return log_into<false>(0, values, opts);
 }
 
-// One body for both streams, compiled twice: the default stream's hot path
-// keeps none of a writer's branches.
+// One body for both streams, compiled twice and inlined into each caller:
+// the default stream's hot path keeps none of a writer's branches, nor a call
+// more than it had.
 template <bool ToWriter>
-Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
+[[gnu::always_inline]] inline Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
                                    "calling finish()"});

@@ -80,7 +80,7 @@ public:
 private:
   bool reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept;
   template <bool ToWriter>
-  Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
+  [[gnu::always_inline]] Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
   Pending refuse(Error e) noexcept;
   Pending host_gone() noexcept;
   /// Enqueues one control slot (define, barrier, config, summary, finish)
