@@ -105,7 +105,8 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
 // the default stream's hot path keeps none of a writer's branches, nor a call
 // more than it had.
 template <bool ToWriter>
-[[gnu::always_inline]] inline Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
+[[gnu::always_inline]] inline Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values,
+                                                        const LogOptions& opts) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
                                    "calling finish()"});
@@ -208,8 +209,8 @@ Pending RunImpl::log_stream(std::uint32_t stream, std::span<const Metric> values
   if (stream == 0 && !closed_.load(std::memory_order_relaxed))
     return refuse({Errc::invalid_argument,
                    "this writer could not open: " + std::to_string(wire::max_streams) +
-                       " writers of this process are open at once, the most a rank may have; close() writers "
-                       "whose producer is done (or let them go out of scope), or share one per producer"});
+                       " writers of this process are open at once, the most a rank may have; close() the "
+                       "writers of producers that are done (or let them go out of scope)"});
   return log_into<true>(stream, values, opts); // stream 0 here only after finish, which it reports
 }
 

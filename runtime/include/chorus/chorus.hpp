@@ -11,6 +11,8 @@
 //   run.define_metric("loss", chorus::Reduce::mean);
 //   run.log({{"loss", l}, {"lr", lr}});          // non-blocking ticket
 //   co_await run.log({{"acc", a}});               // durably committed
+//   chorus::Writer w = run.writer();              // a producer thread's own ordered steps
+//   w.log({{"tokens", n}}, {.step = s});
 //   co_await run.barrier("epoch-3");
 //   co_await run.log_artifact("model.pt", "/tmp/ckpt/model.pt", "model");  // copied, hashed, listed
 //   chorus::FinishResult r = co_await run.finish();
@@ -68,7 +70,7 @@ enum class Errc : std::uint8_t {
   invalid_argument,  // a bad option value or call argument
   invalid_key,       // empty, too long, non-UTF-8 or reserved metric key
   bad_environment,   // a malformed or contradictory environment variable
-  backwards_step,    // a step lower than the rank's last one
+  backwards_step,    // a step lower than its stream's last one (the rank's run.log, or a Writer)
   step_committed,    // a step at or below what a barrier already committed
   dropped,           // the queue was full under Overflow::drop_newest
   finished,          // the run has finished: nothing more is taken
