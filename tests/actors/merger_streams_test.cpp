@@ -24,6 +24,11 @@ std::vector<std::int64_t> steps_of(const Rig& rig, std::string_view key) {
   return out;
 }
 
+/// Opens writer streams 1..n of rank 0, as n calls of Run::writer() would.
+void open_writers(Rig& rig, std::uint32_t n) {
+  for (std::uint32_t id = 1; id <= n; ++id) rig.stream(0, id, true);
+}
+
 std::vector<std::int64_t> upto(std::int64_t n) {
   std::vector<std::int64_t> out;
   for (std::int64_t s = 0; s < n; ++s) out.push_back(s);
@@ -37,8 +42,7 @@ std::vector<std::int64_t> upto(std::int64_t n) {
 // were all backwards_step.
 BOOST_AUTO_TEST_CASE(two_streams_interleaved_out_of_order_commit_everything) {
   Rig rig(1);
-  rig.stream(0, 1, true);
-  rig.stream(0, 2, true);
+  open_writers(rig, 2);
   for (int s = 0; s < 10; ++s) rig.write(0, 1, {{"a", 1.0 * s}}, s);
   BOOST_TEST(rig.sink.rows.empty()); // writer 2 has logged nothing yet: it holds every row back
   for (int s = 0; s < 10; ++s) rig.write(0, 2, {{"b", 10.0 * s}}, s);
@@ -52,8 +56,7 @@ BOOST_AUTO_TEST_CASE(two_streams_interleaved_out_of_order_commit_everything) {
 
 BOOST_AUTO_TEST_CASE(automatic_steps_count_each_writers_own_calls) {
   Rig rig(1);
-  rig.stream(0, 1, true);
-  rig.stream(0, 2, true);
+  open_writers(rig, 2);
   for (int i = 0; i < 3; ++i) rig.write(0, 1, {{"a", 1.0 * i}});
   rig.write(0, 2, {{"b", 1}});
   rig.finish(0);
@@ -64,8 +67,7 @@ BOOST_AUTO_TEST_CASE(automatic_steps_count_each_writers_own_calls) {
 
 BOOST_AUTO_TEST_CASE(a_writer_going_backwards_is_rejected_naming_it) {
   Rig rig(1);
-  rig.stream(0, 1, true);
-  rig.stream(0, 2, true);
+  open_writers(rig, 2);
   rig.write(0, 1, {{"a", 1}}, 5);
   const auto back = rig.write(0, 1, {{"a", 2}}, 3);
   const auto other = rig.write(0, 2, {{"b", 3}}, 3); // below writer 1's step, but writer 2's own first
@@ -79,8 +81,7 @@ BOOST_AUTO_TEST_CASE(a_writer_going_backwards_is_rejected_naming_it) {
 
 BOOST_AUTO_TEST_CASE(a_closed_writer_leaves_the_minimum) {
   Rig rig(1);
-  rig.stream(0, 1, true);
-  rig.stream(0, 2, true);
+  open_writers(rig, 2);
   for (int s = 0; s < 5; ++s) rig.write(0, 1, {{"a", 1.0 * s}}, s);
   rig.write(0, 2, {{"b", 0}}, 0);
   BOOST_TEST(rig.sink.rows.empty()); // writer 2 stands at 0
@@ -94,8 +95,7 @@ BOOST_AUTO_TEST_CASE(a_closed_writer_leaves_the_minimum) {
 
 BOOST_AUTO_TEST_CASE(a_rank_is_held_back_by_its_slowest_writer_not_by_other_ranks_writers) {
   Rig rig(2);
-  rig.stream(0, 1, true);
-  rig.stream(0, 2, true);
+  open_writers(rig, 2);
   for (int s = 0; s < 4; ++s) rig.write(0, 1, {{"a", 1.0 * s}}, s);
   rig.write(0, 2, {{"a", 9}}, 1);
   for (int s = 0; s < 4; ++s) rig.log(1, {{"a", 1.0 * s}}, s);
@@ -116,8 +116,7 @@ BOOST_AUTO_TEST_CASE(a_writer_opened_late_starts_after_the_committed_rows) {
 
 BOOST_AUTO_TEST_CASE(a_barrier_moves_every_writers_automatic_steps_past_what_it_committed) {
   Rig rig(1);
-  rig.stream(0, 1, true);
-  rig.stream(0, 2, true);
+  open_writers(rig, 2);
   rig.write(0, 1, {{"a", 1}}, 7);
   rig.barrier(0, "epoch");
   rig.write(0, 2, {{"b", 1}}); // automatic: past the barrier's row 7
