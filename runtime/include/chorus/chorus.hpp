@@ -627,8 +627,10 @@ private:
 /// those of different threads in some interleaving. Steps are what need care:
 /// `log` writes into the rank's one default stream, whose steps must not
 /// decrease, so threads that log their own explicit steps each take a
-/// `writer()`. Moving or assigning the handle itself is not thread-safe, nor
-/// is destroying it while another thread still calls it.
+/// `writer()`. `reduce_device` is a collective whose calls must come in the
+/// same order on every rank: make them from one thread. Moving or assigning
+/// the handle itself is not thread-safe, nor is destroying it while another
+/// thread still calls it.
 class Run {
 public:
   Run() noexcept;
