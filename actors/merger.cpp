@@ -1,6 +1,7 @@
 #include "actors/merger.hpp"
 
 #include "actors/merger_rows.hpp"
+#include "actors/merger_streams.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -43,8 +44,9 @@ struct Rank {
   bool joined = false;
   bool parked = false;       // waits at the open barrier; its later events wait in parked_events
   bool closed = false;       // its finish was processed: nothing after it counts
-  std::int64_t last_step = no_step; // the step it last logged at
-  std::int64_t cursor = no_step;    // last_step, or past what a barrier committed: auto steps go on from here
+  std::int64_t last_step = no_step; // the highest step any of its streams logged at
+  std::int64_t cursor = no_step;    // where it stands for the watermark: streams.cursor()
+  RankStreams streams;
   std::uint64_t barriers = 0;       // barrier events processed
   std::uint64_t barrier_seq = 0;
   std::uint64_t seq = 0; // the last seq of its frames: each event's is higher, and not by much
@@ -188,13 +190,17 @@ struct Merger::State {
           ok = names[lk.gid] == k->name;
         }
       } else if (const auto* v = std::get_if<wire::Values>(&ev)) {
+        ok = r.streams.named(v->stream);
         for (std::uint32_t i = 0; ok && i < v->n; ++i) ok = known(v->key(i));
+      } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
+        ok = r.streams.name(*st);
       } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
         ok = known(d->key);
       } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
         ok = known(b->name_key);
       }
     }
+    r.streams.checked(ok);
     if (!ok)
       for (std::uint32_t id : fresh_ids) r.keys[id].gid = no_key;
     else
@@ -235,6 +241,23 @@ struct Merger::State {
                   r.state == RunState::running && !r.parked ? r.cursor : past_all);
   }
 
+  /// Re-reads where rank `rank` stands after its streams moved.
+  void restand(int rank) {
+    Rank& r = ranks[rank];
+    if (r.cursor == r.streams.cursor()) return;
+    r.cursor = r.streams.cursor();
+    place(rank);
+  }
+
+  /// A barrier committed everything through `last_committed`: the rank's
+  /// streams go on past it, and the rank (no longer parked) stands where they do.
+  void pass_barrier(int rank) {
+    Rank& r = ranks[rank];
+    r.streams.raise(last_committed);
+    r.cursor = r.streams.cursor();
+    place(rank);
+  }
+
   void leave(int rank, RunState state, std::string_view reason) {
     Rank& r = ranks[rank];
     r.state = state;
@@ -261,6 +284,13 @@ struct Merger::State {
     } else if (const auto* s = std::get_if<wire::Summary>(&ev)) {
       sink.summary(rank, s->json);
       sink.completed(rank, s->seq, nullptr);
+    } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
+      if (st->open)
+        r.streams.open(st->id, last_committed);
+      else
+        r.streams.close(st->id);
+      restand(rank);
+      sink.completed(rank, st->seq, nullptr);
     } else if (const auto* f = std::get_if<wire::Finish>(&ev)) {
       r.closed = true;
       if (r.state == RunState::running && f->exit_code != 0)
@@ -271,34 +301,34 @@ struct Merger::State {
     }
   }
 
+  /// "rank 3", or "rank 3 writer 2" for a value of a writer stream.
+  static std::string producer(int rank, const wire::Values& v) {
+    return "rank " + std::to_string(rank) + (v.stream == 0 ? "" : " writer " + std::to_string(v.stream));
+  }
+
   void log_values(int rank, const wire::Values& v) {
     Rank& r = ranks[rank];
+    RankStreams::Stream& stream = v.stream == 0 ? r.streams.default_stream() : r.streams.at(v.stream);
     const bool automatic = v.step == wire::auto_step;
-    if (automatic && r.cursor >= max_step)
-      return refuse(rank, v, r.cursor, {Errc::invalid_argument, "rank " + std::to_string(rank) +
-                                                                   ": the automatic step would pass the largest step"});
-    const std::int64_t step = automatic ? r.cursor + 1 : v.step;
+    if (automatic && stream.cursor >= max_step)
+      return refuse(rank, v, stream.cursor,
+                    {Errc::invalid_argument, producer(rank, v) + ": the automatic step would pass the largest step"});
+    const std::int64_t step = automatic ? stream.cursor + 1 : v.step;
     if (step < 0 || step > max_step)
       return refuse(rank, v, step,
-                    {Errc::invalid_argument, "rank " + std::to_string(rank) + " logged " + key_names(r, v) +
+                    {Errc::invalid_argument, producer(rank, v) + " logged " + key_names(r, v) +
                                                  " at step " + std::to_string(step) +
                                                  ", outside 0.." + std::to_string(max_step) + ": steps start at 0"});
-    if (step < r.last_step)
-      return refuse(rank, v, step,
-                    {Errc::backwards_step,
-                     "rank " + std::to_string(rank) + " logged " + key_names(r, v) + " at step " +
-                         std::to_string(step) + ", lower than its last step " + std::to_string(r.last_step) +
-                         ": a rank's steps must not decrease; log at step " + std::to_string(r.last_step) +
-                         " or above, or leave the step out to use automatic steps"});
-    r.last_step = step;
-    if (step > r.cursor) {
-      r.cursor = step;
-      place(rank);
-    }
+    if (step < stream.last_step)
+      return refuse(rank, v, step, backwards(rank, v, step, stream.last_step));
+    stream.last_step = step;
+    r.last_step = std::max(r.last_step, step);
+    r.streams.advance(stream, step);
+    restand(rank);
     if (step <= last_committed)
       return refuse(rank, v, step,
                     {Errc::step_committed,
-                     "rank " + std::to_string(rank) + " logged " + key_names(r, v) + " at step " +
+                     producer(rank, v) + " logged " + key_names(r, v) + " at step " +
                          std::to_string(step) + ", but steps up to " + std::to_string(last_committed) +
                          " are already committed" + (committed_by.empty() ? "" : " (by " + committed_by + ")") + ": log at a step above " +
                          std::to_string(last_committed) + ", or leave the step out to use automatic steps"});
@@ -321,6 +351,19 @@ struct Merger::State {
     sink.completed(rank, v.seq, nullptr);
   }
 
+  [[nodiscard]] Error backwards(int rank, const wire::Values& v, std::int64_t step, std::int64_t last) const {
+    const std::string tail = " or above, or leave the step out to use automatic steps";
+    if (v.stream == 0)
+      return {Errc::backwards_step,
+              "rank " + std::to_string(rank) + " logged " + key_names(ranks[rank], v) + " at step " +
+                  std::to_string(step) + ", lower than its last step " + std::to_string(last) +
+                  ": a rank's steps must not decrease; log at step " + std::to_string(last) + tail};
+    return {Errc::backwards_step, producer(rank, v) + " logged " + key_names(ranks[rank], v) + " at step " +
+                                      std::to_string(step) + ", lower than that writer's last step " +
+                                      std::to_string(last) + ": a writer's steps must not decrease; log at step " +
+                                      std::to_string(last) + tail};
+  }
+
   void refuse(int rank, const wire::Values& v, std::int64_t step, const Error& why) {
     const Rank& r = ranks[rank];
     refused.clear();
@@ -335,8 +378,7 @@ struct Merger::State {
     const std::uint64_t index = r.barriers++;
     const std::uint32_t name = r.keys[b.name_key].gid;
     if (index < released) { // it timed out before this rank came: pass straight through
-      r.cursor = std::max(r.cursor, last_committed);
-      place(rank);
+      pass_barrier(rank);
       const Error late{Errc::barrier_timeout,
                        "rank " + std::to_string(rank) + " reached barrier " + quote(names[name]) + " (#" +
                            std::to_string(index) +
@@ -394,8 +436,7 @@ struct Merger::State {
     for (int i : waiters) {
       Rank& r = ranks[i];
       r.parked = false;
-      r.cursor = std::max(r.cursor, last_committed);
-      place(i);
+      pass_barrier(i);
       sink.completed(i, r.barrier_seq, err ? &err : nullptr);
     }
     for (int i : waiters) drain(i);

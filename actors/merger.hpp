@@ -4,10 +4,15 @@
 // yields the same rows, which is what `chorus recover` does.
 //
 // Rules (DESIGN.md section 4):
-// - a rank's steps are non-decreasing; an auto step is the rank's previous
-//   step + 1 (0 first); an explicit lower step is rejected (backwards_step);
-// - a row for step s commits once every live rank is past s: a rank is past s
-//   when its last step is > s, or it waits at a barrier, has finished or died;
+// - each producer's steps are non-decreasing; an auto step is its previous
+//   step + 1 (0 first); an explicit lower step is rejected (backwards_step).
+//   A rank's producers are its default stream (live from its first values)
+//   and the writer streams it opens (live from their open, at the last
+//   committed step, to their close; at most wire::max_streams at once);
+// - a rank stands at the minimum over its live streams (with none live, at
+//   the furthest any got); a row for step s commits once every live rank is
+//   past s: a rank is past s when it stands > s, or it waits at a barrier,
+//   has finished or died;
 //   a rank that has not joined yet holds every row back;
 // - a barrier parks each rank that reaches it (its later events wait); when
 //   every live rank is parked at it, or it times out, every pending row
@@ -49,7 +54,8 @@
 // - a rank batch is malformed (apply() returns false, nothing changes) before
 //   run_start, so is a run_start while the run is running, from a rank outside world_size or not joined yet, or when it
 //   uses a key id before naming it or names one id twice differently (or
-//   names an id of 2^22 or more), or whose seqs do not go up from the rank's
+//   names an id of 2^22 or more), opens a writer stream already open, closes
+//   or logs into one not open, or whose seqs do not go up from the rank's
 //   last (by at most 2^17 an event); so is a run_start for 0 or more than 65536
 //   ranks. A joined event for a rank already dead is ignored: it stays crashed;
 // - a step outside 0..INT64_MAX-1 (or an auto step past it) is refused with

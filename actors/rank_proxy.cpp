@@ -89,6 +89,7 @@ void send_join(proxy_actor* self) {
 void complete_finish(proxy_actor* self, Error err) {
   auto& st = self->state;
   if (st.done) return;
+  const bool clean = !err;
   st.done = st.finish_seq != 0;
   {
     std::lock_guard lock(st.run->finish_state().mu);
@@ -101,7 +102,15 @@ void complete_finish(proxy_actor* self, Error err) {
     r.run_dir = st.run->run_dir;
     r.dropped = st.run->dropped();
   }
-  if (st.finish_seq) st.run->channel().complete(st.finish_seq);
+  if (st.finish_seq == 0) return;
+  st.run->channel().complete(st.finish_seq);
+  // A call another thread made while finish() ran may sit behind the finish
+  // in the queue; the run takes nothing after it, so its ticket must not wait
+  // for ever. (Failed finishes already fail the channel with their reason.)
+  if (clean)
+    st.run->channel().fail(Error(Errc::finished, "this call reached the run after finish(), which another thread "
+                                                 "called while it was made: it was not logged; call finish() once "
+                                                 "every producer is done"));
 }
 
 /// The run host is gone (`e` says how): every waiting caller gets `e`, and the proxy stops.
@@ -122,15 +131,16 @@ void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
   }
 }
 
-/// Writes one log call of `head.count` values whose head is at `pos`: its keys
-/// (announced once), then its values, `value_of(i)` for the i-th.
+/// Writes one log call of `head.count` values into `stream`, the first at
+/// `first`: its keys (announced once), then its values, `value_of(i)` for
+/// the i-th.
 template <class ValueOf>
-void write_call(ProxyState& st, wire::BatchWriter& w, Ring& ring, std::uint64_t pos, const Slot& head,
-                std::int64_t ts, ValueOf&& value_of) {
+void write_call(ProxyState& st, wire::BatchWriter& w, Ring& ring, std::uint64_t first, const Slot& head,
+                std::int64_t ts, ValueOf&& value_of, std::uint32_t stream = 0) {
   const std::uint32_t n = head.count;
-  for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(pos + i).key);
-  w.values(pos + n, head.step, ts, n);
-  for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(pos + i).key, value_of(i));
+  for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(first + i).key);
+  w.values(first + n, head.step, ts, n, stream);
+  for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(first + i).key, value_of(i));
 }
 
 /// Moves what the ring holds into one frame and sends it; false if nothing was sent.
@@ -155,6 +165,20 @@ bool drain(proxy_actor* self) {
         pos += n;
         break;
       }
+      case SlotKind::stream_head: {
+        // A writer's call: this slot names the stream, its values follow.
+        const std::uint32_t n = s->count;
+        if (ring.peek(pos + n) == nullptr) goto full;
+        const std::uint64_t first = pos + 1;
+        write_call(st, w, ring, first, *s, ts, [&](std::uint32_t i) { return ring.at(first + i).value; }, s->key);
+        pos += n + 1;
+        break;
+      }
+      case SlotKind::stream_open:
+      case SlotKind::stream_close:
+        w.stream(pos + 1, s->key, s->kind == SlotKind::stream_open);
+        pos += 1;
+        break;
       case SlotKind::device_head: {
         // Device values wait in the ring, in order, until their copy has
         // landed: this loop is the poller that completes them.

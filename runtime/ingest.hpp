@@ -26,6 +26,12 @@ enum class SlotKind : std::uint8_t {
   finish,
   device_head, // like values_head; the values are in `capture` once its event fires
   step_mark,   // an empty log call: moves the rank's step (reduce_device off the run host)
+  // A Writer's log call: key = stream id, count = values, which follow in
+  // `count` value slots. One slot more than a Run::log call, as a slot has no
+  // room for the id; the default stream's calls stay as they were.
+  stream_head,
+  stream_open,  // key = stream id (Run::writer)
+  stream_close, // key = stream id (Writer::close)
 };
 
 struct Capture;

@@ -98,6 +98,15 @@ Pending RunImpl::host_gone() noexcept {
 }
 
 Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+  return log_into<false>(0, values, opts);
+}
+
+// One body for both streams, compiled twice and inlined into each caller:
+// the default stream's hot path keeps none of a writer's branches, nor a call
+// more than it had.
+template <bool ToWriter>
+[[gnu::always_inline]] inline Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values,
+                                                        const LogOptions& opts) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
                                    "calling finish()"});
@@ -134,11 +143,22 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
   }
   if (good == 0) return refuse(validate_metric_key(values[first_bad].key));
 
+  // A writer's call starts with a slot that names its stream (SlotKind::stream_head).
+  constexpr std::uint32_t head = ToWriter ? 1 : 0;
   std::uint64_t pos;
-  if (!reserve(good, pos, false)) return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
+  if (!reserve(good + head, pos, false))
+    return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
   const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
-  note_step(opts.step);
-  std::uint32_t j = 0;
+  if (!ToWriter || opts.step) note_step(opts.step); // a writer's automatic steps are its own
+  if constexpr (ToWriter) {
+    Slot& s = ring_.at(pos);
+    s.key = stream;
+    s.kind = SlotKind::stream_head;
+    s.count = static_cast<std::uint16_t>(good);
+    s.step = step;
+    Ring::publish(s, pos);
+  }
+  std::uint32_t j = head;
   for (std::size_t i = 0; i < n; ++i) {
     if (ids[i] == KeyTable::invalid) continue;
     Slot& s = ring_.at(pos + j);
@@ -151,7 +171,7 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
     ++j;
   }
   channel_.wake();
-  const std::uint64_t seq = pos + good;
+  const std::uint64_t seq = pos + head + good;
   if (first_bad != n) {
     try {
       Error e = validate_metric_key(values[first_bad].key);
@@ -164,6 +184,49 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
     return Pending(&channel_, seq, true);
   }
   return Pending(&channel_, seq, false);
+}
+
+std::uint32_t RunImpl::open_stream() noexcept {
+  if (closed_.load(std::memory_order_relaxed)) return 0;
+  std::uint32_t id;
+  {
+    std::lock_guard lock(streams_mu_);
+    if (!free_streams_.empty()) {
+      id = free_streams_.back();
+      free_streams_.pop_back();
+    } else if (next_stream_ <= wire::max_streams) {
+      id = next_stream_++;
+    } else {
+      return 0;
+    }
+    // Pushed under the lock: an id freed by a close is reopened only after that close in the ring.
+    (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; });
+  }
+  return id;
+}
+
+Pending RunImpl::log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
+  if (stream == 0 && !closed_.load(std::memory_order_relaxed))
+    return refuse({Errc::invalid_argument,
+                   "this writer could not open: " + std::to_string(wire::max_streams) +
+                       " writers of this process are open at once, the most a rank may have; close() the "
+                       "writers of producers that are done (or let them go out of scope)"});
+  return log_into<true>(stream, values, opts); // stream 0 here only after finish, which it reports
+}
+
+Pending RunImpl::close_stream(std::uint32_t stream) noexcept {
+  if (stream == 0) return {};
+  std::lock_guard lock(streams_mu_);
+  // After finish the run ends every stream: nothing more goes into the ring.
+  const Pending p = closed_.load(std::memory_order_relaxed)
+                        ? Pending{}
+                        : push_control(SlotKind::stream_close, [&](Slot& s) { s.key = stream; });
+  try {
+    free_streams_.push_back(stream);
+  } catch (...) {
+    // Out of memory: the id stays used, one fewer writer can open.
+  }
+  return p;
 }
 
 Pending RunImpl::define_metric(std::string_view key, Reduce reduce) noexcept {
@@ -298,6 +361,18 @@ Run::operator bool() const noexcept { return detail::live(impl_) != nullptr; }
 Pending Run::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
   auto* impl = detail::live(impl_);
   return impl ? impl->log(values, opts) : Pending{};
+}
+Writer Run::writer() noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? Writer(impl, impl->open_stream()) : Writer{};
+}
+Pending Writer::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_stream(id_, values, opts) : Pending{};
+}
+Pending Writer::close() noexcept {
+  auto* impl = detail::live(std::exchange(impl_, nullptr));
+  return impl ? impl->close_stream(std::exchange(id_, 0)) : Pending{};
 }
 Pending Run::define_metric(std::string_view key, Reduce reduce) noexcept {
   auto* impl = detail::live(impl_);

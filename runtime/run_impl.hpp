@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace chorus::detail {
 
@@ -38,7 +39,15 @@ public:
   /// Starts the actors and joins the run; bounded by init_timeout.
   Error start();
 
+  /// Logs into the default stream.
   Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
+  /// Opens a writer stream: its id, or 0 (the writer's calls then say why)
+  /// after finish or with wire::max_streams open already.
+  std::uint32_t open_stream() noexcept;
+  /// A Writer's log call: as log(), or the reason stream 0 was handed out.
+  Pending log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
+  /// Closes a writer stream (it leaves the rank's minimum) and frees its id.
+  Pending close_stream(std::uint32_t stream) noexcept;
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
   Pending text(SlotKind kind, std::span<const Field> fields);
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
@@ -70,6 +79,8 @@ public:
 
 private:
   bool reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept;
+  template <bool ToWriter>
+  [[gnu::always_inline]] Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
   Pending refuse(Error e) noexcept;
   Pending host_gone() noexcept;
   /// Enqueues one control slot (define, barrier, config, summary, finish)
@@ -78,6 +89,9 @@ private:
   Pending push_control(SlotKind kind, Fill&& fill) noexcept;
   /// Moves the rank's step as the run host will for a call that logs at
   /// `step` (automatic steps count calls), so log_artifact can name it.
+  /// Approximate under concurrent calls (a plain load and store, to keep the
+  /// hot path free of a second contended atomic): it only names the step
+  /// log_artifact records.
   void note_step(const std::optional<std::int64_t>& step) noexcept {
     const std::int64_t last = step_.load(std::memory_order_relaxed);
     step_.store(step ? std::max(last, *step) : last + 1, std::memory_order_relaxed);
@@ -91,6 +105,10 @@ private:
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::int64_t> step_{-1}; // the rank's step; -1 before its first log call
+  // Writer stream ids in use are 1..wire::max_streams; freed ids are reused.
+  std::mutex streams_mu_;
+  std::vector<std::uint32_t> free_streams_;
+  std::uint32_t next_stream_ = 1;
   std::mutex finish_mu_;
   std::optional<FinishPending> finishing_;
   // The GPU path, made by the first device call. Declared before system_ so
@@ -109,9 +127,8 @@ private:
 
 /// The run behind a handle, or null where its calls are no-ops: an inactive
 /// handle, or the copy a forked child inherited.
-inline RunImpl* live(const std::unique_ptr<RunImpl>& impl) noexcept {
-  return impl && !impl->forked() ? impl.get() : nullptr;
-}
+inline RunImpl* live(RunImpl* impl) noexcept { return impl && !impl->forked() ? impl : nullptr; }
+inline RunImpl* live(const std::unique_ptr<RunImpl>& impl) noexcept { return live(impl.get()); }
 
 template <class Fill>
 Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {

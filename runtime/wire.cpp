@@ -40,6 +40,9 @@ private:
 
 bool valid(RunState s) noexcept { return static_cast<std::uint8_t>(s) <= static_cast<std::uint8_t>(RunState::killed); }
 
+/// A writer stream's id: the default stream (0) is never named, and ids stay bounded.
+bool writer_stream(std::uint32_t id) noexcept { return id >= 1 && id <= max_streams; }
+
 bool read_event(Reader& in, RankEvent& ev) noexcept {
   Tag tag;
   if (!in.get(tag)) return false;
@@ -50,9 +53,12 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       ev = k;
       return true;
     }
-    case Tag::values: {
+    case Tag::values:
+    case Tag::stream_values: {
       Values v{};
-      if (!in.get(v.seq) || !in.get(v.step) || !in.get(v.ts_us) || !in.get(v.n)) return false;
+      if (!in.get(v.seq)) return false;
+      if (tag == Tag::stream_values && (!in.get(v.stream) || !writer_stream(v.stream))) return false;
+      if (!in.get(v.step) || !in.get(v.ts_us) || !in.get(v.n)) return false;
       // 64-bit product: n * 12 cannot wrap.
       if (!in.skip(std::uint64_t{v.n} * value_size, v.data)) return false;
       ev = v;
@@ -91,6 +97,14 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       if (!in.get(f.seq)) return false;
       if (tag == Tag::finish_failed && (!in.get(f.exit_code) || f.exit_code == 0)) return false;
       ev = f;
+      return true;
+    }
+    case Tag::stream_open:
+    case Tag::stream_close: {
+      Stream st{};
+      st.open = tag == Tag::stream_open;
+      if (!in.get(st.seq) || !in.get(st.id) || !writer_stream(st.id)) return false;
+      ev = st;
       return true;
     }
   }

@@ -43,7 +43,17 @@ enum class Tag : std::uint8_t {
   summary = 6, // u64 seq, u32 len, JSON object bytes
   finish = 7,  // u64 seq
   finish_failed = 8, // u64 seq, i32 exit code (non-zero): the trainer ended its rank as failed
+  // A rank's further ordered streams (Run::writer): the untagged events above
+  // are its default stream, so a WAL written before these existed decodes as before.
+  stream_open = 9,    // u64 seq, u32 stream (1..max_streams)
+  stream_values = 10, // u64 seq, u32 stream, then as `values` from the step on
+  stream_close = 11,  // u64 seq, u32 stream
 };
+
+/// The most writer streams one rank may have open at once; their ids are
+/// 1..max_streams (0 is the default stream). Bounds what a frame may make the
+/// run host keep per rank.
+inline constexpr std::uint32_t max_streams = 4096;
 
 /// Decisions the run host took that depend on time or on the network; they
 /// are logged so that a replay takes the same ones.
@@ -90,10 +100,12 @@ public:
     detail::put(out_, id);
     detail::put_bytes(out_, name);
   }
-  /// Starts a values event; follow with exactly `n` calls of value().
-  void values(std::uint64_t seq, std::int64_t step, std::int64_t ts_us, std::uint32_t n) {
-    begin(Tag::values);
+  /// Starts a values event of `stream` (0: the default stream); follow with
+  /// exactly `n` calls of value().
+  void values(std::uint64_t seq, std::int64_t step, std::int64_t ts_us, std::uint32_t n, std::uint32_t stream = 0) {
+    begin(stream == 0 ? Tag::values : Tag::stream_values);
     detail::put(out_, seq);
+    if (stream != 0) detail::put(out_, stream);
     detail::put(out_, step);
     detail::put(out_, ts_us);
     detail::put(out_, n);
@@ -114,6 +126,12 @@ public:
     detail::put(out_, seq);
     detail::put(out_, name_key);
     detail::put(out_, timeout_ms);
+  }
+  /// A writer stream opens (joins the rank's watermark) or closes (leaves it).
+  void stream(std::uint64_t seq, std::uint32_t stream, bool open) {
+    begin(open ? Tag::stream_open : Tag::stream_close);
+    detail::put(out_, seq);
+    detail::put(out_, stream);
   }
   void config(std::uint64_t seq, std::string_view json) { blob(Tag::config, seq, json); }
   void summary(std::uint64_t seq, std::string_view json) { blob(Tag::summary, seq, json); }
@@ -162,6 +180,7 @@ struct Values {
   std::int64_t ts_us;
   std::uint32_t n;
   const char* data; // n x {u32 key, f64 value}
+  std::uint32_t stream = 0; // 0: the rank's default stream
   [[nodiscard]] std::uint32_t key(std::uint32_t i) const noexcept {
     std::uint32_t k;
     std::memcpy(&k, data + i * value_size, sizeof k);
@@ -195,7 +214,13 @@ struct Finish {
   std::uint64_t seq;
   std::int32_t exit_code = 0; // non-zero: Run::finish({.exit_code}) ended the rank as failed
 };
-using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish>;
+/// A writer stream opening (`open`) or closing.
+struct Stream {
+  std::uint64_t seq;
+  std::uint32_t id;
+  bool open;
+};
+using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream>;
 
 struct RunStart {
   std::int64_t ts_us;

@@ -66,12 +66,13 @@ struct Rig {
   public:
     Batch(Rig& rig, int rank) : rig_(rig), rank_(rank), w_(bytes_, static_cast<std::uint32_t>(rank)) {}
 
+    /// One log call into `stream` (0: the default stream, else a writer's).
     std::uint64_t log(std::vector<std::pair<std::string, double>> values, std::int64_t step = auto_step,
-                      std::int64_t ts = start_ts + 10) {
+                      std::int64_t ts = start_ts + 10, std::uint32_t stream = 0) {
       std::vector<std::uint32_t> keys;
       for (auto& [k, v] : values) keys.push_back(key(k));
       const std::uint64_t s = next();
-      w_.values(s, step, ts, static_cast<std::uint32_t>(values.size()));
+      w_.values(s, step, ts, static_cast<std::uint32_t>(values.size()), stream);
       for (std::size_t i = 0; i < values.size(); ++i) w_.value(keys[i], values[i].second);
       return s;
     }
@@ -102,6 +103,12 @@ struct Rig {
       w_.finish(s);
       return s;
     }
+    /// Opens (Run::writer) or closes (Writer::close) writer stream `id`.
+    std::uint64_t stream(std::uint32_t id, bool open) {
+      const auto s = next();
+      w_.stream(s, id, open);
+      return s;
+    }
     bool send() { return rig_.apply(bytes_); }
 
   private:
@@ -129,6 +136,21 @@ struct Rig {
                     std::int64_t ts = start_ts + 10) {
     auto b = batch(r);
     const auto s = b.log(std::move(values), step, ts);
+    BOOST_REQUIRE(b.send());
+    return s;
+  }
+  /// One log call of writer stream `stream` in its own frame.
+  std::uint64_t write(int r, std::uint32_t stream, std::vector<std::pair<std::string, double>> values,
+                      std::int64_t step = auto_step) {
+    auto b = batch(r);
+    const auto s = b.log(std::move(values), step, start_ts + 10, stream);
+    BOOST_REQUIRE(b.send());
+    return s;
+  }
+  /// Opens or closes writer stream `id` of rank `r` in a frame of its own.
+  std::uint64_t stream(int r, std::uint32_t id, bool open) {
+    auto b = batch(r);
+    const auto s = b.stream(id, open);
     BOOST_REQUIRE(b.send());
     return s;
   }

@@ -348,17 +348,22 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       std::vector<std::pair<int, std::uint64_t>> expect; // (tag, seq or key id)
       std::vector<double> values;
       std::vector<std::int32_t> exit_codes, got_codes;
+      std::vector<std::uint32_t> streams, got_streams; // of values and stream events, in order
       {
         w::BatchWriter b(out, rank);
         const int n = static_cast<int>(rng() % 12);
         for (int i = 0; i < n; ++i) {
-          const auto tag = static_cast<std::uint8_t>(1 + rng() % 8);
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 11);
+          const auto stream = static_cast<std::uint32_t>(1 + rng() % w::max_streams);
           const std::uint64_t seq = rng();
           switch (static_cast<w::Tag>(tag)) {
             case w::Tag::key: b.key(static_cast<std::uint32_t>(seq), std::string(seq % 40, 'k')); break;
-            case w::Tag::values: {
+            case w::Tag::values:
+            case w::Tag::stream_values: {
               const auto m = static_cast<std::uint32_t>(rng() % 50);
-              b.values(seq, static_cast<std::int64_t>(rng()), static_cast<std::int64_t>(rng()), m);
+              const std::uint32_t into = tag == 2 ? 0 : stream;
+              streams.push_back(into);
+              b.values(seq, static_cast<std::int64_t>(rng()), static_cast<std::int64_t>(rng()), m, into);
               for (std::uint32_t j = 0; j < m; ++j) {
                 const double v = std::bit_cast<double>(rng());
                 values.push_back(v);
@@ -376,10 +381,17 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
             case w::Tag::summary: b.summary(seq, std::string(seq % 100, '}')); break;
             case w::Tag::finish: b.finish(seq); break;
             case w::Tag::finish_failed: b.finish(seq, static_cast<std::int32_t>(seq % 200) + 1); break;
+            case w::Tag::stream_open:
+            case w::Tag::stream_close:
+              streams.push_back(stream);
+              b.stream(seq, stream, tag == 9);
+              break;
           }
           // A failed finish decodes as a Finish carrying its exit code.
           if (tag == 7 || tag == 8) exit_codes.push_back(tag == 8 ? static_cast<std::int32_t>(seq % 200) + 1 : 0);
-          expect.emplace_back(tag == 8 ? 7 : tag, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
+          // Decoded as: a failed finish a Finish, stream values Values, an open or a close a Stream.
+          const int decoded = tag == 8 ? 7 : tag == 10 ? 2 : tag == 9 || tag == 11 ? 8 : tag;
+          expect.emplace_back(decoded, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
         }
       }
       w::Frame f;
@@ -399,6 +411,8 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
                 seq = x.seq;
               }
               if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.exit_code);
+              if constexpr (std::is_same_v<T, w::Stream>) got_streams.push_back(x.id);
+              if constexpr (std::is_same_v<T, w::Values>) got_streams.push_back(x.stream);
               if constexpr (std::is_same_v<T, w::Values>)
                 for (std::uint32_t j = 0; j < x.n; ++j)
                   values_match = values_match && vi < values.size() &&
@@ -411,6 +425,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       BOOST_TEST(vi == values.size());
       BOOST_TEST((got == expect));
       BOOST_TEST((got_codes == exit_codes));
+      BOOST_TEST((got_streams == streams));
     }
   }
 }

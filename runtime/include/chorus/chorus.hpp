@@ -11,6 +11,8 @@
 //   run.define_metric("loss", chorus::Reduce::mean);
 //   run.log({{"loss", l}, {"lr", lr}});          // non-blocking ticket
 //   co_await run.log({{"acc", a}});               // durably committed
+//   chorus::Writer w = run.writer();              // a producer thread's own ordered steps
+//   w.log({{"tokens", n}}, {.step = s});
 //   co_await run.barrier("epoch-3");
 //   co_await run.log_artifact("model.pt", "/tmp/ckpt/model.pt", "model");  // copied, hashed, listed
 //   chorus::FinishResult r = co_await run.finish();
@@ -76,7 +78,7 @@ enum class Errc : std::uint8_t {
   invalid_argument,  // a bad option value or call argument
   invalid_key,       // empty, too long, non-UTF-8 or reserved metric key
   bad_environment,   // a malformed or contradictory environment variable
-  backwards_step,    // a step lower than the rank's last one
+  backwards_step,    // a step lower than its stream's last one (the rank's run.log, or a Writer)
   step_committed,    // a step at or below what a barrier already committed
   dropped,           // the queue was full under Overflow::drop_newest
   finished,          // the run has finished: nothing more is taken
@@ -576,8 +578,69 @@ static_assert(std::is_trivially_destructible_v<FinishPending>);
 // ---------------------------------------------------------------------------
 // The run
 
+/// One producer's own ordered stream into the run (`Run::writer`): for a rank
+/// that logs from several threads, actors or coroutines, each with its own
+/// steps. A writer's steps are ordered on their own: a step lower than the
+/// writer's last is rejected (backwards_step, naming the writer), whatever
+/// the others log. The rank's watermark is the minimum over its live streams
+/// (its writers and, once it has logged, the default stream of `Run::log`),
+/// so a slow writer holds the rank's rows back and a fast one is not
+/// rejected. A writer joins at the last committed step, when it is made:
+/// make every writer before any of them logs far ahead. Closing it (or
+/// destroying it) leaves the minimum.
+///
+/// One writer is one producer: use each from one thread (or coroutine chain)
+/// at a time; many writers may log at once. It must not outlive its Run.
+/// Move-only; a default-constructed or moved-from writer is inactive.
+class Writer {
+public:
+  Writer() noexcept = default;
+  Writer(Writer&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)), id_(std::exchange(o.id_, 0)) {}
+  Writer& operator=(Writer&& o) noexcept {
+    if (this != &o) {
+      (void)close();
+      impl_ = std::exchange(o.impl_, nullptr);
+      id_ = std::exchange(o.id_, 0);
+    }
+    return *this;
+  }
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  ~Writer() { (void)close(); }
+
+  /// As `Run::log`, into this writer's stream: automatic steps count this
+  /// writer's calls.
+  Pending log(std::span<const Metric> values, const LogOptions& opts = {}) noexcept;
+  Pending log(const Metrics& values, const LogOptions& opts = {}) noexcept {
+    return log(std::span<const Metric>(values), opts);
+  }
+  /// Leaves the rank's minimum; the ticket completes once everything this
+  /// writer logged is processed. Later calls are no-ops.
+  Pending close() noexcept;
+
+  /// False once closed, and on an inactive run.
+  explicit operator bool() const noexcept { return impl_ != nullptr; }
+
+private:
+  friend class Run;
+  Writer(detail::RunImpl* impl, std::uint32_t id) noexcept : impl_(impl), id_(id) {}
+  detail::RunImpl* impl_ = nullptr;
+  std::uint32_t id_ = 0; // 0: could not open (its calls say why)
+};
+
 /// A handle on the run this process logs into. An inactive handle (a rank
 /// that does not log in this mode) is false and every call on it is a no-op.
+///
+/// Thread safety: every call may be made from many threads at once (log,
+/// log_device, define_metric, config, summary, barrier, log_artifact,
+/// writer, finish); the calls of one thread reach the run in the order made,
+/// those of different threads in some interleaving. Steps are what need care:
+/// `log` writes into the rank's one default stream, whose steps must not
+/// decrease, so threads that log their own explicit steps each take a
+/// `writer()`. `reduce_device` is a collective whose calls must come in the
+/// same order on every rank: make them from one thread. Moving or assigning
+/// the handle itself is not thread-safe, nor is destroying it while another
+/// thread still calls it.
 class Run {
 public:
   Run() noexcept;
@@ -598,6 +661,11 @@ public:
   Pending log(const Metrics& values, const LogOptions& opts = {}) noexcept {
     return log(std::span<const Metric>(values), opts);
   }
+
+  /// A new ordered stream for one producer of this rank (see `Writer`). At
+  /// most 4096 writers are open at once in a process; past that (or after
+  /// finish) the writer's calls return an error that says so.
+  [[nodiscard]] Writer writer() noexcept;
 
   /// Logs floats that live in GPU memory without a host sync: each value is
   /// copied asynchronously on `stream` into pinned memory behind an event;
