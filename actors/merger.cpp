@@ -579,7 +579,10 @@ struct Merger::State {
       started = true;
       ended = false;
       ranks.assign(s->world_size, Rank{});
-      for (Rank& r : ranks) r.cursor = last_committed;
+      for (Rank& r : ranks) {
+        r.streams.raise(last_committed); // every stream's auto steps go on past it
+        r.cursor = r.streams.cursor();
+      }
       live = static_cast<int>(s->world_size);
       parked = parked_live = 0;
       released = 0;
