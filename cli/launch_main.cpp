@@ -236,9 +236,19 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
   return {};
 }
 
+// Rebuilds a run from its log, which holds everything its host acknowledged,
+// ending what the log leaves open as `o.unended` says; `what` names, for an
+// error, what happened to the run.
+void end_from_wal(const std::string& dir, RecoverOptions o, const std::string& what) {
+  o.backup = false;
+  std::string report;
+  if (std::string problem = recover_run(dir, o, report); !problem.empty())
+    std::fprintf(stderr, "chorus launch: %s %s, and cannot be rebuilt from its WAL: %s (run chorus recover on it)\n",
+                 dir.c_str(), what.c_str(), problem.c_str());
+}
+
 // A run whose host a stop signal ended before the run did (its run.json
-// still says running) is rebuilt from its log, which holds everything the
-// host acknowledged, and marked killed: the user stopped it, it did not
+// still says running) is marked killed: the user stopped it, it did not
 // crash. So are its ranks that the host saw die after the signal, also in a
 // run whose host lived on to end it.
 void mark_killed(const std::string& dir, const StopSignal& stop) {
@@ -246,32 +256,24 @@ void mark_killed(const std::string& dir, const StopSignal& stop) {
   if (!info.readable() || (info.state != "running" && info.crashed_ranks() == 0)) return;
   const char* name = ::strsignal(stop.signal);
   RecoverOptions o;
-  o.backup = false;
   o.unended = RunState::killed;
   o.unended_reason = "stopped by signal " + std::to_string(stop.signal) + " (" + (name ? name : "unknown") +
                      ") that chorus launch passed on";
   o.stopped_at_us = stop.at_us;
-  std::string report;
-  if (std::string problem = recover_run(dir, o, report); !problem.empty())
-    std::fprintf(stderr, "chorus launch: %s was stopped by signal %d but cannot be marked killed: %s (run chorus "
-                         "recover on it)\n", dir.c_str(), stop.signal, problem.c_str());
+  end_from_wal(dir, o, "was stopped by signal " + std::to_string(stop.signal));
 }
 
 // A run whose host process ended without ending the run (an uncaught
-// exception, an abort, the OOM killer) is rebuilt from its log and marked
-// crashed, with its ranks' last steps: nobody has to run chorus recover.
+// exception, an abort, the OOM killer) is marked crashed, with its ranks'
+// last steps: nobody has to run chorus recover.
 void finish_unended(const std::string& dir, int worst) {
   const RunInfo info = read_run(dir);
   if (!info.readable() || info.state != "running") return;
   RecoverOptions o;
-  o.backup = false;
   o.unended = RunState::crashed;
   o.unended_reason = "the run host's process ended (worst exit code " + std::to_string(worst) +
                      ") before it ended the run; chorus launch rebuilt the run from its WAL";
-  std::string report;
-  if (std::string problem = recover_run(dir, o, report); !problem.empty())
-    std::fprintf(stderr, "chorus launch: the host of %s exited before ending it, and the run cannot be rebuilt: %s "
-                         "(run chorus recover on it)\n", dir.c_str(), problem.c_str());
+  end_from_wal(dir, o, "lost its host before the run ended");
 }
 
 } // namespace
