@@ -189,18 +189,18 @@ std::string launched_host_exit(const Settings& s) {
 bool spans_nodes(const Settings& s) { return s.topo.num_nodes > 1 && s.opts.scope == Scope::global; }
 
 /// How a link between two of the job's processes travels: a Unix socket
-/// private to this user (processes of one node), TLS with the job's
-/// credentials, or plain TCP (between nodes, where CHORUS_INSECURE allows it).
-enum class Link { local, tls, tcp };
+/// private to this user (processes of one node), or TCP between nodes (TLS
+/// with the job's credentials, plain where CHORUS_INSECURE allows it: one
+/// process has one kind, runtime/node_link.hpp).
+enum class Link { local, node };
 
 class SystemImpl final : public System {
 public:
   /// `creds`: the job's credentials when links between nodes are
-  /// authenticated, null otherwise. `run_tls`: the run's links go through
-  /// CAF's OpenSSL module, with mutual TLS against the job's CA; `group_tls`:
-  /// the links of the job's run hosts to its group do.
-  SystemImpl(const Settings& s, const io::Credentials* creds, bool run_tls, bool group_tls, std::string socket_dir)
-      : tls_(run_tls), group_tls_(group_tls), sys_(configure(cfg_, s, creds)), socket_dir_(std::move(socket_dir)) {
+  /// authenticated (mutual TLS against the job's CA), null otherwise.
+  /// `group_tls`: the links of the job's run hosts to its group are.
+  SystemImpl(const Settings& s, const io::Credentials* creds, bool group_tls, std::string socket_dir)
+      : group_tls_(group_tls), sys_(configure(cfg_, s, creds)), socket_dir_(std::move(socket_dir)) {
     if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_);
     if (s.topo.num_nodes > 1) node_ = spawn_node_links(sys_, creds != nullptr, s.opts.connection_timeout);
   }
@@ -397,7 +397,7 @@ private:
 
   /// How the ranks of this run reach its host.
   Link run_link(const Settings& s) const {
-    return !spans_nodes(s) ? Link::local : tls_ ? Link::tls : Link::tcp;
+    return !spans_nodes(s) ? Link::local : Link::node;
   }
 
   /// Names the listener of `port` (at `address`, where it is another
@@ -418,7 +418,7 @@ private:
   caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, Link link) {
     if (link == Link::local && !local_)
       return caf::make_error(caf::sec::cannot_open_port, "no socket directory for local links");
-    if (link != Link::local && !node_)
+    if (link == Link::node && !node_)
       return caf::make_error(caf::sec::cannot_open_port, "no links between nodes in a job of one node");
     caf::expected<std::uint16_t> out{std::uint16_t{0}};
     caf::scoped_actor self{sys_};
@@ -538,7 +538,7 @@ private:
   /// How the job's run hosts reach its group: across nodes (where allowed)
   /// over the network, else through this node's socket.
   Link group_link(bool other_nodes) const {
-    return !other_nodes ? Link::local : group_tls_ ? Link::tls : Link::tcp;
+    return !other_nodes ? Link::local : Link::node;
   }
 
   /// Hands the Group to the Run actor, which registers with it; returns once
@@ -563,7 +563,6 @@ private:
     if (group_) wait(group_, finish_atom::value);
   }
 
-  bool tls_;
   bool group_tls_;
   caf::actor_system_config cfg_;
   caf::actor_system sys_;
@@ -612,7 +611,7 @@ std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
   std::string socket_dir;
   if ((s.run_world > 1 && !across_nodes) || s.group_size > 0)
     if ((error = local_socket_dir(s.opts.read_env, socket_dir))) return nullptr;
-  auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, tls, group_tls, socket_dir);
+  auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, group_tls, socket_dir);
   error = sys->start(run);
   return sys;
 }
