@@ -53,6 +53,7 @@ struct ProxyState {
   bool parked = false;
   std::uint64_t loop = 0; // the drain loop's generation: a restart ends the old loop
   std::uint64_t finish_seq = 0; // the finish ticket, once seen
+  std::int32_t finish_code = 0; // the exit code that finish carried: non-zero ends the rank as failed
   bool finish_started = false;  // the run host is finishing the run for us
   bool done = false;            // the finish ticket completed
   std::vector<char> frame;
@@ -97,7 +98,7 @@ void complete_finish(proxy_actor* self, Error err) {
     if (err && !r.error) r.error = std::move(err);
     // A run host's end_run has set the run's state; another rank's is its own.
     if (r.state == RunState::running)
-      r.state = r.error || st.run->finish_state().exit_code != 0 ? RunState::failed : RunState::finished;
+      r.state = r.error || st.finish_code != 0 ? RunState::failed : RunState::finished;
     r.run_id = st.run->run_id;
     r.run_dir = st.run->run_dir;
     r.dropped = st.run->dropped();
@@ -230,7 +231,8 @@ bool drain(proxy_actor* self) {
       case SlotKind::finish:
         // Artifact copies in flight complete first (at most finish_timeout).
         if (st.run->artifacts().holds_finish()) goto full;
-        w.finish(pos + 1, static_cast<std::int32_t>(s->step));
+        st.finish_code = static_cast<std::int32_t>(s->step);
+        w.finish(pos + 1, st.finish_code);
         st.finish_seq = pos + 1;
         pos += 1;
         {

@@ -130,7 +130,6 @@ private:
 struct FinishState {
   std::mutex mu;
   FinishResult result;
-  int exit_code = 0; // what the trainer passed to finish: non-zero ends its rank as failed
 };
 
 } // namespace chorus::detail

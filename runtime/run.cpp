@@ -313,10 +313,6 @@ FinishPending RunImpl::finish(int exit_code) noexcept {
   closed_.store(true, std::memory_order_relaxed);
   // Copies queued before this still run: the RankProxy holds the finish for them.
   artifacts_.close();
-  {
-    std::lock_guard hold(finish_.mu);
-    finish_.exit_code = exit_code;
-  }
   finishing_.emplace(push_control(SlotKind::finish, [&](Slot& s) { s.step = exit_code; }), &finish_);
   if (channel_.nudge) channel_.nudge();
   return *finishing_;
