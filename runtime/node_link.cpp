@@ -255,8 +255,7 @@ private:
 class NodeLinks final : public caf::io::middleman_actor_impl {
 public:
   NodeLinks(caf::actor_config& cfg, caf::actor broker, bool tls, std::chrono::milliseconds deadline)
-      : middleman_actor_impl(cfg, std::move(broker)), tls_(tls),
-        handshakes_(std::make_shared<Handshakes>(deadline)) {}
+      : middleman_actor_impl(cfg, std::move(broker)), tls_(tls), deadline_(deadline) {}
 
   const char* name() const override { return tls_ ? "chorus.tls_links" : "chorus.tcp_links"; }
 
@@ -277,6 +276,8 @@ protected:
   caf::expected<caf::io::doorman_ptr> open(std::uint16_t port, const char* addr, bool reuse) override {
     auto fd = caf::io::network::new_tcp_acceptor_impl(port, addr, reuse);
     if (!fd) return std::move(fd.error());
+    // The deadlines' thread runs only in a process that listens.
+    if (!handshakes_) handshakes_ = std::make_shared<Handshakes>(deadline_);
     return caf::make_counted<NodeDoorman>(multiplexer(), *fd, tls_, handshakes_);
   }
 
@@ -286,7 +287,8 @@ private:
   }
 
   bool tls_;
-  std::shared_ptr<Handshakes> handshakes_;
+  std::chrono::milliseconds deadline_;
+  std::shared_ptr<Handshakes> handshakes_; // made by the first listener
 };
 
 } // namespace
