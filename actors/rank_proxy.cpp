@@ -5,10 +5,14 @@
 #include "runtime/run_impl.hpp"
 #include "runtime/wire.hpp"
 
+#include <chorus/caf.hpp>
+
 #include <unistd.h>
 
 #include <climits>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <optional>
 
 namespace chorus::detail {
@@ -41,7 +45,49 @@ constexpr auto idle_poll = std::chrono::milliseconds(1);
 constexpr int idle_polls_before_parking = 20;
 constexpr auto parked_poll = std::chrono::milliseconds(50);
 
+/// A message of an actor of this process that logs by message
+/// (<chorus/caf.hpp>), until it is in the ring.
+struct ActorCall {
+  enum class Kind : std::uint8_t { open, log, leave, gone } kind;
+  caf::actor_addr sender;
+  std::optional<std::int64_t> step;
+  actors::Values values;
+  caf::response_promise reply; // none for `gone`
+};
+
+/// A reply that waits for the run host to acknowledge the call's ticket.
+struct ActorReply {
+  Pending ticket;
+  caf::response_promise reply;
+};
+
+caf::error to_caf_error(const Error& e) {
+  return caf::error(static_cast<std::uint8_t>(e.code()), actors::error_category, caf::make_message(e.message()));
+}
+
+void deliver(caf::response_promise& reply, const Error& e) {
+  if (!reply.pending()) return;
+  if (e)
+    reply.deliver(to_caf_error(e));
+  else
+    reply.deliver(caf::ok_atom::value);
+}
+
 struct ProxyState {
+  ~ProxyState() {
+    fail_actor_calls(Error(Errc::finished, "the rank's proxy stopped (its run ended) before this call was "
+                                           "acknowledged: log before finish(), and keep the Run alive while actors "
+                                           "log into it"));
+  }
+
+  /// Every actor call not yet answered gets `e` (its ticket's own error where it has one).
+  void fail_actor_calls(const Error& e) {
+    for (ActorReply& r : replies) deliver(r.reply, r.ticket.ready() ? r.ticket.wait() : e);
+    replies.clear();
+    for (ActorCall& c : held) deliver(c.reply, e);
+    held.clear();
+  }
+
   RunImpl* run = nullptr;
   caf::actor host;
   std::string host_label;
@@ -63,6 +109,10 @@ struct ProxyState {
   std::chrono::milliseconds join_retry{200};
   std::optional<Keepalive> keepalive; // a run host in another process
   caf::actor beacon;                  // where pings go once joined (else to the host)
+  // Actors of this process that log by message, a stream each.
+  std::deque<ActorCall> held;                           // not yet in the ring (no room), in arrival order
+  std::map<caf::actor_addr, std::uint32_t> actor_streams; // sender -> its stream
+  std::deque<ActorReply> replies;                       // in the ring, in ticket order
   static inline const char* name = "chorus.rank_proxy";
 };
 
@@ -84,6 +134,8 @@ void send_join(proxy_actor* self) {
   self->delayed_send(self, st.join_retry, join_retry_atom::value);
   st.join_retry = std::min(st.join_retry * 2, std::chrono::milliseconds(2000));
 }
+
+void settle_actor_calls(ProxyState& st);
 
 /// Fills in the process's FinishResult (`err`, if any, is its error) and,
 /// once the finish ticket was seen, completes it.
@@ -112,6 +164,7 @@ void complete_finish(proxy_actor* self, Error err) {
     st.run->channel().fail(Error(Errc::finished, "this call reached the run after finish(), which another thread "
                                                  "called while it was made: it was not logged; call finish() once "
                                                  "every producer is done"));
+  settle_actor_calls(st);
 }
 
 /// The run host is gone (`e` says how): every waiting caller gets `e`, and the proxy stops.
@@ -120,8 +173,72 @@ void lose_host(proxy_actor* self, Error e) {
   st.host = nullptr;
   joined(self, JoinResult{e, {}, {}});
   complete_finish(self, e);
-  st.run->channel().fail(std::move(e));
+  st.run->channel().fail(e);
+  st.fail_actor_calls(e);
   self->quit();
+}
+
+/// Answers the actor calls whose tickets completed.
+void settle_actor_calls(ProxyState& st) {
+  while (!st.replies.empty() && st.replies.front().ticket.ready()) {
+    ActorReply& r = st.replies.front();
+    deliver(r.reply, r.ticket.wait());
+    st.replies.pop_front();
+  }
+}
+
+/// The reply to a call that went into the ring as `ticket`: now where it is
+/// already complete (a refusal), else once the run host acknowledges it.
+void answer_when_done(ProxyState& st, Pending ticket, caf::response_promise reply) {
+  if (ticket.ready() && st.replies.empty())
+    deliver(reply, ticket.wait());
+  else
+    st.replies.push_back(ActorReply{ticket, std::move(reply)});
+}
+
+/// Moves held actor calls into the ring, in order, while they fit.
+void offer_actor_calls(proxy_actor* self) {
+  auto& st = self->state;
+  RunImpl& run = *st.run;
+  std::vector<Metric> metrics;
+  while (!st.held.empty()) {
+    ActorCall& c = st.held.front();
+    auto stream = st.actor_streams.find(c.sender);
+    if (c.kind == ActorCall::Kind::open || c.kind == ActorCall::Kind::log) {
+      if (stream == st.actor_streams.end()) {
+        std::uint32_t id = 0;
+        if (!run.offer_open(id)) return;
+        if (id != 0) {
+          stream = st.actor_streams.emplace(c.sender, id).first;
+          self->monitor(c.sender); // its stream closes when it terminates
+        }
+      }
+      if (c.kind == ActorCall::Kind::open && stream != st.actor_streams.end()) {
+        answer_when_done(st, Pending{}, std::move(c.reply));
+        st.held.pop_front();
+        continue;
+      }
+      metrics.clear();
+      for (const auto& [key, value] : c.values) metrics.push_back(Metric{key, value});
+      LogOptions opts;
+      opts.step = c.step;
+      Pending ticket;
+      // No stream (none left, or the run finished): the call's refusal says which.
+      if (!run.offer_log(stream == st.actor_streams.end() ? 0 : stream->second, metrics, opts, ticket)) return;
+      answer_when_done(st, ticket, std::move(c.reply));
+    } else if (stream == st.actor_streams.end()) {
+      deliver(c.reply, {}); // it logged nothing, or left already
+    } else {
+      Pending ticket;
+      if (!run.offer_close(stream->second, ticket)) return;
+      st.actor_streams.erase(stream);
+      if (c.kind == ActorCall::Kind::leave) {
+        self->demonitor(c.sender);
+        answer_when_done(st, ticket, std::move(c.reply));
+      }
+    }
+    st.held.pop_front();
+  }
 }
 
 void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
@@ -147,6 +264,7 @@ void write_call(ProxyState& st, wire::BatchWriter& w, Ring& ring, std::uint64_t 
 /// Moves what the ring holds into one frame and sends it; false if nothing was sent.
 bool drain(proxy_actor* self) {
   auto& st = self->state;
+  if (!st.held.empty() && st.host) offer_actor_calls(self);
   if (st.in_flight >= max_frames_in_flight || !st.host) return false;
   Ring& ring = st.run->ring();
   std::uint64_t pos = st.read_pos;
@@ -255,6 +373,38 @@ full:
   return true;
 }
 
+/// Drains now; a parked proxy starts a fresh loop at full speed instead,
+/// which replaces the parked one.
+void wake(proxy_actor* self) {
+  auto& st = self->state;
+  if (!st.parked) return (void)drain(self);
+  st.parked = false;
+  st.run->channel().consumer_parked.store(false, std::memory_order_relaxed);
+  st.idle_polls = 0;
+  self->send(self, drain_atom::value, ++st.loop);
+}
+
+/// A message of <chorus/caf.hpp>'s rank_proxy interface: it is answered once
+/// its ticket completes. Only actors of this process log through the proxy.
+void take_actor_call(proxy_actor* self, ActorCall::Kind kind, std::optional<std::int64_t> step,
+                     const actors::Values& values) {
+  auto& st = self->state;
+  // Read before the promise is made: making it takes the sender out of the message.
+  const bool ours = from_this_process(self);
+  auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  caf::response_promise reply = self->make_response_promise();
+  if (!ours) {
+    deliver(reply, Error(Errc::invalid_argument, "only the actors of the rank's own process log through its proxy"));
+    return;
+  }
+  if (!st.host) {
+    deliver(reply, st.run->channel().failure());
+    return;
+  }
+  st.held.push_back(ActorCall{kind, std::move(sender), step, values, std::move(reply)});
+  wake(self);
+}
+
 caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::string host_label,
                          std::function<void(JoinResult)> on_join) {
   auto& st = self->state;
@@ -265,6 +415,11 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
   self->monitor(host);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
+    if (st.actor_streams.count(dm.source) != 0) {
+      // An actor that logged by message terminated: its stream leaves the rank's minimum.
+      st.held.push_back(ActorCall{ActorCall::Kind::gone, dm.source, {}, {}, {}});
+      return wake(self);
+    }
     if (dm.source != st.host.address()) return;
     lose_host(self, Error(Errc::host_lost, "the run host (" + st.host_label + ") went away (" +
                                                caf::to_string(dm.reason) +
@@ -347,15 +502,15 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         }
         self->delayed_send(self, parked_poll, drain_atom::value, loop);
       },
-      [self](nudge_atom) {
-        auto& st = self->state;
-        if (!st.parked) return (void)drain(self);
-        // Woken from parking: a fresh loop at full speed replaces the parked one.
-        st.parked = false;
-        st.run->channel().consumer_parked.store(false, std::memory_order_relaxed);
-        st.idle_polls = 0;
-        self->send(self, drain_atom::value, ++st.loop);
+      [self](nudge_atom) { wake(self); },
+      [self](actors::log_atom, const actors::Values& values) {
+        take_actor_call(self, ActorCall::Kind::log, std::nullopt, values);
       },
+      [self](actors::log_atom, std::int64_t step, const actors::Values& values) {
+        take_actor_call(self, ActorCall::Kind::log, step, values);
+      },
+      [self](actors::open_atom) { take_actor_call(self, ActorCall::Kind::open, std::nullopt, {}); },
+      [self](actors::leave_atom) { take_actor_call(self, ActorCall::Kind::leave, std::nullopt, {}); },
       [self](ack_atom, std::uint32_t frames, std::uint64_t completed, const std::vector<char>& errors) {
         auto& st = self->state;
         if (!from(self, st.host)) return;
@@ -378,6 +533,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         } else {
           st.run->channel().complete(completed);
         }
+        settle_actor_calls(st);
         if (frames != 0) drain(self);
       },
       [self](fail_atom, std::uint8_t code, const std::string& why) {

@@ -18,6 +18,10 @@
 //                      (its WAL failed): every ticket not acknowledged, and
 //                      every later one, fails with this error
 //   RankProxy -> Run   (finish_atom) -> (ok_atom)                    host only: finish the run
+//   actor -> RankProxy (actors::log_atom, [i64 step,] Values) -> (ok_atom)   an actor of the rank's own
+//                      (actors::open_atom) -> (ok_atom), (actors::leave_atom) -> (ok_atom)    process, a stream
+//                      each (<chorus/caf.hpp>: the typed rank_proxy); answered when the call's ticket completes,
+//                      an error as a caf::error of category actors::error_category
 //   rank 0 -> Run      (nccl_id_atom, vector<char> id)               the run's NCCL unique id
 //   rank -> Run        (nccl_id_atom) -> (vector<char> id)           answered once rank 0 sent it
 //   SystemMonitor -> Run (system_atom, u32 rank, string json_line)   one system.jsonl line

@@ -47,9 +47,9 @@ RunImpl::~RunImpl() {
   }
 }
 
-Error RunImpl::start() {
+Error RunImpl::start(caf::actor_system* actors) {
   Error err;
-  system_ = System::start(*this, err);
+  system_ = System::start(*this, actors, err);
   if (!err) {
     // Artifacts are copied later, whatever the current directory is then.
     std::error_code ec;
@@ -67,9 +67,10 @@ Pending RunImpl::refuse(Error e) noexcept {
   }
 }
 
-bool RunImpl::reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept {
+bool RunImpl::reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept {
   if (ring_.try_reserve(n, pos)) return true;
-  if (!force && settings_.opts.overflow == Overflow::drop_newest) {
+  if (room == Room::now) return false;
+  if (room == Room::configured && settings_.opts.overflow == Overflow::drop_newest) {
     dropped_.fetch_add(n, std::memory_order_relaxed);
     return false;
   }
@@ -104,9 +105,9 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
 // One body for both streams, compiled twice and inlined into each caller:
 // the default stream's hot path keeps none of a writer's branches, nor a call
 // more than it had.
-template <bool ToWriter>
+template <bool ToWriter, Room R>
 [[gnu::always_inline]] inline Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values,
-                                                        const LogOptions& opts) noexcept {
+                                                        const LogOptions& opts, bool* no_room) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
                                    "calling finish()"});
@@ -146,8 +147,15 @@ template <bool ToWriter>
   // A writer's call starts with a slot that names its stream (SlotKind::stream_head).
   constexpr std::uint32_t head = ToWriter ? 1 : 0;
   std::uint64_t pos;
-  if (!reserve(good + head, pos, false))
+  if (!reserve(good + head, pos, R)) {
+    if constexpr (R == Room::now) {
+      if (!channel_.failed()) {
+        *no_room = true;
+        return {};
+      }
+    }
     return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
+  }
   const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
   if (!ToWriter || opts.step) note_step(opts.step); // a writer's automatic steps are its own
   if constexpr (ToWriter) {
@@ -186,47 +194,103 @@ template <bool ToWriter>
   return Pending(&channel_, seq, false);
 }
 
+std::uint32_t RunImpl::take_stream_id() noexcept {
+  if (!free_streams_.empty()) {
+    const std::uint32_t id = free_streams_.back();
+    free_streams_.pop_back();
+    return id;
+  }
+  return next_stream_ <= wire::max_streams ? next_stream_++ : 0;
+}
+
 std::uint32_t RunImpl::open_stream() noexcept {
   if (closed_.load(std::memory_order_relaxed)) return 0;
-  std::uint32_t id;
-  {
-    std::lock_guard lock(streams_mu_);
-    if (!free_streams_.empty()) {
-      id = free_streams_.back();
-      free_streams_.pop_back();
-    } else if (next_stream_ <= wire::max_streams) {
-      id = next_stream_++;
-    } else {
-      return 0;
-    }
-    // Pushed under the lock: an id freed by a close is reopened only after that close in the ring.
-    (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; });
-  }
+  std::lock_guard lock(streams_mu_);
+  const std::uint32_t id = take_stream_id();
+  // Pushed under the lock: an id freed by a close is reopened only after that close in the ring.
+  if (id != 0) (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; });
   return id;
 }
 
+bool RunImpl::offer_open(std::uint32_t& stream) noexcept {
+  stream = 0;
+  if (closed_.load(std::memory_order_relaxed)) return true; // its calls say the run finished
+  std::lock_guard lock(streams_mu_);
+  const std::uint32_t id = take_stream_id();
+  if (id == 0) return true; // its calls say no stream is left
+  bool no_room = false;
+  (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; }, Room::now, &no_room);
+  if (no_room) {
+    try {
+      free_streams_.push_back(id);
+    } catch (...) {
+      // Out of memory: the id stays used, one fewer writer can open.
+    }
+    return false;
+  }
+  stream = id;
+  return true;
+}
+
+namespace {
+Error no_stream_left(const char* what) {
+  return {Errc::invalid_argument, std::string(what) + " could not open: " + std::to_string(wire::max_streams) +
+                                      " writers of this process are open at once, the most a rank may have; "
+                                      "close() the writers of producers that are done (or let them go out of "
+                                      "scope), and let actors that are done logging leave"};
+}
+} // namespace
+
 Pending RunImpl::log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
-  if (stream == 0 && !closed_.load(std::memory_order_relaxed))
-    return refuse({Errc::invalid_argument,
-                   "this writer could not open: " + std::to_string(wire::max_streams) +
-                       " writers of this process are open at once, the most a rank may have; close() the "
-                       "writers of producers that are done (or let them go out of scope)"});
+  if (stream == 0 && !closed_.load(std::memory_order_relaxed)) {
+    try {
+      return refuse(no_stream_left("this writer"));
+    } catch (...) {
+      return refuse({});
+    }
+  }
   return log_into<true>(stream, values, opts); // stream 0 here only after finish, which it reports
 }
 
+bool RunImpl::offer_log(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
+                        Pending& out) noexcept {
+  if (stream == 0 && !closed_.load(std::memory_order_relaxed)) {
+    try {
+      out = refuse(no_stream_left("this actor's stream"));
+    } catch (...) {
+      out = refuse({});
+    }
+    return true;
+  }
+  bool no_room = false;
+  out = log_into<true, Room::now>(stream, values, opts, &no_room);
+  return !no_room;
+}
+
 Pending RunImpl::close_stream(std::uint32_t stream) noexcept {
-  if (stream == 0) return {};
+  Pending p;
+  (void)close_stream_in(stream, Room::force, p);
+  return p;
+}
+
+bool RunImpl::offer_close(std::uint32_t stream, Pending& out) noexcept { return close_stream_in(stream, Room::now, out); }
+
+bool RunImpl::close_stream_in(std::uint32_t stream, Room room, Pending& out) noexcept {
+  out = {};
+  if (stream == 0) return true;
   std::lock_guard lock(streams_mu_);
   // After finish the run ends every stream: nothing more goes into the ring.
-  const Pending p = closed_.load(std::memory_order_relaxed)
-                        ? Pending{}
-                        : push_control(SlotKind::stream_close, [&](Slot& s) { s.key = stream; });
+  if (!closed_.load(std::memory_order_relaxed)) {
+    bool no_room = false;
+    out = push_control(SlotKind::stream_close, [&](Slot& s) { s.key = stream; }, room, &no_room);
+    if (no_room) return false;
+  }
   try {
     free_streams_.push_back(stream);
   } catch (...) {
     // Out of memory: the id stays used, one fewer writer can open.
   }
-  return p;
+  return true;
 }
 
 Pending RunImpl::define_metric(std::string_view key, Reduce reduce) noexcept {
@@ -316,6 +380,29 @@ FinishPending RunImpl::finish(int exit_code) noexcept {
   finishing_.emplace(push_control(SlotKind::finish, [&](Slot& s) { s.step = exit_code; }), &finish_);
   if (channel_.nudge) channel_.nudge();
   return *finishing_;
+}
+
+Run RunAccess::start(const Options& opts, Error& error, caf::actor_system* actors) noexcept {
+  error = {};
+  try {
+    Settings s = resolve(opts, process_env(), error);
+    if (error) return {};
+    if (!s.active) {
+      // Logs nothing, but knows where this process sits.
+      Run inactive;
+      inactive.inactive_topology_ = std::make_unique<const Topology>(s.topo);
+      return inactive;
+    }
+    auto impl = std::make_unique<RunImpl>(std::move(s));
+    if ((error = impl->start(actors))) return {};
+    std::vector<Field> config;
+    for (const auto& [k, v] : impl->settings().opts.config) config.push_back(Field{k, v});
+    if (!config.empty()) (void)impl->text(SlotKind::config, config);
+    return Run(std::move(impl));
+  } catch (const std::exception& e) {
+    error = Error(Errc::internal, std::string("init failed: ") + e.what());
+    return {};
+  }
 }
 
 } // namespace detail
@@ -411,28 +498,7 @@ std::string_view Run::dir() const noexcept { return impl_ ? std::string_view(imp
 bool Run::is_host() const noexcept { return impl_ && impl_->settings().is_host; }
 std::uint64_t Run::dropped() const noexcept { return impl_ ? impl_->dropped() : 0; }
 
-Run init(const Options& opts, Error& error) noexcept {
-  error = {};
-  try {
-    detail::Settings s = detail::resolve(opts, detail::process_env(), error);
-    if (error) return {};
-    if (!s.active) {
-      // Logs nothing, but knows where this process sits.
-      Run inactive;
-      inactive.inactive_topology_ = std::make_unique<const Topology>(s.topo);
-      return inactive;
-    }
-    auto impl = std::make_unique<detail::RunImpl>(std::move(s));
-    if ((error = impl->start())) return {};
-    std::vector<Field> config;
-    for (const auto& [k, v] : impl->settings().opts.config) config.push_back(Field{k, v});
-    if (!config.empty()) (void)impl->text(detail::SlotKind::config, config);
-    return Run(std::move(impl));
-  } catch (const std::exception& e) {
-    error = Error(Errc::internal, std::string("init failed: ") + e.what());
-    return {};
-  }
-}
+Run init(const Options& opts, Error& error) noexcept { return detail::RunAccess::start(opts, error, nullptr); }
 
 Run init(const Options& opts) {
   Error error;

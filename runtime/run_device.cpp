@@ -81,7 +81,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
     }
 
     std::uint64_t pos;
-    if (!reserve(static_cast<std::uint32_t>(n), pos, false)) {
+    if (!reserve(static_cast<std::uint32_t>(n), pos, Room::configured)) {
       device_->release(captured);
       return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
     }

@@ -20,6 +20,10 @@
 #include <unordered_set>
 #include <vector>
 
+namespace caf {
+class actor_system;
+}
+
 namespace chorus::detail {
 
 class System;
@@ -31,13 +35,23 @@ extern std::atomic<unsigned> fork_count;
 /// A log call's values share one head slot, which counts them in 16 bits.
 inline constexpr std::size_t max_values_per_call = 0xffff;
 
+/// How a call waits for room in the ring.
+enum class Room : std::uint8_t {
+  configured, // as Options::overflow says: wait (block) or drop the values (drop_newest)
+  force,      // control calls: wait, never drop
+  now,        // the RankProxy's own calls (it drains the ring): never wait; no room, no call
+};
+
 class RunImpl {
 public:
   explicit RunImpl(Settings settings);
   ~RunImpl();
 
-  /// Starts the actors and joins the run; bounded by init_timeout.
-  Error start();
+  /// Starts the actors and joins the run; bounded by init_timeout. They run
+  /// in `actors` where given (<chorus/caf.hpp>), else in chorus's own system.
+  Error start(caf::actor_system* actors = nullptr);
+  /// The actor side (null before start).
+  System* system() const noexcept { return system_.get(); }
 
   /// Logs into the default stream.
   Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
@@ -48,6 +62,13 @@ public:
   Pending log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
   /// Closes a writer stream (it leaves the rank's minimum) and frees its id.
   Pending close_stream(std::uint32_t stream) noexcept;
+  // The streams of actors that log by message (<chorus/caf.hpp>), one per
+  // sending actor: as open_stream, log_stream and close_stream, but made on
+  // the RankProxy's thread, which drains the ring, so they never wait for
+  // room in it: false when the call does not fit now (nothing was done).
+  bool offer_open(std::uint32_t& stream) noexcept;
+  bool offer_log(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts, Pending& out) noexcept;
+  bool offer_close(std::uint32_t stream, Pending& out) noexcept;
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
   Pending text(SlotKind kind, std::span<const Field> fields);
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
@@ -78,15 +99,22 @@ public:
   std::string run_dir;
 
 private:
-  bool reserve(std::uint32_t n, std::uint64_t& pos, bool force) noexcept;
-  template <bool ToWriter>
-  [[gnu::always_inline]] Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
+  bool reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept;
+  /// `no_room` is set where R is Room::now and the call does not fit.
+  template <bool ToWriter, Room R = Room::configured>
+  [[gnu::always_inline]] Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
+                                          bool* no_room = nullptr) noexcept;
+  /// Takes a stream id for open_stream/offer_open: 0 when none is left (under streams_mu_).
+  std::uint32_t take_stream_id() noexcept;
+  /// close_stream and offer_close: false where `room` is Room::now and the close does not fit.
+  bool close_stream_in(std::uint32_t stream, Room room, Pending& out) noexcept;
   Pending refuse(Error e) noexcept;
   Pending host_gone() noexcept;
   /// Enqueues one control slot (define, barrier, config, summary, finish)
-  /// that `fill` completes; force-reserved, as control never drops.
+  /// that `fill` completes; force-reserved, as control never drops (under
+  /// Room::now: `no_room` is set where it does not fit).
   template <class Fill>
-  Pending push_control(SlotKind kind, Fill&& fill) noexcept;
+  Pending push_control(SlotKind kind, Fill&& fill, Room room = Room::force, bool* no_room = nullptr) noexcept;
   /// Moves the rank's step as the run host will for a call that logs at
   /// `step` (automatic steps count calls), so log_artifact can name it.
   /// Approximate under concurrent calls (a plain load and store, to keep the
@@ -125,15 +153,26 @@ private:
   std::unique_ptr<System> system_;
 };
 
+/// What chorus's own code reaches behind a Run handle.
+struct RunAccess {
+  /// chorus::init, and <chorus/caf.hpp>'s init with the orchestrator's `actors`.
+  static Run start(const Options& opts, Error& error, caf::actor_system* actors) noexcept;
+  static RunImpl* impl(const Run& run) noexcept { return run.impl_.get(); }
+};
+
 /// The run behind a handle, or null where its calls are no-ops: an inactive
 /// handle, or the copy a forked child inherited.
 inline RunImpl* live(RunImpl* impl) noexcept { return impl && !impl->forked() ? impl : nullptr; }
 inline RunImpl* live(const std::unique_ptr<RunImpl>& impl) noexcept { return live(impl.get()); }
 
 template <class Fill>
-Pending RunImpl::push_control(SlotKind kind, Fill&& fill) noexcept {
+Pending RunImpl::push_control(SlotKind kind, Fill&& fill, Room room, bool* no_room) noexcept {
   std::uint64_t pos;
-  if (!reserve(1, pos, true)) return host_gone();
+  if (!reserve(1, pos, room)) {
+    if (room != Room::now) return host_gone();
+    *no_room = true;
+    return {};
+  }
   Slot& s = ring_.at(pos);
   s.kind = kind;
   s.count = 1;

@@ -194,15 +194,28 @@ bool spans_nodes(const Settings& s) { return s.topo.num_nodes > 1 && s.opts.scop
 /// process has one kind, runtime/node_link.hpp).
 enum class Link { local, node };
 
+/// How this process's links to the job's other processes are secured.
+struct LinkPlan {
+  bool across_nodes = false; // the run's ranks are on several nodes
+  bool tls = false;          // links between the run's nodes are mutual TLS
+  bool group_tls = false;    // so are the links of the job's run hosts to its group
+  io::Credentials creds;     // the job's, where either is
+  [[nodiscard]] bool tls_or_group() const { return tls || group_tls; }
+};
+
 class SystemImpl final : public System {
 public:
   /// `creds`: the job's credentials when links between nodes are
   /// authenticated (mutual TLS against the job's CA), null otherwise.
   /// `group_tls`: the links of the job's run hosts to its group are.
-  SystemImpl(const Settings& s, const io::Credentials* creds, bool group_tls, std::string socket_dir)
-      : group_tls_(group_tls), sys_(configure(cfg_, s, creds)), socket_dir_(std::move(socket_dir)) {
+  /// `actors`: the orchestrator's actor system (<chorus/caf.hpp>), configured
+  /// by System::configure; null: the System makes its own.
+  SystemImpl(const Settings& s, const LinkPlan& plan, std::string socket_dir, caf::actor_system* actors)
+      : group_tls_(plan.group_tls),
+        own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s, plan))),
+        sys_(actors != nullptr ? *actors : *own_), socket_dir_(std::move(socket_dir)) {
     if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_);
-    if (s.topo.num_nodes > 1) node_ = spawn_node_links(sys_, creds != nullptr, s.opts.connection_timeout);
+    if (s.topo.num_nodes > 1) node_ = spawn_node_links(sys_, plan.tls_or_group(), s.opts.connection_timeout);
   }
 
   ~SystemImpl() override {
@@ -214,20 +227,25 @@ public:
     if (group_) caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
     if (local_) caf::anon_send_exit(local_, caf::exit_reason::kill);
     if (node_) caf::anon_send_exit(node_, caf::exit_reason::kill);
-    // ~actor_system waits for every actor and stops the middleman.
+    // Our own system's destructor waits for every actor and stops the
+    // middleman. An orchestrator's lives on: wait for the actors that hold
+    // the Run's state (the proxy, the Run actor) and the rest we spawned.
+    if (!own_) {
+      std::vector<caf::actor> ours;
+      for (const caf::actor& a : {monitor_, proxy_, run_actor_, group_,
+                                  caf::actor_cast<caf::actor>(local_), caf::actor_cast<caf::actor>(node_)})
+        if (a) ours.push_back(a);
+      caf::scoped_actor self{sys_};
+      self->wait_for(ours);
+    }
   }
 
-  static caf::actor_system_config& configure(caf::actor_system_config& cfg, const Settings& s,
-                                             const io::Credentials* creds) {
-    cfg.load<caf::io::middleman>();
-    if (creds != nullptr) {
-      // CAF checks no host name: a peer is admitted by holding a certificate
-      // of the job's own CA, which only the job's nodes have.
-      cfg.load<caf::openssl::manager>();
-      cfg.openssl_certificate = creds->cert_file;
-      cfg.openssl_key = creds->key_file;
-      cfg.openssl_cafile = creds->ca_file;
-    }
+  caf::actor proxy() const override { return proxy_; }
+
+  /// Chorus's own actor system: what links need, and its scheduler.
+  static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const Settings& s,
+                                                 const LinkPlan& plan) {
+    configure_links(cfg, s, plan);
     cfg.set("scheduler.max-threads", 2);
     // An actor yields its worker thread after this many messages (CAF's
     // default is unbounded): a Run actor with a long mailbox would otherwise
@@ -236,15 +254,29 @@ public:
     cfg.set("scheduler.max-throughput", size_t{256});
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
-    // Messages from the network are deserialized on the multiplexer thread,
-    // in arrival order: CAF 0.17's worker threads can hand a message over
-    // before its connection's node is known (a lost sender, a dropped link).
-    cfg.set("middleman.workers", size_t{0});
     // CAF's idle scheduler threads poll every 50 us for 500 rounds (25 ms)
     // before they sleep on a condition variable (which an enqueue wakes):
     // after every timer an idle process would spin for 25 ms. 1 ms of it is
     // enough to catch the next message of a busy stream.
     cfg.set("work-stealing.moderate-poll-attempts", size_t{20});
+    return cfg;
+  }
+
+  /// What the links between the job's processes need, in any actor system.
+  static void configure_links(caf::actor_system_config& cfg, const Settings& s, const LinkPlan& plan) {
+    cfg.load<caf::io::middleman>();
+    if (plan.tls_or_group()) {
+      // CAF checks no host name: a peer is admitted by holding a certificate
+      // of the job's own CA, which only the job's nodes have.
+      cfg.load<caf::openssl::manager>();
+      cfg.openssl_certificate = plan.creds.cert_file;
+      cfg.openssl_key = plan.creds.key_file;
+      cfg.openssl_cafile = plan.creds.ca_file;
+    }
+    // Messages from the network are deserialized on the multiplexer thread,
+    // in arrival order: CAF 0.17's worker threads can hand a message over
+    // before its connection's node is known (a lost sender, a dropped link).
+    cfg.set("middleman.workers", size_t{0});
     // Heartbeats are off by default in CAF, where a silent peer is never
     // noticed. But CAF's heartbeat ticks close, besides silent links, any link this
     // process dialled whose handshake is still unanswered at the tick (CAF
@@ -257,7 +289,6 @@ public:
     const bool accepts = s.is_host && (s.run_world > 1 || (s.topo.rank == 0 && s.group_size > 0));
     cfg.set("middleman.heartbeat-interval", caf::timespan(accepts ? s.opts.heartbeat_interval : std::chrono::milliseconds(0)));
     cfg.set("middleman.connection-timeout", caf::timespan(s.opts.connection_timeout));
-    return cfg;
   }
 
   Error start(RunImpl& run) {
@@ -564,8 +595,9 @@ private:
   }
 
   bool group_tls_;
-  caf::actor_system_config cfg_;
-  caf::actor_system sys_;
+  caf::actor_system_config cfg_;            // of own_ only
+  std::unique_ptr<caf::actor_system> own_;  // null in an orchestrator's system
+  caf::actor_system& sys_;
   caf::io::middleman_actor local_; // links within this node (runtime/local_link.hpp)
   caf::io::middleman_actor node_;  // links between nodes, TLS or plain (runtime/node_link.hpp)
   std::string socket_dir_;
@@ -579,39 +611,65 @@ private:
   std::chrono::milliseconds init_timeout_{0};
 };
 
-} // namespace
-
-std::unique_ptr<System> System::start(RunImpl& run, Error& error) {
-  const Settings& s = run.settings();
+Error plan_links(const Settings& s, LinkPlan& plan) {
   // Links between nodes carry records from other machines: they are
   // authenticated with the job's credentials, or explicitly allowed not to be.
-  const bool across_nodes = s.run_world > 1 && spans_nodes(s);
+  plan.across_nodes = s.run_world > 1 && spans_nodes(s);
   // A job's run hosts report to its group on global rank 0, across nodes too.
-  const bool group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
-  io::Credentials creds;
-  bool tls = false;
-  if (((across_nodes && !s.opts.tls_dir.empty()) || group_tls) && (error = io::check_credentials(s.opts.tls_dir, creds)))
-    return nullptr;
-  if (across_nodes && !s.opts.tls_dir.empty()) {
-    tls = true;
-  } else if (across_nodes && !s.opts.insecure) {
-    error = {Errc::invalid_argument,
-             "this run spans " + std::to_string(s.topo.num_nodes) +
-                 " nodes, and links between nodes need the job's credentials: run `chorus certs DIR` once, copy DIR "
-                 "to every node and set CHORUS_TLS_DIR=DIR on every rank (or set CHORUS_INSECURE=1 to accept "
-                 "unauthenticated links, on a network you trust)"};
-    return nullptr;
-  } else if (across_nodes && s.topo.rank == 0) {
+  plan.group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
+  if ((plan.across_nodes && !s.opts.tls_dir.empty()) || plan.group_tls)
+    if (Error e = io::check_credentials(s.opts.tls_dir, plan.creds)) return e;
+  plan.tls = plan.across_nodes && !s.opts.tls_dir.empty();
+  if (plan.across_nodes && !plan.tls && !s.opts.insecure)
+    return {Errc::invalid_argument,
+            "this run spans " + std::to_string(s.topo.num_nodes) +
+                " nodes, and links between nodes need the job's credentials: run `chorus certs DIR` once, copy DIR "
+                "to every node and set CHORUS_TLS_DIR=DIR on every rank (or set CHORUS_INSECURE=1 to accept "
+                "unauthenticated links, on a network you trust)"};
+  return {};
+}
+
+/// Whether an orchestrator's actor system can carry the run's links; the
+/// error names what is missing and the fix.
+Error check_orchestrator_system(caf::actor_system& sys, const Settings& s, const LinkPlan& plan) {
+  if (s.run_world <= 1 && s.group_size == 0) return {}; // nothing links
+  const std::string fix = ": call chorus::actors::configure(cfg, opts) on the actor system's configuration before "
+                          "constructing the system (<chorus/caf.hpp>)";
+  if (!sys.has_middleman())
+    return {Errc::invalid_argument, "this run links the job's processes, and the actor system has no middleman" + fix};
+  if (plan.tls_or_group() && !sys.has_openssl_manager())
+    return {Errc::invalid_argument, "this run links nodes with the job's credentials (CHORUS_TLS_DIR), and the actor "
+                                    "system has no OpenSSL manager" + fix};
+  if (caf::get_or(sys.config(), "middleman.workers", caf::defaults::middleman::workers) != 0)
+    return {Errc::invalid_argument, "the actor system's middleman has worker threads (middleman.workers), which "
+                                    "CAF 0.17 lets hand a message over before its link is known" + fix};
+  return {};
+}
+
+} // namespace
+
+Error System::configure(caf::actor_system_config& cfg, const Settings& s) {
+  LinkPlan plan;
+  if (Error e = plan_links(s, plan)) return e;
+  SystemImpl::configure_links(cfg, s, plan);
+  return {};
+}
+
+std::unique_ptr<System> System::start(RunImpl& run, caf::actor_system* actors, Error& error) {
+  const Settings& s = run.settings();
+  LinkPlan plan;
+  if ((error = plan_links(s, plan))) return nullptr;
+  if (actors != nullptr && (error = check_orchestrator_system(*actors, s, plan))) return nullptr;
+  if (plan.across_nodes && !plan.tls && s.topo.rank == 0)
     std::fprintf(stderr, "chorus: WARNING: CHORUS_INSECURE=1: the run host on port %u accepts records from any "
                          "peer that can reach it, unauthenticated; make credentials with `chorus certs DIR` and set "
                          "CHORUS_TLS_DIR instead\n",
                  static_cast<unsigned>(s.port));
-  }
   // Links within the node go through this user's socket directory.
   std::string socket_dir;
-  if ((s.run_world > 1 && !across_nodes) || s.group_size > 0)
+  if ((s.run_world > 1 && !plan.across_nodes) || s.group_size > 0)
     if ((error = local_socket_dir(s.opts.read_env, socket_dir))) return nullptr;
-  auto sys = std::make_unique<SystemImpl>(s, tls || group_tls ? &creds : nullptr, group_tls, socket_dir);
+  auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, actors);
   error = sys->start(run);
   return sys;
 }

@@ -1,6 +1,6 @@
 // The actor side of a Run, behind a CAF-free interface: it owns the CAF
-// actor system, the RankProxy of this process and, on the run host, the Run
-// actor and its listening port.
+// actor system (or uses an orchestrator's, <chorus/caf.hpp>), the RankProxy
+// of this process and, on the run host, the Run actor and its listening port.
 #pragma once
 
 #include <chorus/chorus.hpp>
@@ -8,9 +8,16 @@
 #include <memory>
 #include <vector>
 
+namespace caf {
+class actor;
+class actor_system;
+class actor_system_config;
+} // namespace caf
+
 namespace chorus::detail {
 
 class RunImpl;
+struct Settings;
 
 class System {
 public:
@@ -18,8 +25,16 @@ public:
   /// spawns the Run actor and (for several ranks) listens; elsewhere: dials
   /// the run host until init_timeout. Then spawns this process's RankProxy
   /// and joins the run. Sets run.run_id / run.run_dir.
-  static std::unique_ptr<System> start(RunImpl& run, Error& error);
+  /// The actors run in `actors` where given (its configuration prepared by
+  /// `configure`), else in an actor system of the System's own.
+  static std::unique_ptr<System> start(RunImpl& run, caf::actor_system* actors, Error& error);
+  /// Prepares an orchestrator's configuration for the run `s`: what its
+  /// links between processes need (<chorus/caf.hpp>'s configure).
+  static Error configure(caf::actor_system_config& cfg, const Settings& s);
   virtual ~System() = default;
+
+  /// This process's RankProxy.
+  virtual caf::actor proxy() const = 0;
 
   /// The run's NCCL unique id: the run host hands it to its Run actor
   /// (`provide`), every other rank fetches it from there, waiting up to

@@ -297,6 +297,7 @@ public:
 namespace detail {
 class Channel;
 class RunImpl;
+struct RunAccess;
 struct FinishState;
 
 /// The executor a coroutine promise names, or nullptr.
@@ -752,7 +753,7 @@ public:
   [[nodiscard]] std::uint64_t dropped() const noexcept;
 
 private:
-  friend Run init(const Options& opts, Error& error) noexcept;
+  friend struct detail::RunAccess;
 
   std::unique_ptr<detail::RunImpl> impl_;
   std::unique_ptr<const Topology> inactive_topology_; // where an inactive handle's process sits

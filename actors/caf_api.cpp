@@ -1,0 +1,47 @@
+// <chorus/caf.hpp>: chorus's actors in an orchestrator's actor system, and
+// the rank's proxy as a typed handle for the orchestrator's actors.
+#include <chorus/caf.hpp>
+
+#include "runtime/options.hpp"
+#include "runtime/run_impl.hpp"
+#include "runtime/system.hpp"
+
+namespace chorus::actors {
+
+Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
+  try {
+    Error error;
+    const detail::Settings s = detail::resolve(opts, detail::process_env(), error);
+    if (error || !s.active) return error; // an inactive rank links nothing
+    if (Error e = detail::System::configure(cfg, s)) return e;
+    // Renders the proxy's errors (to_error reads them back).
+    cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value, const caf::message& context) {
+      std::string out = "chorus error: ";
+      out.append(to_string(static_cast<Errc>(code)));
+      if (context.match_elements<std::string>()) out.append(": ").append(context.get_as<std::string>(0));
+      return out;
+    });
+    return {};
+  } catch (const std::exception& e) {
+    return {Errc::internal, std::string("configure failed: ") + e.what()};
+  }
+}
+
+Run init(caf::actor_system& sys, const Options& opts, Error& error) noexcept {
+  return detail::RunAccess::start(opts, error, &sys);
+}
+
+Run init(caf::actor_system& sys, const Options& opts) {
+  Error error;
+  Run run = init(sys, opts, error);
+  if (error) throw InitError(std::move(error));
+  return run;
+}
+
+rank_proxy proxy(const Run& run) noexcept {
+  const detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
+  if (impl == nullptr || impl->system() == nullptr) return {};
+  return caf::actor_cast<rank_proxy>(impl->system()->proxy());
+}
+
+} // namespace chorus::actors
