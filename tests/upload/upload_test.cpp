@@ -341,6 +341,64 @@ BOOST_AUTO_TEST_CASE(wandb_whole_run) {
   }
 }
 
+// A run whose end went up is resumed under its id (Options::resume): the
+// second attempt's upload takes up the same W&B run, sets it running again,
+// goes on from its offsets, and ends it again with that attempt's state.
+BOOST_AUTO_TEST_CASE(wandb_resumed_run_runs_again_then_ends_with_one_history) {
+  TrackingServer server;
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  RunFixture run;
+  const auto remote = [&] {
+    auto r = server.wandb_run("chorus-user", "proj", "run");
+    BOOST_REQUIRE(r);
+    return *r;
+  };
+  const auto history_on_server = [&] {
+    std::string joined;
+    for (const auto& l : remote().history) joined += l + "\n";
+    return joined;
+  };
+
+  run.history(0, 300);
+  run.write("summary.json", "{\"_step\":299,\"k0\":2990}");
+  run.write_run_json("crashed", 1'700'000'075.0);
+  {
+    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    auto p = drain(up);
+    BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  }
+  BOOST_TEST(remote().state == "failed");
+  BOOST_TEST(remote().exitcode.value_or(-1) == 1);
+  BOOST_TEST(history_on_server() == run.read("history.jsonl"));
+
+  // The second attempt trains from step 300 on, and its host uploads again.
+  run.write_run_json("running");
+  run.history(300, 200);
+  run.write("summary.json", "{\"_step\":499,\"k0\":4990}");
+  io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  auto p = drain(up);
+  BOOST_REQUIRE_MESSAGE(p.caught_up && !p.done && !p.stopped, p.error);
+  BOOST_TEST(remote().state == "running");
+  BOOST_TEST(history_on_server() == run.read("history.jsonl")); // steps 0..499, each once, in order
+  BOOST_TEST(remote().summary.find("\"_step\":499") != std::string::npos, remote().summary);
+
+  run.history(500, 20);
+  run.write_run_json("finished", 1'700'000'130.0);
+  p = drain(up);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  const auto r = remote();
+  BOOST_TEST(r.state == "finished");
+  BOOST_TEST(r.exitcode.value_or(-1) == 0);
+  BOOST_TEST(history_on_server() == run.read("history.jsonl"));
+  BOOST_TEST(r.history.size() == 520u);
+  BOOST_TEST(up.state().points == 520u * 3); // no line sent twice
+  BOOST_TEST(up.state().final_sent == "finished");
+  BOOST_TEST(server.wandb_runs().size() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(wandb_faults_every_line_once) {
   Env key("WANDB_API_KEY", "chorus-test-key");
   Env interval("CHORUS_WANDB_INTERVAL", "0");
