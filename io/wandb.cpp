@@ -2,9 +2,9 @@
 //
 //   open    upsertBucket (name = the run id, so that a retry or a resumed
 //           upload finds the same run) with the config, and state
-//           "running" while the run trains (so that a resumed run's earlier
-//           end is undone); the server's historyLineCount says where its
-//           history ends;
+//           "running" while the run trains or a resumed attempt is still to
+//           end on the server (so that its earlier end is undone); the
+//           server's historyLineCount says where its history ends;
 //   send    one file_stream request: history lines → wandb-history.jsonl,
 //           system lines → wandb-events.jsonl, summary.json →
 //           wandb-summary.json, and at the end "complete" and the exit code;
@@ -53,8 +53,9 @@ public:
     std::int64_t lines = 0;
     // A resumed run (Options::resume) trains again after an earlier
     // attempt's end went up, and W&B keeps the state that end set: so the
-    // run is set running again until this attempt's end completes it.
-    Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines, !run.ended);
+    // run is set running again until this attempt's end completes it (also
+    // where that attempt ended before any of it went up, synced later).
+    Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines, !run.ended || st.earlier_end_delivered());
     if (s.delivery != Delivery::ok) return s;
     if (static_cast<std::uint64_t>(lines) < st.history.lines) {
       // The server has fewer lines than were delivered (it lost some): send
