@@ -224,7 +224,8 @@ int status(const SyncArgs& a) {
       }
       const std::uint64_t left = io::points_pending(dir, st);
       const bool ended = info.readable() && info.state != "running";
-      const std::string state = !st.final_sent.empty() ? "done (" + st.final_sent + ")"
+      // A resumed run's later attempt is not done where only an earlier one's end went up.
+      const std::string state = st.end_delivered(info.segments.size()) ? "done (" + st.final_sent + ")"
                                 : left                 ? "behind"
                                 : ended ? info.state + ", end state not yet delivered"
                                         : "no end state yet";

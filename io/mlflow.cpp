@@ -312,9 +312,12 @@ private:
     // attempt's end went up. MLflow keeps a run's status as last set, and
     // takes points for a FINISHED run all the same: so the run is marked
     // RUNNING again, as mlflow.start_run(run_id=...) does, until this
-    // attempt's end replaces status and end_time.
+    // attempt's end replaces status and end_time. So is a resumed attempt
+    // that ended before any of it went up (synced later): the earlier end
+    // does not hold for what is sent now.
     std::string_view status;
-    if (!run.ended && doc["run"]["info"]["status"].get(status) == simdjson::SUCCESS && status != "RUNNING") {
+    if ((!run.ended || st.earlier_end_delivered()) &&
+        doc["run"]["info"]["status"].get(status) == simdjson::SUCCESS && status != "RUNNING") {
       std::string body;
       JsonWriter(body).begin_object().key("run_id").string(st.remote_run).key("status").string("RUNNING").end_object();
       if (HttpResponse u = call("POST", "runs/update", body); !u.ok())

@@ -234,6 +234,8 @@ Error UploadState::load(const std::string& path) {
   num("refused", refused);
   num("history_part", history_part);
   num("system_part", system_part);
+  num("final_attempt", final_attempt);
+  if (!final_sent.empty() && final_attempt == 0) final_attempt = 1; // written before final_attempt
   if (!read_cursor(doc, "history", history) || !read_cursor(doc, "system", system) ||
       !read_cursor(doc, "artifacts", artifacts))
     return bad();
@@ -254,7 +256,8 @@ std::string render_state(const UploadState& s) {
   w.key("system_part").uinteger(s.system_part);
   write_cursor(w, "artifacts", s.artifacts);
   w.key("config_sent").string(s.config_sent).key("summary_sent").string(s.summary_sent);
-  w.key("final_sent").string(s.final_sent).key("points").uinteger(s.points).key("refused").uinteger(s.refused);
+  w.key("final_sent").string(s.final_sent).key("final_attempt").uinteger(s.final_attempt);
+  w.key("points").uinteger(s.points).key("refused").uinteger(s.refused);
   w.key("last_error").string(s.last_error);
   w.end_object();
   out.push_back('\n');
@@ -315,6 +318,8 @@ std::optional<RunSnapshot> RunSnapshot::read(const std::string& run_dir, Error& 
   double t = 0;
   if (doc["start_time"].get(t) == simdjson::SUCCESS) r.start_ms = seconds_to_ms(t);
   if (doc["end_time"].get(t) == simdjson::SUCCESS) r.end_ms = seconds_to_ms(t);
+  simdjson::dom::array segments;
+  if (doc["segments"].get(segments) == simdjson::SUCCESS && segments.size() > 0) r.attempts = segments.size();
   if (r.id.empty()) {
     error = Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
     return std::nullopt;
@@ -480,10 +485,13 @@ struct Uploader::Impl {
       if (!st.final_sent.empty() && !resume_checked) {
         // A resumed run (Options::resume) runs again after an earlier
         // attempt's end went up: its new attempt goes on from the offsets,
-        // to the same remote run, and its own end is sent in turn.
+        // to the same remote run, and its own end is sent in turn. That
+        // attempt may have ended already, with nothing uploading it (a job
+        // without CHORUS_UPLOAD, synced later): its end is still not sent.
         resume_checked = true;
         Error ignored;
-        if (auto run = RunSnapshot::read(dir, ignored); run && !run->ended) st.final_sent.clear();
+        if (auto run = RunSnapshot::read(dir, ignored); run && (!run->ended || !st.end_delivered(run->attempts)))
+          st.final_sent.clear();
       }
       if (!st.final_sent.empty()) {
         p.done = p.caught_up = true;
@@ -543,7 +551,11 @@ struct Uploader::Impl {
         if (sent.artifacts > 0) st.artifacts = artifacts.after[sent.artifacts - 1], moved = true;
         if (sent.config) st.config_sent = digest(config), moved = true;
         if (sent.summary) st.summary_sent = digest(summary), moved = true;
-        if (sent.final) st.final_sent = run->state.empty() ? "ended" : run->state, moved = true;
+        if (sent.final) {
+          st.final_sent = run->state.empty() ? "ended" : run->state;
+          st.final_attempt = run->attempts;
+          moved = true;
+        }
         st.points += sent.points;
         st.refused += sent.refused_points;
         record_refused(sent.refused);

@@ -76,13 +76,29 @@ struct UploadState {
   std::uint64_t history_part = 0, system_part = 0;
   std::string config_sent;  // digest of config.json as delivered ("" = never)
   std::string summary_sent; // digest of summary.json as delivered
-  std::string final_sent;   // the end state once delivered ("finished", ...)
+  // The end state once delivered ("finished", ...), and the attempt it
+  // ended: run.json's number of `segments` then (an offsets file from
+  // before final_attempt reads as 1, the earliest it can be). A resumed
+  // run's later attempt has not ended on the server: the Uploader clears
+  // final_sent for it and keeps final_attempt, so that the server-side run
+  // is set running again until that attempt's own end goes up.
+  std::string final_sent;
+  std::uint64_t final_attempt = 0;
   std::uint64_t points = 0;  // values delivered
   std::uint64_t refused = 0; // values the server refused (see upload/<id>.refused.jsonl)
   std::string last_error;    // the latest problem, for `chorus sync --status`
 
   [[nodiscard]] Error load(const std::string& path); // a missing file leaves the defaults
   [[nodiscard]] Error save(const std::string& path) const;
+
+  /// Whether the end of the latest of a run's `attempts` (run.json's
+  /// segments; 0, none in the file, counts as the first) was delivered.
+  [[nodiscard]] bool end_delivered(std::uint64_t attempts) const noexcept {
+    return !final_sent.empty() && final_attempt >= attempts; // final_attempt >= 1 with final_sent
+  }
+  /// Whether the server holds an earlier attempt's end but not the latest's
+  /// (a resumed run): it is to be set running again.
+  [[nodiscard]] bool earlier_end_delivered() const noexcept { return final_sent.empty() && final_attempt != 0; }
 };
 
 /// run.json, as the backends need it.
@@ -91,6 +107,7 @@ struct RunSnapshot {
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;   // 0 while running
   std::string state;         // "running", "finished", "failed", "killed", "crashed"
+  std::uint64_t attempts = 1; // run.json's `segments`: 2 and more for a resumed run (1 in one without them)
   bool ended = false;        // a final state
   int exit_code = 0;         // worst rank exit code if known, else 0 / 1 from the state
   std::string dir;

@@ -1,8 +1,10 @@
 // The W&B backend (GraphQL + file_stream, as the W&B servers answer):
 //
 //   open    upsertBucket (name = the run id, so that a retry or a resumed
-//           upload finds the same run) with the config; the server's
-//           historyLineCount says where its history ends;
+//           upload finds the same run) with the config, and state
+//           "running" while the run trains or a resumed attempt is still to
+//           end on the server (so that its earlier end is undone); the
+//           server's historyLineCount says where its history ends;
 //   send    one file_stream request: history lines → wandb-history.jsonl,
 //           system lines → wandb-events.jsonl, summary.json →
 //           wandb-summary.json, and at the end "complete" and the exit code;
@@ -49,7 +51,11 @@ public:
     std::string config;
     (void)read_text(run.dir + "/config.json", config, true);
     std::int64_t lines = 0;
-    Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines);
+    // A resumed run (Options::resume) trains again after an earlier
+    // attempt's end went up, and W&B keeps the state that end set: so the
+    // run is set running again until this attempt's end completes it (also
+    // where that attempt ended before any of it went up, synced later).
+    Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines, !run.ended || st.earlier_end_delivered());
     if (s.delivery != Delivery::ok) return s;
     if (static_cast<std::uint64_t>(lines) < st.history.lines) {
       // The server has fewer lines than were delivered (it lost some): send
@@ -207,7 +213,7 @@ private:
   }
 
   Sent upsert(const RunSnapshot& run, UploadState& st, const std::string* config,
-              std::int64_t* history_lines) {
+              std::int64_t* history_lines, bool running = false) {
     std::string body;
     JsonWriter w(body);
     w.begin_object().key("query").string(upsert_query).key("variables").begin_object();
@@ -219,6 +225,7 @@ private:
     if (!run.job_type.empty()) w.key("jobType").string(run.job_type);
     if (!run.host.empty()) w.key("host").string(run.host);
     if (config) w.key("config").string(wandb_config(*config));
+    if (running) w.key("state").string("running");
     w.key("tags").begin_array();
     if (!run.mode.empty()) w.string("mode:" + run.mode);
     if (!run.scope.empty()) w.string("scope:" + run.scope);

@@ -39,6 +39,9 @@ public:
   std::string project = "proj";
   std::string group = "grp";
   double start = 1'700'000'000.0;
+  /// The run's attempts, one entry each in run.json's `segments` (the
+  /// earlier ones crashed: their times are not read by the upload).
+  int attempts = 1;
 
   void write_run_json(const std::string& state, double end = 0) {
     std::string out;
@@ -48,8 +51,19 @@ public:
     w.key("mode").string("per_rank").key("scope").string("global").key("host").string("node7");
     w.key("state").string(state).key("start_time").number(start);
     if (end > 0) w.key("end_time").number(end);
-    w.key("world_size").integer(1).end_object();
+    w.key("world_size").integer(1).key("segments").begin_array();
+    for (int i = 1; i < attempts; ++i)
+      w.begin_object().key("start_time").number(start).key("state").string("crashed").end_object();
+    w.begin_object().key("start_time").number(start).key("state").string(state);
+    if (end > 0) w.key("end_time").number(end);
+    w.end_object().end_array().end_object();
     write("run.json", out);
+  }
+
+  /// The run starts its next attempt under its id (Options::resume): running again.
+  void resume() {
+    ++attempts;
+    write_run_json("running");
   }
 
   /// Appends history rows for steps [first, first + n): keys k0..k{keys-1},

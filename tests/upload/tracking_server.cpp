@@ -1684,6 +1684,7 @@ struct TrackingServer::Impl {
         run->run.project = project;
         run->run.name = name;
         run->run.display_name = name;
+        run->run.state = "running";
         run->run.id = base64_encode("Run:v1:" + name + ":" + project + ":" + entity);
       }
     }
@@ -1828,8 +1829,11 @@ struct TrackingServer::Impl {
       lines.resize(u.offset);
       for (auto& l : u.lines) lines.push_back(std::move(l));
     }
-    if (complete && *complete) r.complete = true;
     if (exitcode) r.exitcode = exitcode;
+    if (complete && *complete) {
+      r.complete = true;
+      r.state = r.exitcode.value_or(0) == 0 ? "finished" : "failed";
+    }
   }
 };
 

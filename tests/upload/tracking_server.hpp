@@ -28,7 +28,11 @@
 //    credentials with 401, file_stream errors as {"error": "..."}. The bucket
 //    also carries eventsLineCount and logLineCount. An upsert with no
 //    project goes to "uncategorized", with no name gets a random 8-character
-//    one; a new run's displayName is its name until one is sent.
+//    one; a new run's displayName is its name until one is sent. A run's
+//    state is "running" when it is made, then what an upsertBucket's
+//    `state` sets (a resumed run is upserted back to "running"), and
+//    "finished" (exit code 0 or none) or "failed" (any other) once a
+//    file_stream request says "complete": true.
 #pragma once
 
 #include <chrono>
@@ -89,7 +93,8 @@ struct MlflowRun {
 struct WandbRun {
   std::string id; // the bucket's opaque id, as upsertBucket answers it
   std::string entity, project, name;
-  std::string display_name, group, job_type, notes, host, state;
+  std::string display_name, group, job_type, notes, host;
+  std::string state;           // "running", "finished", "failed", or what an upsert set (see above)
   std::string config;          // the JSON string last sent ("" if never)
   std::string summary_metrics; // upsertBucket's summaryMetrics, as sent ("" if never)
   std::vector<std::string> tags;
@@ -98,7 +103,7 @@ struct WandbRun {
   std::vector<std::string> output;  // output.log
   std::string summary;              // wandb-summary.json's one line ("" if never)
   std::map<std::string, std::vector<std::string>> other_files; // any other file_stream file
-  bool complete = false;            // a file_stream request said "complete": true
+  bool complete = false;            // a file_stream request said "complete": true (ever: a later upsert keeps it)
   std::optional<int> exitcode;      // its "exitcode"
   bool stopped = false;             // stop_wandb_run() was called
   std::uint64_t upserts = 0;        // upsertBucket calls that named this run

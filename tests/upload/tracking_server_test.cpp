@@ -750,6 +750,7 @@ BOOST_AUTO_TEST_CASE(wandb_upsert) {
   BOOST_TEST(d.at("/data/upsertBucket/inserted").get_bool().value_unsafe());
   const std::string id = d.str("/data/upsertBucket/bucket/id");
   BOOST_TEST(!id.empty());
+  BOOST_TEST(w.server.wandb_run("me", "proj", "run1")->state == "running"); // a new run runs
 
   const Reply again = w.graphql(R"({"name": "run1", "project": "proj", "entity": "me", "state": "finished",
                                     "summaryMetrics": "{\"loss\": 0.5}"})");
@@ -829,11 +830,18 @@ BOOST_AUTO_TEST_CASE(wandb_file_stream_offsets) {
   BOOST_TEST(Doc(up.body).integer("/data/upsertBucket/bucket/historyLineCount") == 5);
   BOOST_TEST(!Doc(up.body).at("/data/upsertBucket/inserted").get_bool().value_unsafe());
 
+  BOOST_TEST(r.state == "running");
   BOOST_TEST(w.stream(path, R"({"complete": true, "exitcode": 3})").status == 200);
   r = w.run("r");
   BOOST_TEST(r.complete);
   BOOST_TEST(r.exitcode.value_or(-1) == 3);
+  BOOST_TEST(r.state == "failed");
   BOOST_TEST(r.file_stream_requests == 9u); // the 200s
+  // A resumed run is upserted back to running; its next end sets the state again.
+  BOOST_TEST(w.graphql(R"({"name": "r", "project": "proj", "state": "running"})").status == 200);
+  BOOST_TEST(w.run("r").state == "running");
+  BOOST_TEST(w.stream(path, R"({"complete": true, "exitcode": 0})").status == 200);
+  BOOST_TEST(w.run("r").state == "finished");
 
   BOOST_TEST(w.server.stop_wandb_run("chorus-user", "proj", "r"));
   BOOST_TEST(!w.server.stop_wandb_run("chorus-user", "proj", "nobody"));

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -339,6 +340,172 @@ BOOST_AUTO_TEST_CASE(wandb_whole_run) {
     const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
     BOOST_TEST(text.find("chorus-test-key") == std::string::npos, e.path());
   }
+}
+
+// A run whose end went up is resumed under its id (Options::resume): the
+// second attempt's upload takes up the same W&B run, sets it running again,
+// goes on from its offsets, and ends it again with that attempt's state.
+BOOST_AUTO_TEST_CASE(wandb_resumed_run_runs_again_then_ends_with_one_history) {
+  TrackingServer server;
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  RunFixture run;
+  const auto remote = [&] {
+    auto r = server.wandb_run("chorus-user", "proj", "run");
+    BOOST_REQUIRE(r);
+    return *r;
+  };
+  const auto history_on_server = [&] {
+    std::string joined;
+    for (const auto& l : remote().history) joined += l + "\n";
+    return joined;
+  };
+
+  run.history(0, 300);
+  run.write("summary.json", "{\"_step\":299,\"k0\":2990}");
+  run.write_run_json("crashed", 1'700'000'075.0);
+  {
+    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    BOOST_REQUIRE(!up.open());
+    auto p = drain(up);
+    BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  }
+  BOOST_TEST(remote().state == "failed");
+  BOOST_TEST(remote().exitcode.value_or(-1) == 1);
+  BOOST_TEST(history_on_server() == run.read("history.jsonl"));
+
+  // The second attempt trains from step 300 on, and its host uploads again.
+  run.resume();
+  run.history(300, 200);
+  run.write("summary.json", "{\"_step\":499,\"k0\":4990}");
+  io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+  BOOST_REQUIRE(!up.open());
+  auto p = drain(up);
+  BOOST_REQUIRE_MESSAGE(p.caught_up && !p.done && !p.stopped, p.error);
+  BOOST_TEST(remote().state == "running");
+  BOOST_TEST(history_on_server() == run.read("history.jsonl")); // steps 0..499, each once, in order
+  BOOST_TEST(remote().summary.find("\"_step\":499") != std::string::npos, remote().summary);
+
+  run.history(500, 20);
+  run.write_run_json("finished", 1'700'000'130.0);
+  p = drain(up);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  const auto r = remote();
+  BOOST_TEST(r.state == "finished");
+  BOOST_TEST(r.exitcode.value_or(-1) == 0);
+  BOOST_TEST(history_on_server() == run.read("history.jsonl"));
+  BOOST_TEST(r.history.size() == 520u);
+  BOOST_TEST(up.state().points == 520u * 3); // no line sent twice
+  BOOST_TEST(up.state().final_sent == "finished");
+  BOOST_TEST(server.wandb_runs().size() == 1u);
+}
+
+namespace {
+
+/// One target's view of the run on the server, for resumed_attempt_ended_before_its_upload.
+struct Remote {
+  std::string url;
+  std::function<std::string()> state; // the server-side run's, in the server's terms
+  std::string failed, finished;       // those terms for a crashed run and a finished one
+  std::function<void(const RunFixture&, std::int64_t)> history; // checks steps [0, n): each once, in order
+  std::string sets_running, sets_end; // what the body of the request doing it holds
+};
+
+/// A run whose end went up is resumed (Options::resume) and its second
+/// attempt ends before any upload of it ran (the job ran without
+/// CHORUS_UPLOAD): a later upload (`chorus sync`) sets the server-side run
+/// running again, sends that attempt's history from the offsets (nothing
+/// twice) and its end. The offsets file is one written before
+/// final_attempt, which named no attempt.
+void resumed_attempt_ended_before_its_upload(TrackingServer& server, const Remote& remote) {
+  RunFixture run;
+  run.history(0, 300);
+  run.write_run_json("crashed", 1'700'000'075.0);
+  const auto upload = [&] {
+    io::Uploader up(run.dir(), target(remote.url), quick());
+    BOOST_REQUIRE(!up.open());
+    const auto p = drain(up);
+    BOOST_REQUIRE_MESSAGE(p.done, p.error);
+    return up.state();
+  };
+  const io::UploadState first = upload();
+  BOOST_TEST(first.final_sent == "crashed");
+  BOOST_TEST(first.final_attempt == 1u);
+  BOOST_TEST(remote.state() == remote.failed);
+  remote.history(run, 300);
+
+  // The offsets file as chorus wrote it before final_attempt: still done.
+  const std::string offsets = run.dir() + "/upload/" + target(remote.url).id + ".json";
+  std::string text = io::test::slurp(offsets);
+  const std::size_t key = text.find("\"final_attempt\":");
+  BOOST_REQUIRE(key != std::string::npos);
+  text.erase(key, text.find(',', key) + 1 - key);
+  BOOST_REQUIRE(!io::write_file_atomic(offsets, text));
+  auto before = server.stats().requests;
+  BOOST_TEST(upload().final_sent == "crashed");
+  BOOST_TEST(server.stats().requests == before); // nothing sent again
+
+  // The second attempt runs and ends with nothing uploading it.
+  run.resume();
+  run.history(300, 200);
+  run.write_run_json("finished", 1'700'000'130.0);
+  io::UploadState st;
+  BOOST_REQUIRE(!st.load(offsets));
+  BOOST_TEST(!st.end_delivered(run.attempts)); // what `chorus sync --status` shows
+  BOOST_TEST(st.end_delivered(1));
+
+  const std::size_t seen = server.requests().size();
+  const io::UploadState second = upload();
+  BOOST_TEST(second.final_sent == "finished");
+  BOOST_TEST(second.final_attempt == 2u);
+  BOOST_TEST(second.points == 500u * 3); // no line sent twice
+  BOOST_TEST(remote.state() == remote.finished);
+  remote.history(run, 500);
+  // Running again before the new end, not only left at the earlier one.
+  const auto requests = server.requests();
+  std::size_t running = requests.size(), ended = requests.size();
+  for (std::size_t i = requests.size(); i-- > seen;) {
+    if (requests[i].body.find(remote.sets_running) != std::string::npos) running = i;
+    if (requests[i].body.find(remote.sets_end) != std::string::npos) ended = i;
+  }
+  BOOST_TEST(running < ended);
+  BOOST_TEST(ended < requests.size());
+
+  before = server.stats().requests;
+  BOOST_TEST(upload().final_sent == "finished");
+  BOOST_TEST(server.stats().requests == before);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(mlflow_resumed_attempt_ended_before_its_upload_goes_up_at_sync) {
+  TrackingServer server({.record_requests = true});
+  resumed_attempt_ended_before_its_upload(
+      server, {mlflow_url(server), [&] { return only_run(server).status; }, "FAILED", "FINISHED",
+               [&](const RunFixture&, std::int64_t steps) { check_history(server, only_run(server).id, steps); },
+               "\"status\":\"RUNNING\"", "\"status\":\"FINISHED\""});
+  BOOST_TEST(only_run(server).end_time.value_or(0) == 1'700'000'130'000); // the second attempt's end
+}
+
+BOOST_AUTO_TEST_CASE(wandb_resumed_attempt_ended_before_its_upload_goes_up_at_sync) {
+  TrackingServer server({.record_requests = true});
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  const auto run = [&] {
+    auto r = server.wandb_run("chorus-user", "proj", "run");
+    BOOST_REQUIRE(r);
+    return *r;
+  };
+  resumed_attempt_ended_before_its_upload(
+      server, {wandb_url(server), [&] { return run().state; }, "failed", "finished",
+               [&](const RunFixture& dir, std::int64_t steps) {
+                 const auto r = run();
+                 BOOST_REQUIRE_EQUAL(r.history.size(), static_cast<std::size_t>(steps));
+                 std::string joined;
+                 for (const auto& l : r.history) joined += l + "\n";
+                 BOOST_TEST(joined == dir.read("history.jsonl")); // every line once, in order
+               },
+               "\"state\":\"running\"", "\"complete\":true"});
 }
 
 BOOST_AUTO_TEST_CASE(wandb_faults_every_line_once) {
