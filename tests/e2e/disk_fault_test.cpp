@@ -44,7 +44,18 @@ struct Mount {
     ok = run("truncate -s 64M " + image.string() + " && mkfs.ext4 -q -F " + image.string() + " && mount -o loop " +
              image.string() + " " + at.string()).status == 0;
   }
-  bool remount() { return run("umount " + at.string() + " && mount -o loop " + image.string() + " " + at.string()).status == 0; }
+  /// Mounts the image afresh, as after a reboot: its journal replayed, none
+  /// of the shut-down file system's state kept. The ranks' processes may
+  /// still be closing their files (umount is retried while the mount is
+  /// busy), and mount would take up a loop device still attached to the
+  /// image, with the shut-down file system's state: every one is detached.
+  bool remount() {
+    const std::string cmd = "for i in $(seq 50); do umount " + at.string() +
+                            " && break; sleep 0.1; done; losetup -j " + image.string() +
+                            " | cut -d: -f1 | xargs -r -n1 losetup -d; mount -o loop " + image.string() + " " +
+                            at.string();
+    return run(cmd).status == 0;
+  }
   ~Mount() {
     if (ok) ::umount2(at.c_str(), MNT_DETACH);
   }
@@ -89,21 +100,31 @@ std::map<int, std::set<long>> acked(const std::string& text) {
   return out;
 }
 
+/// The WAL's last frames, "rank:step,step ..." each, for a failed check.
+std::string wal_tail;
+
 /// The steps of each rank's values that the WAL holds.
 std::map<int, std::set<long>> in_wal(const fs::path& wal) {
   std::map<int, std::set<long>> out;
+  std::vector<std::string> frames;
   chorus::Error err;
   chorus::io::scan_wal(
       wal.string(),
       [&](std::span<const char> payload, std::uint64_t) {
         chorus::wire::Frame f;
         if (!chorus::wire::decode(payload, f)) return;
+        std::string line = std::to_string(f.rank) + ":";
         chorus::wire::for_each_event(f, [&](const chorus::wire::RankEvent& ev) {
-          if (const auto* v = std::get_if<chorus::wire::Values>(&ev); v && v->n > 0)
+          if (const auto* v = std::get_if<chorus::wire::Values>(&ev); v && v->n > 0) {
             out[static_cast<int>(f.rank)].insert(static_cast<long>(v->step));
+            line += std::to_string(v->step) + ",";
+          }
         });
+        frames.push_back(std::move(line));
       },
       err);
+  wal_tail.clear();
+  for (std::size_t i = frames.size() > 8 ? frames.size() - 8 : 0; i < frames.size(); ++i) wal_tail += frames[i] + " ";
   BOOST_TEST(!err, err.message());
   return out;
 }
@@ -126,8 +147,15 @@ void check_nothing_acknowledged_is_lost(const std::string& text, const fs::path&
       if (it != kept.end() && it->second.contains(s)) continue;
       if (missing++ == 0) first = "rank " + std::to_string(rank) + " step " + std::to_string(s);
     }
+  std::string extent; // per rank: the last step told, the last one kept
+  for (const auto& [rank, steps] : told) {
+    const auto it = kept.find(rank);
+    extent += " rank " + std::to_string(rank) + " told up to " + std::to_string(*steps.rbegin()) + ", WAL holds " +
+              (it == kept.end() ? std::string("none") : std::to_string(*it->second.rbegin())) + ";";
+  }
   BOOST_TEST(n > 0u, "no step was acknowledged before the disk failed");
-  BOOST_TEST(missing == 0u, missing << " of " << n << " acknowledged steps are not in the WAL, the first: " << first);
+  BOOST_TEST(missing == 0u, missing << " of " << n << " acknowledged steps are not in the WAL, the first: " << first
+                                    << " (" << extent << " the WAL's last frames: " << wal_tail << ")\n" << ends_of(text));
 }
 
 } // namespace
