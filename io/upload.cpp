@@ -6,6 +6,7 @@
 #include "io/json.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
+#include "runtime/fnv.hpp"
 
 #include <simdjson.h>
 
@@ -26,9 +27,13 @@ namespace {
 
 using detail::os_error;
 
+// FNV-1a 64 from a basis one digit short of the standard one: upload/<id>.json
+// keeps these digests of what went up, so changing it would send config.json
+// and summary.json again to every target a run already reached.
+constexpr std::uint64_t digest_basis = 1469598103934665603ull;
+
 std::string digest(std::string_view s) {
-  std::uint64_t h = 1469598103934665603ull; // FNV-1a 64
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  const std::uint64_t h = chorus::detail::fnv1a64(s, digest_basis);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -2,6 +2,8 @@
 // defaults derived from the job, and this process's place in its run.
 #include "runtime/options.hpp"
 
+#include "runtime/fnv.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -292,12 +294,6 @@ std::string id_chars(std::string_view s) {
   return out;
 }
 
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 /// The group every rank of a job derives alike, named so that a person can
 /// tell jobs apart: the launcher, then its job id (`chorus launch` makes one
 /// up that starts with the launch's date and time), else where the job meets
@@ -308,7 +304,7 @@ std::string derive_group(const Topology& t, const std::string& run_id) {
   if (!t.job_id.empty()) return (launcher + "-" + id_chars(t.job_id)).substr(0, max_name_bytes);
   if (t.world_size > 1) {
     const std::uint64_t h =
-        fnv1a(t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size));
+        fnv1a64(t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size));
     char hex[9];
     std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h & 0xffffffffu));
     return launcher + "-" + hex;
@@ -332,7 +328,7 @@ constexpr std::uint64_t step_stride = 5807;
 std::uint64_t id_number(std::string_view id) {
   std::uint64_t n = 0;
   auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), n);
-  return ec == std::errc() && p == id.data() + id.size() ? n : fnv1a(id);
+  return ec == std::errc() && p == id.data() + id.size() ? n : fnv1a64(id);
 }
 
 /// The run host's port derived from the launcher's job id and step: every
