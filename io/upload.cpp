@@ -7,6 +7,7 @@
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
 #include "runtime/fnv.hpp"
+#include "runtime/upload_url.hpp"
 
 #include <simdjson.h>
 
@@ -68,64 +69,36 @@ bool read_cursor(simdjson::dom::element doc, const char* name, Cursor& c) {
 // ---------------------------------------------------------------------------
 
 std::optional<UploadTarget> UploadTarget::parse(std::string_view url, Error& error) {
-  const std::size_t sep = url.find("://");
-  if (sep == std::string_view::npos) {
-    error = bad_url(url, "has no scheme");
-    return std::nullopt;
-  }
-  const std::string_view scheme = url.substr(0, sep);
-  UploadTarget t;
-  t.url = std::string(url);
-  std::string protocol;
-  if (scheme == "mlflow" || scheme == "mlflow+http") {
-    t.kind = Kind::mlflow;
-    protocol = "http";
-  } else if (scheme == "mlflow+https") {
-    t.kind = Kind::mlflow;
-    protocol = "https";
-  } else if (scheme == "wandb" || scheme == "wandb+https") {
-    t.kind = Kind::wandb;
-    protocol = "https";
-  } else if (scheme == "wandb+http") {
-    t.kind = Kind::wandb;
-    protocol = "http";
-  } else {
-    error = bad_url(url, "has an unknown scheme");
-    return std::nullopt;
-  }
-  std::string_view rest = url.substr(sep + 3);
-  const std::size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  if (authority.find('@') != std::string_view::npos) {
-    std::string shown(url.substr(0, sep + 3));
-    shown += "***";
-    shown.append(authority.substr(authority.rfind('@')));
+  chorus::detail::UploadUrl u;
+  using Problem = chorus::detail::UploadUrl::Problem;
+  switch (chorus::detail::UploadUrl::parse(url, u)) {
+  case Problem::none: break;
+  case Problem::no_scheme: error = bad_url(url, "has no scheme"); return std::nullopt;
+  case Problem::unknown_scheme: error = bad_url(url, "has an unknown scheme"); return std::nullopt;
+  case Problem::credentials:
     error = Error(Errc::invalid_argument,
-                  "upload target '" + shown +
+                  "upload target '" + u.masked() +
                       "' has credentials in it: they would be written into the run's files. Put W&B's key in "
                       "WANDB_API_KEY, MLflow's in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD");
     return std::nullopt;
-  }
-  if (authority.empty()) {
-    error = bad_url(url, "has no host");
-    return std::nullopt;
-  }
-  if (t.kind == Kind::mlflow && !path.empty()) {
+  case Problem::empty:
+  case Problem::no_host: error = bad_url(url, "has no host"); return std::nullopt;
+  case Problem::mlflow_path:
     error = bad_url(url, "has a path (MLflow's API is at the server's root)");
     return std::nullopt;
-  }
-  if (path.find('/') != std::string_view::npos) {
+  case Problem::deep_path:
     error = bad_url(url, "has a path of more than one part (only a W&B entity may follow the host)");
     return std::nullopt;
   }
-  t.base_url = protocol + "://" + std::string(authority);
-  t.entity = std::string(path);
+  UploadTarget t;
+  t.kind = u.kind == chorus::detail::UploadUrl::Kind::mlflow ? Kind::mlflow : Kind::wandb;
+  t.url = std::string(url);
+  t.base_url = (u.https ? "https://" : "http://") + std::string(u.authority);
+  t.entity = std::string(u.path);
   if (t.kind == Kind::wandb && t.entity.empty())
     if (const char* e = std::getenv("WANDB_ENTITY"); e && *e) t.entity = e;
   t.id = t.kind == Kind::mlflow ? "mlflow-" : "wandb-";
-  for (char c : authority) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
+  for (char c : u.authority) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
   if (!t.entity.empty()) {
     t.id += '-';
     for (char c : t.entity) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');

@@ -30,10 +30,9 @@ namespace chorus::io {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-/// Where to upload, from a URL:
-///   mlflow://HOST:PORT          MLflow over http    mlflow+https://HOST:PORT  over https
-///   wandb://HOST[/ENTITY]       W&B over https      wandb+http://HOST:PORT[/ENTITY]  over http
-/// Credentials never go in the URL (W&B's key is read from WANDB_API_KEY).
+/// Where to upload, from a URL (mlflow://HOST:PORT, wandb://HOST[/ENTITY]:
+/// the grammar is runtime/upload_url.hpp's). Credentials never go in the URL
+/// (W&B's key is read from WANDB_API_KEY).
 struct UploadTarget {
   enum class Kind { mlflow, wandb };
   Kind kind = Kind::mlflow;

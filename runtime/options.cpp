@@ -3,6 +3,7 @@
 #include "runtime/options.hpp"
 
 #include "runtime/fnv.hpp"
+#include "runtime/upload_url.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -242,20 +243,24 @@ Error check_options(const Options& o, const Options& given) {
     return bad(option("system_interval"), std::to_string(o.system_interval), "is out of range",
                "seconds, 0 (off) or at least 0.1");
   if (!o.upload.empty()) {
-    const std::size_t sep = o.upload.find("://");
-    const std::string_view scheme = std::string_view(o.upload).substr(0, sep);
+    // The scheme and the credentials are checked here; the rest of the URL
+    // where the upload starts (io::UploadTarget::parse), which names it.
     const Origin where = o.upload != given.upload ? variable("CHORUS_UPLOAD") : option("upload");
-    static constexpr std::string_view schemes[] = {"mlflow", "mlflow+http", "mlflow+https",
-                                                   "wandb",  "wandb+http",  "wandb+https"};
-    if (sep == std::string::npos || std::find(std::begin(schemes), std::end(schemes), scheme) == std::end(schemes) ||
-        sep + 3 == o.upload.size())
+    UploadUrl url;
+    switch (UploadUrl::parse(o.upload, url)) {
+    case UploadUrl::Problem::no_scheme:
+    case UploadUrl::Problem::unknown_scheme:
+    case UploadUrl::Problem::empty:
       return bad(where, o.upload, "is not an upload target",
                  "mlflow://HOST:PORT or wandb://HOST (mlflow+https://, wandb+http:// for the other protocol)");
-    const std::string_view authority = std::string_view(o.upload).substr(sep + 3, o.upload.find('/', sep + 3) - sep - 3);
-    if (authority.find('@') != std::string_view::npos)
-      return bad(where, std::string(scheme) + "://***" + std::string(authority.substr(authority.rfind('@'))),
-                 "has credentials in it (they would be written into the run's files)",
+    case UploadUrl::Problem::credentials:
+      return bad(where, url.masked(), "has credentials in it (they would be written into the run's files)",
                  "the URL without them, and the key in WANDB_API_KEY or MLFLOW_TRACKING_TOKEN");
+    case UploadUrl::Problem::none:
+    case UploadUrl::Problem::no_host:
+    case UploadUrl::Problem::mlflow_path:
+    case UploadUrl::Problem::deep_path: break;
+    }
   }
   if (o.upload_buffer < (64u << 10) || o.upload_buffer > (std::size_t{1} << 30))
     return bad(option("upload_buffer"), std::to_string(o.upload_buffer), "is out of range", "64 KiB to 1 GiB");
