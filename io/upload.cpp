@@ -130,51 +130,28 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
                                      " bytes): it was rewritten. Remove the target's file in upload/ to upload the run "
                                      "again as a new remote run");
   }
-  // Read whole lines: at least one, at most max_bytes unless one line is longer.
-  std::uint64_t pos = from.bytes;
-  std::size_t scanned = 0;
-  std::size_t last_nl = std::string::npos;
-  while (pos < size) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(size - pos, std::max<std::size_t>(max_bytes, 1u << 16)));
-    const std::size_t at = out.buf.size();
-    out.buf.resize(at + want);
-    ssize_t n;
-    do n = ::pread(fd, out.buf.data() + at, want, static_cast<off_t>(pos));
-    while (n < 0 && errno == EINTR);
-    if (n <= 0) {
-      const int e = n < 0 ? errno : EIO;
-      out.buf.resize(at);
-      detail::close_fd(fd);
-      return os_error("cannot read", path, e);
+  // Whole lines, read max_bytes (at least 64 KiB) at a time: those of the
+  // first read that holds a newline, and of the reads before it.
+  LineReader lines(fd, path, from, {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = 0, .end = size});
+  std::vector<std::size_t> starts;
+  for (std::string_view line;;) {
+    if (lines.cursor() != from && lines.read_to() - from.bytes >= max_bytes && !lines.holds_line()) break;
+    const LineReader::Next next = lines.next(line);
+    if (next == LineReader::Next::failed) {
+      out.buf.clear();
+      out.after.clear();
+      return lines.error();
     }
-    out.buf.resize(at + static_cast<std::size_t>(n));
-    pos += static_cast<std::uint64_t>(n);
-    const std::size_t nl = out.buf.rfind('\n');
-    if (nl != std::string::npos && nl >= scanned) last_nl = nl;
-    scanned = out.buf.size();
-    if (last_nl != std::string::npos && out.buf.size() >= max_bytes) break;
-  }
-  detail::close_fd(fd);
-  if (last_nl == std::string::npos) {
-    out.buf.clear();
-    return {};
-  }
-  out.buf.resize(last_nl + 1);
-  Cursor c = from;
-  std::size_t start = 0;
-  const std::string_view all(out.buf);
-  while (start < all.size()) {
-    const std::size_t nl = all.find('\n', start);
-    std::string_view line = all.substr(start, nl - start);
-    c.bytes += nl - start + 1;
-    c.lines += 1;
-    start = nl + 1;
+    if (next != LineReader::Next::line) break;
     if (line.empty()) continue; // not a record (and not counted as one by anybody)
-    out.lines.push_back(line);
-    out.after.push_back(c);
+    starts.push_back(out.buf.size());
+    out.buf.append(line).push_back('\n');
+    out.after.push_back(lines.cursor());
   }
+  for (std::size_t i = 0; i < starts.size(); ++i)
+    out.lines.emplace_back(out.buf.data() + starts[i], (i + 1 < starts.size() ? starts[i + 1] : out.buf.size()) - starts[i] - 1);
   // Blank lines at the end still move the cursor past them.
-  if (!out.after.empty()) out.after.back() = c;
+  if (!out.after.empty()) out.after.back() = lines.cursor();
   return {};
 }
 

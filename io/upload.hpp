@@ -14,6 +14,7 @@
 #pragma once
 
 #include "io/http.hpp"
+#include "io/line_reader.hpp"
 
 #include <chorus/chorus.hpp>
 
@@ -43,13 +44,6 @@ struct UploadTarget {
 
   /// An error names the URL forms above.
   static std::optional<UploadTarget> parse(std::string_view url, Error& error);
-};
-
-/// A position in an append-only JSON-lines file.
-struct Cursor {
-  std::uint64_t lines = 0;
-  std::uint64_t bytes = 0;
-  bool operator==(const Cursor&) const = default;
 };
 
 /// Complete lines of an append-only file from `from`: at most `max_bytes`
