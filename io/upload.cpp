@@ -240,50 +240,31 @@ Error UploadState::save(const std::string& path) const { return write_file_atomi
 
 std::optional<RunSnapshot> RunSnapshot::read(const std::string& run_dir, Error& error) {
   const std::string path = run_dir + "/run.json";
-  std::string text;
-  if (Error e = detail::read_text(path, text)) {
-    error = Error(Errc::io_error, e.message() + " (is " + run_dir + " a run directory?)");
+  Error e;
+  const std::optional<RunRecord> run = RunRecord::read(path, e);
+  if (!run) {
+    // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.
+    error = Error(Errc::io_error, e.code() == Errc::io_error ? e.message() + " (is " + run_dir + " a run directory?)"
+                                                            : e.message());
     return std::nullopt;
   }
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (parser.parse(text).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
-    error = Error(Errc::io_error, path + " is not valid JSON: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
-    return std::nullopt;
-  }
-  RunSnapshot r;
-  r.dir = run_dir;
-  auto str = [&](const char* k, std::string& out) {
-    std::string_view v;
-    if (doc[k].get(v) == simdjson::SUCCESS) out = std::string(v);
-  };
-  str("id", r.id);
-  str("name", r.name);
-  str("project", r.project);
-  str("group", r.group);
-  str("job_type", r.job_type);
-  str("notes", r.notes);
-  str("mode", r.mode);
-  str("scope", r.scope);
-  str("host", r.host);
-  str("state", r.state);
-  double t = 0;
-  if (doc["start_time"].get(t) == simdjson::SUCCESS) r.start_ms = seconds_to_ms(t);
-  if (doc["end_time"].get(t) == simdjson::SUCCESS) r.end_ms = seconds_to_ms(t);
-  if (r.id.empty()) {
+  if (run->id.empty()) {
     error = Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
     return std::nullopt;
   }
+  RunSnapshot r;
+  static_cast<RunIdentity&>(r) = *run;
+  r.dir = run_dir;
   if (r.name.empty()) r.name = r.id;
+  r.state = run->state;
+  if (run->start_us) r.start_ms = seconds_to_ms(RunRecord::seconds(*run->start_us));
+  if (run->end_us) r.end_ms = seconds_to_ms(RunRecord::seconds(*run->end_us));
   r.ended = !r.state.empty() && r.state != "running";
   r.exit_code = r.state == "finished" ? 0 : r.state == "killed" ? 143 : 1;
-  simdjson::dom::object codes;
-  if (r.ended && doc["exit_codes"].get(codes) == simdjson::SUCCESS) {
+  if (r.ended && run->exit_codes) {
     int worst = 0;
-    for (auto field : codes) {
-      std::int64_t c = 0;
-      if (field.value.get(c) == simdjson::SUCCESS && c != 0 && (worst == 0 || c > worst)) worst = static_cast<int>(c);
-    }
+    for (const auto& [rank, c] : *run->exit_codes)
+      if (c != 0 && (worst == 0 || c > worst)) worst = static_cast<int>(c);
     if (worst != 0 || r.state == "finished") r.exit_code = worst;
   }
   if (r.ended && r.end_ms == 0) r.end_ms = r.start_ms;

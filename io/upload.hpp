@@ -15,6 +15,7 @@
 
 #include "io/http.hpp"
 #include "io/line_reader.hpp"
+#include "io/run_record.hpp"
 
 #include <chorus/chorus.hpp>
 
@@ -78,15 +79,14 @@ struct UploadState {
   [[nodiscard]] Error save(const std::string& path) const;
 };
 
-/// run.json, as the backends need it.
-struct RunSnapshot {
-  std::string id, name, project, group, job_type, notes, mode, scope, host;
+/// run.json, as the backends need it: its identity (`dir` the run directory
+/// read, `name` the id where it has none) and how it stands.
+struct RunSnapshot : RunIdentity {
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;   // 0 while running
   std::string state;         // "running", "finished", "failed", "killed", "crashed"
   bool ended = false;        // a final state
   int exit_code = 0;         // worst rank exit code if known, else 0 / 1 from the state
-  std::string dir;
 
   [[nodiscard]] static std::optional<RunSnapshot> read(const std::string& run_dir, Error& error);
 };
