@@ -31,6 +31,7 @@
 #include "io/json.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
+#include "io/run_record.hpp"
 #include "io/upload.hpp"
 #include "tests/upload/tracking_server.hpp"
 
@@ -103,20 +104,17 @@ struct HandRun {
   explicit HandRun(const bench::fs::path& root) {
     dir = root / "bench" / "grp" / "run-upload";
     bench::fs::create_directories(dir);
-    std::string out;
-    chorus::io::JsonWriter(out)
-        .begin_object()
-        .key("id").string("run-upload")
-        .key("name").string("run-upload")
-        .key("project").string("bench")
-        .key("group").string("grp")
-        .key("mode").string("shared")
-        .key("scope").string("global")
-        .key("host").string("bench-host")
-        .key("state").string("running")
-        .key("start_time").number(1'700'000'000.0)
-        .key("world_size").integer(1)
-        .end_object();
+    chorus::io::RunRecord run;
+    run.id = run.name = "run-upload";
+    run.project = "bench";
+    run.group = "grp";
+    run.mode = "shared";
+    run.scope = "global";
+    run.host = "bench-host";
+    run.state = "running";
+    run.start_us = 1'700'000'000'000'000;
+    run.world_size = 1;
+    std::string out = run.json();
     out.push_back('\n');
     write("run.json", out);
     out.clear();

@@ -154,7 +154,7 @@ void refresh_member(io::GroupMember& m, const RunInfo& run) {
 std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
   // Ranks are ints: a run.json that says otherwise is not taken for a member (and its sums cannot overflow).
   auto a_rank = [](std::int64_t r) { return r >= 0 && r <= std::numeric_limits<int>::max(); };
-  if (!run.readable() || !run.group_index || !run.first_rank || !a_rank(*run.first_rank)) return std::nullopt;
+  if (!run.readable() || !run.group_index || !run.rank || !a_rank(*run.rank)) return std::nullopt;
   if (!std::all_of(run.ranks.begin(), run.ranks.end(), [&](const RankInfo& k) { return a_rank(k.rank); }))
     return std::nullopt;
   io::GroupMember m;
@@ -167,7 +167,7 @@ std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
   m.node = run.node.value_or(0);
   m.start_time = run.start_time;
   m.summary = summary_of(run.dir);
-  for (const RankInfo& k : run.ranks) m.ranks.push_back({*run.first_rank + k.rank, "running", k.last_step});
+  for (const RankInfo& k : run.ranks) m.ranks.push_back({*run.rank + k.rank, "running", k.last_step});
   m.state = "running";
   m.message = "no report of this run reached the group (see its host's output); chorus launch took it from its run.json";
   refresh_member(m, run);

@@ -5,10 +5,7 @@
 #include "cli/group_info.hpp"
 #include "cli/recover.hpp"
 #include "cli/run_info.hpp"
-#include "io/json.hpp"
-#include "io/run_dir.hpp"
-
-#include <simdjson.h>
+#include "io/run_record.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -315,41 +312,25 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
 std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes,
                               std::optional<int> only_rank) {
   const std::string path = dir + "/run.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot read it";
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // The run host wrote one object: the codes go in before its closing brace.
-  const auto close = text.find_last_of('}');
-  if (close == std::string::npos) return "it holds no JSON object";
-  std::string field = ",\"exit_codes\":{";
-  bool first = true;
+  Error err;
+  std::optional<io::RunRecord> run = io::RunRecord::read(path, err);
+  if (!run) return err.message();
+  // Written back, a damaged field would be lost rather than reported.
+  if (!run->damage.empty()) return run->damage + " (left as it was; chorus recover " + dir + " rebuilds it)";
+  io::ExitCodes recorded;
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const int rank = a.node_rank * a.nproc + static_cast<int>(i);
-    if (only_rank && rank != *only_rank) continue;
-    if (!first) field.push_back(',');
-    first = false;
-    // Appended piece by piece: GCC 12's -Wrestrict misfires on "\"" + std::to_string(...).
-    field.append("\"").append(std::to_string(rank)).append("\":");
-    field.append(std::to_string(codes[i]));
+    if (!only_rank || rank == *only_rank) recorded.emplace_back(rank, codes[i]);
   }
-  field.push_back('}');
-  const std::string failure = io::failure_of_exit_codes(std::string_view(field).substr(field.find('{')));
-  text.insert(close, field);
   // A rank that failed after its finish fails the run: a finished run had
-  // every rank succeed. The run's own state comes first in run.json, before
-  // its ranks', and a finished run carries no error of its own.
-  constexpr std::string_view finished = "\"state\":\"finished\"";
-  const auto at = text.find(finished);
-  if (!failure.empty() && at != std::string::npos && at < text.find("\"ranks\":") &&
-      text.find("\"error\":") == std::string::npos) {
-    std::string failed = "\"state\":\"failed\",\"error\":";
-    io::append_json_string(failed, failure);
-    text.replace(at, finished.size(), failed);
+  // every rank succeed. A finished run carries no error of its own.
+  if (std::string failure = io::failure_of_exit_codes(recorded);
+      !failure.empty() && run->state == "finished" && !run->error) {
+    run->state = "failed";
+    run->error = std::move(failure);
   }
-  simdjson::dom::parser parser;
-  simdjson::dom::object check;
-  if (parser.parse(text).get(check) != simdjson::SUCCESS) return "it is not a JSON object (left as it was)";
-  if (Error e = io::write_file_atomic(path, text)) return e.message();
+  run->exit_codes = std::move(recorded);
+  if (Error e = run->write(path)) return e.message();
   return {};
 }
 

@@ -56,31 +56,6 @@ HostLife host_life(const RunInfo& r) {
   return HostLife::unknown;
 }
 
-void read_string(simdjson::dom::object& o, const char* key, std::string& out) {
-  std::string_view v;
-  if (o[key].get(v) == simdjson::SUCCESS) out = v;
-}
-
-void read_number(simdjson::dom::object& o, const char* key, std::optional<double>& out) {
-  double v = 0;
-  if (o[key].get(v) == simdjson::SUCCESS) out = v;
-}
-
-// A whole number; one written as a double is cut to its integer part, and
-// one beyond int64 (1e300, say) is named in `bad` rather than cast.
-void read_number(simdjson::dom::object& o, const char* key, std::optional<std::int64_t>& out, std::string& bad) {
-  std::int64_t i = 0;
-  double v = 0;
-  if (o[key].get(i) == simdjson::SUCCESS) {
-    out = i;
-  } else if (o[key].get(v) == simdjson::SUCCESS) {
-    if (v >= -0x1p63 && v < 0x1p63)
-      out = static_cast<std::int64_t>(v);
-    else if (bad.empty())
-      bad = std::string("\"") + key + "\" is " + simdjson::minify(o[key]) + ", beyond a whole number's range";
-  }
-}
-
 // Whether a directory entry `path` is there, whatever it is (a link that
 // leads nowhere, or loops, included), so that a planted one is read and
 // reported rather than taken for a missing file.
@@ -152,75 +127,38 @@ RunInfo read_run(const std::string& dir) {
                     : "no run.json";
     return r;
   }
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (r.problem = load_json_file(path, parser, doc); !r.problem.empty()) {
+  Error err;
+  const std::optional<io::RunRecord> run = io::RunRecord::read(path, err);
+  if (!run) {
     // The run is named beside the problem (ls, show): its file by name alone reads better.
+    r.problem = err.message();
     for (std::size_t at; (at = r.problem.find(dir + "/")) != std::string::npos;) r.problem.erase(at, dir.size() + 1);
     return r;
   }
-  simdjson::dom::object o;
-  if (doc.get(o) != simdjson::SUCCESS) {
-    r.problem = "run.json is not a JSON object";
-    return r;
-  }
-  read_string(o, "id", r.id);
-  const std::pair<const char*, std::string*> strings[] = {
-      {"name", &r.name},         {"project", &r.project}, {"group", &r.group}, {"job_type", &r.job_type},
-      {"notes", &r.notes},       {"mode", &r.mode},       {"scope", &r.scope}, {"host", &r.host},
-      {"launcher", &r.launcher}, {"job_id", &r.job_id},   {"state", &r.state}};
-  for (const auto& [key, out] : strings) read_string(o, key, *out);
-  std::optional<std::int64_t> pid, nodes;
-  std::string bad;
-  const std::pair<const char*, std::optional<std::int64_t>*> counts[] = {
-      {"pid", &pid}, {"nodes", &nodes}, {"world_size", &r.world_size}, {"rows", &r.rows},
-      {"rejected", &r.rejected}, {"group_index", &r.group_index}, {"rank", &r.first_rank}, {"node", &r.node}};
-  for (const auto& [key, out] : counts) read_number(o, key, *out, bad);
-  r.pid = pid.value_or(0);
-  r.nodes = nodes.value_or(0);
-  read_number(o, "start_time", r.start_time);
-  read_number(o, "end_time", r.end_time);
-  simdjson::dom::array ranks;
-  if (o["ranks"].get(ranks) == simdjson::SUCCESS) {
-    for (simdjson::dom::element e : ranks) {
-      simdjson::dom::object ro;
-      if (e.get(ro) != simdjson::SUCCESS) continue;
-      RankInfo k;
-      std::optional<std::int64_t> rank, last;
-      read_number(ro, "rank", rank, bad);
-      read_number(ro, "last_step", last, bad);
-      k.rank = rank.value_or(-1);
-      k.last_step = last.value_or(-1);
-      read_string(ro, "state", k.state);
-      read_string(ro, "host", k.host);
-      read_string(ro, "message", k.message);
-      r.ranks.push_back(std::move(k));
-    }
-    std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
-  }
-  simdjson::dom::array segments;
-  if (o["segments"].get(segments) == simdjson::SUCCESS) {
-    for (simdjson::dom::element e : segments) {
-      simdjson::dom::object so;
-      if (e.get(so) != simdjson::SUCCESS) continue;
-      RunInfo::Segment seg;
-      read_number(so, "start_time", seg.start_time);
-      read_number(so, "end_time", seg.end_time);
-      read_string(so, "state", seg.state);
-      r.segments.push_back(std::move(seg));
-    }
-  }
-  simdjson::dom::object codes;
-  if (o["exit_codes"].get(codes) == simdjson::SUCCESS) {
-    for (auto [key, value] : codes) {
-      std::int64_t code = 0;
-      if (value.get(code) != simdjson::SUCCESS) continue;
-      if (auto rank = parse_int(key, 0, std::numeric_limits<int>::max())) r.exit_codes.emplace_back(*rank, code);
-    }
+  static_cast<io::RunIdentity&>(r) = *run;
+  r.dir = dir;
+  if (r.id.empty()) r.id = fs::path(dir).filename().string();
+  r.state = run->state;
+  r.world_size = run->world_size;
+  r.rows = run->rows;
+  r.rejected = run->rejected;
+  const auto seconds = [](const std::optional<std::int64_t>& us) {
+    return us ? std::optional<double>(io::RunRecord::seconds(*us)) : std::nullopt;
+  };
+  r.start_time = seconds(run->start_us);
+  r.end_time = seconds(run->end_us);
+  for (const io::RunRecord::Rank& k : run->ranks) r.ranks.push_back({k.rank, k.state, k.last_step, k.host, k.message});
+  std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
+  for (const io::RunRecord::Segment& g : run->segments)
+    r.segments.push_back({seconds(g.start_us), seconds(g.end_us), g.state});
+  if (run->exit_codes) {
+    r.exit_codes = *run->exit_codes;
     std::sort(r.exit_codes.begin(), r.exit_codes.end());
   }
-  if (!bad.empty()) r.problem = "run.json: " + bad + ". The file is damaged: chorus recover rebuilds it from the WAL";
-  else if (r.state.empty()) r.problem = "run.json has no \"state\"";
+  if (!run->damage.empty())
+    r.problem = "run.json: " + run->damage + ". The file is damaged: chorus recover rebuilds it from the WAL";
+  else if (r.state.empty())
+    r.problem = "run.json has no \"state\"";
   if (r.state == "running") {
     r.host_life = host_life(r);
     fill_running_steps(r);

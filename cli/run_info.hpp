@@ -2,6 +2,8 @@
 // whether its host still lives, and where runs are found under a root.
 #pragma once
 
+#include "io/run_record.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,17 +31,13 @@ enum class HostLife {
   gone,    // nobody holds it, on the machine that hosted the run: it crashed
 };
 
-struct RunInfo {
-  std::string dir;
+/// A run as run.json has it (io::RunRecord), for the commands that show it:
+/// `dir` is where it was found, `id` its directory's name where run.json has none.
+struct RunInfo : io::RunIdentity {
   std::string problem; // non-empty: run.json could not be read, and why
-  std::string id, name, project, group, job_type, notes, mode, scope, host, launcher, job_id;
-  std::int64_t pid = 0;
-  std::int64_t nodes = 0;
   std::optional<double> start_time, end_time; // unix seconds
   std::string state;
   std::optional<std::int64_t> world_size, rows, rejected;
-  /// In a job of several runs: its place in the group, the global rank of its first place, its host's node.
-  std::optional<std::int64_t> group_index, first_rank, node;
   std::vector<RankInfo> ranks;
   /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
   std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;

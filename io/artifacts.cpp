@@ -3,9 +3,9 @@
 #include "io/json.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
+#include "io/run_record.hpp"
 
 #include <openssl/evp.h>
-#include <simdjson.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -279,14 +279,12 @@ Error check_run_dir_is_here(const std::string& run_dir) {
   if (run_dir.empty() || ::stat(run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return not_here(std::string("the run directory ").append(run_dir).append(" does not exist here"));
   const std::string run_json = run_dir + "/run.json";
-  std::string text;
-  if (Error e = detail::read_text(run_json, text)) return not_here(e.message());
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  std::string_view host;
-  if (parser.parse(text).get(doc) != simdjson::SUCCESS || doc["host"].get(host) != simdjson::SUCCESS)
-    return not_here(run_json + " is not valid JSON or names no host");
+  Error e;
+  const std::optional<RunRecord> run = RunRecord::read(run_json, e);
+  if (!run) return not_here(e.message());
   const std::string here = detail::this_host();
+  const std::string& host = run->host;
+  if (host.empty() && !here.empty()) return not_here(run_json + " names no host");
   if (host != here)
     return not_here(std::string("the run is hosted by ")
                         .append(host)

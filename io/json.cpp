@@ -153,6 +153,24 @@ void append_json_number(std::string& out, double v) {
   }
 }
 
+void append_json_seconds(std::string& out, std::int64_t us) {
+  std::uint64_t u = static_cast<std::uint64_t>(us);
+  if (us < 0) {
+    out.push_back('-');
+    u = 0 - u;
+  }
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, u / 1'000'000);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+  auto frac = static_cast<std::uint32_t>(u % 1'000'000);
+  if (frac == 0) return;
+  char digits[7] = {'.', '0', '0', '0', '0', '0', '0'};
+  std::size_t len = 7;
+  for (std::size_t i = 6; i > 0; --i, frac /= 10) digits[i] = static_cast<char>('0' + frac % 10);
+  while (digits[len - 1] == '0') --len;
+  out.append(digits, len);
+}
+
 JsonWriter& JsonWriter::key(std::string_view k) {
   if (need_comma_) out_.push_back(',');
   append_json_string(out_, k);
@@ -187,6 +205,13 @@ JsonWriter& JsonWriter::whole(I v) {
 
 JsonWriter& JsonWriter::integer(std::int64_t v) { return whole(v); }
 JsonWriter& JsonWriter::uinteger(std::uint64_t v) { return whole(v); }
+
+JsonWriter& JsonWriter::seconds(std::int64_t us) {
+  separate();
+  append_json_seconds(out_, us);
+  need_comma_ = true;
+  return *this;
+}
 
 JsonWriter& JsonWriter::boolean(bool b) { return raw(b ? "true" : "false"); }
 

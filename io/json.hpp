@@ -24,6 +24,10 @@ void append_json_string(std::string& out, std::string_view s);
 /// or a string for NaN and the infinities.
 void append_json_number(std::string& out, double v);
 
+/// Appends unix or run-relative microseconds as seconds, exactly (no binary
+/// rounding): "1700000000.25", "12.000001", "3".
+void append_json_seconds(std::string& out, std::int64_t us);
+
 /// Writes JSON into a std::string, placing the commas itself. Calls must nest
 /// properly (a key before each value inside an object); the writer does not
 /// check this in release builds.
@@ -41,6 +45,8 @@ public:
   JsonWriter& number(double v);
   JsonWriter& integer(std::int64_t v);
   JsonWriter& uinteger(std::uint64_t v);
+  /// Microseconds as seconds (append_json_seconds).
+  JsonWriter& seconds(std::int64_t us);
   JsonWriter& boolean(bool b);
   JsonWriter& null();
   /// A value that is already JSON text (the caller vouches for it).

@@ -23,6 +23,7 @@
 #include "io/mlflow_points.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
+#include "runtime/fnv.hpp"
 
 #include <simdjson.h>
 
@@ -38,12 +39,6 @@ namespace {
 
 constexpr std::size_t max_params = 100, max_tags = 100;
 constexpr std::size_t max_key = 250, max_param_value = 6000, max_tag_value = 5000;
-
-std::uint32_t fnv32(std::string_view s) {
-  std::uint32_t h = 2166136261u;
-  for (unsigned char c : s) h = (h ^ c) * 16777619u;
-  return h;
-}
 
 bool key_char(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
@@ -83,7 +78,7 @@ std::string clean_key(std::string_view key) {
   if (out.empty()) changed = true;
   if (!changed && out.size() <= max_key) return out;
   char suffix[10];
-  std::snprintf(suffix, sizeof suffix, "-%08x", fnv32(key));
+  std::snprintf(suffix, sizeof suffix, "-%08x", chorus::detail::fnv1a32(key));
   if (out.size() > max_key - 9) out.resize(max_key - 9);
   while (!out.empty() && out.back() == '/') out.pop_back();
   out += suffix;

@@ -2,8 +2,6 @@
 
 #include "io/posix.hpp"
 
-#include <simdjson.h>
-
 #include <atomic>
 #include <cerrno>
 #include <fcntl.h>
@@ -33,18 +31,6 @@ Error make_dirs(const std::string& path) {
     struct stat st {};
     if (::stat(part.c_str(), &st) != 0) return os_error("stat", part, errno);
     if (!S_ISDIR(st.st_mode)) return os_error("mkdir", part, ENOTDIR);
-  }
-  return {};
-}
-
-std::string failure_of_exit_codes(std::string_view codes_json) {
-  simdjson::dom::parser parser;
-  simdjson::dom::object codes;
-  if (parser.parse(codes_json.data(), codes_json.size()).get(codes) != simdjson::SUCCESS) return {};
-  for (auto [rank, code] : codes) {
-    std::int64_t c = 0;
-    if (code.get(c) == simdjson::SUCCESS && c != 0)
-      return "rank " + std::string(rank) + " exited with code " + std::to_string(c) + " after the run ended";
   }
   return {};
 }

@@ -25,12 +25,6 @@ namespace chorus::io {
 /// same directory, fsync, rename.
 [[nodiscard]] Error write_file_atomic(const std::string& path, std::string_view content);
 
-/// A finished run fails when a rank's process then exits non-zero (the exit
-/// codes `chorus launch` records in run.json, {"RANK":CODE,...}): the run's
-/// `error` for the first such rank, or "" where every code is 0 or the text
-/// is not such an object.
-[[nodiscard]] std::string failure_of_exit_codes(std::string_view codes_json);
-
 /// An append-only file (mode 0600, O_APPEND) written in large pieces: writes
 /// gather in memory up to `buffer_limit` and go out in one write(2).
 class AppendFile {

@@ -2,6 +2,7 @@
 #include "io/json.hpp"
 #include "io/run_dir.hpp"
 #include "io/posix.hpp"
+#include "io/run_record.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,26 +18,6 @@
 
 namespace chorus::io {
 namespace {
-
-// Unix or run-relative microseconds as seconds, exactly (no binary rounding):
-// "1700000000.25", "12.000001", "3".
-void append_seconds(std::string& out, std::int64_t us) {
-  std::uint64_t u = static_cast<std::uint64_t>(us);
-  if (us < 0) {
-    out.push_back('-');
-    u = 0 - u;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof buf, u / 1'000'000);
-  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
-  auto frac = static_cast<std::uint32_t>(u % 1'000'000);
-  if (frac == 0) return;
-  char digits[7] = {'.', '0', '0', '0', '0', '0', '0'};
-  std::size_t len = 7;
-  for (std::size_t i = 6; i > 0; --i, frac /= 10) digits[i] = static_cast<char>('0' + frac % 10);
-  while (digits[len - 1] == '0') --len;
-  out.append(digits, len);
-}
 
 void append_int(std::string& out, std::int64_t v) {
   char buf[24];
@@ -100,7 +81,7 @@ struct RunWriter::State {
 
   ObjectMerge config;
   ObjectMerge summary;
-  ObjectMerge identity;
+  RunRecord identity; // who the run is, from run_start
   bool config_dirty = false;
   bool summary_dirty = false;
   bool run_json_dirty = false; // rank states changed since run.json was written
@@ -109,7 +90,7 @@ struct RunWriter::State {
   std::vector<Segment> segments;
   // The exit codes `chorus launch` added to an earlier run.json, by attempt:
   // they are nowhere in the WAL, so a rebuild carries them over.
-  std::vector<std::string> exit_codes;
+  std::vector<std::optional<ExitCodes>> exit_codes;
   std::uint32_t world_size = 0;
   std::uint64_t rows = 0;
   std::uint64_t rejected_values = 0;
@@ -194,12 +175,12 @@ struct RunWriter::State {
       std::string t;
       if (!summary.has("_step")) w.key("_step").integer(last_step);
       if (!summary.has("_runtime")) {
-        append_seconds(t, last_runtime_us);
+        append_json_seconds(t, last_runtime_us);
         w.key("_runtime").raw(t);
       }
       if (!summary.has("_timestamp")) {
         t.clear();
-        append_seconds(t, last_ts_us);
+        append_json_seconds(t, last_ts_us);
         w.key("_timestamp").raw(t);
       }
       for (const Series& s : series)
@@ -210,70 +191,39 @@ struct RunWriter::State {
     return out;
   }
 
-  static void write_times(JsonWriter& w, std::int64_t start_us, std::optional<std::int64_t> end_us) {
-    std::string t;
-    append_seconds(t, start_us);
-    w.key("start_time").raw(t);
-    w.key("end_time");
-    if (end_us) {
-      t.clear();
-      append_seconds(t, *end_us);
-      w.raw(t);
-    } else {
-      w.null();
-    }
-  }
-
   void write_run_json() {
-    std::string out;
-    JsonWriter w(out);
-    w.begin_object();
-    for (const auto& [k, v] : identity.items) w.key(k).raw(v);
+    RunRecord r = identity;
     // The run's times and state: from its first attempt's start to its last's end.
     const Segment none;
     const Segment& last = segments.empty() ? none : segments.back();
-    // The last attempt's exit codes, where a rebuild knows them already.
-    const std::string codes = !segments.empty() && segments.size() <= exit_codes.size() ? exit_codes[segments.size() - 1] : "";
-    const std::string exit_failure = last.state == RunState::finished && !codes.empty() ? failure_of_exit_codes(codes) : "";
-    w.key("state").string(to_string(exit_failure.empty() ? last.state : RunState::failed));
-    write_times(w, segments.empty() ? 0 : segments.front().start_us, last.end_us);
-    w.key("segments").begin_array();
+    // The last attempt's exit codes, where a rebuild knows them already: they
+    // stay at the top level, where launch adds them to the live run.json, so
+    // that a rebuild from the WAL gives the same file. (A run.json written
+    // before the first run_start, for a WAL that failed, has no attempt yet: no codes.)
+    if (!segments.empty() && segments.size() <= exit_codes.size()) r.exit_codes = exit_codes[segments.size() - 1];
+    const std::string exit_failure =
+        last.state == RunState::finished && r.exit_codes ? failure_of_exit_codes(*r.exit_codes) : "";
+    r.state = to_string(exit_failure.empty() ? last.state : RunState::failed);
+    r.start_us = segments.empty() ? 0 : segments.front().start_us;
+    r.end_us = last.end_us;
     for (std::size_t i = 0; i < segments.size(); ++i) {
-      w.begin_object();
-      write_times(w, segments[i].start_us, segments[i].end_us);
-      w.key("state").string(to_string(segments[i].state));
-      // The last attempt's codes stay at the top level, where launch adds them to the live
-      // run.json: a rebuild from the WAL then gives the same file.
-      if (i + 1 < segments.size() && i < exit_codes.size() && !exit_codes[i].empty())
-        w.key("exit_codes").raw(exit_codes[i]);
-      w.end_object();
+      RunRecord::Segment& g = r.segments.emplace_back();
+      g.start_us = segments[i].start_us;
+      g.end_us = segments[i].end_us;
+      g.state = to_string(segments[i].state);
+      if (i + 1 < segments.size() && i < exit_codes.size()) g.exit_codes = exit_codes[i];
     }
-    w.end_array();
-    // Where the last attempt's codes are known already (a rebuild), they stay where launch put them.
-    // (A run.json written before the first run_start, for a WAL that failed, has no attempt yet: no codes.)
-    if (!codes.empty()) w.key("exit_codes").raw(codes);
-    w.key("world_size").uinteger(world_size);
-    w.key("rows").uinteger(rows);
-    w.key("rejected").uinteger(rejected_values);
+    r.world_size = world_size;
+    r.rows = static_cast<std::int64_t>(rows);
+    r.rejected = static_cast<std::int64_t>(rejected_values);
     // What could not be written, where the files are incomplete (the WAL or a file of the run).
     if (error.code() == Errc::io_error)
-      w.key("error").string(error.message());
+      r.error = error.message();
     else if (!exit_failure.empty())
-      w.key("error").string(exit_failure);
-    w.key("ranks").begin_array();
-    for (const auto& [rank, r] : ranks) {
-      w.begin_object();
-      w.key("rank").integer(rank);
-      w.key("state").string(to_string(r.state));
-      w.key("last_step").integer(r.last_step);
-      w.key("host").string(r.host);
-      w.key("message").string(r.message);
-      w.end_object();
-    }
-    w.end_array();
-    w.end_object();
-    out.push_back('\n');
-    fail(write_file_atomic(file("run.json"), out));
+      r.error = exit_failure;
+    for (const auto& [rank, k] : ranks)
+      r.ranks.push_back({rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
+    fail(r.write(file("run.json")));
     run_json_dirty = false;
   }
 };
@@ -305,12 +255,11 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   s.ranks.clear(); // a resumed attempt's ranks join afresh
   s.world_size = world_size;
   s.identity = {};
-  ObjectMerge parsed;
-  if (s.merge(parsed, run_json, "run_start's identity"))
-    for (auto& [k, v] : parsed.items)
-      if (k != "state" && k != "start_time" && k != "end_time" && k != "world_size" && k != "rows" &&
-          k != "rejected" && k != "ranks" && k != "segments" && k != "exit_codes")
-        s.identity.set(k, std::move(v));
+  std::string why;
+  if (std::optional<RunRecord> parsed = RunRecord::parse(run_json, why))
+    s.identity = parsed->identity();
+  else
+    s.fail(Error{Errc::invalid_argument, "run_start's identity " + why + "; it was left out of " + s.dir});
   // Readers find every file from the start, if empty.
   s.config_dirty = s.summary_dirty = true;
   s.write_run_json();
@@ -325,9 +274,9 @@ void RunWriter::row(const chorus::detail::Row& row) {
   l.append("{\"_step\":");
   append_int(l, row.step);
   l.append(",\"_timestamp\":");
-  append_seconds(l, row.ts_us);
+  append_json_seconds(l, row.ts_us);
   l.append(",\"_runtime\":");
-  append_seconds(l, row.runtime_us);
+  append_json_seconds(l, row.runtime_us);
   s.counts.clear();
   for (const auto& v : row.values) {
     Series& col = s.series_for(v.key, v.rank);
@@ -426,30 +375,19 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
 
 std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {
   State& s = *s_;
-  std::string text;
-  simdjson::dom::object obj;
   // No run.json, or a torn one, has nothing to carry over; one that is not a
-  // regular file (a FIFO, a link) is not opened as one (read_text refuses it).
-  if (detail::read_text(run_json_path, text, true) || text.empty() || s.parser.parse(text).get(obj) != simdjson::SUCCESS)
-    return std::nullopt;
+  // regular file (a FIFO, a link) is not opened as one (RunRecord::read refuses it).
+  Error ignored;
+  const std::optional<RunRecord> run = RunRecord::read(run_json_path, ignored);
+  if (!run) return std::nullopt;
   s.exit_codes.clear();
-  simdjson::dom::array segments;
-  if (obj["segments"].get(segments) == simdjson::SUCCESS)
-    for (simdjson::dom::element seg : segments) {
-      simdjson::dom::object codes;
-      s.exit_codes.push_back(seg["exit_codes"].get(codes) == simdjson::SUCCESS ? simdjson::minify(codes) : "");
-    }
+  for (const RunRecord::Segment& seg : run->segments) s.exit_codes.push_back(seg.exit_codes);
   // launch adds the codes of the attempt that ended last at the top level.
-  simdjson::dom::object last;
-  if (obj["exit_codes"].get(last) == simdjson::SUCCESS) {
+  if (run->exit_codes) {
     if (s.exit_codes.empty()) s.exit_codes.emplace_back();
-    s.exit_codes.back() = simdjson::minify(last);
+    s.exit_codes.back() = run->exit_codes;
   }
-  std::string_view state;
-  if (obj["state"].get(state) != simdjson::SUCCESS) return std::nullopt;
-  for (RunState r : {RunState::running, RunState::finished, RunState::failed, RunState::crashed, RunState::killed})
-    if (to_string(r) == state) return r;
-  return std::nullopt;
+  return run->run_state();
 }
 
 void RunWriter::note_error(const Error& e) {

@@ -6,6 +6,8 @@
 #include "io/json.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
+#include "runtime/fnv.hpp"
+#include "runtime/upload_url.hpp"
 
 #include <simdjson.h>
 
@@ -26,9 +28,13 @@ namespace {
 
 using detail::os_error;
 
+// FNV-1a 64 from a basis one digit short of the standard one: upload/<id>.json
+// keeps these digests of what went up, so changing it would send config.json
+// and summary.json again to every target a run already reached.
+constexpr std::uint64_t digest_basis = 1469598103934665603ull;
+
 std::string digest(std::string_view s) {
-  std::uint64_t h = 1469598103934665603ull; // FNV-1a 64
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  const std::uint64_t h = chorus::detail::fnv1a64(s, digest_basis);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
@@ -63,64 +69,36 @@ bool read_cursor(simdjson::dom::element doc, const char* name, Cursor& c) {
 // ---------------------------------------------------------------------------
 
 std::optional<UploadTarget> UploadTarget::parse(std::string_view url, Error& error) {
-  const std::size_t sep = url.find("://");
-  if (sep == std::string_view::npos) {
-    error = bad_url(url, "has no scheme");
-    return std::nullopt;
-  }
-  const std::string_view scheme = url.substr(0, sep);
-  UploadTarget t;
-  t.url = std::string(url);
-  std::string protocol;
-  if (scheme == "mlflow" || scheme == "mlflow+http") {
-    t.kind = Kind::mlflow;
-    protocol = "http";
-  } else if (scheme == "mlflow+https") {
-    t.kind = Kind::mlflow;
-    protocol = "https";
-  } else if (scheme == "wandb" || scheme == "wandb+https") {
-    t.kind = Kind::wandb;
-    protocol = "https";
-  } else if (scheme == "wandb+http") {
-    t.kind = Kind::wandb;
-    protocol = "http";
-  } else {
-    error = bad_url(url, "has an unknown scheme");
-    return std::nullopt;
-  }
-  std::string_view rest = url.substr(sep + 3);
-  const std::size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  if (authority.find('@') != std::string_view::npos) {
-    std::string shown(url.substr(0, sep + 3));
-    shown += "***";
-    shown.append(authority.substr(authority.rfind('@')));
+  chorus::detail::UploadUrl u;
+  using Problem = chorus::detail::UploadUrl::Problem;
+  switch (chorus::detail::UploadUrl::parse(url, u)) {
+  case Problem::none: break;
+  case Problem::no_scheme: error = bad_url(url, "has no scheme"); return std::nullopt;
+  case Problem::unknown_scheme: error = bad_url(url, "has an unknown scheme"); return std::nullopt;
+  case Problem::credentials:
     error = Error(Errc::invalid_argument,
-                  "upload target '" + shown +
+                  "upload target '" + u.masked() +
                       "' has credentials in it: they would be written into the run's files. Put W&B's key in "
                       "WANDB_API_KEY, MLflow's in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD");
     return std::nullopt;
-  }
-  if (authority.empty()) {
-    error = bad_url(url, "has no host");
-    return std::nullopt;
-  }
-  if (t.kind == Kind::mlflow && !path.empty()) {
+  case Problem::empty:
+  case Problem::no_host: error = bad_url(url, "has no host"); return std::nullopt;
+  case Problem::mlflow_path:
     error = bad_url(url, "has a path (MLflow's API is at the server's root)");
     return std::nullopt;
-  }
-  if (path.find('/') != std::string_view::npos) {
+  case Problem::deep_path:
     error = bad_url(url, "has a path of more than one part (only a W&B entity may follow the host)");
     return std::nullopt;
   }
-  t.base_url = protocol + "://" + std::string(authority);
-  t.entity = std::string(path);
+  UploadTarget t;
+  t.kind = u.kind == chorus::detail::UploadUrl::Kind::mlflow ? Kind::mlflow : Kind::wandb;
+  t.url = std::string(url);
+  t.base_url = (u.https ? "https://" : "http://") + std::string(u.authority);
+  t.entity = std::string(u.path);
   if (t.kind == Kind::wandb && t.entity.empty())
     if (const char* e = std::getenv("WANDB_ENTITY"); e && *e) t.entity = e;
   t.id = t.kind == Kind::mlflow ? "mlflow-" : "wandb-";
-  for (char c : authority) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
+  for (char c : u.authority) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
   if (!t.entity.empty()) {
     t.id += '-';
     for (char c : t.entity) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
@@ -152,51 +130,28 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
                                      " bytes): it was rewritten. Remove the target's file in upload/ to upload the run "
                                      "again as a new remote run");
   }
-  // Read whole lines: at least one, at most max_bytes unless one line is longer.
-  std::uint64_t pos = from.bytes;
-  std::size_t scanned = 0;
-  std::size_t last_nl = std::string::npos;
-  while (pos < size) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(size - pos, std::max<std::size_t>(max_bytes, 1u << 16)));
-    const std::size_t at = out.buf.size();
-    out.buf.resize(at + want);
-    ssize_t n;
-    do n = ::pread(fd, out.buf.data() + at, want, static_cast<off_t>(pos));
-    while (n < 0 && errno == EINTR);
-    if (n <= 0) {
-      const int e = n < 0 ? errno : EIO;
-      out.buf.resize(at);
-      detail::close_fd(fd);
-      return os_error("cannot read", path, e);
+  // Whole lines, read max_bytes (at least 64 KiB) at a time: those of the
+  // first read that holds a newline, and of the reads before it.
+  LineReader lines(fd, path, from, {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = 0, .end = size});
+  std::vector<std::size_t> starts;
+  for (std::string_view line;;) {
+    if (lines.cursor() != from && lines.read_to() - from.bytes >= max_bytes && !lines.holds_line()) break;
+    const LineReader::Next next = lines.next(line);
+    if (next == LineReader::Next::failed) {
+      out.buf.clear();
+      out.after.clear();
+      return lines.error();
     }
-    out.buf.resize(at + static_cast<std::size_t>(n));
-    pos += static_cast<std::uint64_t>(n);
-    const std::size_t nl = out.buf.rfind('\n');
-    if (nl != std::string::npos && nl >= scanned) last_nl = nl;
-    scanned = out.buf.size();
-    if (last_nl != std::string::npos && out.buf.size() >= max_bytes) break;
-  }
-  detail::close_fd(fd);
-  if (last_nl == std::string::npos) {
-    out.buf.clear();
-    return {};
-  }
-  out.buf.resize(last_nl + 1);
-  Cursor c = from;
-  std::size_t start = 0;
-  const std::string_view all(out.buf);
-  while (start < all.size()) {
-    const std::size_t nl = all.find('\n', start);
-    std::string_view line = all.substr(start, nl - start);
-    c.bytes += nl - start + 1;
-    c.lines += 1;
-    start = nl + 1;
+    if (next != LineReader::Next::line) break;
     if (line.empty()) continue; // not a record (and not counted as one by anybody)
-    out.lines.push_back(line);
-    out.after.push_back(c);
+    starts.push_back(out.buf.size());
+    out.buf.append(line).push_back('\n');
+    out.after.push_back(lines.cursor());
   }
+  for (std::size_t i = 0; i < starts.size(); ++i)
+    out.lines.emplace_back(out.buf.data() + starts[i], (i + 1 < starts.size() ? starts[i + 1] : out.buf.size()) - starts[i] - 1);
   // Blank lines at the end still move the cursor past them.
-  if (!out.after.empty()) out.after.back() = c;
+  if (!out.after.empty()) out.after.back() = lines.cursor();
   return {};
 }
 
@@ -288,52 +243,32 @@ Error UploadState::save(const std::string& path) const { return write_file_atomi
 
 std::optional<RunSnapshot> RunSnapshot::read(const std::string& run_dir, Error& error) {
   const std::string path = run_dir + "/run.json";
-  std::string text;
-  if (Error e = detail::read_text(path, text)) {
-    error = Error(Errc::io_error, e.message() + " (is " + run_dir + " a run directory?)");
+  Error e;
+  const std::optional<RunRecord> run = RunRecord::read(path, e);
+  if (!run) {
+    // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.
+    error = Error(Errc::io_error, e.code() == Errc::io_error ? e.message() + " (is " + run_dir + " a run directory?)"
+                                                            : e.message());
     return std::nullopt;
   }
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (parser.parse(text).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
-    error = Error(Errc::io_error, path + " is not valid JSON: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
-    return std::nullopt;
-  }
-  RunSnapshot r;
-  r.dir = run_dir;
-  auto str = [&](const char* k, std::string& out) {
-    std::string_view v;
-    if (doc[k].get(v) == simdjson::SUCCESS) out = std::string(v);
-  };
-  str("id", r.id);
-  str("name", r.name);
-  str("project", r.project);
-  str("group", r.group);
-  str("job_type", r.job_type);
-  str("notes", r.notes);
-  str("mode", r.mode);
-  str("scope", r.scope);
-  str("host", r.host);
-  str("state", r.state);
-  double t = 0;
-  if (doc["start_time"].get(t) == simdjson::SUCCESS) r.start_ms = seconds_to_ms(t);
-  if (doc["end_time"].get(t) == simdjson::SUCCESS) r.end_ms = seconds_to_ms(t);
-  simdjson::dom::array segments;
-  if (doc["segments"].get(segments) == simdjson::SUCCESS && segments.size() > 0) r.attempts = segments.size();
-  if (r.id.empty()) {
+  if (run->id.empty()) {
     error = Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
     return std::nullopt;
   }
+  RunSnapshot r;
+  static_cast<RunIdentity&>(r) = *run;
+  r.dir = run_dir;
   if (r.name.empty()) r.name = r.id;
+  r.state = run->state;
+  if (run->start_us) r.start_ms = seconds_to_ms(RunRecord::seconds(*run->start_us));
+  if (run->end_us) r.end_ms = seconds_to_ms(RunRecord::seconds(*run->end_us));
+  r.attempts = run->segments.empty() ? 1 : run->segments.size();
   r.ended = !r.state.empty() && r.state != "running";
   r.exit_code = r.state == "finished" ? 0 : r.state == "killed" ? 143 : 1;
-  simdjson::dom::object codes;
-  if (r.ended && doc["exit_codes"].get(codes) == simdjson::SUCCESS) {
+  if (r.ended && run->exit_codes) {
     int worst = 0;
-    for (auto field : codes) {
-      std::int64_t c = 0;
-      if (field.value.get(c) == simdjson::SUCCESS && c != 0 && (worst == 0 || c > worst)) worst = static_cast<int>(c);
-    }
+    for (const auto& [rank, c] : *run->exit_codes)
+      if (c != 0 && (worst == 0 || c > worst)) worst = static_cast<int>(c);
     if (worst != 0 || r.state == "finished") r.exit_code = worst;
   }
   if (r.ended && r.end_ms == 0) r.end_ms = r.start_ms;

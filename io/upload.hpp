@@ -14,6 +14,8 @@
 #pragma once
 
 #include "io/http.hpp"
+#include "io/line_reader.hpp"
+#include "io/run_record.hpp"
 
 #include <chorus/chorus.hpp>
 
@@ -30,10 +32,9 @@ namespace chorus::io {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
-/// Where to upload, from a URL:
-///   mlflow://HOST:PORT          MLflow over http    mlflow+https://HOST:PORT  over https
-///   wandb://HOST[/ENTITY]       W&B over https      wandb+http://HOST:PORT[/ENTITY]  over http
-/// Credentials never go in the URL (W&B's key is read from WANDB_API_KEY).
+/// Where to upload, from a URL (mlflow://HOST:PORT, wandb://HOST[/ENTITY]:
+/// the grammar is runtime/upload_url.hpp's). Credentials never go in the URL
+/// (W&B's key is read from WANDB_API_KEY).
 struct UploadTarget {
   enum class Kind { mlflow, wandb };
   Kind kind = Kind::mlflow;
@@ -44,13 +45,6 @@ struct UploadTarget {
 
   /// An error names the URL forms above.
   static std::optional<UploadTarget> parse(std::string_view url, Error& error);
-};
-
-/// A position in an append-only JSON-lines file.
-struct Cursor {
-  std::uint64_t lines = 0;
-  std::uint64_t bytes = 0;
-  bool operator==(const Cursor&) const = default;
 };
 
 /// Complete lines of an append-only file from `from`: at most `max_bytes`
@@ -101,16 +95,15 @@ struct UploadState {
   [[nodiscard]] bool earlier_end_delivered() const noexcept { return final_sent.empty() && final_attempt != 0; }
 };
 
-/// run.json, as the backends need it.
-struct RunSnapshot {
-  std::string id, name, project, group, job_type, notes, mode, scope, host;
+/// run.json, as the backends need it: its identity (`dir` the run directory
+/// read, `name` the id where it has none) and how it stands.
+struct RunSnapshot : RunIdentity {
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;   // 0 while running
   std::string state;         // "running", "finished", "failed", "killed", "crashed"
   std::uint64_t attempts = 1; // run.json's `segments`: 2 and more for a resumed run (1 in one without them)
   bool ended = false;        // a final state
   int exit_code = 0;         // worst rank exit code if known, else 0 / 1 from the state
-  std::string dir;
 
   [[nodiscard]] static std::optional<RunSnapshot> read(const std::string& run_dir, Error& error);
 };

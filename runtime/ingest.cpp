@@ -1,6 +1,7 @@
 #include "runtime/ingest.hpp"
 
 #include "io/json.hpp"
+#include "runtime/fnv.hpp"
 
 #include <bit>
 #include <cstring>
@@ -21,17 +22,17 @@ namespace {
 
 // FNV-1a over 8-byte words: keys are short, and this is on the hot path.
 inline std::uint64_t hash_key(std::string_view s) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull ^ s.size();
+  std::uint64_t h = fnv1a64_basis ^ s.size();
   std::size_t i = 0;
   for (; i + 8 <= s.size(); i += 8) {
     std::uint64_t w;
     std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
+    h = fnv1a64_step(h, w);
     h ^= h >> 29;
   }
   std::uint64_t tail = 0;
   if (i < s.size()) std::memcpy(&tail, s.data() + i, s.size() - i); // an empty key may have no data
-  h = (h ^ tail) * 0x100000001b3ull;
+  h = fnv1a64_step(h, tail);
   return h ^ (h >> 32);
 }
 

@@ -2,6 +2,9 @@
 // defaults derived from the job, and this process's place in its run.
 #include "runtime/options.hpp"
 
+#include "runtime/fnv.hpp"
+#include "runtime/upload_url.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -240,20 +243,24 @@ Error check_options(const Options& o, const Options& given) {
     return bad(option("system_interval"), std::to_string(o.system_interval), "is out of range",
                "seconds, 0 (off) or at least 0.1");
   if (!o.upload.empty()) {
-    const std::size_t sep = o.upload.find("://");
-    const std::string_view scheme = std::string_view(o.upload).substr(0, sep);
+    // The scheme and the credentials are checked here; the rest of the URL
+    // where the upload starts (io::UploadTarget::parse), which names it.
     const Origin where = o.upload != given.upload ? variable("CHORUS_UPLOAD") : option("upload");
-    static constexpr std::string_view schemes[] = {"mlflow", "mlflow+http", "mlflow+https",
-                                                   "wandb",  "wandb+http",  "wandb+https"};
-    if (sep == std::string::npos || std::find(std::begin(schemes), std::end(schemes), scheme) == std::end(schemes) ||
-        sep + 3 == o.upload.size())
+    UploadUrl url;
+    switch (UploadUrl::parse(o.upload, url)) {
+    case UploadUrl::Problem::no_scheme:
+    case UploadUrl::Problem::unknown_scheme:
+    case UploadUrl::Problem::empty:
       return bad(where, o.upload, "is not an upload target",
                  "mlflow://HOST:PORT or wandb://HOST (mlflow+https://, wandb+http:// for the other protocol)");
-    const std::string_view authority = std::string_view(o.upload).substr(sep + 3, o.upload.find('/', sep + 3) - sep - 3);
-    if (authority.find('@') != std::string_view::npos)
-      return bad(where, std::string(scheme) + "://***" + std::string(authority.substr(authority.rfind('@'))),
-                 "has credentials in it (they would be written into the run's files)",
+    case UploadUrl::Problem::credentials:
+      return bad(where, url.masked(), "has credentials in it (they would be written into the run's files)",
                  "the URL without them, and the key in WANDB_API_KEY or MLFLOW_TRACKING_TOKEN");
+    case UploadUrl::Problem::none:
+    case UploadUrl::Problem::no_host:
+    case UploadUrl::Problem::mlflow_path:
+    case UploadUrl::Problem::deep_path: break;
+    }
   }
   if (o.upload_buffer < (64u << 10) || o.upload_buffer > (std::size_t{1} << 30))
     return bad(option("upload_buffer"), std::to_string(o.upload_buffer), "is out of range", "64 KiB to 1 GiB");
@@ -292,12 +299,6 @@ std::string id_chars(std::string_view s) {
   return out;
 }
 
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 /// The group every rank of a job derives alike, named so that a person can
 /// tell jobs apart: the launcher, then its job id (`chorus launch` makes one
 /// up that starts with the launch's date and time), else where the job meets
@@ -308,7 +309,7 @@ std::string derive_group(const Topology& t, const std::string& run_id) {
   if (!t.job_id.empty()) return (launcher + "-" + id_chars(t.job_id)).substr(0, max_name_bytes);
   if (t.world_size > 1) {
     const std::uint64_t h =
-        fnv1a(t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size));
+        fnv1a64(t.master_addr + '\0' + std::to_string(t.master_port) + '\0' + std::to_string(t.world_size));
     char hex[9];
     std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h & 0xffffffffu));
     return launcher + "-" + hex;
@@ -332,7 +333,7 @@ constexpr std::uint64_t step_stride = 5807;
 std::uint64_t id_number(std::string_view id) {
   std::uint64_t n = 0;
   auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), n);
-  return ec == std::errc() && p == id.data() + id.size() ? n : fnv1a(id);
+  return ec == std::errc() && p == id.data() + id.size() ? n : fnv1a64(id);
 }
 
 /// The run host's port derived from the launcher's job id and step: every

@@ -13,6 +13,7 @@
 #include "io/system_metrics.hpp"
 #include "io/json.hpp"
 #include "io/run_dir.hpp"
+#include "io/run_record.hpp"
 #include "io/wal.hpp"
 #include "runtime/protocol.hpp"
 
@@ -53,50 +54,29 @@ std::string new_run_id() {
 }
 
 std::string identity_json(const Settings& s, const std::string& id, const std::string& dir, std::int64_t start_us) {
-  std::string out;
-  io::JsonWriter w(out);
-  w.begin_object();
-  w.key("id");
-  w.string(id);
-  w.key("name");
-  w.string(s.run_name.empty() ? id : s.run_name);
-  w.key("project");
-  w.string(s.opts.project);
-  w.key("group");
-  w.string(s.opts.group);
-  w.key("job_type");
-  w.string(s.opts.job_type);
-  w.key("notes");
-  w.string(s.opts.notes);
-  w.key("mode");
-  w.string(to_string(s.opts.mode));
-  w.key("scope");
-  w.string(to_string(s.opts.scope));
-  w.key("host");
-  w.string(this_host());
-  w.key("pid");
-  w.integer(::getpid());
-  w.key("dir");
-  w.string(dir);
-  w.key("launcher");
-  w.string(s.topo.launcher);
-  w.key("job_id");
-  w.string(s.topo.job_id);
-  w.key("nodes");
-  w.integer(s.topo.num_nodes);
-  w.key("start_time");
-  w.number(static_cast<double>(start_us) / 1e6);
+  io::RunRecord r;
+  r.id = id;
+  r.name = s.run_name.empty() ? id : s.run_name;
+  r.project = s.opts.project;
+  r.group = s.opts.group;
+  r.job_type = s.opts.job_type;
+  r.notes = s.opts.notes;
+  r.mode = to_string(s.opts.mode);
+  r.scope = to_string(s.opts.scope);
+  r.host = this_host();
+  r.pid = ::getpid();
+  r.dir = dir;
+  r.launcher = s.topo.launcher;
+  r.job_id = s.topo.job_id;
+  r.nodes = s.topo.num_nodes;
+  r.start_us = start_us;
   if (s.group_size > 0) {
     // Its place in the job's group, the global rank of its first place, its node.
-    w.key("group_index");
-    w.integer(s.group_index);
-    w.key("rank");
-    w.integer(s.topo.rank);
-    w.key("node");
-    w.integer(s.topo.node_rank);
+    r.group_index = s.group_index;
+    r.rank = s.topo.rank;
+    r.node = s.topo.node_rank;
   }
-  w.end_object();
-  return out;
+  return r.identity_json();
 }
 
 /// Under `chorus launch`, tells it where this run lives (one line appended to
