@@ -246,14 +246,20 @@ std::optional<MemInfo> parse_meminfo(std::string_view text) {
   return std::nullopt;
 }
 
-std::optional<ProcessStat> parse_pid_stat(std::string_view text) {
+std::optional<std::string_view> parse_pid_stat_name(std::string_view text) {
   const auto open = text.find('(');
   const auto close = text.rfind(')');
   if (open == std::string_view::npos || close == std::string_view::npos || close < open) return std::nullopt;
   auto head = text.substr(0, open);
   std::uint64_t pid;
   if (!to_u64(take_token(head), pid) || !take_token(head).empty()) return std::nullopt;
-  auto after = text.substr(close + 1);
+  return text.substr(open + 1, close - open - 1);
+}
+
+std::optional<ProcessStat> parse_pid_stat(std::string_view text) {
+  const auto name = parse_pid_stat_name(text);
+  if (!name) return std::nullopt;
+  auto after = text.substr(static_cast<std::size_t>(name->data() - text.data()) + name->size() + 1);
   auto rest = take_line(after);
   if (!rest) return std::nullopt;
   ProcessStat s;
@@ -261,7 +267,8 @@ std::optional<ProcessStat> parse_pid_stat(std::string_view text) {
   for (int field = 3; field <= 24; ++field) {
     const auto t = take_token(*rest);
     if (t.empty()) return std::nullopt;
-    std::uint64_t* slot = field == 14   ? &s.utime
+    std::uint64_t* slot = field == 4    ? &s.ppid
+                          : field == 14 ? &s.utime
                           : field == 15 ? &s.stime
                           : field == 20 ? &s.threads
                           : field == 22 ? &s.start_ticks
@@ -445,6 +452,26 @@ Error HostSampler::sample(HostSample& out, double elapsed_seconds) {
   cpu_percent_ = s.cpu_percent;
   out = s;
   return {};
+}
+
+// ---------------------------------------------------------------------------
+// Ancestry
+
+std::optional<ProcessId> find_ancestor(std::string_view name, std::string_view proc_root, int max_generations) {
+  std::string buf, path = join(proc_root, "/self/stat");
+  std::string_view text;
+  if (read_whole(path, buf, text, proc_hint)) return std::nullopt;
+  std::optional<ProcessStat> st = parse_pid_stat(text);
+  for (int generation = 0; st && st->ppid > 1 && generation < max_generations; ++generation) {
+    const std::uint64_t pid = st->ppid, child_start = st->start_ticks;
+    path.assign(proc_root).append("/").append(std::to_string(pid)).append("/stat");
+    if (read_whole(path, buf, text, proc_hint)) return std::nullopt;
+    st = parse_pid_stat(text);
+    // A parent that started after its child is a later process given the pid.
+    if (!st || st->start_ticks > child_start) return std::nullopt;
+    if (parse_pid_stat_name(text) == name) return ProcessId{pid, st->start_ticks};
+  }
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------

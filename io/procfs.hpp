@@ -50,11 +50,17 @@ struct ProcessStat {
   std::uint64_t rss_pages = 0;
   std::uint64_t threads = 0;
   std::uint64_t start_ticks = 0; // clock ticks after boot: tells a reused pid apart
+  std::uint64_t ppid = 0;        // the parent's pid; 0 where the parent is outside this pid namespace
   bool operator==(const ProcessStat&) const = default;
 };
 /// The command name may hold spaces, parentheses and newlines: fields are
 /// counted from the last ')'.
 [[nodiscard]] std::optional<ProcessStat> parse_pid_stat(std::string_view text);
+
+/// The command name of /proc/<pid>/stat: what lies between the first '('
+/// and the last ')', as /proc/<pid>/comm holds it (at most 15 bytes, the
+/// base name of the file the process was started from).
+[[nodiscard]] std::optional<std::string_view> parse_pid_stat_name(std::string_view text);
 
 /// Bytes read and written.
 struct IoBytes {
@@ -77,6 +83,25 @@ struct NetBytes {
 
 /// Seconds since boot, the first figure of /proc/uptime.
 [[nodiscard]] std::optional<double> parse_uptime(std::string_view text);
+
+// ---------------------------------------------------------------------------
+// Ancestry.
+
+/// A process, told apart from a later one given the same pid by its start time.
+struct ProcessId {
+  std::uint64_t pid = 0;
+  std::uint64_t start_ticks = 0;
+  bool operator==(const ProcessId&) const = default;
+};
+
+/// The nearest ancestor of this process (its parent first) whose command
+/// name is `name`, read from <proc_root>/<pid>/stat up the chain of parents:
+/// at most `max_generations` up, never pid 1 (init, or a container's first
+/// process). std::nullopt where there is none, or where a link of the chain
+/// cannot be read or is no longer the ancestor (a process that started after
+/// the one below it holds a reused pid).
+[[nodiscard]] std::optional<ProcessId> find_ancestor(std::string_view name, std::string_view proc_root = "/proc",
+                                                     int max_generations = 64);
 
 // ---------------------------------------------------------------------------
 // Samplers.

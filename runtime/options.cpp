@@ -427,6 +427,19 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
     port = job_port(t);
     s.port_job = job_name(t);
   }
+  // A job of Hydra (MPICH's mpiexec) across nodes has no id to derive it
+  // from: Hydra names none, and its proxy names the job only on one node
+  // (hydra_job in topology.cpp). Two such jobs sharing nodes would meet on
+  // the default port, so it is refused where the job's processes meet: a run
+  // of several ranks, or a group of several runs.
+  const int runs = o.mode == Mode::per_rank ? t.world_size : node ? t.num_nodes : 1;
+  if (port == 0 && t.job_id.empty() && t.launcher == "mpich" && t.num_nodes > 1 && (s.run_world > 1 || runs > 1)) {
+    error = Error(Errc::bad_environment,
+                  "MPICH's Hydra (mpiexec) names no job id, so a job across " + std::to_string(t.num_nodes) +
+                      " nodes cannot be told from another job on the same nodes: set CHORUS_PORT to the same free "
+                      "port on every rank of the job (and MASTER_ADDR to global rank 0's host)");
+    return s;
+  }
   if (port == 0) port = default_port;
   const unsigned base_port = port;
   // Node runs may share one machine (a simulated cluster): each node gets its own port.
@@ -441,7 +454,6 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
 
   // Several runs make a group, kept by global rank 0. Its port is the base
   // port, or the one after the nodes' where node runs listen.
-  const int runs = o.mode == Mode::per_rank ? t.world_size : node ? t.num_nodes : 1;
   if (runs > 1) {
     const unsigned group_port = base_port + (o.mode == Mode::shared && node ? static_cast<unsigned>(t.num_nodes) : 0u);
     if (group_port > 65535) {

@@ -15,7 +15,16 @@ namespace chorus::detail {
 
 /// Looks up an environment variable; tests pass their own.
 using Env = std::function<std::optional<std::string>(std::string_view name)>;
+/// This process's environment; and, under `hydra_proxy`, its ancestry.
 Env process_env();
+
+/// Not an environment variable: the name under which an Env answers with
+/// the MPICH Hydra proxy (hydra_pmi_proxy) this process descends from, as
+/// "<pid>-<start ticks>" (nothing where there is none). Hydra names no job
+/// id; on one node its proxy stands for the job, as every rank of the job
+/// on that node descends from it. process_env() reads it from /proc, never
+/// from a variable; tests pass their own.
+inline constexpr std::string_view hydra_proxy = "/proc:hydra_pmi_proxy";
 
 /// Topology from the launcher's variables (see chorus.hpp). Precedence when
 /// several launchers' variables are present: torchrun (RANK/WORLD_SIZE),

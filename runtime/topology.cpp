@@ -8,19 +8,10 @@
 
 #include <charconv>
 #include <climits>
-#include <cstdlib>
 #include <initializer_list>
 #include <vector>
 
 namespace chorus::detail {
-
-Env process_env() {
-  return [](std::string_view name) -> std::optional<std::string> {
-    const char* v = std::getenv(std::string(name).c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
 
 namespace {
 
@@ -254,7 +245,7 @@ bool from_mpich(Vars& v, Launch& l, Topology& t) {
        "place the ranks in blocks (mpiexec -ppn N), not round-robin (-rr)"};
   read_counts(v, l);
   // Cray PMI (PALS) and Slurm's PMI-2 name the job in PMI_JOBID, a PMIx
-  // launcher in PMIX_NAMESPACE; Hydra names none.
+  // launcher in PMIX_NAMESPACE; Hydra names none (see hydra_job).
   t.job_id = v.text(v.first_set({"PMI_JOBID", "PMIX_NAMESPACE"})).value_or("");
   return true;
 }
@@ -359,6 +350,17 @@ bool from_slurm(Vars& v, Launch& l, Topology& t) {
   return true;
 }
 
+/// Hydra (MPICH's mpiexec) names no job id. On one node, every rank of a job
+/// descends from the one proxy that started them (hydra_pmi_proxy, maybe
+/// through a shell), so that proxy names the job: its pid, and its start
+/// time against a later process given the pid. Across nodes each node has
+/// its own proxy, and no id is the same on every rank (resolve() in
+/// options.cpp refuses such a job where nothing names a port).
+void hydra_job(const Vars& v, Topology& t) {
+  if (t.launcher != "mpich" || !t.job_id.empty() || t.num_nodes != 1) return;
+  if (auto proxy = v.text(hydra_proxy)) t.job_id = "hydra-" + *proxy;
+}
+
 } // namespace
 
 Topology detect_topology(const Env& env, Error& error) {
@@ -376,6 +378,7 @@ Topology detect_topology(const Env& env, Error& error) {
                         from_slurm(v, l, found);
   if (!launched) return t;
   if (!place(v, l, found)) return t;
+  hydra_job(v, found);
   // An MPI job or torchrun without a run id inside a Slurm allocation is
   // still one job, and the allocation names it.
   if (found.job_id.empty() && found.launcher != "slurm") slurm_job(v, found);
@@ -383,9 +386,3 @@ Topology detect_topology(const Env& env, Error& error) {
 }
 
 } // namespace chorus::detail
-
-namespace chorus {
-
-Topology detect_topology(Error& error) { return detail::detect_topology(detail::process_env(), error); }
-
-} // namespace chorus

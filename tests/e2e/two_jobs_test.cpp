@@ -2,7 +2,8 @@
 // srun and mpiexec set no MASTER_PORT): each job's run host takes a port
 // derived from the job's own id, so neither job meets the other, and each
 // run holds exactly its own ranks' values. Real processes, launched as the
-// launchers launch them: Open MPI's mpirun, and torchrun's variables by hand.
+// launchers launch them: Open MPI's mpirun, torchrun's variables by hand, and
+// MPICH Hydra's variables under a process named as Hydra's proxy.
 #define BOOST_TEST_MODULE e2e_two_jobs
 #include "harness.hpp"
 
@@ -128,6 +129,27 @@ std::string reported(const Output& out, const std::string& key, const Job& job, 
   return out.text.substr(at + head.size(), out.text.find('\n', at) - at - head.size());
 }
 
+/// One Hydra job as mpiexec starts it on one node: its proxy (a shell here,
+/// named hydra_pmi_proxy, the command name Hydra's proxy has) starts every
+/// rank with PMI_RANK, PMI_SIZE, PMI_FD and MPI_LOCAL*, and no job id; rank
+/// 1 first, through a shell of its own as `mpiexec sh -c ./train` does (a
+/// shell that stays: it execs no command it has more to do after).
+/// Exits with the first rank's failure, else 0.
+std::string hydra_job(const Node& node, const Job& job) {
+  const fs::path proxy = node.dir.path / "hydra_pmi_proxy";
+  if (!fs::exists(proxy)) fs::create_symlink("/bin/sh", proxy);
+  std::string ranks, waits = "s=0; ";
+  for (int rank = job.world - 1; rank >= 0; --rank) {
+    const std::string r = std::to_string(rank), world = std::to_string(job.world);
+    ranks += "PMI_RANK=" + r + " PMI_SIZE=" + world + " PMI_FD=9 MPI_LOCALRANKID=" + r + " MPI_LOCALNRANKS=" + world +
+             (rank == 1 ? " sh -c \"" + worker(job, node.go) + " && true\"" : " " + worker(job, node.go)) + " & p" + r +
+             "=$!; ";
+    waits += "wait $p" + r + " || s=$?; ";
+  }
+  return "env -u PMI_JOBID -u PMIX_NAMESPACE " + proxy.string() + " -c '" + ranks +
+         waits + "exit $s'";
+}
+
 std::string mpirun_path() {
   const Output which = run("command -v mpirun");
   return which.status == 0 ? which.text.substr(0, which.text.find('\n')) : std::string();
@@ -213,4 +235,19 @@ BOOST_AUTO_TEST_CASE(two_jobs_that_share_an_id_are_told_where_their_port_came_fr
   }
   BOOST_TEST(hosts_refused == 1);
   BOOST_TEST(ranks_refused == 1);
+}
+
+BOOST_AUTO_TEST_CASE(two_hydra_jobs_on_one_node_each_hold_only_their_own_ranks) {
+  // Hydra names no job id: each job is told apart by the proxy its ranks
+  // descend from. Jobs of one size, no port named: without that, both would
+  // derive one port and one identity, and the second job's ranks would join
+  // the first's run.
+  Node node;
+  Job a{"a", 2, 30, {}}, b{"b", 2, 45, {}};
+  for (Job* job : {&a, &b}) job->processes = {hydra_job(node, *job)};
+  const Output out = node.run_both(a, b);
+  check_statuses(out, {&a, &b});
+  const std::string id_a = check_run(node, a, "mpich"), id_b = check_run(node, b, "mpich");
+  BOOST_TEST(id_a.rfind("hydra-" + reported(out, "PID", a, 0) + "-", 0) == 0u, id_a);
+  BOOST_TEST(id_b.rfind("hydra-" + reported(out, "PID", b, 0) + "-", 0) == 0u, id_b);
 }

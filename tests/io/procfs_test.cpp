@@ -151,21 +151,22 @@ BOOST_AUTO_TEST_CASE(pid_stat_counts_fields_from_the_last_paren) {
   BOOST_TEST(s->threads == 97u);
   BOOST_TEST(s->start_ticks == 5123456u);
   BOOST_TEST(s->rss_pages == 2843221u);
+  BOOST_TEST(s->ppid == 48100u);
 
   // comm "a b) c": spaces and a ')' inside the parentheses.
   s = parse_pid_stat(fixture("pid-stat-parens"));
   BOOST_REQUIRE(s);
-  BOOST_TEST((*s == ProcessStat{7, 3, 2048, 4, 123456}));
+  BOOST_TEST((*s == ProcessStat{7, 3, 2048, 4, 123456, 1}));
 
   // comm "x\n)y": a newline and a ')'.
   s = parse_pid_stat(fixture("pid-stat-newline"));
   BOOST_REQUIRE(s);
-  BOOST_TEST((*s == ProcessStat{250, 125, 512, 2, 9000}));
+  BOOST_TEST((*s == ProcessStat{250, 125, 512, 2, 9000, 1}));
 
   // A real-time kernel thread: negative priority, tty -1, no rss.
   s = parse_pid_stat(fixture("pid-stat-rt"));
   BOOST_REQUIRE(s);
-  BOOST_TEST((*s == ProcessStat{0, 12, 0, 1, 37}));
+  BOOST_TEST((*s == ProcessStat{0, 12, 0, 1, 37, 2}));
 
   BOOST_TEST(!parse_pid_stat(""));
   BOOST_TEST(!parse_pid_stat("12 (x) S 1 2 3\n"));  // too few fields
@@ -173,6 +174,16 @@ BOOST_AUTO_TEST_CASE(pid_stat_counts_fields_from_the_last_paren) {
   BOOST_TEST(!parse_pid_stat("12 x) S 1 2 3\n"));   // no '('
   BOOST_TEST(!parse_pid_stat("12 (x S 1 2 3\n"));   // no ')'
   BOOST_TEST(!parse_pid_stat(") 12 (x S 1 2 3\n")); // ')' before '('
+}
+
+BOOST_AUTO_TEST_CASE(pid_stat_name_is_between_the_first_and_the_last_paren) {
+  BOOST_TEST((parse_pid_stat_name(fixture("pid-stat")) == "python3"));
+  BOOST_TEST((parse_pid_stat_name(fixture("pid-stat-parens")) == "a b) c"));
+  BOOST_TEST((parse_pid_stat_name(fixture("pid-stat-newline")) == "x\n)y"));
+  BOOST_TEST((parse_pid_stat_name("12 () S 1\n") == ""));
+  BOOST_TEST(!parse_pid_stat_name("(x) S 1\n"));   // no pid
+  BOOST_TEST(!parse_pid_stat_name("12 x) S 1\n"));  // no '('
+  BOOST_TEST(!parse_pid_stat_name(") 12 (x S 1\n")); // ')' before '('
 }
 
 BOOST_AUTO_TEST_CASE(diskstats_picks_the_row_and_counts_512_byte_sectors) {
@@ -408,6 +419,62 @@ BOOST_AUTO_TEST_CASE(host_sampler_says_what_it_cannot_report) {
   BOOST_TEST_MESSAGE("limitations: " << on_tmpfs.limitations());
   BOOST_TEST(on_tmpfs.limitations().find("/dev/shm is on tmpfs (tmpfs), which has no block device") !=
              std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(find_ancestor_walks_up_the_parents_to_the_nearest_of_that_name) {
+  // A rank started by Hydra's proxy through a shell: train <- sh <- proxy <- mpiexec <- init.
+  TmpDir tmp;
+  const std::string root = tmp / "proc";
+  const auto process = [&](const std::string& dir, int pid, const std::string& name, int ppid, int start) {
+    write(root + "/" + dir + "/stat", std::to_string(pid) + " (" + name + ") S " + std::to_string(ppid) +
+                                          " 1 1 0 -1 4194304 10 0 0 0 1 1 0 0 20 0 1 0 " + std::to_string(start) +
+                                          " 99999 2048 18446744073709551615 0\n");
+  };
+  process("self", 300, "train", 200, 5000);
+  process("200", 200, "sh", 100, 4000);
+  process("100", 100, "hydra_pmi_proxy", 50, 3000);
+  process("50", 50, "mpiexec.hydra", 1, 2000);
+  process("1", 1, "init", 0, 1);
+  BOOST_TEST((find_ancestor("hydra_pmi_proxy", root) == ProcessId{100, 3000}));
+  BOOST_TEST((find_ancestor("mpiexec.hydra", root) == ProcessId{50, 2000}));
+  BOOST_TEST((find_ancestor("sh", root) == ProcessId{200, 4000}));
+  BOOST_TEST(!find_ancestor("train", root)); // this process is not its own ancestor
+  BOOST_TEST(!find_ancestor("init", root));  // the walk stops below pid 1
+  BOOST_TEST(!find_ancestor("hydra_pmi", root));
+  // At most so many generations up: the proxy is the second.
+  BOOST_TEST(!find_ancestor("hydra_pmi_proxy", root, 1));
+  BOOST_TEST((find_ancestor("hydra_pmi_proxy", root, 2) == ProcessId{100, 3000}));
+
+  // The proxy exited and a later process took its pid: not an ancestor.
+  process("100", 100, "hydra_pmi_proxy", 50, 4001);
+  BOOST_TEST(!find_ancestor("hydra_pmi_proxy", root));
+  process("100", 100, "hydra_pmi_proxy", 50, 4000); // started in the same tick as its child
+  BOOST_TEST((find_ancestor("hydra_pmi_proxy", root) == ProcessId{100, 4000}));
+
+  // A link that cannot be read or parsed ends the walk.
+  write(root + "/200/stat", "200 (sh) S 100\n");
+  BOOST_TEST(!find_ancestor("hydra_pmi_proxy", root));
+  std::filesystem::remove_all(root + "/200");
+  BOOST_TEST(!find_ancestor("hydra_pmi_proxy", root));
+  std::filesystem::remove_all(root + "/self");
+  BOOST_TEST(!find_ancestor("hydra_pmi_proxy", root));
+
+  // A parent outside this pid namespace reads as pid 0.
+  process("self", 300, "train", 0, 5000);
+  BOOST_TEST(!find_ancestor("hydra_pmi_proxy", root));
+}
+
+BOOST_AUTO_TEST_CASE(find_ancestor_reads_this_process_s_parents) {
+  // The test runs under some parent (ctest, a shell); its name is in /proc.
+  if (::getppid() <= 1) return; // the walk never reaches pid 1
+  std::ifstream comm("/proc/" + std::to_string(::getppid()) + "/comm");
+  std::string name;
+  BOOST_REQUIRE(std::getline(comm, name));
+  const auto parent = find_ancestor(name);
+  BOOST_REQUIRE(parent);
+  BOOST_TEST(parent->pid == static_cast<std::uint64_t>(::getppid()));
+  BOOST_TEST(parent->start_ticks > 0u);
+  BOOST_TEST(!find_ancestor("no such name"));
 }
 
 BOOST_AUTO_TEST_CASE(process_cpu_is_ticks_over_elapsed_time) {

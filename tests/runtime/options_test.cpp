@@ -81,6 +81,18 @@ Vars cray_pmi(int r, const std::string& job) {
           {"PMI_LOCAL_SIZE", "2"},         {"PMI_JOBID", job}};
 }
 
+// Rank `r` of a job of 4 ranks, `per_node` a node, as Hydra's mpiexec starts
+// it: no job id, no MASTER_PORT; `proxy` is the hydra_pmi_proxy it
+// descends from ("<pid>-<start ticks>").
+Vars hydra(int r, int per_node, const std::string& proxy) {
+  return {{"PMI_RANK", std::to_string(r)},
+          {"PMI_SIZE", "4"},
+          {"PMI_FD", "5"},
+          {"MPI_LOCALRANKID", std::to_string(r % per_node)},
+          {"MPI_LOCALNRANKS", std::to_string(per_node)},
+          {std::string(detail::hydra_proxy), proxy}};
+}
+
 Vars with(Vars base, const Vars& more) {
   for (const auto& [k, v] : more) base[k] = v;
   return base;
@@ -695,6 +707,59 @@ BOOST_AUTO_TEST_CASE(shared_run_across_nodes_needs_rank_0s_address) {
   // Runs that no other node joins need no address.
   BOOST_TEST(resolve_ok(with_mode(Mode::per_rank, Scope::global), mpi).active);
   BOOST_TEST(resolve_ok(with_mode(Mode::shared, Scope::node), mpi).host_address == "127.0.0.1");
+}
+
+BOOST_AUTO_TEST_CASE(two_hydra_jobs_on_one_node_derive_their_own_port_and_identity) {
+  // Each job's ranks descend from its own hydra_pmi_proxy: the ranks of a
+  // job agree on port, group and identity, and two jobs of one size differ.
+  const auto job = [](const std::string& proxy) {
+    std::set<int> ports;
+    std::set<std::string> identities;
+    detail::Settings s;
+    for (int r = 0; r < 4; ++r) {
+      s = resolve_ok(with_mode(Mode::shared, Scope::global), hydra(r, 4, proxy));
+      ports.insert(s.port);
+      identities.insert(detail::job_identity(s));
+    }
+    BOOST_TEST(ports.size() == 1u);
+    BOOST_TEST(identities.size() == 1u);
+    BOOST_TEST(s.opts.group == "mpich-hydra-" + proxy);
+    BOOST_TEST(s.port_job == "mpich job hydra-" + proxy);
+    BOOST_TEST((s.port >= job_ports_first && s.port < job_ports_end));
+    return s;
+  };
+  const detail::Settings a = job("4321-987654"), b = job("4388-987700");
+  BOOST_TEST(a.port != b.port);
+  BOOST_TEST(detail::job_identity(a) != detail::job_identity(b));
+  // A port named still wins.
+  BOOST_TEST(resolve_ok(Options{}, with(hydra(1, 4, "4321-987654"), {{"CHORUS_PORT", "7000"}})).port == 7000);
+}
+
+BOOST_AUTO_TEST_CASE(a_hydra_job_across_nodes_needs_a_port_named) {
+  // Each node has its own proxy, so nothing names the job alike on every
+  // rank: where its processes meet, a port must be named.
+  const std::vector<std::string> words = {"Hydra", "names no job id", "2 nodes",
+                                          "set CHORUS_PORT to the same free port on every rank", "MASTER_ADDR"};
+  const Vars node1 = with(hydra(3, 2, "200-6000"), {{"MASTER_ADDR", "n1"}});
+  for (const Options& o : {with_mode(Mode::shared, Scope::global), with_mode(Mode::shared, Scope::node),
+                           with_mode(Mode::per_rank, Scope::global), with_mode(Mode::automatic, Scope::node)}) {
+    BOOST_TEST_CONTEXT(to_string(o.mode) << " " << to_string(o.scope)) {
+      resolve_error(o, node1, Errc::bad_environment, words);
+      resolve_error(o, hydra(0, 2, "100-5000"), Errc::bad_environment, words);
+      // Named by CHORUS_PORT, Options::port or MASTER_PORT, the job goes on.
+      BOOST_TEST(resolve_ok(o, with(node1, {{"CHORUS_PORT", "7000"}})).port >= 7000);
+      Options given = o;
+      given.port = 8000;
+      BOOST_TEST(resolve_ok(given, node1).port >= 8000);
+      BOOST_TEST(resolve_ok(o, with(node1, {{"MASTER_PORT", "6000"}})).port >= 6001);
+      // Inside a Slurm allocation, the allocation names the job.
+      BOOST_TEST(resolve_ok(o, with(node1, {{"SLURM_JOB_ID", "4242"}})).port_job == "mpich job 4242");
+    }
+  }
+  // Where no process meets another (global rank 0 alone logs), there is nothing to mix.
+  BOOST_TEST(resolve_ok(with_mode(Mode::automatic, Scope::global), node1).port == 29501);
+  // A job named by its launcher (Cray PMI's PMI_JOBID) needs no port named.
+  BOOST_TEST(resolve_ok(with_mode(Mode::per_rank, Scope::global), cray_pmi(3, "j-1")).port_job == "mpich job j-1");
 }
 
 // --- The group of a job with several runs ---------------------------------------

@@ -329,6 +329,66 @@ BOOST_AUTO_TEST_CASE(pmi_job_id) {
   BOOST_TEST(detect_ok(with(pmi, {{"PMI_FD", "5"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}})).job_id.empty());
 }
 
+// Rank `rank` of a Hydra job of `world` ranks, `per_node` on each node,
+// started by the proxy `proxy` ("<pid>-<start ticks>"; empty: none found).
+Vars hydra(int rank, int world, int per_node, const std::string& proxy) {
+  Vars v{{"PMI_RANK", std::to_string(rank)},
+         {"PMI_SIZE", std::to_string(world)},
+         {"PMI_FD", "5"},
+         {"MPI_LOCALRANKID", std::to_string(rank % per_node)},
+         {"MPI_LOCALNRANKS", std::to_string(per_node)}};
+  if (!proxy.empty()) v[std::string(detail::hydra_proxy)] = proxy;
+  return v;
+}
+
+BOOST_AUTO_TEST_CASE(hydra_on_one_node_is_named_by_its_proxy) {
+  // Every rank of the job descends from one hydra_pmi_proxy: its pid and start time name the job.
+  for (int rank = 0; rank < 4; ++rank) {
+    const Topology t = detect_ok(hydra(rank, 4, 4, "4321-987654"));
+    check(t, rank, 4, rank, 4, 0, 1);
+    BOOST_TEST(t.launcher == "mpich");
+    BOOST_TEST(t.job_id == "hydra-4321-987654");
+    BOOST_TEST(t.job_step.empty());
+  }
+  // Another job's proxy, or the pid again after a restart: another job.
+  BOOST_TEST(detect_ok(hydra(0, 4, 4, "4322-987700")).job_id == "hydra-4322-987700");
+  BOOST_TEST(detect_ok(hydra(0, 4, 4, "4321-990000")).job_id == "hydra-4321-990000");
+  // Without local counts a PMI job is on one node, and the proxy names it too.
+  BOOST_TEST(detect_ok({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {std::string(detail::hydra_proxy), "7-8"}}).job_id ==
+             "hydra-7-8");
+  // No proxy found (started by hand, or another process manager): no id, as before.
+  BOOST_TEST(detect_ok(hydra(1, 4, 4, "")).job_id.empty());
+}
+
+BOOST_AUTO_TEST_CASE(hydra_across_nodes_has_no_job_id) {
+  // Each node has its own proxy: an id taken from it would differ between nodes.
+  for (int rank = 0; rank < 4; ++rank) {
+    const Topology t = detect_ok(hydra(rank, 4, 2, rank < 2 ? "100-5000" : "200-6000"));
+    check(t, rank, 4, rank % 2, 2, rank / 2, 2);
+    BOOST_TEST(t.job_id.empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_job_id_the_launcher_names_comes_before_the_proxy) {
+  BOOST_TEST(detect_ok(with(hydra(1, 2, 2, "100-5000"), {{"PMI_JOBID", "8131.pbs01"}})).job_id == "8131.pbs01");
+  BOOST_TEST(detect_ok(with(hydra(1, 2, 2, "100-5000"), {{"PMIX_NAMESPACE", "mpiexec-7@0"}})).job_id == "mpiexec-7@0");
+  // Other launchers do not look at it.
+  const Vars proxy{{std::string(detail::hydra_proxy), "100-5000"}};
+  BOOST_TEST(detect_ok(with(torchrun(1, 2, 1, 2, 0), proxy)).job_id.empty());
+  BOOST_TEST(detect_ok(with(slurm_step(), proxy)).job_id == "4242");
+  BOOST_TEST(detect_ok(proxy).launcher == "none");
+  BOOST_TEST(detect_ok(proxy).job_id.empty());
+}
+
+BOOST_AUTO_TEST_CASE(hydra_inside_a_slurm_allocation) {
+  // On one node, two mpiexec of one allocation are two jobs: the proxy names
+  // each. Across nodes, the allocation names the job, as before.
+  const Vars alloc{{"SLURM_JOB_ID", "4242"}};
+  BOOST_TEST(detect_ok(with(hydra(1, 2, 2, "100-5000"), alloc)).job_id == "hydra-100-5000");
+  BOOST_TEST(detect_ok(with(hydra(1, 2, 2, ""), alloc)).job_id == "4242");
+  BOOST_TEST(detect_ok(with(hydra(3, 4, 2, "100-5000"), alloc)).job_id == "4242");
+}
+
 BOOST_AUTO_TEST_CASE(pmi_without_local_counts_is_one_node) {
   const Topology t = detect_ok({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}});
   check(t, 1, 3, 1, 3, 0, 1);
@@ -592,8 +652,9 @@ struct CleanLauncherEnv {
   static constexpr const char* names[] = {
       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR",
       "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
-      "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
+      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid",
+      "PMIX_NAMESPACE", "PMI_JOBID", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID",
+      "SLURM_LOCALID", "SLURM_NTASKS",
       "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS", "SLURM_NODEID", "SLURM_NNODES", "SLURM_JOB_NUM_NODES",
       "SLURM_STEP_NUM_NODES", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE",
       "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
@@ -648,6 +709,22 @@ BOOST_FIXTURE_TEST_CASE(process_env_reads_set_unset_and_empty, CleanLauncherEnv)
   BOOST_TEST((env("RANK") == std::optional<std::string>("")));
   ::setenv("RANK", "7", 1);
   BOOST_TEST((env("RANK") == std::optional<std::string>("7")));
+}
+
+BOOST_FIXTURE_TEST_CASE(process_env_reads_the_hydra_proxy_from_proc_only, CleanLauncherEnv) {
+  // No hydra_pmi_proxy above this test (tests/e2e/two_jobs_test.cpp runs
+  // ranks under one); a variable of that name is not read.
+  const std::string name(detail::hydra_proxy);
+  ::setenv(name.c_str(), "1-2", 1);
+  BOOST_TEST(!detail::process_env()(detail::hydra_proxy).has_value());
+  ::setenv("PMI_RANK", "0", 1);
+  ::setenv("PMI_SIZE", "1", 1);
+  Error error;
+  const Topology t = chorus::detect_topology(error);
+  BOOST_TEST(!error, error.message());
+  BOOST_TEST(t.launcher == "mpich");
+  BOOST_TEST(t.job_id.empty());
+  ::unsetenv(name.c_str());
 }
 
 // --- Any environment -----------------------------------------------------------
