@@ -37,6 +37,7 @@ struct LocalKey {
   std::uint32_t canon = 0; // the local id owning the replace slot (two ids may name one key)
   std::uint32_t entry = 0; // its value's index in the row at `step` (while a frame is checked: its name's)
   std::int64_t step = no_step;
+  std::int64_t top = no_step; // the highest step it was logged at: below it, a row may hold it already
 };
 
 struct Rank {
@@ -213,6 +214,7 @@ struct Merger::State {
     if (lk.gid != key_in_frame) return; // known already
     lk.gid = intern(k.name);
     lk.step = no_step;
+    lk.top = no_step;
     lk.canon = r.canon_of.try_emplace(lk.gid, k.id).first->second;
   }
 
@@ -342,7 +344,12 @@ struct Merger::State {
         if (slot.step == step) { // the same rank and step again: the later value wins
           row.entries[slot.entry].value = v.value(i);
         } else {
+          // Back at or below its highest step (a rank's writers take turns at
+          // steps of their own), the row may hold this key of this rank
+          // already, out of the slot's sight: the commit keeps the later value.
+          row.repeats = row.repeats || step <= slot.top;
           slot.step = step;
+          slot.top = std::max(slot.top, step);
           slot.entry = static_cast<std::uint32_t>(row.entries.size());
           row.entries.push_back({sort_key(keys[id].gid, static_cast<std::uint32_t>(rank)), v.value(i)});
         }
@@ -506,7 +513,8 @@ struct Merger::State {
       order_stale = false;
     }
     for (Entry& e : p.entries) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
-    sorter.sort(p.entries, ranks.size(), names.size());
+    sorter.sort(p.entries, ranks.size(), names.size(), p.repeats);
+    if (p.repeats) keep_last(p.entries);
 
     out.step = p.step;
     out.ts_us = p.ts_us;

@@ -93,6 +93,7 @@ struct PendingRow {
   std::int64_t step = 0;
   std::int64_t ts_us = 0;
   std::vector<Entry> entries;
+  bool repeats = false; // may hold a (key, rank) twice: the later entry is the one that counts
 };
 
 /// The rows not committed yet: found by step in O(1), handed out lowest
@@ -115,6 +116,7 @@ public:
       row.step = step;
       row.ts_us = std::numeric_limits<std::int64_t>::max();
       row.entries.clear();
+      row.repeats = false;
       index_.insert(step, slot);
       steps_.push(step);
     }
@@ -143,12 +145,12 @@ private:
 
 /// Sorts a row's entries by (key, rank). A full row (every rank, most keys)
 /// sorts in linear time: by rank, then stably by key; a sparse one by
-/// comparison.
+/// comparison, unless equal entries must keep their order (`stable`).
 class EntrySorter {
 public:
-  void sort(std::vector<Entry>& v, std::size_t ranks, std::size_t keys) {
+  void sort(std::vector<Entry>& v, std::size_t ranks, std::size_t keys, bool stable = false) {
     const std::size_t n = v.size();
-    if (n < 256 || ranks + keys > 2 * n) {
+    if (!stable && (n < 256 || ranks + keys > 2 * n)) {
       std::sort(v.begin(), v.end(), [](const Entry& a, const Entry& b) { return a.sort < b.sort; });
       return;
     }
@@ -169,6 +171,14 @@ private:
   std::vector<Entry> scratch_;
   std::vector<std::size_t> at_;
 };
+
+/// Keeps, of each run of sorted entries with one (key, rank), the last.
+inline void keep_last(std::vector<Entry>& v) {
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (i + 1 == v.size() || v[i + 1].sort != v[i].sort) v[out++] = v[i];
+  v.resize(out);
+}
 
 /// The commit watermark: the lowest step any live rank may still log at. A
 /// min-tree over the ranks, so a rank's move costs log(ranks) and the

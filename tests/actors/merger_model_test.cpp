@@ -3,8 +3,9 @@
 // The reference is written for clarity, not speed: ordered maps, events kept
 // as plain structs, and the watermark and barrier state recomputed from every
 // rank on every event. Both are fed the same random run (random ranks, record
-// streams, frame splits, interleavings and host decisions) and must tell
-// their sinks exactly the same things, in the same order.
+// streams, writer streams within them (README, "Many producers in one rank"),
+// frame splits, interleavings and host decisions) and must tell their sinks
+// exactly the same things, in the same order.
 //
 // CHORUS_SEED=n replays a run of cases; CHORUS_CASE=i runs only case i of it;
 // CHORUS_MODEL_CASES=n changes how many cases run.
@@ -14,6 +15,7 @@
 #include "actors/merger.hpp"
 #include "tests/actors/recording_sink.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
@@ -35,6 +37,7 @@ struct Ev {
   std::uint64_t seq = 0;
   std::int64_t step = 0; // values: the step or auto_step; barrier: its timeout
   std::int64_t ts = 0;
+  std::uint32_t stream = 0; // stream_values, stream_open, stream_close: the writer (0: the default stream)
   std::vector<std::pair<std::uint32_t, double>> values; // (local key id, value)
   std::uint32_t key = 0;                                // key: its id; define: the key; barrier: its name
   Reduce reduce = Reduce::none;
@@ -48,7 +51,8 @@ std::vector<char> encode(std::uint32_t rank, const std::vector<Ev>& events) {
     switch (e.tag) {
       case w::Tag::key: b.key(e.key, e.text); break;
       case w::Tag::values:
-        b.values(e.seq, e.step, e.ts, static_cast<std::uint32_t>(e.values.size()));
+      case w::Tag::stream_values:
+        b.values(e.seq, e.step, e.ts, static_cast<std::uint32_t>(e.values.size()), e.stream);
         for (auto [k, v] : e.values) b.value(k, v);
         break;
       case w::Tag::define: b.define(e.seq, e.key, e.reduce); break;
@@ -58,8 +62,7 @@ std::vector<char> encode(std::uint32_t rank, const std::vector<Ev>& events) {
       case w::Tag::finish: b.finish(e.seq); break;
       case w::Tag::finish_failed: b.finish(e.seq, static_cast<std::int32_t>(e.step)); break;
       case w::Tag::stream_open:
-      case w::Tag::stream_values:
-      case w::Tag::stream_close: break; // writer streams: merger_streams_test
+      case w::Tag::stream_close: b.stream(e.seq, e.stream, e.tag == w::Tag::stream_open); break;
     }
   }
   return out;
@@ -162,10 +165,18 @@ public:
   }
 
 private:
+  /// One ordered stream of a rank: its default stream (run.log) or a writer.
+  struct StreamRef {
+    std::int64_t last = -1;   // the step it last logged at: its explicit steps must not go below
+    std::int64_t cursor = -1; // its automatic steps go on after this
+  };
   struct RankRef {
     RunState state = RunState::running;
     bool joined = false, parked = false, closed = false;
-    std::int64_t last = -1, cursor = -1;
+    std::int64_t last = -1; // the highest step any of its streams logged at
+    StreamRef plain;        // the default stream, live once it has logged
+    bool plain_live = false;
+    std::map<std::uint32_t, StreamRef> writers; // the open writer streams, by id
     std::uint64_t barriers = 0;
     std::map<std::uint32_t, std::string> names;
     std::deque<Ev> waiting;
@@ -191,15 +202,23 @@ private:
   void handle(int rank, const Ev& e) {
     RankRef& r = ranks_[rank];
     switch (e.tag) {
-      case w::Tag::values: {
+      case w::Tag::values:
+      case w::Tag::stream_values: {
+        // Each stream's steps are its own: automatic ones count its calls,
+        // and only its own last step makes an explicit one backwards. The
+        // default stream goes live at its first values, its automatic steps
+        // going on where barriers left them.
+        r.plain_live = r.plain_live || e.tag == w::Tag::values;
+        StreamRef& s = e.tag == w::Tag::values ? r.plain : r.writers.at(e.stream);
         const bool automatic = e.step == w::auto_step;
-        const std::int64_t step = automatic ? r.cursor + 1 : e.step;
+        const std::int64_t step = automatic ? s.cursor + 1 : e.step;
         Errc code = Errc::ok;
-        if (!automatic && step < r.last) {
+        if (!automatic && step < s.last) {
           code = Errc::backwards_step;
         } else {
-          r.last = step;
-          r.cursor = std::max(r.cursor, step);
+          s.last = step;
+          s.cursor = std::max(s.cursor, step);
+          r.last = std::max(r.last, step);
           if (step <= committed) code = Errc::step_committed;
         }
         if (code != Errc::ok) {
@@ -218,6 +237,14 @@ private:
         done(rank, e.seq, code);
         break;
       }
+      case w::Tag::stream_open: // a writer joins at the last committed step
+        r.writers[e.stream] = StreamRef{-1, committed};
+        done(rank, e.seq, Errc::ok);
+        break;
+      case w::Tag::stream_close:
+        r.writers.erase(e.stream);
+        done(rank, e.seq, Errc::ok);
+        break;
       case w::Tag::define:
         reduce_[r.names.at(e.key)] = e.reduce;
         done(rank, e.seq, Errc::ok);
@@ -243,7 +270,7 @@ private:
       case w::Tag::barrier: {
         const std::uint64_t index = r.barriers++;
         if (index < released_) {
-          r.cursor = std::max(r.cursor, committed);
+          pass_barrier(r);
           done(rank, e.seq, Errc::barrier_timeout);
         } else {
           r.parked = true;
@@ -253,11 +280,24 @@ private:
         }
         break;
       }
-      case w::Tag::key:
-      case w::Tag::stream_open:
-      case w::Tag::stream_values:
-      case w::Tag::stream_close: break; // writer streams are not generated here: merger_streams_test
+      case w::Tag::key: break;
     }
+  }
+
+  /// Past a barrier, every stream's automatic steps go on after what it committed.
+  void pass_barrier(RankRef& r) {
+    r.plain.cursor = std::max(r.plain.cursor, committed);
+    for (auto& [id, s] : r.writers) s.cursor = std::max(s.cursor, committed);
+  }
+
+  /// Where a rank stands for the watermark: the minimum over its live
+  /// streams; with none live, at its last step. (Where it stands at or below
+  /// the committed step does not matter: no row is pending there.)
+  [[nodiscard]] static std::int64_t stands(const RankRef& r) {
+    std::optional<std::int64_t> m;
+    if (r.plain_live) m = r.plain.cursor;
+    for (const auto& [id, s] : r.writers) m = std::min(m.value_or(s.cursor), s.cursor);
+    return m.value_or(r.last);
   }
 
   [[nodiscard]] bool any_parked() const {
@@ -272,7 +312,7 @@ private:
     while (any_parked() && all_live_parked()) release(Cause::arrived);
     std::optional<std::int64_t> mark;
     for (const auto& r : ranks_)
-      if (r.state == RunState::running && !r.parked) mark = std::min(mark.value_or(r.cursor), r.cursor);
+      if (r.state == RunState::running && !r.parked) mark = std::min(mark.value_or(stands(r)), stands(r));
     commit_below(mark);
   }
 
@@ -290,7 +330,7 @@ private:
     ++released_;
     for (int i : waiters) {
       ranks_[i].parked = false;
-      ranks_[i].cursor = std::max(ranks_[i].cursor, committed);
+      pass_barrier(ranks_[i]);
       done(i, ranks_[i].bseq, code);
     }
     for (int i : waiters) {
@@ -396,6 +436,34 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
   std::int64_t est = -1, ts = start + rank;
   std::vector<Ev> stream;
 
+  // Writer streams (Run::writer), on some ranks: opened before the rank's
+  // records or among them, closed, their ids reused, left open at its finish
+  // or death. Each has its own explicit steps, near the rank's furthest; on
+  // some of these ranks the default stream never logs.
+  const bool has_writers = chance(rng, 30);
+  const int plain_share = has_writers ? 40 * pick(rng, 3) : 100; // % of values into the default stream
+  // Ids as a client reuses them; on a few ranks one is the highest allowed.
+  const std::array<std::uint32_t, 4> writer_ids{1, 2, 3, has_writers && chance(rng, 10) ? w::max_streams : 4};
+  std::map<std::uint32_t, std::int64_t> writers; // the open ones: id -> its explicit steps' estimate
+  std::int64_t furthest = -1;                    // the highest estimate of any stream
+  auto any_writer = [&] { return std::next(writers.begin(), pick(rng, static_cast<int>(writers.size()))); };
+  auto open_or_close = [&](bool open) {
+    Ev x{open ? w::Tag::stream_open : w::Tag::stream_close};
+    if (open) {
+      do x.stream = writer_ids[static_cast<std::size_t>(pick(rng, static_cast<int>(writer_ids.size())))];
+      while (writers.count(x.stream));
+      writers[x.stream] = std::max<std::int64_t>(-1, furthest + pick(rng, 7) - 4);
+    } else {
+      const auto it = any_writer();
+      x.stream = it->first;
+      writers.erase(it);
+    }
+    x.seq = ++seq;
+    stream.push_back(x);
+  };
+  if (has_writers)
+    for (int n = pick(rng, 4); n > 0; --n) open_or_close(true);
+
   auto name_key = [&](std::uint32_t id, const std::string& name) {
     if (!introduced.count(id) || chance(rng, 3)) {
       Ev k{w::Tag::key};
@@ -421,10 +489,20 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
   for (int segment = 0; segment <= barriers; ++segment) {
     const int records = pick(rng, 9);
     for (int i = 0; i < records; ++i) {
+      if (has_writers && chance(rng, 15))
+        open_or_close(writers.empty() || (writers.size() < writer_ids.size() && chance(rng, 50)));
       const int what = pick(rng, 100);
       ts += pick(rng, 9) - 1;
       if (what < 72) {
         Ev v{w::Tag::values};
+        std::int64_t* at = &est; // the estimate of the stream it goes into
+        if (has_writers && !chance(rng, plain_share)) {
+          if (writers.empty()) open_or_close(true);
+          const auto it = any_writer();
+          v.tag = w::Tag::stream_values;
+          v.stream = it->first;
+          at = &it->second;
+        }
         const int n = chance(rng, 10) ? 0 : 1 + pick(rng, 4);
         for (int j = 0; j < n; ++j) {
           std::uint32_t id;
@@ -433,11 +511,12 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
         }
         if (chance(rng, 70)) {
           v.step = w::auto_step;
-          ++est;
+          ++*at;
         } else {
-          v.step = std::max<std::int64_t>(0, est + pick(rng, 8) - 3);
-          est = std::max(est, v.step);
+          v.step = std::max<std::int64_t>(0, *at + pick(rng, 8) - 3);
+          *at = std::max(*at, v.step);
         }
+        furthest = std::max(furthest, *at);
         v.ts = ts;
         v.seq = ++seq;
         stream.push_back(v);
@@ -452,6 +531,8 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
         c.text = "{\"k" + std::to_string(pick(rng, 3)) + "\":" + std::to_string(pick(rng, 100)) + "}";
         c.seq = ++seq;
         stream.push_back(c);
+      } else if (!writers.empty() && chance(rng, 50)) {
+        any_writer()->second += pick(rng, 6); // a writer runs ahead
       } else {
         est += pick(rng, 3); // a gap in the explicit steps to come
       }
@@ -469,12 +550,18 @@ RankPlan plan_rank(Rng& rng, int rank, int barriers, std::int64_t start) {
     }
   }
   if (chance(rng, 90)) {
+    if (has_writers && chance(rng, 50)) // else the finish ends the writers still open
+      while (!writers.empty()) open_or_close(false);
     Ev f{chance(rng, 10) ? w::Tag::finish_failed : w::Tag::finish};
     f.step = 1 + pick(rng, 255); // the exit code of a failed finish
     f.seq = ++seq;
     stream.push_back(f);
     if (chance(rng, 5)) { // a client that logs after its finish: ignored
       Ev v{w::Tag::values};
+      if (!writers.empty() && chance(rng, 50)) {
+        v.tag = w::Tag::stream_values;
+        v.stream = any_writer()->first;
+      }
       v.step = w::auto_step;
       v.seq = ++seq;
       stream.push_back(v);
@@ -505,7 +592,7 @@ std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
 struct CaseResult {
   bool ok = true;
   std::string failure;
-  std::size_t values = 0, rows = 0, rejections = 0, timeouts = 0;
+  std::size_t values = 0, writer_values = 0, rows = 0, rejections = 0, timeouts = 0;
   std::map<Errc, std::size_t> outcomes; // completions by code
 };
 
@@ -601,11 +688,13 @@ CaseResult run_case(std::uint64_t seed) {
         const auto& events = p.frames[p.next++];
         ++delivered;
         std::string what = "frame " + std::to_string(r) + ":";
-        static const char* const tag_names[] = {"?",      "key",    "values",  "define",
-                                                "barrier", "config", "summary", "finish", "finish_failed"};
+        static const char* const tag_names[] = {"?",      "key",    "values",  "define",        "barrier", "config",
+                                                "summary", "finish", "finish_failed", "open", "values",  "close"};
         for (const Ev& e : events) {
           what += std::string(" ") + tag_names[static_cast<int>(e.tag)];
-          if (e.tag == w::Tag::values) {
+          if (e.stream != 0) what += "#" + std::to_string(e.stream); // a writer's
+          if (e.tag == w::Tag::stream_values) res.writer_values += e.values.size();
+          if (e.tag == w::Tag::values || e.tag == w::Tag::stream_values) {
             what += "@" + (e.step == w::auto_step ? std::string("auto") : std::to_string(e.step)) + "x" +
                     std::to_string(e.values.size());
             res.values += e.values.size();
@@ -691,7 +780,7 @@ BOOST_AUTO_TEST_CASE(merger_matches_the_reference_model) {
   const char* only = std::getenv("CHORUS_CASE");
   BOOST_TEST_MESSAGE("model test seed " << base << " (CHORUS_SEED=" << base << " replays; CHORUS_CASE=i runs case i)");
   const auto t0 = std::chrono::steady_clock::now();
-  std::size_t values = 0, rows = 0, rejections = 0, timeouts = 0, ran = 0;
+  std::size_t values = 0, writer_values = 0, rows = 0, rejections = 0, timeouts = 0, ran = 0;
   std::map<Errc, std::size_t> outcomes;
   for (std::uint64_t i = 0; i < cases; ++i) {
     if (only && *only && i != std::strtoull(only, nullptr, 10)) continue;
@@ -703,6 +792,7 @@ BOOST_AUTO_TEST_CASE(merger_matches_the_reference_model) {
         break; // one detailed failure is worth more than a thousand
       }
       values += r.values;
+      writer_values += r.writer_values;
       rows += r.rows;
       rejections += r.rejections;
       timeouts += r.timeouts;
@@ -710,8 +800,9 @@ BOOST_AUTO_TEST_CASE(merger_matches_the_reference_model) {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  BOOST_TEST_MESSAGE(ran << " cases in " << secs << " s: " << values << " values sent, " << rows << " rows, "
-                         << rejections << " rejections, " << timeouts << " barrier timeouts");
+  BOOST_TEST_MESSAGE(ran << " cases in " << secs << " s: " << values << " values sent (" << writer_values
+                         << " by writers), " << rows << " rows, " << rejections << " rejections, " << timeouts
+                         << " barrier timeouts");
   std::ostringstream by_code;
   for (auto [code, n] : outcomes) by_code << " " << code << ":" << n;
   BOOST_TEST_MESSAGE("completions by code:" << by_code.str());

@@ -125,6 +125,33 @@ BOOST_AUTO_TEST_CASE(a_barrier_moves_every_writers_automatic_steps_past_what_it_
   BOOST_TEST(steps_of(rig, "b") == std::vector<std::int64_t>{8});
 }
 
+// A rank's writers take turns at steps of their own, so a key of the rank
+// comes back to a row after it was logged at other steps. Within one rank
+// and step the later value still replaces the earlier: the row once kept
+// both, so a reduced key counted the rank twice and a plain one had two
+// columns for it.
+BOOST_AUTO_TEST_CASE(a_key_a_rank_logs_again_at_a_step_after_other_steps_keeps_the_later_value) {
+  Rig rig(2);
+  {
+    auto b = rig.batch(0);
+    b.define("a", Reduce::sum);
+    b.stream(1, true);
+    b.stream(2, true);
+    BOOST_REQUIRE(b.send());
+  }
+  rig.write(0, 1, {{"a", 1}, {"b", 1}}, 5);
+  rig.write(0, 2, {{"a", 2}, {"b", 2}}, 3);
+  rig.write(0, 1, {{"a", 3}}, 5); // back at 5 after 3: replaces 1
+  rig.write(0, 1, {{"b", 4}}, 7);
+  rig.write(0, 2, {{"b", 5}}, 5); // the other writer at 5, after 7 and 3: replaces 1
+  rig.log(1, {{"a", 10}}, 5);
+  rig.finish(0);
+  rig.finish(1);
+  BOOST_TEST(rig.sink.rejections.empty());
+  BOOST_TEST(values_text(rig.row(5)) == "row 5 ts=1000010 rt=10 | a=0x1.ap+3#2 b/rank-0=0x1.4p+2#0");
+  BOOST_TEST(values_text(rig.row(3)) == "row 3 ts=1000010 rt=10 | a=0x1p+1#1 b/rank-0=0x1p+1#0");
+}
+
 // A frame is checked whole before any of it counts, so a hostile one cannot
 // leave streams half open, nor name more than wire::max_streams.
 BOOST_AUTO_TEST_CASE(malformed_stream_events_change_nothing) {
