@@ -310,7 +310,7 @@ struct Merger::State {
 
   void log_values(int rank, const wire::Values& v) {
     Rank& r = ranks[rank];
-    RankStreams::Stream& stream = v.stream == 0 ? r.streams.default_stream() : r.streams.at(v.stream);
+    RankStreams::Stream& stream = v.stream == 0 ? r.streams.default_stream(last_committed) : r.streams.at(v.stream);
     const bool automatic = v.step == wire::auto_step;
     if (automatic && stream.cursor >= max_step)
       return refuse(rank, v, stream.cursor,

@@ -55,11 +55,16 @@ public:
   }
 
   /// The default stream joins the minimum at its first values, where barriers
-  /// left its cursor (as a rank's only stream always did).
-  Stream& default_stream() {
+  /// left its cursor; in a rank that opened writers, as a writer opens: past
+  /// the last committed step, so that its automatic steps never land on rows
+  /// its writers already let commit. (Rows commit past a rank without
+  /// writers only where a barrier timed out without it: its automatic steps
+  /// at or below meet step_committed, which tells it so.)
+  Stream& default_stream(std::int64_t last_committed) {
     Stream& s = streams_[0];
     if (!s.live) {
       s.live = true;
+      if (had_writers_) s.cursor = std::max(s.cursor, last_committed);
       recompute();
     }
     return s;
@@ -72,6 +77,7 @@ public:
     const bool named = s.named;
     s = Stream{no_step, last_committed, true, named};
     ++live_writers_;
+    had_writers_ = true;
     recompute();
   }
   /// A writer closes: the rank no longer waits for it, and stands at least where it got to.
@@ -117,6 +123,7 @@ private:
   std::vector<Stream> streams_ = std::vector<Stream>(1);
   std::vector<std::uint32_t> flips_;
   std::uint32_t live_writers_ = 0;
+  bool had_writers_ = false; // a writer opened at some time
   std::int64_t idle_ = no_step;
   std::int64_t min_ = no_step;
 };

@@ -176,6 +176,7 @@ private:
     std::int64_t last = -1; // the highest step any of its streams logged at
     StreamRef plain;        // the default stream, live once it has logged
     bool plain_live = false;
+    bool had_writers = false; // a writer opened at some time
     std::map<std::uint32_t, StreamRef> writers; // the open writer streams, by id
     std::uint64_t barriers = 0;
     std::map<std::uint32_t, std::string> names;
@@ -207,8 +208,12 @@ private:
         // Each stream's steps are its own: automatic ones count its calls,
         // and only its own last step makes an explicit one backwards. The
         // default stream goes live at its first values, its automatic steps
-        // going on where barriers left them.
-        r.plain_live = r.plain_live || e.tag == w::Tag::values;
+        // going on where barriers left them, and in a rank that opened
+        // writers past the last committed step, as a writer opens.
+        if (!r.plain_live && e.tag == w::Tag::values) {
+          r.plain_live = true;
+          if (r.had_writers) r.plain.cursor = std::max(r.plain.cursor, committed);
+        }
         StreamRef& s = e.tag == w::Tag::values ? r.plain : r.writers.at(e.stream);
         const bool automatic = e.step == w::auto_step;
         const std::int64_t step = automatic ? s.cursor + 1 : e.step;
@@ -239,6 +244,7 @@ private:
       }
       case w::Tag::stream_open: // a writer joins at the last committed step
         r.writers[e.stream] = StreamRef{-1, committed};
+        r.had_writers = true;
         done(rank, e.seq, Errc::ok);
         break;
       case w::Tag::stream_close:

@@ -185,3 +185,24 @@ BOOST_AUTO_TEST_CASE(malformed_stream_events_change_nothing) {
   }));
   BOOST_TEST(rig.sink.rejections.empty());
 }
+
+// The default stream joins as a writer opens: a rank whose writers already
+// let rows commit, and which then calls run.log with automatic steps, logs
+// past them rather than into rows that are gone (step_committed), and holds
+// back no later row.
+BOOST_AUTO_TEST_CASE(the_default_stream_joins_after_what_writers_committed) {
+  Rig rig(1);
+  open_writers(rig, 1);
+  for (int s = 0; s < 10; ++s) rig.write(0, 1, {{"a", 1.0 * s}}, s);
+  rig.stream(0, 1, false); // the writer closes at 9: rows 0..8 commit
+  BOOST_TEST(rig.steps() == upto(9));
+  const auto first = rig.log(0, {{"b", 1}});
+  const auto second = rig.log(0, {{"b", 2}});
+  BOOST_TEST((rig.done(0, first) == Errc::ok));
+  BOOST_TEST((rig.done(0, second) == Errc::ok));
+  BOOST_TEST(rig.steps() == upto(10)); // the rank stands at 10: row 9 commits
+  rig.finish(0);
+  BOOST_TEST(rig.sink.rejections.empty());
+  BOOST_TEST(steps_of(rig, "b") == std::vector<std::int64_t>({9, 10}));
+  BOOST_TEST(rig.row(9)->values.size() == 2u, values_text(rig.row(9))); // a and b, one row
+}
