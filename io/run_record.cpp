@@ -236,7 +236,10 @@ std::optional<RunRecord> RunRecord::parse(std::string_view json, std::string& wh
   Reader in{r.damage};
   // The first of a repeated member counts, as for a lookup by key.
   std::uint32_t seen = 0;
-  for (auto [key, value] : o) {
+  for (auto field : o) {
+    // Named, not bound: clang before 16 cannot capture a structured binding in a lambda.
+    const std::string_view key = field.key;
+    const simdjson::dom::element value = field.value;
     const auto* m = std::find_if(std::begin(members), std::end(members), [&](const Member& x) { return x.key == key; });
     if (m != std::end(members)) {
       const std::uint32_t b = std::uint32_t{1} << (m - std::begin(members));
