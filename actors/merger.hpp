@@ -3,7 +3,7 @@
 // Deterministic in its input: replaying a run's WAL through a fresh Merger
 // yields the same rows, which is what `chorus recover` does.
 //
-// Rules (DESIGN.md section 4):
+// Rules (README: "Many producers in one rank", the columns table, barriers):
 // - each producer's steps are non-decreasing; an auto step is its previous
 //   step + 1 (0 first); an explicit lower step is rejected (backwards_step).
 //   A rank's producers are its default stream (live from its first values)

@@ -1,4 +1,4 @@
-// bench_e2e: end-to-end values per second (DESIGN.md section 9). Four ranks
+// bench_e2e: end-to-end values per second (a target of BENCHMARKS.md). Four ranks
 // on this host, started as torchrun would start them (this binary again,
 // with RANK, LOCAL_RANK, WORLD_SIZE, ... and CHORUS_*), log flat out into one
 // shared run; the run host commits every value to the run directory. The

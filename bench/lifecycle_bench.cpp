@@ -1,5 +1,5 @@
-// bench_lifecycle: how long a run takes to start and to finish (DESIGN.md
-// section 9), each figure the median of several fresh processes:
+// bench_lifecycle: how long a run takes to start and to finish (targets of
+// BENCHMARKS.md), each figure the median of several fresh processes:
 // - init -> first log, a single process (target <= 20 ms): from the call of
 //   chorus::init to the return of the first run.log;
 // - an 8-rank shared run connected (target <= 300 ms): 8 processes started

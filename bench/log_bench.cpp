@@ -1,6 +1,6 @@
 // bench_log: the cost of one `run.log` call on the trainer thread, for 1 and
 // 10 scalars, beside spdlog's asynchronous logger logging the same values in
-// the same binary (DESIGN.md section 9).
+// the same binary (a target of BENCHMARKS.md).
 //
 // Both are measured the same way: windows of calls, timed one call at a
 // time with steady_clock (its own cost, measured first, is subtracted), and
@@ -267,7 +267,7 @@ int main() {
   std::printf("\n");
 
   const bool faster = c1.p50 < sp[0].f.p50 && c1.p99 < sp[0].f.p99 && c1.p50 < sp[2].f.p50 && c1.p99 < sp[2].f.p99;
-  bench::Table g({"target (DESIGN.md 9)", "measured", "verdict"});
+  bench::Table g({"target", "measured", "verdict"});
   g.add({"1 scalar p50 <= 50 ns", num(c1.p50) + " ns (p50 of 16: " + num(c1.group_p50) + ")",
          bench::verdict(c1.p50 <= 50 && c1.group_p50 <= 50)});
   g.add({"1 scalar p99 <= 500 ns", num(c1.p99) + " ns", bench::verdict(c1.p99 <= 500)});

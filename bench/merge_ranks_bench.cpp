@@ -1,5 +1,5 @@
 // bench_merge_ranks: many ranks into one Run, simulated in one process
-// (DESIGN.md section 9). The Merger, the Run actor's core, is fed the frames
+// (a target of BENCHMARKS.md). The Merger, the Run actor's core, is fed the frames
 // R ranks would send (wire.hpp), round-robin, one frame per rank in turn; the
 // same number of values in every case, so the per-value cost shows how the
 // merge scales with the number of ranks. Target: from 1 to 1024 ranks the

@@ -1,4 +1,4 @@
-// bench_upload: the upload path (DESIGN.md sections 7 and 9).
+// bench_upload: the upload path (README's uploads; BENCHMARKS.md's targets).
 //
 // 1. Throughput. A run directory written by hand (200 000 history rows of
 //    10 keys: 2 M points) is delivered by io::Uploader to the loopback
@@ -60,7 +60,7 @@ constexpr double log_seconds = 20;   // each logging run
 constexpr int live_batches = 20;     // the stalled run's log-batches the server takes before its outage
 constexpr double warmup_s = 5;       // RSS growth is measured from here to the end
 constexpr double catch_up_s = 5;     // the backlog delivered after the outage, at most this long
-constexpr std::int64_t rss_budget = 64ll << 20; // DESIGN.md 9: bounded by config, default <= 64 MiB
+constexpr std::int64_t rss_budget = 64ll << 20; // BENCHMARKS.md's target: bounded by config, default <= 64 MiB
 
 std::chrono::milliseconds think{10}; // the throughput servers' time per request before answering (--think)
 

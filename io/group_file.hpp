@@ -1,4 +1,4 @@
-// A group's manifest (DESIGN.md section 5): group.json in the group
+// A group's manifest (README, "Groups: `group.json`"): group.json in the group
 // directory, `$CHORUS_DIR/<project>/<group>/group.json`. The Group actor on
 // global rank 0 writes it as its member runs report; `chorus launch` adds the
 // ranks' exit codes; `chorus ls` and `chorus show` read it. A member's

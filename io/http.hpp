@@ -1,6 +1,6 @@
 // HTTP for the upload backends (libcurl): one keep-alive connection per
 // client, bounded timeouts, TLS verification always on, and the delivery
-// rules of DESIGN.md section 7 (what to retry, how long to wait).
+// rules of README's "Uploading to MLflow and W&B" (what to retry, how long to wait).
 #pragma once
 
 #include <chorus/chorus.hpp>

@@ -1,4 +1,4 @@
-// The files of a run directory (DESIGN.md section 6): directories 0700 and
+// The files of a run directory (README, "The run directory"): directories 0700 and
 // files 0600 whatever the umask, readable files rewritten atomically, and the
 // RunWriter that turns the merged history into those files.
 #pragma once

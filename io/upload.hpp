@@ -1,4 +1,4 @@
-// Uploading a run directory to a tracking server (DESIGN.md section 7).
+// Uploading a run directory to a tracking server (README, "Uploading to MLflow and W&B").
 //
 // The run directory is the only source: the Uploader reads the committed
 // files (history.jsonl, system.jsonl, config.json, summary.json,

@@ -1,4 +1,4 @@
-// The GPU path of a rank (DESIGN.md section 8): device values captured
+// The GPU path of a rank (README, "Values on the GPU"): device values captured
 // without a host sync, and reduced across the run's ranks with NCCL.
 //
 //   trainer:  run.log_device(...)    cudaMemcpyAsync(pinned <- device) + event on the

@@ -53,7 +53,7 @@ struct Settings {
   std::string run_name;     // display name, with -rank-R / -node-N where it applies
   // The job's group, where the job has several runs (a run per rank, or per
   // node on several nodes): their hosts report to the Group actor on global
-  // rank 0 (DESIGN.md section 5).
+  // rank 0 (README, "Modes and the environment"; io/group_file.hpp).
   int group_size = 0;        // runs in the job; 0: one run, no Group actor
   int group_index = 0;       // this run's place: its rank (per-rank runs) or node (per-node runs)
   std::string group_address; // where global rank 0 listens for them; empty: only its own node can

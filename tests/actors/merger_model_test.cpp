@@ -1,4 +1,4 @@
-// The Merger against a reference model of DESIGN.md section 4 on random runs.
+// The Merger against a reference model of its rules (actors/merger.hpp) on random runs.
 //
 // The reference is written for clarity, not speed: ordered maps, events kept
 // as plain structs, and the watermark and barrier state recomputed from every

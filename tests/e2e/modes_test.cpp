@@ -1,4 +1,4 @@
-// Every cell of the mode x scope matrix (DESIGN.md section 5) with real
+// Every cell of the mode x scope matrix (README, "Modes and the environment") with real
 // processes: a job of two nodes with two ranks each, as two `chorus launch`
 // on this machine, steered by CHORUS_MODE and CHORUS_SCOPE alone, and
 // exactly the runs each cell must leave.

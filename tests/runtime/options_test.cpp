@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(given_topology_replaces_the_launcher) {
   BOOST_TEST(resolve_ok(o).run_world == 4);
 }
 
-// --- Where each rank sits: mode x scope (DESIGN section 5) -------------------
+// --- Where each rank sits: mode x scope (README, "Modes and the environment") -------------------
 
 BOOST_AUTO_TEST_CASE(mode_by_scope_matrix) {
   struct Expect {
