@@ -79,10 +79,35 @@ inline std::string& dsl_statement() {
 
 namespace chorus::test {
 
+/// A stand-in for an actor the testee talks to (a RankProxy, a member Run):
+/// it keeps every message it is sent, in order. A class, not a function:
+/// CAF 0.17 dereferences a null argument tuple when it starts a function
+/// actor spawned without arguments (UBSan says so).
+class Recorder final : public caf::event_based_actor {
+public:
+  explicit Recorder(caf::actor_config& cfg) : caf::event_based_actor(cfg) {
+    set_default_handler([](caf::scheduled_actor* self, caf::message_view& m) -> caf::result<caf::message> {
+      static_cast<Recorder*>(self)->got.push_back(m.move_content_to_message());
+      return caf::message();
+    });
+  }
+  caf::behavior make_behavior() override {
+    return {[this](caf::ok_atom x) { got.push_back(caf::make_message(x)); }};
+  }
+  const char* name() const override { return "chorus.test.recorder"; }
+
+  std::vector<caf::message> got;
+};
+
+/// What the Recorder `a` got so far.
+inline const std::vector<caf::message>& recorded(const caf::actor& a) {
+  return dynamic_cast<Recorder&>(*caf::actor_cast<caf::abstract_actor*>(a)).got;
+}
+
 /// An actor system on CAF's test coordinator: nothing runs until the test
 /// says so (sched.run_once(), sched.run(), the DSL), and delayed messages
 /// wait on the test clock until it is advanced (advance_time) or a timeout is
-/// triggered. Spawn through spawn() so the fixture stops the actor at the
+/// triggered. It stops the actors the test keeps (keep(), recorder()) at the
 /// end: the system cannot shut down while an actor with a timer of its own
 /// (the Run actor's flush) is alive.
 struct ActorFixture {
@@ -107,10 +132,7 @@ struct ActorFixture {
     sched.run();
   }
 
-  template <class... Ts>
-  caf::actor spawn(Ts&&... xs) {
-    return keep(sys.spawn(std::forward<Ts>(xs)...));
-  }
+  caf::actor recorder() { return keep(sys.spawn<Recorder>()); }
   caf::actor keep(caf::actor a) {
     if (a) spawned.push_back(a);
     return a;
@@ -137,26 +159,5 @@ struct ActorFixture {
     return {};
   }
 };
-
-/// A stand-in for an actor the testee talks to (a RankProxy, a member Run):
-/// it keeps every message it is sent, in order.
-struct Recorder {
-  std::vector<caf::message> got;
-  static inline const char* name = "chorus.test.recorder";
-};
-using recorder_actor = caf::stateful_actor<Recorder>;
-
-inline caf::behavior recorder(recorder_actor* self) {
-  self->set_default_handler([](caf::scheduled_actor* s, caf::message_view& m) -> caf::result<caf::message> {
-    static_cast<recorder_actor*>(s)->state.got.push_back(m.move_content_to_message());
-    return caf::message();
-  });
-  return {[](caf::ok_atom) {}};
-}
-
-/// What `recorder` got so far.
-inline const std::vector<caf::message>& recorded(const caf::actor& a) {
-  return dynamic_cast<recorder_actor&>(*caf::actor_cast<caf::abstract_actor*>(a)).state.got;
-}
 
 } // namespace chorus::test

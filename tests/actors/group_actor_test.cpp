@@ -36,7 +36,7 @@ struct GroupFixture : test::ActorFixture {
     host.join_timeout = 30s;
     host.finish_timeout = 60s;
     group = keep(spawn_group_actor(sys, host));
-    for (int i = 0; i < 2; ++i) members.push_back(spawn(test::recorder));
+    for (int i = 0; i < 2; ++i) members.push_back(recorder());
     sched.run();
   }
 

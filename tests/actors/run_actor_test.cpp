@@ -57,7 +57,7 @@ struct RunActorFixture : test::ActorFixture {
     sched.run_once(); // it starts: run_start goes to the WAL, whose syncer is asked at once
     syncer = keep(receiver_of<sync_atom>(run));
     sync_round();
-    for (int r = 0; r < 2; ++r) ranks.push_back(spawn(test::recorder));
+    for (int r = 0; r < 2; ++r) ranks.push_back(recorder());
     sched.run();
   }
 
@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   BOOST_TEST(idle(syncer));
 
   // Another process that claims the same rank is refused, naming the first.
-  const caf::actor other = spawn(test::recorder);
+  const caf::actor other = recorder();
   sched.run();
   join_as(other, 0, host->job);
   expect((joined_atom, bool, std::string, std::string, caf::actor),
