@@ -327,7 +327,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   st.proxies.resize(host->settings.run_world);
   st.joined_from.resize(host->settings.run_world);
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
-  st.syncer = self->system().spawn<caf::detached>(wal_syncer, host);
+  st.syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host);
   self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
   const std::string refusal = host->resumed ? replay_previous(self) : std::string();
   if (!refusal.empty()) {
@@ -343,7 +343,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   }
   if (!host->settings.opts.upload.empty()) {
     st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
-                                 host->settings.opts.upload_buffer);
+                                 io::UploadSettings{.read_bytes = host->settings.opts.upload_buffer}, host->blocking);
     // An uploader outlives no run: it stops when the Run actor does.
     if (st.uploader)
       self->attach_functor([u = st.uploader](const caf::error&) { caf::anon_send_exit(u, caf::exit_reason::user_shutdown); });

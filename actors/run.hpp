@@ -32,6 +32,8 @@ struct RunHost {
   bool resumed = false;
   std::unique_ptr<io::WalWriter> wal;
   FinishState* finish = nullptr; // the host process's; filled when the run ends
+  /// The WAL's syncer and the Uploader's sender: detached, but in tests/actors.
+  Blocking blocking = Blocking::detached;
 };
 
 caf::actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host);

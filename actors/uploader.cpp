@@ -123,15 +123,13 @@ caf::behavior uploader(caf::event_based_actor* self, std::shared_ptr<io::Uploade
 } // namespace
 
 caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          std::size_t read_bytes) {
+                          io::UploadSettings settings, Blocking blocking) {
   Error err;
   auto target = io::UploadTarget::parse(url, err);
   if (!target) {
     std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", err.message().c_str());
     return {};
   }
-  io::UploadSettings settings;
-  settings.read_bytes = read_bytes;
   auto up = std::make_shared<io::Uploader>(run_dir, *target, settings);
   if (Error e = up->open()) {
     std::fprintf(stderr, "chorus: upload to %s: %s; the run is kept locally (`chorus sync` can upload it later)\n",
@@ -139,7 +137,7 @@ caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, co
     return {};
   }
   // Detached: a request blocks its thread for up to its timeout.
-  auto sender = sys.spawn<caf::detached>(upload_sender, up);
+  auto sender = spawn_blocking(sys, blocking, upload_sender, up);
   return sys.spawn(uploader, std::move(up), std::move(sender));
 }
 

@@ -11,16 +11,18 @@
 //   self-timer        (upload_atom) when a backoff or a rate limit ends
 #pragma once
 
+#include "io/upload.hpp"
 #include "runtime/protocol.hpp"
 
 #include <string>
 
 namespace chorus::detail {
 
-/// The Uploader of the run in `run_dir` to `url`, reading `read_bytes` of
-/// each file at a time; an invalid handle (and a line on stderr naming the
-/// cause) if it cannot start, in which case the run goes on locally.
+/// The Uploader of the run in `run_dir` to `url`, with `settings` (its
+/// read_bytes: how much of each file it reads at a time); an invalid handle
+/// (and a line on stderr naming the cause) if it cannot start, in which case
+/// the run goes on locally. Its sender blocks on requests: see Blocking.
 caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          std::size_t read_bytes);
+                          io::UploadSettings settings, Blocking blocking);
 
 } // namespace chorus::detail

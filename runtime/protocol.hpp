@@ -58,6 +58,7 @@
 #include <caf/io/all.hpp>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace chorus::detail {
@@ -102,6 +103,19 @@ inline bool from_this_process(caf::local_actor* self) {
 inline bool from(caf::local_actor* self, const caf::actor& whom) {
   const auto& s = self->current_sender();
   return s && whom && caf::actor_cast<caf::actor_addr>(s) == whom.address();
+}
+
+/// Where an actor that blocks its thread (the WAL's fdatasync, the
+/// Uploader's HTTP requests) runs: `detached`, on a thread of its own, in
+/// every process; `scheduled_for_tests`, a scheduled actor like the others,
+/// in tests/actors only, whose deterministic scheduler (CAF's test
+/// coordinator) runs nothing else.
+enum class Blocking : bool { detached, scheduled_for_tests };
+
+template <class F, class... Ts>
+caf::actor spawn_blocking(caf::actor_system& sys, Blocking where, F fun, Ts&&... xs) {
+  if (where == Blocking::scheduled_for_tests) return sys.spawn(fun, std::forward<Ts>(xs)...);
+  return sys.spawn<caf::detached>(fun, std::forward<Ts>(xs)...);
 }
 
 /// Encodes one (seq, error) pair of an ack.

@@ -110,6 +110,8 @@ struct Rig {
       return s;
     }
     bool send() { return rig_.apply(bytes_); }
+    /// The frame as a RankProxy sends it, for an actor test to send instead.
+    [[nodiscard]] const std::vector<char>& bytes() const { return bytes_; }
 
   private:
     std::uint32_t key(std::string_view name) {

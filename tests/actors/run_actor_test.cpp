@@ -1,0 +1,327 @@
+// The Run actor (actors/run.cpp) driven message by message on CAF's test
+// coordinator: two ranks' RankProxies are recorders, the WAL's syncer runs
+// as a scheduled actor (Blocking::scheduled_for_tests), and its timers wait
+// on the test clock.
+#define BOOST_TEST_MODULE actors_run
+#include "tests/actors/caf_dsl.hpp"
+
+#include "actors/run.hpp"
+#include "io/wal.hpp"
+#include "runtime/channel.hpp"
+#include "tests/actors/merger_rig.hpp"
+#include "tests/io/files.hpp"
+#include "tests/io/tmp_dir.hpp"
+
+#include <simdjson.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace chorus;
+using namespace chorus::detail;
+using namespace std::chrono_literals;
+using chorus::test::recorded;
+
+namespace {
+
+using joined_t = std::tuple<joined_atom, bool, std::string, std::string, caf::actor>;
+
+/// A run of two ranks hosted in a temporary directory, its syncer known.
+struct RunActorFixture : test::ActorFixture {
+  io::test::TmpDir tmp;
+  FinishState finished;
+  std::shared_ptr<RunHost> host = std::make_shared<RunHost>();
+  caf::actor run, syncer;
+  std::vector<caf::actor> ranks; // their RankProxies
+  test::Rig frames{2};           // frames as the ranks' proxies build them
+
+  RunActorFixture() {
+    host->settings.run_world = 2;
+    host->settings.opts.finish_timeout = 5s;
+    host->run_id = "run-1";
+    host->run_dir = tmp / "run";
+    std::filesystem::create_directories(host->run_dir);
+    Error err;
+    host->wal = io::WalWriter::open(host->run_dir + "/wal", err);
+    BOOST_TEST_REQUIRE(!err, err.message());
+    host->run_json = R"({"id":"run-1","project":"proj"})";
+    host->job = "job-1";
+    host->start_us = 1'700'000'000'000'000;
+    host->finish = &finished;
+    host->blocking = Blocking::scheduled_for_tests;
+    run = keep(spawn_run_actor(sys, host));
+    BOOST_TEST_REQUIRE(sched.prioritize(run));
+    sched.run_once(); // it starts: run_start goes to the WAL, whose syncer is asked at once
+    syncer = keep(receiver_of<sync_atom>(run));
+    sync_round();
+    for (int r = 0; r < 2; ++r) ranks.push_back(recorder());
+    sched.run();
+  }
+
+  /// The syncer fdatasyncs the WAL and says so.
+  void sync_round() {
+    expect((sync_atom), from(run).to(syncer).with(_));
+    expect((std::string), from(syncer).to(run).with(std::string()));
+  }
+
+  void join_as(const caf::actor& proxy, std::uint32_t rank, const std::string& job) {
+    inject((join_atom, std::uint32_t, std::string, std::int64_t, std::string),
+           from(proxy).to(run).with(join_atom::value, rank, "node-" + std::to_string(rank),
+                                    std::int64_t{100} + rank, job));
+  }
+
+  /// Rank `r` joins: answered at once, and logged (the syncs that follow run too).
+  void join(std::uint32_t r) {
+    join_as(ranks[r], r, host->job);
+    expect((joined_atom, bool, std::string, std::string, caf::actor),
+           from(run).to(ranks[r]).with(_, true, host->run_id, host->run_dir, _));
+    expect((sync_atom), from(run).to(syncer).with(_));
+    sched.run();
+  }
+
+  void send_batch(std::uint32_t r, const test::Rig::Batch& b) {
+    inject((batch_atom, std::vector<char>), from(ranks[r]).to(run).with(batch_atom::value, b.bytes()));
+  }
+
+  /// The host's own RankProxy finishes the run.
+  void finish() { inject((finish_atom), from(self).to(run).with(finish_atom::value)); }
+
+  /// Whether `a` has nothing to handle.
+  bool idle(const caf::actor& a) { return !sched.prioritize(a); }
+
+  /// The last message `proxy` was sent, which must be a refused join: its reason.
+  std::string refusal(const caf::actor& proxy) {
+    const auto& got = recorded(proxy);
+    BOOST_TEST_REQUIRE(!got.empty());
+    BOOST_TEST_REQUIRE((got.back().match_elements<joined_atom, bool, std::string, std::string, caf::actor>()));
+    BOOST_TEST_REQUIRE(!got.back().get_as<bool>(1));
+    return got.back().get_as<std::string>(2);
+  }
+
+  /// The acks `proxy` was sent: (frames, completed, errors as "seq: code message").
+  struct Ack {
+    std::uint32_t frames;
+    std::uint64_t completed;
+    std::vector<std::string> errors;
+  };
+  std::vector<Ack> acks(const caf::actor& proxy) {
+    std::vector<Ack> out;
+    for (const caf::message& m : recorded(proxy)) {
+      if (!m.match_elements<ack_atom, std::uint32_t, std::uint64_t, std::vector<char>>()) continue;
+      Ack a{m.get_as<std::uint32_t>(1), m.get_as<std::uint64_t>(2), {}};
+      for_each_ack_error(m.get_as<std::vector<char>>(3), [&](std::uint64_t seq, const Error& e) {
+        a.errors.push_back(std::to_string(seq) + ": " + std::string(to_string(e.code())) + " " + e.message());
+      });
+      out.push_back(std::move(a));
+    }
+    return out;
+  }
+  std::uint32_t frames_acked(const caf::actor& proxy) {
+    std::uint32_t n = 0;
+    for (const Ack& a : acks(proxy)) n += a.frames;
+    return n;
+  }
+
+  /// run.json's ranks: state and message of each.
+  std::vector<std::pair<std::string, std::string>> rank_states() {
+    simdjson::dom::parser parser;
+    simdjson::dom::array arr;
+    const std::string json = io::test::slurp(host->run_dir + "/run.json");
+    BOOST_TEST_REQUIRE(!parser.parse(json)["ranks"].get(arr), json);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (simdjson::dom::element r : arr) {
+      std::string_view state, message;
+      BOOST_TEST_REQUIRE(!r["state"].get(state));
+      if (r["message"].get(message)) message = {};
+      out.emplace_back(state, message);
+    }
+    return out;
+  }
+
+  /// history.jsonl: each row's values by column, the underscored ones left out.
+  std::vector<std::map<std::string, double>> history() {
+    std::vector<std::map<std::string, double>> out;
+    simdjson::dom::parser parser;
+    for (const std::string& line : io::test::lines_of(host->run_dir + "/history.jsonl")) {
+      simdjson::dom::object row;
+      BOOST_TEST_REQUIRE(!parser.parse(line).get(row), line);
+      auto& values = out.emplace_back();
+      for (auto [k, v] : row) {
+        double d = 0;
+        if (!k.starts_with("_") && !v.get(d)) values[std::string(k)] = d;
+      }
+    }
+    return out;
+  }
+};
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(run_actor, RunActorFixture)
+
+BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
+  // A rank of another job that met this run on its port is refused; nothing is logged.
+  join_as(ranks[0], 0, "job-2");
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(contains(refusal(ranks[0]), "rank 0 belongs to another job (job-2) than this run (job-1)"),
+             refusal(ranks[0]));
+  BOOST_TEST(idle(syncer));
+
+  join(0);
+  // The same proxy again (its answer was lost): answered again, not logged again.
+  join_as(ranks[0], 0, host->job);
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, true, host->run_id, host->run_dir, _));
+  BOOST_TEST(idle(syncer));
+
+  // Another process that claims the same rank is refused, naming the first.
+  const caf::actor other = recorder();
+  sched.run();
+  join_as(other, 0, host->job);
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(other).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(contains(refusal(other), "rank 0 already joined this run from process 100 on node-0"), refusal(other));
+  // A rank outside the run is refused.
+  join_as(other, 2, host->job);
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(other).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(contains(refusal(other), "rank 2 is outside this run of 2 ranks"), refusal(other));
+  // Its frames, claiming rank 0, are dropped unread.
+  auto b = frames.batch(0);
+  b.log({{"loss", 9.0}}, 0);
+  inject((batch_atom, std::vector<char>), from(other).to(run).with(batch_atom::value, b.bytes()));
+  BOOST_TEST(idle(syncer));
+  BOOST_TEST(idle(other));
+}
+
+BOOST_AUTO_TEST_CASE(frames_of_two_ranks_merge_into_rows_acknowledged_once_the_wal_is_synced) {
+  join(0);
+  join(1);
+  auto b0 = frames.batch(0);
+  b0.log({{"loss", 1.0}}, 0);
+  b0.log({{"loss", 1.5}}, 1);
+  send_batch(0, b0); // in the WAL, and its syncer is asked
+  auto b1 = frames.batch(1);
+  b1.log({{"loss", 2.0}}, 0);
+  b1.log({{"loss", 2.5}}, 1);
+  send_batch(1, b1); // in the WAL while that sync is under way: the next one covers it
+  BOOST_TEST(idle(ranks[0])); // nothing is acknowledged before its sync
+  BOOST_TEST(idle(ranks[1]));
+
+  sync_round();
+  // The first sync covered rank 0's values only.
+  expect((ack_atom, std::uint32_t, std::uint64_t, std::vector<char>),
+         from(run).to(ranks[0]).with(_, _, std::uint64_t{2}, std::vector<char>()));
+  BOOST_TEST(idle(ranks[1]));
+  sync_round();
+  expect((ack_atom, std::uint32_t, std::uint64_t, std::vector<char>),
+         from(run).to(ranks[1]).with(_, _, std::uint64_t{2}, std::vector<char>()));
+  sched.run();
+  // Every frame is acknowledged once, so its proxy may send more.
+  BOOST_TEST(frames_acked(ranks[0]) == 1u);
+  BOOST_TEST(frames_acked(ranks[1]) == 1u);
+
+  auto f0 = frames.batch(0);
+  f0.finish();
+  send_batch(0, f0);
+  auto f1 = frames.batch(1);
+  f1.finish();
+  send_batch(1, f1);
+  finish(); // every rank finished: the run ends at once
+  expect((caf::ok_atom), from(run).to(self).with(_));
+  sched.run();
+
+  const auto rows = history();
+  BOOST_TEST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST((rows[0] == std::map<std::string, double>{{"loss/rank-0", 1.0}, {"loss/rank-1", 2.0}}));
+  BOOST_TEST((rows[1] == std::map<std::string, double>{{"loss/rank-0", 1.5}, {"loss/rank-1", 2.5}}));
+  BOOST_TEST(finished.result.state == RunState::finished);
+  BOOST_TEST(finished.result.rows == 2u);
+  BOOST_TEST(acks(ranks[1]).back().completed == 3u); // its finish too
+}
+
+BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) {
+  join(0);
+  join(1);
+  auto b = frames.batch(0);
+  const std::uint64_t seq = b.barrier("epoch", 500);
+  send_batch(0, b);
+  sched.run();
+  BOOST_TEST(acks(ranks[0]).back().completed == 0u); // the barrier holds rank 0
+
+  advance_time(500ms);
+  expect((barrier_tmo_atom, std::int64_t), from(run).to(run).with(_, std::int64_t{0}));
+  sync_round();
+  expect((ack_atom, std::uint32_t, std::uint64_t, std::vector<char>), from(run).to(ranks[0]).with(_, _, seq, _));
+  const auto errors = acks(ranks[0]).back().errors;
+  BOOST_TEST_REQUIRE(errors.size() == 1u);
+  BOOST_TEST(contains(errors[0], "1: " + std::string(to_string(Errc::barrier_timeout))), errors[0]);
+  BOOST_TEST(contains(errors[0], "barrier 'epoch' timed out after 500 ms: rank 1 did not reach it"), errors[0]);
+  BOOST_TEST(acks(ranks[1]).empty());
+}
+
+BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
+  join(0);
+  join(1);
+  auto b = frames.batch(0);
+  b.log({{"loss", 1.0}}, 0);
+  b.finish();
+  send_batch(0, b);
+  sched.run();
+  finish();
+  sched.run();
+  disallow((caf::ok_atom), from(run).to(self).with(_)); // rank 1 is still running
+
+  advance_time(host->settings.opts.finish_timeout); // the flush timer's second comes first
+  allow((flush_atom), from(run).to(run).with(_));
+  expect((finish_tmo_atom), from(run).to(run).with(_));
+  expect((caf::ok_atom), from(run).to(self).with(_));
+  sched.run();
+
+  BOOST_TEST(finished.result.state == RunState::failed);
+  BOOST_TEST_REQUIRE(finished.result.ranks.size() == 2u);
+  BOOST_TEST(finished.result.ranks[0].state == RunState::finished);
+  BOOST_TEST(finished.result.ranks[1].state == RunState::crashed);
+  const auto states = rank_states();
+  BOOST_TEST_REQUIRE(states.size() == 2u);
+  BOOST_TEST(states[1].first == "crashed");
+  BOOST_TEST(contains(states[1].second, "did not finish within finish_timeout"), states[1].second);
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
+  join(0);
+  join(1);
+  auto b = frames.batch(1);
+  b.log({{"loss", 2.0}}, 3);
+  send_batch(1, b);
+  sched.run();
+
+  caf::anon_send_exit(ranks[1], caf::exit_reason::kill);
+  expect((caf::exit_msg), from(_).to(ranks[1]).with(_));
+  expect((caf::down_msg), from(_).to(run).with(_));
+  sync_round();
+  sched.run();
+
+  auto f = frames.batch(0);
+  f.finish();
+  send_batch(0, f);
+  finish(); // rank 0 finished and rank 1 is gone: the run ends at once
+  expect((caf::ok_atom), from(run).to(self).with(_));
+  sched.run();
+
+  BOOST_TEST(finished.result.state == RunState::failed);
+  const auto states = rank_states();
+  BOOST_TEST_REQUIRE(states.size() == 2u);
+  BOOST_TEST(states[0].first == "finished");
+  BOOST_TEST(states[1].first == "crashed");
+  BOOST_TEST(contains(states[1].second, "its process exited or its connection was lost"), states[1].second);
+  BOOST_TEST(contains(states[1].second, "at step 3"), states[1].second);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
