@@ -133,8 +133,8 @@ void synced(run_actor* self, const std::string& failure);
 /// waits for the next round, so one fdatasync serves every frame of a round.
 void request_sync(run_actor* self) {
   auto& st = self->state;
-  st.unsynced = true;
-  if (st.sync_in_flight || st.wal_error || !st.syncer) return;
+  // Nothing appended since the last round was asked for: nothing to sync, and no ack waits.
+  if (!st.unsynced || st.sync_in_flight || st.wal_error || !st.syncer) return;
   st.sync_in_flight = true;
   st.unsynced = false;
   // The acks of what is appended so far, released by this sync.
@@ -159,6 +159,7 @@ bool record(run_actor* self, const std::vector<char>& frame) {
     fail_wal(self, e);
     return true;
   }
+  st.unsynced = true;
   request_sync(self);
   return true;
 }
@@ -425,13 +426,14 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                                 std::string(to_string(st.merger->rank_state(static_cast<int>(rank)))) +
                                 "); they are not in the run");
         }
+        // Counted before it is recorded: the sync round its append starts acknowledges it.
+        ++st.sink->progress[rank].frames;
         if (!record(self, frame)) {
           // Its own proxy sent what the merge cannot read: it is told, rather than left waiting for an ack.
           return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::internal),
                             std::string("the run host refused a malformed frame from this rank (are every rank and "
                                         "the host built against the same chorus?); its values are not in the run"));
         }
-        ++st.sink->progress[rank].frames;
         after_frame(self);
       },
       [self](barrier_tmo_atom, std::int64_t index) {

@@ -246,6 +246,20 @@ BOOST_AUTO_TEST_CASE(frames_of_two_ranks_merge_into_rows_acknowledged_once_the_w
   BOOST_TEST(acks(ranks[1]).back().completed == 3u); // its finish too
 }
 
+// On an idle run, one frame costs one sync round: its ack, the frame counted,
+// comes with that round, and nothing more is asked of the syncer.
+BOOST_AUTO_TEST_CASE(one_frame_on_an_idle_run_costs_one_sync) {
+  join(0);
+  join(1);
+  auto b0 = frames.batch(0);
+  b0.log({{"loss", 1.0}}, 0);
+  send_batch(0, b0);
+  sync_round();
+  expect((ack_atom, std::uint32_t, std::uint64_t, std::vector<char>),
+         from(run).to(ranks[0]).with(_, std::uint32_t{1}, std::uint64_t{1}, std::vector<char>()));
+  disallow((sync_atom), from(run).to(syncer));
+}
+
 BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) {
   join(0);
   join(1);
