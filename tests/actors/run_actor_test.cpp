@@ -86,6 +86,13 @@ struct RunActorFixture : test::ActorFixture {
     inject((batch_atom, std::vector<char>), from(ranks[r]).to(run).with(batch_atom::value, b.bytes()));
   }
 
+  /// Rank `r` sends one frame of one value, `loss` at `step`.
+  void send_loss(std::uint32_t r, double loss, std::int64_t step) {
+    auto b = frames.batch(static_cast<int>(r));
+    b.log({{"loss", loss}}, step);
+    send_batch(r, b);
+  }
+
   /// The host's own RankProxy finishes the run.
   void finish() { inject((finish_atom), from(self).to(run).with(finish_atom::value)); }
 
@@ -251,9 +258,7 @@ BOOST_AUTO_TEST_CASE(frames_of_two_ranks_merge_into_rows_acknowledged_once_the_w
 BOOST_AUTO_TEST_CASE(one_frame_on_an_idle_run_costs_one_sync) {
   join(0);
   join(1);
-  auto b0 = frames.batch(0);
-  b0.log({{"loss", 1.0}}, 0);
-  send_batch(0, b0);
+  send_loss(0, 1.0, 0);
   sync_round();
   expect((ack_atom, std::uint32_t, std::uint64_t, std::vector<char>),
          from(run).to(ranks[0]).with(_, std::uint32_t{1}, std::uint64_t{1}, std::vector<char>()));
@@ -311,9 +316,7 @@ BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
 BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
   join(0);
   join(1);
-  auto b = frames.batch(1);
-  b.log({{"loss", 2.0}}, 3);
-  send_batch(1, b);
+  send_loss(1, 2.0, 3);
   sched.run();
 
   caf::anon_send_exit(ranks[1], caf::exit_reason::kill);
