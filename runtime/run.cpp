@@ -204,22 +204,22 @@ std::uint32_t RunImpl::take_stream_id() noexcept {
 }
 
 std::uint32_t RunImpl::open_stream() noexcept {
-  if (closed_.load(std::memory_order_relaxed)) return 0;
-  std::lock_guard lock(streams_mu_);
-  const std::uint32_t id = take_stream_id();
-  // Pushed under the lock: an id freed by a close is reopened only after that close in the ring.
-  if (id != 0) (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; });
+  std::uint32_t id = 0;
+  (void)open_stream_in(Room::force, id);
   return id;
 }
 
-bool RunImpl::offer_open(std::uint32_t& stream) noexcept {
+bool RunImpl::offer_open(std::uint32_t& stream) noexcept { return open_stream_in(Room::now, stream); }
+
+bool RunImpl::open_stream_in(Room room, std::uint32_t& stream) noexcept {
   stream = 0;
   if (closed_.load(std::memory_order_relaxed)) return true; // its calls say the run finished
   std::lock_guard lock(streams_mu_);
   const std::uint32_t id = take_stream_id();
   if (id == 0) return true; // its calls say no stream is left
+  // Pushed under the lock: an id freed by a close is reopened only after that close in the ring.
   bool no_room = false;
-  (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; }, Room::now, &no_room);
+  (void)push_control(SlotKind::stream_open, [&](Slot& s) { s.key = id; }, room, &no_room);
   if (no_room) {
     try {
       free_streams_.push_back(id);
@@ -232,34 +232,27 @@ bool RunImpl::offer_open(std::uint32_t& stream) noexcept {
   return true;
 }
 
-namespace {
-Error no_stream_left(const char* what) {
-  return {Errc::invalid_argument, std::string(what) + " could not open: " + std::to_string(wire::max_streams) +
-                                      " writers of this process are open at once, the most a rank may have; "
-                                      "close() the writers of producers that are done (or let them go out of "
-                                      "scope), and let actors that are done logging leave"};
+Pending RunImpl::refuse_no_stream(const char* what) noexcept {
+  try {
+    return refuse({Errc::invalid_argument,
+                   std::string(what) + " could not open: " + std::to_string(wire::max_streams) +
+                       " writers of this process are open at once, the most a rank may have; close() the writers "
+                       "of producers that are done (or let them go out of scope), and let actors that are done "
+                       "logging leave"});
+  } catch (...) {
+    return refuse({});
+  }
 }
-} // namespace
 
 Pending RunImpl::log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
-  if (stream == 0 && !closed_.load(std::memory_order_relaxed)) {
-    try {
-      return refuse(no_stream_left("this writer"));
-    } catch (...) {
-      return refuse({});
-    }
-  }
+  if (stream == 0 && !closed_.load(std::memory_order_relaxed)) return refuse_no_stream("this writer");
   return log_into<true>(stream, values, opts); // stream 0 here only after finish, which it reports
 }
 
 bool RunImpl::offer_log(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
                         Pending& out) noexcept {
   if (stream == 0 && !closed_.load(std::memory_order_relaxed)) {
-    try {
-      out = refuse(no_stream_left("this actor's stream"));
-    } catch (...) {
-      out = refuse({});
-    }
+    out = refuse_no_stream("this actor's stream");
     return true;
   }
   bool no_room = false;

@@ -106,6 +106,10 @@ private:
                                           bool* no_room = nullptr) noexcept;
   /// Takes a stream id for open_stream/offer_open: 0 when none is left (under streams_mu_).
   std::uint32_t take_stream_id() noexcept;
+  /// open_stream and offer_open: false where `room` is Room::now and the open does not fit.
+  bool open_stream_in(Room room, std::uint32_t& stream) noexcept;
+  /// A writer's (or an actor's) call where no stream could open: `what` names it.
+  Pending refuse_no_stream(const char* what) noexcept;
   /// close_stream and offer_close: false where `room` is Room::now and the close does not fit.
   bool close_stream_in(std::uint32_t stream, Room room, Pending& out) noexcept;
   Pending refuse(Error e) noexcept;

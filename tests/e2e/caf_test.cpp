@@ -238,15 +238,19 @@ BOOST_FIXTURE_TEST_CASE(streams_of_terminated_actors_are_given_back, ActorRun) {
   BOOST_TEST(finish_clean(1).front().num.at("k") == 0.5);
 }
 
+/// Options for rank `rank` of a two-rank job on this node, in `mode`.
+chorus::Options two_ranks(const TempDir& dir, chorus::Mode mode, int rank) {
+  chorus::Options opts = local_options(dir, "caf");
+  opts.mode = mode;
+  opts.topology->rank = opts.topology->local_rank = rank;
+  opts.topology->world_size = opts.topology->local_world_size = 2;
+  return opts;
+}
+
 // An inactive run (a rank that does not log in this mode) has no proxy.
 BOOST_AUTO_TEST_CASE(an_inactive_run_has_no_proxy) {
   TempDir dir;
-  chorus::Options opts = local_options(dir, "caf");
-  opts.mode = chorus::Mode::automatic;
-  opts.topology->rank = 1;
-  opts.topology->world_size = 2;
-  opts.topology->local_rank = 1;
-  opts.topology->local_world_size = 2;
+  const chorus::Options opts = two_ranks(dir, chorus::Mode::automatic, 1);
   Orchestrator o(opts);
   chorus::Error err;
   chorus::Run run = chorus::actors::init(o.sys, opts, err);
@@ -259,10 +263,7 @@ BOOST_AUTO_TEST_CASE(an_inactive_run_has_no_proxy) {
 // system made without configure() is refused with the fix.
 BOOST_AUTO_TEST_CASE(a_run_that_links_needs_a_configured_system) {
   TempDir dir;
-  chorus::Options opts = local_options(dir, "caf");
-  opts.mode = chorus::Mode::shared;
-  opts.topology->world_size = 2;
-  opts.topology->local_world_size = 2;
+  const chorus::Options opts = two_ranks(dir, chorus::Mode::shared, 0);
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   chorus::Error err;
