@@ -195,7 +195,9 @@ public:
         own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s, plan))),
         sys_(actors != nullptr ? *actors : *own_), socket_dir_(std::move(socket_dir)) {
     if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_);
-    if (s.topo.num_nodes > 1) node_ = spawn_node_links(sys_, plan.tls_or_group(), s.opts.connection_timeout);
+    node_tls_ = plan.tls_or_group();
+    connection_timeout_ = s.opts.connection_timeout;
+    if (s.topo.num_nodes > 1) node_ = spawn_node_links(sys_, node_tls_, connection_timeout_);
   }
 
   ~SystemImpl() override {
@@ -207,6 +209,7 @@ public:
     if (group_) caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
     if (local_) caf::anon_send_exit(local_, caf::exit_reason::kill);
     if (node_) caf::anon_send_exit(node_, caf::exit_reason::kill);
+    for (const auto& d : dialers_) caf::anon_send_exit(d, caf::exit_reason::kill);
     // Our own system's destructor waits for every actor and stops the
     // middleman. An orchestrator's lives on: wait for the actors that hold
     // the Run's state (the proxy, the Run actor) and the rest we spawned.
@@ -215,6 +218,7 @@ public:
       for (const caf::actor& a : {monitor_, proxy_, run_actor_, group_,
                                   caf::actor_cast<caf::actor>(local_), caf::actor_cast<caf::actor>(node_)})
         if (a) ours.push_back(a);
+      for (const auto& d : dialers_) ours.push_back(caf::actor_cast<caf::actor>(d));
       caf::scoped_actor self{sys_};
       self->wait_for(ours);
     }
@@ -278,7 +282,6 @@ public:
     if (s.is_host) {
       if (Error e = start_host(run, host)) return e;
       label = "this process";
-      if (s.group_size > 0) join_group(run);
     } else {
       if (Error e = dial_run_host(s, host)) return e;
     }
@@ -292,8 +295,12 @@ public:
       return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
                                     "join within init_timeout; check the host rank's output"};
     JoinResult r = future.get();
-    if (!r.error && s.opts.system_interval > 0) start_monitor(run, host);
-    return r.error;
+    if (r.error) return r.error;
+    // The host's own rank has joined its run first: the group may take up to
+    // init_timeout to reach, and the run host refuses ranks later than that.
+    if (s.is_host && s.group_size > 0) join_group(run);
+    if (s.opts.system_interval > 0) start_monitor(run, host);
+    return {};
   }
 
   Error exchange_nccl_id(bool provide, std::vector<char>& id) override {
@@ -424,6 +431,14 @@ private:
     return link == Link::local ? local_ : node_;
   }
 
+  /// Another middleman actor for links of kind `link`, which dial() uses
+  /// after an attempt went unanswered; stopped with the System.
+  caf::io::middleman_actor fresh_connector(Link link) {
+    dialers_.push_back(link == Link::local ? spawn_local_links(sys_, socket_dir_)
+                                           : spawn_node_links(sys_, node_tls_, connection_timeout_));
+    return dialers_.back();
+  }
+
   /// Publishes `whom` on `port`: this user's socket for it (local), or every
   /// interface (TLS, or plain TCP between nodes).
   caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, Link link) {
@@ -449,14 +464,21 @@ private:
     std::string why = "nothing tried";
     // Ranks often start before the host listens: retry soon, then back off.
     auto pause = std::chrono::milliseconds(5);
+    // CAF 0.17 answers no connect whose link its heartbeat tick closed during
+    // the handshake (actors/keepalive.hpp), and its middleman actor makes any
+    // later connect to that address wait on the lost one. An attempt is
+    // bounded, and after one went unanswered the next goes through a
+    // middleman actor of its own.
+    auto attempt_limit = std::chrono::milliseconds(3000);
+    caf::io::middleman_actor via = connector(link);
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0) break;
       // A Unix socket answers at once; a TCP host is probed first (see tcp_probe).
       if (link == Link::local || io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
-        bool ok = false;
-        self->request(connector(link), left, caf::connect_atom::value, address, port)
+        bool ok = false, unanswered = false;
+        self->request(via, std::min(left, attempt_limit), caf::connect_atom::value, address, port)
             .receive(
                 [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
                   if (ptr) {
@@ -466,8 +488,16 @@ private:
                     why = "nothing published on that port yet";
                   }
                 },
-                [&](caf::error& e) { why = sys_.render(e); });
+                [&](caf::error& e) {
+                  unanswered = e == caf::sec::request_timeout;
+                  why = unanswered ? "the handshake went unanswered for " + std::to_string(attempt_limit.count()) + " ms"
+                                   : sys_.render(e);
+                });
         if (ok) return {};
+        if (unanswered) {
+          via = fresh_connector(link);
+          attempt_limit = std::min(attempt_limit * 2, std::chrono::milliseconds(12000));
+        }
       }
       if (gone)
         if (std::string over = gone(); !over.empty()) return over;
@@ -580,6 +610,9 @@ private:
   caf::actor_system& sys_;
   caf::io::middleman_actor local_; // links within this node (runtime/local_link.hpp)
   caf::io::middleman_actor node_;  // links between nodes, TLS or plain (runtime/node_link.hpp)
+  bool node_tls_ = false;
+  std::chrono::milliseconds connection_timeout_{0};
+  std::vector<caf::io::middleman_actor> dialers_; // see fresh_connector
   std::string socket_dir_;
   caf::actor run_actor_;
   caf::actor proxy_;

@@ -397,6 +397,23 @@ BOOST_AUTO_TEST_CASE(a_place_whose_run_never_starts_is_missing_and_the_group_fin
   BOOST_TEST(ls.text.find("place 3: never registered") != std::string::npos, ls.text);
 }
 
+BOOST_AUTO_TEST_CASE(a_node_run_whose_group_never_answers_still_takes_its_own_ranks) {
+  // Only node 1 of a two-node job is launched: its run host dials the
+  // group on global rank 0 for all of init_timeout, in vain. The run it
+  // hosts still takes both its ranks, its own included (whose join comes
+  // after that dial), and ends finished; only the group misses it.
+  TempDir dir;
+  const std::string env = "CHORUS_INSECURE=1 CHORUS_MODE=shared CHORUS_SCOPE=worker CHORUS_INIT_TIMEOUT=2 ";
+  const Output o = run(env + launch_worker(dir.path, 2, test_port(38), "--steps 20",
+                                           "--nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --run-id group38"));
+  BOOST_TEST_INFO(o.text);
+  BOOST_REQUIRE_EQUAL(o.status, 0);
+  BOOST_TEST(o.text.find("could not reach the job's group") != std::string::npos);
+  const std::vector<fs::path> runs = find_runs(dir.path);
+  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+  check_worker_history(runs[0], {2, 3}, 20);
+}
+
 BOOST_AUTO_TEST_CASE(a_run_whose_reports_cannot_reach_the_group_is_filled_in_from_its_run_json) {
   // Without credentials, node 1's run cannot report to global rank 0's group
   // (rank 0 says so, and the group records it missing when the registration
