@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 PACKAGES=(build-essential cmake ninja-build pkg-config git
           libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
           libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount
-          clang libclang-rt-14-dev openmpi-bin)
+          clang libclang-rt-14-dev openmpi-bin python3)
 JOBS=${JOBS:-$(nproc)}
 
 install_packages() {

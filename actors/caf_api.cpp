@@ -2,9 +2,9 @@
 // the rank's proxy as a typed handle for the orchestrator's actors.
 #include <chorus/caf.hpp>
 
-#include "runtime/options.hpp"
-#include "runtime/run_impl.hpp"
-#include "runtime/system.hpp"
+#include "runtime/client/run_impl.hpp"
+#include "runtime/client/system.hpp"
+#include "runtime/core/options.hpp"
 
 namespace chorus::actors {
 

@@ -1,8 +1,8 @@
 #include "actors/group.hpp"
 
-#include "actors/merger.hpp"
 #include "actors/run.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
+#include "runtime/core/merger.hpp"
 
 #include <cstdio>
 #include <filesystem>

@@ -8,9 +8,9 @@
 #pragma once
 
 #include "actors/keepalive.hpp"
-#include "io/group_file.hpp"
-#include "runtime/options.hpp"
-#include "runtime/protocol.hpp"
+#include "actors/protocol.hpp"
+#include "io/store/group_file.hpp"
+#include "runtime/core/options.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -6,7 +6,7 @@
 // only set by the first bytes that come back. Under load, or across a slow
 // link, a TLS handshake outlasts a tick and every attempt to reach the run
 // host is closed again. A process that only dials (a rank that does not host
-// a run) therefore runs CAF without ticks (see runtime/system.cpp), and each
+// a run) therefore runs CAF without ticks (see actors/system.cpp), and each
 // link it dialled is kept and watched here instead:
 //
 //   - every heartbeat_interval the peer is sent (ping_atom), which it answers
@@ -16,7 +16,7 @@
 //     unreachable (a pulled cable sends no reset) or it hangs.
 #pragma once
 
-#include "runtime/protocol.hpp"
+#include "actors/protocol.hpp"
 
 #include <chrono>
 
@@ -55,7 +55,7 @@ private:
 /// actor, not a detached one: CAF 0.17 may never destroy a detached actor
 /// that has answered actors of other processes (a reference to it outlives
 /// the middleman's stop), and ~actor_system then waits for its thread
-/// forever. The scheduler's bounded max-throughput (runtime/system.cpp)
+/// forever. The scheduler's bounded max-throughput (actors/system.cpp)
 /// keeps a busy Run actor from holding a worker thread while pings wait.
 class Beacon final : public caf::event_based_actor {
 public:

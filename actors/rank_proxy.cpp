@@ -1,9 +1,9 @@
 #include "actors/rank_proxy.hpp"
 #include "actors/keepalive.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
 
-#include "runtime/run_impl.hpp"
-#include "runtime/wire.hpp"
+#include "runtime/client/run_impl.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <chorus/caf.hpp>
 
@@ -34,7 +34,7 @@ namespace {
 
 constexpr std::size_t max_slots_per_frame = 16384;
 // A frame closes once it holds this many bytes (a few config texts can be
-// large), far below what a link takes (runtime/node_link.hpp).
+// large), far below what a link takes (actors/links/node_link.hpp).
 constexpr std::size_t max_frame_bytes = std::size_t{32} << 20;
 constexpr int max_frames_in_flight = 4;
 // With nothing to send the proxy polls its ring every millisecond, and after

@@ -4,7 +4,7 @@
 // completed tickets.
 #pragma once
 
-#include "runtime/protocol.hpp"
+#include "actors/protocol.hpp"
 
 #include <chorus/chorus.hpp>
 

@@ -1,15 +1,15 @@
 #include "actors/run.hpp"
 #include "actors/keepalive.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
 
 #include "actors/group.hpp"
-#include "actors/merger.hpp"
 #include "actors/uploader.hpp"
-#include "io/run_dir.hpp"
-#include "io/wal.hpp"
-#include "io/wal_replay.hpp"
-#include "runtime/channel.hpp"
-#include "runtime/wire.hpp"
+#include "io/store/run_writer.hpp"
+#include "io/store/wal.hpp"
+#include "io/store/wal_replay.hpp"
+#include "runtime/client/channel.hpp"
+#include "runtime/core/merger.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -4,8 +4,8 @@
 // and finishes the run within finish_timeout.
 #pragma once
 
-#include "runtime/options.hpp"
-#include "runtime/protocol.hpp"
+#include "actors/protocol.hpp"
+#include "runtime/core/options.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 #include "actors/system_monitor.hpp"
 
-#include "io/posix.hpp"
-#include "io/system_metrics.hpp"
+#include "io/platform/posix.hpp"
+#include "io/sampling/system_metrics.hpp"
 
 #include <cstdio>
 

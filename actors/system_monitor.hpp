@@ -4,7 +4,7 @@
 // Sampling runs on an actor thread, never the trainer's.
 #pragma once
 
-#include "runtime/protocol.hpp"
+#include "actors/protocol.hpp"
 
 #include <chorus/chorus.hpp>
 

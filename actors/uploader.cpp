@@ -1,6 +1,6 @@
 #include "actors/uploader.hpp"
 
-#include "io/upload.hpp"
+#include "io/upload/upload.hpp"
 
 #include <cstdio>
 #include <thread>

@@ -11,8 +11,8 @@
 //   self-timer        (upload_atom) when a backoff or a rate limit ends
 #pragma once
 
-#include "io/upload.hpp"
-#include "runtime/protocol.hpp"
+#include "actors/protocol.hpp"
+#include "io/upload/upload.hpp"
 
 #include <string>
 

@@ -12,10 +12,10 @@
 // without the WAL).
 #include "bench.hpp"
 
-#include "actors/merger.hpp"
-#include "io/run_dir.hpp"
-#include "runtime/history.hpp"
-#include "runtime/wire.hpp"
+#include "io/store/run_writer.hpp"
+#include "runtime/core/history.hpp"
+#include "runtime/core/merger.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <cmath>
 #include <memory>

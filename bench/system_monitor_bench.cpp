@@ -18,9 +18,9 @@
 //   bench_system_monitor --idle DIR INTERVAL SECONDS  one idle run (what it starts)
 #include "bench.hpp"
 
-#include "io/posix.hpp"
-#include "io/procfs.hpp"
-#include "io/system_metrics.hpp"
+#include "io/platform/posix.hpp"
+#include "io/platform/procfs.hpp"
+#include "io/sampling/system_metrics.hpp"
 
 #include <chorus/chorus.hpp>
 

@@ -28,11 +28,11 @@
 //   bench_upload --log DIR SECONDS [URL]          one run (what it starts)
 #include "bench.hpp"
 
-#include "io/json.hpp"
-#include "io/posix.hpp"
-#include "io/run_dir.hpp"
-#include "io/run_record.hpp"
-#include "io/upload.hpp"
+#include "io/platform/files.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/run_record.hpp"
+#include "io/upload/upload.hpp"
+#include "runtime/core/json.hpp"
 #include "tests/upload/tracking_server.hpp"
 
 #include <chorus/chorus.hpp>

@@ -1,6 +1,6 @@
 // `chorus certs DIR`: the credentials a job's nodes authenticate each other with.
 #include "cli/cli.hpp"
-#include "io/credentials.hpp"
+#include "io/platform/credentials.hpp"
 
 #include <cstdio>
 

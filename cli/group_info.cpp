@@ -1,7 +1,7 @@
 #include "cli/group_info.hpp"
 
 #include "cli/json_lines.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
 
 #include <simdjson.h>
 

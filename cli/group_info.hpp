@@ -1,9 +1,9 @@
 // A group directory as `chorus ls`, `chorus show` and `chorus launch` read
-// it: its group.json (io/group_file.hpp) and the member runs that lie there.
+// it: its group.json (io/store/group_file.hpp) and the member runs that lie there.
 #pragma once
 
 #include "cli/run_info.hpp"
-#include "io/group_file.hpp"
+#include "io/store/group_file.hpp"
 
 #include <cstdint>
 #include <map>

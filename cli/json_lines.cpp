@@ -1,7 +1,7 @@
 #include "cli/json_lines.hpp"
 
-#include "io/line_reader.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/line_reader.hpp"
 
 #include <algorithm>
 #include <fcntl.h>

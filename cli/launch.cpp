@@ -5,9 +5,9 @@
 // handler races the bookkeeping. Each rank runs in its own process group:
 // a Ctrl-C at the terminal reaches launch only, which forwards it once to
 // each rank and its children, instead of every process getting it twice.
-#include "cli/cli.hpp"
 #include "cli/launch.hpp"
-#include "io/posix.hpp"
+#include "cli/cli.hpp"
+#include "io/platform/posix.hpp"
 
 #include <algorithm>
 #include <cerrno>

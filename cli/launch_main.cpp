@@ -1,11 +1,11 @@
 // `chorus launch`: the command line, the rendezvous port and the ranks'
 // environment. The ranks themselves are run in launch.cpp.
 #include "cli/cli.hpp"
-#include "cli/launch.hpp"
 #include "cli/group_info.hpp"
+#include "cli/launch.hpp"
 #include "cli/recover.hpp"
 #include "cli/run_info.hpp"
-#include "io/run_record.hpp"
+#include "io/store/run_record.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>

@@ -5,15 +5,15 @@
 // into a RunWriter reproduces what the host had committed. The rebuild goes
 // to a directory beside the old files and replaces them only once complete,
 // so a recover that fails, or is interrupted, leaves the run as it found it.
-#include "cli/cli.hpp"
 #include "cli/recover.hpp"
+#include "cli/cli.hpp"
 #include "cli/run_info.hpp"
 
-#include "actors/merger.hpp"
-#include "io/run_dir.hpp"
-#include "io/wal.hpp"
-#include "io/wal_replay.hpp"
-#include "runtime/wire.hpp"
+#include "io/store/run_writer.hpp"
+#include "io/store/wal.hpp"
+#include "io/store/wal_replay.hpp"
+#include "runtime/core/merger.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <cstdio>
 #include <cstdlib>

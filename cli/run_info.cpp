@@ -1,7 +1,7 @@
 #include "cli/run_info.hpp"
-#include "io/posix.hpp"
 #include "cli/cli.hpp"
 #include "cli/json_lines.hpp"
+#include "io/platform/posix.hpp"
 
 #include <simdjson.h>
 

@@ -2,7 +2,7 @@
 // whether its host still lives, and where runs are found under a root.
 #pragma once
 
-#include "io/run_record.hpp"
+#include "io/store/run_record.hpp"
 
 #include <cstdint>
 #include <optional>

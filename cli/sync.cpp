@@ -3,7 +3,7 @@
 // `chorus sync --status`: how far each run's upload to each target got.
 #include "cli/cli.hpp"
 #include "cli/run_info.hpp"
-#include "io/upload.hpp"
+#include "io/upload/upload.hpp"
 
 #include <csignal>
 #include <cstdio>

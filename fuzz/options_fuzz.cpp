@@ -1,7 +1,7 @@
 // The options from any environment: the input is lines NAME=VALUE, the
 // process's environment as resolve() sees it (CHORUS_* and the launchers'
 // variables).
-#include "runtime/options.hpp"
+#include "runtime/core/options.hpp"
 
 #include <map>
 #include <string>

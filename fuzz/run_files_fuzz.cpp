@@ -3,7 +3,7 @@
 #include "cli/cli.hpp"
 #include "cli/run_info.hpp"
 #include "fuzz/input_file.hpp"
-#include "io/group_file.hpp"
+#include "io/store/group_file.hpp"
 
 using namespace chorus;
 

@@ -2,7 +2,7 @@
 // set writes this target's seeds into DIR and exits (fuzz/smoke.sh does).
 #pragma once
 
-#include "runtime/wire.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <cstdlib>
 #include <fstream>

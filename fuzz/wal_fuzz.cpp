@@ -4,8 +4,8 @@
 // log that scans clean.
 #include "fuzz/input_file.hpp"
 #include "fuzz/seeds.hpp"
-#include "io/crc32c.hpp"
-#include "io/wal.hpp"
+#include "io/platform/crc32c.hpp"
+#include "io/store/wal.hpp"
 
 #include <cstring>
 #include <vector>

@@ -2,9 +2,9 @@
 // into frames (a u16 length before each), each decoded and its events
 // walked, then all applied in order to a Merger, as `chorus recover` replays
 // a WAL.
-#include "actors/merger.hpp"
 #include "fuzz/seeds.hpp"
-#include "runtime/wire.hpp"
+#include "runtime/core/merger.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <cstring>
 #include <vector>

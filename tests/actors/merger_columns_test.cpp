@@ -5,7 +5,7 @@
 #define BOOST_TEST_MODULE actors_merger_columns
 #include <boost/test/unit_test.hpp>
 
-#include "io/run_dir.hpp"
+#include "io/store/run_writer.hpp"
 #include "tests/actors/merger_rig.hpp"
 #include "tests/io/tmp_dir.hpp"
 

@@ -1,4 +1,4 @@
-// The Merger against a reference model of its rules (actors/merger.hpp) on random runs.
+// The Merger against a reference model of its rules (runtime/core/merger.hpp) on random runs.
 //
 // The reference is written for clarity, not speed: ordered maps, events kept
 // as plain structs, and the watermark and barrier state recomputed from every
@@ -12,7 +12,7 @@
 #define BOOST_TEST_MODULE actors_merger_model
 #include <boost/test/unit_test.hpp>
 
-#include "actors/merger.hpp"
+#include "runtime/core/merger.hpp"
 #include "tests/actors/recording_sink.hpp"
 
 #include <array>

@@ -3,7 +3,7 @@
 // Merger's deterministic tests.
 #pragma once
 
-#include "actors/merger.hpp"
+#include "runtime/core/merger.hpp"
 #include "tests/actors/recording_sink.hpp"
 
 #include <boost/test/unit_test.hpp>

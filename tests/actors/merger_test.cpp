@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE actors_merger
 #include <boost/test/unit_test.hpp>
 
-#include "actors/merger.hpp"
+#include "runtime/core/merger.hpp"
 #include "tests/actors/merger_rig.hpp"
 
 #include <algorithm>

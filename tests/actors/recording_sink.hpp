@@ -2,7 +2,7 @@
 // unit tests, and as one line of text per call, for comparing whole runs.
 #pragma once
 
-#include "actors/merger.hpp"
+#include "runtime/core/merger.hpp"
 
 #include <cinttypes>
 #include <cmath>

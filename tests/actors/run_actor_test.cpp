@@ -6,8 +6,8 @@
 #include "tests/actors/caf_dsl.hpp"
 
 #include "actors/run.hpp"
-#include "io/wal.hpp"
-#include "runtime/channel.hpp"
+#include "io/store/wal.hpp"
+#include "runtime/client/channel.hpp"
 #include "tests/actors/merger_rig.hpp"
 #include "tests/io/files.hpp"
 #include "tests/io/tmp_dir.hpp"

@@ -4,8 +4,8 @@
 
 #include "tests/cli/process.hpp"
 
-#include "io/wal.hpp"
-#include "runtime/wire.hpp"
+#include "io/store/wal.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <simdjson.h>
 

@@ -6,7 +6,7 @@
 #include "local_run.hpp"
 #include "tests/gpu.hpp"
 
-#include "runtime/cuda_api.hpp"
+#include "runtime/client/cuda_api.hpp"
 
 #include <chorus/chorus.hpp>
 

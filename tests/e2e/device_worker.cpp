@@ -1,7 +1,7 @@
 // One rank of a GPU test job under `chorus launch`: each rank puts known
 // floats on its GPU (local rank modulo the devices) and reduces them with
 // reduce_device. Prints RUN_DIR on the run host, errors on stderr.
-#include "runtime/cuda_api.hpp"
+#include "runtime/client/cuda_api.hpp"
 
 #include <chorus/chorus.hpp>
 

@@ -5,8 +5,8 @@
 #define BOOST_TEST_MODULE e2e_disk_fault
 #include "harness.hpp"
 
-#include "io/wal.hpp"
-#include "runtime/wire.hpp"
+#include "io/store/wal.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <boost/test/unit_test.hpp>
 

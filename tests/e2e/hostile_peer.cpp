@@ -6,9 +6,9 @@
 // port of the run.
 //
 //   chorus_hostile_peer SOCKET_DIR PORT [--as-nobody]
-#include "runtime/local_link.hpp"
-#include "runtime/protocol.hpp"
-#include "runtime/wire.hpp"
+#include "actors/links/local_link.hpp"
+#include "actors/protocol.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,8 +1,8 @@
 #define BOOST_TEST_MODULE io_artifacts
 #include <boost/test/unit_test.hpp>
 
-#include "io/artifacts.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/artifacts.hpp"
 #include "tests/io/artifact_manifest.hpp"
 #include "tests/io/tmp_dir.hpp"
 

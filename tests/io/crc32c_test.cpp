@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE io_crc32c
 #include <boost/test/unit_test.hpp>
 
-#include "io/crc32c.hpp"
+#include "io/platform/crc32c.hpp"
 
 #include <cstdint>
 #include <random>

@@ -3,7 +3,7 @@
 #define BOOST_TEST_MODULE io_group_file
 #include <boost/test/unit_test.hpp>
 
-#include "io/group_file.hpp"
+#include "io/store/group_file.hpp"
 #include "tests/io/tmp_dir.hpp"
 
 #include <sys/stat.h>

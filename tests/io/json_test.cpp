@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE io_json
 #include <boost/test/unit_test.hpp>
 
-#include "io/json.hpp"
+#include "runtime/core/json.hpp"
 
 #include <simdjson.h>
 

@@ -1,8 +1,8 @@
 #define BOOST_TEST_MODULE io_line_reader
 #include <boost/test/unit_test.hpp>
 
-#include "io/line_reader.hpp"
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/line_reader.hpp"
 #include "tests/io/files.hpp"
 #include "tests/io/tmp_dir.hpp"
 

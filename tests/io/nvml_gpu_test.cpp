@@ -2,7 +2,7 @@
 #define BOOST_TEST_MODULE io_nvml_gpu
 #include <boost/test/unit_test.hpp>
 
-#include "io/nvml.hpp"
+#include "io/sampling/nvml.hpp"
 #include "tests/gpu.hpp"
 
 #include <chrono>

@@ -3,7 +3,7 @@
 #define BOOST_TEST_MODULE io_nvml
 #include <boost/test/unit_test.hpp>
 
-#include "io/nvml.hpp"
+#include "io/sampling/nvml.hpp"
 
 #include <optional>
 #include <string>

@@ -3,7 +3,7 @@
 #define BOOST_TEST_MODULE io_probe
 #include <boost/test/unit_test.hpp>
 
-#include "io/posix.hpp"
+#include "io/platform/posix.hpp"
 #include "tests/socket.hpp"
 
 #include <cerrno>

@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE io_procfs
 #include <boost/test/unit_test.hpp>
 
-#include "io/procfs.hpp"
+#include "io/platform/procfs.hpp"
 #include "tests/io/tmp_dir.hpp"
 
 #include <atomic>

@@ -1,8 +1,9 @@
 #define BOOST_TEST_MODULE io_run_dir
 #include <boost/test/unit_test.hpp>
 
-#include "io/run_dir.hpp"
-#include "runtime/wire.hpp"
+#include "io/platform/files.hpp"
+#include "io/store/run_writer.hpp"
+#include "runtime/core/wire.hpp"
 #include "tests/io/files.hpp"
 #include "tests/io/tmp_dir.hpp"
 

@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE io_run_record
 #include <boost/test/unit_test.hpp>
 
-#include "io/run_record.hpp"
+#include "io/store/run_record.hpp"
 #include "tests/io/files.hpp"
 #include "tests/io/tmp_dir.hpp"
 

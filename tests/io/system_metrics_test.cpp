@@ -1,7 +1,7 @@
 // SystemSampler: labelled keys, node figures on local rank 0 only, and the
 // path without NVML.
 #define BOOST_TEST_MODULE io_system_metrics
-#include "io/system_metrics.hpp"
+#include "io/sampling/system_metrics.hpp"
 #include "tmp_dir.hpp"
 
 #include <boost/test/unit_test.hpp>

@@ -3,8 +3,8 @@
 #define BOOST_TEST_MODULE io_wal_hostile
 #include <boost/test/unit_test.hpp>
 
-#include "io/crc32c.hpp"
-#include "io/wal.hpp"
+#include "io/platform/crc32c.hpp"
+#include "io/store/wal.hpp"
 #include "tests/io/files.hpp"
 #include "tests/io/tmp_dir.hpp"
 #include "tests/io/wal_read.hpp"

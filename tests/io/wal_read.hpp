@@ -1,7 +1,7 @@
 // A WAL read back whole in tests: the scan, and each frame's payload and offset.
 #pragma once
 
-#include "io/wal.hpp"
+#include "io/store/wal.hpp"
 
 #include <boost/test/unit_test.hpp>
 

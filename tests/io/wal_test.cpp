@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE io_wal
 #include <boost/test/unit_test.hpp>
 
-#include "io/wal.hpp"
+#include "io/store/wal.hpp"
 #include "tests/io/tmp_dir.hpp"
 #include "tests/io/wal_read.hpp"
 

@@ -3,7 +3,7 @@
 #define BOOST_TEST_MODULE runtime_channel
 #include <boost/test/unit_test.hpp>
 
-#include "runtime/channel.hpp"
+#include "runtime/client/channel.hpp"
 
 #include <chrono>
 #include <future>

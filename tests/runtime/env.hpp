@@ -2,7 +2,7 @@
 // a map of variables behind the lookup that detail::resolve reads.
 #pragma once
 
-#include "runtime/options.hpp"
+#include "runtime/core/options.hpp"
 
 #include <map>
 #include <optional>

@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE runtime_topology
 #include <boost/test/unit_test.hpp>
 
-#include "runtime/options.hpp"
+#include "runtime/core/options.hpp"
 #include "tests/runtime/env.hpp"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE runtime_upload_url
 #include <boost/test/unit_test.hpp>
 
-#include "runtime/upload_url.hpp"
+#include "runtime/core/upload_url.hpp"
 
 #include <string>
 #include <string_view>

@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE runtime_wire
 #include <boost/test/unit_test.hpp>
 
-#include "runtime/wire.hpp"
+#include "runtime/core/wire.hpp"
 
 #include <cstdlib>
 #include <random>

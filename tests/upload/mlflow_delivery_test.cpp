@@ -3,7 +3,7 @@
 #define BOOST_TEST_MODULE upload_mlflow_delivery
 #include <boost/test/unit_test.hpp>
 
-#include "io/upload.hpp"
+#include "io/upload/upload.hpp"
 #include "tests/socket.hpp"
 #include "tests/upload/run_fixture.hpp"
 #include "tests/upload/tracking_server.hpp"

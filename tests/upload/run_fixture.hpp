@@ -3,8 +3,8 @@
 // the upload tests: they can grow it while an Uploader reads it.
 #pragma once
 
-#include "io/json.hpp"
-#include "io/run_dir.hpp"
+#include "io/platform/files.hpp"
+#include "runtime/core/json.hpp"
 #include "tests/io/files.hpp"
 
 #include <boost/test/unit_test.hpp>

@@ -3,10 +3,10 @@
 #define BOOST_TEST_MODULE upload
 #include <boost/test/unit_test.hpp>
 
-#include "io/upload.hpp"
+#include "io/upload/upload.hpp"
 #include "tests/upload/run_fixture.hpp"
-#include "tests/upload/uploading.hpp"
 #include "tests/upload/tracking_server.hpp"
+#include "tests/upload/uploading.hpp"
 
 #include <simdjson.h>
 

@@ -2,7 +2,7 @@
 // it is done, and checking that every point arrived once.
 #pragma once
 
-#include "io/upload.hpp"
+#include "io/upload/upload.hpp"
 #include "tests/upload/tracking_server.hpp"
 
 #include <boost/test/unit_test.hpp>

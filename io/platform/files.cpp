@@ -1,0 +1,105 @@
+#include "io/platform/files.hpp"
+
+#include "io/platform/posix.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace chorus::io {
+
+using detail::os_error;
+
+Error make_dirs(const std::string& path) {
+  if (path.empty())
+    return Error{Errc::invalid_argument, "make_dirs: the directory path is empty. Set CHORUS_DIR or Options::dir."};
+  // Each prefix that ends a component, shortest first.
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    const std::string part = path.substr(0, pos);
+    if (part.empty() || part.back() == '/') continue; // "//" or the root
+    if (::mkdir(part.c_str(), 0700) == 0) {
+      // mkdir's mode passes through the umask; the run dir promises 0700.
+      if (::chmod(part.c_str(), 0700) != 0) return os_error("chmod 0700", part, errno);
+      continue;
+    }
+    const int e = errno;
+    if (e != EEXIST) return os_error("mkdir", part, e);
+    struct stat st {};
+    if (::stat(part.c_str(), &st) != 0) return os_error("stat", part, errno);
+    if (!S_ISDIR(st.st_mode)) return os_error("mkdir", part, ENOTDIR);
+  }
+  return {};
+}
+
+Error write_file_atomic(const std::string& path, std::string_view content) {
+  static std::atomic<std::uint64_t> counter{0};
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  // Hidden and unique per process and call, so concurrent writers and
+  // readers listing the directory never trip over it.
+  const std::string tmp = dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
+  Error err;
+  const int fd = detail::open_private(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, err);
+  if (fd < 0) return err;
+  err = detail::write_all(fd, content, tmp);
+  if (!err) {
+    while (::fsync(fd) != 0) {
+      if (errno != EINTR) {
+        err = os_error("fsync", tmp, errno);
+        break;
+      }
+    }
+  }
+  detail::close_fd(fd);
+  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
+  if (err) ::unlink(tmp.c_str());
+  return err;
+}
+
+std::unique_ptr<AppendFile> AppendFile::open(const std::string& path, Error& err, bool truncate) {
+  err = {};
+  const int fd = detail::open_private(path, O_WRONLY | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), err);
+  if (fd < 0) return nullptr;
+  return std::unique_ptr<AppendFile>(new AppendFile(fd, path));
+}
+
+AppendFile::~AppendFile() {
+  (void)flush();
+  detail::close_fd(fd_);
+}
+
+Error AppendFile::write(std::string_view data) {
+  if (buf_.size() + data.size() > buffer_limit) {
+    if (Error e = flush()) return e;
+    // Bigger than the whole buffer: straight out, no copy.
+    if (data.size() >= buffer_limit) return detail::write_all(fd_, data, path_);
+  }
+  if (buf_.capacity() == 0) buf_.reserve(64u << 10);
+  buf_.append(data);
+  return {};
+}
+
+Error AppendFile::flush() {
+  if (buf_.empty()) return {};
+  Error e = detail::write_all(fd_, buf_, path_);
+  // Dropped even on error: keeping it would grow memory without bound on a
+  // full disk, and the WAL still holds the data.
+  buf_.clear();
+  return e;
+}
+
+Error AppendFile::sync() {
+  if (Error e = flush()) return e;
+  while (::fdatasync(fd_) != 0) {
+    if (errno != EINTR) return os_error("fdatasync", path_, errno);
+  }
+  return {};
+}
+
+} // namespace chorus::io

@@ -1,0 +1,56 @@
+// File primitives for everything chorus writes: directories 0700 and files
+// 0600 whatever the umask, files rewritten atomically, and append-only files
+// written in large pieces.
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace chorus::io {
+
+/// mkdir -p: creates `path` and its missing parents with mode 0700 (what
+/// exists already is left as it is).
+[[nodiscard]] Error make_dirs(const std::string& path);
+
+/// Replaces `path` with `content` (mode 0600) so that a reader, or a crash,
+/// sees the old file or the new one and never a mix: a temporary file in the
+/// same directory, fsync, rename.
+[[nodiscard]] Error write_file_atomic(const std::string& path, std::string_view content);
+
+/// An append-only file (mode 0600, O_APPEND) written in large pieces: writes
+/// gather in memory up to `buffer_limit` and go out in one write(2).
+class AppendFile {
+public:
+  static constexpr std::size_t buffer_limit = 1u << 20;
+
+  /// Opens or creates `path`; `truncate` starts it empty. nullptr and `err` on failure.
+  [[nodiscard]] static std::unique_ptr<AppendFile> open(const std::string& path, Error& err, bool truncate = false);
+
+  /// Flushes (an error there is lost: call flush() first to see it).
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  /// Buffers `data`; writes out first if the buffer would pass buffer_limit.
+  [[nodiscard]] Error write(std::string_view data);
+  /// Writes the buffer with one write(2).
+  [[nodiscard]] Error flush();
+  /// flush(), then fdatasync.
+  [[nodiscard]] Error sync();
+
+  [[nodiscard]] std::size_t buffered() const noexcept { return buf_.size(); }
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+private:
+  AppendFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd_ = -1;
+  std::string path_;
+  std::string buf_;
+};
+
+} // namespace chorus::io

@@ -1,0 +1,268 @@
+#include "io/platform/posix.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace chorus::io::detail {
+namespace {
+
+/// Whether `fd`, just connected, is connected to itself (see tcp_probe).
+bool connected_to_itself(int fd) {
+  sockaddr_storage mine{}, peer{};
+  socklen_t mine_len = sizeof mine, peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+    return false;
+  return mine_len == peer_len && std::memcmp(&mine, &peer, mine_len) == 0;
+}
+
+std::string_view fix_for(int errnum) {
+  switch (errnum) {
+  case ENOSPC:
+  case EDQUOT:
+    return "Free disk space, or point CHORUS_DIR at a filesystem with room.";
+  case EACCES:
+  case EPERM:
+    return "Check the owner and permissions of the run directory, or point CHORUS_DIR at a writable one.";
+  case EROFS:
+    return "The filesystem is read-only: point CHORUS_DIR at a writable one.";
+  case ENOENT:
+  case ENOTDIR:
+    return "Check that the path exists and that each part of it is a directory.";
+  case EMFILE:
+  case ENFILE:
+    return "Too many open files: raise the limit (ulimit -n) or close files.";
+  case EIO:
+    return "The device reported an I/O error: check the disk and the kernel log.";
+  default:
+    return "Check that the run directory is on a healthy, writable local filesystem.";
+  }
+}
+
+// Why open_regular met ELOOP: the last part of `path` is a link (one that
+// loops, or not), or a loop lies in a directory part of it.
+Error link_error(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
+    return Error{Errc::io_error, "cannot open " + path + ": a directory in its path is a symbolic link loop (" +
+                                     std::strerror(ELOOP) + "). Replace the looping link with a real directory"};
+  const bool loops = ::stat(path.c_str(), &st) != 0 && errno == ELOOP;
+  return Error{Errc::io_error, path + (loops ? " is a symbolic link loop (it leads back to itself)"
+                                             : " is a symbolic link") +
+                                   ": chorus reads and writes only regular files inside a run directory and follows "
+                                   "no link there. Replace the link with the file it should be, or remove it"};
+}
+
+// Closes `fd` and sets `err` unless it is a regular file; clears the
+// O_NONBLOCK it was opened with (regular files never block, and reads and
+// writes should behave as usual).
+bool keep_if_regular(int fd, const std::string& path, Error& err, int* err_no) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool stat_failed = st.st_mode == 0;
+    const int e = errno;
+    close_fd(fd);
+    if (err_no) *err_no = stat_failed ? e : EINVAL;
+    err = stat_failed ? os_error("fstat", path, e)
+                      : Error{Errc::io_error, std::string(path) + " is not a regular file (" +
+                                                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                                                   : S_ISDIR(st.st_mode) ? "a directory"
+                                                   : S_ISSOCK(st.st_mode) ? "a socket"
+                                                                          : "a device") +
+                                                  "): a run directory holds regular files only; remove it, or "
+                                                  "point chorus at the real run directory"};
+    return false;
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return true;
+}
+
+} // namespace
+
+Error os_error(std::string_view what, std::string_view path, int errnum) {
+  std::string m;
+  m.reserve(what.size() + path.size() + 128);
+  m.append(what).append(" on ").append(path).append(": ").append(std::strerror(errnum)).append(". ");
+  m.append(fix_for(errnum));
+  return Error{Errc::io_error, std::move(m)};
+}
+
+int open_private(const std::string& path, int flags, Error& err) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    err = errno == ELOOP ? link_error(path) : os_error("open", path, errno);
+    return -1;
+  }
+  if (!keep_if_regular(fd, path, err, nullptr)) return -1;
+  // The umask may have taken bits away from 0600 (or the file pre-existed
+  // with looser ones): set the mode the run directory promises.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    err = os_error("fstat", path, errno);
+    close_fd(fd);
+    return -1;
+  }
+  if ((st.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0) {
+    err = os_error("fchmod 0600", path, errno);
+    close_fd(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int open_regular(const std::string& path, int flags, Error& err, int* err_no) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int e = errno;
+    if (err_no) *err_no = e;
+    err = e == ELOOP ? link_error(path) : os_error("cannot open", path, e);
+    return -1;
+  }
+  if (!keep_if_regular(fd, path, err, err_no)) return -1;
+  if (err_no) *err_no = 0;
+  return fd;
+}
+
+Error write_all(int fd, iovec* iov, int n, std::string_view path) {
+  while (n > 0) {
+    const ssize_t w = ::writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return os_error("write", path, errno);
+    }
+    auto left = static_cast<std::size_t>(w);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return {};
+}
+
+Error write_all(int fd, std::string_view data, std::string_view path) {
+  iovec v{const_cast<char*>(data.data()), data.size()};
+  return write_all(fd, &v, 1, path);
+}
+
+Error read_text(const std::string& path, std::string& out, bool missing_ok, std::size_t max_bytes) {
+  out.clear();
+  Error err;
+  int err_no = 0;
+  const int fd = open_regular(path, O_RDONLY, err, &err_no);
+  if (fd < 0) {
+    if (err_no == ENOENT && missing_ok) return {};
+    return err;
+  }
+  auto too_big = [&] {
+    close_fd(fd);
+    out.clear();
+    return Error{Errc::io_error, path + " is larger than " + std::to_string(max_bytes >> 20) +
+                                     " MiB, far more than chorus writes there: it is damaged or not a run file. "
+                                     "Move it aside, or restore it (chorus recover rebuilds a run's files from its WAL)"};
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big();
+  char buf[1 << 16];
+  for (;;) {
+    // A file growing under the reader is held to the bound as well.
+    if (out.size() > max_bytes) return too_big();
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      close_fd(fd);
+      return os_error("cannot read", path, e);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  close_fd(fd);
+  return {};
+}
+
+void close_fd(int fd) noexcept {
+  if (fd >= 0) ::close(fd);
+}
+
+std::int64_t unix_now_us() noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string this_host() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return {};
+  return buf;
+}
+
+bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    why = std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc);
+    return false;
+  }
+  bool ok = false;
+  for (addrinfo* ai = res; ai && !ok; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        ok = err == 0;
+        if (!ok) why = std::strerror(err);
+      } else {
+        why = "no answer";
+      }
+    } else {
+      why = std::strerror(errno);
+    }
+    if (ok && connected_to_itself(fd)) {
+      ok = false;
+      why = std::strerror(ECONNREFUSED);
+      const linger reset{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return ok;
+}
+
+std::string ephemeral_port_note(std::uint16_t port) {
+  int low = 0, high = -1;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); !(range >> low >> high)) return {};
+  if (port < low || port > high) return {};
+  return " Port " + std::to_string(port) + " lies in this machine's ephemeral range (" + std::to_string(low) + "-" +
+         std::to_string(high) + "), from which outgoing connections take their ports: a port below " +
+         std::to_string(low) + " is not taken that way.";
+}
+
+} // namespace chorus::io::detail

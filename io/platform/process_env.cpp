@@ -1,0 +1,31 @@
+// What this process reads of its own surroundings for options and topology:
+// its environment variables and, under MPICH's Hydra, the proxy it descends
+// from (read from /proc by io/procfs, hence built into chorus_io).
+#include "runtime/core/options.hpp"
+
+#include "io/platform/procfs.hpp"
+
+#include <cstdlib>
+
+namespace chorus::detail {
+
+Env process_env() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    if (name == hydra_proxy) {
+      const std::optional<io::ProcessId> proxy = io::find_ancestor("hydra_pmi_proxy");
+      if (!proxy) return std::nullopt;
+      return std::to_string(proxy->pid) + "-" + std::to_string(proxy->start_ticks);
+    }
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+} // namespace chorus::detail
+
+namespace chorus {
+
+Topology detect_topology(Error& error) { return detail::detect_topology(detail::process_env(), error); }
+
+} // namespace chorus

@@ -1,0 +1,428 @@
+// RunWriter (run_writer.hpp): the readable files of a run directory.
+#include "io/store/run_writer.hpp"
+#include "io/platform/files.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/run_record.hpp"
+#include "runtime/core/json.hpp"
+#include "runtime/core/wire.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace chorus::io {
+namespace {
+
+void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
+// A JSON object merged key by key (a later value replaces an earlier one),
+// keeping the order keys first appeared in. Values are kept as JSON text.
+struct ObjectMerge {
+  std::vector<std::pair<std::string, std::string>> items;
+  std::unordered_map<std::string, std::size_t> index;
+
+  void set(std::string_view key, std::string json) {
+    auto [it, fresh] = index.try_emplace(std::string(key), items.size());
+    if (fresh)
+      items.emplace_back(key, std::move(json));
+    else
+      items[it->second].second = std::move(json);
+  }
+  [[nodiscard]] bool has(const std::string& key) const { return index.contains(key); }
+};
+
+// One column of the history: a key, or a key/rank-N.
+struct Series {
+  std::string name;
+  std::string quoted; // "name": ready to append
+  double last = 0;
+};
+
+// One attempt of the run: a run_start to its run_end (Options::resume).
+struct Segment {
+  std::int64_t start_us = 0;
+  std::optional<std::int64_t> end_us;
+  RunState state = RunState::running;
+};
+
+struct RankInfo {
+  RunState state = RunState::running;
+  std::int64_t last_step = -1;
+  std::string host;
+  std::string message;
+  bool operator==(const RankInfo&) const = default;
+};
+
+} // namespace
+
+struct RunWriter::State {
+  std::string dir;
+  std::function<std::string_view(std::uint32_t)> key_name;
+  Error error;
+
+  std::unique_ptr<AppendFile> history;
+  std::unique_ptr<AppendFile> rejected_file;
+  std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
+  std::string line; // reused for every line, so rows do not allocate
+
+  std::vector<Series> series;
+  std::unordered_map<std::uint64_t, std::uint32_t> series_of; // key << 32 | rank
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> counts; // series, count; per row
+
+  ObjectMerge config;
+  ObjectMerge summary;
+  RunRecord identity; // who the run is, from run_start
+  bool config_dirty = false;
+  bool summary_dirty = false;
+  bool run_json_dirty = false; // rank states changed since run.json was written
+
+  std::map<int, RankInfo> ranks; // the current attempt's
+  std::vector<Segment> segments;
+  // The exit codes `chorus launch` added to an earlier run.json, by attempt:
+  // they are nowhere in the WAL, so a rebuild carries them over.
+  std::vector<std::optional<ExitCodes>> exit_codes;
+  std::uint32_t world_size = 0;
+  std::uint64_t rows = 0;
+  std::uint64_t rejected_values = 0;
+  std::int64_t last_step = 0;
+  std::int64_t last_ts_us = 0;
+  std::int64_t last_runtime_us = 0;
+
+  simdjson::dom::parser parser;
+
+  void fail(Error e) {
+    if (e && !error) error = std::move(e);
+  }
+
+  // Room held on the run's disk for its last words: where the disk fills up
+  // under the run, freeing it lets the end state and the reason reach run.json.
+  static constexpr off_t room = 256 << 10;
+  bool holds_room = false;
+  void hold_room() {
+    Error ignored;
+    const int fd = detail::open_private(file(".reserve"), O_WRONLY | O_CREAT | O_TRUNC, ignored);
+    if (fd < 0) return;
+    holds_room = ::posix_fallocate(fd, 0, room) == 0;
+    detail::close_fd(fd);
+    if (!holds_room) ::unlink(file(".reserve").c_str());
+  }
+  void release_room() {
+    if (holds_room) ::unlink(file(".reserve").c_str());
+    holds_room = false;
+  }
+  [[nodiscard]] std::string file(std::string_view name) const { return dir + "/" + std::string(name); }
+
+  Series& series_for(std::uint32_t key, std::int32_t rank) {
+    const std::uint64_t id = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(rank);
+    auto [it, fresh] = series_of.try_emplace(id, static_cast<std::uint32_t>(series.size()));
+    if (fresh) {
+      Series s;
+      s.name = std::string(key_name(key));
+      if (rank >= 0) s.name.append("/rank-").append(std::to_string(rank));
+      append_json_string(s.quoted, s.name);
+      s.quoted.push_back(':');
+      series.push_back(std::move(s));
+    }
+    return series[it->second];
+  }
+
+  // Merges the members of a JSON object into `into`; false if it is not one.
+  bool merge(ObjectMerge& into, std::string_view json, std::string_view what) {
+    simdjson::dom::object obj;
+    if (auto e = parser.parse(json.data(), json.size()).get(obj)) {
+      fail(Error{Errc::invalid_argument, std::string(what) + " was not a JSON object (" + simdjson::error_message(e) +
+                                             "); it was left out of " + dir + ". Pass key/value fields."});
+      return false;
+    }
+    for (auto [k, v] : obj) into.set(k, simdjson::minify(v));
+    return true;
+  }
+
+  void write_object(const std::string& name, const ObjectMerge& obj) {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    for (const auto& [k, v] : obj.items) w.key(k).raw(v);
+    w.end_object();
+    out.push_back('\n');
+    fail(write_file_atomic(file(name), out));
+  }
+
+  void write_summary() {
+    std::string out = summary_text();
+    out.push_back('\n');
+    fail(write_file_atomic(file("summary.json"), out));
+    summary_dirty = false;
+  }
+
+  /// summary.json's object: the automatic last values, and run.summary over them.
+  [[nodiscard]] std::string summary_text() const {
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    if (rows != 0) {
+      // The automatic part: W&B's _step/_runtime/_timestamp and each column's last value.
+      std::string t;
+      if (!summary.has("_step")) w.key("_step").integer(last_step);
+      if (!summary.has("_runtime")) {
+        append_json_seconds(t, last_runtime_us);
+        w.key("_runtime").raw(t);
+      }
+      if (!summary.has("_timestamp")) {
+        t.clear();
+        append_json_seconds(t, last_ts_us);
+        w.key("_timestamp").raw(t);
+      }
+      for (const Series& s : series)
+        if (!summary.has(s.name)) w.key(s.name).number(s.last);
+    }
+    for (const auto& [k, v] : summary.items) w.key(k).raw(v);
+    w.end_object();
+    return out;
+  }
+
+  void write_run_json() {
+    RunRecord r = identity;
+    // The run's times and state: from its first attempt's start to its last's end.
+    const Segment none;
+    const Segment& last = segments.empty() ? none : segments.back();
+    // The last attempt's exit codes, where a rebuild knows them already: they
+    // stay at the top level, where launch adds them to the live run.json, so
+    // that a rebuild from the WAL gives the same file. (A run.json written
+    // before the first run_start, for a WAL that failed, has no attempt yet: no codes.)
+    if (!segments.empty() && segments.size() <= exit_codes.size()) r.exit_codes = exit_codes[segments.size() - 1];
+    const std::string exit_failure =
+        last.state == RunState::finished && r.exit_codes ? failure_of_exit_codes(*r.exit_codes) : "";
+    r.state = to_string(exit_failure.empty() ? last.state : RunState::failed);
+    r.start_us = segments.empty() ? 0 : segments.front().start_us;
+    r.end_us = last.end_us;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      RunRecord::Segment& g = r.segments.emplace_back();
+      g.start_us = segments[i].start_us;
+      g.end_us = segments[i].end_us;
+      g.state = to_string(segments[i].state);
+      if (i + 1 < segments.size() && i < exit_codes.size()) g.exit_codes = exit_codes[i];
+    }
+    r.world_size = world_size;
+    r.rows = static_cast<std::int64_t>(rows);
+    r.rejected = static_cast<std::int64_t>(rejected_values);
+    // What could not be written, where the files are incomplete (the WAL or a file of the run).
+    if (error.code() == Errc::io_error)
+      r.error = error.message();
+    else if (!exit_failure.empty())
+      r.error = exit_failure;
+    for (const auto& [rank, k] : ranks)
+      r.ranks.push_back({rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
+    fail(r.write(file("run.json")));
+    run_json_dirty = false;
+  }
+};
+
+RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32_t)> key_name)
+    : s_(std::make_unique<State>()) {
+  s_->dir = std::move(dir);
+  s_->key_name = std::move(key_name);
+  s_->line.reserve(4096);
+  if (Error e = make_dirs(s_->dir)) {
+    s_->fail(std::move(e));
+    return;
+  }
+  Error e;
+  s_->history = AppendFile::open(s_->file("history.jsonl"), e, /*truncate=*/true);
+  s_->fail(std::move(e));
+  s_->rejected_file = AppendFile::open(s_->file("rejected.jsonl"), e, /*truncate=*/true);
+  s_->fail(std::move(e));
+}
+
+RunWriter::~RunWriter() {
+  flush();
+  s_->release_room();
+}
+
+void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
+  State& s = *s_;
+  s.segments.push_back(Segment{ts_us, std::nullopt, RunState::running});
+  s.ranks.clear(); // a resumed attempt's ranks join afresh
+  s.world_size = world_size;
+  s.identity = {};
+  std::string why;
+  if (std::optional<RunRecord> parsed = RunRecord::parse(run_json, why))
+    s.identity = parsed->identity();
+  else
+    s.fail(Error{Errc::invalid_argument, "run_start's identity " + why + "; it was left out of " + s.dir});
+  // Readers find every file from the start, if empty.
+  s.config_dirty = s.summary_dirty = true;
+  s.write_run_json();
+  flush();
+  s.hold_room();
+}
+
+void RunWriter::row(const chorus::detail::Row& row) {
+  State& s = *s_;
+  std::string& l = s.line;
+  l.clear();
+  l.append("{\"_step\":");
+  append_int(l, row.step);
+  l.append(",\"_timestamp\":");
+  append_json_seconds(l, row.ts_us);
+  l.append(",\"_runtime\":");
+  append_json_seconds(l, row.runtime_us);
+  s.counts.clear();
+  for (const auto& v : row.values) {
+    Series& col = s.series_for(v.key, v.rank);
+    col.last = v.value;
+    l.push_back(',');
+    l.append(col.quoted);
+    append_json_number(l, v.value);
+    if (v.count != 0) s.counts.emplace_back(static_cast<std::uint32_t>(&col - s.series.data()), v.count);
+  }
+  if (!s.counts.empty()) {
+    l.append(",\"_count\":{");
+    for (std::size_t i = 0; i < s.counts.size(); ++i) {
+      if (i != 0) l.push_back(',');
+      l.append(s.series[s.counts[i].first].quoted);
+      append_int(l, s.counts[i].second);
+    }
+    l.push_back('}');
+  }
+  l.append("}\n");
+  if (s.history) s.fail(s.history->write(l));
+  ++s.rows;
+  s.last_step = row.step;
+  s.last_ts_us = row.ts_us;
+  s.last_runtime_us = row.runtime_us;
+  s.summary_dirty = true;
+}
+
+void RunWriter::config(int /*rank*/, std::string_view json_object) {
+  // Ranks share one config, as W&B's does: the last write of a key wins.
+  if (s_->merge(s_->config, json_object, "a config() call")) s_->config_dirty = true;
+}
+
+void RunWriter::summary(int /*rank*/, std::string_view json_object) {
+  if (s_->merge(s_->summary, json_object, "a summary() call")) s_->summary_dirty = true;
+}
+
+void RunWriter::rejected(int rank, std::uint64_t seq, std::int64_t step,
+                         std::span<const std::pair<std::string_view, double>> values, const Error& why) {
+  State& s = *s_;
+  std::string& l = s.line;
+  l.clear();
+  JsonWriter w(l);
+  w.begin_object();
+  w.key("rank").integer(rank);
+  w.key("seq").uinteger(seq);
+  w.key("step");
+  if (step == wire::auto_step)
+    w.null();
+  else
+    w.integer(step);
+  w.key("error").string(to_string(why.code()));
+  w.key("message").string(why.message());
+  w.key("values").begin_object();
+  for (const auto& [k, v] : values) w.key(k).number(v);
+  w.end_object();
+  w.end_object();
+  l.push_back('\n');
+  if (s.rejected_file) s.fail(s.rejected_file->write(l));
+  s.rejected_values += values.size();
+}
+
+void RunWriter::rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
+                           std::string_view reason) {
+  RankInfo next{state, last_step, std::string(host), std::string(reason)};
+  auto [it, fresh] = s_->ranks.try_emplace(rank, next);
+  if (!fresh) {
+    if (it->second == next) return;
+    it->second = std::move(next);
+  }
+  // Written at the next flush, not per change: a job of R ranks joining and
+  // finishing would otherwise rewrite (and sync) a file of R ranks 2R times.
+  s_->run_json_dirty = true;
+}
+
+void RunWriter::completed(int, std::uint64_t, const Error*) {}
+
+std::string RunWriter::summary_json() const { return s_->summary_text(); }
+
+void RunWriter::run_end(RunState state, std::int64_t ts_us) {
+  State& s = *s_;
+  if (!s.segments.empty()) {
+    s.segments.back().state = state;
+    s.segments.back().end_us = ts_us;
+  }
+  s.release_room();
+  if (s.error.code() == Errc::io_error) {
+    // The disk is failing: the end state and the reason take the room first.
+    s.write_summary();
+    s.write_run_json();
+  }
+  flush();
+  if (s.history) s.fail(s.history->sync());
+  s.write_summary();
+  s.write_run_json();
+}
+
+std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {
+  State& s = *s_;
+  // No run.json, or a torn one, has nothing to carry over; one that is not a
+  // regular file (a FIFO, a link) is not opened as one (RunRecord::read refuses it).
+  Error ignored;
+  const std::optional<RunRecord> run = RunRecord::read(run_json_path, ignored);
+  if (!run) return std::nullopt;
+  s.exit_codes.clear();
+  for (const RunRecord::Segment& seg : run->segments) s.exit_codes.push_back(seg.exit_codes);
+  // launch adds the codes of the attempt that ended last at the top level.
+  if (run->exit_codes) {
+    if (s.exit_codes.empty()) s.exit_codes.emplace_back();
+    s.exit_codes.back() = run->exit_codes;
+  }
+  return run->run_state();
+}
+
+void RunWriter::note_error(const Error& e) {
+  s_->error = e; // the run's own failure outranks a file's
+  s_->run_json_dirty = true;
+}
+
+void RunWriter::system_line(std::string_view json_line) {
+  State& s = *s_;
+  if (!s.system_file) {
+    Error e;
+    s.system_file = AppendFile::open(s.file("system.jsonl"), e);
+    if (e) return s.fail(std::move(e));
+  }
+  s.fail(s.system_file->write(json_line));
+  s.fail(s.system_file->write("\n"));
+}
+
+void RunWriter::flush() {
+  State& s = *s_;
+  if (s.history) s.fail(s.history->flush());
+  if (s.system_file) s.fail(s.system_file->flush());
+  if (s.rejected_file) s.fail(s.rejected_file->flush());
+  if (s.config_dirty) {
+    s.write_object("config.json", s.config);
+    s.config_dirty = false;
+  }
+  if (s.summary_dirty) s.write_summary();
+  if (s.run_json_dirty) s.write_run_json();
+}
+
+const Error& RunWriter::error() const noexcept { return s_->error; }
+const std::string& RunWriter::dir() const noexcept { return s_->dir; }
+std::uint64_t RunWriter::rows() const noexcept { return s_->rows; }
+std::uint64_t RunWriter::rejected_values() const noexcept { return s_->rejected_values; }
+
+} // namespace chorus::io

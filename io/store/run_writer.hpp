@@ -1,0 +1,84 @@
+// The RunWriter: the readable files of a run directory (README, "The run
+// directory"), written from the merged history.
+#pragma once
+
+#include "runtime/core/history.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace chorus::io {
+
+/// Writes the readable files of a run directory from what the Merger
+/// produces: history.jsonl, config.json, summary.json, rejected.jsonl and
+/// run.json. It owns those files and starts them afresh, because it is fed
+/// a run's whole stream (live, or replayed from the WAL by `chorus recover`).
+///
+/// The sink interface returns nothing, so I/O errors are kept: error()
+/// holds the first one, and writing goes on where it still can.
+class RunWriter final : public chorus::detail::HistorySink {
+public:
+  /// `key_name` maps the key ids of a Row to names (Merger::key_name).
+  RunWriter(std::string dir, std::function<std::string_view(std::uint32_t)> key_name);
+  /// Flushes.
+  ~RunWriter() override;
+  RunWriter(const RunWriter&) = delete;
+  RunWriter& operator=(const RunWriter&) = delete;
+
+  void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override;
+  void row(const chorus::detail::Row& row) override;
+  void config(int rank, std::string_view json_object) override;
+  void summary(int rank, std::string_view json_object) override;
+  void rejected(int rank, std::uint64_t seq, std::int64_t step,
+                std::span<const std::pair<std::string_view, double>> values, const Error& why) override;
+  void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
+                  std::string_view reason) override;
+  /// Acks are the Run actor's business: ignored.
+  void completed(int rank, std::uint64_t seq, const Error* err) override;
+  /// Flushes everything and rewrites summary.json and run.json with the end state.
+  void run_end(RunState state, std::int64_t ts_us) override;
+
+  /// Appends one line (a JSON object) to system.jsonl. System samples are
+  /// not in the WAL: `chorus recover` leaves the file as it is.
+  void system_line(std::string_view json_line);
+
+  /// Writes buffered history and rejected lines, and config.json,
+  /// summary.json and run.json (rank states) if they changed. Each rewrite costs an fsync: call this
+  /// on a timer or per batch, not per row.
+  void flush();
+
+  /// summary.json's object as it stands: each column's last value, with
+  /// what run.summary set over them.
+  [[nodiscard]] std::string summary_json() const;
+
+  /// Takes from the run.json at `run_json_path`, which a replay of the WAL
+  /// is about to rebuild, what the WAL lacks: the exit codes `chorus launch`
+  /// added (its "segments" and its top-level "exit_codes", the last
+  /// attempt's), so that each attempt keeps its own. Returns the state it
+  /// records (launch marks a run it stopped killed), if it has one.
+  std::optional<RunState> carry_over(const std::string& run_json_path);
+
+  /// Records `e` as the run's error (its WAL failed, say): run.json says so.
+  void note_error(const Error& e);
+
+  /// The first error met (Errc::io_error for the filesystem, invalid_argument
+  /// for a config or summary that was not a JSON object); ok if none.
+  [[nodiscard]] const Error& error() const noexcept;
+  [[nodiscard]] const std::string& dir() const noexcept;
+  [[nodiscard]] std::uint64_t rows() const noexcept;
+  [[nodiscard]] std::uint64_t rejected_values() const noexcept;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+} // namespace chorus::io

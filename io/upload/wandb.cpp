@@ -1,0 +1,303 @@
+// The W&B backend (GraphQL + file_stream, as the W&B servers answer):
+//
+//   open    upsertBucket (name = the run id, so that a retry or a resumed
+//           upload finds the same run) with the config, and state
+//           "running" while the run trains or a resumed attempt is still to
+//           end on the server (so that its earlier end is undone); the
+//           server's historyLineCount says where its history ends;
+//   send    one file_stream request: history lines → wandb-history.jsonl,
+//           system lines → wandb-events.jsonl, summary.json →
+//           wandb-summary.json, and at the end "complete" and the exit code;
+//           a changed config goes through upsertBucket again.
+//
+// Exactly once: file_stream places lines at the offsets the request names,
+// so a request sent again (its answer lost, the process killed) replaces the
+// same lines with themselves.
+//
+// Client-side limits, as the official client keeps them: one request per
+// CHORUS_WANDB_INTERVAL seconds (default 15) while the run trains, requests
+// under 10 MiB, and at the end everything left at once.
+#include "io/platform/posix.hpp"
+#include "io/upload/backends.hpp"
+#include "runtime/core/json.hpp"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace chorus::io::detail {
+namespace {
+
+constexpr std::size_t max_request = 8u << 20; // under the ~10 MiB the server takes
+constexpr std::chrono::milliseconds request_cap{30'000};
+constexpr std::chrono::milliseconds ended_interval{500}; // ~2 requests a second per run at most
+
+constexpr const char* upsert_query =
+    "mutation UpsertBucket($id: String, $name: String, $project: String, $entity: String, $groupName: String, "
+    "$displayName: String, $notes: String, $config: JSONString, $jobType: String, $state: String, $host: String, "
+    "$tags: [String!], $summaryMetrics: JSONString) { upsertBucket(input: {id: $id, name: $name, modelName: "
+    "$project, entityName: $entity, groupName: $groupName, displayName: $displayName, notes: $notes, config: "
+    "$config, jobType: $jobType, state: $state, host: $host, tags: $tags, summaryMetrics: $summaryMetrics}) { "
+    "bucket { id name displayName project { name entity { name } } historyLineCount } inserted } }";
+
+class WandbBackend final : public Backend {
+public:
+  WandbBackend(const UploadTarget& target, HttpClient& http, std::string key, std::chrono::milliseconds interval)
+      : target_(target), http_(http), key_(std::move(key)), interval_(interval) {}
+
+  Sent open(const RunSnapshot& run, UploadState& st) override {
+    std::string config;
+    (void)read_text(run.dir + "/config.json", config, true);
+    std::int64_t lines = 0;
+    // A resumed run (Options::resume) trains again after an earlier
+    // attempt's end went up, and W&B keeps the state that end set: so the
+    // run is set running again until this attempt's end completes it (also
+    // where that attempt ended before any of it went up, synced later).
+    Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines, !run.ended || st.earlier_end_delivered());
+    if (s.delivery != Delivery::ok) return s;
+    if (static_cast<std::uint64_t>(lines) < st.history.lines) {
+      // The server has fewer lines than were delivered (it lost some): send
+      // them again from where it stands.
+      skip_ = static_cast<std::uint64_t>(lines);
+      st.history = {};
+    }
+    return s;
+  }
+
+  Sent send(const RunSnapshot& run, const Batch& b, UploadState& st) override {
+    const auto now = std::chrono::steady_clock::now();
+    const bool ending = run.ended;
+    const auto interval = ending ? ended_interval : interval_;
+    if (last_ != SteadyTime() && now < last_ + interval) {
+      Sent wait;
+      wait.not_before = last_ + interval;
+      return wait;
+    }
+    if (b.config) {
+      Sent s = upsert(run, st, b.config, nullptr);
+      if (s.delivery != Delivery::ok) return s;
+      s.config = true;
+      return s;
+    }
+
+    Sent s;
+    std::string body;
+    JsonWriter w(body);
+    w.begin_object().key("files").begin_object();
+    std::size_t lines_skipped = 0;
+    // History: the lines the server already has (after a rewind) are skipped.
+    std::size_t h = 0;
+    while (h < b.history.size() && b.history_from.lines + h < skip_) ++h, ++lines_skipped;
+    const std::size_t h_first = h;
+    std::uint64_t points = 0;
+    if (h < b.history.size()) {
+      w.key("wandb-history.jsonl").begin_object().key("offset").uinteger(b.history_from.lines + h);
+      w.key("content").begin_array();
+      for (; h < b.history.size() && body.size() + b.history[h].size() < max_request; ++h) {
+        w.string(b.history[h]);
+        points += count_values(b.history[h]);
+      }
+      w.end_array().end_object();
+    }
+    std::size_t e = 0;
+    if (!b.system.empty() && body.size() < max_request / 2) {
+      w.key("wandb-events.jsonl").begin_object().key("offset").uinteger(b.system_from.lines);
+      w.key("content").begin_array();
+      for (; e < b.system.size() && body.size() + b.system[e].size() < max_request; ++e) {
+        w.string(b.system[e]);
+        points += count_values(b.system[e]);
+      }
+      w.end_array().end_object();
+    }
+    const bool all = h == b.history.size() && e == b.system.size();
+    std::string summary_line;
+    if (b.summary && all) {
+      summary_line = minify(*b.summary);
+      w.key("wandb-summary.json").begin_object().key("offset").integer(0).key("content").begin_array();
+      w.string(summary_line).end_array().end_object();
+    }
+    w.end_object();
+    const bool final = b.final && all && (b.summary == nullptr || !summary_line.empty());
+    if (final) w.key("complete").boolean(true).key("exitcode").integer(run.exit_code);
+    w.end_object();
+
+    if (h == h_first && e == 0 && summary_line.empty() && !final) {
+      s.history = lines_skipped;
+      return s;
+    }
+    HttpResponse r = post(target_.base_url + "/files/" + url_encode(st.entity) + "/" + url_encode(st.project) + "/" +
+                              url_encode(st.remote_run) + "/file_stream",
+                          std::move(body));
+    last_ = std::chrono::steady_clock::now();
+    if (!r.ok()) {
+      Sent f = failed(r, "file_stream");
+      f.history = lines_skipped;
+      return f;
+    }
+    s.history = h;
+    s.system = e;
+    s.summary = !summary_line.empty();
+    s.final = final;
+    s.points = points;
+    simdjson::dom::element doc;
+    bool stopped = false;
+    if (parser_.parse(r.body).get(doc) == simdjson::SUCCESS && doc["stopped"].get(stopped) == simdjson::SUCCESS &&
+        stopped && !final) {
+      s.delivery = Delivery::refused;
+      s.stop = true;
+      s.message = "W&B: the run was stopped on the server, and a stopped W&B run takes no more data; what is left stays in the run directory (to upload it elsewhere, sync it to another target)";
+    }
+    return s;
+  }
+
+private:
+  static std::uint64_t count_values(std::string_view line) {
+    // Values are the top-level keys not starting with '_': count `,"` and `{"`
+    // followed by another character than '_' (the lines are chorus's own JSON).
+    std::uint64_t n = 0;
+    int depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (in_string) {
+        if (c == '\\') ++i;
+        else if (c == '"') in_string = false;
+        continue;
+      }
+      if (c == '"') {
+        in_string = true;
+        if (depth == 1 && i > 0 && (line[i - 1] == '{' || line[i - 1] == ',') && i + 1 < line.size() && line[i + 1] != '_') ++n;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        --depth;
+      }
+    }
+    return n;
+  }
+
+  std::string minify(const std::string& json) {
+    simdjson::dom::element doc;
+    if (parser_.parse(json).get(doc) != simdjson::SUCCESS) return "{}";
+    return simdjson::minify(doc);
+  }
+
+  /// {"key": {"value": v}} from config.json's {"key": v}.
+  std::string wandb_config(const std::string& config) {
+    simdjson::dom::element doc;
+    simdjson::dom::object obj;
+    std::string out;
+    JsonWriter w(out);
+    w.begin_object();
+    if (parser_.parse(config).get(doc) == simdjson::SUCCESS && doc.get(obj) == simdjson::SUCCESS)
+      for (auto f : obj) w.key(f.key).begin_object().key("value").raw(simdjson::minify(f.value)).end_object();
+    w.end_object();
+    return out;
+  }
+
+  HttpResponse post(std::string url, std::string body) {
+    HttpRequest req;
+    req.method = "POST";
+    req.url = std::move(url);
+    req.body = std::move(body);
+    req.headers.emplace_back("Content-Type: application/json");
+    req.user = "api";
+    req.password = key_;
+    return perform_capped(http_, req, request_cap);
+  }
+
+  static Sent failed(const HttpResponse& r, const std::string& what) {
+    return not_delivered(r, "W&B", what, "check WANDB_API_KEY");
+  }
+
+  Sent upsert(const RunSnapshot& run, UploadState& st, const std::string* config,
+              std::int64_t* history_lines, bool running = false) {
+    std::string body;
+    JsonWriter w(body);
+    w.begin_object().key("query").string(upsert_query).key("variables").begin_object();
+    w.key("name").string(run.id).key("project").string(run.project);
+    if (!target_.entity.empty()) w.key("entity").string(target_.entity);
+    if (!run.group.empty()) w.key("groupName").string(run.group);
+    w.key("displayName").string(run.name);
+    if (!run.notes.empty()) w.key("notes").string(run.notes);
+    if (!run.job_type.empty()) w.key("jobType").string(run.job_type);
+    if (!run.host.empty()) w.key("host").string(run.host);
+    if (config) w.key("config").string(wandb_config(*config));
+    if (running) w.key("state").string("running");
+    w.key("tags").begin_array();
+    if (!run.mode.empty()) w.string("mode:" + run.mode);
+    if (!run.scope.empty()) w.string("scope:" + run.scope);
+    w.end_array();
+    w.end_object().end_object();
+    HttpResponse r = post(target_.base_url + "/graphql", std::move(body));
+    if (!r.ok()) return failed(r, "upsertBucket");
+    simdjson::dom::element doc, bucket;
+    simdjson::dom::array errors;
+    if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS) {
+      Sent s;
+      s.delivery = Delivery::retry;
+      s.message = "W&B upsertBucket answered something that is not JSON";
+      return s;
+    }
+    if (doc["errors"].get(errors) == simdjson::SUCCESS && errors.size() > 0) {
+      Sent s;
+      s.delivery = Delivery::refused;
+      s.stop = true;
+      s.message = "W&B upsertBucket: " + describe(r);
+      return s;
+    }
+    if (doc["data"]["upsertBucket"]["bucket"].get(bucket) != simdjson::SUCCESS) {
+      Sent s;
+      s.delivery = Delivery::retry;
+      s.message = "W&B upsertBucket answered without a bucket";
+      return s;
+    }
+    std::string_view v;
+    if (bucket["name"].get(v) == simdjson::SUCCESS) st.remote_run = std::string(v);
+    if (bucket["project"]["name"].get(v) == simdjson::SUCCESS) st.project = std::string(v);
+    if (bucket["project"]["entity"]["name"].get(v) == simdjson::SUCCESS) st.entity = std::string(v);
+    if (st.remote_run.empty()) st.remote_run = run.id;
+    if (st.project.empty()) st.project = run.project;
+    std::int64_t count = 0;
+    if (history_lines && bucket["historyLineCount"].get(count) == simdjson::SUCCESS) *history_lines = count;
+    return {};
+  }
+
+  UploadTarget target_;
+  HttpClient& http_;
+  std::string key_;
+  std::chrono::milliseconds interval_;
+  SteadyTime last_{};
+  std::uint64_t skip_ = 0;
+  simdjson::dom::parser parser_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> make_wandb_backend(const UploadTarget& target, HttpClient& http, Error& error) {
+  const char* key = std::getenv("WANDB_API_KEY");
+  if (!key || !*key) {
+    error = Error(Errc::invalid_argument, "uploading to " + target.url +
+                                              " needs a W&B API key: set WANDB_API_KEY (it is never written to the run "
+                                              "directory)");
+    return nullptr;
+  }
+  std::chrono::milliseconds interval{15'000};
+  if (const char* v = std::getenv("CHORUS_WANDB_INTERVAL"); v && *v) {
+    double secs = -1;
+    const char* end = v + std::strlen(v);
+    auto r = std::from_chars(v, end, secs);
+    if (r.ec != std::errc() || r.ptr != end || !(secs >= 0) || secs > 3600) {
+      error = Error(Errc::bad_environment, std::string("CHORUS_WANDB_INTERVAL='") + v +
+                                               "' is not a number of seconds between 0 and 3600 (the least time "
+                                               "between two W&B requests while a run trains; default 15)");
+      return nullptr;
+    }
+    interval = std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000));
+  }
+  return std::make_unique<WandbBackend>(target, http, key, interval);
+}
+
+} // namespace chorus::io::detail

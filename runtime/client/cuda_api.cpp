@@ -1,0 +1,159 @@
+#include "runtime/client/cuda_api.hpp"
+
+#include "io/platform/posix.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <type_traits>
+
+#if defined(CHORUS_CHECK_CUDA_DECLS)
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace chorus::detail::cuda {
+
+namespace {
+
+/// dlopen of the first library of `names` that loads, trying what the process
+/// already has first; `tried` lists what failed and why.
+void* open_first(std::initializer_list<const char*> names, std::string& tried) {
+  for (const char* n : names)
+    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) return h;
+  std::string dirs[3];
+  int ndirs = 0;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') dirs[ndirs++] = std::string(v).append("/lib64/");
+  dirs[ndirs++] = "/usr/local/cuda/lib64/";
+  for (const char* n : names) {
+    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
+    if (const char* e = ::dlerror(); tried.empty() && e != nullptr) tried = e;
+    for (int i = 0; i < ndirs; ++i)
+      if (void* h = ::dlopen(std::string(dirs[i]).append(n).c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  }
+  return nullptr;
+}
+
+/// Fills a function pointer from `lib`; false (naming it in `missing`) if absent.
+template <class F>
+bool bind(void* lib, F& fn, const char* name, std::string& missing) {
+  fn = io::detail::dl_symbol<F>(lib, name);
+  if (fn == nullptr && missing.empty()) missing = name;
+  return fn != nullptr;
+}
+
+struct Loaded {
+  std::once_flag once;
+  bool ok = false;
+  std::string why_not;
+};
+
+Runtime the_runtime;
+Loaded runtime_state;
+Nccl the_nccl;
+Loaded nccl_state;
+
+void load_runtime() {
+  std::string tried;
+  void* lib = open_first({"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}, tried);
+  if (lib == nullptr) {
+    runtime_state.why_not = "the CUDA runtime (libcudart.so) could not be loaded (" + tried +
+                            "): install the CUDA toolkit or put its lib64 directory on LD_LIBRARY_PATH "
+                            "(CUDA_HOME is searched too)";
+    return;
+  }
+  Runtime& r = the_runtime;
+  std::string missing;
+  bool ok = bind(lib, r.GetDeviceCount, "cudaGetDeviceCount", missing) & bind(lib, r.GetDevice, "cudaGetDevice", missing) &
+            bind(lib, r.SetDevice, "cudaSetDevice", missing) & bind(lib, r.Malloc, "cudaMalloc", missing) &
+            bind(lib, r.Free, "cudaFree", missing) & bind(lib, r.HostAlloc, "cudaHostAlloc", missing) &
+            bind(lib, r.FreeHost, "cudaFreeHost", missing) & bind(lib, r.Memcpy, "cudaMemcpy", missing) &
+            bind(lib, r.MemcpyAsync, "cudaMemcpyAsync", missing) &
+            bind(lib, r.EventCreateWithFlags, "cudaEventCreateWithFlags", missing) &
+            bind(lib, r.EventRecord, "cudaEventRecord", missing) & bind(lib, r.EventQuery, "cudaEventQuery", missing) &
+            bind(lib, r.EventSynchronize, "cudaEventSynchronize", missing) &
+            bind(lib, r.EventDestroy, "cudaEventDestroy", missing) &
+            bind(lib, r.StreamCreateWithFlags, "cudaStreamCreateWithFlags", missing) &
+            bind(lib, r.StreamDestroy, "cudaStreamDestroy", missing) &
+            bind(lib, r.StreamWaitEvent, "cudaStreamWaitEvent", missing) &
+            bind(lib, r.StreamQuery, "cudaStreamQuery", missing) &
+            bind(lib, r.StreamSynchronize, "cudaStreamSynchronize", missing) &
+            bind(lib, r.LaunchHostFunc, "cudaLaunchHostFunc", missing) &
+            bind(lib, r.PointerGetAttributes, "cudaPointerGetAttributes", missing) &
+            bind(lib, r.GetErrorName, "cudaGetErrorName", missing) &
+            bind(lib, r.GetErrorString, "cudaGetErrorString", missing);
+  if (!ok) {
+    runtime_state.why_not = "the CUDA runtime that was loaded lacks " + missing +
+                            ": it is older than CUDA 10; use a CUDA 11 or later runtime";
+    return;
+  }
+  runtime_state.ok = true;
+}
+
+void load_nccl() {
+  std::string tried;
+  void* lib = open_first({"libnccl.so.2", "libnccl.so"}, tried);
+  if (lib == nullptr) {
+    nccl_state.why_not = "NCCL (libnccl.so.2) could not be loaded (" + tried +
+                         "): install NCCL or put its directory on LD_LIBRARY_PATH";
+    return;
+  }
+  Nccl& n = the_nccl;
+  std::string missing;
+  bool ok = bind(lib, n.GetVersion, "ncclGetVersion", missing) & bind(lib, n.GetUniqueId, "ncclGetUniqueId", missing) &
+            bind(lib, n.CommInitRankConfig, "ncclCommInitRankConfig", missing) &
+            bind(lib, n.CommGetAsyncError, "ncclCommGetAsyncError", missing) &
+            bind(lib, n.CommAbort, "ncclCommAbort", missing) & bind(lib, n.CommDestroy, "ncclCommDestroy", missing) &
+            bind(lib, n.Reduce, "ncclReduce", missing) & bind(lib, n.AllReduce, "ncclAllReduce", missing) &
+            bind(lib, n.GetErrorString, "ncclGetErrorString", missing);
+  std::string optional;
+  bind(lib, n.CommFinalize, "ncclCommFinalize", optional);
+  if (!ok || n.GetVersion(&n.version) != nccl_success || n.version < 21400) {
+    nccl_state.why_not = "the NCCL that was loaded (version code " + std::to_string(n.version) + ") is older than 2.14" +
+                         (missing.empty() ? std::string() : std::string(" (it lacks ").append(missing).append(")")) +
+                         ": chorus needs NCCL 2.14 or later for its non-blocking communicator";
+    return;
+  }
+  nccl_state.ok = true;
+}
+
+#if defined(CHORUS_CHECK_CUDA_DECLS)
+// Where the toolkit's headers exist, the declarations above must match them.
+static_assert(cudaSuccess == success && cudaErrorNotReady == not_ready);
+static_assert(cudaMemcpyHostToDevice == host_to_device && cudaMemcpyDeviceToHost == device_to_host &&
+              cudaMemcpyDeviceToDevice == device_to_device);
+static_assert(cudaEventDisableTiming == event_disable_timing && cudaStreamNonBlocking == stream_non_blocking);
+static_assert(sizeof(cudaPointerAttributes) <= sizeof(PointerAttributes) &&
+              offsetof(cudaPointerAttributes, device) == offsetof(PointerAttributes, device));
+static_assert(cudaMemoryTypeDevice == memory_device && cudaMemoryTypeManaged == memory_managed);
+static_assert(sizeof(ncclUniqueId) == sizeof(UniqueId) && NCCL_UNIQUE_ID_BYTES == unique_id_bytes);
+static_assert(ncclSuccess == nccl_success && ncclInProgress == nccl_in_progress && ncclFloat32 == nccl_float32);
+static_assert(int{ncclSum} == nccl_sum && int{ncclMax} == nccl_max && int{ncclMin} == nccl_min && int{ncclAvg} == nccl_avg);
+static_assert(offsetof(ncclConfig_t, blocking) == offsetof(NcclConfig, blocking) &&
+              offsetof(ncclConfig_t, netName) == offsetof(NcclConfig, net_name) &&
+              offsetof(ncclConfig_t, splitShare) == offsetof(NcclConfig, split_share));
+#endif
+
+} // namespace
+
+std::string Runtime::describe(int code) const {
+  std::string out = GetErrorName ? GetErrorName(code) : "cudaError";
+  out.append(" (").append(GetErrorString ? GetErrorString(code) : "?").append(")");
+  return out;
+}
+
+const Runtime* runtime(std::string& why_not) {
+  std::call_once(runtime_state.once, load_runtime);
+  if (!runtime_state.ok) why_not = runtime_state.why_not;
+  return runtime_state.ok ? &the_runtime : nullptr;
+}
+
+const Nccl* nccl(std::string& why_not) {
+  std::call_once(nccl_state.once, load_nccl);
+  if (!nccl_state.ok) why_not = nccl_state.why_not;
+  return nccl_state.ok ? &the_nccl : nullptr;
+}
+
+} // namespace chorus::detail::cuda

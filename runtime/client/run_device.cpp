@@ -1,0 +1,122 @@
+// Run::log_device and Run::reduce_device: the trainer-side half of the GPU
+// path (see device.hpp). Slower than log() by design — a few CUDA calls per
+// value — but never a host sync.
+#include "runtime/client/run_impl.hpp"
+#include "runtime/client/system.hpp"
+#include "runtime/core/wire.hpp"
+
+#include <vector>
+
+namespace chorus {
+namespace detail {
+
+Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
+                            std::optional<Reduce> reduce) noexcept {
+  const char* call = reduce ? "reduce_device" : "log_device";
+  try {
+    if (closed_.load(std::memory_order_relaxed))
+      return refuse({Errc::finished, std::string(call) + " after finish: this run has finished and takes no more "
+                                                         "values; log before calling finish()"});
+    const std::size_t n = values.size();
+    if (n == 0) return {};
+    if (n > max_values_per_call || n > ring_.capacity())
+      return refuse({Errc::invalid_argument, std::string(call) + " of " + std::to_string(n) +
+                                                 " values in one call: split the call or raise "
+                                                 "Options::queue_capacity"});
+    if (opts.step && *opts.step < 0)
+      return refuse({Errc::invalid_argument, "step " + std::to_string(*opts.step) + " is negative: steps start at 0"});
+    if (reduce)
+      if (Error e = DeviceReducer::check(*reduce)) return refuse(std::move(e));
+
+    thread_local std::vector<std::uint32_t> ids;
+    thread_local std::vector<const float*> ptrs;
+    ids.resize(n);
+    ptrs.resize(n);
+    auto& keys = KeyTable::instance();
+    for (std::size_t i = 0; i < n; ++i) {
+      ids[i] = keys.intern_metric(values[i].key);
+      // All or nothing: reduce_device is a collective, so every rank must
+      // refuse the same call.
+      if (ids[i] == KeyTable::invalid) {
+        Error e = validate_metric_key(values[i].key);
+        return refuse({e.code(), e.message() + " (nothing of this " + call + " call was logged)"});
+      }
+      ptrs[i] = values[i].value;
+    }
+
+    std::lock_guard lock(device_mu_);
+    if (!device_ && !device_error_) {
+      device_ = DeviceCapture::create(device_error_);
+      device_ptr_.store(device_.get(), std::memory_order_release);
+    }
+    if (device_error_) return refuse(device_error_);
+
+    const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
+    Error err;
+    Capture* captured = nullptr;
+    if (reduce) {
+      if (!reducer_)
+        reducer_ = std::make_unique<DeviceReducer>(
+            *device_, settings_.run_rank, settings_.run_world, settings_.opts.init_timeout,
+            [this](bool provide, std::vector<char>& id) { return system_->exchange_nccl_id(provide, id); });
+      captured = reducer_->reduce(ptrs, *reduce, stream, err);
+      if (err) return refuse(std::move(err));
+      if (captured == nullptr) {
+        // Off the run host nothing comes back to this rank: it only moves its
+        // step, so that automatic steps stay in line with the host's.
+        note_step(opts.step);
+        return push_control(SlotKind::step_mark, [&](Slot& s) { s.step = step; });
+      }
+      // Only the run host logs the result: undeclared, it would be the column
+      // key/rank-0. Declared first, it is `key`, as the reduction it is.
+      for (std::size_t i = 0; i < n; ++i)
+        if (device_declared_.insert(ids[i]).second)
+          (void)push_control(SlotKind::define, [&](Slot& s) {
+            s.key = ids[i];
+            s.reduce = Reduce::first;
+          });
+    } else {
+      captured = device_->capture(ptrs, stream, err);
+      if (err) return refuse(std::move(err));
+    }
+
+    std::uint64_t pos;
+    if (!reserve(static_cast<std::uint32_t>(n), pos, Room::configured)) {
+      device_->release(captured);
+      return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
+    }
+    note_step(opts.step);
+    // Value slots first, the head last: the RankProxy reads a call once its
+    // last slot is published, and a head always names its capture.
+    for (std::size_t j = n; j-- > 0;) {
+      Slot& s = ring_.at(pos + j);
+      s.key = ids[j];
+      s.kind = j == 0 ? SlotKind::device_head : SlotKind::value;
+      s.count = static_cast<std::uint16_t>(n);
+      s.step = step;
+      if (j == 0)
+        s.capture = captured;
+      else
+        s.value = 0;
+      Ring::publish(s, pos + j);
+    }
+    channel_.wake();
+    return Pending(&channel_, pos + n, false);
+  } catch (const std::bad_alloc&) {
+    return refuse({Errc::internal, "out of memory"});
+  }
+}
+
+} // namespace detail
+
+Pending Run::log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_device(values, stream, opts, std::nullopt) : Pending{};
+}
+Pending Run::reduce_device(std::span<const DeviceMetric> values, Reduce op, CudaStream stream,
+                           const LogOptions& opts) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_device(values, stream, opts, op) : Pending{};
+}
+
+} // namespace chorus

@@ -1,0 +1,189 @@
+// The state behind a Run handle: the ring the trainer fills, the channel that
+// completes its tickets, and the actor side (System), which is the only part
+// that knows CAF.
+#pragma once
+
+#include "runtime/client/artifact_copier.hpp"
+#include "runtime/client/channel.hpp"
+#include "runtime/client/device.hpp"
+#include "runtime/client/ingest.hpp"
+#include "runtime/core/options.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace caf {
+class actor_system;
+}
+
+namespace chorus::detail {
+
+class System;
+
+/// How many times this process has been the child of a fork(); bumped by a
+/// pthread_atfork child handler (run.cpp).
+extern std::atomic<unsigned> fork_count;
+
+/// A log call's values share one head slot, which counts them in 16 bits.
+inline constexpr std::size_t max_values_per_call = 0xffff;
+
+/// How a call waits for room in the ring.
+enum class Room : std::uint8_t {
+  configured, // as Options::overflow says: wait (block) or drop the values (drop_newest)
+  force,      // control calls: wait, never drop
+  now,        // the RankProxy's own calls (it drains the ring): never wait; no room, no call
+};
+
+class RunImpl {
+public:
+  explicit RunImpl(Settings settings);
+  ~RunImpl();
+
+  /// Starts the actors and joins the run; bounded by init_timeout. They run
+  /// in `actors` where given (<chorus/caf.hpp>), else in chorus's own system.
+  Error start(caf::actor_system* actors = nullptr);
+  /// The actor side (null before start).
+  System* system() const noexcept { return system_.get(); }
+
+  /// Logs into the default stream.
+  Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
+  /// Opens a writer stream: its id, or 0 (the writer's calls then say why)
+  /// after finish or with wire::max_streams open already.
+  std::uint32_t open_stream() noexcept;
+  /// A Writer's log call: as log(), or the reason stream 0 was handed out.
+  Pending log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
+  /// Closes a writer stream (it leaves the rank's minimum) and frees its id.
+  Pending close_stream(std::uint32_t stream) noexcept;
+  // The streams of actors that log by message (<chorus/caf.hpp>), one per
+  // sending actor: as open_stream, log_stream and close_stream, but made on
+  // the RankProxy's thread, which drains the ring, so they never wait for
+  // room in it: false when the call does not fit now (nothing was done).
+  bool offer_open(std::uint32_t& stream) noexcept;
+  bool offer_log(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts, Pending& out) noexcept;
+  bool offer_close(std::uint32_t stream, Pending& out) noexcept;
+  Pending define_metric(std::string_view key, Reduce reduce) noexcept;
+  Pending text(SlotKind kind, std::span<const Field> fields);
+  Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
+  /// `exit_code`: non-zero when the trainer ends its rank as failed.
+  FinishPending finish(int exit_code = 0) noexcept;
+  /// log_device (no `reduce`) and reduce_device (run_device.cpp).
+  Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
+                     std::optional<Reduce> reduce) noexcept;
+  Pending log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept;
+
+  const Settings& settings() const noexcept { return settings_; }
+  Ring& ring() noexcept { return ring_; }
+  Channel& channel() noexcept { return channel_; }
+  FinishState& finish_state() noexcept { return finish_; }
+  std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
+  /// Whether this process is a fork of the one that made the run (a
+  /// DataLoader worker, say). Only the forking thread lives on in the child:
+  /// the actors, the RankProxy draining the ring and any lock holder are
+  /// gone, so there every call is a no-op and the state is never freed.
+  bool forked() const noexcept { return fork_count.load(std::memory_order_relaxed) != forks_at_start_; }
+  /// The device capture, once a device call has made it (read by the RankProxy).
+  DeviceCapture* device() const noexcept { return device_ptr_.load(std::memory_order_acquire); }
+  /// The artifact copies in flight (the RankProxy holds the finish for them).
+  ArtifactCopier& artifacts() noexcept { return artifacts_; }
+
+  // Set by System::start.
+  std::string run_id;
+  std::string run_dir;
+
+private:
+  bool reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept;
+  /// `no_room` is set where R is Room::now and the call does not fit.
+  template <bool ToWriter, Room R = Room::configured>
+  [[gnu::always_inline]] Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
+                                          bool* no_room = nullptr) noexcept;
+  /// Takes a stream id for open_stream/offer_open: 0 when none is left (under streams_mu_).
+  std::uint32_t take_stream_id() noexcept;
+  /// open_stream and offer_open: false where `room` is Room::now and the open does not fit.
+  bool open_stream_in(Room room, std::uint32_t& stream) noexcept;
+  /// A writer's (or an actor's) call where no stream could open: `what` names it.
+  Pending refuse_no_stream(const char* what) noexcept;
+  /// close_stream and offer_close: false where `room` is Room::now and the close does not fit.
+  bool close_stream_in(std::uint32_t stream, Room room, Pending& out) noexcept;
+  Pending refuse(Error e) noexcept;
+  Pending host_gone() noexcept;
+  /// Enqueues one control slot (define, barrier, config, summary, finish)
+  /// that `fill` completes; force-reserved, as control never drops (under
+  /// Room::now: `no_room` is set where it does not fit).
+  template <class Fill>
+  Pending push_control(SlotKind kind, Fill&& fill, Room room = Room::force, bool* no_room = nullptr) noexcept;
+  /// Moves the rank's step as the run host will for a call that logs at
+  /// `step` (automatic steps count calls), so log_artifact can name it.
+  /// Approximate under concurrent calls (a plain load and store, to keep the
+  /// hot path free of a second contended atomic): it only names the step
+  /// log_artifact records.
+  void note_step(const std::optional<std::int64_t>& step) noexcept {
+    const std::int64_t last = step_.load(std::memory_order_relaxed);
+    step_.store(step ? std::max(last, *step) : last + 1, std::memory_order_relaxed);
+  }
+
+  Settings settings_;
+  const unsigned forks_at_start_ = fork_count.load(std::memory_order_relaxed);
+  Ring ring_;
+  Channel channel_;
+  FinishState finish_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::int64_t> step_{-1}; // the rank's step; -1 before its first log call
+  // Writer stream ids in use are 1..wire::max_streams; freed ids are reused.
+  std::mutex streams_mu_;
+  std::vector<std::uint32_t> free_streams_;
+  std::uint32_t next_stream_ = 1;
+  std::mutex finish_mu_;
+  std::optional<FinishPending> finishing_;
+  // The GPU path, made by the first device call. Declared before system_ so
+  // that the actors (which read captures) stop first.
+  std::mutex device_mu_;
+  Error device_error_;
+  std::unique_ptr<DeviceCapture> device_;
+  std::atomic<DeviceCapture*> device_ptr_{nullptr};
+  std::unique_ptr<DeviceReducer> reducer_;
+  std::unordered_set<std::uint32_t> device_declared_; // keys reduce_device has declared first
+  // After channel_, whose tickets it settles while it stops.
+  ArtifactCopier artifacts_{channel_, settings_.opts.finish_timeout};
+  std::string artifact_run_dir_; // run_dir, made absolute at start
+  std::unique_ptr<System> system_;
+};
+
+/// What chorus's own code reaches behind a Run handle.
+struct RunAccess {
+  /// chorus::init, and <chorus/caf.hpp>'s init with the orchestrator's `actors`.
+  static Run start(const Options& opts, Error& error, caf::actor_system* actors) noexcept;
+  static RunImpl* impl(const Run& run) noexcept { return run.impl_.get(); }
+};
+
+/// The run behind a handle, or null where its calls are no-ops: an inactive
+/// handle, or the copy a forked child inherited.
+inline RunImpl* live(RunImpl* impl) noexcept { return impl && !impl->forked() ? impl : nullptr; }
+inline RunImpl* live(const std::unique_ptr<RunImpl>& impl) noexcept { return live(impl.get()); }
+
+template <class Fill>
+Pending RunImpl::push_control(SlotKind kind, Fill&& fill, Room room, bool* no_room) noexcept {
+  std::uint64_t pos;
+  if (!reserve(1, pos, room)) {
+    if (room != Room::now) return host_gone();
+    *no_room = true;
+    return {};
+  }
+  Slot& s = ring_.at(pos);
+  s.kind = kind;
+  s.count = 1;
+  fill(s);
+  Ring::publish(s, pos);
+  channel_.wake();
+  return Pending(&channel_, pos + 1, false);
+}
+
+} // namespace chorus::detail

@@ -1,0 +1,696 @@
+#include "runtime/core/merger.hpp"
+
+#include "runtime/core/merger_rows.hpp"
+#include "runtime/core/merger_streams.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace chorus::detail {
+
+namespace {
+
+constexpr std::int64_t no_step = -1;
+// Valid steps are 0..max_step, so past_all sits above every row.
+constexpr std::int64_t past_all = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t max_step = past_all - 1;
+// Bounds on what one frame may make the Merger allocate.
+constexpr std::uint32_t max_world = 1u << 16;
+constexpr std::uint32_t max_local_key = 1u << 22;
+constexpr std::uint32_t no_key = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint32_t key_in_frame = no_key - 1; // defined earlier in the frame being checked
+// A rank's seqs count the slots of its queue: one event moves them by its
+// values (at most 65535 a call) or by one. A bigger jump is not a frame its
+// RankProxy wrote, and would complete tickets not yet sent.
+constexpr std::uint64_t max_seq_advance = 1u << 17;
+
+/// A rank's id for a key, and where that rank's value of it sits in the
+/// pending row it last logged it at (so a repeat replaces, not appends).
+struct LocalKey {
+  std::uint32_t gid = no_key;
+  std::uint32_t canon = 0; // the local id owning the replace slot (two ids may name one key)
+  std::uint32_t entry = 0; // its value's index in the row at `step` (while a frame is checked: its name's)
+  std::int64_t step = no_step;
+  std::int64_t top = no_step; // the highest step it was logged at: below it, a row may hold it already
+};
+
+struct Rank {
+  RunState state = RunState::running;
+  bool joined = false;
+  bool parked = false;       // waits at the open barrier; its later events wait in parked_events
+  bool closed = false;       // its finish was processed: nothing after it counts
+  std::int64_t last_step = no_step; // the highest step any of its streams logged at
+  std::int64_t cursor = no_step;    // where it stands for the watermark: streams.cursor()
+  RankStreams streams;
+  std::uint64_t barriers = 0;       // barrier events processed
+  std::uint64_t barrier_seq = 0;
+  std::uint64_t seq = 0; // the last seq of its frames: each event's is higher, and not by much
+  std::uint32_t barrier_name = no_key;
+  std::vector<char> parked_events; // encoded events, as they came, from parked_from on
+  std::size_t parked_from = 0;
+  std::vector<LocalKey> keys;
+  std::unordered_map<std::uint32_t, std::uint32_t> canon_of; // global key -> its first local id
+  std::string host;
+};
+
+std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+/// "rank 3" or "ranks 0-2, 5": short even for a thousand ranks.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+/// `e` holds one key's values, in rank order.
+double reduce_values(Reduce how, const Entry* e, std::size_t n) {
+  if (how == Reduce::first) return e[0].value; // the lowest rank's, NaN or not: the others' do not count
+  bool nan = false;
+  for (std::size_t i = 0; i < n; ++i) nan = nan || std::isnan(e[i].value);
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  double r = e[0].value;
+  switch (how) {
+    case Reduce::sum:
+    case Reduce::mean:
+      for (std::size_t i = 1; i < n; ++i) r += e[i].value; // in rank order: the same bits on every replay
+      return how == Reduce::mean ? r / static_cast<double>(n) : r;
+    case Reduce::min:
+      for (std::size_t i = 1; i < n; ++i) r = std::min(r, e[i].value);
+      return r;
+    case Reduce::max:
+      for (std::size_t i = 1; i < n; ++i) r = std::max(r, e[i].value);
+      return r;
+    case Reduce::none:
+    case Reduce::first:
+      break;
+  }
+  return r;
+}
+
+} // namespace
+
+struct Merger::State {
+  explicit State(HistorySink& s) : sink(s) {}
+
+  HistorySink& sink;
+  bool started = false;
+  bool ended = false;
+  std::int64_t start_ts = 0;
+  std::vector<Rank> ranks;
+  int live = 0;        // ranks running (joined or not)
+  int parked = 0;      // ranks parked at the open barrier, dead ones included
+  int parked_live = 0; // of those, the running ones
+  std::uint64_t released = 0; // barriers released so far; the open one has this index
+  std::int64_t open_timeout_ms = 0;
+  std::string committed_by;                  // what the last barrier release committed
+  Watermark watermark;
+
+  // Keys: global ids in order of first sight; rows name them through these.
+  std::deque<std::string> names; // a deque, so the views in gid_of stay valid
+  std::unordered_map<std::string_view, std::uint32_t> gid_of;
+  std::vector<Reduce> reduction;
+  std::vector<std::uint32_t> order, by_order; // name order, rebuilt lazily
+  bool order_stale = false;
+
+  PendingRows pending;
+  EntrySorter sorter;
+  std::int64_t last_committed = no_step;
+  std::uint64_t rows_committed = 0;
+  std::uint64_t values_rejected = 0;
+
+  // Scratch, kept to spare allocations.
+  Row out;
+  std::vector<std::uint32_t> fresh_ids;
+  std::vector<std::string_view> fresh_names;
+  std::vector<std::pair<std::string_view, double>> refused;
+
+  // ---- keys ---------------------------------------------------------------
+
+  std::uint32_t intern(std::string_view name) {
+    if (auto it = gid_of.find(name); it != gid_of.end()) return it->second;
+    const auto gid = static_cast<std::uint32_t>(names.size());
+    names.emplace_back(name);
+    gid_of.emplace(names.back(), gid);
+    reduction.push_back(Reduce::none);
+    order_stale = true;
+    return gid;
+  }
+
+  /// Checks that every key a frame uses is defined before its use, and
+  /// consistently, and that its seqs go up as a RankProxy numbers them; new
+  /// ids are marked, and unmarked again on failure.
+  bool check_keys(Rank& r, std::span<const char> body) {
+    fresh_ids.clear();
+    fresh_names.clear();
+    auto known = [&r](std::uint32_t id) { return id < r.keys.size() && r.keys[id].gid != no_key; };
+    bool ok = true;
+    std::uint64_t seq = r.seq;
+    wire::EventReader in(body);
+    wire::RankEvent ev;
+    while (ok && in.next(ev)) {
+      const std::uint64_t next = std::visit(
+          [seq](const auto& e) -> std::uint64_t {
+            if constexpr (requires { e.seq; }) return e.seq;
+            return seq + 1; // a key definition carries none
+          },
+          ev);
+      if (next <= seq || next - seq > max_seq_advance) {
+        ok = false;
+        break;
+      }
+      if (!std::holds_alternative<wire::KeyDef>(ev)) seq = next;
+      if (const auto* k = std::get_if<wire::KeyDef>(&ev)) {
+        if (k->id >= max_local_key) {
+          ok = false;
+          break;
+        }
+        if (k->id >= r.keys.size())
+          r.keys.resize(std::min<std::size_t>(std::max<std::size_t>(k->id + 1, r.keys.size() * 2), max_local_key));
+        LocalKey& lk = r.keys[k->id];
+        if (lk.gid == no_key) {
+          lk.gid = key_in_frame;
+          lk.entry = static_cast<std::uint32_t>(fresh_names.size());
+          fresh_names.push_back(k->name);
+          fresh_ids.push_back(k->id);
+        } else if (lk.gid == key_in_frame) {
+          ok = fresh_names[lk.entry] == k->name;
+        } else {
+          ok = names[lk.gid] == k->name;
+        }
+      } else if (const auto* v = std::get_if<wire::Values>(&ev)) {
+        ok = r.streams.named(v->stream);
+        for (std::uint32_t i = 0; ok && i < v->n; ++i) ok = known(v->key(i));
+      } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
+        ok = r.streams.name(*st);
+      } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
+        ok = known(d->key);
+      } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
+        ok = known(b->name_key);
+      }
+    }
+    r.streams.checked(ok);
+    if (!ok)
+      for (std::uint32_t id : fresh_ids) r.keys[id].gid = no_key;
+    else
+      r.seq = seq;
+    return ok;
+  }
+
+  void define_key(Rank& r, const wire::KeyDef& k) {
+    LocalKey& lk = r.keys[k.id];
+    if (lk.gid != key_in_frame) return; // known already
+    lk.gid = intern(k.name);
+    lk.step = no_step;
+    lk.top = no_step;
+    lk.canon = r.canon_of.try_emplace(lk.gid, k.id).first->second;
+  }
+
+  [[nodiscard]] std::string key_names(const Rank& r, const wire::Values& v) const {
+    if (v.n == 0) return "an empty log call";
+    std::string out;
+    std::vector<std::uint32_t> seen;
+    for (std::uint32_t i = 0; i < v.n; ++i) {
+      const std::uint32_t gid = r.keys[v.key(i)].gid;
+      if (std::find(seen.begin(), seen.end(), gid) != seen.end()) continue;
+      if (seen.size() == 3) {
+        out += " and more";
+        break;
+      }
+      out += (seen.empty() ? "" : ", ") + quote(names[gid]);
+      seen.push_back(gid);
+    }
+    return out;
+  }
+
+  // ---- the watermark ------------------------------------------------------
+
+  void place(int rank) {
+    const Rank& r = ranks[rank];
+    watermark.set(static_cast<std::size_t>(rank),
+                  r.state == RunState::running && !r.parked ? r.cursor : past_all);
+  }
+
+  /// Re-reads where rank `rank` stands after its streams moved.
+  void restand(int rank) {
+    Rank& r = ranks[rank];
+    if (r.cursor == r.streams.cursor()) return;
+    r.cursor = r.streams.cursor();
+    place(rank);
+  }
+
+  /// A barrier committed everything through `last_committed`: the rank's
+  /// streams go on past it, and the rank (no longer parked) stands where they do.
+  void pass_barrier(int rank) {
+    Rank& r = ranks[rank];
+    r.streams.raise(last_committed);
+    r.cursor = r.streams.cursor();
+    place(rank);
+  }
+
+  void leave(int rank, RunState state, std::string_view reason) {
+    Rank& r = ranks[rank];
+    r.state = state;
+    --live;
+    if (r.parked) --parked_live;
+    place(rank);
+    sink.rank_state(rank, state, r.last_step, r.host, reason);
+  }
+
+  // ---- events of a rank ---------------------------------------------------
+
+  void process(int rank, const wire::RankEvent& ev) {
+    Rank& r = ranks[rank];
+    if (const auto* v = std::get_if<wire::Values>(&ev)) {
+      log_values(rank, *v);
+    } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
+      reduction[r.keys[d->key].gid] = d->reduce;
+      sink.completed(rank, d->seq, nullptr);
+    } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
+      reach_barrier(rank, *b);
+    } else if (const auto* c = std::get_if<wire::Config>(&ev)) {
+      sink.config(rank, c->json);
+      sink.completed(rank, c->seq, nullptr);
+    } else if (const auto* s = std::get_if<wire::Summary>(&ev)) {
+      sink.summary(rank, s->json);
+      sink.completed(rank, s->seq, nullptr);
+    } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
+      if (st->open)
+        r.streams.open(st->id, last_committed);
+      else
+        r.streams.close(st->id);
+      restand(rank);
+      sink.completed(rank, st->seq, nullptr);
+    } else if (const auto* f = std::get_if<wire::Finish>(&ev)) {
+      r.closed = true;
+      if (r.state == RunState::running && f->exit_code != 0)
+        leave(rank, RunState::failed, "ended its run with exit code " + std::to_string(f->exit_code));
+      else if (r.state == RunState::running)
+        leave(rank, RunState::finished, {});
+      sink.completed(rank, f->seq, nullptr);
+    }
+  }
+
+  /// "rank 3", or "rank 3 writer 2" for a value of a writer stream.
+  static std::string producer(int rank, const wire::Values& v) {
+    return "rank " + std::to_string(rank) + (v.stream == 0 ? "" : " writer " + std::to_string(v.stream));
+  }
+
+  void log_values(int rank, const wire::Values& v) {
+    Rank& r = ranks[rank];
+    RankStreams::Stream& stream = v.stream == 0 ? r.streams.default_stream(last_committed) : r.streams.at(v.stream);
+    const bool automatic = v.step == wire::auto_step;
+    if (automatic && stream.cursor >= max_step)
+      return refuse(rank, v, stream.cursor,
+                    {Errc::invalid_argument, producer(rank, v) + ": the automatic step would pass the largest step"});
+    const std::int64_t step = automatic ? stream.cursor + 1 : v.step;
+    if (step < 0 || step > max_step)
+      return refuse(rank, v, step,
+                    {Errc::invalid_argument, producer(rank, v) + " logged " + key_names(r, v) +
+                                                 " at step " + std::to_string(step) +
+                                                 ", outside 0.." + std::to_string(max_step) + ": steps start at 0"});
+    if (step < stream.last_step)
+      return refuse(rank, v, step, backwards(rank, v, step, stream.last_step));
+    stream.last_step = step;
+    r.last_step = std::max(r.last_step, step);
+    r.streams.advance(stream, step);
+    restand(rank);
+    if (step <= last_committed)
+      return refuse(rank, v, step,
+                    {Errc::step_committed,
+                     producer(rank, v) + " logged " + key_names(r, v) + " at step " +
+                         std::to_string(step) + ", but steps up to " + std::to_string(last_committed) +
+                         " are already committed" + (committed_by.empty() ? "" : " (by " + committed_by + ")") + ": log at a step above " +
+                         std::to_string(last_committed) + ", or leave the step out to use automatic steps"});
+    if (v.n > 0) {
+      PendingRow& row = pending.at(step);
+      row.ts_us = std::min(row.ts_us, v.ts_us);
+      LocalKey* keys = r.keys.data();
+      for (std::uint32_t i = 0; i < v.n; ++i) {
+        const std::uint32_t id = v.key(i);
+        LocalKey& slot = keys[keys[id].canon];
+        if (slot.step == step) { // the same rank and step again: the later value wins
+          row.entries[slot.entry].value = v.value(i);
+        } else {
+          // Back at or below its highest step (a rank's writers take turns at
+          // steps of their own), the row may hold this key of this rank
+          // already, out of the slot's sight: the commit keeps the later value.
+          row.repeats = row.repeats || step <= slot.top;
+          slot.step = step;
+          slot.top = std::max(slot.top, step);
+          slot.entry = static_cast<std::uint32_t>(row.entries.size());
+          row.entries.push_back({sort_key(keys[id].gid, static_cast<std::uint32_t>(rank)), v.value(i)});
+        }
+      }
+    }
+    sink.completed(rank, v.seq, nullptr);
+  }
+
+  [[nodiscard]] Error backwards(int rank, const wire::Values& v, std::int64_t step, std::int64_t last) const {
+    const std::string tail = " or above, or leave the step out to use automatic steps";
+    if (v.stream == 0)
+      return {Errc::backwards_step,
+              "rank " + std::to_string(rank) + " logged " + key_names(ranks[rank], v) + " at step " +
+                  std::to_string(step) + ", lower than its last step " + std::to_string(last) +
+                  ": a rank's steps must not decrease; log at step " + std::to_string(last) + tail};
+    return {Errc::backwards_step, producer(rank, v) + " logged " + key_names(ranks[rank], v) + " at step " +
+                                      std::to_string(step) + ", lower than that writer's last step " +
+                                      std::to_string(last) + ": a writer's steps must not decrease; log at step " +
+                                      std::to_string(last) + tail};
+  }
+
+  void refuse(int rank, const wire::Values& v, std::int64_t step, const Error& why) {
+    const Rank& r = ranks[rank];
+    refused.clear();
+    for (std::uint32_t i = 0; i < v.n; ++i) refused.emplace_back(names[r.keys[v.key(i)].gid], v.value(i));
+    values_rejected += v.n;
+    sink.rejected(rank, v.seq, step, refused, why);
+    sink.completed(rank, v.seq, &why);
+  }
+
+  void reach_barrier(int rank, const wire::Barrier& b) {
+    Rank& r = ranks[rank];
+    const std::uint64_t index = r.barriers++;
+    const std::uint32_t name = r.keys[b.name_key].gid;
+    if (index < released) { // it timed out before this rank came: pass straight through
+      pass_barrier(rank);
+      const Error late{Errc::barrier_timeout,
+                       "rank " + std::to_string(rank) + " reached barrier " + quote(names[name]) + " (#" +
+                           std::to_string(index) +
+                           ") after it had timed out; the other ranks went on without it and so does this one: "
+                           "look for what slowed this rank, or raise the barrier timeout"};
+      sink.completed(rank, b.seq, &late);
+      return;
+    }
+    r.parked = true;
+    r.barrier_seq = b.seq;
+    r.barrier_name = name;
+    open_timeout_ms = parked == 0 ? b.timeout_ms : std::max(open_timeout_ms, b.timeout_ms);
+    ++parked;
+    if (r.state == RunState::running) ++parked_live;
+    place(rank);
+  }
+
+  // ---- barriers -----------------------------------------------------------
+
+  enum class Release { arrived, timeout, run_end };
+
+  /// Commits everything pending, completes the barrier's waiters, then
+  /// processes what each waiter logged after it, in rank order.
+  void release(Release why) {
+    commit_below(past_all);
+    std::vector<int> waiters, missing;
+    for (int i = 0; i < static_cast<int>(ranks.size()); ++i) {
+      if (ranks[i].parked)
+        waiters.push_back(i);
+      else if (ranks[i].state == RunState::running)
+        missing.push_back(i);
+    }
+    const std::uint32_t name = ranks[waiters.front()].barrier_name;
+    const std::string what = "barrier " + quote(names[name]);
+    Error err;
+    if (why == Release::arrived) {
+      if (std::any_of(waiters.begin(), waiters.end(), [&](int i) { return ranks[i].barrier_name != name; }))
+        err = Error(Errc::barrier_mismatch, mismatch_message(waiters));
+      committed_by = what;
+    } else if (why == Release::timeout) {
+      err = Error(Errc::barrier_timeout,
+                  what + " timed out after " + std::to_string(open_timeout_ms) + " ms: " + rank_list(missing) +
+                      " did not reach it and the ranks that did went on without them; look for a hang or a "
+                      "missing barrier() call on those ranks, or raise the barrier timeout");
+      committed_by = what + ", which timed out";
+    } else {
+      err = Error(Errc::barrier_timeout, "the run ended before " + rank_list(missing) + " reached " + what +
+                                             "; the ranks that reached it were released without them");
+      committed_by = what + ", released at the end of the run";
+    }
+    ++released;
+    parked = 0;
+    parked_live = 0;
+    open_timeout_ms = 0;
+    for (int i : waiters) {
+      Rank& r = ranks[i];
+      r.parked = false;
+      pass_barrier(i);
+      sink.completed(i, r.barrier_seq, err ? &err : nullptr);
+    }
+    for (int i : waiters) drain(i);
+  }
+
+  [[nodiscard]] std::string mismatch_message(const std::vector<int>& waiters) const {
+    std::vector<std::pair<std::string_view, int>> by_name;
+    for (int i : waiters) by_name.emplace_back(names[ranks[i].barrier_name], i);
+    std::sort(by_name.begin(), by_name.end());
+    std::string out = "ranks reached barrier #" + std::to_string(released) + " under different names: ";
+    for (std::size_t i = 0; i < by_name.size();) {
+      std::vector<int> group;
+      std::size_t j = i;
+      for (; j < by_name.size() && by_name[j].first == by_name[i].first; ++j) group.push_back(by_name[j].second);
+      out += (i ? ", " : "") + quote(by_name[i].first) + " (" + rank_list(group) + ")";
+      i = j;
+    }
+    return out + ". It still acted as one barrier; call barrier() with the same names in the same order on every rank";
+  }
+
+  /// Processes a released rank's waiting events until it parks again; no
+  /// commit or release happens meanwhile, so each drained rank sees the
+  /// state the release left.
+  void drain(int rank) {
+    Rank& r = ranks[rank];
+    std::vector<char>& waiting = r.parked_events;
+    wire::EventReader in(std::span<const char>(waiting).subspan(r.parked_from));
+    wire::RankEvent ev;
+    for (std::size_t at = 0; in.next(ev); at = in.offset()) {
+      if (std::holds_alternative<wire::KeyDef>(ev)) continue; // applied when it arrived
+      if (r.closed) break;
+      if (r.parked) { // keep the rest where it is: a rank far ahead must not cost a copy per barrier
+        r.parked_from += at;
+        if (r.parked_from * 2 > waiting.size()) {
+          waiting.erase(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(r.parked_from));
+          r.parked_from = 0;
+        }
+        return;
+      }
+      process(rank, ev);
+    }
+    waiting.clear();
+    r.parked_from = 0;
+  }
+
+  /// After every event: release a barrier every live rank waits at, then
+  /// commit the rows every live rank is past.
+  void settle() {
+    while (parked > 0 && parked_live == live) release(Release::arrived);
+    commit_below(watermark.min());
+  }
+
+  // ---- rows ---------------------------------------------------------------
+
+  void commit_below(std::int64_t mark) {
+    pending.take_below(mark, [this](PendingRow& row) { commit(row); });
+  }
+
+  void commit(PendingRow& p) {
+    if (order_stale) {
+      by_order.resize(names.size());
+      std::iota(by_order.begin(), by_order.end(), 0u);
+      std::sort(by_order.begin(), by_order.end(),
+                [this](std::uint32_t a, std::uint32_t b) { return names[a] < names[b]; });
+      order.resize(names.size());
+      for (std::uint32_t i = 0; i < by_order.size(); ++i) order[by_order[i]] = i;
+      order_stale = false;
+    }
+    for (Entry& e : p.entries) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
+    sorter.sort(p.entries, ranks.size(), names.size(), p.repeats);
+    if (p.repeats) keep_last(p.entries);
+
+    out.step = p.step;
+    out.ts_us = p.ts_us;
+    // Wrapping: timestamps come from the ranks' clocks, and nothing here may overflow on odd ones.
+    out.runtime_us =
+        static_cast<std::int64_t>(static_cast<std::uint64_t>(p.ts_us) - static_cast<std::uint64_t>(start_ts));
+    out.values.clear();
+    // A value's column depends on its key, the key's declaration and its rank
+    // only, never on which other ranks logged at this step: so each key is one
+    // series (or one per rank) for the whole run.
+    const bool one_rank = ranks.size() == 1;
+    const Entry* e = p.entries.data();
+    const std::size_t n = p.entries.size();
+    for (std::size_t i = 0; i < n;) {
+      const auto place_in_order = static_cast<std::uint32_t>(e[i].sort >> 32);
+      std::size_t j = i + 1;
+      while (j < n && (e[j].sort >> 32) == place_in_order) ++j;
+      const std::uint32_t gid = by_order[place_in_order];
+      const Reduce how = reduction[gid];
+      if (how != Reduce::none) {
+        out.values.push_back({gid, -1, reduce_values(how, e + i, j - i), static_cast<std::uint32_t>(j - i)});
+      } else {
+        for (std::size_t k = i; k < j; ++k) {
+          const auto rank = static_cast<std::int32_t>(static_cast<std::uint32_t>(e[k].sort));
+          out.values.push_back({gid, one_rank ? -1 : rank, e[k].value, 0});
+        }
+      }
+      i = j;
+    }
+    last_committed = p.step;
+    ++rows_committed;
+    sink.row(out);
+  }
+
+  // ---- frames -------------------------------------------------------------
+
+  bool rank_batch(const wire::Frame& f) {
+    if (!started || f.rank >= ranks.size()) return false;
+    if (ended) return true;
+    const int rank = static_cast<int>(f.rank);
+    Rank& r = ranks[rank];
+    if (r.state != RunState::running) return true; // sent after its death or finish
+    if (!r.joined || !check_keys(r, f.body)) return false;
+    wire::EventReader in(f.body);
+    wire::RankEvent ev;
+    for (std::size_t at = 0; in.next(ev); at = in.offset()) {
+      if (const auto* k = std::get_if<wire::KeyDef>(&ev)) {
+        define_key(r, *k); // at once, even behind a barrier: it names, it does not happen
+        continue;
+      }
+      if (r.closed) continue;
+      if (r.parked) {
+        r.parked_events.insert(r.parked_events.end(), f.body.begin() + static_cast<std::ptrdiff_t>(at),
+                               f.body.begin() + static_cast<std::ptrdiff_t>(in.offset()));
+        continue;
+      }
+      process(rank, ev);
+      settle();
+    }
+    return true;
+  }
+
+  bool host_event(const wire::HostEventData& h) {
+    if (const auto* s = std::get_if<wire::RunStart>(&h)) {
+      if ((started && !ended) || s->world_size == 0 || s->world_size > max_world) return false;
+      // A run_start after run_end is a resumed attempt: fresh ranks, the
+      // history, keys and counts go on, and so does the runtime's origin.
+      // Its ranks' auto steps start past the last committed step.
+      if (!started) start_ts = s->ts_us;
+      started = true;
+      ended = false;
+      ranks.assign(s->world_size, Rank{});
+      for (Rank& r : ranks) {
+        r.streams.raise(last_committed); // every stream's auto steps go on past it
+        r.cursor = r.streams.cursor();
+      }
+      live = static_cast<int>(s->world_size);
+      parked = parked_live = 0;
+      released = 0;
+      open_timeout_ms = 0;
+      watermark.reset(s->world_size, last_committed);
+      sink.run_start(s->run_json, s->ts_us, s->world_size);
+      return true;
+    }
+    if (!started) return false;
+    if (const auto* j = std::get_if<wire::RankJoined>(&h)) {
+      if (j->rank >= ranks.size()) return false;
+      Rank& r = ranks[j->rank];
+      if (ended || r.joined || r.state != RunState::running) return true;
+      r.joined = true;
+      r.host = j->host;
+      sink.rank_state(static_cast<int>(j->rank), RunState::running, r.last_step, r.host, {});
+      return true;
+    }
+    if (const auto* d = std::get_if<wire::RankDead>(&h)) {
+      if (d->rank >= ranks.size()) return false;
+      if (ended || ranks[d->rank].state != RunState::running) return true;
+      leave(static_cast<int>(d->rank), RunState::crashed, d->reason);
+      settle();
+      return true;
+    }
+    if (const auto* b = std::get_if<wire::BarrierTimeout>(&h)) {
+      if (ended || parked == 0 || b->index != released) return true; // a stale timer
+      release(Release::timeout);
+      settle();
+      return true;
+    }
+    if (std::holds_alternative<wire::FinishTimeout>(h)) {
+      if (ended) return true;
+      for (int i = 0; i < static_cast<int>(ranks.size()); ++i) {
+        if (ranks[i].state != RunState::running) continue;
+        leave(i, RunState::crashed,
+              ranks[i].joined
+                  ? "did not finish within finish_timeout: still running (last step " +
+                        std::to_string(ranks[i].last_step) +
+                        ") when the run host gave up waiting; look for a hang on this rank, or raise finish_timeout"
+                  : std::string("did not finish within finish_timeout: it never connected to the run host"));
+      }
+      settle();
+      return true;
+    }
+    if (const auto* e = std::get_if<wire::RunEnd>(&h)) {
+      if (ended) return true;
+      // Nothing logged is lost: each open barrier lets its waiters through.
+      while (parked > 0) release(parked_live == live ? Release::arrived : Release::run_end);
+      commit_below(past_all);
+      ended = true;
+      sink.run_end(e->state, e->ts_us);
+      return true;
+    }
+    return false;
+  }
+};
+
+Merger::Merger(HistorySink& sink) : s_(std::make_unique<State>(sink)) {}
+Merger::~Merger() = default;
+
+bool Merger::apply(std::span<const char> frame) {
+  wire::Frame f;
+  if (!wire::decode(frame, f)) return false;
+  return f.type == wire::FrameType::host_event ? s_->host_event(f.host) : s_->rank_batch(f);
+}
+
+std::string_view Merger::key_name(std::uint32_t key) const {
+  return key < s_->names.size() ? std::string_view(s_->names[key]) : std::string_view();
+}
+
+int Merger::world_size() const noexcept { return static_cast<int>(s_->ranks.size()); }
+bool Merger::started() const noexcept { return s_->started; }
+std::int64_t Merger::start_ts_us() const noexcept { return s_->start_ts; }
+
+RunState Merger::rank_state(int rank) const {
+  return rank >= 0 && rank < world_size() ? s_->ranks[rank].state : RunState::running;
+}
+bool Merger::rank_joined(int rank) const { return rank >= 0 && rank < world_size() && s_->ranks[rank].joined; }
+std::int64_t Merger::rank_last_step(int rank) const {
+  return rank >= 0 && rank < world_size() ? s_->ranks[rank].last_step : no_step;
+}
+
+bool Merger::all_done() const noexcept { return s_->started && s_->live == 0; }
+
+std::int64_t Merger::open_barrier() const noexcept {
+  return s_->parked > 0 && !s_->ended ? static_cast<std::int64_t>(s_->released) : -1;
+}
+
+std::vector<int> Merger::missing_at_barrier() const {
+  std::vector<int> out;
+  if (open_barrier() < 0) return out;
+  for (int i = 0; i < world_size(); ++i)
+    if (s_->ranks[i].state == RunState::running && !s_->ranks[i].parked) out.push_back(i);
+  return out;
+}
+
+std::int64_t Merger::open_barrier_timeout_ms() const noexcept { return open_barrier() < 0 ? 0 : s_->open_timeout_ms; }
+std::int64_t Merger::last_committed_step() const noexcept { return s_->last_committed; }
+std::uint64_t Merger::rows_committed() const noexcept { return s_->rows_committed; }
+std::uint64_t Merger::values_rejected() const noexcept { return s_->values_rejected; }
+
+} // namespace chorus::detail

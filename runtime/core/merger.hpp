@@ -1,0 +1,115 @@
+// The Run actor's core, free of CAF: it turns the frames of every rank (and
+// the host's own decisions) into one history, committed in step order.
+// Deterministic in its input: replaying a run's WAL through a fresh Merger
+// yields the same rows, which is what `chorus recover` does.
+//
+// Rules (README: "Many producers in one rank", the columns table, barriers):
+// - each producer's steps are non-decreasing; an auto step is its previous
+//   step + 1 (0 first); an explicit lower step is rejected (backwards_step).
+//   A rank's producers are its default stream (live from its first values)
+//   and the writer streams it opens (live from their open, at the last
+//   committed step, to their close; at most wire::max_streams at once);
+// - a rank stands at the minimum over its live streams (with none live, at
+//   the furthest any got); a row for step s commits once every live rank is
+//   past s: a rank is past s when it stands > s, or it waits at a barrier,
+//   has finished or died;
+//   a rank that has not joined yet holds every row back;
+// - a barrier parks each rank that reaches it (its later events wait); when
+//   every live rank is parked at it, or it times out, every pending row
+//   commits, the barrier completes (with an error naming the missing ranks on
+//   timeout, or a name mismatch), the parked ranks' auto steps move past the
+//   last committed step, and their later events are processed;
+// - a value at or below the last committed step is rejected (step_committed);
+// - a value's column depends only on its key, the key's reduction and its
+//   rank, never on which other ranks logged at that step: a key with a
+//   reduction is one column `key`, reduced over the ranks that logged it at
+//   that step (count kept; `first` takes the lowest rank's value); a key
+//   without one is a column per rank, key/rank-N, in a run of several ranks,
+//   and `key` in a run of one; within one rank and step the later value of a
+//   key replaces the earlier;
+// - a run_start after run_end begins a resumed attempt (Options::resume): its
+//   ranks start afresh (joined, keys, seqs, barriers), their auto steps
+//   after the last committed step; rows, keys, their reductions and the
+//   runtime's origin carry on, so a step at or below the last committed one
+//   is refused (step_committed) as always, never written twice;
+// - a dead rank leaves the watermark and never blocks again; events of a rank
+//   after its death or finish are ignored.
+//
+// Consequences of those rules, which the Run actor and the tests rely on:
+// - barriers match by order: a rank's k-th barrier is barrier k. A rank that
+//   reaches barrier k after it timed out passes straight through (its
+//   completion carries barrier_timeout) and its auto steps move past the last
+//   committed step. A released barrier drains its waiters in rank order;
+// - what a rank sent before it died (or was given up on by finish_timeout)
+//   and that waits behind a barrier is processed when the barrier releases;
+//   run_end releases every open barrier (barrier_timeout for its waiters),
+//   processes what waited, and commits every pending row;
+// - a key's reduction is the one in force when its row commits, so a key
+//   declared late changes column from that row on; a reduced value sums in
+//   rank order, so replays give the same bits; NaN propagates (through
+//   `first` only when it is the lowest rank's value);
+// - a row's ts_us is the earliest ts_us of the values logged into it;
+// - completed(rank, seq) follows each rank's seq order: values, define,
+//   config, summary and finish when processed, a barrier when it releases;
+// - a rank batch is malformed (apply() returns false, nothing changes) before
+//   run_start, so is a run_start while the run is running, from a rank outside world_size or not joined yet, or when it
+//   uses a key id before naming it or names one id twice differently (or
+//   names an id of 2^22 or more), opens a writer stream already open, closes
+//   or logs into one not open, or whose seqs do not go up from the rank's
+//   last (by at most 2^17 an event); so is a run_start for 0 or more than 65536
+//   ranks. A joined event for a rank already dead is ignored: it stays crashed;
+// - a step outside 0..INT64_MAX-1 (or an auto step past it) is refused with
+//   invalid_argument.
+#pragma once
+
+#include "runtime/core/history.hpp"
+#include "runtime/core/wire.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::detail {
+
+class Merger {
+public:
+  Merger(HistorySink& sink);
+  ~Merger();
+  Merger(const Merger&) = delete;
+  Merger& operator=(const Merger&) = delete;
+
+  /// Applies one frame (see wire.hpp). Returns false, changing nothing, if
+  /// the frame is malformed.
+  bool apply(std::span<const char> frame);
+
+  /// The name of a key id that appears in a Row.
+  [[nodiscard]] std::string_view key_name(std::uint32_t key) const;
+
+  // State, for the Run actor's timers and finish.
+  [[nodiscard]] int world_size() const noexcept;
+  [[nodiscard]] bool started() const noexcept; // a run_start frame was applied
+  [[nodiscard]] std::int64_t start_ts_us() const noexcept;
+  [[nodiscard]] RunState rank_state(int rank) const;
+  [[nodiscard]] bool rank_joined(int rank) const;
+  [[nodiscard]] std::int64_t rank_last_step(int rank) const;
+  /// Every rank has finished or died.
+  [[nodiscard]] bool all_done() const noexcept;
+  /// The index of the barrier ranks are gathering at, and the ranks (live,
+  /// not finished) that have not reached it; index -1 when none is open.
+  [[nodiscard]] std::int64_t open_barrier() const noexcept;
+  [[nodiscard]] std::vector<int> missing_at_barrier() const;
+  /// The longest timeout (ms) asked by the ranks parked at the open barrier.
+  [[nodiscard]] std::int64_t open_barrier_timeout_ms() const noexcept;
+  [[nodiscard]] std::int64_t last_committed_step() const noexcept; // -1 if none
+  [[nodiscard]] std::uint64_t rows_committed() const noexcept;
+  [[nodiscard]] std::uint64_t values_rejected() const noexcept;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+} // namespace chorus::detail
