@@ -5,11 +5,13 @@
 #include <cstdio>
 
 namespace chorus::cli {
-namespace {
+int certs_main(std::span<char* const> args); // below
 
-constexpr std::string_view help_text = R"(usage: chorus certs DIR [--days N] [--force]
-
-Makes the credentials for the links between a job's nodes: a CA made for
+const Command certs_command{
+    .name = "certs",
+    .summary = "make the credentials that authenticate a job's nodes to each other",
+    .usage = "DIR [--days N] [--force]",
+    .help = R"(Makes the credentials for the links between a job's nodes: a CA made for
 this job alone (DIR/ca.pem), and a certificate (DIR/cert.pem) and key
 (DIR/key.pem) signed by it, which every node of the job holds. DIR is made
 0700 and the files 0600; the CA's own key is not kept, so nobody can make
@@ -27,9 +29,9 @@ options:
 
 exit codes: 0 made, 1 they could not be made (or DIR already has them),
 2 a wrong command line.
-)";
-
-} // namespace
+)",
+    .main = certs_main,
+};
 
 int certs_main(std::span<char* const> args) {
   std::string dir;
@@ -37,10 +39,7 @@ int certs_main(std::span<char* const> args) {
   bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(help_text.data(), stdout);
-      return exit_ok;
-    }
+    if (a == "-h" || a == "--help") return print_help(certs_command);
     if (a == "--force") {
       force = true;
     } else if (a == "--days") {

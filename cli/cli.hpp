@@ -2,6 +2,7 @@
 // cursor, number parsing and the formatting of times and durations.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -17,12 +18,38 @@ inline constexpr int exit_ok = 0;
 inline constexpr int exit_failure = 1; // the command ran and failed
 inline constexpr int exit_usage = 2;   // the command line was wrong: nothing was done
 
-int launch_main(std::span<char* const> args);
-int ls_main(std::span<char* const> args);
-int show_main(std::span<char* const> args);
-int recover_main(std::span<char* const> args);
-int certs_main(std::span<char* const> args);
-int sync_main(std::span<char* const> args);
+/// A subcommand of `chorus`: all that the dispatch and the help texts know of
+/// it. Each is defined in its own file, its help text beside its code.
+struct Command {
+  std::string_view name;    ///< `chorus NAME`
+  std::string_view summary; ///< one line, lower case: `chorus --help` lists it, `chorus NAME --help` starts with it
+  std::string_view usage;   ///< what follows `chorus NAME` on the usage line; a line per form
+  std::string_view help;    ///< the rest of `chorus NAME --help`: what it does, its options, its exit codes
+  int (*main)(std::span<char* const> args); ///< runs it on the words after NAME
+};
+
+extern const Command launch_command;  // launch_main.cpp
+extern const Command ls_command;      // ls.cpp
+extern const Command show_command;    // show.cpp
+extern const Command recover_command; // recover.cpp
+extern const Command certs_command;   // certs.cpp
+extern const Command sync_command;     // sync.cpp
+
+/// Every command, in the order `chorus --help` lists them. A new command is a
+/// file of its own that defines its Command, declared above and listed here.
+inline constexpr std::array commands{&launch_command,  &ls_command,    &show_command,
+                                     &recover_command, &certs_command, &sync_command};
+
+/// The command called `name`, or nullptr.
+const Command* find_command(std::string_view name);
+/// `chorus --help`: what chorus is for, and every command with its summary.
+std::string overview();
+/// `chorus NAME --help`: the summary, the usage and the help text.
+std::string help_text(const Command& command);
+/// Prints help_text(command) to stdout; returns exit_ok.
+int print_help(const Command& command);
+/// "unknown command 'WORD'. The commands are ...", every command named.
+std::string unknown_command(std::string_view word);
 
 /// Walks a subcommand's words. Options take `--name value` and `--name=value`;
 /// a short option also `-n4`. The first usage problem is kept in error().

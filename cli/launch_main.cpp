@@ -29,13 +29,14 @@
 extern char** environ;
 
 namespace chorus::cli {
-namespace {
+int launch_main(std::span<char* const> args); // below
 
-constexpr int default_master_port = 29500;
-
-constexpr std::string_view help_text = R"(usage: chorus launch -n N [OPTIONS] [--] PROGRAM [ARGS...]
-
-Starts N ranks of PROGRAM on this node with the environment torchrun gives its
+const Command launch_command{
+    .name = "launch",
+    .summary = "start N local ranks with torchrun's environment, prefix their output, forward signals and exit "
+               "with the worst rank's code",
+    .usage = "-n N [OPTIONS] [--] PROGRAM [ARGS...]",
+    .help = R"(Starts N ranks of PROGRAM on this node with the environment torchrun gives its
 workers, so that chorus::init (and torch.distributed) find their place:
   RANK=K*N+i  LOCAL_RANK=i  WORLD_SIZE=M*N  LOCAL_WORLD_SIZE=N  GROUP_RANK=K
   GROUP_WORLD_SIZE=M  ROLE_RANK=RANK  ROLE_WORLD_SIZE=WORLD_SIZE  ROLE_NAME=default
@@ -86,7 +87,13 @@ examples:
   chorus launch -n 4 -- ./train --epochs 3
   chorus launch -n 8 --nnodes 2 --node-rank 1 --master-addr node0 \
                 --run-id "$SLURM_JOB_ID" -- ./train
-)";
+)",
+    .main = launch_main,
+};
+
+namespace {
+
+constexpr int default_master_port = 29500;
 
 bool bindable(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -338,10 +345,7 @@ int launch_main(std::span<char* const> words) {
   LaunchArgs a;
   bool help = false;
   if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("launch", problem);
-  if (help) {
-    std::fputs(help_text.data(), stdout);
-    return exit_ok;
-  }
+  if (help) return print_help(launch_command);
   if (std::string problem = cannot_start(a.program[0]); !problem.empty()) return failure("launch", problem);
   if (a.master_port == 0) {
     if (a.nnodes > 1) {

@@ -9,11 +9,13 @@
 #include <optional>
 
 namespace chorus::cli {
-namespace {
+int ls_main(std::span<char* const> args); // below
 
-constexpr std::string_view help_text = R"(usage: chorus ls [DIR]
-
-Lists the runs under DIR (default: $CHORUS_DIR, else ./chorus-runs), laid out
+const Command ls_command{
+    .name = "ls",
+    .summary = "list the runs under a run directory, grouped by project and group",
+    .usage = "[DIR]",
+    .help = R"(Lists the runs under DIR (default: $CHORUS_DIR, else ./chorus-runs), laid out
 as DIR/PROJECT/GROUP/RUN-ID, grouped by project and group: projects by name,
 the groups of a project by start time, the newest last, and the runs of a
 group by start time too. For each run: its id, state, ranks (world size, and
@@ -37,7 +39,11 @@ options:
 
 exit codes: 0 listed (even with unreadable runs), 1 DIR is not a directory,
 2 a wrong command line.
-)";
+)",
+    .main = ls_main,
+};
+
+namespace {
 
 std::string ranks_cell(const GroupMemberView& v) {
   std::string s = "-";
@@ -149,10 +155,7 @@ int ls_main(std::span<char* const> words) {
   ArgCursor c(words);
   std::string dir;
   while (!c.done()) {
-    if (c.flag({"-h", "--help"})) {
-      std::fputs(help_text.data(), stdout);
-      return exit_ok;
-    }
+    if (c.flag({"-h", "--help"})) return print_help(ls_command);
     if (c.peek().starts_with("-") && c.peek() != "-") return usage_error("ls", "unknown option '" + std::string(c.peek()) + "'");
     if (!dir.empty()) return usage_error("ls", "one directory at a time, not '" + dir + "' and '" + std::string(c.peek()) + "'");
     dir = c.peek();

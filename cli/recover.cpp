@@ -25,11 +25,13 @@
 
 namespace chorus::cli {
 namespace fs = std::filesystem;
-namespace {
+int recover_main(std::span<char* const> args); // below
 
-constexpr std::string_view help_text = R"(usage: chorus recover [OPTIONS] RUN
-
-Rebuilds a run's readable files (history.jsonl, config.json, summary.json,
+const Command recover_command{
+    .name = "recover",
+    .summary = "rebuild a run's files from its write-ahead log after its host crashed",
+    .usage = "[OPTIONS] RUN",
+    .help = R"(Rebuilds a run's readable files (history.jsonl, config.json, summary.json,
 rejected.jsonl, run.json) from its write-ahead log, after its host crashed.
 RUN is a run directory, or a run id looked up under DIR.
 
@@ -51,7 +53,11 @@ options:
 exit codes: 0 rebuilt (or, with --dry-run, readable), 1 the run cannot be
 recovered (no log, a live host, a log without a run start, an I/O error),
 2 a wrong command line.
-)";
+)",
+    .main = recover_main,
+};
+
+namespace {
 
 constexpr const char* rebuilt_files[] = {"history.jsonl", "config.json", "summary.json", "rejected.jsonl", "run.json"};
 
@@ -169,10 +175,7 @@ int recover_main(std::span<char* const> words) {
   RecoverArgs a;
   bool help = false;
   if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("recover", problem);
-  if (help) {
-    std::fputs(help_text.data(), stdout);
-    return exit_ok;
-  }
+  if (help) return print_help(recover_command);
   std::string dir;
   if (std::string problem = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir, dir); !problem.empty())
     return failure("recover", problem);

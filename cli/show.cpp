@@ -19,12 +19,13 @@
 
 namespace chorus::cli {
 namespace fs = std::filesystem;
-namespace {
+int show_main(std::span<char* const> args); // below
 
-constexpr std::string_view help_text = R"(usage: chorus show [OPTIONS] RUN|GROUP
-       chorus show [OPTIONS] RUN RUN...
-
-Shows a run: its identity, its ranks and their states (a running rank's last
+const Command show_command{
+    .name = "show",
+    .summary = "a run's identity, ranks, config, summary and a chart per metric; a group's runs side by side",
+    .usage = "[OPTIONS] RUN|GROUP\n[OPTIONS] RUN RUN...",
+    .help = R"(Shows a run: its identity, its ranks and their states (a running rank's last
 step is the run's last committed row), config, summary (with the last row's
 step, time and runtime on one line), what its machines did, and a terminal
 chart per metric of its history (x = _step). RUN is a run directory, or a run
@@ -70,7 +71,11 @@ options:
   -h, --help      this text
 
 exit codes: 0 shown, 1 the run cannot be found or read, 2 a wrong command line.
-)";
+)",
+    .main = show_main,
+};
+
+namespace {
 
 struct ShowArgs {
   std::vector<std::string> runs;
@@ -393,10 +398,7 @@ int show_main(std::span<char* const> words) {
   ShowArgs a;
   bool help = false;
   if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("show", problem);
-  if (help) {
-    std::fputs(help_text.data(), stdout);
-    return exit_ok;
-  }
+  if (help) return print_help(show_command);
   const int width = a.width > 0 ? a.width : terminal_width();
   std::vector<RunInfo> runs;
   for (const std::string& arg : a.runs) {

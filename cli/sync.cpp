@@ -11,14 +11,14 @@
 #include <unistd.h>
 
 namespace chorus::cli {
-namespace {
+int sync_main(std::span<char* const> args); // below
 
-namespace fs = std::filesystem;
-
-constexpr std::string_view help_text = R"(usage: chorus sync RUN|GROUP --to URL [--dir DIR] [--timeout SECONDS]
-       chorus sync --status [RUN|GROUP|DIR]
-
-Uploads a run, or every run of a group, to a tracking server: the history,
+const Command sync_command{
+    .name = "sync",
+    .summary = "upload runs to MLflow or W&B (offline runs, cut-off uploads), or show how far their uploads got "
+               "(--status)",
+    .usage = "RUN|GROUP --to URL [--dir DIR] [--timeout SECONDS]\n--status [RUN|GROUP|DIR]",
+    .help = R"(Uploads a run, or every run of a group, to a tracking server: the history,
 system metrics, config, summary, artifacts and the end state. It resumes
 where the run's earlier uploads to that server stopped (the offsets in
 RUN/upload/), so every point arrives once, whether the run was made offline,
@@ -46,7 +46,13 @@ gives it one first.
 exit codes: 0 everything uploaded (or --status printed), 1 something was
 left (the message says whether syncing again goes on, or what must change
 first), 2 the command line was wrong.
-)";
+)",
+    .main = sync_main,
+};
+
+namespace {
+
+namespace fs = std::filesystem;
 
 volatile std::sig_atomic_t interrupted = 0;
 extern "C" void on_interrupt(int) { interrupted = 1; }
@@ -243,10 +249,7 @@ int sync_main(std::span<char* const> words) {
   SyncArgs a;
   bool help = false;
   if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("sync", problem);
-  if (help) {
-    std::fputs(help_text.data(), stdout);
-    return exit_ok;
-  }
+  if (help) return print_help(sync_command);
   if (a.status) return status(a);
   Error err;
   auto target = io::UploadTarget::parse(a.url, err);
