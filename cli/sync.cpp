@@ -4,6 +4,7 @@
 #include "cli/cli.hpp"
 #include "cli/run_info.hpp"
 #include "io/upload.hpp"
+#include "runtime/upload_url.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -25,11 +26,9 @@ RUN/upload/), so every point arrives once, whether the run was made offline,
 its live upload was cut off, or an earlier sync was interrupted.
 
   RUN|GROUP        a run or group directory, or a run id (or its prefix) under DIR
-  --to URL         mlflow://HOST:PORT, mlflow+https://HOST:PORT,
-                   wandb://HOST[/ENTITY] or wandb+http://HOST:PORT[/ENTITY]
-                   (W&B's key comes from WANDB_API_KEY; MLflow's, if the server
-                   wants one, from MLFLOW_TRACKING_TOKEN or
-                   MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD)
+  --to URL         the tracking server, one of (with where its key comes from,
+                   if the server wants one):
+@BACKENDS@
   --dir DIR        where runs are looked up by id (default $CHORUS_DIR or ./chorus-runs)
   --timeout S      give up after S seconds (default 600; 0: no limit), a request
                    in flight then included, keeping the offsets, so that the
@@ -47,6 +46,19 @@ exit codes: 0 everything uploaded (or --status printed), 1 something was
 left (the message says whether syncing again goes on, or what must change
 first), 2 the command line was wrong.
 )";
+
+/// help_text with a line for each upload backend (runtime/upload_url.hpp).
+std::string help_with_backends() {
+  std::string backends;
+  for (const detail::UploadScheme& s : detail::upload_schemes()) {
+    backends += "                     " + s.usage(false) + " or " + s.usage(true);
+    if (!s.credentials.empty()) backends += "\n                       (" + std::string(s.credentials) + ")";
+    backends += '\n';
+  }
+  constexpr std::string_view slot = "@BACKENDS@\n";
+  std::string out(help_text);
+  return out.replace(out.find(slot), slot.size(), backends);
+}
 
 volatile std::sig_atomic_t interrupted = 0;
 extern "C" void on_interrupt(int) { interrupted = 1; }
@@ -84,7 +96,7 @@ std::string parse(std::span<char* const> words, SyncArgs& a, bool& help) {
   }
   if (!c.error().empty()) return c.error();
   if (!a.status && a.target.empty()) return "which run or group? (chorus sync RUN|GROUP --to URL)";
-  if (!a.status && a.url.empty()) return "where to? (--to mlflow://HOST:PORT or wandb://HOST)";
+  if (!a.status && a.url.empty()) return "where to? (--to " + detail::upload_url_forms(false) + ")";
   return {};
 }
 
@@ -244,7 +256,7 @@ int sync_main(std::span<char* const> words) {
   bool help = false;
   if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("sync", problem);
   if (help) {
-    std::fputs(help_text.data(), stdout);
+    std::fputs(help_with_backends().c_str(), stdout);
     return exit_ok;
   }
   if (a.status) return status(a);

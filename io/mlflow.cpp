@@ -529,9 +529,19 @@ private:
 };
 
 } // namespace
+} // namespace chorus::io::detail
 
-std::unique_ptr<Backend> make_mlflow_backend(const UploadTarget& target, HttpClient& http) {
-  return std::make_unique<MlflowBackend>(target, http);
+namespace chorus::io::backends {
+
+// mlflow://, listed in io/CMakeLists.txt: its requests go out a window at a
+// time, and its URL takes no path.
+BackendSpec mlflow() {
+  return {.connections = detail::mlflow_window,
+          .path = {},
+          .path_variable = {},
+          .make = [](const BackendContext& c, Error&) -> std::unique_ptr<Backend> {
+            return std::make_unique<detail::MlflowBackend>(c.target, *c.http);
+          }};
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::io::backends

@@ -2,12 +2,11 @@
 // rules, the offsets and the lock.
 #include "io/upload.hpp"
 
-#include "io/backends.hpp"
 #include "io/json.hpp"
 #include "io/posix.hpp"
 #include "io/run_dir.hpp"
+#include "io/upload/registry.hpp"
 #include "runtime/fnv.hpp"
-#include "runtime/upload_url.hpp"
 
 #include <simdjson.h>
 
@@ -40,15 +39,6 @@ std::string digest(std::string_view s) {
   return buf;
 }
 
-Error bad_url(std::string_view url, std::string_view why) {
-  std::string m = "upload target '";
-  m.append(url);
-  m += "' ";
-  m.append(why);
-  m += ": use mlflow://HOST:PORT, mlflow+https://HOST:PORT, wandb://HOST[/ENTITY] or wandb+http://HOST:PORT[/ENTITY]";
-  return Error(Errc::invalid_argument, std::move(m));
-}
-
 std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llround(s * 1000.0)); }
 
 void write_cursor(JsonWriter& w, std::string_view name, const Cursor& c) {
@@ -65,46 +55,6 @@ bool read_cursor(simdjson::dom::element doc, const char* name, Cursor& c) {
 }
 
 } // namespace
-
-// ---------------------------------------------------------------------------
-
-std::optional<UploadTarget> UploadTarget::parse(std::string_view url, Error& error) {
-  chorus::detail::UploadUrl u;
-  using Problem = chorus::detail::UploadUrl::Problem;
-  switch (chorus::detail::UploadUrl::parse(url, u)) {
-  case Problem::none: break;
-  case Problem::no_scheme: error = bad_url(url, "has no scheme"); return std::nullopt;
-  case Problem::unknown_scheme: error = bad_url(url, "has an unknown scheme"); return std::nullopt;
-  case Problem::credentials:
-    error = Error(Errc::invalid_argument,
-                  "upload target '" + u.masked() +
-                      "' has credentials in it: they would be written into the run's files. Put W&B's key in "
-                      "WANDB_API_KEY, MLflow's in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD");
-    return std::nullopt;
-  case Problem::empty:
-  case Problem::no_host: error = bad_url(url, "has no host"); return std::nullopt;
-  case Problem::mlflow_path:
-    error = bad_url(url, "has a path (MLflow's API is at the server's root)");
-    return std::nullopt;
-  case Problem::deep_path:
-    error = bad_url(url, "has a path of more than one part (only a W&B entity may follow the host)");
-    return std::nullopt;
-  }
-  UploadTarget t;
-  t.kind = u.kind == chorus::detail::UploadUrl::Kind::mlflow ? Kind::mlflow : Kind::wandb;
-  t.url = std::string(url);
-  t.base_url = (u.https ? "https://" : "http://") + std::string(u.authority);
-  t.entity = std::string(u.path);
-  if (t.kind == Kind::wandb && t.entity.empty())
-    if (const char* e = std::getenv("WANDB_ENTITY"); e && *e) t.entity = e;
-  t.id = t.kind == Kind::mlflow ? "mlflow-" : "wandb-";
-  for (char c : u.authority) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
-  if (!t.entity.empty()) {
-    t.id += '-';
-    for (char c : t.entity) t.id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
-  }
-  return t;
-}
 
 // ---------------------------------------------------------------------------
 
@@ -282,7 +232,7 @@ struct Uploader::Impl {
   UploadTarget target;
   UploadSettings settings;
   std::string upload_dir, state_file, lock_file, refused_file;
-  HttpClient http{detail::mlflow_window};
+  std::unique_ptr<HttpClient> http; // for a backend that speaks HTTP
   std::unique_ptr<Backend> backend;
   UploadState st;
   Backoff backoff;
@@ -559,11 +509,12 @@ Error Uploader::open() {
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(s.lock_fd, 0) == 0) (void)detail::write_all(s.lock_fd, pid, s.lock_file);
   if (Error e = s.st.load(s.state_file)) return e;
-  if (!s.st.url.empty() && s.st.url != s.target.url) {
-    // Same target id, another spelling (wandb:// and wandb+https://): the offsets still hold.
-  }
+  // Same target id, another spelling (wandb:// and wandb+https://): the offsets still hold.
   s.st.url = s.target.url;
-  s.backend = make_backend(s.target, s.http, err);
+  const std::optional<BackendSpec> spec = find_backend(s.target.backend);
+  if (!spec) return Error(Errc::invalid_argument, "no upload backend is named '" + s.target.backend + "'");
+  if (spec->connections > 0) s.http = std::make_unique<HttpClient>(spec->connections);
+  s.backend = spec->make(BackendContext{s.target, s.http.get()}, err);
   if (!s.backend) return err;
   return {};
 }
@@ -578,9 +529,14 @@ Uploader::Progress Uploader::pump(SteadyTime start_by) {
   return impl_->pump(start_by);
 }
 
-void Uploader::cut_requests_at(SteadyTime at) noexcept { impl_->http.cut_at(at); }
-void Uploader::limit_silence(std::chrono::milliseconds grace) noexcept { impl_->http.limit_silence(grace); }
-bool Uploader::unreachable() const noexcept { return impl_->http.unreachable(); }
+// A backend that speaks no HTTP has no request to cut and is never unreachable.
+void Uploader::cut_requests_at(SteadyTime at) noexcept {
+  if (impl_->http) impl_->http->cut_at(at);
+}
+void Uploader::limit_silence(std::chrono::milliseconds grace) noexcept {
+  if (impl_->http) impl_->http->limit_silence(grace);
+}
+bool Uploader::unreachable() const noexcept { return impl_->http && impl_->http->unreachable(); }
 void Uploader::retry_now() noexcept { impl_->wait_until.reset(); }
 
 const UploadState& Uploader::state() const noexcept { return impl_->st; }
@@ -636,31 +592,6 @@ std::vector<std::pair<std::string, std::string>> upload_targets(const std::strin
   ::closedir(d);
   std::sort(out.begin(), out.end());
   return out;
-}
-
-} // namespace chorus::io
-
-namespace chorus::io {
-
-std::unique_ptr<Backend> make_backend(const UploadTarget& target, HttpClient& http, Error& error) {
-  if (target.kind == UploadTarget::Kind::mlflow) return detail::make_mlflow_backend(target, http);
-  return detail::make_wandb_backend(target, http, error);
-}
-
-HttpResponse detail::perform_capped(HttpClient& http, HttpRequest& req, std::chrono::milliseconds cap) {
-  req.timeout = cap;
-  return http.perform(req);
-}
-
-Sent detail::not_delivered(const HttpResponse& r, std::string_view server, std::string_view what,
-                           std::string_view credentials_fix) {
-  Sent s;
-  s.delivery = classify(r);
-  s.retry_after = r.retry_after;
-  s.message.append(server).append(" ").append(what).append(": ").append(describe(r));
-  if (r.status == 401 || r.status == 403) s.message.append(" (").append(credentials_fix).append(")");
-  if (s.delivery == Delivery::refused) s.stop = true;
-  return s;
 }
 
 } // namespace chorus::io
