@@ -26,6 +26,9 @@ struct Command {
   std::string_view usage;   ///< what follows `chorus NAME` on the usage line; a line per form
   std::string_view help;    ///< the rest of `chorus NAME --help`: what it does, its options, its exit codes
   int (*main)(std::span<char* const> args); ///< runs it on the words after NAME
+  /// Where set, its text takes the place of the line "@GENERATED@" in `help`:
+  /// what the build decides, such as the upload backends `chorus sync` knows.
+  std::string (*generated)() = nullptr;
 };
 
 extern const Command launch_command;  // launch_main.cpp

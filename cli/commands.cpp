@@ -87,7 +87,11 @@ std::string help_text(const Command& command) {
     prefix = "       ";
   }
   out += '\n';
-  out += command.help;
+  std::string help(command.help);
+  constexpr std::string_view slot = "@GENERATED@\n";
+  if (const auto at = help.find(slot); command.generated != nullptr && at != std::string::npos)
+    help.replace(at, slot.size(), command.generated());
+  out += help;
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include "cli/cli.hpp"
 #include "cli/run_info.hpp"
 #include "io/upload/upload.hpp"
+#include "runtime/core/upload_url.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 
 namespace chorus::cli {
 int sync_main(std::span<char* const> args); // below
+std::string backend_urls();                 // below
 
 const Command sync_command{
     .name = "sync",
@@ -25,11 +27,9 @@ RUN/upload/), so every point arrives once, whether the run was made offline,
 its live upload was cut off, or an earlier sync was interrupted.
 
   RUN|GROUP        a run or group directory, or a run id (or its prefix) under DIR
-  --to URL         mlflow://HOST:PORT, mlflow+https://HOST:PORT,
-                   wandb://HOST[/ENTITY] or wandb+http://HOST:PORT[/ENTITY]
-                   (W&B's key comes from WANDB_API_KEY; MLflow's, if the server
-                   wants one, from MLFLOW_TRACKING_TOKEN or
-                   MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD)
+  --to URL         the tracking server, one of (with where its key comes from,
+                   if the server wants one):
+@GENERATED@
   --dir DIR        where runs are looked up by id (default $CHORUS_DIR or ./chorus-runs)
   --timeout S      give up after S seconds (default 600; 0: no limit), a request
                    in flight then included, keeping the offsets, so that the
@@ -48,7 +48,19 @@ left (the message says whether syncing again goes on, or what must change
 first), 2 the command line was wrong.
 )",
     .main = sync_main,
+    .generated = backend_urls,
 };
+
+/// The --to URLs of every upload backend, for sync's help.
+std::string backend_urls() {
+  std::string backends;
+  for (const detail::UploadScheme& s : detail::upload_schemes()) {
+    backends += "                     " + s.usage(false) + " or " + s.usage(true);
+    if (!s.credentials.empty()) backends += "\n                       (" + std::string(s.credentials) + ")";
+    backends += '\n';
+  }
+  return backends;
+}
 
 namespace {
 
@@ -90,7 +102,7 @@ std::string parse(std::span<char* const> words, SyncArgs& a, bool& help) {
   }
   if (!c.error().empty()) return c.error();
   if (!a.status && a.target.empty()) return "which run or group? (chorus sync RUN|GROUP --to URL)";
-  if (!a.status && a.url.empty()) return "where to? (--to mlflow://HOST:PORT or wandb://HOST)";
+  if (!a.status && a.url.empty()) return "where to? (--to " + detail::upload_url_forms(false) + ")";
   return {};
 }
 

@@ -1,17 +1,10 @@
-// The backends behind make_backend (io/upload/upload.hpp).
+// What the backends that speak HTTP share (io/upload/http_answers.cpp);
+// how backends are found and made is io/upload/registry.hpp's.
 #pragma once
 
-#include "io/upload/upload.hpp"
+#include "io/upload/registry.hpp"
 
 namespace chorus::io::detail {
-
-/// MLflow log-batch requests in flight at once, each on a connection of its
-/// own: enough to keep a server's workers busy (MLflow's default gunicorn
-/// has 4), few enough to leave it room for other clients.
-inline constexpr std::size_t mlflow_window = 4;
-
-std::unique_ptr<Backend> make_mlflow_backend(const UploadTarget& target, HttpClient& http);
-std::unique_ptr<Backend> make_wandb_backend(const UploadTarget& target, HttpClient& http, Error& error);
 
 /// Performs `req` with `cap` as its own timeout: a caller's time slice
 /// decides whether a backend call starts, never how long a request may take.

@@ -16,6 +16,10 @@
 
 namespace chorus::io::detail {
 
+/// MLflow log-batch requests in flight at once, each on a connection of its
+/// own: enough to keep a server's workers busy (MLflow's default gunicorn
+/// has 4), few enough to leave it room for other clients.
+inline constexpr std::size_t mlflow_window = 4;
 inline constexpr std::size_t mlflow_max_metrics = 999; // + a slot tag = MLflow's 1000 entries a log-batch
 inline constexpr std::chrono::milliseconds mlflow_request_cap{30'000};
 

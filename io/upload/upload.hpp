@@ -9,7 +9,7 @@
 // <run>/upload/<target>.json after every delivered request.
 //
 //   run directory ──read slice──► Uploader ──Batch──► Backend ──HTTP──► server
-//        ▲                            │                 (mlflow.cpp, wandb.cpp)
+//        ▲                            │                 (io/upload/registry.hpp)
 //        └──── upload/<target>.json ◄─┘ offsets, after every answer
 #pragma once
 
@@ -33,11 +33,11 @@ namespace chorus::io {
 using SteadyTime = std::chrono::steady_clock::time_point;
 
 /// Where to upload, from a URL (mlflow://HOST:PORT, wandb://HOST[/ENTITY]:
-/// the grammar is runtime/core/upload_url.hpp's). Credentials never go in the URL
-/// (W&B's key is read from WANDB_API_KEY).
+/// the grammar is runtime/core/upload_url.hpp's, the backends
+/// io/upload/registry.hpp's). Credentials never go in the URL (W&B's key is
+/// read from WANDB_API_KEY).
 struct UploadTarget {
-  enum class Kind { mlflow, wandb };
-  Kind kind = Kind::mlflow;
+  std::string backend;  // the scheme's backend: "mlflow", "wandb"
   std::string url;      // as given (no credentials)
   std::string base_url; // "http://host:port" or "https://host"
   std::string entity;   // W&B: from the URL's path, else $WANDB_ENTITY, else the key's own
@@ -166,8 +166,6 @@ public:
   /// Whether summary.json goes up while the run trains (W&B), or only with the end state (MLflow).
   [[nodiscard]] virtual bool live_summary() const noexcept { return true; }
 };
-
-[[nodiscard]] std::unique_ptr<Backend> make_backend(const UploadTarget& target, HttpClient& http, Error& error);
 
 struct UploadSettings {
   std::chrono::milliseconds backoff_base{500};

@@ -274,9 +274,8 @@ private:
   simdjson::dom::parser parser_;
 };
 
-} // namespace
-
-std::unique_ptr<Backend> make_wandb_backend(const UploadTarget& target, HttpClient& http, Error& error) {
+std::unique_ptr<Backend> make_wandb_backend(const BackendContext& context, Error& error) {
+  const UploadTarget& target = context.target;
   const char* key = std::getenv("WANDB_API_KEY");
   if (!key || !*key) {
     error = Error(Errc::invalid_argument, "uploading to " + target.url +
@@ -297,7 +296,19 @@ std::unique_ptr<Backend> make_wandb_backend(const UploadTarget& target, HttpClie
     }
     interval = std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000));
   }
-  return std::make_unique<WandbBackend>(target, http, key, interval);
+  return std::make_unique<WandbBackend>(target, *context.http, key, interval);
 }
 
+} // namespace
+
 } // namespace chorus::io::detail
+
+namespace chorus::io::backends {
+
+// wandb://, listed in io/CMakeLists.txt: one request at a time, and the URL
+// may name the entity (else WANDB_ENTITY does, else the key's own).
+BackendSpec wandb() {
+  return {.connections = 1, .path = "a W&B entity", .path_variable = "WANDB_ENTITY", .make = detail::make_wandb_backend};
+}
+
+} // namespace chorus::io::backends

@@ -252,14 +252,12 @@ Error check_options(const Options& o, const Options& given) {
     case UploadUrl::Problem::unknown_scheme:
     case UploadUrl::Problem::empty:
       return bad(where, o.upload, "is not an upload target",
-                 "mlflow://HOST:PORT or wandb://HOST (mlflow+https://, wandb+http:// for the other protocol)");
+                 upload_url_forms(false) + " (" + upload_other_protocols() + " for the other protocol)");
     case UploadUrl::Problem::credentials:
       return bad(where, url.masked(), "has credentials in it (they would be written into the run's files)",
-                 "the URL without them, and the key in WANDB_API_KEY or MLFLOW_TRACKING_TOKEN");
+                 "the URL without them, and the key where its backend reads it: " + upload_credentials());
     case UploadUrl::Problem::none:
-    case UploadUrl::Problem::no_host:
-    case UploadUrl::Problem::mlflow_path:
-    case UploadUrl::Problem::deep_path: break;
+    case UploadUrl::Problem::no_host: break;
     }
   }
   if (o.upload_buffer < (64u << 10) || o.upload_buffer > (std::size_t{1} << 30))

@@ -1,21 +1,76 @@
 #include "runtime/core/upload_url.hpp"
 
+#include <vector>
+
 namespace chorus::detail {
+
+std::string UploadScheme::usage(bool other_protocol) const {
+  std::string out(name);
+  if (other_protocol) out += https ? "+http" : "+https";
+  out += "://";
+  out.append(address);
+  return out;
+}
+
+const UploadScheme* find_upload_scheme(std::string_view name) noexcept {
+  for (const UploadScheme& s : upload_schemes())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+namespace {
+
+/// The parts joined as a sentence lists them: "a, b or c".
+std::string listed(const std::vector<std::string>& parts, std::string_view last) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out.append(i + 1 == parts.size() ? last : std::string_view(", "));
+    out += parts[i];
+  }
+  return out;
+}
+
+} // namespace
+
+std::string upload_url_forms(bool both_protocols) {
+  std::vector<std::string> parts;
+  for (const UploadScheme& s : upload_schemes()) {
+    parts.push_back(s.usage(false));
+    if (both_protocols) parts.push_back(s.usage(true));
+  }
+  return listed(parts, " or ");
+}
+
+std::string upload_other_protocols() {
+  std::vector<std::string> parts;
+  for (const UploadScheme& s : upload_schemes()) parts.push_back(std::string(s.name) + (s.https ? "+http://" : "+https://"));
+  return listed(parts, ", ");
+}
+
+std::string upload_credentials() {
+  std::vector<std::string> parts;
+  for (const UploadScheme& s : upload_schemes())
+    if (!s.credentials.empty()) parts.push_back(std::string(s.title) + "'s in " + std::string(s.credentials));
+  return listed(parts, ", ");
+}
 
 UploadUrl::Problem UploadUrl::parse(std::string_view url, UploadUrl& out) {
   out = {};
   const std::size_t sep = url.find("://");
   if (sep == std::string_view::npos) return Problem::no_scheme;
   out.scheme = url.substr(0, sep);
-  if (out.scheme == "mlflow" || out.scheme == "mlflow+http" || out.scheme == "mlflow+https") {
-    out.kind = Kind::mlflow;
-    out.https = out.scheme == "mlflow+https";
-  } else if (out.scheme == "wandb" || out.scheme == "wandb+https" || out.scheme == "wandb+http") {
-    out.kind = Kind::wandb;
-    out.https = out.scheme != "wandb+http";
-  } else {
+  std::string_view name = out.scheme;
+  std::string_view protocol;
+  if (const std::size_t plus = name.find('+'); plus != std::string_view::npos) {
+    protocol = name.substr(plus + 1);
+    name = name.substr(0, plus);
+  }
+  out.backend = find_upload_scheme(name);
+  if (!out.backend || !(protocol.empty() || protocol == "http" || protocol == "https")) {
+    out.backend = nullptr;
     return Problem::unknown_scheme;
   }
+  out.https = protocol.empty() ? out.backend->https : protocol == "https";
   const std::string_view rest = url.substr(sep + 3);
   if (rest.empty()) return Problem::empty;
   const std::size_t slash = rest.find('/');
@@ -24,8 +79,6 @@ UploadUrl::Problem UploadUrl::parse(std::string_view url, UploadUrl& out) {
   while (!out.path.empty() && out.path.back() == '/') out.path.remove_suffix(1);
   if (out.authority.find('@') != std::string_view::npos) return Problem::credentials;
   if (out.authority.empty()) return Problem::no_host;
-  if (out.kind == Kind::mlflow && !out.path.empty()) return Problem::mlflow_path;
-  if (out.path.find('/') != std::string_view::npos) return Problem::deep_path;
   return Problem::none;
 }
 

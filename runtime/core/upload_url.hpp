@@ -1,22 +1,56 @@
 // The grammar of an upload target's URL, parsed here only: Options checks
 // CHORUS_UPLOAD (Options::upload) with it when a process starts
 // (runtime/core/options.cpp), and the Uploader takes its target from it
-// (io/upload/upload.cpp), each with its own words for what is wrong.
+// (io/upload/registry.cpp), each with its own words for what is wrong.
 //
-//   mlflow://HOST:PORT          MLflow over http    mlflow+https://HOST:PORT  over https
-//   wandb://HOST[/ENTITY]       W&B over https      wandb+http://HOST:PORT[/ENTITY]  over http
+//   NAME://HOST[:PORT][/PATH]          the backend NAME over its usual protocol
+//   NAME+http://..., NAME+https://...  over the protocol named
 //
-// (mlflow+http:// and wandb+https:// spell the defaults out.)
+// The names, and how each backend's URL reads, come from the backends
+// themselves: each one's line in io/CMakeLists.txt (chorus_upload_backend)
+// adds it to upload_schemes(), a table generated into chorus_core, so that
+// this layer knows every backend without depending on the layer that holds
+// them. What a path after the host means is the backend's to say
+// (io::UploadTarget::parse).
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace chorus::detail {
 
+/// One upload backend as a URL names it (generated from io/CMakeLists.txt).
+struct UploadScheme {
+  std::string_view name;        // "mlflow": the URL's scheme, before any "+http"/"+https"
+  std::string_view title;       // "MLflow": how messages name the server
+  std::string_view address;     // "HOST:PORT": what follows "NAME://" in the usage
+  bool https = false;           // the protocol of NAME:// (NAME+http:// and NAME+https:// choose)
+  std::string_view credentials; // where its key comes from ("WANDB_API_KEY"), "" for none
+
+  /// "mlflow://HOST:PORT", or with `other_protocol` "mlflow+https://HOST:PORT".
+  [[nodiscard]] std::string usage(bool other_protocol) const;
+};
+
+/// Every backend, in the order io/CMakeLists.txt lists them.
+[[nodiscard]] std::span<const UploadScheme> upload_schemes() noexcept;
+
+/// The backend named `name`, or null.
+[[nodiscard]] const UploadScheme* find_upload_scheme(std::string_view name) noexcept;
+
+/// The URL forms, for an error or a help text: "mlflow://HOST:PORT or
+/// wandb://HOST[/ENTITY]", and with `both_protocols` the other protocol's
+/// spelling after each ("mlflow://HOST:PORT, mlflow+https://HOST:PORT, ...").
+[[nodiscard]] std::string upload_url_forms(bool both_protocols);
+
+/// "mlflow+https://, wandb+http://": each backend's other protocol.
+[[nodiscard]] std::string upload_other_protocols();
+
+/// Where each backend's key comes from: "MLflow's in X, W&B's in Y".
+[[nodiscard]] std::string upload_credentials();
+
 struct UploadUrl {
-  enum class Kind { mlflow, wandb };
-  Kind kind = Kind::mlflow;
+  const UploadScheme* backend = nullptr; // the scheme's backend, once known
   bool https = false;
   std::string_view scheme;    // as written: "mlflow", "wandb+http", ...
   std::string_view authority; // HOST[:PORT], with the credentials where the URL holds some
@@ -26,12 +60,10 @@ struct UploadUrl {
   enum class Problem {
     none,
     no_scheme,      // no "://"
-    unknown_scheme, // not one of the schemes above
+    unknown_scheme, // no backend's name (with "+http" or "+https" or without)
     empty,          // nothing after "://"
     credentials,    // USER[:PASSWORD]@ before the host: they would be written into the run's files
     no_host,        // nothing between "://" and the path
-    mlflow_path,    // a path after an MLflow host (its API is at the server's root)
-    deep_path,      // a path of more than one part (only a W&B entity may follow the host)
   };
 
   /// Parses `url` into `out` (views into `url`); returns its first problem.

@@ -10,7 +10,6 @@ using chorus::detail::UploadUrl;
 using Problem = UploadUrl::Problem;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(Problem)
-BOOST_TEST_DONT_PRINT_LOG_VALUE(UploadUrl::Kind)
 
 namespace {
 
@@ -30,18 +29,19 @@ UploadUrl parse_ok(std::string_view url) {
 BOOST_AUTO_TEST_CASE(every_scheme_names_its_backend_and_protocol) {
   struct Case {
     std::string_view url;
-    UploadUrl::Kind kind;
+    std::string_view backend;
     bool https;
   };
-  for (const Case& c : {Case{"mlflow://h:5000", UploadUrl::Kind::mlflow, false},
-                        Case{"mlflow+http://h:5000", UploadUrl::Kind::mlflow, false},
-                        Case{"mlflow+https://h:443", UploadUrl::Kind::mlflow, true},
-                        Case{"wandb://api.wandb.ai", UploadUrl::Kind::wandb, true},
-                        Case{"wandb+https://api.wandb.ai", UploadUrl::Kind::wandb, true},
-                        Case{"wandb+http://h:8080", UploadUrl::Kind::wandb, false}}) {
+  for (const Case& c : {Case{"mlflow://h:5000", "mlflow", false},
+                        Case{"mlflow+http://h:5000", "mlflow", false},
+                        Case{"mlflow+https://h:443", "mlflow", true},
+                        Case{"wandb://api.wandb.ai", "wandb", true},
+                        Case{"wandb+https://api.wandb.ai", "wandb", true},
+                        Case{"wandb+http://h:8080", "wandb", false}}) {
     BOOST_TEST_CONTEXT(c.url) {
       const UploadUrl u = parse_ok(c.url);
-      BOOST_TEST((u.kind == c.kind));
+      BOOST_REQUIRE(u.backend);
+      BOOST_TEST(u.backend->name == c.backend);
       BOOST_TEST(u.https == c.https);
       BOOST_TEST(u.scheme == c.url.substr(0, c.url.find("://")));
       BOOST_TEST(u.path.empty());
@@ -66,13 +66,23 @@ BOOST_AUTO_TEST_CASE(each_problem_is_named_in_order) {
   BOOST_TEST((problem_of("http://h") == Problem::unknown_scheme));
   BOOST_TEST((problem_of("s3://bucket") == Problem::unknown_scheme));
   BOOST_TEST((problem_of("MLFLOW://h") == Problem::unknown_scheme)); // schemes are lower case
+  BOOST_TEST((problem_of("mlflow+ftp://h") == Problem::unknown_scheme));
+  BOOST_TEST((problem_of("+https://h") == Problem::unknown_scheme));
   BOOST_TEST((problem_of("mlflow://") == Problem::empty));
   BOOST_TEST((problem_of("wandb://user:secret@h") == Problem::credentials));
   BOOST_TEST((problem_of("mlflow:///x") == Problem::no_host));
-  BOOST_TEST((problem_of("mlflow://h:1/x") == Problem::mlflow_path));
-  BOOST_TEST((problem_of("wandb://h/a/b") == Problem::deep_path));
-  // The earlier problem wins: credentials before a path MLflow refuses.
   BOOST_TEST((problem_of("mlflow://u@h/x") == Problem::credentials));
+  // What a path may be is the backend's to say (io::UploadTarget::parse).
+  BOOST_TEST(parse_ok("wandb://h/a/b").path == "a/b");
+  BOOST_TEST(parse_ok("mlflow://h:1/x").path == "x");
+}
+
+BOOST_AUTO_TEST_CASE(the_usage_names_every_backend_and_both_protocols) {
+  BOOST_TEST(chorus::detail::upload_url_forms(false) == "mlflow://HOST:PORT or wandb://HOST[/ENTITY]");
+  BOOST_TEST(chorus::detail::upload_url_forms(true) ==
+             "mlflow://HOST:PORT, mlflow+https://HOST:PORT, wandb://HOST[/ENTITY] or wandb+http://HOST[/ENTITY]");
+  BOOST_TEST(chorus::detail::upload_other_protocols() == "mlflow+https://, wandb+http://");
+  BOOST_TEST(chorus::detail::upload_credentials().find("W&B's in WANDB_API_KEY") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(masked_hides_the_credentials_only) {

@@ -1,0 +1,76 @@
+// The MLflow backend's class, whose parts are defined by concern:
+//   io/upload/mlflow.cpp                  requests, credentials, send(), the registration
+//   io/upload/mlflow_runs.cpp      the experiment and the run: made, found, taken up, ended
+//   io/upload/mlflow_keys.cpp      keys MLflow would refuse, mapped (upload/<id>.keys.json)
+//   io/upload/mlflow_params.cpp    config.json → params, summary.json → tags
+//   io/upload/mlflow_artifacts.cpp artifacts → the server's artifact store
+//   io/upload/mlflow_points.cpp           history and system values → log-batch
+#pragma once
+
+#include "io/upload/mlflow_points.hpp"
+
+#include <map>
+#include <unordered_map>
+
+namespace chorus::io::detail {
+
+inline constexpr std::size_t mlflow_max_params = 100, mlflow_max_tags = 100;
+inline constexpr std::size_t mlflow_max_key = 250, mlflow_max_param_value = 6000, mlflow_max_tag_value = 5000;
+
+/// The key as MLflow takes it: unchanged if valid, else cleaned and suffixed
+/// with a hash of the original (so two keys never meet).
+[[nodiscard]] std::string mlflow_clean_key(std::string_view key);
+
+class MlflowBackend final : public Backend, MlflowApi {
+public:
+  MlflowBackend(const UploadTarget& target, HttpClient& http);
+
+  [[nodiscard]] bool live_summary() const noexcept override { return false; }
+  Sent open(const RunSnapshot& run, UploadState& st) override;
+  Sent send(const RunSnapshot& run, const Batch& b, UploadState& st) override;
+
+private:
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+
+  // Requests (io/upload/mlflow.cpp).
+  HttpResponse call(const std::string& method, const std::string& path, std::string body);
+  HttpRequest request(const std::string& method, const std::string& path, std::string body) const override;
+  void add_credentials(HttpRequest& req) const;
+  static Sent failed(const HttpResponse& r, const std::string& what) { return mlflow_failed(r, what); }
+  static Sent refused(std::string why);
+
+  // The run (io/upload/mlflow_runs.cpp).
+  Sent find_experiment(const std::string& name, std::string& id);
+  Sent create_run(const RunSnapshot& run, const std::string& experiment, UploadState& st);
+  Sent find_run(const RunSnapshot& run, const std::string& experiment, std::string& found);
+  Sent reopen(const RunSnapshot& run, UploadState& st);
+  Sent send_end(const RunSnapshot& run, const UploadState& st);
+
+  // Keys (io/upload/mlflow_keys.cpp).
+  const std::string& map_key(std::string_view key) override;
+  void load_keys();
+  void save_keys() override;
+
+  // Params and tags (io/upload/mlflow_params.cpp).
+  Sent send_config(const std::string& config, UploadState& st);
+  Sent send_summary(const std::string& summary, UploadState& st);
+  /// log-batch requests of at most 100 params (none without `params`) and 100 tags each.
+  Sent log_params_and_tags(const UploadState& st, const Pairs* params, const Pairs& tags, const std::string& what);
+
+  // Artifacts (io/upload/mlflow_artifacts.cpp).
+  Sent send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st);
+
+  UploadTarget target_;
+  HttpClient& http_;
+  std::string auth_header_, user_, password_;
+  simdjson::dom::parser parser_;
+  std::string artifact_uri_;
+  std::string keys_file_;
+  std::map<std::string, std::string, std::less<>> keys_;
+  Pairs mapped_;
+  bool keys_dirty_ = false;
+  MlflowPoints points_{*this, http_, target_.id};
+  std::unordered_map<std::string, std::string> params_sent_;
+};
+
+} // namespace chorus::io::detail

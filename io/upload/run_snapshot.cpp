@@ -1,0 +1,47 @@
+// RunSnapshot (io/upload/upload.hpp): run.json as the backends need it.
+#include "io/upload/upload.hpp"
+
+#include <cmath>
+
+namespace chorus::io {
+namespace {
+
+std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llround(s * 1000.0)); }
+
+} // namespace
+
+std::optional<RunSnapshot> RunSnapshot::read(const std::string& run_dir, Error& error) {
+  const std::string path = run_dir + "/run.json";
+  Error e;
+  const std::optional<RunRecord> run = RunRecord::read(path, e);
+  if (!run) {
+    // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.
+    error = Error(Errc::io_error, e.code() == Errc::io_error ? e.message() + " (is " + run_dir + " a run directory?)"
+                                                            : e.message());
+    return std::nullopt;
+  }
+  if (run->id.empty()) {
+    error = Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
+    return std::nullopt;
+  }
+  RunSnapshot r;
+  static_cast<RunIdentity&>(r) = *run;
+  r.dir = run_dir;
+  if (r.name.empty()) r.name = r.id;
+  r.state = run->state;
+  if (run->start_us) r.start_ms = seconds_to_ms(RunRecord::seconds(*run->start_us));
+  if (run->end_us) r.end_ms = seconds_to_ms(RunRecord::seconds(*run->end_us));
+  r.attempts = run->segments.empty() ? 1 : run->segments.size();
+  r.ended = !r.state.empty() && r.state != "running";
+  r.exit_code = r.state == "finished" ? 0 : r.state == "killed" ? 143 : 1;
+  if (r.ended && run->exit_codes) {
+    int worst = 0;
+    for (const auto& [rank, c] : *run->exit_codes)
+      if (c != 0 && (worst == 0 || c > worst)) worst = static_cast<int>(c);
+    if (worst != 0 || r.state == "finished") r.exit_code = worst;
+  }
+  if (r.ended && r.end_ms == 0) r.end_ms = r.start_ms;
+  return r;
+}
+
+} // namespace chorus::io
