@@ -49,6 +49,8 @@ const Command* find_command(std::string_view name);
 std::string overview();
 /// `chorus NAME --help`: the summary, the usage and the help text.
 std::string help_text(const Command& command);
+/// The command's `help`, its generated part filled in.
+std::string help_body(const Command& command);
 /// Prints help_text(command) to stdout; returns exit_ok.
 int print_help(const Command& command);
 /// "unknown command 'WORD'. The commands are ...", every command named.

@@ -75,6 +75,14 @@ std::string overview() {
   return out;
 }
 
+std::string help_body(const Command& command) {
+  std::string help(command.help);
+  constexpr std::string_view slot = "@GENERATED@\n";
+  if (const auto at = help.find(slot); command.generated != nullptr && at != std::string::npos)
+    help.replace(at, slot.size(), command.generated());
+  return help;
+}
+
 std::string help_text(const Command& command) {
   const std::string name = "chorus " + std::string(command.name);
   std::string out;
@@ -87,11 +95,7 @@ std::string help_text(const Command& command) {
     prefix = "       ";
   }
   out += '\n';
-  std::string help(command.help);
-  constexpr std::string_view slot = "@GENERATED@\n";
-  if (const auto at = help.find(slot); command.generated != nullptr && at != std::string::npos)
-    help.replace(at, slot.size(), command.generated());
-  out += help;
+  out += help_body(command);
   return out;
 }
 

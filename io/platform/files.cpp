@@ -45,17 +45,10 @@ Error write_file_atomic(const std::string& path, std::string_view content) {
   const std::string tmp = dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
   Error err;
-  const int fd = detail::open_private(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, err);
+  const int fd = detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC, err);
   if (fd < 0) return err;
   err = detail::write_all(fd, content, tmp);
-  if (!err) {
-    while (::fsync(fd) != 0) {
-      if (errno != EINTR) {
-        err = os_error("fsync", tmp, errno);
-        break;
-      }
-    }
-  }
+  if (!err) err = detail::sync_file(fd, tmp);
   detail::close_fd(fd);
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
   if (err) ::unlink(tmp.c_str());
@@ -64,7 +57,7 @@ Error write_file_atomic(const std::string& path, std::string_view content) {
 
 std::unique_ptr<AppendFile> AppendFile::open(const std::string& path, Error& err, bool truncate) {
   err = {};
-  const int fd = detail::open_private(path, O_WRONLY | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), err);
+  const int fd = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), err);
   if (fd < 0) return nullptr;
   return std::unique_ptr<AppendFile>(new AppendFile(fd, path));
 }
@@ -96,10 +89,7 @@ Error AppendFile::flush() {
 
 Error AppendFile::sync() {
   if (Error e = flush()) return e;
-  while (::fdatasync(fd_) != 0) {
-    if (errno != EINTR) return os_error("fdatasync", path_, errno);
-  }
-  return {};
+  return detail::sync_file(fd_, path_, true);
 }
 
 } // namespace chorus::io

@@ -164,6 +164,17 @@ Error write_all(int fd, std::string_view data, std::string_view path) {
   return write_all(fd, &v, 1, path);
 }
 
+Error sync_file(int fd, std::string_view path, bool data_only) {
+  while ((data_only ? ::fdatasync(fd) : ::fsync(fd)) != 0)
+    if (errno != EINTR) return os_error(data_only ? "fdatasync" : "fsync", path, errno);
+  char byte;
+  while (::pread(fd, &byte, 1, 0) < 0) {
+    if (errno == EBADF) return {}; // opened for writing only: nothing to read back
+    if (errno != EINTR) return os_error("sync (the file system failed under it)", path, errno);
+  }
+  return {};
+}
+
 Error read_text(const std::string& path, std::string& out, bool missing_ok, std::size_t max_bytes) {
   out.clear();
   Error err;

@@ -37,6 +37,16 @@ namespace chorus::io::detail {
 [[nodiscard]] Error write_all(int fd, iovec* iov, int n, std::string_view path);
 [[nodiscard]] Error write_all(int fd, std::string_view data, std::string_view path);
 
+/// fsync, or with `data_only` fdatasync, of the regular file `fd`, retried on
+/// EINTR, and trusted only while the file system is still alive: ext4 can
+/// return success from a sync that a forced shutdown (a dying device,
+/// EXT4_IOC_SHUTDOWN) or an aborted journal raced, as jbd2 reports a
+/// transaction that is no longer running or committing as done. Such a file
+/// system fails every later read, so one byte read back from the page cache
+/// tells the two apart (tests/e2e/disk_fault_test.cpp); open `fd` for
+/// reading too, or that check is left out.
+[[nodiscard]] Error sync_file(int fd, std::string_view path, bool data_only = false);
+
 /// The largest run file (run.json, config.json, summary.json, group.json, an
 /// offsets file) read_text takes: chorus writes them far smaller, so a bigger
 /// one is damaged or planted, and is refused rather than allocated.

@@ -74,12 +74,6 @@ Error sync_dir(const std::string& dir) {
   return err;
 }
 
-Error sync_fd(int fd, const std::string& path) {
-  while (::fsync(fd) != 0)
-    if (errno != EINTR) return os_error("fsync", path, errno);
-  return {};
-}
-
 struct Fd {
   int fd = -1;
   ~Fd() { detail::close_fd(fd); }
@@ -218,10 +212,10 @@ Error copy_hashed(const std::string& source, const std::string& dest, std::uint6
   tmp.append("/.").append(base).append(".tmp.").append(std::to_string(::getpid())).append(".");
   tmp.append(std::to_string(counter.fetch_add(1, std::memory_order_relaxed)));
   Error err;
-  Fd out{detail::open_private(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, err)};
+  Fd out{detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC, err)};
   if (out.fd < 0) return err;
   err = stream(in.fd, source, out.fd, tmp, size, sha256, stop);
-  if (!err) err = sync_fd(out.fd, tmp);
+  if (!err) err = detail::sync_file(out.fd, tmp);
   detail::close_fd(std::exchange(out.fd, -1));
   if (!err && ::rename(tmp.c_str(), dest.c_str()) != 0) {
     std::string what = "rename to ";
@@ -259,12 +253,11 @@ Error store_artifact(const std::string& run_dir, const std::string& source, Arti
   }
   const std::string manifest = run_dir + "/artifacts.jsonl";
   Error err;
-  Fd fd{detail::open_private(manifest, O_WRONLY | O_CREAT | O_APPEND, err)};
+  Fd fd{detail::open_private(manifest, O_RDWR | O_CREAT | O_APPEND, err)};
   if (fd.fd < 0) return err;
   // One write(2) of a whole line: O_APPEND keeps lines of several processes apart.
   if ((err = detail::write_all(fd.fd, artifact_line(rec), manifest))) return err;
-  while (::fdatasync(fd.fd) != 0)
-    if (errno != EINTR) return os_error("fdatasync", manifest, errno);
+  if ((err = detail::sync_file(fd.fd, manifest, true))) return err;
   return sync_dir(run_dir);
 }
 

@@ -412,23 +412,7 @@ Error WalWriter::write_frames(std::span<const std::span<const char>> payloads) {
   return {};
 }
 
-Error WalWriter::sync() {
-  while (::fdatasync(fd_) != 0) {
-    if (errno != EINTR) return os_error("fdatasync", path_, errno);
-  }
-  // A success is only trusted while the file system is still alive. ext4
-  // can return success from an fdatasync that a forced shutdown (a dying
-  // device, EXT4_IOC_SHUTDOWN) or an aborted journal raced: its journal
-  // commit was abandoned, and jbd2 reports a transaction that is no longer
-  // running or committing as done. Such a file system fails every later
-  // read, so a read right after the sync tells the two apart, at the cost of
-  // one byte from the page cache (tests/e2e/disk_fault_test.cpp).
-  char byte;
-  while (::pread(fd_, &byte, 1, 0) < 0) {
-    if (errno != EINTR) return os_error("fdatasync (the file system failed under it)", path_, errno);
-  }
-  return {};
-}
+Error WalWriter::sync() { return detail::sync_file(fd_, path_, true); }
 
 WalScan scan_wal(const std::string& path, const WalFrameFn& on_frame, Error& err) {
   err = {};
