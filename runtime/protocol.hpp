@@ -38,8 +38,9 @@
 //     the Run answers a join at the RankProxy interface of whoever sent it.
 //   - A link: CAF's middleman (and chorus's own middleman actors,
 //     runtime/local_link.hpp, runtime/node_link.hpp) publishes and connects
-//     untyped actors; runtime/system.cpp casts what it dialled to the
-//     interface it expects.
+//     untyped actors. The run host and the Group are published with their
+//     interface's signatures, and a peer's handle is taken only where the
+//     signatures it was published with are its interface's (runtime/system.cpp).
 //   - A request dropped by its handler's sender check: an untyped handler
 //     that returns nothing answers a request with an empty message, which no
 //     typed signature can say; drop_request() sends it.

@@ -447,7 +447,8 @@ private:
   }
 
   /// Publishes `whom` on `port`: this user's socket for it (local), or every
-  /// interface (TLS, or plain TCP between nodes).
+  /// interface (TLS, or plain TCP between nodes); with its interface's
+  /// signatures, which dial() checks.
   template <class Handle>
   caf::expected<std::uint16_t> publish(const Handle& whom, std::uint16_t port, Link link) {
     if (link == Link::local && !local_)
@@ -457,7 +458,7 @@ private:
     caf::expected<std::uint16_t> out{std::uint16_t{0}};
     caf::scoped_actor self{sys_};
     self->request(connector(link), caf::infinite, caf::publish_atom::value, port,
-                  caf::actor_cast<caf::strong_actor_ptr>(whom), std::set<std::string>{}, std::string(), true)
+                  caf::actor_cast<caf::strong_actor_ptr>(whom), sys_.message_types(whom), std::string(), true)
         .receive([&](std::uint16_t actual) { out = actual; }, [&](caf::error& e) { out = std::move(e); });
     return out;
   }
@@ -465,7 +466,8 @@ private:
   /// Dials host:port until `deadline`: a bounded TCP probe, then CAF's
   /// handshake through the middleman actor, bounded by a request timeout.
   /// Returns "" with the actor published there in `out`, or the last reason
-  /// it failed.
+  /// it failed; at once where the actor there was published with another
+  /// interface than Handle's (another program, or another chorus, holds the port).
   /// `gone`, where given, says why dialing is over before the deadline ("" while it is not).
   template <class Handle>
   std::string dial(const std::string& address, std::uint16_t port, Link link, clock::time_point deadline,
@@ -486,15 +488,19 @@ private:
       // A Unix socket answers at once; a TCP host is probed first (see tcp_probe).
       if (link == Link::local || io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
-        bool ok = false, unanswered = false;
+        bool ok = false, unanswered = false, foreign = false;
         self->request(via, std::min(left, attempt_limit), caf::connect_atom::value, address, port)
             .receive(
-                [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-                  if (ptr) {
+                [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+                  if (!ptr) {
+                    why = "nothing published on that port yet";
+                  } else if (!sys_.assignable<Handle>(ifs)) {
+                    foreign = true;
+                    why = "what listens there does not take chorus's messages (another program, or a process "
+                          "built against another chorus, holds the port)";
+                  } else {
                     out = caf::actor_cast<Handle>(std::move(ptr));
                     ok = true;
-                  } else {
-                    why = "nothing published on that port yet";
                   }
                 },
                 [&](caf::error& e) {
@@ -503,6 +509,7 @@ private:
                                    : sys_.render(e);
                 });
         if (ok) return {};
+        if (foreign) return why;
         if (unanswered) {
           via = fresh_connector(link);
           attempt_limit = std::min(attempt_limit * 2, std::chrono::milliseconds(12000));
