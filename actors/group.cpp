@@ -66,9 +66,9 @@ struct GroupState {
   }
 };
 
-using group_actor = caf::stateful_actor<GroupState>;
+using group_ptr = group_self::stateful_pointer<GroupState>;
 
-void mark_dirty(group_actor* self) {
+void mark_dirty(group_ptr self) {
   auto& st = self->state;
   st.dirty = true;
   if (st.write_armed) return;
@@ -78,7 +78,7 @@ void mark_dirty(group_actor* self) {
 
 /// Once every place has a run that ended (or is recorded missing): writes
 /// the final manifest and answers whoever waits for the group to finish.
-void check_done(group_actor* self) {
+void check_done(group_ptr self) {
   auto& st = self->state;
   io::GroupManifest& g = st.host.manifest;
   g.settle();
@@ -90,7 +90,7 @@ void check_done(group_actor* self) {
 }
 
 /// Records a run for each place that none has reported for.
-void record_missing(group_actor* self, std::string_view why) {
+void record_missing(group_ptr self, std::string_view why) {
   auto& st = self->state;
   io::GroupManifest& g = st.host.manifest;
   for (std::int64_t i = 0; i < g.size; ++i) {
@@ -115,7 +115,7 @@ void end_member(io::GroupMember& m, std::string_view state, std::string message)
     if (r.state == "running") r.state = std::string(state);
 }
 
-caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
+group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
   auto& st = self->state;
   st.host = std::move(host);
   st.write();
@@ -144,7 +144,7 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
         io::GroupMember m;
         std::string why;
         const bool ok = io::parse_member(json, m, why) && m.index < g.size;
-        if (run) self->send(run, member_ok_atom::value, seq); // a refused report is not repeated
+        self->send(caf::actor_cast<member_actor>(run), member_ok_atom::value, seq); // a refused report is not repeated
         if (!ok) {
           std::fprintf(stderr, "chorus: the group refused a member's report: %s\n",
                        why.empty() ? "its place is outside the group" : why.c_str());
@@ -195,16 +195,18 @@ caf::behavior group_actor_fn(group_actor* self, GroupHost host) {
         if (st.dirty) st.write();
       },
       [](ping_atom) { return caf::ok_atom::value; },
-      [self](finish_atom) {
+      [self](finish_atom) -> caf::delegated<caf::ok_atom> {
         auto& st = self->state;
-        if (!from_this_process(self)) return; // global rank 0's own System, as it exits
+        // Global rank 0's own System, as it exits.
+        if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
         auto rp = self->make_response_promise();
         if (st.done) {
           rp.deliver(caf::ok_atom::value);
-          return;
+          return {};
         }
         st.finish_waiters.push_back(std::move(rp));
         self->delayed_send(self, st.host.finish_timeout, finish_tmo_atom::value);
+        return {};
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;
@@ -251,7 +253,7 @@ GroupHost group_host(const Settings& s) {
   return g;
 }
 
-caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
+group_actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
   // Scheduled, not detached, for the reason given at the Beacon
   // (actors/keepalive.hpp): it talks to the runs of other processes.
   return sys.spawn(group_actor_fn, std::move(host));
@@ -289,7 +291,7 @@ io::GroupMember member_report(const RunHost& host, const Merger& merger, std::op
 // ---------------------------------------------------------------------------
 // GroupLink
 
-void GroupLink::connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered,
+void GroupLink::connect(run_self::pointer self, group_actor group, caf::response_promise registered,
                         std::chrono::milliseconds interval, std::chrono::milliseconds limit) {
   if (!group_ && group) {
     group_ = std::move(group);
@@ -303,7 +305,7 @@ void GroupLink::connect(caf::event_based_actor* self, caf::actor group, caf::res
   when_acked(seq_, std::move(registered));
 }
 
-void GroupLink::report(caf::event_based_actor* self, const io::GroupMember& m) {
+void GroupLink::report(run_self::pointer self, const io::GroupMember& m) {
   if (final_) return; // the run's last word is said
   latest_ = io::member_json(m);
   ++seq_;
@@ -323,7 +325,7 @@ bool GroupLink::down(const caf::down_msg& dm) {
   return true;
 }
 
-void GroupLink::keepalive(caf::event_based_actor* self) {
+void GroupLink::keepalive(run_self::pointer self) {
   if (!keepalive_ || lost_ || (final_ && acked_ >= seq_)) return;
   if (!keepalive_->tick(self, group_)) lose();
 }
@@ -333,7 +335,7 @@ void GroupLink::lose() {
   answer_waiters();
 }
 
-void GroupLink::retry(caf::event_based_actor* self) {
+void GroupLink::retry(run_self::pointer self) {
   retrying_ = false;
   if (group_ && !lost_ && acked_ < seq_) send(self);
 }
@@ -343,7 +345,7 @@ void GroupLink::when_settled(caf::response_promise rp) {
   when_acked(final_ ? seq_ : 0, std::move(rp));
 }
 
-void GroupLink::send(caf::event_based_actor* self) {
+void GroupLink::send(run_self::pointer self) {
   self->send(group_, member_atom::value, seq_, latest_, caf::actor_cast<caf::actor>(self));
   if (retrying_) return;
   retrying_ = true;

@@ -34,7 +34,7 @@ struct GroupHost {
 /// The group of the job `s` describes, kept by this process (global rank 0).
 [[nodiscard]] GroupHost group_host(const Settings& s);
 
-caf::actor spawn_group_actor(caf::actor_system& sys, GroupHost host);
+group_actor spawn_group_actor(caf::actor_system& sys, GroupHost host);
 
 struct RunHost;
 class Merger;
@@ -51,10 +51,10 @@ public:
   /// answers `registered` once the Group has it (or is gone). A Group in
   /// another process is pinged every `interval` and counts as gone once not
   /// heard from for `limit` (actors/keepalive.hpp).
-  void connect(caf::event_based_actor* self, caf::actor group, caf::response_promise registered,
+  void connect(run_self::pointer self, group_actor group, caf::response_promise registered,
                std::chrono::milliseconds interval, std::chrono::milliseconds limit);
   /// Sends `m` as the run's latest state (now, or once connected).
-  void report(caf::event_based_actor* self, const io::GroupMember& m);
+  void report(run_self::pointer self, const io::GroupMember& m);
   void acked(std::int64_t seq);
   /// Whether `sender` is the Group this link reports to.
   [[nodiscard]] bool is(const caf::strong_actor_ptr& sender) const {
@@ -63,21 +63,21 @@ public:
   /// True if `dm` is about the Group: it is gone, nobody acknowledges now.
   bool down(const caf::down_msg& dm);
   /// The retry timer: the latest report again, if still unacknowledged.
-  void retry(caf::event_based_actor* self);
+  void retry(run_self::pointer self);
   /// The keepalive timer (keepalive_atom), while the run's last word is unacknowledged.
-  void keepalive(caf::event_based_actor* self);
+  void keepalive(run_self::pointer self);
   /// Answers `rp` once the final report is acknowledged, at once if there is
   /// no Group to wait for (none connected, or no final report to give).
   void when_settled(caf::response_promise rp);
 
 private:
-  void send(caf::event_based_actor* self);
+  void send(run_self::pointer self);
   /// Answers `rp` once report `seq` is acknowledged, or nobody is there to.
   void when_acked(std::int64_t seq, caf::response_promise rp);
   void answer_waiters();
   void lose();
 
-  caf::actor group_;
+  group_actor group_;
   std::optional<Keepalive> keepalive_; // a Group in another process
   bool lost_ = false; // the Group went away
   std::string latest_;     // the latest report

@@ -35,7 +35,8 @@ public:
   /// One tick of `self`'s keepalive_atom timer: false once `peer` has been
   /// silent for longer than the limit; otherwise pings it and arms the next
   /// tick. `this` must live as long as `self` (a member of its state).
-  bool tick(caf::event_based_actor* self, const caf::actor& peer) {
+  template <class Self>
+  bool tick(Self* self, const beacon_actor& peer) {
     if (clock::now() - heard_ > limit_) return false;
     self->request(peer, limit_, ping_atom::value).then([this](caf::ok_atom) { heard(); }, [](caf::error&) {});
     self->delayed_send(self, interval_, keepalive_atom::value);
@@ -57,18 +58,19 @@ private:
 /// the middleman's stop), and ~actor_system then waits for its thread
 /// forever. The scheduler's bounded max-throughput (actors/system.cpp)
 /// keeps a busy Run actor from holding a worker thread while pings wait.
-class Beacon final : public caf::event_based_actor {
+class Beacon final : public beacon_actor::base {
 public:
-  using caf::event_based_actor::event_based_actor;
-  caf::behavior make_behavior() override {
+  using beacon_actor::base::base;
+  behavior_type make_behavior() override {
     return {[](ping_atom) { return caf::ok_atom::value; }};
   }
 };
 
-inline caf::actor spawn_beacon(caf::actor_system& sys) { return sys.spawn<Beacon>(); }
+inline beacon_actor spawn_beacon(caf::actor_system& sys) { return sys.spawn<Beacon>(); }
 
 /// True when `peer` lives in another process: a link that was dialled.
-inline bool is_remote(const caf::event_based_actor* self, const caf::actor& peer) {
+template <class Handle>
+bool is_remote(const caf::local_actor* self, const Handle& peer) {
   return peer && peer.node() != self->node();
 }
 

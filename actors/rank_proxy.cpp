@@ -20,16 +20,6 @@ namespace chorus::detail {
 using io::detail::unix_now_us;
 using io::detail::this_host;
 
-void append_ack_error(std::vector<char>& out, std::uint64_t seq, const Error& e) {
-  const auto n = out.size();
-  const auto len = static_cast<std::uint32_t>(e.message().size());
-  out.resize(n + 13 + len);
-  std::memcpy(out.data() + n, &seq, 8);
-  out[n + 8] = static_cast<char>(e.code());
-  std::memcpy(out.data() + n + 9, &len, 4);
-  std::memcpy(out.data() + n + 13, e.message().data(), len);
-}
-
 namespace {
 
 constexpr std::size_t max_slots_per_frame = 16384;
@@ -89,7 +79,7 @@ struct ProxyState {
   }
 
   RunImpl* run = nullptr;
-  caf::actor host;
+  run_actor host;
   std::string host_label;
   std::uint32_t rank = 0;
   std::uint64_t read_pos = 0;
@@ -108,7 +98,7 @@ struct ProxyState {
   std::chrono::steady_clock::time_point join_deadline;
   std::chrono::milliseconds join_retry{200};
   std::optional<Keepalive> keepalive; // a run host in another process
-  caf::actor beacon;                  // where pings go once joined (else to the host)
+  beacon_actor beacon;                // where pings go once joined (else to the host)
   // Actors of this process that log by message, a stream each.
   std::deque<ActorCall> held;                           // not yet in the ring (no room), in arrival order
   std::map<caf::actor_addr, std::uint32_t> actor_streams; // sender -> its stream
@@ -116,10 +106,10 @@ struct ProxyState {
   static inline const char* name = "chorus.rank_proxy";
 };
 
-using proxy_actor = caf::stateful_actor<ProxyState>;
+using proxy_ptr = rank_proxy_self::stateful_pointer<ProxyState>;
 
 /// Reports the join's outcome, once.
-void joined(proxy_actor* self, JoinResult r) {
+void joined(proxy_ptr self, JoinResult r) {
   auto& st = self->state;
   if (!st.on_join) return;
   auto fn = std::move(st.on_join);
@@ -127,7 +117,7 @@ void joined(proxy_actor* self, JoinResult r) {
   fn(std::move(r));
 }
 
-void send_join(proxy_actor* self) {
+void send_join(proxy_ptr self) {
   auto& st = self->state;
   self->send(st.host, join_atom::value, st.rank, this_host(), static_cast<std::int64_t>(::getpid()),
              job_identity(st.run->settings()));
@@ -139,7 +129,7 @@ void settle_actor_calls(ProxyState& st);
 
 /// Fills in the process's FinishResult (`err`, if any, is its error) and,
 /// once the finish ticket was seen, completes it.
-void complete_finish(proxy_actor* self, Error err) {
+void complete_finish(proxy_ptr self, Error err) {
   auto& st = self->state;
   if (st.done) return;
   const bool clean = !err;
@@ -168,7 +158,7 @@ void complete_finish(proxy_actor* self, Error err) {
 }
 
 /// The run host is gone (`e` says how): every waiting caller gets `e`, and the proxy stops.
-void lose_host(proxy_actor* self, Error e) {
+void lose_host(proxy_ptr self, Error e) {
   auto& st = self->state;
   st.host = nullptr;
   joined(self, JoinResult{e, {}, {}});
@@ -197,7 +187,7 @@ void answer_when_done(ProxyState& st, Pending ticket, caf::response_promise repl
 }
 
 /// Moves held actor calls into the ring, in order, while they fit.
-void offer_actor_calls(proxy_actor* self) {
+void offer_actor_calls(proxy_ptr self) {
   auto& st = self->state;
   RunImpl& run = *st.run;
   std::vector<Metric> metrics;
@@ -262,7 +252,7 @@ void write_call(ProxyState& st, wire::BatchWriter& w, Ring& ring, std::uint64_t 
 }
 
 /// Moves what the ring holds into one frame and sends it; false if nothing was sent.
-bool drain(proxy_actor* self) {
+bool drain(proxy_ptr self) {
   auto& st = self->state;
   if (!st.held.empty() && st.host) offer_actor_calls(self);
   if (st.in_flight >= max_frames_in_flight || !st.host) return false;
@@ -375,7 +365,7 @@ full:
 
 /// Drains now; a parked proxy starts a fresh loop at full speed instead,
 /// which replaces the parked one.
-void wake(proxy_actor* self) {
+void wake(proxy_ptr self) {
   auto& st = self->state;
   if (!st.parked) return (void)drain(self);
   st.parked = false;
@@ -386,8 +376,8 @@ void wake(proxy_actor* self) {
 
 /// A message of <chorus/caf.hpp>'s rank_proxy interface: it is answered once
 /// its ticket completes. Only actors of this process log through the proxy.
-void take_actor_call(proxy_actor* self, ActorCall::Kind kind, std::optional<std::int64_t> step,
-                     const actors::Values& values) {
+caf::delegated<caf::ok_atom> take_actor_call(proxy_ptr self, ActorCall::Kind kind, std::optional<std::int64_t> step,
+                                             const actors::Values& values) {
   auto& st = self->state;
   // Read before the promise is made: making it takes the sender out of the message.
   const bool ours = from_this_process(self);
@@ -395,18 +385,19 @@ void take_actor_call(proxy_actor* self, ActorCall::Kind kind, std::optional<std:
   caf::response_promise reply = self->make_response_promise();
   if (!ours) {
     deliver(reply, Error(Errc::invalid_argument, "only the actors of the rank's own process log through its proxy"));
-    return;
+    return {};
   }
   if (!st.host) {
     deliver(reply, st.run->channel().failure());
-    return;
+    return {};
   }
   st.held.push_back(ActorCall{kind, std::move(sender), step, values, std::move(reply)});
   wake(self);
+  return {};
 }
 
-caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::string host_label,
-                         std::function<void(JoinResult)> on_join) {
+rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_actor host, std::string host_label,
+                                          std::function<void(JoinResult)> on_join) {
   auto& st = self->state;
   st.run = run;
   st.host = host;
@@ -439,7 +430,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         auto& st = self->state;
         if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
-        if (beacon) st.beacon = beacon;
+        if (beacon) st.beacon = caf::actor_cast<beacon_actor>(beacon);
         if (!st.on_join) return; // an answer to a repeated join
         if (!ok) {
           joined(self, JoinResult{Error(Errc::connect_failed,
@@ -504,19 +495,19 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
       },
       [self](nudge_atom) { wake(self); },
       [self](actors::log_atom, const actors::Values& values) {
-        take_actor_call(self, ActorCall::Kind::log, std::nullopt, values);
+        return take_actor_call(self, ActorCall::Kind::log, std::nullopt, values);
       },
       [self](actors::log_atom, std::int64_t step, const actors::Values& values) {
-        take_actor_call(self, ActorCall::Kind::log, step, values);
+        return take_actor_call(self, ActorCall::Kind::log, step, values);
       },
-      [self](actors::open_atom) { take_actor_call(self, ActorCall::Kind::open, std::nullopt, {}); },
-      [self](actors::leave_atom) { take_actor_call(self, ActorCall::Kind::leave, std::nullopt, {}); },
-      [self](ack_atom, std::uint32_t frames, std::uint64_t completed, const std::vector<char>& errors) {
+      [self](actors::open_atom) { return take_actor_call(self, ActorCall::Kind::open, std::nullopt, {}); },
+      [self](actors::leave_atom) { return take_actor_call(self, ActorCall::Kind::leave, std::nullopt, {}); },
+      [self](ack_atom, std::uint32_t frames, std::uint64_t completed, const AckErrors& errors) {
         auto& st = self->state;
         if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
         st.in_flight -= static_cast<int>(std::min<std::uint32_t>(frames, static_cast<std::uint32_t>(st.in_flight)));
-        for_each_ack_error(errors, [&](std::uint64_t seq, Error e) { st.run->channel().set_error(seq, std::move(e)); });
+        for (const AckError& e : errors) st.run->channel().set_error(e.seq, e.error());
         if (st.finish_seq != 0 && completed >= st.finish_seq) {
           st.run->channel().complete(st.finish_seq - 1);
           if (!st.run->settings().is_host) {
@@ -538,7 +529,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
       },
       [self](fail_atom, std::uint8_t code, const std::string& why) {
         // The run keeps nothing more (its WAL failed, or it ended): every ticket learns why.
-        if (from(self, self->state.host)) lose_host(self, Error(static_cast<Errc>(code), why));
+        if (from(self, self->state.host)) lose_host(self, error_from_peer(code, why));
       },
       [self](keepalive_atom) {
         auto& st = self->state;
@@ -547,7 +538,7 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
         // the host's silence: a host still starting up answers late. The pings still go,
         // to keep the link alive.
         if (st.on_join) st.keepalive->heard();
-        if (st.keepalive->tick(self, st.beacon ? st.beacon : st.host)) return;
+        if (st.keepalive->tick(self, st.beacon ? st.beacon : beacon_actor{st.host})) return;
         lose_host(self, Error(Errc::host_lost,
                               "the run host (" + st.host_label + ") was not heard from for connection_timeout (" +
                                   std::to_string(st.keepalive->limit().count()) +
@@ -568,8 +559,8 @@ caf::behavior rank_proxy(proxy_actor* self, RunImpl* run, caf::actor host, std::
 
 } // namespace
 
-caf::actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, caf::actor host, std::string host_label,
-                            std::function<void(JoinResult)> on_join) {
+rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
+                                  std::function<void(JoinResult)> on_join) {
   return sys.spawn(rank_proxy, &run, std::move(host), std::move(host_label), std::move(on_join));
 }
 

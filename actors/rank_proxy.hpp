@@ -23,7 +23,7 @@ struct JoinResult {
 
 /// Spawns the proxy of `run` talking to the Run actor `host`; it joins at
 /// once and reports the outcome through `on_join` (called exactly once).
-caf::actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, caf::actor host, std::string host_label,
-                            std::function<void(JoinResult)> on_join);
+rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
+                                  std::function<void(JoinResult)> on_join);
 
 } // namespace chorus::detail

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 namespace chorus::detail {
@@ -27,7 +28,7 @@ class HostSink final : public HistorySink {
 public:
   struct Progress {
     std::uint64_t completed = 0;
-    std::vector<char> errors;
+    AckErrors errors;
     std::uint32_t frames = 0; // the rank's frames applied since its last ack
     bool changed = false;
     /// What an ack told is told: only `completed` stays.
@@ -63,7 +64,7 @@ public:
     if (rank < 0 || static_cast<std::size_t>(rank) >= progress.size()) return;
     Progress& p = progress[rank];
     p.completed = std::max(p.completed, seq);
-    if (err) append_ack_error(p.errors, seq, *err);
+    if (err) p.errors.emplace_back(seq, *err);
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override { writer.run_end(state, ts_us); }
@@ -79,13 +80,13 @@ struct RunActorState {
   std::shared_ptr<RunHost> host;
   std::unique_ptr<HostSink> sink;
   std::unique_ptr<Merger> merger;
-  std::vector<caf::actor> proxies;          // by rank
+  std::vector<proxy_actor> proxies;         // by rank
   std::vector<std::string> joined_from;     // by rank: "process PID on HOST", once it joined
   std::map<caf::actor_addr, std::uint32_t> rank_of;
   std::int64_t armed_barrier = -1;
   bool finishing = false;
   bool ended = false;
-  caf::actor syncer;          // fdatasyncs the WAL on a thread of its own
+  syncer_actor syncer;        // fdatasyncs the WAL on a thread of its own
   bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
   bool unsynced = false;       // appended since the last sync was asked for
   std::vector<HostSink::Progress> syncing; // the acks the sync in flight will release
@@ -93,8 +94,8 @@ struct RunActorState {
   caf::response_promise finish_promise;
   GroupLink group;                       // where the job has several runs
   std::uint64_t reported_generation = 0; // the rank states the group last heard
-  caf::actor uploader; // when the run uploads (Options::upload)
-  caf::actor beacon;   // answers the ranks' keepalive pings (actors/keepalive.hpp)
+  uploader_actor uploader; // when the run uploads (Options::upload)
+  beacon_actor beacon;     // answers the ranks' keepalive pings (actors/keepalive.hpp)
   std::vector<char> nccl_id;                         // from rank 0, once it has made one
   std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
   static inline const char* name = "chorus.run";
@@ -104,14 +105,14 @@ struct RunActorState {
   }
 };
 
-using run_actor = caf::stateful_actor<RunActorState>;
+using run_ptr = run_self::stateful_pointer<RunActorState>;
 
-void end_run(run_actor* self);
+void end_run(run_ptr self);
 
 /// The WAL failed (`e`): the run keeps nothing more. Every rank learns at
 /// once that what it sent since the last ack, and all it sends later, is
 /// lost; run.json and the run's FinishResult carry the reason.
-void fail_wal(run_actor* self, const Error& e) {
+void fail_wal(run_ptr self, const Error& e) {
   auto& st = self->state;
   if (st.wal_error) return;
   st.wal_error = Error(Errc::io_error, "the run's write-ahead log could not be written (" + e.message() +
@@ -126,12 +127,12 @@ void fail_wal(run_actor* self, const Error& e) {
   end_run(self);
 }
 
-void synced(run_actor* self, const std::string& failure);
+void synced(run_ptr self, const std::string& failure);
 
 /// Acks go out once the WAL holding what they acknowledge is on disk. The
 /// syncer fdatasyncs while the actor merges on; what is appended meanwhile
 /// waits for the next round, so one fdatasync serves every frame of a round.
-void request_sync(run_actor* self) {
+void request_sync(run_ptr self) {
   auto& st = self->state;
   // Nothing appended since the last round was asked for: nothing to sync, and no ack waits.
   if (!st.unsynced || st.sync_in_flight || st.wal_error || !st.syncer) return;
@@ -148,7 +149,7 @@ void request_sync(run_actor* self) {
 /// Applies a frame, then appends it to the WAL (a malformed frame changes
 /// nothing and never reaches the WAL); false if it was refused. Its ack
 /// waits for the sync.
-bool record(run_actor* self, const std::vector<char>& frame) {
+bool record(run_ptr self, const std::vector<char>& frame) {
   auto& st = self->state;
   if (!st.merger->apply(frame)) {
     std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
@@ -165,7 +166,7 @@ bool record(run_actor* self, const std::vector<char>& frame) {
 }
 
 /// Sends the acks of `acks` (per rank) and clears them.
-void send_acks(run_actor* self, std::vector<HostSink::Progress>& acks) {
+void send_acks(run_ptr self, std::vector<HostSink::Progress>& acks) {
   auto& st = self->state;
   if (st.wal_error) return;
   for (std::size_t r = 0; r < acks.size(); ++r) {
@@ -177,7 +178,7 @@ void send_acks(run_actor* self, std::vector<HostSink::Progress>& acks) {
 }
 
 /// The syncer's answer: what it synced is acknowledged, and the next round starts.
-void synced(run_actor* self, const std::string& failure) {
+void synced(run_ptr self, const std::string& failure) {
   auto& st = self->state;
   st.sync_in_flight = false;
   if (!failure.empty()) return fail_wal(self, Error(Errc::io_error, failure));
@@ -186,7 +187,7 @@ void synced(run_actor* self, const std::string& failure) {
 }
 
 /// Makes everything appended durable now (the run's end), then acknowledges it.
-void sync_and_ack(run_actor* self) {
+void sync_and_ack(run_ptr self) {
   auto& st = self->state;
   if (st.wal_error) return;
   if (Error e = st.host->wal->sync()) return fail_wal(self, e);
@@ -195,7 +196,7 @@ void sync_and_ack(run_actor* self) {
   send_acks(self, st.sink->progress);
 }
 
-void end_run(run_actor* self) {
+void end_run(run_ptr self) {
   auto& st = self->state;
   if (st.ended) return;
   st.ended = true;
@@ -263,7 +264,7 @@ void end_run(run_actor* self) {
 }
 
 /// After every applied frame: acks (once synced), barrier timers, the end of the run.
-void after_frame(run_actor* self) {
+void after_frame(run_ptr self) {
   auto& st = self->state;
   request_sync(self);
   const std::int64_t open = st.merger->open_barrier();
@@ -282,7 +283,7 @@ void after_frame(run_actor* self) {
 /// Answers each sync_atom once `host`'s WAL is fdatasync'ed: empty, or why it failed.
 /// (Its argument is passed, not captured: CAF 0.17 dereferences a null argument
 /// tuple for a function spawned without arguments.)
-caf::behavior wal_syncer(caf::event_based_actor*, std::shared_ptr<RunHost> host) {
+syncer_actor::behavior_type wal_syncer(syncer_actor::pointer, std::shared_ptr<RunHost> host) {
   return {[host](sync_atom) {
     const Error e = host->wal->sync();
     return e ? e.message() : std::string();
@@ -294,7 +295,7 @@ caf::behavior wal_syncer(caf::event_based_actor*, std::shared_ptr<RunHost> host)
 /// behind, as `chorus recover` does); an attempt the log leaves open is
 /// closed, in the log too, as its run.json had it (killed, where launch
 /// stopped it) or else crashed. Returns why the new attempt is refused, or "".
-std::string replay_previous(run_actor* self) {
+std::string replay_previous(run_ptr self) {
   auto& st = self->state;
   const RunHost& h = *st.host;
   const std::optional<RunState> noted = st.sink->writer.carry_over(h.run_dir + "/run.json");
@@ -319,7 +320,7 @@ std::string replay_previous(run_actor* self) {
   return {};
 }
 
-caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
+run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host) {
   auto& st = self->state;
   st.host = host;
   st.sink = std::make_unique<HostSink>(host->run_dir);
@@ -332,8 +333,9 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
   self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
   const std::string refusal = host->resumed ? replay_previous(self) : std::string();
   if (!refusal.empty()) {
-    // Nothing of this attempt is logged: the host stops this actor.
-    return {[refusal](resume_atom) { return refusal; }};
+    // Nothing of this attempt is logged: the host stops this actor. It
+    // answers resume_atom only, which no typed behaviour can say (protocol.hpp).
+    return {run_self::behavior_type::unsafe_init{}, caf::behavior{[refusal](resume_atom) { return refusal; }}};
   }
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
@@ -369,9 +371,13 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         auto& st = self->state;
         // A join without a sender (CAF lost it, see protocol.hpp) is
         // repeated by its proxy: only one that names its sender is taken.
-        caf::actor proxy = caf::actor_cast<caf::actor>(self->current_sender());
+        auto proxy = caf::actor_cast<proxy_actor>(self->current_sender());
         if (!proxy) return;
         auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string(), caf::actor()); };
+        auto accept = [&] {
+          self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir,
+                     caf::actor_cast<caf::actor>(st.beacon));
+        };
         const std::string& ours = st.host->job;
         const Settings& settings = st.host->settings;
         const std::string port = port_name(settings, settings.port);
@@ -385,8 +391,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
                         " ranks: every rank must see the same WORLD_SIZE");
         if (st.merger->rank_joined(static_cast<int>(rank))) {
           // The same proxy again: its answer was lost on the way; answer again.
-          if (st.proxies[rank] == proxy)
-            return self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir, st.beacon);
+          if (st.proxies[rank] == proxy) return accept();
           // Two jobs whose identities read alike (no launcher job id) can
           // meet on one port too: the message names both processes.
           return refuse("rank " + std::to_string(rank) + " already joined this run from " + st.joined_from[rank] +
@@ -407,7 +412,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         self->monitor(proxy);
         record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
         after_frame(self);
-        self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir, st.beacon);
+        accept();
       },
       [self](batch_atom, const std::vector<char>& frame) {
         auto& st = self->state;
@@ -468,18 +473,21 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
           return;
         st.sink->writer.system_line(line);
       },
-      [self](group_atom, caf::actor group) {
+      [self](group_atom, group_actor group) -> caf::delegated<caf::ok_atom> {
         // Registers with the group before the run takes values: a run that dies early is still known there.
         auto& st = self->state;
-        if (!from_this_process(self)) return;
+        if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
         st.reported_generation = st.sink->generation;
         st.group.report(self, member_report(*st.host, *st.merger));
         const Options& opts = st.host->settings.opts;
         st.group.connect(self, std::move(group), self->make_response_promise(), opts.heartbeat_interval,
                          opts.connection_timeout);
+        return {};
       },
-      [self](group_atom) {
-        if (from_this_process(self)) self->state.group.when_settled(self->make_response_promise());
+      [self](group_atom) -> caf::delegated<caf::ok_atom> {
+        if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
+        self->state.group.when_settled(self->make_response_promise());
+        return {};
       },
       [self](member_ok_atom, std::int64_t seq) {
         if (self->state.group.is(self->current_sender())) self->state.group.acked(seq);
@@ -500,33 +508,35 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
         for (auto& rp : st.nccl_id_waiters) rp.deliver(id);
         st.nccl_id_waiters.clear();
       },
-      [self](nccl_id_atom) {
+      [self](nccl_id_atom) -> caf::delegated<std::vector<char>> {
         auto& st = self->state;
         // Only the processes of the run's ranks are told the id.
         const auto& sender = self->current_sender();
-        const bool member = sender && std::any_of(st.proxies.begin(), st.proxies.end(), [&](const caf::actor& p) {
+        const bool member = sender && std::any_of(st.proxies.begin(), st.proxies.end(), [&](const proxy_actor& p) {
                               return p && p.node() == sender->node();
                             });
-        if (!member) return;
+        if (!member) return drop_request<std::vector<char>>(self);
         auto rp = self->make_response_promise();
         if (!st.nccl_id.empty())
           rp.deliver(st.nccl_id);
         else
           st.nccl_id_waiters.push_back(std::move(rp));
+        return {};
       },
-      [self](finish_atom) {
+      [self](finish_atom) -> caf::delegated<caf::ok_atom> {
         auto& st = self->state;
         // Only the host's own RankProxy finishes the run.
-        if (!from_this_process(self)) return;
+        if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
         auto rp = self->make_response_promise();
         if (st.ended) {
           rp.deliver(caf::ok_atom::value);
-          return;
+          return {};
         }
         st.finishing = true;
         st.finish_promise = rp;
         self->delayed_send(self, st.host->settings.opts.finish_timeout, finish_tmo_atom::value);
         after_frame(self);
+        return {};
       },
       [self](finish_tmo_atom) {
         auto& st = self->state;
@@ -539,7 +549,7 @@ caf::behavior run_actor_fn(run_actor* self, std::shared_ptr<RunHost> host) {
 
 } // namespace
 
-caf::actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host) {
+run_host_actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host) {
   return sys.spawn(run_actor_fn, std::move(host));
 }
 

@@ -36,6 +36,6 @@ struct RunHost {
   Blocking blocking = Blocking::detached;
 };
 
-caf::actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host);
+run_host_actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host);
 
 } // namespace chorus::detail

@@ -215,16 +215,22 @@ public:
     // the Run's state (the proxy, the Run actor) and the rest we spawned.
     if (!own_) {
       std::vector<caf::actor> ours;
-      for (const caf::actor& a : {monitor_, proxy_, run_actor_, group_,
-                                  caf::actor_cast<caf::actor>(local_), caf::actor_cast<caf::actor>(node_)})
-        if (a) ours.push_back(a);
-      for (const auto& d : dialers_) ours.push_back(caf::actor_cast<caf::actor>(d));
+      auto add = [&](const auto& a) {
+        if (a) ours.push_back(caf::actor_cast<caf::actor>(a));
+      };
+      add(monitor_);
+      add(proxy_);
+      add(run_actor_);
+      add(group_);
+      add(local_);
+      add(node_);
+      for (const auto& d : dialers_) add(d);
       caf::scoped_actor self{sys_};
       self->wait_for(ours);
     }
   }
 
-  caf::actor proxy() const override { return proxy_; }
+  caf::actor proxy() const override { return caf::actor_cast<caf::actor>(proxy_); }
 
   /// Chorus's own actor system: what links need, and its scheduler.
   static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const Settings& s,
@@ -249,6 +255,7 @@ public:
   /// What the links between the job's processes need, in any actor system.
   static void configure_links(caf::actor_system_config& cfg, const Settings& s, const LinkPlan& plan) {
     cfg.load<caf::io::middleman>();
+    register_wire_types(cfg);
     if (plan.tls_or_group()) {
       // CAF checks no host name: a peer is admitted by holding a certificate
       // of the job's own CA, which only the job's nodes have.
@@ -277,7 +284,7 @@ public:
 
   Error start(RunImpl& run) {
     const Settings& s = run.settings();
-    caf::actor host;
+    run_actor host;
     std::string label = s.host_address + ":" + std::to_string(s.port);
     if (s.is_host) {
       if (Error e = start_host(run, host)) return e;
@@ -326,7 +333,7 @@ public:
 private:
   /// The rank's SystemMonitor: its process and GPU, and its node on the
   /// node's local rank 0 (which also tells, once, what cannot be sampled).
-  void start_monitor(const RunImpl& run, const caf::actor& host) {
+  void start_monitor(const RunImpl& run, const run_actor& host) {
     const Settings& s = run.settings();
     io::SystemLabels labels;
     labels.node = s.topo.node_rank;
@@ -348,7 +355,7 @@ private:
                                     unix_now_us(), labels.node_figures);
   }
 
-  Error start_host(RunImpl& run, caf::actor& out) {
+  Error start_host(RunImpl& run, run_actor& out) {
     const Settings& s = run.settings();
     auto host = std::make_shared<RunHost>();
     host->settings = s;
@@ -382,7 +389,7 @@ private:
       // Only a run that spans nodes listens on the network: a node-scope
       // run's ranks are all on its host's node, and link through its socket.
       const Link link = run_link(s);
-      auto port = publish(run_actor_, s.port, link);
+      auto port = publish(run_actor{run_actor_}, s.port, link);
       if (!port) {
         Error e{Errc::address_in_use,
                 "the run host cannot listen on " + where(s, s.port, link) + ": " + sys_.render(port.error()) +
@@ -440,8 +447,10 @@ private:
   }
 
   /// Publishes `whom` on `port`: this user's socket for it (local), or every
-  /// interface (TLS, or plain TCP between nodes).
-  caf::expected<std::uint16_t> publish(const caf::actor& whom, std::uint16_t port, Link link) {
+  /// interface (TLS, or plain TCP between nodes); with its interface's
+  /// signatures, which dial() checks.
+  template <class Handle>
+  caf::expected<std::uint16_t> publish(const Handle& whom, std::uint16_t port, Link link) {
     if (link == Link::local && !local_)
       return caf::make_error(caf::sec::cannot_open_port, "no socket directory for local links");
     if (link == Link::node && !node_)
@@ -449,7 +458,7 @@ private:
     caf::expected<std::uint16_t> out{std::uint16_t{0}};
     caf::scoped_actor self{sys_};
     self->request(connector(link), caf::infinite, caf::publish_atom::value, port,
-                  caf::actor_cast<caf::strong_actor_ptr>(whom), std::set<std::string>{}, std::string(), true)
+                  caf::actor_cast<caf::strong_actor_ptr>(whom), sys_.message_types(whom), std::string(), true)
         .receive([&](std::uint16_t actual) { out = actual; }, [&](caf::error& e) { out = std::move(e); });
     return out;
   }
@@ -457,10 +466,12 @@ private:
   /// Dials host:port until `deadline`: a bounded TCP probe, then CAF's
   /// handshake through the middleman actor, bounded by a request timeout.
   /// Returns "" with the actor published there in `out`, or the last reason
-  /// it failed.
+  /// it failed; at once where the actor there was published with another
+  /// interface than Handle's (another program, or another chorus, holds the port).
   /// `gone`, where given, says why dialing is over before the deadline ("" while it is not).
+  template <class Handle>
   std::string dial(const std::string& address, std::uint16_t port, Link link, clock::time_point deadline,
-                   caf::actor& out, const std::function<std::string()>& gone = {}) {
+                   Handle& out, const std::function<std::string()>& gone = {}) {
     std::string why = "nothing tried";
     // Ranks often start before the host listens: retry soon, then back off.
     auto pause = std::chrono::milliseconds(5);
@@ -477,15 +488,19 @@ private:
       // A Unix socket answers at once; a TCP host is probed first (see tcp_probe).
       if (link == Link::local || io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
         caf::scoped_actor self{sys_};
-        bool ok = false, unanswered = false;
+        bool ok = false, unanswered = false, foreign = false;
         self->request(via, std::min(left, attempt_limit), caf::connect_atom::value, address, port)
             .receive(
-                [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-                  if (ptr) {
-                    out = caf::actor_cast<caf::actor>(std::move(ptr));
-                    ok = true;
-                  } else {
+                [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
+                  if (!ptr) {
                     why = "nothing published on that port yet";
+                  } else if (!sys_.assignable<Handle>(ifs)) {
+                    foreign = true;
+                    why = "what listens there does not take chorus's messages (another program, or a process "
+                          "built against another chorus, holds the port)";
+                  } else {
+                    out = caf::actor_cast<Handle>(std::move(ptr));
+                    ok = true;
                   }
                 },
                 [&](caf::error& e) {
@@ -494,6 +509,7 @@ private:
                                    : sys_.render(e);
                 });
         if (ok) return {};
+        if (foreign) return why;
         if (unanswered) {
           via = fresh_connector(link);
           attempt_limit = std::min(attempt_limit * 2, std::chrono::milliseconds(12000));
@@ -511,7 +527,7 @@ private:
   /// Dials the run host until init_timeout, or until `chorus launch` says the
   /// host's process exited (a host that dies before a rank joins would
   /// otherwise keep that rank dialing for the whole init_timeout).
-  Error dial_run_host(const Settings& s, caf::actor& out) {
+  Error dial_run_host(const Settings& s, run_actor& out) {
     const Link link = run_link(s);
     bool host_exited = false;
     const std::string why = dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out, [&] {
@@ -549,7 +565,7 @@ private:
     // Node 0 shares global rank 0's machine; the others need its address.
     if (s.topo.node_rank != 0 && (!other_nodes || s.group_address.empty())) return;
     const std::string address = s.topo.node_rank == 0 ? std::string("127.0.0.1") : s.group_address;
-    caf::actor group;
+    group_actor group;
     const std::string why =
         dial(address, s.group_port, group_link(other_nodes), clock::now() + s.opts.init_timeout, group);
     if (why.empty())
@@ -584,7 +600,7 @@ private:
 
   /// Hands the Group to the Run actor, which registers with it; returns once
   /// the Group has the run (or `limit` ran out).
-  void register_run(const caf::actor& group, std::chrono::milliseconds limit) {
+  void register_run(const group_actor& group, std::chrono::milliseconds limit) {
     caf::scoped_actor self{sys_};
     self->request(run_actor_, limit, group_atom::value, group).receive([](caf::ok_atom) {}, [](caf::error&) {});
   }
@@ -595,7 +611,7 @@ private:
   void leave_group() {
     const auto deadline = clock::now() + finish_timeout_;
     caf::scoped_actor self{sys_};
-    auto wait = [&](const caf::actor& whom, auto... msg) {
+    auto wait = [&](const auto& whom, auto... msg) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       self->request(whom, std::max(left, std::chrono::milliseconds(1)) + std::chrono::seconds(1), msg...)
           .receive([](caf::ok_atom) {}, [](caf::error&) {});
@@ -614,11 +630,11 @@ private:
   std::chrono::milliseconds connection_timeout_{0};
   std::vector<caf::io::middleman_actor> dialers_; // see fresh_connector
   std::string socket_dir_;
-  caf::actor run_actor_;
-  caf::actor proxy_;
-  caf::actor host_; // the Run actor, here or remote
-  caf::actor monitor_;
-  caf::actor group_; // global rank 0's Group actor
+  run_host_actor run_actor_;
+  rank_proxy_actor proxy_;
+  run_actor host_; // the Run actor, here or remote
+  system_monitor_actor monitor_;
+  group_actor group_; // global rank 0's Group actor
   bool joined_group_ = false;
   std::chrono::milliseconds finish_timeout_{0};
   std::chrono::milliseconds init_timeout_{0};

@@ -13,7 +13,7 @@ struct MonitorState {
   std::function<std::unique_ptr<io::SystemSampler>()> make; // emptied once the sampler is made
   std::unique_ptr<io::SystemSampler> sampler;
   bool speak = false;
-  caf::actor run;
+  run_actor run;
   std::chrono::microseconds interval{};
   std::uint32_t rank = 0;
   std::int64_t start_us = 0;
@@ -22,12 +22,12 @@ struct MonitorState {
   static inline const char* name = "chorus.system_monitor";
 };
 
-using monitor_actor = caf::stateful_actor<MonitorState>;
+using monitor_ptr = system_monitor_actor::stateful_pointer<MonitorState>;
 
-caf::behavior system_monitor(monitor_actor* self, caf::actor run,
-                             std::function<std::unique_ptr<io::SystemSampler>()> make,
-                             std::chrono::microseconds interval, std::uint32_t rank, std::int64_t start_us,
-                             bool speak) {
+system_monitor_actor::behavior_type system_monitor(monitor_ptr self, run_actor run,
+                                                   std::function<std::unique_ptr<io::SystemSampler>()> make,
+                                                   std::chrono::microseconds interval, std::uint32_t rank,
+                                                   std::int64_t start_us, bool speak) {
   auto& st = self->state;
   st.make = std::move(make);
   st.speak = speak;
@@ -63,10 +63,10 @@ caf::behavior system_monitor(monitor_actor* self, caf::actor run,
 
 } // namespace
 
-caf::actor spawn_system_monitor(caf::actor_system& sys, caf::actor run,
-                                std::function<std::unique_ptr<io::SystemSampler>()> make,
-                                std::chrono::microseconds interval, std::uint32_t rank, std::int64_t start_us,
-                                bool speak) {
+system_monitor_actor spawn_system_monitor(caf::actor_system& sys, run_actor run,
+                                          std::function<std::unique_ptr<io::SystemSampler>()> make,
+                                          std::chrono::microseconds interval, std::uint32_t rank,
+                                          std::int64_t start_us, bool speak) {
   return sys.spawn(system_monitor, std::move(run), std::move(make), interval, rank, start_us, speak);
 }
 

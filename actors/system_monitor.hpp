@@ -23,9 +23,9 @@ namespace chorus::detail {
 /// on the actor's thread, not in init), samples at once, then every
 /// `interval`, and sends (system_atom, rank, line) to `run`. Tells the
 /// sampler's notes once on stderr when `speak`.
-caf::actor spawn_system_monitor(caf::actor_system& sys, caf::actor run,
-                                std::function<std::unique_ptr<io::SystemSampler>()> make,
-                                std::chrono::microseconds interval, std::uint32_t rank, std::int64_t start_us,
-                                bool speak);
+system_monitor_actor spawn_system_monitor(caf::actor_system& sys, run_actor run,
+                                          std::function<std::unique_ptr<io::SystemSampler>()> make,
+                                          std::chrono::microseconds interval, std::uint32_t rank,
+                                          std::int64_t start_us, bool speak);
 
 } // namespace chorus::detail

@@ -20,9 +20,9 @@ struct UploaderState {
   static inline const char* name = "chorus.uploader";
 };
 
-using uploader_actor = caf::stateful_actor<UploaderState>;
+using sender_ptr = uploader_actor::stateful_pointer<UploaderState>;
 
-void pump_some(uploader_actor* self) {
+void pump_some(sender_ptr self) {
   auto& st = self->state;
   const auto now = std::chrono::steady_clock::now();
   const io::Uploader::Progress p = st.up->pump(now + slice);
@@ -84,7 +84,7 @@ std::pair<std::uint64_t, std::string> drain(io::Uploader& up, io::SteadyTime dea
   return {left, std::move(line)};
 }
 
-caf::behavior upload_sender(uploader_actor* self, std::shared_ptr<io::Uploader> up) {
+uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<io::Uploader> up) {
   self->state.up = std::move(up);
   return {
       [self](upload_atom) {
@@ -104,7 +104,8 @@ caf::behavior upload_sender(uploader_actor* self, std::shared_ptr<io::Uploader> 
 /// request in flight (a poke's, which may run to its own timeout) and cuts
 /// it at the drain's end; and so does the Run's exit, so that neither
 /// finish nor shutdown waits for a slow server.
-caf::behavior uploader(caf::event_based_actor* self, std::shared_ptr<io::Uploader> up, caf::actor sender) {
+uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared_ptr<io::Uploader> up,
+                                       uploader_actor sender) {
   self->link_to(sender);
   self->attach_functor([up] { up->cut_requests_at(std::chrono::steady_clock::now()); });
   return {
@@ -122,7 +123,7 @@ caf::behavior uploader(caf::event_based_actor* self, std::shared_ptr<io::Uploade
 
 } // namespace
 
-caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
+uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
                           io::UploadSettings settings, Blocking blocking) {
   Error err;
   auto target = io::UploadTarget::parse(url, err);

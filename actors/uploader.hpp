@@ -3,12 +3,10 @@
 // thread of its own (a detached actor: HTTP requests block), so that a slow
 // or absent server never holds up the Run actor or training.
 //
-//   Run -> Uploader   (upload_atom)                  new data was flushed: send what there is
-//   Run -> Uploader   (upload_drain_atom, i64 ms) -> (bool done, u64 bytes left, string why)
-//                     the run ended: send everything, the end state last, for
-//                     at most `ms` (less where the target does not answer);
-//                     what is left stays for `chorus sync`, which `why` names
-//   self-timer        (upload_atom) when a backoff or a rate limit ends
+// Its interface is actors/protocol.hpp's uploader_actor. A drain (the run
+// ended) sends everything, the end state last, for at most `ms` (less where
+// the target does not answer); what is left stays for `chorus sync`, which
+// the answer's `why` names.
 #pragma once
 
 #include "actors/protocol.hpp"
@@ -22,7 +20,7 @@ namespace chorus::detail {
 /// read_bytes: how much of each file it reads at a time); an invalid handle
 /// (and a line on stderr naming the cause) if it cannot start, in which case
 /// the run goes on locally. Its sender blocks on requests: see Blocking.
-caf::actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
+uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
                           io::UploadSettings settings, Blocking blocking);
 
 } // namespace chorus::detail

@@ -133,8 +133,9 @@ struct ActorFixture {
   }
 
   caf::actor recorder() { return keep(sys.spawn<Recorder>()); }
-  caf::actor keep(caf::actor a) {
-    if (a) spawned.push_back(a);
+  template <class Handle>
+  Handle keep(Handle a) {
+    if (a) spawned.push_back(caf::actor_cast<caf::actor>(a));
     return a;
   }
 

@@ -21,7 +21,7 @@ namespace {
 struct GroupFixture : test::ActorFixture {
   io::test::TmpDir tmp;
   GroupHost host;
-  caf::actor group;
+  group_actor group;
   std::vector<caf::actor> members; // their Run actors
 
   GroupFixture() {

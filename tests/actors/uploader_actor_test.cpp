@@ -29,7 +29,8 @@ namespace {
 struct UploaderFixture : test::ActorFixture {
   test::TrackingServer server;
   test::RunFixture dir;
-  caf::actor uploader, sender;
+  uploader_actor uploader;
+  caf::actor sender;
 
   UploaderFixture() { dir.history(0, 20); }
 
