@@ -3,6 +3,11 @@
 // ranks of a job (what torchrun would do).
 #pragma once
 
+// The tests' own helpers, by a path from here: the benchmarks that use only
+// the public API get no include path into the repository.
+#include "../tests/socket.hpp"
+#include "../tests/temp_dir.hpp"
+
 #include <netinet/in.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -89,40 +94,16 @@ inline std::string num(double v, int decimals = 1) {
 /// "met" or "MISSED", for a target column.
 inline std::string verdict(bool ok) { return ok ? "met" : "MISSED"; }
 
-/// A temporary directory, removed with everything in it (unless CHORUS_BENCH_KEEP is set).
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "chorus-bench-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      std::perror("mkdtemp");
-      std::exit(2);
-    }
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (std::getenv("CHORUS_BENCH_KEEP") == nullptr) fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using chorus::test::TempDir;
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
+/// A TCP port on 127.0.0.1 that was free a moment ago; exits where none can be had.
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+  const int port = chorus::test::free_port();
+  if (port < 0) {
     std::perror("free_port");
     std::exit(2);
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  return port;
 }
 
 /// Two distinct free ports (MASTER_PORT for the launcher's store, CHORUS_PORT for the run host).

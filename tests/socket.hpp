@@ -77,4 +77,14 @@ inline std::uint16_t port_of(int fd) {
   return ntohs(a.sin_port);
 }
 
+/// A TCP port on loopback that was free a moment ago (the kernel's choice
+/// from its ephemeral range); -1 with errno where none could be had.
+inline int free_port() {
+  const int fd = bound_socket(0, 0);
+  if (fd < 0) return -1;
+  const int port = port_of(fd);
+  ::close(fd);
+  return port;
+}
+
 } // namespace chorus::test

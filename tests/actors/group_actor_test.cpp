@@ -5,7 +5,7 @@
 #include "tests/actors/caf_dsl.hpp"
 
 #include "actors/group.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <filesystem>
 #include <string>
@@ -19,7 +19,7 @@ namespace {
 
 /// A group of two runs (one per rank) kept in a temporary directory.
 struct GroupFixture : test::ActorFixture {
-  io::test::TmpDir tmp;
+  chorus::test::TempDir tmp;
   GroupHost host;
   group_actor group;
   std::vector<caf::actor> members; // their Run actors

@@ -7,7 +7,7 @@
 
 #include "io/store/run_writer.hpp"
 #include "tests/actors/merger_rig.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <simdjson.h>
 
@@ -40,7 +40,7 @@ Names columns(const Rig& rig, std::optional<std::int64_t> step = std::nullopt) {
 
 /// The keys of summary.json for the rig's run.
 Names summary_keys(const Rig& rig) {
-  io::test::TmpDir tmp;
+  chorus::test::TempDir tmp;
   const Merger* replay = nullptr;
   io::RunWriter writer(tmp / "run", [&](std::uint32_t key) { return replay->key_name(key); });
   Merger m(writer);

@@ -10,7 +10,7 @@
 #include "runtime/client/channel.hpp"
 #include "tests/actors/merger_rig.hpp"
 #include "tests/io/files.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <simdjson.h>
 
@@ -31,7 +31,7 @@ using joined_t = std::tuple<joined_atom, bool, std::string, std::string, caf::ac
 
 /// A run of two ranks hosted in a temporary directory, its syncer known.
 struct RunActorFixture : test::ActorFixture {
-  io::test::TmpDir tmp;
+  chorus::test::TempDir tmp;
   FinishState finished;
   std::shared_ptr<RunHost> host = std::make_shared<RunHost>();
   run_host_actor run;

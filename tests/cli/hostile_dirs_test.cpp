@@ -59,8 +59,8 @@ std::size_t entries(const fs::path& dir) {
 
 BOOST_AUTO_TEST_CASE(recover_refuses_a_linked_wal_and_leaves_its_target_alone) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
-  const fs::path outside = root.path() / "precious";
+  const fs::path dir = make_run(root.path);
+  const fs::path outside = root.path / "precious";
   write_text(outside, std::string(3000, 'x'));
   fs::remove(dir / "wal");
   fs::create_symlink(outside, dir / "wal");
@@ -78,7 +78,7 @@ BOOST_AUTO_TEST_CASE(fifos_in_place_of_run_files_are_refused_without_hanging) {
   for (const std::string name : {"run.json", "history.jsonl", "summary.json", "system.jsonl", "wal"}) {
     BOOST_TEST_CONTEXT(name) {
       TempDir root, tmp;
-      const fs::path dir = make_run(root.path());
+      const fs::path dir = make_run(root.path);
       replace_with_fifo(dir / name);
       const Output show = run_bounded({"show", dir.string()});
       BOOST_TEST(contains(show.out + show.err, "not a regular file (a FIFO)") == (name != "wal"), show.out + show.err);
@@ -86,14 +86,14 @@ BOOST_AUTO_TEST_CASE(fifos_in_place_of_run_files_are_refused_without_hanging) {
       BOOST_TEST(ls.code == 0);
       const Output rec = run_bounded({"recover", "--dry-run", dir.string()}, {"TMPDIR=" + tmp.str()});
       if (name == "wal") BOOST_TEST(contains(rec.err, "not a regular file (a FIFO)"), rec.err);
-      BOOST_TEST(entries(tmp.path()) == 0u); // no chorus-recover-* left behind
+      BOOST_TEST(entries(tmp.path) == 0u); // no chorus-recover-* left behind
     }
   }
 }
 
 BOOST_AUTO_TEST_CASE(a_fifo_group_json_is_refused_without_hanging) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
+  const fs::path dir = make_run(root.path);
   ::mkfifo((dir.parent_path() / "group.json").c_str(), 0600);
   const Output ls = run_bounded({"ls", root.str()});
   BOOST_TEST(ls.code == 0);
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(a_fifo_group_json_is_refused_without_hanging) {
 
 BOOST_AUTO_TEST_CASE(an_endless_history_is_cut_at_the_line_bound) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
+  const fs::path dir = make_run(root.path);
   // A link to /dev/zero is refused outright; a regular file with no newline
   // in 17 MiB is read up to the bound.
   fs::remove(dir / "history.jsonl");
@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(an_endless_history_is_cut_at_the_line_bound) {
 
 BOOST_AUTO_TEST_CASE(a_run_file_of_absurd_size_is_refused_unread) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
+  const fs::path dir = make_run(root.path);
   for (const char* name : {"run.json", "summary.json"}) {
     // Sparse: 1 GiB of address, no disk.
     fs::resize_file(dir / name, std::uintmax_t{1} << 30);
@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(a_run_file_of_absurd_size_is_refused_unread) {
 
 BOOST_AUTO_TEST_CASE(numbers_beyond_int64_are_reported_not_cast) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
+  const fs::path dir = make_run(root.path);
   std::string j = good_run_json;
   j.replace(j.find("4242"), 4, "1e300");
   write_text(dir / "run.json", j);
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(numbers_beyond_int64_are_reported_not_cast) {
 
 BOOST_AUTO_TEST_CASE(group_ranks_out_of_range_are_refused) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
+  const fs::path dir = make_run(root.path);
   write_text(dir.parent_path() / "group.json",
              R"({"group":"g","project":"p","size":2,"members":[{"id":"r1","state":"finished","index":0,)"
              R"("ranks":[{"rank":0,"state":"finished","last_step":1},)"
@@ -168,7 +168,7 @@ BOOST_AUTO_TEST_CASE(group_ranks_out_of_range_are_refused) {
 
 BOOST_AUTO_TEST_CASE(unreadable_run_files_name_the_cause) {
   TempDir root;
-  const fs::path dir = make_run(root.path());
+  const fs::path dir = make_run(root.path);
   fs::remove(dir / "run.json");
   fs::create_directory(dir / "run.json");
   Output o = run_bounded({"show", dir.string()});

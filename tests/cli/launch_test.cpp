@@ -233,8 +233,8 @@ BOOST_AUTO_TEST_CASE(a_program_that_cannot_start_is_named_with_the_reason) {
   BOOST_TEST(contains(path.err, "cannot start './nonexistent': No such file or directory (in "), path.err);
   BOOST_TEST(!contains(path.err, "././"), path.err);
   TempDir dir;
-  write_text(dir.path() / "train.py", "print('hi')\n");
-  const std::string script = (dir.path() / "train.py").string();
+  write_text(dir.path / "train.py", "print('hi')\n");
+  const std::string script = (dir.path / "train.py").string();
   const Output plain = run_chorus({"launch", "-n", "1", "--", script});
   BOOST_TEST(plain.code == 1);
   BOOST_TEST(contains(plain.err, "it is not executable"), plain.err);

@@ -69,11 +69,11 @@ bool has_braille(const std::string& s) {
 
 BOOST_AUTO_TEST_CASE(ls_lists_runs_by_project_and_group_and_survives_broken_ones) {
   TempDir root;
-  make_run(root.path(), "proj", "grp", {.id = "run-good", .world = 4, .crashed = 1});
-  make_run(root.path(), "proj", "grp", {.id = "run-second", .start = 1'700'000'500.0});
-  write_text(root.path() / "aaa" / "g" / "run-broken" / "run.json", "{\"id\": \"run-broken\", \"state\": ");
-  write_text(root.path() / "aaa" / "g" / "run-nowal" / "wal", "");
-  make_run(root.path(), "zzz", "later", {.id = "run-last"});
+  make_run(root.path, "proj", "grp", {.id = "run-good", .world = 4, .crashed = 1});
+  make_run(root.path, "proj", "grp", {.id = "run-second", .start = 1'700'000'500.0});
+  write_text(root.path / "aaa" / "g" / "run-broken" / "run.json", "{\"id\": \"run-broken\", \"state\": ");
+  write_text(root.path / "aaa" / "g" / "run-nowal" / "wal", "");
+  make_run(root.path, "zzz", "later", {.id = "run-last"});
 
   const Output o = run_chorus({"ls", root.str()});
   BOOST_TEST(o.code == 0);
@@ -93,11 +93,11 @@ BOOST_AUTO_TEST_CASE(ls_lists_runs_by_project_and_group_and_survives_broken_ones
 
 BOOST_AUTO_TEST_CASE(ls_defaults_to_chorus_dir_and_fails_on_a_missing_dir) {
   TempDir root;
-  make_run(root.path(), "p", "g", {.id = "from-env"});
+  make_run(root.path, "p", "g", {.id = "from-env"});
   const Output o = run_chorus({"ls"}, {"CHORUS_DIR=" + root.str()});
   BOOST_TEST(o.code == 0);
   BOOST_TEST(contains(o.out, "from-env"));
-  const Output missing = run_chorus({"ls", (root.path() / "nope").string()});
+  const Output missing = run_chorus({"ls", (root.path / "nope").string()});
   BOOST_TEST(missing.code == 1);
   BOOST_TEST(contains(missing.err, "CHORUS_DIR"));
   BOOST_TEST(run_chorus({"ls", "--bogus"}).code == 2);
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(ls_defaults_to_chorus_dir_and_fails_on_a_missing_dir) {
 
 BOOST_AUTO_TEST_CASE(show_prints_identity_ranks_config_summary_and_charts) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "proj", "grp", {.id = "abc123", .world = 2, .crashed = 1});
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "abc123", .world = 2, .crashed = 1});
   write_text(dir / "history.jsonl", history());
   write_text(dir / "config.json", R"({"lr":0.001,"optimizer":"adam","layers":[64,32]})");
   write_text(dir / "summary.json", R"({"best_acc":0.975,"_step":99})");
@@ -132,7 +132,7 @@ BOOST_AUTO_TEST_CASE(show_prints_identity_ranks_config_summary_and_charts) {
 
 BOOST_AUTO_TEST_CASE(show_gives_many_per_rank_keys_sparklines) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "proj", "grp", {.id = "wide", .world = 16});
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "wide", .world = 16});
   write_text(dir / "history.jsonl", history(100, 16));
   const Output o = run_chorus({"show", dir.string(), "--width", "120"});
   BOOST_TEST(o.code == 0);
@@ -145,8 +145,8 @@ BOOST_AUTO_TEST_CASE(show_gives_many_per_rank_keys_sparklines) {
 
 BOOST_AUTO_TEST_CASE(show_finds_a_run_by_id_under_dir) {
   TempDir root;
-  make_run(root.path(), "p", "g", {.id = "x1-aaaa"});
-  make_run(root.path(), "p", "g", {.id = "x1-bbbb"});
+  make_run(root.path, "p", "g", {.id = "x1-aaaa"});
+  make_run(root.path, "p", "g", {.id = "x1-bbbb"});
   const Output one = run_chorus({"show", "--dir", root.str(), "x1-aaaa", "--no-history"});
   BOOST_TEST(one.code == 0);
   BOOST_TEST(contains(one.out, "run x1-aaaa"));
@@ -164,9 +164,9 @@ BOOST_AUTO_TEST_CASE(show_finds_a_run_by_id_under_dir) {
 
 BOOST_AUTO_TEST_CASE(show_reports_a_broken_run_json) {
   TempDir root;
-  write_text(root.path() / "p" / "g" / "bad" / "run.json", "not json");
-  write_text(root.path() / "p" / "g" / "bad" / "wal", "");
-  const Output o = run_chorus({"show", (root.path() / "p" / "g" / "bad").string()});
+  write_text(root.path / "p" / "g" / "bad" / "run.json", "not json");
+  write_text(root.path / "p" / "g" / "bad" / "wal", "");
+  const Output o = run_chorus({"show", (root.path / "p" / "g" / "bad").string()});
   BOOST_TEST(o.code == 1);
   BOOST_TEST(contains(o.err, "run.json"));
   BOOST_TEST(contains(o.err, "chorus recover"));
@@ -174,9 +174,9 @@ BOOST_AUTO_TEST_CASE(show_reports_a_broken_run_json) {
 
 BOOST_AUTO_TEST_CASE(a_running_run_whose_host_died_is_called_crashed) {
   TempDir root;
-  const fs::path dead = make_run(root.path(), "p", "g", {.id = "dead", .state = "running", .ended = false});
+  const fs::path dead = make_run(root.path, "p", "g", {.id = "dead", .state = "running", .ended = false});
   write_text(dead / "wal", "");
-  const fs::path live = make_run(root.path(), "p", "g", {.id = "live", .state = "running", .ended = false});
+  const fs::path live = make_run(root.path, "p", "g", {.id = "live", .state = "running", .ended = false});
   write_text(live / "wal", "");
   // This test plays the live run's host: it holds the WAL lock, as WalWriter does.
   const int fd = ::open((live / "wal").c_str(), O_RDWR | O_CLOEXEC);
@@ -201,7 +201,7 @@ BOOST_AUTO_TEST_CASE(a_running_run_whose_host_died_is_called_crashed) {
 
 BOOST_AUTO_TEST_CASE(a_long_history_is_streamed) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "p", "g", {.id = "long"});
+  const fs::path dir = make_run(root.path, "p", "g", {.id = "long"});
   {
     std::ofstream f(dir / "history.jsonl");
     for (int s = 0; s < 300'000; ++s)
@@ -252,7 +252,7 @@ std::string system_jsonl() {
 
 BOOST_AUTO_TEST_CASE(show_summarises_system_jsonl_per_node_and_per_rank) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "proj", "grp", {.id = "sys"});
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "sys"});
   write_text(dir / "system.jsonl", system_jsonl());
   write_text(dir / "history.jsonl", history(3) + "not a row\n" + history(2));
   const Output o = run_chorus({"show", dir.string(), "--width", "200"});
@@ -304,7 +304,7 @@ BOOST_AUTO_TEST_CASE(show_summarises_system_jsonl_per_node_and_per_rank) {
 
 BOOST_AUTO_TEST_CASE(show_says_when_a_run_has_no_system_samples) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "p", "g", {.id = "quiet"});
+  const fs::path dir = make_run(root.path, "p", "g", {.id = "quiet"});
   const std::string none = "system: no samples (CHORUS_SYSTEM_INTERVAL=0, or the run was shorter than one interval)";
   BOOST_TEST(contains(run_chorus({"show", dir.string(), "--no-history"}).out, none));
   write_text(dir / "system.jsonl", "");
@@ -319,7 +319,7 @@ BOOST_AUTO_TEST_CASE(show_says_when_a_run_has_no_system_samples) {
 
 BOOST_AUTO_TEST_CASE(show_lists_64_ranks_in_numeric_order_one_line_each) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "p", "g", {.id = "big", .world = 64});
+  const fs::path dir = make_run(root.path, "p", "g", {.id = "big", .world = 64});
   std::string lines;
   for (int t = 0; t < 3; ++t)
     for (int rank = 63; rank >= 0; --rank) { // written out of order: rows are sorted by number
@@ -386,7 +386,7 @@ fs::path make_group(const fs::path& root) {
 
 BOOST_AUTO_TEST_CASE(ls_sums_up_a_group_and_lists_members_from_elsewhere) {
   TempDir root;
-  make_group(root.path());
+  make_group(root.path);
   const Output o = run_chorus({"ls", root.str()});
   BOOST_TEST_INFO(o.out);
   BOOST_TEST(o.code == 0);
@@ -408,7 +408,7 @@ BOOST_AUTO_TEST_CASE(ls_sums_up_a_group_and_lists_members_from_elsewhere) {
 
 BOOST_AUTO_TEST_CASE(show_group_puts_the_members_side_by_side) {
   TempDir root;
-  const fs::path dir = make_group(root.path());
+  const fs::path dir = make_group(root.path);
   const Output o = run_chorus({"show", "--dir", root.str(), "job7", "--width", "120"});
   BOOST_TEST_INFO(o.out << o.err);
   BOOST_TEST(o.code == 0);
@@ -442,9 +442,9 @@ BOOST_AUTO_TEST_CASE(show_group_puts_the_members_side_by_side) {
   BOOST_TEST(count_of(section(narrow.out, "final values"), "  KEY  ") >= 2u, narrow.out);
 
   // A name two projects' groups share must be chosen by directory.
-  make_run(root.path(), "other", "job7", {.id = "x9"});
+  make_run(root.path, "other", "job7", {.id = "x9"});
   const Output twice = run_chorus({"show", "--dir", root.str(), "job7"});
   BOOST_TEST(twice.code == 1);
   BOOST_TEST(contains(twice.err, "names 2 groups"));
-  BOOST_TEST(contains(twice.err, (root.path() / "other" / "job7").string()));
+  BOOST_TEST(contains(twice.err, (root.path / "other" / "job7").string()));
 }

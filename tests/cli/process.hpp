@@ -2,6 +2,8 @@
 // stderr captured apart, its exit code, and signals sent while it runs.
 #pragma once
 
+#include "tests/temp_dir.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -170,26 +172,6 @@ inline std::size_t count_of(const std::string& hay, const std::string& needle) {
   return n;
 }
 
-/// A fresh directory, removed with what is in it at the end of the test.
-class TempDir {
-public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chorus-cli-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-  [[nodiscard]] std::string str() const { return path_.string(); }
-
-private:
-  std::filesystem::path path_;
-};
 
 inline void write_text(const std::filesystem::path& p, const std::string& text) {
   std::filesystem::create_directories(p.parent_path());

@@ -90,7 +90,7 @@ void append_torn_tail(const fs::path& wal) {
 
 // ROOT/p/g/rec1 as a crashed host left it: a log without the run's end, with a torn tail.
 fs::path crashed_run(const TempDir& root) {
-  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  const fs::path dir = root.path / "p" / "g" / "rec1";
   Wal w(dir / "wal");
   write_run(w, dir, false);
   w.close();
@@ -153,7 +153,7 @@ std::string run_state(const fs::path& dir, int rank = -1) {
 
 BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
   TempDir root;
-  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  const fs::path dir = root.path / "p" / "g" / "rec1";
   Wal w(dir / "wal");
   write_run(w, dir, false);
   const std::uint64_t good = w.writer->size();
@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
 
 BOOST_AUTO_TEST_CASE(a_log_with_the_runs_end_keeps_its_states) {
   TempDir root;
-  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  const fs::path dir = root.path / "p" / "g" / "rec1";
   Wal w(dir / "wal");
   write_run(w, dir, true);
   w.close();
@@ -214,7 +214,7 @@ BOOST_AUTO_TEST_CASE(a_log_with_the_runs_end_keeps_its_states) {
 
 BOOST_AUTO_TEST_CASE(a_damaged_frame_is_skipped_and_reported) {
   TempDir root;
-  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  const fs::path dir = root.path / "p" / "g" / "rec1";
   Wal w(dir / "wal");
   write_run(w, dir, true);
   const std::uint64_t at = w.offsets[6] + io::wal_header_size + 9; // inside rank 1's last batch
@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(dry_run_changes_nothing) {
 
 BOOST_AUTO_TEST_CASE(recover_refuses_a_live_host_and_a_missing_log) {
   TempDir root;
-  const fs::path dir = root.path() / "p" / "g" / "rec1";
+  const fs::path dir = root.path / "p" / "g" / "rec1";
   Wal w(dir / "wal"); // held open: this test is the live host
   write_run(w, dir, false);
   const Output live = run_chorus({"recover", dir.string()});
@@ -254,13 +254,13 @@ BOOST_AUTO_TEST_CASE(recover_refuses_a_live_host_and_a_missing_log) {
   BOOST_TEST(!fs::exists(dir / "history.jsonl"));
   w.close();
 
-  const fs::path empty = root.path() / "p" / "g" / "empty";
+  const fs::path empty = root.path / "p" / "g" / "empty";
   fs::create_directories(empty);
   const Output none = run_chorus({"recover", empty.string()});
   BOOST_TEST(none.code == 1);
   BOOST_TEST(contains(none.err, "no write-ahead log"));
 
-  const fs::path nostart = root.path() / "p" / "g" / "nostart";
+  const fs::path nostart = root.path / "p" / "g" / "nostart";
   {
     Wal n(nostart / "wal");
     n.add(wire::rank_joined(0, t0, 1, "h"));
@@ -295,7 +295,7 @@ BOOST_AUTO_TEST_CASE(a_read_only_run_directory_is_reported_before_anything_chang
   const bool root_user = ::geteuid() == 0;
   const int user = root_user ? 65534 : -1;
   if (root_user)
-    for (fs::path p = dir / "wal"; p != root.path().parent_path(); p = p.parent_path())
+    for (fs::path p = dir / "wal"; p != root.path.parent_path(); p = p.parent_path())
       BOOST_REQUIRE(::chown(p.c_str(), 65534, 65534) == 0);
   fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
   Child c({"recover", dir.string()}, {}, user);

@@ -36,10 +36,10 @@ std::vector<std::string> words_of(const std::string& line) {
 BOOST_AUTO_TEST_CASE(ls_lists_a_projects_groups_by_start_time_newest_last) {
   TempDir root;
   // Names in the opposite order of their start: random ids and job ids say nothing of when.
-  make_run(root.path(), "proj", "a-newest", {.id = "r3", .start = 1'700'000'900.0});
-  make_run(root.path(), "proj", "b-middle", {.id = "r2", .start = 1'700'000'500.0});
-  make_run(root.path(), "proj", "c-oldest", {.id = "r1", .start = 1'700'000'100.0});
-  make_run(root.path(), "other", "z", {.id = "r0", .start = 1'700'000'999.0});
+  make_run(root.path, "proj", "a-newest", {.id = "r3", .start = 1'700'000'900.0});
+  make_run(root.path, "proj", "b-middle", {.id = "r2", .start = 1'700'000'500.0});
+  make_run(root.path, "proj", "c-oldest", {.id = "r1", .start = 1'700'000'100.0});
+  make_run(root.path, "other", "z", {.id = "r0", .start = 1'700'000'999.0});
   const Output o = run_chorus({"ls", root.str()});
   BOOST_TEST_INFO_SCOPE(o.out << o.err);
   BOOST_REQUIRE_EQUAL(o.code, 0);
@@ -51,7 +51,7 @@ BOOST_AUTO_TEST_CASE(ls_lists_a_projects_groups_by_start_time_newest_last) {
 
 BOOST_AUTO_TEST_CASE(show_puts_the_summarys_bookkeeping_in_words) {
   TempDir root;
-  const fs::path dir = make_run(root.path(), "proj", "grp", {.id = "sum1"});
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "sum1"});
   write_text(dir / "summary.json", R"({"_step":99,"_runtime":95.0,"_timestamp":1700000095.0,"best_acc":0.975})");
   const Output o = run_chorus({"show", dir.string(), "--no-history", "--no-system", "--width", "120"});
   BOOST_TEST_INFO_SCOPE(o.out << o.err);
@@ -67,7 +67,7 @@ BOOST_AUTO_TEST_CASE(show_puts_the_summarys_bookkeeping_in_words) {
 BOOST_AUTO_TEST_CASE(show_gives_a_running_runs_ranks_their_last_committed_step) {
   TempDir root;
   const fs::path dir =
-      make_run(root.path(), "proj", "grp", {.id = "live1", .state = "running", .world = 2, .ended = false, .last_step = -1});
+      make_run(root.path, "proj", "grp", {.id = "live1", .state = "running", .world = 2, .ended = false, .last_step = -1});
   write_text(dir / "summary.json", R"({"_step":57,"_runtime":12.0,"_timestamp":1700000012.0,"loss":0.5})");
   const Output o = run_chorus({"show", dir.string(), "--no-history", "--no-system", "--width", "120"});
   BOOST_TEST_INFO_SCOPE(o.out << o.err);
@@ -85,8 +85,8 @@ BOOST_AUTO_TEST_CASE(show_gives_a_running_runs_ranks_their_last_committed_step) 
 
 BOOST_AUTO_TEST_CASE(show_of_several_runs_overlays_their_curves_with_a_legend) {
   TempDir root;
-  const fs::path a = make_run(root.path(), "proj", "g1", {.id = "run-a"});
-  const fs::path b = make_run(root.path(), "proj", "g2", {.id = "run-b", .start = 1'700'000'500.0});
+  const fs::path a = make_run(root.path, "proj", "g1", {.id = "run-a"});
+  const fs::path b = make_run(root.path, "proj", "g2", {.id = "run-b", .start = 1'700'000'500.0});
   write_text(a / "history.jsonl", history(100));
   write_text(b / "history.jsonl", history(40, 3)); // shorter, and a per-rank key run-a has not
   const Output o = run_chorus({"show", a.string(), "run-b", "--dir", root.str(), "--ascii", "--width", "100"});
@@ -116,13 +116,13 @@ BOOST_AUTO_TEST_CASE(show_of_several_runs_overlays_their_curves_with_a_legend) {
 BOOST_AUTO_TEST_CASE(show_of_several_runs_refuses_what_it_cannot_overlay) {
   TempDir root;
   std::vector<std::string> nine{"show"};
-  for (int i = 0; i < 9; ++i) nine.push_back(make_run(root.path(), "p", "g", {.id = "n" + std::to_string(i)}).string());
+  for (int i = 0; i < 9; ++i) nine.push_back(make_run(root.path, "p", "g", {.id = "n" + std::to_string(i)}).string());
   const Output many = run_chorus(nine);
   BOOST_TEST(many.code == 2);
   BOOST_TEST(contains(many.err, "9 runs"), many.err);
   BOOST_TEST(contains(many.err, "give fewer"), many.err);
 
-  const Output group = run_chorus({"show", (root.path() / "p" / "g").string(), (root.path() / "p" / "g" / "n0").string()});
+  const Output group = run_chorus({"show", (root.path / "p" / "g").string(), (root.path / "p" / "g" / "n0").string()});
   BOOST_TEST(group.code == 1);
   BOOST_TEST(contains(group.err, "is a group"), group.err);
   BOOST_TEST(contains(group.err, "show it alone"), group.err);

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "tests/socket.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,17 +29,8 @@ namespace e2e {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "chorus-test-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!std::getenv("CHORUS_KEEP_TEST_DIRS")) fs::remove_all(path, ec);
-  }
-};
+using chorus::test::slurp;
+using chorus::test::TempDir;
 
 struct Output {
   int status = -1; // exit code, or 128 + signal
@@ -132,13 +124,6 @@ inline std::string launch_worker(const fs::path& dir, int ranks, int master_port
   return "CHORUS_DIR=" + dir.string() + " " + bin("chorus") + " launch -n " + std::to_string(ranks) +
          " --master-port " + std::to_string(master_port) + " " + launch_options + " -- " + bin("chorus_e2e_worker") +
          " " + worker_args;
-}
-
-inline std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 /// A history row: every numeric field, and the strings ("NaN", ...) apart.

@@ -4,7 +4,7 @@
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
 #include "tests/io/artifact_manifest.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <openssl/sha.h>
 #include <sys/resource.h>
@@ -41,7 +41,7 @@ std::string sha256_of(const std::string& s) {
 }
 
 /// A run directory as the run host leaves it: run.json naming `host`.
-std::string make_run_dir(const TmpDir& tmp, const std::string& host) {
+std::string make_run_dir(const TempDir& tmp, const std::string& host) {
   const std::string rd = tmp / "run";
   std::filesystem::create_directories(rd);
   spit(rd + "/run.json", "{\"id\":\"r1\",\"host\":\"" + host + "\"}");
@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(every_invalid_name_is_refused_with_its_rule) {
     }
   }
   // The refusal comes before any copy: store_artifact writes nothing.
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   spit(tmp / "src", "x");
   ArtifactRecord r = record("../escape");
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(every_invalid_name_is_refused_with_its_rule) {
 }
 
 BOOST_AUTO_TEST_CASE(content_and_sha256_are_exact) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   const std::string content = "weights\n\0binary\xff"s;
   spit(tmp / "model.pt", content);
@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(content_and_sha256_are_exact) {
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_file_has_the_empty_digest) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   spit(tmp / "empty", "");
   ArtifactRecord r = record("empty");
@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(an_empty_file_has_the_empty_digest) {
 }
 
 BOOST_AUTO_TEST_CASE(a_file_larger_than_the_chunk_is_copied_exactly) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   // 20 MiB and a bit: many chunks and a partial last one.
   const std::string content = random_bytes(20 * artifact_chunk + 12345, 7);
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE(a_file_larger_than_the_chunk_is_copied_exactly) {
 }
 
 BOOST_AUTO_TEST_CASE(nested_names_make_private_directories) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   ::umask(022); // what a trainer usually has: chorus must not rely on it
   spit(tmp / "src", "abc");
@@ -175,7 +175,7 @@ BOOST_AUTO_TEST_CASE(nested_names_make_private_directories) {
 }
 
 BOOST_AUTO_TEST_CASE(relogging_a_name_replaces_the_file_and_appends_a_line) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   spit(tmp / "v1", "first version");
   spit(tmp / "v2", "second, longer version");
@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(relogging_a_name_replaces_the_file_and_appends_a_line) {
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_source_a_directory_and_a_fifo_are_refused) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   ArtifactRecord r = record("x");
   Error e = store_artifact(rd, tmp / "nope.pt", r);
@@ -202,7 +202,7 @@ BOOST_AUTO_TEST_CASE(a_missing_source_a_directory_and_a_fifo_are_refused) {
   BOOST_TEST(e.message().find(tmp / "nope.pt") != std::string::npos, e.message());
   BOOST_TEST(e.message().find("No such file") != std::string::npos, e.message());
 
-  e = store_artifact(rd, tmp.path(), r);
+  e = store_artifact(rd, tmp.str(), r);
   BOOST_TEST((e.code() == Errc::invalid_argument));
   BOOST_TEST(e.message().find("is a directory") != std::string::npos, e.message());
 
@@ -215,7 +215,7 @@ BOOST_AUTO_TEST_CASE(a_missing_source_a_directory_and_a_fifo_are_refused) {
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_run_directory_is_not_made_again) {
-  TmpDir tmp;
+  TempDir tmp;
   spit(tmp / "src", "x");
   ArtifactRecord r = record("ckpt/m.pt");
   const Error e = store_artifact(tmp / "gone", tmp / "src", r);
@@ -225,7 +225,7 @@ BOOST_AUTO_TEST_CASE(a_missing_run_directory_is_not_made_again) {
 }
 
 BOOST_AUTO_TEST_CASE(a_write_error_leaves_nothing_behind) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   const std::string content = random_bytes(3 * artifact_chunk, 3);
   spit(tmp / "src", content);
@@ -251,7 +251,7 @@ BOOST_AUTO_TEST_CASE(a_write_error_leaves_nothing_behind) {
 }
 
 BOOST_AUTO_TEST_CASE(a_stopped_copy_ends_and_keeps_the_old_file) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   spit(tmp / "old", "old");
   spit(tmp / "new", random_bytes(2 * artifact_chunk, 5));
@@ -267,7 +267,7 @@ BOOST_AUTO_TEST_CASE(a_stopped_copy_ends_and_keeps_the_old_file) {
 }
 
 BOOST_AUTO_TEST_CASE(concurrent_appends_keep_whole_lines) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string rd = make_run_dir(tmp, "h");
   spit(tmp / "src", "payload");
   // Boost.Test's checks are not thread-safe: each thread keeps its errors, checked after the join.
@@ -289,7 +289,7 @@ BOOST_AUTO_TEST_CASE(concurrent_appends_keep_whole_lines) {
 }
 
 BOOST_AUTO_TEST_CASE(the_run_dir_must_be_on_this_machine) {
-  TmpDir tmp;
+  TempDir tmp;
   Error e = check_run_dir_is_here(tmp / "absent");
   BOOST_TEST((e.code() == Errc::invalid_argument));
   BOOST_TEST(e.message().find("log_artifact needs the run directory on this machine: call it on the run host's node "

@@ -1,6 +1,8 @@
 // Files in tests: writing one, and reading back a file's mode, bytes and lines.
 #pragma once
 
+#include "tests/temp_dir.hpp"
+
 #include <sys/stat.h>
 
 #include <fstream>
@@ -11,6 +13,9 @@
 #include <vector>
 
 namespace chorus::io::test {
+
+using chorus::test::slurp;
+using chorus::test::TempDir;
 
 /// The permission bits of `path` (0600, 0700, ...); throws if there is none.
 inline unsigned mode_of(const std::string& path) {
@@ -31,11 +36,6 @@ inline std::string random_bytes(std::size_t n, unsigned seed) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>(gen());
   return s;
-}
-
-inline std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 inline std::vector<std::string> lines_of(const std::string& path) {

@@ -4,7 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/store/group_file.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,7 +13,7 @@
 #include <fstream>
 
 using namespace chorus;
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 
 namespace {
 
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(a_malformed_report_is_refused_and_names_the_field) {
 }
 
 BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
-  TmpDir dir;
+  TempDir dir;
   io::GroupManifest g = manifest(2);
   g.members = {member(0), member(1, "crashed")};
   g.exit_codes = {{0, 0}, {1, 137}};
@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
   std::ofstream(dir / "group.json") << io::group_json(g);
 
   io::GroupManifest back;
-  const Error e = io::read_group_file(dir.path(), back);
+  const Error e = io::read_group_file(dir.str(), back);
   BOOST_REQUIRE_MESSAGE(!e, e.message());
   BOOST_TEST(back.group == "job");
   BOOST_TEST(back.mode == "new");
@@ -126,9 +126,9 @@ BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
   BOOST_TEST(io::group_json(g).find(R"("exit_codes":{"1":137})") != std::string::npos);
 
   write(dir / "group.json", R"({"group":"job","size":2,"exit_codes":{"one":1}})");
-  BOOST_TEST(bool(io::read_group_file(dir.path(), back)));
+  BOOST_TEST(bool(io::read_group_file(dir.str(), back)));
   write(dir / "group.json", R"({"group":"job","members":[{"index":0,"state":"gone"}]})");
-  const Error bad = io::read_group_file(dir.path(), back);
+  const Error bad = io::read_group_file(dir.str(), back);
   BOOST_TEST(bad.message().find("state") != std::string::npos);
   BOOST_TEST((io::read_group_file(dir / "nowhere", back).code() == Errc::io_error));
 }
@@ -158,8 +158,8 @@ BOOST_AUTO_TEST_CASE(a_group_settles_once_every_member_has_ended) {
 }
 
 BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
-  TmpDir dir;
-  BOOST_TEST(!io::update_group_file(dir.path(), [](io::GroupManifest& g, bool exists) {
+  TempDir dir;
+  BOOST_TEST(!io::update_group_file(dir.str(), [](io::GroupManifest& g, bool exists) {
     BOOST_TEST(!exists);
     g = manifest(64);
     return true;
@@ -176,7 +176,7 @@ BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
     if (pid == 0) {
       bool ok = true;
       for (int i = 0; i < each; ++i)
-        ok = !io::update_group_file(dir.path(), [&](io::GroupManifest& g, bool exists) {
+        ok = !io::update_group_file(dir.str(), [&](io::GroupManifest& g, bool exists) {
           g.exit_codes[p * each + i] = p;
           return exists;
         }) && ok;
@@ -190,14 +190,14 @@ BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
     BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   }
   io::GroupManifest g;
-  BOOST_REQUIRE(!io::read_group_file(dir.path(), g));
+  BOOST_REQUIRE(!io::read_group_file(dir.str(), g));
   BOOST_TEST(g.exit_codes.size() == static_cast<std::size_t>(procs * each));
   BOOST_TEST(g.size == 64);
   // An update that declines writes nothing.
-  BOOST_TEST(!io::update_group_file(dir.path(), [](io::GroupManifest& m, bool) {
+  BOOST_TEST(!io::update_group_file(dir.str(), [](io::GroupManifest& m, bool) {
     m.size = 1;
     return false;
   }));
-  BOOST_REQUIRE(!io::read_group_file(dir.path(), g));
+  BOOST_REQUIRE(!io::read_group_file(dir.str(), g));
   BOOST_TEST(g.size == 64);
 }

@@ -4,7 +4,7 @@
 #include "io/platform/posix.hpp"
 #include "io/store/line_reader.hpp"
 #include "tests/io/files.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <fcntl.h>
 
@@ -14,7 +14,7 @@
 using namespace chorus;
 using namespace chorus::io;
 using chorus::io::test::spit;
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 using Next = LineReader::Next;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(Next)
@@ -39,7 +39,7 @@ std::vector<std::string> all_lines(LineReader& r, Next& last) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(complete_lines_only_and_the_unfinished_rest) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   spit(path, "{\"a\":1}\n\n{\"b\":2}\n{\"c\":");
   LineReader r(open_file(path), path, {}, {.chunk = 3}); // lines longer than a read
@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(complete_lines_only_and_the_unfinished_rest) {
 }
 
 BOOST_AUTO_TEST_CASE(reading_starts_at_a_cursor_and_stops_at_an_end) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   spit(path, "one\ntwo\nthree\n");
   LineReader r(open_file(path), path, {1, 4}, {.end = 8});
@@ -66,7 +66,7 @@ BOOST_AUTO_TEST_CASE(reading_starts_at_a_cursor_and_stops_at_an_end) {
 }
 
 BOOST_AUTO_TEST_CASE(a_file_shorter_than_its_end_fails) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   spit(path, "one\n");
   LineReader r(open_file(path), path, {}, {.end = 100});
@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(a_file_shorter_than_its_end_fails) {
 }
 
 BOOST_AUTO_TEST_CASE(a_line_past_the_bound_stops_the_reading) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   spit(path, "short\n" + std::string(40, 'x') + "\nafter\n");
   {
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(a_line_past_the_bound_stops_the_reading) {
 }
 
 BOOST_AUTO_TEST_CASE(lines_are_followed_by_padding) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   spit(path, "a\nbb\n");
   LineReader r(open_file(path), path, {}, {.chunk = 5});

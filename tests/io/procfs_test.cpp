@@ -2,7 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/platform/procfs.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <atomic>
 #include <cstdlib>
@@ -21,7 +21,7 @@
 
 using namespace chorus;
 using namespace chorus::io;
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 
@@ -299,13 +299,13 @@ BOOST_AUTO_TEST_CASE(a_truncated_file_parses_to_nothing_or_to_the_whole) {
 namespace {
 
 struct FakeProc {
-  TmpDir tmp;
+  TempDir tmp;
   std::string root = tmp / "proc";
   unsigned disk_major = 0, disk_minor = 0;
 
   FakeProc() {
     struct stat st {};
-    BOOST_REQUIRE(::stat(tmp.path().c_str(), &st) == 0);
+    BOOST_REQUIRE(::stat(tmp.str().c_str(), &st) == 0);
     disk_major = major(st.st_dev);
     disk_minor = minor(st.st_dev);
   }
@@ -333,7 +333,7 @@ struct FakeProc {
 BOOST_AUTO_TEST_CASE(host_rates_come_from_counter_deltas_over_the_given_time) {
   FakeProc p;
   p.host("100 0 100 700 100 0 0 0 0 0", 250, 1000, 2000, FakeProc::iface(1000, 2000), FakeProc::iface(10, 20));
-  HostSampler sampler(p.tmp.path(), p.root);
+  HostSampler sampler(p.tmp.str(), p.root);
   if (p.has_disk()) BOOST_TEST(sampler.limitations() == "");
   BOOST_TEST_MESSAGE("limitations: " << sampler.limitations());
 
@@ -392,7 +392,7 @@ BOOST_AUTO_TEST_CASE(host_sampler_says_what_it_cannot_report) {
   p.host("1 0 1 8 0 0 0 0 0 0", 500, 0, 0, FakeProc::iface(0, 0), FakeProc::iface(0, 0));
   std::filesystem::remove(p.root + "/net/dev");
   write(p.root + "/diskstats", "   7 0 loop0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n");
-  HostSampler sampler(p.tmp.path(), p.root);
+  HostSampler sampler(p.tmp.str(), p.root);
   BOOST_TEST_MESSAGE("limitations: " << sampler.limitations());
   BOOST_TEST(sampler.limitations().find("no network rates: cannot read " + p.root + "/net/dev") != std::string::npos);
   BOOST_TEST(sampler.limitations().find("no disk I/O rates") != std::string::npos);
@@ -423,7 +423,7 @@ BOOST_AUTO_TEST_CASE(host_sampler_says_what_it_cannot_report) {
 
 BOOST_AUTO_TEST_CASE(find_ancestor_walks_up_the_parents_to_the_nearest_of_that_name) {
   // A rank started by Hydra's proxy through a shell: train <- sh <- proxy <- mpiexec <- init.
-  TmpDir tmp;
+  TempDir tmp;
   const std::string root = tmp / "proc";
   const auto process = [&](const std::string& dir, int pid, const std::string& name, int ppid, int start) {
     write(root + "/" + dir + "/stat", std::to_string(pid) + " (" + name + ") S " + std::to_string(ppid) +
@@ -478,7 +478,7 @@ BOOST_AUTO_TEST_CASE(find_ancestor_reads_this_process_s_parents) {
 }
 
 BOOST_AUTO_TEST_CASE(process_cpu_is_ticks_over_elapsed_time) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string root = tmp / "proc";
   const auto stat_line = [](int utime, int stime, int start) {
     return "1234 (train (rank 0)) R 1 1234 1234 0 -1 4194304 10 0 0 0 " + std::to_string(utime) + " " +
@@ -521,8 +521,8 @@ BOOST_AUTO_TEST_CASE(process_cpu_is_ticks_over_elapsed_time) {
 // This machine
 
 BOOST_AUTO_TEST_CASE(live_host_figures_are_plausible) {
-  TmpDir tmp;
-  HostSampler sampler(tmp.path());
+  TempDir tmp;
+  HostSampler sampler(tmp.str());
   BOOST_TEST_MESSAGE("limitations here: " << (sampler.limitations().empty() ? "none" : sampler.limitations()));
   HostSample s;
   BOOST_REQUIRE(!sampler.sample(s));
@@ -552,7 +552,7 @@ BOOST_AUTO_TEST_CASE(live_host_figures_are_plausible) {
     BOOST_TEST(*s.net_rx_bytes_per_s >= 0.0);
   }
 
-  HostSampler nowhere(tmp.path(), "/nonexistent-proc");
+  HostSampler nowhere(tmp.str(), "/nonexistent-proc");
   const Error missing = nowhere.sample(s);
   BOOST_TEST(missing.code() == Errc::io_error);
   BOOST_TEST(missing.message() ==
@@ -581,8 +581,8 @@ BOOST_AUTO_TEST_CASE(live_process_figures_are_plausible) {
 }
 
 BOOST_AUTO_TEST_CASE(sampling_is_cheap_and_allocates_nothing_once_warm) {
-  TmpDir tmp;
-  HostSampler host(tmp.path());
+  TempDir tmp;
+  HostSampler host(tmp.str());
   ProcessSampler self(0);
   HostSample hs;
   ProcessSample ps;

@@ -5,7 +5,7 @@
 #include "io/store/run_writer.hpp"
 #include "runtime/core/wire.hpp"
 #include "tests/io/files.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <simdjson.h>
 
@@ -27,7 +27,7 @@ using chorus::detail::RowValue;
 using chorus::io::test::lines_of;
 using chorus::io::test::mode_of;
 using chorus::io::test::slurp;
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 
 namespace {
 
@@ -85,7 +85,7 @@ constexpr std::int64_t t0 = 1'700'000'000'250'000; // unix µs
 BOOST_AUTO_TEST_CASE(dirs_0700_files_0600_whatever_the_umask) {
   for (const mode_t mask : {mode_t{0}, mode_t{0022}, mode_t{0777}}) {
     BOOST_TEST_CONTEXT("umask " << std::oct << mask) {
-      TmpDir tmp;
+      TempDir tmp;
       UmaskGuard g(mask);
       const std::string deep = tmp / "a/b/c";
       BOOST_REQUIRE(!make_dirs(deep + "/"));
@@ -106,11 +106,11 @@ BOOST_AUTO_TEST_CASE(dirs_0700_files_0600_whatever_the_umask) {
 }
 
 BOOST_AUTO_TEST_CASE(make_dirs_leaves_existing_dirs_and_refuses_files) {
-  TmpDir tmp;
+  TempDir tmp;
   UmaskGuard g(0);
-  BOOST_REQUIRE(::chmod(tmp.path().c_str(), 0755) == 0);
+  BOOST_REQUIRE(::chmod(tmp.str().c_str(), 0755) == 0);
   BOOST_REQUIRE(!make_dirs(tmp / "x"));
-  BOOST_TEST(mode_of(tmp.path()) == 0755u);
+  BOOST_TEST(mode_of(tmp.str()) == 0755u);
   BOOST_REQUIRE(!write_file_atomic(tmp / "file", "x"));
   const Error e = make_dirs(tmp / "file/sub");
   BOOST_TEST(e.code() == Errc::io_error);
@@ -119,19 +119,19 @@ BOOST_AUTO_TEST_CASE(make_dirs_leaves_existing_dirs_and_refuses_files) {
 }
 
 BOOST_AUTO_TEST_CASE(atomic_rewrite_leaves_no_temp_files) {
-  TmpDir tmp;
+  TempDir tmp;
   for (int i = 0; i < 20; ++i) BOOST_REQUIRE(!write_file_atomic(tmp / "summary.json", std::to_string(i)));
   BOOST_TEST(slurp(tmp / "summary.json") == "19");
-  BOOST_TEST(names_in(tmp.path()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
+  BOOST_TEST(names_in(tmp.str()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
 
   const Error e = write_file_atomic(tmp / "missing/x.json", "{}");
   BOOST_TEST(e.code() == Errc::io_error);
   BOOST_TEST(e.message().find("No such file") != std::string::npos);
-  BOOST_TEST(names_in(tmp.path()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
+  BOOST_TEST(names_in(tmp.str()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   {
     Error err;
@@ -165,7 +165,7 @@ BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
 }
 
 BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
-  TmpDir tmp;
+  TempDir tmp;
   UmaskGuard g(0);
   const std::string dir = tmp / "proj/group/run-1";
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -327,7 +327,7 @@ BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
 }
 
 BOOST_AUTO_TEST_CASE(run_writer_starts_files_afresh_and_survives_bad_input) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string dir = tmp / "run";
   for (int pass = 0; pass < 2; ++pass) {
     RunWriter w(dir, name_of);
@@ -353,7 +353,7 @@ BOOST_AUTO_TEST_CASE(run_writer_starts_files_afresh_and_survives_bad_input) {
 }
 
 BOOST_AUTO_TEST_CASE(run_writer_reports_an_unwritable_dir) {
-  TmpDir tmp;
+  TempDir tmp;
   BOOST_REQUIRE(!write_file_atomic(tmp / "file", "x"));
   RunWriter w(tmp / "file/run", name_of);
   w.run_start("{}", t0, 1);
@@ -367,7 +367,7 @@ BOOST_AUTO_TEST_CASE(run_writer_reports_an_unwritable_dir) {
 }
 
 BOOST_AUTO_TEST_CASE(run_json_records_the_runs_error_and_the_reserve_goes_at_the_end) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string dir = tmp / "run";
   RunWriter w(dir, name_of);
   w.run_start("{}", t0, 1);
@@ -381,7 +381,7 @@ BOOST_AUTO_TEST_CASE(run_json_records_the_runs_error_and_the_reserve_goes_at_the
 }
 
 BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string dir = tmp / "run";
   {
     RunWriter w(dir, name_of);
@@ -469,7 +469,7 @@ std::string minified(Doc& d, std::string_view key) {
 // added, then starts the second; a later rebuild of both (`chorus recover`)
 // gives each attempt its times, state and exit codes again.
 BOOST_AUTO_TEST_CASE(run_json_keeps_each_attempt_as_a_segment_with_its_exit_codes) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string dir = tmp / "run";
   {
     RunWriter w(dir, name_of);
@@ -514,7 +514,7 @@ BOOST_AUTO_TEST_CASE(run_json_keeps_each_attempt_as_a_segment_with_its_exit_code
 // The run's error can come before its start (its WAL could not take the
 // run_start): run.json then says so, with no attempt yet.
 BOOST_AUTO_TEST_CASE(run_json_written_before_the_runs_start_has_no_segment) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string dir = tmp / "run";
   RunWriter w(dir, name_of);
   w.note_error(Error(Errc::io_error, "the run's write-ahead log could not be written (test)"));

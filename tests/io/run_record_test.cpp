@@ -3,7 +3,7 @@
 
 #include "io/store/run_record.hpp"
 #include "tests/io/files.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <simdjson.h>
 
@@ -15,7 +15,7 @@ using namespace chorus::io;
 using chorus::io::test::mode_of;
 using chorus::io::test::slurp;
 using chorus::io::test::spit;
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::RunState)
@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(every_field_round_trips) {
   BOOST_TEST(back.json() == json); // and writes the same text again
 
   // Through a file: atomic, private, one object and a newline.
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "run.json";
   BOOST_REQUIRE(!r.write(path));
   BOOST_TEST(slurp(path) == json + "\n");
@@ -164,7 +164,7 @@ BOOST_AUTO_TEST_CASE(what_a_file_lacks_stays_lacking_until_it_has_a_value) {
 }
 
 BOOST_AUTO_TEST_CASE(a_damaged_file_is_named_with_its_fix) {
-  TmpDir tmp;
+  TempDir tmp;
   const std::string path = tmp / "run.json";
   const std::string whole = full_record().json();
   spit(path, whole.substr(0, whole.size() / 2)); // cut short by a crash
@@ -173,7 +173,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_file_is_named_with_its_fix) {
   BOOST_TEST((e.code() == Errc::invalid_argument));
   BOOST_TEST(e.message().find(path + " is not valid JSON (") == 0u, e.message());
   BOOST_TEST(e.message().find("cut short while being written") != std::string::npos, e.message());
-  BOOST_TEST(e.message().find("chorus recover " + tmp.path() + " rebuilds it") != std::string::npos, e.message());
+  BOOST_TEST(e.message().find("chorus recover " + tmp.str() + " rebuilds it") != std::string::npos, e.message());
 
   spit(path, "[1,2]");
   BOOST_TEST(!RunRecord::read(path, e).has_value());

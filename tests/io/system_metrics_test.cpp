@@ -2,7 +2,7 @@
 // path without NVML.
 #define BOOST_TEST_MODULE io_system_metrics
 #include "io/sampling/system_metrics.hpp"
-#include "tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -39,9 +39,9 @@ std::set<std::string> keys_of(SystemSampler& s, std::string& line) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(node_figures_come_from_local_rank_zero_only) {
-  chorus::io::test::TmpDir dir;
-  SystemSampler node0({.node = 2, .rank = 16, .local_rank = 0, .node_figures = true}, dir.path(), no_nvml, nullptr);
-  SystemSampler other({.node = 2, .rank = 17, .local_rank = 1, .node_figures = false}, dir.path(), no_nvml, nullptr);
+  chorus::test::TempDir dir;
+  SystemSampler node0({.node = 2, .rank = 16, .local_rank = 0, .node_figures = true}, dir.str(), no_nvml, nullptr);
+  SystemSampler other({.node = 2, .rank = 17, .local_rank = 1, .node_figures = false}, dir.str(), no_nvml, nullptr);
   std::string line;
   auto a = keys_of(node0, line);
   BOOST_TEST(a.count("system.cpu.percent/node-2") == 1u);
@@ -57,13 +57,13 @@ BOOST_AUTO_TEST_CASE(node_figures_come_from_local_rank_zero_only) {
 }
 
 BOOST_AUTO_TEST_CASE(sixty_four_ranks_on_eight_nodes_never_collide) {
-  chorus::io::test::TmpDir dir;
+  chorus::test::TempDir dir;
   std::set<std::string> all;
   std::size_t total = 0;
   std::string line;
   for (int r = 0; r < 64; ++r) {
     SystemSampler s({.node = r / 8, .rank = r, .local_rank = static_cast<unsigned>(r % 8), .node_figures = r % 8 == 0},
-                    dir.path(), no_nvml, nullptr);
+                    dir.str(), no_nvml, nullptr);
     for (const auto& k : keys_of(s, line)) {
       if (k.starts_with("_")) continue;
       all.insert(k);
@@ -76,8 +76,8 @@ BOOST_AUTO_TEST_CASE(sixty_four_ranks_on_eight_nodes_never_collide) {
 }
 
 BOOST_AUTO_TEST_CASE(without_nvml_one_note_and_no_gpu_keys) {
-  chorus::io::test::TmpDir dir;
-  SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.path(), no_nvml, "0");
+  chorus::test::TempDir dir;
+  SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.str(), no_nvml, "0");
   BOOST_TEST(s.notes().find("no GPU metrics") != std::string::npos, s.notes());
   BOOST_TEST(s.notes().find(no_nvml) != std::string::npos, s.notes());
   BOOST_TEST(s.notes().find('\n') == std::string::npos);
@@ -89,23 +89,23 @@ BOOST_AUTO_TEST_CASE(without_nvml_one_note_and_no_gpu_keys) {
 BOOST_AUTO_TEST_CASE(without_nvml_where_no_gpu_is_expected_no_note) {
   // CUDA_VISIBLE_DEVICES unset and no /dev/nvidia*: a CPU-only machine hears nothing of NVML.
   if (std::filesystem::exists("/dev/nvidia0")) return;
-  chorus::io::test::TmpDir dir;
+  chorus::test::TempDir dir;
   for (const char* visible : {static_cast<const char*>(nullptr), "", "-1"}) {
-    SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.path(), no_nvml, visible);
+    SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.str(), no_nvml, visible);
     BOOST_TEST(s.notes().find("NVML") == std::string::npos, s.notes());
   }
 }
 
 BOOST_AUTO_TEST_CASE(no_gpu_figures_asked_for_no_note) {
-  chorus::io::test::TmpDir dir;
-  SystemSampler s({.node = 0, .rank = 3, .local_rank = 3, .node_figures = false}, dir.path(), nullptr, nullptr);
+  chorus::test::TempDir dir;
+  SystemSampler s({.node = 0, .rank = 3, .local_rank = 3, .node_figures = false}, dir.str(), nullptr, nullptr);
   BOOST_TEST(s.notes().empty(), s.notes());
 }
 
 BOOST_AUTO_TEST_CASE(a_broken_proc_is_an_error_naming_the_file_and_the_line_keeps_the_rest) {
-  chorus::io::test::TmpDir dir;
-  SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.path(), nullptr, nullptr,
-                  dir.path() + "/no-proc-here");
+  chorus::test::TempDir dir;
+  SystemSampler s({.node = 0, .rank = 0, .local_rank = 0, .node_figures = true}, dir.str(), nullptr, nullptr,
+                  dir.str() + "/no-proc-here");
   std::string line;
   chorus::Error e = s.sample_line(line, 1'700'000'000'000'000, 0);
   BOOST_TEST(static_cast<bool>(e));

@@ -6,7 +6,7 @@
 #include "io/platform/crc32c.hpp"
 #include "io/store/wal.hpp"
 #include "tests/io/files.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 #include "tests/io/wal_read.hpp"
 
 #include <cstring>
@@ -21,7 +21,7 @@ using namespace chorus::io;
 using chorus::io::test::slurp;
 using chorus::io::test::spit;
 using chorus::io::test::read_all;
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 
 namespace {
 
@@ -81,7 +81,7 @@ struct Deadline {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(planted_headers_are_scanned_in_linear_work) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   const std::size_t n = 4u << 20;
   const std::string last = frame("the frame after the damage");
@@ -98,7 +98,7 @@ BOOST_AUTO_TEST_CASE(planted_headers_are_scanned_in_linear_work) {
 }
 
 BOOST_AUTO_TEST_CASE(a_planted_torn_tail_is_cut_in_linear_work) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   const std::string first = frame("first");
   spit(path, first + planted(4u << 20, 0));
@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(good_frames_between_long_bad_ones_cost_linear_work) {
     put_u32(b, at + 4, static_cast<std::uint32_t>(b.size() - at - wal_header_size));
     at += wal_header_size;
   }
-  TmpDir dir;
+  TempDir dir;
   spit(dir / "wal", b);
   const auto r = read_all(dir / "wal");
   BOOST_TEST(r.scan.frames == pairs);
@@ -132,7 +132,7 @@ BOOST_AUTO_TEST_CASE(good_frames_between_long_bad_ones_cost_linear_work) {
 
 BOOST_AUTO_TEST_CASE(resync_finds_what_a_plain_scan_finds) {
   std::mt19937_64 rng(std::random_device{}());
-  TmpDir dir;
+  TempDir dir;
   for (int round = 0; round < 200; ++round) {
     std::string b;
     while (b.size() < 20000) {
@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(resync_finds_what_a_plain_scan_finds) {
 }
 
 BOOST_AUTO_TEST_CASE(a_linked_wal_is_refused_and_its_target_left_alone) {
-  TmpDir dir;
+  TempDir dir;
   const std::string outside = dir / "precious", wal = dir / "wal";
   spit(outside, frame("a") + std::string(3000, 'x'));
   BOOST_REQUIRE(::symlink(outside.c_str(), wal.c_str()) == 0);
@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE(a_linked_wal_is_refused_and_its_target_left_alone) {
 }
 
 BOOST_AUTO_TEST_CASE(a_fifo_wal_is_refused_without_blocking) {
-  TmpDir dir;
+  TempDir dir;
   const std::string wal = dir / "wal";
   BOOST_REQUIRE(::mkfifo(wal.c_str(), 0600) == 0);
   const Deadline deadline(30);

@@ -2,7 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/store/wal.hpp"
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 #include "tests/io/wal_read.hpp"
 
 #include <cstdlib>
@@ -23,7 +23,8 @@ using namespace chorus::io;
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 using chorus::io::test::Read;
 using chorus::io::test::read_all;
-using chorus::io::test::TmpDir;
+using chorus::test::slurp;
+using chorus::test::TempDir;
 
 namespace {
 
@@ -35,11 +36,6 @@ std::string random_payload(std::mt19937_64& rng, std::size_t n) {
   // Plant the magic now and then so a resync has false starts to reject.
   if (n >= 8 && rng() % 4 == 0) std::memcpy(s.data() + rng() % (n - 3), &wal_magic, 4);
   return s;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 void spit(const std::string& path, const std::string& bytes) {
@@ -70,7 +66,7 @@ std::vector<std::string> some_payloads(std::mt19937_64& rng, std::size_t n, std:
 } // namespace
 
 BOOST_AUTO_TEST_CASE(round_trip_many_frames) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   std::mt19937_64 rng(1);
   std::vector<std::string> payloads = some_payloads(rng, 500, 3000);
@@ -111,7 +107,7 @@ BOOST_AUTO_TEST_CASE(round_trip_many_frames) {
 }
 
 BOOST_AUTO_TEST_CASE(frame_layout_is_as_documented) {
-  TmpDir dir;
+  TempDir dir;
   write_wal(dir / "wal", {"abc"});
   const std::string b = slurp(dir / "wal");
   BOOST_REQUIRE(b.size() == wal_header_size + 3);
@@ -124,7 +120,7 @@ BOOST_AUTO_TEST_CASE(frame_layout_is_as_documented) {
 }
 
 BOOST_AUTO_TEST_CASE(torn_tail_at_every_byte_of_the_last_frame) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   std::mt19937_64 rng(2);
   std::vector<std::string> payloads = some_payloads(rng, 6, 200);
@@ -157,7 +153,7 @@ BOOST_AUTO_TEST_CASE(torn_tail_at_every_byte_of_the_last_frame) {
 }
 
 BOOST_AUTO_TEST_CASE(flipped_bit_loses_one_frame) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   std::mt19937_64 rng(3);
   std::vector<std::string> payloads = some_payloads(rng, 12, 400);
@@ -192,7 +188,7 @@ BOOST_AUTO_TEST_CASE(flipped_bit_loses_one_frame) {
 }
 
 BOOST_AUTO_TEST_CASE(resync_past_a_large_damaged_frame) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   std::mt19937_64 rng(4);
   std::vector<std::string> payloads = {"first", random_payload(rng, 3u << 20), "third", "fourth"};
@@ -206,7 +202,7 @@ BOOST_AUTO_TEST_CASE(resync_past_a_large_damaged_frame) {
 }
 
 BOOST_AUTO_TEST_CASE(reopen_after_torn_tail_appends_cleanly) {
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
   const auto offsets = write_wal(path, {"one", "two", "three"});
   const std::string full = slurp(path);
@@ -226,7 +222,7 @@ BOOST_AUTO_TEST_CASE(reopen_after_torn_tail_appends_cleanly) {
 }
 
 BOOST_AUTO_TEST_CASE(one_writer_at_a_time) {
-  TmpDir dir;
+  TempDir dir;
   Error err;
   auto first = WalWriter::open(dir / "wal", err);
   BOOST_REQUIRE(first);
@@ -251,7 +247,7 @@ BOOST_AUTO_TEST_CASE(errors_name_the_path_and_a_fix) {
 }
 
 BOOST_AUTO_TEST_CASE(oversized_payload_is_refused) {
-  TmpDir dir;
+  TempDir dir;
   Error err;
   auto w = WalWriter::open(dir / "wal", err);
   BOOST_REQUIRE(w);
@@ -270,7 +266,7 @@ BOOST_AUTO_TEST_CASE(random_corruption_never_delivers_garbage) {
   if (const char* s = std::getenv("CHORUS_FUZZ_SEED")) seed = std::strtoull(s, nullptr, 10);
   BOOST_TEST_MESSAGE("fuzz seed " << seed << " (rerun with CHORUS_FUZZ_SEED=" << seed << ")");
   std::mt19937_64 rng(seed);
-  TmpDir dir;
+  TempDir dir;
   const std::string path = dir / "wal";
 
   for (int round = 0; round < 300; ++round) {

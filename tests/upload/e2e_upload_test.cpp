@@ -359,12 +359,12 @@ std::string both(const chorus::test::Output& o) { return "stdout:\n" + o.out + "
 BOOST_AUTO_TEST_CASE(live_upload_to_mlflow_holds_every_point_once) {
   TrackingServer server;
   chorus::test::TempDir dir;
-  auto job = launch(dir.path(), 4, {"--steps", "300"},
+  auto job = launch(dir.path, 4, {"--steps", "300"},
                     {"CHORUS_UPLOAD=" + mlflow_url(server.port()), "CHORUS_SYSTEM_INTERVAL=0.2"});
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  const fs::path run_dir = only_run_dir(dir.path());
+  const fs::path run_dir = only_run_dir(dir.path);
   e2e::check_worker_history(run_dir, {0, 1, 2, 3}, 300);
   check_mlflow(server, run_dir);
   BOOST_TEST(server.mlflow_runs().size() == 1u);
@@ -389,15 +389,15 @@ BOOST_AUTO_TEST_CASE(live_upload_to_a_slow_server_is_never_cut_by_its_slice) {
   TrackingServer server;
   server.set_delay(3500ms, "log-batch");
   chorus::test::TempDir dir;
-  auto job = launch(dir.path(), 1, {"--steps", "300", "--step-us", "40000"},
+  auto job = launch(dir.path, 1, {"--steps", "300", "--step-us", "40000"},
                     {"CHORUS_UPLOAD=" + mlflow_url(server.port()), "CHORUS_UPLOAD_TIMEOUT=60"});
-  BOOST_TEST(arrived_while_training(dir.path(), [&](const RunJson&) { return points_on(server) > 0; }));
+  BOOST_TEST(arrived_while_training(dir.path, [&](const RunJson&) { return points_on(server) > 0; }));
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
   BOOST_TEST(out.err.find("Timeout was reached") == std::string::npos);
   BOOST_TEST(out.err.find("ran out") == std::string::npos);
-  check_mlflow(server, only_run_dir(dir.path()));
+  check_mlflow(server, only_run_dir(dir.path));
 }
 
 // 2. The same to W&B: history and system lines streamed through file_stream.
@@ -409,17 +409,17 @@ BOOST_AUTO_TEST_CASE(live_upload_to_wandb_holds_every_line_once_and_never_the_ke
   chorus::test::TempDir dir;
   const std::string url = "wandb+http://127.0.0.1:" + std::to_string(server.port()) + "/team";
   // About 2.5 s of training, so that lines go up before the end.
-  auto job = launch(dir.path(), 4, {"--steps", "300", "--step-us", "8000"},
+  auto job = launch(dir.path, 4, {"--steps", "300", "--step-us", "8000"},
                     {"CHORUS_UPLOAD=" + url, "WANDB_API_KEY=" + so.wandb_api_key, "CHORUS_WANDB_INTERVAL=0.2",
                      "CHORUS_SYSTEM_INTERVAL=0.2"});
-  BOOST_TEST(arrived_while_training(dir.path(), [&](const RunJson& rj) {
+  BOOST_TEST(arrived_while_training(dir.path, [&](const RunJson& rj) {
     const auto r = server.wandb_run("team", "e2e", rj.id);
     return r && !r->history.empty();
   }));
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  const fs::path run_dir = only_run_dir(dir.path());
+  const fs::path run_dir = only_run_dir(dir.path);
   e2e::check_worker_history(run_dir, {0, 1, 2, 3}, 300);
   const RunJson rj = read_run_json(run_dir);
   const auto r = server.wandb_run("team", "e2e", rj.id);
@@ -435,7 +435,7 @@ BOOST_AUTO_TEST_CASE(live_upload_to_wandb_holds_every_line_once_and_never_the_ke
   BOOST_TEST(r->summary.find("\"done\":true") != std::string::npos, r->summary);
   const Offsets o = read_offsets(run_dir, "wandb-127.0.0.1-" + std::to_string(server.port()) + "-team");
   BOOST_TEST(o.final_sent == "finished");
-  check_secret_kept(so.wandb_api_key, dir.path(), {out.out, out.err});
+  check_secret_kept(so.wandb_api_key, dir.path, {out.out, out.err});
 }
 
 // 3. Nothing listens at the target while the job runs: the job ends in time,
@@ -446,14 +446,14 @@ BOOST_AUTO_TEST_CASE(server_down_during_the_run_then_sync_uploads_it_all) {
   chorus::test::TempDir dir;
   const std::string url = mlflow_url(port);
   const auto started = Clock::now();
-  auto job = launch(dir.path(), 2, {"--steps", "200"}, {"CHORUS_UPLOAD=" + url, "CHORUS_UPLOAD_TIMEOUT=2"});
+  auto job = launch(dir.path, 2, {"--steps", "200"}, {"CHORUS_UPLOAD=" + url, "CHORUS_UPLOAD_TIMEOUT=2"});
   const auto out = job->finish(120s);
   const auto took = Clock::now() - started;
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
   // Bounded by the 2 s upload timeout, not the default 30 s.
   BOOST_TEST(took < 25s);
-  const fs::path run_dir = only_run_dir(dir.path());
+  const fs::path run_dir = only_run_dir(dir.path);
   BOOST_TEST(out.err.find("`chorus sync " + run_dir.string() + " --to " + url + "`") != std::string::npos);
   const Offsets before = read_offsets(run_dir, mlflow_id(port));
   BOOST_TEST(before.final_sent.empty());
@@ -483,12 +483,12 @@ void kill_the_uploading_host(bool reset_before_kill) {
   server.set_delay(200ms, "log-batch");
   chorus::test::TempDir dir;
   const std::string url = mlflow_url(server.port());
-  auto job = launch(dir.path(), 2, {"--steps", "3000", "--step-us", "1000"}, {"CHORUS_UPLOAD=" + url});
+  auto job = launch(dir.path, 2, {"--steps", "3000", "--step-us", "1000"}, {"CHORUS_UPLOAD=" + url});
 
   fs::path run_dir;
   BOOST_REQUIRE(eventually(
       [&] {
-        const auto runs = e2e::find_runs(dir.path());
+        const auto runs = e2e::find_runs(dir.path);
         if (runs.empty()) return false;
         run_dir = runs.front();
         return true;
@@ -614,7 +614,7 @@ void resume_a_killed_uploading_job(bool sync_between) {
   const std::vector<std::string> env{"CHORUS_UPLOAD=" + url, "CHORUS_RUN_ID=requeued-1"};
   const std::vector<std::string> same_job{"--run-id", "job-7"}; // a requeued job keeps its id, hence its group
   {
-    auto first = launch(dir.path(), ranks, {"--steps", std::to_string(steps), "--pause-step", std::to_string(pause_at)},
+    auto first = launch(dir.path, ranks, {"--steps", std::to_string(steps), "--pause-step", std::to_string(pause_at)},
                         env, same_job);
     const std::string paused = "PAUSED " + std::to_string(pause_at);
     const bool reached = first->wait_for([&](const std::string& out, const std::string&) {
@@ -627,7 +627,7 @@ void resume_a_killed_uploading_job(bool sync_between) {
     const auto out = first->finish(60s);
     BOOST_TEST_INFO_SCOPE(both(out));
   }
-  const fs::path run_dir = only_run_dir(dir.path());
+  const fs::path run_dir = only_run_dir(dir.path);
   const RunJson killed = read_run_json(run_dir);
   BOOST_TEST(killed.state == "running"); // nothing was left to end it
   BOOST_TEST(remote_run(server, killed.id).status == "RUNNING");
@@ -644,10 +644,10 @@ void resume_a_killed_uploading_job(bool sync_between) {
 
   // The requeued job holds before its last step until `go` exists, so that
   // the server can be looked at while the second attempt trains.
-  const fs::path go = dir.path() / "go";
+  const fs::path go = dir.path / "go";
   std::vector<std::string> resumed_env = env;
   resumed_env.push_back("CHORUS_RESUME=allow");
-  auto second = launch(dir.path(), ranks,
+  auto second = launch(dir.path, ranks,
                        {"--steps", std::to_string(steps), "--start-step", std::to_string(checkpoint), "--hold-until",
                         go.string()},
                        resumed_env, same_job);
@@ -671,7 +671,7 @@ void resume_a_killed_uploading_job(bool sync_between) {
   const auto out = second->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  BOOST_REQUIRE_EQUAL(only_run_dir(dir.path()), run_dir);
+  BOOST_REQUIRE_EQUAL(only_run_dir(dir.path), run_dir);
   e2e::check_worker_history(run_dir, {0, 1, 2, 3}, steps);
   check_mlflow(server, run_dir); // every value of history.jsonl once, FINISHED, the offsets done
   BOOST_TEST(server.mlflow_runs().size() == 1u);
@@ -709,7 +709,7 @@ BOOST_AUTO_TEST_CASE(faults_during_a_live_run_every_point_once) {
   chorus::test::TempDir dir;
   server.fail_next(3, {500, "", "", "log-batch"});
   // About 8 s of training: two ranks, 200 rows (1400 values) a second, a log-batch or two a second.
-  auto job = launch(dir.path(), 2, {"--steps", "1600", "--step-us", "5000"}, {"CHORUS_UPLOAD=" + mlflow_url(server.port())});
+  auto job = launch(dir.path, 2, {"--steps", "1600", "--step-us", "5000"}, {"CHORUS_UPLOAD=" + mlflow_url(server.port())});
   // Each fault once the previous one was used up.
   auto next_fault = [&](const char* what, const std::function<void()>& inject) {
     const std::uint64_t before = log_batches(server);
@@ -721,15 +721,15 @@ BOOST_AUTO_TEST_CASE(faults_during_a_live_run_every_point_once) {
   next_fault("a reset mid-request", [&] { server.reset_next(1, chorus::test::ResetPoint::after_headers, "log-batch"); });
   next_fault("a reset after the batch was stored",
              [&] { server.reset_next(1, chorus::test::ResetPoint::after_handling, "log-batch"); });
-  const std::size_t runs_before = e2e::find_runs(dir.path()).size();
+  const std::size_t runs_before = e2e::find_runs(dir.path).size();
   BOOST_TEST(runs_before == 1u);
-  const bool training = read_run_json(only_run_dir(dir.path())).state == "running";
+  const bool training = read_run_json(only_run_dir(dir.path)).state == "running";
   server.outage(3s);
   BOOST_TEST_MESSAGE("the outage began " << (training ? "while training" : "after training"));
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  const fs::path run_dir = only_run_dir(dir.path());
+  const fs::path run_dir = only_run_dir(dir.path);
   e2e::check_worker_history(run_dir, {0, 1}, 1600);
   // An outage still on at the run's end leaves the rest to `chorus sync`:
   // the finish does not wait for a server that refuses connections.
@@ -749,11 +749,11 @@ BOOST_AUTO_TEST_CASE(faults_during_a_live_run_every_point_once) {
 // a second sync sends nothing.
 BOOST_AUTO_TEST_CASE(sync_of_a_group_uploads_each_run_once) {
   chorus::test::TempDir dir;
-  auto job = launch(dir.path(), 2, {"--steps", "150"}, {"CHORUS_MODE=new"});
+  auto job = launch(dir.path, 2, {"--steps", "150"}, {"CHORUS_MODE=new"});
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  const auto runs = e2e::find_runs(dir.path());
+  const auto runs = e2e::find_runs(dir.path);
   BOOST_REQUIRE_EQUAL(runs.size(), 2u);
   BOOST_REQUIRE_EQUAL(runs[0].parent_path(), runs[1].parent_path());
   for (const fs::path& r : runs) BOOST_TEST(!fs::exists(r / "upload"));
@@ -777,11 +777,11 @@ BOOST_AUTO_TEST_CASE(sync_of_a_group_uploads_each_run_once) {
 // 7. What `chorus sync` refuses, and how it says so.
 BOOST_AUTO_TEST_CASE(sync_refuses_bad_input_naming_the_fix) {
   chorus::test::TempDir dir;
-  auto job = launch(dir.path(), 1, {"--steps", "10"}, {});
+  auto job = launch(dir.path, 1, {"--steps", "10"}, {});
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  const fs::path run_dir = only_run_dir(dir.path());
+  const fs::path run_dir = only_run_dir(dir.path);
   TrackingServer server;
   const std::string port = std::to_string(server.port());
 
@@ -822,11 +822,11 @@ namespace {
 
 /// A one-rank run of `steps` made under `dir` without uploading: its directory.
 fs::path offline_run(const chorus::test::TempDir& dir, int steps) {
-  auto job = launch(dir.path(), 1, {"--steps", std::to_string(steps)}, {});
+  auto job = launch(dir.path, 1, {"--steps", std::to_string(steps)}, {});
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  return only_run_dir(dir.path());
+  return only_run_dir(dir.path);
 }
 
 } // namespace

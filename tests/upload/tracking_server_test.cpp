@@ -1,7 +1,7 @@
 #define BOOST_TEST_MODULE upload_tracking_server
 #include <boost/test/unit_test.hpp>
 
-#include "tests/io/tmp_dir.hpp"
+#include "tests/temp_dir.hpp"
 #include "tests/upload/tracking_server.hpp"
 
 #include <curl/curl.h>
@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-using chorus::io::test::TmpDir;
+using chorus::test::TempDir;
 using namespace chorus::test;
 using namespace std::chrono_literals;
 
@@ -1033,9 +1033,9 @@ BOOST_AUTO_TEST_CASE(recorded_requests) {
 }
 
 BOOST_AUTO_TEST_CASE(tls_with_the_generated_ca) {
-  TmpDir dir, other;
-  const TlsFiles files = write_test_certificates(dir.path());
-  const TlsFiles foreign = write_test_certificates(other.path());
+  TempDir dir, other;
+  const TlsFiles files = write_test_certificates(dir.str());
+  const TlsFiles foreign = write_test_certificates(other.str());
   TrackingServer server({.tls = files});
   BOOST_TEST(server.base_url().rfind("https://127.0.0.1:", 0) == 0u);
   Client c;
