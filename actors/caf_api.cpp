@@ -10,10 +10,10 @@ namespace chorus::actors {
 
 Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
   try {
-    Error error;
-    const detail::Settings s = detail::resolve(opts, detail::process_env(), error);
-    if (error || !s.active) return error; // an inactive rank links nothing
-    if (Error e = detail::System::configure(cfg, s)) return e;
+    const Result<detail::Settings> s = detail::resolve(opts, detail::process_env());
+    if (!s) return s.error();
+    if (!s->active) return {}; // an inactive rank links nothing
+    if (Error e = detail::System::configure(cfg, *s)) return e;
     // Renders the proxy's errors (to_error reads them back).
     cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value, const caf::message& context) {
       std::string out = "chorus error: ";
@@ -28,7 +28,7 @@ Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
 }
 
 Run init(caf::actor_system& sys, const Options& opts, Error& error) noexcept {
-  return detail::RunAccess::start(opts, error, &sys);
+  return detail::RunAccess::init(opts, error, &sys);
 }
 
 Run init(caf::actor_system& sys, const Options& opts) {

@@ -141,15 +141,14 @@ group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
         caf::actor run = caf::actor_cast<caf::actor>(self->current_sender());
         if (!run || run != named) return;
         io::GroupManifest& g = st.host.manifest;
-        io::GroupMember m;
-        std::string why;
-        const bool ok = io::parse_member(json, m, why) && m.index < g.size;
+        Result<io::GroupMember> parsed = io::parse_member(json);
         self->send(caf::actor_cast<member_actor>(run), member_ok_atom::value, seq); // a refused report is not repeated
-        if (!ok) {
+        if (!parsed || parsed->index >= g.size) {
           std::fprintf(stderr, "chorus: the group refused a member's report: %s\n",
-                       why.empty() ? "its place is outside the group" : why.c_str());
+                       parsed ? "its place is outside the group" : parsed.error().message().c_str());
           return;
         }
+        io::GroupMember& m = *parsed;
         io::GroupMember* there = g.member(m.index);
         if (there != nullptr && there->state != "missing" && there->id != m.id) {
           std::fprintf(stderr, "chorus: runs %s and %s both claim place %lld of group %s: the second is left out "

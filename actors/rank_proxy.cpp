@@ -295,14 +295,13 @@ bool drain(proxy_ptr self) {
         if (ring.peek(pos + n - 1) == nullptr) goto full;
         Capture* c = s->capture;
         DeviceCapture& device = *st.run->device();
-        Error err;
-        const int landed = device.poll(*c, err);
-        if (landed == 0) goto full;
-        if (landed > 0) {
+        Result<bool> landed = device.poll(*c);
+        if (landed && !*landed) goto full;
+        if (landed) {
           write_call(st, w, ring, pos, *s, ts, [&](std::uint32_t i) { return static_cast<double>(c->pinned[i]); });
         } else {
           // The values are lost with the stream; the step still moves on.
-          st.run->channel().set_error(pos + n, std::move(err));
+          st.run->channel().set_error(pos + n, std::move(landed).error());
           w.values(pos + n, s->step, ts, 0);
         }
         device.release(c);

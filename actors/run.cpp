@@ -299,11 +299,11 @@ std::string replay_previous(run_ptr self) {
   auto& st = self->state;
   const RunHost& h = *st.host;
   const std::optional<RunState> noted = st.sink->writer.carry_over(h.run_dir + "/run.json");
-  Error err;
-  const io::WalReplay replay = io::replay_wal(h.wal->path(), *st.merger, {}, err);
-  if (err)
-    return "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" + err.message() +
+  const Result<io::WalReplay> replayed = io::replay_wal(h.wal->path(), *st.merger, {});
+  if (!replayed)
+    return "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" + replayed.error().message() +
            "). Fix the disk, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
+  const io::WalReplay& replay = *replayed;
   if (!st.merger->started()) return {}; // its host died before the run began: it starts now
   if (st.merger->world_size() != h.settings.run_world)
     return "cannot resume run " + h.run_id + " in " + h.run_dir + ": it has " +

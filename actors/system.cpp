@@ -153,11 +153,11 @@ Error check_resume(const Options& o, RunHost& host) {
 std::string launched_host_exit(const Settings& s) {
   const char* file = s.opts.read_env ? std::getenv("CHORUS_LAUNCH_EXITS") : nullptr;
   if (file == nullptr || *file == '\0') return {};
-  std::string text;
-  if (io::detail::read_text(file, text, true, 1 << 20)) return {};
+  const Result<std::string> text = io::detail::read_text(file, true, 1 << 20);
+  if (!text) return {};
   // The run's places are consecutive global ranks; its host holds the first.
   const int host = s.topo.rank - s.run_rank;
-  std::istringstream lines(text);
+  std::istringstream lines(*text);
   for (int rank = 0, code = 0; lines >> rank >> code;)
     if (rank == host)
       return "the run host (rank " + std::to_string(host) + ") exited with code " + std::to_string(code) +
@@ -365,9 +365,9 @@ private:
     if (Error e = check_resume(s.opts, *host)) return e;
     if (Error e = io::make_dirs(host->run_dir)) return e;
     if (Error e = io::make_dirs(host->run_dir + "/artifacts")) return e;
-    Error err;
-    host->wal = io::WalWriter::open(host->run_dir + "/wal", err);
-    if (err) return err;
+    Result<std::unique_ptr<io::WalWriter>> wal = io::WalWriter::open(host->run_dir + "/wal");
+    if (!wal) return wal.error();
+    host->wal = std::move(*wal);
     host->run_json = identity_json(s, host->run_id, host->run_dir, host->start_us);
     host->job = job_identity(s);
     host->finish = &run.finish_state();
@@ -470,9 +470,10 @@ private:
   /// interface than Handle's (another program, or another chorus, holds the port).
   /// `gone`, where given, says why dialing is over before the deadline ("" while it is not).
   template <class Handle>
-  std::string dial(const std::string& address, std::uint16_t port, Link link, clock::time_point deadline,
-                   Handle& out, const std::function<std::string()>& gone = {}) {
+  Error dial(const std::string& address, std::uint16_t port, Link link, clock::time_point deadline, Handle& out,
+             const std::function<std::string()>& gone = {}) {
     std::string why = "nothing tried";
+    auto failed = [](std::string what) { return Error(Errc::connect_failed, std::move(what)); };
     // Ranks often start before the host listens: retry soon, then back off.
     auto pause = std::chrono::milliseconds(5);
     // CAF 0.17 answers no connect whose link its heartbeat tick closed during
@@ -486,7 +487,10 @@ private:
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       if (left.count() <= 0) break;
       // A Unix socket answers at once; a TCP host is probed first (see tcp_probe).
-      if (link == Link::local || io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)), why)) {
+      Error probe;
+      if (link == Link::node) probe = io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)));
+      if (probe) why = probe.message();
+      if (!probe) {
         caf::scoped_actor self{sys_};
         bool ok = false, unanswered = false, foreign = false;
         self->request(via, std::min(left, attempt_limit), caf::connect_atom::value, address, port)
@@ -509,19 +513,19 @@ private:
                                    : sys_.render(e);
                 });
         if (ok) return {};
-        if (foreign) return why;
+        if (foreign) return failed(why);
         if (unanswered) {
           via = fresh_connector(link);
           attempt_limit = std::min(attempt_limit * 2, std::chrono::milliseconds(12000));
         }
       }
       if (gone)
-        if (std::string over = gone(); !over.empty()) return over;
+        if (std::string over = gone(); !over.empty()) return failed(std::move(over));
       std::this_thread::sleep_for(
           std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
       pause = std::min(pause * 2, std::chrono::milliseconds(100));
     }
-    return why;
+    return failed(why);
   }
 
   /// Dials the run host until init_timeout, or until `chorus launch` says the
@@ -530,12 +534,13 @@ private:
   Error dial_run_host(const Settings& s, run_actor& out) {
     const Link link = run_link(s);
     bool host_exited = false;
-    const std::string why = dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out, [&] {
+    const Error dialed = dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out, [&] {
       std::string exited = launched_host_exit(s);
       host_exited = !exited.empty();
       return exited;
     });
-    if (why.empty()) return {};
+    if (!dialed) return {};
+    const std::string& why = dialed.message();
     if (host_exited)
       return {Errc::connect_failed, "rank " + std::to_string(s.topo.rank) + " could not reach the run host: " + why};
     return {Errc::connect_failed,
@@ -566,14 +571,14 @@ private:
     if (s.topo.node_rank != 0 && (!other_nodes || s.group_address.empty())) return;
     const std::string address = s.topo.node_rank == 0 ? std::string("127.0.0.1") : s.group_address;
     group_actor group;
-    const std::string why =
+    const Error dialed =
         dial(address, s.group_port, group_link(other_nodes), clock::now() + s.opts.init_timeout, group);
-    if (why.empty())
+    if (!dialed)
       register_run(group, s.opts.init_timeout);
     else
       std::fprintf(stderr, "chorus: the run of rank %d could not reach the job's group at %s:%u within init_timeout "
                            "(%s): it goes on, and group.json will list it as missing\n",
-                   s.topo.rank, address.c_str(), static_cast<unsigned>(s.group_port), why.c_str());
+                   s.topo.rank, address.c_str(), static_cast<unsigned>(s.group_port), dialed.message().c_str());
   }
 
   void start_group(const RunImpl& run, bool other_nodes) {
@@ -640,7 +645,8 @@ private:
   std::chrono::milliseconds init_timeout_{0};
 };
 
-Error plan_links(const Settings& s, LinkPlan& plan) {
+Result<LinkPlan> plan_links(const Settings& s) {
+  LinkPlan plan;
   // Links between nodes carry records from other machines: they are
   // authenticated with the job's credentials, or explicitly allowed not to be.
   plan.across_nodes = s.run_world > 1 && spans_nodes(s);
@@ -655,7 +661,7 @@ Error plan_links(const Settings& s, LinkPlan& plan) {
                 " nodes, and links between nodes need the job's credentials: run `chorus certs DIR` once, copy DIR "
                 "to every node and set CHORUS_TLS_DIR=DIR on every rank (or set CHORUS_INSECURE=1 to accept "
                 "unauthenticated links, on a network you trust)"};
-  return {};
+  return plan;
 }
 
 /// Whether an orchestrator's actor system can carry the run's links; the
@@ -678,17 +684,19 @@ Error check_orchestrator_system(caf::actor_system& sys, const Settings& s, const
 } // namespace
 
 Error System::configure(caf::actor_system_config& cfg, const Settings& s) {
-  LinkPlan plan;
-  if (Error e = plan_links(s, plan)) return e;
-  SystemImpl::configure_links(cfg, s, plan);
+  const Result<LinkPlan> plan = plan_links(s);
+  if (!plan) return plan.error();
+  SystemImpl::configure_links(cfg, s, *plan);
   return {};
 }
 
-std::unique_ptr<System> System::start(RunImpl& run, caf::actor_system* actors, Error& error) {
+Result<std::unique_ptr<System>> System::start(RunImpl& run, caf::actor_system* actors) {
   const Settings& s = run.settings();
-  LinkPlan plan;
-  if ((error = plan_links(s, plan))) return nullptr;
-  if (actors != nullptr && (error = check_orchestrator_system(*actors, s, plan))) return nullptr;
+  const Result<LinkPlan> planned = plan_links(s);
+  if (!planned) return planned.error();
+  const LinkPlan& plan = *planned;
+  if (actors != nullptr)
+    if (Error e = check_orchestrator_system(*actors, s, plan)) return e;
   if (plan.across_nodes && !plan.tls && s.topo.rank == 0)
     std::fprintf(stderr, "chorus: WARNING: CHORUS_INSECURE=1: the run host on port %u accepts records from any "
                          "peer that can reach it, unauthenticated; make credentials with `chorus certs DIR` and set "
@@ -696,11 +704,16 @@ std::unique_ptr<System> System::start(RunImpl& run, caf::actor_system* actors, E
                  static_cast<unsigned>(s.port));
   // Links within the node go through this user's socket directory.
   std::string socket_dir;
-  if ((s.run_world > 1 && !plan.across_nodes) || s.group_size > 0)
-    if ((error = local_socket_dir(s.opts.read_env, socket_dir))) return nullptr;
+  if ((s.run_world > 1 && !plan.across_nodes) || s.group_size > 0) {
+    Result<std::string> dir = local_socket_dir(s.opts.read_env);
+    if (!dir) return dir.error();
+    socket_dir = std::move(*dir);
+  }
   auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, actors);
-  error = sys->start(run);
-  return sys;
+  // A System that failed to start stops its actors here, while the run
+  // they point to is still whole.
+  if (Error e = sys->start(run)) return e;
+  return std::unique_ptr<System>(std::move(sys));
 }
 
 } // namespace chorus::detail

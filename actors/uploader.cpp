@@ -125,10 +125,9 @@ uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared
 
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
                           io::UploadSettings settings, Blocking blocking) {
-  Error err;
-  auto target = io::UploadTarget::parse(url, err);
+  auto target = io::UploadTarget::parse(url);
   if (!target) {
-    std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", err.message().c_str());
+    std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", target.error().message().c_str());
     return {};
   }
   auto up = std::make_shared<io::Uploader>(run_dir, *target, settings);

@@ -154,10 +154,9 @@ struct HandRun {
 };
 
 chorus::io::UploadTarget parse_target(const std::string& url) {
-  chorus::Error e;
-  auto t = chorus::io::UploadTarget::parse(url, e);
+  auto t = chorus::io::UploadTarget::parse(url);
   if (!t) {
-    std::fprintf(stderr, "%s\n", e.message().c_str());
+    std::fprintf(stderr, "%s\n", t.error().message().c_str());
     std::exit(2);
   }
   return *t;

@@ -85,11 +85,10 @@ GroupInfo read_group(const std::string& dir) {
   g.project = fs::path(dir).parent_path().filename().string();
   std::error_code ec;
   if (fs::exists(fs::symlink_status(dir + "/group.json", ec))) {
-    io::GroupManifest m;
-    if (Error e = io::read_group_file(dir, m))
-      g.problem = e.message();
+    if (Result<io::GroupManifest> m = io::read_group_file(dir))
+      g.manifest = std::move(*m);
     else
-      g.manifest = std::move(m);
+      g.problem = m.error().message();
   }
   std::vector<RunInfo> runs;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))

@@ -17,13 +17,12 @@ bool blank(std::string_view s) {
 
 JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   JsonLines out;
-  Error err;
-  const int fd = io::detail::open_regular(path, O_RDONLY, err);
-  if (fd < 0) {
-    out.problem = err.message();
+  const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+  if (!fd) {
+    out.problem = fd.error().message();
     return out;
   }
-  io::LineReader lines(fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
+  io::LineReader lines(*fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
   simdjson::dom::parser parser;
   auto skip = [&](std::string_view why) {
     if (out.skipped++ > 0) return;
@@ -60,9 +59,9 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
 }
 
 std::string load_json_file(const std::string& path, simdjson::dom::parser& parser, simdjson::dom::element& doc) {
-  std::string text;
-  if (Error e = io::detail::read_text(path, text)) return e.message();
-  if (auto e = parser.parse(text).get(doc))
+  const Result<std::string> text = io::detail::read_text(path);
+  if (!text) return text.error().message();
+  if (auto e = parser.parse(*text).get(doc))
     return path + " is not valid JSON (" + simdjson::error_message(e) + "): it is damaged, or was cut short while being written";
   return {};
 }

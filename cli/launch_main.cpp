@@ -319,9 +319,8 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
 std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes,
                               std::optional<int> only_rank) {
   const std::string path = dir + "/run.json";
-  Error err;
-  std::optional<io::RunRecord> run = io::RunRecord::read(path, err);
-  if (!run) return err.message();
+  Result<io::RunRecord> run = io::RunRecord::read(path);
+  if (!run) return run.error().message();
   // Written back, a damaged field would be lost rather than reported.
   if (!run->damage.empty()) return run->damage + " (left as it was; chorus recover " + dir + " rebuilds it)";
   io::ExitCodes recorded;

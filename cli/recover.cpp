@@ -205,11 +205,13 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   // this fail rather than have its log rewritten under it.
   io::WalScan cut;
   if (!a.dry_run) {
-    if (Error e = io::truncate_torn_tail(wal, &cut))
-      return e.message() +
-                                    (e.message().find("another process") != std::string::npos
-                                         ? " (recover is for a run whose host died; this one's is alive)"
-                                         : "");
+    Result<io::WalScan> cutting = io::truncate_torn_tail(wal);
+    if (!cutting)
+      return cutting.error().message() +
+             (cutting.error().message().find("another process") != std::string::npos
+                  ? " (recover is for a run whose host died; this one's is alive)"
+                  : "");
+    cut = std::move(*cutting);
   }
 
   // Inside the run directory, so the rebuilt files move into place by rename;
@@ -233,19 +235,18 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   detail::Merger merger(sink);
   merger_ptr = &merger;
 
-  Error err;
   io::WalReplay replay;
   {
     Progress progress(static_cast<std::uint64_t>(st.st_size));
-    replay = io::replay_wal(
+    Result<io::WalReplay> replayed = io::replay_wal(
         wal, merger,
         [&](const wire::Frame& f, std::int64_t ts, std::uint64_t offset) {
           progress.at(offset);
           sink.stopping = a.stopped_at_us > 0 && f.type == wire::FrameType::host_event && ts >= a.stopped_at_us;
-        },
-        err);
+        });
+    if (!replayed) return replayed.error().message();
+    replay = std::move(*replayed);
   }
-  if (err) return err.message();
   const io::WalScan& scan = replay.scan;
   const bool ended = replay.ended;
   const RunState end_state = replay.end_state;

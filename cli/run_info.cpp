@@ -127,11 +127,10 @@ RunInfo read_run(const std::string& dir) {
                     : "no run.json";
     return r;
   }
-  Error err;
-  const std::optional<io::RunRecord> run = io::RunRecord::read(path, err);
+  const Result<io::RunRecord> run = io::RunRecord::read(path);
   if (!run) {
     // The run is named beside the problem (ls, show): its file by name alone reads better.
-    r.problem = err.message();
+    r.problem = run.error().message();
     for (std::size_t at; (at = r.problem.find(dir + "/")) != std::string::npos;) r.problem.erase(at, dir.size() + 1);
     return r;
   }

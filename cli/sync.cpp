@@ -263,9 +263,8 @@ int sync_main(std::span<char* const> words) {
   if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("sync", problem);
   if (help) return print_help(sync_command);
   if (a.status) return status(a);
-  Error err;
-  auto target = io::UploadTarget::parse(a.url, err);
-  if (!target) return usage_error("sync", err.message());
+  auto target = io::UploadTarget::parse(a.url);
+  if (!target) return usage_error("sync", target.error().message());
   const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
   std::vector<std::string> runs;
   if (std::string problem = runs_named(a.target, root, runs); !problem.empty()) return failure("sync", problem);

@@ -22,10 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (auto it = vars.find(name); it != vars.end()) return it->second;
     return std::nullopt;
   };
-  Error err;
-  (void)detail::detect_topology(env, err);
+  (void)detail::detect_topology(env);
   Options o;
   o.read_env = true;
-  (void)detail::resolve(o, env, err);
+  (void)detail::resolve(o, env);
   return 0;
 }

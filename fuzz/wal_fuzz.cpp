@@ -101,8 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* input, std::size_t inp
   const std::size_t size = log.size();
   const std::string path = fuzz::write_input("wal", data, size);
   std::vector<std::uint64_t> offsets;
-  Error err;
-  const io::WalScan s = io::scan_wal(
+  const Result<io::WalScan> scanned = io::scan_wal(
       path,
       [&](std::span<const char> payload, std::uint64_t off) {
         std::uint32_t len = 0;
@@ -110,16 +109,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* input, std::size_t inp
             std::memcmp(payload.data(), data + off + io::wal_header_size, len) != 0)
           std::abort();
         offsets.push_back(off);
-      },
-      err);
-  if (err) std::abort();
+      });
+  if (!scanned) std::abort();
+  const io::WalScan& s = *scanned;
   // Linear work: each byte summed once, plus at most two partial checkpoint
   // steps (2 x 255 bytes) for each candidate (a magic, so 4 bytes apart at
   // the closest) and each frame start (12 bytes apart).
   if (offsets != plain_scan(data, size) || s.good_end > size || s.summed_bytes > 192 * size + 4096) std::abort();
-  if (io::truncate_torn_tail(path)) std::abort();
-  Error again;
-  const io::WalScan cut = io::scan_wal(path, {}, again);
-  if (again || cut.torn_tail || cut.frames != s.frames) std::abort();
+  if (!io::truncate_torn_tail(path)) std::abort();
+  const Result<io::WalScan> cut = io::scan_wal(path, {});
+  if (!cut || cut->torn_tail || cut->frames != s.frames) std::abort();
   return 0;
 }

@@ -141,11 +141,11 @@ private:
 
 } // namespace
 
-Error local_socket_dir(bool read_env, std::string& out) {
+Result<std::string> local_socket_dir(bool read_env) {
   const char* env = read_env ? std::getenv("CHORUS_SOCKET_DIR") : nullptr;
   const char* tmp = std::getenv("TMPDIR");
   const bool chosen = env != nullptr && *env != '\0';
-  out = chosen ? std::string(env)
+  const std::string out = chosen ? std::string(env)
                : std::string(tmp != nullptr && *tmp == '/' ? tmp : "/tmp") + "/chorus-" + std::to_string(::geteuid());
   const std::string named = chosen ? " (CHORUS_SOCKET_DIR)" : "";
   if (::mkdir(out.c_str(), 0700) != 0 && errno != EEXIST)
@@ -163,7 +163,7 @@ Error local_socket_dir(bool read_env, std::string& out) {
     return {Errc::bad_environment, out + named + " is too long a path for a Unix socket (at most " +
                                        std::to_string(sizeof(sockaddr_un{}.sun_path) - 12) +
                                        " characters): set CHORUS_SOCKET_DIR to a shorter one on every rank"};
-  return {};
+  return out;
 }
 
 std::string local_socket_path(const std::string& dir, std::uint16_t port) {

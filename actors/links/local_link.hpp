@@ -10,7 +10,7 @@
 // connections and hands them to the same BASP broker that TCP links use.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>
@@ -24,7 +24,7 @@ namespace chorus::detail {
 /// else $TMPDIR/chorus-<uid>, else /tmp/chorus-<uid>. Made with mode 0700
 /// where missing; refused, with the fix, where it is a link, not a directory,
 /// or owned by another user.
-[[nodiscard]] Error local_socket_dir(bool read_env, std::string& out);
+[[nodiscard]] Result<std::string> local_socket_dir(bool read_env);
 
 /// The socket of the run or group that `port` names on this node.
 [[nodiscard]] std::string local_socket_path(const std::string& dir, std::uint16_t port);

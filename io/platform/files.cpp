@@ -44,10 +44,10 @@ Error write_file_atomic(const std::string& path, std::string_view content) {
   // readers listing the directory never trip over it.
   const std::string tmp = dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-  Error err;
-  const int fd = detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC, err);
-  if (fd < 0) return err;
-  err = detail::write_all(fd, content, tmp);
+  const Result<int> opened = detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
+  if (!opened) return opened.error();
+  const int fd = *opened;
+  Error err = detail::write_all(fd, content, tmp);
   if (!err) err = detail::sync_file(fd, tmp);
   detail::close_fd(fd);
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
@@ -55,11 +55,10 @@ Error write_file_atomic(const std::string& path, std::string_view content) {
   return err;
 }
 
-std::unique_ptr<AppendFile> AppendFile::open(const std::string& path, Error& err, bool truncate) {
-  err = {};
-  const int fd = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), err);
-  if (fd < 0) return nullptr;
-  return std::unique_ptr<AppendFile>(new AppendFile(fd, path));
+Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bool truncate) {
+  const Result<int> fd = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
+  if (!fd) return fd.error();
+  return std::unique_ptr<AppendFile>(new AppendFile(*fd, path));
 }
 
 AppendFile::~AppendFile() {

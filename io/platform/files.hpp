@@ -3,7 +3,7 @@
 // written in large pieces.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstddef>
 #include <memory>
@@ -27,8 +27,8 @@ class AppendFile {
 public:
   static constexpr std::size_t buffer_limit = 1u << 20;
 
-  /// Opens or creates `path`; `truncate` starts it empty. nullptr and `err` on failure.
-  [[nodiscard]] static std::unique_ptr<AppendFile> open(const std::string& path, Error& err, bool truncate = false);
+  /// Opens or creates `path`; `truncate` starts it empty.
+  [[nodiscard]] static Result<std::unique_ptr<AppendFile>> open(const std::string& path, bool truncate = false);
 
   /// Flushes (an error there is lost: call flush() first to see it).
   ~AppendFile();

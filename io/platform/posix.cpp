@@ -62,28 +62,26 @@ Error link_error(const std::string& path) {
                                    "no link there. Replace the link with the file it should be, or remove it"};
 }
 
-// Closes `fd` and sets `err` unless it is a regular file; clears the
+// Closes `fd` and says why unless it is a regular file; clears the
 // O_NONBLOCK it was opened with (regular files never block, and reads and
 // writes should behave as usual).
-bool keep_if_regular(int fd, const std::string& path, Error& err, int* err_no) {
+Result<int> keep_if_regular(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const bool stat_failed = st.st_mode == 0;
     const int e = errno;
     close_fd(fd);
-    if (err_no) *err_no = stat_failed ? e : EINVAL;
-    err = stat_failed ? os_error("fstat", path, e)
-                      : Error{Errc::io_error, std::string(path) + " is not a regular file (" +
-                                                  (S_ISFIFO(st.st_mode)  ? "a FIFO"
-                                                   : S_ISDIR(st.st_mode) ? "a directory"
-                                                   : S_ISSOCK(st.st_mode) ? "a socket"
-                                                                          : "a device") +
-                                                  "): a run directory holds regular files only; remove it, or "
-                                                  "point chorus at the real run directory"};
-    return false;
+    if (stat_failed) return os_error("fstat", path, e);
+    return Error{Errc::io_error, std::string(path) + " is not a regular file (" +
+                                     (S_ISFIFO(st.st_mode)   ? "a FIFO"
+                                      : S_ISDIR(st.st_mode)  ? "a directory"
+                                      : S_ISSOCK(st.st_mode) ? "a socket"
+                                                             : "a device") +
+                                     "): a run directory holds regular files only; remove it, or "
+                                     "point chorus at the real run directory"};
   }
   (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return true;
+  return fd;
 }
 
 } // namespace
@@ -96,46 +94,40 @@ Error os_error(std::string_view what, std::string_view path, int errnum) {
   return Error{Errc::io_error, std::move(m)};
 }
 
-int open_private(const std::string& path, int flags, Error& err) {
+Result<int> open_private(const std::string& path, int flags) {
   int fd;
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    err = errno == ELOOP ? link_error(path) : os_error("open", path, errno);
-    return -1;
-  }
-  if (!keep_if_regular(fd, path, err, nullptr)) return -1;
+  if (fd < 0) return errno == ELOOP ? link_error(path) : os_error("open", path, errno);
+  Result<int> kept = keep_if_regular(fd, path);
+  if (!kept) return kept;
   // The umask may have taken bits away from 0600 (or the file pre-existed
   // with looser ones): set the mode the run directory promises.
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  Error err;
+  if (::fstat(fd, &st) != 0)
     err = os_error("fstat", path, errno);
-    close_fd(fd);
-    return -1;
-  }
-  if ((st.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0) {
+  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0)
     err = os_error("fchmod 0600", path, errno);
+  if (err) {
     close_fd(fd);
-    return -1;
+    return err;
   }
   return fd;
 }
 
-int open_regular(const std::string& path, int flags, Error& err, int* err_no) {
+Result<int> open_regular(const std::string& path, int flags, bool missing_ok) {
   int fd;
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
     const int e = errno;
-    if (err_no) *err_no = e;
-    err = e == ELOOP ? link_error(path) : os_error("cannot open", path, e);
-    return -1;
+    if (e == ENOENT && missing_ok) return -1;
+    return e == ELOOP ? link_error(path) : os_error("cannot open", path, e);
   }
-  if (!keep_if_regular(fd, path, err, err_no)) return -1;
-  if (err_no) *err_no = 0;
-  return fd;
+  return keep_if_regular(fd, path);
 }
 
 Error write_all(int fd, iovec* iov, int n, std::string_view path) {
@@ -175,18 +167,14 @@ Error sync_file(int fd, std::string_view path, bool data_only) {
   return {};
 }
 
-Error read_text(const std::string& path, std::string& out, bool missing_ok, std::size_t max_bytes) {
-  out.clear();
-  Error err;
-  int err_no = 0;
-  const int fd = open_regular(path, O_RDONLY, err, &err_no);
-  if (fd < 0) {
-    if (err_no == ENOENT && missing_ok) return {};
-    return err;
-  }
+Result<std::string> read_text(const std::string& path, bool missing_ok, std::size_t max_bytes) {
+  const Result<int> opened = open_regular(path, O_RDONLY, missing_ok);
+  if (!opened) return opened.error();
+  std::string out;
+  const int fd = *opened;
+  if (fd < 0) return out; // missing, and that is fine
   auto too_big = [&] {
     close_fd(fd);
-    out.clear();
     return Error{Errc::io_error, path + " is larger than " + std::to_string(max_bytes >> 20) +
                                      " MiB, far more than chorus writes there: it is damaged or not a run file. "
                                      "Move it aside, or restore it (chorus recover rebuilds a run's files from its WAL)"};
@@ -208,7 +196,7 @@ Error read_text(const std::string& path, std::string& out, bool missing_ok, std:
     out.append(buf, static_cast<std::size_t>(n));
   }
   close_fd(fd);
-  return {};
+  return out;
 }
 
 void close_fd(int fd) noexcept {
@@ -226,16 +214,15 @@ std::string this_host() {
   return buf;
 }
 
-bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, std::string& why) {
+Error tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
-    why = std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc);
-    return false;
-  }
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    return {Errc::connect_failed, std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc)};
   bool ok = false;
+  std::string why;
   for (addrinfo* ai = res; ai && !ok; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
@@ -264,7 +251,8 @@ bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::millise
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  return ok;
+  if (ok) return {};
+  return {Errc::connect_failed, why.empty() ? "no socket could be made for " + host : why};
 }
 
 std::string ephemeral_port_note(std::uint16_t port) {

@@ -2,7 +2,7 @@
 // the fix, private file creation, and writes that survive EINTR and short counts.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -20,17 +20,17 @@ namespace chorus::io::detail {
 /// open(2) with O_CLOEXEC, creating with mode 0600 whatever the umask, and
 /// putting an existing file's mode back to 0600. Like open_regular, it follows
 /// no link in the last part of `path`, never blocks on a FIFO and refuses what
-/// is not a regular file. Returns -1 and sets `err`.
-[[nodiscard]] int open_private(const std::string& path, int flags, Error& err);
+/// is not a regular file. Returns the descriptor, or why it could not be opened.
+[[nodiscard]] Result<int> open_private(const std::string& path, int flags);
 
 /// Opens an existing regular file of a run directory for reading (or with
 /// `flags`, O_RDWR say) without following a symbolic link in its last part
 /// and without blocking: a FIFO, device, socket or directory planted where a
 /// run file belongs is refused with an error naming it, instead of hanging
-/// the reader or letting it truncate a file elsewhere. Returns -1 and sets
-/// `err` (errno ENOENT is left in `err_no` for callers that accept a
-/// missing file).
-[[nodiscard]] int open_regular(const std::string& path, int flags, Error& err, int* err_no = nullptr);
+/// the reader or letting it truncate a file elsewhere. Returns the
+/// descriptor, or why it could not be opened; with `missing_ok`, a file that
+/// does not exist is descriptor -1 and no error.
+[[nodiscard]] Result<int> open_regular(const std::string& path, int flags, bool missing_ok = false);
 
 /// Writes every byte of `iov[0..n)` (which it may modify), retrying on EINTR
 /// and after short writes.
@@ -52,11 +52,11 @@ namespace chorus::io::detail {
 /// one is damaged or planted, and is refused rather than allocated.
 inline constexpr std::size_t run_file_max_bytes = 64u << 20;
 
-/// Reads the whole regular file (opened as open_regular does) into `out`
-/// (replacing it). A missing file is Errc::io_error unless `missing_ok`,
-/// which leaves `out` empty; a file over `max_bytes` is Errc::io_error.
-[[nodiscard]] Error read_text(const std::string& path, std::string& out, bool missing_ok = false,
-                              std::size_t max_bytes = run_file_max_bytes);
+/// The whole regular file (opened as open_regular does). A missing file is
+/// Errc::io_error unless `missing_ok`, which reads as empty; a file over
+/// `max_bytes` is Errc::io_error.
+[[nodiscard]] Result<std::string> read_text(const std::string& path, bool missing_ok = false,
+                                            std::size_t max_bytes = run_file_max_bytes);
 
 /// Closes `fd`, retrying nothing (Linux releases the descriptor even on EINTR).
 void close_fd(int fd) noexcept;
@@ -67,8 +67,8 @@ void close_fd(int fd) noexcept;
 
 /// Whether a TCP connection to host:port opens within `limit`. CAF 0.17's
 /// connect blocks for the kernel's full SYN timeout on an unreachable host,
-/// so a host is probed with a bounded connect first. Where it fails, `why`
-/// says why.
+/// so a host is probed with a bounded connect first. Returns why it did not
+/// open (empty: it did).
 ///
 /// With nothing listening yet on a port of the kernel's ephemeral range, a
 /// connect on the same machine may be given that very port as its own, and
@@ -76,8 +76,7 @@ void close_fd(int fd) noexcept;
 /// nothing listening, and is closed with a reset: a normal close would leave
 /// the port in TIME_WAIT for a minute, and the host, starting a moment
 /// later, could not listen on it.
-[[nodiscard]] bool tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit,
-                             std::string& why);
+[[nodiscard]] Error tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit);
 
 /// Where `port` lies in this machine's ephemeral range (the ports outgoing
 /// connections are given, net.ipv4.ip_local_port_range), a sentence that

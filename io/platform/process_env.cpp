@@ -26,6 +26,15 @@ Env process_env() {
 
 namespace chorus {
 
-Topology detect_topology(Error& error) { return detail::detect_topology(detail::process_env(), error); }
+Topology detect_topology(Error& error) {
+  // The public form (chorus.hpp): the topology, and the error beside it
+  // (where there is one, a single process's).
+  Result<Topology> t = detail::detect_topology(detail::process_env());
+  error = t.error();
+  if (t) return std::move(*t);
+  Topology single;
+  single.launcher = "none";
+  return single;
+}
 
 } // namespace chorus

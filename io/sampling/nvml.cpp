@@ -161,7 +161,9 @@ Nvml::Nvml(std::unique_ptr<Api> api) noexcept : api_(std::move(api)) {}
 
 Nvml::~Nvml() = default;
 
-std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try {
+Result<std::unique_ptr<Nvml>> Nvml::load(const char* library) try {
+  std::string why_not;
+  auto not_loaded = [&why_not] { return Error(Errc::io_error, why_not); };
   auto api = std::make_unique<Api>();
   const std::string_view lib_name = library ? library : "(null)";
   ::dlerror();
@@ -171,7 +173,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try 
     why_not.assign("NVML not found (");
     if (e.find(lib_name) == std::string::npos) why_not.append(lib_name).append(": ");
     why_not.append(e).append(")").append(no_metrics);
-    return nullptr;
+    return not_loaded();
   }
 
   // The _v2 entry points are what NVML's own header maps the plain names to;
@@ -198,7 +200,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try 
   need(api->temperature, "nvmlDeviceGetTemperature");
   need(api->power, "nvmlDeviceGetPowerUsage");
   need(api->clock, "nvmlDeviceGetClockInfo");
-  if (missing) return nullptr;
+  if (missing) return not_loaded();
   using MigParent = decltype(api->mig_parent);
   using MigCount = decltype(api->mig_count);
   using MigByIndex = decltype(api->mig_by_index);
@@ -208,13 +210,13 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try 
 
   if (const auto r = api->init(); r != nvml_success) {
     why_not.assign("NVML could not start (").append(api->describe(r)).append(")").append(no_metrics);
-    return nullptr;
+    return not_loaded();
   }
   api->started = true;
   unsigned n = 0;
   if (const auto r = api->count(&n); r != nvml_success) {
     why_not.assign("NVML could not count the GPUs (").append(api->describe(r)).append(")").append(no_metrics);
-    return nullptr;
+    return not_loaded();
   }
   // A GPU NVML cannot open keeps its index (so indices match nvidia-smi's) and
   // a null handle: sample() reports it.
@@ -223,8 +225,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why_not, const char* library) try 
     if (api->by_index(i, &api->devices[i]) != nvml_success) api->devices[i] = nullptr;
   return std::unique_ptr<Nvml>(new Nvml(std::move(api)));
 } catch (const std::exception& e) {
-  why_not.assign("NVML could not be loaded (").append(e.what()).append(")").append(no_metrics);
-  return nullptr;
+  return Error(Errc::io_error, std::string("NVML could not be loaded (").append(e.what()).append(")").append(no_metrics));
 }
 
 unsigned Nvml::device_count() const noexcept { return static_cast<unsigned>(api_->devices.size()); }
@@ -241,20 +242,22 @@ std::string Nvml::uuid(unsigned index) const {
   return index < api_->devices.size() ? api_->uuid_of(api_->devices[index]) : std::string();
 }
 
-std::optional<unsigned> Nvml::find(std::string_view id, std::string& why_not) const {
+Result<unsigned> Nvml::find(std::string_view id) const {
+  std::string why_not;
+  auto none = [&why_not] { return Error(Errc::invalid_argument, why_not); };
   id = trim(id);
   const auto count = std::to_string(api_->devices.size());
   if (const auto i = as_index(id)) {
     if (*i < api_->devices.size()) return *i;
     why_not.assign("no GPU with index ").append(id).append(": NVML sees ").append(count);
-    return std::nullopt;
+    return none();
   }
   // CUDA's older MIG form, MIG-GPU-<uuid>/<gi>/<ci>, names the GPU by its UUID.
   if (id.starts_with("MIG-GPU-")) id = id.substr(4, id.find('/') - 4);
   const bool mig = id.starts_with("MIG-");
   if (!mig && !id.starts_with("GPU-")) {
     why_not.assign("not a GPU index, GPU-<uuid> or MIG-<uuid>: ").append(id);
-    return std::nullopt;
+    return none();
   }
 
   const std::string full(id);
@@ -262,7 +265,7 @@ std::optional<unsigned> Nvml::find(std::string_view id, std::string& why_not) co
   if (api_->by_uuid(full.c_str(), &d) == nvml_success) {
     NvmlDevice parent = nullptr;
     if (mig && api_->mig_parent && api_->mig_parent(d, &parent) == nvml_success) d = parent;
-    if (auto i = api_->index_of(d)) return i;
+    if (auto i = api_->index_of(d)) return *i;
   }
   // CUDA also takes a prefix of a UUID, if only one device has it.
   std::optional<unsigned> found;
@@ -272,10 +275,10 @@ std::optional<unsigned> Nvml::find(std::string_view id, std::string& why_not) co
     ++matches;
     found = i;
   }
-  if (matches == 1) return found;
+  if (matches == 1) return *found;
   why_not.assign(matches == 0 ? "no " : "more than one ").append(mig ? "MIG device" : "GPU");
   why_not.append(" has a UUID starting with ").append(id).append("; NVML sees ").append(count);
-  return std::nullopt;
+  return none();
 }
 
 Error Nvml::sample(unsigned index, GpuSample& out) const {

@@ -4,7 +4,7 @@
 // runtime reads it.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <memory>
 #include <optional>
@@ -26,11 +26,11 @@ struct GpuSample {
 /// and nothing here changes after load().
 class Nvml {
 public:
-  /// dlopen(library, RTLD_NOW | RTLD_LOCAL) and nvmlInit_v2. On failure returns
-  /// nullptr and sets `why_not` to one informational line that ends in
+  /// dlopen(library, RTLD_NOW | RTLD_LOCAL) and nvmlInit_v2. On failure an
+  /// Errc::io_error whose message is one informational line that ends in
   /// "no GPU metrics", e.g. "NVML not found (libnvidia-ml.so.1: cannot open
   /// shared object file: ...): no GPU metrics". Never throws, never aborts.
-  [[nodiscard]] static std::unique_ptr<Nvml> load(std::string& why_not, const char* library = "libnvidia-ml.so.1");
+  [[nodiscard]] static Result<std::unique_ptr<Nvml>> load(const char* library = "libnvidia-ml.so.1");
 
   /// nvmlShutdown, then dlclose.
   ~Nvml();
@@ -42,9 +42,9 @@ public:
   /// The device that a CUDA_VISIBLE_DEVICES entry names: an index ("0"), a GPU
   /// UUID ("GPU-8f1a...", or a prefix of one that matches a single GPU, as CUDA
   /// allows), or a MIG device ("MIG-<uuid>", a unique prefix of one, or the old
-  /// "MIG-GPU-<uuid>/<gi>/<ci>"), which maps to the GPU that holds it. nullopt
-  /// and `why_not` if none (or more than one) matches.
-  [[nodiscard]] std::optional<unsigned> find(std::string_view id, std::string& why_not) const;
+  /// "MIG-GPU-<uuid>/<gi>/<ci>"), which maps to the GPU that holds it. An
+  /// Errc::invalid_argument saying so if none (or more than one) matches.
+  [[nodiscard]] Result<unsigned> find(std::string_view id) const;
 
   /// "NVIDIA H100 80GB HBM3"; empty if it cannot be read.
   [[nodiscard]] std::string name(unsigned index) const;

@@ -44,12 +44,12 @@ SystemSampler::SystemSampler(SystemLabels labels, std::string watched_dir, const
     if (!host_->limitations().empty()) note(notes_, host_->limitations());
   }
   if (nvml_library == nullptr) return;
-  std::string why;
-  nvml_ = Nvml::load(why, nvml_library);
-  if (!nvml_) {
-    if (gpu_expected(cuda_visible_devices)) note(notes_, why);
+  Result<std::unique_ptr<Nvml>> loaded = Nvml::load(nvml_library);
+  if (!loaded) {
+    if (gpu_expected(cuda_visible_devices)) note(notes_, loaded.error().message());
     return;
   }
+  nvml_ = std::move(*loaded);
   const VisibleDevices visible = parse_cuda_visible_devices(cuda_visible_devices);
   const auto id = rank_gpu_id(visible, labels.local_rank, nvml_->device_count());
   if (!id) {
@@ -60,11 +60,12 @@ SystemSampler::SystemSampler(SystemLabels labels, std::string watched_dir, const
     note(notes_, line);
     return;
   }
-  gpu_ = nvml_->find(*id, why);
-  if (!gpu_) {
-    note(notes_, std::string("rank ").append(std::to_string(labels.rank)).append(": ").append(why));
+  const Result<unsigned> gpu = nvml_->find(*id);
+  if (!gpu) {
+    note(notes_, std::string("rank ").append(std::to_string(labels.rank)).append(": ").append(gpu.error().message()));
     return;
   }
+  gpu_ = *gpu;
   gpu_name_ = nvml_->name(*gpu_);
 }
 

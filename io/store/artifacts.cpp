@@ -211,10 +211,10 @@ Error copy_hashed(const std::string& source, const std::string& dest, std::uint6
   std::string tmp = dir;
   tmp.append("/.").append(base).append(".tmp.").append(std::to_string(::getpid())).append(".");
   tmp.append(std::to_string(counter.fetch_add(1, std::memory_order_relaxed)));
-  Error err;
-  Fd out{detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC, err)};
-  if (out.fd < 0) return err;
-  err = stream(in.fd, source, out.fd, tmp, size, sha256, stop);
+  const Result<int> opened = detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
+  if (!opened) return opened.error();
+  Fd out{*opened};
+  Error err = stream(in.fd, source, out.fd, tmp, size, sha256, stop);
   if (!err) err = detail::sync_file(out.fd, tmp);
   detail::close_fd(std::exchange(out.fd, -1));
   if (!err && ::rename(tmp.c_str(), dest.c_str()) != 0) {
@@ -252,12 +252,12 @@ Error store_artifact(const std::string& run_dir, const std::string& source, Arti
     if (Error e = sync_dir(dir)) return e;
   }
   const std::string manifest = run_dir + "/artifacts.jsonl";
-  Error err;
-  Fd fd{detail::open_private(manifest, O_RDWR | O_CREAT | O_APPEND, err)};
-  if (fd.fd < 0) return err;
+  const Result<int> opened = detail::open_private(manifest, O_RDWR | O_CREAT | O_APPEND);
+  if (!opened) return opened.error();
+  Fd fd{*opened};
   // One write(2) of a whole line: O_APPEND keeps lines of several processes apart.
-  if ((err = detail::write_all(fd.fd, artifact_line(rec), manifest))) return err;
-  if ((err = detail::sync_file(fd.fd, manifest, true))) return err;
+  if (Error e = detail::write_all(fd.fd, artifact_line(rec), manifest)) return e;
+  if (Error e = detail::sync_file(fd.fd, manifest, true)) return e;
   return sync_dir(run_dir);
 }
 
@@ -272,9 +272,8 @@ Error check_run_dir_is_here(const std::string& run_dir) {
   if (run_dir.empty() || ::stat(run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return not_here(std::string("the run directory ").append(run_dir).append(" does not exist here"));
   const std::string run_json = run_dir + "/run.json";
-  Error e;
-  const std::optional<RunRecord> run = RunRecord::read(run_json, e);
-  if (!run) return not_here(e.message());
+  const Result<RunRecord> run = RunRecord::read(run_json);
+  if (!run) return not_here(run.error().message());
   const std::string here = detail::this_host();
   const std::string& host = run->host;
   if (host.empty() && !here.empty()) return not_here(run_json + " names no host");

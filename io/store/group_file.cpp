@@ -109,10 +109,9 @@ bool seconds(simdjson::dom::object& o, const char* key, std::optional<double>& o
   return true;
 }
 
-bool read_member(simdjson::dom::object& o, GroupMember& m, std::string& why) {
+Error read_member(simdjson::dom::object& o, GroupMember& m) {
   auto bad = [&](std::string_view field) {
-    why = "member field \"" + std::string(field) + "\" is missing or malformed";
-    return false;
+    return Error(Errc::invalid_argument, "member field \"" + std::string(field) + "\" is missing or malformed");
   };
   for (auto [key, out] : texts_of_member(m))
     if (!text(o, key, *out)) return bad(key);
@@ -142,7 +141,7 @@ bool read_member(simdjson::dom::object& o, GroupMember& m, std::string& why) {
     m.summary = simdjson::minify(summary);
     if (m.summary.size() > max_member_summary) return bad("summary");
   }
-  return true;
+  return {};
 }
 
 /// The group directory's lock, held while group.json is read and replaced.
@@ -207,17 +206,14 @@ std::string member_json(const GroupMember& m) {
   return out;
 }
 
-bool parse_member(std::string_view json, GroupMember& out, std::string& why) {
+Result<GroupMember> parse_member(std::string_view json) {
   simdjson::dom::parser parser;
   simdjson::dom::object o;
-  if (auto e = parser.parse(json.data(), json.size()).get(o)) {
-    why = std::string("a member report is not a JSON object: ") + simdjson::error_message(e);
-    return false;
-  }
+  if (auto e = parser.parse(json.data(), json.size()).get(o))
+    return Error(Errc::invalid_argument, std::string("a member report is not a JSON object: ") + simdjson::error_message(e));
   GroupMember m;
-  if (!read_member(o, m, why)) return false;
-  out = std::move(m);
-  return true;
+  if (Error e = read_member(o, m)) return e;
+  return m;
 }
 
 std::string group_json(const GroupManifest& g) {
@@ -241,13 +237,13 @@ std::string group_json(const GroupManifest& g) {
   return out;
 }
 
-Error read_group_file(const std::string& group_dir, GroupManifest& out) {
+Result<GroupManifest> read_group_file(const std::string& group_dir) {
   const std::string path = group_dir + "/group.json";
-  std::string content;
-  if (Error e = detail::read_text(path, content)) return e;
+  const Result<std::string> content = detail::read_text(path);
+  if (!content) return content.error();
   simdjson::dom::parser parser;
   simdjson::dom::object o;
-  if (auto e = parser.parse(content).get(o))
+  if (auto e = parser.parse(*content).get(o))
     return {Errc::invalid_argument, path + " is not a JSON object (" + simdjson::error_message(e) + ")"};
   GroupManifest g;
   auto bad = [&](std::string_view why) {
@@ -263,9 +259,8 @@ Error read_group_file(const std::string& group_dir, GroupManifest& out) {
     for (simdjson::dom::element e : members) {
       simdjson::dom::object mo;
       GroupMember m;
-      std::string why;
       if (e.get(mo) != simdjson::SUCCESS) return bad("a member is not an object");
-      if (!read_member(mo, m, why)) return bad(why);
+      if (Error bad_member = read_member(mo, m)) return bad(bad_member.message());
       g.members.push_back(std::move(m));
     }
   }
@@ -279,16 +274,15 @@ Error read_group_file(const std::string& group_dir, GroupManifest& out) {
       g.exit_codes[rank] = code;
     }
   }
-  out = std::move(g);
-  return {};
+  return g;
 }
 
 Error update_group_file(const std::string& group_dir, const std::function<bool(GroupManifest&, bool)>& update) {
   DirLock lock(group_dir);
   if (!lock.held()) return detail::os_error("open", group_dir, errno);
-  GroupManifest g;
-  const bool exists = !read_group_file(group_dir, g);
-  if (!exists) g = GroupManifest{};
+  Result<GroupManifest> read = read_group_file(group_dir);
+  const bool exists = read.has_value();
+  GroupManifest g = std::move(read).value_or(GroupManifest{});
   if (!update(g, exists)) return {};
   return write_file_atomic(group_dir + "/group.json", group_json(g));
 }

@@ -6,7 +6,7 @@
 // it, so one checked reader takes both.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -73,15 +73,16 @@ struct GroupManifest {
 
 /// One member as a JSON object (its report, and its entry in group.json).
 [[nodiscard]] std::string member_json(const GroupMember& m);
-/// Reads a member object; false and `why` for anything malformed (wrong
-/// types, a summary that is not an object, oversized fields).
-[[nodiscard]] bool parse_member(std::string_view json, GroupMember& out, std::string& why);
+/// Reads a member object; Errc::invalid_argument, naming the field, for
+/// anything malformed (wrong types, a summary that is not an object,
+/// oversized fields).
+[[nodiscard]] Result<GroupMember> parse_member(std::string_view json);
 
 /// The whole manifest as group.json's text.
 [[nodiscard]] std::string group_json(const GroupManifest& g);
 /// Reads DIR/group.json. Errc::io_error if it is missing or unreadable,
 /// invalid_argument if it is not a manifest.
-[[nodiscard]] Error read_group_file(const std::string& group_dir, GroupManifest& out);
+[[nodiscard]] Result<GroupManifest> read_group_file(const std::string& group_dir);
 
 /// Rewrites DIR/group.json (0600, atomically) while holding the group
 /// directory's lock, so that the Group actor and the `chorus launch` of

@@ -219,19 +219,14 @@ std::string failure_of_exit_codes(const ExitCodes& codes) {
   return {};
 }
 
-std::optional<RunRecord> RunRecord::parse(std::string_view json, std::string& why) {
+Result<RunRecord> RunRecord::parse(std::string_view json) {
   simdjson::dom::parser parser;
   element doc;
-  if (auto e = parser.parse(json.data(), json.size()).get(doc)) {
-    why = std::string("is not valid JSON (") + simdjson::error_message(e) +
-          "): it is damaged, or was cut short while being written";
-    return std::nullopt;
-  }
+  if (auto e = parser.parse(json.data(), json.size()).get(doc))
+    return Error(Errc::invalid_argument, std::string("is not valid JSON (") + simdjson::error_message(e) +
+                                             "): it is damaged, or was cut short while being written");
   simdjson::dom::object o;
-  if (doc.get(o) != SUCCESS) {
-    why = "is not a JSON object";
-    return std::nullopt;
-  }
+  if (doc.get(o) != SUCCESS) return Error(Errc::invalid_argument, "is not a JSON object");
   RunRecord r;
   Reader in{r.damage};
   // The first of a repeated member counts, as for a lookup by key.
@@ -253,21 +248,15 @@ std::optional<RunRecord> RunRecord::parse(std::string_view json, std::string& wh
   return r;
 }
 
-std::optional<RunRecord> RunRecord::read(const std::string& path, Error& error) {
-  std::string text;
-  if (Error e = detail::read_text(path, text)) {
-    error = std::move(e);
-    return std::nullopt;
-  }
-  std::string why;
-  std::optional<RunRecord> r = parse(text, why);
-  if (!r) {
-    const auto slash = path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    error = Error(Errc::invalid_argument,
-                  path + " " + why + ". chorus recover " + dir + " rebuilds it from the run's write-ahead log");
-  }
-  return r;
+Result<RunRecord> RunRecord::read(const std::string& path) {
+  const Result<std::string> text = detail::read_text(path);
+  if (!text) return text.error();
+  Result<RunRecord> r = parse(*text);
+  if (r) return r;
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return Error(Errc::invalid_argument, path + " " + r.error().message() + ". chorus recover " + dir +
+                                           " rebuilds it from the run's write-ahead log");
 }
 
 RunRecord RunRecord::identity() const {

@@ -17,7 +17,7 @@
 // Times are unix seconds, written exactly to the microsecond.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -91,14 +91,15 @@ struct RunRecord : RunIdentity {
 
   /// Parses run.json's text, or a run_start's identity object. A member of
   /// the wrong type is left at its default (a whole number beyond 64 bits is
-  /// named in `damage`). nullopt where `json` is not a JSON object, with
-  /// `why` ("is not valid JSON (...): ...", "is not a JSON object").
-  [[nodiscard]] static std::optional<RunRecord> parse(std::string_view json, std::string& why);
+  /// named in `damage`). Where `json` is not a JSON object, an
+  /// Errc::invalid_argument whose message is a predicate for the text's
+  /// name ("is not valid JSON (...): ...", "is not a JSON object").
+  [[nodiscard]] static Result<RunRecord> parse(std::string_view json);
 
-  /// Reads the run.json at `path`. nullopt and `error` where it cannot be
-  /// read (Errc::io_error, as detail::read_text says) or is damaged
+  /// Reads the run.json at `path`. Fails where it cannot be read
+  /// (Errc::io_error, as detail::read_text says) or is damaged
   /// (Errc::invalid_argument, naming the file and `chorus recover`).
-  [[nodiscard]] static std::optional<RunRecord> read(const std::string& path, Error& error);
+  [[nodiscard]] static Result<RunRecord> read(const std::string& path);
 
   /// Who the run is only: the identity, and the members not known here.
   [[nodiscard]] RunRecord identity() const;

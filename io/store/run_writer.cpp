@@ -105,13 +105,21 @@ struct RunWriter::State {
     if (e && !error) error = std::move(e);
   }
 
+  // The append-only file `name`, or nullptr where it cannot be opened (the
+  // run's error says why).
+  std::unique_ptr<AppendFile> open_file(const char* name, bool truncate) {
+    Result<std::unique_ptr<AppendFile>> f = AppendFile::open(file(name), truncate);
+    if (f) return std::move(*f);
+    fail(f.error());
+    return nullptr;
+  }
+
   // Room held on the run's disk for its last words: where the disk fills up
   // under the run, freeing it lets the end state and the reason reach run.json.
   static constexpr off_t room = 256 << 10;
   bool holds_room = false;
   void hold_room() {
-    Error ignored;
-    const int fd = detail::open_private(file(".reserve"), O_WRONLY | O_CREAT | O_TRUNC, ignored);
+    const int fd = detail::open_private(file(".reserve"), O_WRONLY | O_CREAT | O_TRUNC).value_or(-1);
     if (fd < 0) return;
     holds_room = ::posix_fallocate(fd, 0, room) == 0;
     detail::close_fd(fd);
@@ -238,11 +246,8 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
     s_->fail(std::move(e));
     return;
   }
-  Error e;
-  s_->history = AppendFile::open(s_->file("history.jsonl"), e, /*truncate=*/true);
-  s_->fail(std::move(e));
-  s_->rejected_file = AppendFile::open(s_->file("rejected.jsonl"), e, /*truncate=*/true);
-  s_->fail(std::move(e));
+  s_->history = s_->open_file("history.jsonl", /*truncate=*/true);
+  s_->rejected_file = s_->open_file("rejected.jsonl", /*truncate=*/true);
 }
 
 RunWriter::~RunWriter() {
@@ -256,11 +261,11 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   s.ranks.clear(); // a resumed attempt's ranks join afresh
   s.world_size = world_size;
   s.identity = {};
-  std::string why;
-  if (std::optional<RunRecord> parsed = RunRecord::parse(run_json, why))
+  if (const Result<RunRecord> parsed = RunRecord::parse(run_json))
     s.identity = parsed->identity();
   else
-    s.fail(Error{Errc::invalid_argument, "run_start's identity " + why + "; it was left out of " + s.dir});
+    s.fail(Error{Errc::invalid_argument,
+                 "run_start's identity " + parsed.error().message() + "; it was left out of " + s.dir});
   // Readers find every file from the start, if empty.
   s.config_dirty = s.summary_dirty = true;
   s.write_run_json();
@@ -378,8 +383,7 @@ std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) 
   State& s = *s_;
   // No run.json, or a torn one, has nothing to carry over; one that is not a
   // regular file (a FIFO, a link) is not opened as one (RunRecord::read refuses it).
-  Error ignored;
-  const std::optional<RunRecord> run = RunRecord::read(run_json_path, ignored);
+  const Result<RunRecord> run = RunRecord::read(run_json_path);
   if (!run) return std::nullopt;
   s.exit_codes.clear();
   for (const RunRecord::Segment& seg : run->segments) s.exit_codes.push_back(seg.exit_codes);
@@ -398,11 +402,7 @@ void RunWriter::note_error(const Error& e) {
 
 void RunWriter::system_line(std::string_view json_line) {
   State& s = *s_;
-  if (!s.system_file) {
-    Error e;
-    s.system_file = AppendFile::open(s.file("system.jsonl"), e);
-    if (e) return s.fail(std::move(e));
-  }
+  if (!s.system_file && !(s.system_file = s.open_file("system.jsonl", /*truncate=*/false))) return;
   s.fail(s.system_file->write(json_line));
   s.fail(s.system_file->write("\n"));
 }

@@ -39,14 +39,16 @@ Error shrank(const std::string& path) {
 
 // A forward-moving window over the file, read with pread: memory stays at
 // one chunk or one frame, and a file truncated under us is an error, not SIGBUS.
+// The first read that fails is kept (failed()); the scan stops at it.
 class Window {
 public:
   Window(int fd, std::uint64_t size, const std::string& path) : fd_(fd), size_(size), path_(path) {}
 
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
 
-  // Pointer to bytes [p, p + n); p + n must not exceed size().
-  const char* at(std::uint64_t p, std::size_t n, Error& err) {
+  // Pointer to bytes [p, p + n); p + n must not exceed size(). nullptr
+  // where the read failed.
+  const char* at(std::uint64_t p, std::size_t n) {
     if (p >= off_ && p + n <= off_ + len_) return buf_.data() + (p - off_);
     const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(std::max(n, read_chunk), size_ - p));
     // Sized afresh, not resized: the old bytes are about to be replaced, and
@@ -57,18 +59,21 @@ public:
       const ssize_t r = ::pread(fd_, buf_.data() + got, want - got, static_cast<off_t>(p + got));
       if (r < 0) {
         if (errno == EINTR) continue;
-        err = os_error("read", path_, errno);
-        return nullptr;
+        return fail(os_error("read", path_, errno));
       }
-      if (r == 0) {
-        err = shrank(path_);
-        return nullptr;
-      }
+      if (r == 0) return fail(shrank(path_));
       got += static_cast<std::size_t>(r);
     }
     off_ = p;
     len_ = want;
     return buf_.data();
+  }
+
+  // The first read that failed; empty while every read succeeded.
+  [[nodiscard]] const Error& failed() const noexcept { return failed_; }
+  std::nullptr_t fail(Error e) {
+    if (!failed_) failed_ = std::move(e);
+    return nullptr;
   }
 
   // Bytes resident from p on, without reading (0 if p is outside the window).
@@ -83,6 +88,7 @@ private:
   std::vector<char> buf_;
   std::uint64_t off_ = 0;
   std::size_t len_ = 0;
+  Error failed_;
 };
 
 // Running CRCs of a stretch of the file, kept every `step` bytes, so that
@@ -139,21 +145,21 @@ public:
   }
 
   // running(q), for q inside the stretch; the few bytes since the last mark
-  // come from the window if it holds them.
-  std::uint32_t at(std::uint64_t q, Window& w, Error& err) {
+  // come from the window if it holds them. A failed read is kept in `w`.
+  std::uint32_t at(std::uint64_t q, Window& w) {
     const std::uint64_t i = (q - origin_) / step;
     const std::uint64_t from = origin_ + i * step;
     const auto n = static_cast<std::size_t>(q - from);
     summed_ += n;
     const std::uint32_t mark = marks_[static_cast<std::size_t>(i)];
     if (n == 0) return mark;
-    if (w.resident_from(from) >= n) return crc32c(w.at(from, n, err), n, mark);
+    if (w.resident_from(from) >= n) return crc32c(w.at(from, n), n, mark);
     std::array<char, step> buf;
     for (std::size_t got = 0; got < n;) {
       const ssize_t r = ::pread(fd_, buf.data() + got, n - got, static_cast<off_t>(from + got));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
-        err = r < 0 ? os_error("read", path_, errno) : shrank(path_);
+        w.fail(r < 0 ? os_error("read", path_, errno) : shrank(path_));
         return 0;
       }
       got += static_cast<std::size_t>(r);
@@ -184,13 +190,13 @@ struct Check {
 // The header checks of the frame at p: its magic, and a length that fits the
 // file. `explain` fills `why` on failure (skipped while hunting for the next
 // frame, where most candidates fail).
-bool check_header(Window& w, std::uint64_t p, bool explain, Check& c, Error& err) {
+bool check_header(Window& w, std::uint64_t p, bool explain, Check& c) {
   const std::uint64_t left = w.size() - p;
   if (left < wal_header_size) {
     if (explain) c.why = "incomplete frame header (" + std::to_string(left) + " bytes)";
     return false;
   }
-  const char* h = w.at(p, wal_header_size, err);
+  const char* h = w.at(p, wal_header_size);
   if (h == nullptr) return false;
   if (load_u32(h) != wal_magic) {
     if (explain) c.why = "no frame magic";
@@ -213,22 +219,22 @@ bool check_header(Window& w, std::uint64_t p, bool explain, Check& c, Error& err
 }
 
 // Whether the frame at `p` verifies, from checkpoints that cover its payload.
-bool verifies_from(Checkpoints& ck, Window& w, std::uint64_t p, const Check& c, Error& err) {
+bool verifies_from(Checkpoints& ck, Window& w, std::uint64_t p, const Check& c) {
   ck.drop_before(c.body(p));
-  const std::uint32_t a = ck.at(c.body(p), w, err);
-  const std::uint32_t b = ck.at(c.end(p), w, err);
-  return !err && crc32c_combine(c.len_crc ^ a, b, c.len) == c.stored;
+  const std::uint32_t a = ck.at(c.body(p), w);
+  const std::uint32_t b = ck.at(c.end(p), w);
+  return !w.failed() && crc32c_combine(c.len_crc ^ a, b, c.len) == c.stored;
 }
 
 // Verifies the frame at p. Its payload is summed into `ck`, which starts
 // afresh at it, or, after a hunt that summed part of it, is extended over it
 // (so that no byte is summed twice).
-Check check_frame(Window& w, Checkpoints& ck, std::uint64_t p, bool explain, Error& err) {
+Check check_frame(Window& w, Checkpoints& ck, std::uint64_t p, bool explain) {
   Check c;
-  if (!check_header(w, p, explain, c, err)) return c;
+  if (!check_header(w, p, explain, c)) return c;
   bool fresh = false;
   if (!ck.covers(c.body(p), c.end(p))) {
-    const char* f = w.at(p, wal_header_size + c.len, err);
+    const char* f = w.at(p, wal_header_size + c.len);
     if (f == nullptr) return c;
     if (!ck.covers(c.body(p), c.body(p))) {
       ck.restart(c.body(p), c.len_crc);
@@ -236,47 +242,47 @@ Check check_frame(Window& w, Checkpoints& ck, std::uint64_t p, bool explain, Err
     }
     ck.feed(f + (ck.end() - p), static_cast<std::size_t>(c.end(p) - ck.end()));
   }
-  c.good = fresh ? ck.running() == c.stored : verifies_from(ck, w, p, c, err);
-  if (!c.good && !err && explain) c.why = "CRC mismatch in a frame of " + std::to_string(c.len) + " bytes";
+  c.good = fresh ? ck.running() == c.stored : verifies_from(ck, w, p, c);
+  if (!c.good && !w.failed() && explain) c.why = "CRC mismatch in a frame of " + std::to_string(c.len) + " bytes";
   return c;
 }
 
 // Whether the candidate at `cand`, met while hunting, verifies. The
 // checkpoints are extended to its end in whole chunks, so that however the
 // candidates' claimed ends fall, each byte is summed once.
-bool candidate_verifies(Window& w, Checkpoints& ck, std::uint64_t cand, Error& err) {
+bool candidate_verifies(Window& w, Checkpoints& ck, std::uint64_t cand) {
   Check c;
-  if (!check_header(w, cand, false, c, err)) return false;
+  if (!check_header(w, cand, false, c)) return false;
   if (!ck.covers(c.body(cand), c.body(cand))) ck.restart(c.body(cand), 0);
   while (ck.end() < c.end(cand)) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(read_chunk, w.size() - ck.end()));
-    const char* bytes = w.at(ck.end(), n, err);
+    const char* bytes = w.at(ck.end(), n);
     if (bytes == nullptr) return false;
     ck.feed(bytes, n);
   }
-  return verifies_from(ck, w, cand, c, err);
+  return verifies_from(ck, w, cand, c);
 }
 
 // The offset of the next frame that verifies at or after `from`, or the file
 // size if there is none.
-std::uint64_t find_next_frame(Window& w, Checkpoints& ck, std::uint64_t from, Error& err) {
+std::uint64_t find_next_frame(Window& w, Checkpoints& ck, std::uint64_t from) {
   const auto first = static_cast<char>(wal_magic & 0xFFu);
   std::uint64_t p = from;
   while (p + wal_header_size <= w.size()) {
     std::size_t n = w.resident_from(p);
     if (n == 0) {
       n = static_cast<std::size_t>(std::min<std::uint64_t>(read_chunk, w.size() - p));
-      if (w.at(p, n, err) == nullptr) return w.size();
+      if (w.at(p, n) == nullptr) return w.size();
     }
-    const char* base = w.at(p, n, err);
+    const char* base = w.at(p, n);
     const auto* hit = static_cast<const char*>(std::memchr(base, first, n));
     if (hit == nullptr) {
       p += n;
       continue;
     }
     const std::uint64_t cand = p + static_cast<std::uint64_t>(hit - base);
-    if (candidate_verifies(w, ck, cand, err)) return cand;
-    if (err) return w.size();
+    if (candidate_verifies(w, ck, cand)) return cand;
+    if (w.failed()) return w.size();
     p = cand + 1;
   }
   return w.size();
@@ -295,23 +301,20 @@ void note(WalScan& s, std::string line) {
     s.problems.emplace_back("... further problems not listed");
 }
 
-WalScan scan_fd(int fd, const std::string& path, const WalFrameFn& on_frame, Error& err) {
+Result<WalScan> scan_fd(int fd, const std::string& path, const WalFrameFn& on_frame) {
   WalScan s;
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    err = os_error("fstat", path, errno);
-    return s;
-  }
+  if (::fstat(fd, &st) != 0) return os_error("fstat", path, errno);
   Window w(fd, static_cast<std::uint64_t>(st.st_size), path);
   Checkpoints ck(fd, path, s.summed_bytes);
   std::uint64_t p = 0;
   while (p < w.size()) {
-    Check c = check_frame(w, ck, p, true, err);
-    if (err) return s;
+    Check c = check_frame(w, ck, p, true);
+    if (w.failed()) return w.failed();
     if (c.good) {
       if (on_frame) {
-        const char* f = w.at(p, wal_header_size + c.len, err);
-        if (f == nullptr) return s;
+        const char* f = w.at(p, wal_header_size + c.len);
+        if (f == nullptr) return w.failed();
         on_frame(std::span<const char>(f + wal_header_size, c.len), p);
       }
       ++s.frames;
@@ -319,8 +322,8 @@ WalScan scan_fd(int fd, const std::string& path, const WalFrameFn& on_frame, Err
       s.good_end = p;
       continue;
     }
-    const std::uint64_t next = find_next_frame(w, ck, p + 1, err);
-    if (err) return s;
+    const std::uint64_t next = find_next_frame(w, ck, p + 1);
+    if (w.failed()) return w.failed();
     s.skipped_bytes += next - p;
     if (next < w.size()) {
       ++s.corrupt_regions;
@@ -355,21 +358,19 @@ Error cut(int fd, const std::string& path, std::uint64_t at) {
 
 } // namespace
 
-std::unique_ptr<WalWriter> WalWriter::open(const std::string& path, Error& err) {
-  err = {};
-  const int fd = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND, err);
-  if (fd < 0) return nullptr;
-  if ((err = lock_wal(fd, path))) {
-    detail::close_fd(fd);
-    return nullptr;
-  }
-  const WalScan s = scan_fd(fd, path, {}, err);
-  if (!err && s.torn_tail) err = cut(fd, path, s.good_end);
+Result<std::unique_ptr<WalWriter>> WalWriter::open(const std::string& path) {
+  const Result<int> opened = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND);
+  if (!opened) return opened.error();
+  const int fd = *opened;
+  Error err = lock_wal(fd, path);
+  Result<WalScan> s = err ? Result<WalScan>(err) : scan_fd(fd, path, {});
+  if (!s) err = s.error();
+  if (!err && s->torn_tail) err = cut(fd, path, s->good_end);
   if (err) {
     detail::close_fd(fd);
-    return nullptr;
+    return err;
   }
-  return std::unique_ptr<WalWriter>(new WalWriter(fd, path, s.good_end));
+  return std::unique_ptr<WalWriter>(new WalWriter(fd, path, s->good_end));
 }
 
 WalWriter::~WalWriter() { detail::close_fd(fd_); }
@@ -414,26 +415,24 @@ Error WalWriter::write_frames(std::span<const std::span<const char>> payloads) {
 
 Error WalWriter::sync() { return detail::sync_file(fd_, path_, true); }
 
-WalScan scan_wal(const std::string& path, const WalFrameFn& on_frame, Error& err) {
-  err = {};
-  const int fd = detail::open_regular(path, O_RDONLY, err);
-  if (fd < 0) return {};
-  WalScan s = scan_fd(fd, path, on_frame, err);
-  detail::close_fd(fd);
+Result<WalScan> scan_wal(const std::string& path, const WalFrameFn& on_frame) {
+  const Result<int> fd = detail::open_regular(path, O_RDONLY);
+  if (!fd) return fd.error();
+  Result<WalScan> s = scan_fd(*fd, path, on_frame);
+  detail::close_fd(*fd);
   return s;
 }
 
-Error truncate_torn_tail(const std::string& path, WalScan* out) {
-  Error err;
-  const int fd = detail::open_regular(path, O_RDWR, err);
-  if (fd < 0) return err;
-  err = lock_wal(fd, path);
-  WalScan s;
-  if (!err) s = scan_fd(fd, path, {}, err);
-  if (!err && s.torn_tail) err = cut(fd, path, s.good_end);
+Result<WalScan> truncate_torn_tail(const std::string& path) {
+  const Result<int> opened = detail::open_regular(path, O_RDWR);
+  if (!opened) return opened.error();
+  const int fd = *opened;
+  Error err = lock_wal(fd, path);
+  Result<WalScan> s = err ? Result<WalScan>(err) : scan_fd(fd, path, {});
+  if (s && s->torn_tail) err = cut(fd, path, s->good_end);
   detail::close_fd(fd);
-  if (out != nullptr) *out = std::move(s);
-  return err;
+  if (err) return err;
+  return s;
 }
 
 } // namespace chorus::io

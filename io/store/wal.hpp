@@ -7,7 +7,7 @@
 // The payload is opaque here (a runtime/core/wire.hpp frame for the run host).
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -30,8 +30,8 @@ class WalWriter {
 public:
   /// Opens `path` for appending (mode 0600, created if absent). An existing
   /// file is scanned first and a torn tail is cut, so that new frames follow
-  /// the last good one. Returns nullptr and sets `err` on failure.
-  [[nodiscard]] static std::unique_ptr<WalWriter> open(const std::string& path, Error& err);
+  /// the last good one.
+  [[nodiscard]] static Result<std::unique_ptr<WalWriter>> open(const std::string& path);
 
   ~WalWriter();
   WalWriter(const WalWriter&) = delete;
@@ -76,11 +76,11 @@ using WalFrameFn = std::function<void(std::span<const char> payload, std::uint64
 /// Reads every good frame of `path` in order and passes its payload (and the
 /// frame's offset) to `on_frame` (which may be empty). A frame whose length
 /// or CRC is wrong is never delivered: the reader scans forward to the next
-/// frame that verifies. `err` is set only when the file cannot be read.
-WalScan scan_wal(const std::string& path, const WalFrameFn& on_frame, Error& err);
+/// frame that verifies. An error only where the file cannot be read.
+[[nodiscard]] Result<WalScan> scan_wal(const std::string& path, const WalFrameFn& on_frame);
 
-/// Cuts `path` at the end of its last good frame if its tail is torn.
-/// `out`, if given, receives the scan.
-[[nodiscard]] Error truncate_torn_tail(const std::string& path, WalScan* out = nullptr);
+/// Cuts `path` at the end of its last good frame if its tail is torn, and
+/// returns the scan.
+[[nodiscard]] Result<WalScan> truncate_torn_tail(const std::string& path);
 
 } // namespace chorus::io

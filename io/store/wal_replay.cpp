@@ -20,9 +20,9 @@ std::int64_t frame_time(const wire::Frame& f) {
 
 } // namespace
 
-WalReplay replay_wal(const std::string& path, chorus::detail::Merger& merger, const ReplayFrameFn& before, Error& err) {
+Result<WalReplay> replay_wal(const std::string& path, chorus::detail::Merger& merger, const ReplayFrameFn& before) {
   WalReplay out;
-  out.scan = scan_wal(
+  Result<WalScan> scan = scan_wal(
       path,
       [&](std::span<const char> payload, std::uint64_t offset) {
         wire::Frame f;
@@ -46,8 +46,9 @@ WalReplay replay_wal(const std::string& path, chorus::detail::Merger& merger, co
           out.ended = true;
           out.end_state = e->state;
         }
-      },
-      err);
+      });
+  if (!scan) return scan.error();
+  out.scan = std::move(*scan);
   return out;
 }
 

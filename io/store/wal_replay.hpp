@@ -29,8 +29,9 @@ struct WalReplay {
 using ReplayFrameFn = std::function<void(const wire::Frame&, std::int64_t ts_us, std::uint64_t offset)>;
 
 /// Applies every good frame of the log at `path` to `merger`, in order.
-/// `err` is set only when the log cannot be read.
-WalReplay replay_wal(const std::string& path, chorus::detail::Merger& merger, const ReplayFrameFn& before, Error& err);
+/// An error only where the log cannot be read.
+[[nodiscard]] Result<WalReplay> replay_wal(const std::string& path, chorus::detail::Merger& merger,
+                                           const ReplayFrameFn& before);
 
 /// The frames that close an attempt the log leaves open (its host died):
 /// each rank still running dies with `reason`, then the run ends in `state`,

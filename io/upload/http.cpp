@@ -279,13 +279,11 @@ bool prepare(CURL* c, const HttpRequest& req, Transfer& t, long timeout) {
 
   if (!req.upload_file.empty()) {
     // A run's file: never a FIFO or a link planted where it belongs.
-    Error err;
-    int err_no = 0;
-    const int fd = detail::open_regular(req.upload_file, O_RDONLY, err, &err_no);
-    if (fd >= 0) t.upload = ::fdopen(fd, "rb");
+    const Result<int> fd = detail::open_regular(req.upload_file, O_RDONLY);
+    if (fd) t.upload = ::fdopen(*fd, "rb");
     if (!t.upload) {
-      if (fd >= 0) detail::close_fd(fd);
-      res.transport_error = "cannot read " + req.upload_file + ": " + (fd < 0 ? err.message() : std::strerror(errno));
+      if (fd) detail::close_fd(*fd);
+      res.transport_error = "cannot read " + req.upload_file + ": " + (fd ? std::strerror(errno) : fd.error().message());
       return false;
     }
     std::fseek(t.upload, 0, SEEK_END);

@@ -1,7 +1,7 @@
 // upload/<target>.lock: one process at a time uploads a run to a target.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <string>
 
@@ -10,6 +10,6 @@ namespace chorus::io::detail {
 /// Takes the lock `path` (flock) and writes this process's pid into it; the
 /// descriptor holds it until closed. An error names the holder's pid, and
 /// `what` ("RUN to URL") as the upload it is in the way of.
-[[nodiscard]] int take_upload_lock(const std::string& path, const std::string& what, Error& error);
+[[nodiscard]] Result<int> take_upload_lock(const std::string& path, const std::string& what);
 
 } // namespace chorus::io::detail

@@ -109,8 +109,8 @@ BackendSpec mlflow() {
   return {.connections = detail::mlflow_window,
           .path = {},
           .path_variable = {},
-          .make = [](const BackendContext& c, Error&) -> std::unique_ptr<Backend> {
-            return std::make_unique<detail::MlflowBackend>(c.target, *c.http);
+          .make = [](const BackendContext& c) -> Result<std::unique_ptr<Backend>> {
+            return std::unique_ptr<Backend>(std::make_unique<detail::MlflowBackend>(c.target, *c.http));
           }};
 }
 

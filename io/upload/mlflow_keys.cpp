@@ -72,8 +72,8 @@ const std::string& MlflowBackend::map_key(std::string_view key) {
 }
 
 void MlflowBackend::load_keys() {
-  std::string text;
-  if (read_text(keys_file_, text, true) || text.empty()) return;
+  const std::string text = read_text(keys_file_, true).value_or(std::string());
+  if (text.empty()) return;
   simdjson::dom::element doc;
   simdjson::dom::object obj;
   if (parser_.parse(text).get(doc) != simdjson::SUCCESS || doc.get(obj) != simdjson::SUCCESS) return;

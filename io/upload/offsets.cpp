@@ -66,10 +66,10 @@ std::string render_state(const UploadState& s) {
 Error replace_file(const std::string& path, std::string_view content) {
   const auto slash = path.rfind('/') + 1; // hidden, as write_file_atomic's
   const std::string tmp = path.substr(0, slash) + "." + path.substr(slash) + ".tmp." + std::to_string(::getpid());
-  Error err;
-  const int fd = detail::open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC, err);
-  if (fd < 0) return err;
-  err = detail::write_all(fd, content, tmp);
+  const Result<int> opened = detail::open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  if (!opened) return opened.error();
+  const int fd = *opened;
+  Error err = detail::write_all(fd, content, tmp);
   detail::close_fd(fd);
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
   if (err) ::unlink(tmp.c_str());
@@ -86,8 +86,9 @@ std::string detail::delivered_digest(std::string_view s) {
 }
 
 Error UploadState::load(const std::string& path) {
-  std::string text;
-  if (Error e = detail::read_text(path, text, true)) return e;
+  const Result<std::string> read = detail::read_text(path, true);
+  if (!read) return read.error();
+  const std::string& text = *read;
   if (text.empty()) return {};
   simdjson::dom::parser parser;
   simdjson::dom::element doc;

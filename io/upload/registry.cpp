@@ -33,35 +33,28 @@ std::optional<BackendSpec> find_backend(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<UploadTarget> UploadTarget::parse(std::string_view url, Error& error) {
+Result<UploadTarget> UploadTarget::parse(std::string_view url) {
   chorus::detail::UploadUrl u;
   using Problem = chorus::detail::UploadUrl::Problem;
   switch (chorus::detail::UploadUrl::parse(url, u)) {
   case Problem::none: break;
-  case Problem::no_scheme: error = bad_url(url, "has no scheme"); return std::nullopt;
-  case Problem::unknown_scheme: error = bad_url(url, "has an unknown scheme"); return std::nullopt;
+  case Problem::no_scheme: return bad_url(url, "has no scheme");
+  case Problem::unknown_scheme: return bad_url(url, "has an unknown scheme");
   case Problem::credentials:
-    error = Error(Errc::invalid_argument, "upload target '" + u.masked() +
-                                              "' has credentials in it: they would be written into the run's files. "
-                                              "Put the key where its backend reads it: " +
-                                              chorus::detail::upload_credentials());
-    return std::nullopt;
+    return Error(Errc::invalid_argument, "upload target '" + u.masked() +
+                                             "' has credentials in it: they would be written into the run's files. "
+                                             "Put the key where its backend reads it: " +
+                                             chorus::detail::upload_credentials());
   case Problem::empty:
-  case Problem::no_host: error = bad_url(url, "has no host"); return std::nullopt;
+  case Problem::no_host: return bad_url(url, "has no host");
   }
   const std::optional<BackendSpec> spec = find_backend(u.backend->name);
-  if (!spec) {
-    error = bad_url(url, "has an unknown scheme");
-    return std::nullopt;
-  }
-  if (!u.path.empty() && spec->path.empty()) {
-    error = bad_url(url, "has a path (" + std::string(u.backend->title) + "'s API is at the server's root)");
-    return std::nullopt;
-  }
-  if (u.path.find('/') != std::string_view::npos) {
-    error = bad_url(url, "has a path of more than one part (only " + std::string(spec->path) + " may follow the host)");
-    return std::nullopt;
-  }
+  if (!spec)
+    return bad_url(url, "has an unknown scheme");
+  if (!u.path.empty() && spec->path.empty())
+    return bad_url(url, "has a path (" + std::string(u.backend->title) + "'s API is at the server's root)");
+  if (u.path.find('/') != std::string_view::npos)
+    return bad_url(url, "has a path of more than one part (only " + std::string(spec->path) + " may follow the host)");
   UploadTarget t;
   t.backend = std::string(u.backend->name);
   t.url = std::string(url);

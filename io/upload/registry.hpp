@@ -30,8 +30,8 @@ struct BackendSpec {
   /// entity": UploadTarget::entity), and the variable read where the URL
   /// has none ("WANDB_ENTITY"); an empty `path`: the URL takes no path.
   std::string_view path, path_variable;
-  /// The backend for `context.target`, or null and `error` (a missing key, say).
-  std::unique_ptr<Backend> (*make)(const BackendContext& context, Error& error) = nullptr;
+  /// The backend for `context.target`, or why there is none (a missing key, say).
+  Result<std::unique_ptr<Backend>> (*make)(const BackendContext& context) = nullptr;
 };
 
 /// The backend named `name` (UploadTarget::backend), if there is one.

@@ -10,20 +10,17 @@ std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llr
 
 } // namespace
 
-std::optional<RunSnapshot> RunSnapshot::read(const std::string& run_dir, Error& error) {
+Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   const std::string path = run_dir + "/run.json";
-  Error e;
-  const std::optional<RunRecord> run = RunRecord::read(path, e);
+  const Result<RunRecord> run = RunRecord::read(path);
   if (!run) {
+    const Error e = run.error();
     // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.
-    error = Error(Errc::io_error, e.code() == Errc::io_error ? e.message() + " (is " + run_dir + " a run directory?)"
-                                                            : e.message());
-    return std::nullopt;
+    return Error(Errc::io_error, e.code() == Errc::io_error ? e.message() + " (is " + run_dir + " a run directory?)"
+                                                           : e.message());
   }
-  if (run->id.empty()) {
-    error = Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
-    return std::nullopt;
-  }
+  if (run->id.empty())
+    return Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
   RunSnapshot r;
   static_cast<RunIdentity&>(r) = *run;
   r.dir = run_dir;

@@ -18,10 +18,11 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   out.buf.clear();
   out.lines.clear();
   out.after.clear();
-  Error err;
-  int err_no = 0;
-  const int fd = detail::open_regular(path, O_RDONLY, err, &err_no); // never blocks on a FIFO planted there
-  if (fd < 0) return err_no == ENOENT ? Error() : err;
+  // Never blocks on a FIFO planted there; a file not yet made has no lines.
+  const Result<int> opened = detail::open_regular(path, O_RDONLY, /*missing_ok=*/true);
+  if (!opened) return opened.error();
+  const int fd = *opened;
+  if (fd < 0) return {};
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;

@@ -66,14 +66,13 @@ struct Uploader::Impl {
 
   void record_refused(const std::vector<std::string>& lines) {
     if (lines.empty()) return;
-    Error err;
-    auto f = AppendFile::open(refused_file, err);
-    if (!f) return report(err.message());
+    const Result<std::unique_ptr<AppendFile>> f = AppendFile::open(refused_file);
+    if (!f) return report(f.error().message());
     for (const std::string& l : lines) {
-      (void)f->write(l);
-      (void)f->write("\n");
+      (void)(*f)->write(l);
+      (void)(*f)->write("\n");
     }
-    if (Error e = f->flush()) report(e.message());
+    if (Error e = (*f)->flush()) report(e.message());
   }
 
   Error read_parts() {
@@ -81,8 +80,13 @@ struct Uploader::Impl {
     if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
-    if (Error e = detail::read_text(dir + "/config.json", config, true)) return e;
-    return detail::read_text(dir + "/summary.json", summary, true);
+    Result<std::string> c = detail::read_text(dir + "/config.json", true);
+    if (!c) return c.error();
+    Result<std::string> s = detail::read_text(dir + "/summary.json", true);
+    if (!s) return s.error();
+    config = std::move(*c);
+    summary = std::move(*s);
+    return {};
   }
 
   /// A resumed run (Options::resume) runs again after an earlier attempt's
@@ -93,8 +97,7 @@ struct Uploader::Impl {
   void check_resumed() {
     if (st.final_sent.empty() || resume_checked) return;
     resume_checked = true;
-    Error ignored;
-    if (auto run = RunSnapshot::read(dir, ignored); run && (!run->ended || !st.end_delivered(run->attempts)))
+    if (auto run = RunSnapshot::read(dir); run && (!run->ended || !st.end_delivered(run->attempts)))
       st.final_sent.clear();
   }
 
@@ -192,9 +195,8 @@ struct Uploader::Impl {
         p.error = st.last_error;
         return p;
       }
-      Error err;
-      auto run = RunSnapshot::read(dir, err);
-      if (!run) return stop(p, err.message());
+      auto run = RunSnapshot::read(dir);
+      if (!run) return stop(p, run.error().message());
       Sent sent;
       if (!remote_open) {
         sent = backend->open(*run, st);
@@ -237,17 +239,18 @@ Uploader::~Uploader() = default;
 Error Uploader::open() {
   Impl& s = *impl_;
   if (Error e = make_dirs(s.upload_dir)) return e;
-  Error err;
-  s.lock_fd = detail::take_upload_lock(s.lock_file, s.dir + " to " + s.target.url, err);
-  if (s.lock_fd < 0) return err;
+  const Result<int> lock = detail::take_upload_lock(s.lock_file, s.dir + " to " + s.target.url);
+  if (!lock) return lock.error();
+  s.lock_fd = *lock;
   if (Error e = s.st.load(s.offsets.path())) return e;
   // Same target id, another spelling (wandb:// and wandb+https://): the offsets still hold.
   s.st.url = s.target.url;
   const std::optional<BackendSpec> spec = find_backend(s.target.backend);
   if (!spec) return Error(Errc::invalid_argument, "no upload backend is named '" + s.target.backend + "'");
   if (spec->connections > 0) s.http = std::make_unique<HttpClient>(spec->connections);
-  s.backend = spec->make(BackendContext{s.target, s.http.get()}, err);
-  if (!s.backend) return err;
+  Result<std::unique_ptr<Backend>> backend = spec->make(BackendContext{s.target, s.http.get()});
+  if (!backend) return backend.error();
+  s.backend = std::move(*backend);
   return {};
 }
 

@@ -17,7 +17,7 @@
 #include "io/store/run_record.hpp"
 #include "io/upload/http.hpp"
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -44,7 +44,7 @@ struct UploadTarget {
   std::string id;       // names the target's files in upload/: "mlflow-host-5000"
 
   /// An error names the URL forms above.
-  static std::optional<UploadTarget> parse(std::string_view url, Error& error);
+  [[nodiscard]] static Result<UploadTarget> parse(std::string_view url);
 };
 
 /// Complete lines of an append-only file from `from`: at most `max_bytes`
@@ -105,7 +105,7 @@ struct RunSnapshot : RunIdentity {
   bool ended = false;        // a final state
   int exit_code = 0;         // worst rank exit code if known, else 0 / 1 from the state
 
-  [[nodiscard]] static std::optional<RunSnapshot> read(const std::string& run_dir, Error& error);
+  [[nodiscard]] static Result<RunSnapshot> read(const std::string& run_dir);
 };
 
 /// An artifacts.jsonl line: a file copied into <run>/artifacts/.

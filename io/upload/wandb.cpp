@@ -48,8 +48,7 @@ public:
       : target_(target), http_(http), key_(std::move(key)), interval_(interval) {}
 
   Sent open(const RunSnapshot& run, UploadState& st) override {
-    std::string config;
-    (void)read_text(run.dir + "/config.json", config, true);
+    const std::string config = read_text(run.dir + "/config.json", true).value_or(std::string());
     std::int64_t lines = 0;
     // A resumed run (Options::resume) trains again after an earlier
     // attempt's end went up, and W&B keeps the state that end set: so the
@@ -274,29 +273,25 @@ private:
   simdjson::dom::parser parser_;
 };
 
-std::unique_ptr<Backend> make_wandb_backend(const BackendContext& context, Error& error) {
+Result<std::unique_ptr<Backend>> make_wandb_backend(const BackendContext& context) {
   const UploadTarget& target = context.target;
   const char* key = std::getenv("WANDB_API_KEY");
-  if (!key || !*key) {
-    error = Error(Errc::invalid_argument, "uploading to " + target.url +
-                                              " needs a W&B API key: set WANDB_API_KEY (it is never written to the run "
-                                              "directory)");
-    return nullptr;
-  }
+  if (!key || !*key)
+    return Error(Errc::invalid_argument, "uploading to " + target.url +
+                                             " needs a W&B API key: set WANDB_API_KEY (it is never written to the run "
+                                             "directory)");
   std::chrono::milliseconds interval{15'000};
   if (const char* v = std::getenv("CHORUS_WANDB_INTERVAL"); v && *v) {
     double secs = -1;
     const char* end = v + std::strlen(v);
     auto r = std::from_chars(v, end, secs);
-    if (r.ec != std::errc() || r.ptr != end || !(secs >= 0) || secs > 3600) {
-      error = Error(Errc::bad_environment, std::string("CHORUS_WANDB_INTERVAL='") + v +
-                                               "' is not a number of seconds between 0 and 3600 (the least time "
-                                               "between two W&B requests while a run trains; default 15)");
-      return nullptr;
-    }
+    if (r.ec != std::errc() || r.ptr != end || !(secs >= 0) || secs > 3600)
+      return Error(Errc::bad_environment, std::string("CHORUS_WANDB_INTERVAL='") + v +
+                                              "' is not a number of seconds between 0 and 3600 (the least time "
+                                              "between two W&B requests while a run trains; default 15)");
     interval = std::chrono::milliseconds(static_cast<std::int64_t>(secs * 1000));
   }
-  return std::make_unique<WandbBackend>(target, *context.http, key, interval);
+  return std::unique_ptr<Backend>(std::make_unique<WandbBackend>(target, *context.http, key, interval));
 }
 
 } // namespace

@@ -144,16 +144,16 @@ std::string Runtime::describe(int code) const {
   return out;
 }
 
-const Runtime* runtime(std::string& why_not) {
+Result<const Runtime*> runtime() {
   std::call_once(runtime_state.once, load_runtime);
-  if (!runtime_state.ok) why_not = runtime_state.why_not;
-  return runtime_state.ok ? &the_runtime : nullptr;
+  if (!runtime_state.ok) return Error(Errc::invalid_argument, runtime_state.why_not);
+  return &the_runtime;
 }
 
-const Nccl* nccl(std::string& why_not) {
+Result<const Nccl*> nccl() {
   std::call_once(nccl_state.once, load_nccl);
-  if (!nccl_state.ok) why_not = nccl_state.why_not;
-  return nccl_state.ok ? &the_nccl : nullptr;
+  if (!nccl_state.ok) return Error(Errc::invalid_argument, nccl_state.why_not);
+  return &the_nccl;
 }
 
 } // namespace chorus::detail::cuda

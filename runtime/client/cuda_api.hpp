@@ -6,6 +6,8 @@
 // declarations against them.
 #pragma once
 
+#include "runtime/core/result.hpp"
+
 #include <cstddef>
 #include <string>
 
@@ -64,10 +66,10 @@ struct Runtime {
   [[nodiscard]] std::string describe(int code) const;
 };
 
-/// The loaded runtime, or nullptr with `why_not` saying what is missing and
-/// how to fix it. Loaded once per process; later calls are one atomic load.
-/// A runtime the process has already loaded (the trainer's own) is preferred.
-const Runtime* runtime(std::string& why_not);
+/// The loaded runtime, or an error saying what is missing and how to fix
+/// it. Loaded once per process; later calls are one atomic load. A runtime
+/// the process has already loaded (the trainer's own) is preferred.
+[[nodiscard]] Result<const Runtime*> runtime();
 
 // ---- NCCL -----------------------------------------------------------------
 
@@ -112,7 +114,7 @@ struct Nccl {
 };
 
 /// NCCL (2.14 or later: chorus needs its non-blocking communicators), or
-/// nullptr with `why_not`.
-const Nccl* nccl(std::string& why_not);
+/// an error saying what is missing.
+[[nodiscard]] Result<const Nccl*> nccl();
 
 } // namespace chorus::detail::cuda

@@ -30,41 +30,34 @@ std::uint32_t adjacent_run(std::span<const float* const> values, std::uint32_t i
   return run;
 }
 
-/// NCCL's operation for `op`; -1, with `err` naming the fix, where it has none.
-int nccl_op_of(Reduce op, Error& err) {
+/// NCCL's operation for `op`, or an error naming the fix where it has none.
+Result<int> nccl_op_of(Reduce op) {
   switch (op) {
     case Reduce::mean: return cuda::nccl_avg;
     case Reduce::sum: return cuda::nccl_sum;
     case Reduce::min: return cuda::nccl_min;
     case Reduce::max: return cuda::nccl_max;
     case Reduce::first:
-      err = {Errc::invalid_argument,
-             "reduce_device cannot reduce with Reduce::first: NCCL has no such operation. To keep one rank's "
-             "value, log it with log_device on that rank and declare the key with define_metric(key, "
-             "Reduce::first); else use mean, sum, min or max"};
-      return -1;
+      return Error{Errc::invalid_argument,
+                   "reduce_device cannot reduce with Reduce::first: NCCL has no such operation. To keep one rank's "
+                   "value, log it with log_device on that rank and declare the key with define_metric(key, "
+                   "Reduce::first); else use mean, sum, min or max"};
     case Reduce::none: break;
   }
-  err = {Errc::invalid_argument, "reduce_device needs a reduction: mean, sum, min or max"};
-  return -1;
+  return Error{Errc::invalid_argument, "reduce_device needs a reduction: mean, sum, min or max"};
 }
 
 } // namespace
 
-std::unique_ptr<DeviceCapture> DeviceCapture::create(Error& err) {
-  std::string why;
-  const cuda::Runtime* rt = cuda::runtime(why);
-  if (rt == nullptr) {
-    err = {Errc::invalid_argument, "device logging needs CUDA: " + why};
-    return nullptr;
-  }
+Result<std::unique_ptr<DeviceCapture>> DeviceCapture::create() {
+  const Result<const cuda::Runtime*> loaded = cuda::runtime();
+  if (!loaded) return Error{Errc::invalid_argument, "device logging needs CUDA: " + loaded.error().message()};
+  const cuda::Runtime* rt = *loaded;
   int count = 0;
-  if (int rc = rt->GetDeviceCount(&count); rc != cuda::success || count == 0) {
-    err = {Errc::invalid_argument, "device logging needs a CUDA device, and this process sees none (" +
-                                       (rc != cuda::success ? rt->describe(rc) : std::string("0 devices")) +
-                                       "): check the driver and CUDA_VISIBLE_DEVICES"};
-    return nullptr;
-  }
+  if (int rc = rt->GetDeviceCount(&count); rc != cuda::success || count == 0)
+    return Error{Errc::invalid_argument, "device logging needs a CUDA device, and this process sees none (" +
+                                             (rc != cuda::success ? rt->describe(rc) : std::string("0 devices")) +
+                                             "): check the driver and CUDA_VISIBLE_DEVICES"};
   return std::unique_ptr<DeviceCapture>(new DeviceCapture(rt));
 }
 
@@ -82,7 +75,7 @@ DeviceCapture::~DeviceCapture() {
   }
 }
 
-Capture* DeviceCapture::capture(std::span<const float* const> values, cuda::Stream stream, Error& err) {
+Result<Capture*> DeviceCapture::capture(std::span<const float* const> values, cuda::Stream stream) {
   const auto n = static_cast<std::uint32_t>(values.size());
   Capture* c = nullptr;
   {
@@ -103,14 +96,12 @@ Capture* DeviceCapture::capture(std::span<const float* const> values, cuda::Stre
     fresh->capacity = std::max<std::uint32_t>(n, 16);
     void* mem = nullptr;
     if (int rc = rt_->HostAlloc(&mem, fresh->capacity * sizeof(float), 0); rc != cuda::success) {
-      err = {Errc::internal, cuda_call(*rt_, "cudaHostAlloc of pinned memory for device values", rc)};
-      return nullptr;
+      return Error{Errc::internal, cuda_call(*rt_, "cudaHostAlloc of pinned memory for device values", rc)};
     }
     fresh->pinned = static_cast<float*>(mem);
     if (int rc = rt_->EventCreateWithFlags(&fresh->event, cuda::event_disable_timing); rc != cuda::success) {
       rt_->FreeHost(mem);
-      err = {Errc::internal, cuda_call(*rt_, "cudaEventCreateWithFlags", rc)};
-      return nullptr;
+      return Error{Errc::internal, cuda_call(*rt_, "cudaEventCreateWithFlags", rc)};
     }
     c = fresh.get();
     std::lock_guard lock(mu_);
@@ -120,33 +111,31 @@ Capture* DeviceCapture::capture(std::span<const float* const> values, cuda::Stre
     const std::uint32_t run = adjacent_run(values, i);
     if (int rc = rt_->MemcpyAsync(c->pinned + i, values[i], run * sizeof(float), cuda::device_to_host, stream);
         rc != cuda::success) {
-      err = {Errc::invalid_argument, explain_pointer(*rt_, values[i], rc)};
+      Error err{Errc::invalid_argument, explain_pointer(*rt_, values[i], rc)};
       rt_->EventRecord(c->event, stream); // the copies issued so far must land before reuse
       release(c);
-      return nullptr;
+      return err;
     }
     i += run;
   }
   if (int rc = rt_->EventRecord(c->event, stream); rc != cuda::success) {
-    err = {Errc::invalid_argument, cuda_call(*rt_, "cudaEventRecord on the given stream", rc) +
+    // Without its event the copies cannot be tracked: keep the capture out of reuse.
+    return Error{Errc::invalid_argument, cuda_call(*rt_, "cudaEventRecord on the given stream", rc) +
                                        ": pass the cudaStream_t the values are computed on (or nullptr for the "
                                        "default stream)"};
-    // Without its event the copies cannot be tracked: keep the capture out of reuse.
-    return nullptr;
   }
   return c;
 }
 
-int DeviceCapture::poll(Capture& c, Error& err) const {
+Result<bool> DeviceCapture::poll(Capture& c) const {
   const int rc = rt_->EventQuery(c.event);
   if (rc == cuda::success) {
     c.landed = true; // read under mu_ by capture() once release() has put it back
-    return 1;
+    return true;
   }
-  if (rc == cuda::not_ready) return 0;
-  err = {Errc::io_error, "the CUDA stream failed before device values could be read (" + rt_->describe(rc) +
-                             "): those values are lost; the error came from the trainer's own GPU work"};
-  return -1;
+  if (rc == cuda::not_ready) return false;
+  return Error{Errc::io_error, "the CUDA stream failed before device values could be read (" + rt_->describe(rc) +
+                                  "): those values are lost; the error came from the trainer's own GPU work"};
 }
 
 void DeviceCapture::release(Capture* c) {
@@ -194,9 +183,9 @@ Error DeviceReducer::wait_comm(const char* what) {
 }
 
 Error DeviceReducer::init(int device) {
-  std::string why;
-  nccl_ = cuda::nccl(why);
-  if (nccl_ == nullptr) return {Errc::invalid_argument, "reduce_device needs NCCL: " + why};
+  const Result<const cuda::Nccl*> loaded = cuda::nccl();
+  if (!loaded) return {Errc::invalid_argument, "reduce_device needs NCCL: " + loaded.error().message()};
+  nccl_ = *loaded;
   const cuda::Runtime& rt = capture_.runtime();
   std::vector<char> id(cuda::unique_id_bytes);
   cuda::UniqueId uid{};
@@ -233,20 +222,15 @@ Error DeviceReducer::init(int device) {
   return {};
 }
 
-Error DeviceReducer::check(Reduce op) {
-  Error err;
-  (void)nccl_op_of(op, err);
-  return err;
-}
+Error DeviceReducer::check(Reduce op) { return nccl_op_of(op).error(); }
 
-Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, cuda::Stream stream, Error& err) {
-  const int nccl_op = nccl_op_of(op, err);
-  if (err) return nullptr;
+Result<Capture*> DeviceReducer::reduce(std::span<const float* const> values, Reduce op, cuda::Stream stream) {
+  const Result<int> nccl_op = nccl_op_of(op);
+  if (!nccl_op) return nccl_op.error();
   const cuda::Runtime& rt = capture_.runtime();
   int device = 0;
   if (int rc = rt.GetDevice(&device); rc != cuda::success) {
-    err = {Errc::internal, cuda_call(rt, "cudaGetDevice", rc)};
-    return nullptr;
+    return Error{Errc::internal, cuda_call(rt, "cudaGetDevice", rc)};
   }
   if (!ready_) {
     if (!init_error_) {
@@ -254,17 +238,13 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
       if (init_error_)
         init_error_ = Error(init_error_.code(), init_error_.message() + " (reduce_device stays off for this run)");
     }
-    if (init_error_) {
-      err = init_error_;
-      return nullptr;
-    }
+    if (init_error_) return init_error_;
     ready_ = true;
   }
   if (device != device_) {
-    err = {Errc::invalid_argument, "reduce_device called with device " + std::to_string(device) +
+    return Error{Errc::invalid_argument, "reduce_device called with device " + std::to_string(device) +
                                        " current, but this rank's communicator is on device " +
                                        std::to_string(device_) + ": keep one device per rank"};
-    return nullptr;
   }
   const auto n = static_cast<std::uint32_t>(values.size());
   if (n > capacity_) {
@@ -278,13 +258,11 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
     void* b = nullptr;
     const std::size_t want = std::max<std::size_t>(n, 64);
     if (int rc = rt.Malloc(&a, want * sizeof(float)); rc != cuda::success) {
-      err = {Errc::internal, cuda_call(rt, "cudaMalloc", rc)};
-      return nullptr;
+      return Error{Errc::internal, cuda_call(rt, "cudaMalloc", rc)};
     }
     if (int rc = rt.Malloc(&b, want * sizeof(float)); rc != cuda::success) {
       rt.Free(a);
-      err = {Errc::internal, cuda_call(rt, "cudaMalloc", rc)};
-      return nullptr;
+      return Error{Errc::internal, cuda_call(rt, "cudaMalloc", rc)};
     }
     staging_ = static_cast<float*>(a);
     result_ = static_cast<float*>(b);
@@ -293,34 +271,31 @@ Capture* DeviceReducer::reduce(std::span<const float* const> values, Reduce op, 
   // chorus's stream starts where the trainer's values are ready; the trainer's
   // stream goes on once chorus has its copy, not after the reduction.
   if (int rc = rt.EventRecord(values_ready_, stream); rc != cuda::success) {
-    err = {Errc::invalid_argument, cuda_call(rt, "cudaEventRecord on the given stream", rc)};
-    return nullptr;
+    return Error{Errc::invalid_argument, cuda_call(rt, "cudaEventRecord on the given stream", rc)};
   }
   rt.StreamWaitEvent(stream_, values_ready_, 0);
   for (std::uint32_t i = 0; i < n;) {
     const std::uint32_t run = adjacent_run(values, i);
     if (int rc = rt.MemcpyAsync(staging_ + i, values[i], run * sizeof(float), cuda::device_to_device, stream_);
         rc != cuda::success) {
-      err = {Errc::invalid_argument, explain_pointer(rt, values[i], rc)};
-      return nullptr;
+      return Error{Errc::invalid_argument, explain_pointer(rt, values[i], rc)};
     }
     i += run;
   }
   rt.EventRecord(values_copied_, stream_);
   rt.StreamWaitEvent(stream, values_copied_, 0);
 
-  const int rc = nccl_->Reduce(staging_, result_, n, cuda::nccl_float32, nccl_op, 0, comm_, stream_);
+  const int rc = nccl_->Reduce(staging_, result_, n, cuda::nccl_float32, *nccl_op, 0, comm_, stream_);
   if (rc == cuda::nccl_in_progress) {
-    if ((err = wait_comm("enqueueing a reduction"))) return nullptr;
+    if (Error e = wait_comm("enqueueing a reduction")) return e;
   } else if (rc != cuda::nccl_success) {
-    err = {Errc::internal, std::string("ncclReduce failed: ") + nccl_->GetErrorString(rc)};
-    return nullptr;
+    return Error{Errc::internal, std::string("ncclReduce failed: ") + nccl_->GetErrorString(rc)};
   }
-  if (rank_ != 0) return nullptr;
+  if (rank_ != 0) return static_cast<Capture*>(nullptr);
   thread_local std::vector<const float*> results;
   results.resize(n);
   for (std::uint32_t i = 0; i < n; ++i) results[i] = result_ + i; // adjacent: one copy
-  return capture_.capture(results, stream_, err);
+  return capture_.capture(results, stream_);
 }
 
 } // namespace chorus::detail

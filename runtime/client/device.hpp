@@ -12,7 +12,7 @@
 
 #include "runtime/client/cuda_api.hpp"
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -36,18 +36,18 @@ struct Capture {
 
 class DeviceCapture {
 public:
-  /// nullptr and `err` when there is no CUDA runtime or no device.
-  static std::unique_ptr<DeviceCapture> create(Error& err);
+  /// Fails where there is no CUDA runtime or no device.
+  [[nodiscard]] static Result<std::unique_ptr<DeviceCapture>> create();
   ~DeviceCapture();
   DeviceCapture(const DeviceCapture&) = delete;
   DeviceCapture& operator=(const DeviceCapture&) = delete;
 
   /// Issues an asynchronous copy of each `values[i]` (a float in device
   /// memory) on `stream`, then records the capture's event there. Never waits.
-  Capture* capture(std::span<const float* const> values, cuda::Stream stream, Error& err);
-  /// 1 once the values have landed, 0 while they have not, -1 if the stream
-  /// failed first (`err` says how).
-  int poll(Capture& c, Error& err) const;
+  [[nodiscard]] Result<Capture*> capture(std::span<const float* const> values, cuda::Stream stream);
+  /// true once the values have landed, false while they have not; an error
+  /// if the stream failed first.
+  [[nodiscard]] Result<bool> poll(Capture& c) const;
   /// Returns a capture to the pool (its event need not have fired).
   void release(Capture* c);
 
@@ -84,7 +84,7 @@ public:
   /// over the run's ranks. On the run host (rank 0) returns the capture of
   /// the result; elsewhere nullptr. `stream` waits only for chorus's copy of
   /// the values, not for the reduction.
-  Capture* reduce(std::span<const float* const> values, Reduce op, cuda::Stream stream, Error& err);
+  [[nodiscard]] Result<Capture*> reduce(std::span<const float* const> values, Reduce op, cuda::Stream stream);
 
 private:
   Error init(int device);

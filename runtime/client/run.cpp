@@ -48,9 +48,10 @@ RunImpl::~RunImpl() {
 }
 
 Error RunImpl::start(caf::actor_system* actors) {
-  Error err;
-  system_ = System::start(*this, actors, err);
-  if (!err) {
+  Result<std::unique_ptr<System>> started = System::start(*this, actors);
+  const Error err = started.error();
+  if (started) {
+    system_ = std::move(*started);
     // Artifacts are copied later, whatever the current directory is then.
     std::error_code ec;
     const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(run_dir), ec);
@@ -375,11 +376,11 @@ FinishPending RunImpl::finish(int exit_code) noexcept {
   return *finishing_;
 }
 
-Run RunAccess::start(const Options& opts, Error& error, caf::actor_system* actors) noexcept {
-  error = {};
+Result<Run> RunAccess::start(const Options& opts, caf::actor_system* actors) noexcept {
   try {
-    Settings s = resolve(opts, process_env(), error);
-    if (error) return {};
+    Result<Settings> resolved = resolve(opts, process_env());
+    if (!resolved) return resolved.error();
+    Settings& s = *resolved;
     if (!s.active) {
       // Logs nothing, but knows where this process sits.
       Run inactive;
@@ -387,14 +388,13 @@ Run RunAccess::start(const Options& opts, Error& error, caf::actor_system* actor
       return inactive;
     }
     auto impl = std::make_unique<RunImpl>(std::move(s));
-    if ((error = impl->start(actors))) return {};
+    if (Error e = impl->start(actors)) return e;
     std::vector<Field> config;
     for (const auto& [k, v] : impl->settings().opts.config) config.push_back(Field{k, v});
     if (!config.empty()) (void)impl->text(SlotKind::config, config);
     return Run(std::move(impl));
   } catch (const std::exception& e) {
-    error = Error(Errc::internal, std::string("init failed: ") + e.what());
-    return {};
+    return Error(Errc::internal, std::string("init failed: ") + e.what());
   }
 }
 
@@ -491,7 +491,7 @@ std::string_view Run::dir() const noexcept { return impl_ ? std::string_view(imp
 bool Run::is_host() const noexcept { return impl_ && impl_->settings().is_host; }
 std::uint64_t Run::dropped() const noexcept { return impl_ ? impl_->dropped() : 0; }
 
-Run init(const Options& opts, Error& error) noexcept { return detail::RunAccess::start(opts, error, nullptr); }
+Run init(const Options& opts, Error& error) noexcept { return detail::RunAccess::init(opts, error, nullptr); }
 
 Run init(const Options& opts) {
   Error error;

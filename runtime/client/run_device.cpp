@@ -46,21 +46,23 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
 
     std::lock_guard lock(device_mu_);
     if (!device_ && !device_error_) {
-      device_ = DeviceCapture::create(device_error_);
+      Result<std::unique_ptr<DeviceCapture>> made = DeviceCapture::create();
+      if (made) device_ = std::move(*made);
+      device_error_ = made.error();
       device_ptr_.store(device_.get(), std::memory_order_release);
     }
     if (device_error_) return refuse(device_error_);
 
     const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
-    Error err;
     Capture* captured = nullptr;
     if (reduce) {
       if (!reducer_)
         reducer_ = std::make_unique<DeviceReducer>(
             *device_, settings_.run_rank, settings_.run_world, settings_.opts.init_timeout,
             [this](bool provide, std::vector<char>& id) { return system_->exchange_nccl_id(provide, id); });
-      captured = reducer_->reduce(ptrs, *reduce, stream, err);
-      if (err) return refuse(std::move(err));
+      Result<Capture*> reduced = reducer_->reduce(ptrs, *reduce, stream);
+      if (!reduced) return refuse(std::move(reduced).error());
+      captured = *reduced;
       if (captured == nullptr) {
         // Off the run host nothing comes back to this rank: it only moves its
         // step, so that automatic steps stay in line with the host's.
@@ -76,8 +78,9 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
             s.reduce = Reduce::first;
           });
     } else {
-      captured = device_->capture(ptrs, stream, err);
-      if (err) return refuse(std::move(err));
+      Result<Capture*> copied = device_->capture(ptrs, stream);
+      if (!copied) return refuse(std::move(copied).error());
+      captured = *copied;
     }
 
     std::uint64_t pos;

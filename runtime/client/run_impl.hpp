@@ -160,7 +160,14 @@ private:
 /// What chorus's own code reaches behind a Run handle.
 struct RunAccess {
   /// chorus::init, and <chorus/caf.hpp>'s init with the orchestrator's `actors`.
-  static Run start(const Options& opts, Error& error, caf::actor_system* actors) noexcept;
+  [[nodiscard]] static Result<Run> start(const Options& opts, caf::actor_system* actors) noexcept;
+  /// start() in the public API's form: the run, and the error beside it
+  /// (an inactive handle where there is one).
+  static Run init(const Options& opts, Error& error, caf::actor_system* actors) noexcept {
+    Result<Run> run = start(opts, actors);
+    error = run.error();
+    return run ? std::move(*run) : Run();
+  }
   static RunImpl* impl(const Run& run) noexcept { return run.impl_.get(); }
 };
 

@@ -3,7 +3,7 @@
 // of this process and, on the run host, the Run actor and its listening port.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <memory>
 #include <vector>
@@ -27,7 +27,7 @@ public:
   /// and joins the run. Sets run.run_id / run.run_dir.
   /// The actors run in `actors` where given (its configuration prepared by
   /// `configure`), else in an actor system of the System's own.
-  static std::unique_ptr<System> start(RunImpl& run, caf::actor_system* actors, Error& error);
+  [[nodiscard]] static Result<std::unique_ptr<System>> start(RunImpl& run, caf::actor_system* actors);
   /// Prepares an orchestrator's configuration for the run `s`: what its
   /// links between processes need (<chorus/caf.hpp>'s configure).
   static Error configure(caf::actor_system_config& cfg, const Settings& s);

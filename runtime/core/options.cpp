@@ -350,20 +350,21 @@ std::string job_name(const Topology& t) {
 
 } // namespace
 
-Settings resolve(const Options& opts, const Env& env, Error& error) {
-  error = {};
+Result<Settings> resolve(const Options& opts, const Env& env) {
   Settings s;
   s.opts = opts;
   Options& o = s.opts;
-  if (opts.read_env && (error = apply_env(o, env))) return s;
-  if ((error = check_options(o, opts))) return s;
+  if (opts.read_env)
+    if (Error e = apply_env(o, env)) return e;
+  if (Error e = check_options(o, opts)) return e;
 
   if (opts.topology) {
-    if ((error = check_topology(*opts.topology))) return s;
+    if (Error e = check_topology(*opts.topology)) return e;
     s.topo = *opts.topology;
   } else {
-    s.topo = detect_topology(env, error);
-    if (error) return s;
+    Result<Topology> detected = detect_topology(env);
+    if (!detected) return detected.error();
+    s.topo = std::move(*detected);
   }
   const Topology& t = s.topo;
   o.topology = t;
@@ -372,9 +373,8 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::absolute(o.dir.empty() ? "chorus-runs" : o.dir, ec);
   if (ec) {
-    error = Error(Errc::io_error, "cannot make the run directory '" + o.dir + "' absolute: " + ec.message() +
+    return Error(Errc::io_error, "cannot make the run directory '" + o.dir + "' absolute: " + ec.message() +
                                       ". Set CHORUS_DIR to an absolute path");
-    return s;
   }
   dir = dir.lexically_normal();
   if (!dir.has_filename() && dir.has_parent_path() && dir != dir.root_path()) dir = dir.parent_path();
@@ -413,9 +413,8 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
   // torchrun's own store listens on MASTER_PORT, so the run host takes the next one.
   unsigned port = o.port;
   if (port == 0 && t.master_port == 65535) {
-    error = Error(Errc::bad_environment, "MASTER_PORT=65535 leaves no port for the run host, which listens on "
+    return Error(Errc::bad_environment, "MASTER_PORT=65535 leaves no port for the run host, which listens on "
                                          "MASTER_PORT+1: set CHORUS_PORT to a free port on every rank");
-    return s;
   }
   if (port == 0 && t.master_port > 0) port = static_cast<unsigned>(t.master_port) + 1;
   // Without either, two jobs on one node (mpirun, srun, mpiexec name no
@@ -432,21 +431,19 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
   // of several ranks, or a group of several runs.
   const int runs = o.mode == Mode::per_rank ? t.world_size : node ? t.num_nodes : 1;
   if (port == 0 && t.job_id.empty() && t.launcher == "mpich" && t.num_nodes > 1 && (s.run_world > 1 || runs > 1)) {
-    error = Error(Errc::bad_environment,
+    return Error(Errc::bad_environment,
                   "MPICH's Hydra (mpiexec) names no job id, so a job across " + std::to_string(t.num_nodes) +
                       " nodes cannot be told from another job on the same nodes: set CHORUS_PORT to the same free "
                       "port on every rank of the job (and MASTER_ADDR to global rank 0's host)");
-    return s;
   }
   if (port == 0) port = default_port;
   const unsigned base_port = port;
   // Node runs may share one machine (a simulated cluster): each node gets its own port.
   if (o.mode == Mode::shared && node) port += static_cast<unsigned>(t.node_rank);
   if (port > 65535) {
-    error = Error(Errc::bad_environment, "the run host of node " + std::to_string(t.node_rank) + " would listen on port " +
+    return Error(Errc::bad_environment, "the run host of node " + std::to_string(t.node_rank) + " would listen on port " +
                                              std::to_string(port) + " (the base port plus the node index), past 65535: "
                                              "set CHORUS_PORT lower");
-    return s;
   }
   s.port = static_cast<std::uint16_t>(port);
 
@@ -455,10 +452,9 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
   if (runs > 1) {
     const unsigned group_port = base_port + (o.mode == Mode::shared && node ? static_cast<unsigned>(t.num_nodes) : 0u);
     if (group_port > 65535) {
-      error = Error(Errc::bad_environment, "the job's group would listen on port " + std::to_string(group_port) +
+      return Error(Errc::bad_environment, "the job's group would listen on port " + std::to_string(group_port) +
                                                " (the base port plus the number of nodes), past 65535: set "
                                                "CHORUS_PORT lower");
-      return s;
     }
     s.group_size = runs;
     s.group_index = o.mode == Mode::per_rank ? t.rank : t.node_rank;
@@ -473,11 +469,10 @@ Settings resolve(const Options& opts, const Env& env, Error& error) {
   } else {
     s.host_address = !o.host_address.empty() ? o.host_address : t.master_addr;
     if (s.host_address.empty() && o.mode == Mode::shared) {
-      error = Error(Errc::bad_environment,
+      return Error(Errc::bad_environment,
                     "a shared run across " + std::to_string(t.num_nodes) + " nodes needs the address of global rank 0, "
                     "and the launcher (" + t.launcher + ") does not give it: set MASTER_ADDR to rank 0's host on "
                     "every rank, or Options::host_address");
-      return s;
     }
   }
   return s;

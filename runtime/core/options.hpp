@@ -3,7 +3,7 @@
 // the scope and the topology.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -35,7 +35,7 @@ inline constexpr std::string_view hydra_proxy = "/proc:hydra_pmi_proxy";
 /// LOCAL_WORLD_SIZE where required, a local rank that does not fit ranks
 /// filling nodes in order when no node index is given, ...) are errors
 /// naming the variable and what it takes. Empty variables count as unset.
-Topology detect_topology(const Env& env, Error& error);
+[[nodiscard]] Result<Topology> detect_topology(const Env& env);
 
 struct Settings {
   Options opts;        // after CHORUS_* overrides; dir, group, name filled in
@@ -61,10 +61,10 @@ struct Settings {
 };
 
 /// Applies the environment to `opts` (when opts.read_env), detects the
-/// topology (unless opts.topology is set) and places this process. On a
-/// malformed value, `error` names the variable or option and the values it
-/// takes, and the result is unspecified.
-Settings resolve(const Options& opts, const Env& env, Error& error);
+/// topology (unless opts.topology is set) and places this process. A
+/// malformed value is an error that names the variable or option and the
+/// values it takes.
+[[nodiscard]] Result<Settings> resolve(const Options& opts, const Env& env);
 
 /// How messages name one of the job's ports (the run host's, or one after
 /// it): "CHORUS_PORT 29501", and where it was derived from the job's id,

@@ -32,7 +32,7 @@ std::string eq(std::string_view name, int value) { return std::string(name) + "=
 /// contradictory value becomes the error, and later reads see nothing.
 class Vars {
 public:
-  Vars(const Env& env, Error& error) : env_(env), error_(error) {}
+  explicit Vars(const Env& env) : env_(env) {}
 
   std::optional<std::string> text(std::string_view name) const {
     if (name.empty() || failed()) return std::nullopt;
@@ -79,10 +79,12 @@ public:
     return false;
   }
   bool failed() const { return static_cast<bool>(error_); }
+  /// The first malformed or contradictory value, named with its fix.
+  const Error& error() const { return error_; }
 
 private:
   const Env& env_;
-  Error& error_;
+  Error error_;
 };
 
 /// One count, with the variable it comes from.
@@ -363,25 +365,26 @@ void hydra_job(const Vars& v, Topology& t) {
 
 } // namespace
 
-Topology detect_topology(const Env& env, Error& error) {
-  error = {};
-  Vars v(env, error);
+Result<Topology> detect_topology(const Env& env) {
+  Vars v(env);
   Topology t;
   t.launcher = "none";
   t.master_addr = v.text("MASTER_ADDR").value_or("");
   t.master_port = v.integer("MASTER_PORT", 1, 65535, "must be a port number in 1..65535").value_or(0);
-  if (v.failed()) return t;
+  if (v.failed()) return v.error();
 
   Launch l;
   Topology found = t;
   const bool launched = from_torchrun(v, l, found) || from_openmpi(v, l, found) || from_mpich(v, l, found) ||
                         from_slurm(v, l, found);
+  if (v.failed()) return v.error();
   if (!launched) return t;
-  if (!place(v, l, found)) return t;
+  if (!place(v, l, found)) return v.failed() ? Result<Topology>(v.error()) : Result<Topology>(t);
   hydra_job(v, found);
   // An MPI job or torchrun without a run id inside a Slurm allocation is
   // still one job, and the allocation names it.
   if (found.job_id.empty() && found.launcher != "slurm") slurm_job(v, found);
+  if (v.failed()) return v.error();
   return found;
 }
 

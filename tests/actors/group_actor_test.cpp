@@ -66,10 +66,9 @@ struct GroupFixture : test::ActorFixture {
   }
 
   io::GroupManifest manifest() {
-    io::GroupManifest g;
-    const Error e = io::read_group_file(host.dir, g);
-    BOOST_TEST_REQUIRE(!e, e.message());
-    return g;
+    Result<io::GroupManifest> g = io::read_group_file(host.dir);
+    BOOST_TEST_REQUIRE(g.has_value(), g.error().message());
+    return std::move(*g);
   }
   /// A member of group.json, which must be there.
   static io::GroupMember member(const io::GroupManifest& g, std::int64_t index) {

@@ -45,9 +45,9 @@ struct RunActorFixture : test::ActorFixture {
     host->run_id = "run-1";
     host->run_dir = tmp / "run";
     std::filesystem::create_directories(host->run_dir);
-    Error err;
-    host->wal = io::WalWriter::open(host->run_dir + "/wal", err);
-    BOOST_TEST_REQUIRE(!err, err.message());
+    auto wal = io::WalWriter::open(host->run_dir + "/wal");
+    BOOST_TEST_REQUIRE(wal.has_value(), wal.error().message());
+    host->wal = std::move(*wal);
     host->run_json = R"({"id":"run-1","project":"proj"})";
     host->job = "job-1";
     host->start_us = 1'700'000'000'000'000;

@@ -52,9 +52,9 @@ struct Wal {
 
   explicit Wal(fs::path p) : path(std::move(p)) {
     fs::create_directories(path.parent_path());
-    Error err;
-    writer = io::WalWriter::open(path.string(), err);
-    BOOST_REQUIRE_MESSAGE(!err, err.message());
+    auto opened = io::WalWriter::open(path.string());
+    BOOST_REQUIRE_MESSAGE(opened, opened.error().message());
+    writer = std::move(*opened);
   }
   void add(const std::vector<char>& frame) {
     offsets.push_back(writer->size());

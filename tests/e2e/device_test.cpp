@@ -24,9 +24,9 @@ namespace {
 
 const cuda::Runtime& rt() {
   static const cuda::Runtime* r = [] {
-    std::string why;
-    const cuda::Runtime* r = cuda::runtime(why);
-    if (r == nullptr) chorus::test::skip_test("no CUDA runtime here: " + why);
+    const chorus::Result<const cuda::Runtime*> loaded = cuda::runtime();
+    if (!loaded) chorus::test::skip_test("no CUDA runtime here: " + loaded.error().message());
+    const cuda::Runtime* r = *loaded;
     int n = 0;
     if (int rc = r->GetDeviceCount(&n); rc != cuda::success || n == 0)
       chorus::test::skip_test("no CUDA device here (" + (rc != cuda::success ? r->describe(rc) : "0 devices") + ")");
@@ -165,8 +165,7 @@ BOOST_AUTO_TEST_CASE(a_host_pointer_is_refused_with_the_fix) {
 }
 
 BOOST_AUTO_TEST_CASE(nccl_reduction_of_one_rank_is_exact) {
-  std::string why;
-  if (cuda::nccl(why) == nullptr) chorus::test::skip_test("no NCCL here: " + why);
+  if (const auto nccl = cuda::nccl(); !nccl) chorus::test::skip_test("no NCCL here: " + nccl.error().message());
   TempDir dir;
   cuda::Stream stream = nullptr;
   CUDA_OK(rt().StreamCreateWithFlags(&stream, cuda::stream_non_blocking));
@@ -210,8 +209,7 @@ BOOST_AUTO_TEST_CASE(reduce_device_without_a_reduction_is_refused) {
 // are exact; on one GPU NCCL refuses two ranks on one device, and both ranks
 // must say so promptly — which they can only do once the id has reached rank 1.
 BOOST_AUTO_TEST_CASE(two_ranks_exchange_the_nccl_id_and_reduce) {
-  std::string why;
-  if (cuda::nccl(why) == nullptr) chorus::test::skip_test("no NCCL here: " + why);
+  if (const auto nccl = cuda::nccl(); !nccl) chorus::test::skip_test("no NCCL here: " + nccl.error().message());
   int devices = 0;
   rt().GetDeviceCount(&devices);
   TempDir dir;

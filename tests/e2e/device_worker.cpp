@@ -14,13 +14,13 @@ namespace cuda = chorus::detail::cuda;
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 20;
-  std::string why;
-  const cuda::Runtime* rt = cuda::runtime(why);
+  const chorus::Result<const cuda::Runtime*> loaded = cuda::runtime();
   int devices = 0;
-  if (rt == nullptr || rt->GetDeviceCount(&devices) != cuda::success || devices == 0) {
-    std::fprintf(stderr, "no CUDA device: %s\n", why.c_str());
+  if (!loaded || (*loaded)->GetDeviceCount(&devices) != cuda::success || devices == 0) {
+    std::fprintf(stderr, "no CUDA device: %s\n", loaded ? "none visible" : loaded.error().message().c_str());
     return 77;
   }
+  const cuda::Runtime* rt = *loaded;
   chorus::Options opt;
   opt.project = "device";
   opt.mode = chorus::Mode::shared;

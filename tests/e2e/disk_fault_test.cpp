@@ -107,8 +107,7 @@ std::string wal_tail;
 std::map<int, std::set<long>> in_wal(const fs::path& wal) {
   std::map<int, std::set<long>> out;
   std::vector<std::string> frames;
-  chorus::Error err;
-  chorus::io::scan_wal(
+  const chorus::Result<chorus::io::WalScan> scan = chorus::io::scan_wal(
       wal.string(),
       [&](std::span<const char> payload, std::uint64_t) {
         chorus::wire::Frame f;
@@ -121,11 +120,10 @@ std::map<int, std::set<long>> in_wal(const fs::path& wal) {
           }
         });
         frames.push_back(std::move(line));
-      },
-      err);
+      });
   wal_tail.clear();
   for (std::size_t i = frames.size() > 8 ? frames.size() - 8 : 0; i < frames.size(); ++i) wal_tail += frames[i] + " ";
-  BOOST_TEST(!err, err.message());
+  BOOST_TEST(scan.has_value(), scan.error().message());
   return out;
 }
 

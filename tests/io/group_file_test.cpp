@@ -58,9 +58,9 @@ std::string write(const std::string& path, const std::string& text) {
 
 BOOST_AUTO_TEST_CASE(a_member_report_reads_back_as_it_was_written) {
   const io::GroupMember m = member(3, "crashed");
-  io::GroupMember back;
-  std::string why;
-  BOOST_REQUIRE_MESSAGE(io::parse_member(io::member_json(m), back, why), why);
+  const Result<io::GroupMember> parsed = io::parse_member(io::member_json(m));
+  BOOST_REQUIRE_MESSAGE(parsed, parsed.error().message());
+  io::GroupMember back = *parsed;
   BOOST_TEST(back.index == 3);
   BOOST_TEST(back.id == m.id);
   BOOST_TEST(back.host == m.host);
@@ -74,17 +74,17 @@ BOOST_AUTO_TEST_CASE(a_member_report_reads_back_as_it_was_written) {
   BOOST_TEST(back.summary == m.summary);
   // A report without an end is still running.
   io::GroupMember running = member(1, "running");
-  BOOST_REQUIRE(io::parse_member(io::member_json(running), back, why));
+  const Result<io::GroupMember> parsed_running = io::parse_member(io::member_json(running));
+  BOOST_REQUIRE(parsed_running);
+  back = *parsed_running;
   BOOST_TEST(!back.ended());
   BOOST_TEST(!back.end_time);
 }
 
 BOOST_AUTO_TEST_CASE(a_malformed_report_is_refused_and_names_the_field) {
-  io::GroupMember m = member(0);
-  std::string why;
-  BOOST_TEST(!io::parse_member("[1,2]", m, why));
-  BOOST_TEST(why.find("not a JSON object") != std::string::npos);
-  BOOST_TEST(m.id == "run0"); // left as it was
+  const Error not_object = io::parse_member("[1,2]").error();
+  BOOST_TEST((not_object.code() == Errc::invalid_argument));
+  BOOST_TEST(not_object.message().find("not a JSON object") != std::string::npos);
   const std::pair<const char*, const char*> bad[] = {
       {R"({"index":1,"state":"sideways"})", "state"},
       {R"({"index":-1})", "index"},
@@ -95,12 +95,12 @@ BOOST_AUTO_TEST_CASE(a_malformed_report_is_refused_and_names_the_field) {
       {R"({"index":1,"end_time":"soon"})", "end_time"},
   };
   for (auto [json, field] : bad) {
-    why.clear();
-    BOOST_TEST(!io::parse_member(json, m, why), json);
-    BOOST_TEST(why.find(field) != std::string::npos, json << ": " << why);
+    const Result<io::GroupMember> parsed = io::parse_member(json);
+    BOOST_TEST(!parsed, json);
+    BOOST_TEST(parsed.error().message().find(field) != std::string::npos, json << ": " << parsed.error().message());
   }
   const std::string long_name = R"({"index":1,"name":")" + std::string(5000, 'x') + "\"}";
-  BOOST_TEST(!io::parse_member(long_name, m, why));
+  BOOST_TEST(!io::parse_member(long_name));
 }
 
 BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
@@ -111,9 +111,9 @@ BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
   g.settle();
   std::ofstream(dir / "group.json") << io::group_json(g);
 
-  io::GroupManifest back;
-  const Error e = io::read_group_file(dir.str(), back);
-  BOOST_REQUIRE_MESSAGE(!e, e.message());
+  const Result<io::GroupManifest> read = io::read_group_file(dir.str());
+  BOOST_REQUIRE_MESSAGE(read, read.error().message());
+  const io::GroupManifest& back = *read;
   BOOST_TEST(back.group == "job");
   BOOST_TEST(back.mode == "new");
   BOOST_TEST(back.size == 2);
@@ -126,11 +126,11 @@ BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
   BOOST_TEST(io::group_json(g).find(R"("exit_codes":{"1":137})") != std::string::npos);
 
   write(dir / "group.json", R"({"group":"job","size":2,"exit_codes":{"one":1}})");
-  BOOST_TEST(bool(io::read_group_file(dir.str(), back)));
+  BOOST_TEST(!io::read_group_file(dir.str()));
   write(dir / "group.json", R"({"group":"job","members":[{"index":0,"state":"gone"}]})");
-  const Error bad = io::read_group_file(dir.str(), back);
+  const Error bad = io::read_group_file(dir.str()).error();
   BOOST_TEST(bad.message().find("state") != std::string::npos);
-  BOOST_TEST((io::read_group_file(dir / "nowhere", back).code() == Errc::io_error));
+  BOOST_TEST((io::read_group_file(dir / "nowhere").error().code() == Errc::io_error));
 }
 
 BOOST_AUTO_TEST_CASE(a_group_settles_once_every_member_has_ended) {
@@ -189,15 +189,16 @@ BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
     ::waitpid(k, &status, 0);
     BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   }
-  io::GroupManifest g;
-  BOOST_REQUIRE(!io::read_group_file(dir.str(), g));
-  BOOST_TEST(g.exit_codes.size() == static_cast<std::size_t>(procs * each));
-  BOOST_TEST(g.size == 64);
+  Result<io::GroupManifest> g = io::read_group_file(dir.str());
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->exit_codes.size() == static_cast<std::size_t>(procs * each));
+  BOOST_TEST(g->size == 64);
   // An update that declines writes nothing.
   BOOST_TEST(!io::update_group_file(dir.str(), [](io::GroupManifest& m, bool) {
     m.size = 1;
     return false;
   }));
-  BOOST_REQUIRE(!io::read_group_file(dir.str(), g));
-  BOOST_TEST(g.size == 64);
+  g = io::read_group_file(dir.str());
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->size == 64);
 }

@@ -22,10 +22,9 @@ BOOST_TEST_DONT_PRINT_LOG_VALUE(Next)
 namespace {
 
 int open_file(const std::string& path) {
-  Error err;
-  const int fd = io::detail::open_regular(path, O_RDONLY, err);
-  BOOST_TEST_REQUIRE(fd >= 0, err.message());
-  return fd;
+  const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+  BOOST_TEST_REQUIRE(fd.has_value(), fd.error().message());
+  return *fd;
 }
 
 /// Every line `r` hands out, and how the reading ended.

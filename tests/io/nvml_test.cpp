@@ -94,9 +94,9 @@ BOOST_AUTO_TEST_CASE(an_index_past_the_device_count_ends_the_list) {
 
 BOOST_AUTO_TEST_CASE(a_missing_library_is_one_line_naming_it) {
   for (const char* lib : {"libchorus-no-such-nvml.so.1", "/nonexistent/dir/libnvidia-ml.so.1"}) {
-    std::string why;
-    const auto nvml = Nvml::load(why, lib);
+    const auto nvml = Nvml::load(lib);
     BOOST_TEST(!nvml);
+    const std::string why = nvml.error().message();
     BOOST_TEST_MESSAGE(why);
     BOOST_TEST(why.starts_with("NVML not found ("), why);
     BOOST_TEST(why.find(lib) != std::string::npos, why);
@@ -106,9 +106,9 @@ BOOST_AUTO_TEST_CASE(a_missing_library_is_one_line_naming_it) {
 }
 
 BOOST_AUTO_TEST_CASE(a_library_without_nvml_is_refused_cleanly) {
-  std::string why;
-  const auto nvml = Nvml::load(why, "libm.so.6");
+  const auto nvml = Nvml::load("libm.so.6");
   BOOST_TEST(!nvml);
+  const std::string why = nvml.error().message();
   BOOST_TEST_MESSAGE(why);
   BOOST_TEST(why.starts_with("libm.so.6 is not a usable NVML ("), why);
   BOOST_TEST(why.find("nvmlInit_v2") != std::string::npos, why);
@@ -118,16 +118,17 @@ BOOST_AUTO_TEST_CASE(a_library_without_nvml_is_refused_cleanly) {
 
 BOOST_AUTO_TEST_CASE(the_default_library_loads_or_says_why_not) {
   // Either outcome is right, depending on the machine; each must be clean.
-  std::string why;
-  const auto nvml = Nvml::load(why);
-  if (!nvml) {
+  const auto loaded = Nvml::load();
+  if (!loaded) {
+    const std::string why = loaded.error().message();
     BOOST_TEST_MESSAGE(why);
     BOOST_TEST(why.ends_with(": no GPU metrics"), why);
     return;
   }
-  std::string not_found;
-  BOOST_TEST(!nvml->find("not-a-device", not_found));
-  BOOST_TEST(!not_found.empty());
+  const auto& nvml = *loaded;
+  const auto not_found = nvml->find("not-a-device");
+  BOOST_TEST(!not_found);
+  BOOST_TEST(!not_found.error().message().empty());
   chorus::io::GpuSample s;
   BOOST_TEST(nvml->sample(nvml->device_count(), s).code() == chorus::Errc::invalid_argument);
 }

@@ -19,13 +19,15 @@ BOOST_AUTO_TEST_CASE(a_listening_port_answers_and_a_closed_one_says_why_not) {
   const int listener = bound_socket(0, 8);
   BOOST_REQUIRE(listener >= 0);
   const std::uint16_t port = port_of(listener);
-  std::string why;
-  BOOST_TEST(io::detail::tcp_probe("127.0.0.1", port, 1000ms, why));
+  const Error open = io::detail::tcp_probe("127.0.0.1", port, 1000ms);
+  BOOST_TEST(!open, open.message());
   ::close(listener);
-  BOOST_TEST(!io::detail::tcp_probe("127.0.0.1", port, 1000ms, why));
-  BOOST_TEST(why == "Connection refused");
-  BOOST_TEST(!io::detail::tcp_probe("no-such-host.invalid", port, 1000ms, why));
-  BOOST_TEST(why.find("cannot resolve no-such-host.invalid") == 0u, why);
+  const Error closed = io::detail::tcp_probe("127.0.0.1", port, 1000ms);
+  BOOST_TEST((closed.code() == Errc::connect_failed));
+  BOOST_TEST(closed.message() == "Connection refused");
+  const Error unknown = io::detail::tcp_probe("no-such-host.invalid", port, 1000ms);
+  BOOST_TEST((unknown.code() == Errc::connect_failed));
+  BOOST_TEST(unknown.message().find("cannot resolve no-such-host.invalid") == 0u, unknown.message());
 }
 
 // Ranks probe their host's port again and again until it listens. Where that
@@ -49,9 +51,8 @@ BOOST_AUTO_TEST_CASE(a_probe_that_meets_itself_finds_nothing_and_leaves_the_port
   // 10,000 probes for a range of 28,000 ports).
   const int probes = 4 * (high - low);
   int answered = 0;
-  std::string why;
   for (int i = 0; i < probes; ++i)
-    if (io::detail::tcp_probe("127.0.0.1", static_cast<std::uint16_t>(port), 1000ms, why)) ++answered;
+    if (!io::detail::tcp_probe("127.0.0.1", static_cast<std::uint16_t>(port), 1000ms)) ++answered;
   BOOST_TEST(answered == 0, answered << " of " << probes << " probes of port " << port
                                      << ", where nothing listens, counted as answered");
   const int host = bound_socket(static_cast<std::uint16_t>(port), 8);

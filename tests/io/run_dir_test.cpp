@@ -97,9 +97,8 @@ BOOST_AUTO_TEST_CASE(dirs_0700_files_0600_whatever_the_umask) {
       BOOST_REQUIRE(!write_file_atomic(deep + "/f.json", "{}"));
       BOOST_TEST(mode_of(deep + "/f.json") == 0600u);
 
-      Error err;
-      auto f = AppendFile::open(deep + "/h.jsonl", err);
-      BOOST_REQUIRE_MESSAGE(f, err.message());
+      auto f = AppendFile::open(deep + "/h.jsonl");
+      BOOST_REQUIRE_MESSAGE(f, f.error().message());
       BOOST_TEST(mode_of(deep + "/h.jsonl") == 0600u);
     }
   }
@@ -134,9 +133,9 @@ BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
   TempDir tmp;
   const std::string path = tmp / "h.jsonl";
   {
-    Error err;
-    auto f = AppendFile::open(path, err);
-    BOOST_REQUIRE(f);
+    auto opened = AppendFile::open(path);
+    BOOST_REQUIRE(opened);
+    auto& f = *opened;
     BOOST_REQUIRE(!f->write("one\n"));
     BOOST_TEST(slurp(path).empty());
     BOOST_TEST(f->buffered() == 4u);
@@ -151,15 +150,15 @@ BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
   } // the destructor flushes
   BOOST_TEST(slurp(path).size() == 14 + AppendFile::buffer_limit + 10);
   {
-    Error err;
-    auto f = AppendFile::open(path, err);
-    BOOST_REQUIRE(!f->write("more\n"));
+    auto f = AppendFile::open(path);
+    BOOST_REQUIRE(f);
+    BOOST_REQUIRE(!(*f)->write("more\n"));
   }
   BOOST_TEST(slurp(path).ends_with("three\nmore\n"));
   {
-    Error err;
-    auto f = AppendFile::open(path, err, /*truncate=*/true);
-    BOOST_REQUIRE(!f->sync());
+    auto f = AppendFile::open(path, /*truncate=*/true);
+    BOOST_REQUIRE(f);
+    BOOST_REQUIRE(!(*f)->sync());
   }
   BOOST_TEST(slurp(path).empty());
 }

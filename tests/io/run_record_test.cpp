@@ -59,9 +59,8 @@ RunRecord full_record() {
 }
 
 RunRecord parse_ok(const std::string& json) {
-  std::string why;
-  std::optional<RunRecord> r = RunRecord::parse(json, why);
-  BOOST_TEST_REQUIRE(r.has_value(), why << ": " << json);
+  Result<RunRecord> r = RunRecord::parse(json);
+  BOOST_TEST_REQUIRE(r.has_value(), r.error().message() << ": " << json);
   return *r;
 }
 
@@ -81,9 +80,8 @@ BOOST_AUTO_TEST_CASE(every_field_round_trips) {
   BOOST_REQUIRE(!r.write(path));
   BOOST_TEST(slurp(path) == json + "\n");
   BOOST_TEST(mode_of(path) == 0600u);
-  Error e;
-  const std::optional<RunRecord> read = RunRecord::read(path, e);
-  BOOST_REQUIRE_MESSAGE(read.has_value(), e.message());
+  const Result<RunRecord> read = RunRecord::read(path);
+  BOOST_REQUIRE_MESSAGE(read.has_value(), read.error().message());
   BOOST_TEST((*read == r));
 }
 
@@ -168,23 +166,22 @@ BOOST_AUTO_TEST_CASE(a_damaged_file_is_named_with_its_fix) {
   const std::string path = tmp / "run.json";
   const std::string whole = full_record().json();
   spit(path, whole.substr(0, whole.size() / 2)); // cut short by a crash
-  Error e;
-  BOOST_TEST(!RunRecord::read(path, e).has_value());
+  Error e = RunRecord::read(path).error();
   BOOST_TEST((e.code() == Errc::invalid_argument));
   BOOST_TEST(e.message().find(path + " is not valid JSON (") == 0u, e.message());
   BOOST_TEST(e.message().find("cut short while being written") != std::string::npos, e.message());
   BOOST_TEST(e.message().find("chorus recover " + tmp.str() + " rebuilds it") != std::string::npos, e.message());
 
   spit(path, "[1,2]");
-  BOOST_TEST(!RunRecord::read(path, e).has_value());
+  e = RunRecord::read(path).error();
   BOOST_TEST(e.message().find(path + " is not a JSON object. chorus recover ") == 0u, e.message());
 
   spit(path, "");
-  BOOST_TEST(!RunRecord::read(path, e).has_value());
+  e = RunRecord::read(path).error();
   BOOST_TEST(e.message().find("is not valid JSON") != std::string::npos, e.message());
 
   // One that cannot be read at all says so as reading does.
-  BOOST_TEST(!RunRecord::read(tmp / "absent.json", e).has_value());
+  e = RunRecord::read(tmp / "absent.json").error();
   BOOST_TEST((e.code() == Errc::io_error));
   BOOST_TEST(e.message().find(tmp / "absent.json") != std::string::npos, e.message());
 }

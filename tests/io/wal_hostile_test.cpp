@@ -102,9 +102,9 @@ BOOST_AUTO_TEST_CASE(a_planted_torn_tail_is_cut_in_linear_work) {
   const std::string path = dir / "wal";
   const std::string first = frame("first");
   spit(path, first + planted(4u << 20, 0));
-  WalScan s;
-  const Error e = truncate_torn_tail(path, &s);
-  BOOST_REQUIRE_MESSAGE(!e, e.message());
+  const Result<WalScan> cut = truncate_torn_tail(path);
+  BOOST_REQUIRE_MESSAGE(cut, cut.error().message());
+  const WalScan& s = *cut;
   BOOST_TEST(s.torn_tail);
   BOOST_TEST(s.good_end == first.size());
   BOOST_TEST(s.summed_bytes <= 64 * (first.size() + (4u << 20)));
@@ -158,13 +158,8 @@ BOOST_AUTO_TEST_CASE(a_linked_wal_is_refused_and_its_target_left_alone) {
   const std::string outside = dir / "precious", wal = dir / "wal";
   spit(outside, frame("a") + std::string(3000, 'x'));
   BOOST_REQUIRE(::symlink(outside.c_str(), wal.c_str()) == 0);
-  const Error e = truncate_torn_tail(wal);
-  BOOST_TEST(e.message().find("symbolic link") != std::string::npos, e.message());
-  Error err;
-  (void)scan_wal(wal, {}, err);
-  BOOST_TEST(err.message().find("symbolic link") != std::string::npos, err.message());
-  (void)WalWriter::open(wal, err);
-  BOOST_TEST(err.message().find("symbolic link") != std::string::npos, err.message());
+  for (const Error& e : {truncate_torn_tail(wal).error(), scan_wal(wal, {}).error(), WalWriter::open(wal).error()})
+    BOOST_TEST(e.message().find("symbolic link") != std::string::npos, e.message());
   BOOST_TEST(slurp(outside).size() == frame("a").size() + 3000);
 }
 
@@ -173,11 +168,6 @@ BOOST_AUTO_TEST_CASE(a_fifo_wal_is_refused_without_blocking) {
   const std::string wal = dir / "wal";
   BOOST_REQUIRE(::mkfifo(wal.c_str(), 0600) == 0);
   const Deadline deadline(30);
-  Error err;
-  (void)scan_wal(wal, {}, err);
-  BOOST_TEST(err.message().find("not a regular file (a FIFO)") != std::string::npos, err.message());
-  const Error e = truncate_torn_tail(wal);
-  BOOST_TEST(e.message().find("not a regular file") != std::string::npos, e.message());
-  (void)WalWriter::open(wal, err);
-  BOOST_TEST(err.message().find("not a regular file") != std::string::npos, err.message());
+  for (const Error& e : {scan_wal(wal, {}).error(), truncate_torn_tail(wal).error(), WalWriter::open(wal).error()})
+    BOOST_TEST(e.message().find("not a regular file (a FIFO)") != std::string::npos, e.message());
 }

@@ -18,15 +18,12 @@ struct Read {
 
 inline Read read_all(const std::string& path) {
   Read r;
-  Error err;
-  r.scan = scan_wal(
-      path,
-      [&](std::span<const char> p, std::uint64_t off) {
-        r.payloads.emplace_back(p.data(), p.size());
-        r.offsets.push_back(off);
-      },
-      err);
-  BOOST_REQUIRE_MESSAGE(!err, err.message());
+  Result<WalScan> scan = scan_wal(path, [&](std::span<const char> p, std::uint64_t off) {
+    r.payloads.emplace_back(p.data(), p.size());
+    r.offsets.push_back(off);
+  });
+  BOOST_REQUIRE_MESSAGE(scan, scan.error().message());
+  r.scan = std::move(*scan);
   return r;
 }
 

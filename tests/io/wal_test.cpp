@@ -43,11 +43,16 @@ void spit(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// A writer on `path`, which must open.
+std::unique_ptr<WalWriter> open_writer(const std::string& path) {
+  auto w = WalWriter::open(path);
+  BOOST_REQUIRE_MESSAGE(w, w.error().message());
+  return std::move(*w);
+}
+
 // Writes `payloads` to a fresh WAL at `path`; returns each frame's offset.
 std::vector<std::uint64_t> write_wal(const std::string& path, const std::vector<std::string>& payloads) {
-  Error err;
-  auto w = WalWriter::open(path, err);
-  BOOST_REQUIRE_MESSAGE(w, err.message());
+  auto w = open_writer(path);
   std::vector<std::uint64_t> offsets;
   for (const auto& p : payloads) {
     offsets.push_back(w->size());
@@ -75,10 +80,10 @@ BOOST_AUTO_TEST_CASE(round_trip_many_frames) {
   payloads.push_back(std::string());
 
   const mode_t old = ::umask(0);
-  Error err;
-  auto w = WalWriter::open(path, err);
+  auto opened = WalWriter::open(path);
   ::umask(old);
-  BOOST_REQUIRE_MESSAGE(w, err.message());
+  BOOST_REQUIRE_MESSAGE(opened, opened.error().message());
+  auto& w = *opened;
   for (const auto& p : payloads) BOOST_REQUIRE(!w->append(as_span(p)));
   // append_many across more than one IOV_MAX chunk.
   std::vector<std::string> batch = some_payloads(rng, 1500, 100);
@@ -141,9 +146,9 @@ BOOST_AUTO_TEST_CASE(torn_tail_at_every_byte_of_the_last_frame) {
       BOOST_REQUIRE(r.payloads.size() == payloads.size() - 1);
       for (std::size_t i = 0; i + 1 < payloads.size(); ++i) BOOST_TEST(r.payloads[i] == payloads[i]);
 
-      WalScan cut;
-      BOOST_REQUIRE(!truncate_torn_tail(path, &cut));
-      BOOST_TEST(cut.torn_tail == (len > last));
+      const Result<WalScan> cut = truncate_torn_tail(path);
+      BOOST_REQUIRE(cut);
+      BOOST_TEST(cut->torn_tail == (len > last));
       BOOST_TEST(slurp(path).size() == last);
       const Read again = read_all(path);
       BOOST_TEST(!again.scan.torn_tail);
@@ -208,9 +213,7 @@ BOOST_AUTO_TEST_CASE(reopen_after_torn_tail_appends_cleanly) {
   const std::string full = slurp(path);
   spit(path, full.substr(0, full.size() - 2)); // the write of "three" was cut short
 
-  Error err;
-  auto w = WalWriter::open(path, err);
-  BOOST_REQUIRE_MESSAGE(w, err.message());
+  auto w = open_writer(path);
   BOOST_TEST(w->size() == offsets[2]);
   BOOST_REQUIRE(!w->append(as_span(std::string("four"))));
   BOOST_REQUIRE(!w->append(as_span(std::string("five"))));
@@ -223,34 +226,29 @@ BOOST_AUTO_TEST_CASE(reopen_after_torn_tail_appends_cleanly) {
 
 BOOST_AUTO_TEST_CASE(one_writer_at_a_time) {
   TempDir dir;
-  Error err;
-  auto first = WalWriter::open(dir / "wal", err);
-  BOOST_REQUIRE(first);
-  auto second = WalWriter::open(dir / "wal", err);
+  auto first = open_writer(dir / "wal");
+  auto second = WalWriter::open(dir / "wal");
   BOOST_TEST(!second);
-  BOOST_TEST(err.code() == Errc::io_error);
-  BOOST_TEST(err.message().find("another process") != std::string::npos);
+  BOOST_TEST(second.error().code() == Errc::io_error);
+  BOOST_TEST(second.error().message().find("another process") != std::string::npos);
   first.reset();
-  auto third = WalWriter::open(dir / "wal", err);
-  BOOST_TEST(third != nullptr);
+  auto third = WalWriter::open(dir / "wal");
+  BOOST_TEST((third && *third != nullptr));
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_path_and_a_fix) {
-  Error err;
-  auto w = WalWriter::open("/nonexistent-chorus-dir/wal", err);
+  auto w = WalWriter::open("/nonexistent-chorus-dir/wal");
   BOOST_TEST(!w);
+  const Error err = w.error();
   BOOST_TEST(err.code() == Errc::io_error);
   BOOST_TEST(err.message().find("/nonexistent-chorus-dir/wal") != std::string::npos);
   BOOST_TEST(err.message().find("No such file") != std::string::npos);
-  (void)scan_wal("/nonexistent-chorus-dir/wal", {}, err);
-  BOOST_TEST(err.code() == Errc::io_error);
+  BOOST_TEST(scan_wal("/nonexistent-chorus-dir/wal", {}).error().code() == Errc::io_error);
 }
 
 BOOST_AUTO_TEST_CASE(oversized_payload_is_refused) {
   TempDir dir;
-  Error err;
-  auto w = WalWriter::open(dir / "wal", err);
-  BOOST_REQUIRE(w);
+  auto w = open_writer(dir / "wal");
   // Address space only: the writer refuses before it reads a byte.
   const std::size_t n = std::size_t{wal_max_payload} + 1;
   void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -314,9 +312,7 @@ BOOST_AUTO_TEST_CASE(random_corruption_never_delivers_garbage) {
       BOOST_TEST(r.scan.good_end <= b.size());
 
       // A writer reopened on the wreck appends after the last good frame.
-      Error err;
-      auto w = WalWriter::open(path, err);
-      BOOST_REQUIRE_MESSAGE(w, err.message());
+      auto w = open_writer(path);
       BOOST_REQUIRE(!w->append(as_span(std::string("after"))));
       w.reset();
       const Read after = read_all(path);

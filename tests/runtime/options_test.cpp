@@ -22,16 +22,14 @@ using test::env_of;
 using test::Vars;
 
 detail::Settings resolve_ok(const Options& o, const Vars& vars = {}) {
-  Error error;
-  detail::Settings s = detail::resolve(o, env_of(vars), error);
-  BOOST_TEST(!error, "unexpected error: " << error.message());
-  return s;
+  Result<detail::Settings> s = detail::resolve(o, env_of(vars));
+  BOOST_TEST_REQUIRE(s.has_value(), "unexpected error: " << s.error().message());
+  return std::move(*s);
 }
 
 /// The error for `o` in `vars`: `code`, and every one of `words` in the message.
 std::string resolve_error(const Options& o, const Vars& vars, Errc code, const std::vector<std::string>& words) {
-  Error error;
-  (void)detail::resolve(o, env_of(vars), error);
+  const Error error = detail::resolve(o, env_of(vars)).error();
   BOOST_TEST(bool(error), "no error");
   BOOST_TEST((error.code() == code), "code: " << to_string(error.code()) << ", message: " << error.message());
   for (const std::string& w : words)
@@ -827,12 +825,12 @@ BOOST_AUTO_TEST_CASE(any_environment_resolves_to_usable_settings_or_an_error) {
     Vars v = next(4) == 0 ? Vars{} : torchrun(rank, world, per_node, "");
     for (const auto& [name, values] : choices)
       if (next(2) == 0) v[name] = values[next(values.size())];
-    Error error;
-    const detail::Settings s = detail::resolve(Options{}, env_of(v), error);
-    if (error) {
-      BOOST_TEST((error.code() == Errc::bad_environment), error.message());
+    const Result<detail::Settings> outcome = detail::resolve(Options{}, env_of(v));
+    if (!outcome) {
+      BOOST_TEST((outcome.error().code() == Errc::bad_environment), outcome.error().message());
       continue;
     }
+    const detail::Settings& s = *outcome;
     ++resolved;
     std::string env;
     for (const auto& [k, val] : v) env += k + "=" + val + " ";

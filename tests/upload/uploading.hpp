@@ -24,9 +24,8 @@ inline io::UploadSettings quick() {
 }
 
 inline io::UploadTarget target(const std::string& url) {
-  Error e;
-  auto t = io::UploadTarget::parse(url, e);
-  BOOST_REQUIRE_MESSAGE(t, e.message());
+  auto t = io::UploadTarget::parse(url);
+  BOOST_REQUIRE_MESSAGE(t, t.error().message());
   return *t;
 }
 
