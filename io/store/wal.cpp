@@ -356,21 +356,27 @@ Error cut(int fd, const std::string& path, std::uint64_t at) {
   return {};
 }
 
+// Takes the writer lock on the open WAL `fd`, scans it and cuts a torn
+// tail: what a writer does before it appends, and what recover does alone.
+Result<WalScan> lock_and_cut(int fd, const std::string& path) {
+  if (Error e = lock_wal(fd, path)) return e;
+  Result<WalScan> s = scan_fd(fd, path, {});
+  if (s && s->torn_tail)
+    if (Error e = cut(fd, path, s->good_end)) return e;
+  return s;
+}
+
 } // namespace
 
 Result<std::unique_ptr<WalWriter>> WalWriter::open(const std::string& path) {
   const Result<int> opened = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND);
   if (!opened) return opened.error();
-  const int fd = *opened;
-  Error err = lock_wal(fd, path);
-  Result<WalScan> s = err ? Result<WalScan>(err) : scan_fd(fd, path, {});
-  if (!s) err = s.error();
-  if (!err && s->torn_tail) err = cut(fd, path, s->good_end);
-  if (err) {
-    detail::close_fd(fd);
-    return err;
+  const Result<WalScan> s = lock_and_cut(*opened, path);
+  if (!s) {
+    detail::close_fd(*opened);
+    return s.error();
   }
-  return std::unique_ptr<WalWriter>(new WalWriter(fd, path, s->good_end));
+  return std::unique_ptr<WalWriter>(new WalWriter(*opened, path, s->good_end));
 }
 
 WalWriter::~WalWriter() { detail::close_fd(fd_); }
@@ -426,12 +432,8 @@ Result<WalScan> scan_wal(const std::string& path, const WalFrameFn& on_frame) {
 Result<WalScan> truncate_torn_tail(const std::string& path) {
   const Result<int> opened = detail::open_regular(path, O_RDWR);
   if (!opened) return opened.error();
-  const int fd = *opened;
-  Error err = lock_wal(fd, path);
-  Result<WalScan> s = err ? Result<WalScan>(err) : scan_fd(fd, path, {});
-  if (s && s->torn_tail) err = cut(fd, path, s->good_end);
-  detail::close_fd(fd);
-  if (err) return err;
+  Result<WalScan> s = lock_and_cut(*opened, path);
+  detail::close_fd(*opened);
   return s;
 }
 
