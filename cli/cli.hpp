@@ -2,6 +2,8 @@
 // cursor, number parsing and the formatting of times and durations.
 #pragma once
 
+#include "runtime/core/result.hpp"
+
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -88,6 +90,12 @@ private:
   std::size_t i_ = 0;
   std::string error_;
 };
+
+/// A problem with what a command was given (its words, or a name that leads
+/// to no run): Errc::invalid_argument with `message`.
+[[nodiscard]] inline Error invalid(std::string message) { return {Errc::invalid_argument, std::move(message)}; }
+/// A run or group file the command could not read or write: Errc::io_error.
+[[nodiscard]] inline Error file_problem(std::string message) { return {Errc::io_error, std::move(message)}; }
 
 /// Prints "chorus CMD: MESSAGE" and a pointer to the help; returns exit_usage.
 int usage_error(std::string_view command, std::string_view message);

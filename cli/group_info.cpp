@@ -24,9 +24,9 @@ std::string short_label(const std::string& name, const std::string& group) {
 /// carry it; "{}" where there is none (or it is not an object).
 std::string summary_of(const std::string& run_dir) {
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
   simdjson::dom::object o;
-  if (!load_json_file(run_dir + "/summary.json", parser, doc).empty() || doc.get(o) != simdjson::SUCCESS) return "{}";
+  const Result<simdjson::dom::element> doc = load_json_file(run_dir + "/summary.json", parser);
+  if (!doc || doc->get(o) != simdjson::SUCCESS) return "{}";
   std::string json = simdjson::minify(o);
   return json.size() <= io::max_member_summary ? json : "{}";
 }
@@ -88,7 +88,7 @@ GroupInfo read_group(const std::string& dir) {
     if (Result<io::GroupManifest> m = io::read_group_file(dir))
       g.manifest = std::move(*m);
     else
-      g.problem = m.error().message();
+      g.problem = m.error();
   }
   std::vector<RunInfo> runs;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
@@ -173,11 +173,11 @@ std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
   return m;
 }
 
-std::string record_group_exit_codes(const std::string& group_dir, const std::map<std::int64_t, std::int64_t>& codes,
-                                    const std::vector<std::string>& run_dirs) {
+Error record_group_exit_codes(const std::string& group_dir, const std::map<std::int64_t, std::int64_t>& codes,
+                              const std::vector<std::string>& run_dirs) {
   std::error_code ec;
   if (!fs::exists(group_dir + "/group.json", ec)) return {};
-  Error e = io::update_group_file(group_dir, [&](io::GroupManifest& g, bool exists) {
+  return io::update_group_file(group_dir, [&](io::GroupManifest& g, bool exists) {
     if (!exists) return false;
     for (const auto& [rank, code] : codes) g.exit_codes[rank] = code;
     for (const std::string& d : run_dirs) {
@@ -194,7 +194,6 @@ std::string record_group_exit_codes(const std::string& group_dir, const std::map
     g.settle();
     return true;
   });
-  return e ? e.message() : std::string();
 }
 
 std::vector<std::string> find_group_by_name(const std::string& root, const std::string& name) {

@@ -32,7 +32,7 @@ struct GroupMemberView {
 struct GroupInfo {
   std::string dir, project, name;
   std::optional<io::GroupManifest> manifest; // none: no group.json (or `problem`)
-  std::string problem;                       // why group.json could not be read
+  Error problem;                             // why group.json could not be read
   /// group.json's members by place, then the other runs under the directory by start time.
   std::vector<GroupMemberView> members;
 };
@@ -57,9 +57,10 @@ std::optional<io::GroupMember> member_from_run(const RunInfo& run);
 /// members whose run directories are `run_dirs` from their run.json (adding
 /// those whose report never reached it). Nothing
 /// is done where there is no group.json (a job of one run, or another node's
-/// disk). Returns the problem, or "".
-std::string record_group_exit_codes(const std::string& group_dir, const std::map<std::int64_t, std::int64_t>& codes,
-                                    const std::vector<std::string>& run_dirs);
+/// disk). An error where group.json cannot be read or written.
+[[nodiscard]] Error record_group_exit_codes(const std::string& group_dir,
+                                           const std::map<std::int64_t, std::int64_t>& codes,
+                                           const std::vector<std::string>& run_dirs);
 
 /// The group directories under `root` (ROOT/PROJECT/NAME) named `name`.
 std::vector<std::string> find_group_by_name(const std::string& root, const std::string& name);

@@ -19,7 +19,7 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   JsonLines out;
   const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
   if (!fd) {
-    out.problem = fd.error().message();
+    out.problem = fd.error();
     return out;
   }
   io::LineReader lines(*fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
@@ -34,12 +34,14 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
     case io::LineReader::Next::line: break;
     case io::LineReader::Next::end: out.unfinished = !blank(lines.rest()); return out;
     case io::LineReader::Next::too_long:
-      out.problem = path + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
-                    std::to_string(max_line_bytes >> 20) +
-                    " MiB without a newline, far longer than a line chorus writes: the file is damaged or is not "
-                    "a JSON-lines file. Move it aside (chorus recover rebuilds history.jsonl from the WAL)";
+      out.problem = Error(Errc::io_error,
+                          path + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
+                              std::to_string(max_line_bytes >> 20) +
+                              " MiB without a newline, far longer than a line chorus writes: the file is damaged or "
+                              "is not a JSON-lines file. Move it aside (chorus recover rebuilds history.jsonl from "
+                              "the WAL)");
       return out;
-    case io::LineReader::Next::failed: out.problem = lines.error().message(); return out;
+    case io::LineReader::Next::failed: out.problem = lines.error(); return out;
     }
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
     if (line.empty()) continue;
@@ -58,12 +60,14 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   }
 }
 
-std::string load_json_file(const std::string& path, simdjson::dom::parser& parser, simdjson::dom::element& doc) {
+Result<simdjson::dom::element> load_json_file(const std::string& path, simdjson::dom::parser& parser) {
   const Result<std::string> text = io::detail::read_text(path);
-  if (!text) return text.error().message();
+  if (!text) return text.error();
+  simdjson::dom::element doc;
   if (auto e = parser.parse(*text).get(doc))
-    return path + " is not valid JSON (" + simdjson::error_message(e) + "): it is damaged, or was cut short while being written";
-  return {};
+    return Error(Errc::io_error, path + " is not valid JSON (" + simdjson::error_message(e) +
+                                     "): it is damaged, or was cut short while being written");
+  return doc;
 }
 
 } // namespace chorus::cli

@@ -3,6 +3,8 @@
 // sections of `chorus show` read their lines through.
 #pragma once
 
+#include "runtime/core/result.hpp"
+
 #include <simdjson.h>
 
 #include <cstdint>
@@ -24,7 +26,7 @@ struct JsonLines {
   std::uint64_t first_skipped_line = 0; // the first of them (lines count from 1)
   std::string first_skipped_why;        // "TAPE_ERROR: ...", "no numeric _step"
   bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
-  std::string problem;        // the file could not be read, or was cut off at a line too long: why
+  Error problem;              // the file could not be read, or was cut off at a line too long: why
 };
 
 /// Hands each complete line of `path` that is a JSON object to `take`, which
@@ -34,9 +36,10 @@ struct JsonLines {
 using TakeLine = std::function<std::string_view(const simdjson::dom::object&)>;
 JsonLines read_json_lines(const std::string& path, const TakeLine& take);
 
-/// Parses the JSON file `path` (run.json, config.json, summary.json) into
-/// `doc`, read through io::detail::read_text: a regular file only, at most
-/// io::detail::run_file_max_bytes. Returns the problem, naming the path, or "".
-std::string load_json_file(const std::string& path, simdjson::dom::parser& parser, simdjson::dom::element& doc);
+/// Parses the JSON file `path` (run.json, config.json, summary.json) with
+/// `parser` (which holds the document), read through io::detail::read_text:
+/// a regular file only, at most io::detail::run_file_max_bytes. An error
+/// names the path.
+[[nodiscard]] Result<simdjson::dom::element> load_json_file(const std::string& path, simdjson::dom::parser& parser);
 
 } // namespace chorus::cli

@@ -47,9 +47,9 @@ struct StopSignal {
 int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr, StopSignal* stop = nullptr);
 
 /// Adds "exit_codes": {"<global rank>": code, ...} to DIR/run.json (the
-/// ranks launch started, or only `only_rank` for a per-rank run); returns
-/// the problem, or "".
-std::string record_exit_codes(const std::string& dir, const LaunchArgs& args, const std::vector<int>& codes,
-                              std::optional<int> only_rank = std::nullopt);
+/// ranks launch started, or only `only_rank` for a per-rank run); an error
+/// where run.json cannot be read, is damaged or cannot be written.
+[[nodiscard]] Error record_exit_codes(const std::string& dir, const LaunchArgs& args, const std::vector<int>& codes,
+                        std::optional<int> only_rank = std::nullopt);
 
 } // namespace chorus::cli

@@ -146,10 +146,10 @@ std::string made_up_job_id() {
   return id;
 }
 
-/// Why `program` cannot be started, or "". A name with a '/' is a path, and
+/// Why `program` cannot be started, if it cannot. A name with a '/' is a path, and
 /// must be an executable file there; a bare name is looked up in PATH, as
 /// execvp does.
-std::string cannot_start(const std::string& program) {
+Error cannot_start(const std::string& program) {
   if (program.find('/') != std::string::npos) {
     struct stat st {};
     if (::stat(program.c_str(), &st) != 0) {
@@ -158,12 +158,12 @@ std::string cannot_start(const std::string& program) {
         std::error_code ec;
         where = " (in " + std::filesystem::current_path(ec).string() + ")";
       }
-      return "cannot start '" + program + "': " + std::strerror(errno) + where + ": check the path";
+      return invalid("cannot start '" + program + "': " + std::strerror(errno) + where + ": check the path");
     }
-    if (S_ISDIR(st.st_mode)) return "cannot start '" + program + "': it is a directory: give the program in it";
+    if (S_ISDIR(st.st_mode)) return invalid("cannot start '" + program + "': it is a directory: give the program in it");
     if (::access(program.c_str(), X_OK) != 0)
-      return "cannot start '" + program + "': it is not executable: make it so (chmod +x " + program +
-             "), or start it through its interpreter (-- python3 " + program + ")";
+      return invalid("cannot start '" + program + "': it is not executable: make it so (chmod +x " + program +
+                     "), or start it through its interpreter (-- python3 " + program + ")");
     return {};
   }
   const char* path = std::getenv("PATH");
@@ -179,12 +179,12 @@ std::string cannot_start(const std::string& program) {
     if (colon == std::string_view::npos) break;
     rest.remove_prefix(colon + 1);
   }
-  return "cannot find '" + program + "' in PATH: give its path (./" + program +
-         " for one in this directory), or add its directory to PATH";
+  return invalid("cannot find '" + program + "' in PATH: give its path (./" + program +
+                 " for one in this directory), or add its directory to PATH");
 }
 
-// Reads the options; returns a usage problem, or "" when all is well.
-std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
+// Reads the options; an error is a usage problem.
+Error parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
   ArgCursor c(words);
   std::string v;
   bool addr_given = false, port_given = false, nproc_given = false;
@@ -227,15 +227,15 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
       break; // the program starts here
     }
   }
-  if (!c.error().empty()) return c.error();
+  if (!c.error().empty()) return invalid(c.error());
   for (char* w : c.rest()) a.program.emplace_back(w);
-  if (!nproc_given) return "missing -n N: how many ranks to start on this node";
-  if (a.program.empty()) return "missing the program to run: chorus launch -n N -- PROGRAM [ARGS...]";
+  if (!nproc_given) return invalid("missing -n N: how many ranks to start on this node");
+  if (a.program.empty()) return invalid("missing the program to run: chorus launch -n N -- PROGRAM [ARGS...]");
   if (a.node_rank >= a.nnodes)
-    return "--node-rank " + std::to_string(a.node_rank) + " is not below --nnodes " + std::to_string(a.nnodes) +
-           ": node ranks run from 0 to nnodes-1";
+    return invalid("--node-rank " + std::to_string(a.node_rank) + " is not below --nnodes " + std::to_string(a.nnodes) +
+           ": node ranks run from 0 to nnodes-1");
   if (a.node_rank > 0 && !addr_given)
-    return "--node-rank " + std::to_string(a.node_rank) + " needs --master-addr: the address of node 0";
+    return invalid("--node-rank " + std::to_string(a.node_rank) + " needs --master-addr: the address of node 0");
   if (!port_given) a.master_port = 0;
   return {};
 }
@@ -245,10 +245,9 @@ std::string parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
 // error, what happened to the run.
 void end_from_wal(const std::string& dir, RecoverOptions o, const std::string& what) {
   o.backup = false;
-  std::string report;
-  if (std::string problem = recover_run(dir, o, report); !problem.empty())
+  if (const Result<std::string> report = recover_run(dir, o); !report)
     std::fprintf(stderr, "chorus launch: %s %s, and cannot be rebuilt from its WAL: %s (run chorus recover on it)\n",
-                 dir.c_str(), what.c_str(), problem.c_str());
+                 dir.c_str(), what.c_str(), report.error().message().c_str());
 }
 
 // A run whose host a stop signal ended before the run did (its run.json
@@ -316,13 +315,13 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
   return env;
 }
 
-std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes,
-                              std::optional<int> only_rank) {
+Error record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes,
+                        std::optional<int> only_rank) {
   const std::string path = dir + "/run.json";
   Result<io::RunRecord> run = io::RunRecord::read(path);
-  if (!run) return run.error().message();
+  if (!run) return run.error();
   // Written back, a damaged field would be lost rather than reported.
-  if (!run->damage.empty()) return run->damage + " (left as it was; chorus recover " + dir + " rebuilds it)";
+  if (!run->damage.empty()) return file_problem(run->damage + " (left as it was; chorus recover " + dir + " rebuilds it)");
   io::ExitCodes recorded;
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const int rank = a.node_rank * a.nproc + static_cast<int>(i);
@@ -336,16 +335,15 @@ std::string record_exit_codes(const std::string& dir, const LaunchArgs& a, const
     run->error = std::move(failure);
   }
   run->exit_codes = std::move(recorded);
-  if (Error e = run->write(path)) return e.message();
-  return {};
+  return run->write(path);
 }
 
 int launch_main(std::span<char* const> words) {
   LaunchArgs a;
   bool help = false;
-  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("launch", problem);
+  if (Error e = parse(words, a, help)) return usage_error("launch", e.message());
   if (help) return print_help(launch_command);
-  if (std::string problem = cannot_start(a.program[0]); !problem.empty()) return failure("launch", problem);
+  if (Error e = cannot_start(a.program[0])) return failure("launch", e.message());
   if (a.master_port == 0) {
     if (a.nnodes > 1) {
       a.master_port = default_master_port;
@@ -398,9 +396,9 @@ int launch_main(std::span<char* const> words) {
         mark_killed(dir, stop);
       else
         finish_unended(dir, worst);
-      if (std::string problem = record_exit_codes(dir, a, codes, only); !problem.empty())
+      if (Error e = record_exit_codes(dir, a, codes, only))
         std::fprintf(stderr, "chorus launch: the exit codes are not in %s/run.json: %s\n", dir.c_str(),
-                     problem.c_str());
+                     e.message().c_str());
       groups[std::filesystem::path(dir).parent_path().string()].push_back(dir);
     }
     std::remove(a.runs_file.c_str());
@@ -410,9 +408,9 @@ int launch_main(std::span<char* const> words) {
     std::map<std::int64_t, std::int64_t> by_rank;
     for (std::size_t i = 0; i < codes.size(); ++i) by_rank[a.node_rank * a.nproc + static_cast<std::int64_t>(i)] = codes[i];
     for (const auto& [group_dir, runs] : groups)
-      if (std::string problem = record_group_exit_codes(group_dir, by_rank, runs); !problem.empty())
+      if (Error e = record_group_exit_codes(group_dir, by_rank, runs))
         std::fprintf(stderr, "chorus launch: the exit codes are not in %s/group.json: %s\n", group_dir.c_str(),
-                     problem.c_str());
+                     e.message().c_str());
   }
   return worst;
 }

@@ -61,7 +61,7 @@ std::string ranks_cell(const GroupMemberView& v) {
 
 /// "  (group: 4 runs, new global, finished, 3.2s, exit codes: 0)" from group.json.
 std::string group_note(const GroupInfo& info) {
-  if (!info.problem.empty()) return "  (group.json unreadable: " + info.problem + ")";
+  if (info.problem) return "  (group.json unreadable: " + info.problem.message() + ")";
   if (!info.manifest) return {};
   const io::GroupManifest& g = *info.manifest;
   std::string note = "  (group: " + std::to_string(g.size) + (g.size == 1 ? " run, " : " runs, ") + g.mode + " " +
@@ -115,7 +115,7 @@ bool print_runs(const RunGroup& g, const GroupInfo& info, std::string& out) {
   std::size_t rows = 0;
   for (const GroupMemberView& v : info.members) {
     if (v.run && !v.run->readable()) {
-      broken += "  " + v.run->id + "  unreadable: " + v.run->problem + "\n";
+      broken += "  " + v.run->id + "  unreadable: " + v.run->problem.message() + "\n";
       continue;
     }
     std::vector<std::string> row;

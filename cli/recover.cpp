@@ -66,7 +66,7 @@ struct RecoverArgs {
   bool dry_run = false, backup = true;
 };
 
-std::string parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
+Error parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
   ArgCursor c(words);
   std::string v;
   while (!c.done() && c.error().empty()) {
@@ -89,8 +89,8 @@ std::string parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
       c.next();
     }
   }
-  if (!c.error().empty()) return c.error();
-  if (a.run.empty()) return "missing RUN: a run directory or a run id";
+  if (!c.error().empty()) return invalid(c.error());
+  if (a.run.empty()) return invalid("missing RUN: a run directory or a run id");
   return {};
 }
 
@@ -146,7 +146,8 @@ private:
 
 // Moves the rebuilt files over the old ones, run.json last, so that a reader
 // sees the final state only once everything else is in place.
-std::string install(const std::string& tmp, const std::string& dir, bool backup, std::string& moved) {
+Result<std::string> install(const std::string& tmp, const std::string& dir, bool backup) {
+  std::string moved;
   for (const char* name : rebuilt_files) {
     const std::string from = tmp + "/" + name, to = dir + "/" + name;
     std::error_code ec;
@@ -157,16 +158,17 @@ std::string install(const std::string& tmp, const std::string& dir, bool backup,
       // A hard link keeps the old file while the rename below replaces its name at once.
       fs::create_hard_link(to, bak, ec);
       if (ec)
-        return "cannot keep " + to + " as " + bak + " (a hard link to it: " + ec.message() +
-               "; the filesystem may not allow hard links, or " + bak +
-               " may be in the way). Nothing was replaced yet: remove or move aside " + bak +
-               ", or copy the old files aside yourself and run recover again with --no-backup";
+        return Error(Errc::io_error, "cannot keep " + to + " as " + bak + " (a hard link to it: " + ec.message() +
+                                         "; the filesystem may not allow hard links, or " + bak +
+                                         " may be in the way). Nothing was replaced yet: remove or move aside " + bak +
+                                         ", or copy the old files aside yourself and run recover again with "
+                                         "--no-backup");
     }
     fs::rename(from, to, ec);
-    if (ec) return "cannot move " + from + " to " + to + ": " + ec.message();
+    if (ec) return Error(Errc::io_error, "cannot move " + from + " to " + to + ": " + ec.message());
     moved += std::string(moved.empty() ? "" : " ") + name;
   }
-  return {};
+  return moved;
 }
 
 } // namespace
@@ -174,32 +176,32 @@ std::string install(const std::string& tmp, const std::string& dir, bool backup,
 int recover_main(std::span<char* const> words) {
   RecoverArgs a;
   bool help = false;
-  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("recover", problem);
+  if (Error e = parse(words, a, help)) return usage_error("recover", e.message());
   if (help) return print_help(recover_command);
-  std::string dir;
-  if (std::string problem = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir, dir); !problem.empty())
-    return failure("recover", problem);
+  const Result<std::string> dir = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir);
+  if (!dir) return failure("recover", dir.error().message());
   RecoverOptions o;
   o.dry_run = a.dry_run;
   o.backup = a.backup;
-  std::string report;
-  if (std::string problem = recover_run(dir, o, report); !problem.empty()) return failure("recover", problem);
-  std::fputs(report.c_str(), stdout);
+  const Result<std::string> report = recover_run(*dir, o);
+  if (!report) return failure("recover", report.error().message());
+  std::fputs(report->c_str(), stdout);
   return exit_ok;
 }
 
-std::string recover_run(const std::string& dir, const RecoverOptions& a, std::string& report) {
+Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a) {
+  std::string report;
   const std::string wal = dir + "/wal";
   struct stat st {};
   if (::lstat(wal.c_str(), &st) != 0)
-    return "no write-ahead log at " + wal + " (" + std::strerror(errno) +
-                                  "): there is nothing to rebuild the run from";
+    return Error(Errc::io_error, "no write-ahead log at " + wal + " (" + std::strerror(errno) +
+                                  "): there is nothing to rebuild the run from");
   // Checked before the torn tail is cut, so that a run that cannot be
   // rebuilt is left exactly as it was.
   if (!a.dry_run && ::access(dir.c_str(), W_OK) != 0)
-    return "the run directory " + dir + " is not writable (" + std::strerror(errno) +
+    return Error(Errc::io_error, "the run directory " + dir + " is not writable (" + std::strerror(errno) +
            "): recover rebuilds the run's files inside it. Make it writable (chmod u+w " + dir +
-           ", or remount its filesystem read-write) and run recover again, or pass --dry-run to only read the log";
+           ", or remount its filesystem read-write) and run recover again, or pass --dry-run to only read the log");
 
   // Cutting the torn tail takes the WAL's writer lock, so a live host makes
   // this fail rather than have its log rewritten under it.
@@ -207,10 +209,10 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   if (!a.dry_run) {
     Result<io::WalScan> cutting = io::truncate_torn_tail(wal);
     if (!cutting)
-      return cutting.error().message() +
+      return Error(cutting.error().code(), cutting.error().message() +
              (cutting.error().message().find("another process") != std::string::npos
                   ? " (recover is for a run whose host died; this one's is alive)"
-                  : "");
+                  : ""));
     cut = std::move(*cutting);
   }
 
@@ -218,8 +220,8 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   // a dry run leaves the run directory alone.
   std::string tmp = a.dry_run ? (fs::temp_directory_path() / "chorus-recover-XXXXXX").string() : dir + "/.recover-XXXXXX";
   if (::mkdtemp(tmp.data()) == nullptr)
-    return "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno) +
-           (a.dry_run ? ". Set TMPDIR to a writable directory" : ". Make " + dir + " writable (chmod u+w " + dir + ")");
+    return Error(Errc::io_error, "cannot make the directory " + tmp + " to rebuild in: " + std::strerror(errno) +
+           (a.dry_run ? ". Set TMPDIR to a writable directory" : ". Make " + dir + " writable (chmod u+w " + dir + ")"));
   struct Cleanup {
     std::string path;
     ~Cleanup() {
@@ -244,7 +246,7 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
           progress.at(offset);
           sink.stopping = a.stopped_at_us > 0 && f.type == wire::FrameType::host_event && ts >= a.stopped_at_us;
         });
-    if (!replayed) return replayed.error().message();
+    if (!replayed) return replayed.error();
     replay = std::move(*replayed);
   }
   const io::WalScan& scan = replay.scan;
@@ -252,8 +254,8 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
   const RunState end_state = replay.end_state;
   const std::uint64_t malformed = replay.malformed;
   if (!merger.started())
-    return "the log at " + wal + " has no run start (" + std::to_string(scan.frames) +
-                                  " frames read): the host died before the run began; there is nothing to rebuild";
+    return Error(Errc::io_error, "the log at " + wal + " has no run start (" + std::to_string(scan.frames) +
+                                  " frames read): the host died before the run began; there is nothing to rebuild");
 
   int marked = 0;
   sink.stopping = a.unended != RunState::crashed;
@@ -263,7 +265,7 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
     for (const auto& frame : closing) merger.apply(frame);
   }
   writer.flush();
-  if (writer.error()) return "rebuilding the files failed: " + writer.error().message();
+  if (writer.error()) return Error(writer.error().code(), "rebuilding the files failed: " + writer.error().message());
 
   const bool torn = a.dry_run ? scan.torn_tail : cut.torn_tail;
   const io::WalScan& damage = a.dry_run ? scan : cut;
@@ -289,12 +291,12 @@ std::string recover_run(const std::string& dir, const RecoverOptions& a, std::st
                         (marked == 1 ? " rank" : " ranks") + " marked " + std::string(to_string(a.unended)) + "\n";
   if (a.dry_run) {
     report += "  (dry run: nothing changed)\n";
-    return {};
+    return report;
   }
-  std::string moved;
-  if (std::string problem = install(tmp, dir, a.backup, moved); !problem.empty()) return problem;
-  report += "  files      " + moved + (a.backup ? " (the old ones kept as *.bak)" : "") + "\n";
-  return {};
+  const Result<std::string> moved = install(tmp, dir, a.backup);
+  if (!moved) return moved.error();
+  report += "  files      " + *moved + (a.backup ? " (the old ones kept as *.bak)" : "") + "\n";
+  return report;
 }
 
 } // namespace chorus::cli

@@ -21,7 +21,8 @@ struct RecoverOptions {
   std::int64_t stopped_at_us = 0;
 };
 
-/// Rebuilds the run in `dir`; returns "" or the problem, and in `report` what it read and did.
-std::string recover_run(const std::string& dir, const RecoverOptions& options, std::string& report);
+/// Rebuilds the run in `dir`; returns the report of what it read and did, or
+/// why it could not.
+[[nodiscard]] Result<std::string> recover_run(const std::string& dir, const RecoverOptions& options);
 
 } // namespace chorus::cli

@@ -82,10 +82,9 @@ void fill_running_steps(RunInfo& r) {
   const auto running = [](const RankInfo& k) { return k.state == "running"; };
   if (std::none_of(r.ranks.begin(), r.ranks.end(), running)) return;
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
   std::int64_t step = 0;
-  if (!load_json_file(r.dir + "/summary.json", parser, doc).empty() || doc["_step"].get(step) != simdjson::SUCCESS)
-    return;
+  const Result<simdjson::dom::element> doc = load_json_file(r.dir + "/summary.json", parser);
+  if (!doc || (*doc)["_step"].get(step) != simdjson::SUCCESS) return;
   for (RankInfo& k : r.ranks) {
     if (!running(k) || step <= k.last_step) continue;
     k.last_step = step;
@@ -122,16 +121,17 @@ RunInfo read_run(const std::string& dir) {
   r.id = fs::path(dir).filename().string();
   const std::string path = dir + "/run.json";
   if (!present(path)) {
-    r.problem = present(dir + "/wal")
-                    ? "no run.json, but a WAL: the host may have died before writing it; try chorus recover " + dir
-                    : "no run.json";
+    r.problem = Error(Errc::io_error, present(dir + "/wal") ? "no run.json, but a WAL: the host may have died before "
+                                                              "writing it; try chorus recover " + dir
+                                                            : "no run.json");
     return r;
   }
   const Result<io::RunRecord> run = io::RunRecord::read(path);
   if (!run) {
     // The run is named beside the problem (ls, show): its file by name alone reads better.
-    r.problem = run.error().message();
-    for (std::size_t at; (at = r.problem.find(dir + "/")) != std::string::npos;) r.problem.erase(at, dir.size() + 1);
+    std::string why = run.error().message();
+    for (std::size_t at; (at = why.find(dir + "/")) != std::string::npos;) why.erase(at, dir.size() + 1);
+    r.problem = Error(run.error().code(), std::move(why));
     return r;
   }
   static_cast<io::RunIdentity&>(r) = *run;
@@ -155,9 +155,10 @@ RunInfo read_run(const std::string& dir) {
     std::sort(r.exit_codes.begin(), r.exit_codes.end());
   }
   if (!run->damage.empty())
-    r.problem = "run.json: " + run->damage + ". The file is damaged: chorus recover rebuilds it from the WAL";
+    r.problem = Error(Errc::io_error,
+                      "run.json: " + run->damage + ". The file is damaged: chorus recover rebuilds it from the WAL");
   else if (r.state.empty())
-    r.problem = "run.json has no \"state\"";
+    r.problem = Error(Errc::io_error, "run.json has no \"state\"");
   if (r.state == "running") {
     r.host_life = host_life(r);
     fill_running_steps(r);
@@ -200,24 +201,18 @@ std::vector<std::string> find_run_by_id(const std::string& root, const std::stri
   return exact.empty() ? prefix : exact;
 }
 
-std::string locate_run(const std::string& arg, const std::string& root, std::string& dir) {
+Result<std::string> locate_run(const std::string& arg, const std::string& root) {
   std::error_code ec;
-  if (fs::is_directory(arg, ec)) {
-    dir = arg;
-    return {};
-  }
-  if (arg.find('/') != std::string::npos) return "no directory at " + arg + ": pass a run's directory, or its id";
+  if (fs::is_directory(arg, ec)) return arg;
+  if (arg.find('/') != std::string::npos) return invalid("no directory at " + arg + ": pass a run's directory, or its id");
   const std::vector<std::string> found = find_run_by_id(root, arg);
-  if (found.size() == 1) {
-    dir = found.front();
-    return {};
-  }
+  if (found.size() == 1) return found.front();
   if (found.empty())
-    return "no run '" + arg + "' under " + root +
-           ": pass the run's directory, or where the runs are with --dir (or CHORUS_DIR)";
+    return invalid("no run '" + arg + "' under " + root +
+                   ": pass the run's directory, or where the runs are with --dir (or CHORUS_DIR)");
   std::string list;
   for (const std::string& f : found) list += "\n  " + f;
-  return "'" + arg + "' names " + std::to_string(found.size()) + " runs; pass one of:" + list;
+  return invalid("'" + arg + "' names " + std::to_string(found.size()) + " runs; pass one of:" + list);
 }
 
 } // namespace chorus::cli

@@ -34,7 +34,7 @@ enum class HostLife {
 /// A run as run.json has it (io::RunRecord), for the commands that show it:
 /// `dir` is where it was found, `id` its directory's name where run.json has none.
 struct RunInfo : io::RunIdentity {
-  std::string problem; // non-empty: run.json could not be read, and why
+  Error problem;       // set: run.json could not be read, and why
   std::optional<double> start_time, end_time; // unix seconds
   std::string state;
   std::optional<std::int64_t> world_size, rows, rejected;
@@ -49,7 +49,7 @@ struct RunInfo : io::RunIdentity {
   };
   std::vector<Segment> segments;
 
-  [[nodiscard]] bool readable() const noexcept { return problem.empty(); }
+  [[nodiscard]] bool readable() const noexcept { return !problem; }
   /// run.json says running, but its host is gone: `chorus recover` applies.
   [[nodiscard]] bool host_crashed() const noexcept { return state == "running" && host_life == HostLife::gone; }
   [[nodiscard]] std::int64_t crashed_ranks() const;
@@ -80,7 +80,8 @@ std::vector<RunGroup> find_runs(const std::string& root);
 std::vector<std::string> find_run_by_id(const std::string& root, const std::string& id);
 
 /// The directory `arg` names: itself if it is a directory, else the one run
-/// under `root` with that id (or id prefix). Returns the problem, or "".
-std::string locate_run(const std::string& arg, const std::string& root, std::string& dir);
+/// under `root` with that id (or id prefix); an error naming the fix where
+/// there is none, or several.
+[[nodiscard]] Result<std::string> locate_run(const std::string& arg, const std::string& root);
 
 } // namespace chorus::cli

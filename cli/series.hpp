@@ -2,6 +2,8 @@
 // as it is read: memory grows with the number of keys, not of rows.
 #pragma once
 
+#include "runtime/core/result.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -53,7 +55,7 @@ struct History {
   std::uint64_t rows = 0;
   std::uint64_t bad_lines = 0; // not a JSON object with a numeric _step
   std::string first_bad;       // what was wrong with the first of them
-  std::string problem;         // the file could not be read
+  Error problem;               // the file could not be read
 };
 
 /// A per-rank column (`key/rank-N`), as opposed to a plain or reduced key.

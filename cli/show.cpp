@@ -93,7 +93,7 @@ int terminal_width() {
   return 100;
 }
 
-std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
+Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
   ArgCursor c(words);
   std::string v;
   while (!c.done() && c.error().empty()) {
@@ -124,11 +124,11 @@ std::string parse(std::span<char* const> words, ShowArgs& a, bool& help) {
       c.next();
     }
   }
-  if (!c.error().empty()) return c.error();
-  if (a.runs.empty()) return "missing RUN: a run directory or a run id";
+  if (!c.error().empty()) return invalid(c.error());
+  if (a.runs.empty()) return invalid("missing RUN: a run directory or a run id");
   if (a.runs.size() > max_overlay)
-    return std::to_string(a.runs.size()) + " runs: one chart tells at most " + std::to_string(max_overlay) +
-           " apart (a marker each); give fewer";
+    return invalid(std::to_string(a.runs.size()) + " runs: one chart tells at most " + std::to_string(max_overlay) +
+           " apart (a marker each); give fewer");
   return {};
 }
 
@@ -155,11 +155,10 @@ std::string json_section(const std::string& title, const std::string& path, int 
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return {};
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
   simdjson::dom::object obj;
-  if (std::string problem = load_json_file(path, parser, doc); !problem.empty())
-    return title + "\n  unreadable: " + problem + "\n\n";
-  if (doc.get(obj) != simdjson::SUCCESS) return title + "\n  unreadable: " + path + " is not a JSON object\n\n";
+  const Result<simdjson::dom::element> doc = load_json_file(path, parser);
+  if (!doc) return title + "\n  unreadable: " + doc.error().message() + "\n\n";
+  if (doc->get(obj) != simdjson::SUCCESS) return title + "\n  unreadable: " + path + " is not a JSON object\n\n";
   Table t;
   std::size_t n = 0, shown = 0;
   for (auto [key, value] : obj) {
@@ -253,7 +252,7 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
   const History h = read_history(path, metric_filter(a.metrics));
-  if (!h.problem.empty()) return "history\n  unreadable: " + h.problem + "\n";
+  if (h.problem) return "history\n  unreadable: " + h.problem.message() + "\n";
   std::string out = "history (" + std::to_string(h.rows) + (h.rows == 1 ? " row, " : " rows, ") +
                     std::to_string(h.series.size()) + (h.series.size() == 1 ? " key" : " keys") + ")\n";
   if (h.bad_lines > 0)
@@ -299,49 +298,54 @@ int show_group(const std::string& dir, const ShowArgs& a) {
   return exit_ok;
 }
 
-/// A name under `root` that is a group's and no run's (exactly): the group's directory.
-std::string group_named(const std::string& name, const std::string& root, std::string& problem) {
-  if (name.find('/') != std::string::npos) return {};
+/// A name under `root` that is a group's and no run's (exactly): the group's
+/// directory; "" where it names no group.
+Result<std::string> group_named(const std::string& name, const std::string& root) {
+  if (name.find('/') != std::string::npos) return std::string();
   const std::vector<std::string> groups = find_group_by_name(root, name);
-  if (groups.empty()) return {};
+  if (groups.empty()) return std::string();
   for (const std::string& d : find_run_by_id(root, name))
-    if (fs::path(d).filename() == name) return {};
+    if (fs::path(d).filename() == name) return std::string();
   if (groups.size() == 1) return groups.front();
-  problem = "'" + name + "' names " + std::to_string(groups.size()) + " groups; pass one's directory:";
-  for (const std::string& g : groups) problem += "\n  " + g;
-  return {};
+  std::string list = "'" + name + "' names " + std::to_string(groups.size()) + " groups; pass one's directory:";
+  for (const std::string& g : groups) list += "\n  " + g;
+  return invalid(std::move(list));
 }
 
-/// Where `arg` leads: a run's directory (`run`), or a group's (`group`):
-/// a run.json, a run or group directory, or a group's name or a run id
-/// under --dir. Returns the problem, or "".
-std::string locate(const std::string& arg, const ShowArgs& a, std::string& run, std::string& group) {
+/// Where a name leads: a run's directory, or a group's.
+struct Located {
+  std::string run, group;
+};
+
+/// Where `arg` leads: a run.json, a run or group directory, or a group's
+/// name or a run id under --dir.
+Result<Located> locate(const std::string& arg, const ShowArgs& a) {
   std::error_code ec;
-  if (fs::is_regular_file(arg, ec) && fs::path(arg).filename() == "run.json") {
-    run = fs::path(arg).parent_path().string();
-    return {};
-  }
+  if (fs::is_regular_file(arg, ec) && fs::path(arg).filename() == "run.json")
+    return Located{.run = fs::path(arg).parent_path().string(), .group = {}};
   if (fs::is_directory(arg, ec)) {
-    if (is_run_dir(arg)) run = arg;
-    else if (is_group_dir(arg)) group = arg;
-    else return arg + " is not a run directory (no run.json, no wal): pass a run's directory or id";
-    return {};
+    if (is_run_dir(arg)) return Located{.run = arg, .group = {}};
+    if (is_group_dir(arg)) return Located{.run = {}, .group = arg};
+    return invalid(arg + " is not a run directory (no run.json, no wal): pass a run's directory or id");
   }
   const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
-  std::string problem;
-  if (group = group_named(arg, root, problem); !group.empty() || !problem.empty()) return problem;
-  return locate_run(arg, root, run);
+  Result<std::string> group = group_named(arg, root);
+  if (!group) return group.error();
+  if (!group->empty()) return Located{.run = {}, .group = std::move(*group)};
+  Result<std::string> run = locate_run(arg, root);
+  if (!run) return run.error();
+  return Located{.run = std::move(*run), .group = {}};
 }
 
 /// The run at `dir`, or why it cannot be shown.
-std::string read_readable(const std::string& dir, RunInfo& r) {
-  r = read_run(dir);
-  if (r.readable()) return {};
-  std::string msg = "cannot read the run at " + dir + ": " + r.problem;
+Result<RunInfo> read_readable(const std::string& dir) {
+  RunInfo r = read_run(dir);
+  if (r.readable()) return r;
+  std::string msg = "cannot read the run at " + dir + ": " + r.problem.message();
   std::error_code ec;
   if (fs::exists(dir + "/wal", ec) && msg.find("recover") == std::string::npos)
     msg += ". If its host crashed, 'chorus recover " + dir + "' rebuilds its files from the WAL";
-  return msg;
+  return Error(r.problem.code(), std::move(msg));
 }
 
 /// How a run is named in an overlay's legend: its name and id, or its id.
@@ -372,7 +376,7 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
   for (const RunInfo& r : runs) histories.push_back(read_history(r.dir + "/history.jsonl", metric_filter(a.metrics)));
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const History& h = histories[i];
-    if (!h.problem.empty()) out += clip("  " + runs[i].id + ": unreadable: " + h.problem, width) + "\n";
+    if (h.problem) out += clip("  " + runs[i].id + ": unreadable: " + h.problem.message(), width) + "\n";
     for (const Series& s : h.series) {
       auto [it, fresh] = by_key.try_emplace(s.key(), runs.size(), nullptr);
       if (fresh) keys.push_back(s.key());
@@ -397,19 +401,21 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
 int show_main(std::span<char* const> words) {
   ShowArgs a;
   bool help = false;
-  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("show", problem);
+  if (Error e = parse(words, a, help)) return usage_error("show", e.message());
   if (help) return print_help(show_command);
   const int width = a.width > 0 ? a.width : terminal_width();
   std::vector<RunInfo> runs;
   for (const std::string& arg : a.runs) {
-    std::string dir, group;
-    if (std::string problem = locate(arg, a, dir, group); !problem.empty()) return failure("show", problem);
-    if (!group.empty()) {
-      if (a.runs.size() == 1) return show_group(group, a);
+    const Result<Located> found = locate(arg, a);
+    if (!found) return failure("show", found.error().message());
+    if (!found->group.empty()) {
+      if (a.runs.size() == 1) return show_group(found->group, a);
       return failure("show", "'" + arg + "' is a group, not a run: show it alone (its runs side by side), or name "
                              "its runs to chart them over the others");
     }
-    if (std::string problem = read_readable(dir, runs.emplace_back()); !problem.empty()) return failure("show", problem);
+    Result<RunInfo> run = read_readable(found->run);
+    if (!run) return failure("show", run.error().message());
+    runs.push_back(std::move(*run));
   }
   if (runs.size() > 1) {
     std::fputs(overlay(runs, a, width).c_str(), stdout);

@@ -42,9 +42,9 @@ Object load_object(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (!load_json_file(path, parser, doc).empty()) return {};
-  return object_of(doc);
+  const Result<simdjson::dom::element> doc = load_json_file(path, parser);
+  if (!doc) return {};
+  return object_of(*doc);
 }
 
 Object parse_object(const std::string& text) {
@@ -146,7 +146,7 @@ std::string identity(const GroupInfo& g) {
     row("state", m->state);
     if (!m->exit_codes.empty()) row("exit codes", exit_codes_cell(m->exit_codes));
   } else {
-    row("group.json", g.problem.empty() ? "none: the runs under the directory are shown" : "unreadable: " + g.problem);
+    row("group.json", !g.problem ? "none: the runs under the directory are shown" : "unreadable: " + g.problem.message());
   }
   return "group " + (m ? m->group : g.name) + "\n" + t.render("  ") + "\n";
 }
@@ -178,7 +178,7 @@ std::string members_section(const GroupInfo& g, int width) {
            gm ? std::to_string(gm->node) : "-", ranks.empty() ? "-" : ranks, last < 0 ? "-" : std::to_string(last),
            rows, exit_codes_cell(v.exit_codes(m)), duration ? format_duration(*duration) : "-"});
     if (gm && !gm->message.empty() && v.state() != "finished") notes += "  " + v.label + ": " + gm->message + "\n";
-    if (!r && v.run) notes += "  " + v.label + ": run.json unreadable: " + v.run->problem + "\n";
+    if (!r && v.run) notes += "  " + v.label + ": run.json unreadable: " + v.run->problem.message() + "\n";
   }
   std::string out = "members (" + std::to_string(g.members.size()) + ")\n";
   for (const std::string& line : split_lines(t.render("  "))) out += clip(line, width) + "\n";

@@ -75,7 +75,7 @@ struct SyncArgs {
   bool status = false;
 };
 
-std::string parse(std::span<char* const> words, SyncArgs& a, bool& help) {
+Error parse(std::span<char* const> words, SyncArgs& a, bool& help) {
   ArgCursor c(words);
   while (!c.done() && c.error().empty()) {
     std::string v;
@@ -100,20 +100,21 @@ std::string parse(std::span<char* const> words, SyncArgs& a, bool& help) {
       c.fail("one run or group at a time (also got '" + std::string(c.peek()) + "')");
     }
   }
-  if (!c.error().empty()) return c.error();
-  if (!a.status && a.target.empty()) return "which run or group? (chorus sync RUN|GROUP --to URL)";
-  if (!a.status && a.url.empty()) return "where to? (--to " + detail::upload_url_forms(false) + ")";
+  if (!c.error().empty()) return invalid(c.error());
+  if (!a.status && a.target.empty()) return invalid("which run or group? (chorus sync RUN|GROUP --to URL)");
+  if (!a.status && a.url.empty()) return invalid("where to? (--to " + detail::upload_url_forms(false) + ")");
   return {};
 }
 
 /// The run directories `arg` names: a run, a group (its runs), a root (all
 /// runs below), or a run id under `root`.
-std::string runs_named(const std::string& arg, const std::string& root, std::vector<std::string>& out) {
+Result<std::vector<std::string>> runs_named(const std::string& arg, const std::string& root) {
+  std::vector<std::string> out;
   std::error_code ec;
   if (fs::is_directory(arg, ec)) {
     if (is_run_dir(arg)) {
       out.push_back(arg);
-      return {};
+      return out;
     }
     for (const RunGroup& g : find_runs(arg)) out.insert(out.end(), g.run_dirs.begin(), g.run_dirs.end());
     // A group directory: its runs sit right below it.
@@ -122,13 +123,13 @@ std::string runs_named(const std::string& arg, const std::string& root, std::vec
           std::find(out.begin(), out.end(), e.path().string()) == out.end())
         out.push_back(e.path().string());
     std::sort(out.begin(), out.end());
-    if (out.empty()) return arg + " holds no runs (no run.json or wal below it)";
-    return {};
+    if (out.empty()) return invalid(arg + " holds no runs (no run.json or wal below it)");
+    return out;
   }
-  std::string dir;
-  if (std::string problem = locate_run(arg, root, dir); !problem.empty()) return problem;
-  out.push_back(dir);
-  return {};
+  Result<std::string> dir = locate_run(arg, root);
+  if (!dir) return dir.error();
+  out.push_back(std::move(*dir));
+  return out;
 }
 
 std::string count(std::uint64_t n) {
@@ -221,9 +222,9 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
 
 int status(const SyncArgs& a) {
   const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
-  std::vector<std::string> runs;
-  if (std::string problem = runs_named(a.target.empty() ? root : a.target, root, runs); !problem.empty())
-    return failure("sync", problem);
+  const Result<std::vector<std::string>> named = runs_named(a.target.empty() ? root : a.target, root);
+  if (!named) return failure("sync", named.error().message());
+  const std::vector<std::string>& runs = *named;
   Table t;
   t.add({"RUN", "TARGET", "STATE", "SENT", "LEFT", "REMOTE", "PROBLEM"});
   for (const std::string& dir : runs) {
@@ -260,14 +261,15 @@ int status(const SyncArgs& a) {
 int sync_main(std::span<char* const> words) {
   SyncArgs a;
   bool help = false;
-  if (std::string problem = parse(words, a, help); !problem.empty()) return usage_error("sync", problem);
+  if (Error e = parse(words, a, help)) return usage_error("sync", e.message());
   if (help) return print_help(sync_command);
   if (a.status) return status(a);
   auto target = io::UploadTarget::parse(a.url);
   if (!target) return usage_error("sync", target.error().message());
   const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
-  std::vector<std::string> runs;
-  if (std::string problem = runs_named(a.target, root, runs); !problem.empty()) return failure("sync", problem);
+  const Result<std::vector<std::string>> named = runs_named(a.target, root);
+  if (!named) return failure("sync", named.error().message());
+  const std::vector<std::string>& runs = *named;
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   const bool tty = ::isatty(STDERR_FILENO) != 0;

@@ -269,7 +269,7 @@ std::string system_section(const RunInfo& r, int width, bool ascii) {
   JsonLines lines;
   if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
     lines = read_json_lines(path, [&](const simdjson::dom::object& line) { return m.take(line); });
-    if (!lines.problem.empty()) return "system\n  unreadable: " + lines.problem + "\n\n";
+    if (lines.problem) return "system\n  unreadable: " + lines.problem.message() + "\n\n";
   }
   std::string out;
   const std::string skipped = skipped_lines(lines);
