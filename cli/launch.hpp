@@ -2,6 +2,8 @@
 // rank gets from it.
 #pragma once
 
+#include "runtime/core/result.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -2,7 +2,7 @@
 // recover` and for `chorus launch` after a signal stopped a run's host.
 #pragma once
 
-#include <chorus/chorus.hpp>
+#include "runtime/core/result.hpp"
 
 #include <cstdint>
 #include <string>
