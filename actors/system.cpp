@@ -480,8 +480,10 @@ private:
     // the handshake (actors/keepalive.hpp), and its middleman actor makes any
     // later connect to that address wait on the lost one. An attempt is
     // bounded, and after one went unanswered the next goes through a
-    // middleman actor of its own.
-    auto attempt_limit = std::chrono::milliseconds(3000);
+    // middleman actor of its own. It gets at least the time the host gives a
+    // handshake (connection_timeout), so that a slow one (TLS on a loaded
+    // machine) is not cut short only to start again.
+    auto attempt_limit = std::max(std::chrono::milliseconds(3000), connection_timeout_);
     caf::io::middleman_actor via = connector(link);
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
@@ -493,7 +495,8 @@ private:
       if (!probe) {
         caf::scoped_actor self{sys_};
         bool ok = false, unanswered = false, foreign = false;
-        self->request(via, std::min(left, attempt_limit), caf::connect_atom::value, address, port)
+        const auto waited = std::min(left, attempt_limit);
+        self->request(via, waited, caf::connect_atom::value, address, port)
             .receive(
                 [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>& ifs) {
                   if (!ptr) {
@@ -509,14 +512,14 @@ private:
                 },
                 [&](caf::error& e) {
                   unanswered = e == caf::sec::request_timeout;
-                  why = unanswered ? "the handshake went unanswered for " + std::to_string(attempt_limit.count()) + " ms"
+                  why = unanswered ? "the handshake went unanswered for " + std::to_string(waited.count()) + " ms"
                                    : sys_.render(e);
                 });
         if (ok) return {};
         if (foreign) return failed(why);
         if (unanswered) {
           via = fresh_connector(link);
-          attempt_limit = std::min(attempt_limit * 2, std::chrono::milliseconds(12000));
+          attempt_limit = std::min(attempt_limit * 2, std::max(std::chrono::milliseconds(12000), connection_timeout_));
         }
       }
       if (gone)
