@@ -80,7 +80,9 @@ Result run_once(bool writers) {
       names.reserve(values.size() * keys); // the metrics view these strings
       for (int p = first; p < last; ++p)
         for (int k = 0; k < keys; ++k) {
-          names.push_back("p" + std::to_string(p) + "_k" + std::to_string(k));
+          // Appended to a fresh string: GCC 12's -Wrestrict misfires on "p" + std::string in Release.
+          std::string& name = names.emplace_back("p");
+          name.append(std::to_string(p)).append("_k").append(std::to_string(k));
           values[p - first][k].key = names.back();
         }
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();

@@ -89,7 +89,10 @@ Sent MlflowBackend::create_run(const RunSnapshot& run, const std::string& experi
   tag("chorus.host", run.host);
   tag("chorus.job_type", run.job_type);
   for (std::string_view kind : {"rank", "node"}) {
-    const std::string marker = "-" + std::string(kind) + "-";
+    // Built by appending to a fresh string: GCC 12's -Wrestrict misfires on
+    // "literal" + std::string in a Release build.
+    std::string marker("-");
+    marker.append(kind).append("-");
     const std::size_t at = run.name.rfind(marker);
     if (at != std::string::npos && at + marker.size() < run.name.size() &&
         run.name.find_first_not_of("0123456789", at + marker.size()) == std::string::npos)
