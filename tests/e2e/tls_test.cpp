@@ -219,6 +219,16 @@ struct Intruders {
   bool written_closed = false;
 };
 
+/// A connection timeout of 3 s (times the sanitizer's slowdown), the
+/// deadline for an accepted connection to prove itself.
+std::string slow_deadline_env() {
+  return " CHORUS_HEARTBEAT_INTERVAL=0.5 CHORUS_CONNECTION_TIMEOUT=" + std::to_string(3 * sanitizer_slowdown);
+}
+
+/// A job that outlasts that deadline by four times: 60 steps of 200 ms each
+/// (times the slowdown).
+std::string long_job_args() { return "--steps 60 --step-us " + std::to_string(200000 * sanitizer_slowdown); }
+
 Intruders intrude(int port, int silent, const std::string& first_bytes, std::future<std::pair<Output, Output>>& job) {
   Intruders out;
   std::vector<int> fds;
@@ -248,12 +258,14 @@ Intruders intrude(int port, int silent, const std::string& first_bytes, std::fut
 BOOST_AUTO_TEST_CASE(connections_that_never_finish_the_tls_handshake_are_closed) {
   // 30 connections to the TLS port that say nothing, and one that sends a
   // TLS client hello's first bytes and stops: each is closed once the
-  // connection timeout (2 s) passes, while the job (about 12 s) goes on
-  // whole. Before, they stayed open until the host exited.
+  // connection timeout (3 s) passes, while the job (about 12 s) goes on
+  // whole. Before, they stayed open until the host exited. Under a
+  // sanitizer both grow: the job's own ranks must finish their handshakes
+  // within the same deadline on a loaded machine.
   TempDir dir;
-  const std::string env = certs(dir.path / "creds") + " CHORUS_HEARTBEAT_INTERVAL=0.5 CHORUS_CONNECTION_TIMEOUT=2";
+  const std::string env = certs(dir.path / "creds") + slow_deadline_env();
   constexpr int salt = 61;
-  auto job = std::async(std::launch::async, [&] { return two_nodes(dir, salt, env, env, "--steps 60 --step-us 200000", 10); });
+  auto job = std::async(std::launch::async, [&] { return two_nodes(dir, salt, env, env, long_job_args(), 10); });
   const std::string hello_start("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
   const Intruders got = intrude(test_port(salt) + 1, 30, hello_start, job);
   auto [n0, n1] = job.get();
@@ -267,9 +279,9 @@ BOOST_AUTO_TEST_CASE(a_header_claiming_4_gib_cuts_its_link_and_nothing_else) {
   // whose payload_len would have CAF allocate 4 GiB: the link is cut at the
   // header, the host says so, and the run is whole.
   TempDir dir;
-  const std::string env = "CHORUS_INSECURE=1 CHORUS_HEARTBEAT_INTERVAL=0.5 CHORUS_CONNECTION_TIMEOUT=2";
+  const std::string env = "CHORUS_INSECURE=1" + slow_deadline_env();
   constexpr int salt = 62;
-  auto job = std::async(std::launch::async, [&] { return two_nodes(dir, salt, env, env, "--steps 60 --step-us 200000", 10); });
+  auto job = std::async(std::launch::async, [&] { return two_nodes(dir, salt, env, env, long_job_args(), 10); });
   std::string header(32, '\0');
   header[4] = header[5] = header[6] = '\xff';
   header[7] = '\xf0';
