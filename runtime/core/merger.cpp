@@ -1,5 +1,6 @@
 #include "runtime/core/merger.hpp"
 
+#include "runtime/core/merger_keys.hpp"
 #include "runtime/core/merger_rows.hpp"
 #include "runtime/core/merger_streams.hpp"
 
@@ -14,6 +15,8 @@
 
 namespace chorus::detail {
 
+using namespace merging;
+
 namespace {
 
 constexpr std::int64_t no_step = -1;
@@ -22,24 +25,6 @@ constexpr std::int64_t past_all = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t max_step = past_all - 1;
 // Bounds on what one frame may make the Merger allocate.
 constexpr std::uint32_t max_world = 1u << 16;
-constexpr std::uint32_t max_local_key = 1u << 22;
-constexpr std::uint32_t no_key = std::numeric_limits<std::uint32_t>::max();
-constexpr std::uint32_t key_in_frame = no_key - 1; // defined earlier in the frame being checked
-// A rank's seqs count the slots of its queue: one event moves them by its
-// values (at most 65535 a call) or by one. A bigger jump is not a frame its
-// RankProxy wrote, and would complete tickets not yet sent.
-constexpr std::uint64_t max_seq_advance = 1u << 17;
-
-/// A rank's id for a key, and where that rank's value of it sits in the
-/// pending row it last logged it at (so a repeat replaces, not appends).
-struct LocalKey {
-  std::uint32_t gid = no_key;
-  std::uint32_t canon = 0; // the local id owning the replace slot (two ids may name one key)
-  std::uint32_t entry = 0; // its value's index in the row at `step` (while a frame is checked: its name's)
-  std::int64_t step = no_step;
-  std::int64_t top = no_step; // the highest step it was logged at: below it, a row may hold it already
-};
-
 struct Rank {
   RunState state = RunState::running;
   bool joined = false;
@@ -118,12 +103,7 @@ struct Merger::State {
   std::string committed_by;                  // what the last barrier release committed
   Watermark watermark;
 
-  // Keys: global ids in order of first sight; rows name them through these.
-  std::deque<std::string> names; // a deque, so the views in gid_of stay valid
-  std::unordered_map<std::string_view, std::uint32_t> gid_of;
-  std::vector<Reduce> reduction;
-  std::vector<std::uint32_t> order, by_order; // name order, rebuilt lazily
-  bool order_stale = false;
+  RunKeys names; // the run's keys: global ids in order of first sight
 
   PendingRows pending;
   EntrySorter sorter;
@@ -133,86 +113,19 @@ struct Merger::State {
 
   // Scratch, kept to spare allocations.
   Row out;
-  std::vector<std::uint32_t> fresh_ids;
-  std::vector<std::string_view> fresh_names;
+  FrameCheck frame_check;
   std::vector<std::pair<std::string_view, double>> refused;
 
   // ---- keys ---------------------------------------------------------------
 
-  std::uint32_t intern(std::string_view name) {
-    if (auto it = gid_of.find(name); it != gid_of.end()) return it->second;
-    const auto gid = static_cast<std::uint32_t>(names.size());
-    names.emplace_back(name);
-    gid_of.emplace(names.back(), gid);
-    reduction.push_back(Reduce::none);
-    order_stale = true;
-    return gid;
-  }
-
-  /// Checks that every key a frame uses is defined before its use, and
-  /// consistently, and that its seqs go up as a RankProxy numbers them; new
-  /// ids are marked, and unmarked again on failure.
   bool check_keys(Rank& r, std::span<const char> body) {
-    fresh_ids.clear();
-    fresh_names.clear();
-    auto known = [&r](std::uint32_t id) { return id < r.keys.size() && r.keys[id].gid != no_key; };
-    bool ok = true;
-    std::uint64_t seq = r.seq;
-    wire::EventReader in(body);
-    wire::RankEvent ev;
-    while (ok && in.next(ev)) {
-      const std::uint64_t next = std::visit(
-          [seq](const auto& e) -> std::uint64_t {
-            if constexpr (requires { e.seq; }) return e.seq;
-            return seq + 1; // a key definition carries none
-          },
-          ev);
-      if (next <= seq || next - seq > max_seq_advance) {
-        ok = false;
-        break;
-      }
-      if (!std::holds_alternative<wire::KeyDef>(ev)) seq = next;
-      if (const auto* k = std::get_if<wire::KeyDef>(&ev)) {
-        if (k->id >= max_local_key) {
-          ok = false;
-          break;
-        }
-        if (k->id >= r.keys.size())
-          r.keys.resize(std::min<std::size_t>(std::max<std::size_t>(k->id + 1, r.keys.size() * 2), max_local_key));
-        LocalKey& lk = r.keys[k->id];
-        if (lk.gid == no_key) {
-          lk.gid = key_in_frame;
-          lk.entry = static_cast<std::uint32_t>(fresh_names.size());
-          fresh_names.push_back(k->name);
-          fresh_ids.push_back(k->id);
-        } else if (lk.gid == key_in_frame) {
-          ok = fresh_names[lk.entry] == k->name;
-        } else {
-          ok = names[lk.gid] == k->name;
-        }
-      } else if (const auto* v = std::get_if<wire::Values>(&ev)) {
-        ok = r.streams.named(v->stream);
-        for (std::uint32_t i = 0; ok && i < v->n; ++i) ok = known(v->key(i));
-      } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
-        ok = r.streams.name(*st);
-      } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
-        ok = known(d->key);
-      } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
-        ok = known(b->name_key);
-      }
-    }
-    r.streams.checked(ok);
-    if (!ok)
-      for (std::uint32_t id : fresh_ids) r.keys[id].gid = no_key;
-    else
-      r.seq = seq;
-    return ok;
+    return frame_check.run(body, r.keys, r.streams, r.seq, names);
   }
 
   void define_key(Rank& r, const wire::KeyDef& k) {
     LocalKey& lk = r.keys[k.id];
     if (lk.gid != key_in_frame) return; // known already
-    lk.gid = intern(k.name);
+    lk.gid = names.intern(k.name);
     lk.step = no_step;
     lk.top = no_step;
     lk.canon = r.canon_of.try_emplace(lk.gid, k.id).first->second;
@@ -276,7 +189,7 @@ struct Merger::State {
     if (const auto* v = std::get_if<wire::Values>(&ev)) {
       log_values(rank, *v);
     } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
-      reduction[r.keys[d->key].gid] = d->reduce;
+      names.reduction(r.keys[d->key].gid) = d->reduce;
       sink.completed(rank, d->seq, nullptr);
     } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
       reach_barrier(rank, *b);
@@ -503,15 +416,7 @@ struct Merger::State {
   }
 
   void commit(PendingRow& p) {
-    if (order_stale) {
-      by_order.resize(names.size());
-      std::iota(by_order.begin(), by_order.end(), 0u);
-      std::sort(by_order.begin(), by_order.end(),
-                [this](std::uint32_t a, std::uint32_t b) { return names[a] < names[b]; });
-      order.resize(names.size());
-      for (std::uint32_t i = 0; i < by_order.size(); ++i) order[by_order[i]] = i;
-      order_stale = false;
-    }
+    const std::vector<std::uint32_t>& order = names.order();
     for (Entry& e : p.entries) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
     sorter.sort(p.entries, ranks.size(), names.size(), p.repeats);
     if (p.repeats) keep_last(p.entries);
@@ -532,8 +437,8 @@ struct Merger::State {
       const auto place_in_order = static_cast<std::uint32_t>(e[i].sort >> 32);
       std::size_t j = i + 1;
       while (j < n && (e[j].sort >> 32) == place_in_order) ++j;
-      const std::uint32_t gid = by_order[place_in_order];
-      const Reduce how = reduction[gid];
+      const std::uint32_t gid = names.by_order()[place_in_order];
+      const Reduce how = names.reduction(gid);
       if (how != Reduce::none) {
         out.values.push_back({gid, -1, reduce_values(how, e + i, j - i), static_cast<std::uint32_t>(j - i)});
       } else {
