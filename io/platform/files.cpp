@@ -12,7 +12,7 @@ namespace chorus::io {
 
 using detail::os_error;
 
-Error make_dirs(const std::string& path) {
+Error make_dirs(const std::string& path, std::string_view elsewhere) {
   if (path.empty())
     return Error{Errc::invalid_argument, "make_dirs: the directory path is empty. Set CHORUS_DIR or Options::dir."};
   // Each prefix that ends a component, shortest first.
@@ -23,14 +23,14 @@ Error make_dirs(const std::string& path) {
     if (part.empty() || part.back() == '/') continue; // "//" or the root
     if (::mkdir(part.c_str(), 0700) == 0) {
       // mkdir's mode passes through the umask; the run dir promises 0700.
-      if (::chmod(part.c_str(), 0700) != 0) return os_error("chmod 0700", part, errno);
+      if (::chmod(part.c_str(), 0700) != 0) return os_error("chmod 0700", part, errno, elsewhere);
       continue;
     }
     const int e = errno;
-    if (e != EEXIST) return os_error("mkdir", part, e);
+    if (e != EEXIST) return os_error("mkdir", part, e, elsewhere);
     struct stat st {};
-    if (::stat(part.c_str(), &st) != 0) return os_error("stat", part, errno);
-    if (!S_ISDIR(st.st_mode)) return os_error("mkdir", part, ENOTDIR);
+    if (::stat(part.c_str(), &st) != 0) return os_error("stat", part, errno, elsewhere);
+    if (!S_ISDIR(st.st_mode)) return os_error("mkdir", part, ENOTDIR, elsewhere);
   }
   return {};
 }

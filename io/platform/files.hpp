@@ -13,8 +13,10 @@
 namespace chorus::io {
 
 /// mkdir -p: creates `path` and its missing parents with mode 0700 (what
-/// exists already is left as it is).
-[[nodiscard]] Error make_dirs(const std::string& path);
+/// exists already is left as it is). `elsewhere`: how the fix of an error
+/// says to write somewhere else.
+[[nodiscard]] Error make_dirs(const std::string& path,
+                              std::string_view elsewhere = "point CHORUS_DIR at another filesystem");
 
 /// Replaces `path` with `content` (mode 0600) so that a reader, or a crash,
 /// sees the old file or the new one and never a mix: a temporary file in the

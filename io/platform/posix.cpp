@@ -25,27 +25,33 @@ bool connected_to_itself(int fd) {
   return mine_len == peer_len && std::memcmp(&mine, &peer, mine_len) == 0;
 }
 
-std::string_view fix_for(int errnum) {
+// The fix for errnum; `elsewhere` is how to write somewhere else instead.
+std::string fix_for(int errnum, std::string_view elsewhere) {
+  std::string fix;
+  auto or_elsewhere = [&](std::string_view first) {
+    fix.append(first).append(", or ").append(elsewhere).append(".");
+  };
   switch (errnum) {
   case ENOSPC:
-  case EDQUOT:
-    return "Free disk space, or point CHORUS_DIR at a filesystem with room.";
+  case EDQUOT: or_elsewhere("Free disk space"); break;
+  case EFBIG:
+    or_elsewhere("The file passed the largest size this process may write (ulimit -f) or the filesystem allows: "
+                 "raise the limit");
+    break;
   case EACCES:
-  case EPERM:
-    return "Check the owner and permissions of the run directory, or point CHORUS_DIR at a writable one.";
-  case EROFS:
-    return "The filesystem is read-only: point CHORUS_DIR at a writable one.";
+  case EPERM: or_elsewhere("Check the owner and permissions of the directory"); break;
+  case EROFS: fix.append("The filesystem is read-only: ").append(elsewhere).append("."); break;
   case ENOENT:
   case ENOTDIR:
-    return "Check that the path exists and that each part of it is a directory.";
+  case EEXIST:
+    or_elsewhere("Check that each part of the path is a directory (or missing, to be created)");
+    break;
   case EMFILE:
-  case ENFILE:
-    return "Too many open files: raise the limit (ulimit -n) or close files.";
-  case EIO:
-    return "The device reported an I/O error: check the disk and the kernel log.";
-  default:
-    return "Check that the run directory is on a healthy, writable local filesystem.";
+  case ENFILE: fix = "Too many open files: raise the limit (ulimit -n) or close files."; break;
+  case EIO: fix = "The device reported an I/O error: check the disk and the kernel log."; break;
+  default: or_elsewhere("Check that the directory is on a healthy, writable local filesystem");
   }
+  return fix;
 }
 
 // Why open_regular met ELOOP: the last part of `path` is a link (one that
@@ -86,11 +92,11 @@ Result<int> keep_if_regular(int fd, const std::string& path) {
 
 } // namespace
 
-Error os_error(std::string_view what, std::string_view path, int errnum) {
+Error os_error(std::string_view what, std::string_view path, int errnum, std::string_view elsewhere) {
   std::string m;
   m.reserve(what.size() + path.size() + 128);
   m.append(what).append(" on ").append(path).append(": ").append(std::strerror(errnum)).append(". ");
-  m.append(fix_for(errnum));
+  m.append(fix_for(errnum, elsewhere));
   return Error{Errc::io_error, std::move(m)};
 }
 

@@ -14,8 +14,9 @@
 namespace chorus::io::detail {
 
 /// Errc::io_error "<what> on <path>: <strerror(errnum)>. <fix>", the fix
-/// chosen from errnum.
-[[nodiscard]] Error os_error(std::string_view what, std::string_view path, int errnum);
+/// chosen from errnum; `elsewhere` says how to write somewhere else instead.
+[[nodiscard]] Error os_error(std::string_view what, std::string_view path, int errnum,
+                             std::string_view elsewhere = "point CHORUS_DIR at another filesystem");
 
 /// open(2) with O_CLOEXEC, creating with mode 0600 whatever the umask, and
 /// putting an existing file's mode back to 0600. Like open_regular, it follows

@@ -1,0 +1,91 @@
+// A chorus run as TensorBoard runs: the event files of one run directory's
+// history, system metrics, config and summary, laid out so that
+// TensorBoard's run selector tells the ranks and nodes apart.
+//
+//   DIR/                  the run's own keys (plain and reduced), config and
+//                         summary as text
+//   DIR/rank-N/           its per-rank columns: `loss/rank-3` is tag `loss`
+//                         of run `DIR/rank-3`, so every rank's curve of a key
+//                         shares one chart; and rank N's system metrics
+//   DIR/node-N/           node N's system metrics
+//
+// History scalars carry their row's _step and _timestamp; system samples
+// have no step, so each series counts its samples (0, 1, ...) and carries
+// its sample's _timestamp (TensorBoard's "wall" and "relative" axes show
+// time). Values are TensorBoard's 32-bit floats (docs/TENSORBOARD.md).
+#pragma once
+
+#include "io/upload/tfevents.hpp"
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::io {
+
+/// Which keys to take; null takes every key.
+using KeyPicker = std::function<bool(std::string_view)>;
+
+class TensorBoardRun {
+public:
+  /// `dir`: where this run's event files go (made where missing).
+  explicit TensorBoardRun(std::string dir);
+  ~TensorBoardRun();
+  TensorBoardRun(const TensorBoardRun&) = delete;
+  TensorBoardRun& operator=(const TensorBoardRun&) = delete;
+
+  /// A history.jsonl row: each key `wanted` takes a scalar at the row's
+  /// _step and _timestamp. Keys starting with '_' are bookkeeping; a value
+  /// is a number or "NaN", "Infinity", "-Infinity". False where the row has
+  /// no _step (nothing is written).
+  bool history_row(const simdjson::dom::object& row, const KeyPicker& wanted);
+  /// A system.jsonl row: `KEY/node-N` goes to node-N/, `KEY/rank-N` to
+  /// rank-N/, each at its series' next sample.
+  void system_row(const simdjson::dom::object& row, const KeyPicker& wanted);
+  /// A text summary in the run's own files at step 0 (TensorBoard's text
+  /// plugin renders it as markdown).
+  void text(std::string_view tag, std::string_view markdown, double wall_time_s);
+
+  /// Writes what is buffered; the first problem since the last flush (a
+  /// directory that cannot be made, a full disk), naming the file.
+  [[nodiscard]] Error flush();
+  /// flush(), then every file is synced and closed.
+  [[nodiscard]] Error close();
+
+  [[nodiscard]] std::uint64_t scalars() const noexcept { return scalars_; }
+  /// The event files written, in the order they were opened.
+  [[nodiscard]] std::vector<std::string> files() const;
+
+private:
+  /// The writer of `sub` ("" for the run's own files), made at its first
+  /// event's wall time; null where it could not be made (see failed_).
+  TfEventsWriter* writer(std::string_view sub, double wall_time_s);
+  /// Each number of `row` that `wanted` takes, where `place(key)` says:
+  /// {subdirectory, tag, step}.
+  template <class Place>
+  void scalars_of(const simdjson::dom::object& row, const KeyPicker& wanted, double wall_time, const Place& place);
+
+  std::string dir_;
+  std::map<std::string, std::unique_ptr<TfEventsWriter>, std::less<>> writers_;
+  std::vector<std::string> opened_;
+  std::map<std::string, std::int64_t, std::less<>> samples_; // system series -> samples written
+  std::uint64_t scalars_ = 0;
+  Error failed_; // the first writer that could not be made since the last flush
+};
+
+/// A JSON object (config.json, summary.json) as a markdown table of its
+/// top-level keys and their values (compact JSON), for a text summary.
+[[nodiscard]] std::string markdown_table(const simdjson::dom::object& object);
+
+/// A history or system value as a number: a JSON number, or "NaN",
+/// "Infinity", "-Infinity"; nothing for anything else.
+[[nodiscard]] std::optional<double> metric_value(const simdjson::dom::element& value);
+
+} // namespace chorus::io

@@ -1,0 +1,333 @@
+#include "io/upload/tfevents.hpp"
+
+#include "io/platform/crc32c.hpp"
+#include "io/platform/files.hpp"
+#include "io/platform/posix.hpp"
+
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace chorus::io {
+
+std::uint32_t crc32c(std::span<const char> data, std::uint32_t crc) noexcept {
+  return crc32c(data.data(), data.size(), crc);
+}
+
+std::uint32_t masked_crc32c(std::span<const char> data) noexcept { return mask_crc32c(crc32c(data)); }
+
+namespace {
+
+// The protobuf wire format (protobuf.dev/programming-guides/encoding): a key
+// is (field number << 3) | wire type, then the value.
+enum Wire : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2, fixed32 = 5 };
+
+// tensorflow.DataType (tensorflow/core/framework/types.proto).
+constexpr std::uint64_t dt_string = 7;
+
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void put_key(std::string& out, std::uint32_t field, Wire wire) { put_varint(out, (std::uint64_t{field} << 3) | wire); }
+
+void put_le(std::string& out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+void put_double(std::string& out, std::uint32_t field, double v) {
+  put_key(out, field, fixed64);
+  put_le(out, std::bit_cast<std::uint64_t>(v), 8);
+}
+
+void put_float(std::string& out, std::uint32_t field, float v) {
+  put_key(out, field, fixed32);
+  put_le(out, std::bit_cast<std::uint32_t>(v), 4);
+}
+
+void put_uint(std::string& out, std::uint32_t field, std::uint64_t v) {
+  put_key(out, field, varint);
+  put_varint(out, v);
+}
+
+void put_bytes(std::string& out, std::uint32_t field, std::string_view bytes) {
+  put_key(out, field, length_delimited);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+
+// Field numbers, from tensorflow/core/util/event.proto and
+// tensorflow/core/framework/summary.proto, tensor.proto.
+namespace event {
+constexpr std::uint32_t wall_time = 1, step = 2, file_version = 3, summary = 5;
+}
+namespace summary {
+constexpr std::uint32_t value = 1;
+}
+namespace value {
+constexpr std::uint32_t tag = 1, simple_value = 2, tensor = 8, metadata = 9;
+}
+namespace metadata {
+constexpr std::uint32_t plugin_data = 1;
+}
+namespace plugin_data {
+constexpr std::uint32_t plugin_name = 1;
+}
+namespace tensor {
+constexpr std::uint32_t dtype = 1, tensor_shape = 2, string_val = 8;
+}
+
+
+constexpr std::string_view elsewhere = "write the events to another directory";
+
+Error file_error(std::string_view what, const std::string& path, int errnum) {
+  return detail::os_error(what, path, errnum, elsewhere);
+}
+
+// mkdir -p, each new directory 0700 whatever the umask.
+Error make_event_dir(const std::string& dir) {
+  if (dir.empty())
+    return Error{Errc::invalid_argument,
+                 "the directory for TensorBoard events is empty: name one (it is created if missing)"};
+  return make_dirs(dir, elsewhere);
+}
+
+// Writes all of `data`, retrying after EINTR and short writes; 0 or the errno.
+int write_fully(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data.remove_prefix(static_cast<std::size_t>(w));
+  }
+  return 0;
+}
+
+// The host name as a file name part: what is not a letter, digit, '.', '-'
+// or '_' becomes '_'.
+std::string host_part() {
+  std::string host = detail::this_host();
+  for (char& c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == '_';
+    if (!ok) c = '_';
+  }
+  return host.empty() ? std::string("localhost") : host;
+}
+
+std::atomic<std::uint64_t> writers{0};
+
+// A scalar as Summary.Value.simple_value holds it: a magnitude past the
+// largest float is infinity (said here rather than left to the conversion).
+float as_float(double v) {
+  constexpr double largest = std::numeric_limits<float>::max();
+  if (v > largest) return std::numeric_limits<float>::infinity();
+  if (v < -largest) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(v);
+}
+
+} // namespace
+
+Result<std::unique_ptr<TfEventsWriter>> TfEventsWriter::create(const std::string& dir, double wall_time_s) {
+  if (Error e = make_event_dir(dir)) return e;
+  const std::int64_t seconds = std::isfinite(wall_time_s) && wall_time_s >= 0 && wall_time_s < 9.2e18
+                                   ? static_cast<std::int64_t>(wall_time_s)
+                                   : detail::unix_now_us() / 1000000;
+  const std::string stem = (dir.back() == '/' ? dir : dir + "/") + "events.out.tfevents." + std::to_string(seconds) +
+                           "." + host_part() + "." + std::to_string(::getpid()) + ".";
+  // A new file, never one already there: a name taken (by a writer of
+  // another process that had this pid, say) moves on to the next n.
+  std::string path;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    path = stem + std::to_string(writers.fetch_add(1, std::memory_order_relaxed));
+    do {
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0 && errno != EEXIST) return file_error("creating the events file", path, errno);
+  }
+  if (fd < 0) return file_error("creating the events file", path, EEXIST);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && (st.st_mode & 07777) != 0600) (void)::fchmod(fd, 0600);
+
+  std::unique_ptr<TfEventsWriter> w(new TfEventsWriter(fd, path));
+  put_double(w->event_, event::wall_time, wall_time_s);
+  put_bytes(w->event_, event::file_version, "brain.Event:2");
+  w->add_record();
+  if (Error e = w->write_out()) {
+    w->buf_.clear(); // nothing for the destructor to try again
+    w.reset();
+    ::unlink(path.c_str());
+    return e;
+  }
+  return w;
+}
+
+TfEventsWriter::~TfEventsWriter() {
+  if (closed_) return;
+  (void)write_out();
+  detail::close_fd(fd_);
+}
+
+bool TfEventsWriter::take(std::string_view tag, std::int64_t step) {
+  if (closed_) {
+    ++after_close_;
+    return false;
+  }
+  if (step < 0) {
+    if (negative_steps_++ == 0) first_negative_ = "'" + std::string(tag) + "' at step " + std::to_string(step);
+    return false;
+  }
+  return true;
+}
+
+void TfEventsWriter::scalar(std::string_view tag, std::int64_t step, double wall_time_s, double value) {
+  if (!take(tag, step)) return;
+  // Summary.Value{tag, simple_value}, inside Summary.value, inside Event.summary.
+  std::string val;
+  put_bytes(val, value::tag, tag);
+  put_float(val, value::simple_value, as_float(value));
+  add_summary(val, step, wall_time_s);
+}
+
+void TfEventsWriter::text(std::string_view tag, std::int64_t step, double wall_time_s, std::string_view text) {
+  if (!take(tag, step)) return;
+  // SummaryMetadata{plugin_data{plugin_name "text"}}: the text plugin's
+  // content is TextPluginData{version 0}, which serializes to no bytes.
+  std::string plugin;
+  put_bytes(plugin, plugin_data::plugin_name, "text");
+  std::string meta;
+  put_bytes(meta, metadata::plugin_data, plugin);
+  // TensorProto{dtype DT_STRING, tensor_shape {} (a scalar), string_val text}.
+  std::string tens;
+  put_uint(tens, tensor::dtype, dt_string);
+  put_bytes(tens, tensor::tensor_shape, {});
+  put_bytes(tens, tensor::string_val, text);
+
+  std::string val;
+  put_bytes(val, value::tag, tag);
+  put_bytes(val, value::tensor, tens);
+  put_bytes(val, value::metadata, meta);
+  add_summary(val, step, wall_time_s);
+}
+
+void TfEventsWriter::add_summary(std::string_view value, std::int64_t step, double wall_time_s) {
+  // Event{wall_time, step, summary: Summary{value}}.
+  scratch_.clear();
+  put_bytes(scratch_, summary::value, value);
+  event_.clear();
+  put_double(event_, event::wall_time, wall_time_s);
+  put_uint(event_, event::step, static_cast<std::uint64_t>(step));
+  put_bytes(event_, event::summary, scratch_);
+  add_record();
+}
+
+void TfEventsWriter::add_record() {
+  std::string header;
+  put_le(header, event_.size(), 8);
+  put_le(header, masked_crc32c(header), 4);
+  buf_.append(header);
+  buf_.append(event_);
+  put_le(buf_, masked_crc32c(event_), 4);
+  ++buffered_records_;
+  if (buf_.size() < write_at_) return;
+  Error e = write_out();
+  if (!e) return;
+  if (!failed_) failed_ = std::move(e);
+  if (buf_.size() >= pending_limit) {
+    dropped_ += buffered_records_;
+    std::string().swap(buf_);
+    buffered_records_ = 0;
+    write_at_ = buffer_limit;
+  } else {
+    // The next try once another buffer_limit has gathered, not at every record.
+    write_at_ = buf_.size() + buffer_limit;
+  }
+}
+
+Error TfEventsWriter::write_out() {
+  if (buf_.empty()) return {};
+  const int e = write_fully(fd_, buf_);
+  if (e == 0) {
+    written_ += buf_.size();
+    buf_.clear();
+    buffered_records_ = 0;
+    write_at_ = buffer_limit;
+    return {};
+  }
+  Error err = file_error("writing TensorBoard events", path_, e);
+  // Part of the buffer may have gone out: cut the file back to its last
+  // whole record (O_APPEND puts the next write there).
+  if (::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+    const int t = errno;
+    err = Error{Errc::io_error, err.message() + " Cutting the file back to its last whole record failed too (" +
+                                    std::strerror(t) + "): TensorBoard reads up to the partial record at its end"};
+  }
+  return err;
+}
+
+Error TfEventsWriter::left_out() {
+  std::string message;
+  Errc code = Errc::ok;
+  auto add = [&](Errc c, const std::string& m) {
+    if (code == Errc::ok) code = c;
+    message += message.empty() ? m : " Also: " + m;
+  };
+  if (dropped_ != 0)
+    add(Errc::io_error, std::to_string(dropped_) + " events are not in " + path_ +
+                            ": writes kept failing until " + std::to_string(pending_limit >> 20) +
+                            " MiB had gathered, and they were dropped. The first failure: " + failed_.message());
+  if (negative_steps_ != 0)
+    add(Errc::invalid_argument, std::to_string(negative_steps_) + " events with a negative step were left out of " +
+                                    path_ + " (the first: " + first_negative_ +
+                                    "). Steps in chorus are >= 0: log steps from 0 up.");
+  if (after_close_ != 0)
+    add(Errc::finished, std::to_string(after_close_) + " events came after close() and are not in " + path_ +
+                            ": give them before close(), or write them with a new TfEventsWriter.");
+  dropped_ = negative_steps_ = after_close_ = 0;
+  failed_ = {};
+  first_negative_.clear();
+  return code == Errc::ok ? Error{} : Error{code, std::move(message)};
+}
+
+Error TfEventsWriter::flush() {
+  if (!closed_) {
+    if (Error e = write_out()) {
+      if (dropped_ != 0)
+        return Error{e.code(), e.message() + " Before it, " + std::to_string(dropped_) +
+                                   " events were dropped after writes kept failing."};
+      return e;
+    }
+  }
+  return left_out();
+}
+
+Error TfEventsWriter::close() {
+  if (closed_) return left_out();
+  Error err = flush();
+  if (!buf_.empty()) {
+    err = Error{err.code(), err.message() + " The writer is closed: its " + std::to_string(buffered_records_) +
+                                " events not yet written are lost."};
+    buf_.clear();
+    buffered_records_ = 0;
+  }
+  if (Error s = detail::sync_file(fd_, path_); s && !err) err = std::move(s);
+  detail::close_fd(fd_);
+  fd_ = -1;
+  closed_ = true;
+  return err;
+}
+
+} // namespace chorus::io

@@ -1,0 +1,124 @@
+// TensorBoard's event files, written by chorus: one file of records, each a
+// serialized tensorflow.Event (docs/TENSORBOARD.md has the record format and
+// the field numbers).
+#pragma once
+
+#include "runtime/core/result.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace chorus::io {
+
+/// CRC32C (Castagnoli, reflected polynomial 0x82F63B78) of `data`, extending
+/// `crc`, the CRC of what came before: crc32c(b, crc32c(a)) is the CRC of a
+/// followed by b. crc32c("123456789") == 0xE3069283. The span form of
+/// io/platform/crc32c.hpp's crc32c (its tables, and SSE4.2 where the CPU has it).
+[[nodiscard]] std::uint32_t crc32c(std::span<const char> data, std::uint32_t crc = 0) noexcept;
+
+/// The CRC32C of `data`, masked as TensorBoard's records store it:
+/// ((crc >> 15) | (crc << 17)) + 0xa282ead8.
+[[nodiscard]] std::uint32_t masked_crc32c(std::span<const char> data) noexcept;
+
+/// One TensorBoard events file, written record by record. Each record is
+/// the data's length (uint64, little-endian), the masked CRC32C of those 8
+/// bytes (uint32 LE), the data, and the masked CRC32C of the data (uint32 LE);
+/// the data is a tensorflow.Event.
+///
+/// Scalars are Summary.Value.simple_value, a 32-bit float: a double loses its
+/// precision beyond about 7 significant digits, and a magnitude above
+/// 3.4e38 becomes infinity. That is the format's limit; TensorBoard shows
+/// what it reads. NaN and the infinities are written as they are.
+///
+/// Steps are >= 0 in chorus: an event with a negative step is not written,
+/// and the next flush() or close() says how many were left out.
+///
+/// Records gather in memory and go out in one write once about 1 MiB has
+/// gathered, or at flush(). A write that fails (a full disk, say) is undone
+/// to the last whole record, so the file never ends inside one; its records
+/// stay buffered and the next flush() tries again, unless 16 MiB have
+/// gathered, when they are dropped (flush() says how many). The directory
+/// is made 0700 and the file 0600, as everything else chorus writes.
+///
+/// One thread at a time.
+class TfEventsWriter {
+public:
+  /// Records gather up to this many bytes before they are written.
+  static constexpr std::size_t buffer_limit = std::size_t{1} << 20;
+  /// While writes fail, records are kept for the next try up to this many bytes.
+  static constexpr std::size_t pending_limit = std::size_t{16} << 20;
+
+  /// Creates DIR (and parents) and a new file DIR/events.out.tfevents.<unix
+  /// seconds>.<hostname>.<pid>.<n> (n counts writers of this process, so two
+  /// in one second do not collide), and writes the first event: file_version
+  /// "brain.Event:2" at `wall_time_s`. The seconds are those of `wall_time_s`
+  /// (the current time where it is negative or not finite), so the files of
+  /// a run sort by its start, as TensorBoard reads them. An error names the
+  /// path and the fix.
+  [[nodiscard]] static Result<std::unique_ptr<TfEventsWriter>> create(const std::string& dir, double wall_time_s);
+
+  /// Flushes, best-effort (call close() to see an error), and closes the file.
+  ~TfEventsWriter();
+  TfEventsWriter(const TfEventsWriter&) = delete;
+  TfEventsWriter& operator=(const TfEventsWriter&) = delete;
+
+  /// A scalar: Summary.Value{tag, simple_value} at step and wall time
+  /// (seconds since the epoch).
+  void scalar(std::string_view tag, std::int64_t step, double wall_time_s, double value);
+
+  /// A text summary (TensorBoard's text plugin: metadata plugin_name "text",
+  /// a scalar DT_STRING tensor).
+  void text(std::string_view tag, std::int64_t step, double wall_time_s, std::string_view text);
+
+  /// Writes what is buffered to the file (records are buffered, up to ~1
+  /// MiB, then written); an error (disk full, say) names the file and the
+  /// cause; nothing already written is damaged. Also reports what an earlier
+  /// automatic write, or a negative step, left out.
+  [[nodiscard]] Error flush();
+
+  /// flush() and fsync; then the writer takes nothing more (events given
+  /// after it are counted and reported by a later flush() or close()).
+  [[nodiscard]] Error close();
+
+  /// DIR/events.out.tfevents....
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// Bytes in the file: whole records, written out (not those still buffered).
+  [[nodiscard]] std::uint64_t bytes_written() const noexcept { return written_; }
+
+private:
+  TfEventsWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  /// Whether an event of `tag` at `step` may be written; counts it where not.
+  bool take(std::string_view tag, std::int64_t step);
+  /// An Event of one Summary.Value (serialized in `value`).
+  void add_summary(std::string_view value, std::int64_t step, double wall_time_s);
+  /// Frames `event_` as a record and buffers it; writes out past buffer_limit.
+  void add_record();
+  /// Writes the buffer; on failure, cuts the file back to its last whole record.
+  Error write_out();
+  /// What was left out since the last report (failed automatic writes,
+  /// negative steps, events after close()), as one error; then forgets it.
+  Error left_out();
+
+  int fd_ = -1;
+  std::string path_;
+  std::string buf_;     // whole records not yet written
+  std::size_t buffered_records_ = 0;
+  std::size_t write_at_ = buffer_limit; // the buffer size that sends it out
+  std::string event_;   // the Event being encoded
+  std::string scratch_; // nested messages being encoded
+  std::uint64_t written_ = 0;
+  Error failed_;                      // the first failed automatic write since the last flush()
+  std::uint64_t dropped_ = 0;         // records dropped past pending_limit since then
+  std::uint64_t negative_steps_ = 0;  // events left out for a negative step since then
+  std::string first_negative_;        // the first of them: its tag and step
+  std::uint64_t after_close_ = 0;     // events given after close()
+  bool closed_ = false;
+};
+
+} // namespace chorus::io

@@ -1,0 +1,278 @@
+// TensorBoard event files read by a reader of the tests' own: a bitwise
+// CRC32C, a protobuf wire decoder, and the Event / Summary / Value /
+// SummaryMetadata / TensorProto fields of docs/TENSORBOARD.md. It shares no
+// code with the writer (io/upload/tfevents.hpp), so a mistake in one shows
+// against the other.
+#pragma once
+
+#include "tests/temp_dir.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::test::tfevents {
+
+// ---------------------------------------------------------------------------
+// The reader: records.
+
+/// CRC32C one bit at a time, straight from the definition: reflected
+/// polynomial 0x82F63B78, initial value and final XOR all ones.
+inline std::uint32_t bitwise_crc32c(std::string_view data) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (const char ch : data) {
+    c ^= static_cast<unsigned char>(ch);
+    for (int bit = 0; bit < 8; ++bit) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+  }
+  return ~c;
+}
+
+inline std::uint32_t masked(std::uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+inline std::uint64_t little_endian(std::string_view bytes) {
+  std::uint64_t v = 0;
+  for (std::size_t i = bytes.size(); i-- > 0;) v = (v << 8) | static_cast<unsigned char>(bytes[i]);
+  return v;
+}
+
+/// The records of an events file, or why reading stopped (`problem`).
+struct Records {
+  std::vector<std::string> data;
+  std::string problem;
+};
+
+inline Records read_records(std::string_view file) {
+  Records out;
+  std::size_t at = 0;
+  while (at < file.size()) {
+    const std::string where = " (record " + std::to_string(out.data.size()) + " at byte " + std::to_string(at) + ")";
+    if (file.size() - at < 12) {
+      out.problem = "truncated header" + where;
+      return out;
+    }
+    const std::string_view len_bytes = file.substr(at, 8);
+    if (little_endian(file.substr(at + 8, 4)) != masked(bitwise_crc32c(len_bytes))) {
+      out.problem = "length CRC mismatch" + where;
+      return out;
+    }
+    const std::uint64_t len = little_endian(len_bytes);
+    if (file.size() - at - 12 < len || file.size() - at - 12 - len < 4) {
+      out.problem = "truncated data" + where;
+      return out;
+    }
+    const std::string_view data = file.substr(at + 12, len);
+    if (little_endian(file.substr(at + 12 + len, 4)) != masked(bitwise_crc32c(data))) {
+      out.problem = "data CRC mismatch" + where;
+      return out;
+    }
+    out.data.emplace_back(data);
+    at += 12 + len + 4;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The reader: the protobuf wire format.
+
+struct Field {
+  std::uint32_t number = 0;
+  std::uint32_t wire = 0;   // 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32
+  std::uint64_t number_value = 0; // varint, fixed64 or fixed32
+  std::string_view bytes;   // length-delimited
+};
+
+inline std::uint64_t read_varint(std::string_view msg, std::size_t& at) {
+  std::uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (at >= msg.size()) throw std::runtime_error("varint runs past the message");
+    const auto b = static_cast<unsigned char>(msg[at++]);
+    v |= std::uint64_t{b & 0x7Fu} << shift;
+    if ((b & 0x80u) == 0) return v;
+  }
+  throw std::runtime_error("varint longer than 10 bytes");
+}
+
+inline std::vector<Field> fields_of(std::string_view msg) {
+  std::vector<Field> out;
+  std::size_t at = 0;
+  while (at < msg.size()) {
+    const std::uint64_t key = read_varint(msg, at);
+    Field f;
+    f.number = static_cast<std::uint32_t>(key >> 3);
+    f.wire = static_cast<std::uint32_t>(key & 7u);
+    if (f.number == 0) throw std::runtime_error("field number 0");
+    switch (f.wire) {
+    case 0:
+      f.number_value = read_varint(msg, at);
+      break;
+    case 1:
+    case 5: {
+      const std::size_t n = f.wire == 1 ? 8 : 4;
+      if (msg.size() - at < n) throw std::runtime_error("fixed field runs past the message");
+      f.number_value = little_endian(msg.substr(at, n));
+      at += n;
+      break;
+    }
+    case 2: {
+      const std::uint64_t n = read_varint(msg, at);
+      if (msg.size() - at < n) throw std::runtime_error("length-delimited field runs past the message");
+      f.bytes = msg.substr(at, n);
+      at += n;
+      break;
+    }
+    default:
+      throw std::runtime_error("wire type " + std::to_string(f.wire));
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+inline void expect_wire(const Field& f, std::uint32_t wire, const char* what) {
+  if (f.wire != wire)
+    throw std::runtime_error(std::string(what) + ": wire type " + std::to_string(f.wire) + ", expected " +
+                             std::to_string(wire));
+}
+
+// ---------------------------------------------------------------------------
+// The reader: the messages (field numbers of event.proto, summary.proto, tensor.proto).
+
+/// A Summary.Value as read.
+struct TbValue {
+  std::string tag;
+  std::optional<float> simple_value;
+  bool has_metadata = false;
+  std::string plugin_name;
+  std::string plugin_content;
+  bool has_tensor = false;
+  std::int64_t dtype = 0;
+  bool has_shape = false;
+  int shape_dims = 0;
+  std::vector<std::string> string_val;
+};
+
+/// An Event as read.
+struct TbEvent {
+  double wall_time = 0;
+  std::int64_t step = 0;
+  std::optional<std::string> file_version;
+  bool has_summary = false;
+  std::vector<TbValue> values;
+};
+
+inline void decode_tensor(std::string_view msg, TbValue& v) {
+  v.has_tensor = true;
+  for (const Field& f : fields_of(msg)) {
+    if (f.number == 1) {
+      expect_wire(f, 0, "TensorProto.dtype");
+      v.dtype = static_cast<std::int64_t>(f.number_value);
+    } else if (f.number == 2) {
+      expect_wire(f, 2, "TensorProto.tensor_shape");
+      v.has_shape = true;
+      for (const Field& d : fields_of(f.bytes))
+        if (d.number == 2) ++v.shape_dims; // TensorShapeProto.dim
+    } else if (f.number == 8) {
+      expect_wire(f, 2, "TensorProto.string_val");
+      v.string_val.emplace_back(f.bytes);
+    } else {
+      throw std::runtime_error("unexpected TensorProto field " + std::to_string(f.number));
+    }
+  }
+}
+
+inline void decode_metadata(std::string_view msg, TbValue& v) {
+  v.has_metadata = true;
+  for (const Field& f : fields_of(msg)) {
+    if (f.number != 1) throw std::runtime_error("unexpected SummaryMetadata field " + std::to_string(f.number));
+    expect_wire(f, 2, "SummaryMetadata.plugin_data");
+    for (const Field& p : fields_of(f.bytes)) {
+      expect_wire(p, 2, "PluginData field");
+      if (p.number == 1)
+        v.plugin_name = p.bytes;
+      else if (p.number == 2)
+        v.plugin_content = p.bytes;
+      else
+        throw std::runtime_error("unexpected PluginData field " + std::to_string(p.number));
+    }
+  }
+}
+
+inline TbValue decode_value(std::string_view msg) {
+  TbValue v;
+  for (const Field& f : fields_of(msg)) {
+    switch (f.number) {
+    case 1:
+      expect_wire(f, 2, "Value.tag");
+      v.tag = f.bytes;
+      break;
+    case 2: {
+      expect_wire(f, 5, "Value.simple_value");
+      const auto bits = static_cast<std::uint32_t>(f.number_value);
+      float x;
+      std::memcpy(&x, &bits, sizeof x);
+      v.simple_value = x;
+      break;
+    }
+    case 8:
+      expect_wire(f, 2, "Value.tensor");
+      decode_tensor(f.bytes, v);
+      break;
+    case 9:
+      expect_wire(f, 2, "Value.metadata");
+      decode_metadata(f.bytes, v);
+      break;
+    default:
+      throw std::runtime_error("unexpected Summary.Value field " + std::to_string(f.number));
+    }
+  }
+  return v;
+}
+
+inline TbEvent decode_event(std::string_view msg) {
+  TbEvent e;
+  for (const Field& f : fields_of(msg)) {
+    switch (f.number) {
+    case 1: {
+      expect_wire(f, 1, "Event.wall_time");
+      std::memcpy(&e.wall_time, &f.number_value, sizeof e.wall_time);
+      break;
+    }
+    case 2:
+      expect_wire(f, 0, "Event.step");
+      e.step = static_cast<std::int64_t>(f.number_value);
+      break;
+    case 3:
+      expect_wire(f, 2, "Event.file_version");
+      e.file_version = std::string(f.bytes);
+      break;
+    case 5:
+      expect_wire(f, 2, "Event.summary");
+      e.has_summary = true;
+      for (const Field& s : fields_of(f.bytes)) {
+        if (s.number != 1) throw std::runtime_error("unexpected Summary field " + std::to_string(s.number));
+        expect_wire(s, 2, "Summary.value");
+        e.values.push_back(decode_value(s.bytes));
+      }
+      break;
+    default:
+      throw std::runtime_error("unexpected Event field " + std::to_string(f.number));
+    }
+  }
+  return e;
+}
+
+/// Every event of the file at `path`; throws where a record is damaged.
+inline std::vector<TbEvent> read_events(const std::string& path) {
+  const std::string bytes = chorus::test::slurp(path);
+  const Records r = read_records(bytes);
+  if (!r.problem.empty()) throw std::runtime_error(path + ": " + r.problem);
+  std::vector<TbEvent> out;
+  for (const std::string& d : r.data) out.push_back(decode_event(d));
+  return out;
+}
+
+} // namespace chorus::test::tfevents
