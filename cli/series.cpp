@@ -1,6 +1,11 @@
 #include "cli/series.hpp"
 
+#include "cli/cli.hpp"
 #include "cli/json_lines.hpp"
+
+#include <fnmatch.h>
+
+#include <regex>
 
 #include <algorithm>
 #include <cmath>
@@ -88,13 +93,45 @@ bool per_rank_key(std::string_view key) {
 
 bool Series::per_rank() const { return per_rank_key(key_); }
 
-std::function<bool(std::string_view)> metric_filter(const std::vector<std::string>& metrics) {
-  if (metrics.empty()) return nullptr;
-  return [metrics](std::string_view key) {
-    for (const std::string& m : metrics)
-      if (key == m || (key.starts_with(m) && key.substr(m.size()).starts_with("/rank-"))) return true;
-    return false;
+Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics) {
+  if (metrics.empty()) return KeyFilter();
+  struct Pattern {
+    enum class Kind { name, glob, regex } kind;
+    std::string text;
+    std::regex re;
   };
+  std::vector<Pattern> patterns;
+  for (const std::string& m : metrics) {
+    if (m.empty()) return invalid("--metric takes a key, a glob (train/*) or /REGEX/, not an empty word");
+    if (m.size() >= 2 && m.front() == '/' && m.back() == '/') {
+      try {
+        patterns.push_back({Pattern::Kind::regex, m, std::regex(m.substr(1, m.size() - 2), std::regex::ECMAScript)});
+      } catch (const std::regex_error& e) {
+        return invalid("--metric " + m + " is no regular expression (" + e.what() +
+                       "): write /REGEX/ in ECMAScript syntax, or a glob such as train/*");
+      }
+    } else if (m.find_first_of("*?[") != std::string::npos) {
+      patterns.push_back({Pattern::Kind::glob, m, {}});
+    } else {
+      patterns.push_back({Pattern::Kind::name, m, {}});
+    }
+  }
+  return KeyFilter([patterns = std::move(patterns)](std::string_view key) {
+    for (const Pattern& p : patterns) {
+      switch (p.kind) {
+      case Pattern::Kind::name:
+        if (key == p.text || (key.starts_with(p.text) && key.substr(p.text.size()).starts_with("/rank-"))) return true;
+        break;
+      case Pattern::Kind::glob:
+        if (::fnmatch(p.text.c_str(), std::string(key).c_str(), 0) == 0) return true;
+        break;
+      case Pattern::Kind::regex:
+        if (std::regex_search(key.begin(), key.end(), p.re)) return true;
+        break;
+      }
+    }
+    return false;
+  });
 }
 
 std::vector<bool> chart_choice(const std::vector<std::string_view>& keys, std::size_t charts, bool picked) {

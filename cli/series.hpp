@@ -61,9 +61,18 @@ struct History {
 /// A per-rank column (`key/rank-N`), as opposed to a plain or reduced key.
 [[nodiscard]] bool per_rank_key(std::string_view key);
 
-/// The keys `--metric` picks: each one named and its per-rank columns;
-/// null (every key) when none is named.
-std::function<bool(std::string_view)> metric_filter(const std::vector<std::string>& metrics);
+/// Which keys to take: null takes every key.
+using KeyFilter = std::function<bool(std::string_view)>;
+
+/// The keys `--metric` picks, a key taken where any pattern takes it:
+///  - a pattern with `*`, `?` or `[` is a glob over the whole key (`*`
+///    crosses `/`: `train/*` takes `train/loss/rank-3`);
+///  - `/REGEX/` is a regular expression (ECMAScript) found anywhere in the key;
+///  - any other names a key, and its per-rank columns (`loss`: `loss`,
+///    `loss/rank-0`, ...).
+/// Null (every key) when none is given; an error for a regular expression
+/// that does not compile, or an empty pattern.
+[[nodiscard]] Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics);
 
 /// Whether each of `keys` gets a chart, at most `charts` of them: every key
 /// while they fit (or when they were picked with --metric), else the plain

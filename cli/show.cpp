@@ -3,6 +3,7 @@
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
 #include "cli/json_lines.hpp"
+#include "cli/locate.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
@@ -60,7 +61,9 @@ write-ahead log has crashed: show says so; 'chorus recover RUN' rebuilds it.
 options:
   --dir DIR       where to look up a run id (default: $CHORUS_DIR, else
                   ./chorus-runs)
-  --metric KEY    chart KEY and its per-rank columns only (repeatable)
+  --metric PATTERN
+                  chart only the keys PATTERN takes (repeatable): a key and
+                  its per-rank columns (loss), a glob (train/*), or /REGEX/
   --charts N      charts at most; further keys get sparklines (default 12)
   --width W       columns to draw in (default: the terminal's, else 100)
   --height H      rows per chart (default 10)
@@ -81,6 +84,7 @@ struct ShowArgs {
   std::vector<std::string> runs;
   std::string dir;
   std::vector<std::string> metrics;
+  KeyFilter wanted; // from metrics
   int charts = 12, width = 0, height = 10;
   bool ascii = false, history = true, system = true;
 };
@@ -125,6 +129,9 @@ Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
     }
   }
   if (!c.error().empty()) return invalid(c.error());
+  Result<KeyFilter> wanted = metric_filter(a.metrics);
+  if (!wanted) return wanted.error();
+  a.wanted = std::move(*wanted);
   if (a.runs.empty()) return invalid("missing RUN: a run directory or a run id");
   if (a.runs.size() > max_overlay)
     return invalid(std::to_string(a.runs.size()) + " runs: one chart tells at most " + std::to_string(max_overlay) +
@@ -251,7 +258,7 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   const std::string path = r.dir + "/history.jsonl";
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
-  const History h = read_history(path, metric_filter(a.metrics));
+  const History h = read_history(path, a.wanted);
   if (h.problem) return "history\n  unreadable: " + h.problem.message() + "\n";
   std::string out = "history (" + std::to_string(h.rows) + (h.rows == 1 ? " row, " : " rows, ") +
                     std::to_string(h.series.size()) + (h.series.size() == 1 ? " key" : " keys") + ")\n";
@@ -298,45 +305,6 @@ int show_group(const std::string& dir, const ShowArgs& a) {
   return exit_ok;
 }
 
-/// A name under `root` that is a group's and no run's (exactly): the group's
-/// directory; "" where it names no group.
-Result<std::string> group_named(const std::string& name, const std::string& root) {
-  if (name.find('/') != std::string::npos) return std::string();
-  const std::vector<std::string> groups = find_group_by_name(root, name);
-  if (groups.empty()) return std::string();
-  for (const std::string& d : find_run_by_id(root, name))
-    if (fs::path(d).filename() == name) return std::string();
-  if (groups.size() == 1) return groups.front();
-  std::string list = "'" + name + "' names " + std::to_string(groups.size()) + " groups; pass one's directory:";
-  for (const std::string& g : groups) list += "\n  " + g;
-  return invalid(std::move(list));
-}
-
-/// Where a name leads: a run's directory, or a group's.
-struct Located {
-  std::string run, group;
-};
-
-/// Where `arg` leads: a run.json, a run or group directory, or a group's
-/// name or a run id under --dir.
-Result<Located> locate(const std::string& arg, const ShowArgs& a) {
-  std::error_code ec;
-  if (fs::is_regular_file(arg, ec) && fs::path(arg).filename() == "run.json")
-    return Located{.run = fs::path(arg).parent_path().string(), .group = {}};
-  if (fs::is_directory(arg, ec)) {
-    if (is_run_dir(arg)) return Located{.run = arg, .group = {}};
-    if (is_group_dir(arg)) return Located{.run = {}, .group = arg};
-    return invalid(arg + " is not a run directory (no run.json, no wal): pass a run's directory or id");
-  }
-  const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
-  Result<std::string> group = group_named(arg, root);
-  if (!group) return group.error();
-  if (!group->empty()) return Located{.run = {}, .group = std::move(*group)};
-  Result<std::string> run = locate_run(arg, root);
-  if (!run) return run.error();
-  return Located{.run = std::move(*run), .group = {}};
-}
-
 /// The run at `dir`, or why it cannot be shown.
 Result<RunInfo> read_readable(const std::string& dir) {
   RunInfo r = read_run(dir);
@@ -373,7 +341,7 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
   std::vector<std::string_view> keys; // every run's, in the order they first appear
   std::map<std::string_view, std::vector<const Series*>> by_key;
   out += "\nhistory\n";
-  for (const RunInfo& r : runs) histories.push_back(read_history(r.dir + "/history.jsonl", metric_filter(a.metrics)));
+  for (const RunInfo& r : runs) histories.push_back(read_history(r.dir + "/history.jsonl", a.wanted));
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const History& h = histories[i];
     if (h.problem) out += clip("  " + runs[i].id + ": unreadable: " + h.problem.message(), width) + "\n";
@@ -406,7 +374,7 @@ int show_main(std::span<char* const> words) {
   const int width = a.width > 0 ? a.width : terminal_width();
   std::vector<RunInfo> runs;
   for (const std::string& arg : a.runs) {
-    const Result<Located> found = locate(arg, a);
+    const Result<Located> found = locate(arg, a.dir);
     if (!found) return failure("show", found.error().message());
     if (!found->group.empty()) {
       if (a.runs.size() == 1) return show_group(found->group, a);
