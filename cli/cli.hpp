@@ -39,11 +39,13 @@ extern const Command show_command;    // show.cpp
 extern const Command recover_command; // recover.cpp
 extern const Command certs_command;   // certs.cpp
 extern const Command sync_command;     // sync.cpp
+extern const Command export_command;   // export.cpp
 
 /// Every command, in the order `chorus --help` lists them. A new command is a
 /// file of its own that defines its Command, declared above and listed here.
 inline constexpr std::array commands{&launch_command,  &ls_command,    &show_command,
-                                     &recover_command, &certs_command, &sync_command};
+                                     &recover_command, &certs_command, &sync_command,
+                                     &export_command};
 
 /// The command called `name`, or nullptr.
 const Command* find_command(std::string_view name);

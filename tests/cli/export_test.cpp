@@ -1,0 +1,249 @@
+// `chorus export`: a run's history as CSV and JSON lines, and a run or a
+// group as TensorBoard event files read back by the tests' own reader
+// (tests/upload/tfevents_reader.hpp).
+#define BOOST_TEST_MODULE cli_export
+#include <boost/test/unit_test.hpp>
+
+#include "tests/cli/process.hpp"
+#include "tests/cli/run_files.hpp"
+#include "tests/upload/tfevents_reader.hpp"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+using namespace chorus::test;
+namespace fs = std::filesystem;
+namespace tb = chorus::test::tfevents;
+
+namespace {
+
+/// A run of 100 rows (tests/cli/run_files.hpp's history: loss with NaN and
+/// an infinity, lr, acc per rank), a config and a summary.
+fs::path sample_run(const fs::path& root, const std::string& id = "exp1", const std::string& group = "grp") {
+  const fs::path dir = make_run(root, "proj", group, {.id = id});
+  write_text(dir / "history.jsonl", history());
+  write_text(dir / "config.json", R"({"lr":0.001,"optimizer":"adam|w"})");
+  write_text(dir / "summary.json", R"({"_step":99,"best":0.5})");
+  return dir;
+}
+
+std::vector<std::string> cells_of(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
+    else if (c == '"') quoted = !quoted;
+    else if (c == ',' && !quoted) out.emplace_back();
+    else out.back() += c;
+  }
+  return out;
+}
+
+/// The event files under `dir` (not below), by name.
+std::vector<std::string> event_files(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename().string().starts_with("events.out.tfevents.")) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// tag -> (step -> value) of the scalars of the one events file in `dir`.
+std::map<std::string, std::map<std::int64_t, float>> scalars_in(const fs::path& dir) {
+  const std::vector<std::string> files = event_files(dir);
+  BOOST_TEST_REQUIRE(files.size() == 1u, dir.string());
+  std::map<std::string, std::map<std::int64_t, float>> out;
+  for (const tb::TbEvent& e : tb::read_events(files.front()))
+    for (const tb::TbValue& v : e.values)
+      if (v.simple_value) out[v.tag][e.step] = *v.simple_value;
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(csv_has_a_row_per_step_and_a_column_per_key) {
+  TempDir root;
+  const fs::path dir = sample_run(root.path);
+  // A row without lr, and a key that needs quoting.
+  write_text(dir / "history.jsonl",
+             history(3) + R"({"_step":3,"_timestamp":1700000003,"_runtime":3,"loss":1.5,"a,\"b\"":7})" + "\n");
+  const fs::path csv = root.path / "out.csv";
+  const Output o = run_chorus({"export", dir.string(), "--csv", csv.string()});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const std::vector<std::string> lines = lines_of(read_text(csv));
+  BOOST_REQUIRE_EQUAL(lines.size(), 5u); // the header and 4 rows
+  const std::vector<std::string> header = cells_of(lines[0]);
+  BOOST_TEST(header == (std::vector<std::string>{"_step", "_timestamp", "_runtime", "loss", "lr", "acc/rank-0",
+                                                 "acc/rank-1", "a,\"b\""}),
+             boost::test_tools::per_element());
+  BOOST_TEST(lines[0].ends_with(R"(,"a,""b""")"));
+  const std::vector<std::string> first = cells_of(lines[1]);
+  BOOST_REQUIRE_EQUAL(first.size(), header.size());
+  BOOST_TEST(first[0] == "0");
+  BOOST_TEST(first[1] == "1700000000");
+  BOOST_TEST(std::stod(first[3]) == 2.0);
+  BOOST_TEST(std::stod(first[6]) == 1.0); // acc/rank-1 at step 0
+  BOOST_TEST(first[7].empty());
+  const std::vector<std::string> last = cells_of(lines[4]);
+  BOOST_REQUIRE_EQUAL(last.size(), header.size());
+  BOOST_TEST(last[3] == "1.5");
+  BOOST_TEST(last[4].empty()); // no lr in that row
+  BOOST_TEST(last[7] == "7");
+
+  // NaN and infinities as pandas reads them.
+  write_text(dir / "history.jsonl", history());
+  const Output again = run_chorus({"export", dir.string(), "--csv", "-"});
+  BOOST_REQUIRE_EQUAL(again.code, 0);
+  const std::vector<std::string> all = lines_of(again.out);
+  BOOST_REQUIRE_EQUAL(all.size(), 101u);
+  BOOST_TEST(cells_of(all[1 + 3])[3] == "NaN");
+  BOOST_TEST(cells_of(all[1 + 50])[3] == "inf");
+}
+
+BOOST_AUTO_TEST_CASE(jsonl_keeps_the_keys_metric_picks) {
+  TempDir root;
+  const fs::path dir = sample_run(root.path);
+  const Output o = run_chorus({"export", dir.string(), "--jsonl", "-", "--metric", "acc/*"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const std::vector<std::string> lines = lines_of(o.out);
+  BOOST_REQUIRE_EQUAL(lines.size(), 100u);
+  simdjson::dom::parser parser;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    simdjson::dom::object row;
+    BOOST_REQUIRE(!parser.parse(lines[i]).get(row));
+    std::vector<std::string> keys;
+    for (auto [k, v] : row) keys.emplace_back(k);
+    BOOST_TEST(keys == (std::vector<std::string>{"_step", "_timestamp", "_runtime", "acc/rank-0", "acc/rank-1"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(std::int64_t(row["_step"]) == static_cast<std::int64_t>(i));
+  }
+  // A key named keeps its contributions; a regular expression picks too.
+  const Output loss = run_chorus({"export", dir.string(), "--jsonl", "-", "--metric", "/^lo/"});
+  BOOST_REQUIRE_EQUAL(loss.code, 0);
+  const std::string first = lines_of(loss.out).front();
+  BOOST_TEST(first == R"({"_step":0,"_timestamp":1700000000,"_runtime":0,"loss":2.0,"_count":{"loss":2}})");
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_line_is_skipped_and_named_and_the_rest_exported) {
+  TempDir root;
+  const fs::path dir = sample_run(root.path);
+  std::string h = history(10);
+  h.insert(h.find('\n') + 1, "{\"_step\": oops\n");
+  write_text(dir / "history.jsonl", h);
+  const Output o = run_chorus({"export", dir.string(), "--csv", "-"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(lines_of(o.out).size() == 11u);
+  BOOST_TEST(contains(o.err, "skipped 1 damaged line(s), the first at line 2"));
+}
+
+BOOST_AUTO_TEST_CASE(an_output_that_cannot_be_written_fails_naming_it) {
+  TempDir root;
+  const fs::path dir = sample_run(root.path);
+  const Output full = run_chorus({"export", dir.string(), "--csv", "/dev/full"});
+  BOOST_TEST_INFO_SCOPE(full.out << full.err);
+  BOOST_TEST(full.code == 1);
+  BOOST_TEST(contains(full.err, "could not write /dev/full: No space left on device"));
+  const std::string nowhere = (root.path / "no" / "such" / "dir.csv").string();
+  const Output missing = run_chorus({"export", dir.string(), "--jsonl", nowhere});
+  BOOST_TEST(missing.code == 1);
+  BOOST_TEST(contains(missing.err, "cannot write " + nowhere));
+  // A TensorBoard directory under a regular file.
+  write_text(root.path / "file", "x");
+  const Output tbf = run_chorus({"export", dir.string(), "--tensorboard", (root.path / "file" / "tb").string()});
+  BOOST_TEST(tbf.code == 1);
+  BOOST_TEST(contains(tbf.err, (root.path / "file").string()), tbf.err);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_command_lines_are_refused) {
+  TempDir root;
+  const fs::path dir = sample_run(root.path);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"export", dir.string()},
+        {"export", dir.string(), "--csv", "-", "--jsonl", "-"},
+        {"export", dir.string(), "--csv", "-", "--metric", "/(/"},
+        {"export", dir.string(), dir.string(), "--csv", "-"},
+        {"export", "--csv", "-"}}) {
+    const Output o = run_chorus(args);
+    BOOST_TEST(o.code == 2, args.size() << " words: " << o.err);
+  }
+  const Output group = run_chorus({"export", dir.parent_path().string(), "--csv", "-"});
+  BOOST_TEST(group.code == 1);
+  BOOST_TEST(contains(group.err, "--tensorboard DIR takes the whole group"), group.err);
+}
+
+BOOST_AUTO_TEST_CASE(tensorboard_gets_a_run_per_rank_with_steps_times_and_text) {
+  TempDir root;
+  const fs::path dir = sample_run(root.path);
+  write_text(dir / "system.jsonl",
+             R"({"_timestamp":1700000000.5,"_runtime":0.5,"_node":0,"_rank":0,"system.cpu.percent/node-0":50,"system.proc.threads/rank-0":8})"
+             "\n"
+             R"({"_timestamp":1700000001.5,"_runtime":1.5,"_node":0,"_rank":0,"system.cpu.percent/node-0":70,"system.proc.threads/rank-0":9})"
+             "\n");
+  const fs::path out = root.path / "tb";
+  const Output o = run_chorus({"export", dir.string(), "--tensorboard", out.string()});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(contains(o.out, "tensorboard --logdir " + out.string()));
+
+  // The run's own keys: steps, values (NaN and infinity kept), wall times.
+  const auto own = scalars_in(out / "exp1");
+  BOOST_TEST(own.size() == 2u); // loss, lr
+  BOOST_REQUIRE(own.count("loss") == 1u);
+  BOOST_TEST(own.at("loss").size() == 100u);
+  BOOST_TEST(own.at("loss").at(0) == 2.0f);
+  BOOST_TEST(std::isnan(own.at("loss").at(3)));
+  BOOST_TEST(std::isinf(own.at("loss").at(50)));
+  const std::vector<tb::TbEvent> events = tb::read_events(event_files(out / "exp1").front());
+  BOOST_REQUIRE(!events.empty());
+  BOOST_TEST(events.front().file_version.value_or("") == "brain.Event:2");
+  std::size_t texts = 0;
+  for (const tb::TbEvent& e : events) {
+    for (const tb::TbValue& v : e.values) {
+      if (v.tag == "loss" && e.step == 7) BOOST_TEST(e.wall_time == 1700000007.0);
+      if (v.plugin_name != "text") continue;
+      ++texts;
+      BOOST_REQUIRE_EQUAL(v.string_val.size(), 1u);
+      if (v.tag == "config") BOOST_TEST(contains(v.string_val[0], "| optimizer | adam\\|w |"), v.string_val[0]);
+      if (v.tag == "summary") BOOST_TEST(contains(v.string_val[0], "| best | 0.5 |"), v.string_val[0]);
+    }
+  }
+  BOOST_TEST(texts == 2u);
+
+  // Each rank's column of a key is that rank's run, under the same tag.
+  for (int r = 0; r < 2; ++r) {
+    const auto rank = scalars_in(out / "exp1" / ("rank-" + std::to_string(r)));
+    BOOST_REQUIRE(rank.count("acc") == 1u);
+    BOOST_TEST(rank.at("acc").size() == 100u);
+    BOOST_TEST(rank.at("acc").at(10) == static_cast<float>(0.1 + r));
+    if (r == 0) BOOST_TEST(rank.at("system.proc.threads").at(1) == 9.0f); // its second sample
+  }
+  const auto node = scalars_in(out / "exp1" / "node-0");
+  BOOST_TEST(node.at("system.cpu.percent").at(0) == 50.0f);
+  BOOST_TEST(node.at("system.cpu.percent").at(1) == 70.0f);
+
+  // --metric and --no-system leave the rest out.
+  const fs::path picked = root.path / "picked";
+  const Output p = run_chorus({"export", dir.string(), "--tensorboard", picked.string(), "--metric", "lr", "--no-system"});
+  BOOST_REQUIRE_EQUAL(p.code, 0);
+  BOOST_TEST(scalars_in(picked / "exp1").size() == 1u);
+  BOOST_TEST(!fs::exists(picked / "exp1" / "node-0"));
+  BOOST_TEST(!fs::exists(picked / "exp1" / "rank-0"));
+}
+
+BOOST_AUTO_TEST_CASE(tensorboard_takes_a_groups_runs_as_runs_of_their_own) {
+  TempDir root;
+  sample_run(root.path, "member-a", "job");
+  sample_run(root.path, "member-b", "job");
+  const fs::path out = root.path / "tb";
+  const Output o = run_chorus({"export", (root.path / "proj" / "job").string(), "--tensorboard", out.string()});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  for (const char* m : {"member-a", "member-b"}) BOOST_TEST(scalars_in(out / m).at("loss").size() == 100u, m);
+}
