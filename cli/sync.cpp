@@ -17,8 +17,8 @@ std::string backend_urls();                 // below
 
 const Command sync_command{
     .name = "sync",
-    .summary = "upload runs to MLflow or W&B (offline runs, cut-off uploads), or show how far their uploads got "
-               "(--status)",
+    .summary = "upload runs to MLflow, W&B or TensorBoard files (offline runs, cut-off uploads), or show how far "
+               "their uploads got (--status)",
     .usage = "RUN|GROUP --to URL [--dir DIR] [--timeout SECONDS]\n--status [RUN|GROUP|DIR]",
     .help = R"(Uploads a run, or every run of a group, to a tracking server: the history,
 system metrics, config, summary, artifacts and the end state. It resumes
@@ -27,7 +27,7 @@ RUN/upload/), so every point arrives once, whether the run was made offline,
 its live upload was cut off, or an earlier sync was interrupted.
 
   RUN|GROUP        a run or group directory, or a run id (or its prefix) under DIR
-  --to URL         the tracking server, one of (with where its key comes from,
+  --to URL         the target, one of (with where its key comes from,
                    if the server wants one):
 @GENERATED@
   --dir DIR        where runs are looked up by id (default $CHORUS_DIR or ./chorus-runs)
@@ -55,7 +55,9 @@ first), 2 the command line was wrong.
 std::string backend_urls() {
   std::string backends;
   for (const detail::UploadScheme& s : detail::upload_schemes()) {
-    backends += "                     " + s.usage(false) + " or " + s.usage(true);
+    backends += "                     " + s.usage(false);
+    if (s.local) backends += " (event files written into DIR)";
+    else backends += " or " + s.usage(true);
     if (!s.credentials.empty()) backends += "\n                       (" + std::string(s.credentials) + ")";
     backends += '\n';
   }

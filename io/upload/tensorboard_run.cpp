@@ -1,11 +1,14 @@
 // A chorus run as TensorBoard runs: see io/upload/tensorboard_run.hpp.
 #include "io/upload/tensorboard_run.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <tuple>
 
 namespace chorus::io {
+namespace fs = std::filesystem;
 namespace {
 
 /// "loss/rank-3" -> {"loss", "rank-3"}; "x/node-0" -> {"x", "node-0"};
@@ -85,16 +88,29 @@ double wall_time_of(const simdjson::dom::object& row) {
 
 } // namespace
 
-template <class Place>
+TagExtent& TensorBoardRun::extent(std::string_view sub, std::string_view tag) {
+  std::string key(sub);
+  key.append("\n").append(tag);
+  return extents_.try_emplace(std::move(key)).first->second;
+}
+
+template <class Step>
 void TensorBoardRun::scalars_of(const simdjson::dom::object& row, const KeyPicker& wanted, double wall_time,
-                                const Place& place) {
+                                bool history, const Step& step) {
   for (auto [key, value] : row) {
     if (key.empty() || key.front() == '_' || (wanted && !wanted(key))) continue;
     const std::optional<double> v = metric_value(value);
     if (!v) continue;
-    const auto [sub, tag, step] = place(key);
+    auto [tag, sub] = split_column(key);
+    if (history && sub.starts_with("node-")) tag = key, sub = {}; // a history's columns are per rank: the key stays whole
+    TagExtent& e = extent(sub, tag);
+    const std::int64_t at = step(e);
+    if (at < 0) continue; // written already
     if (TfEventsWriter* w = writer(sub, wall_time)) {
-      w->scalar(tag, step, wall_time, *v);
+      w->scalar(tag, at, wall_time, *v);
+      e.max_step = std::max(e.max_step, at);
+      e.max_wall_time = std::max(e.max_wall_time, wall_time);
+      ++e.events;
       ++scalars_;
     }
   }
@@ -103,43 +119,67 @@ void TensorBoardRun::scalars_of(const simdjson::dom::object& row, const KeyPicke
 bool TensorBoardRun::history_row(const simdjson::dom::object& row, const KeyPicker& wanted) {
   std::int64_t step = 0;
   if (row["_step"].get_int64().get(step) || step < 0) return false;
-  scalars_of(row, wanted, wall_time_of(row), [step](std::string_view key) {
-    auto [tag, sub] = split_column(key);
-    if (sub.starts_with("node-")) tag = key, sub = {}; // a history's columns are per rank: the key stays whole
-    return std::tuple{sub, tag, step};
-  });
+  scalars_of(row, wanted, wall_time_of(row), true,
+             [step](const TagExtent& e) { return step > e.max_step ? step : std::int64_t{-1}; });
   return true;
 }
 
 void TensorBoardRun::system_row(const simdjson::dom::object& row, const KeyPicker& wanted) {
-  scalars_of(row, wanted, wall_time_of(row), [this](std::string_view key) {
-    const auto [tag, sub] = split_column(key);
-    std::int64_t& sample = samples_.try_emplace(std::string(key), 0).first->second;
-    return std::tuple{sub, tag, sample++};
+  const double wall = wall_time_of(row);
+  scalars_of(row, wanted, wall, false, [wall](const TagExtent& e) {
+    return e.events == 0 || wall > e.max_wall_time ? static_cast<std::int64_t>(e.events) : std::int64_t{-1};
   });
 }
 
+Error TensorBoardRun::resume() {
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return {};
+  auto scan_dir = [this](const fs::path& dir, const std::string& sub) -> Error {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with("events.out.tfevents.") || !it->is_regular_file(ec)) continue;
+      Result<std::map<std::string, TagExtent, std::less<>>> tags = scan_events(it->path().string());
+      if (!tags) return tags.error();
+      for (const auto& [tag, got] : *tags) {
+        TagExtent& e = extent(sub, tag);
+        e.max_step = std::max(e.max_step, got.max_step);
+        e.max_wall_time = std::max(e.max_wall_time, got.max_wall_time);
+        e.events += got.events;
+      }
+    }
+    if (ec) return Error{Errc::io_error, "cannot list " + dir.string() + ": " + ec.message()};
+    return {};
+  };
+  if (Error e = scan_dir(dir_, "")) return e;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string sub = it->path().filename().string();
+    if (it->is_directory(ec) && (sub.starts_with("rank-") || sub.starts_with("node-")))
+      if (Error e = scan_dir(it->path(), sub)) return e;
+  }
+  return {};
+}
+
 void TensorBoardRun::text(std::string_view tag, std::string_view markdown, double wall_time_s) {
-  if (TfEventsWriter* w = writer("", wall_time_s)) w->text(tag, 0, wall_time_s, markdown);
+  TagExtent& e = extent("", tag);
+  if (TfEventsWriter* w = writer("", wall_time_s)) {
+    w->text(tag, static_cast<std::int64_t>(e.events), wall_time_s, markdown);
+    e.max_step = static_cast<std::int64_t>(e.events++);
+  }
 }
 
-Error TensorBoardRun::flush() {
+Error TensorBoardRun::each_writer(Error (TfEventsWriter::*op)()) {
   Error first = std::move(failed_);
   failed_ = {};
   for (auto& [sub, w] : writers_)
     if (w)
-      if (Error e = w->flush(); e && !first) first = std::move(e);
+      if (Error e = (w.get()->*op)(); e && !first) first = std::move(e);
   return first;
 }
 
-Error TensorBoardRun::close() {
-  Error first = std::move(failed_);
-  failed_ = {};
-  for (auto& [sub, w] : writers_)
-    if (w)
-      if (Error e = w->close(); e && !first) first = std::move(e);
-  return first;
-}
+Error TensorBoardRun::flush() { return each_writer(&TfEventsWriter::flush); }
+Error TensorBoardRun::sync() { return each_writer(&TfEventsWriter::sync); }
+Error TensorBoardRun::close() { return each_writer(&TfEventsWriter::close); }
 
 std::vector<std::string> TensorBoardRun::files() const { return opened_; }
 

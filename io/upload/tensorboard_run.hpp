@@ -13,6 +13,12 @@
 // have no step, so each series counts its samples (0, 1, ...) and carries
 // its sample's _timestamp (TensorBoard's "wall" and "relative" axes show
 // time). Values are TensorBoard's 32-bit floats (docs/TENSORBOARD.md).
+//
+// Nothing is written twice: a history scalar at or below the step its
+// series already reached, or a system sample no later than its series' last,
+// is left out. resume() reads how far the files already in the directory
+// go, so that a writer started again (a restarted upload, values sent again
+// after a lost answer) goes on where the earlier one stopped.
 #pragma once
 
 #include "io/upload/tfevents.hpp"
@@ -41,6 +47,11 @@ public:
   TensorBoardRun(const TensorBoardRun&) = delete;
   TensorBoardRun& operator=(const TensorBoardRun&) = delete;
 
+  /// Reads the event files already in the directory (written by an earlier
+  /// TensorBoardRun), so that what they hold is not written again. An error
+  /// where one cannot be read; a torn tail counts up to its last whole record.
+  [[nodiscard]] Error resume();
+
   /// A history.jsonl row: each key `wanted` takes a scalar at the row's
   /// _step and _timestamp. Keys starting with '_' are bookkeeping; a value
   /// is a number or "NaN", "Infinity", "-Infinity". False where the row has
@@ -49,13 +60,16 @@ public:
   /// A system.jsonl row: `KEY/node-N` goes to node-N/, `KEY/rank-N` to
   /// rank-N/, each at its series' next sample.
   void system_row(const simdjson::dom::object& row, const KeyPicker& wanted);
-  /// A text summary in the run's own files at step 0 (TensorBoard's text
-  /// plugin renders it as markdown).
+  /// A text summary in the run's own files (TensorBoard's text plugin
+  /// renders it as markdown), at step 0 for the first of its tag, 1 for the
+  /// next (a config that changed), and so on.
   void text(std::string_view tag, std::string_view markdown, double wall_time_s);
 
   /// Writes what is buffered; the first problem since the last flush (a
   /// directory that cannot be made, a full disk), naming the file.
   [[nodiscard]] Error flush();
+  /// flush(), then every file is synced (fdatasync): all given so far is on disk.
+  [[nodiscard]] Error sync();
   /// flush(), then every file is synced and closed.
   [[nodiscard]] Error close();
 
@@ -67,15 +81,20 @@ private:
   /// The writer of `sub` ("" for the run's own files), made at its first
   /// event's wall time; null where it could not be made (see failed_).
   TfEventsWriter* writer(std::string_view sub, double wall_time_s);
-  /// Each number of `row` that `wanted` takes, where `place(key)` says:
-  /// {subdirectory, tag, step}.
-  template <class Place>
-  void scalars_of(const simdjson::dom::object& row, const KeyPicker& wanted, double wall_time, const Place& place);
+  /// `op` on every writer; the first problem since the last call.
+  Error each_writer(Error (TfEventsWriter::*op)());
+  /// How far the series `tag` of `sub` goes.
+  TagExtent& extent(std::string_view sub, std::string_view tag);
+  /// Each number of `row` that `wanted` takes, to the subdirectory and tag
+  /// its key names, at the step `step(extent)` gives (nothing where it gives -1).
+  template <class Step>
+  void scalars_of(const simdjson::dom::object& row, const KeyPicker& wanted, double wall_time, bool history,
+                  const Step& step);
 
   std::string dir_;
   std::map<std::string, std::unique_ptr<TfEventsWriter>, std::less<>> writers_;
   std::vector<std::string> opened_;
-  std::map<std::string, std::int64_t, std::less<>> samples_; // system series -> samples written
+  std::map<std::string, TagExtent, std::less<>> extents_; // "SUB\nTAG" -> how far written
   std::uint64_t scalars_ = 0;
   Error failed_; // the first writer that could not be made since the last flush
 };

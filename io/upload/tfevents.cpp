@@ -330,4 +330,124 @@ Error TfEventsWriter::close() {
   return err;
 }
 
+Error TfEventsWriter::sync() {
+  if (closed_) return left_out();
+  Error err = flush();
+  if (Error e = detail::sync_file(fd_, path_, true); e && !err) err = std::move(e);
+  return err;
+}
+
+namespace {
+
+/// Reads a varint at `at`; false past the end or a varint too long.
+bool get_varint(std::string_view msg, std::size_t& at, std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && at < msg.size(); shift += 7) {
+    const auto b = static_cast<unsigned char>(msg[at++]);
+    v |= std::uint64_t{b & 0x7Fu} << shift;
+    if ((b & 0x80u) == 0) return true;
+  }
+  return false;
+}
+
+/// Calls `field(number, wire, value, bytes)` for each field of `msg`; false
+/// where it is not a well-formed message.
+template <class Field>
+bool each_field(std::string_view msg, const Field& field) {
+  std::size_t at = 0;
+  while (at < msg.size()) {
+    std::uint64_t key = 0, v = 0;
+    if (!get_varint(msg, at, key)) return false;
+    std::string_view bytes;
+    switch (key & 7) {
+    case varint:
+      if (!get_varint(msg, at, v)) return false;
+      break;
+    case fixed64:
+    case fixed32: {
+      const std::size_t n = (key & 7) == fixed64 ? 8 : 4;
+      if (msg.size() - at < n) return false;
+      for (std::size_t i = n; i-- > 0;) v = (v << 8) | static_cast<unsigned char>(msg[at + i]);
+      at += n;
+      break;
+    }
+    case length_delimited:
+      if (!get_varint(msg, at, v) || v > msg.size() - at) return false;
+      bytes = msg.substr(at, v);
+      at += v;
+      break;
+    default: return false;
+    }
+    field(static_cast<std::uint32_t>(key >> 3), v, bytes);
+  }
+  return true;
+}
+
+} // namespace
+
+Result<std::map<std::string, TagExtent, std::less<>>> scan_events(const std::string& path) {
+  Result<int> fd = detail::open_regular(path, O_RDONLY);
+  if (!fd) return fd.error();
+  std::map<std::string, TagExtent, std::less<>> tags;
+  std::string record;
+  char header[12];
+  auto read_all = [&](char* to, std::size_t n) {
+    while (n > 0) {
+      const ssize_t got = ::read(*fd, to, n);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return got == 0 ? 0 : -1;
+      to += got;
+      n -= static_cast<std::size_t>(got);
+    }
+    return 1;
+  };
+  Error err;
+  for (;;) {
+    int r = read_all(header, sizeof header);
+    if (r <= 0) {
+      if (r < 0) err = file_error("reading TensorBoard events", path, errno);
+      break;
+    }
+    std::uint64_t len = 0;
+    for (int i = 8; i-- > 0;) len = (len << 8) | static_cast<unsigned char>(header[i]);
+    std::uint32_t len_crc = 0;
+    for (int i = 12; i-- > 8;) len_crc = (len_crc << 8) | static_cast<unsigned char>(header[i]);
+    if (len_crc != masked_crc32c({header, 8}) || len > TfEventsWriter::pending_limit) break; // a damaged tail
+    record.resize(len + 4);
+    if ((r = read_all(record.data(), record.size())) <= 0) {
+      if (r < 0) err = file_error("reading TensorBoard events", path, errno);
+      break;
+    }
+    std::uint32_t data_crc = 0;
+    for (std::size_t i = record.size(); i-- > len;) data_crc = (data_crc << 8) | static_cast<unsigned char>(record[i]);
+    const std::string_view data(record.data(), len);
+    if (data_crc != masked_crc32c(data)) break;
+    std::int64_t step = 0;
+    double wall = 0;
+    std::vector<std::string_view> seen;
+    const bool ok = each_field(data, [&](std::uint32_t n, std::uint64_t v, std::string_view bytes) {
+      if (n == event::wall_time) wall = std::bit_cast<double>(v);
+      else if (n == event::step) step = static_cast<std::int64_t>(v);
+      else if (n == event::summary)
+        each_field(bytes, [&](std::uint32_t sn, std::uint64_t, std::string_view value) {
+          if (sn != summary::value) return;
+          each_field(value, [&](std::uint32_t vn, std::uint64_t, std::string_view tag) {
+            if (vn == value::tag) seen.push_back(tag);
+          });
+        });
+    });
+    if (!ok) break;
+    for (std::string_view tag : seen) {
+      auto it = tags.find(tag);
+      if (it == tags.end()) it = tags.emplace(std::string(tag), TagExtent{}).first;
+      it->second.max_step = std::max(it->second.max_step, step);
+      it->second.max_wall_time = std::max(it->second.max_wall_time, wall);
+      ++it->second.events;
+    }
+  }
+  detail::close_fd(*fd);
+  if (err) return err;
+  return tags;
+}
+
 } // namespace chorus::io

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -81,6 +82,9 @@ public:
   /// automatic write, or a negative step, left out.
   [[nodiscard]] Error flush();
 
+  /// flush() and fdatasync: what was given so far is on disk.
+  [[nodiscard]] Error sync();
+
   /// flush() and fsync; then the writer takes nothing more (events given
   /// after it are counted and reported by a later flush() or close()).
   [[nodiscard]] Error close();
@@ -120,5 +124,19 @@ private:
   std::uint64_t after_close_ = 0;     // events given after close()
   bool closed_ = false;
 };
+
+/// What an events file already holds of one tag: for a writer that goes on
+/// where an earlier one stopped, and writes nothing twice.
+struct TagExtent {
+  std::int64_t max_step = -1;   // the highest step written
+  double max_wall_time = 0;     // the latest wall time written
+  std::uint64_t events = 0;     // events of the tag
+};
+
+/// The tags of the events file at `path` and how far each goes, read record
+/// by record with both CRCs checked. A torn or damaged tail (a writer that
+/// stopped mid-record) ends the read: what precedes it counts. An error only
+/// where the file cannot be read.
+[[nodiscard]] Result<std::map<std::string, TagExtent, std::less<>>> scan_events(const std::string& path);
 
 } // namespace chorus::io

@@ -39,7 +39,8 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 struct UploadTarget {
   std::string backend;  // the scheme's backend: "mlflow", "wandb"
   std::string url;      // as given (no credentials)
-  std::string base_url; // "http://host:port" or "https://host"
+  std::string base_url; // "http://host:port" or "https://host"; "" for a local backend
+  std::string dir;      // a local backend's directory (tensorboard:DIR), absolute
   std::string entity;   // W&B: from the URL's path, else $WANDB_ENTITY, else the key's own
   std::string id;       // names the target's files in upload/: "mlflow-host-5000"
 

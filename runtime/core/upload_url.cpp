@@ -6,6 +6,7 @@ namespace chorus::detail {
 
 std::string UploadScheme::usage(bool other_protocol) const {
   std::string out(name);
+  if (local) return out.append(":").append(address);
   if (other_protocol) out += https ? "+http" : "+https";
   out += "://";
   out.append(address);
@@ -36,14 +37,15 @@ std::string upload_url_forms(bool both_protocols) {
   std::vector<std::string> parts;
   for (const UploadScheme& s : upload_schemes()) {
     parts.push_back(s.usage(false));
-    if (both_protocols) parts.push_back(s.usage(true));
+    if (both_protocols && !s.local) parts.push_back(s.usage(true));
   }
   return listed(parts, " or ");
 }
 
 std::string upload_other_protocols() {
   std::vector<std::string> parts;
-  for (const UploadScheme& s : upload_schemes()) parts.push_back(std::string(s.name) + (s.https ? "+http://" : "+https://"));
+  for (const UploadScheme& s : upload_schemes())
+    if (!s.local) parts.push_back(std::string(s.name) + (s.https ? "+http://" : "+https://"));
   return listed(parts, ", ");
 }
 
@@ -57,7 +59,16 @@ std::string upload_credentials() {
 UploadUrl::Problem UploadUrl::parse(std::string_view url, UploadUrl& out) {
   out = {};
   const std::size_t sep = url.find("://");
-  if (sep == std::string_view::npos) return Problem::no_scheme;
+  if (sep == std::string_view::npos) {
+    // NAME:DIR, for a backend that writes files.
+    const std::size_t colon = url.find(':');
+    const UploadScheme* local = colon == std::string_view::npos ? nullptr : find_upload_scheme(url.substr(0, colon));
+    if (local == nullptr || !local->local) return Problem::no_scheme;
+    out.scheme = url.substr(0, colon);
+    out.backend = local;
+    out.path = url.substr(colon + 1);
+    return out.path.empty() ? Problem::empty : Problem::none;
+  }
   out.scheme = url.substr(0, sep);
   std::string_view name = out.scheme;
   std::string_view protocol;
@@ -73,6 +84,14 @@ UploadUrl::Problem UploadUrl::parse(std::string_view url, UploadUrl& out) {
   out.https = protocol.empty() ? out.backend->https : protocol == "https";
   const std::string_view rest = url.substr(sep + 3);
   if (rest.empty()) return Problem::empty;
+  if (out.backend->local) {
+    if (!protocol.empty()) {
+      out.backend = nullptr;
+      return Problem::unknown_scheme; // a directory has no protocol
+    }
+    out.path = rest; // NAME://DIR: DIR as written ("tensorboard:///abs" is /abs)
+    return Problem::none;
+  }
   const std::size_t slash = rest.find('/');
   out.authority = rest.substr(0, slash);
   out.path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);

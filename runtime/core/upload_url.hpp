@@ -5,6 +5,8 @@
 //
 //   NAME://HOST[:PORT][/PATH]          the backend NAME over its usual protocol
 //   NAME+http://..., NAME+https://...  over the protocol named
+//   NAME:DIR (or NAME://DIR)           a backend that writes files (PROTOCOL
+//                                      file in its line), into the directory DIR
 //
 // The names, and how each backend's URL reads, come from the backends
 // themselves: each one's line in io/CMakeLists.txt (chorus_upload_backend)
@@ -27,8 +29,10 @@ struct UploadScheme {
   std::string_view address;     // "HOST:PORT": what follows "NAME://" in the usage
   bool https = false;           // the protocol of NAME:// (NAME+http:// and NAME+https:// choose)
   std::string_view credentials; // where its key comes from ("WANDB_API_KEY"), "" for none
+  bool local = false;           // writes files into a directory: "tensorboard:DIR"
 
-  /// "mlflow://HOST:PORT", or with `other_protocol` "mlflow+https://HOST:PORT".
+  /// "mlflow://HOST:PORT", or with `other_protocol` "mlflow+https://HOST:PORT";
+  /// "tensorboard:DIR" for a local one (which has no other protocol).
   [[nodiscard]] std::string usage(bool other_protocol) const;
 };
 
@@ -53,15 +57,16 @@ struct UploadUrl {
   const UploadScheme* backend = nullptr; // the scheme's backend, once known
   bool https = false;
   std::string_view scheme;    // as written: "mlflow", "wandb+http", ...
-  std::string_view authority; // HOST[:PORT], with the credentials where the URL holds some
-  std::string_view path;      // what follows the host, without the slashes around it (a W&B entity)
+  std::string_view authority; // HOST[:PORT], with the credentials where the URL holds some ("" for a local backend)
+  std::string_view path;      // what follows the host, without the slashes around it (a W&B entity);
+                              // a local backend's directory
 
   /// What makes a text no upload target, in the order parse() looks.
   enum class Problem {
     none,
-    no_scheme,      // no "://"
+    no_scheme,      // no "://", and no local backend's "NAME:"
     unknown_scheme, // no backend's name (with "+http" or "+https" or without)
-    empty,          // nothing after "://"
+    empty,          // nothing after "://" (or a local backend's "NAME:")
     credentials,    // USER[:PASSWORD]@ before the host: they would be written into the run's files
     no_host,        // nothing between "://" and the path
   };

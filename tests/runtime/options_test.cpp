@@ -285,7 +285,7 @@ BOOST_AUTO_TEST_CASE(malformed_chorus_values_name_the_variable_and_what_it_takes
       {"CHORUS_PROJECT", {"../x", "a/b", "..", ".", "/abs", "\xff", "\xc0\xaf", long_name}, "a directory name"},
       {"CHORUS_GROUP", {"../x", "a/b", "..", ".", "x/../../y"}, "a directory name"},
       {"CHORUS_NAME", {"../x", "a/b", "..", "."}, "a directory name"},
-      {"CHORUS_UPLOAD", {"ftp://x", "mlflow://", "localhost:5000", "http://host"}, "mlflow://HOST:PORT or wandb://HOST"},
+      {"CHORUS_UPLOAD", {"ftp://x", "mlflow://", "localhost:5000", "http://host"}, "mlflow://HOST:PORT, wandb://HOST[/ENTITY] or tensorboard:DIR"},
   };
   for (const Case& c : cases) {
     for (const std::string& value : c.values) {

@@ -77,10 +77,29 @@ BOOST_AUTO_TEST_CASE(each_problem_is_named_in_order) {
   BOOST_TEST(parse_ok("mlflow://h:1/x").path == "x");
 }
 
+BOOST_AUTO_TEST_CASE(a_backend_that_writes_files_takes_a_directory) {
+  UploadUrl u = parse_ok("tensorboard:/var/tb");
+  BOOST_TEST(u.backend->name == "tensorboard");
+  BOOST_TEST(u.backend->local);
+  BOOST_TEST(u.authority.empty());
+  BOOST_TEST(u.path == "/var/tb");
+  BOOST_TEST(parse_ok("tensorboard:tb/runs").path == "tb/runs"); // relative: to the working directory
+  BOOST_TEST(parse_ok("tensorboard:///var/tb").path == "/var/tb");
+  BOOST_TEST(parse_ok("tensorboard://tb").path == "tb");
+  BOOST_TEST((problem_of("tensorboard:") == Problem::empty));
+  BOOST_TEST((problem_of("tensorboard://") == Problem::empty));
+  BOOST_TEST((problem_of("tensorboard+http://h") == Problem::unknown_scheme)); // a directory has no protocol
+  BOOST_TEST((problem_of("mlflow:h") == Problem::no_scheme));                  // only a local backend takes NAME:
+  BOOST_TEST((problem_of("nosuch:/x") == Problem::no_scheme));
+}
+
 BOOST_AUTO_TEST_CASE(the_usage_names_every_backend_and_both_protocols) {
-  BOOST_TEST(chorus::detail::upload_url_forms(false) == "mlflow://HOST:PORT or wandb://HOST[/ENTITY]");
-  BOOST_TEST(chorus::detail::upload_url_forms(true) ==
-             "mlflow://HOST:PORT, mlflow+https://HOST:PORT, wandb://HOST[/ENTITY] or wandb+http://HOST[/ENTITY]");
+  BOOST_TEST(chorus::detail::upload_url_forms(false) ==
+             "mlflow://HOST:PORT, wandb://HOST[/ENTITY] or tensorboard:DIR");
+  // A backend that writes files has no other protocol.
+  BOOST_TEST(chorus::detail::upload_url_forms(true) == "mlflow://HOST:PORT, mlflow+https://HOST:PORT, "
+                                                       "wandb://HOST[/ENTITY], wandb+http://HOST[/ENTITY] or "
+                                                       "tensorboard:DIR");
   BOOST_TEST(chorus::detail::upload_other_protocols() == "mlflow+https://, wandb+http://");
   BOOST_TEST(chorus::detail::upload_credentials().find("W&B's in WANDB_API_KEY") != std::string::npos);
 }

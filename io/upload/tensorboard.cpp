@@ -1,0 +1,103 @@
+// The TensorBoard backend (CHORUS_UPLOAD=tensorboard:DIR, `chorus sync RUN
+// --to tensorboard:DIR`): a live run's history, system metrics, config and
+// summary as event files in DIR/RUN-ID/, laid out as `chorus export
+// --tensorboard` lays them (io/upload/tensorboard_run.hpp), so that
+// `tensorboard --logdir DIR` follows a running job.
+//
+//   open    reads how far the event files already in DIR/RUN-ID go (an
+//           earlier upload's, killed or not);
+//   send    writes the batch's rows, config and, with the end, summary, and
+//           syncs the files before it answers: the Uploader advances its
+//           offsets only over what is on disk.
+//
+// Exactly once: the offsets say where the run's files were read up to, and
+// what the event files hold says what was written; a row sent again (the
+// process killed between the write and the offsets' save) finds its steps
+// written already and is left out (tensorboard_run.hpp). Artifacts have no
+// place in TensorBoard: they are passed over, and stay in the run directory.
+#include "io/upload/backends.hpp"
+#include "io/upload/tensorboard_run.hpp"
+
+#include <simdjson.h>
+
+#include <filesystem>
+
+namespace chorus::io::detail {
+namespace {
+
+class TensorBoardBackend final : public Backend {
+public:
+  explicit TensorBoardBackend(const UploadTarget& target) : target_(target) {}
+
+  Sent open(const RunSnapshot& run, UploadState& st) override {
+    const std::string id = run.id.empty() ? std::filesystem::path(run.dir).filename().string() : run.id;
+    tb_ = std::make_unique<TensorBoardRun>(target_.dir + "/" + id);
+    st.remote_run = id;
+    Sent s;
+    if (Error e = tb_->resume()) return failed(e, s);
+    start_wall_ = static_cast<double>(run.start_ms) / 1000.0;
+    return s;
+  }
+
+  Sent send(const RunSnapshot& run, const Batch& b, UploadState&) override {
+    Sent s;
+    const std::uint64_t before = tb_->scalars();
+    // A line that is no JSON object (damaged in the run's file) is passed
+    // over, as `chorus show` and `chorus export` pass it over.
+    simdjson::dom::object row;
+    for (const std::string_view line : b.history)
+      if (!parser_.parse(line.data(), line.size()).get(row)) tb_->history_row(row, nullptr);
+    for (const std::string_view line : b.system)
+      if (!parser_.parse(line.data(), line.size()).get(row)) tb_->system_row(row, nullptr);
+    if (b.config != nullptr) text("config", *b.config, start_wall_);
+    if (b.final && b.summary != nullptr)
+      text("summary", *b.summary, run.end_ms > 0 ? static_cast<double>(run.end_ms) / 1000.0 : start_wall_);
+    if (Error e = tb_->sync()) return failed(e, s);
+    s.history = b.history.size();
+    s.system = b.system.size();
+    s.artifacts = b.artifacts.size();
+    s.config = b.config != nullptr;
+    s.summary = b.final && b.summary != nullptr;
+    s.final = b.final;
+    s.points = tb_->scalars() - before;
+    return s;
+  }
+
+  /// The summary goes with the end state, as one text.
+  [[nodiscard]] bool live_summary() const noexcept override { return false; }
+
+private:
+  void text(std::string_view tag, const std::string& json, double wall) {
+    simdjson::dom::object object;
+    if (parser_.parse(json).get(object)) return; // config.json or summary.json damaged: left out
+    tb_->text(tag, markdown_table(object), wall);
+  }
+
+  /// A write that failed (a full disk, a directory that cannot be made):
+  /// nothing counts as delivered, and the Uploader tries again later.
+  static Sent failed(const Error& e, Sent& s) {
+    s.delivery = Delivery::retry;
+    s.message = "TensorBoard: " + e.message();
+    return s;
+  }
+
+  const UploadTarget& target_;
+  std::unique_ptr<TensorBoardRun> tb_;
+  simdjson::dom::parser parser_;
+  double start_wall_ = 0;
+};
+
+Result<std::unique_ptr<Backend>> make_tensorboard_backend(const BackendContext& context) {
+  return std::unique_ptr<Backend>(std::make_unique<TensorBoardBackend>(context.target));
+}
+
+} // namespace
+} // namespace chorus::io::detail
+
+namespace chorus::io::backends {
+
+BackendSpec tensorboard() {
+  return {.connections = 0, .path = {}, .path_variable = {}, .make = detail::make_tensorboard_backend};
+}
+
+} // namespace chorus::io::backends

@@ -1,0 +1,202 @@
+// The TensorBoard target (CHORUS_UPLOAD=tensorboard:DIR, `chorus sync --to
+// tensorboard:DIR`): real jobs under `chorus launch` write event files while
+// they train, and every committed row lands in them exactly once, through a
+// killed host, a `chorus recover` and `chorus sync`, and lost offsets. The
+// files are read back by the tests' own reader (tests/upload/tfevents_reader.hpp).
+#define BOOST_TEST_MODULE upload_tensorboard
+#include "tests/e2e/harness.hpp"
+#include "tests/upload/tfevents_reader.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <csignal>
+#include <future>
+#include <map>
+#include <thread>
+#include <tuple>
+
+using namespace e2e;
+namespace tb = chorus::test::tfevents;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Every scalar under DIR/RUN-ID, by (subdirectory, tag, step): its value and
+/// how many times it was written.
+struct Scalars {
+  struct Point {
+    float value = 0;
+    int times = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::int64_t>, Point> points;
+  std::size_t files = 0;
+  std::map<std::string, int> texts; // text tag -> events
+
+  [[nodiscard]] int duplicates() const {
+    int n = 0;
+    for (const auto& [k, p] : points) n += p.times > 1 ? 1 : 0;
+    return n;
+  }
+};
+
+Scalars read_tensorboard(const fs::path& run_dir) {
+  Scalars out;
+  if (!fs::exists(run_dir)) return out;
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir)) {
+    if (!entry.is_regular_file() || !entry.path().filename().string().starts_with("events.out.tfevents.")) continue;
+    ++out.files;
+    const std::string sub = entry.path().parent_path() == run_dir ? "" : entry.path().parent_path().filename().string();
+    for (const tb::TbEvent& e : tb::read_events(entry.path().string()))
+      for (const tb::TbValue& v : e.values) {
+        if (v.plugin_name == "text") {
+          ++out.texts[v.tag];
+          continue;
+        }
+        if (!v.simple_value) continue;
+        Scalars::Point& p = out.points[{sub, v.tag, e.step}];
+        p.value = *v.simple_value;
+        ++p.times;
+      }
+  }
+  return out;
+}
+
+/// Each numeric key of each committed row is in the files once, with its
+/// value: plain keys as tags of the run, per-rank columns in rank-N/.
+void check_every_row_once(const fs::path& run_dir, const fs::path& tb_dir) {
+  const std::vector<Row> rows = read_history(run_dir);
+  BOOST_REQUIRE(!rows.empty());
+  const Scalars got = read_tensorboard(tb_dir / run_dir.filename());
+  BOOST_TEST(got.duplicates() == 0);
+  std::size_t expected = 0;
+  for (const Row& r : rows) {
+    for (const auto& [key, value] : r.num) {
+      if (key.starts_with("_")) continue;
+      ++expected;
+      std::string sub, tag = key;
+      if (const std::size_t slash = key.rfind('/'); slash != std::string::npos && key.substr(slash + 1).starts_with("rank-"))
+        sub = key.substr(slash + 1), tag = key.substr(0, slash);
+      const auto it = got.points.find({sub, tag, r.step()});
+      BOOST_TEST_REQUIRE((it != got.points.end()), key << " at step " << r.step() << " is missing");
+      BOOST_TEST(it->second.value == static_cast<float>(value), key << " at step " << r.step());
+    }
+  }
+  // Nothing beyond the history: the history's points, plus system samples.
+  std::size_t history_points = 0;
+  for (const auto& [k, p] : got.points)
+    if (!std::get<1>(k).starts_with("system.")) ++history_points;
+  BOOST_TEST(history_points == expected);
+}
+
+/// The run directory under `root` once it exists, and its host's pid once run.json names it.
+std::pair<fs::path, long> started_run(const fs::path& root) {
+  const auto until = std::chrono::steady_clock::now() + 60s * sanitizer_slowdown;
+  while (std::chrono::steady_clock::now() < until) {
+    std::error_code ec;
+    for (const fs::path& d : fs::is_directory(root, ec) ? find_runs(root) : std::vector<fs::path>{}) {
+      simdjson::dom::parser parser;
+      try {
+        const std::int64_t pid = read_run_json(parser, d)["pid"].get_int64();
+        if (pid > 0) return {d, static_cast<long>(pid)};
+      } catch (const std::exception&) {
+        // run.json is being written
+      }
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return {};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_live_job_writes_every_row_once_per_rank_and_node) {
+  chorus::test::TempDir dir;
+  const fs::path tb_dir = dir.path / "tb";
+  const Output o = run("CHORUS_SYSTEM_INTERVAL=0.2 CHORUS_UPLOAD=tensorboard:" + tb_dir.string() + " " +
+                       launch_worker(dir.path / "runs", 2, test_port(71), "--steps 200 --step-us 2000"));
+  BOOST_TEST_INFO_SCOPE(o.text);
+  BOOST_REQUIRE_EQUAL(o.status, 0);
+  const std::vector<fs::path> runs = find_runs(dir.path / "runs");
+  BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+  check_every_row_once(runs.front(), tb_dir);
+  Scalars got = read_tensorboard(tb_dir / runs.front().filename());
+  BOOST_TEST(got.texts["config"] == 1);
+  BOOST_TEST(got.texts["summary"] == 1);
+  // Each rank's per-rank column, and the system metrics of its node.
+  for (const char* sub : {"rank-0", "rank-1", "node-0"}) BOOST_TEST(fs::is_directory(tb_dir / runs.front().filename() / sub), sub);
+  bool node_samples = false;
+  for (const auto& [k, p] : got.points) node_samples |= std::get<0>(k) == "node-0" && std::get<1>(k).starts_with("system.cpu");
+  BOOST_TEST(node_samples);
+  // The offsets say done; a second sync finds nothing to send and writes nothing.
+  const Output again = run(bin("chorus") + " sync " + runs.front().string() + " --to tensorboard:" + tb_dir.string());
+  BOOST_TEST_INFO_SCOPE(again.text);
+  BOOST_TEST(again.status == 0);
+  BOOST_TEST(read_tensorboard(tb_dir / runs.front().filename()).points.size() == got.points.size());
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
+  chorus::test::TempDir dir;
+  const fs::path tb_dir = dir.path / "tb";
+  auto job = std::async(std::launch::async, [&] {
+    return run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_UPLOAD=tensorboard:" + tb_dir.string() + " " +
+               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 5000 --step-us 1000"));
+  });
+  const auto [run_dir, pid] = started_run(dir.path / "runs");
+  BOOST_REQUIRE(pid > 0);
+  // Some rows are in the event files; the run goes on.
+  const auto until = std::chrono::steady_clock::now() + 60s * sanitizer_slowdown;
+  while (read_tensorboard(tb_dir / run_dir.filename()).points.size() < 200 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);
+  BOOST_REQUIRE_EQUAL(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
+  const Output o = job.get();
+  BOOST_TEST_INFO_SCOPE(o.text);
+  BOOST_TEST(o.status != 0);
+
+  const Output rec = run(bin("chorus") + " recover " + run_dir.string());
+  BOOST_TEST_INFO_SCOPE(rec.text);
+  BOOST_REQUIRE_EQUAL(rec.status, 0);
+  const Output sync = run(bin("chorus") + " sync " + run_dir.string() + " --to tensorboard:" + tb_dir.string());
+  BOOST_TEST_INFO_SCOPE(sync.text);
+  BOOST_REQUIRE_EQUAL(sync.status, 0);
+  check_every_row_once(run_dir, tb_dir);
+}
+
+BOOST_AUTO_TEST_CASE(lost_offsets_write_nothing_twice) {
+  // The offsets file is gone (as if the uploader was killed after writing
+  // events and before saving how far it got): a sync reads the history from
+  // its start again, and the event files say what is written already.
+  chorus::test::TempDir dir;
+  const fs::path tb_dir = dir.path / "tb";
+  const Output o = run("CHORUS_SYSTEM_INTERVAL=0 " + launch_worker(dir.path / "runs", 2, test_port(73), "--steps 300"));
+  BOOST_REQUIRE_EQUAL(o.status, 0);
+  const fs::path run_dir = find_runs(dir.path / "runs").front();
+  const std::string sync = bin("chorus") + " sync " + run_dir.string() + " --to tensorboard:" + tb_dir.string();
+  BOOST_REQUIRE_EQUAL(run(sync).status, 0);
+  const std::size_t first = read_tensorboard(tb_dir / run_dir.filename()).points.size();
+  BOOST_TEST(first > 0u);
+  for (const auto& e : fs::directory_iterator(run_dir / "upload"))
+    if (e.path().filename().string().starts_with("tensorboard-")) fs::remove(e.path());
+  const Output again = run(sync);
+  BOOST_TEST_INFO_SCOPE(again.text);
+  BOOST_REQUIRE_EQUAL(again.status, 0);
+  check_every_row_once(run_dir, tb_dir);
+  BOOST_TEST(read_tensorboard(tb_dir / run_dir.filename()).points.size() == first);
+}
+
+BOOST_AUTO_TEST_CASE(a_directory_that_cannot_be_written_loses_nothing_and_sync_delivers_later) {
+  chorus::test::TempDir dir;
+  const fs::path blocker = dir.path / "file";
+  { std::ofstream(blocker) << "x"; }
+  const Output o = run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_FINISH_TIMEOUT=3 CHORUS_UPLOAD=tensorboard:" +
+                       (blocker / "tb").string() + " " +
+                       launch_worker(dir.path / "runs", 2, test_port(74), "--steps 100"));
+  BOOST_TEST_INFO_SCOPE(o.text);
+  BOOST_TEST(o.text.find(blocker.string()) != std::string::npos); // the finish names where it could not write
+  const fs::path run_dir = find_runs(dir.path / "runs").front();
+  BOOST_TEST(read_history(run_dir).size() == 100u); // the run itself is whole
+  const fs::path tb_dir = dir.path / "tb";
+  const Output sync = run(bin("chorus") + " sync " + run_dir.string() + " --to tensorboard:" + tb_dir.string());
+  BOOST_TEST_INFO_SCOPE(sync.text);
+  BOOST_REQUIRE_EQUAL(sync.status, 0);
+  check_every_row_once(run_dir, tb_dir);
+}
