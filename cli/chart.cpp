@@ -66,6 +66,7 @@ void append_braille(std::string& out, unsigned bits) {
 // line is centred) and how it is laid out in the style's columns.
 struct Frame {
   std::int64_t x0 = 0, x1 = 0;
+  XAxis x = XAxis::step; // what x0 and x1 are
   double lo = 0, hi = 0, y0 = 0, y1 = 0;
   int label_w = 0, plot_w = 0, plot_h = 0;
 };
@@ -78,6 +79,7 @@ Frame frame_of(std::span<const Series* const> series, const ChartStyle& st) {
     if (!s || s->points() == 0) continue;
     f.x0 = first ? s->first_step() : std::min(f.x0, s->first_step());
     f.x1 = first ? s->last_step() : std::max(f.x1, s->last_step());
+    f.x = s->x_axis();
     f.lo = first ? s->min() : std::min(f.lo, s->min());
     f.hi = first ? s->max() : std::max(f.hi, s->max());
     first = false;
@@ -136,7 +138,7 @@ std::string framed(const Frame& f, bool ascii, const std::function<std::string(i
   std::string axis = "  " + std::string(lw, ' ') + (ascii ? "+" : "└");
   for (int i = 0; i < f.plot_w; ++i) axis += ascii ? "-" : "─";
   out += axis + "\n";
-  const std::string x0 = std::to_string(f.x0), x1 = std::to_string(f.x1) + " _step";
+  const std::string x0 = x_text(f.x0, f.x), x1 = x_text(f.x1, f.x) + " " + std::string(x_unit(f.x));
   std::string xl = "  " + std::string(lw + 1, ' ') + x0;
   const std::size_t end = lw + 3 + static_cast<std::size_t>(f.plot_w);
   xl += std::string(end > xl.size() + x1.size() ? end - xl.size() - x1.size() : 1, ' ') + x1;
@@ -148,7 +150,8 @@ std::string framed(const Frame& f, bool ascii, const std::function<std::string(i
 std::string describe_points(const Series& s) {
   std::string d = std::to_string(s.points()) + (s.points() == 1 ? " point" : " points");
   if (s.points() > 0)
-    d += ", steps " + std::to_string(s.first_step()) + ".." + std::to_string(s.last_step()) + ", last " +
+    d += (s.x_axis() == XAxis::step ? ", steps " : ", ") + x_text(s.first_step(), s.x_axis()) + ".." +
+         x_text(s.last_step(), s.x_axis()) + (s.x_axis() == XAxis::step ? "" : " into the run") + ", last " +
          format_number(s.last());
   if (s.nans() > 0 || s.infs() > 0) {
     d += ", skipped ";

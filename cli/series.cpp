@@ -37,7 +37,8 @@ void halve(std::vector<Bucket>& b) {
 // Folds the rows' values into one series per key.
 class Reader {
 public:
-  Reader(History& h, const std::function<bool(std::string_view)>& wanted) : h_(h), wanted_(wanted) {}
+  Reader(History& h, const std::function<bool(std::string_view)>& wanted, const HistoryShape& shape)
+      : h_(h), wanted_(wanted), shape_(shape) {}
 
   std::string_view take(const simdjson::dom::object& row) {
     std::int64_t step = 0;
@@ -46,6 +47,14 @@ public:
       if (row["_step"].get(step_d) != simdjson::SUCCESS || !std::isfinite(step_d)) return "no numeric _step";
       if (!(step_d >= -0x1p63 && step_d < 0x1p63)) return "_step beyond a whole number's range";
       step = static_cast<std::int64_t>(step_d);
+    }
+    std::int64_t x = step;
+    if (shape_.x == XAxis::time) {
+      double runtime = 0;
+      if (row["_runtime"].get(runtime) != simdjson::SUCCESS || !std::isfinite(runtime) || runtime < 0 ||
+          runtime > 1e15)
+        return "no numeric _runtime";
+      x = std::llround(runtime * 1000);
     }
     ++h_.rows;
     for (auto [key, value] : row) {
@@ -69,17 +78,35 @@ public:
       if (it == index_.end()) {
         const bool keep = !wanted_ || wanted_(key);
         it = index_.emplace(std::string(key), keep ? static_cast<std::ptrdiff_t>(h_.series.size()) : -1).first;
-        if (keep) h_.series.emplace_back(std::string(key));
+        if (keep) {
+          h_.series.emplace_back(std::string(key), shape_.x);
+          smoothing_.emplace_back();
+        }
       }
-      if (it->second >= 0) h_.series[static_cast<std::size_t>(it->second)].add(step, v);
+      if (it->second < 0) continue;
+      const auto i = static_cast<std::size_t>(it->second);
+      if (shape_.smooth > 0 && std::isfinite(v)) {
+        // TensorBoard's debiased EMA: NaN and infinities pass unsmoothed and leave it as it was.
+        Ema& e = smoothing_[i];
+        e.last = e.last * shape_.smooth + (1 - shape_.smooth) * v;
+        e.debias = e.debias * shape_.smooth;
+        v = e.last / (1 - e.debias);
+      }
+      h_.series[i].add(x, v);
     }
     return {};
   }
 
 private:
+  struct Ema {
+    double last = 0;
+    double debias = 1; // smooth^n after n points
+  };
   History& h_;
   const std::function<bool(std::string_view)>& wanted_;
+  const HistoryShape& shape_;
   std::map<std::string, std::ptrdiff_t, std::less<>> index_; // -1: not wanted
+  std::vector<Ema> smoothing_; // by series
 };
 
 } // namespace
@@ -92,6 +119,13 @@ bool per_rank_key(std::string_view key) {
 }
 
 bool Series::per_rank() const { return per_rank_key(key_); }
+
+std::string x_text(std::int64_t x, XAxis axis) {
+  if (axis == XAxis::step) return std::to_string(x);
+  return format_duration(static_cast<double>(x) / 1000.0);
+}
+
+std::string_view x_unit(XAxis axis) { return axis == XAxis::step ? "_step" : "into the run"; }
 
 Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics) {
   if (metrics.empty()) return KeyFilter();
@@ -180,9 +214,10 @@ void Series::add(std::int64_t step, double v) {
   ++b.n;
 }
 
-History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted) {
+History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted,
+                     const HistoryShape& shape) {
   History h;
-  Reader reader(h, wanted);
+  Reader reader(h, wanted, shape);
   const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& row) { return reader.take(row); });
   h.bad_lines = lines.skipped;
   if (lines.skipped > 0)

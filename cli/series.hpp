@@ -19,16 +19,26 @@ struct Bucket {
   std::uint64_t n = 0;
 };
 
+/// What a series' x stands for: the row's _step, or the time into the run
+/// (its _runtime, kept in milliseconds).
+enum class XAxis { step, time };
+
+/// An x value as an axis label reads: "1200" (a step), "95.5s", "4m 02s".
+[[nodiscard]] std::string x_text(std::int64_t x, XAxis axis);
+/// What follows the last label of an axis: "_step", "into the run".
+[[nodiscard]] std::string_view x_unit(XAxis axis);
+
 class Series {
 public:
   /// Buckets kept at most; past it, neighbours are merged pairwise.
   static constexpr std::size_t max_buckets = 1024;
 
-  explicit Series(std::string key) : key_(std::move(key)) {}
+  explicit Series(std::string key, XAxis x = XAxis::step) : key_(std::move(key)), x_(x) {}
 
   void add(std::int64_t step, double v);
 
   [[nodiscard]] const std::string& key() const noexcept { return key_; }
+  [[nodiscard]] XAxis x_axis() const noexcept { return x_; }
   [[nodiscard]] const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
   [[nodiscard]] std::uint64_t points() const noexcept { return points_; } // finite ones
   [[nodiscard]] std::uint64_t nans() const noexcept { return nans_; }
@@ -43,6 +53,7 @@ public:
 
 private:
   std::string key_;
+  XAxis x_;
   std::vector<Bucket> buckets_;
   std::uint64_t per_bucket_ = 1;
   std::uint64_t points_ = 0, nans_ = 0, infs_ = 0;
@@ -79,10 +90,21 @@ using KeyFilter = std::function<bool(std::string_view)>;
 /// and reduced keys first; the rest get a sparkline or a mention.
 std::vector<bool> chart_choice(const std::vector<std::string_view>& keys, std::size_t charts, bool picked);
 
+/// How a history is read into series.
+struct HistoryShape {
+  XAxis x = XAxis::step;
+  /// TensorBoard's smoothing, 0 (none) to below 1: each point becomes the
+  /// exponential moving average of its series up to it, weight `smooth` on
+  /// the past, debiased (the first points are not pulled towards 0).
+  double smooth = 0;
+};
+
 /// Streams `path`. Keys starting with `_` are bookkeeping and skipped; a value
 /// is a number or one of "NaN", "Infinity", "-Infinity". `wanted(key)` is
 /// asked once per key; the others are not kept. A last line without its
-/// newline (being written right now) is left out.
-History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted);
+/// newline (being written right now) is left out. With XAxis::time a row
+/// without a numeric _runtime is a bad line.
+History read_history(const std::string& path, const std::function<bool(std::string_view)>& wanted,
+                     const HistoryShape& shape = {});
 
 } // namespace chorus::cli

@@ -11,11 +11,15 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace chorus::cli {
@@ -29,8 +33,8 @@ const Command show_command{
     .help = R"(Shows a run: its identity, its ranks and their states (a running rank's last
 step is the run's last committed row), config, summary (with the last row's
 step, time and runtime on one line), what its machines did, and a terminal
-chart per metric of its history (x = _step). RUN is a run directory, or a run
-id (or the start of one) looked up under DIR.
+chart per metric of its history (x = _step, or the time into the run). RUN
+is a run directory, or a run id (or the start of one) looked up under DIR.
 
 Shows several runs (up to 8) over each other: a row per run, marked with the
 character its curves are drawn with, then a chart per metric holding a curve
@@ -64,6 +68,12 @@ options:
   --metric PATTERN
                   chart only the keys PATTERN takes (repeatable): a key and
                   its per-rank columns (loss), a glob (train/*), or /REGEX/
+  --smooth W      smooth each curve as TensorBoard does (a debiased moving
+                  average; W from 0, none, to below 1, e.g. 0.6)
+  --x step|time   the x axis: the rows' _step (default), or the time into
+                  the run (their _runtime)
+  -f, --follow    redraw as the run grows (about once a second, when its
+                  files change) until it ends; Ctrl-C stops
   --charts N      charts at most; further keys get sparklines (default 12)
   --width W       columns to draw in (default: the terminal's, else 100)
   --height H      rows per chart (default 10)
@@ -85,8 +95,9 @@ struct ShowArgs {
   std::string dir;
   std::vector<std::string> metrics;
   KeyFilter wanted; // from metrics
+  HistoryShape shape;
   int charts = 12, width = 0, height = 10;
-  bool ascii = false, history = true, system = true;
+  bool ascii = false, history = true, system = true, follow = false;
 };
 
 int terminal_width() {
@@ -115,6 +126,19 @@ Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
       c.integer("--width", v, 30, 10000, a.width);
     } else if (c.option({"--height"}, v)) {
       c.integer("--height", v, 2, 1000, a.height);
+    } else if (c.option({"--smooth"}, v)) {
+      const std::optional<double> w = parse_double(v);
+      if (!w || *w < 0 || *w >= 1)
+        c.fail("--smooth takes a weight from 0 (none) to below 1, as TensorBoard's slider (0.6 smooths some, "
+               "0.95 much), not '" + v + "'");
+      else
+        a.shape.smooth = *w;
+    } else if (c.option({"--x"}, v)) {
+      if (v == "step") a.shape.x = XAxis::step;
+      else if (v == "time") a.shape.x = XAxis::time;
+      else c.fail("--x takes step (the rows' _step) or time (the time into the run), not '" + v + "'");
+    } else if (c.flag({"--follow", "-f"})) {
+      a.follow = true;
     } else if (c.flag({"--ascii"})) {
       a.ascii = true;
     } else if (c.flag({"--no-history"})) {
@@ -133,6 +157,7 @@ Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
   if (!wanted) return wanted.error();
   a.wanted = std::move(*wanted);
   if (a.runs.empty()) return invalid("missing RUN: a run directory or a run id");
+  if (a.follow && a.runs.size() > 1) return invalid("--follow follows one run: name one");
   if (a.runs.size() > max_overlay)
     return invalid(std::to_string(a.runs.size()) + " runs: one chart tells at most " + std::to_string(max_overlay) +
            " apart (a marker each); give fewer");
@@ -258,7 +283,7 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   const std::string path = r.dir + "/history.jsonl";
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
-  const History h = read_history(path, a.wanted);
+  const History h = read_history(path, a.wanted, a.shape);
   if (h.problem) return "history\n  unreadable: " + h.problem.message() + "\n";
   std::string out = "history (" + std::to_string(h.rows) + (h.rows == 1 ? " row, " : " rows, ") +
                     std::to_string(h.series.size()) + (h.series.size() == 1 ? " key" : " keys") + ")\n";
@@ -341,7 +366,7 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
   std::vector<std::string_view> keys; // every run's, in the order they first appear
   std::map<std::string_view, std::vector<const Series*>> by_key;
   out += "\nhistory\n";
-  for (const RunInfo& r : runs) histories.push_back(read_history(r.dir + "/history.jsonl", a.wanted));
+  for (const RunInfo& r : runs) histories.push_back(read_history(r.dir + "/history.jsonl", a.wanted, a.shape));
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const History& h = histories[i];
     if (h.problem) out += clip("  " + runs[i].id + ": unreadable: " + h.problem.message(), width) + "\n";
@@ -362,6 +387,66 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
   }
   if (!rest.empty()) out += "\n" + clip("  not charted: " + rest, width) + "\n  (chart a key with --metric KEY)\n";
   return out;
+}
+
+/// One run on one screen.
+std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
+  std::string out = identity(r) + ranks_section(r, width) +
+                    json_section("config", r.dir + "/config.json", width, 100) +
+                    json_section("summary", r.dir + "/summary.json", width, 60, true);
+  if (a.system) out += system_section(r, width, a.ascii);
+  if (a.history) out += history_section(r, a, width);
+  return out;
+}
+
+/// What show reads of a run, as the sizes and times of its files: a change
+/// is a reason to draw it again.
+std::string files_stamp(const std::string& dir) {
+  std::string out;
+  for (const char* f : {"run.json", "history.jsonl", "system.jsonl", "config.json", "summary.json"}) {
+    struct stat st {};
+    if (::stat((dir + "/" + f).c_str(), &st) != 0) {
+      out += "-;";
+      continue;
+    }
+    out.append(std::to_string(st.st_size)).append(":").append(std::to_string(st.st_mtim.tv_sec)).append(".");
+    out.append(std::to_string(st.st_mtim.tv_nsec)).append(";");
+  }
+  return out;
+}
+
+volatile std::sig_atomic_t stop_following = 0;
+extern "C" void on_stop_following(int) { stop_following = 1; }
+
+/// --follow: the run drawn again whenever its files change (looked at ten
+/// times a second, drawn at most once a second), until it is no longer
+/// running (finished, failed, or its host gone) or Ctrl-C.
+int follow(const std::string& dir, const ShowArgs& a) {
+  std::signal(SIGINT, on_stop_following);
+  std::signal(SIGTERM, on_stop_following);
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  std::string drawn;
+  auto last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  while (stop_following == 0) {
+    const std::string stamp = files_stamp(dir);
+    if (stamp != drawn && std::chrono::steady_clock::now() - last_draw >= std::chrono::seconds(1)) {
+      drawn = stamp;
+      last_draw = std::chrono::steady_clock::now();
+      Result<RunInfo> run = read_readable(dir);
+      if (!run) return failure("show", run.error().message());
+      const bool live = run->state == "running" && !run->host_crashed();
+      const int width = a.width > 0 ? a.width : terminal_width();
+      // A terminal is cleared and drawn again; a pipe gets each frame after a blank line.
+      std::string frame = tty ? "\x1b[H\x1b[2J" : "\n";
+      frame += render_run(*run, a, width);
+      if (live) frame += "\nfollowing " + run->id + ": drawn again as it grows; Ctrl-C stops\n";
+      std::fputs(frame.c_str(), stdout);
+      std::fflush(stdout);
+      if (!live) return exit_ok;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return exit_ok;
 }
 
 } // namespace
@@ -389,13 +474,8 @@ int show_main(std::span<char* const> words) {
     std::fputs(overlay(runs, a, width).c_str(), stdout);
     return exit_ok;
   }
-  const RunInfo& r = runs.front();
-  std::string out = identity(r) + ranks_section(r, width) +
-                    json_section("config", r.dir + "/config.json", width, 100) +
-                    json_section("summary", r.dir + "/summary.json", width, 60, true);
-  if (a.system) out += system_section(r, width, a.ascii);
-  if (a.history) out += history_section(r, a, width);
-  std::fputs(out.c_str(), stdout);
+  if (a.follow) return follow(runs.front().dir, a);
+  std::fputs(render_run(runs.front(), a, width).c_str(), stdout);
   return exit_ok;
 }
 

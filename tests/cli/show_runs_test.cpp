@@ -7,6 +7,9 @@
 #include "tests/cli/process.hpp"
 #include "tests/cli/run_files.hpp"
 
+#include <iomanip>
+#include <sstream>
+
 using namespace chorus::test;
 namespace fs = std::filesystem;
 
@@ -130,4 +133,52 @@ BOOST_AUTO_TEST_CASE(show_of_several_runs_refuses_what_it_cannot_overlay) {
   const Output missing = run_chorus({"show", "--dir", root.str(), "n0", "nothing-here"});
   BOOST_TEST(missing.code == 1);
   BOOST_TEST(contains(missing.err, "nothing-here"), missing.err);
+}
+
+BOOST_AUTO_TEST_CASE(show_smooths_as_tensorboard_and_puts_time_on_the_x_axis) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "p", "g", {.id = "sm"});
+  // x: 0, 10, 0, 10, ... at 0.5 s a row.
+  std::string h;
+  for (int s = 0; s < 40; ++s)
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":1700000000,"_runtime":)" + std::to_string(s * 0.5) +
+         R"(,"x":)" + std::to_string(s % 2 == 0 ? 0 : 10) + "}\n";
+  write_text(dir / "history.jsonl", h);
+  const std::vector<std::string> base{"show", dir.string(), "--no-system", "--width", "80", "--metric", "x"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_chorus(args);
+  };
+  const Output raw = with({});
+  BOOST_REQUIRE_EQUAL(raw.code, 0);
+  BOOST_TEST(contains(raw.out, "last 10"), raw.out);
+  // Debiased EMA with weight 0.9 over 0, 10, 0, 10, ...: the last of 40 points is
+  // sum(0.1 * 0.9^k * x[39-k]) / (1 - 0.9^40).
+  double ema = 0, debias = 1;
+  for (int s = 0; s < 40; ++s) {
+    ema = ema * 0.9 + 0.1 * (s % 2 == 0 ? 0 : 10);
+    debias *= 0.9;
+  }
+  const Output smooth = with({"--smooth", "0.9"});
+  BOOST_TEST_INFO_SCOPE(smooth.out << smooth.err);
+  BOOST_REQUIRE_EQUAL(smooth.code, 0);
+  std::ostringstream want;
+  want << "last " << std::setprecision(6) << ema / (1 - debias);
+  BOOST_TEST(contains(smooth.out, want.str()), want.str());
+  BOOST_TEST(!contains(smooth.out, "last 10"));
+  // Time into the run on the x axis: 0 to 19.5 s.
+  const Output time = with({"--x", "time"});
+  BOOST_TEST_INFO_SCOPE(time.out << time.err);
+  BOOST_REQUIRE_EQUAL(time.code, 0);
+  BOOST_TEST(contains(time.out, "19.5s into the run"));
+  BOOST_TEST(!contains(time.out, "_step"));
+  // A glob and a regular expression pick keys; wrong values name what they take.
+  BOOST_TEST(run_chorus({"show", dir.string(), "--no-system", "--metric", "/^x$/"}).code == 0);
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--smooth", "1"}, {"--smooth", "-0.1"},
+                                              {"--x", "wall"}, {"--metric", "/[/"}}) {
+    const Output o = with(bad);
+    BOOST_TEST(o.code == 2, bad[0] << " " << bad[1]);
+    BOOST_TEST(contains(o.err, bad[0]), o.err);
+  }
 }
