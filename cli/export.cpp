@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <unordered_map>
 
 namespace chorus::cli {
@@ -59,6 +60,9 @@ options:
   --metric PATTERN
                   export only the keys PATTERN takes (repeatable): a key and
                   its per-rank columns (loss), a glob (train/*), or /REGEX/
+  --smooth W      --csv and --jsonl: each key's values smoothed as
+                  TensorBoard's slider does (a debiased moving average, W from
+                  0 to below 1)
   --no-system     leave the system metrics out of --tensorboard
   -h, --help      this text
 
@@ -74,7 +78,31 @@ struct ExportArgs {
   std::string target, dir, csv, jsonl, tensorboard;
   std::vector<std::string> metrics;
   KeyFilter wanted;
+  double smooth = 0;
   bool system = true;
+};
+
+/// --smooth: each key's values as TensorBoard's debiased moving average
+/// (series.hpp's HistoryShape::smooth); NaN and infinities pass as they are.
+class Smoother {
+public:
+  explicit Smoother(double weight) : w_(weight) {}
+  [[nodiscard]] bool on() const noexcept { return w_ > 0; }
+  double operator()(std::string_view key, double v) {
+    if (!on() || !std::isfinite(v)) return v;
+    auto it = ema_.find(key);
+    if (it == ema_.end()) it = ema_.emplace(std::string(key), Ema{}).first;
+    it->second.last = it->second.last * w_ + (1 - w_) * v;
+    it->second.debias *= w_;
+    return it->second.last / (1 - it->second.debias);
+  }
+
+private:
+  struct Ema {
+    double last = 0, debias = 1;
+  };
+  double w_;
+  std::map<std::string, Ema, std::less<>> ema_;
 };
 
 Error parse(std::span<char* const> words, ExportArgs& a, bool& help) {
@@ -95,6 +123,12 @@ Error parse(std::span<char* const> words, ExportArgs& a, bool& help) {
       a.tensorboard = v;
     } else if (c.option({"--metric"}, v)) {
       a.metrics.push_back(v);
+    } else if (c.option({"--smooth"}, v)) {
+      const std::optional<double> w = parse_double(v);
+      if (!w || *w < 0 || *w >= 1)
+        c.fail("--smooth takes a weight from 0 (none) to below 1, as TensorBoard's slider, not '" + v + "'");
+      else
+        a.smooth = *w;
     } else if (c.flag({"--no-system"})) {
       a.system = false;
     } else if (c.peek().starts_with("-")) {
@@ -114,6 +148,8 @@ Error parse(std::span<char* const> words, ExportArgs& a, bool& help) {
   const int formats = int(!a.csv.empty()) + int(!a.jsonl.empty()) + int(!a.tensorboard.empty());
   if (formats == 0) return invalid("nothing to write: give --csv FILE, --jsonl FILE or --tensorboard DIR");
   if (formats > 1) return invalid("one format at a time: --csv, --jsonl or --tensorboard");
+  if (a.smooth > 0 && !a.tensorboard.empty())
+    return invalid("--smooth is for --csv and --jsonl: TensorBoard smooths the raw values itself (its slider)");
   return {};
 }
 
@@ -242,6 +278,7 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   out->put(line);
   std::vector<std::string> cells(keys.size());
   std::uint64_t rows = 0;
+  Smoother smooth(a.smooth);
   read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
     if (rows == first.used || !needs_step(row).empty()) return {};
     ++rows;
@@ -254,7 +291,11 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
     for (auto [key, value] : row) {
       if (key.empty() || key.front() == '_') continue;
       auto it = column.find(std::string(key));
-      if (it != column.end()) put_value(cells[it->second], value);
+      if (it == column.end()) continue;
+      if (const std::optional<double> v = io::metric_value(value); v && smooth.on())
+        put_number(cells[it->second], smooth(key, *v));
+      else
+        put_value(cells[it->second], value);
     }
     for (const std::string& c : cells) line.append(",").append(c);
     line += '\n';
@@ -269,6 +310,7 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
   Result<Output> out = Output::open(a.jsonl);
   if (!out) return out.error();
   std::string line;
+  Smoother smooth(a.smooth);
   auto field = [&line](std::string_view key) {
     line += line.size() > 1 ? "," : "";
     io::append_json_string(line, key);
@@ -301,7 +343,10 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
         else line.resize(at);
       } else if (!key.starts_with("_") && (!a.wanted || a.wanted(key))) {
         field(key);
-        line += simdjson::minify(value);
+        if (const std::optional<double> v = io::metric_value(value); v && smooth.on() && std::isfinite(*v))
+          io::append_json_number(line, smooth(key, *v));
+        else
+          line += simdjson::minify(value);
       }
     }
     line += "}\n";

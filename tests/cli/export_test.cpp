@@ -247,3 +247,31 @@ BOOST_AUTO_TEST_CASE(tensorboard_takes_a_groups_runs_as_runs_of_their_own) {
   BOOST_REQUIRE_EQUAL(o.code, 0);
   for (const char* m : {"member-a", "member-b"}) BOOST_TEST(scalars_in(out / m).at("loss").size() == 100u, m);
 }
+
+BOOST_AUTO_TEST_CASE(smooth_gives_each_key_tensorboards_moving_average) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "sm"});
+  std::string h;
+  for (int s = 0; s < 20; ++s)
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":1700000000,"_runtime":0,"x":)" +
+         std::to_string(s % 2 == 0 ? 0 : 10) + (s == 7 ? R"(,"y":"NaN")" : "") + "}\n";
+  write_text(dir / "history.jsonl", h);
+  const Output o = run_chorus({"export", dir.string(), "--csv", "-", "--smooth", "0.5"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const std::vector<std::string> lines = lines_of(o.out);
+  BOOST_REQUIRE_EQUAL(lines.size(), 21u);
+  double ema = 0, debias = 1;
+  for (int s = 0; s < 20; ++s) {
+    ema = ema * 0.5 + 0.5 * (s % 2 == 0 ? 0 : 10);
+    debias *= 0.5;
+    BOOST_TEST(std::stod(cells_of(lines[1 + s])[3]) == ema / (1 - debias), boost::test_tools::tolerance(1e-12));
+  }
+  BOOST_TEST(cells_of(lines[8])[4] == "NaN"); // passes unsmoothed
+  const Output j = run_chorus({"export", dir.string(), "--jsonl", "-", "--smooth", "0.5", "--metric", "x"});
+  BOOST_REQUIRE_EQUAL(j.code, 0);
+  BOOST_TEST(lines_of(j.out).front() == R"({"_step":0,"_timestamp":1700000000,"_runtime":0,"x":0})");
+  BOOST_TEST(contains(lines_of(j.out)[1], R"("x":6.666666666666667)"), lines_of(j.out)[1]);
+  BOOST_TEST(run_chorus({"export", dir.string(), "--tensorboard", (root.path / "tb").string(), "--smooth", "0.5"}).code == 2);
+  BOOST_TEST(run_chorus({"export", dir.string(), "--csv", "-", "--smooth", "1"}).code == 2);
+}
