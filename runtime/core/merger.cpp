@@ -417,6 +417,7 @@ struct Merger::State {
 
   void commit(PendingRow& p) {
     const std::vector<std::uint32_t>& order = names.order();
+    const std::vector<std::uint32_t>& by_order = names.by_order();
     for (Entry& e : p.entries) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
     sorter.sort(p.entries, ranks.size(), names.size(), p.repeats);
     if (p.repeats) keep_last(p.entries);
@@ -437,7 +438,7 @@ struct Merger::State {
       const auto place_in_order = static_cast<std::uint32_t>(e[i].sort >> 32);
       std::size_t j = i + 1;
       while (j < n && (e[j].sort >> 32) == place_in_order) ++j;
-      const std::uint32_t gid = names.by_order()[place_in_order];
+      const std::uint32_t gid = by_order[place_in_order];
       const Reduce how = names.reduction(gid);
       if (how != Reduce::none) {
         out.values.push_back({gid, -1, reduce_values(how, e + i, j - i), static_cast<std::uint32_t>(j - i)});
