@@ -187,7 +187,11 @@ bool TfEventsWriter::take(std::string_view tag, std::int64_t step) {
     return false;
   }
   if (step < 0) {
-    if (negative_steps_++ == 0) first_negative_ = "'" + std::string(tag) + "' at step " + std::to_string(step);
+    if (negative_steps_++ == 0) {
+      // Appended, not "'" + std::string(tag): GCC 12's -Wrestrict misfires on that in Release builds.
+      first_negative_ = "'";
+      first_negative_.append(tag).append("' at step ").append(std::to_string(step));
+    }
     return false;
   }
   return true;
