@@ -82,6 +82,10 @@ public:
   /// [lo, hi] into `out`; anything else is a usage error naming the range.
   void integer(std::string_view opt, const std::string& value, std::int64_t lo, std::int64_t hi, int& out);
 
+  /// Reads `value` (of --smooth) as TensorBoard's smoothing weight, 0 to
+  /// below 1, into `out`; anything else is a usage error.
+  void smoothing(const std::string& value, double& out);
+
   void fail(std::string message) {
     if (error_.empty()) error_ = std::move(message);
   }

@@ -70,6 +70,15 @@ void ArgCursor::integer(std::string_view opt, const std::string& value, std::int
          ", not '" + value + "'");
 }
 
+void ArgCursor::smoothing(const std::string& value, double& out) {
+  const std::optional<double> w = parse_double(value);
+  if (w && *w >= 0 && *w < 1)
+    out = *w;
+  else
+    fail("--smooth takes a weight from 0 (none) to below 1, as TensorBoard's slider (0.6 smooths some, 0.95 much), "
+         "not '" + value + "'");
+}
+
 int usage_error(std::string_view command, std::string_view message) {
   const std::string p = prefix(command);
   std::fprintf(stderr, "%s: %.*s\nRun '%s --help' for usage.\n", p.c_str(), static_cast<int>(message.size()),

@@ -82,27 +82,20 @@ struct ExportArgs {
   bool system = true;
 };
 
-/// --smooth: each key's values as TensorBoard's debiased moving average
-/// (series.hpp's HistoryShape::smooth); NaN and infinities pass as they are.
+/// --smooth: each key's values as TensorBoard's smoothing (series.hpp).
 class Smoother {
 public:
   explicit Smoother(double weight) : w_(weight) {}
   [[nodiscard]] bool on() const noexcept { return w_ > 0; }
   double operator()(std::string_view key, double v) {
-    if (!on() || !std::isfinite(v)) return v;
-    auto it = ema_.find(key);
-    if (it == ema_.end()) it = ema_.emplace(std::string(key), Ema{}).first;
-    it->second.last = it->second.last * w_ + (1 - w_) * v;
-    it->second.debias *= w_;
-    return it->second.last / (1 - it->second.debias);
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) it = by_key_.emplace(std::string(key), Smoothing(w_)).first;
+    return it->second(v);
   }
 
 private:
-  struct Ema {
-    double last = 0, debias = 1;
-  };
   double w_;
-  std::map<std::string, Ema, std::less<>> ema_;
+  std::map<std::string, Smoothing, std::less<>> by_key_;
 };
 
 Error parse(std::span<char* const> words, ExportArgs& a, bool& help) {
@@ -124,11 +117,7 @@ Error parse(std::span<char* const> words, ExportArgs& a, bool& help) {
     } else if (c.option({"--metric"}, v)) {
       a.metrics.push_back(v);
     } else if (c.option({"--smooth"}, v)) {
-      const std::optional<double> w = parse_double(v);
-      if (!w || *w < 0 || *w >= 1)
-        c.fail("--smooth takes a weight from 0 (none) to below 1, as TensorBoard's slider, not '" + v + "'");
-      else
-        a.smooth = *w;
+      c.smoothing(v, a.smooth);
     } else if (c.flag({"--no-system"})) {
       a.system = false;
     } else if (c.peek().starts_with("-")) {

@@ -80,33 +80,22 @@ public:
         it = index_.emplace(std::string(key), keep ? static_cast<std::ptrdiff_t>(h_.series.size()) : -1).first;
         if (keep) {
           h_.series.emplace_back(std::string(key), shape_.x);
-          smoothing_.emplace_back();
+          smoothing_.emplace_back(shape_.smooth);
         }
       }
       if (it->second < 0) continue;
       const auto i = static_cast<std::size_t>(it->second);
-      if (shape_.smooth > 0 && std::isfinite(v)) {
-        // TensorBoard's debiased EMA: NaN and infinities pass unsmoothed and leave it as it was.
-        Ema& e = smoothing_[i];
-        e.last = e.last * shape_.smooth + (1 - shape_.smooth) * v;
-        e.debias = e.debias * shape_.smooth;
-        v = e.last / (1 - e.debias);
-      }
-      h_.series[i].add(x, v);
+      h_.series[i].add(x, smoothing_[i](v));
     }
     return {};
   }
 
 private:
-  struct Ema {
-    double last = 0;
-    double debias = 1; // smooth^n after n points
-  };
   History& h_;
   const std::function<bool(std::string_view)>& wanted_;
   const HistoryShape& shape_;
   std::map<std::string, std::ptrdiff_t, std::less<>> index_; // -1: not wanted
-  std::vector<Ema> smoothing_; // by series
+  std::vector<Smoothing> smoothing_; // by series
 };
 
 } // namespace

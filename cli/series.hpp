@@ -4,6 +4,7 @@
 
 #include "runtime/core/result.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -89,6 +90,25 @@ using KeyFilter = std::function<bool(std::string_view)>;
 /// while they fit (or when they were picked with --metric), else the plain
 /// and reduced keys first; the rest get a sparkline or a mention.
 std::vector<bool> chart_choice(const std::vector<std::string_view>& keys, std::size_t charts, bool picked);
+
+/// TensorBoard's smoothing of one series: each value becomes the exponential
+/// moving average of the series up to it, weight `weight` (0 to below 1) on
+/// the past, debiased so that the first values are not pulled towards 0.
+/// NaN and infinities pass as they are and leave the average alone.
+class Smoothing {
+public:
+  explicit Smoothing(double weight = 0) : w_(weight) {}
+  double operator()(double v) {
+    if (w_ <= 0 || !std::isfinite(v)) return v;
+    last_ = last_ * w_ + (1 - w_) * v;
+    debias_ *= w_;
+    return last_ / (1 - debias_);
+  }
+
+private:
+  double w_;
+  double last_ = 0, debias_ = 1; // debias_: w^n after n values
+};
 
 /// How a history is read into series.
 struct HistoryShape {

@@ -127,12 +127,7 @@ Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
     } else if (c.option({"--height"}, v)) {
       c.integer("--height", v, 2, 1000, a.height);
     } else if (c.option({"--smooth"}, v)) {
-      const std::optional<double> w = parse_double(v);
-      if (!w || *w < 0 || *w >= 1)
-        c.fail("--smooth takes a weight from 0 (none) to below 1, as TensorBoard's slider (0.6 smooths some, "
-               "0.95 much), not '" + v + "'");
-      else
-        a.shape.smooth = *w;
+      c.smoothing(v, a.shape.smooth);
     } else if (c.option({"--x"}, v)) {
       if (v == "step") a.shape.x = XAxis::step;
       else if (v == "time") a.shape.x = XAxis::time;
