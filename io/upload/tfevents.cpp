@@ -188,9 +188,8 @@ bool TfEventsWriter::take(std::string_view tag, std::int64_t step) {
   }
   if (step < 0) {
     if (negative_steps_++ == 0) {
-      // Appended, not "'" + std::string(tag): GCC 12's -Wrestrict misfires on that in Release builds.
-      first_negative_ = "'";
-      first_negative_.append(tag).append("' at step ").append(std::to_string(step));
+      first_negative_tag_.assign(tag.data(), tag.size());
+      first_negative_step_ = step;
     }
     return false;
   }
@@ -295,14 +294,15 @@ Error TfEventsWriter::left_out() {
                             " MiB had gathered, and they were dropped. The first failure: " + failed_.message());
   if (negative_steps_ != 0)
     add(Errc::invalid_argument, std::to_string(negative_steps_) + " events with a negative step were left out of " +
-                                    path_ + " (the first: " + first_negative_ +
+                                    path_ + " (the first: '" + first_negative_tag_ + "' at step " +
+                                    std::to_string(first_negative_step_) +
                                     "). Steps in chorus are >= 0: log steps from 0 up.");
   if (after_close_ != 0)
     add(Errc::finished, std::to_string(after_close_) + " events came after close() and are not in " + path_ +
                             ": give them before close(), or write them with a new TfEventsWriter.");
   dropped_ = negative_steps_ = after_close_ = 0;
   failed_ = {};
-  first_negative_.clear();
+  first_negative_tag_.clear();
   return code == Errc::ok ? Error{} : Error{code, std::move(message)};
 }
 

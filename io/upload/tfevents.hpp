@@ -120,7 +120,8 @@ private:
   Error failed_;                      // the first failed automatic write since the last flush()
   std::uint64_t dropped_ = 0;         // records dropped past pending_limit since then
   std::uint64_t negative_steps_ = 0;  // events left out for a negative step since then
-  std::string first_negative_;        // the first of them: its tag and step
+  std::string first_negative_tag_;    // the first of them: its tag
+  std::int64_t first_negative_step_ = 0; // and its step
   std::uint64_t after_close_ = 0;     // events given after close()
   bool closed_ = false;
 };
