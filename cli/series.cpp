@@ -4,8 +4,9 @@
 #include "cli/json_lines.hpp"
 
 #include <fnmatch.h>
+#include <regex.h>
 
-#include <regex>
+#include <memory>
 
 #include <algorithm>
 #include <cmath>
@@ -121,18 +122,26 @@ Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics) {
   struct Pattern {
     enum class Kind { name, glob, regex } kind;
     std::string text;
-    std::regex re;
+    std::shared_ptr<regex_t> re; // POSIX extended
   };
   std::vector<Pattern> patterns;
   for (const std::string& m : metrics) {
     if (m.empty()) return invalid("--metric takes a key, a glob (train/*) or /REGEX/, not an empty word");
     if (m.size() >= 2 && m.front() == '/' && m.back() == '/') {
-      try {
-        patterns.push_back({Pattern::Kind::regex, m, std::regex(m.substr(1, m.size() - 2), std::regex::ECMAScript)});
-      } catch (const std::regex_error& e) {
-        return invalid("--metric " + m + " is no regular expression (" + e.what() +
-                       "): write /REGEX/ in ECMAScript syntax, or a glob such as train/*");
+      auto compiled = std::make_unique<regex_t>();
+      const std::string expr = m.substr(1, m.size() - 2);
+      if (const int rc = ::regcomp(compiled.get(), expr.c_str(), REG_EXTENDED | REG_NOSUB); rc != 0) {
+        char why[256];
+        ::regerror(rc, compiled.get(), why, sizeof why);
+        return invalid("--metric " + m + " is no regular expression (" + why +
+                       "): write /REGEX/ as a POSIX extended one (^val/, loss|acc), or a glob such as train/*");
       }
+      // Compiled: freed with regfree from here on.
+      std::shared_ptr<regex_t> re(compiled.release(), [](regex_t* r) {
+        ::regfree(r);
+        delete r;
+      });
+      patterns.push_back({Pattern::Kind::regex, m, std::move(re)});
     } else if (m.find_first_of("*?[") != std::string::npos) {
       patterns.push_back({Pattern::Kind::glob, m, {}});
     } else {
@@ -140,16 +149,17 @@ Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics) {
     }
   }
   return KeyFilter([patterns = std::move(patterns)](std::string_view key) {
+    const std::string k(key);
     for (const Pattern& p : patterns) {
       switch (p.kind) {
       case Pattern::Kind::name:
         if (key == p.text || (key.starts_with(p.text) && key.substr(p.text.size()).starts_with("/rank-"))) return true;
         break;
       case Pattern::Kind::glob:
-        if (::fnmatch(p.text.c_str(), std::string(key).c_str(), 0) == 0) return true;
+        if (::fnmatch(p.text.c_str(), k.c_str(), 0) == 0) return true;
         break;
       case Pattern::Kind::regex:
-        if (std::regex_search(key.begin(), key.end(), p.re)) return true;
+        if (::regexec(p.re.get(), k.c_str(), 0, nullptr, 0) == 0) return true;
         break;
       }
     }

@@ -79,7 +79,7 @@ using KeyFilter = std::function<bool(std::string_view)>;
 /// The keys `--metric` picks, a key taken where any pattern takes it:
 ///  - a pattern with `*`, `?` or `[` is a glob over the whole key (`*`
 ///    crosses `/`: `train/*` takes `train/loss/rank-3`);
-///  - `/REGEX/` is a regular expression (ECMAScript) found anywhere in the key;
+///  - `/REGEX/` is a POSIX extended regular expression found anywhere in the key;
 ///  - any other names a key, and its per-rank columns (`loss`: `loss`,
 ///    `loss/rank-0`, ...).
 /// Null (every key) when none is given; an error for a regular expression
