@@ -14,7 +14,8 @@ cd "$(dirname "$0")"
 PACKAGES=(build-essential cmake ninja-build pkg-config git
           libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
           libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount
-          clang libclang-rt-14-dev openmpi-bin python3)
+          clang libclang-rt-14-dev openmpi-bin python3
+          libcpp-httplib-dev libjs-dygraphs chromium chromium-driver python3-selenium)
 JOBS=${JOBS:-$(nproc)}
 
 install_packages() {
@@ -52,6 +53,7 @@ case "${1:-}" in
     run=$(ls -td "$CHORUS_DIR"/chorus-demo/*/*/ | head -n 1)
     echo "== the run is in ${run%/}"
     ./build/bin/chorus show "${run%/}"
+    echo "== in a browser: ./build/bin/chorus serve $CHORUS_DIR   (then open http://127.0.0.1:8600/)"
     ;;
   test)
     install_packages

@@ -40,12 +40,13 @@ extern const Command recover_command; // recover.cpp
 extern const Command certs_command;   // certs.cpp
 extern const Command sync_command;     // sync.cpp
 extern const Command export_command;   // export.cpp
+extern const Command serve_command;    // serve.cpp
 
 /// Every command, in the order `chorus --help` lists them. A new command is a
 /// file of its own that defines its Command, declared above and listed here.
 inline constexpr std::array commands{&launch_command,  &ls_command,    &show_command,
                                      &recover_command, &certs_command, &sync_command,
-                                     &export_command};
+                                     &export_command,  &serve_command};
 
 /// The command called `name`, or nullptr.
 const Command* find_command(std::string_view name);
@@ -81,6 +82,11 @@ public:
   /// Reads `value` (the option `opt` just consumed) as a whole number in
   /// [lo, hi] into `out`; anything else is a usage error naming the range.
   void integer(std::string_view opt, const std::string& value, std::int64_t lo, std::int64_t hi, int& out);
+
+  /// Takes the current word as the command's one operand into `slot`
+  /// (`what` names it: "directory"); a word that looks like an option, or a
+  /// second operand, is a usage error.
+  void operand(std::string& slot, std::string_view what);
 
   /// Reads `value` (of --smooth) as TensorBoard's smoothing weight, 0 to
   /// below 1, into `out`; anything else is a usage error.

@@ -70,6 +70,17 @@ void ArgCursor::integer(std::string_view opt, const std::string& value, std::int
          ", not '" + value + "'");
 }
 
+void ArgCursor::operand(std::string& slot, std::string_view what) {
+  const std::string word(peek());
+  if (word.starts_with("-") && word != "-")
+    fail("unknown option '" + word + "'");
+  else if (!slot.empty())
+    fail("one " + std::string(what) + " at a time, not '" + slot + "' and '" + word + "'");
+  else
+    slot = word;
+  next();
+}
+
 void ArgCursor::smoothing(const std::string& value, double& out) {
   const std::optional<double> w = parse_double(value);
   if (w && *w >= 0 && *w < 1)

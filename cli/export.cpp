@@ -120,13 +120,8 @@ Error parse(std::span<char* const> words, ExportArgs& a, bool& help) {
       c.smoothing(v, a.smooth);
     } else if (c.flag({"--no-system"})) {
       a.system = false;
-    } else if (c.peek().starts_with("-")) {
-      c.fail("unknown option '" + std::string(c.peek()) + "'");
-    } else if (!a.target.empty()) {
-      c.fail("one run or group at a time, not '" + a.target + "' and '" + std::string(c.peek()) + "'");
     } else {
-      a.target = c.peek();
-      c.next();
+      c.operand(a.target, "run or group");
     }
   }
   if (!c.error().empty()) return invalid(c.error());

@@ -156,10 +156,8 @@ int ls_main(std::span<char* const> words) {
   std::string dir;
   while (!c.done()) {
     if (c.flag({"-h", "--help"})) return print_help(ls_command);
-    if (c.peek().starts_with("-") && c.peek() != "-") return usage_error("ls", "unknown option '" + std::string(c.peek()) + "'");
-    if (!dir.empty()) return usage_error("ls", "one directory at a time, not '" + dir + "' and '" + std::string(c.peek()) + "'");
-    dir = c.peek();
-    c.next();
+    c.operand(dir, "directory");
+    if (!c.error().empty()) return usage_error("ls", c.error());
   }
   if (dir.empty()) dir = default_runs_dir();
   std::error_code ec;

@@ -1,0 +1,263 @@
+// bench_serve: how fast `chorus serve` answers the requests a page makes.
+// Two directories are written first: one run of 1 M rows x 20 metrics (four
+// of them reduced, with _count, and four per-rank columns), and 1,000 small
+// runs. A server in this process (cli/serve/server.hpp, on a free loopback
+// port) is then asked over HTTP, as the page asks:
+//  - the run's page: /api/run (the first one indexes the whole history) and
+//    the series of its charts at 700 pixels (first paint), then again warm;
+//  - a zoom into 1% and 0.1% of the steps (points read back from the file),
+//    and 10% (from the index);
+//  - 1,000 rows appended, then the charts again (only the new lines read);
+//  - the runs list of 1,000 runs, cold and warm.
+// The files are in the page cache (just written), as a live run's are.
+//
+//   bench_serve [ROWS]     (default 1000000)
+#include "bench.hpp"
+
+#include "cli/serve/server.hpp"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <cmath>
+#include <thread>
+
+namespace {
+
+using bench::num;
+namespace fs = std::filesystem;
+
+constexpr int metrics = 20;
+constexpr int world = 4;
+constexpr int chart_width = 700;
+
+/// The 20 keys: 16 of the run's own (the first four reduced over the ranks)
+/// and a per-rank column for each of the 4 ranks.
+std::vector<std::string> keys() {
+  std::vector<std::string> k = {"train/loss", "train/acc", "train/grad_norm", "train/tokens_per_s",
+                                "train/lr",   "train/loss_scale", "val/loss", "val/acc",
+                                "opt/m1",     "opt/m2",     "opt/m3",    "opt/m4",
+                                "opt/m5",     "opt/m6",     "data/wait_ms", "data/batch"};
+  for (int r = 0; r < world; ++r) k.push_back("step_time/rank-" + std::to_string(r));
+  return k;
+}
+
+void put(std::string& out, double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+std::string run_json(const std::string& id, double start, int rows) {
+  std::string ranks;
+  for (int r = 0; r < world; ++r)
+    ranks += std::string(r ? "," : "") + R"({"rank":)" + std::to_string(r) +
+             R"(,"state":"finished","last_step":)" + std::to_string(rows - 1) + R"(,"host":"bench","message":""})";
+  return R"({"id":")" + id + R"(","name":")" + id + R"(","project":"bench","group":"g","mode":"shared","scope":"global",)" +
+         R"("host":"bench","pid":1,"state":"finished","start_time":)" + std::to_string(start) +
+         R"(,"end_time":)" + std::to_string(start + rows * 0.1) + R"(,"world_size":)" + std::to_string(world) +
+         R"(,"rows":)" + std::to_string(rows) + R"(,"rejected":0,"ranks":[)" + ranks + "]}\n";
+}
+
+/// Rows [first, last) of the big run's history.
+std::string rows_text(int first, int last, const std::vector<std::string>& k) {
+  std::string out;
+  out.reserve(static_cast<std::size_t>(last - first) * 900);
+  for (int s = first; s < last; ++s) {
+    out += "{\"_step\":" + std::to_string(s) + ",\"_timestamp\":";
+    put(out, 1'700'000'000.0 + s * 0.1 + 0.000123);
+    out += ",\"_runtime\":";
+    put(out, s * 0.1 + 0.000123);
+    for (int i = 0; i < metrics; ++i) {
+      out += ",\"" + k[static_cast<std::size_t>(i)] + "\":";
+      put(out, std::sin(s * 1e-4 * (i + 1)) * (i + 1) + std::cos(s * 0.37 + i) * 0.05);
+    }
+    out += ",\"_count\":{";
+    for (int i = 0; i < 4; ++i) out += std::string(i ? "," : "") + "\"" + k[static_cast<std::size_t>(i)] + "\":4";
+    out += "}}\n";
+  }
+  return out;
+}
+
+void append(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::app);
+  f << text;
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+/// A server of this process on a free port, stopped at the end of its scope.
+class InProcess {
+public:
+  explicit InProcess(const fs::path& root) : server_(options(root)) {
+    if (chorus::Error e = server_.bind()) {
+      std::fprintf(stderr, "bench_serve: %s\n", e.message().c_str());
+      std::exit(1);
+    }
+    thread_ = std::thread([this] { (void)server_.run(); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_.port());
+    client_->set_read_timeout(600, 0);
+  }
+  ~InProcess() {
+    server_.stop();
+    thread_.join();
+  }
+  /// GET `path`: milliseconds, and the body's bytes.
+  std::pair<double, std::size_t> get(const std::string& path) {
+    std::string body;
+    return get(path, body);
+  }
+  std::pair<double, std::size_t> get(const std::string& path, std::string& body) {
+    const auto t0 = bench::clock::now();
+    const httplib::Result r = client_->Get(path);
+    const double ms = std::chrono::duration<double, std::milli>(bench::clock::now() - t0).count();
+    if (!r || r->status != 200) {
+      std::fprintf(stderr, "bench_serve: %s answered %d %s\n", path.c_str(), r ? r->status : -1,
+                   r ? r->body.substr(0, 300).c_str() : httplib::to_string(r.error()).c_str());
+      std::exit(1);
+    }
+    body = r->body;
+    return {ms, r->body.size()};
+  }
+
+private:
+  static chorus::cli::serve::ServeOptions options(const fs::path& root) {
+    chorus::cli::serve::ServeOptions o;
+    o.root = fs::canonical(root).string();
+    o.port = 0;
+    return o;
+  }
+  chorus::cli::serve::Server server_;
+  std::thread thread_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+std::string encode(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '/') out += "%2F";
+    else out += c;
+  }
+  return out;
+}
+
+/// The page's charts: one request each, a key and its per-rank columns together.
+std::vector<std::string> chart_requests(const std::string& run, const std::vector<std::string>& k, const std::string& range) {
+  std::vector<std::string> out;
+  std::string per_rank;
+  for (const std::string& key : k) {
+    if (key.starts_with("step_time/")) {
+      per_rank += "&key=" + encode(key);
+      continue;
+    }
+    out.push_back("/api/series?run=" + run + "&key=" + encode(key) + "&width=" + std::to_string(chart_width) + range);
+  }
+  out.push_back("/api/series?run=" + run + per_rank + "&width=" + std::to_string(chart_width) + range);
+  return out;
+}
+
+std::string rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line, out;
+  while (std::getline(f, line))
+    if (line.starts_with("VmRSS:") || line.starts_with("VmHWM:")) out += (out.empty() ? "" : ", ") + line;
+  return out;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const int rows = argc > 1 ? std::atoi(argv[1]) : 1'000'000;
+  if (rows < 1000) {
+    std::fprintf(stderr, "usage: bench_serve [ROWS of 1000 or more]\n");
+    return 2;
+  }
+  const std::vector<std::string> k = keys();
+  bench::TempDir big_root("chorus-bench-serve"), many_root("chorus-bench-serve");
+
+  // The big run.
+  auto t0 = bench::clock::now();
+  const fs::path run = big_root.path / "bench" / "g" / "big";
+  fs::create_directories(run);
+  write_file(run / "run.json", run_json("big", 1'700'000'000.0, rows));
+  for (int s = 0; s < rows; s += 50'000) append(run / "history.jsonl", rows_text(s, std::min(rows, s + 50'000), k));
+  const auto history_bytes = fs::file_size(run / "history.jsonl");
+  const double gen_s = std::chrono::duration<double>(bench::clock::now() - t0).count();
+  // 1,000 small runs of 100 rows, in 10 groups.
+  t0 = bench::clock::now();
+  for (int i = 0; i < 1000; ++i) {
+    std::string id = std::to_string(i), group = std::to_string(i % 10);
+    id.insert(0, 1, 'r');
+    group.insert(0, 1, 'g');
+    const fs::path d = many_root.path / "bench" / group / id;
+    fs::create_directories(d);
+    write_file(d / "run.json", run_json(id, 1'700'000'000.0 + i * 60, 100));
+    write_file(d / "summary.json", R"({"_step":99,"train/loss":0.5,"train/acc":0.9})");
+    write_file(d / "history.jsonl", rows_text(0, 100, k));
+  }
+  const double gen_many_s = std::chrono::duration<double>(bench::clock::now() - t0).count();
+  std::printf("bench_serve: a run of %d rows x %d metrics (history.jsonl %.0f MiB, written in %.1f s); 1,000 runs "
+              "(written in %.1f s)\n\n",
+              rows, metrics, static_cast<double>(history_bytes) / (1 << 20), gen_s, gen_many_s);
+
+  bench::Table t({"request", "ms", "KiB", "what"});
+  auto row = [&](const std::string& what, double ms, std::size_t bytes, const std::string& note) {
+    t.add({what, num(ms, 1), num(static_cast<double>(bytes) / 1024, 1), note});
+  };
+  {
+    InProcess s(big_root.path);
+    const std::string r = "bench%2Fg%2Fbig";
+    auto [ms, bytes] = s.get("/api/run?run=" + r);
+    row("/api/run, cold", ms, bytes, "indexes the whole history.jsonl");
+    double paint = 0;
+    std::size_t paint_bytes = 0;
+    for (const std::string& q : chart_requests(r, k, "")) {
+      auto [m, b] = s.get(q);
+      paint += m;
+      paint_bytes += b;
+    }
+    row("17 charts, whole run", paint, paint_bytes, "first paint: one request a chart, 700 px");
+    row("first paint in all", ms + paint, bytes + paint_bytes, "cold /api/run + the charts");
+    std::tie(ms, bytes) = s.get("/api/run?run=" + r);
+    row("/api/run, warm", ms, bytes, "");
+    double warm = 0;
+    for (const std::string& q : chart_requests(r, k, "")) warm += s.get(q).first;
+    row("17 charts, warm", warm, paint_bytes, "");
+    for (const auto& [part, name] : {std::pair{0.10, "10%"}, std::pair{0.01, "1%"}, std::pair{0.001, "0.1%"}}) {
+      const int from = rows / 3, to = from + static_cast<int>(rows * part);
+      double z = 0;
+      std::size_t zb = 0;
+      for (const std::string& q : chart_requests(r, k, "&from=" + std::to_string(from) + "&to=" + std::to_string(to))) {
+        auto [m, b] = s.get(q);
+        z += m;
+        zb += b;
+      }
+      row(std::string("17 charts, zoom ") + name, z, zb,
+          std::to_string(to - from) + " steps" + (to - from <= 32 * chart_width ? ", read from the file" : ", from the index"));
+    }
+    append(run / "history.jsonl", rows_text(rows, rows + 1000, k));
+    std::tie(ms, bytes) = s.get("/api/run?run=" + r);
+    row("/api/run, 1,000 rows later", ms, bytes, "reads the new lines only");
+    double live = 0;
+    for (const std::string& q : chart_requests(r, k, "")) live += s.get(q).first;
+    row("17 charts, 1,000 rows later", live, paint_bytes, "");
+    std::string status;
+    s.get("/api/status", status);
+    std::printf("server status after the big run: %s\n", status.c_str());
+  }
+  {
+    InProcess s(many_root.path);
+    auto [ms, bytes] = s.get("/api/runs");
+    row("/api/runs of 1,000 runs, cold", ms, bytes, "reads every run.json and summary.json");
+    std::tie(ms, bytes) = s.get("/api/runs");
+    row("/api/runs of 1,000 runs, warm", ms, bytes, "unchanged runs from memory");
+    std::tie(ms, bytes) = s.get("/api/run?run=bench%2Fg7%2Fr517");
+    row("/api/run of one of them", ms, bytes, "");
+  }
+  std::printf("%s\n\n", rss().c_str());
+  t.print();
+  return 0;
+}

@@ -1,0 +1,170 @@
+// `chorus serve`: a web dashboard over a run directory, with no tracking
+// server: the page, its API and its live updates come from cli/serve/.
+#include "cli/cli.hpp"
+#include "cli/serve/server.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <sys/stat.h>
+#include <thread>
+
+namespace chorus::cli {
+int serve_main(std::span<char* const> args); // below
+
+const Command serve_command{
+    .name = "serve",
+    .summary = "a web dashboard of the runs under a directory: charts, ranks, live updates",
+    .usage = "[DIR] [--port P] [--host H] [--token T]",
+    .help = R"(Serves a dashboard of the runs under DIR (default: $CHORUS_DIR, else
+./chorus-runs) to a browser, with no tracking server: open the address it
+prints. It reads the run directories as they are and writes nothing to them.
+
+The runs page lists every run by project and group, the newest first, with
+its state, ranks, start, duration and summary values; a box filters them by
+name, id, group, job type, notes or host, and a list by state. A run's page
+shows its identity, its ranks (state, last step, exit code, message), config,
+summary and artifacts (to download), and a chart per metric, grouped by the
+prefix of its key (train/, val/, ...): each rank's column (key/rank-N) is a
+curve beside the key's own, shown or hidden by its name. The charts zoom (drag)
+and pan (shift-drag), smooth (an exponential moving average, debiased as
+TensorBoard does), draw against the step, the wall time or the time into the
+run, and on a log scale; the values under the pointer are shown. The system
+metrics of system.jsonl come per node and per rank, and the distributed view
+draws each rank's progress over time, with rows some ranks did not contribute
+to and ranks that crashed marked. A group's page puts its runs side by side,
+and any runs picked in the runs list are laid over each other.
+
+A live run's new rows, ranks' states and system samples reach an open page
+within about two seconds. A history of any length is indexed once (then only
+its new lines are read) and each chart gets at most two points per pixel,
+every point once zoomed in far enough.
+
+It listens on 127.0.0.1 only, unless --host says otherwise. Off loopback every
+request must carry a token: a random one is made, and printed inside the
+address (a page opened there keeps it as a cookie). Paths in requests must
+name runs inside DIR (no '..', no absolute path, no link out of it); large or
+malformed requests are refused; a damaged run file is reported on its run's
+page. Ctrl-C stops it.
+
+options:
+  --port P        the port to listen on (default 8600; 0 picks a free one)
+  --host H        the address to listen on (default 127.0.0.1; 0.0.0.0 for
+                  every address of this machine, which asks for a token)
+  --token T       the token to ask for (default: a random one off loopback,
+                  none on loopback); given, it is asked for on loopback too
+  --cache-mb N    memory the runs' indexes may take together, in MiB (default
+                  1024; the run being looked at always keeps its index)
+  -h, --help      this text
+
+exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the directory or the port cannot
+be used, 2 a wrong command line.
+)",
+    .main = serve_main,
+};
+
+namespace {
+
+struct ServeArgs {
+  std::string dir, host = "127.0.0.1", token;
+  int port = 8600, cache_mb = 1024;
+};
+
+Error parse(std::span<char* const> words, ServeArgs& a, bool& help) {
+  ArgCursor c(words);
+  std::string v;
+  while (!c.done() && c.error().empty()) {
+    if (c.flag({"-h", "--help"})) {
+      help = true;
+      return {};
+    }
+    if (c.option({"--port"}, v)) {
+      c.integer("--port", v, 0, 65535, a.port);
+    } else if (c.option({"--host"}, v)) {
+      if (v.empty()) c.fail("--host needs an address (127.0.0.1, 0.0.0.0, a name of this machine)");
+      a.host = v;
+    } else if (c.option({"--token"}, v)) {
+      if (v.size() < 16 || v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") !=
+                               std::string::npos)
+        c.fail("--token takes 16 or more letters, digits, '-' or '_'");
+      a.token = v;
+    } else if (c.option({"--cache-mb"}, v)) {
+      c.integer("--cache-mb", v, 16, 1 << 20, a.cache_mb);
+    } else {
+      c.operand(a.dir, "directory");
+    }
+  }
+  if (!c.error().empty()) return invalid(c.error());
+  return {};
+}
+
+} // namespace
+
+int serve_main(std::span<char* const> words) {
+  ServeArgs a;
+  bool help = false;
+  if (Error e = parse(words, a, help)) return usage_error("serve", e.message());
+  if (help) return print_help(serve_command);
+
+  const std::string dir = a.dir.empty() ? default_runs_dir() : a.dir;
+  char real[PATH_MAX];
+  struct stat st {};
+  if (::realpath(dir.c_str(), real) == nullptr || ::stat(real, &st) != 0)
+    return failure("serve", "no directory at " + dir + " (" + std::strerror(errno) +
+                                "): give the directory the runs are under (chorus serve DIR), or set CHORUS_DIR");
+  if (!S_ISDIR(st.st_mode))
+    return failure("serve", dir + " is not a directory: give the directory the runs are under (chorus serve DIR)");
+
+  serve::ServeOptions o;
+  o.root = real;
+  o.host = a.host;
+  o.port = a.port;
+  o.cache_bytes = static_cast<std::size_t>(a.cache_mb) << 20;
+  o.token = a.token;
+  if (o.token.empty() && !serve::is_loopback(o.host)) {
+    Result<std::string> token = serve::random_token();
+    if (!token) return failure("serve", token.error().message());
+    o.token = std::move(*token);
+  }
+
+  // SIGINT and SIGTERM are taken by one thread, which stops the server; the
+  // server's threads, started after this, inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  serve::Server server(o);
+  if (Error e = server.bind()) return failure("serve", e.message());
+  std::printf("chorus serve: the runs under %s at\n  %s\n", o.root.c_str(), server.url().c_str());
+  if (!o.token.empty())
+    std::printf("(the address holds the token every request needs: give it only to whom may read these runs)\n");
+  std::printf("Ctrl-C stops it.\n");
+  std::fflush(stdout);
+
+  std::atomic<bool> done{false};
+  std::thread signals([&] {
+    const timespec tick{0, 200'000'000};
+    while (!done) {
+      if (::sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+        server.stop();
+        return;
+      }
+    }
+  });
+  const Error e = server.run();
+  done = true;
+  signals.join();
+  if (e) return failure("serve", e.message());
+  std::printf("chorus serve: stopped\n");
+  return exit_ok;
+}
+
+} // namespace chorus::cli

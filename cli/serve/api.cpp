@@ -1,0 +1,513 @@
+#include "cli/serve/api.hpp"
+
+#include "cli/group_info.hpp"
+#include "cli/json_lines.hpp"
+#include "cli/run_info.hpp"
+#include "io/store/artifacts.hpp"
+#include "io/upload/tensorboard_run.hpp"
+#include "runtime/core/json.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sys/stat.h>
+
+namespace chorus::cli::serve {
+namespace fs = std::filesystem;
+namespace {
+
+/// Summary values the runs list shows beside each run.
+constexpr std::size_t listed_summary_values = 6;
+/// The longest path a request may name.
+constexpr std::size_t max_rel_bytes = 1024;
+
+void opt_number(io::JsonWriter& w, std::string_view key, const std::optional<double>& v) {
+  w.key(key);
+  if (v && std::isfinite(*v)) w.number(*v);
+  else w.null();
+}
+
+void opt_integer(io::JsonWriter& w, std::string_view key, const std::optional<std::int64_t>& v) {
+  w.key(key);
+  if (v) w.integer(*v);
+  else w.null();
+}
+
+/// The real path of `path`, or "" where it does not resolve.
+std::string real(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) return {};
+  return buf;
+}
+
+bool inside(const std::string& path, const std::string& dir) {
+  return path.size() > dir.size() && path.starts_with(dir) && (dir.ends_with('/') || path[dir.size()] == '/');
+}
+
+/// The parts of a relative path a request named, or why it names none.
+std::string split_rel(std::string_view rel, std::vector<std::string_view>& parts) {
+  if (rel.empty()) return "no path given";
+  if (rel.size() > max_rel_bytes) return "the path is longer than " + std::to_string(max_rel_bytes) + " bytes";
+  if (rel.front() == '/') return "an absolute path: name a run by its path under the runs directory";
+  for (std::size_t at = 0; at <= rel.size();) {
+    const std::size_t end = std::min(rel.find('/', at), rel.size());
+    const std::string_view part = rel.substr(at, end - at);
+    if (part.empty()) return "an empty part in the path";
+    if (part == "." || part == "..") return "'.' and '..' are not taken in a path";
+    if (part.front() == '.') return "a hidden name in the path";
+    if (part.find('\0') != std::string_view::npos) return "a NUL byte in the path";
+    parts.push_back(part);
+    at = end + 1;
+  }
+  return {};
+}
+
+/// A file's size, time and inode as a short text that changes when it does; "" where it is not there.
+std::string stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "-";
+  return std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ino);
+}
+
+std::string_view host_life_name(HostLife h) {
+  switch (h) {
+  case HostLife::alive: return "alive";
+  case HostLife::gone: return "gone";
+  case HostLife::unknown: break;
+  }
+  return "unknown";
+}
+
+/// A JSON file of the run (config.json, summary.json) as minified JSON
+/// text: "null" where it is not there; an error where it cannot be read.
+Result<std::string> json_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::string("null");
+  simdjson::dom::parser parser;
+  const Result<simdjson::dom::element> doc = load_json_file(path, parser);
+  if (!doc) return doc.error();
+  return simdjson::minify(*doc);
+}
+
+/// The first numbers of summary.json (bookkeeping keys left out), as a JSON object.
+std::string summary_picks(const std::string& dir) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  const Result<simdjson::dom::element> doc = load_json_file(dir + "/summary.json", parser);
+  if (!doc || doc->get(obj) != simdjson::SUCCESS) return "{}";
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object();
+  std::size_t n = 0;
+  for (auto [key, value] : obj) {
+    if (key.starts_with('_')) continue;
+    const std::optional<double> v = io::metric_value(value);
+    if (!v) continue;
+    w.key(key).number(*v);
+    if (++n == listed_summary_values) break;
+  }
+  w.end_object();
+  return out;
+}
+
+void identity(io::JsonWriter& w, const RunInfo& r) {
+  w.key("id").string(r.id).key("name").string(r.name.empty() ? r.id : r.name);
+  w.key("project").string(r.project).key("group").string(r.group);
+  w.key("job_type").string(r.job_type).key("notes").string(r.notes);
+  w.key("mode").string(r.mode).key("scope").string(r.scope);
+  w.key("host").string(r.host).key("pid").integer(r.pid);
+  w.key("launcher").string(r.launcher).key("job_id").string(r.job_id);
+  w.key("state").string(r.state).key("shown_state").string(r.shown_state());
+  w.key("host_life").string(host_life_name(r.host_life));
+  opt_number(w, "start_time", r.start_time);
+  opt_number(w, "end_time", r.end_time);
+  opt_number(w, "duration", r.duration());
+  opt_integer(w, "world_size", r.world_size);
+  opt_integer(w, "rows", r.rows);
+  opt_integer(w, "rejected", r.rejected);
+  w.key("crashed_ranks").integer(r.crashed_ranks());
+}
+
+void ranks(io::JsonWriter& w, const RunInfo& r) {
+  w.key("ranks").begin_array();
+  for (const RankInfo& k : r.ranks) {
+    w.begin_object().key("rank").integer(k.rank).key("state").string(k.state);
+    w.key("last_step").integer(k.last_step).key("committed").boolean(k.committed);
+    w.key("host").string(k.host).key("message").string(k.message);
+    w.key("exit_code");
+    const auto code = std::find_if(r.exit_codes.begin(), r.exit_codes.end(), [&](const auto& c) { return c.first == k.rank; });
+    if (code != r.exit_codes.end()) w.integer(code->second);
+    else w.null();
+    w.end_object();
+  }
+  w.end_array();
+  w.key("exit_codes").begin_object();
+  for (const auto& [rank, code] : r.exit_codes) w.key(std::to_string(rank)).integer(code);
+  w.end_object();
+}
+
+void index_state(io::JsonWriter& w, const IndexState& s) {
+  w.key("rows").uinteger(s.rows).key("skipped").uinteger(s.skipped);
+  w.key("first_skipped").string(s.first_skipped).key("unfinished").boolean(s.unfinished);
+  w.key("missing").boolean(s.missing).key("last_step").integer(s.last_step).key("bytes").uinteger(s.bytes);
+  if (s.problem) w.key("error").string(s.problem.message());
+}
+
+} // namespace
+
+Reply refusal(int status, std::string_view why) {
+  std::string body;
+  io::JsonWriter(body).begin_object().key("error").string(why).end_object();
+  return {status, std::move(body)};
+}
+
+Api::Api(std::string root, std::size_t cache_bytes) : root_(std::move(root)), cache_bytes_(cache_bytes) {}
+Api::~Api() = default;
+
+std::string Api::rel_of(const std::string& dir) const {
+  if (dir.size() > root_.size() && dir.starts_with(root_) && dir[root_.size()] == '/') return dir.substr(root_.size() + 1);
+  return dir;
+}
+
+Resolved Api::resolve_run(std::string_view rel) const {
+  std::vector<std::string_view> parts;
+  if (std::string why = split_rel(rel, parts); !why.empty()) return {{}, 400, why};
+  if (parts.size() < 2 || parts.size() > 3)
+    return {{}, 400, "a run is named PROJECT/GROUP/RUN (or PROJECT/RUN) under the runs directory"};
+  const std::string dir = real(root_ + "/" + std::string(rel));
+  if (dir.empty()) return {{}, 404, "no run " + std::string(rel) + " under " + root_};
+  if (!inside(dir, root_)) return {{}, 403, std::string(rel) + " leads out of " + root_ + " (through a link)"};
+  if (!is_run_dir(dir)) return {{}, 404, std::string(rel) + " is not a run directory (no run.json, no WAL)"};
+  return {dir, 0, {}};
+}
+
+Resolved Api::resolve_group(std::string_view rel) const {
+  std::vector<std::string_view> parts;
+  if (std::string why = split_rel(rel, parts); !why.empty()) return {{}, 400, why};
+  if (parts.size() != 2) return {{}, 400, "a group is named PROJECT/GROUP under the runs directory"};
+  const std::string dir = real(root_ + "/" + std::string(rel));
+  if (dir.empty()) return {{}, 404, "no group " + std::string(rel) + " under " + root_};
+  if (!inside(dir, root_)) return {{}, 403, std::string(rel) + " leads out of " + root_ + " (through a link)"};
+  if (!is_group_dir(dir)) return {{}, 404, std::string(rel) + " is not a group directory"};
+  return {dir, 0, {}};
+}
+
+Resolved Api::resolve_artifact(std::string_view rel, std::string_view name) const {
+  Resolved run = resolve_run(rel);
+  if (!run) return run;
+  if (Error e = io::validate_artifact_name(name)) return {{}, 400, e.message()};
+  const std::string base = real(run.dir + "/artifacts");
+  const std::string file = real(run.dir + "/artifacts/" + std::string(name));
+  if (base.empty() || file.empty()) return {{}, 404, "run " + std::string(rel) + " has no artifact file " + std::string(name)};
+  if (!inside(base, run.dir) || !inside(file, base))
+    return {{}, 403, "artifact " + std::string(name) + " leads out of its run directory (through a link)"};
+  return {file, 0, {}};
+}
+
+std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, bool system) {
+  std::shared_ptr<RunFiles> f;
+  {
+    std::lock_guard lock(mutex_);
+    auto& slot = files_[dir];
+    if (!slot) slot = std::make_shared<RunFiles>(dir);
+    f = slot;
+  }
+  f->used = ++clock_;
+  bool grew = false;
+  if (history) grew = f->history.refresh() || grew;
+  if (system) grew = f->system.refresh() || grew;
+  if (grew) evict();
+  return f;
+}
+
+void Api::evict() {
+  std::lock_guard lock(mutex_);
+  for (;;) {
+    std::size_t total = 0;
+    std::map<std::string, std::shared_ptr<RunFiles>>::iterator oldest = files_.end();
+    for (auto it = files_.begin(); it != files_.end(); ++it) {
+      total += it->second->history.memory() + it->second->system.memory();
+      // One in use elsewhere (a request, an event stream) stays.
+      if (it->second.use_count() == 1 && (oldest == files_.end() || it->second->used < oldest->second->used))
+        oldest = it;
+    }
+    if (total <= cache_bytes_ || oldest == files_.end()) return;
+    files_.erase(oldest);
+  }
+}
+
+std::size_t Api::cached_bytes() {
+  std::lock_guard lock(mutex_);
+  std::size_t total = 0;
+  for (const auto& [dir, f] : files_) total += f->history.memory() + f->system.memory();
+  return total;
+}
+
+Reply Api::runs() {
+  const std::vector<RunGroup> groups = find_runs(root_);
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object().key("root").string(root_).key("groups").begin_array();
+  std::size_t count = 0;
+  std::map<std::string, ListEntry> listed;
+  for (const RunGroup& g : groups) {
+    // A group's runs, the newest first; a run whose directory leads out of the root is left out.
+    std::vector<std::pair<double, std::string>> entries;
+    for (const std::string& d : g.run_dirs) {
+      const std::string dir_real = real(d);
+      if (dir_real.empty() || !inside(dir_real, root_)) continue;
+      const std::string stamp = stamp_of(d + "/run.json") + "|" + stamp_of(d + "/summary.json");
+      {
+        std::lock_guard lock(mutex_);
+        const auto it = listed_.find(d);
+        if (it != listed_.end() && it->second.stamp == stamp) {
+          entries.emplace_back(it->second.start, it->second.json);
+          listed[d] = it->second;
+          continue;
+        }
+      }
+      const RunInfo r = read_run(d);
+      std::string entry;
+      io::JsonWriter e(entry);
+      e.begin_object().key("path").string(rel_of(d));
+      identity(e, r);
+      if (r.problem) e.key("error").string(r.problem.message());
+      e.key("summary").raw(summary_picks(d));
+      e.end_object();
+      // A running run's duration and host change with time: it is read again each time.
+      if (r.state != "running") listed[d] = {stamp, r.start_time.value_or(0), entry};
+      entries.emplace_back(r.start_time.value_or(0), std::move(entry));
+    }
+    if (entries.empty()) continue;
+    std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    w.begin_object().key("project").string(g.project).key("group").string(g.group);
+    w.key("path").string(g.group.empty() ? g.project : g.project + "/" + g.group);
+    if (!g.dir.empty()) {
+      std::error_code ec;
+      if (fs::exists(fs::symlink_status(g.dir + "/group.json", ec))) {
+        if (Result<io::GroupManifest> m = io::read_group_file(g.dir)) {
+          w.key("manifest").begin_object().key("state").string(m->state).key("size").integer(m->size);
+          w.key("mode").string(m->mode).key("scope").string(m->scope);
+          opt_number(w, "start_time", m->start_time);
+          opt_number(w, "end_time", m->end_time);
+          w.end_object();
+        } else {
+          w.key("error").string(m.error().message());
+        }
+      }
+    }
+    w.key("runs").begin_array();
+    for (const auto& [start, json] : entries) w.raw(json);
+    w.end_array().end_object();
+    count += entries.size();
+  }
+  w.end_array().key("count").uinteger(count).end_object();
+  {
+    // What was listed this time only: runs since removed are forgotten.
+    std::lock_guard lock(mutex_);
+    listed_ = std::move(listed);
+  }
+  return {200, std::move(out)};
+}
+
+Reply Api::run(std::string_view rel) {
+  const Resolved where = resolve_run(rel);
+  if (!where) return refusal(where.status, where.why);
+  const std::string& dir = where.dir;
+  const RunInfo r = read_run(dir);
+  std::vector<std::string> errors, warnings;
+  if (r.problem) errors.push_back(r.problem.message());
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object().key("path").string(rel);
+  identity(w, r);
+  ranks(w, r);
+  w.key("segments").begin_array();
+  for (const RunInfo::Segment& s : r.segments) {
+    w.begin_object().key("state").string(s.state);
+    opt_number(w, "start_time", s.start_time);
+    opt_number(w, "end_time", s.end_time);
+    w.end_object();
+  }
+  w.end_array();
+  for (const char* name : {"config", "summary"}) {
+    const Result<std::string> json = json_file(dir + "/" + name + ".json");
+    w.key(name);
+    if (json) {
+      w.raw(*json);
+    } else {
+      w.null();
+      errors.push_back(json.error().message());
+    }
+  }
+  // Where the run belongs to a group: the group's path.
+  if (const std::size_t slash = rel.rfind('/'); std::count(rel.begin(), rel.end(), '/') == 2)
+    w.key("group_path").string(rel.substr(0, slash));
+  // Artifacts, as artifacts.jsonl lists them.
+  w.key("artifacts").begin_array();
+  const std::string artifacts = dir + "/artifacts.jsonl";
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(artifacts, ec))) {
+    const JsonLines lines = read_json_lines(artifacts, [&](const simdjson::dom::object& a) -> std::string_view {
+      std::string_view name, type, sha;
+      std::uint64_t size = 0;
+      std::int64_t rank = 0, step = -1;
+      double ts = 0;
+      if (a["name"].get(name) != simdjson::SUCCESS) return "no name";
+      // A field missing or of another type is shown as its default.
+      if (a["type"].get(type) != simdjson::SUCCESS) type = {};
+      if (a["sha256"].get(sha) != simdjson::SUCCESS) sha = {};
+      if (a["size"].get(size) != simdjson::SUCCESS) size = 0;
+      if (a["rank"].get(rank) != simdjson::SUCCESS) rank = 0;
+      if (a["step"].get(step) != simdjson::SUCCESS) step = -1;
+      if (a["timestamp"].get_double().get(ts) != simdjson::SUCCESS) ts = 0;
+      w.begin_object().key("name").string(name).key("type").string(type).key("size").uinteger(size);
+      w.key("sha256").string(sha).key("rank").integer(rank).key("step").integer(step).key("timestamp").number(ts);
+      w.key("available").boolean(static_cast<bool>(resolve_artifact(rel, name)));
+      w.end_object();
+      return {};
+    });
+    if (lines.problem) errors.push_back(lines.problem.message());
+    if (lines.skipped > 0) warnings.push_back("artifacts.jsonl: " + std::to_string(lines.skipped) + " damaged line(s) skipped");
+  }
+  w.end_array();
+  const std::shared_ptr<RunFiles> f = files(dir, true, true);
+  for (const auto& [name, index] : {std::pair{"history", &f->history}, std::pair{"system", &f->system}}) {
+    const IndexState s = index->state();
+    w.key(name).begin_object();
+    index_state(w, s);
+    w.key("keys");
+    index->keys_json(w.out());
+    w.end_object();
+    if (s.problem) errors.push_back(s.problem.message());
+    if (s.skipped > 0)
+      warnings.push_back(std::string(name) + ".jsonl: " + std::to_string(s.skipped) + " damaged line(s) skipped (" +
+                         s.first_skipped + ")");
+  }
+  w.key("warnings").begin_array();
+  for (const std::string& s : warnings) w.string(s);
+  w.end_array().key("errors").begin_array();
+  for (const std::string& s : errors) w.string(s);
+  w.end_array();
+  if (!errors.empty()) w.key("error").string(errors.front());
+  w.end_object();
+  return {200, std::move(out)};
+}
+
+Reply Api::series(std::string_view rel, FileKind kind, const SeriesRequest& r) {
+  const Resolved where = resolve_run(rel);
+  if (!where) return refusal(where.status, where.why);
+  const std::shared_ptr<RunFiles> f = files(where.dir, kind == FileKind::history, kind == FileKind::system);
+  const LinesIndex& index = kind == FileKind::history ? f->history : f->system;
+  std::string out;
+  index.series_json(r, out);
+  const IndexState s = index.state();
+  if (s.problem) {
+    // The file could not be read to its end: say so beside what was read.
+    out.pop_back();
+    out += ",\"problem\":";
+    io::append_json_string(out, s.problem.message());
+    out += '}';
+  }
+  return {200, std::move(out)};
+}
+
+Reply Api::group(std::string_view rel) {
+  const Resolved where = resolve_group(rel);
+  if (!where) return refusal(where.status, where.why);
+  const GroupInfo g = read_group(where.dir);
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object().key("path").string(rel).key("project").string(g.project).key("name").string(g.name);
+  if (g.problem) w.key("error").string(g.problem.message());
+  const io::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
+  if (m) {
+    w.key("manifest").begin_object().key("state").string(m->state).key("size").integer(m->size);
+    w.key("mode").string(m->mode).key("scope").string(m->scope).key("launcher").string(m->launcher);
+    w.key("job_id").string(m->job_id).key("host").string(m->host);
+    opt_number(w, "start_time", m->start_time);
+    opt_number(w, "end_time", m->end_time);
+    w.key("exit_codes").begin_object();
+    for (const auto& [rank, code] : m->exit_codes) w.key(std::to_string(rank)).integer(code);
+    w.end_object().end_object();
+  }
+  w.key("members").begin_array();
+  for (const GroupMemberView& v : g.members) {
+    w.begin_object().key("label").string(v.label).key("id").string(v.id()).key("state").string(v.state());
+    w.key("ranks").string(v.ranks()).key("exit_codes").string(exit_codes_cell(v.exit_codes(m)));
+    std::string path;
+    if (v.run) {
+      const std::string candidate = std::string(rel) + "/" + fs::path(v.run->dir).filename().string();
+      if (resolve_run(candidate)) path = candidate;
+    }
+    w.key("path").string(path);
+    std::int64_t last_step = -1;
+    if (v.run)
+      for (const RankInfo& k : v.run->ranks) last_step = std::max(last_step, k.last_step);
+    if (v.member)
+      for (const io::GroupRank& k : v.member->ranks) last_step = std::max(last_step, k.last_step);
+    w.key("last_step").integer(last_step);
+    if (v.member) {
+      w.key("host").string(v.member->host).key("node").integer(v.member->node).key("rows").integer(v.member->rows);
+      w.key("message").string(v.member->message);
+      opt_number(w, "start_time", v.member->start_time);
+      opt_number(w, "end_time", v.member->end_time);
+    } else if (v.run) {
+      w.key("host").string(v.run->host);
+      opt_integer(w, "rows", v.run->rows);
+      opt_number(w, "start_time", v.run->start_time);
+      opt_number(w, "end_time", v.run->end_time);
+    }
+    if (v.run && v.run->problem) w.key("error").string(v.run->problem.message());
+    w.end_object();
+  }
+  w.end_array().end_object();
+  return {200, std::move(out)};
+}
+
+std::string Api::changes(std::string_view rel, Seen& seen) {
+  const Resolved where = resolve_run(rel);
+  if (!where) return {};
+  const std::shared_ptr<RunFiles> f = files(where.dir, true, true);
+  std::string out;
+  auto event = [&](std::string_view name, auto&& fill) {
+    out += "event: ";
+    out += name;
+    out += "\ndata: ";
+    io::JsonWriter w(out);
+    w.begin_object().key("run").string(rel);
+    fill(w);
+    w.end_object();
+    out += "\n\n";
+  };
+  const IndexState h = f->history.state();
+  if (!seen.started || h.rows != seen.history_rows || h.keys != seen.history_keys) {
+    event("history", [&](io::JsonWriter& w) { index_state(w, h), w.key("keys").uinteger(h.keys); });
+    seen.history_rows = h.rows;
+    seen.history_keys = h.keys;
+  }
+  const IndexState s = f->system.state();
+  if (!seen.started || s.rows != seen.system_rows) {
+    event("system", [&](io::JsonWriter& w) { index_state(w, s); });
+    seen.system_rows = s.rows;
+  }
+  const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json");
+  if (!seen.started || stamp != seen.run_stamp) {
+    const RunInfo r = read_run(where.dir);
+    event("run", [&](io::JsonWriter& w) {
+      identity(w, r);
+      ranks(w, r);
+      if (r.problem) w.key("error").string(r.problem.message());
+    });
+    seen.run_stamp = stamp;
+  }
+  seen.started = true;
+  return out;
+}
+
+} // namespace chorus::cli::serve

@@ -1,0 +1,109 @@
+// The JSON API of `chorus serve`, apart from HTTP: what each endpoint answers
+// for the runs under one directory, and the one place where a path from a
+// request becomes a path on disk (it must lead to a run or a group inside the
+// directory, through no link out of it). cli/serve/server.cpp puts it on HTTP.
+#pragma once
+
+#include "cli/serve/lines_index.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::cli::serve {
+
+/// An answer: an HTTP status and a JSON body (`{"error": ...}` for a refusal).
+struct Reply {
+  int status = 200;
+  std::string body;
+};
+
+/// A path a request named, made a path on disk: `dir` where it may be read,
+/// else the status (4xx) and why.
+struct Resolved {
+  std::string dir;
+  int status = 0;
+  std::string why;
+  explicit operator bool() const { return status == 0; }
+};
+
+/// `{"error": why}`.
+[[nodiscard]] Reply refusal(int status, std::string_view why);
+
+/// What an event stream has told a page of a run so far.
+struct Seen {
+  bool started = false;
+  std::uint64_t history_rows = 0, system_rows = 0;
+  std::size_t history_keys = 0;
+  std::string run_stamp; // run.json's and summary.json's size and time
+};
+
+class Api {
+public:
+  /// `root` is the directory the runs are under, as its real path;
+  /// `cache_bytes` bounds what the indexes of the runs opened hold together
+  /// (the least recently used go first; the one in use always stays).
+  Api(std::string root, std::size_t cache_bytes);
+  ~Api();
+
+  [[nodiscard]] const std::string& root() const noexcept { return root_; }
+
+  /// GET /api/runs: every run by project and group, the newest first.
+  Reply runs();
+  /// GET /api/run?run=REL: a run's identity, ranks, config, summary,
+  /// artifacts, its history's keys and its system keys.
+  Reply run(std::string_view rel);
+  /// GET /api/series?run=REL&file=history|system&key=K...: series for a chart.
+  Reply series(std::string_view rel, FileKind kind, const SeriesRequest& r);
+  /// GET /api/group?group=REL: a group's manifest and members.
+  Reply group(std::string_view rel);
+
+  /// The run directory `rel` (PROJECT/GROUP/RUN or PROJECT/RUN, relative
+  /// to the root) names. Refused: anything but plain names (no "..", ".",
+  /// empty or hidden parts, no absolute path), a path leading out of the root
+  /// through a link (403), a directory that holds no run (404).
+  [[nodiscard]] Resolved resolve_run(std::string_view rel) const;
+  /// The group directory `rel` (PROJECT/GROUP) names, on the same rules.
+  [[nodiscard]] Resolved resolve_group(std::string_view rel) const;
+  /// The artifact file `name` of the run `rel` (artifacts/NAME), inside the run's directory.
+  [[nodiscard]] Resolved resolve_artifact(std::string_view rel, std::string_view name) const;
+
+  /// What changed in the run `rel` since `seen`, as server-sent events
+  /// (`history`, `system`, `run`); "" where nothing did.
+  std::string changes(std::string_view rel, Seen& seen);
+
+  /// Bytes the indexes of runs hold.
+  [[nodiscard]] std::size_t cached_bytes();
+
+private:
+  struct RunFiles {
+    RunFiles(const std::string& dir)
+        : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system) {}
+    LinesIndex history, system;
+    std::atomic<std::uint64_t> used{0};
+  };
+  struct ListEntry {
+    std::string stamp; // run.json's and summary.json's
+    double start = 0;
+    std::string json;
+  };
+
+  /// The indexes of the run in `dir`, refreshed.
+  std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system);
+  void evict();
+  [[nodiscard]] std::string rel_of(const std::string& dir) const;
+
+  const std::string root_;
+  const std::size_t cache_bytes_;
+  std::mutex mutex_; // guards the maps below
+  std::map<std::string, std::shared_ptr<RunFiles>> files_;
+  std::map<std::string, ListEntry> listed_;
+  std::atomic<std::uint64_t> clock_{0};
+};
+
+} // namespace chorus::cli::serve

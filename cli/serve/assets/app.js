@@ -1,0 +1,777 @@
+// chorus serve: the one-page dashboard. Pages (by the address's #):
+//   #/                  the runs, by project and group, the newest first
+//   #/run/PATH          a run: identity, ranks, config, summary, artifacts,
+//                       a chart per metric, system metrics, the distributed view
+//   #/group/PATH        a group's runs side by side, their metrics overlaid
+//   #/compare/P1|P2...  any runs overlaid on the same charts
+// Data comes from the server's JSON API (/api/...), live changes from its
+// event stream (/api/events). Every text from a run is put in as text, never as HTML.
+'use strict';
+
+const chorus = (window.chorus = { charts: [], page: null });
+
+// ---------- helpers ----------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = v;
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+async function api(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) {
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else if (v !== undefined && v !== null) q.append(k, v);
+  }
+  const res = await fetch('/api/' + path + (q.toString() ? '?' + q : ''), { credentials: 'same-origin' });
+  let body;
+  try {
+    body = await res.json();
+  } catch (e) {
+    body = { error: 'the server answered ' + res.status + ' ' + res.statusText };
+  }
+  if (!res.ok && !body.error) body.error = 'the server answered ' + res.status;
+  body.httpStatus = res.status;
+  return body;
+}
+
+const pad = (n) => String(n).padStart(2, '0');
+function fmtTime(s) {
+  if (s === null || s === undefined) return '';
+  const d = new Date(s * 1000);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+function fmtDuration(s) {
+  if (s === null || s === undefined || !isFinite(s)) return '';
+  if (s === 0) return '0s';
+  if (s < 1) return Math.round(s * 1000) + 'ms';
+  if (s < 60) return s.toFixed(1) + 's';
+  if (s < 3600) return Math.floor(s / 60) + 'm ' + pad(Math.floor(s % 60)) + 's';
+  if (s < 86400) return Math.floor(s / 3600) + 'h ' + pad(Math.floor((s % 3600) / 60)) + 'm';
+  return Math.floor(s / 86400) + 'd ' + pad(Math.floor((s % 86400) / 3600)) + 'h';
+}
+function fmtNumber(v) {
+  if (v === null || v === undefined) return '';
+  if (typeof v !== 'number') return String(v);
+  if (Number.isInteger(v)) return String(v);
+  return Number(v.toPrecision(6)).toString();
+}
+// A y axis label: short, exponents for the very large and the very small.
+function axisNumber(v) {
+  if (v === 0 || !isFinite(v)) return String(v);
+  const a = Math.abs(v);
+  if (a >= 1e5 || a < 1e-3) return v.toExponential(1);
+  return String(Number(v.toPrecision(4)));
+}
+const badge = (state) => h('span', { class: 'badge ' + (state || '').split(' ')[0], text: state || '-' });
+const runLink = (path, text) => h('a', { href: '#/run/' + encodeURI(path), text: text || path });
+const perRank = (key) => /\/rank-\d+$/.test(key);
+const baseKey = (key) => key.replace(/\/rank-\d+$/, '');
+const rankOf = (key) => { const m = /\/rank-(\d+)$/.exec(key); return m ? Number(m[1]) : null; };
+
+// ---------- settings, shared by every chart ----------
+
+const settings = Object.assign({ x: 'step', smooth: 0, log: false, ranks: true },
+  JSON.parse(localStorage.getItem('chorus.settings') || '{}'));
+function saveSettings() { localStorage.setItem('chorus.settings', JSON.stringify(settings)); }
+
+function setupControls() {
+  const x = document.getElementById('xaxis'), sm = document.getElementById('smooth');
+  const smv = document.getElementById('smooth-value'), log = document.getElementById('logscale');
+  const ranks = document.getElementById('ranks');
+  x.value = settings.x; sm.value = settings.smooth; smv.textContent = settings.smooth;
+  log.checked = settings.log; ranks.checked = settings.ranks;
+  x.addEventListener('change', () => { settings.x = x.value; saveSettings(); chorus.charts.forEach((c) => c.reset()); });
+  sm.addEventListener('input', () => {
+    settings.smooth = Number(sm.value); smv.textContent = settings.smooth; saveSettings();
+    chorus.charts.forEach((c) => c.draw());
+  });
+  log.addEventListener('change', () => { settings.log = log.checked; saveSettings(); chorus.charts.forEach((c) => c.draw()); });
+  ranks.addEventListener('change', () => {
+    settings.ranks = ranks.checked; saveSettings();
+    chorus.charts.forEach((c) => { c.forced.clear(); c.draw(); });
+  });
+}
+
+function setLive(on, text) {
+  const el = document.getElementById('live');
+  el.className = on === null ? '' : on ? 'on' : 'off';
+  el.textContent = text || '';
+}
+
+// ---------- charts ----------
+
+const palette = ['#2f5fd0', '#d0502f', '#24824a', '#8e44ad', '#c49a00', '#0f8a9d', '#c2185b', '#5d6d7e',
+  '#7cb342', '#ef6c00', '#3949ab', '#00897b'];
+
+// TensorBoard's smoothing: an exponential moving average, debiased so that
+// the first points are not pulled towards 0.
+function ema(ys, w) {
+  if (!w) return ys;
+  let last = 0, n = 0;
+  return ys.map((v) => {
+    if (v === null || !isFinite(v)) return v;
+    last = last * w + (1 - w) * v;
+    n += 1;
+    return last / (1 - Math.pow(w, n));
+  });
+}
+
+// One chart: `sources` are the series it draws, each {run, file, key, label};
+// it asks the server for them at its own width and range.
+class Chart {
+  constructor(parent, title, sources, opts) {
+    this.title = title;
+    this.sources = sources;
+    this.opts = Object.assign({ axis: null, annotate: null, extra: null }, opts || {});
+    this.range = null;        // the x range asked for; null: everything
+    this.data = null;         // per source: {x, y} as the server gave them
+    this.g = null;
+    this.forced = new Map();  // label -> shown or hidden by hand
+    this.loading = false;
+    this.wanted = false;
+    this.el = h('div', { class: 'chart', 'data-title': title });
+    this.plot = h('div', { class: 'plot' });
+    this.legend = h('div', { class: 'legend' });
+    this.toggles = h('div', { class: 'toggles' });
+    this.status = h('div', { class: 'status' });
+    this.el.append(h('h3', { text: title }), this.plot, this.legend, this.toggles, this.status);
+    parent.append(this.el);
+    chorus.charts.push(this);
+    Chart.observer.observe(this.el);
+  }
+
+  axis() { return this.opts.axis ? this.opts.axis(settings.x) : settings.x; }
+
+  // Asks for the series again: the whole range, or the one zoomed into.
+  async load() {
+    if (this.loading) { this.again = true; return; }
+    this.loading = true;
+    try {
+      const axis = this.axis();
+      const width = Math.max(100, Math.min(4000, Math.round(this.plot.clientWidth || 600)));
+      const byFile = new Map();
+      this.sources.forEach((s, i) => {
+        const k = s.run + '\n' + (s.file || 'history');
+        if (!byFile.has(k)) byFile.set(k, { run: s.run, file: s.file || 'history', keys: [], at: [] });
+        byFile.get(k).keys.push(s.key);
+        byFile.get(k).at.push(i);
+      });
+      const data = new Array(this.sources.length).fill(null);
+      const problems = [];
+      let n = 0, full = true;
+      await Promise.all([...byFile.values()].map(async (f) => {
+        const params = { run: f.run, file: f.file, key: f.keys, x: axis, width };
+        if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
+        const r = await api('series', params);
+        if (r.error) { problems.push(r.error); return; }
+        if (r.problem) problems.push(r.problem);
+        f.keys.forEach((k, j) => {
+          const s = r.series && r.series[k];
+          if (!s) return;
+          data[f.at[j]] = s;
+          n += s.n;
+          full = full && s.full;
+        });
+      }));
+      this.data = data;
+      this.axisUsed = axis;
+      this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + n + ' points' +
+        (full ? '' : ' (smallest and largest of each pixel)');
+      this.draw();
+    } catch (e) {
+      this.status.textContent = 'could not load: ' + e;
+    } finally {
+      this.loading = false;
+      if (this.again) { this.again = false; this.load(); }
+    }
+  }
+
+  reset() { this.range = null; if (this.wanted) this.load(); }
+  refresh() { if (this.wanted) this.load(); }
+
+  labels() { return this.sources.map((s) => s.label); }
+
+  visible() {
+    return this.sources.map((s) => (this.forced.has(s.label) ? this.forced.get(s.label)
+      : settings.ranks || !s.rankColumn || this.sources.length === 1));
+  }
+
+  // Draws what was loaded, smoothed and scaled as the controls say.
+  draw() {
+    if (!this.data) return;
+    const wall = this.axisUsed === 'wall';
+    const rows = new Map();
+    const cols = this.sources.length;
+    this.data.forEach((s, i) => {
+      if (!s) return;
+      const ys = ema(s.y, this.sources[i].noSmooth ? 0 : settings.smooth);
+      for (let j = 0; j < s.x.length; j++) {
+        let r = rows.get(s.x[j]);
+        if (!r) { r = new Array(cols + 1).fill(null); r[0] = s.x[j]; rows.set(s.x[j], r); }
+        r[i + 1] = ys[j];
+      }
+    });
+    const extra = this.opts.extra ? this.opts.extra(this) : null;
+    let data = [...rows.values()].sort((a, b) => a[0] - b[0]);
+    let labels = ['x', ...this.labels()];
+    let visibility = this.visible();
+    let series = {};
+    if (extra) {
+      // Series computed from the loaded ones (the contributions below the rank count).
+      data = data.map((r) => r.concat(extra.values(r)));
+      labels = labels.concat(extra.labels);
+      visibility = visibility.concat(extra.labels.map(() => true));
+      series = extra.series || {};
+    }
+    if (wall) data.forEach((r) => { r[0] = new Date(r[0] * 1000); });
+    if (!data.length) {
+      if (this.g) { this.g.destroy(); this.g = null; }
+      this.plot.replaceChildren(h('div', { class: 'empty', text: 'no points' + (this.range ? ' in this range' : '') }));
+      this.renderToggles();
+      return;
+    }
+    if (this.plot.querySelector('.empty')) this.plot.replaceChildren();
+    const colors = labels.slice(1).map((_, i) => palette[i % palette.length]);
+    const options = {
+      labels, colors, visibility, series,
+      labelsDiv: this.legend, legend: 'always', labelsSeparateLines: false,
+      connectSeparatedPoints: true, logscale: settings.log, strokeWidth: 1.3,
+      xlabel: { step: 'step', wall: 'wall time', rel: 'time into the run' }[this.axisUsed],
+      axes: {
+        x: this.axisUsed === 'rel' ? { valueFormatter: fmtDuration, axisLabelFormatter: fmtDuration } :
+          this.axisUsed === 'step' ? { valueFormatter: (v) => 'step ' + v } : {},
+        y: { valueFormatter: fmtNumber, axisLabelFormatter: axisNumber, axisLabelWidth: 60 },
+      },
+      drawCallback: (g, initial) => this.onDraw(g, initial),
+    };
+    if (this.range) options.dateWindow = wall ? this.range.map((v) => v * 1000) : this.range.slice();
+    // Another kind of x (numbers, dates, durations) needs a chart of its own.
+    if (this.g && this.gAxis !== this.axisUsed) { this.g.destroy(); this.g = null; }
+    if (!this.g) {
+      this.gAxis = this.axisUsed;
+      this.g = new Dygraph(this.plot, data, options);
+    } else {
+      options.file = data;
+      this.g.updateOptions(options);
+    }
+    if (this.opts.annotate) {
+      const notes = this.opts.annotate(this);
+      this.g.setAnnotations(notes.map((a) => Object.assign({}, a, { x: wall ? a.x * 1000 : a.x })));
+    }
+    this.renderToggles();
+  }
+
+  renderToggles() {
+    const vis = this.visible();
+    this.toggles.replaceChildren(...this.sources.map((s, i) => h('label', { title: s.title || s.label },
+      h('input', { type: 'checkbox', checked: vis[i], onchange: (e) => {
+        this.forced.set(s.label, e.target.checked);
+        if (this.g) this.g.setVisibility(i, e.target.checked);
+      } }),
+      h('span', { class: 'swatch', style: 'background:' + palette[i % palette.length] }),
+      h('span', { class: 'name', text: s.label }))));
+  }
+
+  // A zoom or a pan: ask for the range now shown, at full detail where it holds few points.
+  onDraw(g, initial) {
+    if (initial) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      const wall = this.axisUsed === 'wall';
+      if (g.isZoomed('x')) {
+        const r = g.xAxisRange().map((v) => (wall ? v / 1000 : v));
+        if (!this.range || Math.abs(r[0] - this.range[0]) > 1e-9 || Math.abs(r[1] - this.range[1]) > 1e-9) {
+          this.range = r;
+          this.load();
+        }
+      } else if (this.range) {
+        this.range = null;
+        this.load();
+      }
+    }, 250);
+  }
+
+  destroy() {
+    Chart.observer.unobserve(this.el);
+    if (this.g) this.g.destroy();
+    this.g = null;
+  }
+}
+// A chart loads once it comes near the screen: a run of many keys opens fast.
+Chart.observer = new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    if (!e.isIntersecting) continue;
+    const c = chorus.charts.find((x) => x.el === e.target);
+    if (c && !c.wanted) { c.wanted = true; c.load(); }
+  }
+}, { rootMargin: '600px' });
+
+// ---------- pages ----------
+
+function clearPage() {
+  if (chorus.page && chorus.page.close) chorus.page.close();
+  chorus.charts.forEach((c) => c.destroy());
+  chorus.charts = [];
+  chorus.page = null;
+  setLive(null);
+}
+
+function crumbs(...parts) {
+  document.getElementById('crumbs').replaceChildren(...parts.flatMap((p, i) => [i ? ' / ' : '', p]));
+}
+
+function errorBox(text) { return h('div', { class: 'error', text }); }
+
+// Follows runs' changes through the server's event stream.
+function follow(runs, handlers) {
+  const q = new URLSearchParams();
+  runs.forEach((r) => q.append('run', r));
+  const es = new EventSource('/api/events?' + q);
+  es.onopen = () => setLive(true, 'live');
+  es.onerror = () => setLive(false, 'reconnecting');
+  for (const [name, fn] of Object.entries(handlers))
+    es.addEventListener(name, (e) => { try { fn(JSON.parse(e.data)); } catch (err) { console.error(err); } });
+  return es;
+}
+
+// --- the runs ---
+
+async function runsPage(view) {
+  crumbs(h('span', { text: 'runs' }));
+  const top = h('div', { class: 'toolbar' });
+  const filter = h('input', { type: 'search', placeholder: 'filter: name, id, group, job type, notes, host', id: 'filter' });
+  const state = h('select', { id: 'state-filter' }, ['all states', 'running', 'finished', 'failed', 'crashed', 'killed', 'unreadable']
+    .map((s) => h('option', { value: s === 'all states' ? '' : s, text: s })));
+  const compare = h('button', { id: 'compare', disabled: true, text: 'compare selected' });
+  const count = h('span', { class: 'note' });
+  top.append(filter, state, compare, count);
+  const rootNote = h('p', { class: 'note' });
+  const table = h('table', { class: 'runs', id: 'runs' });
+  view.replaceChildren(h('h1', { text: 'Runs' }), rootNote, top, table);
+  const picked = new Set();
+  let data = null;
+  const saved = JSON.parse(sessionStorage.getItem('chorus.filter') || '{}');
+  filter.value = saved.text || '';
+  state.value = saved.state || '';
+
+  const matches = (r) => {
+    const st = state.value;
+    if (st && !(r.shown_state || '').startsWith(st) && r.state !== st) return false;
+    const words = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
+    const hay = [r.name, r.id, r.project, r.group, r.job_type, r.notes, r.host, r.mode, r.path].join(' ').toLowerCase();
+    return words.every((w) => hay.includes(w));
+  };
+  const render = () => {
+    sessionStorage.setItem('chorus.filter', JSON.stringify({ text: filter.value, state: state.value }));
+    if (!data) return;
+    rootNote.textContent = 'under ' + data.root;
+    const rows = [h('tr', {}, ['', 'run', 'state', 'ranks', 'started', 'duration', 'rows', 'summary'].map((t) => h('th', { text: t })))];
+    let shown = 0;
+    // Groups by their newest run, the newest first.
+    const groups = data.groups.slice().sort((a, b) => (b.runs[0].start_time || 0) - (a.runs[0].start_time || 0));
+    for (const g of groups) {
+      const runs = g.runs.filter(matches);
+      if (!runs.length) continue;
+      const m = g.manifest;
+      rows.push(h('tr', { class: 'group' }, h('td', { colspan: 8 },
+        g.project, g.group ? ' / ' : '', g.group ? h('a', { href: '#/group/' + encodeURI(g.path), text: g.group }) : '',
+        m ? h('span', { class: 'note' }, '  ', badge(m.state), ` ${m.size} runs, ${m.mode}${m.scope ? ', ' + m.scope : ''}`) : '',
+        g.error ? h('span', { class: 'note', text: '  group.json: ' + g.error }) : '')));
+      for (const r of runs) {
+        shown++;
+        const box = h('input', { type: 'checkbox', 'data-path': r.path, checked: picked.has(r.path), onchange: (e) => {
+          if (e.target.checked) picked.add(r.path); else picked.delete(r.path);
+          compare.disabled = picked.size < 2;
+          compare.textContent = 'compare selected' + (picked.size ? ` (${picked.size})` : '');
+        } });
+        const summary = Object.entries(r.summary || {}).map(([k, v]) => `${k}=${fmtNumber(v)}`).join('  ');
+        rows.push(h('tr', { class: 'run', 'data-path': r.path },
+          h('td', {}, box),
+          h('td', {}, runLink(r.path, r.name || r.id), r.name && r.name !== r.id ? h('span', { class: 'note', text: ' ' + r.id }) : ''),
+          h('td', {}, badge(r.shown_state), r.error ? h('div', { class: 'note', text: r.error }) : ''),
+          h('td', { class: 'num', text: (r.world_size ?? '') + (r.crashed_ranks ? ` (${r.crashed_ranks} crashed)` : '') }),
+          h('td', { text: fmtTime(r.start_time) }),
+          h('td', { class: 'num', text: fmtDuration(r.duration) }),
+          h('td', { class: 'num', text: r.rows ?? '' }),
+          h('td', { class: 'summary', text: summary })));
+      }
+    }
+    table.replaceChildren(...rows);
+    count.textContent = `${shown} of ${data.count} runs`;
+    if (!data.count) table.replaceChildren(h('tr', {}, h('td', { text: 'no runs under ' + data.root + ' yet' })));
+  };
+  filter.addEventListener('input', render);
+  state.addEventListener('change', render);
+  compare.addEventListener('click', () => { location.hash = '#/compare/' + [...picked].map(encodeURIComponent).join('|'); });
+  const load = async () => {
+    const r = await api('runs');
+    if (r.error) { view.prepend(errorBox(r.error)); return; }
+    data = r;
+    render();
+  };
+  await load();
+  // The list is read again every few seconds while it is open.
+  const timer = setInterval(load, 5000);
+  chorus.page = { close: () => clearInterval(timer), reload: load };
+}
+
+// --- a run ---
+
+function kvTable(obj, cls) {
+  const t = h('table', { class: 'kv ' + (cls || '') });
+  for (const [k, v] of Object.entries(obj)) {
+    if (v === '' || v === null || v === undefined) continue;
+    t.append(h('tr', {}, h('td', { text: k }), h('td', {}, v instanceof Node ? v : String(v))));
+  }
+  return t;
+}
+
+function jsonTable(obj) {
+  if (obj === null || obj === undefined) return h('p', { class: 'note', text: 'none' });
+  if (typeof obj !== 'object' || Array.isArray(obj)) return h('pre', { text: JSON.stringify(obj, null, 2) });
+  const t = h('table', { class: 'kv' });
+  for (const [k, v] of Object.entries(obj))
+    t.append(h('tr', {}, h('td', { text: k }), h('td', { text: typeof v === 'object' ? JSON.stringify(v) : fmtNumber(v) })));
+  return t;
+}
+
+function ranksTable(run) {
+  const t = h('table', { id: 'ranks-table' }, h('tr', {}, ['rank', 'state', 'last step', 'exit code', 'host', 'message'].map((x) => h('th', { text: x }))));
+  for (const k of run.ranks || [])
+    t.append(h('tr', { 'data-rank': k.rank }, h('td', { class: 'num', text: k.rank }), h('td', {}, badge(k.state)),
+      h('td', { class: 'num', text: k.last_step < 0 ? '-' : k.last_step + (k.committed ? ' (committed)' : '') }),
+      h('td', { class: 'num', text: k.exit_code ?? '' }), h('td', { text: k.host }), h('td', { text: k.message })));
+  return t;
+}
+
+function identityTable(run) {
+  return kvTable({
+    id: run.id, name: run.name !== run.id ? run.name : '', project: run.project, group: run.group,
+    'job type': run.job_type, notes: run.notes, mode: run.mode + (run.scope ? ', scope ' + run.scope : ''),
+    host: run.host + (run.pid ? ` (pid ${run.pid})` : ''), launcher: run.launcher && run.launcher !== 'none' ? run.launcher + (run.job_id ? ', job ' + run.job_id : '') : '',
+    started: fmtTime(run.start_time), ended: fmtTime(run.end_time), duration: fmtDuration(run.duration),
+    state: badge(run.shown_state), rows: run.history ? run.history.rows : run.rows,
+    'last step': run.history && run.history.last_step >= 0 ? run.history.last_step : '',
+  }, 'identity');
+}
+
+// The charts of a run's metrics: a chart per key (its per-rank columns with
+// it), in sections by the key's prefix.
+function metricSections(keys) {
+  const charts = new Map();
+  for (const k of keys) {
+    if (k.key.startsWith('_')) continue;
+    const base = baseKey(k.key);
+    if (!charts.has(base)) charts.set(base, []);
+    charts.get(base).push(k.key);
+  }
+  const sections = new Map();
+  for (const [base, ks] of charts) {
+    const prefix = base.includes('/') ? base.slice(0, base.indexOf('/') + 1) : '(no prefix)';
+    if (!sections.has(prefix)) sections.set(prefix, []);
+    ks.sort((a, b) => (perRank(a) - perRank(b)) || ((rankOf(a) ?? -1) - (rankOf(b) ?? -1)));
+    sections.get(prefix).push([base, ks]);
+  }
+  return sections;
+}
+
+function systemCharts(keys) {
+  // system.NAME/node-N and system.NAME/rank-N: a chart per NAME, per node and per rank.
+  const out = { node: new Map(), rank: new Map() };
+  for (const k of keys) {
+    const m = /^system\.(.+)\/(node|rank)-(\d+)$/.exec(k.key);
+    if (!m) continue;
+    const by = out[m[2]];
+    if (!by.has(m[1])) by.set(m[1], []);
+    by.get(m[1]).push(k.key);
+  }
+  return out;
+}
+const timeAxis = (x) => (x === 'step' ? 'rel' : x);
+
+async function runPage(view, path) {
+  crumbs(h('a', { href: '#/', text: 'runs' }), h('span', { text: path }));
+  let run = await api('run', { run: path });
+  if (run.httpStatus >= 400) { view.replaceChildren(errorBox(run.error)); return; }
+  const head = h('div', { id: 'run-head' });
+  const problems = h('div', { id: 'problems' });
+  const overview = h('div', { class: 'grid', id: 'overview' });
+  const metrics = h('div', { id: 'metrics' });
+  const system = h('div', { id: 'system' });
+  const dist = h('div', { id: 'distributed' });
+  view.replaceChildren(head, problems, overview, h('h2', { text: 'Metrics' }), metrics,
+    h('h2', { text: 'System' }), system, h('h2', { text: 'Distributed' }), dist);
+
+  const renderHead = () => {
+    head.replaceChildren(h('h1', {}, run.name || run.id, ' ', badge(run.shown_state)),
+      h('p', { class: 'note', id: 'progress', text: `${run.history.rows} rows, last step ${run.history.last_step}` +
+        (run.history.unfinished ? ' (a row is being written)' : '') }));
+    problems.replaceChildren(...(run.errors || []).map(errorBox), ...(run.warnings || []).map((w) => h('div', { class: 'warning', text: w })));
+    const artifacts = h('table', { id: 'artifacts' }, h('tr', {}, ['artifact', 'type', 'size', 'rank', 'step', 'logged'].map((x) => h('th', { text: x }))));
+    for (const a of run.artifacts || [])
+      artifacts.append(h('tr', {}, h('td', {}, a.available ? h('a', { href: '/api/artifact?' + new URLSearchParams({ run: path, name: a.name }), text: a.name }) : a.name),
+        h('td', { text: a.type }), h('td', { class: 'num', text: a.size }), h('td', { class: 'num', text: a.rank }),
+        h('td', { class: 'num', text: a.step }), h('td', { text: fmtTime(a.timestamp) })));
+    overview.replaceChildren(
+      h('div', {}, h('h2', { text: 'Run' }), identityTable(run), run.group_path ? h('p', {}, 'group: ', h('a', { href: '#/group/' + encodeURI(run.group_path), text: run.group_path })) : ''),
+      h('div', {}, h('h2', { text: `Ranks (${(run.ranks || []).length})` }), ranksTable(run)),
+      h('div', {}, h('h2', { text: 'Config' }), jsonTable(run.config)),
+      h('div', {}, h('h2', { text: 'Summary' }), jsonTable(run.summary)),
+      (run.artifacts || []).length ? h('div', {}, h('h2', { text: 'Artifacts' }), artifacts) : '');
+  };
+  renderHead();
+
+  let shownKeys = new Set();
+  const addMetricCharts = () => {
+    for (const [prefix, list] of metricSections(run.history.keys)) {
+      let section = metrics.querySelector(`[data-prefix="${CSS.escape(prefix)}"]`);
+      if (!section) {
+        section = h('div', { class: 'charts', 'data-prefix': prefix });
+        metrics.append(h('h3', { text: prefix }), section);
+      }
+      for (const [base, ks] of list) {
+        const existing = chorus.charts.find((c) => c.kind === 'metric' && c.title === base);
+        if (existing) {
+          const fresh = ks.filter((k) => !existing.sources.some((s) => s.key === k));
+          if (fresh.length) { existing.sources.push(...fresh.map((k) => ({ run: path, key: k, label: k, rankColumn: perRank(k) }))); existing.refresh(); }
+          continue;
+        }
+        const c = new Chart(section, base, ks.map((k) => ({ run: path, key: k, label: k, rankColumn: perRank(k) })));
+        c.kind = 'metric';
+      }
+    }
+    run.history.keys.forEach((k) => shownKeys.add(k.key));
+    if (!metrics.children.length) metrics.replaceChildren(h('p', { class: 'note', text: run.history.missing ? 'no history.jsonl yet' : 'no metrics' }));
+    else metrics.querySelectorAll(':scope > p.note').forEach((n) => n.remove());
+  };
+  addMetricCharts();
+
+  const addSystemCharts = () => {
+    const sys = systemCharts(run.system.keys);
+    for (const [kind, title] of [['node', 'per node'], ['rank', 'per rank']]) {
+      if (!sys[kind].size) continue;
+      let section = system.querySelector(`[data-kind="${kind}"]`);
+      if (!section) {
+        section = h('div', { class: 'charts', 'data-kind': kind });
+        system.append(h('h3', { text: title }), section);
+      }
+      for (const [name, ks] of sys[kind]) {
+        const existing = chorus.charts.find((c) => c.kind === 'system-' + kind && c.title === name);
+        const src = ks.map((k) => ({ run: path, file: 'system', key: k, label: k.slice(k.lastIndexOf('/') + 1) }));
+        if (existing) {
+          const fresh = src.filter((s) => !existing.sources.some((e) => e.key === s.key));
+          if (fresh.length) { existing.sources.push(...fresh); existing.refresh(); }
+          continue;
+        }
+        const c = new Chart(section, name, src, { axis: timeAxis });
+        c.kind = 'system-' + kind;
+      }
+    }
+    if (!system.children.length) system.replaceChildren(h('p', { class: 'note', text: 'no system samples (system.jsonl)' }));
+    else system.querySelectorAll(':scope > p.note').forEach((n) => n.remove());
+  };
+  addSystemCharts();
+
+  // The distributed view: each rank's progress over time, crashed ranks
+  // marked at their last step, and rows some ranks did not contribute to.
+  const addDistributed = () => {
+    dist.replaceChildren();
+    const keys = run.history.keys.map((k) => k.key);
+    const progress = keys.filter((k) => k.startsWith('_progress/rank-')).sort((a, b) => rankOf(a) - rankOf(b));
+    const sources = progress.length ? progress.map((k) => ({ run: path, key: k, label: 'rank ' + rankOf(k), noSmooth: true }))
+      : keys.includes('_step') ? [{ run: path, key: '_step', label: 'run', noSmooth: true }] : [];
+    const world = run.world_size || (run.ranks || []).length || 1;
+    const section = h('div', { class: 'charts' });
+    dist.append(h('p', { class: 'note', text: progress.length
+      ? 'each rank\'s step over time, from the rows where it has a per-rank value (key/rank-N); ✕ marks a crashed rank at its last step'
+      : 'the run\'s step over time (no per-rank columns to tell the ranks apart); ✕ marks a crashed rank at its last step' }), section);
+    if (sources.length) {
+      const c = new Chart(section, 'progress: step over time', sources, {
+        axis: timeAxis,
+        annotate: (chart) => {
+          const notes = [];
+          for (const k of run.ranks || []) {
+            if (k.state !== 'crashed' && k.state !== 'failed' && k.state !== 'killed') continue;
+            const at = progress.length ? sources.findIndex((s) => s.label === 'rank ' + k.rank) : 0;
+            const d = chart.data && chart.data[at];
+            if (at < 0 || !d || !d.x.length) continue;
+            // The rank's last point at or before its last step.
+            let j = d.y.length - 1;
+            while (j > 0 && d.y[j] > k.last_step) j--;
+            notes.push({ series: sources[at].label, x: d.x[j], shortText: '✕', text: `rank ${k.rank} ${k.state} at step ${k.last_step}${k.message ? ': ' + k.message : ''}` });
+          }
+          return notes;
+        },
+      });
+      c.kind = 'progress';
+    }
+    if (keys.includes('_count/min')) {
+      const c = new Chart(section, 'contributions: fewest ranks behind a reduced value', [{ run: path, key: '_count/min', label: 'fewest ranks', noSmooth: true }], {
+        extra: () => ({
+          labels: ['ranks', 'missing contributions'],
+          values: (r) => [world, r[1] !== null && r[1] < world ? r[1] : null],
+          series: { ranks: { strokePattern: [4, 4], strokeWidth: 1 }, 'missing contributions': { drawPoints: true, pointSize: 3, strokeWidth: 0 } },
+        }),
+      });
+      c.kind = 'contributions';
+    }
+    if (!section.children.length) section.append(h('p', { class: 'note', text: 'no rows yet' }));
+  };
+  addDistributed();
+
+  // Live: new rows, ranks' states and system samples, as the files change.
+  let rows = run.history.rows, sysRows = run.system.rows, keyCount = run.history.keys.length;
+  const reloadRun = async () => {
+    const r = await api('run', { run: path });
+    if (r.httpStatus >= 400) return;
+    run = r;
+    renderHead();
+  };
+  const es = follow([path], {
+    history: async (e) => {
+      if (e.rows === rows && e.keys === keyCount) return;
+      rows = e.rows;
+      await reloadRun();
+      if (run.history.keys.length !== keyCount) {
+        keyCount = run.history.keys.length;
+        addMetricCharts();
+        addDistributed();
+      }
+      chorus.charts.filter((c) => !c.kind.startsWith('system')).forEach((c) => c.refresh());
+    },
+    system: async (e) => {
+      if (e.rows === sysRows) return;
+      sysRows = e.rows;
+      await reloadRun();
+      addSystemCharts();
+      chorus.charts.filter((c) => c.kind.startsWith('system')).forEach((c) => c.refresh());
+    },
+    run: async () => { await reloadRun(); chorus.charts.filter((c) => c.kind === 'progress').forEach((c) => c.draw()); },
+  });
+  chorus.page = { close: () => es.close(), run: () => run };
+}
+
+// --- runs laid over each other: a group's, or any picked ---
+
+async function overlayCharts(parent, runs, labelOf) {
+  // A chart per key that some run logged (per-rank columns left out), a curve per run.
+  const order = [], byKey = new Map();
+  runs.forEach((r) => {
+    for (const k of (r.history && r.history.keys) || []) {
+      if (k.key.startsWith('_') || perRank(k.key)) continue;
+      if (!byKey.has(k.key)) { byKey.set(k.key, []); order.push(k.key); }
+      byKey.get(k.key).push(r);
+    }
+  });
+  const sections = new Map();
+  for (const key of order) {
+    const prefix = key.includes('/') ? key.slice(0, key.indexOf('/') + 1) : '(no prefix)';
+    if (!sections.has(prefix)) {
+      const s = h('div', { class: 'charts', 'data-prefix': prefix });
+      parent.append(h('h3', { text: prefix }), s);
+      sections.set(prefix, s);
+    }
+    const c = new Chart(sections.get(prefix), key, byKey.get(key).map((r) => ({ run: r.path, key, label: labelOf(r), title: r.path })));
+    c.kind = 'overlay';
+  }
+  if (!order.length) parent.append(h('p', { class: 'note', text: 'no metrics in these runs' }));
+}
+
+async function groupPage(view, path) {
+  crumbs(h('a', { href: '#/', text: 'runs' }), h('span', { text: path }));
+  const g = await api('group', { group: path });
+  if (g.httpStatus >= 400) { view.replaceChildren(errorBox(g.error)); return; }
+  const m = g.manifest;
+  const members = h('table', { id: 'members' }, h('tr', {}, ['member', 'run', 'state', 'host', 'node', 'ranks', 'last step', 'rows', 'exit codes', 'duration', 'message'].map((x) => h('th', { text: x }))));
+  for (const x of g.members)
+    members.append(h('tr', {}, h('td', { text: x.label }), h('td', {}, x.path ? runLink(x.path, x.id) : x.id),
+      h('td', {}, badge(x.state)), h('td', { text: x.host || '' }), h('td', { class: 'num', text: x.node ?? '' }),
+      h('td', { text: x.ranks }), h('td', { class: 'num', text: x.last_step < 0 ? '-' : x.last_step }),
+      h('td', { class: 'num', text: x.rows ?? '' }), h('td', { text: x.exit_codes }),
+      h('td', { class: 'num', text: x.start_time && x.end_time ? fmtDuration(x.end_time - x.start_time) : '' }),
+      h('td', { text: (x.message || '') + (x.error ? ' ' + x.error : '') })));
+  const charts = h('div', { id: 'group-charts' });
+  view.replaceChildren(h('h1', {}, g.name, ' ', m ? badge(m.state) : ''),
+    g.error ? errorBox(g.error) : '',
+    m ? kvTable({ project: g.project, runs: m.size, mode: m.mode + (m.scope ? ', scope ' + m.scope : ''), launcher: m.launcher, job: m.job_id, host: m.host,
+      started: fmtTime(m.start_time), ended: fmtTime(m.end_time), duration: m.start_time && m.end_time ? fmtDuration(m.end_time - m.start_time) : '',
+      'exit codes': Object.entries(m.exit_codes || {}).map(([r, c]) => `${r}=${c}`).join(' ') }) : h('p', { class: 'note', text: 'no group.json: the runs found in ' + path }),
+    h('h2', { text: 'Members' }), members, h('h2', { text: 'Progress' }), h('div', { class: 'charts', id: 'group-progress' }),
+    h('h2', { text: 'Metrics, a curve per member' }), charts);
+  const paths = g.members.filter((x) => x.path).map((x) => x.path);
+  const runs = (await Promise.all(paths.map((p) => api('run', { run: p })))).filter((r) => !r.error || r.history);
+  const label = (r) => (g.members.find((x) => x.path === r.path) || {}).label || r.id;
+  const progress = runs.filter((r) => r.history && r.history.keys.some((k) => k.key === '_step'));
+  if (progress.length) {
+    const c = new Chart(document.getElementById('group-progress'), 'progress: step over time',
+      progress.map((r) => ({ run: r.path, key: '_step', label: label(r), noSmooth: true })), {
+        axis: timeAxis,
+        annotate: (chart) => progress.flatMap((r, i) => {
+          const d = chart.data && chart.data[i];
+          if (!d || !d.x.length || !['crashed', 'failed', 'killed', 'crashed?'].includes(r.shown_state)) return [];
+          return [{ series: label(r), x: d.x[d.x.length - 1], shortText: '✕', text: `${label(r)} ${r.shown_state} at step ${d.y[d.y.length - 1]}` }];
+        }),
+      });
+    c.kind = 'progress';
+  }
+  await overlayCharts(charts, runs, label);
+  const es = paths.length ? follow(paths.slice(0, 16), { history: () => chorus.charts.forEach((c) => c.refresh()) }) : null;
+  chorus.page = { close: () => es && es.close() };
+}
+
+async function comparePage(view, paths) {
+  crumbs(h('a', { href: '#/', text: 'runs' }), h('span', { text: 'compare ' + paths.length + ' runs' }));
+  const runs = await Promise.all(paths.map((p) => api('run', { run: p })));
+  const table = h('table', { id: 'compared' }, h('tr', {}, ['run', 'project / group', 'state', 'ranks', 'started', 'duration', 'rows'].map((x) => h('th', { text: x }))));
+  runs.forEach((r, i) => {
+    if (r.httpStatus >= 400) { table.append(h('tr', {}, h('td', { text: paths[i] }), h('td', { colspan: 6, class: 'error', text: r.error }))); return; }
+    table.append(h('tr', {}, h('td', {}, runLink(r.path, r.name || r.id)), h('td', { text: r.project + ' / ' + r.group }), h('td', {}, badge(r.shown_state)),
+      h('td', { class: 'num', text: r.world_size ?? '' }), h('td', { text: fmtTime(r.start_time) }), h('td', { class: 'num', text: fmtDuration(r.duration) }),
+      h('td', { class: 'num', text: r.history.rows })));
+  });
+  const charts = h('div', { id: 'compare-charts' });
+  view.replaceChildren(h('h1', { text: 'Compare' }), table, h('h2', { text: 'Metrics, a curve per run' }), charts);
+  const ok = runs.filter((r) => r.httpStatus < 400);
+  // Runs of the same name get their id beside it.
+  const names = ok.map((r) => r.name || r.id);
+  const label = (r) => (names.filter((n) => n === (r.name || r.id)).length > 1 ? `${r.name} (${r.id})` : r.name || r.id);
+  await overlayCharts(charts, ok, label);
+  const es = ok.length ? follow(ok.slice(0, 16).map((r) => r.path), { history: () => chorus.charts.forEach((c) => c.refresh()) }) : null;
+  chorus.page = { close: () => es && es.close() };
+}
+
+// ---------- the router ----------
+
+async function route() {
+  clearPage();
+  const view = document.getElementById('view');
+  view.replaceChildren(h('p', { class: 'note', text: 'loading…' }));
+  const hash = location.hash.replace(/^#/, '') || '/';
+  try {
+    if (hash.startsWith('/run/')) await runPage(view, decodeURI(hash.slice(5)));
+    else if (hash.startsWith('/group/')) await groupPage(view, decodeURI(hash.slice(7)));
+    else if (hash.startsWith('/compare/')) await comparePage(view, hash.slice(9).split('|').filter(Boolean).map(decodeURIComponent));
+    else await runsPage(view);
+  } catch (e) {
+    view.replaceChildren(errorBox('could not show this page: ' + e));
+  }
+  document.body.dataset.ready = '1';
+}
+
+// A token in the address has been turned into a cookie by the server: take it out of the address bar.
+if (new URLSearchParams(location.search).has('token')) history.replaceState(null, '', location.pathname + location.hash);
+setupControls();
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,166 @@
+// A run's history.jsonl (or system.jsonl) indexed for `chorus serve`: one
+// pass over the file keeps, per key, a summary of every 32 points (the
+// smallest and largest value and the rows they are on) and, for keys of at
+// most 65,536 points, the points themselves. A chart's series is then drawn
+// from memory for any range and width; where a range holds few enough points
+// to show them all, they are read back from the file itself, from the byte
+// offset of the row where the range starts. The index grows with the file:
+// each refresh reads only the complete lines appended since the last one.
+#pragma once
+
+#include "runtime/core/result.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace chorus::cli::serve {
+
+/// What a series is drawn against: the row's `_step`, its `_timestamp` (unix
+/// seconds) or its `_runtime` (seconds into the run).
+enum class XAxis { step, wall, rel };
+[[nodiscard]] std::optional<XAxis> parse_x_axis(std::string_view s);
+
+/// A history (rows with a whole `_step`) or system samples (one line per
+/// rank and interval: `_timestamp`, `_runtime`, `_node`, `_rank`; their
+/// "step" is the sample's line number).
+enum class FileKind { history, system };
+
+/// What a chart asks for: keys, the x it is drawn against, the x range
+/// (the whole file where unset) and its width in pixels.
+struct SeriesRequest {
+  std::vector<std::string> keys;
+  XAxis x = XAxis::step;
+  std::optional<double> from, to;
+  std::size_t width = 1000;
+};
+
+/// Where the index stands.
+struct IndexState {
+  std::uint64_t rows = 0;     // rows taken
+  std::uint64_t skipped = 0;  // complete lines that are not rows
+  std::string first_skipped;  // why the first of them was not
+  std::uint64_t bytes = 0;    // the file's bytes read (complete lines)
+  std::size_t keys = 0;
+  std::int64_t last_step = -1;
+  bool unfinished = false;    // the last line has no newline yet
+  bool missing = true;        // there is no such file (yet)
+  Error problem;              // the file could not be read on
+};
+
+class LinesIndex {
+public:
+  /// Points a block sums up.
+  static constexpr std::uint32_t block_points = 32;
+  /// Keys of at most this many points keep them all.
+  static constexpr std::size_t exact_points = 65536;
+  /// A stretch of the file at least this long is read by several threads.
+  static constexpr std::uint64_t parallel_bytes = 32u << 20;
+
+  /// `parallel_from`: the stretch from which several threads read, `pieces`
+  /// of them (0: one a core, at most 4); tests change them to compare both
+  /// ways of reading.
+  LinesIndex(std::string path, FileKind kind, std::uint64_t parallel_from = parallel_bytes, unsigned pieces = 0);
+
+  /// Takes in the complete lines appended since the last call (all of the
+  /// file the first time); starts over where the file was replaced or cut.
+  /// Returns whether anything changed.
+  bool refresh();
+
+  [[nodiscard]] IndexState state() const;
+  /// Appends the keys as a JSON array: key, points, nan, inf, min, max,
+  /// last, first and last step.
+  void keys_json(std::string& out) const;
+  /// Appends the answer to `r` as a JSON object: the range drawn, then
+  /// per key its points (`x`, `y`), how many points the range holds (`n`),
+  /// and whether every one of them is there (`full`). A key with more than
+  /// two points per pixel gets the smallest and largest of each pixel.
+  void series_json(const SeriesRequest& r, std::string& out) const;
+  /// The bytes the index holds.
+  [[nodiscard]] std::size_t memory() const;
+
+private:
+  struct Block {
+    std::uint32_t first_row = 0, last_row = 0, min_row = 0, max_row = 0, n = 0;
+    double min = 0, max = 0;
+  };
+  struct Key {
+    std::string name;
+    std::vector<Block> blocks;
+    std::vector<std::uint32_t> exact_rows; // while `exact`: every finite point
+    std::vector<double> exact_values;
+    bool exact = true;
+    std::uint64_t points = 0, nans = 0, infs = 0;
+    double min = 0, max = 0, last = 0;
+    std::uint32_t first_row = 0, last_row = 0;
+  };
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  class RowReader;
+  class Collector;
+
+  /// Where a stretch of at least 64 rows starts (its first row and that
+  /// row's byte offset), and the smallest and largest step, wall and run
+  /// time of its rows (NaN: none).
+  struct Mark {
+    std::uint32_t row = 0;
+    std::uint64_t byte = 0;
+    std::pair<double, double> range[3] = {{nan(), nan()}, {nan(), nan()}, {nan(), nan()}};
+    void take(XAxis x, double v);
+    static constexpr double nan() { return std::numeric_limits<double>::quiet_NaN(); }
+  };
+
+  void reset();
+  /// Reads the complete lines of `fd` (which it closes) from state_.bytes up to `end`.
+  void read_lines(int fd, std::uint64_t end);
+  /// Reads [state_.bytes, end) in pieces, one thread each, then takes them in
+  /// order; false (nothing changed) where a piece could not be read cleanly.
+  bool read_in_parallel(std::uint64_t end, unsigned threads);
+  /// Appends what `part` read, the piece of the file right after this one's.
+  void merge(LinesIndex&& part);
+  Key& key(std::string_view name);
+  void add(Key& k, std::uint32_t row, double v);
+  [[nodiscard]] double x_of(XAxis x, std::size_t row) const;
+  /// The rows whose x lies in [lo, hi], as [first, last); rows are in step
+  /// order, and times nearly so (a margin takes those a little out of it).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> rows_in(XAxis x, double lo, double hi) const;
+  /// The smallest and largest x of the file (NaN where no row has one).
+  [[nodiscard]] std::pair<double, double> x_range(XAxis x) const;
+  /// Reads rows [first, last) from the file again, handing each key's values to `take`.
+  Error scan(std::size_t first, std::size_t last, const std::vector<const Key*>& keys,
+             const std::vector<Collector*>& into, XAxis x, double lo, double hi) const;
+
+  const std::string path_;
+  const FileKind kind_;
+  const std::uint64_t parallel_from_;
+  const unsigned pieces_;
+  mutable std::shared_mutex mutex_;
+
+  // Per row: its step and times.
+  std::vector<std::int64_t> step_;
+  std::vector<double> wall_, rel_;
+  // A mark every 64 rows or so.
+  std::vector<Mark> marks_;
+  static constexpr std::uint32_t mark_every = 64;
+  std::vector<Key> keys_;
+  std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> by_name_;
+  std::vector<std::uint32_t> guess_; // the key at each place of the previous row
+  std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> pseudo_; // the keys the index adds
+  std::vector<double> values_;       // the row being read
+
+  std::uint64_t dev_ = 0, ino_ = 0;
+  std::uint64_t lines_ = 0; // complete lines read, rows or not
+  std::uint64_t first_skipped_line_ = 0;
+  std::uint64_t stuck_size_ = 0; // the size at which a line too long stopped the reading
+  IndexState state_;
+};
+
+} // namespace chorus::cli::serve

@@ -1,0 +1,387 @@
+#include "cli/serve/server.hpp"
+
+#include "cli/cli.hpp"
+#include "cli/serve/api.hpp"
+#include "cli/serve/assets.hpp"
+#include "io/platform/posix.hpp"
+#include "runtime/core/json.hpp"
+
+#include <httplib.h>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fcntl.h>
+#include <mutex>
+#include <netdb.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace chorus::cli::serve {
+namespace {
+
+/// The most a request may carry in its body (a GET carries none).
+constexpr std::size_t max_body_bytes = 16u << 10;
+/// Keys one series request may ask for; runs one event stream may follow.
+constexpr std::size_t max_keys = 512, max_stream_runs = 16;
+/// How often an event stream looks at its runs' files.
+constexpr auto poll_every = std::chrono::milliseconds(500);
+/// A comment line this often keeps an idle stream open, and finds one the
+/// page closed (its thread is then free for another).
+constexpr auto ping_every = std::chrono::seconds(5);
+
+/// Compares without telling, by its time, how much of the token matched.
+bool same_token(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+/// The value of cookie `name` in a Cookie header, or "".
+std::string cookie(const httplib::Request& req, std::string_view name) {
+  const std::string header = req.get_header_value("Cookie");
+  std::string_view rest = header;
+  while (!rest.empty()) {
+    const std::size_t end = std::min(rest.find(';'), rest.size());
+    std::string_view pair = rest.substr(0, end);
+    rest.remove_prefix(std::min(end + 1, rest.size()));
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=')
+      return std::string(pair.substr(name.size() + 1));
+  }
+  return {};
+}
+
+void send(httplib::Response& res, const Reply& r) {
+  res.status = r.status;
+  res.set_content(r.body, "application/json");
+}
+
+void refuse(httplib::Response& res, int status, std::string_view why) { send(res, refusal(status, why)); }
+
+/// The query parameter `name` (the first), or "".
+std::string param(const httplib::Request& req, const char* name) {
+  return req.has_param(name) ? req.get_param_value(name) : std::string();
+}
+
+std::string host_for_url(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+} // namespace
+
+bool is_loopback(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr a{};
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+Result<std::string> random_token() {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(Errc::io_error, std::string("cannot make a token: getrandom: ") + std::strerror(errno));
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string token;
+  for (const unsigned char b : bytes) token.append({hex[b >> 4], hex[b & 15]});
+  return token;
+}
+
+struct Server::Impl {
+  explicit Impl(ServeOptions o) : options(std::move(o)), api(options.root, options.cache_bytes) {}
+
+  ServeOptions options;
+  Api api;
+  httplib::Server http;
+  int port = 0;
+  std::atomic<std::size_t> streams{0};
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;
+  std::condition_variable wake;
+
+  [[nodiscard]] std::string cookie_name() const { return "chorus_token_" + std::to_string(port); }
+
+  /// Whether the request may be answered; where not, `res` says why.
+  bool allowed(const httplib::Request& req, httplib::Response& res) {
+    if (!options.token.empty()) {
+      const std::string given = param(req, "token");
+      if (!given.empty() && same_token(given, options.token)) {
+        // The page's later requests carry it as a cookie, never in their address.
+        res.set_header("Set-Cookie", cookie_name() + "=" + options.token + "; Path=/; HttpOnly; SameSite=Strict");
+        return true;
+      }
+      if (same_token(cookie(req, cookie_name()), options.token)) return true;
+      refuse(res, 401,
+             "this chorus serve asks for its token: open the address it printed when it started "
+             "(http://HOST:PORT/?token=...)");
+      return false;
+    }
+    // Without a token the server listens on loopback only; a page of another
+    // site that reaches it under its own name (DNS rebinding) is turned away.
+    if (!req.has_header("Host")) return true;
+    std::string host = req.get_header_value("Host");
+    if (const std::size_t colon = host.rfind(':'); colon != std::string::npos && host.find(']', colon) == std::string::npos)
+      host.resize(colon);
+    if (host == "localhost" || host == "127.0.0.1" || host == "[::1]" || host == options.host ||
+        host == host_for_url(options.host))
+      return true;
+    refuse(res, 403, "Host '" + host + "' is not this server's: open it as http://127.0.0.1:" + std::to_string(port) + "/");
+    return false;
+  }
+
+  void routes() {
+    // SO_REUSEADDR only: a restart binds at once, but a port another server
+    // listens on is refused (cpp-httplib's default, SO_REUSEPORT, would share it).
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    http.set_payload_max_length(max_body_bytes);
+    http.set_keep_alive_max_count(100);
+    http.set_read_timeout(10, 0);
+    http.set_write_timeout(10, 0);
+    const std::size_t threads = options.max_streams + 16;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("X-Frame-Options", "DENY");
+      res.set_header("Referrer-Policy", "no-referrer");
+      res.set_header("Content-Security-Policy",
+                     "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+      if (req.method != "GET" && req.method != "HEAD") {
+        res.set_header("Allow", "GET, HEAD");
+        refuse(res, 405, "chorus serve only reads: GET requests only");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (!allowed(req, res)) return httplib::Server::HandlerResponse::Handled;
+      if (req.path.starts_with("/api/")) res.set_header("Cache-Control", "no-store");
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const char* why = res.status == 404   ? "no such page or endpoint"
+                        : res.status == 413 ? "the request is too large"
+                        : res.status == 414 ? "the request's address is too long"
+                        : res.status == 400 ? "a malformed request"
+                                            : "the request was refused";
+      refuse(res, res.status, why);
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string why = "an internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        why += std::string(": ") + e.what();
+      } catch (...) {
+      }
+      refuse(res, 500, why);
+    });
+
+    http.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) { send(res, api.runs()); });
+    http.Get("/api/run", [this](const httplib::Request& req, httplib::Response& res) {
+      send(res, api.run(param(req, "run")));
+    });
+    http.Get("/api/group", [this](const httplib::Request& req, httplib::Response& res) {
+      send(res, api.group(param(req, "group")));
+    });
+    http.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) { series(req, res); });
+    http.Get("/api/artifact", [this](const httplib::Request& req, httplib::Response& res) { artifact(req, res); });
+    http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { events(req, res); });
+    http.Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
+      std::string body = "{\"root\":";
+      io::append_json_string(body, options.root);
+      body += ",\"streams\":" + std::to_string(streams.load()) + ",\"cached_bytes\":" + std::to_string(api.cached_bytes()) +
+              ",\"token\":" + (options.token.empty() ? "false" : "true") + "}";
+      res.set_content(body, "application/json");
+    });
+    http.Get(R"(/[A-Za-z0-9_.\-]*)", [](const httplib::Request& req, httplib::Response& res) {
+      const Asset* a = find_asset(req.path);
+      if (a == nullptr) {
+        refuse(res, 404, "no such page: the dashboard is at /");
+        return;
+      }
+      res.set_content(a->body.data(), a->body.size(), std::string(a->type));
+    });
+  }
+
+  void series(const httplib::Request& req, httplib::Response& res) {
+    SeriesRequest r;
+    const std::string file = param(req, "file");
+    if (!file.empty() && file != "history" && file != "system") return refuse(res, 400, "file is history or system");
+    const std::size_t keys = req.get_param_value_count("key");
+    if (keys == 0) return refuse(res, 400, "no key: ask for one or more with key=KEY");
+    if (keys > max_keys) return refuse(res, 400, "more than " + std::to_string(max_keys) + " keys in one request");
+    for (std::size_t i = 0; i < keys; ++i) r.keys.push_back(req.get_param_value("key", i));
+    if (const std::string x = param(req, "x"); !x.empty()) {
+      const std::optional<XAxis> axis = parse_x_axis(x);
+      if (!axis) return refuse(res, 400, "x is step, wall or rel");
+      r.x = *axis;
+    }
+    for (const auto& [name, into] : {std::pair{"from", &r.from}, std::pair{"to", &r.to}})
+      if (const std::string v = param(req, name); !v.empty()) {
+        *into = parse_double(v);
+        if (!*into) return refuse(res, 400, std::string(name) + " is a number");
+      }
+    if (const std::string w = param(req, "width"); !w.empty()) {
+      const std::optional<std::int64_t> width = parse_int(w, 1, 8192);
+      if (!width) return refuse(res, 400, "width is a whole number of pixels from 1 to 8192");
+      r.width = static_cast<std::size_t>(*width);
+    }
+    send(res, api.series(param(req, "run"), file == "system" ? FileKind::system : FileKind::history, r));
+  }
+
+  void artifact(const httplib::Request& req, httplib::Response& res) {
+    const std::string name = param(req, "name");
+    const Resolved where = api.resolve_artifact(param(req, "run"), name);
+    if (!where) return refuse(res, where.status, where.why);
+    const Result<int> fd = io::detail::open_regular(where.dir, O_RDONLY);
+    if (!fd) return refuse(res, 404, fd.error().message());
+    struct stat st {};
+    if (::fstat(*fd, &st) != 0) {
+      io::detail::close_fd(*fd);
+      return refuse(res, 500, std::string("cannot read the artifact: ") + std::strerror(errno));
+    }
+    const auto file = std::make_shared<int>(*fd);
+    std::string base = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
+    res.set_header("Content-Disposition", "attachment; filename=\"" + base + "\"");
+    // Read a piece at a time: an artifact of any size goes out in bounded memory.
+    res.set_content_provider(
+        static_cast<std::size_t>(st.st_size), "application/octet-stream",
+        [file](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+          char buf[1 << 16];
+          const ssize_t n = ::pread(*file, buf, std::min(length, sizeof buf), static_cast<off_t>(offset));
+          if (n <= 0) return false;
+          return sink.write(buf, static_cast<std::size_t>(n));
+        },
+        [file](bool) { io::detail::close_fd(*file); });
+  }
+
+  void events(const httplib::Request& req, httplib::Response& res) {
+    const std::size_t n = req.get_param_value_count("run");
+    if (n == 0) return refuse(res, 400, "no run: follow one or more with run=PATH");
+    if (n > max_stream_runs) return refuse(res, 400, "one stream follows at most " + std::to_string(max_stream_runs) + " runs");
+    auto runs = std::make_shared<std::vector<std::pair<std::string, Seen>>>();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string rel = req.get_param_value("run", i);
+      if (const Resolved where = api.resolve_run(rel); !where) return refuse(res, where.status, where.why);
+      runs->emplace_back(rel, Seen{});
+    }
+    if (++streams > options.max_streams) {
+      --streams;
+      return refuse(res, 503, "too many live pages at once (" + std::to_string(options.max_streams) +
+                                  "): close some, or reload later");
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("X-Accel-Buffering", "no");
+    auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    auto first = std::make_shared<bool>(true);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, runs, last_write, first](std::size_t, httplib::DataSink& sink) {
+          std::string out;
+          if (*first) out = "retry: 1000\n\n";
+          *first = false;
+          for (auto& [rel, seen] : *runs) out += api.changes(rel, seen);
+          const auto now = std::chrono::steady_clock::now();
+          if (out.empty() && now - *last_write >= ping_every) out = ": ping\n\n";
+          if (!out.empty()) {
+            if (!sink.write(out.data(), out.size())) return false;
+            *last_write = now;
+          }
+          std::unique_lock lock(mutex);
+          wake.wait_for(lock, poll_every, [this] { return stopping.load(); });
+          if (stopping) {
+            sink.done();
+            return true;
+          }
+          return true;
+        },
+        [this](bool) { --streams; });
+  }
+};
+
+Server::Server(ServeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->routes(); }
+Server::~Server() = default;
+
+Error Server::bind() {
+  const ServeOptions& o = impl_->options;
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (const int e = ::getaddrinfo(o.host.c_str(), nullptr, &hints, &found); e != 0)
+    return invalid("cannot listen on host '" + o.host + "': " + ::gai_strerror(e) +
+                   "; give --host an address of this machine (127.0.0.1, the default, or 0.0.0.0 for all)");
+  ::freeaddrinfo(found);
+  errno = 0;
+  int port = o.port;
+  bool ok = true;
+  if (o.port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    ok = port > 0;
+  } else {
+    ok = impl_->http.bind_to_port(o.host, o.port);
+  }
+  if (ok) {
+    impl_->port = port;
+    return {};
+  }
+  const int e = errno;
+  const std::string where = host_for_url(o.host) + ":" + std::to_string(o.port);
+  if (e == EADDRINUSE)
+    return Error(Errc::address_in_use, "port " + std::to_string(o.port) + " on " + o.host +
+                                           " is in use (another chorus serve, or another server): give another with "
+                                           "--port P, or --port 0 for any free one");
+  if (e == EACCES)
+    return Error(Errc::address_in_use, "cannot listen on " + where + ": permission denied (ports below 1024 need "
+                                                                     "privileges); give --port 1024 or above");
+  if (e == EADDRNOTAVAIL)
+    return Error(Errc::address_in_use, "cannot listen on " + where + ": " + o.host +
+                                           " is not an address of this machine; give --host one of its addresses");
+  return Error(Errc::address_in_use, "cannot listen on " + where + (e != 0 ? std::string(": ") + std::strerror(e) : "") +
+                                         "; give another --host or --port");
+}
+
+int Server::port() const { return impl_->port; }
+
+std::string Server::url() const {
+  const ServeOptions& o = impl_->options;
+  // Listening on every address: the machine's name is the one to give others.
+  std::string host = o.host;
+  if (host == "0.0.0.0" || host == "::") {
+    char name[256] = {};
+    host = ::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
+  }
+  std::string url = "http://" + host_for_url(host) + ":" + std::to_string(impl_->port) + "/";
+  if (!o.token.empty()) url += "?token=" + o.token;
+  return url;
+}
+
+Error Server::run() {
+  if (!impl_->http.listen_after_bind() && !impl_->stopping)
+    return Error(Errc::io_error, "the server stopped listening on port " + std::to_string(impl_->port));
+  return {};
+}
+
+void Server::stop() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  impl_->http.stop();
+}
+
+} // namespace chorus::cli::serve

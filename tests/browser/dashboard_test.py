@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""The page of `chorus serve` in a real browser: Debian's headless chromium
+driven through selenium (python3-selenium, chromium-driver), against a
+`chorus serve` over run directories written here by hand.
+
+    dashboard_test.py CASE --chorus PATH/TO/chorus
+
+CASE is one of: runs_list, run_charts, live, compare, token. Screenshots are
+saved in the working directory (ctest runs it in tests/browser/ of the build
+tree). Exits 77 (ctest's SKIP) where selenium or chromium cannot start.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+         "--window-size=1400,1000"]
+
+
+def skip(why):
+    print("SKIP: " + why, flush=True)
+    sys.exit(SKIP)
+
+
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+except ImportError as e:
+    skip(f"selenium cannot be imported ({e}): apt-get install python3-selenium")
+
+
+def which(*names):
+    for n in names:
+        p = shutil.which(n)
+        if p:
+            return p
+        if os.path.isfile(n) and os.access(n, os.X_OK):
+            return n
+    return None
+
+
+# ---------- run directories, as a run host leaves them ----------
+
+START = 1_700_000_000.0
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def run_json(run_id, name, project, group, state="finished", world=2, crashed=(), last_step=199, start=START, ended=True):
+    ranks = [{"rank": r, "state": "crashed" if r in crashed else ("running" if state == "running" else "finished"),
+              "last_step": 41 if r in crashed else last_step, "host": "node-a",
+              "message": "heartbeat lost" if r in crashed else ""} for r in range(world)]
+    return json.dumps({"id": run_id, "name": name, "project": project, "group": group, "mode": "shared",
+                       "scope": "global", "host": "node-a", "pid": 2147483000, "state": state,
+                       "start_time": start, "end_time": start + 300 if ended else None, "world_size": world,
+                       "rows": 200, "rejected": 0, "ranks": ranks}) + "\n"
+
+
+def history_rows(first, last, ranks=2, scale=1.0):
+    out = []
+    for s in range(first, last):
+        row = {"_step": s, "_timestamp": START + s, "_runtime": float(s), "loss": scale * 2 * math.exp(-s / 60),
+               "lr": 0.001 * (1 - s / 400)}
+        for r in range(ranks):
+            row[f"acc/rank-{r}"] = s * 0.004 + r * 0.1
+        row["_count"] = {"loss": ranks}
+        out.append(json.dumps(row))
+    return "\n".join(out) + "\n"
+
+
+def make_run(root, project, group, run_id, name=None, rows=200, scale=1.0, **kw):
+    d = os.path.join(root, project, group, run_id)
+    write(os.path.join(d, "run.json"), run_json(run_id, name or run_id, project, group, **kw))
+    write(os.path.join(d, "history.jsonl"), history_rows(0, rows, kw.get("world", 2), scale))
+    write(os.path.join(d, "config.json"), json.dumps({"lr": 0.001, "optimizer": "adam"}))
+    write(os.path.join(d, "summary.json"), json.dumps({"_step": rows - 1, "loss": 0.05}))
+    sys_lines = []
+    for t in range(0, 200, 10):
+        for r in range(kw.get("world", 2)):
+            sys_lines.append(json.dumps({"_timestamp": START + t + r * 0.01, "_runtime": t, "_node": 0, "_rank": r,
+                                         "system.cpu.percent/node-0": 40 + t / 10,
+                                         f"system.proc.cpu.percent/rank-{r}": 20 + r * 5 + t / 20}))
+    write(os.path.join(d, "system.jsonl"), "\n".join(sys_lines) + "\n")
+    return d
+
+
+# ---------- the server and the browser ----------
+
+class Serve:
+    def __init__(self, chorus, root, *extra):
+        self.p = subprocess.Popen([chorus, "serve", root, "--port", "0", *extra], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.url = None
+        deadline = time.time() + 30
+        for line in self.p.stdout:
+            m = re.search(r"http://\S+", line)
+            if m:
+                self.url = m.group(0)
+                break
+            if time.time() > deadline:
+                break
+        if not self.url:
+            raise AssertionError("chorus serve printed no address")
+        self.port = int(re.search(r":(\d+)/", self.url).group(1))
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(20)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def browser():
+    chromium = which("chromium", "chromium-browser", "google-chrome")
+    driver = which("chromedriver", "/usr/lib/chromium/chromedriver")
+    if not chromium or not driver:
+        skip("no chromium or chromedriver: apt-get install chromium chromium-driver")
+    o = webdriver.ChromeOptions()
+    o.binary_location = chromium
+    for a in FLAGS:
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    try:
+        return webdriver.Chrome(service=Service(driver), options=o)
+    except WebDriverException as e:
+        skip(f"chromium did not start under chromedriver: {str(e).splitlines()[0]}")
+
+
+def wait_until(what, fn, timeout=30.0):
+    """Polls fn() until it is true; fails naming `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except WebDriverException as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"waited {timeout:.0f} s for {what}; last: {last!r}")
+
+
+def js_errors(d):
+    """The page's console errors (a 404 of a source map aside)."""
+    try:
+        logs = d.get_log("browser")
+    except WebDriverException:
+        return []
+    return [e["message"] for e in logs if e["level"] == "SEVERE" and ".map" not in e["message"]]
+
+
+CHART = """
+const c = window.chorus.charts.find((c) => c.title === arguments[0]);
+if (!c || !c.g) return null;
+let painted = 0;
+for (const cv of c.plot.querySelectorAll('canvas')) {
+  const px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+  for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
+}
+return {rows: c.g.numRows(), painted, labels: c.g.getLabels(), legend: c.legend.textContent,
+        toggles: c.toggles.textContent, last: c.g.xAxisExtremes()[1], sources: c.sources.length};
+"""
+
+
+def chart(d, title):
+    return d.execute_script(CHART, title)
+
+
+def drawn(d, title, rows=1):
+    """Waits for the chart `title` to be drawn: rows of data and painted pixels."""
+    d.execute_script("const c = window.chorus.charts.find((c) => c.title === arguments[0]); if (c) c.el.scrollIntoView();",
+                     title)
+    return wait_until(f"chart {title!r} drawn", lambda: (lambda c: c if c and c["rows"] >= rows and c["painted"] > 200
+                                                         else None)(chart(d, title)))
+
+
+# ---------- the cases ----------
+
+def case_runs_list(chorus, root, d):
+    make_run(root, "mnist", "job-1", "aaa111", name="baseline", start=START)
+    make_run(root, "mnist", "job-1", "bbb222", name="wider", start=START + 1000, state="failed")
+    make_run(root, "cifar", "job-2", "ccc333", name="resnet", start=START + 500, world=4, crashed=(2,))
+    s = Serve(chorus, root)
+    try:
+        d.get(s.url)
+        rows = wait_until("three runs listed", lambda: (lambda r: r if len(r) == 3 else None)(
+            d.find_elements(By.CSS_SELECTOR, "#runs tr.run")))
+        text = d.find_element(By.ID, "runs").text
+        for word in ["baseline", "wider", "resnet", "failed", "finished", "mnist", "job-1", "cifar"]:
+            assert word in text, f"{word!r} not in the runs list:\n{text}"
+        # Newest first within a group.
+        paths = [r.get_attribute("data-path") for r in rows]
+        assert paths.index("mnist/job-1/bbb222") < paths.index("mnist/job-1/aaa111"), paths
+        d.save_screenshot("runs_list.png")
+        # The filter box and the state list.
+        d.find_element(By.ID, "filter").send_keys("resnet")
+        wait_until("the filter to leave one run", lambda: len(d.find_elements(By.CSS_SELECTOR, "#runs tr.run")) == 1)
+        d.find_element(By.ID, "filter").clear()
+        d.execute_script("const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input'));")
+        d.execute_script("const s = document.getElementById('state-filter'); s.value = 'failed'; s.dispatchEvent(new Event('change'));")
+        wait_until("the state list to leave the failed run", lambda: [r.get_attribute("data-path") for r in d.find_elements(
+            By.CSS_SELECTOR, "#runs tr.run")] == ["mnist/job-1/bbb222"])
+        d.save_screenshot("runs_list_filtered.png")
+        # A run's name leads to its page.
+        d.execute_script("const s = document.getElementById('state-filter'); s.value = ''; s.dispatchEvent(new Event('change'));")
+        d.find_element(By.LINK_TEXT, "resnet").click()
+        wait_until("the run's page", lambda: "resnet" in d.find_element(By.ID, "run-head").text)
+    finally:
+        s.stop()
+
+
+def case_run_charts(chorus, root, d):
+    make_run(root, "mnist", "job-1", "exp1", name="exp1", world=2, crashed=(1,))
+    s = Serve(chorus, root)
+    try:
+        d.get(s.url + "#/run/mnist/job-1/exp1")
+        wait_until("the ranks table", lambda: "heartbeat lost" in d.find_element(By.ID, "ranks-table").text)
+        for title in ["loss", "lr", "acc"]:
+            c = drawn(d, title, rows=200)
+            assert c["rows"] == 200, c
+        acc = chart(d, "acc")
+        for name in ["acc/rank-0", "acc/rank-1"]:
+            assert name in acc["toggles"] and name in acc["legend"], acc
+        assert "loss" in chart(d, "loss")["toggles"]
+        d.execute_script("window.chorus.charts.find((c) => c.title === 'acc').el.scrollIntoView()")
+        time.sleep(0.3)
+        d.save_screenshot("run_charts.png")
+        # Values on hover.
+        plot = d.execute_script("return window.chorus.charts.find((c) => c.title === 'loss').plot")
+        ActionChains(d).move_to_element(plot).perform()
+        wait_until("a value under the pointer", lambda: re.search(r"loss:\s*-?[0-9.]", chart(d, "loss")["legend"]))
+        # Smoothing, log scale and the x axis redraw the charts.
+        d.execute_script("const s = document.getElementById('smooth'); s.value = 0.9; s.dispatchEvent(new Event('input'));")
+        d.execute_script("const l = document.getElementById('logscale'); l.click();")
+        drawn(d, "loss", rows=200)
+        d.execute_script("const x = document.getElementById('xaxis'); x.value = 'wall'; x.dispatchEvent(new Event('change'));")
+        wait_until("wall-time x", lambda: d.execute_script(
+            "const c = window.chorus.charts.find((c) => c.title === 'loss'); return c.axisUsed === 'wall' && c.g.numRows() === 200"))
+        d.save_screenshot("run_charts_smoothed.png")
+        # System metrics per node and per rank, and the distributed view.
+        drawn(d, "cpu.percent")
+        c = drawn(d, "proc.cpu.percent")
+        assert "rank-0" in c["toggles"] and "rank-1" in c["toggles"], c
+        p = drawn(d, "progress: step over time")
+        assert "rank 0" in p["toggles"] and "rank 1" in p["toggles"], p
+        wait_until("the crashed rank marked", lambda: d.execute_script(
+            "return window.chorus.charts.find((c) => c.title === 'progress: step over time').g.annotations().length") == 1)
+        d.save_screenshot("run_distributed.png")
+        errors = js_errors(d)
+        assert not errors, errors
+    finally:
+        s.stop()
+
+
+def case_live(chorus, root, d):
+    run = make_run(root, "mnist", "job-1", "live1", name="live1", state="running", ended=False, rows=50)
+    s = Serve(chorus, root)
+    try:
+        d.get(s.url + "#/run/mnist/job-1/live1")
+        c = drawn(d, "loss", rows=50)
+        assert c["last"] == 49, c
+        wait_until("the live stream", lambda: d.find_element(By.ID, "live").text == "live")
+        # The job goes on: 30 more rows, and a rank crashes.
+        with open(os.path.join(run, "history.jsonl"), "a") as f:
+            f.write(history_rows(50, 80))
+        write(os.path.join(run, "run.json"), run_json("live1", "live1", "mnist", "job-1", state="running",
+                                                      crashed=(1,), ended=False, last_step=79))
+        wait_until("the new rows in the chart", lambda: chart(d, "loss")["last"] == 79)
+        wait_until("the new last step", lambda: "last step 79" in d.find_element(By.ID, "progress").text)
+        wait_until("the crashed rank", lambda: "crashed" in d.find_element(By.ID, "ranks-table").text)
+        d.save_screenshot("live.png")
+        # A row being written (no newline yet) is not shown until it is whole.
+        with open(os.path.join(run, "history.jsonl"), "a") as f:
+            f.write(history_rows(80, 81).rstrip("\n"))
+        time.sleep(2)
+        assert chart(d, "loss")["last"] == 79
+        with open(os.path.join(run, "history.jsonl"), "a") as f:
+            f.write("\n")
+        wait_until("the finished row", lambda: chart(d, "loss")["last"] == 80)
+    finally:
+        s.stop()
+
+
+def case_compare(chorus, root, d):
+    make_run(root, "mnist", "job-1", "aaa111", name="baseline", start=START)
+    make_run(root, "cifar", "job-2", "bbb222", name="challenger", start=START + 100, scale=0.5)
+    s = Serve(chorus, root)
+    try:
+        d.get(s.url)
+        wait_until("two runs listed", lambda: len(d.find_elements(By.CSS_SELECTOR, "#runs tr.run")) == 2)
+        for box in d.find_elements(By.CSS_SELECTOR, "#runs tr.run input[type=checkbox]"):
+            box.click()
+        d.find_element(By.ID, "compare").click()
+        wait_until("the comparison", lambda: "#/compare/" in d.current_url)
+        c = drawn(d, "loss", rows=200)
+        assert c["sources"] == 2, c
+        assert "baseline" in c["toggles"] and "challenger" in c["toggles"], c
+        assert "baseline" in c["legend"] and "challenger" in c["legend"], c
+        # Two curves: at step 0 the two runs' values, 2 and 1.
+        first = d.execute_script("const g = window.chorus.charts.find((c) => c.title === 'loss').g;"
+                                 "return [g.getValue(0, 1), g.getValue(0, 2)];")
+        assert sorted(first) == [1.0, 2.0], first
+        d.save_screenshot("compare.png")
+        # A group's page puts its members side by side.
+        make_run(root, "mnist", "job-1", "ccc333", name="second")
+        d.get(s.url + "#/group/mnist/job-1")
+        wait_until("the members", lambda: len(d.find_elements(By.CSS_SELECTOR, "#members tr")) == 3)
+        c = drawn(d, "loss", rows=200)
+        assert c["sources"] == 2, c
+        d.save_screenshot("group.png")
+    finally:
+        s.stop()
+
+
+def case_token(chorus, root, d):
+    make_run(root, "mnist", "job-1", "aaa111", name="baseline")
+    s = Serve(chorus, root, "--host", "0.0.0.0")
+    try:
+        token = re.search(r"token=([0-9a-f]+)", s.url)
+        assert token, s.url
+        plain = f"http://127.0.0.1:{s.port}/"
+        d.get(plain)
+        wait_until("the refusal", lambda: "asks for its token" in d.page_source)
+        assert "baseline" not in d.page_source
+        d.save_screenshot("token_refused.png")
+        d.get(plain + "api/runs")
+        assert "baseline" not in d.page_source and "asks for its token" in d.page_source
+        d.get(plain + "?token=" + token.group(1))
+        wait_until("the runs with the token", lambda: "baseline" in d.find_element(By.ID, "runs").text)
+        # The token went into a cookie, and out of the address bar.
+        assert "token=" not in d.current_url, d.current_url
+        d.save_screenshot("token_accepted.png")
+    finally:
+        s.stop()
+
+
+CASES = {"runs_list": case_runs_list, "run_charts": case_run_charts, "live": case_live, "compare": case_compare,
+         "token": case_token}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--chorus", required=True)
+    a = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="chorus-browser-")
+    d = browser()
+    try:
+        CASES[a.case](a.chorus, root, d)
+    except Exception:
+        try:
+            d.save_screenshot(f"{a.case}_failed.png")
+            print("page text at the failure:\n" + d.find_element(By.TAG_NAME, "body").text[:3000])
+            print("console:", js_errors(d))
+        except WebDriverException:
+            pass
+        raise
+    finally:
+        d.quit()
+        if not os.environ.get("CHORUS_KEEP_TEST_DIRS"):
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"{a.case}: passed; screenshots in {os.getcwd()}")
+
+
+if __name__ == "__main__":
+    main()

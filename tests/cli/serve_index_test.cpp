@@ -1,0 +1,209 @@
+// `chorus serve`'s index of a history or system file (cli/serve/lines_index.hpp):
+// reading the file in pieces on several threads gives the very index one
+// plain read gives, damaged lines, a line being written, keys that come and
+// go and the 65,536-point limit included; the index follows the file as it
+// grows, and starts over where it is replaced or cut.
+#define BOOST_TEST_MODULE cli_serve_index
+#include <boost/test/unit_test.hpp>
+
+#include "cli/serve/lines_index.hpp"
+#include "tests/cli/process.hpp"
+
+#include <cmath>
+#include <limits>
+
+using namespace chorus::test;
+using chorus::cli::serve::FileKind;
+using chorus::cli::serve::LinesIndex;
+using chorus::cli::serve::SeriesRequest;
+using chorus::cli::serve::XAxis;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::uint64_t never = std::numeric_limits<std::uint64_t>::max();
+
+/// History rows [first, last): `dense` every row (NaN and infinities now and
+/// then), `sparse` every 7th, a per-rank column for 3 ranks (rank 2 only on
+/// even steps), `_count`, and a damaged line every 5,000 rows.
+std::string history_rows(int first, int last) {
+  std::string h;
+  for (int s = first; s < last; ++s) {
+    if (s % 5000 == 2500) h += s % 10000 == 2500 ? "{\"_step\": oops}\n" : "{\"no_step\": 1}\n";
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s * 0.5) +
+         R"(,"_runtime":)" + std::to_string(s * 0.5) + R"(,"dense":)";
+    h += s % 997 == 5 ? "\"NaN\"" : s % 1999 == 7 ? "\"-Infinity\"" : std::to_string(std::sin(s * 0.001) + (s % 13) * 0.01);
+    if (s % 7 == 0) h += R"(,"sparse":)" + std::to_string(s * 0.25);
+    for (int r = 0; r < 3; ++r)
+      if (r < 2 || s % 2 == 0) h += ",\"c/rank-" + std::to_string(r) + "\":" + std::to_string(s + r);
+    h += R"(,"_count":{"dense":)" + std::string(s % 2 == 0 ? "3" : "2") + "}}\n";
+  }
+  return h;
+}
+
+std::string system_rows(int first, int last) {
+  std::string h;
+  for (int t = first; t < last; ++t)
+    for (int r = 0; r < 2; ++r)
+      h += R"({"_timestamp":)" + std::to_string(1'700'000'000 + t + r * 0.01) + R"(,"_runtime":)" +
+           std::to_string(t) + R"(,"_node":0,"_rank":)" + std::to_string(r) + R"(,"system.cpu.percent/node-0":)" +
+           std::to_string(t % 100) + R"(,"system.proc.rss/rank-)" + std::to_string(r) + "\":" + std::to_string(t * 2 + r) + "}\n";
+  return h;
+}
+
+/// What must come out the same whichever way the file was read: the state,
+/// the keys, and every series but those drawn from the index's blocks (a
+/// key of more points than it keeps, over a range of many points a pixel).
+/// Their blocks end where the pieces did, so the points picked to stand for a
+/// pixel, and the count of points at the range's edges, may differ a little.
+struct Answers {
+  std::string exact;
+  std::vector<long> counts; // of the answers from blocks
+
+  void blocks(const std::string& json) {
+    for (std::size_t at = 0; (at = json.find("\"n\":", at)) != std::string::npos; ++at)
+      counts.push_back(std::stol(json.substr(at + 4)));
+  }
+  bool operator==(const Answers& o) const {
+    if (exact != o.exact || counts.size() != o.counts.size()) return false;
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      if (std::abs(counts[i] - o.counts[i]) > 2 * long(LinesIndex::block_points)) return false;
+    return true;
+  }
+};
+
+Answers everything(const LinesIndex& index, const std::vector<std::string>& keys, std::size_t kept_whole) {
+  const chorus::cli::serve::IndexState s = index.state();
+  Answers a;
+  std::string& out = a.exact;
+  out = std::to_string(s.rows) + " " + std::to_string(s.skipped) + " " + s.first_skipped + " " +
+        std::to_string(s.bytes) + " " + std::to_string(s.last_step) + " " + std::to_string(s.unfinished) + " " +
+        std::to_string(s.keys) + (s.problem ? " " + s.problem.message() : "") + "\n";
+  index.keys_json(out);
+  out += "\n";
+  const std::vector<std::string> whole(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(kept_whole));
+  for (const XAxis x : {XAxis::step, XAxis::wall, XAxis::rel}) {
+    // 3,000 pixels: few enough points a pixel to read them all back from the file.
+    index.series_json({keys, x, std::nullopt, std::nullopt, 3000}, out);
+    out += "\n";
+    index.series_json({whole, x, std::nullopt, std::nullopt, 40}, out);
+    out += "\n";
+    std::string blocks;
+    index.series_json({keys, x, std::nullopt, std::nullopt, 40}, blocks);
+    a.blocks(blocks);
+  }
+  // Zoomed in: read back from the file, across the pieces' seams.
+  for (const auto& [from, to] : {std::pair{30'000.0, 30'900.0}, std::pair{49'990.0, 50'020.0}}) {
+    index.series_json({keys, XAxis::step, from, to, 1000}, out);
+    out += "\n";
+  }
+  std::string wide;
+  index.series_json({keys, XAxis::step, 100.0, 60'000.0, 1000}, wide);
+  a.blocks(wide);
+  return a;
+}
+
+/// `keys`: those of at most 65,536 points first, `kept_whole` of them.
+void compare_ways(const fs::path& file, FileKind kind, const std::vector<std::string>& keys, std::size_t kept_whole,
+                  const std::function<void()>& grow) {
+  LinesIndex plain(file.string(), kind, never);
+  std::vector<std::unique_ptr<LinesIndex>> pieces;
+  for (const unsigned n : {2u, 3u, 4u}) pieces.push_back(std::make_unique<LinesIndex>(file.string(), kind, 1, n));
+  BOOST_TEST(plain.refresh());
+  const Answers want = everything(plain, keys, kept_whole);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    BOOST_TEST(pieces[i]->refresh());
+    BOOST_TEST((everything(*pieces[i], keys, kept_whole) == want), "in " << i + 2 << " pieces");
+  }
+  // The file grows: each reads the new lines only, and they agree again.
+  grow();
+  BOOST_TEST(plain.refresh());
+  const Answers grown = everything(plain, keys, kept_whole);
+  BOOST_TEST(!(grown == want));
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    BOOST_TEST(pieces[i]->refresh());
+    BOOST_TEST((everything(*pieces[i], keys, kept_whole) == grown), "grown, in " << i + 2 << " pieces");
+  }
+  BOOST_TEST(!plain.refresh(), "nothing new, nothing changed");
+}
+
+std::string series(const LinesIndex& index, const std::string& key) {
+  std::string out;
+  index.series_json({{key}, XAxis::step, std::nullopt, std::nullopt, 10000}, out);
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_history_read_in_pieces_is_indexed_as_in_one_read) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  // 70,000 rows: past the points a key keeps (65,536), with a last line being written.
+  write_text(file, history_rows(0, 70'000) + R"({"_step":70000,"dense":)");
+  compare_ways(file, FileKind::history,
+               {"sparse", "c/rank-2", "_progress/rank-2", "nosuch", "dense", "c/rank-0", "_count/min", "_step"}, 4, [&] {
+                 std::ofstream f(file, std::ios::app);
+                 f << "1.5}\n" << history_rows(70'001, 71'000);
+               });
+  LinesIndex index(file.string(), FileKind::history, 1, 3);
+  BOOST_TEST(index.refresh());
+  const chorus::cli::serve::IndexState s = index.state();
+  BOOST_TEST(s.rows == 71'000u);
+  BOOST_TEST(s.skipped == 14u);
+  BOOST_TEST(s.first_skipped == "line 2501: The JSON document has an improper structure: missing or superfluous commas, braces, missing keys, etc.");
+  BOOST_TEST(s.last_step == 70'999);
+  BOOST_TEST(!s.unfinished);
+}
+
+BOOST_AUTO_TEST_CASE(system_samples_read_in_pieces_are_indexed_as_in_one_read) {
+  TempDir dir;
+  const fs::path file = dir.path / "system.jsonl";
+  write_text(file, system_rows(0, 20'000));
+  compare_ways(file, FileKind::system, {"system.proc.rss/rank-1", "system.cpu.percent/node-0"}, 1, [&] {
+    std::ofstream f(file, std::ios::app);
+    f << system_rows(20'000, 20'500);
+  });
+}
+
+BOOST_AUTO_TEST_CASE(a_file_replaced_or_cut_is_read_afresh) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  LinesIndex index(file.string(), FileKind::history);
+  BOOST_TEST(!index.refresh());
+  BOOST_TEST(index.state().missing);
+  write_text(file, history_rows(0, 100));
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().rows == 100u);
+  // Replaced by a shorter file (chorus recover rewrites it): the rows now there only.
+  write_text(dir.path / "new.jsonl", history_rows(0, 40));
+  fs::rename(dir.path / "new.jsonl", file);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().rows == 40u);
+  BOOST_TEST(series(index, "dense").find("\"n\":38") != std::string::npos, series(index, "dense")); // a NaN, an infinity
+  // Cut in place.
+  fs::resize_file(file, history_rows(0, 10).size());
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().rows == 10u);
+  fs::remove(file);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().missing);
+  BOOST_TEST(index.state().rows == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_line_being_written_is_taken_once_it_is_whole) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, history_rows(0, 10) + R"({"_step":10,"_timestamp":1700000010,"dense":4)");
+  LinesIndex index(file.string(), FileKind::history);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().rows == 10u);
+  BOOST_TEST(index.state().unfinished);
+  {
+    std::ofstream f(file, std::ios::app);
+    f << "2}\n";
+  }
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().rows == 11u);
+  BOOST_TEST(!index.state().unfinished);
+  BOOST_TEST(series(index, "dense").find(",42]") != std::string::npos, series(index, "dense"));
+}

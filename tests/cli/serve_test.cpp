@@ -1,0 +1,497 @@
+// `chorus serve` over HTTP: a real server process on a free port, run
+// directories written by hand (tests/cli/run_files.hpp), and its answers read
+// with cpp-httplib's client: the runs list, series and their downsampling,
+// the refusals (paths out of the directory, oversized or malformed requests,
+// a missing token), damaged run files reported without harm, and live rows
+// on the event stream.
+#define BOOST_TEST_MODULE cli_serve
+#include <boost/test/unit_test.hpp>
+
+#include "tests/cli/process.hpp"
+#include "tests/cli/run_files.hpp"
+
+#include <httplib.h>
+#include <simdjson.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <thread>
+
+using namespace chorus::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out += static_cast<char>(c);
+    else out.append({'%', hex[c >> 4], hex[c & 15]});
+  }
+  return out;
+}
+
+/// A `chorus serve` on a port the kernel picked, stopped with the test.
+class Serve {
+public:
+  explicit Serve(const fs::path& root, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"serve", root.string(), "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    child_ = std::make_unique<Child>(args);
+    // "  http://HOST:PORT/" or ".../?token=TOKEN", then "Ctrl-C stops it."
+    std::string line;
+    const bool up = child_->wait_for([&](const std::string& out, const std::string&) {
+      const std::size_t at = out.find("http://");
+      if (at == std::string::npos || out.find("Ctrl-C") == std::string::npos) return false;
+      line = out.substr(at, out.find('\n', at) - at);
+      return true;
+    });
+    BOOST_TEST_REQUIRE(up, "chorus serve printed no address");
+    const std::size_t slash = line.find('/', 7), colon = line.rfind(':', slash);
+    BOOST_TEST_REQUIRE((colon != std::string::npos && slash != std::string::npos), line);
+    port = std::stoi(line.substr(colon + 1, slash - colon - 1));
+    if (const std::size_t t = line.find("?token="); t != std::string::npos) token = line.substr(t + 7);
+  }
+  ~Serve() {
+    if (child_) child_->signal(SIGTERM);
+  }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    c.set_connection_timeout(10, 0);
+    return c;
+  }
+  /// GET `path`; the status and the body (at most 10 s of it: an event
+  /// stream answered where a refusal was due never ends by itself).
+  std::pair<int, std::string> get(const std::string& path, const httplib::Headers& headers = {}) const {
+    httplib::Client c = client();
+    int status = -1;
+    std::string body;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const httplib::Result r = c.Get(
+        path, headers,
+        [&](const httplib::Response& res) {
+          status = res.status;
+          return true;
+        },
+        [&](const char* data, std::size_t n) {
+          body.append(data, n);
+          return std::chrono::steady_clock::now() < until;
+        });
+    if (!r && status < 0) return {-1, "no answer: " + httplib::to_string(r.error())};
+    return {status, body};
+  }
+  Output stop() {
+    child_->signal(SIGTERM);
+    Output o = child_->finish(std::chrono::seconds(30));
+    child_.reset();
+    return o;
+  }
+
+  int port = 0;
+  std::string token;
+
+private:
+  std::unique_ptr<Child> child_;
+};
+
+/// The body parsed, as an object; a failed test where it is not JSON.
+struct Json {
+  explicit Json(const std::string& body) : text(body) {
+    if (parser.parse(text).get(doc) != simdjson::SUCCESS) BOOST_FAIL("not JSON: " << text.substr(0, 300));
+  }
+  simdjson::dom::element operator[](std::string_view key) const {
+    simdjson::dom::element e;
+    if (doc[key].get(e) != simdjson::SUCCESS) BOOST_FAIL("no \"" << key << "\" in " << text.substr(0, 300));
+    return e;
+  }
+  [[nodiscard]] bool has(std::string_view key) const { return doc[key].error() == simdjson::SUCCESS; }
+  std::string text;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+};
+
+simdjson::dom::array arr(simdjson::dom::element e) {
+  simdjson::dom::array a;
+  if (e.get(a) != simdjson::SUCCESS) BOOST_FAIL("not an array: " << simdjson::minify(e));
+  return a;
+}
+
+std::vector<double> numbers(simdjson::dom::element array) {
+  std::vector<double> out;
+  simdjson::dom::array a;
+  if (array.get(a) != simdjson::SUCCESS) BOOST_FAIL("not an array: " << simdjson::minify(array));
+  for (simdjson::dom::element e : a) out.push_back(double(e));
+  return out;
+}
+
+/// A run with `rows` rows of `wave` (sin of the step, a spike at step `spike`).
+fs::path wave_run(const fs::path& root, const std::string& id, int rows, int spike) {
+  const fs::path dir = make_run(root, "proj", "grp", {.id = id});
+  std::string h;
+  for (int s = 0; s < rows; ++s) {
+    const double v = s == spike ? 100.0 : s == spike + 1 ? -100.0 : std::sin(s * 0.01);
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s) +
+         R"(,"_runtime":)" + std::to_string(s) + R"(,"wave":)" + std::to_string(v) + "}\n";
+  }
+  write_text(dir / "history.jsonl", h);
+  return dir;
+}
+
+std::string series_path(const std::string& run, const std::vector<std::string>& keys, const std::string& rest) {
+  std::string p = "/api/series?run=" + encode(run);
+  for (const std::string& k : keys) p += "&key=" + encode(k);
+  return p + rest;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(lists_runs_by_group_newest_first_with_state_and_ranks) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "old", .start = 1'700'000'000});
+  make_run(root.path, "proj", "grp", {.id = "new", .state = "failed", .world = 8, .start = 1'700'100'000});
+  make_run(root.path, "other", "g2", {.id = "solo", .world = 1});
+  write_text(root.path / "proj/grp/new/summary.json", R"({"_step":9,"loss":0.25,"note":"text"})");
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/runs");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  const Json j(body);
+  BOOST_TEST(j["count"].get_int64().value_unsafe() == 3);
+  // proj/grp: new before old.
+  std::vector<std::string> order;
+  for (auto g : arr(j["groups"]))
+    for (auto r : arr(g["runs"].value_unsafe())) order.emplace_back(r["path"].get_string().value_unsafe());
+  BOOST_TEST_INFO(body);
+  BOOST_TEST((std::find(order.begin(), order.end(), "proj/grp/new") < std::find(order.begin(), order.end(), "proj/grp/old")));
+  BOOST_TEST(contains(body, R"("path":"other/g2/solo")"));
+  for (auto g : arr(j["groups"]))
+    for (auto r : arr(g["runs"].value_unsafe()))
+      if (r["path"].get_string().value_unsafe() == "proj/grp/new") {
+        BOOST_TEST(r["state"].get_string().value_unsafe() == "failed");
+        BOOST_TEST(r["world_size"].get_int64().value_unsafe() == 8);
+        BOOST_TEST(r["duration"].get_double().value_unsafe() == 95.0);
+        BOOST_TEST(r["summary"]["loss"].get_double().value_unsafe() == 0.25);
+        BOOST_TEST(r["summary"]["_step"].error() == simdjson::NO_SUCH_FIELD); // bookkeeping left out
+      }
+  // The page and the chart library are served from the binary.
+  const auto [page_status, page] = s.get("/");
+  BOOST_TEST(page_status == 200);
+  BOOST_TEST(contains(page, "dygraph.min.js"));
+  const auto [lib_status, lib] = s.get("/dygraph.min.js");
+  BOOST_TEST(lib_status == 200);
+  BOOST_TEST(lib.size() > 100'000u);
+}
+
+BOOST_AUTO_TEST_CASE(a_run_has_its_ranks_config_keys_and_artifacts) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "r1", .world = 2, .crashed = 1});
+  write_text(dir / "history.jsonl", history(100, 2));
+  write_text(dir / "config.json", R"({"lr":0.001,"layers":[1,2]})");
+  write_text(dir / "artifacts/model.bin", "weights!");
+  write_text(dir / "artifacts.jsonl", R"({"name":"model.bin","type":"model","size":8,"sha256":"ab","rank":0,"step":5,"timestamp":1700000005})"
+                                      "\n");
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/run?run=proj/grp/r1");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  BOOST_TEST_INFO(body);
+  const Json j(body);
+  BOOST_TEST(arr(j["ranks"]).size() == 2u);
+  BOOST_TEST(j["ranks"].at(0)["state"].get_string().value_unsafe() == "crashed");
+  BOOST_TEST(j["ranks"].at(0)["message"].get_string().value_unsafe() == "heartbeat lost");
+  BOOST_TEST(j["config"]["lr"].get_double().value_unsafe() == 0.001);
+  BOOST_TEST(j["history"]["rows"].get_int64().value_unsafe() == 100);
+  BOOST_TEST(contains(body, R"("key":"loss","points":89,"nan":10,"inf":1)"));
+  BOOST_TEST(contains(body, R"("key":"acc/rank-1")"));
+  BOOST_TEST(contains(body, R"("key":"_progress/rank-1")"));
+  BOOST_TEST(j["artifacts"].at(0)["available"].get_bool().value_unsafe());
+  const auto [a_status, a_body] = s.get("/api/artifact?run=proj/grp/r1&name=model.bin");
+  BOOST_TEST(a_status == 200);
+  BOOST_TEST(a_body == "weights!");
+  BOOST_TEST(!j.has("error"), "no error for a sound run");
+}
+
+BOOST_AUTO_TEST_CASE(series_are_downsampled_to_the_width_and_whole_when_zoomed_in) {
+  TempDir root;
+  // Past the points a key keeps in memory (65,536): the whole range comes
+  // from its blocks, a zoomed one from the file.
+  wave_run(root.path, "big", 70'000, 41'234);
+  wave_run(root.path, "small", 5'000, 3'333);
+  Serve s(root.path);
+  for (const auto& [run, rows, spike] : {std::tuple{"proj/grp/big", 70'000, 41'234}, std::tuple{"proj/grp/small", 5'000, 3'333}}) {
+    BOOST_TEST_CONTEXT(run) {
+      // The whole run in 100 pixels: at most two points a pixel, the spikes kept.
+      const auto [status, body] = s.get(series_path(run, {"wave"}, "&width=100"));
+      BOOST_REQUIRE_EQUAL(status, 200);
+      const Json all(body);
+      const auto w = all["series"]["wave"];
+      const std::vector<double> x = numbers(w["x"]), y = numbers(w["y"]);
+      BOOST_TEST(w["n"].get_int64().value_unsafe() == rows);
+      BOOST_TEST(!w["full"].get_bool().value_unsafe());
+      BOOST_TEST(x.size() <= 200u);
+      BOOST_TEST(x.size() >= 100u);
+      BOOST_TEST(std::is_sorted(x.begin(), x.end()));
+      BOOST_TEST(*std::max_element(y.begin(), y.end()) == 100.0);
+      BOOST_TEST(*std::min_element(y.begin(), y.end()) == -100.0);
+      const auto at = std::find(y.begin(), y.end(), 100.0) - y.begin();
+      BOOST_TEST(x[static_cast<std::size_t>(at)] == spike);
+
+      // Zoomed into 300 steps at 1000 pixels: every point, exactly.
+      const std::string from = std::to_string(spike - 100), to = std::to_string(spike + 199);
+      const auto [zs, zbody] = s.get(series_path(run, {"wave"}, "&width=1000&from=" + from + "&to=" + to));
+      BOOST_REQUIRE_EQUAL(zs, 200);
+      const Json zoom(zbody);
+      const auto z = zoom["series"]["wave"];
+      const std::vector<double> zx = numbers(z["x"]), zy = numbers(z["y"]);
+      BOOST_TEST(z["full"].get_bool().value_unsafe());
+      BOOST_REQUIRE_EQUAL(zx.size(), 300u);
+      BOOST_TEST(zx.front() == spike - 100);
+      BOOST_TEST(zx.back() == spike + 199);
+      BOOST_TEST(zy[100] == 100.0);
+      BOOST_TEST(zy[101] == -100.0);
+      BOOST_TEST(std::fabs(zy[0] - std::sin((spike - 100) * 0.01)) < 1e-6);
+
+      // Against the run's time: the same points, x in seconds into the run.
+      const auto [rs, rbody] = s.get(series_path(run, {"wave"}, "&x=rel&width=1000&from=10&to=19"));
+      const Json rel(rbody);
+      BOOST_TEST(numbers(rel["series"]["wave"]["x"]) == std::vector<double>({10, 11, 12, 13, 14, 15, 16, 17, 18, 19}),
+                 boost::test_tools::per_element());
+    }
+  }
+  // A key the run does not have is there, empty, and says so.
+  const auto [status, body] = s.get(series_path("proj/grp/small", {"wave", "nope"}, ""));
+  BOOST_TEST(status == 200);
+  BOOST_TEST(contains(body, R"("nope":{"n":0,"full":true,"x":[],"y":[],"missing":true})"), body);
+}
+
+BOOST_AUTO_TEST_CASE(per_rank_columns_and_system_metrics_are_series) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "r1", .world = 2});
+  write_text(dir / "history.jsonl", history(50, 2));
+  std::string sys;
+  for (int t = 0; t < 10; ++t)
+    for (int r = 0; r < 2; ++r)
+      sys += R"({"_timestamp":)" + std::to_string(1'700'000'000 + t) + R"(,"_runtime":)" + std::to_string(t) +
+             R"(,"_node":0,"_rank":)" + std::to_string(r) + R"(,"system.cpu.percent/node-0":)" + std::to_string(50 + t) +
+             R"(,"system.proc.threads/rank-)" + std::to_string(r) + R"(":)" + std::to_string(8 + r) + "}\n";
+  write_text(dir / "system.jsonl", sys);
+  Serve s(root.path);
+  const auto [status, body] = s.get(series_path("proj/grp/r1", {"acc/rank-0", "acc/rank-1", "_progress/rank-1"}, "&width=500"));
+  BOOST_REQUIRE_EQUAL(status, 200);
+  const Json j(body);
+  BOOST_TEST(numbers(j["series"]["acc/rank-1"]["y"]).size() == 50u);
+  BOOST_TEST(numbers(j["series"]["acc/rank-1"]["y"])[10] == 1.1);
+  BOOST_TEST(numbers(j["series"]["_progress/rank-1"]["y"]).back() == 49.0);
+  const auto [ss, sbody] = s.get(series_path("proj/grp/r1", {"system.proc.threads/rank-1", "system.cpu.percent/node-0"},
+                                             "&file=system&x=rel&width=500"));
+  BOOST_REQUIRE_EQUAL(ss, 200);
+  const Json sj(sbody);
+  BOOST_TEST(numbers(sj["series"]["system.proc.threads/rank-1"]["y"]) == std::vector<double>(10, 9.0),
+             boost::test_tools::per_element());
+  // Both ranks' lines carry the node's figure: two points a time.
+  BOOST_TEST(numbers(sj["series"]["system.cpu.percent/node-0"]["x"]).size() == 20u);
+}
+
+BOOST_AUTO_TEST_CASE(paths_out_of_the_directory_are_refused) {
+  TempDir root, outside;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "r1"});
+  make_run(outside.path, "p", "g", {.id = "secret"});
+  write_text(outside.path / "secret.txt", "secret");
+  write_text(dir / "artifacts/ok.txt", "ok");
+  fs::create_directories(root.path / "proj/links");
+  fs::create_symlink(outside.path / "p/g/secret", root.path / "proj/links/secret");   // a run out of the root
+  fs::create_symlink(outside.path / "secret.txt", dir / "artifacts/leak.txt");        // an artifact out of the run
+  fs::create_symlink(outside.path / "p", root.path / "linkedproj");                    // a project out of the root
+  Serve s(root.path);
+  for (const auto& [path, want] : std::vector<std::pair<std::string, int>>{
+           {"/api/run?run=proj/grp/../../../etc", 400},
+           {"/api/run?run=" + encode(outside.path.string() + "/p/g/secret"), 400},
+           {"/api/run?run=%2e%2e/%2e%2e/etc/passwd", 400},
+           {"/api/run?run=proj/grp/r1/../r1", 400},
+           {"/api/run?run=proj//grp/r1", 400},
+           {"/api/run?run=proj/links/secret", 403},
+           {"/api/run?run=linkedproj/g/secret", 403},
+           {"/api/run?run=proj/grp/nosuch", 404},
+           {"/api/run", 400},
+           {"/api/group?group=..%2F..", 400},
+           {"/api/series?run=proj/links/secret&key=loss", 403},
+           {"/api/events?run=proj/links/secret", 403},
+           {"/api/artifact?run=proj/grp/r1&name=leak.txt", 403},
+           {"/api/artifact?run=proj/grp/r1&name=..%2Frun.json", 400},
+           {"/api/artifact?run=proj/grp/r1&name=%2Fetc%2Fpasswd", 400},
+           {"/api/artifact?run=proj/grp/r1&name=ok.txt", 200},
+           {"/../../etc/passwd", 404},
+           {"/%2e%2e/%2e%2e/etc/passwd", 404},
+       }) {
+    const auto [status, body] = s.get(path);
+    BOOST_TEST(status == want, path << " answered " << status << ": " << body);
+    // Nothing of what lies outside: neither its run.json nor where it is.
+    BOOST_TEST(!contains(body, "secret-name"), path << " leaked: " << body);
+    BOOST_TEST(!contains(body, outside.str()), path << " leaked: " << body);
+  }
+  // The runs list leaves out the run that lies outside.
+  const auto [status, body] = s.get("/api/runs");
+  BOOST_TEST(status == 200);
+  BOOST_TEST(!contains(body, "secret"), body);
+  BOOST_TEST(!contains(body, outside.str()), body);
+  BOOST_TEST(contains(body, "proj/grp/r1"));
+}
+
+BOOST_AUTO_TEST_CASE(oversized_malformed_and_writing_requests_are_refused) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  Serve s(root.path);
+  std::string many;
+  for (int i = 0; i < 600; ++i) many += "&key=k" + std::to_string(i);
+  for (const auto& [path, want] : std::vector<std::pair<std::string, int>>{
+           {"/api/runs?pad=" + std::string(9000, 'a'), 414},
+           {"/api/series?run=proj/grp/r1" + many, 400},
+           {"/api/series?run=proj/grp/r1&key=loss&width=100000", 400},
+           {"/api/series?run=proj/grp/r1&key=loss&width=abc", 400},
+           {"/api/series?run=proj/grp/r1&key=loss&from=x", 400},
+           {"/api/series?run=proj/grp/r1&key=loss&x=sideways", 400},
+           {"/api/series?run=proj/grp/r1", 400},
+           {"/nosuchpage", 404},
+       }) {
+    const auto [status, body] = s.get(path);
+    BOOST_TEST(status == want, path.substr(0, 80) << " answered " << status << ": " << body.substr(0, 200));
+  }
+  // A header line past the limit.
+  const auto [hs, hbody] = s.get("/api/runs", {{"X-Big", std::string(20000, 'b')}});
+  BOOST_TEST(hs == 400, "a 20 KB header was answered " << hs);
+  // Nothing but GET (and HEAD).
+  httplib::Client c = s.client();
+  const httplib::Result post = c.Post("/api/runs", std::string(100, 'x'), "text/plain");
+  BOOST_REQUIRE(post);
+  BOOST_TEST(post->status == 405);
+  const httplib::Result del = c.Delete("/api/run?run=proj/grp/r1");
+  BOOST_REQUIRE(del);
+  BOOST_TEST(del->status == 405);
+  // Still serving after all that.
+  BOOST_TEST(s.get("/api/runs").first == 200);
+}
+
+BOOST_AUTO_TEST_CASE(damaged_run_files_are_reported_on_the_run_not_fatal) {
+  TempDir root;
+  const fs::path bad = root.path / "proj/grp/bad";
+  write_text(bad / "run.json", "{\"id\": \"bad\", \"state\": \"runn");
+  const fs::path torn = make_run(root.path, "proj", "grp", {.id = "torn"});
+  write_text(torn / "history.jsonl", history(10, 1) + "{\"_step\": 10, \"loss\": oops}\n" + history(12, 1).substr(history(11, 1).size()));
+  write_text(torn / "config.json", "[1, 2,");
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/run?run=proj/grp/bad");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  const Json j(body);
+  BOOST_TEST_INFO(body);
+  BOOST_TEST(contains(std::string(j["error"].get_string().value_unsafe()), "run.json"));
+  BOOST_TEST(j["shown_state"].get_string().value_unsafe() == "unreadable");
+
+  const auto [ts, tbody] = s.get("/api/run?run=proj/grp/torn");
+  BOOST_REQUIRE_EQUAL(ts, 200);
+  const Json t(tbody);
+  BOOST_TEST_INFO(tbody);
+  BOOST_TEST(contains(std::string(t["error"].get_string().value_unsafe()), "config.json"));
+  BOOST_TEST(t["history"]["rows"].get_int64().value_unsafe() == 11);
+  BOOST_TEST(t["history"]["skipped"].get_int64().value_unsafe() == 1);
+  BOOST_TEST(contains(tbody, "damaged line"));
+  const auto [ss, sbody] = s.get(series_path("proj/grp/torn", {"lr"}, ""));
+  BOOST_TEST(ss == 200);
+  BOOST_TEST(numbers(Json(sbody)["series"]["lr"]["x"]).size() == 11u);
+
+  // The list shows both, the damaged one with its error; the server lives on.
+  const auto [ls, lbody] = s.get("/api/runs");
+  BOOST_TEST(ls == 200);
+  BOOST_TEST(contains(lbody, R"("path":"proj/grp/bad")"));
+  BOOST_TEST(contains(lbody, R"("shown_state":"unreadable")"));
+  // A history line past 16 MiB without a newline: an error on the run, not a stall.
+  const fs::path huge = make_run(root.path, "proj", "grp", {.id = "huge"});
+  write_text(huge / "history.jsonl", history(5, 1) + std::string(17u << 20, ' '));
+  const auto [hs, hbody] = s.get("/api/run?run=proj/grp/huge");
+  BOOST_TEST(hs == 200);
+  BOOST_TEST(contains(hbody, "16 MiB"), hbody.substr(0, 2000));
+  BOOST_TEST(s.get("/api/runs").first == 200);
+  const Output o = s.stop();
+  BOOST_TEST(o.code == 0, o.out << o.err);
+}
+
+BOOST_AUTO_TEST_CASE(off_loopback_every_request_needs_the_token) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  Serve s(root.path, {"--host", "0.0.0.0"});
+  BOOST_REQUIRE_EQUAL(s.token.size(), 32u);
+  for (const std::string path : {"/", "/app.js", "/api/runs", "/api/run?run=proj/grp/r1"}) {
+    BOOST_TEST(s.get(path).first == 401, path);
+    BOOST_TEST(s.get(path + std::string(path.find('?') == std::string::npos ? "?" : "&") + "token=" + std::string(32, '0')).first == 401);
+  }
+  httplib::Client c = s.client();
+  const httplib::Result first = c.Get("/?token=" + s.token);
+  BOOST_REQUIRE(first);
+  BOOST_TEST(first->status == 200);
+  const std::string cookie = first->get_header_value("Set-Cookie");
+  BOOST_TEST(contains(cookie, "HttpOnly"));
+  BOOST_TEST(contains(cookie, "SameSite=Strict"));
+  // The page's later requests carry the cookie.
+  const auto [status, body] = s.get("/api/runs", {{"Cookie", cookie.substr(0, cookie.find(';'))}});
+  BOOST_TEST(status == 200);
+  BOOST_TEST(contains(body, "proj/grp/r1"));
+  BOOST_TEST(s.get("/api/runs", {{"Cookie", "chorus_token_" + std::to_string(s.port) + "=nope"}}).first == 401);
+  BOOST_TEST(s.get("/api/runs?token=" + s.token).first == 200);
+}
+
+BOOST_AUTO_TEST_CASE(on_loopback_other_hosts_names_are_turned_away) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  Serve s(root.path);
+  BOOST_TEST(s.token.empty());
+  BOOST_TEST(s.get("/api/runs").first == 200);
+  BOOST_TEST(s.get("/api/runs", {{"Host", "localhost:" + std::to_string(s.port)}}).first == 200);
+  BOOST_TEST(s.get("/api/runs", {{"Host", "attacker.example:" + std::to_string(s.port)}}).first == 403);
+}
+
+BOOST_AUTO_TEST_CASE(a_port_in_use_or_a_missing_directory_is_named_with_the_fix) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  Serve s(root.path);
+  const Output busy = run_chorus({"serve", root.str(), "--port", std::to_string(s.port)});
+  BOOST_TEST(busy.code == 1);
+  BOOST_TEST(contains(busy.err, "port " + std::to_string(s.port)), busy.err);
+  BOOST_TEST(contains(busy.err, "--port"), busy.err);
+  const Output missing = run_chorus({"serve", root / "nope"});
+  BOOST_TEST(missing.code == 1);
+  BOOST_TEST(contains(missing.err, "no directory at"), missing.err);
+  const Output usage = run_chorus({"serve", "--port", "70000"});
+  BOOST_TEST(usage.code == 2);
+}
+
+BOOST_AUTO_TEST_CASE(new_rows_reach_the_event_stream) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "live", .state = "running", .ended = false});
+  write_text(dir / "history.jsonl", history(20, 2));
+  Serve s(root.path);
+  httplib::Client c = s.client();
+  std::string seen;
+  std::atomic<bool> appended{false};
+  std::thread writer;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const httplib::Result r = c.Get("/api/events?run=proj/grp/live", [&](const char* data, std::size_t n) {
+    seen.append(data, n);
+    if (!appended && contains(seen, R"("rows":20)")) {
+      appended = true;
+      // Five more rows, and a last one being written: its complete lines only.
+      std::ofstream f(dir / "history.jsonl", std::ios::app);
+      f << history(25, 2).substr(history(20, 2).size()) << R"({"_step":25,"loss")";
+    }
+    return !contains(seen, R"("rows":25)") && std::chrono::steady_clock::now() < until;
+  });
+  BOOST_TEST_INFO(seen);
+  BOOST_TEST(contains(seen, "event: history"));
+  BOOST_TEST(contains(seen, "event: run"));
+  BOOST_TEST(contains(seen, R"("rows":25,)"));
+  BOOST_TEST(contains(seen, R"("last_step":24)"));
+  BOOST_TEST(contains(seen, R"("unfinished":true)"));
+  // The new rows are in the series.
+  const auto [status, body] = s.get(series_path("proj/grp/live", {"lr"}, ""));
+  BOOST_TEST(numbers(Json(body)["series"]["lr"]["x"]).size() == 25u);
+}
