@@ -134,7 +134,7 @@ Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics) {
         char why[256];
         ::regerror(rc, compiled.get(), why, sizeof why);
         return invalid("--metric " + m + " is no regular expression (" + why +
-                       "): write /REGEX/ as a POSIX extended one (^val/, loss|acc), or a glob such as train/*");
+                       "): write /REGEX/ as a POSIX extended one (/^val/, /loss|acc/), or a glob such as train/*");
       }
       // Compiled: freed with regfree from here on.
       std::shared_ptr<regex_t> re(compiled.release(), [](regex_t* r) {
