@@ -296,13 +296,15 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
   std::string line;
   Smoother smooth(a.smooth);
   auto field = [&line](std::string_view key) {
-    line += line.size() > 1 ? "," : "";
+    if (line.size() > 1) line.push_back(',');
     io::append_json_string(line, key);
     line += ':';
   };
   const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
     if (std::string_view why = needs_step(row); !why.empty()) return why;
-    line = "{";
+    // Not line = "{": GCC 12's -Wrestrict misfires on that in Release builds.
+    line.clear();
+    line.push_back('{');
     for (auto [key, value] : row) {
       if (bookkeeping(key)) {
         field(key);
