@@ -19,7 +19,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <unordered_map>
 
 namespace chorus::cli {
 namespace fs = std::filesystem;
@@ -216,8 +215,6 @@ void put_csv_field(std::string& out, std::string_view s) {
   out += '"';
 }
 
-bool bookkeeping(std::string_view key) { return key == "_step" || key == "_timestamp" || key == "_runtime"; }
-
 /// Warns of lines a read skipped; a read that failed is an error.
 Error check_read(const JsonLines& lines, const std::string& path) {
   if (lines.problem) return lines.problem;
@@ -240,13 +237,16 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   // First pass: the columns, in the order keys first appear, and the rows
   // to write (a live run's later rows are left to a later export).
   std::vector<std::string> keys;
-  std::unordered_map<std::string, std::size_t> column;
+  std::map<std::string, std::size_t, std::less<>> column; // looked up by view: no string per value
   const JsonLines first = read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
     if (std::string_view why = needs_step(row); !why.empty()) return why;
     for (auto [key, value] : row) {
       if (key.empty() || key.front() == '_' || (a.wanted && !a.wanted(key))) continue;
       if (!io::metric_value(value)) continue;
-      if (column.try_emplace(std::string(key), keys.size()).second) keys.emplace_back(key);
+      if (!column.contains(key)) {
+        column.emplace(std::string(key), keys.size());
+        keys.emplace_back(key);
+      }
     }
     return {};
   });
@@ -274,7 +274,7 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
     }
     for (auto [key, value] : row) {
       if (key.empty() || key.front() == '_') continue;
-      auto it = column.find(std::string(key));
+      auto it = column.find(key);
       if (it == column.end()) continue;
       if (const std::optional<double> v = io::metric_value(value); v && smooth.on())
         put_number(cells[it->second], smooth(key, *v));
@@ -306,7 +306,7 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
     line.clear();
     line.push_back('{');
     for (auto [key, value] : row) {
-      if (bookkeeping(key)) {
+      if (bookkeeping_key(key)) {
         field(key);
         line += simdjson::minify(value);
       } else if (simdjson::dom::object counts; key == "_count" && !value.get(counts)) {

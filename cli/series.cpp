@@ -2,6 +2,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/json_lines.hpp"
+#include "io/store/history_value.hpp"
 
 #include <fnmatch.h>
 #include <regex.h>
@@ -60,21 +61,9 @@ public:
     ++h_.rows;
     for (auto [key, value] : row) {
       if (key.starts_with('_')) continue;
-      double v = 0;
-      std::string_view s;
-      if (value.get(v) == simdjson::SUCCESS) {
-      } else if (value.get(s) == simdjson::SUCCESS) {
-        if (s == "NaN")
-          v = std::numeric_limits<double>::quiet_NaN();
-        else if (s == "Infinity")
-          v = std::numeric_limits<double>::infinity();
-        else if (s == "-Infinity")
-          v = -std::numeric_limits<double>::infinity();
-        else
-          continue;
-      } else {
-        continue;
-      }
+      const std::optional<double> parsed = io::metric_value(value);
+      if (!parsed) continue;
+      double v = *parsed;
       auto it = index_.find(key);
       if (it == index_.end()) {
         const bool keep = !wanted_ || wanted_(key);

@@ -73,6 +73,11 @@ struct History {
 /// A per-rank column (`key/rank-N`), as opposed to a plain or reduced key.
 [[nodiscard]] bool per_rank_key(std::string_view key);
 
+/// A row's own bookkeeping, not a key the user logged: _step, _timestamp, _runtime.
+[[nodiscard]] inline bool bookkeeping_key(std::string_view key) {
+  return key == "_step" || key == "_timestamp" || key == "_runtime";
+}
+
 /// Which keys to take: null takes every key.
 using KeyFilter = std::function<bool(std::string_view)>;
 

@@ -173,8 +173,6 @@ std::string last_row(simdjson::dom::object obj) {
   return out.empty() ? out : "  last row: " + out;
 }
 
-bool bookkeeping(std::string_view key) { return key == "_step" || key == "_runtime" || key == "_timestamp"; }
-
 // A config.json or summary.json, one "key = value" line per member; a
 // summary's bookkeeping keys make one line of their own.
 std::string json_section(const std::string& title, const std::string& path, int width, std::size_t limit,
@@ -189,7 +187,7 @@ std::string json_section(const std::string& title, const std::string& path, int 
   Table t;
   std::size_t n = 0, shown = 0;
   for (auto [key, value] : obj) {
-    if (summary && bookkeeping(key)) continue;
+    if (summary && bookkeeping_key(key)) continue;
     if (++n > limit) continue;
     ++shown;
     std::string_view s;

@@ -1,6 +1,7 @@
 // MlflowPoints (io/upload/mlflow_points.hpp): history and system lines → log-batch
 // requests, a window of them in flight at once.
 #include "io/upload/mlflow_points.hpp"
+#include "io/store/history_value.hpp"
 
 #include "runtime/core/json.hpp"
 
@@ -101,15 +102,9 @@ void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t lim
       std::uint64_t index = 0;
       for (auto f : obj) {
         if (f.key.starts_with("_")) continue;
-        double v;
-        std::string_view s;
-        if (f.value.get(v) != simdjson::SUCCESS) {
-          if (f.value.get(s) != simdjson::SUCCESS) continue;
-          if (s == "NaN") v = std::nan("");
-          else if (s == "Infinity") v = HUGE_VAL;
-          else if (s == "-Infinity") v = -HUGE_VAL;
-          else continue;
-        }
+        const std::optional<double> value = metric_value(f.value);
+        if (!value) continue;
+        const double v = *value;
         const std::uint64_t at = index++;
         if (i == 0 && at < part) continue; // sent before
         std::string key;
@@ -144,8 +139,7 @@ std::uint64_t MlflowPoints::count_values(std::string_view line) {
   std::uint64_t n = 0;
   for (auto f : obj) {
     if (f.key.starts_with("_")) continue;
-    std::string_view sv;
-    if (f.value.is_number() || (f.value.get(sv) == simdjson::SUCCESS && (sv == "NaN" || sv == "Infinity" || sv == "-Infinity"))) ++n;
+    if (metric_value(f.value)) ++n;
   }
   return n;
 }

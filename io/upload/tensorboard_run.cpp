@@ -27,22 +27,6 @@ std::pair<std::string_view, std::string_view> split_column(std::string_view key)
 
 } // namespace
 
-std::optional<double> metric_value(const simdjson::dom::element& value) {
-  switch (value.type()) {
-  case simdjson::dom::element_type::DOUBLE: return double(value);
-  case simdjson::dom::element_type::INT64: return static_cast<double>(std::int64_t(value));
-  case simdjson::dom::element_type::UINT64: return static_cast<double>(std::uint64_t(value));
-  case simdjson::dom::element_type::STRING: {
-    const std::string_view s = value;
-    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "Infinity") return std::numeric_limits<double>::infinity();
-    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-    return std::nullopt;
-  }
-  default: return std::nullopt;
-  }
-}
-
 std::string markdown_table(const simdjson::dom::object& object) {
   std::string out = "| key | value |\n|---|---|\n";
   auto cell = [&out](std::string_view s) {

@@ -21,6 +21,7 @@
 // after a lost answer) goes on where the earlier one stopped.
 #pragma once
 
+#include "io/store/history_value.hpp"
 #include "io/upload/tfevents.hpp"
 
 #include <simdjson.h>
@@ -102,9 +103,5 @@ private:
 /// A JSON object (config.json, summary.json) as a markdown table of its
 /// top-level keys and their values (compact JSON), for a text summary.
 [[nodiscard]] std::string markdown_table(const simdjson::dom::object& object);
-
-/// A history or system value as a number: a JSON number, or "NaN",
-/// "Infinity", "-Infinity"; nothing for anything else.
-[[nodiscard]] std::optional<double> metric_value(const simdjson::dom::element& value);
 
 } // namespace chorus::io
