@@ -27,6 +27,7 @@ LAYERS = [
     ("runtime/client", 5),
     ("actors", 6),
     ("cli", 7),
+    ("python", 8),
 ]
 
 # System headers a layer owns: (include prefix, folders allowed to include it).

@@ -298,7 +298,11 @@ bool drain(proxy_ptr self) {
         Result<bool> landed = device.poll(*c);
         if (landed && !*landed) goto full;
         if (landed) {
-          write_call(st, w, ring, pos, *s, ts, [&](std::uint32_t i) { return static_cast<double>(c->pinned[i]); });
+          // The copied values come first; host values logged in the same
+          // call (at the same step) follow in their slots.
+          write_call(st, w, ring, pos, *s, ts, [&](std::uint32_t i) {
+            return i < c->copied ? static_cast<double>(c->pinned[i]) : ring.at(pos + i).value;
+          });
         } else {
           // The values are lost with the stream; the step still moves on.
           st.run->channel().set_error(pos + n, std::move(landed).error());

@@ -124,6 +124,7 @@ Result<Capture*> DeviceCapture::capture(std::span<const float* const> values, cu
                                        ": pass the cudaStream_t the values are computed on (or nullptr for the "
                                        "default stream)"};
   }
+  c->copied = n;
   return c;
 }
 

@@ -29,6 +29,9 @@ namespace chorus::detail {
 struct Capture {
   float* pinned = nullptr;
   std::uint32_t capacity = 0;
+  /// How many values the last capture() copied: the first `copied` values
+  /// of its log call (the rest, host values logged beside them, are in the ring).
+  std::uint32_t copied = 0;
   cuda::Event event = nullptr;
   bool landed = false; // poll() saw the event fire: reuse needs no query
   Capture* next_free = nullptr;

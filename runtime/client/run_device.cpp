@@ -11,7 +11,7 @@ namespace chorus {
 namespace detail {
 
 Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
-                            std::optional<Reduce> reduce) noexcept {
+                            std::optional<Reduce> reduce, std::span<const Metric> host) noexcept {
   const char* call = reduce ? "reduce_device" : "log_device";
   try {
     if (closed_.load(std::memory_order_relaxed))
@@ -19,8 +19,10 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
                                                          "values; log before calling finish()"});
     const std::size_t n = values.size();
     if (n == 0) return {};
-    if (n > max_values_per_call || n > ring_.capacity())
-      return refuse({Errc::invalid_argument, std::string(call) + " of " + std::to_string(n) +
+    if (reduce && !host.empty())
+      return refuse({Errc::internal, "reduce_device takes device values only"});
+    if (n + host.size() > max_values_per_call || n + host.size() > ring_.capacity())
+      return refuse({Errc::invalid_argument, std::string(call) + " of " + std::to_string(n + host.size()) +
                                                  " values in one call: split the call or raise "
                                                  "Options::queue_capacity"});
     if (opts.step && *opts.step < 0)
@@ -30,6 +32,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
 
     thread_local std::vector<std::uint32_t> ids;
     thread_local std::vector<const float*> ptrs;
+    thread_local std::vector<Metric> beside; // the host values with good keys
     ids.resize(n);
     ptrs.resize(n);
     auto& keys = KeyTable::instance();
@@ -43,6 +46,19 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
       }
       ptrs[i] = values[i].value;
     }
+    // Host values beside them take the slots after the device values.
+    beside.clear();
+    std::size_t first_bad = host.size();
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const std::uint32_t id = keys.intern_metric(host[i].key);
+      if (id == KeyTable::invalid) {
+        if (first_bad == host.size()) first_bad = i;
+        continue;
+      }
+      ids.push_back(id);
+      beside.push_back(host[i]);
+    }
+    const std::size_t total = ids.size();
 
     std::lock_guard lock(device_mu_);
     if (!device_ && !device_error_) {
@@ -84,27 +100,34 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
     }
 
     std::uint64_t pos;
-    if (!reserve(static_cast<std::uint32_t>(n), pos, Room::configured)) {
+    if (!reserve(static_cast<std::uint32_t>(total), pos, Room::configured)) {
       device_->release(captured);
       return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
     }
     note_step(opts.step);
     // Value slots first, the head last: the RankProxy reads a call once its
     // last slot is published, and a head always names its capture.
-    for (std::size_t j = n; j-- > 0;) {
+    for (std::size_t j = total; j-- > 0;) {
       Slot& s = ring_.at(pos + j);
       s.key = ids[j];
       s.kind = j == 0 ? SlotKind::device_head : SlotKind::value;
-      s.count = static_cast<std::uint16_t>(n);
+      s.count = static_cast<std::uint16_t>(total);
       s.step = step;
       if (j == 0)
         s.capture = captured;
       else
-        s.value = 0;
+        s.value = j < n ? 0 : beside[j - n].value;
       Ring::publish(s, pos + j);
     }
     channel_.wake();
-    return Pending(&channel_, pos + n, false);
+    const std::uint64_t seq = pos + total;
+    if (first_bad != host.size()) {
+      Error e = validate_metric_key(host[first_bad].key);
+      channel_.set_error(seq, Error(e.code(), e.message() + " (the call's " + std::to_string(total) +
+                                                  " valid values were logged)"));
+      return Pending(&channel_, seq, true);
+    }
+    return Pending(&channel_, seq, false);
   } catch (const std::bad_alloc&) {
     return refuse({Errc::internal, "out of memory"});
   }

@@ -74,9 +74,13 @@ public:
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
   /// `exit_code`: non-zero when the trainer ends its rank as failed.
   FinishPending finish(int exit_code = 0) noexcept;
-  /// log_device (no `reduce`) and reduce_device (run_device.cpp).
+  /// log_device (no `reduce`) and reduce_device (run_device.cpp). `host`:
+  /// values already on the host, logged in the same call as the device
+  /// values and so at the same step (the Python module's dict that mixes a
+  /// CUDA tensor with numbers); a host value with a bad key is refused alone,
+  /// as log() does. Not with `reduce`.
   Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
-                     std::optional<Reduce> reduce) noexcept;
+                     std::optional<Reduce> reduce, std::span<const Metric> host = {}) noexcept;
   Pending log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept;
 
   const Settings& settings() const noexcept { return settings_; }

@@ -1,0 +1,161 @@
+"""Reading runs: chorus.open(path) and chorus.runs(dir).
+
+run.json is read through chorus's own reader of it (the same as the
+``chorus`` command's), history.jsonl and system.jsonl column by column in
+native code; only complete lines are read, so a live run can be read while
+it grows.
+"""
+
+import json
+import os
+import warnings
+
+from . import _chorus
+from ._errors import IoError
+
+
+def _load_json(path, missing_ok=True):
+    text = _chorus.read_text(path, missing_ok)
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise IoError(f"{path} is not valid JSON ({e}): it is damaged, or was cut short while being "
+                      "written; `chorus recover` rebuilds it from the WAL") from None
+    if not isinstance(value, dict):
+        raise IoError(f"{path} is not a JSON object: it is damaged; `chorus recover` rebuilds it from the WAL")
+    return value
+
+
+class RunView:
+    """A run directory, read: identity, ranks, config, summary, history.
+
+    Attributes: ``path``, ``record`` (run.json as a dict) and, from it,
+    ``id``, ``name``, ``project``, ``group``, ``state``, ``ranks``; the
+    methods read the files each time they are called, so a live run shows
+    its latest rows.
+    """
+
+    def __init__(self, path):
+        path = os.fspath(path)
+        if os.path.basename(path) == "run.json":
+            path = os.path.dirname(path) or "."
+        if not os.path.isdir(path):
+            raise IoError(f"{path} is not a run directory (no such directory): give the path of a run, "
+                          "<dir>/<project>/<group>/<run-id>, as `chorus ls` lists them")
+        self.path = path
+        self.record = _chorus.read_record(os.path.join(path, "run.json"))
+
+    id = property(lambda self: self.record["id"])
+    name = property(lambda self: self.record["name"])
+    project = property(lambda self: self.record["project"])
+    group = property(lambda self: self.record["group"])
+    state = property(lambda self: self.record["state"])
+    ranks = property(lambda self: self.record["ranks"])
+    start_time = property(lambda self: self.record["start_time"])
+
+    @property
+    def config(self):
+        """config.json as a dict."""
+        return _load_json(os.path.join(self.path, "config.json"))
+
+    @property
+    def summary(self):
+        """summary.json as a dict: each key's last value, and what the run set."""
+        return _load_json(os.path.join(self.path, "summary.json"))
+
+    def history(self, keys=None, *, counts=False, pandas=None):
+        """The committed rows of history.jsonl: a pandas DataFrame with a column per key
+        (``_step``, ``_timestamp``, ``_runtime`` first; NaN where a row has no value),
+        or, without pandas (or with pandas=False), a list of dicts with the keys each
+        row has. ``keys``: only these keys (and the row's own); ``counts``: a reduced
+        key's rank count as the column ``_count/<key>``."""
+        return self._read("history.jsonl", keys, counts, pandas)
+
+    def system(self, keys=None, *, pandas=None):
+        """system.jsonl's samples as history() gives rows: ``_timestamp``, ``_node``,
+        ``_rank`` and a column per metric (``system.cpu.percent/node-0``, ...)."""
+        return self._read("system.jsonl", keys, False, pandas)
+
+    def artifacts(self):
+        """artifacts.jsonl's entries, the last per name (as the run directory lists them)."""
+        path = os.path.join(self.path, "artifacts.jsonl")
+        latest = {}
+        text = _chorus.read_text(path, True)
+        for n, line in enumerate(text.splitlines(keepends=True), 1):
+            if not line.endswith("\n"):
+                break  # being written
+            try:
+                entry = json.loads(line)
+                latest[entry["name"]] = entry
+            except (ValueError, KeyError, TypeError):
+                warnings.warn(f"{path}: line {n} is damaged and was skipped", RuntimeWarning, stacklevel=2)
+        return list(latest.values())
+
+    def _read(self, name, keys, counts, pandas):
+        path = os.path.join(self.path, name)
+        cols = _chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts)
+        if cols["problem"] is not None:
+            raise cols["problem"]
+        if cols["skipped"]:
+            warnings.warn(f"{path}: {cols['skipped']} damaged line(s) skipped, the first (line "
+                          f"{cols['first_skipped_line']}): {cols['first_skipped_why']}; "
+                          "`chorus recover` rebuilds the file from the WAL", RuntimeWarning, stacklevel=3)
+        if pandas is None or pandas:
+            try:
+                import numpy as np
+                import pandas as pd
+            except ImportError:
+                if pandas:
+                    raise
+            else:
+                data = {}
+                for n, v in zip(cols["names"], cols["values"]):
+                    a = np.frombuffer(v, dtype=np.float64)
+                    if n == "_step" or n == "_rank" or n == "_node":
+                        if not np.isnan(a).any():
+                            a = a.astype(np.int64)
+                    data[n] = a
+                return pd.DataFrame(data, columns=cols["names"])
+        import array
+        rows = [{} for _ in range(cols["rows"])]
+        for n, v, p in zip(cols["names"], cols["values"], cols["present"]):
+            values = array.array("d", v)
+            whole = n in ("_step", "_rank", "_node")
+            for i, has in enumerate(p):
+                if has:
+                    rows[i][n] = int(values[i]) if whole else values[i]
+        return rows
+
+    def __repr__(self):
+        return f"<chorus.RunView {self.project}/{self.group}/{self.id} {self.state} at {self.path}>"
+
+
+def open(path):  # noqa: A001  (chorus.open, as the package names it)
+    """Reads the run at `path` (its directory, or its run.json)."""
+    return RunView(path)
+
+
+def runs(dir=None):
+    """The runs under `dir` (default: $CHORUS_DIR, else ./chorus-runs), newest first.
+    `dir` may also be a project's or a group's directory. A run whose run.json is
+    damaged is left out with a warning that names it."""
+    root = os.fspath(dir) if dir is not None else os.environ.get("CHORUS_DIR") or "chorus-runs"
+    if not os.path.isdir(root):
+        raise IoError(f"{root} is not a directory: give the run directory (CHORUS_DIR, ./chorus-runs by default)")
+    found = []
+    base = root.rstrip(os.sep).count(os.sep)
+    for here, dirs, files in os.walk(root):
+        if "run.json" in files:
+            dirs[:] = []
+            try:
+                found.append(RunView(here))
+            except Exception as e:  # noqa: BLE001  (one damaged run never hides the others)
+                warnings.warn(f"{here}: left out: {e}", RuntimeWarning, stacklevel=2)
+        elif here.rstrip(os.sep).count(os.sep) - base >= 3:
+            dirs[:] = []
+        else:
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    found.sort(key=lambda r: r.start_time or 0, reverse=True)
+    return found

@@ -1,0 +1,425 @@
+// chorus._chorus: the Python module's native half (pybind11), a thin layer
+// over the C++ API of <chorus/chorus.hpp> — the same Run, the same actors,
+// the same run directory. The Python half (python/chorus/) adds the idiom:
+// the context manager, asyncio, pandas. docs/PYTHON.md describes both.
+//
+// The GIL is released around every call into chorus, so other Python threads
+// run meanwhile; no chorus thread ever takes it: a ticket awaited in asyncio
+// is completed through a Notifier's eventfd, which the event loop watches.
+#include "python/convert.hpp"
+#include "python/reader.hpp"
+
+#include "runtime/client/run_impl.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace chorus::python {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Tickets
+
+/// A ticket as Python holds it: the Pending, the Run it belongs to (kept
+/// alive while the ticket is), and an error the conversion of the call's
+/// values found before chorus saw them (a value that is not a number).
+struct Ticket {
+  Pending pending;
+  py::object owner;
+  Error local;
+
+  [[nodiscard]] bool ready() const { return pending.ready(); }
+
+  /// The call's error: chorus's, and the conversion's beside it.
+  [[nodiscard]] Error result() const {
+    Error e = pending.ready() ? pending.wait() : Error(Errc::timeout, "the ticket is still pending");
+    if (!local) return e;
+    if (!e) return local;
+    return Error(e.code(), e.message() + "; and " + local.message());
+  }
+
+  /// Waits (the GIL released) for at most `timeout` seconds, or without
+  /// bound; Ctrl-C interrupts it. False if it is still pending.
+  bool wait_ready(std::optional<double> timeout) const {
+    return wait_interruptibly([&] { return pending.ready(); },
+                              [&](std::chrono::milliseconds d) { (void)pending.wait_for(d); }, timeout);
+  }
+};
+
+struct FinishTicket {
+  FinishPending pending;
+  py::object owner;
+};
+
+/// Completions for an asyncio event loop: chorus's completion thread pushes
+/// a ticket's token and writes the eventfd; the loop, watching the fd,
+/// drains the tokens with the GIL held and resolves their futures.
+class Notifier {
+public:
+  Notifier() : state_(std::make_shared<State>()) {
+    state_->fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (state_->fd < 0) throw std::runtime_error("eventfd failed: " + std::string(std::strerror(errno)));
+  }
+  [[nodiscard]] int fileno() const noexcept { return state_->fd; }
+
+  /// Tokens whose tickets have completed since the last call.
+  std::vector<std::uint64_t> drain() {
+    std::uint64_t count = 0;
+    while (::read(state_->fd, &count, sizeof count) < 0 && errno == EINTR) {
+    }
+    std::lock_guard lock(state_->mu);
+    return std::exchange(state_->done, {});
+  }
+
+  /// What a callback needs: the state, shared so that the fd stays open
+  /// until the last callback has run.
+  struct State {
+    int fd = -1;
+    std::mutex mu;
+    std::vector<std::uint64_t> done;
+    ~State() {
+      if (fd >= 0) ::close(fd);
+    }
+    void push(std::uint64_t token) {
+      {
+        std::lock_guard lock(mu);
+        done.push_back(token);
+      }
+      const std::uint64_t one = 1;
+      while (::write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+      }
+    }
+  };
+  [[nodiscard]] std::shared_ptr<State> state() const { return state_; }
+
+private:
+  std::shared_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------
+// The run
+
+struct PyRun {
+  Run run;
+  ~PyRun() {
+    // Run's destructor finishes a run left unfinished (bounded by
+    // finish_timeout): other threads go on meanwhile.
+    if (Py_IsInitialized() && PyGILState_Check() != 0) {
+      py::gil_scoped_release unlocked;
+      run = Run();
+    }
+  }
+};
+
+Ticket make_ticket(py::handle owner, Pending p, Error local = {}) {
+  return Ticket{p, py::reinterpret_borrow<py::object>(owner), std::move(local)};
+}
+
+struct PyWriter {
+  Writer writer;
+  py::object owner; // the Run
+};
+
+/// A call's converted values, one set per thread, emptied (with the GIL
+/// held) when the call returns or throws: a thread's values never outlive
+/// the call, so none is released at thread exit without the GIL.
+struct CallValues {
+  Values& v;
+  CallValues() : v(values()) { v.clear(); }
+  ~CallValues() { v.clear(); }
+  static Values& values() {
+    thread_local Values v;
+    return v;
+  }
+};
+
+Ticket log_values(py::handle self, Run& run, Writer* writer, py::handle values, py::handle step) {
+  CallValues call;
+  Values& v = call.v;
+  LogOptions opts;
+  opts.step = to_step(step);
+  collect_metrics(values, v);
+  Pending p;
+  if (v.device.empty()) {
+    py::gil_scoped_release unlocked;
+    if (!v.host.empty() || v.refused.empty())
+      p = writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
+                            : run.log(std::span<const Metric>(v.host), opts);
+  } else if (writer != nullptr) {
+    v.refuse_device("a Writer takes host values only; log CUDA tensors with run.log");
+    py::gil_scoped_release unlocked;
+    if (!v.host.empty()) p = writer->log(std::span<const Metric>(v.host), opts);
+  } else {
+    DeviceValues d = device_values(v);
+    detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
+    py::gil_scoped_release unlocked;
+    if (!d.metrics.empty() && impl != nullptr)
+      p = impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
+    else if (!v.host.empty())
+      p = run.log(std::span<const Metric>(v.host), opts);
+  }
+  return make_ticket(self, p, v.refusal());
+}
+
+Ticket reduce_values(py::handle self, Run& run, py::handle values, const std::string& op, py::handle step) {
+  CallValues call;
+  Values& v = call.v;
+  LogOptions opts;
+  opts.step = to_step(step);
+  const Reduce reduce = to_reduce(op);
+  collect_metrics(values, v);
+  if (!v.host.empty()) {
+    v.refuse_host("reduce_device takes CUDA tensors (float32, one element) only; log host values with run.log");
+    v.host.clear();
+  }
+  DeviceValues d = device_values(v);
+  Pending p;
+  {
+    py::gil_scoped_release unlocked;
+    if (!d.metrics.empty()) p = run.reduce_device(d.metrics, reduce, d.stream, opts);
+  }
+  return make_ticket(self, p, v.refusal());
+}
+
+Ticket fields_call(py::handle self, Run& run, py::handle fields, bool summary) {
+  std::vector<std::string> keys;
+  std::vector<Field> f = to_fields(fields, keys);
+  Pending p;
+  {
+    py::gil_scoped_release unlocked;
+    p = summary ? run.summary(f) : run.config(f);
+  }
+  return make_ticket(self, p);
+}
+
+py::dict topology_dict(const Topology& t) {
+  py::dict d;
+  d["rank"] = t.rank;
+  d["local_rank"] = t.local_rank;
+  d["world_size"] = t.world_size;
+  d["local_world_size"] = t.local_world_size;
+  d["node_rank"] = t.node_rank;
+  d["num_nodes"] = t.num_nodes;
+  d["master_addr"] = t.master_addr;
+  d["master_port"] = t.master_port;
+  d["launcher"] = t.launcher;
+  d["job_id"] = t.job_id;
+  d["job_step"] = t.job_step;
+  return d;
+}
+
+py::dict finish_dict(const FinishResult& r) {
+  py::dict d;
+  d["state"] = std::string(to_string(r.state));
+  d["run_id"] = r.run_id;
+  d["run_dir"] = r.run_dir;
+  d["rows"] = r.rows;
+  d["dropped"] = r.dropped;
+  d["rejected"] = r.rejected;
+  py::list ranks;
+  for (const RankResult& k : r.ranks) ranks.append(rank_dict(k.rank, to_string(k.state), k.last_step, k.host, k.message));
+  d["ranks"] = ranks;
+  d["error"] = error_object(r.error);
+  d["upload_error"] = error_object(r.upload_error);
+  d["upload_left"] = r.upload_left;
+  return d;
+}
+
+} // namespace
+} // namespace chorus::python
+
+PYBIND11_MODULE(_chorus, m) {
+  using namespace chorus;
+  using namespace chorus::python;
+  m.doc() = "chorus's native half: the C++ runtime under the `chorus` package";
+
+  py::class_<Ticket>(m, "Ticket", "A log call's ticket: drop it, .wait() on it, or await it.")
+      .def_property_readonly("ready", &Ticket::ready, "True once complete (never blocks).")
+      .def(
+          "wait",
+          [](const Ticket& t, std::optional<double> timeout) {
+            if (!t.wait_ready(timeout))
+              raise(Error(Errc::timeout, "the ticket is still pending after " + seconds_text(*timeout) +
+                                             ": wait longer, or without a timeout"));
+            if (Error e = t.result()) raise(e);
+          },
+          py::arg("timeout") = py::none(),
+          "Blocks until what the call names is durably committed on the run host; raises chorus.Error "
+          "(a subclass naming the cause) if it was refused.")
+      .def(
+          "error", [](const Ticket& t) { return t.ready() ? error_object(t.result()) : py::object(py::none()); },
+          "The exception the call ended with, or None (also while pending).")
+      .def("_notify", [](const Ticket& t, const Notifier& n, std::uint64_t token) {
+        t.pending.on_done([s = n.state(), token](const Error&) { s->push(token); });
+      });
+
+  py::class_<FinishTicket>(m, "FinishTicket", "What finish() returns: .wait() for its result, or await it.")
+      .def_property_readonly("ready", [](const FinishTicket& t) { return t.pending.ready(); })
+      .def(
+          "_result",
+          [](const FinishTicket& t, std::optional<double> timeout) -> py::object {
+            const bool done = wait_interruptibly(
+                [&] { return t.pending.ready(); },
+                [&](std::chrono::milliseconds d) {
+                  const auto until = std::chrono::steady_clock::now() + d;
+                  while (!t.pending.ready() && std::chrono::steady_clock::now() < until)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                },
+                timeout);
+            if (!done) return py::none();
+            FinishResult r;
+            {
+              py::gil_scoped_release unlocked;
+              r = t.pending.wait();
+            }
+            return finish_dict(r);
+          },
+          py::arg("timeout") = py::none())
+      .def("_notify", [](const FinishTicket& t, const Notifier& n, std::uint64_t token) {
+        t.pending.on_done([s = n.state(), token](const FinishResult&) { s->push(token); });
+      });
+
+  py::class_<Notifier>(m, "Notifier")
+      .def(py::init<>())
+      .def("fileno", &Notifier::fileno)
+      .def("drain", &Notifier::drain);
+
+  py::class_<PyRun>(m, "Run", py::dynamic_attr())
+      .def(py::init([](py::kwargs kw) {
+             Options opts = to_options(kw);
+             auto r = std::make_unique<PyRun>();
+             Error error;
+             {
+               py::gil_scoped_release unlocked;
+               r->run = init(opts, error);
+             }
+             if (error) raise(error);
+             return r;
+           }),
+           "Starts (or joins) the run this process logs into; see chorus.init.")
+      .def(
+          "log",
+          [](py::handle self, py::handle values, py::handle step) {
+            return log_values(self, self.cast<PyRun&>().run, nullptr, values, step);
+          },
+          py::arg("values"), py::arg("step") = py::none())
+      .def(
+          "reduce_device",
+          [](py::handle self, py::handle values, const std::string& op, py::handle step) {
+            return reduce_values(self, self.cast<PyRun&>().run, values, op, step);
+          },
+          py::arg("values"), py::arg("op") = "mean", py::arg("step") = py::none())
+      .def(
+          "define_metric",
+          [](py::handle self, std::string_view key, const std::string& reduce) {
+            const Reduce r = to_reduce(reduce);
+            Pending p;
+            {
+              py::gil_scoped_release unlocked;
+              p = self.cast<PyRun&>().run.define_metric(key, r);
+            }
+            return make_ticket(self, p);
+          },
+          py::arg("key"), py::arg("reduce") = "none")
+      .def(
+          "config", [](py::handle self, py::handle fields) { return fields_call(self, self.cast<PyRun&>().run, fields, false); },
+          py::arg("values"))
+      .def(
+          "summary", [](py::handle self, py::handle fields) { return fields_call(self, self.cast<PyRun&>().run, fields, true); },
+          py::arg("values"))
+      .def(
+          "barrier",
+          [](py::handle self, std::string_view name, std::optional<double> timeout) {
+            const std::chrono::milliseconds ms = timeout ? to_ms(*timeout, "barrier's timeout") : std::chrono::milliseconds{};
+            Pending p;
+            {
+              py::gil_scoped_release unlocked;
+              p = self.cast<PyRun&>().run.barrier(name, ms);
+            }
+            return make_ticket(self, p);
+          },
+          py::arg("name"), py::arg("timeout") = py::none())
+      .def(
+          "log_artifact",
+          [](py::handle self, std::string_view name, py::handle path, std::string_view type) {
+            const std::string p_text = path_text(path);
+            Pending p;
+            {
+              py::gil_scoped_release unlocked;
+              p = self.cast<PyRun&>().run.log_artifact(name, p_text, type);
+            }
+            return make_ticket(self, p);
+          },
+          py::arg("name"), py::arg("path"), py::arg("type") = "file")
+      .def(
+          "finish",
+          [](py::handle self, int exit_code) {
+            FinishPending p;
+            {
+              py::gil_scoped_release unlocked;
+              p = self.cast<PyRun&>().run.finish({.exit_code = exit_code});
+            }
+            return FinishTicket{p, py::reinterpret_borrow<py::object>(self)};
+          },
+          py::arg("exit_code") = 0)
+      .def("__bool__", [](const PyRun& r) { return static_cast<bool>(r.run); })
+      .def_property_readonly("id", [](const PyRun& r) { return std::string(r.run.id()); })
+      .def_property_readonly("dir", [](const PyRun& r) { return std::string(r.run.dir()); })
+      .def_property_readonly("is_host", [](const PyRun& r) { return r.run.is_host(); })
+      .def_property_readonly("dropped", [](const PyRun& r) { return r.run.dropped(); })
+      .def_property_readonly("topology", [](const PyRun& r) { return topology_dict(r.run.topology()); })
+      .def("_writer", [](py::handle self) {
+        auto w = std::make_unique<PyWriter>();
+        w->writer = self.cast<PyRun&>().run.writer();
+        w->owner = py::reinterpret_borrow<py::object>(self);
+        return w;
+      });
+
+  py::class_<PyWriter>(m, "Writer", "One producer's own ordered stream into the run (Run.writer()).")
+      .def(
+          "log",
+          [](py::handle self, py::handle values, py::handle step) {
+            PyWriter& w = self.cast<PyWriter&>();
+            return log_values(w.owner, w.owner.cast<PyRun&>().run, &w.writer, values, step);
+          },
+          py::arg("values"), py::arg("step") = py::none())
+      .def("close",
+           [](PyWriter& w) {
+             Pending p;
+             {
+               py::gil_scoped_release unlocked;
+               p = w.writer.close();
+             }
+             return make_ticket(w.owner, p);
+           })
+      .def("__bool__", [](const PyWriter& w) { return static_cast<bool>(w.writer); });
+
+  m.def(
+      "detect_topology",
+      []() {
+        Error e;
+        Topology t = detect_topology(e);
+        if (e) raise(e);
+        return topology_dict(t);
+      },
+      "Where this process sits in the job, read from the launcher's environment.");
+
+  bind_reader(m);
+}

@@ -1,0 +1,192 @@
+#include "python/reader.hpp"
+
+#include "python/convert.hpp"
+
+#include "cli/json_lines.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/history_value.hpp"
+#include "io/store/run_record.hpp"
+
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace chorus::python {
+namespace {
+
+py::object optional_int(const std::optional<std::int64_t>& v) {
+  return v ? py::object(py::int_(*v)) : py::object(py::none());
+}
+py::object optional_seconds(const std::optional<std::int64_t>& us) {
+  return us ? py::object(py::float_(io::RunRecord::seconds(*us))) : py::object(py::none());
+}
+py::dict exit_codes_dict(const io::ExitCodes& codes) {
+  py::dict d;
+  for (const auto& [rank, code] : codes) d[py::int_(rank)] = code;
+  return d;
+}
+
+/// run.json as a dict, read through its owner.
+py::dict read_record(const std::string& path) {
+  Result<io::RunRecord> read = [&] {
+    py::gil_scoped_release unlocked;
+    return io::RunRecord::read(path);
+  }();
+  if (!read) {
+    // A damaged run.json is a problem of the file, as for the other run files.
+    Error e = read.error();
+    raise(e.code() == Errc::invalid_argument ? Error(Errc::io_error, e.message()) : e);
+  }
+  const io::RunRecord& r = *read;
+  if (!r.damage.empty())
+    raise(Error(Errc::io_error, path + " is damaged (" + r.damage + "): `chorus recover` rebuilds it from the WAL"));
+  py::dict d;
+  d["id"] = r.id;
+  d["name"] = r.name;
+  d["project"] = r.project;
+  d["group"] = r.group;
+  d["job_type"] = r.job_type;
+  d["notes"] = r.notes;
+  d["mode"] = r.mode;
+  d["scope"] = r.scope;
+  d["host"] = r.host;
+  d["pid"] = r.pid;
+  d["dir"] = r.dir;
+  d["launcher"] = r.launcher;
+  d["job_id"] = r.job_id;
+  d["nodes"] = r.nodes;
+  d["group_index"] = optional_int(r.group_index);
+  d["first_rank"] = optional_int(r.rank);
+  d["node"] = optional_int(r.node);
+  d["state"] = r.state;
+  d["start_time"] = optional_seconds(r.start_us);
+  d["end_time"] = optional_seconds(r.end_us);
+  d["world_size"] = optional_int(r.world_size);
+  d["rows"] = optional_int(r.rows);
+  d["rejected"] = optional_int(r.rejected);
+  d["error"] = r.error ? py::object(py::str(*r.error)) : py::object(py::none());
+  d["exit_codes"] = r.exit_codes ? py::object(exit_codes_dict(*r.exit_codes)) : py::object(py::none());
+  py::list ranks;
+  for (const io::RunRecord::Rank& k : r.ranks) ranks.append(rank_dict(k.rank, k.state, k.last_step, k.host, k.message));
+  d["ranks"] = ranks;
+  py::list segments;
+  for (const io::RunRecord::Segment& s : r.segments) {
+    py::dict sd;
+    sd["start_time"] = optional_seconds(s.start_us);
+    sd["end_time"] = optional_seconds(s.end_us);
+    sd["state"] = s.state;
+    sd["exit_codes"] = s.exit_codes ? py::object(exit_codes_dict(*s.exit_codes)) : py::object(py::none());
+    segments.append(sd);
+  }
+  d["segments"] = segments;
+  return d;
+}
+
+/// The numeric columns of a JSON-lines file, NaN where a row has no value.
+struct Columns {
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> values;
+  std::vector<std::vector<std::uint8_t>> present;
+  std::unordered_map<std::string, std::size_t> index;
+  std::size_t rows = 0;
+
+  std::size_t column(std::string_view name) {
+    auto it = index.find(std::string(name));
+    if (it != index.end()) return it->second;
+    const std::size_t c = names.size();
+    names.emplace_back(name);
+    values.emplace_back(rows, std::numeric_limits<double>::quiet_NaN());
+    present.emplace_back(rows, 0);
+    index.emplace(std::string(name), c);
+    return c;
+  }
+  void set(std::size_t c, double v) {
+    values[c].back() = v;
+    present[c].back() = 1;
+  }
+  void new_row() {
+    ++rows;
+    for (std::size_t c = 0; c < names.size(); ++c) {
+      values[c].push_back(std::numeric_limits<double>::quiet_NaN());
+      present[c].push_back(0);
+    }
+  }
+};
+
+/// _chorus.read_lines(path, keys, counts): the file's numeric columns. `keys`
+/// (None: all) names the keys kept besides those starting with '_'; with
+/// `counts`, a reduced key's `_count` becomes the column "_count/<key>".
+py::dict read_lines(const std::string& path, const std::optional<std::vector<std::string>>& keys, bool counts) {
+  Columns cols;
+  std::unordered_set<std::string> wanted;
+  if (keys) wanted.insert(keys->begin(), keys->end());
+  cli::JsonLines read;
+  {
+    py::gil_scoped_release unlocked;
+    std::string count_key;
+    read = cli::read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
+      cols.new_row();
+      for (auto [key, value] : row) {
+        const bool own = !key.empty() && key[0] == '_';
+        if (key == "_count") {
+          simdjson::dom::object per_key;
+          if (!counts || value.get(per_key)) continue;
+          for (auto [k, n] : per_key) {
+            if (keys && wanted.count(std::string(k)) == 0) continue;
+            if (std::optional<double> v = io::metric_value(n)) {
+              count_key.assign("_count/").append(k);
+              cols.set(cols.column(count_key), *v);
+            }
+          }
+          continue;
+        }
+        if (!own && keys && wanted.count(std::string(key)) == 0) continue;
+        if (std::optional<double> v = io::metric_value(value)) cols.set(cols.column(key), *v);
+      }
+      return {};
+    });
+  }
+  py::dict out;
+  py::list names, values, present;
+  for (std::size_t c = 0; c < cols.names.size(); ++c) {
+    names.append(cols.names[c]);
+    values.append(py::bytes(reinterpret_cast<const char*>(cols.values[c].data()), cols.values[c].size() * sizeof(double)));
+    present.append(py::bytes(reinterpret_cast<const char*>(cols.present[c].data()), cols.present[c].size()));
+  }
+  out["names"] = names;
+  out["values"] = values;
+  out["present"] = present;
+  out["rows"] = cols.rows;
+  out["skipped"] = read.skipped;
+  out["first_skipped_line"] = read.first_skipped_line;
+  out["first_skipped_why"] = read.first_skipped_why;
+  out["unfinished"] = read.unfinished;
+  out["problem"] = error_object(read.problem);
+  return out;
+}
+
+std::string read_text(const std::string& path, bool missing_ok) {
+  Result<std::string> text = [&] {
+    py::gil_scoped_release unlocked;
+    return io::detail::read_text(path, missing_ok);
+  }();
+  if (!text) raise(text.error());
+  return *text;
+}
+
+} // namespace
+
+void bind_reader(py::module_& m) {
+  m.def("read_record", &read_record, py::arg("path"), "run.json as a dict (chorus.open's identity and ranks).");
+  m.def("read_lines", &read_lines, py::arg("path"), py::arg("keys") = py::none(), py::arg("counts") = false,
+        "The numeric columns of history.jsonl or system.jsonl.");
+  m.def("read_text", &read_text, py::arg("path"), py::arg("missing_ok") = false,
+        "A run file's text (a regular file only, of bounded size).");
+}
+
+} // namespace chorus::python

@@ -1,0 +1,14 @@
+// Reading a run from Python (chorus.open, chorus.runs): run.json through
+// its owner (io::RunRecord), history.jsonl and system.jsonl through the
+// store's LineReader and value reader, column by column, so that a
+// million-row history becomes a DataFrame without a Python object per value.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace chorus::python {
+
+/// Adds _chorus.read_record(path) and _chorus.read_lines(path, ...).
+void bind_reader(pybind11::module_& m);
+
+} // namespace chorus::python
