@@ -15,7 +15,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
           libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
           libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount
           clang libclang-rt-14-dev openmpi-bin python3
-          libcpp-httplib-dev libjs-dygraphs chromium chromium-driver python3-selenium)
+          libcpp-httplib-dev libjs-dygraphs chromium chromium-driver python3-selenium
+          python3-dev pybind11-dev python3-numpy python3-pandas python3-pytest python3-torch)
 JOBS=${JOBS:-$(nproc)}
 
 install_packages() {
@@ -33,7 +34,9 @@ install_packages() {
 
 configure_build() { # dir, extra cmake args...
   local dir=$1; shift
-  cmake -S . -B "$dir" -G Ninja -DCHORUS_WERROR=ON "$@" >/dev/null
+  # The Python package is built for Debian's interpreter, where numpy,
+  # pandas and torch are installed (not a python3 earlier on PATH).
+  cmake -S . -B "$dir" -G Ninja -DCHORUS_WERROR=ON -DPython3_EXECUTABLE=/usr/bin/python3 "$@" >/dev/null
   cmake --build "$dir" -j "$JOBS"
 }
 
@@ -54,6 +57,7 @@ case "${1:-}" in
     echo "== the run is in ${run%/}"
     ./build/bin/chorus show "${run%/}"
     echo "== in a browser: ./build/bin/chorus serve $CHORUS_DIR   (then open http://127.0.0.1:8600/)"
+    echo "== from Python: PYTHONPATH=build/python /usr/bin/python3 -c 'import chorus; print(chorus.open(\"${run%/}\").history())'"
     ;;
   test)
     install_packages
