@@ -85,6 +85,7 @@ struct RunActorState {
   std::map<caf::actor_addr, std::uint32_t> rank_of;
   std::int64_t armed_barrier = -1;
   bool finishing = false;
+  bool finish_armed = false; // the finish deadline runs before the host's finish is processed
   bool ended = false;
   syncer_actor syncer;        // fdatasyncs the WAL on a thread of its own
   bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
@@ -274,6 +275,13 @@ void after_frame(run_ptr self) {
                        open);
   }
   if (st.finishing && st.merger->all_done()) end_run(self);
+  // The host's own rank finished while it waited at a barrier (interrupted
+  // there, say): its finish waits behind the barrier and reaches the run only
+  // once that releases, so the run's finish deadline starts now.
+  if (!st.finishing && !st.finish_armed && !st.ended && st.merger->finish_waiting(0)) {
+    st.finish_armed = true;
+    self->delayed_send(self, st.host->settings.opts.finish_timeout, finish_tmo_atom::value);
+  }
   if (!st.ended && st.host->settings.group_size > 0 && st.sink->generation != st.reported_generation) {
     st.reported_generation = st.sink->generation;
     st.group.report(self, member_report(*st.host, *st.merger));

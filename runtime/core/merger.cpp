@@ -30,6 +30,7 @@ struct Rank {
   bool joined = false;
   bool parked = false;       // waits at the open barrier; its later events wait in parked_events
   bool closed = false;       // its finish was processed: nothing after it counts
+  bool finish_parked = false; // its finish came while it waited at a barrier, and waits behind it
   std::int64_t last_step = no_step; // the highest step any of its streams logged at
   std::int64_t cursor = no_step;    // where it stands for the watermark: streams.cursor()
   RankStreams streams;
@@ -475,6 +476,7 @@ struct Merger::State {
       if (r.parked) {
         r.parked_events.insert(r.parked_events.end(), f.body.begin() + static_cast<std::ptrdiff_t>(at),
                                f.body.begin() + static_cast<std::ptrdiff_t>(in.offset()));
+        if (std::holds_alternative<wire::Finish>(ev)) r.finish_parked = true;
         continue;
       }
       process(rank, ev);
@@ -530,6 +532,10 @@ struct Merger::State {
     }
     if (std::holds_alternative<wire::FinishTimeout>(h)) {
       if (ended) return true;
+      // The run is ending: an open barrier lets its waiters through first, so
+      // that a rank that finished while it waited there (interrupted at the
+      // barrier, say) ends as it asked, with everything it logged before.
+      while (parked > 0) release(parked_live == live ? Release::arrived : Release::run_end);
       for (int i = 0; i < static_cast<int>(ranks.size()); ++i) {
         if (ranks[i].state != RunState::running) continue;
         leave(i, RunState::crashed,
@@ -581,6 +587,10 @@ std::int64_t Merger::rank_last_step(int rank) const {
 }
 
 bool Merger::all_done() const noexcept { return s_->started && s_->live == 0; }
+bool Merger::finish_waiting(int rank) const {
+  return rank >= 0 && rank < world_size() && s_->ranks[rank].parked && s_->ranks[rank].finish_parked &&
+         s_->ranks[rank].state == RunState::running;
+}
 
 std::int64_t Merger::open_barrier() const noexcept {
   return s_->parked > 0 && !s_->ended ? static_cast<std::int64_t>(s_->released) : -1;

@@ -97,6 +97,9 @@ public:
   [[nodiscard]] std::int64_t rank_last_step(int rank) const;
   /// Every rank has finished or died.
   [[nodiscard]] bool all_done() const noexcept;
+  /// The rank's finish came while it waited at the open barrier, and waits
+  /// behind it (a FinishTimeout lets it through).
+  [[nodiscard]] bool finish_waiting(int rank) const;
   /// The index of the barrier ranks are gathering at, and the ranks (live,
   /// not finished) that have not reached it; index -1 when none is open.
   [[nodiscard]] std::int64_t open_barrier() const noexcept;

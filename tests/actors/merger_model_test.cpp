@@ -125,6 +125,8 @@ public:
 
   void finish_timeout() {
     if (ended_) return;
+    // Open barriers let their waiters through first (a finish may wait behind one).
+    while (any_parked()) release(all_live_parked() ? Cause::arrived : Cause::run_end);
     for (int i = 0; i < world(); ++i)
       if (ranks_[i].state == RunState::running) crash(i);
     settle();

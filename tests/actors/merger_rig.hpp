@@ -98,9 +98,9 @@ struct Rig {
       w_.summary(s, json);
       return s;
     }
-    std::uint64_t finish() {
+    std::uint64_t finish(std::int32_t exit_code = 0) {
       const auto s = next();
-      w_.finish(s);
+      w_.finish(s, exit_code);
       return s;
     }
     /// Opens (Run::writer) or closes (Writer::close) writer stream `id`.
@@ -162,9 +162,9 @@ struct Rig {
     BOOST_REQUIRE(b.send());
     return s;
   }
-  std::uint64_t finish(int r) {
+  std::uint64_t finish(int r, std::int32_t exit_code = 0) {
     auto b = batch(r);
-    const auto s = b.finish();
+    const auto s = b.finish(exit_code);
     BOOST_REQUIRE(b.send());
     return s;
   }

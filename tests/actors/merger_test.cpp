@@ -407,6 +407,33 @@ BOOST_AUTO_TEST_CASE(finish_timeout_crashes_every_running_rank) {
   BOOST_TEST(rig.steps() == Steps{4}, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(a_finish_behind_a_barrier_is_let_through_at_the_finish_timeout) {
+  // Rank 0 waits at a barrier rank 1 never reaches, and finishes there (its
+  // trainer was interrupted at the barrier): the finish waits behind the
+  // barrier, and the finish timeout lets it through, so rank 0 ends as it
+  // asked, with what it logged, and only rank 1 is crashed.
+  Rig rig(2);
+  rig.log(0, {{"x", 1}});
+  const auto b = rig.barrier(0, "never");
+  rig.log(0, {{"x", 2}});
+  const auto fin = rig.finish(0, 130);
+  BOOST_TEST(rig.m.finish_waiting(0));
+  BOOST_TEST(!rig.m.finish_waiting(1));
+  BOOST_TEST(!rig.sink.completion(0, fin));
+  BOOST_REQUIRE(rig.apply(w::finish_timeout(5)));
+  BOOST_TEST((rig.m.rank_state(0) == RunState::failed));
+  BOOST_TEST((rig.m.rank_state(1) == RunState::crashed));
+  BOOST_TEST(rig.m.all_done());
+  const auto* barrier_done = rig.sink.completion(0, b);
+  BOOST_REQUIRE(barrier_done);
+  BOOST_TEST((barrier_done->code == Errc::barrier_timeout));
+  const auto* finish_done = rig.sink.completion(0, fin);
+  BOOST_REQUIRE(finish_done);
+  BOOST_TEST((finish_done->code == Errc::ok));
+  rig.end(RunState::failed);
+  BOOST_TEST(rig.steps() == Steps({0, 1}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(run_end_releases_barriers_and_commits_everything) {
   Rig rig(3);
   rig.log(0, {{"x", 1}});

@@ -5,9 +5,9 @@ every reduction exactly, reading history.jsonl with json."""
 
 import os
 import re
-import shutil
+import signal
 import subprocess
-import sys
+import time
 
 import pytest
 
@@ -86,6 +86,45 @@ def test_a_killed_python_rank(runs_dir):
     assert ranks[2]["state"] == "crashed" and ranks[2]["last_step"] <= 120
     assert all(ranks[k]["state"] == "finished" and ranks[k]["last_step"] == 199 for k in (0, 1, 3))
     check_shared_run(d, 4, 200, dead=2, dead_after=120)
+
+
+def test_ctrl_c_interrupts_a_wait_and_ends_the_rank_failed(runs_dir):
+    # Rank 0 waits at a barrier rank 1 never reaches; Ctrl-C (SIGINT) must
+    # interrupt the wait with KeyboardInterrupt, and the with-block end the
+    # rank as failed (exit code 130) within its finish_timeout.
+    cmd = [os.path.join(BIN, "chorus"), "launch", "-n", "2", "--master-port", str(free_port()), "--",
+           PYTHON, os.path.join(HERE, "sigint_worker.py")]
+    p = subprocess.Popen(cmd, env=job_env(runs_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids, out = {}, []
+    try:
+        for line in p.stdout:
+            out.append(line)
+            m = re.search(r"PID (\d) (\d+)", line)
+            if m:
+                pids[int(m.group(1))] = int(m.group(2))
+            if len(pids) == 2:
+                break
+        assert len(pids) == 2, "".join(out)
+        time.sleep(0.5)  # rank 0 is in its wait
+        os.kill(pids[0], signal.SIGINT)
+        while True:  # rank 0 ends on its own
+            try:
+                os.kill(pids[0], 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        os.kill(pids[1], signal.SIGKILL)
+        rest, _ = p.communicate(timeout=120)
+        out.append(rest)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    text = "".join(out)
+    assert "INTERRUPTED" in text and "KeyboardInterrupt" in text, text
+    rec = record(the_run(runs_dir))
+    ranks = {r["rank"]: r for r in rec["ranks"]}
+    assert ranks[0]["state"] == "failed" and "exit code 130" in ranks[0]["message"], rec
+    assert rec["state"] in ("failed", "crashed"), rec
 
 
 def test_torchrun_ddp_sample(runs_dir, tmp_path):
