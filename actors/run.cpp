@@ -4,6 +4,7 @@
 
 #include "actors/group.hpp"
 #include "actors/uploader.hpp"
+#include "io/store/barrier_log.hpp"
 #include "io/store/run_writer.hpp"
 #include "io/store/wal.hpp"
 #include "io/store/wal_replay.hpp"
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 namespace chorus::detail {
 
@@ -68,8 +70,46 @@ public:
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override { writer.run_end(state, ts_us); }
+  // Barriers are timed here, on the run host's clock, as the merge sees ranks
+  // reach them and releases them; a replay's (resume) are not: `timing` is off.
+  void barrier_reached(int rank, std::uint64_t index, std::string_view) override {
+    if (!timing) return;
+    if (!arrivals_index || *arrivals_index != index) {
+      arrivals_index = index;
+      arrivals.clear();
+    }
+    if (rank < 0) return;
+    if (static_cast<std::size_t>(rank) >= arrivals.size()) arrivals.resize(static_cast<std::size_t>(rank) + 1);
+    arrivals[static_cast<std::size_t>(rank)] = unix_now_us();
+  }
+  void barrier_released(std::uint64_t index, std::string_view name, std::int64_t step, std::span<const int> waiters,
+                        std::span<const int> missing, const Error* err) override {
+    // A barrier whose ranks arrived before this host timed them (in the replayed log) is not recorded.
+    if (!timing || !arrivals_index || *arrivals_index != index) return;
+    io::BarrierRecord r;
+    r.name = std::string(name);
+    r.index = index;
+    r.step = step;
+    r.released_us = unix_now_us();
+    r.opened_us = r.released_us;
+    if (err) r.error = err->message();
+    for (const int rank : waiters) {
+      io::BarrierRank k{rank, std::nullopt};
+      if (rank >= 0 && static_cast<std::size_t>(rank) < arrivals.size()) k.arrived_us = arrivals[static_cast<std::size_t>(rank)];
+      if (k.arrived_us) r.opened_us = std::min(r.opened_us, *k.arrived_us);
+      r.ranks.push_back(k);
+    }
+    for (const int rank : missing) r.ranks.push_back({rank, std::nullopt});
+    std::sort(r.ranks.begin(), r.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    arrivals_index.reset();
+    arrivals.clear();
+    writer.barrier(r);
+  }
 
   Merger* merger = nullptr;
+  bool timing = true;
+  std::optional<std::uint64_t> arrivals_index;              // the barrier being timed
+  std::vector<std::optional<std::int64_t>> arrivals;         // by rank: when it reached it
   io::RunWriter writer;
   std::vector<Progress> progress;
   std::vector<std::string> hosts;
@@ -307,7 +347,9 @@ std::string replay_previous(run_ptr self) {
   auto& st = self->state;
   const RunHost& h = *st.host;
   const std::optional<RunState> noted = st.sink->writer.carry_over(h.run_dir + "/run.json");
+  st.sink->timing = false;
   const Result<io::WalReplay> replayed = io::replay_wal(h.wal->path(), *st.merger, {});
+  st.sink->timing = true;
   if (!replayed)
     return "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" + replayed.error().message() +
            "). Fix the disk, or start a new run (another CHORUS_RUN_ID, or leave it unset)";

@@ -2,6 +2,7 @@
 #include "io/store/run_writer.hpp"
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/barrier_log.hpp"
 #include "io/store/run_record.hpp"
 #include "runtime/core/json.hpp"
 #include "runtime/core/wire.hpp"
@@ -74,6 +75,7 @@ struct RunWriter::State {
   std::unique_ptr<AppendFile> history;
   std::unique_ptr<AppendFile> rejected_file;
   std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
+  std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
 
   std::vector<Series> series;
@@ -407,9 +409,16 @@ void RunWriter::system_line(std::string_view json_line) {
   s.fail(s.system_file->write("\n"));
 }
 
+void RunWriter::barrier(const BarrierRecord& record) {
+  State& s = *s_;
+  if (!s.barriers) s.barriers = std::make_unique<BarrierLog>(s.dir);
+  s.fail(s.barriers->append(record));
+}
+
 void RunWriter::flush() {
   State& s = *s_;
   if (s.history) s.fail(s.history->flush());
+  if (s.barriers) s.fail(s.barriers->flush());
   if (s.system_file) s.fail(s.system_file->flush());
   if (s.rejected_file) s.fail(s.rejected_file->flush());
   if (s.config_dirty) {

@@ -17,6 +17,8 @@
 
 namespace chorus::io {
 
+struct BarrierRecord;
+
 /// Writes the readable files of a run directory from what the Merger
 /// produces: history.jsonl, config.json, summary.json, rejected.jsonl and
 /// run.json. It owns those files and starts them afresh, because it is fed
@@ -49,6 +51,10 @@ public:
   /// Appends one line (a JSON object) to system.jsonl. System samples are
   /// not in the WAL: `chorus recover` leaves the file as it is.
   void system_line(std::string_view json_line);
+  /// Appends a released barrier to barriers.jsonl (io/store/barrier_log.hpp).
+  /// Timed by the Run actor, not in the WAL: `chorus recover` leaves the file
+  /// as it is, and a replay writes none.
+  void barrier(const BarrierRecord& record);
 
   /// Writes buffered history and rejected lines, and config.json,
   /// summary.json and run.json (rank states) if they changed. Each rewrite costs an fsync: call this

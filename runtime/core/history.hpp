@@ -53,6 +53,17 @@ public:
   virtual void completed(int rank, std::uint64_t seq, const Error* err) = 0;
   /// The run ended (a run_end host event).
   virtual void run_end(RunState state, std::int64_t ts_us) = 0;
+  /// `rank` reached barrier `index` (named `name`) and waits there; a rank
+  /// that reaches it after it was released passes through unreported.
+  virtual void barrier_reached(int /*rank*/, std::uint64_t /*index*/, std::string_view /*name*/) {}
+  /// Barrier `index` released `waiters` (the ranks that reached it, in rank
+  /// order) after committing every row through `step` (-1: none); `missing`
+  /// are the live ranks that had not reached it, `err` why it did not release
+  /// cleanly (a timeout, the run's end, names that differ). The sink that
+  /// owns a clock times them (the Run actor); the merge has none.
+  virtual void barrier_released(std::uint64_t /*index*/, std::string_view /*name*/, std::int64_t /*step*/,
+                                std::span<const int> /*waiters*/, std::span<const int> /*missing*/,
+                                const Error* /*err*/) {}
 };
 
 } // namespace chorus::detail

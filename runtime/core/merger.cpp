@@ -314,6 +314,7 @@ struct Merger::State {
     open_timeout_ms = parked == 0 ? b.timeout_ms : std::max(open_timeout_ms, b.timeout_ms);
     ++parked;
     if (r.state == RunState::running) ++parked_live;
+    sink.barrier_reached(rank, released, names[name]);
     place(rank);
   }
 
@@ -350,6 +351,7 @@ struct Merger::State {
                                              "; the ranks that reached it were released without them");
       committed_by = what + ", released at the end of the run";
     }
+    sink.barrier_released(released, names[name], last_committed, waiters, missing, err ? &err : nullptr);
     ++released;
     parked = 0;
     parked_live = 0;

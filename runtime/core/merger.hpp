@@ -49,6 +49,9 @@
 //   rank order, so replays give the same bits; NaN propagates (through
 //   `first` only when it is the lowest rank's value);
 // - a row's ts_us is the earliest ts_us of the values logged into it;
+// - the sink hears of each rank parking at a barrier (barrier_reached) and
+//   of each release, with the ranks that waited and those missing
+//   (barrier_released), before the waiters' completions;
 // - completed(rank, seq) follows each rank's seq order: values, define,
 //   config, summary and finish when processed, a barrier when it releases;
 // - a rank batch is malformed (apply() returns false, nothing changes) before
