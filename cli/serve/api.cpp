@@ -4,6 +4,7 @@
 #include "cli/json_lines.hpp"
 #include "cli/run_info.hpp"
 #include "io/store/artifacts.hpp"
+#include "io/store/barrier_log.hpp"
 #include "io/upload/tensorboard_run.hpp"
 #include "runtime/core/json.hpp"
 
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sys/stat.h>
@@ -151,10 +153,35 @@ void ranks(io::JsonWriter& w, const RunInfo& r) {
   w.end_object();
 }
 
+/// Whether `step` is behind `furthest`: by more than 1% of it, and by 2 steps at least
+/// (ranks that keep pace differ by a step now and then).
+bool behind(std::int64_t step, std::int64_t furthest) {
+  const std::int64_t gap = furthest - step;
+  return gap >= 2 && gap * 100 > furthest;
+}
+
+/// The barriers of barriers.jsonl: the last of them as their lines have
+/// them, and per rank the totals over all.
+void barriers(io::JsonWriter& w, const io::BarrierSummary& b) {
+  w.key("barriers").begin_object().key("missing").boolean(b.missing).key("total").uinteger(b.total);
+  w.key("skipped").uinteger(b.skipped).key("first_skipped").string(b.first_skipped);
+  if (b.problem) w.key("error").string(b.problem.message());
+  w.key("records").begin_array();
+  for (const io::BarrierRecord& r : b.records) w.raw(io::barrier_line(r));
+  w.end_array().key("ranks").begin_array();
+  for (const io::BarrierSummary::Rank& k : b.ranks) {
+    if (k.barriers == 0) continue;
+    w.begin_object().key("rank").integer(k.rank).key("barriers").uinteger(k.barriers).key("absent").uinteger(k.absent);
+    w.key("last").uinteger(k.last).key("waited").number(k.waited_s).key("caused").number(k.caused_s).end_object();
+  }
+  w.end_array().end_object();
+}
+
 void index_state(io::JsonWriter& w, const IndexState& s) {
   w.key("rows").uinteger(s.rows).key("skipped").uinteger(s.skipped);
   w.key("first_skipped").string(s.first_skipped).key("unfinished").boolean(s.unfinished);
   w.key("missing").boolean(s.missing).key("last_step").integer(s.last_step).key("bytes").uinteger(s.bytes);
+  w.key("indexing").boolean(s.indexing);
   if (s.problem) w.key("error").string(s.problem.message());
 }
 
@@ -376,7 +403,51 @@ Reply Api::run(std::string_view rel) {
     if (lines.skipped > 0) warnings.push_back("artifacts.jsonl: " + std::to_string(lines.skipped) + " damaged line(s) skipped");
   }
   w.end_array();
+  // Barriers: how long each rank waited at each, and for whom.
+  const io::BarrierSummary bs = io::BarrierLog::read(dir);
+  barriers(w, bs);
+  if (bs.problem) errors.push_back(bs.problem.message());
+  if (bs.skipped > 0)
+    warnings.push_back(std::string(io::BarrierLog::file_name) + ": " + std::to_string(bs.skipped) +
+                       " damaged line(s) skipped (" + bs.first_skipped + "); the others are shown");
   const std::shared_ptr<RunFiles> f = files(dir, true, true);
+  // The ranks that hold the others back: those the others waited longest for
+  // at barriers, and those whose last step is behind the furthest rank's.
+  {
+    std::map<std::int64_t, std::string> why;
+    double most = 0;
+    for (const io::BarrierSummary::Rank& k : bs.ranks) most = std::max(most, k.caused_s);
+    for (const io::BarrierSummary::Rank& k : bs.ranks) {
+      if (most <= 0 || k.caused_s * 2 < most || k.last == 0) continue;
+      char text[160];
+      std::snprintf(text, sizeof text, "the others waited %.3f s for it, at %llu of %llu barriers%s", k.caused_s,
+                    static_cast<unsigned long long>(k.last), static_cast<unsigned long long>(k.barriers),
+                    k.absent ? " (it never reached some)" : "");
+      why[k.rank] = text;
+    }
+    std::map<std::int64_t, std::int64_t> at; // each rank's last step
+    for (const auto& [key, step] : f->history.last_steps("_progress/rank-")) {
+      char* end = nullptr;
+      const long long rank = std::strtoll(key.c_str() + 15, &end, 10);
+      if (end && *end == '\0' && rank >= 0) at[rank] = step;
+    }
+    for (const RankInfo& k : r.ranks) // a rank that ended reported its own last step
+      if (!k.committed && k.last_step >= 0) at[k.rank] = std::max(at[k.rank], k.last_step);
+    std::int64_t furthest = -1;
+    std::int64_t lead = -1;
+    for (const auto& [rank, step] : at)
+      if (step > furthest) furthest = step, lead = rank;
+    for (const auto& [rank, step] : at) {
+      if (!behind(step, furthest)) continue;
+      std::string& text = why[rank];
+      if (!text.empty()) text += "; ";
+      text += "at step " + std::to_string(step) + ", " + std::to_string(furthest - step) + " behind rank " +
+              std::to_string(lead);
+    }
+    w.key("laggards").begin_array();
+    for (const auto& [rank, text] : why) w.begin_object().key("rank").integer(rank).key("why").string(text).end_object();
+    w.end_array();
+  }
   for (const auto& [name, index] : {std::pair{"history", &f->history}, std::pair{"system", &f->system}}) {
     const IndexState s = index->state();
     w.key(name).begin_object();
@@ -436,8 +507,20 @@ Reply Api::group(std::string_view rel) {
     for (const auto& [rank, code] : m->exit_codes) w.key(std::to_string(rank)).integer(code);
     w.end_object().end_object();
   }
-  w.key("members").begin_array();
+  // Each member's last step, and the furthest: members far behind it are marked.
+  std::vector<std::int64_t> last_steps;
   for (const GroupMemberView& v : g.members) {
+    std::int64_t last_step = -1;
+    if (v.run)
+      for (const RankInfo& k : v.run->ranks) last_step = std::max(last_step, k.last_step);
+    if (v.member)
+      for (const io::GroupRank& k : v.member->ranks) last_step = std::max(last_step, k.last_step);
+    last_steps.push_back(last_step);
+  }
+  const std::int64_t furthest = last_steps.empty() ? -1 : *std::max_element(last_steps.begin(), last_steps.end());
+  w.key("members").begin_array();
+  for (std::size_t i = 0; i < g.members.size(); ++i) {
+    const GroupMemberView& v = g.members[i];
     w.begin_object().key("label").string(v.label).key("id").string(v.id()).key("state").string(v.state());
     w.key("ranks").string(v.ranks()).key("exit_codes").string(exit_codes_cell(v.exit_codes(m)));
     std::string path;
@@ -446,12 +529,8 @@ Reply Api::group(std::string_view rel) {
       if (resolve_run(candidate)) path = candidate;
     }
     w.key("path").string(path);
-    std::int64_t last_step = -1;
-    if (v.run)
-      for (const RankInfo& k : v.run->ranks) last_step = std::max(last_step, k.last_step);
-    if (v.member)
-      for (const io::GroupRank& k : v.member->ranks) last_step = std::max(last_step, k.last_step);
-    w.key("last_step").integer(last_step);
+    w.key("last_step").integer(last_steps[i]);
+    if (last_steps[i] >= 0 && behind(last_steps[i], furthest)) w.key("behind").integer(furthest - last_steps[i]);
     if (v.member) {
       w.key("host").string(v.member->host).key("node").integer(v.member->node).key("rows").integer(v.member->rows);
       w.key("message").string(v.member->message);
@@ -486,10 +565,11 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     out += "\n\n";
   };
   const IndexState h = f->history.state();
-  if (!seen.started || h.rows != seen.history_rows || h.keys != seen.history_keys) {
+  if (!seen.started || h.rows != seen.history_rows || h.keys != seen.history_keys || h.indexing != seen.history_indexing) {
     event("history", [&](io::JsonWriter& w) { index_state(w, h), w.key("keys").uinteger(h.keys); });
     seen.history_rows = h.rows;
     seen.history_keys = h.keys;
+    seen.history_indexing = h.indexing;
   }
   const IndexState s = f->system.state();
   if (!seen.started || s.rows != seen.system_rows) {

@@ -40,6 +40,7 @@ struct Seen {
   bool started = false;
   std::uint64_t history_rows = 0, system_rows = 0;
   std::size_t history_keys = 0;
+  bool history_indexing = false;
   std::string run_stamp; // run.json's and summary.json's size and time
 };
 

@@ -22,6 +22,7 @@ namespace chorus::cli::serve {
 namespace {
 
 constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
+constexpr std::uint64_t never_overview = std::numeric_limits<std::uint64_t>::max();
 
 bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\r' || c == '\t'; });
@@ -234,11 +235,251 @@ private:
   std::vector<Bucket> buckets_;
 };
 
-LinesIndex::LinesIndex(std::string path, FileKind kind, std::uint64_t parallel_from, unsigned pieces)
+namespace {
+
+/// Writes a series answer: the range drawn, the rows, `extra` (members of
+/// its own), the problem met, then per key its collected points followed by
+/// what `tail(i)` appends.
+template <class Collectors, class Tail>
+void put_answer(std::string& out, double lo, double hi, std::uint64_t rows, std::string_view extra,
+                const Error& problem, const std::vector<std::string>& keys, Collectors& collectors, Tail&& tail) {
+  out += "{\"from\":";
+  put_number(out, lo);
+  out += ",\"to\":";
+  put_number(out, hi);
+  out += ",\"rows\":" + std::to_string(rows);
+  out += extra;
+  if (problem) {
+    out += ",\"error\":";
+    io::append_json_string(out, problem.message());
+  }
+  out += ",\"series\":{";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i) out += ',';
+    io::append_json_string(out, keys[i]);
+    out += ':';
+    collectors[i].json(out);
+    tail(i);
+    out += '}';
+  }
+  out += "}}";
+}
+
+} // namespace
+
+/// The lines an overview read: each line's start, its step and times, and
+/// per key the lines that have a finite value of it.
+struct LinesIndex::Overview {
+  struct Line {
+    std::uint64_t byte = 0;
+    std::int64_t step = 0;
+    double wall = nan_v, rel = nan_v;
+    [[nodiscard]] double x(XAxis a) const { return a == XAxis::step ? static_cast<double>(step) : a == XAxis::wall ? wall : rel; }
+  };
+  struct Series {
+    std::string name;
+    std::vector<std::pair<std::uint32_t, double>> points; // (line, value)
+  };
+  std::vector<Line> lines;
+  std::vector<Series> keys;
+  std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> by_name;
+  std::uint64_t end = 0;  // the bytes of complete lines the file held
+  std::uint64_t rows = 0; // the rows it holds, estimated from the lines' lengths
+  bool unfinished = false;
+
+  [[nodiscard]] double scale() const { return lines.empty() ? 0 : static_cast<double>(rows) / static_cast<double>(lines.size()); }
+};
+
+namespace {
+
+/// Reads from `fd` into `buf` the bytes [at, at + n), fewer at the end of the file.
+std::string_view read_at(int fd, std::uint64_t at, std::size_t n, std::string& buf) {
+  buf.resize(n);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, buf.data() + got, n - got, static_cast<off_t>(at + got));
+    if (r <= 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return {buf.data(), got};
+}
+
+/// The whole line that starts first at or after byte `at` (just after a
+/// newline, or at 0) and ends before `end`: its start and text, or nothing
+/// where none does within a line's greatest length.
+std::optional<std::pair<std::uint64_t, std::string_view>> line_after(int fd, std::uint64_t at, std::uint64_t end,
+                                                                     std::string& buf) {
+  std::uint64_t start = at;
+  if (at > 0) { // the newline at or after at - 1 ends the line `at` falls in
+    std::uint64_t from = at - 1;
+    for (;;) {
+      if (from >= end || from - (at - 1) > max_line_bytes) return std::nullopt;
+      const std::string_view b = read_at(fd, from, static_cast<std::size_t>(std::min<std::uint64_t>(8192, end - from)), buf);
+      if (b.empty()) return std::nullopt;
+      if (const auto nl = b.find('\n'); nl != std::string_view::npos) {
+        start = from + nl + 1;
+        break;
+      }
+      from += b.size();
+    }
+  }
+  for (std::size_t n = 8192;; n *= 4) {
+    if (start >= end) return std::nullopt;
+    const std::string_view b = read_at(fd, start, static_cast<std::size_t>(std::min<std::uint64_t>(n, end - start)), buf);
+    if (const auto nl = b.find('\n'); nl != std::string_view::npos) return std::pair{start, b.substr(0, nl)};
+    if (b.size() < n || n > max_line_bytes) return std::nullopt; // the line runs past `end`, or too long
+  }
+}
+
+} // namespace
+
+LinesIndex::LinesIndex(std::string path, FileKind kind, std::uint64_t parallel_from, unsigned pieces,
+                       std::uint64_t overview_from)
     : path_(std::move(path)), kind_(kind), parallel_from_(parallel_from),
-      pieces_(pieces != 0 ? pieces : std::min(4u, std::thread::hardware_concurrency())) {}
+      pieces_(pieces != 0 ? pieces : std::min(4u, std::thread::hardware_concurrency())), overview_from_(overview_from) {}
+
+LinesIndex::~LinesIndex() { stop_building(); }
+
+void LinesIndex::hold_indexing(bool hold) {
+  {
+    std::lock_guard lock(gate_mutex_);
+    hold_ = hold;
+  }
+  gate_.notify_all();
+}
+
+void LinesIndex::stop_building() {
+  if (builder_.joinable()) {
+    {
+      std::lock_guard lock(gate_mutex_);
+      stop_ = true; // a held building lets go, a running one stops at its next line
+    }
+    gate_.notify_all();
+    builder_.join();
+    stop_ = false;
+  }
+  next_.reset();
+  built_ = false;
+  overview_.reset();
+  state_.indexing = false;
+}
+
+bool LinesIndex::start_overview(int fd, std::uint64_t size) {
+  auto o = std::make_unique<Overview>();
+  std::string buf;
+  // The complete lines end at the last newline.
+  std::uint64_t end = size;
+  for (std::uint64_t back = 0;;) {
+    if (end == 0 || back > max_line_bytes) return false;
+    const std::uint64_t from = end > 65536 ? end - 65536 : 0;
+    const std::string_view b = read_at(fd, from, static_cast<std::size_t>(end - from), buf);
+    if (b.size() != end - from) return false;
+    if (const auto nl = b.rfind('\n'); nl != std::string_view::npos) {
+      o->unfinished = !blank(b.substr(nl + 1)) || end != size;
+      end = from + nl + 1;
+      break;
+    }
+    back += end - from;
+    end = from;
+  }
+  o->end = end;
+  simdjson::dom::parser parser;
+  RowReader reader(kind_);
+  std::uint64_t sampled_bytes = 0, sampled = 0;
+  auto take = [&](std::uint64_t start, std::string_view line) {
+    if (!o->lines.empty() && start <= o->lines.back().byte) return;
+    ++sampled;
+    sampled_bytes += line.size() + 1;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    simdjson::dom::object obj;
+    if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) return;
+    const auto at = static_cast<std::uint32_t>(o->lines.size());
+    std::vector<std::pair<std::uint32_t, double>> values;
+    const std::string_view why = reader.read(obj, at, [&](std::string_view name, double v, std::size_t) {
+      if (!std::isfinite(v)) return;
+      auto it = o->by_name.find(name);
+      if (it == o->by_name.end()) {
+        it = o->by_name.emplace(std::string(name), static_cast<std::uint32_t>(o->keys.size())).first;
+        o->keys.push_back({std::string(name), {}});
+      }
+      values.emplace_back(it->second, v);
+    });
+    if (!why.empty()) return; // a damaged line: the index names it once it is built
+    for (const auto& [k, v] : values) o->keys[k].points.emplace_back(at, v);
+    o->lines.push_back({start, reader.step, reader.wall, reader.rel});
+  };
+  for (std::size_t i = 0; i < overview_lines; ++i) {
+    const std::uint64_t at = end / overview_lines * i + end % overview_lines * i / overview_lines;
+    if (const auto line = line_after(fd, at, end, buf)) take(line->first, line->second);
+  }
+  // The last line: the run's end, as far as it has come.
+  {
+    const std::uint64_t from = end > 65536 ? end - 65536 : 0;
+    const std::string_view b = read_at(fd, from, static_cast<std::size_t>(end - from), buf);
+    const std::string_view body = b.substr(0, b.empty() ? 0 : b.size() - 1);
+    const auto nl = body.rfind('\n');
+    if (nl != std::string_view::npos || from == 0) {
+      const std::uint64_t start = nl == std::string_view::npos ? 0 : from + nl + 1;
+      const std::string last(body.substr(nl == std::string_view::npos ? 0 : nl + 1));
+      take(start, last);
+    }
+  }
+  if (o->lines.empty() || sampled == 0) return false;
+  o->rows = static_cast<std::uint64_t>(std::llround(static_cast<double>(end) * static_cast<double>(sampled) /
+                                                    static_cast<double>(sampled_bytes)));
+  o->rows = std::max<std::uint64_t>(o->rows, o->lines.size());
+  state_.indexing = true;
+  state_.rows = o->rows;
+  state_.keys = o->keys.size();
+  state_.last_step = o->lines.back().step;
+  state_.unfinished = o->unfinished;
+  overview_ = std::move(o);
+
+  // The index itself, read on threads of its own up to the overview's end.
+  auto next = std::make_unique<LinesIndex>(path_, kind_, parallel_from_, pieces_, never_overview);
+  next->state_.missing = false;
+  next->dev_ = dev_, next->ino_ = ino_;
+  next->stopped_ = &stop_;
+  next_ = std::move(next);
+  builder_ = std::thread([this, end] {
+    {
+      std::unique_lock lock(gate_mutex_);
+      gate_.wait(lock, [this] { return !hold_ || stop_; });
+    }
+    LinesIndex& n = *next_;
+    const Result<int> in = io::detail::open_regular(path_, O_RDONLY);
+    if (!in) {
+      n.state_.problem = in.error();
+    } else if (end >= parallel_from_ && pieces_ > 1 && n.read_in_parallel(end, pieces_)) {
+      io::detail::close_fd(*in);
+    } else {
+      n.read_lines(*in, end);
+    }
+    built_.store(true, std::memory_order_release);
+  });
+  return true;
+}
+
+void LinesIndex::adopt(LinesIndex& built) {
+  step_ = std::move(built.step_);
+  wall_ = std::move(built.wall_);
+  rel_ = std::move(built.rel_);
+  marks_ = std::move(built.marks_);
+  keys_ = std::move(built.keys_);
+  by_name_ = std::move(built.by_name_);
+  guess_ = std::move(built.guess_);
+  pseudo_ = std::move(built.pseudo_);
+  lines_ = built.lines_;
+  first_skipped_line_ = built.first_skipped_line_;
+  stuck_size_ = built.stuck_size_;
+  state_ = built.state_;
+  state_.keys = keys_.size();
+  state_.missing = false;
+  state_.indexing = false;
+}
 
 void LinesIndex::reset() {
+  stop_building();
   release(step_);
   release(wall_);
   release(rel_);
@@ -319,6 +560,23 @@ bool LinesIndex::refresh() {
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
   bool changed = false;
+  if (overview_ && built_.load(std::memory_order_acquire)) {
+    // The index built in the background is whole: it takes the overview's place.
+    builder_.join();
+    std::unique_ptr<LinesIndex> built = std::move(next_);
+    overview_.reset();
+    built_ = false;
+    adopt(*built);
+    changed = true;
+  }
+  if (overview_) {
+    // Still being built: the overview stands, unless the file was replaced or cut.
+    if (st.st_dev == dev_ && st.st_ino == ino_ && size >= overview_->end) {
+      io::detail::close_fd(*fd);
+      return changed;
+    }
+    reset(); // stops the building; the file is read afresh below
+  }
   if (state_.missing || st.st_dev != dev_ || st.st_ino != ino_ || size < state_.bytes) {
     // A new file, or one replaced (chorus recover rewrites it) or cut: read it afresh.
     reset();
@@ -337,6 +595,11 @@ bool LinesIndex::refresh() {
   }
   const std::uint64_t rows_before = state_.rows;
   state_.problem = {};
+  // A long history opened for the first time: an overview now, the index in the background.
+  if (kind_ == FileKind::history && state_.bytes == 0 && size >= overview_from_ && start_overview(*fd, size)) {
+    io::detail::close_fd(*fd);
+    return true;
+  }
   // A long stretch to read (a run opened for the first time) is read by
   // several threads, a piece each.
   if (size - state_.bytes >= parallel_from_ && pieces_ > 1 && read_in_parallel(size, pieces_)) {
@@ -354,6 +617,10 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
   RowReader reader(kind_);
   std::vector<std::uint32_t> ids;
   for (std::string_view line;;) {
+    if (stopped_->load(std::memory_order_relaxed)) {
+      state_.problem = Error(Errc::io_error, path_ + ": indexing stopped");
+      break;
+    }
     const io::LineReader::Next next = lines.next(line);
     if (next == io::LineReader::Next::end) {
       state_.unfinished = !blank(lines.rest());
@@ -473,6 +740,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
     parts.push_back(std::make_unique<LinesIndex>(path_, kind_, parallel_from_, 1));
     parts.back()->state_.bytes = starts[i];
     parts.back()->state_.missing = false;
+    parts.back()->stopped_ = stopped_;
   }
   std::vector<std::thread> workers;
   for (std::size_t i = 0; i < parts.size(); ++i)
@@ -603,20 +871,25 @@ std::pair<double, double> LinesIndex::x_range(XAxis x) const {
   return {lo, hi};
 }
 
-Error LinesIndex::scan(std::size_t first, std::size_t last, const std::vector<const Key*>& keys,
+Error LinesIndex::scan(std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
                        const std::vector<Collector*>& into, XAxis x, double lo, double hi) const {
-  std::unordered_map<std::string_view, std::size_t> wanted;
-  for (std::size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i]->name, i);
   // From the last mark at or before the first row.
   const auto mark = std::partition_point(marks_.begin(), marks_.end(), [&](const Mark& m) { return m.row <= first; });
   if (mark == marks_.begin()) return {};
   const Mark& from = *(mark - 1);
+  return scan_lines(from.byte, state_.bytes, from.row, first, last, keys, into, x, lo, hi);
+}
+
+Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first,
+                             std::size_t last, const std::vector<std::string_view>& keys,
+                             const std::vector<Collector*>& into, XAxis x, double lo, double hi) const {
+  std::unordered_map<std::string_view, std::size_t> wanted;
+  for (std::size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i], i);
   const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
   if (!fd) return fd.error();
-  io::LineReader lines(*fd, path_, {0, from.byte}, {.chunk = 1u << 20, .max_line = max_line_bytes, .end = state_.bytes});
+  io::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = max_line_bytes, .end = end});
   simdjson::dom::parser parser;
   RowReader reader(kind_);
-  std::size_t row = from.row;
   for (std::string_view line; row < last;) {
     const io::LineReader::Next next = lines.next(line);
     if (next == io::LineReader::Next::failed) return lines.error();
@@ -638,8 +911,67 @@ Error LinesIndex::scan(std::size_t first, std::size_t last, const std::vector<co
   return {};
 }
 
+void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
+  const Overview& o = *overview_;
+  double all_lo = nan_v, all_hi = nan_v;
+  for (const Overview::Line& l : o.lines) {
+    const double v = l.x(r.x);
+    if (std::isnan(v)) continue;
+    if (std::isnan(all_lo) || v < all_lo) all_lo = v;
+    if (std::isnan(all_hi) || v > all_hi) all_hi = v;
+  }
+  double lo = r.from.value_or(all_lo), hi = r.to.value_or(all_hi);
+  if (std::isnan(lo)) lo = 0;
+  if (std::isnan(hi)) hi = lo;
+  if (hi < lo) std::swap(lo, hi);
+  const std::size_t width = std::max<std::size_t>(r.width, 1);
+  std::vector<Collector> collectors;
+  collectors.reserve(r.keys.size());
+  for (std::size_t i = 0; i < r.keys.size(); ++i) collectors.emplace_back(lo, hi, width);
+  const bool whole = !r.from && !r.to;
+  Error problem;
+  if (whole) {
+    // The whole run: the overview's lines stand for it.
+    for (std::size_t i = 0; i < r.keys.size(); ++i) {
+      const auto it = o.by_name.find(r.keys[i]);
+      if (it == o.by_name.end()) continue;
+      std::uint64_t n = 0;
+      for (const auto& [line, v] : o.keys[it->second].points) {
+        const double at = o.lines[line].x(r.x);
+        if (at >= lo && at <= hi) collectors[i].add(at, v), ++n;
+      }
+      collectors[i].count(std::max<std::uint64_t>(n, static_cast<std::uint64_t>(std::llround(static_cast<double>(n) * o.scale()))));
+    }
+  } else {
+    // A range: every line of the file between the overview's lines around it.
+    // Lines are in step order and times nearly so: one overview line more on each side.
+    std::size_t before = 0, after = o.lines.size();
+    for (std::size_t i = 0; i < o.lines.size(); ++i) {
+      const double v = o.lines[i].x(r.x);
+      if (std::isnan(v)) continue;
+      if (v < lo) before = i;
+      if (v > hi && after == o.lines.size()) after = i;
+    }
+    const std::uint64_t from = before > 0 ? o.lines[before - 1].byte : 0;
+    const std::uint64_t end = after + 1 < o.lines.size() ? o.lines[after + 1].byte : o.end;
+    std::vector<std::string_view> keys(r.keys.begin(), r.keys.end());
+    std::vector<Collector*> into;
+    for (Collector& c : collectors) into.push_back(&c);
+    problem = scan_lines(from, end, 0, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x, lo, hi);
+  }
+  put_answer(out, lo, hi, o.rows, whole ? ",\"overview\":true" : ",\"overview\":false", problem, r.keys, collectors,
+             [&](std::size_t i) {
+               // A key no line of the overview has, nor any line of the range read.
+               if (!o.by_name.contains(r.keys[i]) && (whole || collectors[i].n() == 0)) out += ",\"missing\":true";
+             });
+}
+
 void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
   std::shared_lock lock(mutex_);
+  if (overview_) {
+    overview_json(r, out);
+    return;
+  }
   const auto [all_lo, all_hi] = x_range(r.x);
   double lo = r.from.value_or(all_lo), hi = r.to.value_or(all_hi);
   if (std::isnan(lo)) lo = 0;
@@ -654,7 +986,7 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
   std::vector<Collector> collectors;
   collectors.reserve(r.keys.size());
   std::vector<const Key*> found(r.keys.size(), nullptr);
-  std::vector<const Key*> to_read;
+  std::vector<std::string_view> to_read;
   std::vector<Collector*> read_into;
   std::size_t read_first = last, read_last = first;
   for (std::size_t i = 0; i < r.keys.size(); ++i) {
@@ -677,7 +1009,7 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
     auto e = b;
     for (; e != k.blocks.end() && e->first_row < last; ++e) n += e->n;
     if (n <= read_at_most) {
-      to_read.push_back(&k);
+      to_read.push_back(k.name);
       read_into.push_back(&c);
       if (b != e) {
         read_first = std::min<std::size_t>(read_first, std::max<std::size_t>(first, b->first_row));
@@ -695,32 +1027,42 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
   }
   Error problem;
   if (!to_read.empty() && read_first < read_last) problem = scan(read_first, read_last, to_read, read_into, r.x, lo, hi);
-
-  out += "{\"from\":";
-  put_number(out, lo);
-  out += ",\"to\":";
-  put_number(out, hi);
-  out += ",\"rows\":" + std::to_string(step_.size());
-  if (problem) {
-    out += ",\"error\":";
-    io::append_json_string(out, problem.message());
-  }
-  out += ",\"series\":{";
-  for (std::size_t i = 0; i < r.keys.size(); ++i) {
-    if (i) out += ',';
-    io::append_json_string(out, r.keys[i]);
-    out += ':';
-    collectors[i].json(out);
+  put_answer(out, lo, hi, step_.size(), {}, problem, r.keys, collectors, [&](std::size_t i) {
     if (found[i]) out += ",\"nan\":" + std::to_string(found[i]->nans) + ",\"inf\":" + std::to_string(found[i]->infs);
     else out += ",\"missing\":true";
-    out += '}';
-  }
-  out += "}}";
+  });
 }
 
 void LinesIndex::keys_json(std::string& out) const {
   std::shared_lock lock(mutex_);
   out += '[';
+  if (overview_) {
+    // While the index is built: the keys of the overview's lines, their points estimated.
+    const Overview& o = *overview_;
+    for (std::size_t i = 0; i < o.keys.size(); ++i) {
+      const Overview::Series& k = o.keys[i];
+      if (i) out += ',';
+      out += "{\"key\":";
+      io::append_json_string(out, k.name);
+      out += ",\"points\":" + std::to_string(std::llround(static_cast<double>(k.points.size()) * o.scale()));
+      out += ",\"nan\":0,\"inf\":0,\"estimated\":true";
+      if (!k.points.empty()) {
+        double lo = k.points.front().second, hi = lo;
+        for (const auto& p : k.points) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
+        out += ",\"min\":";
+        io::append_json_number(out, lo);
+        out += ",\"max\":";
+        io::append_json_number(out, hi);
+        out += ",\"last\":";
+        io::append_json_number(out, k.points.back().second);
+        out += ",\"first_step\":" + std::to_string(o.lines[k.points.front().first].step) +
+               ",\"last_step\":" + std::to_string(o.lines[k.points.back().first].step);
+      }
+      out += '}';
+    }
+    out += ']';
+    return;
+  }
   for (std::size_t i = 0; i < keys_.size(); ++i) {
     const Key& k = keys_[i];
     if (i) out += ',';
@@ -750,6 +1092,19 @@ void LinesIndex::keys_json(std::string& out) const {
   out += ']';
 }
 
+std::vector<std::pair<std::string, std::int64_t>> LinesIndex::last_steps(std::string_view prefix) const {
+  std::shared_lock lock(mutex_);
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  if (overview_) {
+    for (const Overview::Series& k : overview_->keys)
+      if (k.name.starts_with(prefix) && !k.points.empty()) out.emplace_back(k.name, overview_->lines[k.points.back().first].step);
+    return out;
+  }
+  for (const Key& k : keys_)
+    if (k.name.starts_with(prefix) && k.points > 0) out.emplace_back(k.name, step_[k.last_row]);
+  return out;
+}
+
 std::size_t LinesIndex::memory() const {
   std::shared_lock lock(mutex_);
   std::size_t n = step_.capacity() * sizeof(std::int64_t) + (wall_.capacity() + rel_.capacity()) * sizeof(double) +
@@ -758,6 +1113,10 @@ std::size_t LinesIndex::memory() const {
   for (const Key& k : keys_)
     n += k.name.capacity() * 2 + k.blocks.capacity() * sizeof(Block) +
          k.exact_rows.capacity() * sizeof(std::uint32_t) + k.exact_values.capacity() * sizeof(double) + 64;
+  if (overview_) {
+    n += overview_->lines.capacity() * sizeof(Overview::Line);
+    for (const Overview::Series& k : overview_->keys) n += k.name.capacity() * 2 + k.points.capacity() * 16 + 64;
+  }
   return n;
 }
 

@@ -6,12 +6,23 @@
 // to show them all, they are read back from the file itself, from the byte
 // offset of the row where the range starts. The index grows with the file:
 // each refresh reads only the complete lines appended since the last one.
+//
+// A long history opened for the first time is indexed in the background:
+// until the index is whole, an overview of lines read at evenly spaced
+// offsets of the file (each taken from the newline after its offset) answers
+// for the whole run, and a range asked for is read from the file between the
+// overview's lines around it, so every answer is right before the index is.
 #pragma once
 
 #include "runtime/core/result.hpp"
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <optional>
 #include <shared_mutex>
@@ -52,6 +63,8 @@ struct IndexState {
   bool unfinished = false;    // the last line has no newline yet
   bool missing = true;        // there is no such file (yet)
   Error problem;              // the file could not be read on
+  bool indexing = false;      // the index is being built: rows, keys and their points are
+                              // estimates from an overview, bytes is 0, nothing is skipped yet
 };
 
 class LinesIndex {
@@ -62,15 +75,30 @@ public:
   static constexpr std::size_t exact_points = 65536;
   /// A stretch of the file at least this long is read by several threads.
   static constexpr std::uint64_t parallel_bytes = 32u << 20;
+  /// A history at least this long, opened for the first time, is indexed in
+  /// the background, an overview of this many lines answering meanwhile.
+  static constexpr std::uint64_t overview_bytes = 32u << 20;
+  static constexpr std::size_t overview_lines = 4096;
 
   /// `parallel_from`: the stretch from which several threads read, `pieces`
-  /// of them (0: one a core, at most 4); tests change them to compare both
-  /// ways of reading.
-  LinesIndex(std::string path, FileKind kind, std::uint64_t parallel_from = parallel_bytes, unsigned pieces = 0);
+  /// of them (0: one a core, at most 4); `overview_from`: the length of a
+  /// history from which its first reading is done in the background. Tests
+  /// change them to compare the ways of reading.
+  LinesIndex(std::string path, FileKind kind, std::uint64_t parallel_from = parallel_bytes, unsigned pieces = 0,
+             std::uint64_t overview_from = overview_bytes);
+  ~LinesIndex();
+  LinesIndex(const LinesIndex&) = delete;
+  LinesIndex& operator=(const LinesIndex&) = delete;
+
+  /// Holds a background indexing started from now on before it reads
+  /// (true) or lets it go (false): tests look at the answers before the
+  /// index is whole.
+  void hold_indexing(bool hold);
 
   /// Takes in the complete lines appended since the last call (all of the
-  /// file the first time); starts over where the file was replaced or cut.
-  /// Returns whether anything changed.
+  /// file the first time, or an overview of it while it is indexed in the
+  /// background; the index once it is built); starts over where the file
+  /// was replaced or cut. Returns whether anything changed.
   bool refresh();
 
   [[nodiscard]] IndexState state() const;
@@ -82,6 +110,9 @@ public:
   /// and whether every one of them is there (`full`). A key with more than
   /// two points per pixel gets the smallest and largest of each pixel.
   void series_json(const SeriesRequest& r, std::string& out) const;
+  /// The keys that start with `prefix`, each with the last step it has a
+  /// finite value at (from the overview while the index is built).
+  [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> last_steps(std::string_view prefix) const;
   /// The bytes the index holds.
   [[nodiscard]] std::size_t memory() const;
 
@@ -106,6 +137,7 @@ private:
   };
   class RowReader;
   class Collector;
+  struct Overview;
 
   /// Where a stretch of at least 64 rows starts (its first row and that
   /// row's byte offset), and the smallest and largest step, wall and run
@@ -134,9 +166,24 @@ private:
   [[nodiscard]] std::pair<std::size_t, std::size_t> rows_in(XAxis x, double lo, double hi) const;
   /// The smallest and largest x of the file (NaN where no row has one).
   [[nodiscard]] std::pair<double, double> x_range(XAxis x) const;
-  /// Reads rows [first, last) from the file again, handing each key's values to `take`.
-  Error scan(std::size_t first, std::size_t last, const std::vector<const Key*>& keys,
+  /// Reads rows [first, last) from the file again, handing each key's values to `into`.
+  Error scan(std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
              const std::vector<Collector*>& into, XAxis x, double lo, double hi) const;
+  /// The same from byte `from` (a line's start, of row `row`) up to byte `end`.
+  Error scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first, std::size_t last,
+                   const std::vector<std::string_view>& keys, const std::vector<Collector*>& into, XAxis x,
+                   double lo, double hi) const;
+
+  /// Reads the overview of the file open as `fd`, `size` bytes long, and
+  /// starts the index's building in the background; false where there is
+  /// no overview to be had (the file is then read the plain way).
+  bool start_overview(int fd, std::uint64_t size);
+  /// Takes the index built in the background in place of the overview.
+  void adopt(LinesIndex& built);
+  /// Stops a background indexing and forgets it and the overview.
+  void stop_building();
+  /// The answer to `r` while the index is built (series_json's JSON).
+  void overview_json(const SeriesRequest& r, std::string& out) const;
 
   const std::string path_;
   const FileKind kind_;
@@ -161,6 +208,18 @@ private:
   std::uint64_t first_skipped_line_ = 0;
   std::uint64_t stuck_size_ = 0; // the size at which a line too long stopped the reading
   IndexState state_;
+
+  // While the index is built in the background: the overview that answers
+  // meanwhile, the thread, and the index it builds (handed over by `built_`).
+  std::unique_ptr<Overview> overview_;
+  std::thread builder_;
+  std::unique_ptr<LinesIndex> next_;
+  std::atomic<bool> built_{false}, stop_{false};
+  const std::atomic<bool>* stopped_ = &stop_; // what a piece read for another index looks at
+  const std::uint64_t overview_from_;
+  std::mutex gate_mutex_;
+  std::condition_variable gate_;
+  bool hold_ = false;
 };
 
 } // namespace chorus::cli::serve

@@ -227,11 +227,28 @@ def case_runs_list(chorus, root, d):
 
 
 def case_run_charts(chorus, root, d):
-    make_run(root, "mnist", "job-1", "exp1", name="exp1", world=2, crashed=(1,))
+    run = make_run(root, "mnist", "job-1", "exp1", name="exp1", world=2, crashed=(1,))
+    # Two barriers: rank 1 came last to the first, never reached the second.
+    write(os.path.join(run, "barriers.jsonl"), "\n".join(json.dumps(b) for b in [
+        {"name": "epoch-0", "index": 0, "step": 9, "opened": START + 10, "released": START + 12.5, "error": None,
+         "ranks": [{"rank": 0, "arrived": START + 10, "waited": 2.5}, {"rank": 1, "arrived": START + 12.5, "waited": 0}]},
+        {"name": "epoch-1", "index": 1, "step": 19, "opened": START + 20, "released": START + 25,
+         "error": "barrier \"epoch-1\" timed out after 5000 ms: rank 1 did not reach it",
+         "ranks": [{"rank": 0, "arrived": START + 20, "waited": 5}, {"rank": 1, "arrived": None, "waited": None}]},
+    ]) + "\n")
     s = Serve(chorus, root)
     try:
         d.get(s.url + "#/run/mnist/job-1/exp1")
         wait_until("the ranks table", lambda: "heartbeat lost" in d.find_element(By.ID, "ranks-table").text)
+        # Rank 1 held rank 0 back: marked in the ranks table; each barrier's waits listed.
+        lag = wait_until("the laggard marked", lambda: d.find_elements(By.CSS_SELECTOR, "#ranks-table tr.laggard"))
+        assert [r.get_attribute("data-rank") for r in lag] == ["1"], [r.text for r in lag]
+        assert "waited 7.500 s for it" in lag[0].text, lag[0].text
+        waits = d.find_element(By.ID, "barrier-waits").text
+        for word in ["epoch-0", "epoch-1", "2.500 s", "5.000 s", "never came", "timed out"]:
+            assert word in waits, f"{word!r} not in the barriers table:\n{waits}"
+        d.execute_script("document.getElementById('barriers').scrollIntoView()")
+        d.save_screenshot("run_barriers.png")
         for title in ["loss", "lr", "acc"]:
             c = drawn(d, title, rows=200)
             assert c["rows"] == 200, c

@@ -2,15 +2,20 @@
 // reading the file in pieces on several threads gives the very index one
 // plain read gives, damaged lines, a line being written, keys that come and
 // go and the 65,536-point limit included; the index follows the file as it
-// grows, and starts over where it is replaced or cut.
+// grows, and starts over where it is replaced or cut. A long history is
+// shown by an overview while its index is built in the background: ranges
+// are answered from the file as the index answers them, and the index, once
+// built, is the one a plain read gives.
 #define BOOST_TEST_MODULE cli_serve_index
 #include <boost/test/unit_test.hpp>
 
 #include "cli/serve/lines_index.hpp"
 #include "tests/cli/process.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 using namespace chorus::test;
 using chorus::cli::serve::FileKind;
@@ -206,4 +211,108 @@ BOOST_AUTO_TEST_CASE(a_line_being_written_is_taken_once_it_is_whole) {
   BOOST_TEST(index.state().rows == 11u);
   BOOST_TEST(!index.state().unfinished);
   BOOST_TEST(series(index, "dense").find(",42]") != std::string::npos, series(index, "dense"));
+}
+
+namespace {
+
+/// The answer's points from its "series" on, without each key's counts of
+/// NaN and infinities over the whole file (the index's, not the range's).
+std::string series_part(const LinesIndex& index, const chorus::cli::serve::SeriesRequest& r) {
+  std::string out;
+  index.series_json(r, out);
+  const auto at = out.find("\"series\"");
+  out = at == std::string::npos ? out : out.substr(at);
+  for (std::size_t p; (p = out.find(",\"nan\":")) != std::string::npos;) {
+    const std::size_t end = out.find('}', p);
+    out.erase(p, end - p);
+  }
+  for (std::size_t p; (p = out.find(",\"missing\":true")) != std::string::npos;) out.erase(p, 15);
+  return out;
+}
+
+/// Refreshes `index` until its background indexing is over (a minute at most).
+void wait_indexed(LinesIndex& index) {
+  for (int i = 0; i < 6000 && index.state().indexing; ++i) {
+    index.refresh();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  index.refresh();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_long_history_is_shown_by_an_overview_until_its_index_is_built) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, history_rows(0, 70'000) + R"({"_step":70000,"dense":)");
+  const std::vector<std::string> keys = {"sparse", "c/rank-2", "_progress/rank-2", "nosuch",
+                                         "dense",  "c/rank-0", "_count/min",       "_step"};
+  LinesIndex plain(file.string(), FileKind::history, never, 1, never);
+  BOOST_TEST(plain.refresh());
+  // An overview from 64 KiB on, its index built on two threads, held back for now.
+  LinesIndex index(file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  index.hold_indexing(true);
+  BOOST_TEST(index.refresh());
+  chorus::cli::serve::IndexState s = index.state();
+  BOOST_TEST(s.indexing);
+  BOOST_TEST(s.last_step == 69'999);
+  BOOST_TEST(s.unfinished);
+  BOOST_TEST(s.rows > 60'000u, s.rows); // an estimate from the lines' lengths
+  BOOST_TEST(s.rows < 80'000u, s.rows);
+  std::string listed;
+  index.keys_json(listed);
+  for (const char* k : {"\"dense\"", "\"c/rank-2\"", "\"_progress/rank-2\"", "\"_count/min\"", "\"estimated\":true"})
+    BOOST_TEST(listed.find(k) != std::string::npos, k << " in " << listed);
+  // The whole run: the overview's lines stand for it, and the answer says so.
+  const std::string whole = series(index, "dense");
+  BOOST_TEST(whole.find("\"overview\":true") != std::string::npos, whole);
+  BOOST_TEST(whole.find("\"full\":false") != std::string::npos, whole);
+  // A range: every line in it read from the file, the very answer of the index.
+  for (const XAxis x : {XAxis::step, XAxis::wall, XAxis::rel}) {
+    const double at = x == XAxis::wall ? 1'700'000'000 : 0, per = x == XAxis::step ? 1 : 0.5;
+    for (const auto& [from, to] : {std::pair{30'000.0, 30'900.0}, std::pair{49'990.0, 50'020.0},
+                                   std::pair{0.0, 100.0}, std::pair{69'500.0, 70'000.0}}) {
+      const chorus::cli::serve::SeriesRequest r{keys, x, at + from * per, at + to * per, 1000};
+      BOOST_TEST(series_part(index, r) == series_part(plain, r), "steps " << from << " to " << to);
+    }
+  }
+  // Lines appended meanwhile are read once the index is whole.
+  {
+    std::ofstream f(file, std::ios::app);
+    f << "1.5}\n" << history_rows(70'001, 71'000);
+  }
+  BOOST_TEST(!index.refresh());
+  BOOST_TEST(index.state().indexing);
+  index.hold_indexing(false);
+  wait_indexed(index);
+  BOOST_TEST(!index.state().indexing);
+  BOOST_TEST(plain.refresh());
+  BOOST_TEST((everything(index, keys, 4) == everything(plain, keys, 4)));
+  BOOST_TEST(index.state().rows == 71'000u);
+  BOOST_TEST(index.state().skipped == 14u);
+}
+
+BOOST_AUTO_TEST_CASE(a_history_replaced_while_it_is_indexed_is_read_afresh) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, history_rows(0, 20'000));
+  LinesIndex index(file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  index.hold_indexing(true);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().indexing);
+  // Replaced by a short file (chorus recover rewrites it): the indexing of the old one stops.
+  write_text(dir.path / "new.jsonl", history_rows(0, 300));
+  fs::rename(dir.path / "new.jsonl", file);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(!index.state().indexing);
+  BOOST_TEST(index.state().rows == 300u);
+  // Cut while indexed: read afresh too.
+  write_text(dir.path / "new.jsonl", history_rows(0, 20'000));
+  fs::rename(dir.path / "new.jsonl", file);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().indexing);
+  fs::resize_file(file, history_rows(0, 100).size());
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(!index.state().indexing);
+  BOOST_TEST(index.state().rows == 100u);
 }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <map>
 #include <thread>
 
 using namespace chorus::test;
@@ -494,4 +495,86 @@ BOOST_AUTO_TEST_CASE(new_rows_reach_the_event_stream) {
   // The new rows are in the series.
   const auto [status, body] = s.get(series_path("proj/grp/live", {"lr"}, ""));
   BOOST_TEST(numbers(Json(body)["series"]["lr"]["x"]).size() == 25u);
+}
+
+BOOST_AUTO_TEST_CASE(barriers_show_each_ranks_wait_and_the_ranks_the_others_wait_for) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "r1", .state = "running", .world = 3, .ended = false, .last_step = -1});
+  // Ranks 0 and 1 at step 99, rank 2's per-rank values stop at step 59.
+  std::string h;
+  for (int s = 0; s < 100; ++s) {
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s) + R"(,"_runtime":)" +
+         std::to_string(s);
+    for (int r = 0; r < 3; ++r)
+      if (r < 2 || s < 60) h += ",\"t/rank-" + std::to_string(r) + "\":" + std::to_string(s + r);
+    h += "}\n";
+  }
+  write_text(dir / "history.jsonl", h);
+  // Rank 1 came last twice (the others waited 3.5 s and 3 s for it); rank 2
+  // never reached the third barrier, which timed out after 5 s; a damaged line.
+  write_text(dir / "barriers.jsonl",
+             R"({"name":"epoch-0","index":0,"step":9,"opened":100,"released":102,"error":null,"ranks":[{"rank":0,"arrived":100,"waited":2},{"rank":1,"arrived":102,"waited":0},{"rank":2,"arrived":100.5,"waited":1.5}]})"
+             "\n"
+             R"({"name":"epoch-1","index":1,"step":19,"opened":110,"released":112,"error":null,"ranks":[{"rank":0,"arrived":110,"waited":2},{"rank":1,"arrived":112,"waited":0},{"rank":2,"arrived":111,"waited":1}]})"
+             "\n{oops\n"
+             R"({"name":"epoch-2","index":2,"step":29,"opened":120,"released":125,"error":"barrier \"epoch-2\" timed out after 5000 ms: rank 2 did not reach it","ranks":[{"rank":0,"arrived":120,"waited":5},{"rank":1,"arrived":121,"waited":4},{"rank":2,"arrived":null,"waited":null}]})"
+             "\n");
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/run?run=proj/grp/r1");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  BOOST_TEST_INFO(body);
+  const Json j(body);
+  const auto b = j["barriers"];
+  BOOST_TEST(b["total"].get_uint64().value_unsafe() == 3u);
+  BOOST_TEST(b["skipped"].get_uint64().value_unsafe() == 1u);
+  BOOST_TEST(arr(b["records"]).size() == 3u);
+  BOOST_TEST(b["records"].at(0)["ranks"].at(2)["waited"].get_double().value_unsafe() == 1.5);
+  BOOST_TEST(b["records"].at(2)["ranks"].at(2)["arrived"].is_null());
+  BOOST_TEST(contains(std::string(b["records"].at(2)["error"].get_string().value_unsafe()), "timed out"));
+  // Per rank: its own waits, the barriers it came last to, the waits it caused.
+  BOOST_TEST(b["ranks"].at(0)["waited"].get_double().value_unsafe() == 9.0);
+  BOOST_TEST(b["ranks"].at(1)["last"].get_uint64().value_unsafe() == 2u);
+  BOOST_TEST(b["ranks"].at(1)["caused"].get_double().value_unsafe() == 6.5);
+  BOOST_TEST(b["ranks"].at(2)["absent"].get_uint64().value_unsafe() == 1u);
+  BOOST_TEST(b["ranks"].at(2)["caused"].get_double().value_unsafe() == 9.0);
+  BOOST_TEST(b["ranks"].at(0)["caused"].get_double().value_unsafe() == 0.0);
+  // The damaged line is named on the run's page, and the rest still shown.
+  BOOST_TEST(contains(body, "barriers.jsonl: 1 damaged line(s) skipped (line 3: not JSON"));
+  // The laggards: rank 1 and rank 2 (waited for, and behind), never rank 0.
+  const auto lag = arr(j["laggards"]);
+  BOOST_REQUIRE_EQUAL(lag.size(), 2u);
+  BOOST_TEST(j["laggards"].at(0)["rank"].get_int64().value_unsafe() == 1);
+  BOOST_TEST(contains(std::string(j["laggards"].at(0)["why"].get_string().value_unsafe()), "the others waited 6.500 s for it, at 2 of 3 barriers"));
+  BOOST_TEST(j["laggards"].at(1)["rank"].get_int64().value_unsafe() == 2);
+  const std::string why2(j["laggards"].at(1)["why"].get_string().value_unsafe());
+  BOOST_TEST(contains(why2, "it never reached some"), why2);
+  BOOST_TEST(contains(why2, "at step 59, 40 behind rank 0"), why2);
+
+  // A run without barriers.jsonl says so, and names no laggard where all keep pace.
+  const fs::path quiet = make_run(root.path, "proj", "grp", {.id = "r2", .world = 2});
+  write_text(quiet / "history.jsonl", history(100, 2));
+  const auto [qs, qbody] = s.get("/api/run?run=proj/grp/r2");
+  BOOST_REQUIRE_EQUAL(qs, 200);
+  const Json q(qbody);
+  BOOST_TEST(q["barriers"]["missing"].get_bool().value_unsafe());
+  BOOST_TEST(arr(q["laggards"]).size() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_groups_members_far_behind_the_furthest_are_marked) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "ahead", .world = 2, .last_step = 990});
+  make_run(root.path, "proj", "grp", {.id = "near", .world = 2, .last_step = 985});
+  make_run(root.path, "proj", "grp", {.id = "behind", .world = 2, .last_step = 400});
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/group?group=proj/grp");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  BOOST_TEST_INFO(body);
+  const Json j(body);
+  std::map<std::string, std::int64_t> behind;
+  for (simdjson::dom::element m : arr(j["members"])) {
+    std::int64_t by = 0;
+    if (m["behind"].get(by) == simdjson::SUCCESS) behind[std::string(m["id"].get_string().value_unsafe())] = by;
+  }
+  BOOST_TEST(behind.size() == 1u);
+  BOOST_TEST(behind["behind"] == 590);
 }

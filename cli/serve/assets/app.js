@@ -170,13 +170,14 @@ class Chart {
       });
       const data = new Array(this.sources.length).fill(null);
       const problems = [];
-      let n = 0, full = true;
+      let n = 0, full = true, overview = false;
       await Promise.all([...byFile.values()].map(async (f) => {
         const params = { run: f.run, file: f.file, key: f.keys, x: axis, width };
         if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
         const r = await api('series', params);
         if (r.error) { problems.push(r.error); return; }
         if (r.problem) problems.push(r.problem);
+        if (r.overview) overview = true;
         f.keys.forEach((k, j) => {
           const s = r.series && r.series[k];
           if (!s) return;
@@ -187,8 +188,8 @@ class Chart {
       }));
       this.data = data;
       this.axisUsed = axis;
-      this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + n + ' points' +
-        (full ? '' : ' (smallest and largest of each pixel)');
+      this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + (overview ? 'about ' : '') + n + ' points' +
+        (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)');
       this.draw();
     } catch (e) {
       this.status.textContent = 'could not load: ' + e;
@@ -448,12 +449,51 @@ function jsonTable(obj) {
 }
 
 function ranksTable(run) {
-  const t = h('table', { id: 'ranks-table' }, h('tr', {}, ['rank', 'state', 'last step', 'exit code', 'host', 'message'].map((x) => h('th', { text: x }))));
+  const t = h('table', { id: 'ranks-table' }, h('tr', {}, ['rank', 'state', 'last step', 'exit code', 'host', 'message', 'holds others back'].map((x) => h('th', { text: x }))));
+  const lag = new Map((run.laggards || []).map((l) => [l.rank, l.why]));
   for (const k of run.ranks || [])
-    t.append(h('tr', { 'data-rank': k.rank }, h('td', { class: 'num', text: k.rank }), h('td', {}, badge(k.state)),
+    t.append(h('tr', { 'data-rank': k.rank, class: lag.has(k.rank) ? 'laggard' : '' }, h('td', { class: 'num', text: k.rank }), h('td', {}, badge(k.state)),
       h('td', { class: 'num', text: k.last_step < 0 ? '-' : k.last_step + (k.committed ? ' (committed)' : '') }),
-      h('td', { class: 'num', text: k.exit_code ?? '' }), h('td', { text: k.host }), h('td', { text: k.message })));
+      h('td', { class: 'num', text: k.exit_code ?? '' }), h('td', { text: k.host }), h('td', { text: k.message }),
+      h('td', { class: 'lag', text: lag.has(k.rank) ? '⚑ ' + lag.get(k.rank) : '' })));
   return t;
+}
+
+// Barriers (barriers.jsonl): per rank its waits in all, then each barrier's
+// wait per rank, the newest first; a rank that never reached one is marked.
+function barriersView(run) {
+  const b = run.barriers;
+  if (!b || b.missing) return h('p', { class: 'note', text: 'no barrier released yet (barriers.jsonl)' });
+  const out = h('div', { id: 'barriers' });
+  if (b.error) out.append(errorBox(b.error));
+  const ranks = [...new Set(b.records.flatMap((r) => r.ranks.map((k) => k.rank)))].sort((x, y) => x - y);
+  const totals = h('table', { id: 'barrier-totals' }, h('tr', {}, ['rank', 'barriers', 'waited in all', 'came last', 'others waited for it', 'never reached'].map((x) => h('th', { text: x }))));
+  const lag = new Set((run.laggards || []).map((l) => l.rank));
+  for (const k of b.ranks)
+    totals.append(h('tr', { 'data-rank': k.rank, class: lag.has(k.rank) ? 'laggard' : '' }, h('td', { class: 'num', text: k.rank }),
+      h('td', { class: 'num', text: k.barriers }), h('td', { class: 'num', text: fmtSeconds(k.waited) }),
+      h('td', { class: 'num', text: k.last }), h('td', { class: 'num', text: fmtSeconds(k.caused) }), h('td', { class: 'num', text: k.absent })));
+  const t = h('table', { id: 'barrier-waits' }, h('tr', {}, ['#', 'barrier', 'step', 'released', ...ranks.map((r) => 'rank ' + r), 'error'].map((x) => h('th', { text: x }))));
+  const most = Math.max(1e-9, ...b.records.flatMap((r) => r.ranks.map((k) => k.waited || 0)));
+  for (const r of [...b.records].reverse()) {
+    const cells = ranks.map((rank) => {
+      const k = r.ranks.find((x) => x.rank === rank);
+      if (!k) return h('td', {});
+      if (k.arrived === null) return h('td', { class: 'num absent', text: 'never came' });
+      const bar = h('span', { class: 'bar', style: `width:${Math.round(60 * k.waited / most)}px` });
+      return h('td', { class: 'num', title: 'arrived ' + fmtTime(k.arrived) }, bar, fmtSeconds(k.waited));
+    });
+    t.append(h('tr', {}, h('td', { class: 'num', text: r.index }), h('td', { text: r.name }), h('td', { class: 'num', text: r.step }),
+      h('td', { text: fmtTime(r.released) }), ...cells, h('td', { class: 'lag', text: r.error || '' })));
+  }
+  out.append(h('p', { class: 'note', text: `${b.total} barrier(s): how long each rank waited at each (from its arrival to the release)` +
+    (b.records.length < b.total ? `; the last ${b.records.length} listed` : '') }), totals, t);
+  return out;
+}
+
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return '';
+  return s < 1 ? (s * 1000).toFixed(1) + ' ms' : s.toFixed(3) + ' s';
 }
 
 function identityTable(run) {
@@ -511,12 +551,14 @@ async function runPage(view, path) {
   const metrics = h('div', { id: 'metrics' });
   const system = h('div', { id: 'system' });
   const dist = h('div', { id: 'distributed' });
+  const barriersBox = h('div', { id: 'barriers-box' });
   view.replaceChildren(head, problems, overview, h('h2', { text: 'Metrics' }), metrics,
-    h('h2', { text: 'System' }), system, h('h2', { text: 'Distributed' }), dist);
+    h('h2', { text: 'System' }), system, h('h2', { text: 'Distributed' }), dist, h('h3', { text: 'Barriers' }), barriersBox);
 
   const renderHead = () => {
     head.replaceChildren(h('h1', {}, run.name || run.id, ' ', badge(run.shown_state)),
-      h('p', { class: 'note', id: 'progress', text: `${run.history.rows} rows, last step ${run.history.last_step}` +
+      h('p', { class: 'note', id: 'progress', text: (run.history.indexing ? 'about ' : '') + `${run.history.rows} rows, last step ${run.history.last_step}` +
+        (run.history.indexing ? ' (indexing the history: the charts show an overview until it is done)' : '') +
         (run.history.unfinished ? ' (a row is being written)' : '') }));
     problems.replaceChildren(...(run.errors || []).map(errorBox), ...(run.warnings || []).map((w) => h('div', { class: 'warning', text: w })));
     const artifacts = h('table', { id: 'artifacts' }, h('tr', {}, ['artifact', 'type', 'size', 'rank', 'step', 'logged'].map((x) => h('th', { text: x }))));
@@ -530,6 +572,7 @@ async function runPage(view, path) {
       h('div', {}, h('h2', { text: 'Config' }), jsonTable(run.config)),
       h('div', {}, h('h2', { text: 'Summary' }), jsonTable(run.summary)),
       (run.artifacts || []).length ? h('div', {}, h('h2', { text: 'Artifacts' }), artifacts) : '');
+    barriersBox.replaceChildren(barriersView(run));
   };
   renderHead();
 
@@ -632,7 +675,7 @@ async function runPage(view, path) {
   addDistributed();
 
   // Live: new rows, ranks' states and system samples, as the files change.
-  let rows = run.history.rows, sysRows = run.system.rows, keyCount = run.history.keys.length;
+  let rows = run.history.rows, sysRows = run.system.rows, keyCount = run.history.keys.length, indexing = run.history.indexing;
   const reloadRun = async () => {
     const r = await api('run', { run: path });
     if (r.httpStatus >= 400) return;
@@ -641,8 +684,9 @@ async function runPage(view, path) {
   };
   const es = follow([path], {
     history: async (e) => {
-      if (e.rows === rows && e.keys === keyCount) return;
+      if (e.rows === rows && e.keys === keyCount && e.indexing === indexing) return;
       rows = e.rows;
+      indexing = e.indexing;
       await reloadRun();
       if (run.history.keys.length !== keyCount) {
         keyCount = run.history.keys.length;
@@ -696,9 +740,9 @@ async function groupPage(view, path) {
   const m = g.manifest;
   const members = h('table', { id: 'members' }, h('tr', {}, ['member', 'run', 'state', 'host', 'node', 'ranks', 'last step', 'rows', 'exit codes', 'duration', 'message'].map((x) => h('th', { text: x }))));
   for (const x of g.members)
-    members.append(h('tr', {}, h('td', { text: x.label }), h('td', {}, x.path ? runLink(x.path, x.id) : x.id),
+    members.append(h('tr', { class: x.behind ? 'laggard' : '', 'data-member': x.label }, h('td', { text: x.label }), h('td', {}, x.path ? runLink(x.path, x.id) : x.id),
       h('td', {}, badge(x.state)), h('td', { text: x.host || '' }), h('td', { class: 'num', text: x.node ?? '' }),
-      h('td', { text: x.ranks }), h('td', { class: 'num', text: x.last_step < 0 ? '-' : x.last_step }),
+      h('td', { text: x.ranks }), h('td', { class: 'num' + (x.behind ? ' lag' : ''), text: (x.last_step < 0 ? '-' : x.last_step) + (x.behind ? ` (⚑ ${x.behind} behind)` : '') }),
       h('td', { class: 'num', text: x.rows ?? '' }), h('td', { text: x.exit_codes }),
       h('td', { class: 'num', text: x.start_time && x.end_time ? fmtDuration(x.end_time - x.start_time) : '' }),
       h('td', { text: (x.message || '') + (x.error ? ' ' + x.error : '') })));
