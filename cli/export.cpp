@@ -355,7 +355,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   std::error_code ec;
   if (fs::exists(config, ec)) {
     const Result<simdjson::dom::element> doc = load_json_file(config, parser);
-    if (doc && doc->is_object()) tb.text("config", io::markdown_table(doc->get_object().value_unsafe()), start);
+    if (doc && doc->is_object()) tb.config(doc->get_object().value_unsafe(), start);
     else if (!doc) std::fprintf(stderr, "chorus export: %s; the config is left out\n", doc.error().message().c_str());
   }
   const std::string history = run_dir + "/history.jsonl";

@@ -49,7 +49,10 @@ public:
       if (!parser_.parse(line.data(), line.size()).get(row)) tb_->history_row(row, nullptr);
     for (const std::string_view line : b.system)
       if (!parser_.parse(line.data(), line.size()).get(row)) tb_->system_row(row, nullptr);
-    if (b.config != nullptr) text("config", *b.config, start_wall_);
+    if (b.config != nullptr) {
+      simdjson::dom::object object;
+      if (!parser_.parse(*b.config).get(object)) tb_->config(object, start_wall_); // damaged: left out
+    }
     if (b.final && b.summary != nullptr)
       text("summary", *b.summary, run.end_ms > 0 ? static_cast<double>(run.end_ms) / 1000.0 : start_wall_);
     if (Error e = tb_->sync()) return failed(e, s);

@@ -46,6 +46,21 @@ std::string markdown_table(const simdjson::dom::object& object) {
   return out;
 }
 
+std::vector<HParam> hparams_of(const simdjson::dom::object& config) {
+  std::vector<HParam> out;
+  for (auto [key, value] : config) {
+    double d = 0;
+    bool b = false;
+    std::string_view s;
+    if (value.is_null()) continue;
+    if (value.get_double().get(d) == simdjson::SUCCESS) out.push_back({std::string(key), d});
+    else if (value.get_bool().get(b) == simdjson::SUCCESS) out.push_back({std::string(key), b});
+    else if (value.get_string().get(s) == simdjson::SUCCESS) out.push_back({std::string(key), std::string(s)});
+    else out.push_back({std::string(key), simdjson::minify(value)});
+  }
+  return out;
+}
+
 TensorBoardRun::TensorBoardRun(std::string dir) : dir_(std::move(dir)) {}
 TensorBoardRun::~TensorBoardRun() = default;
 
@@ -149,6 +164,20 @@ void TensorBoardRun::text(std::string_view tag, std::string_view markdown, doubl
   if (TfEventsWriter* w = writer("", wall_time_s)) {
     w->text(tag, static_cast<std::int64_t>(e.events), wall_time_s, markdown);
     e.max_step = static_cast<std::int64_t>(e.events++);
+  }
+}
+
+void TensorBoardRun::config(const simdjson::dom::object& config, double wall_time_s) {
+  text("config", markdown_table(config), wall_time_s);
+  // The session's hyperparameters, once: TensorBoard keeps a tag's first.
+  constexpr std::string_view tag = "_hparams_/session_start_info";
+  TagExtent& e = extent("", tag);
+  if (e.events > 0) return;
+  if (TfEventsWriter* w = writer("", wall_time_s)) {
+    const std::vector<HParam> values = hparams_of(config);
+    w->hparams(values, wall_time_s, wall_time_s);
+    e.max_step = 0;
+    e.events = 1;
   }
 }
 

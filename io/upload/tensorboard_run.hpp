@@ -65,6 +65,10 @@ public:
   /// renders it as markdown), at step 0 for the first of its tag, 1 for the
   /// next (a config that changed), and so on.
   void text(std::string_view tag, std::string_view markdown, double wall_time_s);
+  /// The run's config: as text (`config`, a markdown table) each time, and
+  /// once, its top-level keys as the hyperparameters of TensorBoard's HParams
+  /// plugin (hparams_of), the session starting at `wall_time_s`.
+  void config(const simdjson::dom::object& config, double wall_time_s);
 
   /// Writes what is buffered; the first problem since the last flush (a
   /// directory that cannot be made, a full disk), naming the file.
@@ -103,5 +107,10 @@ private:
 /// A JSON object (config.json, summary.json) as a markdown table of its
 /// top-level keys and their values (compact JSON), for a text summary.
 [[nodiscard]] std::string markdown_table(const simdjson::dom::object& object);
+
+/// A config's top-level keys as hyperparameters: numbers, booleans and
+/// strings as they are, an object or array as its compact JSON text; a null
+/// is left out (the HParams plugin takes scalars only).
+[[nodiscard]] std::vector<HParam> hparams_of(const simdjson::dom::object& config);
 
 } // namespace chorus::io

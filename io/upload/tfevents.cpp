@@ -29,7 +29,7 @@ namespace {
 enum Wire : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2, fixed32 = 5 };
 
 // tensorflow.DataType (tensorflow/core/framework/types.proto).
-constexpr std::uint64_t dt_string = 7;
+constexpr std::uint64_t dt_float = 1, dt_string = 7;
 
 void put_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -81,10 +81,27 @@ namespace metadata {
 constexpr std::uint32_t plugin_data = 1;
 }
 namespace plugin_data {
-constexpr std::uint32_t plugin_name = 1;
+constexpr std::uint32_t plugin_name = 1, content = 2;
 }
 namespace tensor {
 constexpr std::uint32_t dtype = 1, tensor_shape = 2, string_val = 8;
+}
+namespace tensor_shape { // tensorflow/core/framework/tensor_shape.proto
+constexpr std::uint32_t dim = 2;
+}
+// The HParams plugin: tensorboard/plugins/hparams/plugin_data.proto, and
+// google.protobuf.Value from google/protobuf/struct.proto.
+namespace hparams_plugin_data {
+constexpr std::uint32_t session_start_info = 3; // version = 1 is 0, so left out
+}
+namespace session_start_info {
+constexpr std::uint32_t hparams = 1, start_time_secs = 5;
+}
+namespace map_entry {
+constexpr std::uint32_t key = 1, value = 2;
+}
+namespace proto_value {
+constexpr std::uint32_t number_value = 2, string_value = 3, bool_value = 4;
 }
 
 
@@ -224,6 +241,44 @@ void TfEventsWriter::text(std::string_view tag, std::int64_t step, double wall_t
   put_bytes(val, value::tensor, tens);
   put_bytes(val, value::metadata, meta);
   add_summary(val, step, wall_time_s);
+}
+
+void TfEventsWriter::hparams(std::span<const HParam> values, double start_time_s, double wall_time_s) {
+  constexpr std::string_view tag = "_hparams_/session_start_info";
+  if (!take(tag, 0)) return;
+  // SessionStartInfo{hparams: map<string, google.protobuf.Value>, start_time_secs}:
+  // each map entry a message {key, value}; a Value's kind is a oneof, so a
+  // 0 or false is written too.
+  std::string info, entry, v;
+  for (const HParam& h : values) {
+    v.clear();
+    if (const double* d = std::get_if<double>(&h.value)) put_double(v, proto_value::number_value, *d);
+    else if (const bool* b = std::get_if<bool>(&h.value)) put_uint(v, proto_value::bool_value, *b ? 1 : 0);
+    else put_bytes(v, proto_value::string_value, std::get<std::string>(h.value));
+    entry.clear();
+    put_bytes(entry, map_entry::key, h.name);
+    put_bytes(entry, map_entry::value, v);
+    put_bytes(info, session_start_info::hparams, entry);
+  }
+  put_double(info, session_start_info::start_time_secs, start_time_s);
+  std::string content;
+  put_bytes(content, hparams_plugin_data::session_start_info, info);
+  std::string plugin;
+  put_bytes(plugin, plugin_data::plugin_name, "hparams");
+  put_bytes(plugin, plugin_data::content, content);
+  std::string meta;
+  put_bytes(meta, metadata::plugin_data, plugin);
+  // The tensor is empty, as the plugin's own summaries have it: DT_FLOAT of shape [0].
+  std::string dim, shape, tens;
+  put_bytes(shape, tensor_shape::dim, dim);
+  put_uint(tens, tensor::dtype, dt_float);
+  put_bytes(tens, tensor::tensor_shape, shape);
+
+  std::string val;
+  put_bytes(val, value::tag, tag);
+  put_bytes(val, value::tensor, tens);
+  put_bytes(val, value::metadata, meta);
+  add_summary(val, 0, wall_time_s);
 }
 
 void TfEventsWriter::add_summary(std::string_view value, std::int64_t step, double wall_time_s) {

@@ -13,8 +13,16 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 namespace chorus::io {
+
+/// One hyperparameter of a session, as TensorBoard's HParams plugin shows it:
+/// a number, a boolean or a string.
+struct HParam {
+  std::string name;
+  std::variant<double, bool, std::string> value;
+};
 
 /// CRC32C (Castagnoli, reflected polynomial 0x82F63B78) of `data`, extending
 /// `crc`, the CRC of what came before: crc32c(b, crc32c(a)) is the CRC of a
@@ -75,6 +83,12 @@ public:
   /// A text summary (TensorBoard's text plugin: metadata plugin_name "text",
   /// a scalar DT_STRING tensor).
   void text(std::string_view tag, std::int64_t step, double wall_time_s, std::string_view text);
+
+  /// The HParams plugin's session start (tag "_hparams_/session_start_info",
+  /// step 0): the hyperparameters `values` in this order, and the session's
+  /// start. TensorBoard takes this directory as one session, its scalars
+  /// (and its subdirectories') as the session's metrics.
+  void hparams(std::span<const HParam> values, double start_time_s, double wall_time_s);
 
   /// Writes what is buffered to the file (records are buffered, up to ~1
   /// MiB, then written); an error (disk full, say) names the file and the

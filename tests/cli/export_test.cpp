@@ -215,6 +215,22 @@ BOOST_AUTO_TEST_CASE(tensorboard_gets_a_run_per_rank_with_steps_times_and_text) 
     }
   }
   BOOST_TEST(texts == 2u);
+  // The config's keys as the HParams plugin's session, once, at the run's start.
+  std::size_t sessions = 0;
+  for (const tb::TbEvent& e : events)
+    for (const tb::TbValue& v : e.values) {
+      if (v.plugin_name != "hparams") continue;
+      ++sessions;
+      BOOST_TEST(v.tag == "_hparams_/session_start_info");
+      const tb::TbHParams h = tb::decode_hparams(v.plugin_content);
+      BOOST_TEST(h.session_start);
+      BOOST_REQUIRE_EQUAL(h.values.size(), 2u);
+      BOOST_TEST(h.values[0].first == "lr");
+      BOOST_TEST(std::get<double>(h.values[0].second) == 0.001);
+      BOOST_TEST(h.values[1].first == "optimizer");
+      BOOST_TEST(std::get<std::string>(h.values[1].second) == "adam|w");
+    }
+  BOOST_TEST(sessions == 1u);
 
   // Each rank's column of a key is that rank's run, under the same tag.
   for (int r = 0; r < 2; ++r) {

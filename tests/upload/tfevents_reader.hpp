@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace chorus::test::tfevents {
@@ -152,6 +154,7 @@ struct TbValue {
   std::int64_t dtype = 0;
   bool has_shape = false;
   int shape_dims = 0;
+  std::vector<std::int64_t> dim_sizes; // TensorShapeProto.dim[].size
   std::vector<std::string> string_val;
 };
 
@@ -173,8 +176,18 @@ inline void decode_tensor(std::string_view msg, TbValue& v) {
     } else if (f.number == 2) {
       expect_wire(f, 2, "TensorProto.tensor_shape");
       v.has_shape = true;
-      for (const Field& d : fields_of(f.bytes))
-        if (d.number == 2) ++v.shape_dims; // TensorShapeProto.dim
+      for (const Field& d : fields_of(f.bytes)) {
+        if (d.number != 2) throw std::runtime_error("unexpected TensorShapeProto field " + std::to_string(d.number));
+        expect_wire(d, 2, "TensorShapeProto.dim");
+        ++v.shape_dims;
+        std::int64_t size = 0;
+        for (const Field& z : fields_of(d.bytes)) {
+          if (z.number != 1) throw std::runtime_error("unexpected Dim field " + std::to_string(z.number));
+          expect_wire(z, 0, "Dim.size");
+          size = static_cast<std::int64_t>(z.number_value);
+        }
+        v.dim_sizes.push_back(size);
+      }
     } else if (f.number == 8) {
       expect_wire(f, 2, "TensorProto.string_val");
       v.string_val.emplace_back(f.bytes);
@@ -263,6 +276,68 @@ inline TbEvent decode_event(std::string_view msg) {
     }
   }
   return e;
+}
+
+/// The HParams plugin's content (tensorboard/plugins/hparams/plugin_data.proto:
+/// HParamsPluginData{version = 1, session_start_info = 3}; SessionStartInfo{
+/// map<string, google.protobuf.Value> hparams = 1, start_time_secs = 5}; a map
+/// entry {key = 1, value = 2}; Value{number_value = 2, string_value = 3,
+/// bool_value = 4}), as read.
+struct TbHParams {
+  std::int64_t version = -1; // -1: absent, which reads as 0
+  bool session_start = false;
+  std::vector<std::pair<std::string, std::variant<double, bool, std::string>>> values;
+  std::optional<double> start_time;
+};
+
+inline double as_double(std::uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+inline TbHParams decode_hparams(std::string_view content) {
+  TbHParams h;
+  for (const Field& f : fields_of(content)) {
+    if (f.number == 1) {
+      expect_wire(f, 0, "HParamsPluginData.version");
+      h.version = static_cast<std::int64_t>(f.number_value);
+      continue;
+    }
+    if (f.number != 3) throw std::runtime_error("unexpected HParamsPluginData field " + std::to_string(f.number));
+    expect_wire(f, 2, "HParamsPluginData.session_start_info");
+    h.session_start = true;
+    for (const Field& i : fields_of(f.bytes)) {
+      if (i.number == 5) {
+        expect_wire(i, 1, "SessionStartInfo.start_time_secs");
+        h.start_time = as_double(i.number_value);
+        continue;
+      }
+      if (i.number != 1) throw std::runtime_error("unexpected SessionStartInfo field " + std::to_string(i.number));
+      expect_wire(i, 2, "SessionStartInfo.hparams");
+      std::string key;
+      std::optional<std::variant<double, bool, std::string>> value;
+      for (const Field& e : fields_of(i.bytes)) {
+        expect_wire(e, 2, "map entry field");
+        if (e.number == 1) {
+          key = e.bytes;
+        } else if (e.number == 2) {
+          for (const Field& v : fields_of(e.bytes)) {
+            if (value) throw std::runtime_error("a Value with two kinds");
+            if (v.number == 2) expect_wire(v, 1, "Value.number_value"), value = as_double(v.number_value);
+            else if (v.number == 3) expect_wire(v, 2, "Value.string_value"), value = std::string(v.bytes);
+            else if (v.number == 4) expect_wire(v, 0, "Value.bool_value"), value = v.number_value != 0;
+            else throw std::runtime_error("unexpected Value field " + std::to_string(v.number));
+          }
+        } else {
+          throw std::runtime_error("unexpected map entry field " + std::to_string(e.number));
+        }
+      }
+      if (!value) throw std::runtime_error("hparam " + key + " without a value");
+      h.values.emplace_back(key, *value);
+    }
+  }
+  return h;
 }
 
 /// Every event of the file at `path`; throws where a record is damaged.

@@ -6,6 +6,7 @@
 #define BOOST_TEST_MODULE tfevents
 #include <boost/test/unit_test.hpp>
 
+#include "io/upload/tensorboard_run.hpp"
 #include "io/upload/tfevents.hpp"
 #include "tests/temp_dir.hpp"
 #include "tests/upload/tfevents_reader.hpp"
@@ -207,6 +208,43 @@ BOOST_AUTO_TEST_CASE(text_round_trips_as_the_text_plugin) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(hparams_round_trip_as_the_hparams_plugins_session_start) {
+  TempDir tmp;
+  auto w = make_writer(tmp.str());
+  const std::vector<io::HParam> values = {
+      {"lr", 0.001}, {"layers", 3.0}, {"zero", 0.0}, {"amp", false}, {"ema", true}, {"optimizer", std::string("adam")},
+      {"empty", std::string()}};
+  w->hparams(values, 1700000000.5, 1700000001.25);
+  BOOST_TEST(!w->close());
+
+  const auto events = read_events(w->path());
+  BOOST_TEST_REQUIRE(events.size() == 2u);
+  const TbEvent& e = events[1];
+  BOOST_TEST(e.step == 0);
+  BOOST_TEST(e.wall_time == 1700000001.25);
+  BOOST_TEST_REQUIRE(e.values.size() == 1u);
+  const TbValue& v = e.values[0];
+  BOOST_TEST(v.tag == "_hparams_/session_start_info");
+  BOOST_TEST(!v.simple_value.has_value());
+  BOOST_TEST(v.plugin_name == "hparams");
+  // The empty tensor of the plugin's own summaries: DT_FLOAT, shape [0].
+  BOOST_TEST(v.has_tensor);
+  BOOST_TEST(v.dtype == 1);
+  BOOST_TEST(v.has_shape);
+  BOOST_TEST(v.dim_sizes == std::vector<std::int64_t>{0}, boost::test_tools::per_element());
+  const TbHParams h = decode_hparams(v.plugin_content);
+  BOOST_TEST(h.version <= 0); // 0, left out as protobuf leaves a default
+  BOOST_TEST(h.session_start);
+  BOOST_TEST(h.start_time.value_or(0) == 1700000000.5);
+  BOOST_TEST_REQUIRE(h.values.size() == values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    BOOST_TEST_CONTEXT(values[i].name) {
+      BOOST_TEST(h.values[i].first == values[i].name);
+      BOOST_TEST((h.values[i].second == values[i].value)); // a 0 and a false are there too
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_flipped_byte_or_a_cut_is_detected) {
   TempDir tmp;
   auto w = make_writer(tmp.str());
@@ -364,4 +402,21 @@ BOOST_AUTO_TEST_CASE(a_failed_flush_names_the_file_and_damages_nothing) {
   BOOST_TEST_REQUIRE(events.size() == 101u);
   BOOST_TEST(events[100].step == 99);
   BOOST_TEST(*events[100].values[0].simple_value == 49.5f);
+}
+
+BOOST_AUTO_TEST_CASE(a_configs_keys_become_hyperparameters) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object config;
+  BOOST_TEST_REQUIRE(!parser.parse(std::string_view(
+                                       R"({"lr":0.001,"steps":100,"amp":true,"name":"x","layers":[1,2],"opt":{"b":0.9},"none":null})"))
+                          .get(config));
+  const std::vector<io::HParam> h = io::hparams_of(config);
+  BOOST_TEST_REQUIRE(h.size() == 6u); // the null left out
+  BOOST_TEST(std::get<double>(h[0].value) == 0.001);
+  BOOST_TEST(std::get<double>(h[1].value) == 100.0);
+  BOOST_TEST(std::get<bool>(h[2].value));
+  BOOST_TEST(std::get<std::string>(h[3].value) == "x");
+  BOOST_TEST(h[4].name == "layers");
+  BOOST_TEST(std::get<std::string>(h[4].value) == "[1,2]");
+  BOOST_TEST(std::get<std::string>(h[5].value) == R"({"b":0.9})");
 }
