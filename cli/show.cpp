@@ -7,6 +7,7 @@
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
+#include "io/store/barrier_log.hpp"
 
 #include <simdjson.h>
 
@@ -31,7 +32,8 @@ const Command show_command{
     .summary = "a run's identity, ranks, config, summary and a chart per metric; a group's runs side by side",
     .usage = "[OPTIONS] RUN|GROUP\n[OPTIONS] RUN RUN...",
     .help = R"(Shows a run: its identity, its ranks and their states (a running rank's last
-step is the run's last committed row), config, summary (with the last row's
+step is the run's last committed row) and how long each waited at barriers
+(barriers.jsonl), config, summary (with the last row's
 step, time and runtime on one line), what its machines did, and a terminal
 chart per metric of its history (x = _step, or the time into the run). RUN
 is a run directory, or a run id (or the start of one) looked up under DIR.
@@ -268,6 +270,30 @@ std::string ranks_section(const RunInfo& r, int width) {
       if (code > 128) codes += " (signal " + std::to_string(code - 128) + ")";
     }
     out += clip(codes, width) + "\n";
+  }
+  // Barriers (barriers.jsonl): how many, each rank's waits, and whom the others waited for.
+  const io::BarrierSummary b = io::BarrierLog::read(r.dir);
+  if (!b.missing) {
+    char buf[96];
+    std::string line = "  barriers: " + std::to_string(b.total) + " released";
+    if (b.failed > 0) line += ", " + std::to_string(b.failed) + " with an error";
+    line += "; waited in all:";
+    const io::BarrierSummary::Rank* most = nullptr;
+    for (const io::BarrierSummary::Rank& k : b.ranks) {
+      if (k.barriers == 0) continue;
+      std::snprintf(buf, sizeof buf, " rank %d %.3f s", k.rank, k.waited_s);
+      line += buf;
+      if (k.caused_s > 0 && (!most || k.caused_s > most->caused_s)) most = &k;
+    }
+    if (most) {
+      std::snprintf(buf, sizeof buf, "; the others waited longest for rank %d (%.3f s)", most->rank, most->caused_s);
+      line += buf;
+    }
+    out += clip(line, width) + "\n";
+    if (b.skipped > 0)
+      out += clip("  barriers.jsonl: " + std::to_string(b.skipped) + " damaged line(s) skipped (" + b.first_skipped + ")",
+                  width) + "\n";
+    if (b.problem) out += clip("  barriers.jsonl: " + b.problem.message(), width) + "\n";
   }
   return out + "\n";
 }

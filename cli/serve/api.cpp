@@ -164,6 +164,7 @@ bool behind(std::int64_t step, std::int64_t furthest) {
 /// them, and per rank the totals over all.
 void barriers(io::JsonWriter& w, const io::BarrierSummary& b) {
   w.key("barriers").begin_object().key("missing").boolean(b.missing).key("total").uinteger(b.total);
+  w.key("failed").uinteger(b.failed);
   w.key("skipped").uinteger(b.skipped).key("first_skipped").string(b.first_skipped);
   if (b.problem) w.key("error").string(b.problem.message());
   w.key("records").begin_array();

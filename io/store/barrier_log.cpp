@@ -146,6 +146,7 @@ BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
       continue;
     }
     ++s.total;
+    if (!r->error.empty()) ++s.failed;
     // Who the others waited for: the last to arrive, or any that never did.
     std::optional<std::int64_t> latest;
     bool absent = false;

@@ -70,6 +70,7 @@ struct BarrierSummary {
   };
   std::vector<BarrierRecord> records; // the last `keep`, in file order
   std::uint64_t total = 0;            // records read
+  std::uint64_t failed = 0;           // of them, those released with an error (a timeout, ...)
   std::uint64_t skipped = 0;          // complete lines that are no record
   std::string first_skipped;          // "line N: why"
   std::vector<Rank> ranks;            // by rank

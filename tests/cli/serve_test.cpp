@@ -527,6 +527,7 @@ BOOST_AUTO_TEST_CASE(barriers_show_each_ranks_wait_and_the_ranks_the_others_wait
   const auto b = j["barriers"];
   BOOST_TEST(b["total"].get_uint64().value_unsafe() == 3u);
   BOOST_TEST(b["skipped"].get_uint64().value_unsafe() == 1u);
+  BOOST_TEST(b["failed"].get_uint64().value_unsafe() == 1u);
   BOOST_TEST(arr(b["records"]).size() == 3u);
   BOOST_TEST(b["records"].at(0)["ranks"].at(2)["waited"].get_double().value_unsafe() == 1.5);
   BOOST_TEST(b["records"].at(2)["ranks"].at(2)["arrived"].is_null());

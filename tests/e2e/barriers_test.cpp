@@ -39,6 +39,8 @@ BOOST_AUTO_TEST_CASE(released_barriers_are_logged_with_each_ranks_wait) {
   const chorus::io::BarrierSummary b = chorus::io::BarrierLog::read(run_dir.string());
   BOOST_TEST(!b.problem);
   BOOST_TEST(b.skipped == 0u);
+  BOOST_TEST(b.total == 2u);
+  BOOST_TEST(b.failed == 1u);
   BOOST_REQUIRE_EQUAL(b.records.size(), 2u);
 
   // epoch-0: every rank came; rank 1 last, the others waited for it at least as long as it slept.
@@ -87,4 +89,11 @@ BOOST_AUTO_TEST_CASE(released_barriers_are_logged_with_each_ranks_wait) {
   // The lines as written: times in unix seconds, the absent rank's arrival null.
   const std::string text = slurp(run_dir / "barriers.jsonl");
   BOOST_TEST(text.find(R"({"rank":2,"arrived":null,"waited":null})") != std::string::npos, text);
+
+  // chorus show sums them up under the ranks.
+  const Output show = run(bin("chorus") + " show " + run_dir.string() + " --width 400");
+  BOOST_TEST(show.status == 0);
+  BOOST_TEST(show.text.find("barriers: 2 released, 1 with an error; waited in all: rank 0 ") !=
+                 std::string::npos,
+             show.text);
 }

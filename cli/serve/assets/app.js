@@ -486,7 +486,7 @@ function barriersView(run) {
     t.append(h('tr', {}, h('td', { class: 'num', text: r.index }), h('td', { text: r.name }), h('td', { class: 'num', text: r.step }),
       h('td', { text: fmtTime(r.released) }), ...cells, h('td', { class: 'lag', text: r.error || '' })));
   }
-  out.append(h('p', { class: 'note', text: `${b.total} barrier(s): how long each rank waited at each (from its arrival to the release)` +
+  out.append(h('p', { class: 'note', text: `${b.total} barrier(s)` + (b.failed ? `, ${b.failed} with an error` : '') + ': how long each rank waited at each (from its arrival to the release)' +
     (b.records.length < b.total ? `; the last ${b.records.length} listed` : '') }), totals, t);
   return out;
 }
