@@ -1,9 +1,10 @@
 // A rank of the barrier tests (barriers_test.cpp): logs a step, then meets
 // the others at two barriers, "epoch-0" and "epoch-1", then finishes.
 //   barrier_worker --dir D [--late-rank R --late-ms MS] [--absent-rank A --timeout-ms T]
-// --late-rank: before epoch-0, every other rank touches D/at-RANK; rank R
-// waits until all have, then sleeps MS before it calls barrier(), so that the
-// others wait at least MS there.
+// --late-rank: every other rank calls barrier("epoch-0"), gives its frame
+// 300 ms to reach the run host, then touches D/at-RANK; rank R waits until
+// all have, then sleeps MS before it calls barrier(), so that the others
+// wait at least MS there.
 // --absent-rank: rank A does not reach epoch-1 within its timeout T (asked by
 // every rank): it sleeps 2 T + 1 s first, then passes through it late.
 // Each rank prints "BARRIER R NAME ok|error: ..." after each.
@@ -45,15 +46,19 @@ chorus::task<int> work(Args a) {
     std::fflush(stdout);
   };
   run.log({{"loss", 1.0 + rank}}, {.step = 0});
+  chorus::Pending at;
   if (rank == a.late_rank) {
     for (int r = 0; r < world; ++r)
       while (r != rank && ::access((a.dir + "/at-" + std::to_string(r)).c_str(), F_OK) != 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(a.late_ms));
+    at = run.barrier("epoch-0");
   } else {
+    at = run.barrier("epoch-0");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::ofstream(a.dir + "/at-" + std::to_string(rank)) << "here\n";
   }
-  report("epoch-0", co_await run.barrier("epoch-0"));
+  report("epoch-0", co_await at);
   run.log({{"loss", 2.0 + rank}}, {.step = 1});
   const std::chrono::milliseconds timeout(a.timeout_ms);
   if (rank == a.absent_rank) std::this_thread::sleep_for(2 * timeout + std::chrono::seconds(1));
