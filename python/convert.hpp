@@ -79,6 +79,24 @@ struct DeviceValues {
 };
 DeviceValues device_values(Values& v);
 
+/// Runs `body`, turning a C++ or pybind11 exception into the Python error
+/// it stands for (what a plain CPython function returns as nullptr).
+template <class F>
+PyObject* guarded(F&& body) noexcept {
+  try {
+    return body();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "an unknown C++ exception");
+  }
+  return nullptr;
+}
+
 /// Waits with the GIL released, in slices, so that Ctrl-C (a pending signal)
 /// interrupts the wait with KeyboardInterrupt. False where `timeout` ran out first.
 bool wait_interruptibly(const std::function<bool()>& ready,

@@ -8,6 +8,7 @@
 // is completed through a Notifier's eventfd, which the event loop watches.
 #include "python/convert.hpp"
 #include "python/reader.hpp"
+#include "python/ticket.hpp"
 
 #include "runtime/client/run_impl.hpp"
 
@@ -34,83 +35,9 @@ namespace py = pybind11;
 namespace chorus::python {
 namespace {
 
-// ---------------------------------------------------------------------------
-// Tickets
-
-/// A ticket as Python holds it: the Pending, the Run it belongs to (kept
-/// alive while the ticket is), and an error the conversion of the call's
-/// values found before chorus saw them (a value that is not a number).
-struct Ticket {
-  Pending pending;
-  py::object owner;
-  Error local;
-
-  [[nodiscard]] bool ready() const { return pending.ready(); }
-
-  /// The call's error: chorus's, and the conversion's beside it.
-  [[nodiscard]] Error result() const {
-    Error e = pending.ready() ? pending.wait() : Error(Errc::timeout, "the ticket is still pending");
-    if (!local) return e;
-    if (!e) return local;
-    return Error(e.code(), e.message() + "; and " + local.message());
-  }
-
-  /// Waits (the GIL released) for at most `timeout` seconds, or without
-  /// bound; Ctrl-C interrupts it. False if it is still pending.
-  bool wait_ready(std::optional<double> timeout) const {
-    return wait_interruptibly([&] { return pending.ready(); },
-                              [&](std::chrono::milliseconds d) { (void)pending.wait_for(d); }, timeout);
-  }
-};
-
 struct FinishTicket {
   FinishPending pending;
   py::object owner;
-};
-
-/// Completions for an asyncio event loop: chorus's completion thread pushes
-/// a ticket's token and writes the eventfd; the loop, watching the fd,
-/// drains the tokens with the GIL held and resolves their futures.
-class Notifier {
-public:
-  Notifier() : state_(std::make_shared<State>()) {
-    state_->fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (state_->fd < 0) throw std::runtime_error("eventfd failed: " + std::string(std::strerror(errno)));
-  }
-  [[nodiscard]] int fileno() const noexcept { return state_->fd; }
-
-  /// Tokens whose tickets have completed since the last call.
-  std::vector<std::uint64_t> drain() {
-    std::uint64_t count = 0;
-    while (::read(state_->fd, &count, sizeof count) < 0 && errno == EINTR) {
-    }
-    std::lock_guard lock(state_->mu);
-    return std::exchange(state_->done, {});
-  }
-
-  /// What a callback needs: the state, shared so that the fd stays open
-  /// until the last callback has run.
-  struct State {
-    int fd = -1;
-    std::mutex mu;
-    std::vector<std::uint64_t> done;
-    ~State() {
-      if (fd >= 0) ::close(fd);
-    }
-    void push(std::uint64_t token) {
-      {
-        std::lock_guard lock(mu);
-        done.push_back(token);
-      }
-      const std::uint64_t one = 1;
-      while (::write(fd, &one, sizeof one) < 0 && errno == EINTR) {
-      }
-    }
-  };
-  [[nodiscard]] std::shared_ptr<State> state() const { return state_; }
-
-private:
-  std::shared_ptr<State> state_;
 };
 
 // ---------------------------------------------------------------------------
@@ -128,9 +55,6 @@ struct PyRun {
   }
 };
 
-Ticket make_ticket(py::handle owner, Pending p, Error local = {}) {
-  return Ticket{p, py::reinterpret_borrow<py::object>(owner), std::move(local)};
-}
 
 struct PyWriter {
   Writer writer;
@@ -150,7 +74,7 @@ struct CallValues {
   }
 };
 
-Ticket log_values(py::handle self, Run& run, Writer* writer, py::handle values, py::handle step) {
+py::object log_values(py::handle self, Run& run, Writer* writer, py::handle values, py::handle step) {
   CallValues call;
   Values& v = call.v;
   LogOptions opts;
@@ -175,10 +99,66 @@ Ticket log_values(py::handle self, Run& run, Writer* writer, py::handle values, 
     else if (!v.host.empty())
       p = run.log(std::span<const Metric>(v.host), opts);
   }
-  return make_ticket(self, p, v.refusal());
+  return ticket(self, p, v.refusal());
 }
 
-Ticket reduce_values(py::handle self, Run& run, py::handle values, const std::string& op, py::handle step) {
+/// The arguments of log(values, step=None) from a vectorcall: false (with
+/// TypeError set) where they do not fit.
+bool log_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject*& values, PyObject*& step) {
+  values = nargs > 0 ? args[0] : nullptr;
+  step = nargs > 1 ? args[1] : Py_None;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  bool ok = nargs <= 2;
+  for (Py_ssize_t i = 0; i < nkw && ok; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+    if (PyUnicode_CompareWithASCIIString(name, "step") == 0 && nargs < 2)
+      step = args[nargs + i];
+    else if (PyUnicode_CompareWithASCIIString(name, "values") == 0 && nargs < 1)
+      values = args[nargs + i];
+    else
+      ok = false;
+  }
+  if (ok && values != nullptr) return true;
+  PyErr_SetString(PyExc_TypeError, "log(values, step=None): values is a dict of key -> number, step an int or None");
+  return false;
+}
+
+/// run.log and Writer.log as plain CPython methods (vectorcall): the hot
+/// path, without pybind11's argument dispatch.
+PyObject* run_log(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return guarded([&]() -> PyObject* {
+    PyObject *values, *step;
+    if (!log_args(args, nargs, kwnames, values, step)) return nullptr;
+    return log_values(self, py::handle(self).cast<PyRun&>().run, nullptr, values, step).release().ptr();
+  });
+}
+
+PyObject* writer_log(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return guarded([&]() -> PyObject* {
+    PyObject *values, *step;
+    if (!log_args(args, nargs, kwnames, values, step)) return nullptr;
+    PyWriter& w = py::handle(self).cast<PyWriter&>();
+    return log_values(w.owner, w.owner.cast<PyRun&>().run, &w.writer, values, step).release().ptr();
+  });
+}
+
+/// Puts `fn` on `cls` as its method `name`.
+void add_fast_method(py::handle cls, PyMethodDef& def) {
+  py::object descr =
+      py::reinterpret_steal<py::object>(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &def));
+  if (!descr) throw py::error_already_set();
+  py::setattr(cls, def.ml_name, descr);
+}
+
+PyMethodDef run_log_def = {
+    "log", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&run_log)), METH_FASTCALL | METH_KEYWORDS,
+    "log(values, step=None): logs a dict of key -> number (int, float, NumPy scalar, one-element tensor; a CUDA "
+    "tensor through the device path) at `step`, or at the rank's next step. Returns a Ticket at once."};
+PyMethodDef writer_log_def = {
+    "log", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&writer_log)), METH_FASTCALL | METH_KEYWORDS,
+    "log(values, step=None): as Run.log, into this writer's own ordered stream."};
+
+py::object reduce_values(py::handle self, Run& run, py::handle values, const std::string& op, py::handle step) {
   CallValues call;
   Values& v = call.v;
   LogOptions opts;
@@ -195,10 +175,10 @@ Ticket reduce_values(py::handle self, Run& run, py::handle values, const std::st
     py::gil_scoped_release unlocked;
     if (!d.metrics.empty()) p = run.reduce_device(d.metrics, reduce, d.stream, opts);
   }
-  return make_ticket(self, p, v.refusal());
+  return ticket(self, p, v.refusal());
 }
 
-Ticket fields_call(py::handle self, Run& run, py::handle fields, bool summary) {
+py::object fields_call(py::handle self, Run& run, py::handle fields, bool summary) {
   std::vector<std::string> keys;
   std::vector<Field> f = to_fields(fields, keys);
   Pending p;
@@ -206,7 +186,7 @@ Ticket fields_call(py::handle self, Run& run, py::handle fields, bool summary) {
     py::gil_scoped_release unlocked;
     p = summary ? run.summary(f) : run.config(f);
   }
-  return make_ticket(self, p);
+  return ticket(self, p);
 }
 
 py::dict topology_dict(const Topology& t) {
@@ -250,25 +230,7 @@ PYBIND11_MODULE(_chorus, m) {
   using namespace chorus::python;
   m.doc() = "chorus's native half: the C++ runtime under the `chorus` package";
 
-  py::class_<Ticket>(m, "Ticket", "A log call's ticket: drop it, .wait() on it, or await it.")
-      .def_property_readonly("ready", &Ticket::ready, "True once complete (never blocks).")
-      .def(
-          "wait",
-          [](const Ticket& t, std::optional<double> timeout) {
-            if (!t.wait_ready(timeout))
-              raise(Error(Errc::timeout, "the ticket is still pending after " + seconds_text(*timeout) +
-                                             ": wait longer, or without a timeout"));
-            if (Error e = t.result()) raise(e);
-          },
-          py::arg("timeout") = py::none(),
-          "Blocks until what the call names is durably committed on the run host; raises chorus.Error "
-          "(a subclass naming the cause) if it was refused.")
-      .def(
-          "error", [](const Ticket& t) { return t.ready() ? error_object(t.result()) : py::object(py::none()); },
-          "The exception the call ended with, or None (also while pending).")
-      .def("_notify", [](const Ticket& t, const Notifier& n, std::uint64_t token) {
-        t.pending.on_done([s = n.state(), token](const Error&) { s->push(token); });
-      });
+  bind_tickets(m);
 
   py::class_<FinishTicket>(m, "FinishTicket", "What finish() returns: .wait() for its result, or await it.")
       .def_property_readonly("ready", [](const FinishTicket& t) { return t.pending.ready(); })
@@ -296,12 +258,9 @@ PYBIND11_MODULE(_chorus, m) {
         t.pending.on_done([s = n.state(), token](const FinishResult&) { s->push(token); });
       });
 
-  py::class_<Notifier>(m, "Notifier")
-      .def(py::init<>())
-      .def("fileno", &Notifier::fileno)
-      .def("drain", &Notifier::drain);
-
-  py::class_<PyRun>(m, "Run", py::dynamic_attr())
+  py::class_<PyRun> run_class(m, "Run", py::dynamic_attr());
+  add_fast_method(run_class, run_log_def);
+  run_class
       .def(py::init([](py::kwargs kw) {
              Options opts = to_options(kw);
              auto r = std::make_unique<PyRun>();
@@ -314,12 +273,6 @@ PYBIND11_MODULE(_chorus, m) {
              return r;
            }),
            "Starts (or joins) the run this process logs into; see chorus.init.")
-      .def(
-          "log",
-          [](py::handle self, py::handle values, py::handle step) {
-            return log_values(self, self.cast<PyRun&>().run, nullptr, values, step);
-          },
-          py::arg("values"), py::arg("step") = py::none())
       .def(
           "reduce_device",
           [](py::handle self, py::handle values, const std::string& op, py::handle step) {
@@ -335,7 +288,7 @@ PYBIND11_MODULE(_chorus, m) {
               py::gil_scoped_release unlocked;
               p = self.cast<PyRun&>().run.define_metric(key, r);
             }
-            return make_ticket(self, p);
+            return ticket(self, p);
           },
           py::arg("key"), py::arg("reduce") = "none")
       .def(
@@ -353,7 +306,7 @@ PYBIND11_MODULE(_chorus, m) {
               py::gil_scoped_release unlocked;
               p = self.cast<PyRun&>().run.barrier(name, ms);
             }
-            return make_ticket(self, p);
+            return ticket(self, p);
           },
           py::arg("name"), py::arg("timeout") = py::none())
       .def(
@@ -365,7 +318,7 @@ PYBIND11_MODULE(_chorus, m) {
               py::gil_scoped_release unlocked;
               p = self.cast<PyRun&>().run.log_artifact(name, p_text, type);
             }
-            return make_ticket(self, p);
+            return ticket(self, p);
           },
           py::arg("name"), py::arg("path"), py::arg("type") = "file")
       .def(
@@ -392,14 +345,9 @@ PYBIND11_MODULE(_chorus, m) {
         return w;
       });
 
-  py::class_<PyWriter>(m, "Writer", "One producer's own ordered stream into the run (Run.writer()).")
-      .def(
-          "log",
-          [](py::handle self, py::handle values, py::handle step) {
-            PyWriter& w = self.cast<PyWriter&>();
-            return log_values(w.owner, w.owner.cast<PyRun&>().run, &w.writer, values, step);
-          },
-          py::arg("values"), py::arg("step") = py::none())
+  py::class_<PyWriter> writer_class(m, "Writer", "One producer's own ordered stream into the run (Run.writer()).");
+  add_fast_method(writer_class, writer_log_def);
+  writer_class
       .def("close",
            [](PyWriter& w) {
              Pending p;
@@ -407,7 +355,7 @@ PYBIND11_MODULE(_chorus, m) {
                py::gil_scoped_release unlocked;
                p = w.writer.close();
              }
-             return make_ticket(w.owner, p);
+             return ticket(w.owner, p);
            })
       .def("__bool__", [](const PyWriter& w) { return static_cast<bool>(w.writer); });
 
