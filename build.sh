@@ -90,6 +90,8 @@ case "${1:-}" in
     install_packages
     configure_build build-release -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF
     for b in build-release/bin/bench_*; do echo "== $b"; "$b"; done
+    echo "== bench/python_log_bench.py"
+    PYTHONPATH=build-release/python /usr/bin/python3 bench/python_log_bench.py
     ;;
   *)
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'

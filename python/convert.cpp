@@ -281,6 +281,21 @@ std::vector<Field> to_fields(py::handle mapping, std::vector<std::string>& keys)
 // ---------------------------------------------------------------------------
 // Metric values
 
+namespace {
+
+/// "key", in double quotes, as messages name a metric key (built by
+/// appending: GCC 12's -Wrestrict misfires on "lit" + std::string).
+std::string quoted(std::string_view key) {
+  std::string s;
+  s.reserve(key.size() + 2);
+  s.push_back('"');
+  s.append(key);
+  s.push_back('"');
+  return s;
+}
+
+} // namespace
+
 void Values::clear() {
   host.clear();
   device.clear();
@@ -294,12 +309,12 @@ void Values::refuse(std::string why) {
 }
 
 void Values::refuse_device(const std::string& why) {
-  for (const Device& d : device) refuse("\"" + std::string(d.key) + "\": " + why);
+  for (const Device& d : device) refuse(quoted(d.key) + ": " + why);
   device.clear();
 }
 
 void Values::refuse_host(const std::string& why) {
-  for (const Metric& m : host) refuse("\"" + std::string(m.key) + "\": " + why);
+  for (const Metric& m : host) refuse(quoted(m.key) + ": " + why);
 }
 
 Error Values::refusal() const {
@@ -338,7 +353,7 @@ void take(py::handle key, py::handle value, Values& out) {
     d = PyLong_AsDouble(v);
     if (d == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
-      out.refuse("\"" + std::string(name) + "\" is an int too large for a float");
+      out.refuse(quoted(name) + " is an int too large for a float");
       return;
     }
   } else if (PyUnicode_Check(v) || PyBytes_Check(v) || !PyNumber_Check(v)) {
@@ -348,7 +363,7 @@ void take(py::handle key, py::handle value, Values& out) {
       return;
     }
     PyErr_Clear();
-    out.refuse("\"" + std::string(name) + "\" is a " + type_name(value) + " (" + shown(value) +
+    out.refuse(quoted(name) + " is a " + type_name(value) + " (" + shown(value) +
                "), not a number: log int, float, NumPy scalars or one-element tensors");
     return;
   } else {
@@ -369,7 +384,7 @@ void take(py::handle key, py::handle value, Values& out) {
       } catch (...) {
         PyErr_Clear();
       }
-      out.refuse("\"" + std::string(name) + "\" (a " + type_name(value) + ") is not one number: " + why);
+      out.refuse(quoted(name) + " (a " + type_name(value) + ") is not one number: " + why);
       return;
     }
     d = PyFloat_AS_DOUBLE(f);
@@ -433,13 +448,13 @@ DeviceValues device_values(Values& v) {
     std::size_t elements = 1;
     for (py::handle n : cai["shape"].cast<py::tuple>()) elements *= n.cast<std::size_t>();
     if (elements != 1) {
-      v.refuse("\"" + std::string(d.key) + "\" is a CUDA array of " + std::to_string(elements) +
+      v.refuse(quoted(d.key) + " is a CUDA array of " + std::to_string(elements) +
                " elements: log one element (a loss, a mean: .mean() or .sum() first, or index it)");
       continue;
     }
     if (typestr != "<f4") {
       if (!is_torch) {
-        v.refuse("\"" + std::string(d.key) + "\" is a CUDA array of " + typestr +
+        v.refuse(quoted(d.key) + " is a CUDA array of " + typestr +
                  ": the device path takes float32 (<f4); cast it first");
         continue;
       }
@@ -458,7 +473,7 @@ DeviceValues device_values(Values& v) {
       stream = s == 1 ? nullptr : reinterpret_cast<CudaStream>(s);
     }
     if (have_stream && stream != out.stream) {
-      v.refuse("\"" + std::string(d.key) + "\" is computed on another CUDA stream than the call's other values: "
+      v.refuse(quoted(d.key) + " is computed on another CUDA stream than the call's other values: "
                                                "log each stream's values in a call of its own");
       continue;
     }
