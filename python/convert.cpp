@@ -1,5 +1,7 @@
 #include "python/convert.hpp"
 
+#include "runtime/client/ingest.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -304,8 +306,10 @@ void Values::clear() {
   refused_n = 0;
 }
 
-void Values::refuse(std::string why) {
-  if (refused_n++ == 0) refused = std::move(why);
+void Values::refuse(std::string why, Errc code) {
+  if (refused_n++ != 0) return;
+  refused = std::move(why);
+  refused_code = code;
 }
 
 void Values::refuse_device(const std::string& why) {
@@ -325,7 +329,7 @@ Error Values::refusal() const {
   m += logged == 0 ? " (nothing of the call was logged)"
                    : " (the call's " + std::to_string(logged) + " other value" + (logged == 1 ? " was" : "s were") +
                          " logged)";
-  return Error(Errc::invalid_argument, std::move(m));
+  return Error(refused_code, std::move(m));
 }
 
 namespace {
@@ -440,6 +444,12 @@ DeviceValues device_values(Values& v) {
   bool have_stream = false;
   std::vector<Values::Device> taken;
   for (Values::Device& d : v.device) {
+    // A bad key refuses that value alone, as for host values (log_device
+    // itself refuses its whole call: reduce_device's collective needs that).
+    if (Error bad = detail::validate_metric_key(d.key)) {
+      v.refuse(bad.message(), bad.code());
+      continue;
+    }
     py::object value = d.value;
     const bool is_torch = PyObject_HasAttrString(value.ptr(), "is_cuda") != 0;
     PyErr_Clear();

@@ -56,10 +56,11 @@ struct Values {
   /// Keys the values view: held while the GIL is released.
   std::vector<py::object> keys;
   std::string refused;      // why the first refused value was refused
+  Errc refused_code = Errc::invalid_argument;
   std::size_t refused_n = 0;
 
   void clear();
-  void refuse(std::string why);
+  void refuse(std::string why, Errc code = Errc::invalid_argument);
   void refuse_device(const std::string& why);
   void refuse_host(const std::string& why);
   /// The error for what was refused (naming what was logged), or none.
