@@ -127,17 +127,29 @@ def test_ctrl_c_interrupts_a_wait_and_ends_the_rank_failed(runs_dir):
     assert rec["state"] in ("failed", "crashed"), rec
 
 
-def test_torchrun_ddp_sample(runs_dir, tmp_path):
-    pytest.importorskip("torch")
-    sample = os.path.join(SOURCE, "samples", "python", "ddp_train.py")
-    env = job_env(runs_dir, OMP_NUM_THREADS=1)
+def torchrun(nproc, argv, env, cwd):
     # Debian 12's torch 1.13 on Python 3.11 cannot parse its own default
     # --redirects/--tee of 0 (Python 3.11's IntFlag leaves 0 out when
     # iterating): giving them 1 works around it.
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "4",
-           "--master_port", str(free_port()),
-           sample, "--epochs", "2", "--steps-per-epoch", "20"]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", str(nproc),
+           "--master_port", str(free_port()), *argv]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_four_python_ranks_under_torchrun_share_a_run(runs_dir, tmp_path):
+    pytest.importorskip("torch")
+    p = torchrun(4, [WORKER], job_env(runs_dir, STEPS=150), tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = the_run(runs_dir)
+    rec = record(d)
+    assert rec["state"] == "finished" and rec["launcher"] == "torchrun" and rec["world_size"] == 4
+    check_shared_run(d, 4, 150)
+
+
+def test_torchrun_ddp_sample(runs_dir, tmp_path):
+    pytest.importorskip("torch")
+    sample = os.path.join(SOURCE, "samples", "python", "ddp_train.py")
+    p = torchrun(4, [sample, "--epochs", "2", "--steps-per-epoch", "20"], job_env(runs_dir, OMP_NUM_THREADS=1), tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     d = the_run(runs_dir)
     rec = record(d)
