@@ -194,3 +194,19 @@ def test_nan_step_and_cuda_without_a_gpu(runs_dir):
         assert "CUDA" in str(e.value) or "cuda" in str(e.value)
         run.log({"after": 2.0}).wait()
     assert rows(one_run(runs_dir))[-1]["after"] == 2.0
+
+
+def test_a_forked_child_logs_nothing_and_exits(runs_dir):
+    # A DataLoader worker forked from the trainer: its copy of the run is
+    # inactive there, its calls do nothing, and its exit does not hang.
+    with chorus.init(project="api") as run:
+        run.log({"a": 1.0}).wait()
+        pid = os.fork()
+        if pid == 0:
+            code = 0 if (not run and run.log({"child": 1.0}).ready and run.finish().wait().state == "inactive") else 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        run.log({"a": 2.0}).wait()
+    h = rows(one_run(runs_dir))
+    assert [r["a"] for r in h] == [1.0, 2.0] and all("child" not in r for r in h)
