@@ -85,6 +85,12 @@ void reap(pid_t child) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::printf("CHILD HUNG\n");
+  // Where it hangs, for whoever reads the test's output: each thread's stack
+  // (gdb, where it is installed).
+  std::fflush(stdout);
+  const std::string where = "gdb -p " + std::to_string(child) +
+                            " -batch -ex 'thread apply all bt' 2>/dev/null | grep -E '^(Thread|#)' | head -80";
+  if (std::system(where.c_str()) != 0) std::printf("(no stacks: gdb could not attach)\n");
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
 }
