@@ -1,6 +1,7 @@
 #include "python/convert.hpp"
 
 #include "runtime/client/ingest.hpp"
+#include "runtime/core/options.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -93,9 +94,8 @@ std::optional<std::int64_t> to_step(py::handle step) {
 }
 
 Reduce to_reduce(const std::string& name) {
-  for (Reduce r : {Reduce::none, Reduce::mean, Reduce::sum, Reduce::min, Reduce::max, Reduce::first})
-    if (to_string(r) == name) return r;
-  invalid("reduce \"" + name + "\" is not a reduction: give none, mean, sum, min, max or first");
+  if (std::optional<Reduce> r = detail::parse_reduce(name)) return *r;
+  invalid("reduce \"" + name + "\" is not a reduction: give " + std::string(detail::reduce_takes));
 }
 
 std::string path_text(py::handle path) {
@@ -107,12 +107,12 @@ std::string path_text(py::handle path) {
 
 namespace {
 
+/// An option spelled as its CHORUS_* variable is (runtime/core/options.hpp).
 template <class E>
-E to_enum(const std::string& text, const char* what, std::initializer_list<std::pair<const char*, E>> names,
-          const char* takes) {
-  for (const auto& [n, e] : names)
-    if (text == n) return e;
-  invalid(std::string(what) + " \"" + text + "\" is not one: give " + takes);
+E to_enum(const std::string& text, const char* what, std::optional<E> (*parse)(std::string_view),
+          std::string_view takes) {
+  if (std::optional<E> e = parse(text)) return *e;
+  invalid(std::string(what) + " \"" + text + "\" is not one: give " + std::string(takes));
 }
 
 std::string text_arg(py::handle v, const char* name) {
@@ -161,25 +161,19 @@ Options to_options(const py::kwargs& kw) {
       }
     if (known) continue;
     if (name == "mode") {
-      o.mode = to_enum<Mode>(text_arg(v, "mode"), "mode",
-                             {{"auto", Mode::automatic}, {"automatic", Mode::automatic}, {"shared", Mode::shared},
-                              {"new", Mode::per_rank}, {"per_rank", Mode::per_rank}},
-                             "\"auto\", \"shared\" or \"new\" (or \"automatic\", \"per_rank\")");
+      o.mode = to_enum(text_arg(v, "mode"), "mode", &detail::parse_mode, detail::mode_takes);
     } else if (name == "scope") {
-      o.scope = to_enum<Scope>(text_arg(v, "scope"), "scope",
-                               {{"global", Scope::global}, {"worker", Scope::node}, {"node", Scope::node}},
-                               "\"global\" or \"worker\" (or \"node\")");
+      o.scope = to_enum(text_arg(v, "scope"), "scope", &detail::parse_scope, detail::scope_takes);
     } else if (name == "resume") {
       if (PyBool_Check(v.ptr()))
         o.resume = v.cast<bool>() ? Resume::allow : Resume::never;
       else
-        o.resume = to_enum<Resume>(text_arg(v, "resume"), "resume",
-                                   {{"never", Resume::never}, {"allow", Resume::allow}, {"must", Resume::must}},
-                                   "\"never\", \"allow\" or \"must\"");
+        o.resume = to_enum(text_arg(v, "resume"), "resume", &detail::parse_resume, detail::resume_takes);
     } else if (name == "overflow") {
-      o.overflow = to_enum<Overflow>(text_arg(v, "overflow"), "overflow",
-                                     {{"block", Overflow::block}, {"drop_newest", Overflow::drop_newest}},
-                                     "\"block\" or \"drop_newest\"");
+      // Not a CHORUS_* variable: Options::overflow's two words.
+      const std::string text = text_arg(v, "overflow");
+      if (text != "block" && text != "drop_newest") invalid("overflow \"" + text + "\" is not one: give block or drop_newest");
+      o.overflow = text == "block" ? Overflow::block : Overflow::drop_newest;
     } else if (name == "port") {
       const double p = number_arg(v, "port");
       if (p != std::floor(p) || p < 1 || p > 65535) invalid("port " + shown(v) + " is not a port: give 1..65535");
@@ -211,6 +205,36 @@ Options to_options(const py::kwargs& kw) {
 
 namespace {
 
+/// A config or summary value as chorus keeps it: None, bool, int (one beyond
+/// 64 bits as its digits), float, str; a list or tuple as its JSON text; any
+/// other object as its str().
+Value field_value(py::handle v) {
+  if (v.is_none()) return {};
+  if (PyBool_Check(v.ptr())) return v.cast<bool>();
+  if (PyLong_Check(v.ptr()) ||
+      (PyNumber_Check(v.ptr()) && PyObject_HasAttrString(v.ptr(), "__index__") && !PyFloat_Check(v.ptr()))) {
+    py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow != 0) return py::str(i).cast<std::string>();
+    return static_cast<std::int64_t>(n);
+  }
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (PyFloat_Check(v.ptr()) || (PyNumber_Check(v.ptr()) && PyObject_HasAttrString(v.ptr(), "__float__") &&
+                                 !PyObject_HasAttrString(v.ptr(), "__cuda_array_interface__"))) {
+    py::object f = py::reinterpret_steal<py::object>(PyNumber_Float(v.ptr()));
+    if (f) return PyFloat_AS_DOUBLE(f.ptr());
+    PyErr_Clear(); // a number that is not one float (a tensor of several): its text
+  } else if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
+    return py::module_::import("json")
+        .attr("dumps")(v, py::arg("default") = py::module_::import("builtins").attr("str"))
+        .cast<std::string>();
+  }
+  return py::str(v).cast<std::string>();
+}
+
+/// Adds `mapping`'s entries, a nested mapping's keys joined to its own with '.'.
 void add_fields(py::handle mapping, const std::string& prefix, std::vector<std::string>& keys,
                 std::vector<Value>& values, int depth) {
   if (depth > 32) invalid("config nested more than 32 levels deep at \"" + prefix + "\": flatten it");
@@ -221,47 +245,13 @@ void add_fields(py::handle mapping, const std::string& prefix, std::vector<std::
     py::handle v = pair[1];
     std::string key = py::isinstance<py::str>(k) ? k.cast<std::string>() : py::str(k).cast<std::string>();
     if (!prefix.empty()) key = prefix + "." + key;
-    if (v.is_none()) {
-      keys.push_back(std::move(key));
-      values.emplace_back();
-    } else if (PyBool_Check(v.ptr())) {
-      keys.push_back(std::move(key));
-      values.emplace_back(v.cast<bool>());
-    } else if (PyLong_Check(v.ptr()) || (PyNumber_Check(v.ptr()) && PyObject_HasAttrString(v.ptr(), "__index__") &&
-                                          !PyFloat_Check(v.ptr()))) {
-      py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
-      if (!i) throw py::error_already_set();
-      int overflow = 0;
-      const long long n = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-      keys.push_back(std::move(key));
-      if (overflow != 0)
-        values.emplace_back(py::str(i).cast<std::string>()); // beyond 64 bits: its digits
-      else
-        values.emplace_back(static_cast<std::int64_t>(n));
-    } else if (py::isinstance<py::str>(v)) {
-      keys.push_back(std::move(key));
-      values.emplace_back(v.cast<std::string>());
-    } else if (PyFloat_Check(v.ptr()) || (PyNumber_Check(v.ptr()) && PyObject_HasAttrString(v.ptr(), "__float__") &&
-                                          !PyObject_HasAttrString(v.ptr(), "__cuda_array_interface__"))) {
-      py::object f = py::reinterpret_steal<py::object>(PyNumber_Float(v.ptr()));
-      if (!f) {
-        PyErr_Clear();
-        keys.push_back(std::move(key));
-        values.emplace_back(py::str(v).cast<std::string>());
-        continue;
-      }
-      keys.push_back(std::move(key));
-      values.emplace_back(PyFloat_AS_DOUBLE(f.ptr()));
-    } else if (PyObject_HasAttrString(v.ptr(), "items") && PyObject_HasAttrString(v.ptr(), "keys")) {
+    const bool nested = !v.is_none() && !PyBool_Check(v.ptr()) && !py::isinstance<py::str>(v) &&
+                        PyObject_HasAttrString(v.ptr(), "items") && PyObject_HasAttrString(v.ptr(), "keys");
+    if (nested) {
       add_fields(v, key, keys, values, depth + 1);
-    } else if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
-      py::object json = py::module_::import("json");
-      keys.push_back(std::move(key));
-      values.emplace_back(json.attr("dumps")(v, py::arg("default") = py::module_::import("builtins").attr("str"))
-                              .cast<std::string>());
     } else {
+      values.push_back(field_value(v));
       keys.push_back(std::move(key));
-      values.emplace_back(py::str(v).cast<std::string>());
     }
   }
 }

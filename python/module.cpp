@@ -17,18 +17,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cstring>
-#include <cerrno>
+#include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
 namespace py = pybind11;
 
@@ -55,7 +48,6 @@ struct PyRun {
   }
 };
 
-
 struct PyWriter {
   Writer writer;
   py::object owner; // the Run
@@ -74,32 +66,38 @@ struct CallValues {
   }
 };
 
+/// Makes a chorus call with the GIL released, and returns its ticket, held
+/// by `owner` (the Run); `local` is what the conversion refused.
+template <class Call>
+py::object released(py::handle owner, Call&& call, Error local = {}) {
+  Pending p;
+  {
+    py::gil_scoped_release unlocked;
+    p = call();
+  }
+  return ticket(owner, p, std::move(local));
+}
+
 py::object log_values(py::handle self, Run& run, Writer* writer, py::handle values, py::handle step) {
   CallValues call;
   Values& v = call.v;
   LogOptions opts;
   opts.step = to_step(step);
   collect_metrics(values, v);
-  Pending p;
-  if (v.device.empty()) {
-    py::gil_scoped_release unlocked;
-    if (!v.host.empty() || v.refused.empty())
-      p = writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
-                            : run.log(std::span<const Metric>(v.host), opts);
-  } else if (writer != nullptr) {
-    v.refuse_device("a Writer takes host values only; log CUDA tensors with run.log");
-    py::gil_scoped_release unlocked;
-    if (!v.host.empty()) p = writer->log(std::span<const Metric>(v.host), opts);
-  } else {
-    DeviceValues d = device_values(v);
-    detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
-    py::gil_scoped_release unlocked;
-    if (!d.metrics.empty() && impl != nullptr)
-      p = impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
-    else if (!v.host.empty())
-      p = run.log(std::span<const Metric>(v.host), opts);
-  }
-  return ticket(self, p, v.refusal());
+  if (writer != nullptr) v.refuse_device("a Writer takes host values only; log CUDA tensors with run.log");
+  const DeviceValues d = device_values(v);
+  // Device values, and the host values beside them at the same step, go in
+  // one log_device call (RunImpl's: the public one takes device values only).
+  detail::RunImpl* impl = d.metrics.empty() ? nullptr : detail::live(detail::RunAccess::impl(run));
+  return released(
+      self,
+      [&]() -> Pending {
+        if (impl != nullptr) return impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
+        if (v.host.empty() && v.refused_n > 0) return {}; // every value was refused
+        return writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
+                                 : run.log(std::span<const Metric>(v.host), opts);
+      },
+      v.refusal());
 }
 
 /// The arguments of log(values, step=None) from a vectorcall: false (with
@@ -169,24 +167,16 @@ py::object reduce_values(py::handle self, Run& run, py::handle values, const std
     v.refuse_host("reduce_device takes CUDA tensors (float32, one element) only; log host values with run.log");
     v.host.clear();
   }
-  DeviceValues d = device_values(v);
-  Pending p;
-  {
-    py::gil_scoped_release unlocked;
-    if (!d.metrics.empty()) p = run.reduce_device(d.metrics, reduce, d.stream, opts);
-  }
-  return ticket(self, p, v.refusal());
+  const DeviceValues d = device_values(v);
+  return released(
+      self, [&]() -> Pending { return d.metrics.empty() ? Pending{} : run.reduce_device(d.metrics, reduce, d.stream, opts); },
+      v.refusal());
 }
 
 py::object fields_call(py::handle self, Run& run, py::handle fields, bool summary) {
   std::vector<std::string> keys;
-  std::vector<Field> f = to_fields(fields, keys);
-  Pending p;
-  {
-    py::gil_scoped_release unlocked;
-    p = summary ? run.summary(f) : run.config(f);
-  }
-  return ticket(self, p);
+  const std::vector<Field> f = to_fields(fields, keys);
+  return released(self, [&] { return summary ? run.summary(f) : run.config(f); });
 }
 
 py::dict topology_dict(const Topology& t) {
@@ -283,12 +273,8 @@ PYBIND11_MODULE(_chorus, m) {
           "define_metric",
           [](py::handle self, std::string_view key, const std::string& reduce) {
             const Reduce r = to_reduce(reduce);
-            Pending p;
-            {
-              py::gil_scoped_release unlocked;
-              p = self.cast<PyRun&>().run.define_metric(key, r);
-            }
-            return ticket(self, p);
+            Run& run = self.cast<PyRun&>().run;
+            return released(self, [&] { return run.define_metric(key, r); });
           },
           py::arg("key"), py::arg("reduce") = "none")
       .def(
@@ -301,33 +287,26 @@ PYBIND11_MODULE(_chorus, m) {
           "barrier",
           [](py::handle self, std::string_view name, std::optional<double> timeout) {
             const std::chrono::milliseconds ms = timeout ? to_ms(*timeout, "barrier's timeout") : std::chrono::milliseconds{};
-            Pending p;
-            {
-              py::gil_scoped_release unlocked;
-              p = self.cast<PyRun&>().run.barrier(name, ms);
-            }
-            return ticket(self, p);
+            Run& run = self.cast<PyRun&>().run;
+            return released(self, [&] { return run.barrier(name, ms); });
           },
           py::arg("name"), py::arg("timeout") = py::none())
       .def(
           "log_artifact",
           [](py::handle self, std::string_view name, py::handle path, std::string_view type) {
             const std::string p_text = path_text(path);
-            Pending p;
-            {
-              py::gil_scoped_release unlocked;
-              p = self.cast<PyRun&>().run.log_artifact(name, p_text, type);
-            }
-            return ticket(self, p);
+            Run& run = self.cast<PyRun&>().run;
+            return released(self, [&] { return run.log_artifact(name, p_text, type); });
           },
           py::arg("name"), py::arg("path"), py::arg("type") = "file")
       .def(
           "finish",
           [](py::handle self, int exit_code) {
+            Run& run = self.cast<PyRun&>().run; // with the GIL held
             FinishPending p;
             {
               py::gil_scoped_release unlocked;
-              p = self.cast<PyRun&>().run.finish({.exit_code = exit_code});
+              p = run.finish({.exit_code = exit_code});
             }
             return FinishTicket{p, py::reinterpret_borrow<py::object>(self)};
           },
@@ -349,14 +328,7 @@ PYBIND11_MODULE(_chorus, m) {
   add_fast_method(writer_class, writer_log_def);
   writer_class
       .def("close",
-           [](PyWriter& w) {
-             Pending p;
-             {
-               py::gil_scoped_release unlocked;
-               p = w.writer.close();
-             }
-             return ticket(w.owner, p);
-           })
+           [](PyWriter& w) { return released(w.owner, [&] { return w.writer.close(); }); })
       .def("__bool__", [](const PyWriter& w) { return static_cast<bool>(w.writer); });
 
   m.def(

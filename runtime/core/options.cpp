@@ -91,6 +91,27 @@ std::optional<E> parse_enum(std::string_view text, const E (&values)[N]) {
   return std::nullopt;
 }
 
+} // namespace
+
+// Flyte's words, and the C++ enum names beside them.
+std::optional<Mode> parse_mode(std::string_view text) {
+  if (text == "automatic") return Mode::automatic;
+  if (text == "per_rank") return Mode::per_rank;
+  return parse_enum(text, {Mode::automatic, Mode::shared, Mode::per_rank});
+}
+std::optional<Scope> parse_scope(std::string_view text) {
+  if (text == "node") return Scope::node;
+  return parse_enum(text, {Scope::global, Scope::node});
+}
+std::optional<Resume> parse_resume(std::string_view text) {
+  return parse_enum(text, {Resume::never, Resume::allow, Resume::must});
+}
+std::optional<Reduce> parse_reduce(std::string_view text) {
+  return parse_enum(text, {Reduce::none, Reduce::mean, Reduce::sum, Reduce::min, Reduce::max, Reduce::first});
+}
+
+namespace {
+
 /// Decimal seconds, e.g. "30" or "1.5", within [min, max] (or exactly 0 when `zero`).
 std::optional<double> parse_seconds(std::string_view text, double min, double max, bool zero) {
   double d = 0;
@@ -125,22 +146,19 @@ Error apply_env(Options& o, const Env& env) {
                             std::pair{&Options::tls_dir, "CHORUS_TLS_DIR"}})
     if (auto v = lookup(env, var)) o.*field = std::move(*v);
 
-  // Flyte's words, and the C++ enum names beside them.
   if (auto v = lookup(env, "CHORUS_MODE")) {
-    auto m = *v == "automatic" ? Mode::automatic
-             : *v == "per_rank" ? Mode::per_rank
-                                 : parse_enum(*v, {Mode::automatic, Mode::shared, Mode::per_rank});
-    if (!m) return bad(variable("CHORUS_MODE"), *v, "is not a mode", "auto, shared or new (or automatic, per_rank)");
+    auto m = parse_mode(*v);
+    if (!m) return bad(variable("CHORUS_MODE"), *v, "is not a mode", mode_takes);
     o.mode = *m;
   }
   if (auto v = lookup(env, "CHORUS_SCOPE")) {
-    auto s = *v == "node" ? Scope::node : parse_enum(*v, {Scope::global, Scope::node});
-    if (!s) return bad(variable("CHORUS_SCOPE"), *v, "is not a scope", "global or worker (or node)");
+    auto s = parse_scope(*v);
+    if (!s) return bad(variable("CHORUS_SCOPE"), *v, "is not a scope", scope_takes);
     o.scope = *s;
   }
   if (auto v = lookup(env, "CHORUS_RESUME")) {
-    auto r = parse_enum(*v, {Resume::never, Resume::allow, Resume::must});
-    if (!r) return bad(variable("CHORUS_RESUME"), *v, "is not a resume policy", "never, allow or must");
+    auto r = parse_resume(*v);
+    if (!r) return bad(variable("CHORUS_RESUME"), *v, "is not a resume policy", resume_takes);
     o.resume = *r;
   }
   if (auto v = lookup(env, "CHORUS_PORT")) {

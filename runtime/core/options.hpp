@@ -26,6 +26,19 @@ Env process_env();
 /// from a variable; tests pass their own.
 inline constexpr std::string_view hydra_proxy = "/proc:hydra_pmi_proxy";
 
+/// The words CHORUS_MODE, CHORUS_SCOPE and CHORUS_RESUME take (Flyte's,
+/// and the C++ enum names beside them), and the Python package's mode=,
+/// scope=, resume= and reduce= likewise; nothing for any other.
+[[nodiscard]] std::optional<Mode> parse_mode(std::string_view text);
+[[nodiscard]] std::optional<Scope> parse_scope(std::string_view text);
+[[nodiscard]] std::optional<Resume> parse_resume(std::string_view text);
+[[nodiscard]] std::optional<Reduce> parse_reduce(std::string_view text);
+/// What they take, as an error names it.
+inline constexpr std::string_view mode_takes = "auto, shared or new (or automatic, per_rank)";
+inline constexpr std::string_view scope_takes = "global or worker (or node)";
+inline constexpr std::string_view resume_takes = "never, allow or must";
+inline constexpr std::string_view reduce_takes = "none, mean, sum, min, max or first";
+
 /// Topology from the launcher's variables (see chorus.hpp). Precedence when
 /// several launchers' variables are present: torchrun (RANK/WORLD_SIZE),
 /// then Open MPI, then MPICH/PMI, then Slurm; PMI_RANK without Hydra's
