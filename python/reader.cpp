@@ -4,6 +4,7 @@
 
 #include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/artifacts.hpp"
 #include "io/store/history_value.hpp"
 #include "io/store/run_record.hpp"
 
@@ -118,6 +119,18 @@ struct Columns {
   }
 };
 
+/// `out`, with how the reading of its JSON-lines file went: the lines
+/// skipped (and the first), an unfinished last line, the problem that
+/// stopped it (an exception object, or None).
+py::dict with_reading(py::dict out, const cli::JsonLines& read) {
+  out["skipped"] = read.skipped;
+  out["first_skipped_line"] = read.first_skipped_line;
+  out["first_skipped_why"] = read.first_skipped_why;
+  out["unfinished"] = read.unfinished;
+  out["problem"] = error_object(read.problem);
+  return out;
+}
+
 /// _chorus.read_lines(path, keys, counts): the file's numeric columns. `keys`
 /// (None: all) names the keys kept besides those starting with '_'; with
 /// `counts`, a reduced key's `_count` becomes the column "_count/<key>".
@@ -162,12 +175,38 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
   out["values"] = values;
   out["present"] = present;
   out["rows"] = cols.rows;
-  out["skipped"] = read.skipped;
-  out["first_skipped_line"] = read.first_skipped_line;
-  out["first_skipped_why"] = read.first_skipped_why;
-  out["unfinished"] = read.unfinished;
-  out["problem"] = error_object(read.problem);
-  return out;
+  return with_reading(std::move(out), read);
+}
+
+/// _chorus.read_artifacts(path): artifacts.jsonl's entries, in the order
+/// written, each read by the store's reader of the line.
+py::dict read_artifacts(const std::string& path) {
+  std::vector<io::ArtifactRecord> records;
+  cli::JsonLines read;
+  {
+    py::gil_scoped_release unlocked;
+    read = cli::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
+      std::optional<io::ArtifactRecord> r = io::artifact_record(line);
+      if (!r) return "no name";
+      records.push_back(std::move(*r));
+      return {};
+    });
+  }
+  py::list entries;
+  for (const io::ArtifactRecord& r : records) {
+    py::dict e;
+    e["name"] = r.name;
+    e["type"] = r.type;
+    e["size"] = r.size;
+    e["sha256"] = r.sha256;
+    e["rank"] = r.rank;
+    e["step"] = r.step;
+    e["timestamp"] = static_cast<double>(r.ts_us) / 1e6;
+    entries.append(e);
+  }
+  py::dict out;
+  out["entries"] = entries;
+  return with_reading(std::move(out), read);
 }
 
 std::string read_text(const std::string& path, bool missing_ok) {
@@ -185,6 +224,7 @@ void bind_reader(py::module_& m) {
   m.def("read_record", &read_record, py::arg("path"), "run.json as a dict (chorus.open's identity and ranks).");
   m.def("read_lines", &read_lines, py::arg("path"), py::arg("keys") = py::none(), py::arg("counts") = false,
         "The numeric columns of history.jsonl or system.jsonl.");
+  m.def("read_artifacts", &read_artifacts, py::arg("path"), "artifacts.jsonl's entries, in the order written.");
   m.def("read_text", &read_text, py::arg("path"), py::arg("missing_ok") = false,
         "A run file's text (a regular file only, of bounded size).");
 }

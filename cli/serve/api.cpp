@@ -381,22 +381,14 @@ Reply Api::run(std::string_view rel) {
   const std::string artifacts = dir + "/artifacts.jsonl";
   std::error_code ec;
   if (fs::exists(fs::symlink_status(artifacts, ec))) {
-    const JsonLines lines = read_json_lines(artifacts, [&](const simdjson::dom::object& a) -> std::string_view {
-      std::string_view name, type, sha;
-      std::uint64_t size = 0;
-      std::int64_t rank = 0, step = -1;
-      double ts = 0;
-      if (a["name"].get(name) != simdjson::SUCCESS) return "no name";
+    const JsonLines lines = read_json_lines(artifacts, [&](const simdjson::dom::object& line) -> std::string_view {
       // A field missing or of another type is shown as its default.
-      if (a["type"].get(type) != simdjson::SUCCESS) type = {};
-      if (a["sha256"].get(sha) != simdjson::SUCCESS) sha = {};
-      if (a["size"].get(size) != simdjson::SUCCESS) size = 0;
-      if (a["rank"].get(rank) != simdjson::SUCCESS) rank = 0;
-      if (a["step"].get(step) != simdjson::SUCCESS) step = -1;
-      if (a["timestamp"].get_double().get(ts) != simdjson::SUCCESS) ts = 0;
-      w.begin_object().key("name").string(name).key("type").string(type).key("size").uinteger(size);
-      w.key("sha256").string(sha).key("rank").integer(rank).key("step").integer(step).key("timestamp").number(ts);
-      w.key("available").boolean(static_cast<bool>(resolve_artifact(rel, name)));
+      const std::optional<io::ArtifactRecord> a = io::artifact_record(line);
+      if (!a) return "no name";
+      w.begin_object().key("name").string(a->name).key("type").string(a->type).key("size").uinteger(a->size);
+      w.key("sha256").string(a->sha256).key("rank").integer(a->rank).key("step").integer(a->step);
+      w.key("timestamp").number(static_cast<double>(a->ts_us) / 1e6);
+      w.key("available").boolean(static_cast<bool>(resolve_artifact(rel, a->name)));
       w.end_object();
       return {};
     });

@@ -6,6 +6,7 @@
 #include "runtime/core/json.hpp"
 
 #include <openssl/evp.h>
+#include <simdjson.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -185,6 +187,24 @@ std::string artifact_line(const ArtifactRecord& r) {
   w.end_object();
   out.push_back('\n');
   return out;
+}
+
+std::optional<ArtifactRecord> artifact_record(const simdjson::dom::object& line) {
+  ArtifactRecord r;
+  std::string_view text;
+  if (line["name"].get(text) != simdjson::SUCCESS) return std::nullopt;
+  r.name = std::string(text);
+  if (line["type"].get(text) == simdjson::SUCCESS) r.type = std::string(text);
+  if (line["sha256"].get(text) == simdjson::SUCCESS) r.sha256 = std::string(text);
+  if (line["size"].get(r.size) != simdjson::SUCCESS) r.size = 0;
+  if (line["rank"].get(r.rank) != simdjson::SUCCESS) r.rank = 0;
+  if (line["step"].get(r.step) != simdjson::SUCCESS) r.step = -1;
+  // Written as Unix seconds to the microsecond (artifact_line).
+  double seconds = 0;
+  if (line["timestamp"].get_double().get(seconds) == simdjson::SUCCESS && std::isfinite(seconds) &&
+      std::abs(seconds) < 9e12)
+    r.ts_us = std::llround(seconds * 1e6);
+  return r;
 }
 
 Error copy_hashed(const std::string& source, const std::string& dest, std::uint64_t& size, std::string& sha256,

@@ -15,8 +15,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+
+namespace simdjson::dom {
+class object;
+}
 
 namespace chorus::io {
 
@@ -39,13 +44,19 @@ struct ArtifactRecord {
   std::string type;
   std::uint64_t size = 0;
   std::string sha256; // lowercase hex
-  int rank = 0;
+  std::int64_t rank = 0;
   std::int64_t step = -1; // the rank's step when it logged the artifact; -1 before any
   std::int64_t ts_us = 0; // written as Unix seconds, as history's _timestamp
 };
 
 /// The record as one JSON line, '\n' included.
 [[nodiscard]] std::string artifact_line(const ArtifactRecord& r);
+
+/// A line of artifacts.jsonl, parsed as a JSON object, read back: nothing
+/// where it has no string `name`; a member missing or of another type is left
+/// at its default (a timestamp that is no time, at 0). The one reader of the
+/// lines: the Uploader's, `chorus serve`'s and the Python package's.
+[[nodiscard]] std::optional<ArtifactRecord> artifact_record(const simdjson::dom::object& line);
 
 /// Copies the regular file `source` to `dest` (mode 0600; missing parent
 /// directories made 0700) so that a reader, or a crash, sees the old file

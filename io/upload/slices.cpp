@@ -4,6 +4,7 @@
 #include "io/upload/slices.hpp"
 
 #include "io/platform/posix.hpp"
+#include "io/store/artifacts.hpp"
 
 #include <simdjson.h>
 
@@ -86,14 +87,14 @@ void detail::read_artifacts(std::span<const std::string_view> lines, std::vector
   simdjson::dom::parser parser;
   for (std::string_view line : lines) {
     ArtifactEntry a;
-    simdjson::dom::element doc;
-    std::string_view v;
+    simdjson::dom::object doc;
     if (parser.parse(line.data(), line.size()).get(doc) == simdjson::SUCCESS) {
-      if (doc["name"].get(v) == simdjson::SUCCESS) a.name = std::string(v);
-      if (doc["type"].get(v) == simdjson::SUCCESS) a.type = std::string(v);
-      if (doc["sha256"].get(v) == simdjson::SUCCESS) a.sha256 = std::string(v);
-      std::uint64_t size = 0;
-      if (doc["size"].get(size) == simdjson::SUCCESS) a.size = size;
+      if (std::optional<ArtifactRecord> r = artifact_record(doc)) {
+        a.name = std::move(r->name);
+        a.type = std::move(r->type);
+        a.sha256 = std::move(r->sha256);
+        a.size = r->size;
+      }
     }
     out.push_back(std::move(a));
   }

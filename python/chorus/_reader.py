@@ -28,6 +28,18 @@ def _load_json(path, missing_ok=True):
     return value
 
 
+def _checked(read, path, fix, stacklevel):
+    """A JSON-lines file's reading: raises the problem that stopped it, warns of
+    damaged lines (naming `fix`) at the caller `stacklevel` frames up."""
+    if read["problem"] is not None:
+        raise read["problem"]
+    if read["skipped"]:
+        warnings.warn(f"{path}: {read['skipped']} damaged line(s) skipped, the first (line "
+                      f"{read['first_skipped_line']}): {read['first_skipped_why']}; {fix}", RuntimeWarning,
+                      stacklevel=stacklevel + 1)
+    return read
+
+
 class RunView:
     """A run directory, read: identity, ranks, config, summary, history.
 
@@ -79,29 +91,19 @@ class RunView:
         return self._read("system.jsonl", keys, False, pandas)
 
     def artifacts(self):
-        """artifacts.jsonl's entries, the last per name (as the run directory lists them)."""
+        """artifacts.jsonl's entries, the last per name (a name logged again replaces its file):
+        name, type, size, sha256, rank, step, timestamp."""
         path = os.path.join(self.path, "artifacts.jsonl")
-        latest = {}
-        text = _chorus.read_text(path, True)
-        for n, line in enumerate(text.splitlines(keepends=True), 1):
-            if not line.endswith("\n"):
-                break  # being written
-            try:
-                entry = json.loads(line)
-                latest[entry["name"]] = entry
-            except (ValueError, KeyError, TypeError):
-                warnings.warn(f"{path}: line {n} is damaged and was skipped", RuntimeWarning, stacklevel=2)
-        return list(latest.values())
+        if not os.path.lexists(path):
+            return []
+        read = _checked(_chorus.read_artifacts(path), path,
+                        "the other entries are listed; each artifact's file is under artifacts/", 2)
+        return list({e["name"]: e for e in read["entries"]}.values())
 
     def _read(self, name, keys, counts, pandas):
         path = os.path.join(self.path, name)
-        cols = _chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts)
-        if cols["problem"] is not None:
-            raise cols["problem"]
-        if cols["skipped"]:
-            warnings.warn(f"{path}: {cols['skipped']} damaged line(s) skipped, the first (line "
-                          f"{cols['first_skipped_line']}): {cols['first_skipped_why']}; "
-                          "`chorus recover` rebuilds the file from the WAL", RuntimeWarning, stacklevel=3)
+        cols = _checked(_chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts), path,
+                        "`chorus recover` rebuilds the file from the WAL", 3)
         if pandas is None or pandas:
             try:
                 import numpy as np

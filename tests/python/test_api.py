@@ -179,6 +179,13 @@ def test_artifacts(runs_dir, tmp_path):
     view = chorus.open(one_run(runs_dir))
     (a,) = view.artifacts()
     assert a["name"] == "ckpt/model.pt" and a["size"] == 7000 and a["type"] == "model"
+    assert len(a["sha256"]) == 64 and a["rank"] == 0 and a["timestamp"] > 1.7e9
+    # A damaged line is skipped with a warning; a name logged again replaces its entry.
+    with open(os.path.join(view.path, "artifacts.jsonl"), "a") as f:
+        f.write('{"type": "model"}\n{"name": "ckpt/model.pt", "type": "best", "size": 1}\n')
+    with pytest.warns(RuntimeWarning, match=r"1 damaged line\(s\) skipped, the first \(line 2\): no name"):
+        (b,) = view.artifacts()
+    assert (b["type"], b["size"], b["sha256"], b["step"]) == ("best", 1, "", -1)
     assert (open(os.path.join(view.path, "artifacts", "ckpt", "model.pt"), "rb").read()) == b"weights" * 1000
 
 
