@@ -99,6 +99,13 @@ Pending RunImpl::host_gone() noexcept {
   }
 }
 
+Error partly_logged(std::string_view bad_key, std::size_t logged) {
+  Error e = validate_metric_key(bad_key);
+  const std::string rest = logged == 1 ? "the call's one valid value was logged"
+                                       : "the call's " + std::to_string(logged) + " valid values were logged";
+  return Error(e.code(), e.message() + " (" + rest + ")");
+}
+
 Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
   return log_into<false>(0, values, opts);
 }
@@ -183,11 +190,8 @@ template <bool ToWriter, Room R>
   const std::uint64_t seq = pos + head + good;
   if (first_bad != n) {
     try {
-      Error e = validate_metric_key(values[first_bad].key);
       // good >= 1 here: a call with no valid key was refused whole above.
-      const std::string rest = good == 1 ? "the call's one valid value was logged"
-                                         : "the call's " + std::to_string(good) + " valid values were logged";
-      channel_.set_error(seq, Error(e.code(), e.message() + " (" + rest + ")"));
+      channel_.set_error(seq, partly_logged(values[first_bad].key, good));
     } catch (...) {
     }
     return Pending(&channel_, seq, true);

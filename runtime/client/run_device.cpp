@@ -122,9 +122,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
     channel_.wake();
     const std::uint64_t seq = pos + total;
     if (first_bad != host.size()) {
-      Error e = validate_metric_key(host[first_bad].key);
-      channel_.set_error(seq, Error(e.code(), e.message() + " (the call's " + std::to_string(total) +
-                                                  " valid values were logged)"));
+      channel_.set_error(seq, partly_logged(host[first_bad].key, total));
       return Pending(&channel_, seq, true);
     }
     return Pending(&channel_, seq, false);

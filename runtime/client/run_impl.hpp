@@ -35,6 +35,11 @@ extern std::atomic<unsigned> fork_count;
 /// A log call's values share one head slot, which counts them in 16 bits.
 inline constexpr std::size_t max_values_per_call = 0xffff;
 
+/// A log call's error where the key `bad_key` (its first bad one) was
+/// refused and its `logged` other values were logged (log, and log_device
+/// with host values beside).
+[[nodiscard]] Error partly_logged(std::string_view bad_key, std::size_t logged);
+
 /// How a call waits for room in the ring.
 enum class Room : std::uint8_t {
   configured, // as Options::overflow says: wait (block) or drop the values (drop_newest)
