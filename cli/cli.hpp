@@ -114,6 +114,18 @@ int usage_error(std::string_view command, std::string_view message);
 /// Prints "chorus CMD: MESSAGE" to stderr; returns exit_failure.
 int failure(std::string_view command, std::string_view message);
 
+/// Reads a command's words into `a` with its `parse` (which sets `help` at
+/// -h/--help): the exit code to return at once, after a usage error or the
+/// help, or nothing where the command goes on.
+template <class Args>
+std::optional<int> parse_words(const Command& command, std::span<char* const> words, Args& a,
+                               Error (*parse)(std::span<char* const>, Args&, bool&)) {
+  bool help = false;
+  if (Error e = parse(words, a, help)) return usage_error(command.name, e.message());
+  if (help) return print_help(command);
+  return std::nullopt;
+}
+
 /// A whole decimal integer in [lo, hi], or nothing.
 std::optional<std::int64_t> parse_int(std::string_view s, std::int64_t lo, std::int64_t hi);
 /// A finite decimal number, or nothing.

@@ -407,9 +407,7 @@ Error export_tensorboard(const Located& found, const ExportArgs& a) {
 
 int export_main(std::span<char* const> words) {
   ExportArgs a;
-  bool help = false;
-  if (Error e = parse(words, a, help)) return usage_error("export", e.message());
-  if (help) return print_help(export_command);
+  if (std::optional<int> done = parse_words(export_command, words, a, &parse)) return *done;
   const Result<Located> found = locate(a.target, a.dir);
   if (!found) return failure("export", found.error().message());
   if (!found->group.empty() && a.tensorboard.empty())

@@ -340,9 +340,7 @@ Error record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::
 
 int launch_main(std::span<char* const> words) {
   LaunchArgs a;
-  bool help = false;
-  if (Error e = parse(words, a, help)) return usage_error("launch", e.message());
-  if (help) return print_help(launch_command);
+  if (std::optional<int> done = parse_words(launch_command, words, a, &parse)) return *done;
   if (Error e = cannot_start(a.program[0])) return failure("launch", e.message());
   if (a.master_port == 0) {
     if (a.nnodes > 1) {

@@ -175,9 +175,7 @@ Result<std::string> install(const std::string& tmp, const std::string& dir, bool
 
 int recover_main(std::span<char* const> words) {
   RecoverArgs a;
-  bool help = false;
-  if (Error e = parse(words, a, help)) return usage_error("recover", e.message());
-  if (help) return print_help(recover_command);
+  if (std::optional<int> done = parse_words(recover_command, words, a, &parse)) return *done;
   const Result<std::string> dir = locate_run(a.run, a.dir.empty() ? default_runs_dir() : a.dir);
   if (!dir) return failure("recover", dir.error().message());
   RecoverOptions o;

@@ -107,9 +107,7 @@ Error parse(std::span<char* const> words, ServeArgs& a, bool& help) {
 
 int serve_main(std::span<char* const> words) {
   ServeArgs a;
-  bool help = false;
-  if (Error e = parse(words, a, help)) return usage_error("serve", e.message());
-  if (help) return print_help(serve_command);
+  if (std::optional<int> done = parse_words(serve_command, words, a, &parse)) return *done;
 
   const std::string dir = a.dir.empty() ? default_runs_dir() : a.dir;
   char real[PATH_MAX];

@@ -472,9 +472,7 @@ int follow(const std::string& dir, const ShowArgs& a) {
 
 int show_main(std::span<char* const> words) {
   ShowArgs a;
-  bool help = false;
-  if (Error e = parse(words, a, help)) return usage_error("show", e.message());
-  if (help) return print_help(show_command);
+  if (std::optional<int> done = parse_words(show_command, words, a, &parse)) return *done;
   const int width = a.width > 0 ? a.width : terminal_width();
   std::vector<RunInfo> runs;
   for (const std::string& arg : a.runs) {

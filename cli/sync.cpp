@@ -262,9 +262,7 @@ int status(const SyncArgs& a) {
 
 int sync_main(std::span<char* const> words) {
   SyncArgs a;
-  bool help = false;
-  if (Error e = parse(words, a, help)) return usage_error("sync", e.message());
-  if (help) return print_help(sync_command);
+  if (std::optional<int> done = parse_words(sync_command, words, a, &parse)) return *done;
   if (a.status) return status(a);
   auto target = io::UploadTarget::parse(a.url);
   if (!target) return usage_error("sync", target.error().message());
