@@ -45,13 +45,25 @@ public:
   /// Values the merge refused, with the reason (they go to rejected.jsonl).
   virtual void rejected(int rank, std::uint64_t seq, std::int64_t step, std::span<const std::pair<std::string_view, double>> values,
                         const Error& why) = 0;
+  /// Values `rank` refused before they reached the run (a bad key, a value
+  /// that is no number): `n` of them, `values` a JSON object of them (key ->
+  /// value as JSON); they go to rejected.jsonl too. `step`: wire::auto_step
+  /// where the call gave none.
+  virtual void refused(int /*rank*/, std::uint64_t /*seq*/, std::int64_t /*step*/, const Error& /*why*/,
+                       std::string_view /*values*/, std::uint32_t /*n*/) {}
+  /// A metric's declaration, whole, as it stands after a define_metric
+  /// call: its reduction, its summary, and the key its charts take as x
+  /// (`no_step_key`: _step). Key ids as in a Row.
+  static constexpr std::uint32_t no_step_key = 0xffffffffu;
+  virtual void metric(std::uint32_t /*key*/, Reduce /*reduce*/, Summary /*summary*/, std::uint32_t /*step_key*/) {}
   /// A rank's state changed (joined, finished, crashed, timed out).
   virtual void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host, std::string_view reason) = 0;
   /// Everything `rank` sent up to and including `seq` is processed; `err`
   /// is non-null when the event `seq` itself was refused or failed (a
   /// rejected step, a barrier that timed out).
   virtual void completed(int rank, std::uint64_t seq, const Error* err) = 0;
-  /// The run ended (a run_end host event).
+  /// The run ended (a run_end host event); again, with the state amended,
+  /// where a rank's process exited non-zero after the run ended.
   virtual void run_end(RunState state, std::int64_t ts_us) = 0;
   /// `rank` reached barrier `index` (named `name`) and waits there; a rank
   /// that reaches it after it was released passes through unreported.

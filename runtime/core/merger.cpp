@@ -3,6 +3,7 @@
 #include "runtime/core/merger_keys.hpp"
 #include "runtime/core/merger_rows.hpp"
 #include "runtime/core/merger_streams.hpp"
+#include "runtime/core/strings.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -38,6 +39,7 @@ struct Rank {
   std::uint64_t barrier_seq = 0;
   std::uint64_t seq = 0; // the last seq of its frames: each event's is higher, and not by much
   std::uint32_t barrier_name = no_key;
+  std::string end_message;          // why it ended, as the sink heard (not finished: why not)
   std::vector<char> parked_events; // encoded events, as they came, from parked_from on
   std::size_t parked_from = 0;
   std::vector<LocalKey> keys;
@@ -46,20 +48,6 @@ struct Rank {
 };
 
 std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-/// "rank 3" or "ranks 0-2, 5": short even for a thousand ranks.
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (i) out += ", ";
-    out += std::to_string(ranks[i]);
-    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
 
 /// `e` holds one key's values, in rank order.
 double reduce_values(Reduce how, const Entry* e, std::size_t n) {
@@ -95,6 +83,8 @@ struct Merger::State {
   bool started = false;
   bool ended = false;
   std::int64_t start_ts = 0;
+  RunState end_state = RunState::running; // as run_end (or a later rank_exit) left it
+  std::int64_t end_ts = 0;
   std::vector<Rank> ranks;
   int live = 0;        // ranks running (joined or not)
   int parked = 0;      // ranks parked at the open barrier, dead ones included
@@ -177,6 +167,7 @@ struct Merger::State {
   void leave(int rank, RunState state, std::string_view reason) {
     Rank& r = ranks[rank];
     r.state = state;
+    r.end_message = reason;
     --live;
     if (r.parked) --parked_live;
     place(rank);
@@ -190,8 +181,21 @@ struct Merger::State {
     if (const auto* v = std::get_if<wire::Values>(&ev)) {
       log_values(rank, *v);
     } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
-      names.reduction(r.keys[d->key].gid) = d->reduce;
+      const std::uint32_t gid = r.keys[d->key].gid;
+      names.reduction(gid) = d->reduce;
+      declared(gid);
       sink.completed(rank, d->seq, nullptr);
+    } else if (const auto* m = std::get_if<wire::MetricView>(&ev)) {
+      const std::uint32_t gid = r.keys[m->key].gid;
+      RunKeys::View& view = names.view(gid);
+      if (m->summary != wire::unchanged_summary) view.summary = static_cast<Summary>(m->summary);
+      if (m->step_key != wire::no_step_metric) view.step = r.keys[m->step_key].gid;
+      declared(gid);
+      sink.completed(rank, m->seq, nullptr);
+    } else if (const auto* x = std::get_if<wire::Refused>(&ev)) {
+      values_rejected += x->n;
+      sink.refused(rank, x->seq, x->step, Error(x->code, std::string(x->message)), x->values, x->n);
+      sink.completed(rank, x->seq, nullptr);
     } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
       reach_barrier(rank, *b);
     } else if (const auto* c = std::get_if<wire::Config>(&ev)) {
@@ -209,12 +213,29 @@ struct Merger::State {
       sink.completed(rank, st->seq, nullptr);
     } else if (const auto* f = std::get_if<wire::Finish>(&ev)) {
       r.closed = true;
-      if (r.state == RunState::running && f->exit_code != 0)
-        leave(rank, RunState::failed, "ended its run with exit code " + std::to_string(f->exit_code));
-      else if (r.state == RunState::running)
-        leave(rank, RunState::finished, {});
+      if (r.state == RunState::running) leave(rank, f->state, end_reason(*f));
       sink.completed(rank, f->seq, nullptr);
     }
+  }
+
+  /// Why a rank ended as its finish says: "" for finished.
+  static std::string end_reason(const wire::Finish& f) {
+    std::string why;
+    if (f.state == RunState::failed) {
+      why = "ended its run with exit code ";
+      why += std::to_string(f.code);
+    } else if (f.state == RunState::killed) {
+      why = "stopped by ";
+      why += signal_name(f.code);
+    }
+    if (!why.empty() && !f.message.empty()) why.append(": ").append(f.message);
+    return why;
+  }
+
+  /// A metric's declaration changed: the sink hears the whole of it.
+  void declared(std::uint32_t gid) {
+    const RunKeys::View& view = names.view(gid);
+    sink.metric(gid, names.reduction(gid), view.summary, view.step);
   }
 
   /// "rank 3", or "rank 3 writer 2" for a value of a writer stream.
@@ -556,7 +577,24 @@ struct Merger::State {
       while (parked > 0) release(parked_live == live ? Release::arrived : Release::run_end);
       commit_below(past_all);
       ended = true;
+      end_state = e->state;
+      end_ts = e->ts_us;
       sink.run_end(e->state, e->ts_us);
+      return true;
+    }
+    if (const auto* x = std::get_if<wire::RankExit>(&h)) {
+      if (x->rank >= ranks.size()) return false;
+      Rank& r = ranks[x->rank];
+      // Only a finish that said "finished" is taken back: a rank that ended
+      // otherwise says so already, and one still running is yet to end.
+      if (r.state != RunState::finished) return true;
+      r.state = RunState::failed;
+      r.end_message = "its process exited with status " + std::to_string(x->status) + " after it finished";
+      sink.rank_state(static_cast<int>(x->rank), r.state, r.last_step, r.host, r.end_message);
+      if (ended && end_state == RunState::finished) {
+        end_state = RunState::failed;
+        sink.run_end(end_state, end_ts);
+      }
       return true;
     }
     return false;
@@ -589,6 +627,23 @@ std::int64_t Merger::rank_last_step(int rank) const {
 }
 
 bool Merger::all_done() const noexcept { return s_->started && s_->live == 0; }
+
+RunState Merger::end_state() const noexcept {
+  // The worst way a rank ended names the run: a failure, else a rank gone
+  // without a word, else a signal.
+  RunState worst = RunState::finished;
+  for (const Rank& r : s_->ranks) {
+    if (r.state == RunState::failed) return RunState::failed;
+    if (r.state == RunState::crashed) worst = RunState::crashed;
+    if (r.state == RunState::killed && worst == RunState::finished) worst = RunState::killed;
+  }
+  return worst;
+}
+
+const std::string& Merger::rank_message(int rank) const {
+  static const std::string none;
+  return rank >= 0 && rank < world_size() ? s_->ranks[rank].end_message : none;
+}
 bool Merger::finish_waiting(int rank) const {
   return rank >= 0 && rank < world_size() && s_->ranks[rank].parked && s_->ranks[rank].finish_parked &&
          s_->ranks[rank].state == RunState::running;

@@ -33,7 +33,13 @@
 //   runtime's origin carry on, so a step at or below the last committed one
 //   is refused (step_committed) as always, never written twice;
 // - a dead rank leaves the watermark and never blocks again; events of a rank
-//   after its death or finish are ignored.
+//   after its death or finish are ignored. A rank ends as its finish says:
+//   finished, failed (with its exit code) or killed (by its signal), with
+//   why; a rank_exit (its process exited non-zero after a finish that said
+//   finished, even after run_end) turns it failed, and a run that ended
+//   finished failed (the sink hears run_end again);
+// - values a rank refused before they reached it (a refused event) are
+//   counted as rejected and go to the sink, taking no step;
 //
 // Consequences of those rules, which the Run actor and the tests rely on:
 // - barriers match by order: a rank's k-th barrier is barrier k. A rank that
@@ -100,6 +106,12 @@ public:
   [[nodiscard]] std::int64_t rank_last_step(int rank) const;
   /// Every rank has finished or died.
   [[nodiscard]] bool all_done() const noexcept;
+  /// The state the run ends in, from how its ranks ended: failed where one
+  /// failed, else crashed where one was lost, else killed where a signal
+  /// stopped one, else finished.
+  [[nodiscard]] RunState end_state() const noexcept;
+  /// Why the rank ended other than finished ("" while it runs, or finished).
+  [[nodiscard]] const std::string& rank_message(int rank) const;
   /// The rank's finish came while it waited at the open barrier, and waits
   /// behind it (a FinishTimeout lets it through).
   [[nodiscard]] bool finish_waiting(int rank) const;

@@ -44,6 +44,7 @@ public:
     names_.emplace_back(name);
     gid_of_.emplace(names_.back(), gid);
     reduction_.push_back(Reduce::none);
+    view_.push_back({});
     order_stale_ = true;
     return gid;
   }
@@ -51,6 +52,12 @@ public:
   [[nodiscard]] const std::string& operator[](std::uint32_t gid) const { return names_[gid]; }
   [[nodiscard]] std::size_t size() const noexcept { return names_.size(); }
   Reduce& reduction(std::uint32_t gid) { return reduction_[gid]; }
+  /// How a key shows (define_metric's summary and step_metric).
+  struct View {
+    Summary summary = Summary::last;
+    std::uint32_t step = no_key; // the key its charts take as x; no_key: _step
+  };
+  View& view(std::uint32_t gid) { return view_[gid]; }
 
   /// Each key's place in name order, by global id.
   const std::vector<std::uint32_t>& order() {
@@ -78,6 +85,7 @@ private:
   std::deque<std::string> names_; // a deque, so the views in gid_of_ stay valid
   std::unordered_map<std::string_view, std::uint32_t> gid_of_;
   std::vector<Reduce> reduction_;
+  std::vector<View> view_;
   std::vector<std::uint32_t> order_, by_order_; // name order, rebuilt once new keys came
   bool order_stale_ = false;
 };
@@ -145,6 +153,8 @@ public:
         ok = streams.name(*st);
       } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
         ok = known(d->key);
+      } else if (const auto* m = std::get_if<wire::MetricView>(&ev)) {
+        ok = known(m->key) && (m->step_key == wire::no_step_metric || known(m->step_key));
       } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
         ok = known(b->name_key);
       }

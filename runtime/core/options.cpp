@@ -109,6 +109,9 @@ std::optional<Resume> parse_resume(std::string_view text) {
 std::optional<Reduce> parse_reduce(std::string_view text) {
   return parse_enum(text, {Reduce::none, Reduce::mean, Reduce::sum, Reduce::min, Reduce::max, Reduce::first});
 }
+std::optional<Summary> parse_summary(std::string_view text) {
+  return parse_enum(text, {Summary::last, Summary::min, Summary::max, Summary::mean});
+}
 
 namespace {
 
@@ -500,10 +503,86 @@ std::string port_name(const Settings& s, std::uint16_t port) {
   return "CHORUS_PORT " + std::to_string(port) + (s.port_job.empty() ? std::string() : ", derived from the " + s.port_job);
 }
 
+namespace {
+
+/// job_identity's fields, in order: "job" is the launcher's job (or where it
+/// meets), the rest what every rank of it must agree on.
+constexpr std::string_view identity_fields[] = {"job", "project", "group", "ranks", "mode", "scope", "run id"};
+
+/// The value of `field` in an identity ("" where it has none).
+std::string_view field_of(std::string_view identity, std::string_view field) {
+  for (std::size_t at = 0; at < identity.size();) {
+    std::size_t end = identity.find('\n', at);
+    if (end == std::string_view::npos) end = identity.size();
+    const std::string_view line = identity.substr(at, end - at);
+    if (line.size() > field.size() && line.starts_with(field) && line[field.size()] == '=')
+      return line.substr(field.size() + 1);
+    at = end + 1;
+  }
+  return {};
+}
+
+/// Where a field that ranks disagree on is set, to say how to fix it.
+std::string_view set_by(std::string_view field) {
+  if (field == "project") return "chorus.init(project=...), Options::project or CHORUS_PROJECT";
+  if (field == "group") return "Options::group or CHORUS_GROUP (or leave it to the launcher's job)";
+  if (field == "ranks") return "WORLD_SIZE, and the mode and scope";
+  if (field == "mode") return "Options::mode or CHORUS_MODE";
+  if (field == "scope") return "Options::scope or CHORUS_SCOPE";
+  return "Options::run_id or CHORUS_RUN_ID";
+}
+
+} // namespace
+
 std::string job_identity(const Settings& s) {
-  return "project " + s.opts.project + ", group " + s.opts.group + ", " + std::to_string(s.run_world) + " ranks, mode " +
-         std::string(to_string(s.opts.mode)) + ", scope " + std::string(to_string(s.opts.scope)) +
-         (s.opts.run_id.empty() ? std::string() : ", run id " + s.opts.run_id);
+  const Topology& t = s.topo;
+  std::string job;
+  if (!t.job_id.empty())
+    job.append(t.launcher).append(" job ").append(t.job_id).append(t.job_step.empty() ? "" : "." + t.job_step);
+  else
+    job.append("the job meeting at ").append(t.master_addr).append(":").append(std::to_string(t.master_port));
+  const std::string values[] = {job,
+                                s.opts.project,
+                                s.opts.group,
+                                std::to_string(s.run_world),
+                                std::string(to_string(s.opts.mode)),
+                                std::string(to_string(s.opts.scope)),
+                                s.opts.run_id};
+  std::string out;
+  for (std::size_t i = 0; i < std::size(identity_fields); ++i) {
+    // A value holds no newline (names are checked), so each line is one field.
+    std::string v = values[i];
+    for (char& c : v)
+      if (c == '\n') c = ' ';
+    if (i != 0) out.push_back('\n');
+    out.append(identity_fields[i]).append("=").append(v);
+  }
+  return out;
+}
+
+std::string job_text(std::string_view identity) {
+  std::string out;
+  out.append("project ").append(field_of(identity, "project"));
+  out.append(", group ").append(field_of(identity, "group"));
+  out.append(", ").append(field_of(identity, "ranks")).append(" ranks");
+  out.append(", mode ").append(field_of(identity, "mode"));
+  out.append(", scope ").append(field_of(identity, "scope"));
+  if (const std::string_view id = field_of(identity, "run id"); !id.empty()) out.append(", run id ").append(id);
+  if (const std::string_view job = field_of(identity, "job"); !job.empty()) out.append("; ").append(job);
+  return out;
+}
+
+std::string job_disagreement(std::string_view theirs, std::string_view ours) {
+  const std::string_view job = field_of(ours, "job");
+  if (job.empty() || field_of(theirs, "job") != job) return {};
+  std::string out;
+  for (std::string_view field : identity_fields) {
+    if (field == "job" || field_of(theirs, field) == field_of(ours, field)) continue;
+    if (!out.empty()) out.append("; ");
+    out.append(field).append(" \"").append(field_of(theirs, field)).append("\" there, \"");
+    out.append(field_of(ours, field)).append("\" on the run host (set by ").append(set_by(field)).append(")");
+  }
+  return out;
 }
 
 } // namespace chorus::detail

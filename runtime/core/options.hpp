@@ -33,11 +33,13 @@ inline constexpr std::string_view hydra_proxy = "/proc:hydra_pmi_proxy";
 [[nodiscard]] std::optional<Scope> parse_scope(std::string_view text);
 [[nodiscard]] std::optional<Resume> parse_resume(std::string_view text);
 [[nodiscard]] std::optional<Reduce> parse_reduce(std::string_view text);
+[[nodiscard]] std::optional<Summary> parse_summary(std::string_view text);
 /// What they take, as an error names it.
 inline constexpr std::string_view mode_takes = "auto, shared or new (or automatic, per_rank)";
 inline constexpr std::string_view scope_takes = "global or worker (or node)";
 inline constexpr std::string_view resume_takes = "never, allow or must";
 inline constexpr std::string_view reduce_takes = "none, mean, sum, min, max or first";
+inline constexpr std::string_view summary_takes = "last, min, max or mean";
 
 /// Topology from the launcher's variables (see chorus.hpp). Precedence when
 /// several launchers' variables are present: torchrun (RANK/WORLD_SIZE),
@@ -84,10 +86,18 @@ struct Settings {
 /// which job that was.
 std::string port_name(const Settings& s, std::uint16_t port);
 
-/// The identity of the job a rank belongs to, as its joins carry it: the
-/// project, the group (derived from the launcher's job id, or where the job
-/// meets), the run's size, mode and scope. A run host refuses a rank whose
+/// The identity of the job a rank belongs to, as its joins carry it:
+/// "field=value" lines: the launcher's job (or where it meets), the project,
+/// the group (derived from the launcher's job id, or where the job meets),
+/// the run's size, mode, scope and run id. A run host refuses a rank whose
 /// identity differs from its own, and the refusal shows both.
 std::string job_identity(const Settings& s);
+/// An identity as one line for a message: "project a, group g, 4 ranks, ...".
+std::string job_text(std::string_view identity);
+/// Where two identities name the same launcher job but the ranks disagree
+/// (a project set differently on one rank, say): the fields that differ, with
+/// where each is set ("project "b" there, "a" on the run host (set by
+/// ...)"); "" where they are different jobs.
+std::string job_disagreement(std::string_view theirs, std::string_view ours);
 
 } // namespace chorus::detail

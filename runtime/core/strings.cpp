@@ -1,7 +1,11 @@
 // The spellings of chorus's enums. Mode and Scope use the CHORUS_MODE and
 // CHORUS_SCOPE spellings (Flyte's run_mode and rank_scope), so what run.json
 // records can be pasted back into the environment.
+#include "runtime/core/strings.hpp"
+
 #include <chorus/chorus.hpp>
+
+#include <csignal>
 
 namespace chorus {
 
@@ -30,6 +34,16 @@ std::string_view to_string(Reduce r) noexcept {
   case Reduce::min: return "min";
   case Reduce::max: return "max";
   case Reduce::first: return "first";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Summary s) noexcept {
+  switch (s) {
+  case Summary::last: return "last";
+  case Summary::min: return "min";
+  case Summary::max: return "max";
+  case Summary::mean: return "mean";
   }
   return "unknown";
 }
@@ -78,4 +92,35 @@ std::string_view to_string(Errc e) noexcept {
   return "unknown";
 }
 
+namespace detail {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string signal_name(int sig) {
+  // The signals that end or interrupt a job (launchers, schedulers, a terminal).
+  static constexpr std::pair<int, const char*> names[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},   {SIGABRT, "SIGABRT"},
+      {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"},
+      {SIGUSR2, "SIGUSR2"}, {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+      {SIGXFSZ, "SIGXFSZ"},
+  };
+  for (const auto& [n, name] : names)
+    if (n == sig) return name;
+  std::string out = "signal ";
+  out += std::to_string(sig);
+  return out;
+}
+
+} // namespace detail
 } // namespace chorus

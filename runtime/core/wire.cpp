@@ -95,8 +95,39 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
     case Tag::finish_failed: {
       Finish f{};
       if (!in.get(f.seq)) return false;
-      if (tag == Tag::finish_failed && (!in.get(f.exit_code) || f.exit_code == 0)) return false;
+      if (tag == Tag::finish_failed) {
+        if (!in.get(f.code) || f.code == 0) return false;
+        f.state = RunState::failed;
+      }
       ev = f;
+      return true;
+    }
+    case Tag::finish_ended: {
+      Finish f{};
+      std::uint8_t state;
+      if (!in.get(f.seq) || !in.get(state) || !in.get(f.code) || !in.bytes(f.message)) return false;
+      f.state = static_cast<RunState>(state);
+      if ((f.state != RunState::failed && f.state != RunState::killed) || f.message.size() > max_end_message)
+        return false;
+      ev = f;
+      return true;
+    }
+    case Tag::refused: {
+      Refused r{};
+      std::uint8_t code;
+      if (!in.get(r.seq) || !in.get(r.step) || !in.get(code) || !in.get(r.n) || !in.bytes(r.message) ||
+          !in.bytes(r.values))
+        return false;
+      r.code = static_cast<Errc>(code);
+      if (code == 0 || code > static_cast<std::uint8_t>(Errc::upload_incomplete)) return false;
+      ev = r;
+      return true;
+    }
+    case Tag::metric_view: {
+      MetricView m{};
+      if (!in.get(m.seq) || !in.get(m.key) || !in.get(m.summary) || !in.get(m.step_key)) return false;
+      if (m.summary != unchanged_summary && !known(static_cast<chorus::Summary>(m.summary))) return false;
+      ev = m;
       return true;
     }
     case Tag::stream_open:
@@ -142,6 +173,12 @@ bool read_host_event(Reader& in, HostEventData& out) noexcept {
     case HostEvent::finish_timeout: {
       FinishTimeout e{};
       if (!in.get(e.ts_us)) return false;
+      out = e;
+      return true;
+    }
+    case HostEvent::rank_exit: {
+      RankExit e{};
+      if (!in.get(e.rank) || !in.get(e.ts_us) || !in.get(e.status) || e.status == 0) return false;
       out = e;
       return true;
     }
@@ -209,6 +246,14 @@ std::vector<char> run_end(RunState state, std::int64_t ts_us) {
   auto out = host_frame(HostEvent::run_end);
   detail::put(out, static_cast<std::uint8_t>(state));
   detail::put(out, ts_us);
+  return out;
+}
+
+std::vector<char> rank_exit(std::uint32_t rank, std::int64_t ts_us, std::int32_t status) {
+  auto out = host_frame(HostEvent::rank_exit);
+  detail::put(out, rank);
+  detail::put(out, ts_us);
+  detail::put(out, status);
   return out;
 }
 

@@ -48,7 +48,29 @@ enum class Tag : std::uint8_t {
   stream_open = 9,    // u64 seq, u32 stream (1..max_streams)
   stream_values = 10, // u64 seq, u32 stream, then as `values` from the step on
   stream_close = 11,  // u64 seq, u32 stream
+  // How a rank ended other than `finish`: u64 seq, u8 RunState (failed or
+  // killed), i32 code (the exit code, or the signal's number), u32 len,
+  // message bytes (why: an exception's text).
+  finish_ended = 12,
+  // Values the rank refused before they reached its ring (a bad key, a value
+  // that is no number), for rejected.jsonl: u64 seq, i64 step (auto_step:
+  // none given), u8 Errc, u32 n (values refused), u32 len, message bytes,
+  // u32 len, a JSON object of the values (key -> value as JSON).
+  refused = 13,
+  // How a metric shows (Run::define_metric's summary and step_metric): u64
+  // seq, u32 key, u8 Summary (unchanged_summary: as it was), u32 step
+  // metric's key (no_step_metric: as it was).
+  metric_view = 14,
 };
+
+/// In a metric_view event: what a define_metric call left as it was.
+inline constexpr std::uint8_t unchanged_summary = 0xff;
+inline constexpr std::uint32_t no_step_metric = 0xffffffffu;
+
+/// A Summary value this build knows.
+constexpr bool known(chorus::Summary s) noexcept {
+  return static_cast<std::uint8_t>(s) <= static_cast<std::uint8_t>(chorus::Summary::mean);
+}
 
 /// The most writer streams one rank may have open at once; their ids are
 /// 1..max_streams (0 is the default stream). Bounds what a frame may make the
@@ -64,7 +86,13 @@ enum class HostEvent : std::uint8_t {
   barrier_timeout = 4, // u32 barrier index, i64 ts_us
   finish_timeout = 5,  // i64 ts_us
   run_end = 6,         // u8 RunState, i64 ts_us
+  // A rank's process exited with a status other than 0 after the rank had
+  // finished (even after the run ended): it fails the rank, and the run.
+  rank_exit = 7,       // u32 rank, i64 ts_us, i32 status
 };
+
+/// The most bytes of a rank's end message (FinishOptions::message) kept.
+inline constexpr std::size_t max_end_message = 4096;
 
 inline constexpr std::int64_t auto_step = std::numeric_limits<std::int64_t>::min();
 inline constexpr std::size_t value_size = 12; // u32 key + f64
@@ -135,10 +163,39 @@ public:
   }
   void config(std::uint64_t seq, std::string_view json) { blob(Tag::config, seq, json); }
   void summary(std::uint64_t seq, std::string_view json) { blob(Tag::summary, seq, json); }
+  /// A finish; with an exit code other than 0, the failed finish that WALs
+  /// before finish_ended hold (finish_ended says more, and is what ranks send).
   void finish(std::uint64_t seq, std::int32_t exit_code = 0) {
     begin(exit_code == 0 ? Tag::finish : Tag::finish_failed);
     detail::put(out_, seq);
     if (exit_code != 0) detail::put(out_, exit_code);
+  }
+  /// The rank ended `state` (failed or killed) with `code` (its exit code, or
+  /// its signal), and why; the message is cut at max_end_message bytes.
+  void finish_ended(std::uint64_t seq, RunState state, std::int32_t code, std::string_view message) {
+    begin(Tag::finish_ended);
+    detail::put(out_, seq);
+    detail::put(out_, static_cast<std::uint8_t>(state));
+    detail::put(out_, code);
+    detail::put_bytes(out_, message.substr(0, max_end_message));
+  }
+  /// `n` values refused before the ring (`values`: a JSON object of them).
+  void refused(std::uint64_t seq, std::int64_t step, Errc code, std::uint32_t n, std::string_view message,
+               std::string_view values) {
+    begin(Tag::refused);
+    detail::put(out_, seq);
+    detail::put(out_, step);
+    detail::put(out_, static_cast<std::uint8_t>(code));
+    detail::put(out_, n);
+    detail::put_bytes(out_, message);
+    detail::put_bytes(out_, values);
+  }
+  void metric_view(std::uint64_t seq, std::uint32_t key, std::uint8_t summary, std::uint32_t step_key) {
+    begin(Tag::metric_view);
+    detail::put(out_, seq);
+    detail::put(out_, key);
+    detail::put(out_, summary);
+    detail::put(out_, step_key);
   }
 
   [[nodiscard]] std::uint32_t events() const noexcept { return events_; }
@@ -166,6 +223,7 @@ std::vector<char> rank_dead(std::uint32_t rank, std::int64_t ts_us, std::string_
 std::vector<char> barrier_timeout(std::uint32_t index, std::int64_t ts_us);
 std::vector<char> finish_timeout(std::int64_t ts_us);
 std::vector<char> run_end(RunState state, std::int64_t ts_us);
+std::vector<char> rank_exit(std::uint32_t rank, std::int64_t ts_us, std::int32_t status);
 
 // ---------------------------------------------------------------------------
 // Decoding: views into the frame's bytes, valid while the frame is.
@@ -210,9 +268,27 @@ struct Summary {
   std::uint64_t seq;
   std::string_view json;
 };
+/// How a rank ends: finished, or failed with its exit code, or killed by
+/// its signal (`code`), and why.
 struct Finish {
   std::uint64_t seq;
-  std::int32_t exit_code = 0; // non-zero: Run::finish({.exit_code}) ended the rank as failed
+  RunState state = RunState::finished;
+  std::int32_t code = 0;
+  std::string_view message;
+};
+struct Refused {
+  std::uint64_t seq;
+  std::int64_t step; // auto_step: the call gave none
+  Errc code;
+  std::uint32_t n;
+  std::string_view message;
+  std::string_view values; // a JSON object
+};
+struct MetricView {
+  std::uint64_t seq;
+  std::uint32_t key;
+  std::uint8_t summary;  // a Summary, or unchanged_summary
+  std::uint32_t step_key; // a key id, or no_step_metric
 };
 /// A writer stream opening (`open`) or closing.
 struct Stream {
@@ -220,7 +296,7 @@ struct Stream {
   std::uint32_t id;
   bool open;
 };
-using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream>;
+using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream, Refused, MetricView>;
 
 struct RunStart {
   std::int64_t ts_us;
@@ -249,7 +325,12 @@ struct RunEnd {
   RunState state;
   std::int64_t ts_us;
 };
-using HostEventData = std::variant<RunStart, RankJoined, RankDead, BarrierTimeout, FinishTimeout, RunEnd>;
+struct RankExit {
+  std::uint32_t rank;
+  std::int64_t ts_us;
+  std::int32_t status;
+};
+using HostEventData = std::variant<RunStart, RankJoined, RankDead, BarrierTimeout, FinishTimeout, RunEnd, RankExit>;
 
 /// A decoded frame: either a rank's batch (iterate with for_each_event) or one host event.
 struct Frame {

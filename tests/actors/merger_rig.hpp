@@ -103,6 +103,27 @@ struct Rig {
       w_.finish(s, exit_code);
       return s;
     }
+    /// The rank ends `state` (failed or killed) with `code` and why.
+    std::uint64_t end(RunState state, std::int32_t code, std::string_view message = {}) {
+      const auto s = next();
+      w_.finish_ended(s, state, code, message);
+      return s;
+    }
+    /// Values refused before the ring: `n` of them, `values` a JSON object.
+    std::uint64_t refused(std::int64_t step, std::uint32_t n, std::string_view values,
+                          Errc code = Errc::invalid_key) {
+      const auto s = next();
+      w_.refused(s, step, code, n, "refused for a test", values);
+      return s;
+    }
+    /// define_metric's summary and step metric (unchanged where not given).
+    std::uint64_t view(std::string_view name, std::optional<Summary> summary, std::string_view step_metric = {}) {
+      const auto k = key(name);
+      const std::uint32_t step_key = step_metric.empty() ? w::no_step_metric : key(step_metric);
+      const auto s = next();
+      w_.metric_view(s, k, summary ? static_cast<std::uint8_t>(*summary) : w::unchanged_summary, step_key);
+      return s;
+    }
     /// Opens (Run::writer) or closes (Writer::close) writer stream `id`.
     std::uint64_t stream(std::uint32_t id, bool open) {
       const auto s = next();

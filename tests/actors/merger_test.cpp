@@ -5,6 +5,7 @@
 #include "tests/actors/merger_rig.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -884,4 +885,119 @@ BOOST_AUTO_TEST_CASE(damaged_frames_never_break_the_merge) {
   }
   BOOST_TEST_MESSAGE(refused << " of 3000 damaged frames refused");
   BOOST_TEST(refused > 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_ends_as_its_finish_says_and_the_worst_ending_names_the_run) {
+  Rig rig(4);
+  for (int r = 0; r < 4; ++r) rig.log(r, {{"x", r}}, 0);
+  BOOST_TEST((rig.m.end_state() == RunState::finished));
+  auto killed = rig.batch(2);
+  killed.end(RunState::killed, SIGTERM);
+  BOOST_REQUIRE(killed.send());
+  BOOST_TEST((rig.m.rank_state(2) == RunState::killed));
+  BOOST_TEST(rig.m.rank_message(2) == "stopped by SIGTERM");
+  BOOST_TEST((rig.m.end_state() == RunState::killed));
+  rig.dead(3, "its connection was lost");
+  BOOST_TEST((rig.m.end_state() == RunState::crashed)); // a rank lost outranks a signal
+  auto failed = rig.batch(1);
+  failed.end(RunState::failed, 1, "ValueError: boom");
+  BOOST_REQUIRE(failed.send());
+  BOOST_TEST(rig.m.rank_message(1) == "ended its run with exit code 1: ValueError: boom");
+  BOOST_TEST((rig.m.end_state() == RunState::failed)); // and a failure outranks both
+  rig.finish(0);
+  BOOST_TEST(rig.m.rank_message(0).empty());
+  const auto it = std::find_if(rig.sink.states.begin(), rig.sink.states.end(),
+                               [](const StateChange& c) { return c.rank == 1 && c.state == RunState::failed; });
+  BOOST_REQUIRE(it != rig.sink.states.end());
+  BOOST_TEST(it->reason == "ended its run with exit code 1: ValueError: boom");
+  // Every value logged before the endings is committed.
+  rig.end(rig.m.end_state());
+  BOOST_TEST(rig.steps() == Steps{0}, boost::test_tools::per_element());
+  BOOST_TEST(replayed_log(rig) == rig.sink.log, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(an_ended_finish_carries_at_most_4_KiB_of_message) {
+  std::vector<char> out;
+  w::BatchWriter b(out, 0);
+  b.finish_ended(1, RunState::failed, 3, std::string(10000, 'm'));
+  w::Frame f;
+  BOOST_REQUIRE(w::decode(out, f));
+  w::for_each_event(f, [](const w::RankEvent& e) {
+    const auto* fin = std::get_if<w::Finish>(&e);
+    BOOST_REQUIRE(fin);
+    BOOST_TEST(fin->message.size() == w::max_end_message);
+    BOOST_TEST((fin->state == RunState::failed));
+    BOOST_TEST(fin->code == 3);
+  });
+  // A finished state in finish_ended is none that a rank sends: malformed.
+  std::vector<char> bad;
+  w::BatchWriter c(bad, 0);
+  c.finish_ended(1, RunState::finished, 0, "");
+  BOOST_TEST(!w::decode(bad, f));
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_exit_after_its_finish_fails_it_and_a_run_that_ended_finished) {
+  Rig rig(2);
+  rig.log(0, {{"x", 1}}, 0);
+  rig.log(1, {{"x", 2}}, 0);
+  rig.finish(0);
+  rig.finish(1);
+  // Before the end: the rank turns failed, and so will the run.
+  BOOST_REQUIRE(rig.apply(w::rank_exit(1, 50, 3)));
+  BOOST_TEST((rig.m.rank_state(1) == RunState::failed));
+  BOOST_TEST(contains(rig.m.rank_message(1), "exited with status 3 after it finished"));
+  BOOST_TEST((rig.m.end_state() == RunState::failed));
+  rig.end(RunState::failed);
+  // After the end: the run that ended failed stays so; a second exit of a rank already failed changes nothing.
+  const auto n = rig.sink.log.size();
+  BOOST_REQUIRE(rig.apply(w::rank_exit(1, 60, 4)));
+  BOOST_TEST(rig.sink.log.size() == n);
+
+  Rig fine(2);
+  fine.finish(0);
+  fine.finish(1);
+  fine.end(RunState::finished);
+  BOOST_REQUIRE(fine.apply(w::rank_exit(0, 70, 2)));
+  BOOST_TEST((fine.m.rank_state(0) == RunState::failed));
+  BOOST_TEST(fine.sink.ended);
+  BOOST_TEST((fine.sink.end_state == RunState::failed)); // the sink heard run_end again, amended
+  BOOST_TEST(fine.sink.end_ts == 99);                    // at the end's own time
+  BOOST_TEST(replayed_log(fine) == fine.sink.log, boost::test_tools::per_element());
+  // A rank outside the run is a malformed event; a status of 0 is none.
+  BOOST_TEST(!fine.apply(w::rank_exit(7, 80, 2)));
+  BOOST_TEST(!fine.apply(w::rank_exit(1, 80, 0)));
+}
+
+BOOST_AUTO_TEST_CASE(values_refused_before_the_ring_are_counted_and_take_no_step) {
+  Rig rig(1);
+  rig.log(0, {{"x", 1}});
+  auto b = rig.batch(0);
+  const auto seq = b.refused(auto_step, 3, R"({"":1,"_y":2,"z":"a string"})");
+  BOOST_REQUIRE(b.send());
+  BOOST_TEST(rig.m.values_rejected() == 3u);
+  BOOST_REQUIRE_EQUAL(rig.sink.refusals.size(), 1u);
+  BOOST_TEST(rig.sink.refusals[0] == "0 " + std::to_string(seq) + R"( auto invalid_key 3 {"":1,"_y":2,"z":"a string"})");
+  BOOST_TEST((rig.done(0, seq) == Errc::ok)); // its ticket carries the rank's own error already
+  rig.log(0, {{"x", 2}});
+  rig.end();
+  BOOST_TEST(rig.steps() == Steps({0, 1}), boost::test_tools::per_element()); // no step taken by the refusal
+}
+
+BOOST_AUTO_TEST_CASE(a_metric_declaration_reaches_the_sink_whole) {
+  Rig rig(2);
+  auto b = rig.batch(0);
+  b.define("loss", Reduce::mean);
+  b.view("loss", Summary::min);
+  b.view("loss", std::nullopt, "epoch"); // the summary stays
+  b.view("acc", Summary::max);
+  BOOST_REQUIRE(b.send());
+  BOOST_TEST(rig.sink.metrics == std::vector<std::string>({"loss mean last -", "loss mean min -",
+                                                            "loss mean min epoch", "acc none max -"}),
+             boost::test_tools::per_element());
+  // A step metric named by an id the frame never defined is malformed.
+  std::vector<char> out;
+  w::BatchWriter bad(out, 1);
+  bad.key(0, "m");
+  bad.metric_view(1, 0, 0, 9);
+  BOOST_TEST(!rig.apply(out));
 }

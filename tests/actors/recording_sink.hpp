@@ -104,6 +104,10 @@ public:
   std::vector<Rejection> rejections;
   std::vector<StateChange> states;
   std::vector<Completion> completions;
+  /// refused(): "rank seq step code n values" a line.
+  std::vector<std::string> refusals;
+  /// metric(): "name reduce summary step-metric" a line (step-metric "-" for _step).
+  std::vector<std::string> metrics;
   bool ended = false;
   RunState end_state = RunState::running;
   std::int64_t end_ts = 0;
@@ -147,6 +151,22 @@ public:
     if (!why || why.message().empty()) violations.push_back("rejection without a reason");
     log.push_back(format_rejected(r));
     rejections.push_back(std::move(r));
+  }
+  void refused(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::string_view values,
+               std::uint32_t n) override {
+    std::string line = std::to_string(rank) + " " + std::to_string(seq) + " " +
+                       (step == wire::auto_step ? std::string("auto") : std::to_string(step)) + " " +
+                       std::string(to_string(why.code())) + " " + std::to_string(n) + " " + std::string(values);
+    if (!why || why.message().empty()) violations.push_back("refusal without a reason");
+    log.push_back("refused " + line);
+    refusals.push_back(std::move(line));
+  }
+  void metric(std::uint32_t key, Reduce reduce, Summary summary, std::uint32_t step_key) override {
+    std::string line = std::string(merger->key_name(key)) + " " + std::string(to_string(reduce)) + " " +
+                       std::string(to_string(summary)) + " " +
+                       (step_key == no_step_key ? std::string("-") : std::string(merger->key_name(step_key)));
+    log.push_back("metric " + line);
+    metrics.push_back(std::move(line));
   }
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {

@@ -353,7 +353,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
         w::BatchWriter b(out, rank);
         const int n = static_cast<int>(rng() % 12);
         for (int i = 0; i < n; ++i) {
-          const auto tag = static_cast<std::uint8_t>(1 + rng() % 11);
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 14);
           const auto stream = static_cast<std::uint32_t>(1 + rng() % w::max_streams);
           const std::uint64_t seq = rng();
           switch (static_cast<w::Tag>(tag)) {
@@ -386,11 +386,27 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               streams.push_back(stream);
               b.stream(seq, stream, tag == 9);
               break;
+            case w::Tag::finish_ended:
+              b.finish_ended(seq, seq % 2 ? RunState::failed : RunState::killed, static_cast<std::int32_t>(seq % 200) - 100,
+                             std::string(seq % 50, 'm'));
+              break;
+            case w::Tag::refused:
+              b.refused(seq, static_cast<std::int64_t>(rng()), Errc::invalid_key, static_cast<std::uint32_t>(rng()),
+                        std::string(seq % 30, 'w'), "{\"k\":1}");
+              break;
+            case w::Tag::metric_view:
+              b.metric_view(seq, static_cast<std::uint32_t>(rng()), static_cast<std::uint8_t>(rng() % 4),
+                            static_cast<std::uint32_t>(rng()));
+              break;
           }
-          // A failed finish decodes as a Finish carrying its exit code.
-          if (tag == 7 || tag == 8) exit_codes.push_back(tag == 8 ? static_cast<std::int32_t>(seq % 200) + 1 : 0);
-          // Decoded as: a failed finish a Finish, stream values Values, an open or a close a Stream.
-          const int decoded = tag == 8 ? 7 : tag == 10 ? 2 : tag == 9 || tag == 11 ? 8 : tag;
+          // A failed or ended finish decodes as a Finish carrying its code.
+          if (tag == 7 || tag == 8)
+            exit_codes.push_back(tag == 8 ? static_cast<std::int32_t>(seq % 200) + 1 : 0);
+          else if (tag == 12)
+            exit_codes.push_back(static_cast<std::int32_t>(seq % 200) - 100);
+          // Decoded as: a failed or ended finish a Finish, stream values Values,
+          // an open or a close a Stream, a refusal a Refused, a view a MetricView.
+          const int decoded = tag == 8 || tag == 12 ? 7 : tag == 10 ? 2 : tag == 9 || tag == 11 ? 8 : tag == 13 ? 9 : tag == 14 ? 10 : tag;
           expect.emplace_back(decoded, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
         }
       }
@@ -410,7 +426,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               } else {
                 seq = x.seq;
               }
-              if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.exit_code);
+              if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.code);
               if constexpr (std::is_same_v<T, w::Stream>) got_streams.push_back(x.id);
               if constexpr (std::is_same_v<T, w::Values>) got_streams.push_back(x.stream);
               if constexpr (std::is_same_v<T, w::Values>)

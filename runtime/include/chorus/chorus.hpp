@@ -50,6 +50,11 @@ enum class Scope { global, node };
 /// the lowest-numbered rank that logged the key at the step: how a value that
 /// one rank logs (say rank 0's learning rate) keeps its plain name.
 enum class Reduce : std::uint8_t { none, mean, sum, min, max, first };
+/// What a metric's value in the run's summary is (summary.json, `chorus
+/// show`): its last committed value (the default), or its smallest, largest
+/// or mean value over the run's committed rows, NaN left out (W&B's
+/// `define_metric(summary=...)`).
+enum class Summary : std::uint8_t { last, min, max, mean };
 /// What `Run::log` does when its queue is full.
 enum class Overflow { block, drop_newest };
 
@@ -67,6 +72,7 @@ enum class Resume { never, allow, must };
 std::string_view to_string(Mode) noexcept;
 std::string_view to_string(Scope) noexcept;
 std::string_view to_string(Reduce) noexcept;
+std::string_view to_string(Summary) noexcept;
 std::string_view to_string(RunState) noexcept;
 std::string_view to_string(Resume) noexcept;
 
@@ -207,8 +213,22 @@ struct Field {
   Value value;
 };
 
-/// Per-call options of `Run::log`.
+/// How `Run::define_metric` declares a metric; what a call leaves unset
+/// keeps what an earlier call declared. Trivially destructible, so that a
+/// braced one may live across a `co_await`.
+struct MetricOptions {
+  /// Its reduction across ranks at each step, and so its column (see `Reduce`).
+  std::optional<Reduce> reduce;
+  /// Its value in the run's summary (see `Summary`).
+  std::optional<Summary> summary;
+  /// The metric its charts take as x instead of `_step` (W&B's
+  /// `step_metric`), such as "epoch": `chorus serve` charts it against that
+  /// metric's values at the same rows. Empty: leave it as declared.
+  std::string_view step_metric;
+};
+static_assert(std::is_trivially_destructible_v<MetricOptions>);
 
+/// Per-call options of `Run::log`.
 struct LogOptions {
   /// The step this call logs at; without it, each call is the rank's next step.
   std::optional<std::int64_t> step;
@@ -528,11 +548,22 @@ struct RankResult {
 
 /// How a rank ends its part of a run (`Run::finish`), as MLflow's
 /// `end_run(status)` and W&B's `finish(exit_code)` let a trainer say.
+/// chorus ends a rank itself where the trainer does not: a SIGTERM, SIGINT
+/// or SIGHUP ends it `killed`, an uncaught exception (std::terminate) or a
+/// non-zero exit status `failed` (README, "How a run ends").
+/// Trivially destructible, so that a braced one may live across a `co_await`.
 struct FinishOptions {
   /// Non-zero: this rank failed. The host records the rank `failed` with this
   /// code (run.json), and the run ends `failed`.
   int exit_code = 0;
+  /// Non-zero: this rank was stopped by this signal (SIGTERM, say): it is
+  /// recorded `killed`, naming the signal. Takes precedence over exit_code.
+  int signal = 0;
+  /// Why the rank failed or was stopped (an exception's text): kept in
+  /// run.json beside its state and shown by `chorus show`; its first 4 KiB.
+  std::string_view message;
 };
+static_assert(std::is_trivially_destructible_v<FinishOptions>);
 
 struct FinishResult {
   Error error;               // set if the finish itself did not go cleanly
@@ -561,6 +592,11 @@ public:
 
   [[nodiscard]] bool ready() const noexcept { return p_.ready(); }
   FinishResult wait() const;
+  /// Blocks for at most `d`; true once complete (then wait() returns at once).
+  bool wait_for(std::chrono::milliseconds d) const {
+    (void)p_.wait_for(d);
+    return p_.ready();
+  }
   bool await_ready() const noexcept { return p_.await_ready(); }
   template <class P>
   void await_suspend(std::coroutine_handle<P> h) const {
@@ -650,7 +686,8 @@ public:
   Run& operator=(Run&&) noexcept;
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
-  /// Finishes the run if `finish` was not called (bounded by finish_timeout).
+  /// Finishes the run if `finish` was not called (bounded by finish_timeout):
+  /// failed where an exception is unwinding the handle's scope.
   ~Run();
 
   /// False on an inactive handle, and in a forked child (where the run is the parent's).
@@ -705,6 +742,10 @@ public:
   /// column (see `Reduce`). The declaration in force when a row commits
   /// decides for that row.
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
+  /// Declares `key`'s reduction, its summary and its chart's x (see
+  /// `MetricOptions`): `run.define_metric("loss", {.reduce = Reduce::mean,
+  /// .summary = Summary::min})`. `step_metric` must be a valid metric key.
+  Pending define_metric(std::string_view key, const MetricOptions& opts) noexcept;
 
   /// Sets config keys (merged; a later value for a key replaces the earlier).
   Pending config(std::span<const Field> fields);
@@ -741,7 +782,7 @@ public:
   /// Finishes this rank's part of the run; on the run host, the run itself.
   /// Bounded by Options::finish_timeout; calling it twice returns the same
   /// result (the first call's options count). `{.exit_code = 3}` ends this
-  /// rank, and so the run, as failed.
+  /// rank, and so the run, as failed; `{.signal = SIGTERM}` as killed.
   FinishPending finish(FinishOptions opts = {}) noexcept;
 
   [[nodiscard]] const Topology& topology() const noexcept;
@@ -757,6 +798,9 @@ private:
 
   std::unique_ptr<detail::RunImpl> impl_;
   std::unique_ptr<const Topology> inactive_topology_; // where an inactive handle's process sits
+  /// Exceptions in flight when the handle was made: more at its destruction
+  /// means an exception is unwinding its scope, which ends the rank failed.
+  int uncaught_at_start_ = std::uncaught_exceptions();
 };
 
 /// Starts (or joins) the run this process logs into, as `opts` and the
