@@ -35,7 +35,7 @@ Error make_dirs(const std::string& path, std::string_view elsewhere) {
   return {};
 }
 
-Error write_file_atomic(const std::string& path, std::string_view content) {
+Error write_file_atomic(const std::string& path, std::string_view content, bool durable) {
   static std::atomic<std::uint64_t> counter{0};
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
@@ -48,7 +48,7 @@ Error write_file_atomic(const std::string& path, std::string_view content) {
   if (!opened) return opened.error();
   const int fd = *opened;
   Error err = detail::write_all(fd, content, tmp);
-  if (!err) err = detail::sync_file(fd, tmp);
+  if (!err && durable) err = detail::sync_file(fd, tmp);
   detail::close_fd(fd);
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
   if (err) ::unlink(tmp.c_str());

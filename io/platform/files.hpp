@@ -20,8 +20,11 @@ namespace chorus::io {
 
 /// Replaces `path` with `content` (mode 0600) so that a reader, or a crash,
 /// sees the old file or the new one and never a mix: a temporary file in the
-/// same directory, fsync, rename.
-[[nodiscard]] Error write_file_atomic(const std::string& path, std::string_view content);
+/// same directory, fsync, rename. Without `durable` the fsync is left out: a
+/// reader still sees one whole file, but a crash of the machine may leave
+/// the old one or an empty one (for a file that is rewritten often and
+/// means nothing after such a crash, as a run host's lease).
+[[nodiscard]] Error write_file_atomic(const std::string& path, std::string_view content, bool durable = true);
 
 /// An append-only file (mode 0600, O_APPEND) written in large pieces: writes
 /// gather in memory up to `buffer_limit` and go out in one write(2).

@@ -187,15 +187,18 @@ void GroupManifest::settle() {
   for (const GroupMember& m : members)
     if (m.start_time && (!start_time || *m.start_time < *start_time)) start_time = m.start_time;
   if (static_cast<std::int64_t>(members.size()) < size) return;
-  bool all_finished = true, stopped = true; // every run that did not finish was killed
+  // As a run's end names its ranks' worst: failed, else crashed (a run gone
+  // without a word, one missing or unknown), else killed, else finished.
+  bool failed = false, crashed = false, killed = false;
   std::optional<double> end;
   for (const GroupMember& m : members) {
     if (!m.ended()) return;
-    all_finished = all_finished && m.state == "finished";
-    stopped = stopped && (m.state == "finished" || m.state == "killed");
+    failed = failed || m.state == "failed";
+    crashed = crashed || m.state == "crashed" || m.state == "missing" || m.state == "unknown";
+    killed = killed || m.state == "killed";
     if (m.end_time && (!end || *m.end_time > *end)) end = m.end_time;
   }
-  state = all_finished ? "finished" : stopped ? "killed" : "failed";
+  state = failed ? "failed" : crashed ? "crashed" : killed ? "killed" : "finished";
   if (end) end_time = end;
 }
 

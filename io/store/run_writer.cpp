@@ -3,8 +3,10 @@
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/metric_specs.hpp"
 #include "io/store/run_record.hpp"
 #include "runtime/core/json.hpp"
+#include "runtime/core/strings.hpp"
 #include "runtime/core/wire.hpp"
 
 #include <fcntl.h>
@@ -12,7 +14,10 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -43,11 +48,38 @@ struct ObjectMerge {
   [[nodiscard]] bool has(const std::string& key) const { return index.contains(key); }
 };
 
-// One column of the history: a key, or a key/rank-N.
+// One column of the history: a key, or a key/rank-N, with what its
+// summary may take (define_metric's summary: its last, smallest, largest or
+// mean value, NaN left out).
 struct Series {
   std::string name;
   std::string quoted; // "name": ready to append
+  std::uint32_t key = 0;
   double last = 0;
+  double min = std::numeric_limits<double>::infinity();
+  double max = -std::numeric_limits<double>::infinity();
+  double sum = 0;
+  std::uint64_t n = 0; // values that are not NaN
+
+  void take(double v) {
+    last = v;
+    if (std::isnan(v)) return;
+    min = std::min(min, v);
+    max = std::max(max, v);
+    sum += v;
+    ++n;
+  }
+  /// Its value in the summary, as `how` says (its last where it has no other).
+  [[nodiscard]] double summary(Summary how) const {
+    if (n == 0) return last;
+    switch (how) {
+      case Summary::min: return min;
+      case Summary::max: return max;
+      case Summary::mean: return sum / static_cast<double>(n);
+      case Summary::last: break;
+    }
+    return last;
+  }
 };
 
 // One attempt of the run: a run_start to its run_end (Options::resume).
@@ -84,9 +116,12 @@ struct RunWriter::State {
 
   ObjectMerge config;
   ObjectMerge summary;
+  MetricSpecs metrics;                               // metrics.json
+  std::unordered_map<std::uint32_t, Summary> summary_of; // key -> its summary, where not last
   RunRecord identity; // who the run is, from run_start
   bool config_dirty = false;
   bool summary_dirty = false;
+  bool metrics_dirty = false;
   bool run_json_dirty = false; // rank states changed since run.json was written
 
   std::map<int, RankInfo> ranks; // the current attempt's
@@ -138,6 +173,7 @@ struct RunWriter::State {
     auto [it, fresh] = series_of.try_emplace(id, static_cast<std::uint32_t>(series.size()));
     if (fresh) {
       Series s;
+      s.key = key;
       s.name = std::string(key_name(key));
       if (rank >= 0) s.name.append("/rank-").append(std::to_string(rank));
       append_json_string(s.quoted, s.name);
@@ -194,8 +230,11 @@ struct RunWriter::State {
         append_json_seconds(t, last_ts_us);
         w.key("_timestamp").raw(t);
       }
-      for (const Series& s : series)
-        if (!summary.has(s.name)) w.key(s.name).number(s.last);
+      for (const Series& s : series) {
+        if (summary.has(s.name)) continue;
+        const auto how = summary_of.find(s.key);
+        w.key(s.name).number(how == summary_of.end() ? s.last : s.summary(how->second));
+      }
     }
     for (const auto& [k, v] : summary.items) w.key(k).raw(v);
     w.end_object();
@@ -227,15 +266,76 @@ struct RunWriter::State {
     r.world_size = world_size;
     r.rows = static_cast<std::int64_t>(rows);
     r.rejected = static_cast<std::int64_t>(rejected_values);
-    // What could not be written, where the files are incomplete (the WAL or a file of the run).
+    // What could not be written, where the files are incomplete (the WAL or a
+    // file of the run); else why the run did not finish, rank by rank.
     if (error.code() == Errc::io_error)
       r.error = error.message();
     else if (!exit_failure.empty())
       r.error = exit_failure;
+    else if (last.state != RunState::running && last.state != RunState::finished)
+      if (std::string why = ranks_ended(); !why.empty()) r.error = std::move(why);
     for (const auto& [rank, k] : ranks)
       r.ranks.push_back({rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
     fail(r.write(file("run.json")));
     run_json_dirty = false;
+  }
+
+  /// The ranks that did not finish, those that ended alike together:
+  /// "rank 1 failed (ended its run with exit code 1: ValueError: boom);
+  /// ranks 0, 2-3 killed (stopped by SIGTERM)". At most a few kinds, then
+  /// how many more.
+  [[nodiscard]] std::string ranks_ended() const {
+    std::vector<std::pair<std::pair<RunState, std::string>, std::vector<int>>> kinds;
+    for (const auto& [rank, k] : ranks) {
+      if (k.state == RunState::finished || k.state == RunState::running) continue;
+      auto it = std::find_if(kinds.begin(), kinds.end(),
+                             [&](const auto& g) { return g.first.first == k.state && g.first.second == k.message; });
+      if (it == kinds.end())
+        kinds.push_back({{k.state, k.message}, {rank}});
+      else
+        it->second.push_back(rank);
+    }
+    constexpr std::size_t shown = 4;
+    std::string out;
+    for (std::size_t i = 0; i < kinds.size() && i < shown; ++i) {
+      if (i != 0) out.append("; ");
+      out.append(chorus::detail::rank_list(kinds[i].second)).append(" ").append(to_string(kinds[i].first.first));
+      if (!kinds[i].first.second.empty()) out.append(" (").append(kinds[i].first.second).append(")");
+    }
+    if (kinds.size() > shown) out.append("; and ").append(std::to_string(kinds.size() - shown)).append(" more kinds (see ranks)");
+    return out;
+  }
+
+  /// One line of rejected.jsonl: who, where, why, then `values(w)` writes
+  /// the "values" member (and what follows it); `n` values are counted.
+  template <class Values>
+  void write_rejected(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::size_t n,
+                      Values&& values) {
+    line.clear();
+    JsonWriter w(line);
+    w.begin_object();
+    w.key("rank").integer(rank);
+    w.key("seq").uinteger(seq);
+    w.key("step");
+    if (step == wire::auto_step)
+      w.null();
+    else
+      w.integer(step);
+    w.key("error").string(to_string(why.code()));
+    w.key("message").string(why.message());
+    w.key("values");
+    values(w);
+    w.end_object();
+    line.push_back('\n');
+    if (rejected_file) fail(rejected_file->write(line));
+    rejected_values += n;
+  }
+
+  void write_metrics() {
+    std::string out = metrics.json();
+    out.push_back('\n');
+    fail(write_file_atomic(file("metrics.json"), out));
+    metrics_dirty = false;
   }
 };
 
@@ -288,7 +388,7 @@ void RunWriter::row(const chorus::detail::Row& row) {
   s.counts.clear();
   for (const auto& v : row.values) {
     Series& col = s.series_for(v.key, v.rank);
-    col.last = v.value;
+    col.take(v.value);
     l.push_back(',');
     l.append(col.quoted);
     append_json_number(l, v.value);
@@ -324,26 +424,36 @@ void RunWriter::summary(int /*rank*/, std::string_view json_object) {
 void RunWriter::rejected(int rank, std::uint64_t seq, std::int64_t step,
                          std::span<const std::pair<std::string_view, double>> values, const Error& why) {
   State& s = *s_;
-  std::string& l = s.line;
-  l.clear();
-  JsonWriter w(l);
-  w.begin_object();
-  w.key("rank").integer(rank);
-  w.key("seq").uinteger(seq);
-  w.key("step");
-  if (step == wire::auto_step)
-    w.null();
+  s.write_rejected(rank, seq, step, why, values.size(), [&](JsonWriter& w) {
+    w.begin_object();
+    for (const auto& [k, v] : values) w.key(k).number(v);
+    w.end_object();
+  });
+}
+
+void RunWriter::refused(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::string_view values,
+                        std::uint32_t n) {
+  State& s = *s_;
+  s.write_rejected(rank, seq, step, why, n, [&](JsonWriter& w) {
+    // The rank made the object (its values as JSON); one that is not whole is kept as text.
+    simdjson::dom::object checked;
+    if (s.parser.parse(values.data(), values.size()).get(checked) == simdjson::SUCCESS)
+      w.raw(values);
+    else
+      w.string(values);
+    w.key("count").integer(n);
+  });
+}
+
+void RunWriter::metric(std::uint32_t key, Reduce reduce, Summary summary, std::uint32_t step_key) {
+  State& s = *s_;
+  MetricSpec spec{reduce, summary, step_key == no_step_key ? std::string() : std::string(s.key_name(step_key))};
+  s.metrics.set(s.key_name(key), std::move(spec));
+  if (summary == Summary::last)
+    s.summary_of.erase(key);
   else
-    w.integer(step);
-  w.key("error").string(to_string(why.code()));
-  w.key("message").string(why.message());
-  w.key("values").begin_object();
-  for (const auto& [k, v] : values) w.key(k).number(v);
-  w.end_object();
-  w.end_object();
-  l.push_back('\n');
-  if (s.rejected_file) s.fail(s.rejected_file->write(l));
-  s.rejected_values += values.size();
+    s.summary_of[key] = summary;
+  s.metrics_dirty = s.summary_dirty = true;
 }
 
 void RunWriter::rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
@@ -426,6 +536,7 @@ void RunWriter::flush() {
     s.config_dirty = false;
   }
   if (s.summary_dirty) s.write_summary();
+  if (s.metrics_dirty) s.write_metrics();
   if (s.run_json_dirty) s.write_run_json();
 }
 

@@ -20,8 +20,8 @@ namespace chorus::io {
 struct BarrierRecord;
 
 /// Writes the readable files of a run directory from what the Merger
-/// produces: history.jsonl, config.json, summary.json, rejected.jsonl and
-/// run.json. It owns those files and starts them afresh, because it is fed
+/// produces: history.jsonl, config.json, summary.json, rejected.jsonl,
+/// metrics.json and run.json. It owns those files and starts them afresh, because it is fed
 /// a run's whole stream (live, or replayed from the WAL by `chorus recover`).
 ///
 /// The sink interface returns nothing, so I/O errors are kept: error()
@@ -41,6 +41,10 @@ public:
   void summary(int rank, std::string_view json_object) override;
   void rejected(int rank, std::uint64_t seq, std::int64_t step,
                 std::span<const std::pair<std::string_view, double>> values, const Error& why) override;
+  void refused(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::string_view values,
+               std::uint32_t n) override;
+  /// Kept for metrics.json, and the summary's value of the key.
+  void metric(std::uint32_t key, Reduce reduce, Summary summary, std::uint32_t step_key) override;
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override;
   /// Acks are the Run actor's business: ignored.

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/platform/files.hpp"
+#include "io/store/metric_specs.hpp"
 #include "io/store/run_writer.hpp"
 #include "runtime/core/wire.hpp"
 #include "tests/io/files.hpp"
@@ -522,4 +523,80 @@ BOOST_AUTO_TEST_CASE(run_json_written_before_the_runs_start_has_no_segment) {
   BOOST_TEST(minified(run, "segments") == "[]");
   BOOST_TEST(!run.has("exit_codes"));
   BOOST_TEST(run.str("error").find("(test)") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(declared_summaries_metrics_json_and_refusals_made_on_the_rank) {
+  TempDir tmp;
+  const std::string dir = tmp / "proj/group/run-2";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  {
+    RunWriter w(dir, name_of);
+    w.run_start(R"({"id":"run-2","project":"proj"})", t0, 2);
+    // loss: min over the run; acc: mean, per rank; lr: the default, its last.
+    w.metric(0, Reduce::mean, Summary::min, chorus::detail::HistorySink::no_step_key);
+    w.metric(1, Reduce::none, Summary::mean, 2);
+    const double losses[] = {3.0, 1.0, nan, 2.0};
+    for (int s = 0; s < 4; ++s) {
+      Row r;
+      r.step = s;
+      r.ts_us = t0 + s;
+      r.values = {RowValue{0, -1, losses[s], 2}, RowValue{1, 0, 0.5 * s, 0}, RowValue{1, 1, 1.0, 0},
+                  RowValue{2, -1, 0.1 * (s + 1), 0}};
+      w.row(r);
+    }
+    w.refused(1, 9, wire::auto_step, Error{Errc::invalid_key, "metric key \"\" is empty: name it"}, R"({"":1.5})", 1);
+    w.refused(0, 4, 7, Error{Errc::invalid_argument, "a value is no number"}, R"({"x": not json)", 3);
+    w.rank_state(0, RunState::failed, 3, "h0", "ended its run with exit code 1: ValueError: boom");
+    w.rank_state(1, RunState::killed, 3, "h1", "stopped by SIGTERM");
+    w.run_end(RunState::failed, t0 + 10);
+    BOOST_TEST(!w.error(), w.error().message());
+    BOOST_TEST(w.rejected_values() == 4u);
+  }
+  Doc summary(slurp(dir + "/summary.json"));
+  BOOST_TEST(summary.num("loss") == 1.0);                 // min, the NaN left out
+  BOOST_TEST(summary.num("acc/rank-0") == (0 + 0.5 + 1 + 1.5) / 4); // mean
+  BOOST_TEST(summary.num("acc/rank-1") == 1.0);
+  BOOST_TEST(summary.num("lr") == 0.4); // last
+
+  Doc metrics(slurp(dir + "/metrics.json"));
+  BOOST_TEST(std::string(std::string_view(metrics.root["loss"]["summary"].get_string())) == "min");
+  BOOST_TEST(std::string(std::string_view(metrics.root["loss"]["reduce"].get_string())) == "mean");
+  BOOST_TEST(metrics.root["loss"]["step_metric"].is_null());
+  BOOST_TEST(std::string(std::string_view(metrics.root["acc"]["step_metric"].get_string())) == "lr");
+  const Result<MetricSpecs> read = MetricSpecs::read(dir);
+  BOOST_REQUIRE_MESSAGE(read, read.error().message());
+  BOOST_REQUIRE(read->find("acc"));
+  BOOST_TEST(read->find("acc")->step_metric == "lr");
+  BOOST_TEST((read->find("acc")->summary == Summary::mean));
+
+  const auto rejected = lines_of(dir + "/rejected.jsonl");
+  BOOST_REQUIRE_EQUAL(rejected.size(), 2u);
+  Doc first(rejected[0]);
+  BOOST_TEST(first.str("error") == "invalid_key");
+  BOOST_TEST(first.root["step"].is_null());
+  BOOST_TEST(first.root["values"][""].get_double().value() == 1.5);
+  BOOST_TEST(first.integer("count") == 1);
+  Doc second(rejected[1]);
+  BOOST_TEST(second.str("values") == R"({"x": not json)"); // not an object: kept as its text
+  BOOST_TEST(second.integer("count") == 3);
+
+  // The run's error names its ranks and how each ended.
+  Doc run(slurp(dir + "/run.json"));
+  BOOST_TEST(run.str("state") == "failed");
+  BOOST_TEST(run.integer("rejected") == 4);
+  BOOST_TEST(run.str("error") ==
+             "rank 0 failed (ended its run with exit code 1: ValueError: boom); rank 1 killed (stopped by SIGTERM)");
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_metrics_json_is_named_with_the_fix) {
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  std::filesystem::create_directories(dir);
+  BOOST_TEST(MetricSpecs::read(dir).value().specs.empty()); // none declared
+  std::ofstream(dir + "/metrics.json") << R"({"loss":{"reduce":"median"}})";
+  const Error bad = MetricSpecs::read(dir).error();
+  BOOST_TEST(bad.message().find("\"median\"") != std::string::npos, bad.message());
+  BOOST_TEST(bad.message().find("chorus recover") != std::string::npos, bad.message());
+  std::ofstream(dir + "/metrics.json") << R"({"loss":{"reduce":"me)";
+  BOOST_TEST(MetricSpecs::read(dir).error().message().find("cut short") != std::string::npos);
 }
