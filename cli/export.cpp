@@ -42,6 +42,11 @@ reads them. A key holding a comma or a quote is quoted (RFC 4180).
 --jsonl FILE writes the history's lines as JSON lines, each with _step,
 _timestamp, _runtime and the keys --metric picks (all of them without it).
 
+A run that did not end is exported as far as its files go, and a note on
+stderr says so: still running, or crashed (its host is gone: its lease
+expired, or on its own machine nobody holds its write-ahead log), with its
+last committed step and why.
+
 --tensorboard DIR writes event files that TensorBoard reads
 (`tensorboard --logdir DIR`): the run's keys in DIR/RUN-ID/, its per-rank
 columns as runs of their own, DIR/RUN-ID/rank-N/ (so each key's chart holds a
@@ -343,9 +348,20 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
   return out->finish();
 }
 
+/// On stderr (the output may be stdout), where a run did not end: crashed
+/// because its host is gone (io/store/lease.hpp), or still running.
+void note_state(const RunInfo& info) {
+  if (info.host_lost())
+    std::fprintf(stderr, "chorus export: %s crashed: %s; exporting what its files hold\n", info.id.c_str(),
+                 info.error.value_or(info.liveness.why).c_str());
+  else if (info.readable() && info.state == "running")
+    std::fprintf(stderr, "chorus export: %s is still running: exporting the rows committed so far\n", info.id.c_str());
+}
+
 /// One run into DIR/RUN-ID/ (io/upload/tensorboard_run.hpp); says what it wrote.
 Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   const RunInfo info = read_run(run_dir);
+  note_state(info);
   const std::string id = fs::path(run_dir).filename().string();
   const std::string into = (fs::path(a.tensorboard) / id).string();
   const double start = info.start_time.value_or(0);
@@ -414,6 +430,7 @@ int export_main(std::span<char* const> words) {
     return failure("export", "'" + a.target + "' is a group: --csv and --jsonl take one run (export its runs one at a "
                              "time), --tensorboard DIR takes the whole group");
   Error e;
+  if (a.tensorboard.empty()) note_state(read_run(found->run));
   if (!a.csv.empty()) e = export_csv(found->run, a);
   else if (!a.jsonl.empty()) e = export_jsonl(found->run, a);
   else e = export_tensorboard(*found, a);

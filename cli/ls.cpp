@@ -31,8 +31,11 @@ disk), or that never started, is listed from group.json.
 
 A run whose run.json is missing or broken is listed as "unreadable" with the
 reason; the listing goes on. A run whose run.json says "running" but whose
-host no longer holds its write-ahead log is shown as "crashed?": rebuild its
-files with 'chorus recover RUN'.
+host is gone is listed as "crashed", here or on any machine that sees its
+directory: its host stopped renewing its lease (lease.json, renewed every 5 s,
+expired 30 s after the last renewal) or, on the host's own machine, no
+process holds its write-ahead log. A note under the listing names such runs
+and why; 'chorus recover RUN' rebuilds their files.
 
 options:
   -h, --help   this text
@@ -96,8 +99,8 @@ std::optional<double> started(const GroupInfo& info) {
 }
 
 /// Appends a group's heading (with what its group.json says) and its runs as
-/// a table to `out`; true if the host of one of them crashed (for a footnote).
-bool print_runs(const RunGroup& g, const GroupInfo& info, std::string& out) {
+/// a table to `out`; each run whose host is lost to `lost` (for a note).
+void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std::vector<const RunInfo*>& lost) {
   out += g.project;
   if (!g.group.empty()) out += " / " + g.group;
   out += group_note(info);
@@ -110,7 +113,6 @@ bool print_runs(const RunGroup& g, const GroupInfo& info, std::string& out) {
   if (codes) heading.push_back("EXIT");
   heading.push_back("NAME");
   t.add(std::move(heading));
-  bool host_crashed = false;
   std::string broken;
   std::size_t rows = 0;
   for (const GroupMemberView& v : info.members) {
@@ -121,7 +123,7 @@ bool print_runs(const RunGroup& g, const GroupInfo& info, std::string& out) {
     std::vector<std::string> row;
     if (v.run) {
       const RunInfo& r = *v.run;
-      host_crashed = host_crashed || r.host_crashed();
+      if (r.host_lost()) lost.push_back(&r);
       const auto d = r.duration();
       // run.json's row count is written at the end: while running it lags.
       const bool rows_known = r.rows && r.state != "running";
@@ -146,7 +148,18 @@ bool print_runs(const RunGroup& g, const GroupInfo& info, std::string& out) {
   }
   if (rows > 0) out += t.render("  ");
   out += broken;
-  return host_crashed;
+}
+
+/// Under the listing: the runs that read crashed because their host is gone, and why.
+std::string lost_note(const std::vector<const RunInfo*>& lost) {
+  if (lost.empty()) return {};
+  constexpr std::size_t listed = 10;
+  std::string out = "\ncrashed: run.json says running, but the run's host was lost; 'chorus recover RUN' rebuilds "
+                    "the run's files:\n";
+  for (std::size_t i = 0; i < lost.size() && i < listed; ++i)
+    out += "  " + lost[i]->id + ": " + lost[i]->liveness.why + "\n";
+  if (lost.size() > listed) out += "  ... and " + std::to_string(lost.size() - listed) + " more\n";
+  return out;
 }
 
 } // namespace
@@ -186,14 +199,12 @@ int ls_main(std::span<char* const> words) {
     return a.start.value_or(0) < b.start.value_or(0);
   });
   std::string out = dir + ": " + std::to_string(n) + (n == 1 ? " run" : " runs") + "\n";
-  bool host_crashed = false;
+  std::vector<const RunInfo*> lost;
   for (const Listed& g : groups) {
     out += '\n';
-    host_crashed = print_runs(g.group, g.info, out) || host_crashed;
+    print_runs(g.group, g.info, out, lost);
   }
-  if (host_crashed)
-    out += "\ncrashed?: run.json says running, but no process holds the run's write-ahead log: its host died.\n"
-           "          'chorus recover RUN' rebuilds the run's files and marks it crashed.\n";
+  out += lost_note(lost);
   std::fputs(out.c_str(), stdout);
   return exit_ok;
 }

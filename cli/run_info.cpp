@@ -1,60 +1,15 @@
 #include "cli/run_info.hpp"
 #include "cli/cli.hpp"
-#include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
 
-#include <simdjson.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <csignal>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <limits>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <unistd.h>
 
 namespace chorus::cli {
 
-using io::detail::this_host;
 namespace fs = std::filesystem;
 namespace {
-
-// Whether some process holds a lock on the file `st` names, from /proc/locks
-// (lines like "1: FLOCK  ADVISORY  WRITE 5887 fe:00:10953153 0 EOF"). Asking
-// there, rather than trying the lock, never gets in a starting host's way.
-std::optional<bool> locked(const struct stat& st) {
-  std::ifstream in("/proc/locks");
-  if (!in) return std::nullopt;
-  for (std::string line; std::getline(in, line);) {
-    unsigned maj = 0, min = 0;
-    unsigned long long ino = 0;
-    for (std::size_t at = 0; (at = line.find(':', at)) != std::string::npos; ++at) {
-      const std::size_t start = line.rfind(' ', at);
-      if (start == std::string::npos) continue;
-      if (std::sscanf(line.c_str() + start + 1, "%x:%x:%llu", &maj, &min, &ino) == 3 && maj == ::major(st.st_dev) &&
-          min == ::minor(st.st_dev) && ino == st.st_ino)
-        return true;
-    }
-  }
-  return false;
-}
-
-HostLife host_life(const RunInfo& r) {
-  const bool here = !r.host.empty() && r.host == this_host();
-  struct stat st {};
-  if (::lstat((r.dir + "/wal").c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    if (auto held = locked(st)) {
-      if (*held) return HostLife::alive;
-      return here ? HostLife::gone : HostLife::unknown;
-    }
-  }
-  if (here && r.pid > 0 && r.pid <= std::numeric_limits<pid_t>::max()) return ::kill(static_cast<pid_t>(r.pid), 0) == 0 || errno == EPERM ? HostLife::alive : HostLife::gone;
-  return HostLife::unknown;
-}
 
 // Whether a directory entry `path` is there, whatever it is (a link that
 // leads nowhere, or loops, included), so that a planted one is read and
@@ -81,13 +36,11 @@ std::vector<std::string> subdirs(const std::string& dir) {
 void fill_running_steps(RunInfo& r) {
   const auto running = [](const RankInfo& k) { return k.state == "running"; };
   if (std::none_of(r.ranks.begin(), r.ranks.end(), running)) return;
-  simdjson::dom::parser parser;
-  std::int64_t step = 0;
-  const Result<simdjson::dom::element> doc = load_json_file(r.dir + "/summary.json", parser);
-  if (!doc || (*doc)["_step"].get(step) != simdjson::SUCCESS) return;
+  const std::optional<std::int64_t> step = io::last_committed_step(r.dir);
+  if (!step) return;
   for (RankInfo& k : r.ranks) {
-    if (!running(k) || step <= k.last_step) continue;
-    k.last_step = step;
+    if (!running(k) || *step <= k.last_step) continue;
+    k.last_step = *step;
     k.committed = true;
   }
 }
@@ -100,15 +53,15 @@ std::int64_t RunInfo::crashed_ranks() const {
 
 std::string RunInfo::shown_state() const {
   if (!readable()) return "unreadable";
-  if (host_crashed()) return "crashed?";
   if (state.empty()) return "-";
-  return segments.size() > 1 ? state + " (" + std::to_string(segments.size()) + " attempts)" : state;
+  const std::string s = reported_state();
+  return segments.size() > 1 ? s + " (" + std::to_string(segments.size()) + " attempts)" : s;
 }
 
 std::optional<double> RunInfo::duration() const {
   if (!start_time) return std::nullopt;
   if (end_time) return *end_time - *start_time;
-  if (state == "running" && host_life == HostLife::alive) {
+  if (state == "running" && liveness.life == io::HostLife::alive) {
     const auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return now - *start_time;
   }
@@ -126,7 +79,7 @@ RunInfo read_run(const std::string& dir) {
                                                             : "no run.json");
     return r;
   }
-  const Result<io::RunRecord> run = io::RunRecord::read(path);
+  Result<io::RunRecord> run = io::RunRecord::read(path);
   if (!run) {
     // The run is named beside the problem (ls, show): its file by name alone reads better.
     std::string why = run.error().message();
@@ -134,13 +87,16 @@ RunInfo read_run(const std::string& dir) {
     r.problem = Error(run.error().code(), std::move(why));
     return r;
   }
+  r.state = run->state;
+  // From here on the record is as readers report it; `state` keeps run.json's word.
+  r.liveness = io::apply_liveness(*run, dir, io::detail::unix_now_us());
   static_cast<io::RunIdentity&>(r) = *run;
   r.dir = dir;
   if (r.id.empty()) r.id = fs::path(dir).filename().string();
-  r.state = run->state;
   r.world_size = run->world_size;
   r.rows = run->rows;
   r.rejected = run->rejected;
+  r.error = run->error;
   const auto seconds = [](const std::optional<std::int64_t>& us) {
     return us ? std::optional<double>(io::RunRecord::seconds(*us)) : std::nullopt;
   };
@@ -159,10 +115,7 @@ RunInfo read_run(const std::string& dir) {
                       "run.json: " + run->damage + ". The file is damaged: chorus recover rebuilds it from the WAL");
   else if (r.state.empty())
     r.problem = Error(Errc::io_error, "run.json has no \"state\"");
-  if (r.state == "running") {
-    r.host_life = host_life(r);
-    fill_running_steps(r);
-  }
+  if (r.state == "running" && !r.host_lost()) fill_running_steps(r);
   return r;
 }
 

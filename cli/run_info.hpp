@@ -1,7 +1,9 @@
-// A run directory as `chorus ls` and `chorus show` read it: run.json,
-// whether its host still lives, and where runs are found under a root.
+// A run directory as `chorus ls`, `show`, `serve`, `export` and `sync` read
+// it: run.json, whether its host still lives, and where runs are found under
+// a root.
 #pragma once
 
+#include "io/store/lease.hpp"
 #include "io/store/run_record.hpp"
 
 #include <cstdint>
@@ -24,24 +26,27 @@ struct RankInfo {
   bool committed = false;
 };
 
-/// Whether the process that hosts a "running" run is still there.
-enum class HostLife {
-  unknown, // cannot tell from this machine
-  alive,   // a process holds the run's WAL lock
-  gone,    // nobody holds it, on the machine that hosted the run: it crashed
-};
-
 /// A run as run.json has it (io::RunRecord), for the commands that show it:
 /// `dir` is where it was found, `id` its directory's name where run.json has none.
+/// What a reader reports goes through io::apply_liveness: a run whose host is
+/// gone (io/store/lease.hpp) reads crashed, and so do its ranks that were
+/// running, at the run's last committed step.
 struct RunInfo : io::RunIdentity {
   Error problem;       // set: run.json could not be read, and why
   std::optional<double> start_time, end_time; // unix seconds
+  /// As run.json records it ("running" for a run whose host is gone): what
+  /// `chorus launch` decides on, and what `chorus recover` would rewrite.
+  /// reported_state() is what the readers show.
   std::string state;
   std::optional<std::int64_t> world_size, rows, rejected;
-  std::vector<RankInfo> ranks;
+  std::vector<RankInfo> ranks; // as reported
   /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
   std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;
-  HostLife host_life = HostLife::unknown; // meaningful while state is "running"
+  /// Whether its host lives, and how it is known to be gone (run.json's
+  /// "running" only; io::host_liveness).
+  io::Liveness liveness;
+  /// run.json's error, or why a run whose host is gone reads crashed.
+  std::optional<std::string> error;
   /// The run's attempts, one a job that ran it (a resumed run has several).
   struct Segment {
     std::optional<double> start_time, end_time;
@@ -50,16 +55,20 @@ struct RunInfo : io::RunIdentity {
   std::vector<Segment> segments;
 
   [[nodiscard]] bool readable() const noexcept { return !problem; }
-  /// run.json says running, but its host is gone: `chorus recover` applies.
-  [[nodiscard]] bool host_crashed() const noexcept { return state == "running" && host_life == HostLife::gone; }
+  /// run.json says running, but its host is gone: the run crashed, and
+  /// `chorus recover` rebuilds its files.
+  [[nodiscard]] bool host_lost() const noexcept { return state == "running" && liveness.life == io::HostLife::gone; }
+  /// The state every reader reports: "crashed" for a run whose host is lost, else run.json's.
+  [[nodiscard]] std::string reported_state() const { return host_lost() ? "crashed" : state; }
   [[nodiscard]] std::int64_t crashed_ranks() const;
-  /// The state to show: "crashed?" for a running run whose host is gone.
+  /// The state to show: reported_state(), with its attempts where there are several.
   [[nodiscard]] std::string shown_state() const;
   /// Seconds from start to end (or to now while the host runs), if known.
   [[nodiscard]] std::optional<double> duration() const;
 };
 
-/// Reads DIR/run.json; never fails: a problem is kept in RunInfo::problem.
+/// Reads DIR/run.json and, where it says running, whether its host lives
+/// (io::apply_liveness); never fails: a problem is kept in RunInfo::problem.
 RunInfo read_run(const std::string& dir);
 
 /// True if `dir` looks like a run directory (it holds run.json or a WAL).

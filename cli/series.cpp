@@ -4,11 +4,6 @@
 #include "cli/json_lines.hpp"
 #include "io/store/history_value.hpp"
 
-#include <fnmatch.h>
-#include <regex.h>
-
-#include <memory>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -105,56 +100,6 @@ std::string x_text(std::int64_t x, XAxis axis) {
 }
 
 std::string_view x_unit(XAxis axis) { return axis == XAxis::step ? "_step" : "into the run"; }
-
-Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics) {
-  if (metrics.empty()) return KeyFilter();
-  struct Pattern {
-    enum class Kind { name, glob, regex } kind;
-    std::string text;
-    std::shared_ptr<regex_t> re; // POSIX extended
-  };
-  std::vector<Pattern> patterns;
-  for (const std::string& m : metrics) {
-    if (m.empty()) return invalid("--metric takes a key, a glob (train/*) or /REGEX/, not an empty word");
-    if (m.size() >= 2 && m.front() == '/' && m.back() == '/') {
-      auto compiled = std::make_unique<regex_t>();
-      const std::string expr = m.substr(1, m.size() - 2);
-      if (const int rc = ::regcomp(compiled.get(), expr.c_str(), REG_EXTENDED | REG_NOSUB); rc != 0) {
-        char why[256];
-        ::regerror(rc, compiled.get(), why, sizeof why);
-        return invalid("--metric " + m + " is no regular expression (" + why +
-                       "): write /REGEX/ as a POSIX extended one (/^val/, /loss|acc/), or a glob such as train/*");
-      }
-      // Compiled: freed with regfree from here on.
-      std::shared_ptr<regex_t> re(compiled.release(), [](regex_t* r) {
-        ::regfree(r);
-        delete r;
-      });
-      patterns.push_back({Pattern::Kind::regex, m, std::move(re)});
-    } else if (m.find_first_of("*?[") != std::string::npos) {
-      patterns.push_back({Pattern::Kind::glob, m, {}});
-    } else {
-      patterns.push_back({Pattern::Kind::name, m, {}});
-    }
-  }
-  return KeyFilter([patterns = std::move(patterns)](std::string_view key) {
-    const std::string k(key);
-    for (const Pattern& p : patterns) {
-      switch (p.kind) {
-      case Pattern::Kind::name:
-        if (key == p.text || (key.starts_with(p.text) && key.substr(p.text.size()).starts_with("/rank-"))) return true;
-        break;
-      case Pattern::Kind::glob:
-        if (::fnmatch(p.text.c_str(), k.c_str(), 0) == 0) return true;
-        break;
-      case Pattern::Kind::regex:
-        if (::regexec(p.re.get(), k.c_str(), 0, nullptr, 0) == 0) return true;
-        break;
-      }
-    }
-    return false;
-  });
-}
 
 std::vector<bool> chart_choice(const std::vector<std::string_view>& keys, std::size_t charts, bool picked) {
   const bool all = picked || keys.size() <= charts;

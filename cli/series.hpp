@@ -4,9 +4,13 @@
 
 #include "runtime/core/result.hpp"
 
+#include <fnmatch.h>
+#include <regex.h>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,8 +92,66 @@ using KeyFilter = std::function<bool(std::string_view)>;
 ///  - any other names a key, and its per-rank columns (`loss`: `loss`,
 ///    `loss/rank-0`, ...).
 /// Null (every key) when none is given; an error for a regular expression
-/// that does not compile, or an empty pattern.
-[[nodiscard]] Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics);
+/// that does not compile, or an empty pattern, naming the patterns as
+/// `what` ("--metric"; the Python reader's `keys`).
+/// Defined here, inline, because the Python package's reader (python/reader.cpp)
+/// picks keys by the same rules and does not link the command's code.
+[[nodiscard]] inline Result<KeyFilter> metric_filter(const std::vector<std::string>& metrics,
+                                                     std::string_view what = "--metric") {
+  if (metrics.empty()) return KeyFilter();
+  struct Pattern {
+    enum class Kind { name, glob, regex } kind;
+    std::string text;
+    std::shared_ptr<regex_t> re; // POSIX extended
+  };
+  const auto refuse = [&](const std::string& why) {
+    std::string msg(what);
+    return Error(Errc::invalid_argument, msg.append(why));
+  };
+  std::vector<Pattern> patterns;
+  for (const std::string& m : metrics) {
+    if (m.empty()) return refuse(" takes a key, a glob (train/*) or /REGEX/, not an empty word");
+    if (m.size() >= 2 && m.front() == '/' && m.back() == '/') {
+      auto compiled = std::make_unique<regex_t>();
+      const std::string expr = m.substr(1, m.size() - 2);
+      if (const int rc = ::regcomp(compiled.get(), expr.c_str(), REG_EXTENDED | REG_NOSUB); rc != 0) {
+        char why[256];
+        ::regerror(rc, compiled.get(), why, sizeof why);
+        std::string msg = " ";
+        msg.append(m).append(" is no regular expression (").append(why);
+        msg.append("): write /REGEX/ as a POSIX extended one (/^val/, /loss|acc/), or a glob such as train/*");
+        return refuse(msg);
+      }
+      // Compiled: freed with regfree from here on.
+      std::shared_ptr<regex_t> re(compiled.release(), [](regex_t* r) {
+        ::regfree(r);
+        delete r;
+      });
+      patterns.push_back({Pattern::Kind::regex, m, std::move(re)});
+    } else if (m.find_first_of("*?[") != std::string::npos) {
+      patterns.push_back({Pattern::Kind::glob, m, {}});
+    } else {
+      patterns.push_back({Pattern::Kind::name, m, {}});
+    }
+  }
+  return KeyFilter([patterns = std::move(patterns)](std::string_view key) {
+    const std::string k(key);
+    for (const Pattern& p : patterns) {
+      switch (p.kind) {
+      case Pattern::Kind::name:
+        if (key == p.text || (key.starts_with(p.text) && key.substr(p.text.size()).starts_with("/rank-"))) return true;
+        break;
+      case Pattern::Kind::glob:
+        if (::fnmatch(p.text.c_str(), k.c_str(), 0) == 0) return true;
+        break;
+      case Pattern::Kind::regex:
+        if (::regexec(p.re.get(), k.c_str(), 0, nullptr, 0) == 0) return true;
+        break;
+      }
+    }
+    return false;
+  });
+}
 
 /// Whether each of `keys` gets a chart, at most `charts` of them: every key
 /// while they fit (or when they were picked with --metric), else the plain

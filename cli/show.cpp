@@ -61,8 +61,12 @@ columns (key/rank-N) a one-line sparkline each. NaN and infinite values are
 left out of the charts and counted. Histories of any length are read as a
 stream and downsampled to the chart's width.
 
-A run whose run.json says "running" but whose host no longer holds its
-write-ahead log has crashed: show says so; 'chorus recover RUN' rebuilds it.
+Each rank is shown with its state, last step, host and message (why it
+failed, crashed or was killed); a run of many ranks puts alike neighbours
+(same state, step and message) on one row. A run whose run.json says
+"running" but whose host is gone (its lease expired or, on the host's own
+machine, nobody holds its write-ahead log) has crashed: show says so, with
+its last committed step and why; 'chorus recover RUN' rebuilds its files.
 
 options:
   --dir DIR       where to look up a run id (default: $CHORUS_DIR, else
@@ -224,11 +228,17 @@ std::string identity(const RunInfo& r) {
   row("started", r.start_time ? format_time(*r.start_time) : "");
   row("ended", r.end_time ? format_time(*r.end_time) : "");
   if (auto d = r.duration()) row("duration", format_duration(*d));
-  std::string state = r.state;
-  if (r.state == "running" && r.host_life == HostLife::unknown)
-    state += " (its host, " + (r.host.empty() ? std::string("unknown") : r.host) + ", cannot be checked from here)";
-  if (r.host_crashed()) state += ", but its host is gone: it CRASHED";
+  std::string state = r.reported_state();
+  if (r.state == "running" && r.liveness.life == io::HostLife::unknown) {
+    state += " (its host, " + (r.host.empty() ? std::string("unknown") : r.host) + ", cannot be checked from here";
+    state += r.liveness.why.empty() ? ": it renews no lease)" : ": " + r.liveness.why + ")";
+  }
+  if (r.host_lost()) state += " (run.json says running, but its host was lost)";
   row("state", state);
+  if (r.error) row("error", *r.error);
+  // run.json's own error kept: why the host is known to be gone, beside it.
+  if (r.host_lost() && (!r.error || r.error->find(r.liveness.why) == std::string::npos))
+    row("host lost", r.liveness.why + "; `chorus recover " + r.dir + "` rebuilds the run's files");
   // A resumed run: when each job that ran it started and stopped, and how it ended.
   if (r.segments.size() > 1)
     for (std::size_t i = 0; i < r.segments.size(); ++i) {
@@ -240,12 +250,46 @@ std::string identity(const RunInfo& r) {
   std::string rows = r.rows && r.state != "running" ? std::to_string(*r.rows) : "";
   if (r.rejected && *r.rejected > 0) rows += " (" + std::to_string(*r.rejected) + " values rejected: see rejected.jsonl)";
   row("rows", rows);
-  std::string out = "run " + r.id + "\n" + t.render("  ");
-  if (r.host_crashed())
-    out += "\n  No process holds this run's write-ahead log (" + r.dir + "/wal), so the host that\n"
-           "  wrote it died; its files may lack the last rows and the final states.\n"
-           "  Rebuild them from the log with:  chorus recover " + r.dir + "\n";
-  return out + "\n";
+  return "run " + r.id + "\n" + t.render("  ") + "\n";
+}
+
+// Past this many ranks, neighbours alike (state, last step, message) share a
+// row, and at most rank_rows_shown rows are shown.
+constexpr std::size_t ranks_one_a_row = 32;
+constexpr std::size_t rank_rows_shown = 40;
+
+/// The RANK, STATE, LAST STEP, HOST and MESSAGE rows of `ranks`.
+std::vector<std::vector<std::string>> rank_rows(const std::vector<RankInfo>& ranks) {
+  std::vector<std::vector<std::string>> rows;
+  const auto step = [](std::int64_t s) { return s < 0 ? std::string("-") : std::to_string(s); };
+  if (ranks.size() <= ranks_one_a_row) {
+    for (const RankInfo& k : ranks) rows.push_back({std::to_string(k.rank), k.state, step(k.last_step), k.host, k.message});
+    return rows;
+  }
+  for (std::size_t i = 0; i < ranks.size();) {
+    const RankInfo& first = ranks[i];
+    std::size_t j = i + 1;
+    bool one_host = true;
+    for (; j < ranks.size(); ++j) {
+      const RankInfo& k = ranks[j];
+      if (k.rank != ranks[j - 1].rank + 1 || k.state != first.state || k.last_step != first.last_step ||
+          k.message != first.message)
+        break;
+      one_host = one_host && k.host == first.host;
+    }
+    std::string host = first.host;
+    if (!one_host) {
+      std::vector<std::string> hosts;
+      for (std::size_t h = i; h < j; ++h) hosts.push_back(ranks[h].host);
+      std::sort(hosts.begin(), hosts.end());
+      host = std::to_string(std::unique(hosts.begin(), hosts.end()) - hosts.begin()) + " hosts";
+    }
+    const std::string label = j - i == 1 ? std::to_string(first.rank)
+                                         : std::to_string(first.rank) + "-" + std::to_string(ranks[j - 1].rank);
+    rows.push_back({label, first.state, step(first.last_step), host, first.message});
+    i = j;
+  }
+  return rows;
 }
 
 std::string ranks_section(const RunInfo& r, int width) {
@@ -253,12 +297,26 @@ std::string ranks_section(const RunInfo& r, int width) {
   Table t;
   t.add({"RANK", "STATE", "LAST STEP", "HOST", "MESSAGE"});
   bool committed = false;
+  std::map<std::string, std::size_t> states;
   for (const RankInfo& k : r.ranks) {
     committed = committed || k.committed;
-    t.add({std::to_string(k.rank), k.state, k.last_step < 0 ? "-" : std::to_string(k.last_step), k.host, k.message});
+    ++states[k.state];
   }
-  std::string out = "ranks (" + std::to_string(r.ranks.size()) + ")\n";
+  const std::vector<std::vector<std::string>> rows = rank_rows(r.ranks);
+  for (std::size_t i = 0; i < rows.size() && i < rank_rows_shown; ++i) t.add(rows[i]);
+  std::string out = "ranks (" + std::to_string(r.ranks.size());
+  if (r.ranks.size() > ranks_one_a_row) {
+    // Many ranks: how many are in each state, before the rows that sum them up.
+    std::string counts;
+    for (const auto& [state, n] : states) counts.append(counts.empty() ? ": " : ", ").append(std::to_string(n) + " " + state);
+    out += counts;
+  }
+  out += ")\n";
   for (const std::string& line : split_lines(t.render("  "))) out += clip(line, width) + "\n";
+  if (rows.size() > rank_rows_shown)
+    out += clip("  ... and " + std::to_string(rows.size() - rank_rows_shown) + " more rows: every rank is in " + r.dir +
+                    "/run.json",
+                width) + "\n";
   if (committed)
     out += clip("  a running rank's last step is the run's last committed row (a rank may be ahead of it)", width) +
            "\n";
@@ -439,21 +497,29 @@ extern "C" void on_stop_following(int) { stop_following = 1; }
 
 /// --follow: the run drawn again whenever its files change (looked at ten
 /// times a second, drawn at most once a second), until it is no longer
-/// running (finished, failed, or its host gone) or Ctrl-C.
+/// running (finished, failed, or its host gone) or Ctrl-C. A host that dies
+/// changes no file: whether it lives is looked at once a second.
 int follow(const std::string& dir, const ShowArgs& a) {
   std::signal(SIGINT, on_stop_following);
   std::signal(SIGTERM, on_stop_following);
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   std::string drawn;
   auto last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  auto last_look = last_draw;
   while (stop_following == 0) {
     const std::string stamp = files_stamp(dir);
-    if (stamp != drawn && std::chrono::steady_clock::now() - last_draw >= std::chrono::seconds(1)) {
+    const auto now = std::chrono::steady_clock::now();
+    bool changed = stamp != drawn;
+    if (!changed && now - last_look >= std::chrono::seconds(1)) {
+      last_look = now;
+      changed = read_run(dir).host_lost();
+    }
+    if (changed && now - last_draw >= std::chrono::seconds(1)) {
       drawn = stamp;
       last_draw = std::chrono::steady_clock::now();
       Result<RunInfo> run = read_readable(dir);
       if (!run) return failure("show", run.error().message());
-      const bool live = run->state == "running" && !run->host_crashed();
+      const bool live = run->state == "running" && !run->host_lost();
       const int width = a.width > 0 ? a.width : terminal_width();
       // A terminal is cleared and drawn again; a pipe gets each frame after a blank line.
       std::string frame = tty ? "\x1b[H\x1b[2J" : "\n";

@@ -40,8 +40,10 @@ its live upload was cut off, or an earlier sync was interrupted.
                    and the last problem
 
 A run that is still running on a live host is uploaded by that host: sync
-refuses it. A run whose host crashed has no end state yet: `chorus recover`
-gives it one first.
+refuses it. A run whose host is gone (its lease expired, or on the host's
+own machine nobody holds its write-ahead log) has crashed: sync uploads what
+its files hold and the end state crashed; `chorus recover` first adds what
+the write-ahead log holds beyond the files.
 
 exit codes: 0 everything uploaded (or --status printed), 1 something was
 left (the message says whether syncing again goes on, or what must change
@@ -147,17 +149,24 @@ std::string count(std::uint64_t n) {
 bool sync_run(const std::string& dir, const io::UploadTarget& target, double timeout_s, bool tty) {
   const RunInfo info = read_run(dir);
   const std::string label = info.id.empty() ? dir : info.id;
-  if (info.state == "running" && !info.host_crashed() && info.host_life == HostLife::alive) {
-    std::fprintf(stderr, "chorus sync: %s is running, and its host (pid %lld) uploads it; sync it after it ends\n",
-                 label.c_str(), static_cast<long long>(info.pid));
+  if (info.state == "running" && info.liveness.life == io::HostLife::alive) {
+    std::fprintf(stderr, "chorus sync: %s is running, and its host (pid %lld on %s) uploads it; sync it after it ends\n",
+                 label.c_str(), static_cast<long long>(info.pid), info.host.c_str());
     return false;
   }
-  const bool ended = info.readable() && info.state != "running";
-  if (!ended)
+  // A run whose host is lost reads crashed here as in the Uploader (io::RunSnapshot): its end goes up.
+  const bool ended = info.readable() && info.reported_state() != "running";
+  if (info.host_lost())
     std::fprintf(stderr,
-                 "chorus sync: %s has no end state (its host crashed?): uploading what it holds; `chorus recover "
-                 "%s` first gives it its end state\n",
-                 label.c_str(), dir.c_str());
+                 "chorus sync: %s crashed: %s; uploading what its files hold, then its end state. `chorus recover "
+                 "%s` before syncing adds what its write-ahead log holds beyond the files\n",
+                 label.c_str(), info.liveness.why.c_str(), dir.c_str());
+  else if (!ended && info.readable())
+    std::fprintf(stderr,
+                 "chorus sync: %s has no end state, and whether its host (on %s) lives cannot be told from here%s%s: "
+                 "uploading what it holds; `chorus recover %s` first gives it its end state\n",
+                 label.c_str(), info.host.empty() ? "an unknown machine" : info.host.c_str(),
+                 info.liveness.why.empty() ? " (it renews no lease)" : ": ", info.liveness.why.c_str(), dir.c_str());
   io::Uploader up(dir, target);
   if (Error e = up.open()) {
     std::fprintf(stderr, "chorus sync: %s: %s\n", label.c_str(), e.message().c_str());
@@ -244,11 +253,11 @@ int status(const SyncArgs& a) {
         continue;
       }
       const std::uint64_t left = io::points_pending(dir, st);
-      const bool ended = info.readable() && info.state != "running";
+      const bool ended = info.readable() && info.reported_state() != "running";
       // A resumed run's later attempt is not done where only an earlier one's end went up.
       const std::string state = st.end_delivered(info.segments.size()) ? "done (" + st.final_sent + ")"
                                 : left                 ? "behind"
-                                : ended ? info.state + ", end state not yet delivered"
+                                : ended ? info.reported_state() + ", end state not yet delivered"
                                         : "no end state yet";
       t.add({label, st.url.empty() ? id : st.url, state, count(st.points), count(left), st.remote_run,
              clip(st.last_error, 60)});

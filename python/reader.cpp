@@ -3,9 +3,11 @@
 #include "python/convert.hpp"
 
 #include "cli/json_lines.hpp"
+#include "cli/series.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
 #include "io/store/history_value.hpp"
+#include "io/store/lease.hpp"
 #include "io/store/run_record.hpp"
 
 #include <pybind11/stl.h>
@@ -14,7 +16,6 @@
 #include <limits>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace chorus::python {
@@ -32,11 +33,16 @@ py::dict exit_codes_dict(const io::ExitCodes& codes) {
   return d;
 }
 
-/// run.json as a dict, read through its owner.
+/// run.json as a dict, read through its owner as every reader reports it:
+/// a run whose host is gone reads crashed (io/store/lease.hpp).
 py::dict read_record(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   Result<io::RunRecord> read = [&] {
     py::gil_scoped_release unlocked;
-    return io::RunRecord::read(path);
+    Result<io::RunRecord> r = io::RunRecord::read(path);
+    if (r) io::apply_liveness(*r, dir, io::detail::unix_now_us());
+    return r;
   }();
   if (!read) {
     // A damaged run.json is a problem of the file, as for the other run files.
@@ -132,12 +138,27 @@ py::dict with_reading(py::dict out, const cli::JsonLines& read) {
 }
 
 /// _chorus.read_lines(path, keys, counts): the file's numeric columns. `keys`
-/// (None: all) names the keys kept besides those starting with '_'; with
-/// `counts`, a reduced key's `_count` becomes the column "_count/<key>".
+/// (None: all) picks the keys kept besides those starting with '_', as
+/// `chorus export --metric` does (cli/series.hpp's metric_filter): a key and
+/// its per-rank columns, a glob, a /REGEX/; with `counts`, a reduced key's
+/// `_count` becomes the column "_count/<key>".
 py::dict read_lines(const std::string& path, const std::optional<std::vector<std::string>>& keys, bool counts) {
   Columns cols;
-  std::unordered_set<std::string> wanted;
-  if (keys) wanted.insert(keys->begin(), keys->end());
+  cli::KeyFilter filter;
+  if (keys && keys->empty()) {
+    filter = [](std::string_view) { return false; };
+  } else if (keys) {
+    Result<cli::KeyFilter> f = cli::metric_filter(*keys, "keys");
+    if (!f) raise(f.error());
+    filter = std::move(*f);
+  }
+  // Each key is matched once: a history repeats its keys on every row.
+  std::unordered_map<std::string, bool> taken;
+  const auto wanted = [&](std::string_view key) {
+    auto it = taken.find(std::string(key));
+    if (it == taken.end()) it = taken.emplace(std::string(key), !filter || filter(key)).first;
+    return it->second;
+  };
   cli::JsonLines read;
   {
     py::gil_scoped_release unlocked;
@@ -150,7 +171,7 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
           simdjson::dom::object per_key;
           if (!counts || value.get(per_key)) continue;
           for (auto [k, n] : per_key) {
-            if (keys && wanted.count(std::string(k)) == 0) continue;
+            if (!wanted(k)) continue;
             if (std::optional<double> v = io::metric_value(n)) {
               count_key.assign("_count/").append(k);
               cols.set(cols.column(count_key), *v);
@@ -158,7 +179,7 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
           }
           continue;
         }
-        if (!own && keys && wanted.count(std::string(key)) == 0) continue;
+        if (!own && !wanted(key)) continue;
         if (std::optional<double> v = io::metric_value(value)) cols.set(cols.column(key), *v);
       }
       return {};

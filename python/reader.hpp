@@ -1,7 +1,9 @@
 // Reading a run from Python (chorus.open, chorus.runs): run.json through
-// its owner (io::RunRecord), history.jsonl and system.jsonl through the
-// store's LineReader and value reader, column by column, so that a
-// million-row history becomes a DataFrame without a Python object per value.
+// its owner (io::RunRecord) as every reader reports it (a run whose host is
+// gone is crashed: io/store/lease.hpp), history.jsonl and system.jsonl
+// through the store's LineReader and value reader, column by column, so
+// that a million-row history becomes a DataFrame without a Python object per
+// value; their keys are picked as `chorus export --metric` picks them.
 #pragma once
 
 #include <pybind11/pybind11.h>

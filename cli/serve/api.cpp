@@ -76,11 +76,11 @@ std::string stamp_of(const std::string& path) {
          std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ino);
 }
 
-std::string_view host_life_name(HostLife h) {
+std::string_view host_life_name(io::HostLife h) {
   switch (h) {
-  case HostLife::alive: return "alive";
-  case HostLife::gone: return "gone";
-  case HostLife::unknown: break;
+  case io::HostLife::alive: return "alive";
+  case io::HostLife::gone: return "gone";
+  case io::HostLife::unknown: break;
   }
   return "unknown";
 }
@@ -124,8 +124,11 @@ void identity(io::JsonWriter& w, const RunInfo& r) {
   w.key("mode").string(r.mode).key("scope").string(r.scope);
   w.key("host").string(r.host).key("pid").integer(r.pid);
   w.key("launcher").string(r.launcher).key("job_id").string(r.job_id);
-  w.key("state").string(r.state).key("shown_state").string(r.shown_state());
-  w.key("host_life").string(host_life_name(r.host_life));
+  // The state as every reader reports it (crashed where the host is lost), and as run.json has it.
+  w.key("state").string(r.reported_state()).key("shown_state").string(r.shown_state());
+  w.key("recorded_state").string(r.state);
+  w.key("host_life").string(host_life_name(r.liveness.life)).key("host_lost").boolean(r.host_lost());
+  if (r.error) w.key("run_error").string(*r.error);
   opt_number(w, "start_time", r.start_time);
   opt_number(w, "end_time", r.end_time);
   opt_number(w, "duration", r.duration());
@@ -570,13 +573,19 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     seen.system_rows = s.rows;
   }
   const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json");
-  if (!seen.started || stamp != seen.run_stamp) {
+  // A host that dies changes no file: a running run's liveness is looked at now and then.
+  const auto now = std::chrono::steady_clock::now();
+  const bool changed = !seen.started || stamp != seen.run_stamp;
+  if (changed || (seen.running && now - seen.run_looked >= liveness_look)) {
     const RunInfo r = read_run(where.dir);
-    event("run", [&](io::JsonWriter& w) {
-      identity(w, r);
-      ranks(w, r);
-      if (r.problem) w.key("error").string(r.problem.message());
-    });
+    seen.run_looked = now;
+    if (changed || r.reported_state() != "running")
+      event("run", [&](io::JsonWriter& w) {
+        identity(w, r);
+        ranks(w, r);
+        if (r.problem) w.key("error").string(r.problem.message());
+      });
+    seen.running = r.reported_state() == "running";
     seen.run_stamp = stamp;
   }
   seen.started = true;

@@ -7,6 +7,7 @@
 #include "cli/serve/lines_index.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,6 +36,10 @@ struct Resolved {
 /// `{"error": why}`.
 [[nodiscard]] Reply refusal(int status, std::string_view why);
 
+/// How often an event stream looks again whether a running run's host lives
+/// (its lease, or its WAL lock: io/store/lease.hpp).
+inline constexpr std::chrono::seconds liveness_look{2};
+
 /// What an event stream has told a page of a run so far.
 struct Seen {
   bool started = false;
@@ -42,6 +47,8 @@ struct Seen {
   std::size_t history_keys = 0;
   bool history_indexing = false;
   std::string run_stamp; // run.json's and summary.json's size and time
+  bool running = false;  // the run read running (its host alive, or not known to be gone)
+  std::chrono::steady_clock::time_point run_looked; // when it was last read
 };
 
 class Api {

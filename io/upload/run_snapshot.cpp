@@ -1,5 +1,9 @@
-// RunSnapshot (io/upload/upload.hpp): run.json as the backends need it.
+// RunSnapshot (io/upload/upload.hpp): run.json as the backends need it, as
+// every reader reports it (io/store/lease.hpp): a run whose host is gone is
+// crashed, and its end state goes up with what its files hold.
 #include "io/upload/upload.hpp"
+
+#include "io/store/lease.hpp"
 
 #include <cmath>
 
@@ -12,7 +16,7 @@ std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llr
 
 Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   const std::string path = run_dir + "/run.json";
-  const Result<RunRecord> run = RunRecord::read(path);
+  const Result<RunRecord> run = read_run_record(run_dir);
   if (!run) {
     const Error e = run.error();
     // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.

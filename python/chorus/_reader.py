@@ -46,7 +46,10 @@ class RunView:
     Attributes: ``path``, ``record`` (run.json as a dict) and, from it,
     ``id``, ``name``, ``project``, ``group``, ``state``, ``ranks``; the
     methods read the files each time they are called, so a live run shows
-    its latest rows.
+    its latest rows. A run whose run.json says running but whose host is
+    gone (its lease expired, or on its own machine nobody holds its
+    write-ahead log) reads ``crashed``, as ``chorus ls`` has it: its running
+    ranks crashed at the last committed step, and ``record["error"]`` says why.
     """
 
     def __init__(self, path):
@@ -81,13 +84,17 @@ class RunView:
         """The committed rows of history.jsonl: a pandas DataFrame with a column per key
         (``_step``, ``_timestamp``, ``_runtime`` first; NaN where a row has no value),
         or, without pandas (or with pandas=False), a list of dicts with the keys each
-        row has. ``keys``: only these keys (and the row's own); ``counts``: a reduced
-        key's rank count as the column ``_count/<key>``."""
+        row has. ``keys``: only the keys these patterns pick (and the row's own), as
+        ``chorus export --metric`` picks them: a key and its per-rank columns
+        (``"loss"``: ``loss``, ``loss/rank-0``, ...), a glob (``"train/*"``), or a
+        POSIX extended regular expression between slashes (``"/^val/"``); None, all
+        keys. ``counts``: a reduced key's rank count as the column ``_count/<key>``."""
         return self._read("history.jsonl", keys, counts, pandas)
 
     def system(self, keys=None, *, pandas=None):
         """system.jsonl's samples as history() gives rows: ``_timestamp``, ``_node``,
-        ``_rank`` and a column per metric (``system.cpu.percent/node-0``, ...)."""
+        ``_rank`` and a column per metric (``system.cpu.percent/node-0``, ...);
+        ``keys`` picks them as history()'s does (``"system.gpu.*"``)."""
         return self._read("system.jsonl", keys, False, pandas)
 
     def artifacts(self):
@@ -102,6 +109,8 @@ class RunView:
 
     def _read(self, name, keys, counts, pandas):
         path = os.path.join(self.path, name)
+        if isinstance(keys, str):
+            keys = [keys]  # one pattern, not its characters
         cols = _checked(_chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts), path,
                         "`chorus recover` rebuilds the file from the WAL", 3)
         if pandas is None or pandas:

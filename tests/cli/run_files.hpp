@@ -4,6 +4,7 @@
 
 #include "tests/cli/process.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -49,6 +50,19 @@ inline std::filesystem::path make_run(const std::filesystem::path& root, const s
   const std::filesystem::path dir = root / project / group / r.id;
   write_text(dir / "run.json", run_json(r, dir));
   return dir;
+}
+
+/// A machine that is not this one, for the runs hosted "elsewhere".
+inline const std::string other_host = "node-elsewhere";
+
+/// lease.json as the host of a run made by make_run (pid 2147483000 on
+/// `host`) writes it, renewed `age_s` seconds ago by this machine's clock
+/// (io/store/lease.hpp: it expires 30 s after).
+inline void write_lease(const std::filesystem::path& dir, const std::string& host, double age_s) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - age_s;
+  write_text(dir / "lease.json", R"({"host":")" + host + R"(","pid":2147483000,"renewed":)" + std::to_string(now) +
+                                     R"(,"interval":5,"expires":)" + std::to_string(now + 30) + "}\n");
 }
 
 // 100 rows of loss (every 10th NaN, one infinite), lr, and acc per rank.

@@ -579,3 +579,58 @@ BOOST_AUTO_TEST_CASE(a_groups_members_far_behind_the_furthest_are_marked) {
   BOOST_TEST(behind.size() == 1u);
   BOOST_TEST(behind["behind"] == 590);
 }
+
+BOOST_AUTO_TEST_CASE(a_run_whose_host_is_lost_reads_crashed_on_the_list_the_page_and_the_stream) {
+  TempDir root;
+  RunSpec spec{.state = "running", .world = 2, .host = other_host, .ended = false, .last_step = -1};
+  spec.id = "lost";
+  const fs::path lost = make_run(root.path, "proj", "grp", spec);
+  write_lease(lost, other_host, 3600);
+  write_text(lost / "summary.json", R"({"_step":41})");
+  spec.id = "live";
+  const fs::path live = make_run(root.path, "proj", "grp", spec);
+  write_lease(live, other_host, 1);
+  Serve s(root.path);
+
+  const auto [status, body] = s.get("/api/runs");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  BOOST_TEST_INFO(body);
+  std::map<std::string, std::string> states;
+  for (auto g : arr(Json(body)["groups"]))
+    for (auto r : arr(g["runs"].value_unsafe()))
+      states[std::string(r["path"].get_string().value_unsafe())] =
+          std::string(r["state"].get_string().value_unsafe()) + "/" +
+          std::string(r["shown_state"].get_string().value_unsafe()) + "/" +
+          std::string(r["recorded_state"].get_string().value_unsafe()) + "/" +
+          std::string(r["host_life"].get_string().value_unsafe());
+  BOOST_TEST(states["proj/grp/lost"] == "crashed/crashed/running/gone");
+  BOOST_TEST(states["proj/grp/live"] == "running/running/running/alive");
+
+  const auto [run_status, run_body] = s.get("/api/run?run=proj/grp/lost");
+  BOOST_REQUIRE_EQUAL(run_status, 200);
+  BOOST_TEST_INFO(run_body);
+  const Json j(run_body);
+  BOOST_TEST(j["host_lost"].get_bool().value_unsafe());
+  BOOST_TEST(contains(std::string(j["run_error"].get_string().value_unsafe()), "last committed step 41"));
+  for (auto k : arr(j["ranks"])) {
+    BOOST_TEST(k["state"].get_string().value_unsafe() == "crashed");
+    BOOST_TEST(k["last_step"].get_int64().value_unsafe() == 41);
+  }
+
+  // The live run's host stops renewing: its page hears of it, though no run file changes.
+  httplib::Client c = s.client();
+  std::string seen;
+  bool expired = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  c.Get("/api/events?run=proj/grp/live", [&](const char* data, std::size_t n) {
+    seen.append(data, n);
+    if (!expired && contains(seen, "event: run")) {
+      expired = true;
+      write_lease(live, other_host, 3600);
+    }
+    return !contains(seen, R"("state":"crashed")") && std::chrono::steady_clock::now() < until;
+  });
+  BOOST_TEST_INFO(seen);
+  BOOST_TEST(contains(seen, R"("state":"running")"));
+  BOOST_TEST(contains(seen, R"("state":"crashed","shown_state":"crashed","recorded_state":"running")"));
+}

@@ -69,8 +69,11 @@ BOOST_AUTO_TEST_CASE(show_puts_the_summarys_bookkeeping_in_words) {
 
 BOOST_AUTO_TEST_CASE(show_gives_a_running_runs_ranks_their_last_committed_step) {
   TempDir root;
-  const fs::path dir =
-      make_run(root.path, "proj", "grp", {.id = "live1", .state = "running", .world = 2, .ended = false, .last_step = -1});
+  // Hosted elsewhere, its lease fresh: alive (io/store/lease.hpp).
+  const fs::path dir = make_run(root.path, "proj", "grp",
+                                {.id = "live1", .state = "running", .world = 2, .host = other_host, .ended = false,
+                                 .last_step = -1});
+  write_lease(dir, other_host, 1);
   write_text(dir / "summary.json", R"({"_step":57,"_runtime":12.0,"_timestamp":1700000012.0,"loss":0.5})");
   const Output o = run_chorus({"show", dir.string(), "--no-history", "--no-system", "--width", "120"});
   BOOST_TEST_INFO_SCOPE(o.out << o.err);

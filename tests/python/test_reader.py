@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import chorus
-from conftest import run_dirs
+from conftest import record, run_dirs
 
 
 def make_run(project="reader", steps=5, **kw):
@@ -105,3 +105,80 @@ def test_a_live_run_can_be_read(runs_dir):
             time.sleep(0.1)
         assert [r["x"] for r in view.history(pandas=False)] == [float(s) for s in range(9)]
     assert len(chorus.open(run.dir).history(pandas=False)) == 10
+
+
+def hand_made_run(root, run_id, host="node-elsewhere", state="running", history_rows=(), system_rows=()):
+    """A run directory written here, as a run host on `host` (pid 4242) leaves it."""
+    d = os.path.join(str(root), "reader", "hand", run_id)
+    os.makedirs(d)
+    ranks = [{"rank": r, "state": state, "last_step": -1, "host": host, "message": ""} for r in range(2)]
+    record = {"id": run_id, "name": run_id, "project": "reader", "group": "hand", "mode": "shared", "scope": "global",
+              "host": host, "pid": 4242, "dir": d, "state": state, "start_time": time.time() - 600,
+              "end_time": None, "world_size": 2, "ranks": ranks}
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump(record, f)
+    for name, lines in (("history.jsonl", history_rows), ("system.jsonl", system_rows)):
+        with open(os.path.join(d, name), "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+    return d
+
+
+def write_lease(d, host="node-elsewhere", age=0.0):
+    """lease.json as its host writes it, renewed `age` seconds ago (it expires 30 s after)."""
+    renewed = time.time() - age
+    with open(os.path.join(d, "lease.json"), "w") as f:
+        json.dump({"host": host, "pid": 4242, "renewed": renewed, "interval": 5, "expires": renewed + 30}, f)
+
+
+def test_history_keys_pick_as_export_metric_does(runs_dir):
+    row = {"_timestamp": 1.0, "_runtime": 0.5, "loss": 1.0, "loss/rank-0": 0.5, "loss/rank-1": 1.5, "lossy": 9.0,
+           "train/acc": 0.1, "train/loss/rank-1": 0.2, "val/acc": 0.3, "_count": {"loss": 2}}
+    d = hand_made_run(runs_dir, "keys", state="finished", history_rows=[{"_step": s, **row} for s in range(3)],
+                      system_rows=[{"_timestamp": 1.0, "_node": 0, "_rank": 0, "system.cpu.percent/node-0": 5.0,
+                                    "system.gpu.power_w/rank-0": 300.0}])
+    view = chorus.open(d)
+
+    def columns(keys, **kw):
+        return sorted(view.history(keys, pandas=False, **kw)[0].keys() - {"_step", "_timestamp", "_runtime"})
+
+    # A key: itself and its per-rank columns, not a key it merely starts.
+    assert columns(["loss"]) == ["loss", "loss/rank-0", "loss/rank-1"]
+    assert columns("loss") == columns(["loss"])  # one pattern, not its letters
+    assert columns(["loss"], counts=True) == ["_count/loss", "loss", "loss/rank-0", "loss/rank-1"]
+    assert columns(["train/*"]) == ["train/acc", "train/loss/rank-1"]  # `*` crosses `/`
+    assert columns(["/^val/", "lossy"]) == ["lossy", "val/acc"]
+    assert columns(["/acc$/"]) == ["train/acc", "val/acc"]
+    assert len(columns(None)) == 7 and columns([]) == []
+    with pytest.raises(chorus.InvalidArgument, match=r"keys /\(/ is no regular expression"):
+        view.history(["/(/"])
+    with pytest.raises(chorus.InvalidArgument, match="not an empty word"):
+        view.history([""])
+    assert sorted(view.system(["system.gpu.*"], pandas=False)[0].keys()) == [
+        "_node", "_rank", "_timestamp", "system.gpu.power_w/rank-0"]
+    pd = pytest.importorskip("pandas")
+    h = view.history(["loss"])
+    assert isinstance(h, pd.DataFrame) and list(h.columns) == ["_step", "_timestamp", "_runtime", "loss",
+                                                               "loss/rank-0", "loss/rank-1"]
+
+
+def test_a_run_whose_host_lease_expired_reads_crashed(runs_dir):
+    lost = hand_made_run(runs_dir, "lost")
+    write_lease(lost, age=3600)
+    with open(os.path.join(lost, "summary.json"), "w") as f:
+        json.dump({"_step": 41, "loss": 0.5}, f)
+    live = hand_made_run(runs_dir, "live")
+    write_lease(live, age=1)
+    unleased = hand_made_run(runs_dir, "unleased")  # nothing to go by from this machine
+
+    view = chorus.open(lost)
+    assert view.state == "crashed"
+    assert [(r["state"], r["last_step"]) for r in view.ranks] == [("crashed", 41), ("crashed", 41)]
+    assert "node-elsewhere" in view.ranks[0]["message"]
+    assert "stopped renewing its lease" in view.record["error"]
+    assert "last committed step 41" in view.record["error"] and f"chorus recover {lost}" in view.record["error"]
+    assert view.record["end_time"] is not None  # its last renewal
+    assert chorus.open(live).state == "running" and chorus.open(unleased).state == "running"
+    assert {r.id: r.state for r in chorus.runs(runs_dir)} == {"lost": "crashed", "live": "running",
+                                                            "unleased": "running"}
+    # The file says what it said: only the reading changed.
+    assert record(lost)["state"] == "running"

@@ -401,7 +401,7 @@ async function runsPage(view) {
         rows.push(h('tr', { class: 'run', 'data-path': r.path },
           h('td', {}, box),
           h('td', {}, runLink(r.path, r.name || r.id), r.name && r.name !== r.id ? h('span', { class: 'note', text: ' ' + r.id }) : ''),
-          h('td', {}, badge(r.shown_state), r.error ? h('div', { class: 'note', text: r.error }) : ''),
+          h('td', {}, badge(r.shown_state), r.error || r.host_lost ? h('div', { class: 'note', text: r.error || 'its host was lost', title: r.run_error || '' }) : ''),
           h('td', { class: 'num', text: (r.world_size ?? '') + (r.crashed_ranks ? ` (${r.crashed_ranks} crashed)` : '') }),
           h('td', { text: fmtTime(r.start_time) }),
           h('td', { class: 'num', text: fmtDuration(r.duration) }),
@@ -502,7 +502,7 @@ function identityTable(run) {
     'job type': run.job_type, notes: run.notes, mode: run.mode + (run.scope ? ', scope ' + run.scope : ''),
     host: run.host + (run.pid ? ` (pid ${run.pid})` : ''), launcher: run.launcher && run.launcher !== 'none' ? run.launcher + (run.job_id ? ', job ' + run.job_id : '') : '',
     started: fmtTime(run.start_time), ended: fmtTime(run.end_time), duration: fmtDuration(run.duration),
-    state: badge(run.shown_state), rows: run.history ? run.history.rows : run.rows,
+    state: badge(run.shown_state), error: run.run_error || '', rows: run.history ? run.history.rows : run.rows,
     'last step': run.history && run.history.last_step >= 0 ? run.history.last_step : '',
   }, 'identity');
 }
@@ -764,7 +764,7 @@ async function groupPage(view, path) {
         axis: timeAxis,
         annotate: (chart) => progress.flatMap((r, i) => {
           const d = chart.data && chart.data[i];
-          if (!d || !d.x.length || !['crashed', 'failed', 'killed', 'crashed?'].includes(r.shown_state)) return [];
+          if (!d || !d.x.length || !['crashed', 'failed', 'killed'].includes(r.state)) return [];
           return [{ series: label(r), x: d.x[d.x.length - 1], shortText: '✕', text: `${label(r)} ${r.shown_state} at step ${d.y[d.y.length - 1]}` }];
         }),
       });
