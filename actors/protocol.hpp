@@ -97,6 +97,7 @@ using keepalive_atom = caf::atom_constant<caf::atom("keepalive")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using sync_atom = caf::atom_constant<caf::atom("sync")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using exited_atom = caf::atom_constant<caf::atom("exited")>;
 
 // -- ack errors -------------------------------------------------------------
 
@@ -115,16 +116,20 @@ struct AckError {
   std::uint64_t seq = 0;
   std::uint8_t code = 0; // an Errc
   std::string message;
+  /// The call's values were refused, and a key of them for the first time
+  /// on this rank: the rank prints the message as a warning (once a key).
+  bool warn = false;
 
   AckError() = default;
-  AckError(std::uint64_t s, const Error& e) : seq(s), code(static_cast<std::uint8_t>(e.code())), message(e.message()) {}
+  AckError(std::uint64_t s, const Error& e, bool w = false)
+      : seq(s), code(static_cast<std::uint8_t>(e.code())), message(e.message()), warn(w) {}
   [[nodiscard]] Error error() const { return error_from_peer(code, message); }
   friend bool operator==(const AckError&, const AckError&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, AckError& x) {
-  return f(caf::meta::type_name("chorus.ack_error"), x.seq, x.code, x.message);
+  return f(caf::meta::type_name("chorus.ack_error"), x.seq, x.code, x.message, x.warn);
 }
 
 /// The errors of one ack. CAF's binary deserializer reads it from a peer
@@ -163,7 +168,11 @@ using proxy_actor = caf::typed_actor<
 /// parked proxy, and <chorus/caf.hpp>'s rank_proxy, through which the
 /// process's actors log by message (each call answered when its ticket
 /// completes, an error as a caf::error of category actors::error_category).
-using rank_proxy_actor = proxy_actor::extend<caf::reacts_to<nudge_atom>>::extend_with<actors::rank_proxy>;
+using rank_proxy_actor =
+    proxy_actor::extend<caf::reacts_to<nudge_atom>,
+                        // (status): the process exits with it after the rank finished (the System,
+                        // at exit): told to the run host, answered once it has it (or is gone)
+                        caf::replies_to<exited_atom, std::int32_t>::with<caf::ok_atom>>::extend_with<actors::rank_proxy>;
 /// Its timers: its drain loop (of a generation), the join's retry, the
 /// keepalive of a run host in another process, finish's bound.
 using rank_proxy_self =
@@ -180,6 +189,10 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<batch_atom, std::vector<char>>,
     // the host's own RankProxy finishes the run
     caf::replies_to<finish_atom>::with<caf::ok_atom>,
+    // (rank, status): the rank's process exited with `status` (not 0) after
+    // the rank finished, even after the run ended: the rank, and the run,
+    // failed. From the rank's own proxy; answered once on disk.
+    caf::replies_to<exited_atom, std::uint32_t, std::int32_t>::with<caf::ok_atom>,
     // from run rank 0's process: the run's NCCL unique id
     caf::reacts_to<nccl_id_atom, std::vector<char>>,
     // from a rank's process: the id, answered once rank 0 sent it

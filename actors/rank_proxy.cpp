@@ -2,6 +2,7 @@
 #include "actors/keepalive.hpp"
 #include "io/platform/posix.hpp"
 
+#include "runtime/client/refusals.hpp"
 #include "runtime/client/run_impl.hpp"
 #include "runtime/core/wire.hpp"
 
@@ -89,7 +90,7 @@ struct ProxyState {
   bool parked = false;
   std::uint64_t loop = 0; // the drain loop's generation: a restart ends the old loop
   std::uint64_t finish_seq = 0; // the finish ticket, once seen
-  std::int32_t finish_code = 0; // the exit code that finish carried: non-zero ends the rank as failed
+  RunState finish_state = RunState::finished; // how the trainer's finish ends the rank (failed, killed)
   bool finish_started = false;  // the run host is finishing the run for us
   bool done = false;            // the finish ticket completed
   std::vector<char> frame;
@@ -139,8 +140,7 @@ void complete_finish(proxy_ptr self, Error err) {
     FinishResult& r = st.run->finish_state().result;
     if (err && !r.error) r.error = std::move(err);
     // A run host's end_run has set the run's state; another rank's is its own.
-    if (r.state == RunState::running)
-      r.state = r.error || st.finish_code != 0 ? RunState::failed : RunState::finished;
+    if (r.state == RunState::running) r.state = r.error ? RunState::failed : st.finish_state;
     r.run_id = st.run->run_id;
     r.run_dir = st.run->run_dir;
     r.dropped = st.run->dropped();
@@ -339,11 +339,28 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
-      case SlotKind::finish:
+      case SlotKind::refused: {
+        std::unique_ptr<Refusal> r(s->refusal);
+        w.refused(pos + 1, s->step, r->code, r->n, r->message, r->values);
+        pos += 1;
+        break;
+      }
+      case SlotKind::metric_view:
+        ensure_key(st, w, s->key);
+        if (s->step >= 0) ensure_key(st, w, static_cast<std::uint32_t>(s->step));
+        w.metric_view(pos + 1, s->key, static_cast<std::uint8_t>(s->count),
+                      s->step >= 0 ? static_cast<std::uint32_t>(s->step) : wire::no_step_metric);
+        pos += 1;
+        break;
+      case SlotKind::finish: {
         // Artifact copies in flight complete first (at most finish_timeout).
         if (st.run->artifacts().holds_finish()) goto full;
-        st.finish_code = static_cast<std::int32_t>(s->step);
-        w.finish(pos + 1, st.finish_code);
+        std::unique_ptr<std::string> why(s->text);
+        st.finish_state = static_cast<RunState>(s->count);
+        if (st.finish_state == RunState::finished)
+          w.finish(pos + 1);
+        else
+          w.finish_ended(pos + 1, st.finish_state, static_cast<std::int32_t>(s->step), why ? *why : std::string());
         st.finish_seq = pos + 1;
         pos += 1;
         {
@@ -355,6 +372,7 @@ bool drain(proxy_ptr self) {
           self->delayed_send(self, limit, finish_tmo_atom::value);
         }
         break;
+      }
     }
   }
 full:
@@ -510,7 +528,10 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
         if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
         st.in_flight -= static_cast<int>(std::min<std::uint32_t>(frames, static_cast<std::uint32_t>(st.in_flight)));
-        for (const AckError& e : errors) st.run->channel().set_error(e.seq, e.error());
+        for (const AckError& e : errors) {
+          st.run->channel().set_error(e.seq, e.error());
+          if (e.warn) print_refusal(st.run->settings().topo.rank, e.error(), true);
+        }
         if (st.finish_seq != 0 && completed >= st.finish_seq) {
           st.run->channel().complete(st.finish_seq - 1);
           if (!st.run->settings().is_host) {
@@ -529,6 +550,20 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
         }
         settle_actor_calls(st);
         if (frames != 0) drain(self);
+      },
+      [self](exited_atom, std::int32_t status) -> caf::delegated<caf::ok_atom> {
+        auto& st = self->state;
+        // Only this process's System says how the process exits.
+        if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
+        auto rp = self->make_response_promise();
+        if (!st.host || status == 0) {
+          rp.deliver(caf::ok_atom::value);
+          return {};
+        }
+        self->request(st.host, std::chrono::seconds(4), exited_atom::value, st.rank, status)
+            .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+                  [rp](caf::error&) mutable { rp.deliver(caf::ok_atom::value); });
+        return {};
       },
       [self](fail_atom, std::uint8_t code, const std::string& why) {
         // The run keeps nothing more (its WAL failed, or it ended): every ticket learns why.

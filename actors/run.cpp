@@ -5,6 +5,7 @@
 #include "actors/group.hpp"
 #include "actors/uploader.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/lease.hpp"
 #include "io/store/run_writer.hpp"
 #include "io/store/wal.hpp"
 #include "io/store/wal_replay.hpp"
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 namespace chorus::detail {
 
@@ -47,6 +49,7 @@ public:
     // A resumed attempt's ranks count their seqs afresh.
     progress.assign(world_size, {});
     hosts.assign(world_size, {});
+    warned.assign(world_size, {});
     writer.run_start(run_json, ts_us, world_size);
   }
   void row(const Row& row) override { writer.row(row); }
@@ -55,6 +58,18 @@ public:
   void rejected(int rank, std::uint64_t seq, std::int64_t step, std::span<const std::pair<std::string_view, double>> values,
                 const Error& why) override {
     writer.rejected(rank, seq, step, values, why);
+    // The rank warns of a key's first refusal: its ack says when (completed() follows).
+    if (rank < 0 || static_cast<std::size_t>(rank) >= warned.size()) return;
+    auto& keys = warned[static_cast<std::size_t>(rank)];
+    for (const auto& [key, value] : values)
+      if (keys.size() < max_warned_keys && keys.emplace(key).second) warn_next = true;
+  }
+  void refused(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::string_view values,
+               std::uint32_t n) override {
+    writer.refused(rank, seq, step, why, values, n); // the rank warned of these itself
+  }
+  void metric(std::uint32_t key, Reduce reduce, Summary summary, std::uint32_t step_key) override {
+    writer.metric(key, reduce, summary, step_key);
   }
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {
@@ -66,7 +81,7 @@ public:
     if (rank < 0 || static_cast<std::size_t>(rank) >= progress.size()) return;
     Progress& p = progress[rank];
     p.completed = std::max(p.completed, seq);
-    if (err) p.errors.emplace_back(seq, *err);
+    if (err) p.errors.emplace_back(seq, *err, std::exchange(warn_next, false));
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override { writer.run_end(state, ts_us); }
@@ -113,6 +128,10 @@ public:
   io::RunWriter writer;
   std::vector<Progress> progress;
   std::vector<std::string> hosts;
+  // Per rank, the keys whose refusal it was told to warn of (bounded).
+  static constexpr std::size_t max_warned_keys = 10'000;
+  std::vector<std::unordered_set<std::string>> warned;
+  bool warn_next = false;
   std::uint64_t generation = 0; // rank state changes so far
 };
 
@@ -127,6 +146,8 @@ struct RunActorState {
   bool finishing = false;
   bool finish_armed = false; // the finish deadline runs before the host's finish is processed
   bool ended = false;
+  std::int64_t lease_renewed_us = 0; // when the lease was last renewed (io/store/lease.hpp)
+  bool lease_error = false;          // a renewal failed, and said so once
   syncer_actor syncer;        // fdatasyncs the WAL on a thread of its own
   bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
   bool unsynced = false;       // appended since the last sync was asked for
@@ -169,6 +190,23 @@ void fail_wal(run_ptr self, const Error& e) {
 }
 
 void synced(run_ptr self, const std::string& failure);
+
+/// The run host's lease (io/store/lease.hpp), renewed every lease_interval
+/// while the run is live, so that readers anywhere can tell a live host
+/// from a dead one.
+void renew_lease(run_ptr self) {
+  auto& st = self->state;
+  const std::int64_t now = unix_now_us();
+  if (now - st.lease_renewed_us < std::chrono::duration_cast<std::chrono::microseconds>(io::lease_interval).count())
+    return;
+  st.lease_renewed_us = now;
+  if (Error e = io::renew_lease(st.host->run_dir, io::lease_now(now)); e && !st.lease_error) {
+    st.lease_error = true;
+    std::fprintf(stderr, "chorus: the run host could not renew its lease in %s (%s): readers elsewhere may take "
+                         "the run for crashed; it goes on\n",
+                 st.host->run_dir.c_str(), e.message().c_str());
+  }
+}
 
 /// Acks go out once the WAL holding what they acknowledge is on disk. The
 /// syncer fdatasyncs while the actor merges on; what is appended meanwhile
@@ -242,13 +280,13 @@ void end_run(run_ptr self) {
   if (st.ended) return;
   st.ended = true;
   const int world = st.merger->world_size();
-  int finished = 0;
-  for (int r = 0; r < world; ++r)
-    if (st.merger->rank_state(r) == RunState::finished) ++finished;
-  const RunState state = finished == world && !st.wal_error ? RunState::finished : RunState::failed;
+  // How the ranks ended names the run (Merger::end_state): failed, crashed, killed or finished.
+  const RunState state = st.wal_error ? RunState::failed : st.merger->end_state();
   record(self, wire::run_end(state, unix_now_us()));
   st.sink->writer.flush();
   sync_and_ack(self);
+  // run.json says how the run ended: readers need no lease any more.
+  io::end_lease(st.host->run_dir);
   if (FinishState* fs = st.host->finish) {
     std::lock_guard lock(fs->mu);
     FinishResult& r = fs->result;
@@ -265,7 +303,7 @@ void end_run(run_ptr self) {
       rr.state = st.merger->rank_state(rank);
       rr.last_step = st.merger->rank_last_step(rank);
       if (static_cast<std::size_t>(rank) < st.sink->hosts.size()) rr.host = st.sink->hosts[rank];
-      if (rr.state != RunState::finished) rr.message = "did not finish (see run.json)";
+      rr.message = st.merger->rank_message(rank);
       r.ranks.push_back(std::move(rr));
     }
   }
@@ -387,6 +425,9 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
     // answers resume_atom only, which no typed behaviour can say (protocol.hpp).
     return {run_self::behavior_type::unsafe_init{}, caf::behavior{[refusal](resume_atom) { return refusal; }}};
   }
+  // The lease first: a reader that finds run.json running (a resumed run's
+  // again) finds this host's lease beside it.
+  renew_lease(self);
   record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
@@ -431,10 +472,17 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         const std::string& ours = st.host->job;
         const Settings& settings = st.host->settings;
         const std::string port = port_name(settings, settings.port);
-        if (job != ours)
-          return refuse("rank " + std::to_string(rank) + " belongs to another job (" + job + ") than this run (" + ours +
-                        "): two jobs on one node met on the same port (" + port + "); give each job its own "
-                        "CHORUS_PORT (or MASTER_PORT), or check that every rank sees the same CHORUS_* settings");
+        if (job != ours) {
+          // Ranks of one job that disagree (a project set on one rank only)
+          // are told so; a rank of another job met this one on its port.
+          if (std::string differ = job_disagreement(job, ours); !differ.empty())
+            return refuse("rank " + std::to_string(rank) + " and the run host belong to one job but disagree: " +
+                          differ + ". Every rank of a job logs into the same run: give every rank the same settings");
+          return refuse("rank " + std::to_string(rank) + " belongs to another job (" + job_text(job) + ") than this run (" +
+                        job_text(ours) + "): two jobs on one node met on the same port (" + port +
+                        "); give each job its own CHORUS_PORT (or MASTER_PORT), or check that every rank sees the "
+                        "same CHORUS_* settings");
+        }
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
           return refuse("rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
@@ -511,6 +559,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         auto& st = self->state;
         if (!from_self(self) || st.ended) return;
         st.sink->writer.flush();
+        renew_lease(self);
         if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },
@@ -550,6 +599,21 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
       },
       [](ping_atom) { return caf::ok_atom::value; },
       [](resume_atom) { return std::string(); },
+      [self](exited_atom, std::uint32_t rank, std::int32_t status) -> caf::delegated<caf::ok_atom> {
+        auto& st = self->state;
+        // Only the rank's own proxy says how its process exits.
+        if (rank >= st.proxies.size() || !st.proxies[rank] || !from(self, st.proxies[rank]) || status == 0)
+          return drop_request<caf::ok_atom>(self);
+        auto rp = self->make_response_promise();
+        if (!st.wal_error) {
+          record(self, wire::rank_exit(rank, unix_now_us(), status));
+          st.sink->writer.flush();
+          // On disk before the answer: the process that asked is exiting.
+          if (Error e = st.host->wal->sync()) fail_wal(self, e);
+        }
+        rp.deliver(caf::ok_atom::value);
+        return {};
+      },
       [self](nccl_id_atom, const std::vector<char>& id) {
         // The id comes from the host's own process (run rank 0).
         auto& st = self->state;

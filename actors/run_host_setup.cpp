@@ -6,10 +6,9 @@
 #include "io/store/wal.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <random>
@@ -57,21 +56,6 @@ std::string identity_json(const Settings& s, const std::string& id, const std::s
   return r.identity_json();
 }
 
-// SIGINT and SIGTERM make the run host's WAL durable before the process
-// goes: appends are already in the kernel, fdatasync puts them on disk. Only
-// a default disposition is replaced, so a trainer's own handlers stay in
-// charge; the handler restores the previous disposition and re-raises.
-std::atomic<int> signal_wal_fd{-1};
-struct sigaction previous_sigint, previous_sigterm;
-
-extern "C" void sync_wal_and_reraise(int sig) {
-  const int saved_errno = errno;
-  if (int fd = signal_wal_fd.load(std::memory_order_relaxed); fd >= 0) ::fdatasync(fd);
-  ::sigaction(sig, sig == SIGINT ? &previous_sigint : &previous_sigterm, nullptr);
-  ::raise(sig);
-  errno = saved_errno;
-}
-
 /// Whether a run directory that exists (or not) may be used under
 /// Options::resume; marks `host` resumed where its run goes on.
 Error check_resume(const Options& o, RunHost& host) {
@@ -93,6 +77,52 @@ Error check_resume(const Options& o, RunHost& host) {
   return {};
 }
 
+/// The runs named `id` in the project's other groups than `group`: a run id
+/// names one run in a project, whatever job (and so group) made it.
+std::vector<std::filesystem::path> same_id_elsewhere(const Options& o, const std::string& id) {
+  std::vector<std::filesystem::path> found;
+  std::error_code ec;
+  const std::filesystem::path project = std::filesystem::path(o.dir) / o.project;
+  for (std::filesystem::directory_iterator it(project, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename() == o.group || !it->is_directory(ec)) continue;
+    if (std::filesystem::is_directory(it->path() / id, ec)) found.push_back(it->path() / id);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+/// Where the run id names a run of another group of the project (a
+/// requeued job whose launcher gave it a new job id, and so a new group):
+/// under Options::resume allow or must it is that run that goes on (its
+/// directory and group in `dir` and `group`); under never it is refused, as
+/// an id used twice. Returns why the run cannot start, if it cannot.
+Error find_by_id(const Settings& s, const std::string& id, std::string& dir, std::string& group) {
+  const Options& o = s.opts;
+  std::error_code ec;
+  if (o.run_id.empty() || std::filesystem::exists(dir, ec)) return {};
+  const std::vector<std::filesystem::path> found = same_id_elsewhere(o, id);
+  if (found.empty()) return {};
+  if (o.resume == Resume::never)
+    return {Errc::invalid_argument, "run id " + id + " is taken in project " + o.project + " by " + found.front().string() +
+                                        ": a run id names one run in a project; choose another run_id (CHORUS_RUN_ID) "
+                                        "or leave it unset, or set CHORUS_RESUME=allow (Options::resume) to continue "
+                                        "that run"};
+  std::string where;
+  for (const auto& f : found) where.append(where.empty() ? "" : ", ").append(f.string());
+  if (found.size() > 1)
+    return {Errc::invalid_argument, "run id " + id + " names " + std::to_string(found.size()) + " runs in project " +
+                                        o.project + " (" + where + "): set CHORUS_GROUP (Options::group) to the group "
+                                        "of the one to continue"};
+  const std::string other = found.front().parent_path().filename().string();
+  if (s.group_size > 0)
+    return {Errc::invalid_argument, "run id " + id + " names the run " + where + " of group " + other + ", and this "
+                                        "job's runs form group " + o.group + ": set CHORUS_GROUP=" + other +
+                                        " (Options::group) on every rank so that the job's runs continue together"};
+  dir = found.front().string();
+  group = other;
+  return {};
+}
+
 } // namespace
 
 Result<std::shared_ptr<RunHost>> prepare_run_host(const Settings& s, FinishState& finish) {
@@ -101,13 +131,20 @@ Result<std::shared_ptr<RunHost>> prepare_run_host(const Settings& s, FinishState
   host->run_id = s.opts.run_id.empty() ? new_run_id() : s.opts.run_id;
   host->run_dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group / host->run_id).string();
   host->start_us = unix_now_us();
+  // A requeued job may derive another group: its run id finds its run.
+  std::string group = s.opts.group;
+  if (Error e = find_by_id(s, host->run_id, host->run_dir, group)) return e;
   if (Error e = check_resume(s.opts, *host)) return e;
   if (Error e = io::make_dirs(host->run_dir)) return e;
   if (Error e = io::make_dirs(host->run_dir + "/artifacts")) return e;
   Result<std::unique_ptr<io::WalWriter>> wal = io::WalWriter::open(host->run_dir + "/wal");
   if (!wal) return wal.error();
   host->wal = std::move(*wal);
-  host->run_json = identity_json(s, host->run_id, host->run_dir, host->start_us);
+  // The run's identity names the group it is in; the job's identity (what
+  // its ranks' joins must match) stays what they derived.
+  Settings in_group = s;
+  in_group.opts.group = group;
+  host->run_json = identity_json(in_group, host->run_id, host->run_dir, host->start_us);
   host->job = job_identity(s);
   host->finish = &finish;
   return host;
@@ -128,22 +165,6 @@ void note_run_for_launcher(const Settings& s, const std::string& run_dir) {
   ::close(fd);
   (void)written; // best effort: without the line, launch reports the codes as missing
 }
-
-void sync_wal_on_signals(int fd) {
-  signal_wal_fd.store(fd, std::memory_order_relaxed);
-  for (auto [sig, previous] : {std::pair{SIGINT, &previous_sigint}, std::pair{SIGTERM, &previous_sigterm}}) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
-        (current.sa_flags & SA_SIGINFO) != 0)
-      continue;
-    struct sigaction ours {};
-    ours.sa_handler = sync_wal_and_reraise;
-    sigemptyset(&ours.sa_mask);
-    ::sigaction(sig, &ours, previous);
-  }
-}
-
-void stop_syncing_wal_on_signals() { signal_wal_fd.store(-1, std::memory_order_relaxed); }
 
 /// Where `chorus launch` started this rank: why the run host's process is
 /// known to have exited (its rank is in the launch's CHORUS_LAUNCH_EXITS

@@ -22,11 +22,6 @@ namespace chorus::detail {
 /// so that it can add the ranks' exit codes to run.json once they exited.
 void note_run_for_launcher(const Settings& s, const std::string& run_dir);
 
-/// SIGINT and SIGTERM make the WAL at `fd` durable before the process goes
-/// (only where their disposition is the default); until stopped.
-void sync_wal_on_signals(int fd);
-void stop_syncing_wal_on_signals();
-
 /// Where `chorus launch` started this rank: why the run host's process is
 /// known to have exited (CHORUS_LAUNCH_EXITS), else "".
 [[nodiscard]] std::string launched_host_exit(const Settings& s);

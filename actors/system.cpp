@@ -15,6 +15,7 @@
 #include "io/platform/posix.hpp"
 #include "io/sampling/system_metrics.hpp"
 #include "io/store/wal.hpp"
+#include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 
 #include <cmath>
@@ -45,7 +46,7 @@ public:
 
   ~SystemImpl() override {
     leave_group();
-    if (run_actor_) stop_syncing_wal_on_signals();
+    if (run_actor_) endings::forget_wal(wal_fd_);
     if (monitor_) caf::anon_send_exit(monitor_, caf::exit_reason::user_shutdown);
     if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
     if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
@@ -139,6 +140,15 @@ public:
     return err;
   }
 
+  void report_exit(int status) override {
+    if (!proxy_) return;
+    // A host that is gone answers at once (its link is down); one that hangs
+    // is not waited for long: the process is exiting.
+    caf::scoped_actor self{sys_};
+    self->request(proxy_, std::chrono::seconds(5), exited_atom::value, static_cast<std::int32_t>(status))
+        .receive([](caf::ok_atom) {}, [](caf::error&) {});
+  }
+
 private:
   /// The rank's SystemMonitor: its process and GPU, and its node on the
   /// node's local rank 0 (which also tells, once, what cannot be sampled).
@@ -171,7 +181,8 @@ private:
     std::shared_ptr<RunHost> host = std::move(*prepared);
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
-    sync_wal_on_signals(host->wal->fd());
+    wal_fd_ = host->wal->fd();
+    endings::note_wal(wal_fd_);
     run_actor_ = spawn_run_actor(sys_, host);
     if (host->resumed) {
       std::string refusal;
@@ -211,7 +222,7 @@ private:
   }
 
   void stop_run_actor() {
-    stop_syncing_wal_on_signals();
+    endings::forget_wal(wal_fd_);
     caf::scoped_actor self{sys_};
     self->send_exit(run_actor_, caf::exit_reason::kill);
     self->wait_for(run_actor_);
@@ -331,6 +342,7 @@ private:
   system_monitor_actor monitor_;
   group_actor group_; // global rank 0's Group actor
   bool joined_group_ = false;
+  int wal_fd_ = -1; // the run host's WAL, made durable by a second stop signal
   std::chrono::milliseconds finish_timeout_{0};
   std::chrono::milliseconds init_timeout_{0};
 };

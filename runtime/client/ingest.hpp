@@ -23,7 +23,7 @@ enum class SlotKind : std::uint8_t {
   barrier,     // key = barrier name, step = timeout in ms
   config,      // text = JSON object (owned, freed by the consumer)
   summary,     // text = JSON object
-  finish,
+  finish,      // count = RunState (finished, failed or killed), step = exit code or signal, text = why (or null)
   device_head, // like values_head; the values are in `capture` once its event fires
   step_mark,   // an empty log call: moves the rank's step (reduce_device off the run host)
   // A Writer's log call: key = stream id, count = values, which follow in
@@ -32,9 +32,19 @@ enum class SlotKind : std::uint8_t {
   stream_head,
   stream_open,  // key = stream id (Run::writer)
   stream_close, // key = stream id (Writer::close)
+  refused,      // refusal = values refused before the ring (owned, freed by the consumer); step = the call's
+  metric_view,  // key = metric, count = Summary or wire::unchanged_summary, step = step metric's key or -1
 };
 
 struct Capture;
+
+/// Values refused before they reached the ring, on their way to rejected.jsonl.
+struct Refusal {
+  Errc code;
+  std::uint32_t n;      // values refused
+  std::string message;
+  std::string values;   // a JSON object of them
+};
 
 /// One ring slot: 32 bytes, two per cache line.
 struct alignas(32) Slot {
@@ -46,8 +56,9 @@ struct alignas(32) Slot {
   std::int64_t step;
   union {
     double value;
-    std::string* text;
+    std::string* text;   // config, summary; finish: why (or null)
     Capture* capture;
+    Refusal* refusal;
   };
 };
 static_assert(sizeof(Slot) == 32);

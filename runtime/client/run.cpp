@@ -1,5 +1,6 @@
 // Run: the trainer-facing handle. log() is the hot path: intern the keys
 // (a per-thread cache hit), reserve slots with one CAS, fill and publish them.
+#include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 #include "runtime/client/system.hpp"
 #include "runtime/core/wire.hpp"
@@ -39,11 +40,14 @@ RunImpl::RunImpl(Settings settings) : settings_(std::move(settings)), ring_(sett
 }
 
 RunImpl::~RunImpl() {
+  endings::unwatch(*this);
   system_.reset();
   // Texts still in the ring were never consumed: free them.
   for (std::uint64_t pos = ring_.tail(); pos < ring_.head(); ++pos) {
     Slot& s = ring_.at(pos);
-    if ((s.kind == SlotKind::config || s.kind == SlotKind::summary) && s.ready.load() == pos + 1) delete s.text;
+    if (s.ready.load() != pos + 1) continue;
+    if (s.kind == SlotKind::config || s.kind == SlotKind::summary || s.kind == SlotKind::finish) delete s.text;
+    if (s.kind == SlotKind::refused) delete s.refusal;
   }
 }
 
@@ -52,6 +56,7 @@ Error RunImpl::start(caf::actor_system* actors) {
   const Error err = started.error();
   if (started) {
     system_ = std::move(*started);
+    endings::watch(*this);
     // Artifacts are copied later, whatever the current directory is then.
     std::error_code ec;
     const std::filesystem::path dir = std::filesystem::absolute(std::filesystem::path(run_dir), ec);
@@ -116,17 +121,15 @@ Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noe
 template <bool ToWriter, Room R>
 [[gnu::always_inline]] inline Pending RunImpl::log_into(std::uint32_t stream, std::span<const Metric> values,
                                                         const LogOptions& opts, bool* no_room) noexcept {
-  if (closed_.load(std::memory_order_relaxed))
+  if (closed_.load(std::memory_order_relaxed)) {
+    note_after_finish("log");
     return refuse({Errc::finished, "log after finish: this run has finished and takes no more values; log before "
                                    "calling finish()"});
+  }
   const std::size_t n = values.size();
   if (n == 0) return {};
-  if (n > max_values_per_call || n > ring_.capacity())
-    return refuse({Errc::invalid_argument, "log of " + std::to_string(n) + " values in one call: at most " +
-                                               std::to_string(std::min(max_values_per_call, ring_.capacity())) +
-                                               " fit; split the call or raise Options::queue_capacity"});
-  if (opts.step && *opts.step < 0)
-    return refuse({Errc::invalid_argument, "step " + std::to_string(*opts.step) + " is negative: steps start at 0"});
+  if (n > max_values_per_call || n > ring_.capacity() || (opts.step && *opts.step < 0)) [[unlikely]]
+    return refuse_call(values, opts.step, R);
 
   std::uint32_t stack_ids[32];
   thread_local std::vector<std::uint32_t> heap_ids;
@@ -150,7 +153,10 @@ template <bool ToWriter, Room R>
       ++good;
     }
   }
-  if (good == 0) return refuse(validate_metric_key(values[first_bad].key));
+  if (good == 0) [[unlikely]] {
+    note_refused_keys(values, ids, opts.step, R);
+    return refuse(validate_metric_key(values[first_bad].key));
+  }
 
   // A writer's call starts with a slot that names its stream (SlotKind::stream_head).
   constexpr std::uint32_t head = ToWriter ? 1 : 0;
@@ -188,7 +194,8 @@ template <bool ToWriter, Room R>
   }
   channel_.wake();
   const std::uint64_t seq = pos + head + good;
-  if (first_bad != n) {
+  if (first_bad != n) [[unlikely]] {
+    note_refused_keys(values, ids, opts.step, R); // after the values: a call that did not fit is not noted twice
     try {
       // good >= 1 here: a call with no valid key was refused whole above.
       channel_.set_error(seq, partly_logged(values[first_bad].key, good));
@@ -250,14 +257,43 @@ Pending RunImpl::refuse_no_stream(const char* what) noexcept {
 }
 
 Pending RunImpl::log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept {
-  if (stream == 0 && !closed_.load(std::memory_order_relaxed)) return refuse_no_stream("this writer");
+  if (stream == 0 && !closed_.load(std::memory_order_relaxed)) {
+    Pending p = refuse_no_stream("this writer");
+    note_refused_call(values, opts.step, p.await_resume());
+    return p;
+  }
   return log_into<true>(stream, values, opts); // stream 0 here only after finish, which it reports
+}
+
+Pending RunImpl::refuse_call(std::span<const Metric> values, const std::optional<std::int64_t>& step, Room room) noexcept {
+  const std::size_t n = values.size();
+  Error why;
+  try {
+    if (step && *step < 0)
+      why = Error(Errc::invalid_argument, "step " + std::to_string(*step) + " is negative: steps start at 0");
+    else
+      why = Error(Errc::invalid_argument, "log of " + std::to_string(n) + " values in one call: at most " +
+                                              std::to_string(std::min(max_values_per_call, ring_.capacity())) +
+                                              " fit; split the call or raise Options::queue_capacity");
+  } catch (...) {
+    return refuse({});
+  }
+  if (room == Room::now) {
+    // The RankProxy's own call: no wait for room (the refusal then has the warning alone).
+    std::vector<RefusedValue> none;
+    (void)refuse_values(step, why, none, n, Room::now);
+  } else {
+    note_refused_call(values, step, why);
+  }
+  return refuse(std::move(why));
 }
 
 bool RunImpl::offer_log(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
                         Pending& out) noexcept {
   if (stream == 0 && !closed_.load(std::memory_order_relaxed)) {
     out = refuse_no_stream("this actor's stream");
+    std::vector<RefusedValue> none;
+    (void)refuse_values(opts.step, out.await_resume(), none, values.size(), Room::now);
     return true;
   }
   bool no_room = false;
@@ -292,17 +328,43 @@ bool RunImpl::close_stream_in(std::uint32_t stream, Room room, Pending& out) noe
 }
 
 Pending RunImpl::define_metric(std::string_view key, Reduce reduce) noexcept {
+  MetricOptions opts;
+  opts.reduce = reduce;
+  return define_metric(key, opts);
+}
+
+Pending RunImpl::define_metric(std::string_view key, const MetricOptions& opts) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "define_metric after finish: define metrics before calling finish()"});
   const std::uint32_t id = KeyTable::instance().intern_metric(key);
   if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
-  if (!wire::known(reduce))
-    return refuse({Errc::invalid_argument, "unknown Reduce value " + std::to_string(static_cast<int>(reduce)) +
+  if (opts.reduce && !wire::known(*opts.reduce))
+    return refuse({Errc::invalid_argument, "unknown Reduce value " + std::to_string(static_cast<int>(*opts.reduce)) +
                                                ": use none, mean, sum, min, max or first"});
-  return push_control(SlotKind::define, [&](Slot& s) {
-    s.key = id;
-    s.reduce = reduce;
-  });
+  if (opts.summary && !wire::known(*opts.summary))
+    return refuse({Errc::invalid_argument, "unknown Summary value " + std::to_string(static_cast<int>(*opts.summary)) +
+                                               ": use last, min, max or mean"});
+  std::uint32_t step_id = wire::no_step_metric;
+  if (!opts.step_metric.empty()) {
+    step_id = KeyTable::instance().intern_metric(opts.step_metric);
+    if (step_id == KeyTable::invalid) {
+      const Error e = validate_metric_key(opts.step_metric);
+      return refuse({e.code(), "define_metric(" + quoted(key) + ")'s step_metric: " + e.message()});
+    }
+  }
+  Pending p;
+  if (opts.reduce)
+    p = push_control(SlotKind::define, [&](Slot& s) {
+      s.key = id;
+      s.reduce = *opts.reduce;
+    });
+  if (opts.summary || step_id != wire::no_step_metric)
+    p = push_control(SlotKind::metric_view, [&](Slot& s) {
+      s.key = id;
+      s.count = opts.summary ? static_cast<std::uint16_t>(*opts.summary) : wire::unchanged_summary;
+      s.step = step_id == wire::no_step_metric ? -1 : step_id;
+    });
+  return p;
 }
 
 Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
@@ -369,15 +431,35 @@ Pending RunImpl::log_artifact(std::string_view name, std::string_view path, std:
   }
 }
 
-FinishPending RunImpl::finish(int exit_code) noexcept {
+FinishPending RunImpl::finish(const FinishOptions& opts) noexcept {
   std::lock_guard lock(finish_mu_);
   if (finishing_) return *finishing_;
   closed_.store(true, std::memory_order_relaxed);
   // Copies queued before this still run: the RankProxy holds the finish for them.
   artifacts_.close();
-  finishing_.emplace(push_control(SlotKind::finish, [&](Slot& s) { s.step = exit_code; }), &finish_);
+  const RunState state = opts.signal != 0 ? RunState::killed : opts.exit_code != 0 ? RunState::failed : RunState::finished;
+  std::string* why = nullptr;
+  if (state != RunState::finished && !opts.message.empty()) {
+    try {
+      why = new std::string(opts.message.substr(0, wire::max_end_message));
+    } catch (...) {
+      // Out of memory: the rank still ends as it should, without its message.
+    }
+  }
+  finishing_.emplace(push_control(SlotKind::finish,
+                                  [&](Slot& s) {
+                                    s.count = static_cast<std::uint16_t>(state);
+                                    s.step = state == RunState::killed ? opts.signal : opts.exit_code;
+                                    s.text = why;
+                                  }),
+                     &finish_);
   if (channel_.nudge) channel_.nudge();
   return *finishing_;
+}
+
+void RunImpl::report_exit(int status) noexcept {
+  if (status == 0 || forked() || !system_) return;
+  system_->report_exit(status);
 }
 
 Result<Run> RunAccess::start(const Options& opts, caf::actor_system* actors) noexcept {
@@ -411,14 +493,21 @@ namespace {
 
 /// Ends the run a handle holds, bounded by finish_timeout. A forked child's
 /// copy is let go unfreed instead: freeing it would join actor threads that
-/// do not exist in the child, and its finish belongs to the parent.
-void close(std::unique_ptr<detail::RunImpl>& impl) noexcept {
+/// do not exist in the child, and its finish belongs to the parent. A handle
+/// destroyed by an exception's unwinding ends its rank failed.
+void close(std::unique_ptr<detail::RunImpl>& impl, bool unwinding = false) noexcept {
   if (!impl) return;
   if (impl->forked()) {
     (void)impl.release();
     return;
   }
-  (void)impl->finish().wait();
+  FinishOptions opts;
+  if (unwinding) {
+    opts.exit_code = 1;
+    opts.message = "an exception left the scope of the chorus::Run (it was destroyed while the stack unwound)";
+  }
+  (void)impl->finish(opts).wait();
+  impl.reset();
 }
 
 } // namespace
@@ -434,7 +523,7 @@ Run& Run::operator=(Run&& o) noexcept {
   }
   return *this;
 }
-Run::~Run() { close(impl_); }
+Run::~Run() { close(impl_, std::uncaught_exceptions() > uncaught_at_start_); }
 
 Run::operator bool() const noexcept { return detail::live(impl_) != nullptr; }
 
@@ -458,6 +547,10 @@ Pending Run::define_metric(std::string_view key, Reduce reduce) noexcept {
   auto* impl = detail::live(impl_);
   return impl ? impl->define_metric(key, reduce) : Pending{};
 }
+Pending Run::define_metric(std::string_view key, const MetricOptions& opts) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->define_metric(key, opts) : Pending{};
+}
 Pending Run::config(std::span<const Field> fields) {
   auto* impl = detail::live(impl_);
   return impl ? impl->text(detail::SlotKind::config, fields) : Pending{};
@@ -476,7 +569,7 @@ Pending Run::log_artifact(std::string_view name, std::string_view path, std::str
 }
 FinishPending Run::finish(FinishOptions opts) noexcept {
   auto* impl = detail::live(impl_);
-  return impl ? impl->finish(opts.exit_code) : FinishPending{};
+  return impl ? impl->finish(opts) : FinishPending{};
 }
 
 const Topology& Run::topology() const noexcept {

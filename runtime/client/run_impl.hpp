@@ -40,6 +40,15 @@ inline constexpr std::size_t max_values_per_call = 0xffff;
 /// with host values beside).
 [[nodiscard]] Error partly_logged(std::string_view bad_key, std::size_t logged);
 
+/// One value a call refused, as rejected.jsonl shows it (record_refusal).
+struct RefusedValue {
+  /// The key as text (a key that is not text: its repr). Cut to 256 bytes,
+  /// and bytes that are not UTF-8 replaced, where it is written.
+  std::string key;
+  /// The value as JSON text: a number, null, or a JSON string (a repr).
+  std::string value_json;
+};
+
 /// How a call waits for room in the ring.
 enum class Room : std::uint8_t {
   configured, // as Options::overflow says: wait (block) or drop the values (drop_newest)
@@ -75,10 +84,24 @@ public:
   bool offer_log(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts, Pending& out) noexcept;
   bool offer_close(std::uint32_t stream, Pending& out) noexcept;
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
+  Pending define_metric(std::string_view key, const MetricOptions& opts) noexcept;
   Pending text(SlotKind kind, std::span<const Field> fields);
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
-  /// `exit_code`: non-zero when the trainer ends its rank as failed.
-  FinishPending finish(int exit_code = 0) noexcept;
+  /// Ends this rank as `opts` says (finished, failed with its exit code, or
+  /// killed by its signal); the first call's options count.
+  FinishPending finish(const FinishOptions& opts = {}) noexcept;
+  /// Whether finish() was called (by the trainer or by endings.hpp).
+  [[nodiscard]] bool finishing() const noexcept { return closed_.load(std::memory_order_relaxed); }
+  /// Values refused before they reached the ring (a bad key, a value that is
+  /// not a number, Python's too): they go to rejected.jsonl through the run
+  /// host with `why`, counted in the run's `rejected`, and the first refusal
+  /// of each key prints one warning. `step`: the call's explicit step.
+  void record_refusal(std::optional<std::int64_t> step, const Error& why,
+                      std::span<const RefusedValue> values) noexcept;
+  /// The process exited with `status` after this rank's finish: its run host
+  /// records the rank failed where `status` is not 0 (bounded: a host that
+  /// is gone is not waited for).
+  void report_exit(int status) noexcept;
   /// log_device (no `reduce`) and reduce_device (run_device.cpp). `host`:
   /// values already on the host, logged in the same call as the device
   /// values and so at the same step (the Python module's dict that mixes a
@@ -123,6 +146,21 @@ private:
   bool close_stream_in(std::uint32_t stream, Room room, Pending& out) noexcept;
   Pending refuse(Error e) noexcept;
   Pending host_gone() noexcept;
+  // Traces of values refused before the ring (refusals.cpp).
+  /// Records `n` refused values (`values` lists them, or the first of them)
+  /// and warns of their keys; false where `room` is Room::now and it did not fit.
+  bool refuse_values(std::optional<std::int64_t> step, const Error& why, std::span<const RefusedValue> values,
+                     std::size_t n, Room room) noexcept;
+  /// The values of a log call whose key was refused (ids[i] is KeyTable::invalid), each with its own reason.
+  [[gnu::cold, gnu::noinline]] void note_refused_keys(std::span<const Metric> values, const std::uint32_t* ids,
+                                                     std::optional<std::int64_t> step, Room room) noexcept;
+  /// Every value of a call refused whole, for `why`.
+  [[gnu::cold, gnu::noinline]] void note_refused_call(std::span<const Metric> values, std::optional<std::int64_t> step,
+                                                     const Error& why) noexcept;
+  /// A log call refused whole (too many values, a step below 0): noted, and its ticket.
+  Pending refuse_call(std::span<const Metric> values, const std::optional<std::int64_t>& step, Room room) noexcept;
+  /// A call after finish: said once a process.
+  [[gnu::cold, gnu::noinline]] void note_after_finish(const char* call) noexcept;
   /// Enqueues one control slot (define, barrier, config, summary, finish)
   /// that `fill` completes; force-reserved, as control never drops (under
   /// Room::now: `no_room` is set where it does not fit).
@@ -178,6 +216,8 @@ struct RunAccess {
     return run ? std::move(*run) : Run();
   }
   static RunImpl* impl(const Run& run) noexcept { return run.impl_.get(); }
+  /// Takes the run out of its handle, which is then inactive.
+  static std::unique_ptr<RunImpl> release(Run& run) noexcept { return std::move(run.impl_); }
 };
 
 /// The run behind a handle, or null where its calls are no-ops: an inactive

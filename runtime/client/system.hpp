@@ -41,6 +41,11 @@ public:
   /// init_timeout for the host to have sent it.
   virtual Error exchange_nccl_id(bool provide, std::vector<char>& id) = 0;
 
+  /// The process exited with `status` (not 0) after this rank finished:
+  /// tells the run host, which records the rank failed; waits for its
+  /// answer a short while (a host that is gone is not waited for).
+  virtual void report_exit(int status) = 0;
+
 protected:
   System() = default;
 };

@@ -29,6 +29,11 @@ namespace {
 
 using joined_t = std::tuple<joined_atom, bool, std::string, std::string, caf::actor>;
 
+/// A job's identity as its ranks' joins carry it (job_identity's fields).
+std::string identity(const std::string& job, const std::string& project) {
+  return "job=" + job + "\nproject=" + project + "\ngroup=g\nranks=2\nmode=shared\nscope=global\nrun id=";
+}
+
 /// A run of two ranks hosted in a temporary directory, its syncer known.
 struct RunActorFixture : test::ActorFixture {
   chorus::test::TempDir tmp;
@@ -49,7 +54,7 @@ struct RunActorFixture : test::ActorFixture {
     BOOST_TEST_REQUIRE(wal.has_value(), wal.error().message());
     host->wal = std::move(*wal);
     host->run_json = R"({"id":"run-1","project":"proj"})";
-    host->job = "job-1";
+    host->job = identity("torchrun job 1", "proj");
     host->start_us = 1'700'000'000'000'000;
     host->finish = &finished;
     host->blocking = Blocking::scheduled_for_tests;
@@ -169,17 +174,30 @@ struct RunActorFixture : test::ActorFixture {
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
+
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(run_actor, RunActorFixture)
 
 BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   // A rank of another job that met this run on its port is refused; nothing is logged.
-  join_as(ranks[0], 0, "job-2");
+  join_as(ranks[0], 0, identity("torchrun job 2", "proj"));
   expect((joined_atom, bool, std::string, std::string, caf::actor),
          from(run).to(ranks[0]).with(_, false, _, std::string(), caf::actor()));
-  BOOST_TEST(contains(refusal(ranks[0]), "rank 0 belongs to another job (job-2) than this run (job-1)"),
+  BOOST_TEST(contains(refusal(ranks[0]), "rank 0 belongs to another job (project proj, group g, 2 ranks, mode shared, "
+                                         "scope global; torchrun job 2) than this run (project proj, group g, 2 "
+                                         "ranks, mode shared, scope global; torchrun job 1)"),
              refusal(ranks[0]));
+  BOOST_TEST(idle(syncer));
+  // A rank of this job whose project differs is told that, not of a port met by chance.
+  join_as(ranks[0], 0, identity("torchrun job 1", "other"));
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(contains(refusal(ranks[0]), "rank 0 and the run host belong to one job but disagree: project \"other\" "
+                                         "there, \"proj\" on the run host (set by chorus.init(project=...), "
+                                         "Options::project or CHORUS_PROJECT)"),
+             refusal(ranks[0]));
+  BOOST_TEST(!contains(refusal(ranks[0]), "port"), refusal(ranks[0]));
   BOOST_TEST(idle(syncer));
 
   join(0);
@@ -305,10 +323,14 @@ BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
 
-  BOOST_TEST(finished.result.state == RunState::failed);
+  // A rank gone without a word names the run's end: crashed, and why.
+  BOOST_TEST(finished.result.state == RunState::crashed);
   BOOST_TEST_REQUIRE(finished.result.ranks.size() == 2u);
   BOOST_TEST(finished.result.ranks[0].state == RunState::finished);
+  BOOST_TEST(finished.result.ranks[0].message.empty());
   BOOST_TEST(finished.result.ranks[1].state == RunState::crashed);
+  BOOST_TEST(contains(finished.result.ranks[1].message, "did not finish within finish_timeout"),
+             finished.result.ranks[1].message);
   const auto states = rank_states();
   BOOST_TEST_REQUIRE(states.size() == 2u);
   BOOST_TEST(states[1].first == "crashed");
@@ -334,7 +356,7 @@ BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
 
-  BOOST_TEST(finished.result.state == RunState::failed);
+  BOOST_TEST(finished.result.state == RunState::crashed);
   const auto states = rank_states();
   BOOST_TEST_REQUIRE(states.size() == 2u);
   BOOST_TEST(states[0].first == "finished");

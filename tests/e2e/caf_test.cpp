@@ -205,7 +205,7 @@ BOOST_FIXTURE_TEST_CASE(errors_come_back_as_the_tickets_would, ActorRun) {
   BOOST_TEST(tally.ok.load() == 1, tally.first_error);
   const chorus::FinishResult r = run.finish().wait();
   BOOST_TEST(!r.error, r.error.message());
-  BOOST_TEST(r.rejected == 1u); // the backwards step
+  BOOST_TEST(r.rejected == 3u); // the backwards step, the bad key, the negative step
   {
     caf::scoped_actor self{o.sys};
     const chorus::Error late = ask(self, proxy, log_atom::value, Values{{"m", 3.0}});

@@ -11,30 +11,6 @@
 
 using namespace e2e;
 
-namespace {
-
-/// The one run under `dir` and its run.json.
-struct Ended {
-  fs::path dir;
-  simdjson::dom::parser parser;
-  simdjson::dom::element json;
-  explicit Ended(const TempDir& root) {
-    const auto runs = find_runs(root.path);
-    BOOST_REQUIRE_EQUAL(runs.size(), 1u);
-    dir = runs.front();
-    json = read_run_json(parser, dir);
-  }
-  std::string state() { return std::string(std::string_view(json["state"].get_string())); }
-  std::string rank_field(int rank, const char* field) {
-    for (auto r : json["ranks"].get_array())
-      if (std::int64_t(r["rank"]) == rank) return std::string(std::string_view(r[field].get_string()));
-    return "(no rank " + std::to_string(rank) + ")";
-  }
-  std::int64_t exit_code(int rank) { return std::int64_t(json["exit_codes"][std::to_string(rank)]); }
-};
-
-} // namespace
-
 BOOST_AUTO_TEST_CASE(a_rank_that_finishes_with_an_exit_code_fails_the_run) {
   TempDir dir;
   const Output o = run(launch_worker(dir.path, 2, test_port(71), "--steps 20 --fail-rank 1 --finish-code 3"));

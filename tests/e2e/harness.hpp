@@ -166,6 +166,19 @@ inline simdjson::dom::element read_run_json(simdjson::dom::parser& parser, const
   return doc;
 }
 
+/// The last step each rank printed as acknowledged (chorus_e2e_worker's
+/// --ack-each, "[rank R] ACKED S" under `chorus launch`).
+inline std::map<int, long> acked_steps(const std::string& log) {
+  std::map<int, long> acked;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    int r = -1;
+    long s = -1;
+    if (std::sscanf(line.c_str(), "[rank %d] ACKED %ld", &r, &s) == 2) acked[r] = std::max(acked[r], s);
+  }
+  return acked;
+}
+
 /// The run directories under `root`: those holding `marker`, sorted.
 inline std::vector<fs::path> find_runs(const fs::path& root, const std::string& marker = "run.json") {
   std::vector<fs::path> runs;
@@ -174,6 +187,31 @@ inline std::vector<fs::path> find_runs(const fs::path& root, const std::string& 
   std::sort(runs.begin(), runs.end());
   return runs;
 }
+
+/// The one run under a test's directory, and its run.json.
+struct Ended {
+  fs::path dir;
+  simdjson::dom::parser parser;
+  simdjson::dom::element json;
+  explicit Ended(const TempDir& root) {
+    const auto runs = find_runs(root.path);
+    BOOST_REQUIRE_EQUAL(runs.size(), 1u);
+    dir = runs.front();
+    json = read_run_json(parser, dir);
+  }
+  /// A text member of run.json, or "(no FIELD)".
+  std::string text(const char* field) {
+    std::string_view v;
+    return json[field].get(v) == simdjson::SUCCESS ? std::string(v) : std::string("(no ") + field + ")";
+  }
+  std::string state() { return text("state"); }
+  std::string rank_field(int rank, const char* field) {
+    for (auto r : json["ranks"].get_array())
+      if (std::int64_t(r["rank"]) == rank) return std::string(std::string_view(r[field].get_string()));
+    return "(no rank " + std::to_string(rank) + ")";
+  }
+  std::int64_t exit_code(int rank) { return std::int64_t(json["exit_codes"][std::to_string(rank)]); }
+};
 
 /// Every row of a run of chorus_e2e_worker whose places hold the global
 /// `ranks`: the reductions over exactly the ranks that logged the row's step

@@ -185,13 +185,7 @@ BOOST_AUTO_TEST_CASE(sigterm_to_launch_ends_the_run_killed_with_everything_ackno
   BOOST_TEST(text.find("grace period") == std::string::npos);
 
   // The last step each rank saw acknowledged before the signal.
-  std::map<int, long> acked;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    int r = -1;
-    long s = -1;
-    if (std::sscanf(line.c_str(), "[rank %d] ACKED %ld", &r, &s) == 2) acked[r] = std::max(acked[r], s);
-  }
+  const std::map<int, long> acked = acked_steps(text);
   BOOST_REQUIRE_EQUAL(acked.size(), 2u);
 
   const std::vector<fs::path> runs = find_runs(dir.path);
@@ -201,8 +195,11 @@ BOOST_AUTO_TEST_CASE(sigterm_to_launch_ends_the_run_killed_with_everything_ackno
   BOOST_TEST(std::string_view(info["state"].get_string()) == "killed");
   for (int r = 0; r < 2; ++r) BOOST_TEST(int64_t(info["exit_codes"][std::to_string(r)].get_int64()) == 143);
   // The signal ended every rank, the host's and the one the host saw go first alike: killed, not crashed.
-  for (auto rank : info["ranks"].get_array())
+  for (auto rank : info["ranks"].get_array()) {
     BOOST_TEST(std::string_view(rank["state"].get_string()) == "killed", "rank " << int64_t(rank["rank"].get_int64()));
+    // Each rank recorded it itself, naming the signal.
+    BOOST_TEST(std::string_view(rank["message"].get_string()).find("stopped by SIGTERM") != std::string_view::npos);
+  }
 
   // Every acknowledged value is in the history, in step order.
   auto rows = read_history(runs[0]);

@@ -125,3 +125,42 @@ BOOST_AUTO_TEST_CASE(a_reused_run_id_is_refused_unless_resume_allows_it_and_each
   BOOST_TEST(std::string_view(doc["state"].get_string()) == "finished");
   check_worker_history(run_dir(dir), {0, 1}, 10);
 }
+
+BOOST_AUTO_TEST_CASE(a_job_restarted_under_another_job_id_finds_its_run_by_its_id_alone) {
+  // A requeued job whose launcher gave it a new job id (torchrun without a
+  // fixed --rdzv_id) derives another group: its run id still finds its run.
+  TempDir dir;
+  const int port = test_port(2);
+  auto under = [&](const std::string& job_id, const std::string& env, const std::string& args) {
+    return "CHORUS_PORT=" + std::to_string(port) + " CHORUS_RUN_ID=r2 " + env + " " +
+           launch_worker(dir.path, 2, port + 1, args, "--run-id " + job_id);
+  };
+  const fs::path first = dir.path / "e2e" / "torchrun-job-8" / "r2";
+  Output out = run(under("job-8", "", "--steps 10"));
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  BOOST_REQUIRE(fs::exists(first / "run.json"));
+  // Under never (the default), the id is taken, whatever group holds it.
+  out = run(under("job-9", "", "--steps 10"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.status != 0);
+  BOOST_TEST(out.text.find("run id r2 is taken in project e2e by " + first.string()) != std::string::npos);
+  BOOST_TEST(!fs::exists(dir.path / "e2e" / "torchrun-job-9" / "r2"));
+  // Under allow, the run goes on where it is: no second run of that id.
+  out = run(under("job-9", "CHORUS_RESUME=allow", "--steps 20 --start-step 10"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  BOOST_TEST(run_dir_of(out.text) == first);
+  BOOST_TEST(!fs::exists(dir.path / "e2e" / "torchrun-job-9" / "r2"));
+  check_worker_history(first, {0, 1}, 20);
+  simdjson::dom::parser parser;
+  const auto doc = read_run_json(parser, first);
+  BOOST_TEST(simdjson::dom::array(doc["segments"].get_array()).size() == 2u);
+  BOOST_TEST(std::string_view(doc["group"].get_string()) == "torchrun-job-8");
+  // An id that two groups hold is refused, naming both.
+  fs::create_directories(dir.path / "e2e" / "torchrun-job-10" / "r2");
+  out = run(under("job-11", "CHORUS_RESUME=allow", "--steps 30 --start-step 20"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_TEST(out.status != 0);
+  BOOST_TEST(out.text.find("run id r2 names 2 runs in project e2e") != std::string::npos);
+  BOOST_TEST(out.text.find("CHORUS_GROUP") != std::string::npos);
+}

@@ -5,7 +5,8 @@
 //          [--no-finish] [--exit-code C] [--heartbeat-ms H --connection-timeout-ms T] [--queue N]
 //          [--step-us U] [--ack-each 1] [--fork-every N] [--artifact PATH] [--uneven 1]
 //          [--hold-until PATH] [--fail-rank R --finish-code C] [--abort-rank R]
-//          [--start-step S] [--pause-step P]
+//          [--start-step S] [--pause-step P] [--print-pid 1] [--throw-rank R --throw-step S]
+//          [--exit-rank R --exit-step S --exit-now C] [--unwind-rank R --unwind-step S] [--bad-keys 1]
 // --start-step: the first step logged, as by a trainer restarted from a checkpoint.
 // --pause-step: at step P every rank meets at a barrier (which commits every
 // row before P), prints "PAUSED P" and waits there to be killed.
@@ -18,6 +19,13 @@
 // SIGSTOP as --die-signal freezes the rank: its link goes silent, it does not close.
 // --artifact: after the steps and a barrier, each rank logs PATH as the artifact
 // "rank-R/<file name>" of type "model" and prints "ARTIFACT R ok" once it is stored.
+// --print-pid prints "PID <rank> <pid>" once the run started.
+// --throw-rank: at step S an exception escapes a thread of that rank
+// (std::terminate); --exit-rank: at step S that rank calls exit(C) without
+// finishing; --unwind-rank: at step S an exception unwinds that rank's Run
+// (main catches it and returns 5).
+// --bad-keys: every step also logs values under the keys "" and "_x" and a
+// 300-byte key beside "good", and "late" at the step before, its tickets dropped.
 // --uneven: rank 0 logs the undeclared key "uneven" (rank * 1000 + step) at
 // every step, the other ranks at even steps only.
 #include <chorus/chorus.hpp>
@@ -28,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +65,11 @@ struct Args {
   std::string hold_until;
   long start_step = 0;
   long pause_step = -1;
+  bool print_pid = false;
+  int throw_rank = -1, exit_rank = -1, unwind_rank = -1;
+  long throw_step = -1, exit_step = -1, unwind_step = -1;
+  int exit_now = 0;
+  bool bad_keys = false;
 };
 
 /// Waits until `path` exists, at most 60 s.
@@ -121,6 +135,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--hold-until") a.hold_until = argv[i + 1];
     else if (k == "--start-step") a.start_step = v;
     else if (k == "--pause-step") a.pause_step = v;
+    else if (k == "--print-pid") a.print_pid = v != 0;
+    else if (k == "--throw-rank") a.throw_rank = static_cast<int>(v);
+    else if (k == "--throw-step") a.throw_step = v;
+    else if (k == "--exit-rank") a.exit_rank = static_cast<int>(v);
+    else if (k == "--exit-step") a.exit_step = v;
+    else if (k == "--exit-now") a.exit_now = static_cast<int>(v);
+    else if (k == "--unwind-rank") a.unwind_rank = static_cast<int>(v);
+    else if (k == "--unwind-step") a.unwind_step = v;
+    else if (k == "--bad-keys") a.bad_keys = v != 0;
   }
   return a;
 }
@@ -150,6 +173,10 @@ chorus::task<int> work(Args a) {
     co_return a.exit_code;
   }
   const int rank = run.topology().rank;
+  if (a.print_pid) {
+    std::printf("PID %d %d\n", rank, static_cast<int>(::getpid()));
+    std::fflush(stdout);
+  }
   run.define_metric("loss", chorus::Reduce::mean);
   run.define_metric("tokens", chorus::Reduce::sum);
   run.define_metric("lo", chorus::Reduce::min);
@@ -169,11 +196,30 @@ chorus::task<int> work(Args a) {
       (void)last.wait();
       ::kill(::getpid(), a.die_signal);
     }
+    if (rank == a.throw_rank && s == a.throw_step) {
+      (void)last.wait();
+      // An exception that nothing catches, on a thread of the trainer's: std::terminate.
+      std::thread([s] { throw std::runtime_error("boom at step " + std::to_string(s)); }).join();
+    }
+    if (rank == a.exit_rank && s == a.exit_step) {
+      (void)last.wait();
+      std::fflush(stdout);
+      std::exit(a.exit_now);
+    }
+    if (rank == a.unwind_rank && s == a.unwind_step) {
+      (void)last.wait();
+      throw std::runtime_error("unwound at step " + std::to_string(s));
+    }
+    if (a.bad_keys) {
+      const std::string long_key(300, 'k');
+      run.log({{"", 1.0}, {"_x", 2.0}, {long_key, 3.0}, {"good", static_cast<double>(s)}}, {.step = s});
+    }
     if (!a.hold_until.empty() && s + 1 == a.steps) hold_until(a.hold_until);
     const double r = rank, st = static_cast<double>(s);
     last = run.log({{"loss", r + st * 0.5}, {"tokens", 100.0 + r}, {"lo", st - r}, {"hi", st + r},
                     {"per_rank", r * 1000 + st}},
                    {.step = s});
+    if (a.bad_keys && s > 0) run.log({{"late", st}}, {.step = s - 1}); // backwards: refused by the run host
     chorus::Pending only0;
     if (rank == 0) only0 = run.log({{"only0", st}}, {.step = s});
     if (a.uneven && (rank == 0 || s % 2 == 0)) run.log({{"uneven", r * 1000 + st}}, {.step = s});
@@ -216,4 +262,11 @@ chorus::task<int> work(Args a) {
 
 } // namespace
 
-int main(int argc, char** argv) { return chorus::sync_wait(work(parse(argc, argv))); }
+int main(int argc, char** argv) {
+  try {
+    return chorus::sync_wait(work(parse(argc, argv)));
+  } catch (const std::exception& e) {
+    std::printf("CAUGHT %s\n", e.what());
+    return 5;
+  }
+}
