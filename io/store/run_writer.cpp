@@ -295,6 +295,10 @@ struct RunWriter::State {
       else
         it->second.push_back(rank);
     }
+    // The cause first: failures, then ranks lost, then those a signal stopped.
+    auto severity = [](RunState st) { return st == RunState::failed ? 0 : st == RunState::crashed ? 1 : 2; };
+    std::stable_sort(kinds.begin(), kinds.end(),
+                     [&](const auto& a, const auto& b) { return severity(a.first.first) < severity(b.first.first); });
     constexpr std::size_t shown = 4;
     std::string out;
     for (std::size_t i = 0; i < kinds.size() && i < shown; ++i) {

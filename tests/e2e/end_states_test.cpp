@@ -221,3 +221,76 @@ BOOST_AUTO_TEST_CASE(refused_values_leave_a_trace_whether_or_not_their_tickets_a
     BOOST_TEST(warnings == 4, "rank " << r << ": " << warnings << " warnings");
   }
 }
+
+BOOST_AUTO_TEST_CASE(under_torchrun_a_rank_that_throws_fails_and_the_ranks_it_stops_read_killed) {
+  // The most common bad end of a multi-GPU job: one rank dies of an
+  // exception, and torchrun stops the others with SIGTERM. Debian's torchrun
+  // (python3-torch) starts the C++ ranks itself (--no_python).
+  if (run("/usr/bin/python3 -c 'import torch.distributed.run'").status != 0) {
+    BOOST_TEST_MESSAGE("skipped: torchrun (python3-torch) is not installed; ./build.sh installs it");
+    return;
+  }
+  TempDir dir;
+  // Debian 12's torch 1.13 on Python 3.11 needs --redirects/--tee given (it cannot parse its own defaults).
+  const Output o = run("cd " + dir.path.string() + " && CHORUS_DIR=" + dir.path.string() +
+                       " /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node 3 "
+                       "--master_port " + std::to_string(test_port(88)) + " --no_python " + bin("chorus_e2e_worker") +
+                       " --steps 20000 --step-us 5000 --ack-each 1 --throw-rank 1 --throw-step 100");
+  BOOST_TEST_INFO(o.text.substr(o.text.size() > 6000 ? o.text.size() - 6000 : 0));
+  BOOST_TEST(o.status != 0);
+  Ended run(dir);
+  BOOST_TEST(run.state() == "failed");
+  BOOST_TEST(run.rank_field(1, "state") == "failed");
+  BOOST_TEST(has(run.rank_field(1, "message"), "terminate called after throwing std::runtime_error: boom at step 100"));
+  for (int r : {0, 2}) {
+    BOOST_TEST(run.rank_field(r, "state") == "killed", "rank " << r);
+    BOOST_TEST(has(run.rank_field(r, "message"), "stopped by SIGTERM"), run.rank_field(r, "message"));
+  }
+  // The cause comes first in the run's error.
+  BOOST_TEST(run.text("error").starts_with("rank 1 failed (ended its run with exit code 134"), run.text("error"));
+  // Every value a rank saw acknowledged is in the history (torchrun prefixes "[defaultR]:").
+  std::map<int, long> acked;
+  std::istringstream lines(o.text);
+  for (std::string line; std::getline(lines, line);) {
+    int r = -1;
+    long s = -1;
+    if (std::sscanf(line.c_str(), "[default%d]:ACKED %ld", &r, &s) == 2) acked[r] = std::max(acked[r], s);
+  }
+  BOOST_REQUIRE_EQUAL(acked.size(), 3u);
+  for (const auto& [r, last] : acked) check_acked(run.dir, r, last);
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_to_mpirun_ends_every_rank_killed_within_its_grace) {
+  // Open MPI's mpirun passes a SIGTERM on to its ranks and SIGKILLs them
+  // odls_base_sigkill_timeout seconds later (1 by default; 5 here, so that a
+  // loaded machine does not decide the test): the ranks record themselves
+  // killed within it, every acknowledged value kept.
+  if (run("command -v mpirun").status != 0) {
+    BOOST_TEST_MESSAGE("skipped: mpirun (openmpi-bin) is not installed; ./build.sh installs it");
+    return;
+  }
+  TempDir dir;
+  const fs::path log = dir.path / "mpirun.out";
+  const std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
+  const std::string job = "mpirun" + root + " --oversubscribe --tag-output --mca odls_base_sigkill_timeout 5 -np 2 -x CHORUS_DIR=" + dir.path.string() +
+                          " " + bin("chorus_e2e_worker") + " --steps 20000 --step-us 5000 --ack-each 1";
+  const Output o = run(job + " > " + log.string() + " 2>&1 & mp=$!; " + wait_for(log, "^\\[1,0\\]<stdout>:ACKED 40$") +
+                       wait_for(log, "^\\[1,1\\]<stdout>:ACKED 40$") + "kill -TERM $mp; wait $mp; echo \"STATUS $?\"");
+  const std::string text = slurp(log);
+  BOOST_TEST_INFO(o.text + text.substr(text.size() > 4000 ? text.size() - 4000 : 0));
+  Ended run(dir);
+  BOOST_TEST(run.state() == "killed");
+  for (int r : {0, 1}) {
+    BOOST_TEST(run.rank_field(r, "state") == "killed", "rank " << r);
+    BOOST_TEST(has(run.rank_field(r, "message"), "stopped by SIGTERM"), run.rank_field(r, "message"));
+  }
+  std::map<int, long> acked;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    int job_id = -1, r = -1;
+    long s = -1;
+    if (std::sscanf(line.c_str(), "[%d,%d]<stdout>:ACKED %ld", &job_id, &r, &s) == 3) acked[r] = std::max(acked[r], s);
+  }
+  BOOST_REQUIRE_EQUAL(acked.size(), 2u);
+  for (const auto& [r, last] : acked) check_acked(run.dir, r, last);
+}
