@@ -30,11 +30,18 @@ inline std::vector<std::vector<char>> sample_frames() {
     }
     b.barrier(++seq, 1, 1000);
     b.summary(++seq, R"({"best":0.3})");
-    b.finish(++seq);
+    b.key(2, "epoch");
+    b.metric_view(++seq, 1, static_cast<std::uint8_t>(Summary::min), 2);
+    b.refused(++seq, 3, Errc::invalid_key, 2, "metric key \"\" is empty", R"({"":1,"x":"a string"})");
+    if (rank == 0)
+      b.finish(++seq);
+    else
+      b.finish_ended(++seq, RunState::killed, 15, "stopped by SIGTERM");
     frames.push_back(std::move(out));
   }
   frames.push_back(wire::rank_dead(1, 1'700'000'000'000'200, "heartbeat lost"));
   frames.push_back(wire::run_end(RunState::finished, 1'700'000'000'000'300));
+  frames.push_back(wire::rank_exit(0, 1'700'000'000'000'400, 3));
   return frames;
 }
 

@@ -362,7 +362,7 @@ Pending RunImpl::define_metric(std::string_view key, const MetricOptions& opts) 
     p = push_control(SlotKind::metric_view, [&](Slot& s) {
       s.key = id;
       s.count = opts.summary ? static_cast<std::uint16_t>(*opts.summary) : wire::unchanged_summary;
-      s.step = step_id == wire::no_step_metric ? -1 : step_id;
+      s.step = step_id == wire::no_step_metric ? std::int64_t{-1} : std::int64_t{step_id};
     });
   return p;
 }

@@ -183,6 +183,37 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error_and_loses_nothing_else) {
   BOOST_TEST(rejected.find("backwards_step") != std::string::npos);
 }
 
+// define_metric's summary and step metric through the public API: what a
+// call leaves unset stays as declared, summary.json takes the declared
+// summary, metrics.json every declaration; a bad step metric is refused.
+BOOST_AUTO_TEST_CASE(metric_options_declare_a_summary_and_a_step_metric) {
+  TempDir dir;
+  chorus::Run run = chorus::init(local_options(dir));
+  BOOST_TEST(!run.define_metric("loss", {.reduce = chorus::Reduce::mean, .summary = chorus::Summary::min}).wait());
+  BOOST_TEST(!run.define_metric("acc", {.summary = chorus::Summary::max}).wait()); // no step metric given
+  BOOST_TEST(!run.define_metric("loss", {.step_metric = "epoch"}).wait());         // the summary stays min
+  const chorus::Error bad = run.define_metric("acc", {.step_metric = "_step"}).wait();
+  BOOST_TEST((bad.code() == chorus::Errc::invalid_key), bad.message());
+  BOOST_TEST(bad.message().find("step_metric") != std::string::npos, bad.message());
+  for (int s = 0; s < 4; ++s) run.log({{"loss", 4.0 - (s == 2 ? 3 : s)}, {"acc", 0.1 * s}, {"epoch", s / 2.0}});
+  (void)finish_and_read(run, 4);
+  const fs::path rd(std::string(run.dir()));
+  simdjson::dom::parser p;
+  simdjson::dom::element summary;
+  BOOST_REQUIRE(p.load((rd / "summary.json").string()).get(summary) == simdjson::SUCCESS);
+  BOOST_TEST(double(summary["loss"]) == 1.0);          // the smallest: 4, 3, 1, 1
+  BOOST_TEST(double(summary["acc"]) == 0.1 * 3);       // the largest
+  BOOST_TEST(double(summary["epoch"]) == 1.5);         // undeclared: its last
+  simdjson::dom::parser q;
+  simdjson::dom::element metrics;
+  BOOST_REQUIRE(q.load((rd / "metrics.json").string()).get(metrics) == simdjson::SUCCESS);
+  BOOST_TEST(std::string_view(metrics["loss"]["summary"]) == "min");
+  BOOST_TEST(std::string_view(metrics["loss"]["reduce"]) == "mean");
+  BOOST_TEST(std::string_view(metrics["loss"]["step_metric"]) == "epoch");
+  BOOST_TEST(std::string_view(metrics["acc"]["summary"]) == "max");
+  BOOST_TEST(metrics["acc"]["step_metric"].is_null());
+}
+
 // Reduce::first through the public API: accepted by define_metric, one
 // column with its count; refused by reduce_device (NCCL has no such
 // operation) before any device is touched, and an unknown value is named.
