@@ -9,7 +9,9 @@ median (p50) and the 99th percentile (p99) over the batches. The anchors:
 MLflow's log_metric to a local file store where the mlflow package is
 installed; Python's logging module writing a line per call to a file; and
 json.dumps of the dict appended to a file, the least a tracker writing JSON
-lines does. The "one call per 20 us of work" rows time each call alone
+lines does. Rows for other kinds of value (a NumPy scalar, a 0-d array, a
+0-d CPU tensor, a nested dict) and for commit=False follow where NumPy and
+torch are installed. The "one call per 20 us of work" rows time each call alone
 after 20 us of busy work, as a trainer logs once a step: the cost it sees
 in a steady state, where the flat-out rows also pay for a full queue
 (Overflow::block) and for chorus's threads sharing the cores.
@@ -24,6 +26,15 @@ import tempfile
 import time
 
 import chorus
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+try:
+    import torch
+except ImportError:
+    torch = None
 
 BATCH = 100
 BATCHES = int(os.environ.get("BATCHES", "2000"))
@@ -98,6 +109,21 @@ def main():
         run.log(two, step=step[0] + 10**9)
 
     row("chorus run.log({loss, acc}, step=s)", explicit)
+    # Other kinds of value, and commit=False (a Python branch off the native call).
+    kinds = {"NumPy float32": np.float32(0.25), "0-d NumPy array": np.array(0.25)} if np else {}
+    if torch is not None:
+        kinds["0-d CPU tensor"] = torch.tensor(0.25)
+    for name, value in kinds.items():
+        d = {"loss": value}
+        row(f"chorus run.log({{loss: {name}}})", lambda d=d: run.log(d))
+    nested = {"train": {"loss": 0.25, "acc": 0.5}}
+    row("chorus run.log({train: {loss, acc}}) (nested: train/loss, train/acc)", lambda: run.log(nested))
+
+    def gathered():
+        run.log(one, commit=False)
+        run.log(one)
+
+    row("chorus run.log({loss}, commit=False) + run.log({loss}), per pair", gathered)
     row("chorus run.log({loss, acc}), one call per 20 us of work", lambda: run.log(two), paced=True)
     row("chorus run.log(10 values), one call per 20 us of work", lambda: run.log(ten), paced=True)
     result = run.finish().wait()

@@ -1,12 +1,16 @@
 #include "python/convert.hpp"
 
 #include "runtime/client/ingest.hpp"
+#include "runtime/core/json.hpp"
 #include "runtime/core/options.hpp"
 
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <iterator>
 #include <limits>
 #include <thread>
+#include <unordered_map>
 
 namespace chorus::python {
 
@@ -22,11 +26,12 @@ py::object error_class(Errc code) {
   return py::reinterpret_borrow<py::dict>(by_code)[py::str(std::string(to_string(code)))];
 }
 
-[[noreturn]] void invalid(const std::string& message) { raise(Error(Errc::invalid_argument, message)); }
+} // namespace
+
+void invalid(const std::string& message) { raise(Error(Errc::invalid_argument, message)); }
 
 std::string type_name(py::handle o) { return Py_TYPE(o.ptr())->tp_name; }
 
-/// The text a key or a value shows in a message: its repr, cut at 60 characters.
 std::string shown(py::handle o) {
   std::string r;
   try {
@@ -37,8 +42,6 @@ std::string shown(py::handle o) {
   if (r.size() > 60) r = r.substr(0, 57) + "...";
   return r;
 }
-
-} // namespace
 
 py::object error_object(const Error& e) {
   if (!e) return py::none();
@@ -98,6 +101,30 @@ Reduce to_reduce(const std::string& name) {
   invalid("reduce \"" + name + "\" is not a reduction: give " + std::string(detail::reduce_takes));
 }
 
+int int_arg(py::handle v, const char* what, const char* takes, long long lo, long long hi) {
+  if (!PyLong_Check(v.ptr()) && !PyObject_HasAttrString(v.ptr(), "__index__"))
+    invalid(std::string(what) + " " + shown(v) + " is a " + type_name(v) + ": give " + takes);
+  py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow != 0 || n < lo || n > hi)
+    invalid(std::string(what) + " " + shown(v) + " is out of range: give " + takes);
+  return static_cast<int>(n);
+}
+
+Summary to_summary(const std::string& name) {
+  if (std::optional<Summary> r = detail::parse_summary(name)) return *r;
+  invalid("summary \"" + name + "\" is not a summary: give " + std::string(detail::summary_takes) +
+          " (the metric's value in the run's summary)");
+}
+
+std::string text_arg(py::handle v, const char* name) {
+  if (!py::isinstance<py::str>(v))
+    invalid(std::string(name) + " is a " + type_name(v) + ": give a str");
+  return v.cast<std::string>();
+}
+
 std::string path_text(py::handle path) {
   py::object fs = py::reinterpret_steal<py::object>(PyOS_FSPath(path.ptr()));
   if (!fs) throw py::error_already_set();
@@ -113,12 +140,6 @@ E to_enum(const std::string& text, const char* what, std::optional<E> (*parse)(s
           std::string_view takes) {
   if (std::optional<E> e = parse(text)) return *e;
   invalid(std::string(what) + " \"" + text + "\" is not one: give " + std::string(takes));
-}
-
-std::string text_arg(py::handle v, const char* name) {
-  if (!py::isinstance<py::str>(v))
-    invalid(std::string(name) + " is a " + type_name(v) + ": give a str");
-  return v.cast<std::string>();
 }
 
 double number_arg(py::handle v, const char* name) {
@@ -234,255 +255,59 @@ Value field_value(py::handle v) {
   return py::str(v).cast<std::string>();
 }
 
+/// A (key, value) pair of config or summary fields, the value as given.
+struct FlatField {
+  std::string key;
+  py::object value;
+};
+
 /// Adds `mapping`'s entries, a nested mapping's keys joined to its own with '.'.
-void add_fields(py::handle mapping, const std::string& prefix, std::vector<std::string>& keys,
-                std::vector<Value>& values, int depth) {
+void add_fields(py::handle mapping, const std::string& prefix, std::vector<FlatField>& out, int depth) {
   if (depth > 32) invalid("config nested more than 32 levels deep at \"" + prefix + "\": flatten it");
   py::object items = py::reinterpret_borrow<py::object>(mapping).attr("items")();
   for (py::handle kv : items) {
     py::tuple pair = py::reinterpret_borrow<py::tuple>(kv);
     py::handle k = pair[0];
-    py::handle v = pair[1];
+    py::object v = pair[1];
     std::string key = py::isinstance<py::str>(k) ? k.cast<std::string>() : py::str(k).cast<std::string>();
     if (!prefix.empty()) key = prefix + "." + key;
     const bool nested = !v.is_none() && !PyBool_Check(v.ptr()) && !py::isinstance<py::str>(v) &&
                         PyObject_HasAttrString(v.ptr(), "items") && PyObject_HasAttrString(v.ptr(), "keys");
-    if (nested) {
-      add_fields(v, key, keys, values, depth + 1);
-    } else {
-      values.push_back(field_value(v));
-      keys.push_back(std::move(key));
-    }
+    if (nested)
+      add_fields(v, key, out, depth + 1);
+    else
+      out.push_back({std::move(key), std::move(v)});
   }
+}
+
+std::vector<FlatField> flatten(py::handle mapping) {
+  if (!PyObject_HasAttrString(mapping.ptr(), "items"))
+    invalid("config and summary take a dict (a mapping of str to values), not a " + type_name(mapping));
+  std::vector<FlatField> out;
+  add_fields(mapping, "", out, 0);
+  return out;
 }
 
 } // namespace
 
 std::vector<Field> to_fields(py::handle mapping, std::vector<std::string>& keys) {
-  if (!PyObject_HasAttrString(mapping.ptr(), "items"))
-    invalid("config and summary take a dict (a mapping of str to values), not a " + type_name(mapping));
+  std::vector<FlatField> flat = flatten(mapping);
   std::vector<Value> values;
+  values.reserve(flat.size());
   keys.clear();
-  add_fields(mapping, "", keys, values, 0);
+  for (FlatField& f : flat) {
+    values.push_back(field_value(f.value));
+    keys.push_back(std::move(f.key));
+  }
   std::vector<Field> fields;
   fields.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) fields.push_back({keys[i], std::move(values[i])});
   return fields;
 }
 
-// ---------------------------------------------------------------------------
-// Metric values
-
-namespace {
-
-/// "key", in double quotes, as messages name a metric key (built by
-/// appending: GCC 12's -Wrestrict misfires on "lit" + std::string).
-std::string quoted(std::string_view key) {
-  std::string s;
-  s.reserve(key.size() + 2);
-  s.push_back('"');
-  s.append(key);
-  s.push_back('"');
-  return s;
-}
-
-} // namespace
-
-void Values::clear() {
-  host.clear();
-  device.clear();
-  keys.clear();
-  refused.clear();
-  refused_n = 0;
-}
-
-void Values::refuse(std::string why, Errc code) {
-  if (refused_n++ != 0) return;
-  refused = std::move(why);
-  refused_code = code;
-}
-
-void Values::refuse_device(const std::string& why) {
-  for (const Device& d : device) refuse(quoted(d.key) + ": " + why);
-  device.clear();
-}
-
-void Values::refuse_host(const std::string& why) {
-  for (const Metric& m : host) refuse(quoted(m.key) + ": " + why);
-}
-
-Error Values::refusal() const {
-  if (refused_n == 0) return {};
-  const std::size_t logged = host.size() + device.size();
-  std::string m = refused_n == 1 ? "1 value was refused: " : std::to_string(refused_n) + " values were refused, the first: ";
-  m += refused;
-  m += logged == 0 ? " (nothing of the call was logged)"
-                   : " (the call's " + std::to_string(logged) + " other value" + (logged == 1 ? " was" : "s were") +
-                         " logged)";
-  return Error(refused_code, std::move(m));
-}
-
-namespace {
-
-/// Takes one entry; false where the value is not a number on the host.
-void take(py::handle key, py::handle value, Values& out) {
-  PyObject* k = key.ptr();
-  PyObject* v = value.ptr();
-  if (!PyUnicode_Check(k)) {
-    out.refuse("the key " + shown(key) + " is a " + type_name(key) + ": keys are str");
-    return;
-  }
-  Py_ssize_t len = 0;
-  const char* utf8 = PyUnicode_AsUTF8AndSize(k, &len);
-  if (utf8 == nullptr) {
-    PyErr_Clear();
-    out.refuse("the key " + shown(key) + " is not valid UTF-8 (it holds a lone surrogate): keys are UTF-8 text");
-    return;
-  }
-  const std::string_view name(utf8, static_cast<std::size_t>(len));
-  double d;
-  if (PyFloat_Check(v)) { // float, and NumPy's float64
-    d = PyFloat_AS_DOUBLE(v);
-  } else if (PyLong_Check(v)) { // int and bool
-    d = PyLong_AsDouble(v);
-    if (d == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
-      out.refuse(quoted(name) + " is an int too large for a float");
-      return;
-    }
-  } else if (PyUnicode_Check(v) || PyBytes_Check(v) || !PyNumber_Check(v)) {
-    if (PyObject_HasAttrString(v, "__cuda_array_interface__")) {
-      out.keys.push_back(py::reinterpret_borrow<py::object>(key));
-      out.device.push_back({name, py::reinterpret_borrow<py::object>(value)});
-      return;
-    }
-    PyErr_Clear();
-    out.refuse(quoted(name) + " is a " + type_name(value) + " (" + shown(value) +
-               "), not a number: log int, float, NumPy scalars or one-element tensors");
-    return;
-  } else {
-    // NumPy scalars, tensors: a CUDA tensor goes the device path (its
-    // __float__ would synchronize with the GPU).
-    if (PyObject_HasAttrString(v, "__cuda_array_interface__")) {
-      out.keys.push_back(py::reinterpret_borrow<py::object>(key));
-      out.device.push_back({name, py::reinterpret_borrow<py::object>(value)});
-      return;
-    }
-    PyErr_Clear();
-    PyObject* f = PyNumber_Float(v);
-    if (f == nullptr) {
-      std::string why;
-      try {
-        py::error_already_set e;
-        why = e.what();
-      } catch (...) {
-        PyErr_Clear();
-      }
-      out.refuse(quoted(name) + " (a " + type_name(value) + ") is not one number: " + why);
-      return;
-    }
-    d = PyFloat_AS_DOUBLE(f);
-    Py_DECREF(f);
-  }
-  out.keys.push_back(py::reinterpret_borrow<py::object>(key));
-  out.host.push_back({name, d});
-}
-
-} // namespace
-
-void collect_metrics(py::handle values, Values& out) {
-  if (PyDict_Check(values.ptr())) {
-    PyObject* k;
-    PyObject* v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(values.ptr(), &pos, &k, &v)) take(k, v, out);
-    return;
-  }
-  if (!PyObject_HasAttrString(values.ptr(), "items")) {
-    PyErr_Clear();
-    invalid("log takes a dict of key -> number (run.log({\"loss\": 0.3})), not a " + type_name(values));
-  }
-  py::dict d(py::reinterpret_borrow<py::object>(values));
-  // The dict is a copy: keep it (and so its keys) alive with the call.
-  out.keys.push_back(d);
-  PyObject* k;
-  PyObject* v;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(d.ptr(), &pos, &k, &v)) take(k, v, out);
-}
-
-// ---------------------------------------------------------------------------
-// CUDA arrays
-
-namespace {
-
-/// The stream a torch tensor is computed on: torch.cuda.current_stream(device).
-std::optional<CudaStream> torch_stream(py::handle value) {
-  if (!PyObject_HasAttrString(value.ptr(), "is_cuda") || !PyObject_HasAttrString(value.ptr(), "data_ptr")) {
-    PyErr_Clear();
-    return std::nullopt;
-  }
-  py::object cuda = py::module_::import("torch.cuda");
-  py::object s = cuda.attr("current_stream")(value.attr("device"));
-  return reinterpret_cast<CudaStream>(s.attr("cuda_stream").cast<std::uintptr_t>());
-}
-
-} // namespace
-
-DeviceValues device_values(Values& v) {
-  DeviceValues out;
-  bool have_stream = false;
-  std::vector<Values::Device> taken;
-  for (Values::Device& d : v.device) {
-    // A bad key refuses that value alone, as for host values (log_device
-    // itself refuses its whole call: reduce_device's collective needs that).
-    if (Error bad = detail::validate_metric_key(d.key)) {
-      v.refuse(bad.message(), bad.code());
-      continue;
-    }
-    py::object value = d.value;
-    const bool is_torch = PyObject_HasAttrString(value.ptr(), "is_cuda") != 0;
-    PyErr_Clear();
-    py::dict cai = value.attr("__cuda_array_interface__").cast<py::dict>();
-    const std::string typestr = cai["typestr"].cast<std::string>();
-    std::size_t elements = 1;
-    for (py::handle n : cai["shape"].cast<py::tuple>()) elements *= n.cast<std::size_t>();
-    if (elements != 1) {
-      v.refuse(quoted(d.key) + " is a CUDA array of " + std::to_string(elements) +
-               " elements: log one element (a loss, a mean: .mean() or .sum() first, or index it)");
-      continue;
-    }
-    if (typestr != "<f4") {
-      if (!is_torch) {
-        v.refuse(quoted(d.key) + " is a CUDA array of " + typestr +
-                 ": the device path takes float32 (<f4); cast it first");
-        continue;
-      }
-      value = value.attr("float")(); // on its stream: no host sync
-      out.hold.push_back(value);
-      cai = value.attr("__cuda_array_interface__").cast<py::dict>();
-    }
-    const auto ptr = cai["data"].cast<py::tuple>()[0].cast<std::uintptr_t>();
-    CudaStream stream = nullptr;
-    if (std::optional<CudaStream> ts = torch_stream(value)) {
-      stream = *ts;
-    } else if (cai.contains("stream") && !cai["stream"].is_none()) {
-      // Version 3 of the interface: 1 is the legacy default stream, 2 the
-      // per-thread default stream, any other value a cudaStream_t.
-      const auto s = cai["stream"].cast<std::uintptr_t>();
-      stream = s == 1 ? nullptr : reinterpret_cast<CudaStream>(s);
-    }
-    if (have_stream && stream != out.stream) {
-      v.refuse(quoted(d.key) + " is computed on another CUDA stream than the call's other values: "
-                                               "log each stream's values in a call of its own");
-      continue;
-    }
-    have_stream = true;
-    out.stream = stream;
-    out.metrics.push_back({d.key, reinterpret_cast<const float*>(ptr)});
-    taken.push_back(std::move(d));
-  }
-  v.device = std::move(taken);
+py::list flat_fields(py::handle mapping) {
+  py::list out;
+  for (FlatField& f : flatten(mapping)) out.append(py::make_tuple(py::str(f.key), std::move(f.value)));
   return out;
 }
 

@@ -1,7 +1,9 @@
-// Python objects to chorus's C++ types and back: options, metric values
-// (numbers, NumPy scalars, tensors on the host or on a GPU), config fields,
-// and chorus::Error as the chorus.Error exception of its code.
+// Python objects to chorus's C++ types and back: options and arguments,
+// config fields, and chorus::Error as the chorus.Error exception of its
+// code. A log call's values are values.hpp's.
 #pragma once
+
+#include "runtime/client/run_impl.hpp"
 
 #include <chorus/chorus.hpp>
 
@@ -20,6 +22,11 @@ namespace py = pybind11;
 /// Raises `e` as the exception class of its code (chorus/_errors.py), with
 /// its message.
 [[noreturn]] void raise(const Error& e);
+/// Raises chorus.InvalidArgument with `message`.
+[[noreturn]] void invalid(const std::string& message);
+/// An object's type name, and the text it shows in a message (its repr, cut at 60 characters).
+std::string type_name(py::handle o);
+std::string shown(py::handle o);
 /// The exception object of `e`, or None where it is empty.
 py::object error_object(const Error& e);
 
@@ -31,6 +38,13 @@ py::dict rank_dict(std::int64_t rank, std::string_view state, std::int64_t last_
 /// chorus.InvalidArgument (or TypeError for an unknown name).
 Options to_options(const py::kwargs& kw);
 Reduce to_reduce(const std::string& name);
+/// define_metric's summary=: "last", "min", "max" or "mean".
+Summary to_summary(const std::string& name);
+/// A whole-number argument in lo..hi; `what` names it and `takes` says what
+/// it takes in the error.
+int int_arg(py::handle v, const char* what, const char* takes, long long lo, long long hi);
+/// A str argument; `what` names it in the error.
+std::string text_arg(py::handle v, const char* what);
 /// A step argument: None, or an int in 0..2^63-1.
 std::optional<std::int64_t> to_step(py::handle step);
 /// Seconds as a positive timeout; `what` names the argument in the error.
@@ -43,42 +57,9 @@ std::string path_text(py::handle path);
 /// joined with '.', lists and tuples become JSON text, other objects their
 /// str(). `keys` holds the joined keys the fields view.
 std::vector<Field> to_fields(py::handle mapping, std::vector<std::string>& keys);
-
-/// One log call's values: those on the host, those on a GPU, and the first
-/// that could be taken neither way (with how many).
-struct Values {
-  std::vector<Metric> host;
-  struct Device {
-    std::string_view key;
-    py::object value; // the CUDA array (kept while the call is made)
-  };
-  std::vector<Device> device;
-  /// Keys the values view: held while the GIL is released.
-  std::vector<py::object> keys;
-  std::string refused;      // why the first refused value was refused
-  Errc refused_code = Errc::invalid_argument;
-  std::size_t refused_n = 0;
-
-  void clear();
-  void refuse(std::string why, Errc code = Errc::invalid_argument);
-  void refuse_device(const std::string& why);
-  void refuse_host(const std::string& why);
-  /// The error for what was refused (naming what was logged), or none.
-  [[nodiscard]] Error refusal() const;
-};
-
-/// Sorts the entries of `values` (a dict, or any mapping) into `out`.
-void collect_metrics(py::handle values, Values& out);
-
-/// The device values of a call as log_device takes them: float32 pointers,
-/// and the stream they are computed on. A value that is not one float32
-/// element on one device with the others is refused into `v`.
-struct DeviceValues {
-  std::vector<DeviceMetric> metrics;
-  CudaStream stream = nullptr;
-  std::vector<py::object> hold; // float32 copies made from other dtypes
-};
-DeviceValues device_values(Values& v);
+/// The same fields as (key, value) pairs, each value the object given: what
+/// run.config reads back (python/chorus/_fields.py).
+py::list flat_fields(py::handle mapping);
 
 /// Runs `body`, turning a C++ or pybind11 exception into the Python error
 /// it stands for (what a plain CPython function returns as nullptr).

@@ -7,9 +7,11 @@
 // run meanwhile; no chorus thread ever takes it: a ticket awaited in asyncio
 // is completed through a Notifier's eventfd, which the event loop watches.
 #include "python/convert.hpp"
+#include "python/values.hpp"
 #include "python/reader.hpp"
 #include "python/ticket.hpp"
 
+#include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 
 #include <chorus/chorus.hpp>
@@ -18,6 +20,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,9 +39,30 @@ struct FinishTicket {
 // ---------------------------------------------------------------------------
 // The run
 
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 struct PyRun {
   Run run;
+  /// What log(commit=False) keeps for the next committing call (gather()):
+  /// flattened keys; `deferred` while it holds any, so that run.log's plain
+  /// call costs one branch for it.
+  py::dict kept;
+  bool deferred = false;
   ~PyRun() {
+    // The interpreter's finalization lets go of every object, the run too,
+    // before the process's exit status is known: the run stays live until
+    // the exit (endings.hpp), which ends it as that status says. Finishing
+    // it here would record `finished` for a sys.exit(3).
+    if (finalizing()) {
+      detail::endings::keep_until_exit(std::move(run));
+      return;
+    }
     // Run's destructor finishes a run left unfinished (bounded by
     // finish_timeout): other threads go on meanwhile.
     if (Py_IsInitialized() && PyGILState_Check() != 0) {
@@ -89,52 +113,102 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
   // Device values, and the host values beside them at the same step, go in
   // one log_device call (RunImpl's: the public one takes device values only).
   detail::RunImpl* impl = d.metrics.empty() ? nullptr : detail::live(detail::RunAccess::impl(run));
+  // What the conversion refused goes to rejected.jsonl, waited on or not.
+  detail::RunImpl* record = v.refused_n == 0 ? nullptr : detail::live(detail::RunAccess::impl(run));
   return released(
       self,
       [&]() -> Pending {
-        if (impl != nullptr) return impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
-        if (v.host.empty() && v.refused_n > 0) return {}; // every value was refused
-        return writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
-                                 : run.log(std::span<const Metric>(v.host), opts);
+        Pending p;
+        if (impl != nullptr)
+          p = impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
+        else if (!v.host.empty() || v.refused_n == 0) // else every value was refused
+          p = writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
+                                : run.log(std::span<const Metric>(v.host), opts);
+        v.record(record, opts.step);
+        return p;
       },
       v.refusal());
 }
 
-/// The arguments of log(values, step=None) from a vectorcall: false (with
-/// TypeError set) where they do not fit.
-bool log_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject*& values, PyObject*& step) {
+/// The arguments of log(values, step=None, commit=None) from a vectorcall
+/// (`commit` null: Writer.log, which takes none; left null where not given):
+/// false (with TypeError set) where they do not fit.
+bool log_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject*& values, PyObject*& step,
+              PyObject** commit) {
+  const Py_ssize_t most = commit != nullptr ? 3 : 2;
   values = nargs > 0 ? args[0] : nullptr;
   step = nargs > 1 ? args[1] : Py_None;
+  if (commit != nullptr && nargs > 2) *commit = args[2];
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  bool ok = nargs <= 2;
+  bool ok = nargs <= most;
   for (Py_ssize_t i = 0; i < nkw && ok; ++i) {
     PyObject* name = PyTuple_GET_ITEM(kwnames, i);
     if (PyUnicode_CompareWithASCIIString(name, "step") == 0 && nargs < 2)
       step = args[nargs + i];
     else if (PyUnicode_CompareWithASCIIString(name, "values") == 0 && nargs < 1)
       values = args[nargs + i];
+    else if (commit != nullptr && PyUnicode_CompareWithASCIIString(name, "commit") == 0 && nargs < 3)
+      *commit = args[nargs + i];
     else
       ok = false;
   }
   if (ok && values != nullptr) return true;
-  PyErr_SetString(PyExc_TypeError, "log(values, step=None): values is a dict of key -> number, step an int or None");
+  PyErr_SetString(PyExc_TypeError,
+                  commit != nullptr ? "log(values, step=None, commit=None): values is a dict of key -> number, step "
+                                      "an int or None, commit a bool or None"
+                                    : "log(values, step=None): values is a dict of key -> number, step an int or None");
   return false;
 }
 
+/// Logs what log(commit=False) kept, with `values` (or alone: null), at the
+/// rank's next step; None where nothing was kept and no values are given.
+py::object commit_kept(py::handle self, PyRun& r, py::handle values) {
+  py::dict all;
+  std::swap(all, r.kept); // another thread's commit=False from here on is for the next call
+  r.deferred = false;
+  if (values) gather(all, values);
+  else if (PyDict_GET_SIZE(all.ptr()) == 0) return py::none();
+  return log_values(self, r.run, nullptr, all, py::none());
+}
+
+/// A run.log call (step None) that commit=False or kept values concern. Null
+/// where it is an ordinary call after all.
+py::object deferred_log(py::handle self, PyRun& r, PyObject* values, PyObject* commit) {
+  bool committing = true;
+  if (commit != nullptr && commit != Py_None) {
+    const int t = PyObject_IsTrue(commit);
+    if (t < 0) throw py::error_already_set();
+    committing = t == 1;
+  }
+  if (!committing) {
+    // Kept, and nothing sent: there is no ticket (W&B's log returns None too).
+    gather(r.kept, values);
+    r.deferred = PyDict_GET_SIZE(r.kept.ptr()) != 0;
+    return py::none();
+  }
+  if (r.deferred) return commit_kept(self, r, values);
+  return py::object();
+}
+
 /// run.log and Writer.log as plain CPython methods (vectorcall): the hot
-/// path, without pybind11's argument dispatch.
+/// path, without pybind11's argument dispatch. commit= and the values that
+/// log(commit=False) keeps waiting take a branch off it.
 PyObject* run_log(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return guarded([&]() -> PyObject* {
-    PyObject *values, *step;
-    if (!log_args(args, nargs, kwnames, values, step)) return nullptr;
-    return log_values(self, py::handle(self).cast<PyRun&>().run, nullptr, values, step).release().ptr();
+    PyObject *values, *step, *commit = nullptr;
+    if (!log_args(args, nargs, kwnames, values, step, &commit)) return nullptr;
+    PyRun& r = py::handle(self).cast<PyRun&>();
+    if (step == Py_None && (commit != nullptr || r.deferred)) {
+      if (py::object done = deferred_log(self, r, values, commit)) return done.release().ptr();
+    }
+    return log_values(self, r.run, nullptr, values, step).release().ptr();
   });
 }
 
 PyObject* writer_log(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return guarded([&]() -> PyObject* {
     PyObject *values, *step;
-    if (!log_args(args, nargs, kwnames, values, step)) return nullptr;
+    if (!log_args(args, nargs, kwnames, values, step, nullptr)) return nullptr;
     PyWriter& w = py::handle(self).cast<PyWriter&>();
     return log_values(w.owner, w.owner.cast<PyRun&>().run, &w.writer, values, step).release().ptr();
   });
@@ -150,8 +224,10 @@ void add_fast_method(py::handle cls, PyMethodDef& def) {
 
 PyMethodDef run_log_def = {
     "log", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&run_log)), METH_FASTCALL | METH_KEYWORDS,
-    "log(values, step=None): logs a dict of key -> number (int, float, NumPy scalar, one-element tensor; a CUDA "
-    "tensor through the device path) at `step`, or at the rank's next step. Returns a Ticket at once."};
+    "log(values, step=None, commit=None): logs a dict of key -> number (int, float, bool, NumPy scalar or 0-d "
+    "array, one-element tensor; a CUDA tensor through the device path; a nested dict's keys joined with '/') at "
+    "`step`, or at the rank's next step. Returns a Ticket at once. commit=False (without step) keeps the values for "
+    "the next call without it, and returns None."};
 PyMethodDef writer_log_def = {
     "log", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&writer_log)), METH_FASTCALL | METH_KEYWORDS,
     "log(values, step=None): as Run.log, into this writer's own ordered stream."};
@@ -168,8 +244,14 @@ py::object reduce_values(py::handle self, Run& run, py::handle values, const std
     v.host.clear();
   }
   const DeviceValues d = device_values(v);
+  detail::RunImpl* record = v.refused_n == 0 ? nullptr : detail::live(detail::RunAccess::impl(run));
   return released(
-      self, [&]() -> Pending { return d.metrics.empty() ? Pending{} : run.reduce_device(d.metrics, reduce, d.stream, opts); },
+      self,
+      [&]() -> Pending {
+        Pending p = d.metrics.empty() ? Pending{} : run.reduce_device(d.metrics, reduce, d.stream, opts);
+        v.record(record, opts.step);
+        return p;
+      },
       v.refusal());
 }
 
@@ -271,12 +353,18 @@ PYBIND11_MODULE(_chorus, m) {
           py::arg("values"), py::arg("op") = "mean", py::arg("step") = py::none())
       .def(
           "define_metric",
-          [](py::handle self, std::string_view key, const std::string& reduce) {
-            const Reduce r = to_reduce(reduce);
+          [](py::handle self, const std::string& name, py::handle reduce, py::handle step_metric, py::handle summary) {
+            // What is left None keeps what an earlier call declared.
+            MetricOptions o;
+            if (!reduce.is_none()) o.reduce = to_reduce(text_arg(reduce, "reduce"));
+            if (!summary.is_none()) o.summary = to_summary(text_arg(summary, "summary"));
+            const std::string x = step_metric.is_none() ? std::string() : text_arg(step_metric, "step_metric");
+            o.step_metric = x;
             Run& run = self.cast<PyRun&>().run;
-            return released(self, [&] { return run.define_metric(key, r); });
+            return released(self, [&] { return run.define_metric(name, o); });
           },
-          py::arg("key"), py::arg("reduce") = "none")
+          py::arg("name"), py::arg("reduce") = py::none(), py::arg("step_metric") = py::none(),
+          py::arg("summary") = py::none())
       .def(
           "config", [](py::handle self, py::handle fields) { return fields_call(self, self.cast<PyRun&>().run, fields, false); },
           py::arg("values"))
@@ -301,16 +389,28 @@ PYBIND11_MODULE(_chorus, m) {
           py::arg("name"), py::arg("path"), py::arg("type") = "file")
       .def(
           "finish",
-          [](py::handle self, int exit_code) {
+          [](py::handle self, py::handle exit_code, py::handle signal, py::handle message) {
+            // W&B's finish(exit_code=None) is a finish; a signal wins over the code (chorus.hpp).
+            const int code = exit_code.is_none()
+                                 ? 0
+                                 : int_arg(exit_code, "exit_code", "a whole number (0: finished)", INT_MIN, INT_MAX);
+            const int sig =
+                signal.is_none()
+                    ? 0
+                    : int_arg(signal, "signal", "a signal's number, 1..64 (signal.SIGTERM, say), or None", 0, 64);
+            const std::string text = message.is_none() ? std::string() : py::str(message).cast<std::string>();
             Run& run = self.cast<PyRun&>().run; // with the GIL held
             FinishPending p;
             {
               py::gil_scoped_release unlocked;
-              p = run.finish({.exit_code = exit_code});
+              p = run.finish({.exit_code = code, .signal = sig, .message = text});
             }
             return FinishTicket{p, py::reinterpret_borrow<py::object>(self)};
           },
-          py::arg("exit_code") = 0)
+          py::arg("exit_code") = 0, py::kw_only(), py::arg("signal") = py::none(), py::arg("message") = py::none())
+      .def(
+          "_commit_kept", [](py::handle self) { return commit_kept(self, self.cast<PyRun&>(), py::handle()); },
+          "Logs what log(commit=False) kept, at the rank's next step: its Ticket, or None where nothing was kept.")
       .def("__bool__", [](const PyRun& r) { return static_cast<bool>(r.run); })
       .def_property_readonly("id", [](const PyRun& r) { return std::string(r.run.id()); })
       .def_property_readonly("dir", [](const PyRun& r) { return std::string(r.run.dir()); })
@@ -330,6 +430,9 @@ PYBIND11_MODULE(_chorus, m) {
       .def("close",
            [](PyWriter& w) { return released(w.owner, [&] { return w.writer.close(); }); })
       .def("__bool__", [](const PyWriter& w) { return static_cast<bool>(w.writer); });
+
+  m.def("_flat_fields", &flat_fields, py::arg("mapping"),
+        "config's fields as (key, value) pairs: a nested dict's keys joined with '.', each value as given.");
 
   m.def(
       "detect_topology",

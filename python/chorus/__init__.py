@@ -16,6 +16,11 @@ barriers and a finish that never hangs. Python and C++ ranks can share a run.
     run = chorus.open("chorus-runs/mnist/<group>/<id>")
     run.history()                                  # a pandas DataFrame
 
+A W&B script ports by changing its import and its init arguments:
+chorus.run, chorus.log, chorus.finish, chorus.config; run.config and
+run.summary as dicts; log's nested dicts and commit=False;
+define_metric(summary=..., step_metric=...). An exception, sys.exit(n),
+Ctrl-C or a SIGTERM ends the rank as it happened (failed, or killed).
 docs/PYTHON.md in the repository has the whole API.
 """
 
@@ -23,12 +28,18 @@ import atexit as _atexit
 import weakref as _weakref
 
 from . import _errors
-from ._errors import *  # noqa: F401,F403  (Error and one class per chorus::Errc)
+from ._errors import *  # noqa: F401,F403  (Error, NoRun and one class per chorus::Errc)
 from . import _chorus
+from . import _endings
+from . import _fields
 from ._aio import completion as _completion
+from ._fields import Config, Summary
 from ._reader import RunView, open, runs  # noqa: A004  (chorus.open reads a run)
 
 __version__ = "0.1.0"
+
+#: The run chorus.init() last started, until it finishes; None before.
+run = None
 
 Ticket = _chorus.Ticket
 FinishTicket = _chorus.FinishTicket
@@ -93,6 +104,7 @@ FinishTicket.wait = _finish_wait
 Writer.__enter__ = lambda self: self
 Writer.__exit__ = _writer_exit
 
+# Runs not finished yet: what the exception hook and exit go through.
 _live = _weakref.WeakSet()
 
 
@@ -104,35 +116,57 @@ class Run(_chorus.Run):
     or ``await`` them. An inactive handle (a rank that logs into no run in
     this mode) is false, and its calls do nothing.
 
-    Methods (native): ``log(values, step=None)``, ``define_metric(key,
-    reduce="none")``, ``config(values)``, ``summary(values)``,
+    ``log(values, step=None, commit=None)``, ``define_metric(name,
+    reduce=None, step_metric=None, summary=None)``, ``config`` and
+    ``summary`` (dict-like, see chorus.Config; calling them updates),
     ``barrier(name, timeout=None)``, ``log_artifact(name, path,
     type="file")``, ``reduce_device(values, op="mean", step=None)``,
-    ``finish(exit_code=0)``; properties ``id``, ``dir``, ``is_host``,
-    ``topology``, ``dropped``.
+    ``writer()``, ``finish(exit_code=0, *, signal=None, message=None)``;
+    properties ``id``, ``dir``, ``is_host``, ``topology``, ``dropped``.
     """
 
     def __init__(self, **options):
+        config = options.get("config")
+        if config is not None:
+            options["config"] = config = _fields.as_mapping(config, "chorus.init's config")
         super().__init__(**options)
+        self._chorus_config = Config(self, _chorus._flat_fields(config) if config is not None else ())
+        self._chorus_summary = Summary(self)
         _live.add(self)
+
+    @property
+    def config(self):
+        """The run's config as this process set it: a chorus.Config (dict-like, attribute
+        access; setting a key or update() sends it; calling it is update())."""
+        return self._chorus_config
+
+    @property
+    def summary(self):
+        """Summary fields as this process set them: a chorus.Summary (as config)."""
+        return self._chorus_summary
 
     def writer(self):
         """A new ordered stream for one producer thread of this rank: its own steps."""
         return self._writer()
 
+    def finish(self, exit_code=0, *, signal=None, message=None):
+        """Finishes this rank's part of the run (on the run host, the run); returns a
+        FinishTicket at once. exit_code non-zero: the rank failed; signal (signal.SIGTERM,
+        say): it was killed; message: why (an exception's text), kept in run.json.
+        Values that log(commit=False) kept are logged first."""
+        global run
+        self._commit_kept()
+        ticket = _chorus.Run.finish(self, exit_code, signal=signal, message=message)
+        _live.discard(self)
+        if run is self:
+            run = None
+        return ticket
+
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            code = 0
-        elif issubclass(exc_type, SystemExit):
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        elif issubclass(exc_type, KeyboardInterrupt):
-            code = 130
-        else:
-            code = 1
-        result = self.finish(exit_code=code).wait()
+        result = self.finish(**_endings.ending(exc_type, exc)).wait()
         if exc_type is None and result.error is not None:
             import warnings
             warnings.warn(f"chorus: the run's finish did not go cleanly: {result.error}", RuntimeWarning,
@@ -145,23 +179,29 @@ class Run(_chorus.Run):
         return f"<chorus.Run {self.id} in {self.dir}{' (host)' if self.is_host else ''}>"
 
 
-def init(project=None, *, name=None, group=None, job_type=None, run_id=None, notes=None, mode=None,
+def init(project=None, *, name=None, group=None, job_type=None, id=None, run_id=None, notes=None, mode=None,  # noqa: A002
          scope=None, resume=None, dir=None, upload=None, config=None, host_address=None, port=None,
          init_timeout=None, finish_timeout=None, upload_timeout=None, upload_buffer=None,
          barrier_timeout=None, heartbeat_interval=None, connection_timeout=None, queue_capacity=None,
          overflow=None, system_interval=None, tls_dir=None, insecure=None, read_env=None):
     """Starts (or joins) the run this process logs into, as the arguments and the
-    environment say (the same CHORUS_* variables and launcher detection as C++).
+    environment say (the same CHORUS_* variables and launcher detection as C++),
+    and makes it chorus.run.
 
     mode: "auto" (rank 0 logs), "shared" (every rank into one run) or "new" (a run
-    per rank); scope: "global" or "worker" (a run per node); resume: "never",
-    "allow" or "must"; times are in seconds; config: a dict (nested dicts are
-    flattened with "."). Arguments left None keep chorus's defaults; CHORUS_*
-    variables override them unless read_env=False. Raises a chorus.Error
-    (ConnectFailed, BadEnvironment, InvalidArgument, ...) that names the cause
-    and the fix.
+    per rank); scope: "global" or "worker" (a run per node); id (or run_id): the
+    run's id; resume: "never", "allow" or "must"; times are in seconds; config: a
+    dict, an argparse.Namespace or a dataclass instance (nested dicts are flattened
+    with "."). Arguments left None keep chorus's defaults; CHORUS_* variables
+    override them unless read_env=False. Raises a chorus.Error (ConnectFailed,
+    BadEnvironment, InvalidArgument, ...) that names the cause and the fix.
     """
-    options = dict(project=project, name=name, group=group, job_type=job_type, run_id=run_id, notes=notes,
+    global run
+    if id is not None and run_id is not None and id != run_id:
+        raise InvalidArgument(f"chorus.init got id={id!r} and run_id={run_id!r}: they are one option (id is "
+                              f"W&B's name for run_id): give one of them")
+    options = dict(project=project, name=name, group=group, job_type=job_type,
+                   run_id=run_id if run_id is not None else id, notes=notes,
                    mode=mode, scope=scope, resume=resume, dir=dir, upload=upload, config=config,
                    host_address=host_address, port=port, init_timeout=init_timeout,
                    finish_timeout=finish_timeout, upload_timeout=upload_timeout, upload_buffer=upload_buffer,
@@ -171,7 +211,39 @@ def init(project=None, *, name=None, group=None, job_type=None, run_id=None, not
     if dir is not None:
         import os
         options["dir"] = os.fspath(dir)
-    return Run(**{k: v for k, v in options.items() if v is not None})
+    started = Run(**{k: v for k, v in options.items() if v is not None})
+    run = started
+    return started
+
+
+def _current(what):
+    if run is None:
+        raise NoRun(f"chorus.{what}: there is no run: call chorus.init() first")
+    return run
+
+
+def log(values, step=None, commit=None):
+    """chorus.run.log(values, step, commit): see Run.log."""
+    if commit is None:
+        return _current("log").log(values, step)
+    return _current("log").log(values, step, commit=commit)
+
+
+def define_metric(name, reduce=None, step_metric=None, summary=None):
+    """chorus.run.define_metric(...): see Run.define_metric."""
+    return _current("define_metric").define_metric(name, reduce, step_metric=step_metric, summary=summary)
+
+
+def finish(exit_code=0, *, signal=None, message=None):
+    """Finishes chorus.run (see Run.finish), waits for it (bounded by its
+    finish_timeout) and returns its FinishResult; chorus.run is None after."""
+    return _current("finish").finish(exit_code, signal=signal, message=message).wait()
+
+
+#: The current run's config and summary (chorus.run.config, chorus.run.summary);
+#: a chorus.NoRun error before chorus.init().
+config = _fields.Current("config", lambda: run)
+summary = _fields.Current("summary", lambda: run)
 
 
 def detect_topology():
@@ -179,12 +251,17 @@ def detect_topology():
     return _chorus.detect_topology()
 
 
+# An uncaught exception ends the live runs failed (Ctrl-C: killed), with its text.
+_endings.install_excepthook(lambda: list(_live))
+
+
 @_atexit.register
-def _finish_live_runs():
-    # A run left unfinished at exit is finished here (bounded by its
-    # finish_timeout), while the interpreter is whole.
-    for run in list(_live):
+def _log_waiting_values():
+    # Values log(commit=False) kept are logged before the exit. The runs
+    # themselves are not finished here: the exit status is not known yet
+    # (sys.exit(3)); the C++ core ends them with it (runtime/client/endings.hpp).
+    for r in list(_live):
         try:
-            run.finish().wait()
-        except BaseException:  # noqa: B036  (exit goes on)
+            r._commit_kept()
+        except BaseException:  # noqa: BLE001,B036  (exit goes on)
             pass

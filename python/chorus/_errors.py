@@ -77,6 +77,14 @@ class UploadIncomplete(Error):
     """finish left part of the upload in the run directory for `chorus sync`."""
 
 
+class NoRun(Error, RuntimeError):
+    """chorus.log, chorus.finish, chorus.config or chorus.summary with no current
+    run: call chorus.init() first. The Python package's own code, "no_run" (the
+    C++ API has no current run)."""
+
+    code = "no_run"
+
+
 by_code = {
     "invalid_argument": InvalidArgument,
     "invalid_key": InvalidKey,
@@ -99,4 +107,4 @@ by_code = {
 for _code, _cls in by_code.items():
     _cls.code = _code
 
-__all__ = ["Error"] + [c.__name__ for c in by_code.values()]
+__all__ = ["Error", "NoRun"] + [c.__name__ for c in by_code.values()]

@@ -65,6 +65,24 @@ def launch(n, argv, env=None, timeout=240):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def job_env(runs_dir, **extra):
+    """This process's environment, with CHORUS_DIR and `extra` set."""
+    env = dict(os.environ)
+    env["CHORUS_DIR"] = str(runs_dir)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def torchrun(nproc, argv, env, cwd):
+    """Runs `torchrun --nproc_per_node N argv...` and returns the CompletedProcess."""
+    # Debian 12's torch 1.13 on Python 3.11 cannot parse its own default
+    # --redirects/--tee of 0 (Python 3.11's IntFlag leaves 0 out when
+    # iterating): giving them 1 works around it.
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", str(nproc),
+           "--master_port", str(free_port()), *argv]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
 def pytest_sessionfinish(session, exitstatus):
     # A file whose every test skipped (no GPU, no torch) is reported to
     # ctest as skipped (77), with pytest's reason in the output.

@@ -82,3 +82,33 @@ def test_arrays_the_device_path_refuses(runs_dir):
     # Of two streams, the first value's stream is the call's: "b" was refused alone.
     assert h[2]["a"] == 1.0 and "b" not in h[2]
     assert {k for r in h for k in r} == {"_step", "_timestamp", "_runtime", "ok", "a"}, h
+
+
+def test_a_nested_dict_of_device_values(runs_dir):
+    with chorus.init(project="device") as run:
+        a, b = DeviceArray([0.5]), DeviceArray([1.5])
+        run.log({"gpu": {"loss": a, "deep": {"norm": b}}, "host": {"lr": 0.1}}).wait()
+    (d,) = run_dirs(runs_dir)
+    (r,) = rows(d)
+    assert (r["gpu/loss"], r["gpu/deep/norm"], r["host/lr"]) == (0.5, 1.5, 0.1)
+
+
+def test_refused_device_values_are_recorded_without_reading_them(runs_dir):
+    import json
+
+    with chorus.init(project="device") as run:
+        # Tickets dropped: the refusals are recorded all the same.
+        run.log({"f64_d": DeviceArray([1.0], typestr="<f8"), "ok": 1.0})
+        run.log({"three_d": DeviceArray([1.0, 2.0, 3.0]), "ok": 2.0})
+        w = run.writer()
+        w.log({"dev_w": DeviceArray([1.0]), "ok": 3.0}, step=100)
+        w.close().wait()
+    (d,) = run_dirs(runs_dir)
+    with open(os.path.join(d, "rejected.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    values = {k: (v, line["message"]) for line in lines for k, v in line["values"].items()}
+    assert set(values) == {"f64_d", "three_d", "dev_w"}, lines
+    # A CUDA array is named by its type: its value is never read back to the host for the record.
+    assert all(v == "<a DeviceArray on a GPU>" for v, _ in values.values()), values
+    assert "float32" in values["f64_d"][1] and "3 elements" in values["three_d"][1]
+    assert "Writer takes host values only" in values["dev_w"][1]

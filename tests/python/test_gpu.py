@@ -84,3 +84,23 @@ def test_arrays_the_device_path_refuses(runs_dir):
             run.log({"three": DeviceArray([1.0, 2.0, 3.0]), "ok": 2.0}).wait()
     (d,) = run_dirs(runs_dir)
     assert [r["ok"] for r in rows(d)] == [1.0, 2.0]
+
+
+def test_torch_cuda_tensors_nested_and_refused(runs_dir):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    import json
+
+    with chorus.init(project="gpu") as run:
+        loss = torch.tensor(0.5, device="cuda")                     # 0-d float32: read as it is
+        half = torch.tensor(1.5, device="cuda", dtype=torch.bfloat16)  # converted with .float() on the device
+        run.log({"train": {"loss": loss, "half": half}, "host": 2.0}).wait()
+        run.log({"many_g": torch.ones(3, device="cuda"), "ok": 1.0})  # refused, recorded without a host read
+    (d,) = run_dirs(runs_dir)
+    h = rows(d)
+    assert (h[0]["train/loss"], h[0]["train/half"], h[0]["host"]) == (0.5, 1.5, 2.0)
+    assert h[1]["ok"] == 1.0 and "many_g" not in h[1]
+    with open(os.path.join(d, "rejected.jsonl")) as f:
+        (line,) = [json.loads(x) for x in f]
+    assert line["values"] == {"many_g": "<a Tensor on a GPU>"} and "3 elements" in line["message"]
