@@ -72,8 +72,10 @@ or stderr), as "[rank R] LINE" with R the global rank. A line longer than
 rank's output ends.
 
 signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT go on to every rank and the
-processes it started; a second SIGINT, or the grace period running out, sends
-SIGKILL. SIGUSR1 and SIGUSR2 are passed on. Ranks read /dev/null as stdin when
+processes it started, and each rank records itself killed, naming the signal,
+once what it logged is committed; a second SIGINT, or the grace period running
+out, sends SIGKILL (a rank it stops mid-finish reads crashed). SIGUSR1 and
+SIGUSR2 are passed on. Ranks read /dev/null as stdin when
 launch's stdin is a terminal.
 
 exit code: the worst rank's. A rank's code is its exit status, or 128+S when
