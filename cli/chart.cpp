@@ -162,8 +162,9 @@ std::string describe_points(const Series& s) {
   return d;
 }
 
-std::string render_chart(const Series& s, const ChartStyle& st) {
+std::string render_chart(const Series& s, const ChartStyle& st, std::string_view note) {
   std::string out = s.key() + "  (" + describe_points(s) + ")\n";
+  if (!note.empty()) out.append("  ").append(clip(std::string(note), st.width - 2)).append("\n");
   if (s.points() == 0) return out + "  (nothing to plot)\n";
   const Series* const one[] = {&s};
   const Frame f = frame_of(one, st);
@@ -198,9 +199,10 @@ std::string render_chart(const Series& s, const ChartStyle& st) {
 char overlay_marker(std::size_t i) { return "*o+x#@%&"[i % max_overlay]; }
 
 std::string render_overlay(const std::string& key, std::span<const Series* const> runs,
-                           std::span<const std::string> names, const ChartStyle& st) {
+                           std::span<const std::string> names, const ChartStyle& st, std::string_view note) {
   const auto logged = static_cast<std::size_t>(std::count_if(runs.begin(), runs.end(), [](const Series* s) { return s; }));
   std::string out = key + "  (" + std::to_string(logged) + " of " + std::to_string(runs.size()) + " runs)\n";
+  if (!note.empty()) out.append("  ").append(clip(std::string(note), st.width - 2)).append("\n");
   const bool any = std::any_of(runs.begin(), runs.end(), [](const Series* s) { return s && s->points() > 0; });
   if (!any) {
     out += "  (nothing to plot)\n";

@@ -6,6 +6,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace chorus::cli {
 
@@ -15,8 +16,9 @@ struct ChartStyle {
   bool ascii = false;
 };
 
-/// The chart's heading line, plot and x axis; every line ends in '\n'.
-std::string render_chart(const Series& s, const ChartStyle& style);
+/// The chart's heading line, `note` (a line under it, where not empty: what
+/// its x stands for, say), plot and x axis; every line ends in '\n'.
+std::string render_chart(const Series& s, const ChartStyle& style, std::string_view note = {});
 
 /// Runs one chart holds at most: each gets a marker of its own.
 inline constexpr std::size_t max_overlay = 8;
@@ -26,9 +28,9 @@ char overlay_marker(std::size_t i);
 
 /// One chart of `key` over several runs, a series each (null: the run did
 /// not log it), drawn with the runs' markers, and a legend line per run
-/// naming it (`names`) with its points.
+/// naming it (`names`) with its points; `note` as render_chart's.
 std::string render_overlay(const std::string& key, std::span<const Series* const> runs,
-                           std::span<const std::string> names, const ChartStyle& style);
+                           std::span<const std::string> names, const ChartStyle& style, std::string_view note = {});
 
 /// `width` characters, one level per column (`▁`..`█`, or `_.-:=+*#` in ASCII),
 /// from the series' min to its max, or from `lo` to `hi` (a percentage: 0 to 100).

@@ -32,7 +32,8 @@ const Command recover_command{
     .summary = "rebuild a run's files from its write-ahead log after its host crashed",
     .usage = "[OPTIONS] RUN",
     .help = R"(Rebuilds a run's readable files (history.jsonl, config.json, summary.json,
-rejected.jsonl, run.json) from its write-ahead log, after its host crashed.
+rejected.jsonl, metrics.json, run.json) from its write-ahead log, after its
+host crashed.
 RUN is a run directory, or a run id looked up under DIR.
 
 The log is read from the start; frames whose checksum fails are skipped (each
@@ -59,7 +60,9 @@ recovered (no log, a live host, a log without a run start, an I/O error),
 
 namespace {
 
-constexpr const char* rebuilt_files[] = {"history.jsonl", "config.json", "summary.json", "rejected.jsonl", "run.json"};
+// run.json last: install() moves them in this order.
+constexpr const char* rebuilt_files[] = {"history.jsonl", "config.json",  "summary.json",
+                                         "rejected.jsonl", "metrics.json", "run.json"};
 
 struct RecoverArgs {
   std::string run, dir;

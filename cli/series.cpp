@@ -92,6 +92,10 @@ bool per_rank_key(std::string_view key) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
+std::string_view base_key(std::string_view key) {
+  return per_rank_key(key) ? key.substr(0, key.rfind("/rank-")) : key;
+}
+
 bool Series::per_rank() const { return per_rank_key(key_); }
 
 std::string x_text(std::int64_t x, XAxis axis) {

@@ -76,6 +76,9 @@ struct History {
 
 /// A per-rank column (`key/rank-N`), as opposed to a plain or reduced key.
 [[nodiscard]] bool per_rank_key(std::string_view key);
+/// The key a per-rank column is of (`loss` of `loss/rank-3`), whose
+/// declaration it follows; any other key itself.
+[[nodiscard]] std::string_view base_key(std::string_view key);
 
 /// A row's own bookkeeping, not a key the user logged: _step, _timestamp, _runtime.
 [[nodiscard]] inline bool bookkeeping_key(std::string_view key) {

@@ -8,6 +8,7 @@
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/metric_specs.hpp"
 
 #include <simdjson.h>
 
@@ -34,9 +35,12 @@ const Command show_command{
     .help = R"(Shows a run: its identity, its ranks and their states (a running rank's last
 step is the run's last committed row) and how long each waited at barriers
 (barriers.jsonl), config, summary (with the last row's
-step, time and runtime on one line), what its machines did, and a terminal
-chart per metric of its history (x = _step, or the time into the run). RUN
-is a run directory, or a run id (or the start of one) looked up under DIR.
+step, time and runtime on one line; a value declared as the key's min, max
+or mean over the run, by define_metric, says which), what its machines did,
+and a terminal chart per metric of its history (x = _step, or the time into
+the run; a key declared with a step metric says which, as `chorus serve`
+charts it against that metric). RUN is a run directory, or a run id (or the
+start of one) looked up under DIR.
 
 Shows several runs (up to 8) over each other: a row per run, marked with the
 character its curves are drawn with, then a chart per metric holding a curve
@@ -179,10 +183,25 @@ std::string last_row(simdjson::dom::object obj) {
   return out.empty() ? out : "  last row: " + out;
 }
 
+/// The declaration of `key` in metrics.json (`specs`, where it could be
+/// read), a per-rank column taking its key's; null where it has none.
+const io::MetricSpec* declaration(const Result<io::MetricSpecs>& specs, std::string_view key) {
+  return specs ? specs->find(base_key(key)) : nullptr;
+}
+
+/// What a chart of `key` says of its x where it is declared with a step metric.
+std::string step_metric_note(const io::MetricSpec* d) {
+  if (!d || d->step_metric.empty() || d->step_metric == "_step") return {};
+  std::string note = "x: ";
+  note.append(d->step_metric).append(" (its step metric: drawn against _step here, against ");
+  return note.append(d->step_metric).append(" by chorus serve)");
+}
+
 // A config.json or summary.json, one "key = value" line per member; a
-// summary's bookkeeping keys make one line of their own.
+// summary's bookkeeping keys make one line of their own, and a value declared
+// as the key's min, max or mean (`specs`) says which.
 std::string json_section(const std::string& title, const std::string& path, int width, std::size_t limit,
-                         bool summary = false) {
+                         bool summary = false, const Result<io::MetricSpecs>* specs = nullptr) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return {};
   simdjson::dom::parser parser;
@@ -197,7 +216,10 @@ std::string json_section(const std::string& title, const std::string& path, int 
     if (++n > limit) continue;
     ++shown;
     std::string_view s;
-    t.add({std::string(key), "= " + (value.get(s) == simdjson::SUCCESS ? std::string(s) : simdjson::minify(value))});
+    std::string cell = "= " + (value.get(s) == simdjson::SUCCESS ? std::string(s) : simdjson::minify(value));
+    if (const io::MetricSpec* d = specs ? declaration(*specs, key) : nullptr; d && d->summary != Summary::last)
+      cell.append(" (").append(to_string(d->summary)).append(")");
+    t.add({std::string(key), std::move(cell)});
   }
   const std::string row = summary ? last_row(obj) : std::string();
   if (n == 0 && row.empty()) return {};
@@ -356,7 +378,7 @@ std::string ranks_section(const RunInfo& r, int width) {
   return out + "\n";
 }
 
-std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
+std::string history_section(const RunInfo& r, const ShowArgs& a, int width, const Result<io::MetricSpecs>& specs) {
   const std::string path = r.dir + "/history.jsonl";
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
@@ -378,7 +400,7 @@ std::string history_section(const RunInfo& r, const ShowArgs& a, int width) {
   std::vector<const Series*> charted, sparked;
   for (std::size_t i = 0; i < h.series.size(); ++i) (chart[i] ? charted : sparked).push_back(&h.series[i]);
   const ChartStyle style{width, a.height, a.ascii};
-  for (const Series* s : charted) out += "\n" + render_chart(*s, style);
+  for (const Series* s : charted) out += "\n" + render_chart(*s, style, step_metric_note(declaration(specs, s->key())));
   if (!sparked.empty()) {
     std::size_t kw = 0;
     for (const Series* s : sparked) kw = std::max(kw, display_width(s->key()));
@@ -457,9 +479,18 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
     return out + (a.metrics.empty() ? "  nothing logged\n" : "  no such key: see the keys with 'chorus show RUN'\n");
   const std::vector<bool> chart = chart_choice(keys, static_cast<std::size_t>(a.charts), !a.metrics.empty());
   const ChartStyle style{width, a.height, a.ascii};
+  std::vector<Result<io::MetricSpecs>> specs;
+  for (const RunInfo& r : runs) specs.push_back(io::MetricSpecs::read(r.dir));
+  // A step metric is said where every run declares the same one for the key.
+  const auto note = [&](std::string_view key) {
+    const std::string first = step_metric_note(declaration(specs.front(), key));
+    for (const Result<io::MetricSpecs>& s : specs)
+      if (step_metric_note(declaration(s, key)) != first) return std::string();
+    return first;
+  };
   std::string rest;
   for (std::size_t k = 0; k < keys.size(); ++k) {
-    if (chart[k]) out += "\n" + render_overlay(std::string(keys[k]), by_key[keys[k]], names, style);
+    if (chart[k]) out += "\n" + render_overlay(std::string(keys[k]), by_key[keys[k]], names, style, note(keys[k]));
     else rest += (rest.empty() ? "" : ", ") + std::string(keys[k]);
   }
   if (!rest.empty()) out += "\n" + clip("  not charted: " + rest, width) + "\n  (chart a key with --metric KEY)\n";
@@ -468,11 +499,13 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
 
 /// One run on one screen.
 std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
+  const Result<io::MetricSpecs> specs = io::MetricSpecs::read(r.dir);
   std::string out = identity(r) + ranks_section(r, width) +
                     json_section("config", r.dir + "/config.json", width, 100) +
-                    json_section("summary", r.dir + "/summary.json", width, 60, true);
+                    json_section("summary", r.dir + "/summary.json", width, 60, true, &specs);
+  if (!specs) out.append("metrics\n  unreadable: ").append(specs.error().message()).append("\n\n");
   if (a.system) out += system_section(r, width, a.ascii);
-  if (a.history) out += history_section(r, a, width);
+  if (a.history) out += history_section(r, a, width, specs);
   return out;
 }
 
@@ -480,7 +513,7 @@ std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
 /// is a reason to draw it again.
 std::string files_stamp(const std::string& dir) {
   std::string out;
-  for (const char* f : {"run.json", "history.jsonl", "system.jsonl", "config.json", "summary.json"}) {
+  for (const char* f : {"run.json", "history.jsonl", "system.jsonl", "config.json", "summary.json", "metrics.json"}) {
     struct stat st {};
     if (::stat((dir + "/" + f).c_str(), &st) != 0) {
       out += "-;";

@@ -6,6 +6,7 @@
 #include "cli/group_info.hpp"
 #include "cli/json_lines.hpp"
 #include "cli/series.hpp"
+#include "io/store/metric_specs.hpp"
 
 #include <simdjson.h>
 
@@ -60,13 +61,17 @@ struct Column {
   Object config, summary;
   Object finals;                            // metric -> its last value
   bool has_data = false;                    // a history here, or a reported summary
+  Object declared;                          // key -> its summary where not its last (metrics.json, where here)
 };
 
 Column read_column(const GroupMemberView& v, bool history) {
-  Column c{&v, {}, {}, {}, false};
+  Column c{&v, {}, {}, {}, false, {}};
   if (v.run && v.run->readable()) {
     c.config = load_object(v.run->dir + "/config.json");
     c.summary = load_object(v.run->dir + "/summary.json");
+    if (const Result<io::MetricSpecs> specs = io::MetricSpecs::read(v.run->dir))
+      for (const auto& [key, spec] : specs->specs)
+        if (spec.summary != Summary::last) c.declared[key] = std::string(to_string(spec.summary));
   } else if (v.member) {
     c.summary = parse_object(v.member->summary);
   }
@@ -77,9 +82,9 @@ Column read_column(const GroupMemberView& v, bool history) {
       if (s.points() > 0) c.finals[s.key()] = format_number(s.last());
     if (h.rows > 0) c.has_data = true;
   } else {
-    // The summary's automatic part holds each metric's last value.
+    // The summary's automatic part holds each metric's last value, but for a key declared with another summary.
     for (const auto& [k, val] : c.summary)
-      if (!k.starts_with('_') && parse_double(val)) c.finals[k] = val;
+      if (!k.starts_with('_') && parse_double(val) && !c.declared.contains(std::string(base_key(k)))) c.finals[k] = val;
     c.has_data = !c.summary.empty();
   }
   return c;
@@ -244,12 +249,20 @@ std::string finals_section(const std::vector<Column>& cols, int width, std::set<
 
 std::string summary_section(const std::vector<Column>& cols, int width, const std::set<std::string>& shown) {
   std::set<std::string> keys;
+  // A key among the final values is left out, unless its summary is declared other than its last value.
   for (const Column& c : cols)
     for (const auto& [k, v] : c.summary)
-      if (!k.starts_with('_') && !shown.contains(k)) keys.insert(k);
+      if (!k.starts_with('_') && (!shown.contains(k) || c.declared.contains(std::string(base_key(k))))) keys.insert(k);
   if (keys.empty()) return {};
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
-  for (const std::string& k : keys) rows.emplace_back(k, cells_of(cols, &Column::summary, k));
+  for (const std::string& k : keys) {
+    std::vector<std::string> cells = cells_of(cols, &Column::summary, k);
+    // A value declared as the key's min, max or mean says which.
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (const auto d = cols[i].declared.find(std::string(base_key(k))); d != cols[i].declared.end() && cells[i] != "-")
+        cells[i].append(" (").append(d->second).append(")");
+    rows.emplace_back(k, std::move(cells));
+  }
   return "summary\n" + side_by_side(labels_of(cols), rows, width) + "\n";
 }
 

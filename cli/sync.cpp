@@ -2,6 +2,7 @@
 // upload was cut off, resuming from their offsets (every point once), and
 // `chorus sync --status`: how far each run's upload to each target got.
 #include "cli/cli.hpp"
+#include "cli/recover.hpp"
 #include "cli/run_info.hpp"
 #include "io/upload/upload.hpp"
 #include "runtime/core/upload_url.hpp"
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace chorus::cli {
@@ -41,9 +43,10 @@ its live upload was cut off, or an earlier sync was interrupted.
 
 A run that is still running on a live host is uploaded by that host: sync
 refuses it. A run whose host is gone (its lease expired, or on the host's
-own machine nobody holds its write-ahead log) has crashed: sync uploads what
-its files hold and the end state crashed; `chorus recover` first adds what
-the write-ahead log holds beyond the files.
+own machine nobody holds its write-ahead log) has crashed: sync first
+rebuilds its files from its write-ahead log, as `chorus recover` does (the
+rows the host committed but never wrote to history.jsonl, and the end
+state), keeping the files it replaces as NAME.bak, then uploads them.
 
 exit codes: 0 everything uploaded (or --status printed), 1 something was
 left (the message says whether syncing again goes on, or what must change
@@ -144,24 +147,55 @@ std::string count(std::uint64_t n) {
   return buf;
 }
 
+/// A run whose host is known to be gone, its files rebuilt from its WAL
+/// before they are uploaded: once the end state is delivered, rows that only
+/// the WAL held would never go up. False (said on stderr) where the rebuild
+/// failed: uploading then would deliver the end without those rows.
+bool rebuild_lost_run(const std::string& dir, const RunInfo& info, const std::string& label) {
+  struct stat st {};
+  if (::lstat((dir + "/wal").c_str(), &st) != 0) {
+    // Copied here without its WAL, say: the files are all there is.
+    std::fprintf(stderr,
+                 "chorus sync: %s crashed: %s; it has no write-ahead log here (%s/wal) to rebuild its files from: "
+                 "uploading what its files hold, then its end state\n",
+                 label.c_str(), info.liveness.why.c_str(), dir.c_str());
+    return true;
+  }
+  std::fprintf(stderr,
+               "chorus sync: %s crashed: %s; rebuilding its files from its write-ahead log (as `chorus recover` "
+               "does; the replaced ones kept as NAME.bak), then uploading every committed row and its end state\n",
+               label.c_str(), info.liveness.why.c_str());
+  RecoverOptions o;
+  o.unended_reason = "the run host died before this rank finished (marked by chorus sync, from the write-ahead log)";
+  if (const Result<std::string> report = recover_run(dir, o); !report) {
+    std::fprintf(stderr,
+                 "chorus sync: %s: its files could not be rebuilt from its write-ahead log: %s. Nothing was uploaded: "
+                 "its end state would close the upload without the rows only the log holds. Sync again once that "
+                 "is fixed (`chorus recover %s --dry-run` reads the log and changes nothing); to upload the files "
+                 "as they are instead, move %s/wal out of the run directory first\n",
+                 label.c_str(), report.error().message().c_str(), dir.c_str(), dir.c_str());
+    return false;
+  }
+  return true;
+}
+
 /// Uploads one run; true when its end state (or, for a run without one,
 /// everything there is) was delivered.
 bool sync_run(const std::string& dir, const io::UploadTarget& target, double timeout_s, bool tty) {
-  const RunInfo info = read_run(dir);
+  RunInfo info = read_run(dir);
   const std::string label = info.id.empty() ? dir : info.id;
   if (info.state == "running" && info.liveness.life == io::HostLife::alive) {
     std::fprintf(stderr, "chorus sync: %s is running, and its host (pid %lld on %s) uploads it; sync it after it ends\n",
                  label.c_str(), static_cast<long long>(info.pid), info.host.c_str());
     return false;
   }
+  if (info.host_lost()) {
+    if (!rebuild_lost_run(dir, info, label)) return false;
+    info = read_run(dir); // run.json now records the end the log gives (or still reads crashed, from its lease)
+  }
   // A run whose host is lost reads crashed here as in the Uploader (io::RunSnapshot): its end goes up.
   const bool ended = info.readable() && info.reported_state() != "running";
-  if (info.host_lost())
-    std::fprintf(stderr,
-                 "chorus sync: %s crashed: %s; uploading what its files hold, then its end state. `chorus recover "
-                 "%s` before syncing adds what its write-ahead log holds beyond the files\n",
-                 label.c_str(), info.liveness.why.c_str(), dir.c_str());
-  else if (!ended && info.readable())
+  if (!ended && info.readable())
     std::fprintf(stderr,
                  "chorus sync: %s has no end state, and whether its host (on %s) lives cannot be told from here%s%s: "
                  "uploading what it holds; `chorus recover %s` first gives it its end state\n",

@@ -5,6 +5,7 @@
 #include "cli/run_info.hpp"
 #include "io/store/artifacts.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/metric_specs.hpp"
 #include "io/upload/tensorboard_run.hpp"
 #include "runtime/core/json.hpp"
 
@@ -94,6 +95,18 @@ Result<std::string> json_file(const std::string& path) {
   const Result<simdjson::dom::element> doc = load_json_file(path, parser);
   if (!doc) return doc.error();
   return simdjson::minify(*doc);
+}
+
+/// The keys the declarations chart others against (their step metrics):
+/// the history's index keeps every point of them.
+std::vector<std::string> step_metrics(const Result<io::MetricSpecs>& specs) {
+  std::vector<std::string> out;
+  if (!specs) return out;
+  for (const auto& [key, spec] : specs->specs)
+    if (!spec.step_metric.empty() && spec.step_metric != "_step" &&
+        std::find(out.begin(), out.end(), spec.step_metric) == out.end())
+      out.push_back(spec.step_metric);
+  return out;
 }
 
 /// The first numbers of summary.json (bookkeeping keys left out), as a JSON object.
@@ -249,6 +262,15 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
     f = slot;
   }
   f->used = ++clock_;
+  if (history) {
+    // A key declared as another's step metric keeps all its points, so that charts against it are exact.
+    const std::string stamp = stamp_of(dir + "/metrics.json");
+    std::lock_guard lock(f->specs_mutex);
+    if (stamp != f->specs_stamp) {
+      f->specs_stamp = stamp;
+      f->history.keep_points(step_metrics(io::MetricSpecs::read(dir)));
+    }
+  }
   bool grew = false;
   if (history) grew = f->history.refresh() || grew;
   if (system) grew = f->system.refresh() || grew;
@@ -374,6 +396,17 @@ Reply Api::run(std::string_view rel) {
     } else {
       w.null();
       errors.push_back(json.error().message());
+    }
+  }
+  // Its metrics' declarations (metrics.json): {} where none was declared.
+  {
+    const Result<io::MetricSpecs> specs = io::MetricSpecs::read(dir);
+    w.key("metrics");
+    if (specs) {
+      w.raw(specs->json());
+    } else {
+      w.null();
+      errors.push_back(specs.error().message());
     }
   }
   // Where the run belongs to a group: the group's path.
@@ -572,7 +605,9 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     event("system", [&](io::JsonWriter& w) { index_state(w, s); });
     seen.system_rows = s.rows;
   }
-  const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json");
+  // metrics.json too: a late declaration changes how a page charts its keys.
+  const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json") + "|" +
+                            stamp_of(where.dir + "/metrics.json");
   // A host that dies changes no file: a running run's liveness is looked at now and then.
   const auto now = std::chrono::steady_clock::now();
   const bool changed = !seen.started || stamp != seen.run_stamp;

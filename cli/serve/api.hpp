@@ -64,7 +64,7 @@ public:
   /// GET /api/runs: every run by project and group, the newest first.
   Reply runs();
   /// GET /api/run?run=REL: a run's identity, ranks, config, summary,
-  /// artifacts, its history's keys and its system keys.
+  /// artifacts, its metrics' declarations, its history's keys and its system keys.
   Reply run(std::string_view rel);
   /// GET /api/series?run=REL&file=history|system&key=K...: series for a chart.
   Reply series(std::string_view rel, FileKind kind, const SeriesRequest& r);
@@ -94,6 +94,8 @@ private:
         : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system) {}
     LinesIndex history, system;
     std::atomic<std::uint64_t> used{0};
+    std::mutex specs_mutex;
+    std::string specs_stamp; // metrics.json's, when its step metrics were last given to `history`
   };
   struct ListEntry {
     std::string stamp; // run.json's and summary.json's

@@ -440,6 +440,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
   next->state_.missing = false;
   next->dev_ = dev_, next->ino_ = ino_;
   next->stopped_ = &stop_;
+  next->keep_ = keep_;
   next_ = std::move(next);
   builder_ = std::thread([this, end] {
     {
@@ -498,6 +499,7 @@ LinesIndex::Key& LinesIndex::key(std::string_view name) {
   if (auto it = by_name_.find(name); it != by_name_.end()) return keys_[it->second];
   by_name_.emplace(std::string(name), static_cast<std::uint32_t>(keys_.size()));
   keys_.push_back(Key{.name = std::string(name)});
+  keys_.back().keep = std::find(keep_.begin(), keep_.end(), name) != keep_.end();
   return keys_.back();
 }
 
@@ -530,7 +532,7 @@ void LinesIndex::add(Key& k, std::uint32_t row, double v) {
   b.last_row = row;
   ++b.n;
   if (!k.exact) return;
-  if (k.exact_rows.size() < exact_points) {
+  if (k.exact_rows.size() < exact_points || k.keep) {
     k.exact_rows.push_back(row);
     k.exact_values.push_back(v);
     return;
@@ -741,6 +743,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
     parts.back()->state_.bytes = starts[i];
     parts.back()->state_.missing = false;
     parts.back()->stopped_ = stopped_;
+    parts.back()->keep_ = keep_;
   }
   std::vector<std::thread> workers;
   for (std::size_t i = 0; i < parts.size(); ++i)
@@ -793,7 +796,7 @@ void LinesIndex::merge(LinesIndex&& part) {
       b.first_row += base, b.last_row += base, b.min_row += base, b.max_row += base;
       k.blocks.push_back(b);
     }
-    if (k.exact && pk.exact && k.exact_rows.size() + pk.exact_rows.size() <= exact_points) {
+    if (k.exact && pk.exact && (k.keep || k.exact_rows.size() + pk.exact_rows.size() <= exact_points)) {
       for (const std::uint32_t r : pk.exact_rows) k.exact_rows.push_back(r + base);
       k.exact_values.insert(k.exact_values.end(), pk.exact_values.begin(), pk.exact_values.end());
     } else if (k.exact) {
@@ -860,6 +863,33 @@ std::pair<std::size_t, std::size_t> LinesIndex::rows_in(XAxis x, double lo, doub
   return {marks_[first].row, last < marks_.size() ? marks_[last].row : step_.size()};
 }
 
+double LinesIndex::value_at(const Key& k, std::size_t row) {
+  if (!k.exact) return nan_v;
+  const auto at = std::lower_bound(k.exact_rows.begin(), k.exact_rows.end(), row);
+  if (at == k.exact_rows.end() || *at != row) return nan_v;
+  return k.exact_values[static_cast<std::size_t>(at - k.exact_rows.begin())];
+}
+
+std::pair<std::size_t, std::size_t> LinesIndex::rows_in(const Key& k, double lo, double hi) {
+  std::size_t first = std::numeric_limits<std::size_t>::max(), last = 0;
+  if (k.exact) {
+    for (std::size_t i = 0; i < k.exact_rows.size(); ++i) {
+      if (k.exact_values[i] < lo || k.exact_values[i] > hi) continue;
+      first = std::min<std::size_t>(first, k.exact_rows[i]);
+      last = std::size_t{k.exact_rows[i]} + 1;
+    }
+  } else {
+    // Its blocks know the smallest and largest value of their rows.
+    for (const Block& b : k.blocks) {
+      if (b.max < lo || b.min > hi) continue;
+      first = std::min<std::size_t>(first, b.first_row);
+      last = std::size_t{b.last_row} + 1;
+    }
+  }
+  if (first >= last) return {0, 0};
+  return {first, last};
+}
+
 std::pair<double, double> LinesIndex::x_range(XAxis x) const {
   double lo = nan_v, hi = nan_v;
   for (const Mark& b : marks_) {
@@ -872,17 +902,19 @@ std::pair<double, double> LinesIndex::x_range(XAxis x) const {
 }
 
 Error LinesIndex::scan(std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
-                       const std::vector<Collector*>& into, XAxis x, double lo, double hi) const {
+                       const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo,
+                       double hi) const {
   // From the last mark at or before the first row.
   const auto mark = std::partition_point(marks_.begin(), marks_.end(), [&](const Mark& m) { return m.row <= first; });
   if (mark == marks_.begin()) return {};
   const Mark& from = *(mark - 1);
-  return scan_lines(from.byte, state_.bytes, from.row, first, last, keys, into, x, lo, hi);
+  return scan_lines(from.byte, state_.bytes, from.row, first, last, keys, into, x, x_key, lo, hi);
 }
 
 Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first,
                              std::size_t last, const std::vector<std::string_view>& keys,
-                             const std::vector<Collector*>& into, XAxis x, double lo, double hi) const {
+                             const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo,
+                             double hi) const {
   std::unordered_map<std::string_view, std::size_t> wanted;
   for (std::size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i], i);
   const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
@@ -890,6 +922,7 @@ Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t 
   io::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = max_line_bytes, .end = end});
   simdjson::dom::parser parser;
   RowReader reader(kind_);
+  std::vector<std::pair<std::size_t, double>> got; // the line's values of the keys wanted
   for (std::string_view line; row < last;) {
     const io::LineReader::Next next = lines.next(line);
     if (next == io::LineReader::Next::failed) return lines.error();
@@ -899,23 +932,38 @@ Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t 
     if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) continue;
     const bool take = row >= first;
     double at = nan_v;
+    got.clear();
     const std::string_view why = reader.read(obj, row, [&](std::string_view name, double v, std::size_t) {
       if (!take || !std::isfinite(v)) return;
+      if (!x_key.empty() && name == x_key) at = v; // the x key may come after the keys it is the x of
       const auto it = wanted.find(name);
-      if (it == wanted.end()) return;
-      if (std::isnan(at)) at = x == XAxis::step ? static_cast<double>(reader.step) : x == XAxis::wall ? reader.wall : reader.rel;
-      if (at >= lo && at <= hi) into[it->second]->add(at, v);
+      if (it != wanted.end()) got.emplace_back(it->second, v);
     });
-    if (why.empty()) ++row;
+    if (!why.empty()) continue;
+    if (x_key.empty())
+      at = x == XAxis::step ? static_cast<double>(reader.step) : x == XAxis::wall ? reader.wall : reader.rel;
+    if (at >= lo && at <= hi)
+      for (const auto& [i, v] : got) into[i]->add(at, v);
+    ++row;
   }
   return {};
 }
 
 void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
   const Overview& o = *overview_;
+  // Each overview line's x: its step or time, or the x key's value on it (NaN: none).
+  const auto x_key = r.x_key.empty() ? o.by_name.end() : o.by_name.find(r.x_key);
+  std::vector<double> keyed;
+  if (x_key != o.by_name.end()) {
+    keyed.assign(o.lines.size(), nan_v);
+    for (const auto& [line, v] : o.keys[x_key->second].points) keyed[line] = v;
+  }
+  const auto line_x = [&](std::size_t i) {
+    return r.x_key.empty() ? o.lines[i].x(r.x) : keyed.empty() ? nan_v : keyed[i];
+  };
   double all_lo = nan_v, all_hi = nan_v;
-  for (const Overview::Line& l : o.lines) {
-    const double v = l.x(r.x);
+  for (std::size_t i = 0; i < o.lines.size(); ++i) {
+    const double v = line_x(i);
     if (std::isnan(v)) continue;
     if (std::isnan(all_lo) || v < all_lo) all_lo = v;
     if (std::isnan(all_hi) || v > all_hi) all_hi = v;
@@ -937,17 +985,18 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
       if (it == o.by_name.end()) continue;
       std::uint64_t n = 0;
       for (const auto& [line, v] : o.keys[it->second].points) {
-        const double at = o.lines[line].x(r.x);
+        const double at = line_x(line);
         if (at >= lo && at <= hi) collectors[i].add(at, v), ++n;
       }
       collectors[i].count(std::max<std::uint64_t>(n, static_cast<std::uint64_t>(std::llround(static_cast<double>(n) * o.scale()))));
     }
   } else {
     // A range: every line of the file between the overview's lines around it.
-    // Lines are in step order and times nearly so: one overview line more on each side.
+    // Lines are in step order and times nearly so, as a step metric (an
+    // epoch) mostly is: one overview line more on each side.
     std::size_t before = 0, after = o.lines.size();
     for (std::size_t i = 0; i < o.lines.size(); ++i) {
-      const double v = o.lines[i].x(r.x);
+      const double v = line_x(i);
       if (std::isnan(v)) continue;
       if (v < lo) before = i;
       if (v > hi && after == o.lines.size()) after = i;
@@ -957,9 +1006,13 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
     std::vector<std::string_view> keys(r.keys.begin(), r.keys.end());
     std::vector<Collector*> into;
     for (Collector& c : collectors) into.push_back(&c);
-    problem = scan_lines(from, end, 0, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x, lo, hi);
+    problem =
+        scan_lines(from, end, 0, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x, r.x_key, lo, hi);
   }
-  put_answer(out, lo, hi, o.rows, whole ? ",\"overview\":true" : ",\"overview\":false", problem, r.keys, collectors,
+  std::string extra = whole ? ",\"overview\":true" : ",\"overview\":false";
+  const bool none = std::all_of(collectors.begin(), collectors.end(), [](const Collector& c) { return c.n() == 0; });
+  if (!r.x_key.empty() && x_key == o.by_name.end() && (whole || none)) extra += ",\"x_missing\":true";
+  put_answer(out, lo, hi, o.rows, extra, problem, r.keys, collectors,
              [&](std::size_t i) {
                // A key no line of the overview has, nor any line of the range read.
                if (!o.by_name.contains(r.keys[i]) && (whole || collectors[i].n() == 0)) out += ",\"missing\":true";
@@ -972,13 +1025,24 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
     overview_json(r, out);
     return;
   }
-  const auto [all_lo, all_hi] = x_range(r.x);
+  // Against a key (a step metric): a row's x is that key's value on it, from
+  // the points the index keeps of it; where it keeps none, every key's points
+  // are read back from the file, x and all.
+  const Key* x_key = nullptr;
+  if (!r.x_key.empty())
+    if (const auto it = by_name_.find(r.x_key); it != by_name_.end() && keys_[it->second].points > 0)
+      x_key = &keys_[it->second];
+  const bool keyed = !r.x_key.empty();
+  const auto x_at = [&](std::size_t row) { return keyed ? value_at(*x_key, row) : x_of(r.x, row); };
+  const auto [all_lo, all_hi] =
+      !keyed ? x_range(r.x) : x_key ? std::pair{x_key->min, x_key->max} : std::pair{nan_v, nan_v};
   double lo = r.from.value_or(all_lo), hi = r.to.value_or(all_hi);
   if (std::isnan(lo)) lo = 0;
   if (std::isnan(hi)) hi = lo;
   if (hi < lo) std::swap(lo, hi);
   const std::size_t width = std::max<std::size_t>(r.width, 1);
-  const auto [first, last] = rows_in(r.x, lo, hi);
+  const auto [first, last] =
+      !keyed ? rows_in(r.x, lo, hi) : x_key ? rows_in(*x_key, lo, hi) : std::pair<std::size_t, std::size_t>{0, 0};
   // A range of at most this many points of a key is read from the file:
   // every point is then there, or the exact smallest and largest of each pixel.
   const std::uint64_t read_at_most = std::max<std::uint64_t>(4096, std::uint64_t(block_points) * width);
@@ -995,11 +1059,17 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
     if (it == by_name_.end() || first >= last) continue;
     const Key& k = keys_[it->second];
     found[i] = &k;
+    if (keyed && !x_key->exact) {
+      to_read.push_back(k.name);
+      read_into.push_back(&c);
+      read_first = first, read_last = last;
+      continue;
+    }
     if (k.exact) {
       const auto b = std::lower_bound(k.exact_rows.begin(), k.exact_rows.end(), first);
       const auto e = std::lower_bound(b, k.exact_rows.end(), last);
       for (auto p = b; p != e; ++p) {
-        const double at = x_of(r.x, *p);
+        const double at = x_at(*p);
         if (at >= lo && at <= hi) c.add(at, k.exact_values[static_cast<std::size_t>(p - k.exact_rows.begin())]);
       }
       continue;
@@ -1008,7 +1078,14 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
     std::uint64_t n = 0;
     auto e = b;
     for (; e != k.blocks.end() && e->first_row < last; ++e) n += e->n;
-    if (n <= read_at_most) {
+    // Against a key, a block's smallest and largest value stand for it only
+    // where their rows have an x: an x sparser than the key (an epoch beside
+    // a loss on every row) would leave most of them out, so it is read.
+    const auto x_points = [&] {
+      const auto xb = std::lower_bound(x_key->exact_rows.begin(), x_key->exact_rows.end(), first);
+      return static_cast<std::uint64_t>(std::lower_bound(xb, x_key->exact_rows.end(), last) - xb);
+    };
+    if (n <= read_at_most || (keyed && x_points() < n)) {
       to_read.push_back(k.name);
       read_into.push_back(&c);
       if (b != e) {
@@ -1020,14 +1097,16 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
     for (auto p = b; p != e; ++p)
       for (const auto& [row, v] : {std::pair{p->min_row, p->min}, std::pair{p->max_row, p->max}}) {
         if (row < first || row >= last) continue;
-        const double at = x_of(r.x, row);
+        const double at = x_at(row);
         if (at >= lo && at <= hi) c.add(at, v);
       }
     c.count(n);
   }
   Error problem;
-  if (!to_read.empty() && read_first < read_last) problem = scan(read_first, read_last, to_read, read_into, r.x, lo, hi);
-  put_answer(out, lo, hi, step_.size(), {}, problem, r.keys, collectors, [&](std::size_t i) {
+  if (!to_read.empty() && read_first < read_last)
+    problem = scan(read_first, read_last, to_read, read_into, r.x, r.x_key, lo, hi);
+  const std::string_view extra = keyed && !x_key ? ",\"x_missing\":true" : "";
+  put_answer(out, lo, hi, step_.size(), extra, problem, r.keys, collectors, [&](std::size_t i) {
     if (found[i]) out += ",\"nan\":" + std::to_string(found[i]->nans) + ",\"inf\":" + std::to_string(found[i]->infs);
     else out += ",\"missing\":true";
   });
@@ -1103,6 +1182,19 @@ std::vector<std::pair<std::string, std::int64_t>> LinesIndex::last_steps(std::st
   for (const Key& k : keys_)
     if (k.name.starts_with(prefix) && k.points > 0) out.emplace_back(k.name, step_[k.last_row]);
   return out;
+}
+
+void LinesIndex::keep_points(std::vector<std::string> keys) {
+  std::unique_lock lock(mutex_);
+  if (keys == keep_) return;
+  keep_ = std::move(keys);
+  bool lost = false;
+  for (Key& k : keys_) {
+    k.keep = std::find(keep_.begin(), keep_.end(), k.name) != keep_.end();
+    lost = lost || (k.keep && !k.exact);
+  }
+  // An index built in the background meanwhile was told the keys of before.
+  if (lost || overview_) reset();
 }
 
 std::size_t LinesIndex::memory() const {

@@ -50,6 +50,10 @@ struct SeriesRequest {
   XAxis x = XAxis::step;
   std::optional<double> from, to;
   std::size_t width = 1000;
+  /// Set: x is this key's value on the same row instead (a declared step
+  /// metric, such as `epoch`; `x` is then not used), and a point is drawn
+  /// only on the rows that have both.
+  std::string x_key;
 };
 
 /// Where the index stands.
@@ -115,6 +119,10 @@ public:
   [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> last_steps(std::string_view prefix) const;
   /// The bytes the index holds.
   [[nodiscard]] std::size_t memory() const;
+  /// Keys that keep every point, however many (the x of other keys' charts:
+  /// a point's x is looked up by its row). Where one of them already gave
+  /// its points up, the index starts over at the next refresh.
+  void keep_points(std::vector<std::string> keys);
 
 private:
   struct Block {
@@ -127,6 +135,7 @@ private:
     std::vector<std::uint32_t> exact_rows; // while `exact`: every finite point
     std::vector<double> exact_values;
     bool exact = true;
+    bool keep = false; // exact however many points (keep_points)
     std::uint64_t points = 0, nans = 0, infs = 0;
     double min = 0, max = 0, last = 0;
     std::uint32_t first_row = 0, last_row = 0;
@@ -161,18 +170,23 @@ private:
   Key& key(std::string_view name);
   void add(Key& k, std::uint32_t row, double v);
   [[nodiscard]] double x_of(XAxis x, std::size_t row) const;
+  /// Key `k`'s value on `row` (NaN: none, or `k` keeps no points).
+  [[nodiscard]] static double value_at(const Key& k, std::size_t row);
   /// The rows whose x lies in [lo, hi], as [first, last); rows are in step
   /// order, and times nearly so (a margin takes those a little out of it).
   [[nodiscard]] std::pair<std::size_t, std::size_t> rows_in(XAxis x, double lo, double hi) const;
+  /// The same where x is key `k`'s value: the first and last row it has one in [lo, hi].
+  [[nodiscard]] static std::pair<std::size_t, std::size_t> rows_in(const Key& k, double lo, double hi);
   /// The smallest and largest x of the file (NaN where no row has one).
   [[nodiscard]] std::pair<double, double> x_range(XAxis x) const;
-  /// Reads rows [first, last) from the file again, handing each key's values to `into`.
+  /// Reads rows [first, last) from the file again, handing each key's values
+  /// to `into`, at `x` (or, where `x_key` is set, at that key's value on the line).
   Error scan(std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
-             const std::vector<Collector*>& into, XAxis x, double lo, double hi) const;
+             const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo, double hi) const;
   /// The same from byte `from` (a line's start, of row `row`) up to byte `end`.
   Error scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first, std::size_t last,
                    const std::vector<std::string_view>& keys, const std::vector<Collector*>& into, XAxis x,
-                   double lo, double hi) const;
+                   std::string_view x_key, double lo, double hi) const;
 
   /// Reads the overview of the file open as `fd`, `size` bytes long, and
   /// starts the index's building in the background; false where there is
@@ -202,6 +216,7 @@ private:
   std::vector<std::uint32_t> guess_; // the key at each place of the previous row
   std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> pseudo_; // the keys the index adds
   std::vector<double> values_;       // the row being read
+  std::vector<std::string> keep_;    // keep_points
 
   std::uint64_t dev_ = 0, ino_ = 0;
   std::uint64_t lines_ = 0; // complete lines read, rows or not

@@ -240,6 +240,8 @@ struct Server::Impl {
       if (!width) return refuse(res, 400, "width is a whole number of pixels from 1 to 8192");
       r.width = static_cast<std::size_t>(*width);
     }
+    // x by a key's values (a declared step metric): it takes x's place.
+    r.x_key = param(req, "xkey");
     send(res, api.series(param(req, "run"), file == "system" ? FileKind::system : FileKind::history, r));
   }
 

@@ -71,11 +71,13 @@ def run_json(run_id, name, project, group, state="finished", world=2, crashed=()
                        "rows": 200, "rejected": 0, "ranks": ranks}) + "\n"
 
 
-def history_rows(first, last, ranks=2, scale=1.0):
+def history_rows(first, last, ranks=2, scale=1.0, epochs=False):
     out = []
     for s in range(first, last):
         row = {"_step": s, "_timestamp": START + s, "_runtime": float(s), "loss": scale * 2 * math.exp(-s / 60),
                "lr": 0.001 * (1 - s / 400)}
+        if epochs:
+            row["epoch"] = s / 20
         for r in range(ranks):
             row[f"acc/rank-{r}"] = s * 0.004 + r * 0.1
         row["_count"] = {"loss": ranks}
@@ -83,10 +85,14 @@ def history_rows(first, last, ranks=2, scale=1.0):
     return "\n".join(out) + "\n"
 
 
-def make_run(root, project, group, run_id, name=None, rows=200, scale=1.0, **kw):
+def make_run(root, project, group, run_id, name=None, rows=200, scale=1.0, epochs=False, **kw):
+    """A run; with `epochs`, an `epoch` key (the step / 20) that metrics.json declares loss's step metric."""
     d = os.path.join(root, project, group, run_id)
     write(os.path.join(d, "run.json"), run_json(run_id, name or run_id, project, group, **kw))
-    write(os.path.join(d, "history.jsonl"), history_rows(0, rows, kw.get("world", 2), scale))
+    write(os.path.join(d, "history.jsonl"), history_rows(0, rows, kw.get("world", 2), scale, epochs))
+    if epochs:
+        write(os.path.join(d, "metrics.json"),
+              json.dumps({"loss": {"reduce": "mean", "summary": "min", "step_metric": "epoch"}}) + "\n")
     write(os.path.join(d, "config.json"), json.dumps({"lr": 0.001, "optimizer": "adam"}))
     write(os.path.join(d, "summary.json"), json.dumps({"_step": rows - 1, "loss": 0.05}))
     sys_lines = []
@@ -183,6 +189,15 @@ def chart(d, title):
     return d.execute_script(CHART, title)
 
 
+def x_of(d, title):
+    """The chart's x: what it was drawn against, the axis label shown, and its last x."""
+    return d.execute_script("const c = window.chorus.charts.find((c) => c.title === arguments[0]);"
+                            "if (!c || !c.g) return null;"
+                            "const l = c.el.querySelector('.dygraph-xlabel');"
+                            "return {used: c.axisUsed, label: l ? l.textContent : null, last: c.g.xAxisExtremes()[1],"
+                            "        rows: c.g.numRows(), status: c.status.textContent};", title)
+
+
 def drawn(d, title, rows=1):
     """Waits for the chart `title` to be drawn: rows of data and painted pixels."""
     d.execute_script("const c = window.chorus.charts.find((c) => c.title === arguments[0]); if (c) c.el.scrollIntoView();",
@@ -227,7 +242,7 @@ def case_runs_list(chorus, root, d):
 
 
 def case_run_charts(chorus, root, d):
-    run = make_run(root, "mnist", "job-1", "exp1", name="exp1", world=2, crashed=(1,))
+    run = make_run(root, "mnist", "job-1", "exp1", name="exp1", world=2, crashed=(1,), epochs=True)
     # Two barriers: rank 1 came last to the first, never reached the second.
     write(os.path.join(run, "barriers.jsonl"), "\n".join(json.dumps(b) for b in [
         {"name": "epoch-0", "index": 0, "step": 9, "opened": START + 10, "released": START + 12.5, "error": None,
@@ -256,6 +271,14 @@ def case_run_charts(chorus, root, d):
         for name in ["acc/rank-0", "acc/rank-1"]:
             assert name in acc["toggles"] and name in acc["legend"], acc
         assert "loss" in chart(d, "loss")["toggles"]
+        # loss is declared with the step metric epoch: drawn against it, labelled so; lr against the step.
+        x = x_of(d, "loss")
+        assert x["used"] == "key:epoch" and x["label"] == "epoch" and x["last"] == 199 / 20, x
+        assert "against epoch" in x["status"], x
+        x = x_of(d, "lr")
+        assert x["used"] == "step" and x["label"] == "step" and x["last"] == 199, x
+        # Its summary is its min, and says so.
+        wait_until("the summary's declaration", lambda: "(min)" in d.find_element(By.CSS_SELECTOR, "#overview").text)
         d.execute_script("window.chorus.charts.find((c) => c.title === 'acc').el.scrollIntoView()")
         time.sleep(0.3)
         d.save_screenshot("run_charts.png")
@@ -267,6 +290,15 @@ def case_run_charts(chorus, root, d):
         d.execute_script("const s = document.getElementById('smooth'); s.value = 0.9; s.dispatchEvent(new Event('input'));")
         d.execute_script("const l = document.getElementById('logscale'); l.click();")
         drawn(d, "loss", rows=200)
+        d.execute_script("const c = window.chorus.charts.find((c) => c.title === 'loss'); c.el.scrollIntoView();")
+        d.save_screenshot("run_charts_step_metric.png")
+        # The x selector still draws it against the step, and back.
+        d.execute_script("const x = document.getElementById('xaxis'); x.value = '_step'; x.dispatchEvent(new Event('change'));")
+        wait_until("loss against the step", lambda: (lambda x: x if x and x["used"] == "step" and x["label"] == "step"
+                                                     and x["last"] == 199 and x["rows"] == 200 else None)(x_of(d, "loss")))
+        d.execute_script("const x = document.getElementById('xaxis'); x.value = 'step'; x.dispatchEvent(new Event('change'));")
+        wait_until("loss against epoch again", lambda: (lambda x: x if x and x["label"] == "epoch" and x["rows"] == 200
+                                                        else None)(x_of(d, "loss")))
         d.execute_script("const x = document.getElementById('xaxis'); x.value = 'wall'; x.dispatchEvent(new Event('change'));")
         wait_until("wall-time x", lambda: d.execute_script(
             "const c = window.chorus.charts.find((c) => c.title === 'loss'); return c.axisUsed === 'wall' && c.g.numRows() === 200"))
@@ -316,7 +348,8 @@ def case_live(chorus, root, d):
 
 
 def case_compare(chorus, root, d):
-    make_run(root, "mnist", "job-1", "aaa111", name="baseline", start=START)
+    # Only baseline declares loss's step metric: the runs disagree, so loss is drawn against the step.
+    make_run(root, "mnist", "job-1", "aaa111", name="baseline", start=START, epochs=True)
     make_run(root, "cifar", "job-2", "bbb222", name="challenger", start=START + 100, scale=0.5)
     s = Serve(chorus, root)
     try:
@@ -334,6 +367,8 @@ def case_compare(chorus, root, d):
         first = d.execute_script("const g = window.chorus.charts.find((c) => c.title === 'loss').g;"
                                  "return [g.getValue(0, 1), g.getValue(0, 2)];")
         assert sorted(first) == [1.0, 2.0], first
+        x = x_of(d, "loss")
+        assert x["label"] == "step" and "different step metrics" in x["status"], x
         d.save_screenshot("compare.png")
         # A group's page puts its members side by side.
         make_run(root, "mnist", "job-1", "ccc333", name="second")

@@ -7,13 +7,16 @@
 
 #include "tests/cli/process.hpp"
 #include "tests/cli/run_files.hpp"
+#include "tests/upload/tfevents_reader.hpp"
 
 #include <simdjson.h>
 
 #include <csignal>
+#include <set>
 #include <thread>
 
 using namespace chorus::test;
+namespace tfevents = chorus::test::tfevents;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -89,18 +92,43 @@ BOOST_AUTO_TEST_CASE(a_host_killed_without_a_word_reads_crashed_in_every_command
   BOOST_TEST(contains(csv.err, "last committed step 39"));
   BOOST_TEST(lines_of(csv.out).back().starts_with("39,"));
 
-  // sync uploads what the files hold, then the end state: crashed.
-  const std::string target = "tensorboard:" + (tmp.path / "tb").string();
-  const Output sync = run_chorus({"sync", dir.string(), "--to", target, "--timeout", "60"});
+  // Reading left the files as they were: `chorus recover` rebuilds them.
+  BOOST_TEST(contains(slurp(dir / "run.json"), "\"state\":\"running\""));
+
+  // The host died before it wrote its last rows to history.jsonl (it flushes
+  // about once a second): only the WAL holds steps 30-39 now.
+  const std::vector<std::string> rows = lines_of(slurp(dir / "history.jsonl"));
+  BOOST_REQUIRE_EQUAL(rows.size(), 40u);
+  std::string first30;
+  for (std::size_t i = 0; i < 30; ++i) first30 += rows[i] + "\n";
+  write_text(dir / "history.jsonl", first30);
+
+  // sync rebuilds the files from the WAL first, then uploads every committed row and the end state: crashed.
+  const fs::path tb = tmp.path / "tb";
+  const Output sync = run_chorus({"sync", dir.string(), "--to", "tensorboard:" + tb.string(), "--timeout", "60"});
   BOOST_TEST_INFO(sync.out << sync.err);
   BOOST_TEST(sync.code == 0);
   BOOST_TEST(contains(sync.err, "chorus sync: " + id + " crashed: "));
+  BOOST_TEST(contains(sync.err, "rebuilding its files from its write-ahead log"));
   BOOST_TEST(!contains(sync.err, "no end state"));
   const Output status = run_chorus({"sync", "--status", dir.string()});
   BOOST_TEST(contains(status.out, "done (crashed)"), status.out);
+  BOOST_TEST(lines_of(slurp(dir / "history.jsonl")).size() == 40u);
+  BOOST_TEST(contains(slurp(dir / "run.json"), "\"state\":\"crashed\""));
+  BOOST_TEST(fs::exists(dir / "history.jsonl.bak"));
+  std::set<std::int64_t> steps;
+  for (const auto& e : fs::directory_iterator(tb / id))
+    if (e.path().filename().string().starts_with("events.out.tfevents."))
+      for (const tfevents::TbEvent& ev : tfevents::read_events(e.path().string()))
+        for (const tfevents::TbValue& v : ev.values)
+          if (v.tag == "loss" && v.simple_value) steps.insert(ev.step);
+  BOOST_TEST(steps.size() == 40u);
+  BOOST_TEST((!steps.empty() && *steps.begin() == 0 && *steps.rbegin() == 39));
 
-  // The files are left as they were: `chorus recover` rebuilds them.
-  BOOST_TEST(contains(slurp(dir / "run.json"), "\"state\":\"running\""));
+  // Synced again: nothing is rebuilt (run.json records the end now), nothing is sent twice.
+  const Output again = run_chorus({"sync", dir.string(), "--to", "tensorboard:" + tb.string(), "--timeout", "60"});
+  BOOST_TEST(again.code == 0, again.err);
+  BOOST_TEST(!contains(again.err, "rebuilding"), again.err);
 }
 
 BOOST_AUTO_TEST_CASE(export_and_sync_read_another_hosts_expired_lease_as_crashed) {
@@ -128,7 +156,19 @@ BOOST_AUTO_TEST_CASE(export_and_sync_read_another_hosts_expired_lease_as_crashed
   BOOST_TEST(sync.code == 0, sync.err);
   BOOST_TEST(contains(sync.err, "chorus sync: expired crashed: its host (pid 2147483000 on " + other_host + ")"),
              sync.err);
+  BOOST_TEST(contains(sync.err, "no write-ahead log here"), sync.err); // copied without it: the files are all there is
   BOOST_TEST(contains(run_chorus({"sync", "--status", expired.string()}).out, "done (crashed)"));
+  // A WAL that cannot be replayed: nothing goes up, since the end state would close the upload without its rows.
+  spec.id = "damaged";
+  const fs::path damaged = make_run(root.path, "p", "g", spec);
+  write_lease(damaged, other_host, 3600);
+  write_text(damaged / "history.jsonl", history(42, 2));
+  write_text(damaged / "wal", std::string(4096, 'x'));
+  const Output refused = run_chorus({"sync", damaged.string(), "--to", target, "--timeout", "60"});
+  BOOST_TEST(refused.code == 1, refused.err);
+  BOOST_TEST(contains(refused.err, "could not be rebuilt from its write-ahead log"), refused.err);
+  BOOST_TEST(contains(refused.err, "Nothing was uploaded"), refused.err);
+  BOOST_TEST(contains(run_chorus({"sync", "--status", damaged.string()}).out, "not uploaded"));
   // A host whose lease holds uploads its run itself.
   const Output live = run_chorus({"sync", fresh.string(), "--to", target});
   BOOST_TEST(live.code == 1);

@@ -543,6 +543,19 @@ BOOST_AUTO_TEST_CASE(show_group_puts_the_members_side_by_side) {
   BOOST_TEST((f[2] == Row{"loss", "0.25", "0.35", "0.5"}));
   BOOST_TEST((table(section(o.out, "summary"), "KEY")[1] == Row{"best", "1", "2", "3"}));
 
+  // A member declares loss's summary its min: its summary's loss is no final value, and says what it is.
+  write_text(dir / "r0" / "metrics.json", R"({"loss":{"reduce":"mean","summary":"min","step_metric":null}})");
+  const Output declared = run_chorus({"show", dir.string(), "--width", "120"});
+  BOOST_TEST_INFO(declared.out << declared.err);
+  const auto summary = table(section(declared.out, "summary"), "KEY");
+  BOOST_REQUIRE_EQUAL(summary.size(), 3u);
+  BOOST_TEST((summary[2] == Row{"loss", "0.25 (min)", "0.35", "0.5"}));
+  BOOST_TEST((table(section(declared.out, "final values"), "KEY")[2] == Row{"loss", "0.25", "0.35", "0.5"}));
+  // Without the histories, the final values come from the summaries: not r0's loss.
+  const Output summaries = run_chorus({"show", dir.string(), "--no-history"});
+  const auto finals_of = table(section(summaries.out, "final values"), "KEY");
+  BOOST_TEST(std::none_of(finals_of.begin(), finals_of.end(), [](const Row& r) { return r[0] == "loss"; }));
+
   // Narrow: the member columns go on in a second table.
   const Output narrow = run_chorus({"show", dir.string(), "--width", "30", "--no-history"});
   BOOST_TEST(narrow.code == 0);

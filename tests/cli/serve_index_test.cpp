@@ -316,3 +316,62 @@ BOOST_AUTO_TEST_CASE(a_history_replaced_while_it_is_indexed_is_read_afresh) {
   BOOST_TEST(!index.state().indexing);
   BOOST_TEST(index.state().rows == 100u);
 }
+
+BOOST_AUTO_TEST_CASE(a_series_against_a_key_is_drawn_at_that_keys_value_on_each_row) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, history_rows(0, 70'000));
+  // The rows' own _step as the x key: the answers must be those against the
+  // step. 70,000 points: kept whole only where it is named to keep_points
+  // (in one read, and in pieces), else read back from the file.
+  LinesIndex plain(file.string(), FileKind::history, never);
+  LinesIndex kept(file.string(), FileKind::history, never);
+  LinesIndex kept_pieces(file.string(), FileKind::history, 1, 3);
+  kept.keep_points({"_step"});
+  kept_pieces.keep_points({"_step"});
+  for (LinesIndex* i : {&plain, &kept, &kept_pieces}) BOOST_TEST(i->refresh());
+  BOOST_TEST(kept.memory() >= plain.memory() + 70'000 * (sizeof(std::uint32_t) + sizeof(double)));
+  const std::vector<std::string> keys = {"sparse", "c/rank-2", "_progress/rank-2", "nosuch", "dense", "_count/min"};
+  using Range = std::tuple<std::optional<double>, std::optional<double>, std::size_t>;
+  for (const auto& [from, to, width] :
+       {Range{std::nullopt, std::nullopt, 3000}, Range{30'000.0, 30'900.0, 1000}, Range{49'990.0, 50'020.0, 1000}}) {
+    std::string want;
+    plain.series_json({keys, XAxis::step, from, to, width}, want);
+    for (const LinesIndex* i : {&plain, &kept, &kept_pieces}) {
+      std::string got;
+      i->series_json({keys, XAxis::step, from, to, width, "_step"}, got);
+      BOOST_TEST(got == want, "from " << from.value_or(-1) << ": " << got.substr(0, 300));
+    }
+  }
+  // Named once the index is built: it is read afresh, and keeps them from then on.
+  plain.keep_points({"_step"});
+  BOOST_TEST(plain.refresh());
+  BOOST_TEST(plain.memory() == kept.memory());
+
+  // Against `sparse` (every 7th row, its step / 4): a point only where a row has both.
+  std::string out;
+  plain.series_json({{"c/rank-0"}, XAxis::step, 99.0, 102.0, 1000, "sparse"}, out);
+  BOOST_TEST(out.find(R"("c/rank-0":{"n":2,"full":true,"x":[99.75,101.5],"y":[399,406])") != std::string::npos, out);
+  // A key on every row, past the points it keeps, against one on every 7th:
+  // the 10,000 rows that have both, none left out for want of an x.
+  out.clear();
+  plain.series_json({{"c/rank-0"}, XAxis::step, std::nullopt, std::nullopt, 100, "sparse"}, out);
+  BOOST_TEST(out.find(R"("to":17498.25,)") != std::string::npos, out);
+  BOOST_TEST(out.find(R"("c/rank-0":{"n":10000,"full":false,)") != std::string::npos, out);
+  BOOST_TEST(out.find(",69993],") != std::string::npos, out); // the last row's value, the largest
+  out.clear();
+  plain.series_json({{"dense"}, XAxis::step, std::nullopt, std::nullopt, 1000, "nosuch"}, out);
+  BOOST_TEST(out.find(R"("x_missing":true)") != std::string::npos, out);
+
+  // While the index is built, a range against a key is read from the file: the very answer of the index.
+  LinesIndex building(file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  building.hold_indexing(true);
+  BOOST_TEST(building.refresh());
+  BOOST_TEST(building.state().indexing);
+  for (const auto& [from, to] : {std::pair{7'500.0, 7'725.0}, std::pair{0.0, 25.0}, std::pair{17'400.0, 17'499.0}}) {
+    const SeriesRequest r{keys, XAxis::step, from, to, 1000, "sparse"};
+    BOOST_TEST(series_part(building, r) == series_part(plain, r), "sparse " << from << " to " << to);
+  }
+  building.hold_indexing(false);
+  wait_indexed(building);
+}

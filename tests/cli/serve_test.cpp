@@ -129,14 +129,17 @@ std::vector<double> numbers(simdjson::dom::element array) {
   return out;
 }
 
-/// A run with `rows` rows of `wave` (sin of the step, a spike at step `spike`).
-fs::path wave_run(const fs::path& root, const std::string& id, int rows, int spike) {
+/// A run with `rows` rows of `wave` (sin of the step, a spike at step
+/// `spike`) and, with `epochs`, `epoch` (the step over 1000) on every row.
+fs::path wave_run(const fs::path& root, const std::string& id, int rows, int spike, bool epochs = false) {
   const fs::path dir = make_run(root, "proj", "grp", {.id = id});
   std::string h;
   for (int s = 0; s < rows; ++s) {
     const double v = s == spike ? 100.0 : s == spike + 1 ? -100.0 : std::sin(s * 0.01);
     h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s) +
-         R"(,"_runtime":)" + std::to_string(s) + R"(,"wave":)" + std::to_string(v) + "}\n";
+         R"(,"_runtime":)" + std::to_string(s) + R"(,"wave":)" + std::to_string(v);
+    if (epochs) h += R"(,"epoch":)" + std::to_string(s / 1000.0);
+    h += "}\n";
   }
   write_text(dir / "history.jsonl", h);
   return dir;
@@ -633,4 +636,146 @@ BOOST_AUTO_TEST_CASE(a_run_whose_host_is_lost_reads_crashed_on_the_list_the_page
   BOOST_TEST_INFO(seen);
   BOOST_TEST(contains(seen, R"("state":"running")"));
   BOOST_TEST(contains(seen, R"("state":"crashed","shown_state":"crashed","recorded_state":"running")"));
+}
+
+namespace {
+
+/// A run of 100 rows: `loss` and `acc/rank-0..1` every row, `val/loss` and
+/// `epoch` (1 to 10) every tenth; metrics.json declares `val/loss` and `acc`
+/// with the step metric `epoch`.
+fs::path epoch_run(const fs::path& root, const std::string& id) {
+  const fs::path dir = make_run(root, "proj", "grp", {.id = id, .world = 2});
+  std::string h;
+  for (int s = 0; s < 100; ++s) {
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s) +
+         R"(,"_runtime":)" + std::to_string(s) + R"(,"loss":)" + std::to_string(100 - s);
+    for (int r = 0; r < 2; ++r) h += ",\"acc/rank-" + std::to_string(r) + "\":" + std::to_string(s + r * 1000);
+    if (s % 10 == 9) h += R"(,"val/loss":)" + std::to_string(s * 0.5) + R"(,"epoch":)" + std::to_string((s + 1) / 10);
+    h += "}\n";
+  }
+  write_text(dir / "history.jsonl", h);
+  write_text(dir / "metrics.json", R"({"val/loss":{"reduce":"mean","summary":"min","step_metric":"epoch"},)"
+                                   R"("acc":{"reduce":"none","summary":"max","step_metric":"epoch"}})"
+                                   "\n");
+  return dir;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_run_carries_its_declarations_and_a_key_is_charted_against_its_step_metric) {
+  TempDir root;
+  epoch_run(root.path, "declared");
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/run?run=proj/grp/declared");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  BOOST_TEST_INFO(body);
+  const Json j(body);
+  BOOST_TEST(j["metrics"]["val/loss"]["step_metric"].get_string().value_unsafe() == "epoch");
+  BOOST_TEST(j["metrics"]["val/loss"]["summary"].get_string().value_unsafe() == "min");
+  BOOST_TEST(j["metrics"]["acc"]["reduce"].get_string().value_unsafe() == "none");
+  BOOST_TEST(!j.has("error"), "no error for a sound run");
+
+  // Against epoch: the rows that have both, x the epoch on each.
+  const auto [vs, vbody] = s.get(series_path("proj/grp/declared", {"val/loss", "loss"}, "&xkey=epoch"));
+  BOOST_REQUIRE_EQUAL(vs, 200);
+  BOOST_TEST_INFO(vbody);
+  const Json v(vbody);
+  const std::vector<double> epochs{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  BOOST_TEST(numbers(v["series"]["val/loss"]["x"]) == epochs, boost::test_tools::per_element());
+  const std::vector<double> val{4.5, 9.5, 14.5, 19.5, 24.5, 29.5, 34.5, 39.5, 44.5, 49.5};
+  BOOST_TEST(numbers(v["series"]["val/loss"]["y"]) == val, boost::test_tools::per_element());
+  // loss is on every row, epoch on every tenth: ten points, at the rows with an epoch.
+  BOOST_TEST(numbers(v["series"]["loss"]["x"]) == epochs, boost::test_tools::per_element());
+  BOOST_TEST(numbers(v["series"]["loss"]["y"]) == std::vector<double>({91, 81, 71, 61, 51, 41, 31, 21, 11, 1}),
+             boost::test_tools::per_element());
+  BOOST_TEST(v["series"]["loss"]["n"].get_int64().value_unsafe() == 10);
+  BOOST_TEST(v["from"].get_double().value_unsafe() == 1.0);
+  BOOST_TEST(v["to"].get_double().value_unsafe() == 10.0);
+  BOOST_TEST(!v.has("x_missing"));
+  // A per-rank column, zoomed into epochs 3 to 5.
+  const auto [zs, zbody] = s.get(series_path("proj/grp/declared", {"acc/rank-1"}, "&xkey=epoch&from=3&to=5"));
+  const Json z(zbody);
+  BOOST_TEST(numbers(z["series"]["acc/rank-1"]["x"]) == std::vector<double>({3, 4, 5}), boost::test_tools::per_element());
+  BOOST_TEST(numbers(z["series"]["acc/rank-1"]["y"]) == std::vector<double>({1029, 1039, 1049}),
+             boost::test_tools::per_element());
+  // A step metric the history does not have: nothing, and the answer says why.
+  const auto [ms, mbody] = s.get(series_path("proj/grp/declared", {"loss"}, "&xkey=nosuch"));
+  BOOST_TEST(ms == 200);
+  BOOST_TEST(contains(mbody, R"("x_missing":true)"), mbody);
+  BOOST_TEST(contains(mbody, R"("loss":{"n":0,"full":true,"x":[],"y":[])"), mbody);
+}
+
+BOOST_AUTO_TEST_CASE(a_long_step_metric_charts_the_same_kept_by_the_index_or_read_from_the_file) {
+  TempDir root;
+  // Past the points a key keeps in memory (65,536): declared as wave's step
+  // metric, epoch keeps them all; undeclared, it is read from the file.
+  const int rows = 70'000, spike = 41'234;
+  const fs::path kept = wave_run(root.path, "kept", rows, spike, true);
+  write_text(kept / "metrics.json", R"({"wave":{"reduce":"none","summary":"last","step_metric":"epoch"}})");
+  wave_run(root.path, "read", rows, spike, true);
+  Serve s(root.path);
+  const double at = spike / 1000.0;
+  std::vector<std::int64_t> cached; // the indexes' bytes after each run's first request
+  for (const char* run : {"proj/grp/kept", "proj/grp/read"}) {
+    BOOST_TEST_CONTEXT(run) {
+      const auto [status, body] = s.get(series_path(run, {"wave"}, "&xkey=epoch&width=100"));
+      BOOST_REQUIRE_EQUAL(status, 200);
+      cached.push_back(Json(s.get("/api/status").second)["cached_bytes"].get_int64().value_unsafe());
+      const Json all(body);
+      const auto w = all["series"]["wave"];
+      const std::vector<double> x = numbers(w["x"]), y = numbers(w["y"]);
+      BOOST_TEST(w["n"].get_int64().value_unsafe() == rows);
+      BOOST_TEST(x.size() <= 200u);
+      BOOST_TEST(x.size() >= 100u);
+      BOOST_TEST(std::is_sorted(x.begin(), x.end()));
+      BOOST_TEST(all["from"].get_double().value_unsafe() == 0.0); // the step metric's range
+      BOOST_TEST(all["to"].get_double().value_unsafe() == (rows - 1) / 1000.0);
+      const auto top = std::find(y.begin(), y.end(), 100.0) - y.begin();
+      BOOST_REQUIRE(static_cast<std::size_t>(top) < y.size());
+      BOOST_TEST(x[static_cast<std::size_t>(top)] == at);
+      BOOST_TEST(*std::min_element(y.begin(), y.end()) == -100.0);
+      // Zoomed into 300 rows' epochs at 1000 pixels: every point, exactly.
+      const auto [zs, zbody] = s.get(series_path(run, {"wave"}, "&xkey=epoch&width=1000&from=" +
+                                                                  std::to_string((spike - 100) / 1000.0) +
+                                                                  "&to=" + std::to_string((spike + 199) / 1000.0)));
+      const Json zoom(zbody);
+      const std::vector<double> zx = numbers(zoom["series"]["wave"]["x"]), zy = numbers(zoom["series"]["wave"]["y"]);
+      BOOST_TEST(zoom["series"]["wave"]["full"].get_bool().value_unsafe());
+      BOOST_REQUIRE_EQUAL(zx.size(), 300u);
+      BOOST_TEST(zx[100] == at);
+      BOOST_TEST(zy[100] == 100.0);
+      BOOST_TEST(zy[101] == -100.0);
+    }
+  }
+  // The declared run's index holds every point of epoch (a row and a value each); the other's none of them.
+  BOOST_REQUIRE_EQUAL(cached.size(), 2u);
+  const std::int64_t kept_bytes = cached[0], read_bytes = cached[1] - cached[0];
+  BOOST_TEST(kept_bytes - read_bytes >= std::int64_t{rows} * 12, kept_bytes << " and " << read_bytes);
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_metrics_json_is_reported_on_the_run_not_fatal) {
+  TempDir root;
+  const fs::path torn = epoch_run(root.path, "torn");
+  write_text(torn / "metrics.json", R"({"val/loss":{"reduce":"mean","summ)");
+  const fs::path unknown = epoch_run(root.path, "unknown");
+  write_text(unknown / "metrics.json", R"({"val/loss":{"reduce":"mean","summary":"median","step_metric":null}})");
+  Serve s(root.path);
+  for (const auto& [run, why] :
+       {std::pair{"proj/grp/torn", "is not a JSON object"}, std::pair{"proj/grp/unknown", "median"}}) {
+    BOOST_TEST_CONTEXT(run) {
+      const auto [status, body] = s.get(std::string("/api/run?run=") + run);
+      BOOST_REQUIRE_EQUAL(status, 200);
+      BOOST_TEST_INFO(body);
+      const Json j(body);
+      const std::string error(j["error"].get_string().value_unsafe());
+      BOOST_TEST(contains(error, "metrics.json"));
+      BOOST_TEST(contains(error, why));
+      BOOST_TEST(contains(error, "chorus recover")); // and its fix
+      BOOST_TEST(j["metrics"].is_null());
+      BOOST_TEST(j["history"]["rows"].get_int64().value_unsafe() == 100); // the rest is there
+      BOOST_TEST(s.get(series_path(run, {"loss"}, "")).first == 200);
+    }
+  }
+  const Output o = s.stop();
+  BOOST_TEST(o.code == 0, o.out << o.err);
 }

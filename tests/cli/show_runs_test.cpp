@@ -185,3 +185,48 @@ BOOST_AUTO_TEST_CASE(show_smooths_as_tensorboard_and_puts_time_on_the_x_axis) {
     BOOST_TEST(contains(o.err, bad[0]), o.err);
   }
 }
+
+BOOST_AUTO_TEST_CASE(show_says_a_declared_summary_and_step_metric) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "decl", .world = 2});
+  write_text(dir / "history.jsonl", history(100, 2));
+  write_text(dir / "summary.json", R"({"_step":99,"loss":0.123,"lr":0.00001,"acc/rank-1":1.99})");
+  // loss's summary is its min; acc (kept per rank: acc/rank-N) is charted against epoch.
+  write_text(dir / "metrics.json", R"({"loss":{"reduce":"mean","summary":"min","step_metric":null},)"
+                                   R"("acc":{"reduce":"none","summary":"max","step_metric":"epoch"}})");
+  const Output o = run_chorus({"show", dir.string(), "--no-system", "--width", "120"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  const std::vector<std::string> summary = block(o.out, "summary");
+  BOOST_REQUIRE_EQUAL(summary.size(), 5u); // the title, the last row, three values
+  BOOST_TEST(words_of(summary[2]) == std::vector<std::string>({"loss", "=", "0.123", "(min)"}), summary[2]);
+  BOOST_TEST(words_of(summary[3]) == std::vector<std::string>({"lr", "=", "1e-05"}), summary[3]);
+  BOOST_TEST(words_of(summary[4]) == std::vector<std::string>({"acc/rank-1", "=", "1.99", "(max)"}), summary[4]);
+  // The charts of acc's columns say their x; loss's says nothing of it.
+  for (const char* key : {"acc/rank-0  (", "acc/rank-1  ("}) {
+    const std::vector<std::string> chart = block(o.out, key);
+    BOOST_REQUIRE(chart.size() > 2u);
+    BOOST_TEST(chart[1].starts_with("  x: epoch (its step metric"), chart[1]);
+  }
+  BOOST_TEST(count_of(o.out, "x: epoch") == 2u);
+
+  // Several runs: said where they all declare the same.
+  const fs::path other = make_run(root.path, "proj", "grp", {.id = "plain", .world = 2});
+  write_text(other / "history.jsonl", history(50, 2));
+  const Output both = run_chorus({"show", dir.string(), other.string(), "--width", "120"});
+  BOOST_TEST_INFO_SCOPE(both.out << both.err);
+  BOOST_TEST(!contains(both.out, "x: epoch"));
+  std::filesystem::copy_file(dir / "metrics.json", other / "metrics.json");
+  BOOST_TEST(count_of(run_chorus({"show", dir.string(), other.string(), "--width", "120"}).out, "x: epoch") == 2u);
+
+  // A damaged metrics.json is named, with its fix; the rest is shown.
+  write_text(dir / "metrics.json", R"({"loss":{"reduce")");
+  const Output damaged = run_chorus({"show", dir.string(), "--no-system", "--width", "120"});
+  BOOST_TEST_INFO_SCOPE(damaged.out << damaged.err);
+  BOOST_TEST(damaged.code == 0);
+  const std::vector<std::string> metrics = block(damaged.out, "metrics");
+  BOOST_REQUIRE_EQUAL(metrics.size(), 2u);
+  BOOST_TEST(contains(metrics[1], "metrics.json is not a JSON object"));
+  BOOST_TEST(contains(metrics[1], "chorus recover"));
+  BOOST_TEST(contains(damaged.out, "\nloss  ("));
+}

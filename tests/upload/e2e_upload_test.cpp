@@ -702,6 +702,50 @@ BOOST_AUTO_TEST_CASE(a_requeued_run_whose_end_was_uploaded_runs_again_on_the_ser
   resume_a_killed_uploading_job(true);
 }
 
+// 4e. A job made offline is killed for real while its rows 0..59 are
+// committed, and its host had not yet written the last of them to
+// history.jsonl (it flushes about once a second): only the WAL holds them.
+// `chorus sync` of the run, whose host is gone, rebuilds its files from the
+// WAL first: the server gets every committed row once, and the end, FAILED
+// (crashed).
+BOOST_AUTO_TEST_CASE(sync_of_a_run_whose_host_is_gone_uploads_the_rows_only_its_wal_holds) {
+  constexpr int pause_at = 60, flushed = 40;
+  TrackingServer server;
+  chorus::test::TempDir dir;
+  const std::string url = mlflow_url(server.port());
+  {
+    auto job = launch(dir.path, 2, {"--steps", "100", "--pause-step", std::to_string(pause_at)},
+                      {"CHORUS_SYSTEM_INTERVAL=0"});
+    const std::string paused = "PAUSED " + std::to_string(pause_at);
+    BOOST_REQUIRE_MESSAGE(job->wait_for([&](const std::string& out, const std::string&) {
+      return out.find(paused) != std::string::npos;
+    }, 120s), "the job never reported " << paused);
+    BOOST_REQUIRE(eventually(
+        [&] { return file_lines(only_run_dir(dir.path) / "history.jsonl").size() == std::size_t{pause_at}; }, 30s));
+    kill_job(job->pid());
+    const auto out = job->finish(60s);
+    BOOST_TEST_INFO_SCOPE(both(out));
+  }
+  const fs::path run_dir = only_run_dir(dir.path);
+  const RunJson killed = read_run_json(run_dir);
+  BOOST_REQUIRE_EQUAL(killed.state, "running"); // nothing was left to end it
+  const auto lines = file_lines(run_dir / "history.jsonl");
+  std::string first;
+  for (int i = 0; i < flushed; ++i) first += lines[static_cast<std::size_t>(i)] + "\n";
+  chorus::test::write_text(run_dir / "history.jsonl", first);
+  BOOST_REQUIRE_EQUAL(file_lines(run_dir / "history.jsonl").size(), std::size_t{flushed});
+
+  const auto sync = chorus_cmd({"sync", run_dir.string(), "--to", url});
+  BOOST_TEST_INFO_SCOPE(both(sync));
+  BOOST_REQUIRE_EQUAL(sync.code, 0);
+  BOOST_TEST(sync.err.find("rebuilding its files from its write-ahead log") != std::string::npos);
+  BOOST_TEST(file_lines(run_dir / "history.jsonl").size() == std::size_t{pause_at});
+  BOOST_TEST(read_run_json(run_dir).state == "crashed");
+  check_mlflow(server, run_dir); // every value of the rebuilt history once, and the end
+  BOOST_TEST(remote_run(server, killed.id).status == "FAILED");
+  BOOST_TEST(remote_run(server, killed.id).metrics["loss"].size() == std::size_t{pause_at});
+}
+
 // 5. The server misbehaves while the job trains; nothing is lost or doubled
 // (an outage at the end: once `chorus sync` has sent the rest).
 BOOST_AUTO_TEST_CASE(faults_during_a_live_run_every_point_once) {

@@ -80,6 +80,27 @@ const perRank = (key) => /\/rank-\d+$/.test(key);
 const baseKey = (key) => key.replace(/\/rank-\d+$/, '');
 const rankOf = (key) => { const m = /\/rank-(\d+)$/.exec(key); return m ? Number(m[1]) : null; };
 
+// The step metric a run declares for `key` (metrics.json, define_metric's
+// step_metric): its charts' x. null: the rows' _step.
+function stepMetric(run, key) {
+  const d = run && run.metrics && run.metrics[key];
+  const m = d && d.step_metric;
+  return m && m !== '_step' ? m : null;
+}
+const hasKey = (run, key) => ((run && run.history && run.history.keys) || []).some((k) => k.key === key);
+
+// What the chart of `key` is drawn against where x is "step": each run's
+// declared step metric where they all declare the same one and have logged
+// it ({key}), else _step ({key: null}, with why where a declaration is set aside).
+function declaredX(runs, key) {
+  const ms = runs.map((r) => stepMetric(r, key));
+  const m = ms[0];
+  if (!ms.some((x) => x)) return { key: null };
+  if (!ms.every((x) => x === m)) return { key: null, why: 'the runs declare different step metrics for it: drawn against step' };
+  if (!runs.every((r) => hasKey(r, m))) return { key: null, why: `its step metric ${m} has no values yet: drawn against step` };
+  return { key: m };
+}
+
 // ---------- settings, shared by every chart ----------
 
 const settings = Object.assign({ x: 'step', smooth: 0, log: false, ranks: true },
@@ -134,7 +155,8 @@ class Chart {
   constructor(parent, title, sources, opts) {
     this.title = title;
     this.sources = sources;
-    this.opts = Object.assign({ axis: null, annotate: null, extra: null }, opts || {});
+    // xkey: a function giving declaredX's answer for this chart, where x may be a step metric.
+    this.opts = Object.assign({ axis: null, annotate: null, extra: null, xkey: null }, opts || {});
     this.range = null;        // the x range asked for; null: everything
     this.data = null;         // per source: {x, y} as the server gave them
     this.g = null;
@@ -154,12 +176,24 @@ class Chart {
 
   axis() { return this.opts.axis ? this.opts.axis(settings.x) : settings.x; }
 
+  // What the next load draws against: 'step', 'wall', 'rel', or 'key:NAME'
+  // (a declared step metric, where x is "step"), and why a declaration was set aside.
+  xChoice() {
+    const axis = this.axis();
+    if (axis === '_step') return { used: 'step' };
+    if (axis !== 'step' || !this.opts.xkey) return { used: axis };
+    const d = this.opts.xkey();
+    return d.key ? { used: 'key:' + d.key, key: d.key } : { used: 'step', why: d.why };
+  }
+
   // Asks for the series again: the whole range, or the one zoomed into.
   async load() {
     if (this.loading) { this.again = true; return; }
     this.loading = true;
     try {
-      const axis = this.axis();
+      const choice = this.xChoice();
+      // A range zoomed into is in the units of the x it was drawn against.
+      if (this.axisUsed && choice.used !== this.axisUsed) this.range = null;
       const width = Math.max(100, Math.min(4000, Math.round(this.plot.clientWidth || 600)));
       const byFile = new Map();
       this.sources.forEach((s, i) => {
@@ -170,14 +204,15 @@ class Chart {
       });
       const data = new Array(this.sources.length).fill(null);
       const problems = [];
-      let n = 0, full = true, overview = false;
+      let n = 0, full = true, overview = false, xMissing = false;
       await Promise.all([...byFile.values()].map(async (f) => {
-        const params = { run: f.run, file: f.file, key: f.keys, x: axis, width };
+        const params = { run: f.run, file: f.file, key: f.keys, x: choice.key ? 'step' : choice.used, xkey: choice.key, width };
         if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
         const r = await api('series', params);
         if (r.error) { problems.push(r.error); return; }
         if (r.problem) problems.push(r.problem);
         if (r.overview) overview = true;
+        if (r.x_missing) xMissing = true;
         f.keys.forEach((k, j) => {
           const s = r.series && r.series[k];
           if (!s) return;
@@ -187,9 +222,13 @@ class Chart {
         });
       }));
       this.data = data;
-      this.axisUsed = axis;
+      this.axisUsed = choice.used;
+      this.xKey = choice.key || null;
+      if (choice.why) problems.push(choice.why);
+      if (xMissing) problems.push(`no values of ${choice.key}, its step metric, ` + (this.range ? 'in this range' : 'yet'));
       this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + (overview ? 'about ' : '') + n + ' points' +
-        (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)');
+        (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)') +
+        (choice.key ? ` against ${choice.key} (its declared step metric), on the rows that have both` : '');
       this.draw();
     } catch (e) {
       this.status.textContent = 'could not load: ' + e;
@@ -218,9 +257,13 @@ class Chart {
     this.data.forEach((s, i) => {
       if (!s) return;
       const ys = ema(s.y, this.sources[i].noSmooth ? 0 : settings.smooth);
+      // Against a step metric several rows may share an x (an epoch): each keeps a row of the chart.
+      const seen = this.xKey ? new Map() : null;
       for (let j = 0; j < s.x.length; j++) {
-        let r = rows.get(s.x[j]);
-        if (!r) { r = new Array(cols + 1).fill(null); r[0] = s.x[j]; rows.set(s.x[j], r); }
+        let at = s.x[j];
+        if (seen) { const k = seen.get(at) || 0; seen.set(at, k + 1); if (k) at = at + '#' + k; }
+        let r = rows.get(at);
+        if (!r) { r = new Array(cols + 1).fill(null); r[0] = s.x[j]; rows.set(at, r); }
         r[i + 1] = ys[j];
       }
     });
@@ -249,10 +292,11 @@ class Chart {
       labels, colors, visibility, series,
       labelsDiv: this.legend, legend: 'always', labelsSeparateLines: false,
       connectSeparatedPoints: true, logscale: settings.log, strokeWidth: 1.3,
-      xlabel: { step: 'step', wall: 'wall time', rel: 'time into the run' }[this.axisUsed],
+      xlabel: this.xKey || { step: 'step', wall: 'wall time', rel: 'time into the run' }[this.axisUsed],
       axes: {
         x: this.axisUsed === 'rel' ? { valueFormatter: fmtDuration, axisLabelFormatter: fmtDuration } :
-          this.axisUsed === 'step' ? { valueFormatter: (v) => 'step ' + v } : {},
+          this.axisUsed === 'step' ? { valueFormatter: (v) => 'step ' + v } :
+            this.xKey ? { valueFormatter: (v) => this.xKey + ' ' + fmtNumber(v), axisLabelFormatter: axisNumber } : {},
         y: { valueFormatter: fmtNumber, axisLabelFormatter: axisNumber, axisLabelWidth: 60 },
       },
       drawCallback: (g, initial) => this.onDraw(g, initial),
@@ -448,6 +492,16 @@ function jsonTable(obj) {
   return t;
 }
 
+// summary.json, each value declared as a key's min, max or mean (not its last) saying so.
+function summaryTable(run) {
+  const t = jsonTable(run.summary);
+  for (const tr of t.querySelectorAll('tr')) {
+    const key = tr.firstChild.textContent, d = run.metrics && run.metrics[baseKey(key)];
+    if (d && d.summary && d.summary !== 'last') tr.lastChild.append(h('span', { class: 'note', text: ` (${d.summary})` }));
+  }
+  return t;
+}
+
 function ranksTable(run) {
   const t = h('table', { id: 'ranks-table' }, h('tr', {}, ['rank', 'state', 'last step', 'exit code', 'host', 'message', 'holds others back'].map((x) => h('th', { text: x }))));
   const lag = new Map((run.laggards || []).map((l) => [l.rank, l.why]));
@@ -539,7 +593,7 @@ function systemCharts(keys) {
   }
   return out;
 }
-const timeAxis = (x) => (x === 'step' ? 'rel' : x);
+const timeAxis = (x) => (x === 'step' || x === '_step' ? 'rel' : x);
 
 async function runPage(view, path) {
   crumbs(h('a', { href: '#/', text: 'runs' }), h('span', { text: path }));
@@ -570,7 +624,7 @@ async function runPage(view, path) {
       h('div', {}, h('h2', { text: 'Run' }), identityTable(run), run.group_path ? h('p', {}, 'group: ', h('a', { href: '#/group/' + encodeURI(run.group_path), text: run.group_path })) : ''),
       h('div', {}, h('h2', { text: `Ranks (${(run.ranks || []).length})` }), ranksTable(run)),
       h('div', {}, h('h2', { text: 'Config' }), jsonTable(run.config)),
-      h('div', {}, h('h2', { text: 'Summary' }), jsonTable(run.summary)),
+      h('div', {}, h('h2', { text: 'Summary' }), summaryTable(run)),
       (run.artifacts || []).length ? h('div', {}, h('h2', { text: 'Artifacts' }), artifacts) : '');
     barriersBox.replaceChildren(barriersView(run));
   };
@@ -591,7 +645,9 @@ async function runPage(view, path) {
           if (fresh.length) { existing.sources.push(...fresh.map((k) => ({ run: path, key: k, label: k, rankColumn: perRank(k) }))); existing.refresh(); }
           continue;
         }
-        const c = new Chart(section, base, ks.map((k) => ({ run: path, key: k, label: k, rankColumn: perRank(k) })));
+        // A key's per-rank columns (key/rank-N) follow its declaration.
+        const c = new Chart(section, base, ks.map((k) => ({ run: path, key: k, label: k, rankColumn: perRank(k) })),
+          { xkey: () => declaredX([run], base) });
         c.kind = 'metric';
       }
     }
@@ -679,8 +735,12 @@ async function runPage(view, path) {
   const reloadRun = async () => {
     const r = await api('run', { run: path });
     if (r.httpStatus >= 400) return;
+    const declared = JSON.stringify(run.metrics || {}) + JSON.stringify((run.history.keys || []).map((k) => k.key));
     run = r;
     renderHead();
+    // A declaration made late, or a step metric's first value: the charts' x may change.
+    if (JSON.stringify(run.metrics || {}) + JSON.stringify((run.history.keys || []).map((k) => k.key)) !== declared)
+      chorus.charts.filter((c) => c.kind === 'metric').forEach((c) => { if (c.xChoice().used !== c.axisUsed) c.reset(); });
   };
   const es = follow([path], {
     history: async (e) => {
@@ -727,7 +787,9 @@ async function overlayCharts(parent, runs, labelOf) {
       parent.append(h('h3', { text: prefix }), s);
       sections.set(prefix, s);
     }
-    const c = new Chart(sections.get(prefix), key, byKey.get(key).map((r) => ({ run: r.path, key, label: labelOf(r), title: r.path })));
+    // Each run's own declaration: where they differ, _step.
+    const c = new Chart(sections.get(prefix), key, byKey.get(key).map((r) => ({ run: r.path, key, label: labelOf(r), title: r.path })),
+      { xkey: () => declaredX(byKey.get(key), key) });
     c.kind = 'overlay';
   }
   if (!order.length) parent.append(h('p', { class: 'note', text: 'no metrics in these runs' }));
