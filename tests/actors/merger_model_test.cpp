@@ -258,6 +258,8 @@ private:
         break;
       case w::Tag::define:
         reduce_[r.names.at(e.key)] = e.reduce;
+        // The sink hears the declaration whole (the model makes no metric views).
+        log.push_back("metric " + r.names.at(e.key) + " " + std::string(to_string(e.reduce)) + " last -");
         done(rank, e.seq, Errc::ok);
         break;
       case w::Tag::config:

@@ -599,7 +599,8 @@ BOOST_AUTO_TEST_CASE(a_run_whose_host_is_lost_reads_crashed_on_the_list_the_page
   BOOST_REQUIRE_EQUAL(status, 200);
   BOOST_TEST_INFO(body);
   std::map<std::string, std::string> states;
-  for (auto g : arr(Json(body)["groups"]))
+  const Json runs(body); // named: the elements below view its parse
+  for (auto g : arr(runs["groups"]))
     for (auto r : arr(g["runs"].value_unsafe()))
       states[std::string(r["path"].get_string().value_unsafe())] =
           std::string(r["state"].get_string().value_unsafe()) + "/" +
