@@ -286,7 +286,9 @@ struct RunWriter::State {
   /// how many more.
   [[nodiscard]] std::string ranks_ended() const {
     std::vector<std::pair<std::pair<RunState, std::string>, std::vector<int>>> kinds;
-    for (const auto& [rank, k] : ranks) {
+    for (const auto& entry : ranks) {
+      const int rank = entry.first;
+      const auto& k = entry.second;
       if (k.state == RunState::finished || k.state == RunState::running) continue;
       auto it = std::find_if(kinds.begin(), kinds.end(),
                              [&](const auto& g) { return g.first.first == k.state && g.first.second == k.message; });
