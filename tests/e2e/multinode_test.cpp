@@ -20,56 +20,13 @@ namespace {
 
 constexpr int nodes = 3, per_node = 2, world = nodes * per_node;
 
-/// Three hosts, a disk each, and the job's launches on them.
-struct Cluster {
-  TempDir dir;
-  Hosts hosts{nodes};
-  // Each host has ports of its own: one port serves every test program.
-  int port = 29400;
-  std::vector<std::unique_ptr<Process>> launches; // destroyed first: SIGKILL to what is left
-
-  std::string credentials; // CHORUS_TLS_DIR=..., made once for the job
-
-  Cluster() {
-    for (int k = 0; k < nodes; ++k) fs::create_directories(disk(k));
-    const fs::path creds = dir.path / "creds";
-    const Output made = run(bin("chorus") + " certs " + creds.string());
-    BOOST_REQUIRE_MESSAGE(made.status == 0, made.text);
-    credentials = "CHORUS_TLS_DIR=" + creds.string();
-  }
-
-  fs::path disk(int k) const { return dir.path / ("node" + std::to_string(k)); }
-  fs::path log(int k) const { return dir.path / ("node" + std::to_string(k) + ".out"); }
+/// Three hosts of two ranks each.
+struct ThreeNodes : Cluster {
+  ThreeNodes() : Cluster(nodes, per_node) {}
 
   /// Starts every node's launch at once, steered by CHORUS_MODE and CHORUS_SCOPE.
   void start(const std::string& mode, const std::string& scope, const std::string& worker_args) {
-    const std::string job = "multinode-" + mode + "-" + scope;
-    for (int k = 0; k < nodes; ++k) {
-      const std::string env = "env " + credentials + " CHORUS_MODE=" + mode + " CHORUS_SCOPE=" + scope + " ";
-      const std::string cmd =
-          hosts.on(k) + env +
-          launch_worker(disk(k), per_node, port, worker_args,
-                        "--nnodes " + std::to_string(nodes) + " --node-rank " + std::to_string(k) +
-                            " --master-addr " + hosts.address(0) + " --run-id " + job);
-      launches.push_back(std::make_unique<Process>(cmd, log(k)));
-    }
-  }
-
-  /// Each launch's exit code, or -1 where it did not end within `limit`.
-  std::vector<int> wait_all(std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    std::vector<int> codes;
-    for (auto& l : launches) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      codes.push_back(l->wait_for(std::max(left, 0ms)).value_or(-1));
-    }
-    return codes;
-  }
-
-  std::string logs() const {
-    std::string text;
-    for (int k = 0; k < nodes; ++k) text += "--- node " + std::to_string(k) + "\n" + slurp(log(k));
-    return text;
+    Cluster::start("CHORUS_MODE=" + mode + " CHORUS_SCOPE=" + scope, "multinode-" + mode + "-" + scope, worker_args);
   }
 };
 
@@ -85,26 +42,9 @@ std::string run_name(const fs::path& rd) {
   return std::string(std::string_view(read_run_json(parser, rd)["name"].get_string()));
 }
 
-/// Checks what run.json says of a run that ended, by its places' states.
-void check_run_json(const fs::path& rd, const std::string& mode, const std::string& scope, std::size_t run_world,
-                    const std::vector<std::string>& rank_states, std::int64_t last_step) {
-  simdjson::dom::parser parser;
-  auto info = read_run_json(parser, rd);
-  BOOST_TEST(std::string_view(info["mode"].get_string()) == mode);
-  BOOST_TEST(std::string_view(info["scope"].get_string()) == scope);
-  BOOST_TEST(int64_t(info["nodes"].get_int64()) == nodes);
-  BOOST_TEST(int64_t(info["world_size"].get_int64()) == static_cast<int64_t>(run_world));
-  std::vector<std::string> states;
-  for (auto r : info["ranks"].get_array()) {
-    states.emplace_back(std::string_view(r["state"].get_string()));
-    if (states.back() == "finished") BOOST_TEST(int64_t(r["last_step"].get_int64()) == last_step);
-  }
-  BOOST_TEST(states == rank_states, boost::test_tools::per_element());
-}
-
 /// Runs one mode x scope cell on three hosts; every launch must succeed.
 /// Returns the runs on each node's disk.
-std::vector<std::vector<fs::path>> run_cell(Cluster& c, const std::string& mode, const std::string& scope, int steps) {
+std::vector<std::vector<fs::path>> run_cell(ThreeNodes& c, const std::string& mode, const std::string& scope, int steps) {
   c.start(mode, scope, "--steps " + std::to_string(steps) + " --barrier-every 10");
   const std::vector<int> codes = c.wait_all(120s);
   BOOST_TEST_INFO(c.logs());
@@ -124,7 +64,7 @@ struct Expected {
 /// rank) and checks that node k's disk holds exactly `runs_of(k)`.
 void check_runs_on_each_node(const std::string& mode, const std::string& scope, int steps,
                              std::vector<Expected> (*runs_of)(int node)) {
-  Cluster c;
+  ThreeNodes c;
   const auto runs = run_cell(c, mode, scope, steps);
   for (int k = 0; k < nodes; ++k) {
     BOOST_TEST_CONTEXT("node " << k) {
@@ -134,7 +74,7 @@ void check_runs_on_each_node(const std::string& mode, const std::string& scope, 
       for (const Expected& e : expected) {
         const auto rd = std::find_if(here.begin(), here.end(), [&](const fs::path& p) { return run_name(p).ends_with(e.suffix); });
         BOOST_REQUIRE_MESSAGE(rd != here.end(), "a run named ..." << e.suffix << " on node " << k);
-        check_run_json(*rd, mode, scope, e.ranks.size(), std::vector<std::string>(e.ranks.size(), "finished"), steps - 1);
+        check_run_json(*rd, mode, scope, nodes, e.ranks.size(), std::vector<std::string>(e.ranks.size(), "finished"), steps - 1);
         check_worker_history(*rd, e.ranks, steps);
       }
     }
@@ -144,7 +84,7 @@ void check_runs_on_each_node(const std::string& mode, const std::string& scope, 
 } // namespace
 
 BOOST_AUTO_TEST_CASE(shared_global_one_run_on_node_0_holds_all_six_ranks) {
-  Cluster c;
+  ThreeNodes c;
   constexpr int steps = 40;
   const auto runs = run_cell(c, "shared", "global", steps);
   // The run host is global rank 0: the run lives on node 0's disk only.
@@ -153,7 +93,7 @@ BOOST_AUTO_TEST_CASE(shared_global_one_run_on_node_0_holds_all_six_ranks) {
   BOOST_TEST(runs[2].empty());
   std::vector<int> all(world);
   for (int r = 0; r < world; ++r) all[static_cast<std::size_t>(r)] = r;
-  check_run_json(runs[0][0], "shared", "global", world, std::vector<std::string>(world, "finished"), steps - 1);
+  check_run_json(runs[0][0], "shared", "global", nodes, world, std::vector<std::string>(world, "finished"), steps - 1);
   check_worker_history(runs[0][0], all, steps);
 }
 
@@ -171,7 +111,7 @@ BOOST_AUTO_TEST_CASE(per_rank_every_rank_has_its_own_run_on_its_nodes_disk) {
 }
 
 BOOST_AUTO_TEST_CASE(a_node_cut_off_the_network_is_declared_crashed_and_the_others_finish) {
-  Cluster c;
+  ThreeNodes c;
   // About ten seconds of steps (longer under a sanitizer, where the run host
   // may lag seconds behind ranks that only log); the link goes down after the
   // first 50 rows, and node 2 must still be logging then.

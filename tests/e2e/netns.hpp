@@ -9,12 +9,14 @@
 #include "tests/gpu.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <fcntl.h>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -54,7 +56,7 @@ public:
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (pid_ > 0) {
       int st = 0;
-      const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+      const pid_t r = ::wait4(pid_, &st, WNOHANG, &usage_);
       if (r == pid_) {
         status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         break;
@@ -73,9 +75,15 @@ public:
     wait_for(std::chrono::seconds(10));
   }
 
+  pid_t pid() const { return pid_; }
+  /// Its resource use once it ended (wait4): its own and that of the
+  /// children it waited for, e.g. the ranks of a `chorus launch`.
+  const rusage& usage() const { return usage_; }
+
 private:
   pid_t pid_ = -1;
   std::optional<int> status_;
+  rusage usage_{};
 };
 
 /// `n` hosts chorus-<pid>-n0.. on the bridge of chorus-<pid>-br, at
@@ -182,5 +190,91 @@ private:
   std::string prefix_, subnet_;
   std::vector<std::string> made_;
 };
+
+/// A job on `nodes` hosts: a disk each (a CHORUS_DIR of its own), the job's
+/// credentials (`chorus certs`, mutual TLS between nodes, as a real
+/// multi-node job's links must be), and on each node a `chorus launch` of
+/// `per_node` ranks under --nnodes, whose ranks of other nodes reach the run
+/// host only through MASTER_ADDR (node 0's address).
+class Cluster {
+public:
+  Cluster(int nodes, int per_node) : node_count(nodes), ranks_per_node(per_node), hosts(nodes) {
+    for (int k = 0; k < node_count; ++k) fs::create_directories(disk(k));
+    const fs::path creds = dir.path / "creds";
+    const Output made = run(bin("chorus") + " certs " + creds.string());
+    if (made.status != 0) throw std::runtime_error("chorus certs failed: " + made.text);
+    credentials = "CHORUS_TLS_DIR=" + creds.string();
+  }
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  const int node_count, ranks_per_node;
+  TempDir dir;
+  Hosts hosts;
+  // Each host has ports of its own: one port serves every test program.
+  int port = 29400;
+  std::string credentials; // CHORUS_TLS_DIR=..., made once for the job
+  std::vector<std::unique_ptr<Process>> launches; // destroyed first: SIGKILL to what is left
+
+  int world() const { return node_count * ranks_per_node; }
+  fs::path disk(int k) const { return dir.path / ("node" + std::to_string(k)); }
+  fs::path log(int k) const { return dir.path / ("node" + std::to_string(k) + ".out"); }
+
+  /// The command that runs node `k`'s launch of `trainer` (a command line)
+  /// in the job `run_id`, with `env` ("NAME=value ...") beside the credentials.
+  std::string launch_command(int k, const std::string& env, const std::string& run_id, const std::string& trainer) const {
+    return hosts.on(k) + "env " + credentials + " " + env + " CHORUS_DIR=" + disk(k).string() + " " + bin("chorus") +
+           " launch -n " + std::to_string(ranks_per_node) + " --master-port " + std::to_string(port) + " --nnodes " +
+           std::to_string(node_count) + " --node-rank " + std::to_string(k) + " --master-addr " + hosts.address(0) +
+           " --run-id " + run_id + " -- " + trainer;
+  }
+
+  /// Starts every node's launch of `trainer` at once, each node's output to log(k).
+  void start_trainer(const std::string& env, const std::string& run_id, const std::string& trainer) {
+    for (int k = 0; k < node_count; ++k)
+      launches.push_back(std::make_unique<Process>(launch_command(k, env, run_id, trainer), log(k)));
+  }
+
+  /// Starts every node's launch of chorus_e2e_worker with `worker_args`.
+  void start(const std::string& env, const std::string& run_id, const std::string& worker_args) {
+    start_trainer(env, run_id, bin("chorus_e2e_worker") + " " + worker_args);
+  }
+
+  /// Each launch's exit code, or -1 where it did not end within `limit`.
+  std::vector<int> wait_all(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::vector<int> codes;
+    for (auto& l : launches) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      codes.push_back(l->wait_for(std::max(left, std::chrono::milliseconds(0))).value_or(-1));
+    }
+    return codes;
+  }
+
+  std::string logs() const {
+    std::string text;
+    for (int k = 0; k < node_count; ++k) text += "--- node " + std::to_string(k) + "\n" + slurp(log(k));
+    return text;
+  }
+};
+
+/// Checks what run.json says of a run of a Cluster's job that ended, by its
+/// places' states: `last_step` is that of each finished place.
+inline void check_run_json(const fs::path& rd, const std::string& mode, const std::string& scope, int nodes,
+                           std::size_t run_world, const std::vector<std::string>& rank_states, std::int64_t last_step) {
+  simdjson::dom::parser parser;
+  auto info = read_run_json(parser, rd);
+  BOOST_TEST(std::string_view(info["mode"].get_string()) == mode);
+  BOOST_TEST(std::string_view(info["scope"].get_string()) == scope);
+  BOOST_TEST(int64_t(info["nodes"].get_int64()) == nodes);
+  BOOST_TEST(int64_t(info["world_size"].get_int64()) == static_cast<int64_t>(run_world));
+  std::vector<std::string> states;
+  for (auto r : info["ranks"].get_array()) {
+    states.emplace_back(std::string_view(r["state"].get_string()));
+    if (states.back() == "finished") BOOST_TEST(int64_t(r["last_step"].get_int64()) == last_step);
+  }
+  BOOST_TEST(states == rank_states, boost::test_tools::per_element());
+}
 
 } // namespace e2e
