@@ -71,6 +71,8 @@ public:
   void metric(std::uint32_t key, Reduce reduce, Summary summary, std::uint32_t step_key) override {
     writer.metric(key, reduce, summary, step_key);
   }
+  // When the host accepted the rank's join (its rank_joined event, logged by the join handler below).
+  void rank_joined(int rank, std::int64_t ts_us) override { writer.rank_joined(rank, ts_us); }
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {
     if (rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() && !host.empty()) hosts[rank] = host;

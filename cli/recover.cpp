@@ -114,6 +114,7 @@ public:
                 std::span<const std::pair<std::string_view, double>> values, const Error& why) override {
     writer_.rejected(rank, seq, step, values, why);
   }
+  void rank_joined(int rank, std::int64_t ts_us) override { writer_.rank_joined(rank, ts_us); }
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {
     writer_.rank_state(rank, stopping && state == RunState::crashed ? stopped_ : state, last_step, host, reason);

@@ -102,7 +102,8 @@ RunInfo read_run(const std::string& dir) {
   };
   r.start_time = seconds(run->start_us);
   r.end_time = seconds(run->end_us);
-  for (const io::RunRecord::Rank& k : run->ranks) r.ranks.push_back({k.rank, k.state, k.last_step, k.host, k.message});
+  for (const io::RunRecord::Rank& k : run->ranks)
+    r.ranks.push_back({k.rank, k.state, k.last_step, k.host, k.message, seconds(k.joined_us)});
   std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
   for (const io::RunRecord::Segment& g : run->segments)
     r.segments.push_back({seconds(g.start_us), seconds(g.end_us), g.state});

@@ -20,6 +20,9 @@ struct RankInfo {
   std::int64_t last_step = -1;
   std::string host;
   std::string message;
+  /// When the run host accepted its join in the last attempt (unix
+  /// seconds, run.json's "joined"); none for a rank that never joined.
+  std::optional<double> joined;
   /// last_step is the run's last committed step, not one the rank reported:
   /// run.json learns a rank's own only when it ends, so while it runs this
   /// is the best known (it may be ahead).

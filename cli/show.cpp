@@ -9,11 +9,14 @@
 #include "cli/system_section.hpp"
 #include "io/store/barrier_log.hpp"
 #include "io/store/metric_specs.hpp"
+#include "runtime/core/strings.hpp"
 
 #include <simdjson.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <csignal>
 #include <thread>
 #include <cstdio>
@@ -67,7 +70,9 @@ stream and downsampled to the chart's width.
 
 Each rank is shown with its state, last step, host and message (why it
 failed, crashed or was killed); a run of many ranks puts alike neighbours
-(same state, step and message) on one row. A run whose run.json says
+(same state, step and message) on one row. Where two ranks or more joined,
+a line says how far apart they joined (when the run host accepted each, from
+the run's start) and which ranks never did. A run whose run.json says
 "running" but whose host is gone (its lease expired or, on the host's own
 machine, nobody holds its write-ahead log) has crashed: show says so, with
 its last committed step and why; 'chorus recover RUN' rebuilds its files.
@@ -230,6 +235,62 @@ std::string json_section(const std::string& title, const std::string& path, int 
   return out + "\n";
 }
 
+/// How the ranks' joins spread (run.json's ranks' "joined": when the run
+/// host accepted each, in the last attempt), where two ranks or more have
+/// one: "64 ranks within 0.41 s of each other (first rank 3 at +0.02 s, last
+/// rank 17 at +0.43 s after the run started); 1 never joined: rank 5". ""
+/// where fewer joined.
+std::string join_spread(const RunInfo& r) {
+  // Beyond this, a world size is not believed (a damaged file): only the ranks listed count.
+  constexpr std::int64_t max_world = std::int64_t{1} << 20;
+  const std::int64_t world = r.world_size && *r.world_size > 0 && *r.world_size <= max_world ? *r.world_size : 0;
+  std::vector<bool> listed(static_cast<std::size_t>(world), false);
+  std::vector<int> absent;
+  const RankInfo* first = nullptr;
+  const RankInfo* last = nullptr;
+  std::size_t joined = 0;
+  for (const RankInfo& k : r.ranks) { // in rank order: ties name the lowest rank first, the highest last
+    if (k.rank >= 0 && k.rank < world) listed[static_cast<std::size_t>(k.rank)] = true;
+    if (!k.joined || !std::isfinite(*k.joined)) {
+      if (k.rank >= 0 && k.rank <= INT_MAX) absent.push_back(static_cast<int>(k.rank));
+      continue;
+    }
+    ++joined;
+    if (!first || *k.joined < *first->joined) first = &k;
+    if (!last || *k.joined >= *last->joined) last = &k;
+  }
+  if (joined < 2) return {};
+  // Ranks run.json does not list yet have not joined either.
+  for (std::int64_t i = 0; i < world; ++i)
+    if (!listed[static_cast<std::size_t>(i)]) absent.push_back(static_cast<int>(i));
+  std::sort(absent.begin(), absent.end());
+  absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
+  // The joins are the last attempt's: a resumed run's offsets are from its start.
+  std::optional<double> start = r.start_time;
+  std::string since = "the run started";
+  if (r.segments.size() > 1) {
+    start = r.segments.back().start_time;
+    since = "attempt " + std::to_string(r.segments.size()) + " started";
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%zu ranks within %.2f s of each other", joined, *last->joined - *first->joined);
+  std::string out = buf;
+  if (start && std::isfinite(*start))
+    std::snprintf(buf, sizeof buf, " (first rank %lld at %+.2f s, last rank %lld at %+.2f s after %s)",
+                  static_cast<long long>(first->rank), *first->joined - *start, static_cast<long long>(last->rank),
+                  *last->joined - *start, since.c_str());
+  else
+    std::snprintf(buf, sizeof buf, " (first rank %lld, last rank %lld)", static_cast<long long>(first->rank),
+                  static_cast<long long>(last->rank));
+  out += buf;
+  if (!absent.empty())
+    out.append("; ")
+        .append(std::to_string(absent.size()))
+        .append(r.reported_state() == "running" ? " not joined yet: " : " never joined: ")
+        .append(chorus::detail::rank_list(absent));
+  return out;
+}
+
 std::string identity(const RunInfo& r) {
   Table t;
   auto row = [&](std::string k, std::string v) {
@@ -250,6 +311,7 @@ std::string identity(const RunInfo& r) {
   row("started", r.start_time ? format_time(*r.start_time) : "");
   row("ended", r.end_time ? format_time(*r.end_time) : "");
   if (auto d = r.duration()) row("duration", format_duration(*d));
+  row("joined", join_spread(r));
   std::string state = r.reported_state();
   if (r.state == "running" && r.liveness.life == io::HostLife::unknown) {
     state += " (its host, " + (r.host.empty() ? std::string("unknown") : r.host) + ", cannot be checked from here";

@@ -157,6 +157,7 @@ void ranks(io::JsonWriter& w, const RunInfo& r) {
     w.begin_object().key("rank").integer(k.rank).key("state").string(k.state);
     w.key("last_step").integer(k.last_step).key("committed").boolean(k.committed);
     w.key("host").string(k.host).key("message").string(k.message);
+    if (k.joined && std::isfinite(*k.joined)) w.key("joined").number(*k.joined); // as run.json has it
     w.key("exit_code");
     const auto code = std::find_if(r.exit_codes.begin(), r.exit_codes.end(), [&](const auto& c) { return c.first == k.rank; });
     if (code != r.exit_codes.end()) w.integer(code->second);

@@ -100,6 +100,7 @@ struct Reader {
       if (element x; o["last_step"].get(x) == SUCCESS) whole(x, "last_step", r.last_step);
       if (element x; o["host"].get(x) == SUCCESS) text(x, r.host);
       if (element x; o["message"].get(x) == SUCCESS) text(x, r.message);
+      if (element x; o["joined"].get(x) == SUCCESS) time(x, r.joined_us);
     });
   }
 };
@@ -322,6 +323,7 @@ std::string RunRecord::render(bool whole) const {
       w.key("last_step").integer(r.last_step);
       w.key("host").string(r.host);
       w.key("message").string(r.message);
+      if (r.joined_us) w.key("joined").seconds(joined_ms(*r.joined_us));
       w.end_object();
     }
     w.end_array();

@@ -12,9 +12,11 @@
 //    "state":"finished","start_time":S,"end_time":S|null,
 //    "segments":[{"start_time":S,"end_time":S|null,"state":..,["exit_codes":{..}]}],
 //    ["exit_codes":{"RANK":CODE,..},] "world_size":N,"rows":N,"rejected":N,
-//    ["error":..,] "ranks":[{"rank":N,"state":..,"last_step":N,"host":..,"message":..}]}
+//    ["error":..,] "ranks":[{"rank":N,"state":..,"last_step":N,"host":..,"message":..,["joined":S]}]}
 //
-// Times are unix seconds, written exactly to the microsecond.
+// Times are unix seconds, written exactly to the microsecond; a rank's
+// "joined" (when the run host accepted its join in the last attempt, absent
+// for a rank that never joined) to the millisecond.
 #pragma once
 
 #include "runtime/core/result.hpp"
@@ -75,6 +77,9 @@ struct RunRecord : RunIdentity {
     std::string state;
     std::int64_t last_step = -1;
     std::string host, message;
+    /// Unix microseconds: when the run host accepted the rank's join in the
+    /// last attempt. Written to the millisecond (joined_ms).
+    std::optional<std::int64_t> joined_us;
     bool operator==(const Rank&) const = default;
   };
   std::vector<Rank> ranks;
@@ -120,6 +125,13 @@ struct RunRecord : RunIdentity {
 
   /// Microseconds as unix seconds.
   [[nodiscard]] static double seconds(std::int64_t us) noexcept { return static_cast<double>(us) / 1e6; }
+
+  /// Microseconds rounded to the nearest millisecond (halves away from
+  /// zero), as a rank's "joined" is written.
+  [[nodiscard]] static constexpr std::int64_t joined_ms(std::int64_t us) noexcept {
+    const std::int64_t q = us / 1000, r = us % 1000; // r takes us's sign
+    return (q + (r >= 500 ? 1 : 0) - (r <= -500 ? 1 : 0)) * 1000;
+  }
 
 private:
   /// identity_json(), or the `whole` of run.json.

@@ -125,6 +125,7 @@ struct RunWriter::State {
   bool run_json_dirty = false; // rank states changed since run.json was written
 
   std::map<int, RankInfo> ranks; // the current attempt's
+  std::map<int, std::int64_t> joined; // the current attempt's: when each rank joined (unix µs)
   std::vector<Segment> segments;
   // The exit codes `chorus launch` added to an earlier run.json, by attempt:
   // they are nowhere in the WAL, so a rebuild carries them over.
@@ -274,8 +275,11 @@ struct RunWriter::State {
       r.error = exit_failure;
     else if (last.state != RunState::running && last.state != RunState::finished)
       if (std::string why = ranks_ended(); !why.empty()) r.error = std::move(why);
-    for (const auto& [rank, k] : ranks)
-      r.ranks.push_back({rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
+    for (const auto& [rank, k] : ranks) {
+      RunRecord::Rank& out =
+          r.ranks.emplace_back(RunRecord::Rank{rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
+      if (const auto at = joined.find(rank); at != joined.end()) out.joined_us = at->second;
+    }
     fail(r.write(file("run.json")));
     run_json_dirty = false;
   }
@@ -367,6 +371,7 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   State& s = *s_;
   s.segments.push_back(Segment{ts_us, std::nullopt, RunState::running});
   s.ranks.clear(); // a resumed attempt's ranks join afresh
+  s.joined.clear();
   s.world_size = world_size;
   s.identity = {};
   if (const Result<RunRecord> parsed = RunRecord::parse(run_json))
@@ -473,6 +478,11 @@ void RunWriter::rank_state(int rank, RunState state, std::int64_t last_step, std
   // Written at the next flush, not per change: a job of R ranks joining and
   // finishing would otherwise rewrite (and sync) a file of R ranks 2R times.
   s_->run_json_dirty = true;
+}
+
+void RunWriter::rank_joined(int rank, std::int64_t ts_us) {
+  // A rank's first join stands: one repeated (a replay that met it twice) moves nothing.
+  if (s_->joined.try_emplace(rank, ts_us).second) s_->run_json_dirty = true;
 }
 
 void RunWriter::completed(int, std::uint64_t, const Error*) {}

@@ -45,6 +45,8 @@ public:
                std::uint32_t n) override;
   /// Kept for metrics.json, and the summary's value of the key.
   void metric(std::uint32_t key, Reduce reduce, Summary summary, std::uint32_t step_key) override;
+  /// Kept for run.json's ranks ("joined"): the first of each rank in an attempt.
+  void rank_joined(int rank, std::int64_t ts_us) override;
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override;
   /// Acks are the Run actor's business: ignored.

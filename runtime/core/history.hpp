@@ -56,6 +56,10 @@ public:
   /// (`no_step_key`: _step). Key ids as in a Row.
   static constexpr std::uint32_t no_step_key = 0xffffffffu;
   virtual void metric(std::uint32_t /*key*/, Reduce /*reduce*/, Summary /*summary*/, std::uint32_t /*step_key*/) {}
+  /// `rank` joined the current attempt at `ts_us` (the run host's clock,
+  /// unix microseconds, as its rank_joined event says): once a rank an
+  /// attempt, before the rank_state that says it runs.
+  virtual void rank_joined(int /*rank*/, std::int64_t /*ts_us*/) {}
   /// A rank's state changed (joined, finished, crashed, timed out).
   virtual void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host, std::string_view reason) = 0;
   /// Everything `rank` sent up to and including `seq` is processed; `err`

@@ -537,6 +537,7 @@ struct Merger::State {
       if (ended || r.joined || r.state != RunState::running) return true;
       r.joined = true;
       r.host = j->host;
+      sink.rank_joined(static_cast<int>(j->rank), j->ts_us);
       sink.rank_state(static_cast<int>(j->rank), RunState::running, r.last_step, r.host, {});
       return true;
     }

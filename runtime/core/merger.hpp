@@ -67,6 +67,8 @@
 //   or logs into one not open, or whose seqs do not go up from the rank's
 //   last (by at most 2^17 an event); so is a run_start for 0 or more than 65536
 //   ranks. A joined event for a rank already dead is ignored: it stays crashed;
+//   so is one for a rank that joined the attempt already: the sink hears a
+//   rank's join (rank_joined, with the event's time) once an attempt;
 // - a step outside 0..INT64_MAX-1 (or an auto step past it) is refused with
 //   invalid_argument.
 #pragma once

@@ -81,6 +81,25 @@ BOOST_AUTO_TEST_CASE(rows_wait_for_every_live_rank_and_join_keys_by_name) {
   BOOST_TEST(values_text(rig.row(5)) == "row 5 ts=1000010 rt=10 | loss/rank-1=0x1.ep+4#0");
 }
 
+// The sink hears when each rank joined (its event's time), once an attempt:
+// a join repeated, or of a rank already given up on, is not heard.
+BOOST_AUTO_TEST_CASE(the_sink_hears_each_join_once_an_attempt_with_its_time) {
+  using Joins = std::vector<std::pair<int, std::int64_t>>;
+  Rig rig(3, false);
+  BOOST_REQUIRE(rig.apply(w::rank_joined(1, 5'000, 101, "host-1")));
+  BOOST_TEST(rig.sink.states.back().rank == 1); // its state follows
+  BOOST_REQUIRE(rig.apply(w::rank_joined(1, 9'000, 102, "host-x")));
+  rig.dead(2, "never connected");
+  BOOST_REQUIRE(rig.apply(w::rank_joined(2, 12'000, 103, "host-2")));
+  BOOST_REQUIRE(rig.apply(w::rank_joined(0, 7'000, 100, "host-0")));
+  BOOST_TEST((rig.sink.joins == Joins{{1, 5'000}, {0, 7'000}}));
+  // A resumed attempt's ranks join afresh.
+  rig.end();
+  rig.resume(1, 20'000, false);
+  BOOST_REQUIRE(rig.apply(w::rank_joined(0, 21'000, 200, "host-0")));
+  BOOST_TEST((rig.sink.joins == Joins{{1, 5'000}, {0, 7'000}, {0, 21'000}}));
+}
+
 BOOST_AUTO_TEST_CASE(a_rank_that_has_not_joined_holds_every_row) {
   Rig rig(2, false);
   rig.join(0);

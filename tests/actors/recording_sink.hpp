@@ -103,6 +103,8 @@ public:
   std::vector<std::pair<int, std::string>> configs, summaries;
   std::vector<Rejection> rejections;
   std::vector<StateChange> states;
+  /// rank_joined(): (rank, ts_us), in the order heard.
+  std::vector<std::pair<int, std::int64_t>> joins;
   std::vector<Completion> completions;
   /// refused(): "rank seq step code n values" a line.
   std::vector<std::string> refusals;
@@ -168,6 +170,7 @@ public:
     log.push_back("metric " + line);
     metrics.push_back(std::move(line));
   }
+  void rank_joined(int rank, std::int64_t ts_us) override { joins.emplace_back(rank, ts_us); }
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {
     states.push_back({rank, state, last_step, std::string(host), std::string(reason)});

@@ -6,6 +6,8 @@
 #include "tests/actors/caf_dsl.hpp"
 
 #include "actors/run.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/run_record.hpp"
 #include "io/store/wal.hpp"
 #include "runtime/client/channel.hpp"
 #include "tests/actors/merger_rig.hpp"
@@ -18,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace chorus;
@@ -225,6 +228,38 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   inject((batch_atom, std::vector<char>), from(other).to(run).with(batch_atom::value, b.bytes()));
   BOOST_TEST(idle(syncer));
   BOOST_TEST(idle(other));
+}
+
+// The run host's clock times each join as it accepts it, and run.json keeps
+// it; a join asked again (its answer was lost) is answered, and moves nothing.
+BOOST_AUTO_TEST_CASE(run_json_records_when_each_rank_joined_and_a_repeated_join_moves_nothing) {
+  using io::RunRecord;
+  const std::int64_t before = io::detail::unix_now_us();
+  join(0);
+  std::this_thread::sleep_for(50ms);
+  const std::int64_t between = io::detail::unix_now_us();
+  join(1);
+  const std::int64_t after = io::detail::unix_now_us();
+  std::this_thread::sleep_for(50ms);
+  join_as(ranks[0], 0, host->job);
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, true, host->run_id, host->run_dir, _));
+  BOOST_TEST(idle(syncer)); // not logged again
+  advance_time(1s); // run.json is rewritten at the next flush
+  expect((flush_atom), from(run).to(run).with(_));
+  sched.run();
+
+  const Result<RunRecord> rec = RunRecord::read(host->run_dir + "/run.json");
+  BOOST_TEST_REQUIRE(rec.has_value(), rec.error().message());
+  BOOST_TEST_REQUIRE(rec->ranks.size() == 2u);
+  BOOST_TEST_REQUIRE(rec->ranks[0].joined_us.has_value());
+  BOOST_TEST_REQUIRE(rec->ranks[1].joined_us.has_value());
+  const std::int64_t joined0 = *rec->ranks[0].joined_us, joined1 = *rec->ranks[1].joined_us;
+  BOOST_TEST(joined0 >= RunRecord::joined_ms(before));
+  BOOST_TEST(joined0 <= RunRecord::joined_ms(between)); // not the repeated join's time, 50 ms later
+  BOOST_TEST(joined1 >= RunRecord::joined_ms(between));
+  BOOST_TEST(joined1 <= RunRecord::joined_ms(after));
+  BOOST_TEST(joined1 - joined0 >= 49'000);
 }
 
 BOOST_AUTO_TEST_CASE(frames_of_two_ranks_merge_into_rows_acknowledged_once_the_wal_is_synced) {

@@ -306,6 +306,53 @@ BOOST_AUTO_TEST_CASE(show_gives_each_ranks_message_and_sums_up_a_thousand_ranks)
   BOOST_TEST(summed[2][4] == "ValueError: boom");
 }
 
+// run.json's "joined" (when the run host accepted each rank's join): how far
+// apart the ranks joined, from the run's start, and which never did.
+BOOST_AUTO_TEST_CASE(show_says_how_far_apart_the_ranks_joined_and_which_never_did) {
+  TempDir root;
+  auto run_with = [&](const std::string& id, const std::string& ranks, const std::string& extra = "") {
+    const fs::path dir = root.path / "p" / "g" / id;
+    write_text(dir / "run.json", R"({"id":")" + id + R"(","project":"p","group":"g","host":"node-0","pid":1,)" +
+                                     R"("state":"crashed","start_time":1700000000,"end_time":1700000095,)" + extra +
+                                     R"("world_size":4,"ranks":[)" + ranks + "]}\n");
+    return dir.string();
+  };
+  auto rank = [](int r, const std::string& state, const std::string& joined) {
+    return R"({"rank":)" + std::to_string(r) + R"(,"state":")" + state + R"(","last_step":9,"host":"node-)" +
+           std::to_string(r) + R"(","message":"")" + (joined.empty() ? "" : R"(,"joined":)" + joined) + "}";
+  };
+  // Rank 3 joined first, rank 1 last; rank 2 never connected.
+  const std::string some = rank(0, "finished", "1700000000.25") + "," + rank(1, "finished", "1700000000.43") + "," +
+                           rank(2, "crashed", "") + "," + rank(3, "finished", "1700000000.02");
+  const Output o = run_chorus({"show", run_with("some", some), "--no-history", "--no-system"});
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST_INFO(o.out);
+  const std::string line = line_of(o.out, "  joined ");
+  BOOST_TEST(line.ends_with(" 3 ranks within 0.41 s of each other (first rank 3 at +0.02 s, last rank 1 at +0.43 s "
+                            "after the run started); 1 never joined: rank 2"),
+             line);
+
+  // A rank run.json does not list never joined either; a resumed run's joins are its last attempt's.
+  const std::string listed = rank(0, "finished", "1700000100.5") + "," + rank(1, "finished", "1700000101.75");
+  const Output resumed =
+      run_chorus({"show",
+                  run_with("resumed", listed,
+                           R"("segments":[{"start_time":1700000000,"end_time":1700000050,"state":"crashed"},)"
+                           R"({"start_time":1700000100,"end_time":1700000195,"state":"crashed"}],)"),
+                  "--no-history", "--no-system"});
+  BOOST_TEST(resumed.code == 0);
+  BOOST_TEST(line_of(resumed.out, "  joined ")
+                 .ends_with(" 2 ranks within 1.25 s of each other (first rank 0 at +0.50 s, last rank 1 at +1.75 s "
+                            "after attempt 2 started); 2 never joined: ranks 2, 3"),
+             resumed.out);
+
+  // No line where fewer than two ranks have a join time (a run.json of an earlier version has none).
+  const std::string one = rank(0, "finished", "1700000000.25") + "," + rank(1, "finished", "");
+  const Output single = run_chorus({"show", run_with("one", one), "--no-history", "--no-system"});
+  BOOST_TEST(single.code == 0);
+  BOOST_TEST(line_of(single.out, "  joined ").empty(), single.out);
+}
+
 BOOST_AUTO_TEST_CASE(a_long_history_is_streamed) {
   TempDir root;
   const fs::path dir = make_run(root.path, "p", "g", {.id = "long"});

@@ -69,7 +69,7 @@ void write_run(Wal& w, const fs::path& dir, bool with_end) {
   std::uint64_t seq0 = 0, seq1 = 0;
   w.add(wire::run_start(t0, 2, identity(dir)));
   w.add(wire::rank_joined(0, t0 + 1, 100, "h1"));
-  w.add(wire::rank_joined(1, t0 + 2, 101, "h2"));
+  w.add(wire::rank_joined(1, t0 + 2'400, 101, "h2"));
   w.add(batch(0, 0, 5, seq0, true, false));
   w.add(batch(1, 0, 5, seq1, true, false));
   w.add(batch(0, 5, steps, seq0, false, true));
@@ -178,6 +178,9 @@ BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
   BOOST_TEST(run_state(dir) == "crashed");
   BOOST_TEST(run_state(dir, 0) == "finished");
   BOOST_TEST(run_state(dir, 1) == "crashed");
+  // When each rank joined, from the log's join events.
+  BOOST_TEST(contains(read_text(dir / "run.json"), R"("host":"h1","message":"","joined":1700000000})"));
+  BOOST_TEST(contains(read_text(dir / "run.json"), R"(,"joined":1700000000.002})"));
   BOOST_TEST(contains(read_text(dir / "config.json"), "\"optimizer\":\"sgd\""));
   BOOST_TEST(read_text(dir / "history.jsonl.bak") == "{\"_step\":0,\"loss\":0.5}\n");
   BOOST_TEST(contains(read_text(dir / "run.json.bak"), "running"));

@@ -192,6 +192,12 @@ BOOST_AUTO_TEST_CASE(lists_runs_by_group_newest_first_with_state_and_ranks) {
 BOOST_AUTO_TEST_CASE(a_run_has_its_ranks_config_keys_and_artifacts) {
   TempDir root;
   const fs::path dir = make_run(root.path, "proj", "grp", {.id = "r1", .world = 2, .crashed = 1});
+  // Rank 1 joined (run.json's "joined"); rank 0, crashed, never did.
+  std::string run_json = read_text(dir / "run.json");
+  const std::size_t last_rank_end = run_json.rfind(R"("message":""})");
+  BOOST_REQUIRE(last_rank_end != std::string::npos);
+  run_json.insert(last_rank_end + std::string_view(R"("message":"")").size(), R"(,"joined":1700000000.125)");
+  write_text(dir / "run.json", run_json);
   write_text(dir / "history.jsonl", history(100, 2));
   write_text(dir / "config.json", R"({"lr":0.001,"layers":[1,2]})");
   write_text(dir / "artifacts/model.bin", "weights!");
@@ -205,6 +211,8 @@ BOOST_AUTO_TEST_CASE(a_run_has_its_ranks_config_keys_and_artifacts) {
   BOOST_TEST(arr(j["ranks"]).size() == 2u);
   BOOST_TEST(j["ranks"].at(0)["state"].get_string().value_unsafe() == "crashed");
   BOOST_TEST(j["ranks"].at(0)["message"].get_string().value_unsafe() == "heartbeat lost");
+  BOOST_TEST((j["ranks"].at(0)["joined"].error() == simdjson::NO_SUCH_FIELD));
+  BOOST_TEST(j["ranks"].at(1)["joined"].get_double().value_unsafe() == 1700000000.125);
   BOOST_TEST(j["config"]["lr"].get_double().value_unsafe() == 0.001);
   BOOST_TEST(j["history"]["rows"].get_int64().value_unsafe() == 100);
   BOOST_TEST(contains(body, R"("key":"loss","points":89,"nan":10,"inf":1)"));

@@ -511,6 +511,50 @@ BOOST_AUTO_TEST_CASE(run_json_keeps_each_attempt_as_a_segment_with_its_exit_code
   BOOST_TEST(minified(rebuilt, "exit_codes") == R"({"0":0,"1":0})"); // the last attempt's, where launch put them
 }
 
+// When each rank joined: its first join of the attempt, to the millisecond;
+// a join heard again moves nothing, a rank that never joined has none, and
+// a resumed attempt's ranks join afresh.
+BOOST_AUTO_TEST_CASE(run_json_records_when_each_rank_joined_once_an_attempt) {
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  RunWriter w(dir, name_of);
+  w.run_start(R"({"id":"r"})", t0, 3);
+  w.rank_joined(0, t0 + 12'345);
+  w.rank_state(0, RunState::running, -1, "h0", "");
+  w.rank_joined(1, t0 + 431'600);
+  w.rank_state(1, RunState::running, -1, "h1", "");
+  w.rank_joined(1, t0 + 900'000); // again: the first stands
+  w.rank_state(2, RunState::crashed, -1, "", "never connected to the run host within init_timeout (30000 ms)");
+  w.flush();
+  {
+    Doc run(slurp(dir + "/run.json"));
+    BOOST_TEST(minified(run, "ranks") ==
+               R"([{"rank":0,"state":"running","last_step":-1,"host":"h0","message":"","joined":1700000000.262},)"
+               R"({"rank":1,"state":"running","last_step":-1,"host":"h1","message":"","joined":1700000000.682},)"
+               R"({"rank":2,"state":"crashed","last_step":-1,"host":"",)"
+               R"j("message":"never connected to the run host within init_timeout (30000 ms)"}])j");
+  }
+  // A join heard again after run.json was written moves nothing either.
+  w.rank_joined(0, t0 + 2'000'000);
+  w.rank_state(0, RunState::finished, 4, "h0", "");
+  w.flush();
+  {
+    Doc run(slurp(dir + "/run.json"));
+    BOOST_TEST(minified(run, "ranks").find(R"("last_step":4,"host":"h0","message":"","joined":1700000000.262},)") !=
+                   std::string::npos,
+               minified(run, "ranks"));
+  }
+  w.run_end(RunState::crashed, t0 + 3'000'000);
+
+  w.run_start(R"({"id":"r"})", t1, 3);
+  w.rank_joined(2, t1 + 1'000);
+  w.rank_state(2, RunState::running, -1, "h2", "");
+  w.flush();
+  Doc resumed(slurp(dir + "/run.json"));
+  BOOST_TEST(minified(resumed, "ranks") ==
+             R"([{"rank":2,"state":"running","last_step":-1,"host":"h2","message":"","joined":1700000100.251}])");
+}
+
 // The run's error can come before its start (its WAL could not take the
 // run_start): run.json then says so, with no attempt yet.
 BOOST_AUTO_TEST_CASE(run_json_written_before_the_runs_start_has_no_segment) {

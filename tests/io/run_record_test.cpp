@@ -53,7 +53,8 @@ RunRecord full_record() {
   r.rows = 1234;
   r.rejected = 5;
   r.error = "rank 5 exited with code 3 after the run ended";
-  r.ranks = {{4, "finished", 99, "node-0", ""}, {5, "crashed", -1, "node-1", "the run host died"}};
+  r.ranks = {{4, "finished", 99, "node-0", "", 1'700'000'100'312'000},
+             {5, "crashed", -1, "node-1", "the run host died", std::nullopt}};
   r.unknown = {{"from_a_later_version", R"({"a":[1,2,null],"b":"x"})"}};
   return r;
 }
@@ -103,8 +104,9 @@ BOOST_AUTO_TEST_CASE(the_file_keeps_its_keys_and_types) {
   // Times are exact to the microsecond, not rounded through a double.
   BOOST_TEST(json.find(R"("start_time":1700000000.25,"end_time":1700000105.123456,)") != std::string::npos, json);
   BOOST_TEST(json.find(R"("exit_codes":{"4":0,"5":3})") != std::string::npos, json);
-  BOOST_TEST(json.find(R"("ranks":[{"rank":4,"state":"finished","last_step":99,"host":"node-0","message":""},)") !=
-                 std::string::npos,
+  BOOST_TEST(json.find(R"("ranks":[{"rank":4,"state":"finished","last_step":99,"host":"node-0","message":"",)"
+                       R"("joined":1700000100.312},{"rank":5,"state":"crashed","last_step":-1,"host":"node-1",)"
+                       R"("message":"the run host died"}])") != std::string::npos,
              json);
   // The identity first, in the order a run host writes it.
   BOOST_TEST(json.rfind(R"({"id":"abc123","name":"the \"best\" run","project":"proj",)", 0) == 0u, json);
@@ -234,4 +236,50 @@ BOOST_AUTO_TEST_CASE(state_reads_as_a_run_state) {
   }
   r.state = "paused";
   BOOST_TEST(!r.run_state().has_value());
+}
+
+// A rank's "joined": when the run host accepted its join, to the millisecond;
+// absent for a rank that never joined, and left out where it is no time.
+BOOST_AUTO_TEST_CASE(a_ranks_join_time_is_written_to_the_millisecond_and_read_back) {
+  static_assert(RunRecord::joined_ms(1'499) == 1'000 && RunRecord::joined_ms(1'500) == 2'000);
+  static_assert(RunRecord::joined_ms(-1'499) == -1'000 && RunRecord::joined_ms(-1'500) == -2'000);
+  static_assert(RunRecord::joined_ms(0) == 0 && RunRecord::joined_ms(7'000) == 7'000);
+  RunRecord r;
+  r.id = "r";
+  r.state = "running";
+  r.start_us = 1'700'000'000'000'000;
+  r.ranks = {{0, "running", -1, "h0", "", 1'700'000'000'250'000},
+             {1, "crashed", -1, "h1", "never connected", std::nullopt},
+             {2, "running", -1, "h2", "", 1'700'000'003'000'000}};
+  const std::string json = r.json();
+  BOOST_TEST(json.find(R"({"rank":0,"state":"running","last_step":-1,"host":"h0","message":"","joined":1700000000.25})") !=
+                 std::string::npos,
+             json);
+  BOOST_TEST(json.find(R"({"rank":1,"state":"crashed","last_step":-1,"host":"h1","message":"never connected"})") !=
+                 std::string::npos,
+             json);
+  BOOST_TEST(json.find(R"("message":"","joined":1700000003})") != std::string::npos, json);
+  const RunRecord back = parse_ok(json);
+  BOOST_TEST((back == r), json);
+  BOOST_REQUIRE(back.ranks.size() == 3u);
+  BOOST_TEST(*back.ranks[0].joined_us == 1'700'000'000'250'000);
+  BOOST_TEST(!back.ranks[1].joined_us.has_value());
+  BOOST_TEST(back.json() == json);
+
+  // Microseconds go to the nearest millisecond.
+  r.ranks[0].joined_us = 1'700'000'000'312'499;
+  BOOST_TEST(r.json().find(R"("joined":1700000000.312})") != std::string::npos, r.json());
+  r.ranks[0].joined_us = 1'700'000'000'312'500;
+  BOOST_TEST(r.json().find(R"("joined":1700000000.313})") != std::string::npos, r.json());
+
+  // A file of an earlier version, without it, reads; one that is no time is left out, as other members.
+  const RunRecord odd = parse_ok(R"({"id":"r","state":"finished","ranks":[{"rank":0,"joined":"soon"},)"
+                                 R"({"rank":1,"joined":1e300},{"rank":2,"joined":1700000000.5},{"rank":3},)"
+                                 R"({"rank":4,"joined":null},{"rank":5,"joined":1700000001}]})");
+  BOOST_TEST(odd.damage.empty(), odd.damage);
+  BOOST_REQUIRE(odd.ranks.size() == 6u);
+  for (std::size_t i : {0u, 1u, 3u, 4u}) BOOST_TEST(!odd.ranks[i].joined_us.has_value(), "rank " << i);
+  BOOST_TEST(*odd.ranks[2].joined_us == 1'700'000'000'500'000);
+  BOOST_TEST(*odd.ranks[5].joined_us == 1'700'000'001'000'000);
+  BOOST_TEST(odd.json().find(R"("message":"","joined":1700000000.5})") != std::string::npos, odd.json());
 }
