@@ -3,10 +3,13 @@
 // machine (tests/e2e/netns.hpp), its links to the others mutual TLS with the
 // job's credentials (`chorus certs`); every node's `chorus launch
 // --nnodes N` is started at once, and each rank (this binary again, with
-// --rank) logs a few steps into the run hosted by global rank 0, on node 0.
-// The ranks print when they started, when init returned (joined), when their
-// first value was acknowledged and when their finish returned (steady-clock
-// times, one clock for every namespace of this machine), and at their end
+// --rank) meets the others at a barrier, as a trainer's first collective
+// does (so that the run host waits for the ranks still joining rather than
+// finishing without them), then logs a few steps into the run hosted by
+// global rank 0, on node 0. The ranks print when they started, when init
+// returned (joined), when they passed the barrier, when their first value
+// was acknowledged and when their finish returned (steady-clock times, one
+// clock for every namespace of this machine), and at their end
 // their own CPU time and peak RSS. The run host is also sampled from outside
 // (/proc/PID/stat and VmHWM) while it runs, which gives its figures even
 // where it never gets to print them.
@@ -20,7 +23,7 @@
 //
 //   bench_multinode [--nodes 8] [--per-node 32] [--steps 20] [--init-timeout 60]
 //                   [--finish-timeout 60] [--limit SECONDS]
-//   bench_multinode --rank STEPS   one rank (what the launches start)
+//   bench_multinode --rank STEPS BARRIER_S   one rank (what the launches start)
 //
 // Needs root (network namespaces); says so and measures nothing otherwise.
 // CHORUS_KEEP_TEST_DIRS=1 keeps the nodes' disks and output.
@@ -61,7 +64,7 @@ int end_rank(int code) {
   return code;
 }
 
-int rank_main(long steps) {
+int rank_main(long steps, double barrier_s) {
   say("started", static_cast<double>(bench::now_ns()));
   say("pid", ::getpid());
   chorus::Options opt;
@@ -80,6 +83,13 @@ int rank_main(long steps) {
   const double rank = run.topology().rank;
   run.define_metric("loss", chorus::Reduce::mean);
   run.define_metric("tokens", chorus::Reduce::sum);
+  const auto barrier_timeout = std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(barrier_s));
+  if (chorus::Error e = run.barrier("start", barrier_timeout).wait()) {
+    std::fprintf(stderr, "start barrier: %s\n", e.message().c_str());
+    say("barrier_failed", static_cast<double>(bench::now_ns()));
+  } else {
+    say("barrier", static_cast<double>(bench::now_ns()));
+  }
   for (long s = 0; s < steps; ++s) {
     const chorus::Pending p = run.log({{"loss", rank + static_cast<double>(s) * 0.5}, {"tokens", 100.0 + rank}}, {.step = s});
     if (s == 0) {
@@ -100,6 +110,10 @@ struct Args {
   long steps = 20;
   double init_timeout = 60, finish_timeout = 60, limit = 0;
 };
+
+/// How long the ranks wait at their start barrier: a rank started last may
+/// take its whole init timeout to join.
+double barrier_s(const Args& a) { return a.init_timeout + 30; }
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -131,7 +145,7 @@ Args parse(int argc, char** argv) {
     std::fprintf(stderr, "bench_multinode: out of range\n");
     std::exit(2);
   }
-  if (a.limit <= 0) a.limit = a.init_timeout + a.finish_timeout + 60;
+  if (a.limit <= 0) a.limit = barrier_s(a) + a.init_timeout + a.finish_timeout + 60;
   return a;
 }
 
@@ -217,10 +231,11 @@ int bench_main(const Args& a) {
   }
   const int world = a.nodes * a.per_node;
   std::printf("bench_multinode: %d nodes x %d ranks = %d ranks, network namespaces on this machine (%ld cores), "
-              "mutual TLS between nodes, one shared run hosted by rank 0 on node 0; each rank logs %ld steps. "
-              "CHORUS_INIT_TIMEOUT=%g, CHORUS_FINISH_TIMEOUT=%g, launches killed after %g s\n\n",
-              a.nodes, a.per_node, world, ::sysconf(_SC_NPROCESSORS_ONLN), a.steps, a.init_timeout, a.finish_timeout,
-              a.limit);
+              "mutual TLS between nodes, one shared run hosted by rank 0 on node 0; each rank passes a start "
+              "barrier (timeout %g s) and logs %ld steps. CHORUS_INIT_TIMEOUT=%g, CHORUS_FINISH_TIMEOUT=%g, "
+              "launches killed after %g s\n\n",
+              a.nodes, a.per_node, world, ::sysconf(_SC_NPROCESSORS_ONLN), barrier_s(a), a.steps, a.init_timeout,
+              a.finish_timeout, a.limit);
   std::fflush(stdout);
 
   e2e::Cluster c(a.nodes, a.per_node);
@@ -230,7 +245,7 @@ int bench_main(const Args& a) {
   const std::string run_id = "bench-multinode-" + std::to_string(::getpid());
 
   const double t_first = static_cast<double>(bench::now_ns());
-  c.start_trainer(env, run_id, self + " --rank " + std::to_string(a.steps));
+  c.start_trainer(env, run_id, self + " --rank " + std::to_string(a.steps) + " " + num(barrier_s(a), 3));
   const double t_last = static_cast<double>(bench::now_ns());
 
   // Until every launch ended or the limit: each launch's end, and the run host sampled.
@@ -293,10 +308,11 @@ int bench_main(const Args& a) {
     if (f == it->second.end()) return std::nullopt;
     return f->second;
   };
-  int started = 0, joined = 0, init_failed = 0, acked = 0, finished = 0, reported = 0;
-  double last_started = 0, last_joined = 0, first_joined = 1e300, last_ack = 0, last_finished = 0;
+  int started = 0, joined = 0, init_failed = 0, passed = 0, barrier_failed = 0, acked = 0, finished = 0, reported = 0;
+  double last_started = 0, last_joined = 0, first_joined = 1e300, last_passed = 0, last_ack = 0, last_finished = 0;
   std::vector<double> join_ms, other_cpu, other_rss;
   std::map<int, int> rank_codes;
+  std::vector<int> joined_on(static_cast<std::size_t>(a.nodes), 0);
   for (int r = 0; r < world; ++r) {
     if (auto v = figure(r, "started")) {
       ++started;
@@ -304,11 +320,17 @@ int bench_main(const Args& a) {
     }
     if (auto v = figure(r, "joined")) {
       ++joined;
+      ++joined_on[static_cast<std::size_t>(r / a.per_node)];
       last_joined = std::max(last_joined, *v);
       first_joined = std::min(first_joined, *v);
       join_ms.push_back(ms_between(t_last, *v));
     }
     if (figure(r, "init_failed")) ++init_failed;
+    if (auto v = figure(r, "barrier")) {
+      ++passed;
+      last_passed = std::max(last_passed, *v);
+    }
+    if (figure(r, "barrier_failed")) ++barrier_failed;
     if (auto v = figure(r, "first_ack")) {
       ++acked;
       last_ack = std::max(last_ack, *v);
@@ -366,7 +388,11 @@ int bench_main(const Args& a) {
   bench::Table t({"figure", "value"});
   t.add({"ranks started (process up)", std::to_string(started) + " / " + std::to_string(world)});
   t.add({"ranks joined (init returned)", std::to_string(joined) + " / " + std::to_string(world)});
+  std::vector<std::string> joined_list;
+  for (int n : joined_on) joined_list.push_back(std::to_string(n));
+  t.add({"  per node, node 0..", list(joined_list)});
   t.add({"ranks whose init failed", std::to_string(init_failed)});
+  t.add({"ranks past the start barrier / failed there", std::to_string(passed) + " / " + std::to_string(barrier_failed)});
   t.add({"ranks with their first value acknowledged", std::to_string(acked)});
   t.add({"ranks whose finish returned", std::to_string(finished)});
   t.add({"launches started in, ms", num(ms_between(t_first, t_last), 0)});
@@ -374,6 +400,7 @@ int bench_main(const Args& a) {
   t.add({"last launch start -> first rank joined, ms", ms_or_dash(joined, first_joined)});
   t.add({"last launch start -> median rank joined, ms", joined > 0 ? num(bench::median(join_ms), 0) : "-"});
   t.add({"last launch start -> last rank joined, ms", ms_or_dash(joined, last_joined)});
+  t.add({"last launch start -> last rank past the start barrier, ms", ms_or_dash(passed, last_passed)});
   t.add({"last launch start -> last first ack, ms", ms_or_dash(acked, last_ack)});
   t.add({"last launch start -> last finish returned, ms", ms_or_dash(finished, last_finished)});
   t.add({"total wall (first launch start -> last launch end), s", num((t_end - t_first) / 1e9, 2)});
@@ -398,7 +425,7 @@ int bench_main(const Args& a) {
       std::printf("  %5d x %s\n", kinds[i].first, kinds[i].second.substr(0, 300).c_str());
     if (kinds.size() > 12) std::printf("  ... %zu kinds more\n", kinds.size() - 12);
   }
-  const bool ok = killed == 0 && joined == world && finished == world &&
+  const bool ok = killed == 0 && joined == world && passed == world && finished == world &&
                   std::all_of(codes.begin(), codes.end(), [](int code) { return code == 0; }) && run_ok;
   std::printf("\n%s\n", ok ? "every rank joined, logged and finished" : "NOT every rank joined, logged and finished");
   return ok ? 0 : 1;
@@ -407,7 +434,7 @@ int bench_main(const Args& a) {
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::string(argv[1]) == "--rank") return rank_main(std::atol(argv[2]));
+  if (argc >= 4 && std::string(argv[1]) == "--rank") return rank_main(std::atol(argv[2]), std::atof(argv[3]));
   try {
     return bench_main(parse(argc, argv));
   } catch (const std::exception& e) {
