@@ -15,7 +15,7 @@
 namespace chorus::io::detail {
 namespace {
 
-/// Whether `fd`, just connected, is connected to itself (see tcp_probe).
+/// Whether `fd`, just connected, is connected to itself (see tcp_connect).
 bool connected_to_itself(int fd) {
   sockaddr_storage mine{}, peer{};
   socklen_t mine_len = sizeof mine, peer_len = sizeof peer;
@@ -220,30 +220,36 @@ std::string this_host() {
   return buf;
 }
 
-Error tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit) {
+Error tcp_connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, int& out) {
+  out = -1;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
     return {Errc::connect_failed, std::string("cannot resolve ") + host + ": " + ::gai_strerror(rc)};
-  bool ok = false;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   std::string why;
-  for (addrinfo* ai = res; ai && !ok; ai = ai->ai_next) {
+  for (addrinfo* ai = res; ai && out < 0; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
+    bool ok = false;
     if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
       ok = true;
     } else if (errno == EINPROGRESS) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, static_cast<int>(limit.count())) == 1) {
+      int polled = 0;
+      do polled = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      while (polled < 0 && errno == EINTR);
+      if (polled == 1) {
         int err = 0;
         socklen_t len = sizeof err;
         ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
         ok = err == 0;
         if (!ok) why = std::strerror(err);
       } else {
-        why = "no answer";
+        why = "no answer within " + std::to_string(limit.count()) + " ms";
       }
     } else {
       why = std::strerror(errno);
@@ -254,10 +260,13 @@ Error tcp_probe(const std::string& host, std::uint16_t port, std::chrono::millis
       const linger reset{1, 0};
       ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     }
-    ::close(fd);
+    if (ok)
+      out = fd;
+    else
+      ::close(fd);
   }
   ::freeaddrinfo(res);
-  if (ok) return {};
+  if (out >= 0) return {};
   return {Errc::connect_failed, why.empty() ? "no socket could be made for " + host : why};
 }
 

@@ -66,18 +66,18 @@ void close_fd(int fd) noexcept;
 /// runs, rows and events).
 [[nodiscard]] std::int64_t unix_now_us() noexcept;
 
-/// Whether a TCP connection to host:port opens within `limit`. CAF 0.17's
-/// connect blocks for the kernel's full SYN timeout on an unreachable host,
-/// so a host is probed with a bounded connect first. Returns why it did not
-/// open (empty: it did).
+/// A TCP connection to host:port, opened within `limit` (CAF 0.17's own
+/// connect blocks for the kernel's full SYN timeout on an unreachable host):
+/// non-blocking and close-on-exec, its descriptor in `out`; else why not,
+/// and `out` is -1.
 ///
 /// With nothing listening yet on a port of the kernel's ephemeral range, a
 /// connect on the same machine may be given that very port as its own, and
-/// TCP's simultaneous open joins the socket to itself. Such a probe found
-/// nothing listening, and is closed with a reset: a normal close would leave
-/// the port in TIME_WAIT for a minute, and the host, starting a moment
+/// TCP's simultaneous open joins the socket to itself. Such a connection
+/// found nothing listening, and is closed with a reset: a normal close would
+/// leave the port in TIME_WAIT for a minute, and the host, starting a moment
 /// later, could not listen on it.
-[[nodiscard]] Error tcp_probe(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit);
+[[nodiscard]] Error tcp_connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds limit, int& out);
 
 /// Where `port` lies in this machine's ephemeral range (the ports outgoing
 /// connections are given, net.ipv4.ip_local_port_range), a sentence that

@@ -1,5 +1,5 @@
-// tcp_probe: how a rank finds out whether its host listens yet, without ever
-// keeping the host from listening.
+// tcp_connect: how a rank reaches its host across nodes, bounded, without
+// ever keeping the host from listening.
 #define BOOST_TEST_MODULE io_probe
 #include <boost/test/unit_test.hpp>
 
@@ -14,18 +14,29 @@ using chorus::test::bound_socket;
 using chorus::test::port_of;
 using namespace std::chrono_literals;
 
+namespace {
+/// Opens and closes a connection: whether it opened, or why not.
+Error probe(const std::string& host, std::uint16_t port) {
+  int fd = -1;
+  Error e = io::detail::tcp_connect(host, port, 1000ms, fd);
+  BOOST_TEST((e ? fd == -1 : fd >= 0));
+  io::detail::close_fd(fd);
+  return e;
+}
+} // namespace
+
 
 BOOST_AUTO_TEST_CASE(a_listening_port_answers_and_a_closed_one_says_why_not) {
   const int listener = bound_socket(0, 8);
   BOOST_REQUIRE(listener >= 0);
   const std::uint16_t port = port_of(listener);
-  const Error open = io::detail::tcp_probe("127.0.0.1", port, 1000ms);
+  const Error open = probe("127.0.0.1", port);
   BOOST_TEST(!open, open.message());
   ::close(listener);
-  const Error closed = io::detail::tcp_probe("127.0.0.1", port, 1000ms);
+  const Error closed = probe("127.0.0.1", port);
   BOOST_TEST((closed.code() == Errc::connect_failed));
   BOOST_TEST(closed.message() == "Connection refused");
-  const Error unknown = io::detail::tcp_probe("no-such-host.invalid", port, 1000ms);
+  const Error unknown = probe("no-such-host.invalid", port);
   BOOST_TEST((unknown.code() == Errc::connect_failed));
   BOOST_TEST(unknown.message().find("cannot resolve no-such-host.invalid") == 0u, unknown.message());
 }
@@ -52,7 +63,7 @@ BOOST_AUTO_TEST_CASE(a_probe_that_meets_itself_finds_nothing_and_leaves_the_port
   const int probes = 4 * (high - low);
   int answered = 0;
   for (int i = 0; i < probes; ++i)
-    if (!io::detail::tcp_probe("127.0.0.1", static_cast<std::uint16_t>(port), 1000ms)) ++answered;
+    if (!probe("127.0.0.1", static_cast<std::uint16_t>(port))) ++answered;
   BOOST_TEST(answered == 0, answered << " of " << probes << " probes of port " << port
                                      << ", where nothing listens, counted as answered");
   const int host = bound_socket(static_cast<std::uint16_t>(port), 8);
