@@ -4,12 +4,14 @@
 
 #include "runtime/client/refusals.hpp"
 #include "runtime/client/run_impl.hpp"
+#include "runtime/core/backoff.hpp"
 #include "runtime/core/wire.hpp"
 
 #include <chorus/caf.hpp>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <deque>
@@ -86,12 +88,15 @@ struct ProxyState {
   std::uint64_t read_pos = 0;
   std::vector<bool> key_sent;
   int in_flight = 0;
+  bool window_full = false; // the drain loop stopped on a full window; an ack starts it again
   int idle_polls = 0;
   bool parked = false;
   std::uint64_t loop = 0; // the drain loop's generation: a restart ends the old loop
   std::uint64_t finish_seq = 0; // the finish ticket, once seen
   RunState finish_state = RunState::finished; // how the trainer's finish ends the rank (failed, killed)
   bool finish_started = false;  // the run host is finishing the run for us
+  bool finish_bounded = false;  // finish's bound (finish_tmo_atom) is running
+  bool host_stalled = false;    // ... and ran out: the host did not confirm in time
   bool done = false;            // the finish ticket completed
   std::vector<char> frame;
   // Joining: repeated until answered or init_timeout runs out.
@@ -122,11 +127,14 @@ void send_join(proxy_ptr self) {
   auto& st = self->state;
   self->send(st.host, join_atom::value, st.rank, this_host(), static_cast<std::int64_t>(::getpid()),
              job_identity(st.run->settings()));
-  self->delayed_send(self, st.join_retry, join_retry_atom::value);
+  // The last retry comes at the deadline, where the join gives up.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(st.join_deadline - std::chrono::steady_clock::now());
+  self->delayed_send(self, std::clamp(jittered(st.join_retry), std::chrono::milliseconds(0), left), join_retry_atom::value);
   st.join_retry = std::min(st.join_retry * 2, std::chrono::milliseconds(2000));
 }
 
 void settle_actor_calls(ProxyState& st);
+void bound_finish(proxy_ptr self);
 
 /// Fills in the process's FinishResult (`err`, if any, is its error) and,
 /// once the finish ticket was seen, completes it.
@@ -134,24 +142,31 @@ void complete_finish(proxy_ptr self, Error err) {
   auto& st = self->state;
   if (st.done) return;
   const bool clean = !err;
-  st.done = st.finish_seq != 0;
+  st.done = st.finish_seq != 0 || !clean;
   {
     std::lock_guard lock(st.run->finish_state().mu);
     FinishResult& r = st.run->finish_state().result;
-    if (err && !r.error) r.error = std::move(err);
+    if (err && !r.error) r.error = err;
     // A run host's end_run has set the run's state; another rank's is its own.
     if (r.state == RunState::running) r.state = r.error ? RunState::failed : st.finish_state;
     r.run_id = st.run->run_id;
     r.run_dir = st.run->run_dir;
     r.dropped = st.run->dropped();
   }
+  if (!clean) {
+    // Nothing the host did not confirm reads as logged: what it has not
+    // acknowledged (and the finish, even one a full window kept from going
+    // out) ends with the error.
+    st.run->channel().fail(std::move(err));
+    settle_actor_calls(st);
+    return;
+  }
   if (st.finish_seq == 0) return;
   st.run->channel().complete(st.finish_seq);
   // A call another thread made while finish() ran may sit behind the finish
   // in the queue; the run takes nothing after it, so its ticket must not wait
-  // for ever. (Failed finishes already fail the channel with their reason.)
-  if (clean)
-    st.run->channel().fail(Error(Errc::finished, "this call reached the run after finish(), which another thread "
+  // for ever.
+  st.run->channel().fail(Error(Errc::finished, "this call reached the run after finish(), which another thread "
                                                  "called while it was made: it was not logged; call finish() once "
                                                  "every producer is done"));
   settle_actor_calls(st);
@@ -363,14 +378,7 @@ bool drain(proxy_ptr self) {
           w.finish_ended(pos + 1, st.finish_state, static_cast<std::int32_t>(s->step), why ? *why : std::string());
         st.finish_seq = pos + 1;
         pos += 1;
-        {
-          const auto& opts = st.run->settings().opts;
-          const bool host = st.run->settings().is_host;
-          // The host's finish also drains the Uploader (bounded by upload_timeout).
-          const auto limit = opts.finish_timeout + std::chrono::seconds(host ? 5 : 2) +
-                             (host && !opts.upload.empty() ? opts.upload_timeout : std::chrono::milliseconds(0));
-          self->delayed_send(self, limit, finish_tmo_atom::value);
-        }
+        bound_finish(self);
         break;
       }
     }
@@ -386,8 +394,24 @@ full:
 
 /// Drains now; a parked proxy starts a fresh loop at full speed instead,
 /// which replaces the parked one.
+/// Starts finish's bound, once: when the trainer's finish is first seen,
+/// not when its slot goes out, which a host that takes nothing more (its
+/// window full) would put off until the link is declared lost.
+void bound_finish(proxy_ptr self) {
+  auto& st = self->state;
+  if (st.finish_bounded) return;
+  st.finish_bounded = true;
+  const auto& opts = st.run->settings().opts;
+  const bool host = st.run->settings().is_host;
+  // The host's finish also drains the Uploader (bounded by upload_timeout).
+  const auto limit = opts.finish_timeout + std::chrono::seconds(host ? 5 : 2) +
+                     (host && !opts.upload.empty() ? opts.upload_timeout : std::chrono::milliseconds(0));
+  self->delayed_send(self, limit, finish_tmo_atom::value);
+}
+
 void wake(proxy_ptr self) {
   auto& st = self->state;
+  if (st.run->finishing()) bound_finish(self);
   if (!st.parked) return (void)drain(self);
   st.parked = false;
   st.run->channel().consumer_parked.store(false, std::memory_order_relaxed);
@@ -418,6 +442,7 @@ caf::delegated<caf::ok_atom> take_actor_call(proxy_ptr self, ActorCall::Kind kin
 }
 
 rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_actor host, std::string host_label,
+                                          std::chrono::steady_clock::time_point join_deadline,
                                           std::function<void(JoinResult)> on_join) {
   auto& st = self->state;
   st.run = run;
@@ -444,7 +469,7 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
     self->send(self, keepalive_atom::value);
   }
   st.on_join = std::move(on_join);
-  st.join_deadline = std::chrono::steady_clock::now() + run->settings().opts.init_timeout;
+  st.join_deadline = join_deadline;
   send_join(self);
   return {
       [self](joined_atom, bool ok, const std::string& id_or_error, const std::string& dir, const caf::actor& beacon) {
@@ -494,6 +519,12 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
             ch.consumer_parked.store(false, std::memory_order_relaxed);
           }
           self->send(self, drain_atom::value, loop);
+          return;
+        }
+        // A full window waits for the host's ack, which starts the loop
+        // again: no poll meanwhile (a stalled host would keep it spinning).
+        if (st.in_flight >= max_frames_in_flight && st.host) {
+          st.window_full = true;
           return;
         }
         // Something published but not ready (device values in flight, a call
@@ -549,14 +580,21 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
           st.run->channel().complete(completed);
         }
         settle_actor_calls(st);
-        if (frames != 0) drain(self);
+        if (frames == 0) return;
+        if (st.window_full) {
+          st.window_full = false;
+          self->send(self, drain_atom::value, ++st.loop);
+        } else {
+          drain(self);
+        }
       },
       [self](exited_atom, std::int32_t status) -> caf::delegated<caf::ok_atom> {
         auto& st = self->state;
         // Only this process's System says how the process exits.
         if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
         auto rp = self->make_response_promise();
-        if (!st.host || status == 0) {
+        // A host that let finish time out would keep the exit waiting too.
+        if (!st.host || status == 0 || st.host_stalled) {
           rp.deliver(caf::ok_atom::value);
           return {};
         }
@@ -587,6 +625,7 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
       [self](finish_tmo_atom) {
         auto& st = self->state;
         if (!from_self(self) || st.done) return;
+        st.host_stalled = true;
         complete_finish(self, Error(Errc::timeout, "finish did not complete within finish_timeout (" +
                                                        std::to_string(st.run->settings().opts.finish_timeout.count()) +
                                                        " ms): the run host did not confirm; data it acknowledged is "
@@ -598,8 +637,9 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
 } // namespace
 
 rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
+                                  std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join) {
-  return sys.spawn(rank_proxy, &run, std::move(host), std::move(host_label), std::move(on_join));
+  return sys.spawn(rank_proxy, &run, std::move(host), std::move(host_label), join_deadline, std::move(on_join));
 }
 
 } // namespace chorus::detail

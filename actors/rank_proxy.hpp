@@ -8,6 +8,7 @@
 
 #include <chorus/chorus.hpp>
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -22,8 +23,10 @@ struct JoinResult {
 };
 
 /// Spawns the proxy of `run` talking to the Run actor `host`; it joins at
-/// once and reports the outcome through `on_join` (called exactly once).
+/// once, repeating its join until `join_deadline` (init's), and reports the
+/// outcome through `on_join` (called exactly once, by the deadline).
 rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
+                                  std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join);
 
 } // namespace chorus::detail

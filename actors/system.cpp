@@ -88,7 +88,12 @@ public:
     // before they sleep on a condition variable (which an enqueue wakes):
     // after every timer an idle process would spin for 25 ms. 1 ms of it is
     // enough to catch the next message of a busy stream.
-    cfg.set("work-stealing.moderate-poll-attempts", size_t{20});
+    cfg.set("work-stealing.moderate-poll-attempts", s.is_host ? size_t{20} : size_t{0});
+    // ... and, asleep, wake every 10 ms to steal work (an enqueue from
+    // outside wakes them at once): 200 wake-ups a second, about 1 % of a
+    // core in every process that waits, which hundreds of ranks on one
+    // machine turn into all of its cores. Every 100 ms is enough to steal.
+    cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan(std::chrono::milliseconds(100)));
     return cfg;
   }
 
@@ -96,19 +101,23 @@ public:
     const Settings& s = run.settings();
     run_actor host;
     std::string label = s.host_address + ":" + std::to_string(s.port);
+    // One deadline for the whole of init: reaching the host, then the join.
+    const auto deadline = clock::now() + s.opts.init_timeout;
     if (s.is_host) {
       if (Error e = start_host(run, host)) return e;
       label = "this process";
     } else {
-      if (Error e = dial_run_host(s, host)) return e;
+      if (Error e = dial_run_host(s, host, deadline)) return e;
     }
     host_ = host;
     init_timeout_ = s.opts.init_timeout;
     auto joined = std::make_shared<std::promise<JoinResult>>();
     auto future = joined->get_future();
-    proxy_ = spawn_rank_proxy(sys_, run, host, label, [joined](JoinResult r) { joined->set_value(std::move(r)); });
+    proxy_ = spawn_rank_proxy(sys_, run, host, label, deadline,
+                              [joined](JoinResult r) { joined->set_value(std::move(r)); });
     run.channel().nudge = [p = proxy_] { caf::anon_send(p, nudge_atom::value); };
-    if (future.wait_for(s.opts.init_timeout + std::chrono::seconds(1)) != std::future_status::ready)
+    // The proxy answers by the deadline; the margin is for a scheduler busy elsewhere.
+    if (future.wait_until(deadline + std::chrono::milliseconds(500)) != std::future_status::ready)
       return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
                                     "join within init_timeout; check the host rank's output"};
     JoinResult r = future.get();
@@ -234,13 +243,13 @@ private:
     return !spans_nodes(s) ? Link::local : Link::node;
   }
 
-  /// Dials the run host until init_timeout, or until `chorus launch` says the
+  /// Dials the run host until `deadline` (init's), or until `chorus launch` says the
   /// host's process exited (a host that dies before a rank joins would
   /// otherwise keep that rank dialing for the whole init_timeout).
-  Error dial_run_host(const Settings& s, run_actor& out) {
+  Error dial_run_host(const Settings& s, run_actor& out, clock::time_point deadline) {
     const Link link = run_link(s);
     bool host_exited = false;
-    const Error dialed = links_.dial(s.host_address, s.port, link, clock::now() + s.opts.init_timeout, out, [&] {
+    const Error dialed = links_.dial(s.host_address, s.port, link, deadline, out, [&] {
       std::string exited = launched_host_exit(s);
       host_exited = !exited.empty();
       return exited;

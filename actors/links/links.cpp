@@ -3,7 +3,7 @@
 #include "actors/links/local_link.hpp"
 #include "actors/links/node_link.hpp"
 #include "actors/protocol.hpp"
-#include "io/platform/posix.hpp"
+#include "runtime/core/backoff.hpp"
 
 #include <caf/openssl/all.hpp>
 
@@ -131,25 +131,23 @@ Error Links::dial(const std::string& address, std::uint16_t port, Link link, clo
                   const std::function<std::string()>& gone) {
   std::string why = "nothing tried";
   auto failed = [](std::string what) { return Error(Errc::connect_failed, std::move(what)); };
-  // Ranks often start before the host listens: retry soon, then back off.
+  // Ranks often start before the host listens: retry soon, then back off,
+  // with jitter (hundreds of ranks start together).
   auto pause = std::chrono::milliseconds(5);
   // CAF 0.17 answers no connect whose link its heartbeat tick closed during
   // the handshake (actors/keepalive.hpp), and its middleman actor makes any
   // later connect to that address wait on the lost one. An attempt is
   // bounded, and after one went unanswered the next goes through a
-  // middleman actor of its own. It gets at least the time the host gives a
-  // handshake (connection_timeout), so that a slow one (TLS on a loaded
-  // machine) is not cut short only to start again.
-  auto attempt_limit = std::max(std::chrono::milliseconds(3000), connection_timeout_);
+  // middleman actor of its own. It gets the time the host gives a handshake
+  // (connection_timeout) and a second more: a slow handshake (TLS on a
+  // loaded host, hundreds of ranks at once) cut short only starts again,
+  // and the host, still working on the first, has two to do.
+  const auto attempt_limit = std::max(std::chrono::milliseconds(3000), connection_timeout_ + std::chrono::milliseconds(1000));
   caf::io::middleman_actor via = connector(link);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
     if (left.count() <= 0) break;
-    // A Unix socket answers at once; a TCP host is probed first (see tcp_probe).
-    Error probe;
-    if (link == Link::node) probe = io::detail::tcp_probe(address, port, std::min(left, std::chrono::milliseconds(1000)));
-    if (probe) why = probe.message();
-    if (!probe) {
+    {
       caf::scoped_actor self{sys_};
       bool ok = false, unanswered = false, foreign = false;
       const auto waited = std::min(left, attempt_limit);
@@ -174,15 +172,12 @@ Error Links::dial(const std::string& address, std::uint16_t port, Link link, clo
               });
       if (ok) return {};
       if (foreign) return failed(why);
-      if (unanswered) {
-        via = fresh_connector(link);
-        attempt_limit = std::min(attempt_limit * 2, std::max(std::chrono::milliseconds(12000), connection_timeout_));
-      }
+      if (unanswered) via = fresh_connector(link);
     }
     if (gone)
       if (std::string over = gone(); !over.empty()) return failed(std::move(over));
     std::this_thread::sleep_for(
-        std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
+        std::min(jittered(pause), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
     pause = std::min(pause * 2, std::chrono::milliseconds(100));
   }
   return failed(why);
