@@ -5,6 +5,7 @@
 // each run on this machine, as two `chorus launch --nnodes 2`.
 #define BOOST_TEST_MODULE e2e_tls
 #include "harness.hpp"
+#include "netns.hpp"
 #include "slow_link.hpp"
 
 #include "io/platform/credentials.hpp"
@@ -13,27 +14,31 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
 #include <future>
 
 using namespace e2e;
 
 namespace {
 
+/// The command of node `k` (of two, `ranks` each) of a shared run whose
+/// host listens on test_port(salt) + 1.
+std::string node_command(const TempDir& dir, int salt, int k, const std::string& env, const std::string& worker_args,
+                         int init_timeout_s, int ranks = 2) {
+  return "env " + env + " CHORUS_DIR=" + (dir.path / ("node" + std::to_string(k))).string() +
+         " CHORUS_MODE=shared CHORUS_INIT_TIMEOUT=" + std::to_string(init_timeout_s * sanitizer_slowdown) + " " +
+         bin("chorus") + " launch -n " + std::to_string(ranks) + " --nnodes 2 --node-rank " + std::to_string(k) +
+         " --master-addr 127.0.0.1 --master-port " + std::to_string(test_port(salt)) + " --run-id tls" +
+         std::to_string(salt) + " -- " + bin("chorus_e2e_worker") + " " + worker_args;
+}
+
 /// Both nodes of a 2 x 2 shared run at once, each with its own environment.
 /// The run host listens on test_port(salt) + 1.
 std::pair<Output, Output> two_nodes(const TempDir& dir, int salt, const std::string& env0, const std::string& env1,
                                     const std::string& worker_args = "--steps 30", int init_timeout_s = 3) {
-  const int port = test_port(salt);
-  auto node = [&](int k, const std::string& env) {
-    return run(env + " CHORUS_DIR=" + (dir.path / ("node" + std::to_string(k))).string() +
-               " CHORUS_MODE=shared CHORUS_INIT_TIMEOUT=" + std::to_string(init_timeout_s * sanitizer_slowdown) + " " +
-               bin("chorus") +
-               " launch -n 2 --nnodes 2 --node-rank " + std::to_string(k) + " --master-addr 127.0.0.1 --master-port " +
-               std::to_string(port) + " --run-id tls" + std::to_string(salt) + " -- " + bin("chorus_e2e_worker") +
-               " " + worker_args);
-  };
-  auto second = std::async(std::launch::async, node, 1, env1);
-  Output first = node(0, env0);
+  auto second = std::async(std::launch::async,
+                           [&] { return run(node_command(dir, salt, 1, env1, worker_args, init_timeout_s)); });
+  Output first = run(node_command(dir, salt, 0, env0, worker_args, init_timeout_s));
   return {first, second.get()};
 }
 
@@ -291,4 +296,95 @@ BOOST_AUTO_TEST_CASE(a_header_claiming_4_gib_cuts_its_link_and_nothing_else) {
   BOOST_TEST(got.closed_while_running == 1); // the silent one, by the deadline
   BOOST_TEST(n0.text.find("claiming 4294967280 bytes") != std::string::npos, n0.text);
   check_whole_run(dir, n0, n1, 60);
+}
+
+namespace {
+
+/// Seconds of CPU (user and system) in `u`.
+double cpu_seconds(const rusage& u) {
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+/// SIGSTOP (or SIGCONT) to `pid` and every process under it: the ranks of a
+/// `chorus launch` are in process groups of their own.
+void signal_tree(pid_t pid, int sig) {
+  std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  for (pid_t child = 0; children >> child;) signal_tree(child, sig);
+  ::kill(pid, sig);
+}
+
+/// Waits until `log` holds `text`, at most `patience`.
+bool wait_for_text(const fs::path& log, const std::string& text, std::chrono::seconds patience) {
+  const auto until = std::chrono::steady_clock::now() + patience;
+  while (slurp(log).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_rank_waiting_for_a_stopped_host_spends_no_cpu_and_gives_up_at_init_timeout) {
+  // The run host (node 0) listens, then stops (SIGSTOP): the kernel still
+  // takes node 1's connection, but nothing answers its TLS handshake. The
+  // rank must wait without spinning (CAF's TLS session reports a handshake
+  // that waits for the peer as a write that succeeded, and the link, ever
+  // writable, was called again and again), fail its init at init_timeout,
+  // and exit (the link's shutdown must not wait for the silent peer).
+  TempDir dir;
+  const std::string env = certs(dir.path / "creds");
+  constexpr int salt = 63, init_s = 5;
+  const int limit_s = init_s * sanitizer_slowdown;
+  Process host(node_command(dir, salt, 0, env, "--steps 5", 60, 1), dir.path / "node0.out");
+  const int fd = connect_when_listening(test_port(salt) + 1, std::chrono::seconds(30 * sanitizer_slowdown));
+  BOOST_REQUIRE_MESSAGE(fd >= 0, slurp(dir.path / "node0.out"));
+  ::close(fd);
+  signal_tree(host.pid(), SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  Process rank(node_command(dir, salt, 1, env, "--steps 5", init_s, 1), dir.path / "node1.out");
+  // Far past init_timeout: a launch still running then hangs.
+  const std::optional<int> code = rank.wait_for(std::chrono::seconds(3 * limit_s + 10));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  signal_tree(host.pid(), SIGCONT);
+  const std::string out = slurp(dir.path / "node1.out");
+  BOOST_TEST_INFO(out);
+  BOOST_REQUIRE_MESSAGE(code.has_value(), "node 1 was still running " << waited << " s after it started, with "
+                                                                       "init_timeout " << limit_s << " s");
+  BOOST_TEST(*code == 3); // the rank's init failed
+  BOOST_TEST(out.find("could not reach the run host") != std::string::npos);
+  BOOST_TEST(out.find("within init_timeout") != std::string::npos);
+  // A spinning rank burns about as much CPU as the time it waits.
+  const double cpu = cpu_seconds(rank.usage());
+  BOOST_TEST(cpu < 0.2 * waited, "node 1 used " << cpu << " s of CPU in " << waited << " s of waiting");
+}
+
+BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_holds_no_rank_past_finish_timeout) {
+  // Both nodes join, then the run host stops. Node 1's rank logs on into
+  // its ring, and its finish gives up at finish_timeout (which must start
+  // when the trainer finishes, not when a host that takes nothing more lets
+  // the finish out), and its process exits: a link whose peer takes nothing
+  // is cut after a moment, not waited on for ever.
+  TempDir dir;
+  const std::string env = certs(dir.path / "creds") + " CHORUS_FINISH_TIMEOUT=" + std::to_string(3 * sanitizer_slowdown);
+  constexpr int salt = 64;
+  const std::string args = "--steps 20 --step-us 10000 --print-pid 1";
+  Process host(node_command(dir, salt, 0, env, args, 30, 1), dir.path / "node0.out");
+  Process rank(node_command(dir, salt, 1, env, args, 30, 1), dir.path / "node1.out");
+  BOOST_REQUIRE_MESSAGE(wait_for_text(dir.path / "node1.out", "PID 1 ", std::chrono::seconds(60 * sanitizer_slowdown)),
+                        slurp(dir.path / "node0.out") << slurp(dir.path / "node1.out"));
+  signal_tree(host.pid(), SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  // finish_timeout and its margin are seconds; the connection timeout (10 s) must not be what ends it.
+  const std::optional<int> code = rank.wait_for(std::chrono::seconds(60 * sanitizer_slowdown));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  signal_tree(host.pid(), SIGCONT);
+  const std::string out = slurp(dir.path / "node1.out");
+  BOOST_TEST_INFO(out);
+  BOOST_REQUIRE_MESSAGE(code.has_value(), "node 1 was still running " << waited << " s after the host stopped");
+  BOOST_TEST(*code != 0);
+  BOOST_TEST(out.find("finish did not complete within finish_timeout") != std::string::npos);
+  const double cpu = cpu_seconds(rank.usage());
+  BOOST_TEST(cpu < 0.3 * waited, "node 1 used " << cpu << " s of CPU in " << waited << " s");
 }
