@@ -388,3 +388,29 @@ BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_holds_no_rank_past_finish_timeout) {
   const double cpu = cpu_seconds(rank.usage());
   BOOST_TEST(cpu < 0.3 * waited, "node 1 used " << cpu << " s of CPU in " << waited << " s");
 }
+
+BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_ends_a_ranks_barrier_at_connection_timeout) {
+  // The run host enforces barrier_timeout; a host that stops answering is
+  // noticed by the rank's keepalive at connection_timeout: the barrier the
+  // rank waits in ends there with host_lost, naming the host, and so does
+  // everything after it, at once.
+  TempDir dir;
+  const int silence_s = 3 * sanitizer_slowdown;
+  const std::string env = certs(dir.path / "creds") + " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(silence_s);
+  constexpr int salt = 65;
+  const std::string args = "--steps 20 --step-us 10000 --barrier-every 10 --print-pid 1";
+  Process host(node_command(dir, salt, 0, env, args, 30, 1), dir.path / "node0.out");
+  Process rank(node_command(dir, salt, 1, env, args, 30, 1), dir.path / "node1.out");
+  BOOST_REQUIRE_MESSAGE(wait_for_text(dir.path / "node1.out", "PID 1 ", std::chrono::seconds(60 * sanitizer_slowdown)),
+                        slurp(dir.path / "node0.out") << slurp(dir.path / "node1.out"));
+  signal_tree(host.pid(), SIGSTOP);
+  const std::optional<int> code = rank.wait_for(std::chrono::seconds(60 * sanitizer_slowdown));
+  signal_tree(host.pid(), SIGCONT);
+  const std::string out = slurp(dir.path / "node1.out");
+  BOOST_TEST_INFO(out);
+  BOOST_REQUIRE_MESSAGE(code.has_value(), "node 1 was still running long after the host stopped");
+  BOOST_TEST(*code != 0);
+  // b9 or b19: whichever the host had not answered yet when it stopped.
+  BOOST_TEST(out.find("rank 1 barrier b") != std::string::npos);
+  BOOST_TEST(out.find("was not heard from for connection_timeout") != std::string::npos);
+}
