@@ -277,8 +277,11 @@ private:
     // resume once that happened and the peer spoke (CAF's force_empty_write
     // gives the stream its writer again, and keeps what it has to write).
     void removed_from_loop(operation op) override {
+      // The base drops the stream's reference to its scribe, which may be
+      // the last: the scribe, and this stream inside it, are gone then.
+      if (op != operation::write || !parked_) return stream::removed_from_loop(op);
+      const caf::intrusive_ptr<caf::io::network::stream_manager> keep{owner_};
       stream::removed_from_loop(op);
-      if (op != operation::write || !parked_) return;
       removed_ = true;
       resume_writes();
     }
