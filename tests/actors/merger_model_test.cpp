@@ -8,7 +8,8 @@
 // exactly the same things, in the same order.
 //
 // CHORUS_SEED=n replays a run of cases; CHORUS_CASE=i runs only case i of it;
-// CHORUS_MODEL_CASES=n changes how many cases run.
+// CHORUS_MODEL_CASES=n changes how many cases run (10 000; 500 under a
+// sanitizer).
 #define BOOST_TEST_MODULE actors_merger_model
 #include <boost/test/unit_test.hpp>
 
@@ -789,11 +790,19 @@ CaseResult run_case(std::uint64_t seed) {
   return res;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// Under a sanitizer every allocation walks the stack (AddressSanitizer's slow
+// unwinder, which tests/lsan.supp needs): about 100 times the plain cost.
+constexpr std::uint64_t default_cases = 500;
+#else
+constexpr std::uint64_t default_cases = 10000;
+#endif
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(merger_matches_the_reference_model) {
   const std::uint64_t base = env_u64("CHORUS_SEED", std::random_device{}());
-  const std::uint64_t cases = env_u64("CHORUS_MODEL_CASES", 10000);
+  const std::uint64_t cases = env_u64("CHORUS_MODEL_CASES", default_cases);
   const char* only = std::getenv("CHORUS_CASE");
   BOOST_TEST_MESSAGE("model test seed " << base << " (CHORUS_SEED=" << base << " replays; CHORUS_CASE=i runs case i)");
   const auto t0 = std::chrono::steady_clock::now();
