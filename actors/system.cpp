@@ -86,8 +86,11 @@ public:
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
     // CAF's idle scheduler threads poll every 50 us for 500 rounds (25 ms)
     // before they sleep on a condition variable (which an enqueue wakes):
-    // after every timer an idle process would spin for 25 ms. 1 ms of it is
-    // enough to catch the next message of a busy stream.
+    // after every timer an idle process would spin for 25 ms. On the run
+    // host, 1 ms of it is enough to catch the next message of a busy
+    // stream; another rank's own work comes from its trainer (which wakes
+    // it) and its host's acks, and hundreds of such ranks polling after
+    // every message would take a small machine's cores from the host.
     cfg.set("work-stealing.moderate-poll-attempts", s.is_host ? size_t{20} : size_t{0});
     // ... and, asleep, wake every 10 ms to steal work (an enqueue from
     // outside wakes them at once): 200 wake-ups a second, about 1 % of a
