@@ -367,7 +367,9 @@ BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_holds_no_rank_past_finish_timeout) {
   // the finish out), and its process exits: a link whose peer takes nothing
   // is cut after a moment, not waited on for ever.
   TempDir dir;
-  const std::string env = certs(dir.path / "creds") + " CHORUS_FINISH_TIMEOUT=" + std::to_string(3 * sanitizer_slowdown);
+  // finish_timeout well below connection_timeout, which would end the wait otherwise (host_lost).
+  const std::string env = certs(dir.path / "creds") + " CHORUS_FINISH_TIMEOUT=" + std::to_string(3 * sanitizer_slowdown) +
+                          " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(30 * sanitizer_slowdown);
   constexpr int salt = 64;
   const std::string args = "--steps 20 --step-us 10000 --print-pid 1";
   Process host(node_command(dir, salt, 0, env, args, 30, 1), dir.path / "node0.out");
@@ -376,7 +378,6 @@ BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_holds_no_rank_past_finish_timeout) {
                         slurp(dir.path / "node0.out") << slurp(dir.path / "node1.out"));
   signal_tree(host.pid(), SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
-  // finish_timeout and its margin are seconds; the connection timeout (10 s) must not be what ends it.
   const std::optional<int> code = rank.wait_for(std::chrono::seconds(60 * sanitizer_slowdown));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   signal_tree(host.pid(), SIGCONT);
