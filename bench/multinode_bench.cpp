@@ -46,8 +46,6 @@ using std::chrono::milliseconds;
 
 // --- a rank ------------------------------------------------------------------
 
-double seconds_of(const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; }
-
 void say(const char* name, double value) {
   bench::report(name, value);
   std::fflush(stdout);
@@ -57,7 +55,7 @@ void say(const char* name, double value) {
 int end_rank(int code) {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
-  say("cpu_s", seconds_of(u.ru_utime) + seconds_of(u.ru_stime));
+  say("cpu_s", e2e::cpu_seconds(u));
   say("maxrss_kb", static_cast<double>(u.ru_maxrss));
   say("ended", static_cast<double>(bench::now_ns()));
   say("code", code);
@@ -289,7 +287,7 @@ int bench_main(const Args& a) {
     }
     launch_codes.push_back(std::to_string(codes[i]));
     const rusage& u = c.launches[i]->usage();
-    const double cpu = seconds_of(u.ru_utime) + seconds_of(u.ru_stime);
+    const double cpu = e2e::cpu_seconds(u);
     launch_cpu += cpu;
     per_node_cpu.push_back(num(cpu, 1));
     t_end = std::max(t_end, ended[i]);

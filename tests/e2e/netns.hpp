@@ -28,6 +28,12 @@ namespace e2e {
 /// Runs `cmd` through sh, its output discarded; its exit status.
 inline int quiet(const std::string& cmd) { return run(cmd + " >/dev/null").status; }
 
+/// Seconds of CPU (user and system) in `u`.
+inline double cpu_seconds(const rusage& u) {
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 /// A process started through sh in a process group of its own, its output
 /// (stdout and stderr) going to `log`.
 class Process {

@@ -300,12 +300,6 @@ BOOST_AUTO_TEST_CASE(a_header_claiming_4_gib_cuts_its_link_and_nothing_else) {
 
 namespace {
 
-/// Seconds of CPU (user and system) in `u`.
-double cpu_seconds(const rusage& u) {
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 /// SIGSTOP (or SIGCONT) to `pid` and every process under it: the ranks of a
 /// `chorus launch` are in process groups of their own.
 void signal_tree(pid_t pid, int sig) {
@@ -322,6 +316,34 @@ bool wait_for_text(const fs::path& log, const std::string& text, std::chrono::se
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+/// What node 1's rank did once the run host stopped mid-run.
+struct AfterStop {
+  std::optional<int> code; // node 1's launch's exit code, where it ended
+  double waited = 0;       // seconds from the stop to its end (or to giving up on it)
+  double cpu = 0;          // seconds of CPU node 1's launch and its rank used
+  std::string out;         // node 1's output
+};
+
+/// A run of one rank on each of two nodes (worker `args`, with `env`):
+/// once node 1's rank has joined, the run host stops (SIGSTOP), and node 1
+/// is given a minute (times the sanitizer's slowdown) to end.
+AfterStop stop_host_mid_run(const TempDir& dir, int salt, const std::string& env, const std::string& args) {
+  const std::string worker = args + " --print-pid 1";
+  Process host(node_command(dir, salt, 0, env, worker, 30, 1), dir.path / "node0.out");
+  Process rank(node_command(dir, salt, 1, env, worker, 30, 1), dir.path / "node1.out");
+  BOOST_REQUIRE_MESSAGE(wait_for_text(dir.path / "node1.out", "PID 1 ", std::chrono::seconds(60 * sanitizer_slowdown)),
+                        slurp(dir.path / "node0.out") << slurp(dir.path / "node1.out"));
+  signal_tree(host.pid(), SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  AfterStop after;
+  after.code = rank.wait_for(std::chrono::seconds(60 * sanitizer_slowdown));
+  after.waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  signal_tree(host.pid(), SIGCONT);
+  after.cpu = cpu_seconds(rank.usage());
+  after.out = slurp(dir.path / "node1.out");
+  return after;
 }
 
 } // namespace
@@ -370,24 +392,12 @@ BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_holds_no_rank_past_finish_timeout) {
   // finish_timeout well below connection_timeout, which would end the wait otherwise (host_lost).
   const std::string env = certs(dir.path / "creds") + " CHORUS_FINISH_TIMEOUT=" + std::to_string(3 * sanitizer_slowdown) +
                           " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(30 * sanitizer_slowdown);
-  constexpr int salt = 64;
-  const std::string args = "--steps 20 --step-us 10000 --print-pid 1";
-  Process host(node_command(dir, salt, 0, env, args, 30, 1), dir.path / "node0.out");
-  Process rank(node_command(dir, salt, 1, env, args, 30, 1), dir.path / "node1.out");
-  BOOST_REQUIRE_MESSAGE(wait_for_text(dir.path / "node1.out", "PID 1 ", std::chrono::seconds(60 * sanitizer_slowdown)),
-                        slurp(dir.path / "node0.out") << slurp(dir.path / "node1.out"));
-  signal_tree(host.pid(), SIGSTOP);
-  const auto stopped = std::chrono::steady_clock::now();
-  const std::optional<int> code = rank.wait_for(std::chrono::seconds(60 * sanitizer_slowdown));
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
-  signal_tree(host.pid(), SIGCONT);
-  const std::string out = slurp(dir.path / "node1.out");
-  BOOST_TEST_INFO(out);
-  BOOST_REQUIRE_MESSAGE(code.has_value(), "node 1 was still running " << waited << " s after the host stopped");
-  BOOST_TEST(*code != 0);
-  BOOST_TEST(out.find("finish did not complete within finish_timeout") != std::string::npos);
-  const double cpu = cpu_seconds(rank.usage());
-  BOOST_TEST(cpu < 0.3 * waited, "node 1 used " << cpu << " s of CPU in " << waited << " s");
+  const AfterStop after = stop_host_mid_run(dir, 64, env, "--steps 20 --step-us 10000");
+  BOOST_TEST_INFO(after.out);
+  BOOST_REQUIRE_MESSAGE(after.code.has_value(), "node 1 was still running " << after.waited << " s after the host stopped");
+  BOOST_TEST(*after.code != 0);
+  BOOST_TEST(after.out.find("finish did not complete within finish_timeout") != std::string::npos);
+  BOOST_TEST(after.cpu < 0.3 * after.waited, "node 1 used " << after.cpu << " s of CPU in " << after.waited << " s");
 }
 
 BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_ends_a_ranks_barrier_at_connection_timeout) {
@@ -398,20 +408,11 @@ BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_ends_a_ranks_barrier_at_connection_t
   TempDir dir;
   const int silence_s = 3 * sanitizer_slowdown;
   const std::string env = certs(dir.path / "creds") + " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(silence_s);
-  constexpr int salt = 65;
-  const std::string args = "--steps 20 --step-us 10000 --barrier-every 10 --print-pid 1";
-  Process host(node_command(dir, salt, 0, env, args, 30, 1), dir.path / "node0.out");
-  Process rank(node_command(dir, salt, 1, env, args, 30, 1), dir.path / "node1.out");
-  BOOST_REQUIRE_MESSAGE(wait_for_text(dir.path / "node1.out", "PID 1 ", std::chrono::seconds(60 * sanitizer_slowdown)),
-                        slurp(dir.path / "node0.out") << slurp(dir.path / "node1.out"));
-  signal_tree(host.pid(), SIGSTOP);
-  const std::optional<int> code = rank.wait_for(std::chrono::seconds(60 * sanitizer_slowdown));
-  signal_tree(host.pid(), SIGCONT);
-  const std::string out = slurp(dir.path / "node1.out");
-  BOOST_TEST_INFO(out);
-  BOOST_REQUIRE_MESSAGE(code.has_value(), "node 1 was still running long after the host stopped");
-  BOOST_TEST(*code != 0);
+  const AfterStop after = stop_host_mid_run(dir, 65, env, "--steps 20 --step-us 10000 --barrier-every 10");
+  BOOST_TEST_INFO(after.out);
+  BOOST_REQUIRE_MESSAGE(after.code.has_value(), "node 1 was still running " << after.waited << " s after the host stopped");
+  BOOST_TEST(*after.code != 0);
   // b9 or b19: whichever the host had not answered yet when it stopped.
-  BOOST_TEST(out.find("rank 1 barrier b") != std::string::npos);
-  BOOST_TEST(out.find("was not heard from for connection_timeout") != std::string::npos);
+  BOOST_TEST(after.out.find("rank 1 barrier b") != std::string::npos);
+  BOOST_TEST(after.out.find("was not heard from for connection_timeout") != std::string::npos);
 }
