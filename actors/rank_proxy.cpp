@@ -392,8 +392,6 @@ full:
   return true;
 }
 
-/// Drains now; a parked proxy starts a fresh loop at full speed instead,
-/// which replaces the parked one.
 /// Starts finish's bound, once: when the trainer's finish is first seen,
 /// not when its slot goes out, which a host that takes nothing more (its
 /// window full) would put off until the link is declared lost.
@@ -409,6 +407,8 @@ void bound_finish(proxy_ptr self) {
   self->delayed_send(self, limit, finish_tmo_atom::value);
 }
 
+/// Drains now; a parked proxy starts a fresh loop at full speed instead,
+/// which replaces the parked one.
 void wake(proxy_ptr self) {
   auto& st = self->state;
   if (st.run->finishing()) bound_finish(self);

@@ -237,11 +237,12 @@ Error tcp_connect(const std::string& host, std::uint16_t port, std::chrono::mill
     if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
       ok = true;
     } else if (errno == EINPROGRESS) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       pollfd p{fd, POLLOUT, 0};
       int polled = 0;
-      do polled = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-      while (polled < 0 && errno == EINTR);
+      do {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        polled = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      } while (polled < 0 && errno == EINTR);
       if (polled == 1) {
         int err = 0;
         socklen_t len = sizeof err;
