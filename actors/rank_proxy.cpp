@@ -360,6 +360,13 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
+      case SlotKind::histogram: {
+        std::unique_ptr<Histogram> h(s->histogram);
+        ensure_key(st, w, s->key);
+        w.histogram(pos + 1, s->count, s->step, ts, s->key, *h);
+        pos += 1;
+        break;
+      }
       case SlotKind::metric_view:
         ensure_key(st, w, s->key);
         if (s->step >= 0) ensure_key(st, w, static_cast<std::uint32_t>(s->step));

@@ -61,7 +61,7 @@ recovered (no log, a live host, a log without a run start, an I/O error),
 namespace {
 
 // run.json last: install() moves them in this order.
-constexpr const char* rebuilt_files[] = {"history.jsonl", "config.json",  "summary.json",
+constexpr const char* rebuilt_files[] = {"history.jsonl", "histograms.jsonl", "config.json", "summary.json",
                                          "rejected.jsonl", "metrics.json", "run.json"};
 
 struct RecoverArgs {

@@ -3,6 +3,7 @@
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/histogram_log.hpp"
 #include "io/store/metric_specs.hpp"
 #include "io/store/run_record.hpp"
 #include "runtime/core/json.hpp"
@@ -106,6 +107,7 @@ struct RunWriter::State {
 
   std::unique_ptr<AppendFile> history;
   std::unique_ptr<AppendFile> rejected_file;
+  std::unique_ptr<AppendFile> histograms; // histograms.jsonl (io/store/histogram_log.hpp)
   std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
   std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
@@ -327,7 +329,7 @@ struct RunWriter::State {
     w.key("rank").integer(rank);
     w.key("seq").uinteger(seq);
     w.key("step");
-    if (step == wire::auto_step)
+    if (step == wire::auto_step || step == wire::same_step)
       w.null();
     else
       w.integer(step);
@@ -360,6 +362,7 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
   }
   s_->history = s_->open_file("history.jsonl", /*truncate=*/true);
   s_->rejected_file = s_->open_file("rejected.jsonl", /*truncate=*/true);
+  s_->histograms = s_->open_file("histograms.jsonl", /*truncate=*/true);
 }
 
 RunWriter::~RunWriter() {
@@ -389,6 +392,16 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
 void RunWriter::row(const chorus::detail::Row& row) {
   State& s = *s_;
   std::string& l = s.line;
+  if (!row.histograms.empty()) {
+    l.clear();
+    for (const auto& h : row.histograms)
+      append_histogram_line(l, row.step, row.ts_us, row.runtime_us, s.key_name(h.key), h.rank, h.count, *h.value);
+    if (s.histograms) s.fail(s.histograms->write(l));
+    if (row.values.empty()) { // a step of histograms only has no history row
+      s.last_step = row.step;
+      return;
+    }
+  }
   l.clear();
   l.append("{\"_step\":");
   append_int(l, row.step);
@@ -503,6 +516,7 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   }
   flush();
   if (s.history) s.fail(s.history->sync());
+  if (s.histograms) s.fail(s.histograms->sync());
   s.write_summary();
   s.write_run_json();
 }
@@ -544,6 +558,7 @@ void RunWriter::barrier(const BarrierRecord& record) {
 void RunWriter::flush() {
   State& s = *s_;
   if (s.history) s.fail(s.history->flush());
+  if (s.histograms) s.fail(s.histograms->flush());
   if (s.barriers) s.fail(s.barriers->flush());
   if (s.system_file) s.fail(s.system_file->flush());
   if (s.rejected_file) s.fail(s.rejected_file->flush());

@@ -42,6 +42,11 @@ Result<int> nccl_op_of(Reduce op) {
                    "reduce_device cannot reduce with Reduce::first: NCCL has no such operation. To keep one rank's "
                    "value, log it with log_device on that rank and declare the key with define_metric(key, "
                    "Reduce::first); else use mean, sum, min or max"};
+    case Reduce::merge:
+      return Error{Errc::invalid_argument,
+                   "reduce_device cannot reduce with Reduce::merge: merge is for histograms. Log each rank's "
+                   "histogram with log_histogram under a key declared define_metric(key, Reduce::merge); else use "
+                   "mean, sum, min or max"};
     case Reduce::none: break;
   }
   return Error{Errc::invalid_argument, "reduce_device needs a reduction: mean, sum, min or max"};

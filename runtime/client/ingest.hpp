@@ -34,6 +34,7 @@ enum class SlotKind : std::uint8_t {
   stream_close, // key = stream id (Writer::close)
   refused,      // refusal = values refused before the ring (owned, freed by the consumer); step = the call's
   metric_view,  // key = metric, count = Summary or wire::unchanged_summary, step = step metric's key or -1
+  histogram,    // key = metric, count = stream id (0: the default stream), step, histogram (owned, freed by the consumer)
 };
 
 struct Capture;
@@ -59,6 +60,7 @@ struct alignas(32) Slot {
     std::string* text;   // config, summary; finish: why (or null)
     Capture* capture;
     Refusal* refusal;
+    Histogram* histogram;
   };
 };
 static_assert(sizeof(Slot) == 32);

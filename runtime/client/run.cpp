@@ -48,6 +48,7 @@ RunImpl::~RunImpl() {
     if (s.ready.load() != pos + 1) continue;
     if (s.kind == SlotKind::config || s.kind == SlotKind::summary || s.kind == SlotKind::finish) delete s.text;
     if (s.kind == SlotKind::refused) delete s.refusal;
+    if (s.kind == SlotKind::histogram) delete s.histogram;
   }
 }
 

@@ -110,6 +110,13 @@ public:
   Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
                      std::optional<Reduce> reduce, std::span<const Metric> host = {}) noexcept;
   Pending log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept;
+  /// Run::log_histogram and Writer::log_histogram (run_histogram.cpp):
+  /// `writer` says the call is a Writer's (whose stream 0 means it could
+  /// not open); `same_step` puts the histogram at the step the stream's
+  /// last call took, where `opts` gives none (the Python module's dict that
+  /// mixes histograms with numbers).
+  Pending log_histogram(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<Histogram> h,
+                        const LogOptions& opts, bool same_step = false) noexcept;
 
   const Settings& settings() const noexcept { return settings_; }
   Ring& ring() noexcept { return ring_; }

@@ -23,12 +23,23 @@ struct RowValue {
   std::uint32_t count;
 };
 
+/// One histogram of a committed row: as a RowValue, `rank` -1 for the merge
+/// of the ranks (`count` of them) or a run of one rank. `value` lives as
+/// long as the sink's row() call.
+struct RowHistogram {
+  std::uint32_t key;
+  std::int32_t rank;
+  const Histogram* value;
+  std::uint32_t count;
+};
+
 /// One committed history row. Rows reach the sink strictly increasing in step.
 struct Row {
   std::int64_t step = 0;
   std::int64_t ts_us = 0;      // when its first value was taken (unix microseconds)
   std::int64_t runtime_us = 0; // ts_us minus the run's start
   std::vector<RowValue> values; // sorted by (key name, rank)
+  std::vector<RowHistogram> histograms; // sorted by (key name, rank); a row may hold only these
 };
 
 class HistorySink {

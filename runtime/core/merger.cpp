@@ -1,5 +1,6 @@
 #include "runtime/core/merger.hpp"
 
+#include "runtime/core/json.hpp"
 #include "runtime/core/merger_keys.hpp"
 #include "runtime/core/merger_rows.hpp"
 #include "runtime/core/merger_streams.hpp"
@@ -69,6 +70,7 @@ double reduce_values(Reduce how, const Entry* e, std::size_t n) {
       return r;
     case Reduce::none:
     case Reduce::first:
+    case Reduce::merge: // histograms only: a key declared so takes no scalars
       break;
   }
   return r;
@@ -104,6 +106,7 @@ struct Merger::State {
 
   // Scratch, kept to spare allocations.
   Row out;
+  std::vector<Histogram> merged; // the committing row's merged histograms
   FrameCheck frame_check;
   std::vector<std::pair<std::string_view, double>> refused;
 
@@ -180,8 +183,23 @@ struct Merger::State {
     Rank& r = ranks[rank];
     if (const auto* v = std::get_if<wire::Values>(&ev)) {
       log_values(rank, *v);
+    } else if (const auto* h = std::get_if<wire::HistogramValue>(&ev)) {
+      log_histogram(rank, *h);
     } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
       const std::uint32_t gid = r.keys[d->key].gid;
+      if (d->reduce == Reduce::merge) {
+        RunKeys::Kind& kind = names.kind(gid);
+        if (kind == RunKeys::Kind::scalar) {
+          const Error why{Errc::invalid_argument,
+                          "define_metric(" + quote(names[gid]) +
+                              ", Reduce::merge) refused: the key holds scalars, and merge is for histograms; "
+                              "declare the scalars with mean, sum, min, max or first, or log the histograms "
+                              "under a key of their own"};
+          sink.completed(rank, d->seq, &why);
+          return;
+        }
+        kind = RunKeys::Kind::histogram;
+      }
       names.reduction(gid) = d->reduce;
       declared(gid);
       sink.completed(rank, d->seq, nullptr);
@@ -238,37 +256,57 @@ struct Merger::State {
     sink.metric(gid, names.reduction(gid), view.summary, view.step);
   }
 
-  /// "rank 3", or "rank 3 writer 2" for a value of a writer stream.
-  static std::string producer(int rank, const wire::Values& v) {
-    return "rank " + std::to_string(rank) + (v.stream == 0 ? "" : " writer " + std::to_string(v.stream));
+  /// "rank 3", or "rank 3 writer 2" for a call of a writer stream.
+  static std::string producer(int rank, std::uint32_t sid) {
+    return "rank " + std::to_string(rank) + (sid == 0 ? "" : " writer " + std::to_string(sid));
   }
 
-  void log_values(int rank, const wire::Values& v) {
+  /// Places a call of `rank`'s stream `sid` at its step (`asked`: the
+  /// call's step, or wire::auto_step / wire::same_step), moving the stream
+  /// there. False when the step is refused: `why` says why, `step` what it
+  /// was. `what` names the call's keys, for the messages.
+  template <class What>
+  bool place_call(int rank, std::uint32_t sid, std::int64_t asked, What&& what, std::int64_t& step, Error& why) {
     Rank& r = ranks[rank];
-    RankStreams::Stream& stream = v.stream == 0 ? r.streams.default_stream(last_committed) : r.streams.at(v.stream);
-    const bool automatic = v.step == wire::auto_step;
-    if (automatic && stream.cursor >= max_step)
-      return refuse(rank, v, stream.cursor,
-                    {Errc::invalid_argument, producer(rank, v) + ": the automatic step would pass the largest step"});
-    const std::int64_t step = automatic ? stream.cursor + 1 : v.step;
-    if (step < 0 || step > max_step)
-      return refuse(rank, v, step,
-                    {Errc::invalid_argument, producer(rank, v) + " logged " + key_names(r, v) +
-                                                 " at step " + std::to_string(step) +
-                                                 ", outside 0.." + std::to_string(max_step) + ": steps start at 0"});
-    if (step < stream.last_step)
-      return refuse(rank, v, step, backwards(rank, v, step, stream.last_step));
+    RankStreams::Stream& stream = sid == 0 ? r.streams.default_stream(last_committed) : r.streams.at(sid);
+    const bool automatic = asked == wire::auto_step || (asked == wire::same_step && stream.last_step < 0);
+    if (automatic && stream.cursor >= max_step) {
+      step = stream.cursor;
+      why = {Errc::invalid_argument, producer(rank, sid) + ": the automatic step would pass the largest step"};
+      return false;
+    }
+    step = automatic ? stream.cursor + 1 : asked == wire::same_step ? stream.last_step : asked;
+    if (step < 0 || step > max_step) {
+      why = {Errc::invalid_argument, producer(rank, sid) + " logged " + what() + " at step " + std::to_string(step) +
+                                         ", outside 0.." + std::to_string(max_step) + ": steps start at 0"};
+      return false;
+    }
+    if (step < stream.last_step) {
+      why = backwards(rank, sid, what(), step, stream.last_step);
+      return false;
+    }
     stream.last_step = step;
     r.last_step = std::max(r.last_step, step);
     r.streams.advance(stream, step);
     restand(rank);
-    if (step <= last_committed)
-      return refuse(rank, v, step,
-                    {Errc::step_committed,
-                     producer(rank, v) + " logged " + key_names(r, v) + " at step " +
-                         std::to_string(step) + ", but steps up to " + std::to_string(last_committed) +
-                         " are already committed" + (committed_by.empty() ? "" : " (by " + committed_by + ")") + ": log at a step above " +
-                         std::to_string(last_committed) + ", or leave the step out to use automatic steps"});
+    if (step <= last_committed) {
+      why = {Errc::step_committed,
+             producer(rank, sid) + " logged " + what() + " at step " + std::to_string(step) + ", but steps up to " +
+                 std::to_string(last_committed) + " are already committed" +
+                 (committed_by.empty() ? "" : " (by " + committed_by + ")") + ": log at a step above " +
+                 std::to_string(last_committed) + ", or leave the step out to use automatic steps"};
+      return false;
+    }
+    return true;
+  }
+
+  void log_values(int rank, const wire::Values& v) {
+    Rank& r = ranks[rank];
+    std::int64_t step = v.step;
+    Error why;
+    if (!scalars_allowed(rank, v, why) ||
+        !place_call(rank, v.stream, v.step, [&] { return key_names(r, v); }, step, why))
+      return refuse(rank, v, step, why);
     if (v.n > 0) {
       PendingRow& row = pending.at(step);
       row.ts_us = std::min(row.ts_us, v.ts_us);
@@ -293,14 +331,83 @@ struct Merger::State {
     sink.completed(rank, v.seq, nullptr);
   }
 
-  [[nodiscard]] Error backwards(int rank, const wire::Values& v, std::int64_t step, std::int64_t last) const {
+  /// A key holds scalars or histograms, never both: false (and why) when
+  /// one of the call's keys holds histograms. The first call of a rank with
+  /// a key checks it; later ones pass on a flag of the rank's own.
+  bool scalars_allowed(int rank, const wire::Values& v, Error& why) {
+    LocalKey* keys = ranks[rank].keys.data();
+    bool all = true;
+    for (std::uint32_t i = 0; i < v.n; ++i) all = all && keys[keys[v.key(i)].canon].scalar;
+    if (all) [[likely]]
+      return true;
+    for (std::uint32_t i = 0; i < v.n; ++i) {
+      const std::uint32_t gid = keys[v.key(i)].gid;
+      if (names.kind(gid) == RunKeys::Kind::histogram) {
+        why = {Errc::invalid_argument,
+               producer(rank, v.stream) + " logged a scalar under " + quote(names[gid]) +
+                   ", which holds histograms" +
+                   (names.reduction(gid) == Reduce::merge ? " (it is declared Reduce::merge)" : "") +
+                   ": a key holds one kind; log the scalar under a key of its own"};
+        return false;
+      }
+    }
+    for (std::uint32_t i = 0; i < v.n; ++i) {
+      LocalKey& slot = keys[keys[v.key(i)].canon];
+      slot.scalar = true;
+      names.kind(slot.gid) = RunKeys::Kind::scalar;
+    }
+    return true;
+  }
+
+  void log_histogram(int rank, const wire::HistogramValue& h) {
+    Rank& r = ranks[rank];
+    const std::uint32_t gid = r.keys[h.key].gid;
+    const std::string& name = names[gid];
+    std::int64_t step = h.step;
+    Error why;
+    RunKeys::Kind& kind = names.kind(gid);
+    if (kind == RunKeys::Kind::scalar) {
+      why = {Errc::invalid_argument, producer(rank, h.stream) + " logged a histogram under " + quote(name) +
+                                         ", which holds scalars: a key holds one kind; log the histogram under a "
+                                         "key of its own, such as " +
+                                         quote(name + "_hist")};
+      return refuse_histogram(rank, h, step, why);
+    }
+    if (!place_call(rank, h.stream, h.step, [&] { return "a histogram under " + quote(name); }, step, why))
+      return refuse_histogram(rank, h, step, why);
+    kind = RunKeys::Kind::histogram;
+    PendingRow& row = pending.at(step);
+    row.ts_us = std::min(row.ts_us, h.ts_us);
+    const std::uint64_t sort = sort_key(gid, static_cast<std::uint32_t>(rank));
+    auto it = std::find_if(row.histograms.begin(), row.histograms.end(),
+                           [sort](const HistogramEntry& e) { return e.sort == sort; });
+    if (it == row.histograms.end()) it = row.histograms.insert(row.histograms.end(), HistogramEntry{sort, {}});
+    (void)histogram::decode(h.body, it->value); // checked with its frame: the later one replaces
+    sink.completed(rank, h.seq, nullptr);
+  }
+
+  void refuse_histogram(int rank, const wire::HistogramValue& h, std::int64_t step, const Error& why) {
+    Histogram value;
+    (void)histogram::decode(h.body, value);
+    std::string json;
+    io::JsonWriter w(json);
+    w.begin_object().key(names[ranks[rank].keys[h.key].gid]).begin_object().key("histogram").begin_object();
+    w.key("count").uinteger(value.count()).key("min").number(value.min()).key("max").number(value.max());
+    w.end_object().end_object().end_object();
+    values_rejected += 1;
+    sink.refused(rank, h.seq, step, why, json, 1);
+    sink.completed(rank, h.seq, &why);
+  }
+
+  [[nodiscard]] static Error backwards(int rank, std::uint32_t sid, const std::string& what, std::int64_t step,
+                                       std::int64_t last) {
     const std::string tail = " or above, or leave the step out to use automatic steps";
-    if (v.stream == 0)
+    if (sid == 0)
       return {Errc::backwards_step,
-              "rank " + std::to_string(rank) + " logged " + key_names(ranks[rank], v) + " at step " +
-                  std::to_string(step) + ", lower than its last step " + std::to_string(last) +
+              "rank " + std::to_string(rank) + " logged " + what + " at step " + std::to_string(step) +
+                  ", lower than its last step " + std::to_string(last) +
                   ": a rank's steps must not decrease; log at step " + std::to_string(last) + tail};
-    return {Errc::backwards_step, producer(rank, v) + " logged " + key_names(ranks[rank], v) + " at step " +
+    return {Errc::backwards_step, producer(rank, sid) + " logged " + what + " at step " +
                                       std::to_string(step) + ", lower than that writer's last step " +
                                       std::to_string(last) + ": a writer's steps must not decrease; log at step " +
                                       std::to_string(last) + tail};
@@ -474,9 +581,46 @@ struct Merger::State {
       }
       i = j;
     }
+    out.histograms.clear();
+    if (!p.histograms.empty()) commit_histograms(p, order, by_order, one_rank);
     last_committed = p.step;
     ++rows_committed;
     sink.row(out);
+  }
+
+  /// A row's histograms as its columns: a key declared `first` takes the
+  /// lowest rank's, one declared with another reduction the merge of the
+  /// ranks' (in rank order: the same bits on every replay), an undeclared
+  /// one a column per rank.
+  void commit_histograms(PendingRow& p, const std::vector<std::uint32_t>& order,
+                         const std::vector<std::uint32_t>& by_order, bool one_rank) {
+    for (HistogramEntry& e : p.histograms) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
+    std::sort(p.histograms.begin(), p.histograms.end(),
+              [](const HistogramEntry& a, const HistogramEntry& b) { return a.sort < b.sort; });
+    merged.clear();
+    merged.reserve(p.histograms.size()); // the row points into it: it must not move
+    const HistogramEntry* e = p.histograms.data();
+    const std::size_t n = p.histograms.size();
+    for (std::size_t i = 0; i < n;) {
+      const auto place_in_order = static_cast<std::uint32_t>(e[i].sort >> 32);
+      std::size_t j = i + 1;
+      while (j < n && (e[j].sort >> 32) == place_in_order) ++j;
+      const std::uint32_t gid = by_order[place_in_order];
+      const Reduce how = names.reduction(gid);
+      const auto ranks_in = static_cast<std::uint32_t>(j - i);
+      if (how == Reduce::none) {
+        for (std::size_t k = i; k < j; ++k)
+          out.histograms.push_back(
+              {gid, one_rank ? -1 : static_cast<std::int32_t>(static_cast<std::uint32_t>(e[k].sort)), &e[k].value, 0});
+      } else if (how == Reduce::first) {
+        out.histograms.push_back({gid, -1, &e[i].value, ranks_in});
+      } else {
+        Histogram& all = merged.emplace_back(e[i].value);
+        for (std::size_t k = i + 1; k < j; ++k) all.merge(e[k].value);
+        out.histograms.push_back({gid, -1, &all, ranks_in});
+      }
+      i = j;
+    }
   }
 
   // ---- frames -------------------------------------------------------------

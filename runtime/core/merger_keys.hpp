@@ -45,6 +45,7 @@ public:
     gid_of_.emplace(names_.back(), gid);
     reduction_.push_back(Reduce::none);
     view_.push_back({});
+    kind_.push_back(Kind::unset);
     order_stale_ = true;
     return gid;
   }
@@ -52,6 +53,10 @@ public:
   [[nodiscard]] const std::string& operator[](std::uint32_t gid) const { return names_[gid]; }
   [[nodiscard]] std::size_t size() const noexcept { return names_.size(); }
   Reduce& reduction(std::uint32_t gid) { return reduction_[gid]; }
+  /// What a key holds: the first kind logged under it (or a Reduce::merge
+  /// declaration: histograms) decides, for the whole run.
+  enum class Kind : std::uint8_t { unset, scalar, histogram };
+  Kind& kind(std::uint32_t gid) { return kind_[gid]; }
   /// How a key shows (define_metric's summary and step_metric).
   struct View {
     Summary summary = Summary::last;
@@ -86,6 +91,7 @@ private:
   std::unordered_map<std::string_view, std::uint32_t> gid_of_;
   std::vector<Reduce> reduction_;
   std::vector<View> view_;
+  std::vector<Kind> kind_;
   std::vector<std::uint32_t> order_, by_order_; // name order, rebuilt once new keys came
   bool order_stale_ = false;
 };
@@ -98,6 +104,7 @@ struct LocalKey {
   std::uint32_t entry = 0; // its value's index in the row at `step` (while a frame is checked: its name's)
   std::int64_t step = RankStreams::no_step;
   std::int64_t top = RankStreams::no_step; // the highest step it was logged at: below it, a row may hold it already
+  bool scalar = false; // this rank logged scalars under it (so the key holds scalars)
 };
 
 /// Checks a rank's frame before any of it is applied; keeps its scratch
@@ -149,6 +156,8 @@ public:
       } else if (const auto* v = std::get_if<wire::Values>(&ev)) {
         ok = streams.named(v->stream);
         for (std::uint32_t i = 0; ok && i < v->n; ++i) ok = known(v->key(i));
+      } else if (const auto* h = std::get_if<wire::HistogramValue>(&ev)) {
+        ok = streams.named(h->stream) && known(h->key);
       } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
         ok = streams.name(*st);
       } else if (const auto* d = std::get_if<wire::Define>(&ev)) {

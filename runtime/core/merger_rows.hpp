@@ -2,6 +2,8 @@
 // watermark), kept apart so that merger.cpp reads as its rules.
 #pragma once
 
+#include <chorus/chorus.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cstddef>
@@ -89,11 +91,18 @@ struct Entry {
 
 inline std::uint64_t sort_key(std::uint32_t key, std::uint32_t rank) { return std::uint64_t{key} << 32 | rank; }
 
+/// One rank's histogram in a pending row; `sort` as an Entry's.
+struct HistogramEntry {
+  std::uint64_t sort;
+  Histogram value;
+};
+
 struct PendingRow {
   std::int64_t step = 0;
   std::int64_t ts_us = 0;
   std::vector<Entry> entries;
   bool repeats = false; // may hold a (key, rank) twice: the later entry is the one that counts
+  std::vector<HistogramEntry> histograms; // one a (key, rank): a later one replaces it
 };
 
 /// The rows not committed yet: found by step in O(1), handed out lowest
@@ -117,6 +126,7 @@ public:
       row.ts_us = std::numeric_limits<std::int64_t>::max();
       row.entries.clear();
       row.repeats = false;
+      row.histograms.clear();
       index_.insert(step, slot);
       steps_.push(step);
     }

@@ -107,7 +107,8 @@ std::optional<Resume> parse_resume(std::string_view text) {
   return parse_enum(text, {Resume::never, Resume::allow, Resume::must});
 }
 std::optional<Reduce> parse_reduce(std::string_view text) {
-  return parse_enum(text, {Reduce::none, Reduce::mean, Reduce::sum, Reduce::min, Reduce::max, Reduce::first});
+  return parse_enum(text, {Reduce::none, Reduce::mean, Reduce::sum, Reduce::min, Reduce::max, Reduce::first,
+                           Reduce::merge});
 }
 std::optional<Summary> parse_summary(std::string_view text) {
   return parse_enum(text, {Summary::last, Summary::min, Summary::max, Summary::mean});

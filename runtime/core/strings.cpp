@@ -34,6 +34,7 @@ std::string_view to_string(Reduce r) noexcept {
   case Reduce::min: return "min";
   case Reduce::max: return "max";
   case Reduce::first: return "first";
+  case Reduce::merge: return "merge";
   }
   return "unknown";
 }

@@ -130,6 +130,17 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       ev = m;
       return true;
     }
+    case Tag::histogram: {
+      HistogramValue h{};
+      std::string_view body;
+      if (!in.get(h.seq) || !in.get(h.stream) || !in.get(h.step) || !in.get(h.ts_us) || !in.get(h.key) ||
+          !in.bytes(body))
+        return false;
+      if (h.stream > max_streams || !chorus::detail::histogram::valid(body)) return false;
+      h.body = std::span<const char>(body.data(), body.size());
+      ev = h;
+      return true;
+    }
     case Tag::stream_open:
     case Tag::stream_close: {
       Stream st{};

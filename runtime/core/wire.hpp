@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chorus/chorus.hpp>
+#include "runtime/core/histogram.hpp"
 
 #include <bit>
 #include <cstdint>
@@ -30,7 +31,7 @@ enum class FrameType : std::uint8_t { rank_batch = 1, host_event = 2 };
 /// A Reduce value this build knows. Values only ever get added at the end, so
 /// a WAL written before one was added still decodes.
 constexpr bool known(Reduce r) noexcept {
-  return static_cast<std::uint8_t>(r) <= static_cast<std::uint8_t>(Reduce::first);
+  return static_cast<std::uint8_t>(r) <= static_cast<std::uint8_t>(Reduce::merge);
 }
 
 /// Events inside a rank batch, in the rank's own order.
@@ -61,7 +62,17 @@ enum class Tag : std::uint8_t {
   // seq, u32 key, u8 Summary (unchanged_summary: as it was), u32 step
   // metric's key (no_step_metric: as it was).
   metric_view = 14,
+  // A histogram (Run::log_histogram): u64 seq, u32 stream (0: the default
+  // stream), i64 step (auto_step: next; same_step: the stream's last), i64
+  // ts_us, u32 key, u32 len, the histogram's encoding
+  // (runtime/core/histogram.hpp).
+  histogram = 15,
 };
+
+/// In a histogram event: the step the stream logged at last (its first
+/// automatic step if none), so that a histogram joins the values of the
+/// same call (the Python module's dict that mixes them).
+inline constexpr std::int64_t same_step = std::numeric_limits<std::int64_t>::min() + 1;
 
 /// In a metric_view event: what a define_metric call left as it was.
 inline constexpr std::uint8_t unchanged_summary = 0xff;
@@ -190,6 +201,17 @@ public:
     detail::put_bytes(out_, message);
     detail::put_bytes(out_, values);
   }
+  void histogram(std::uint64_t seq, std::uint32_t stream, std::int64_t step, std::int64_t ts_us, std::uint32_t key,
+                 const Histogram& h) {
+    begin(Tag::histogram);
+    detail::put(out_, seq);
+    detail::put(out_, stream);
+    detail::put(out_, step);
+    detail::put(out_, ts_us);
+    detail::put(out_, key);
+    detail::put(out_, static_cast<std::uint32_t>(chorus::detail::histogram::encoded_size(h)));
+    chorus::detail::histogram::encode(h, out_);
+  }
   void metric_view(std::uint64_t seq, std::uint32_t key, std::uint8_t summary, std::uint32_t step_key) {
     begin(Tag::metric_view);
     detail::put(out_, seq);
@@ -290,13 +312,23 @@ struct MetricView {
   std::uint8_t summary;  // a Summary, or unchanged_summary
   std::uint32_t step_key; // a key id, or no_step_metric
 };
+/// A histogram of one key; `body` is its encoding, checked.
+struct HistogramValue {
+  std::uint64_t seq;
+  std::uint32_t stream; // 0: the rank's default stream
+  std::int64_t step;
+  std::int64_t ts_us;
+  std::uint32_t key;
+  std::span<const char> body;
+};
 /// A writer stream opening (`open`) or closing.
 struct Stream {
   std::uint64_t seq;
   std::uint32_t id;
   bool open;
 };
-using RankEvent = std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream, Refused, MetricView>;
+using RankEvent =
+    std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream, Refused, MetricView, HistogramValue>;
 
 struct RunStart {
   std::int64_t ts_us;

@@ -124,6 +124,14 @@ struct Rig {
       w_.metric_view(s, k, summary ? static_cast<std::uint8_t>(*summary) : w::unchanged_summary, step_key);
       return s;
     }
+    /// One log_histogram call into `stream`; `step` may be w::same_step.
+    std::uint64_t histogram(std::string_view name, const Histogram& h, std::int64_t step = auto_step,
+                            std::uint32_t stream = 0, std::int64_t ts = start_ts + 10) {
+      const auto k = key(name);
+      const auto s = next();
+      w_.histogram(s, stream, step, ts, k, h);
+      return s;
+    }
     /// Opens (Run::writer) or closes (Writer::close) writer stream `id`.
     std::uint64_t stream(std::uint32_t id, bool open) {
       const auto s = next();
@@ -167,6 +175,13 @@ struct Rig {
                       std::int64_t step = auto_step) {
     auto b = batch(r);
     const auto s = b.log(std::move(values), step, start_ts + 10, stream);
+    BOOST_REQUIRE(b.send());
+    return s;
+  }
+  /// One log_histogram call in its own frame.
+  std::uint64_t histogram(int r, std::string_view name, const Histogram& h, std::int64_t step = auto_step) {
+    auto b = batch(r);
+    const auto s = b.histogram(name, h, step);
     BOOST_REQUIRE(b.send());
     return s;
   }

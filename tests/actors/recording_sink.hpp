@@ -26,11 +26,19 @@ struct RecordedValue {
   std::uint32_t count;
 };
 
+struct RecordedHistogram {
+  std::string key;
+  int rank; // -1: stored under the plain key
+  Histogram value;
+  std::uint32_t count;
+};
+
 struct RecordedRow {
   std::int64_t step;
   std::int64_t ts_us;
   std::int64_t runtime_us;
   std::vector<RecordedValue> values;
+  std::vector<RecordedHistogram> histograms;
 };
 
 struct Completion {
@@ -123,9 +131,11 @@ public:
     log.push_back("start " + std::to_string(ts_us) + " " + std::to_string(world_size) + " " + run_json);
   }
   void row(const detail::Row& row) override {
-    RecordedRow r{row.step, row.ts_us, row.runtime_us, {}};
+    RecordedRow r{row.step, row.ts_us, row.runtime_us, {}, {}};
     for (const auto& v : row.values)
       r.values.push_back({std::string(merger->key_name(v.key)), v.rank, v.value, v.count});
+    for (const auto& h : row.histograms)
+      r.histograms.push_back({std::string(merger->key_name(h.key)), h.rank, *h.value, h.count});
     if (!rows.empty() && rows.back().step >= r.step)
       violations.push_back("row " + std::to_string(r.step) + " after row " + std::to_string(rows.back().step));
     for (std::size_t i = 1; i < r.values.size(); ++i) {
@@ -134,7 +144,7 @@ public:
       if (a.key > b.key || (a.key == b.key && a.rank >= b.rank))
         violations.push_back("row " + std::to_string(r.step) + " values out of order at " + b.key);
     }
-    if (r.values.empty()) violations.push_back("empty row " + std::to_string(r.step));
+    if (r.values.empty() && r.histograms.empty()) violations.push_back("empty row " + std::to_string(r.step));
     log.push_back(format_row(r));
     rows.push_back(std::move(r));
   }

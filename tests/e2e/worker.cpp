@@ -29,6 +29,7 @@
 // --uneven: rank 0 logs the undeclared key "uneven" (rank * 1000 + step) at
 // every step, the other ranks at even steps only.
 #include <chorus/chorus.hpp>
+#include "tests/e2e/histogram_values.hpp"
 
 #include <thread>
 
@@ -70,6 +71,7 @@ struct Args {
   long throw_step = -1, exit_step = -1, unwind_step = -1;
   int exit_now = 0;
   bool bad_keys = false;
+  bool histograms = false; // each step: "grad" (merged) and "act" (per rank) of histogram_values()
 };
 
 /// Waits until `path` exists, at most 60 s.
@@ -144,6 +146,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--unwind-rank") a.unwind_rank = static_cast<int>(v);
     else if (k == "--unwind-step") a.unwind_step = v;
     else if (k == "--bad-keys") a.bad_keys = v != 0;
+    else if (k == "--histograms") a.histograms = v != 0;
   }
   return a;
 }
@@ -183,6 +186,7 @@ chorus::task<int> work(Args a) {
   run.define_metric("hi", chorus::Reduce::max);
   run.define_metric("only0", chorus::Reduce::first); // rank 0 logs it alone: declared, it keeps its plain name
   run.config({{"steps", a.steps}, {"optimizer", "sgd"}});
+  if (a.histograms) run.define_metric("grad", chorus::Reduce::merge);
   chorus::Pending last;
   for (long s = a.start_step; s < a.steps; ++s) {
     if (s == a.pause_step) {
@@ -222,6 +226,12 @@ chorus::task<int> work(Args a) {
     if (a.bad_keys && s > 0) run.log({{"late", st}}, {.step = s - 1}); // backwards: refused by the run host
     chorus::Pending only0;
     if (rank == 0) only0 = run.log({{"only0", st}}, {.step = s});
+    if (a.histograms) {
+      const std::vector<float> v = e2e::histogram_values(rank, s);
+      run.log_histogram("grad", v, {.step = s});
+      const std::vector<double> d(v.begin(), v.end());
+      run.log_histogram("act", d, {.step = s});
+    }
     if (a.uneven && (rank == 0 || s % 2 == 0)) run.log({{"uneven", r * 1000 + st}}, {.step = s});
     if (a.ack_each) {
       const chorus::Error e1 = last.wait(), e2 = only0.wait();

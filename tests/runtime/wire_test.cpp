@@ -53,7 +53,8 @@ std::uint64_t seed_from_env() {
 BOOST_AUTO_TEST_CASE(each_reduce_keeps_its_byte_and_an_unknown_one_is_refused) {
   const std::pair<Reduce, std::string_view> known[] = {{Reduce::none, "none"}, {Reduce::mean, "mean"},
                                                        {Reduce::sum, "sum"},   {Reduce::min, "min"},
-                                                       {Reduce::max, "max"},   {Reduce::first, "first"}};
+                                                       {Reduce::max, "max"},   {Reduce::first, "first"},
+                                                       {Reduce::merge, "merge"}};
   std::vector<char> out;
   w::Frame f;
   for (std::size_t byte = 0; byte < std::size(known); ++byte) {
@@ -349,11 +350,12 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       std::vector<double> values;
       std::vector<std::int32_t> exit_codes, got_codes;
       std::vector<std::uint32_t> streams, got_streams; // of values and stream events, in order
+      std::vector<Histogram> histograms, got_histograms;
       {
         w::BatchWriter b(out, rank);
         const int n = static_cast<int>(rng() % 12);
         for (int i = 0; i < n; ++i) {
-          const auto tag = static_cast<std::uint8_t>(1 + rng() % 14);
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 15);
           const auto stream = static_cast<std::uint32_t>(1 + rng() % w::max_streams);
           const std::uint64_t seq = rng();
           switch (static_cast<w::Tag>(tag)) {
@@ -372,7 +374,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               break;
             }
             case w::Tag::define:
-              b.define(seq, static_cast<std::uint32_t>(rng()), static_cast<Reduce>(rng() % 6));
+              b.define(seq, static_cast<std::uint32_t>(rng()), static_cast<Reduce>(rng() % 7));
               break;
             case w::Tag::barrier:
               b.barrier(seq, static_cast<std::uint32_t>(rng()), static_cast<std::int64_t>(rng()));
@@ -398,6 +400,16 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               b.metric_view(seq, static_cast<std::uint32_t>(rng()), static_cast<std::uint8_t>(rng() % 4),
                             static_cast<std::uint32_t>(rng()));
               break;
+            case w::Tag::histogram: {
+              Histogram h;
+              for (std::uint64_t j = rng() % 40; j > 0; --j) h.add(std::bit_cast<double>(rng()));
+              histograms.push_back(h);
+              const std::uint32_t into = rng() % 2 ? 0 : stream;
+              streams.push_back(into);
+              b.histogram(seq, into, static_cast<std::int64_t>(rng()), static_cast<std::int64_t>(rng()),
+                          static_cast<std::uint32_t>(rng()), h);
+              break;
+            }
           }
           // A failed or ended finish decodes as a Finish carrying its code.
           if (tag == 7 || tag == 8)
@@ -406,7 +418,13 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
             exit_codes.push_back(static_cast<std::int32_t>(seq % 200) - 100);
           // Decoded as: a failed or ended finish a Finish, stream values Values,
           // an open or a close a Stream, a refusal a Refused, a view a MetricView.
-          const int decoded = tag == 8 || tag == 12 ? 7 : tag == 10 ? 2 : tag == 9 || tag == 11 ? 8 : tag == 13 ? 9 : tag == 14 ? 10 : tag;
+          const int decoded = tag == 8 || tag == 12 ? 7
+                              : tag == 10            ? 2
+                              : tag == 9 || tag == 11 ? 8
+                              : tag == 13            ? 9
+                              : tag == 14            ? 10
+                              : tag == 15            ? 11
+                                                     : tag;
           expect.emplace_back(decoded, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
         }
       }
@@ -429,6 +447,10 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.code);
               if constexpr (std::is_same_v<T, w::Stream>) got_streams.push_back(x.id);
               if constexpr (std::is_same_v<T, w::Values>) got_streams.push_back(x.stream);
+              if constexpr (std::is_same_v<T, w::HistogramValue>) {
+                got_streams.push_back(x.stream);
+                BOOST_TEST(chorus::detail::histogram::decode(x.body, got_histograms.emplace_back()));
+              }
               if constexpr (std::is_same_v<T, w::Values>)
                 for (std::uint32_t j = 0; j < x.n; ++j)
                   values_match = values_match && vi < values.size() &&
@@ -442,6 +464,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       BOOST_TEST((got == expect));
       BOOST_TEST((got_codes == exit_codes));
       BOOST_TEST((got_streams == streams));
+      BOOST_TEST((got_histograms == histograms));
     }
   }
 }
