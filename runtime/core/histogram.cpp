@@ -7,6 +7,10 @@
 #include <limits>
 #include <memory>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace chorus {
 
 using detail::histogram::max_index;
@@ -118,33 +122,130 @@ struct Stats {
   double min = inf, max = -inf;
 };
 
-/// Sum, min and max of floats that are all finite; eight lanes, in a fixed
-/// order, so the compiler can keep them in vector registers.
+/// Sum, min and max of values that are all finite, in a fixed order (the
+/// same bits for the same values), in vector registers where the target
+/// has them (SSE2 on x86-64).
 void finite_stats(const float* x, std::size_t n, Stats& st) {
-  constexpr std::size_t lanes = 8;
-  double s[lanes] = {};
-  float lo[lanes], hi[lanes];
-  for (std::size_t k = 0; k < lanes; ++k) lo[k] = hi[k] = n ? x[0] : 0.0f;
+  if (n == 0) return;
   std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes)
-    for (std::size_t k = 0; k < lanes; ++k) {
-      const float v = x[i + k];
-      s[k] += static_cast<double>(v);
-      lo[k] = lo[k] < v ? lo[k] : v;
-      hi[k] = hi[k] > v ? hi[k] : v;
-    }
   double sum = 0;
-  for (std::size_t k = 0; k < lanes; ++k) {
-    sum += s[k];
-    st.min = std::min(st.min, static_cast<double>(lo[k]));
-    st.max = std::max(st.max, static_cast<double>(hi[k]));
+  double lo = x[0], hi = x[0];
+#if defined(__SSE2__)
+  __m128d s0 = _mm_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+  __m128 lo_a = _mm_set1_ps(x[0]), hi_a = lo_a, lo_b = lo_a, hi_b = lo_a;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
+    lo_a = _mm_min_ps(lo_a, a);
+    hi_a = _mm_max_ps(hi_a, a);
+    lo_b = _mm_min_ps(lo_b, b);
+    hi_b = _mm_max_ps(hi_b, b);
+    s0 = _mm_add_pd(s0, _mm_cvtps_pd(a));
+    s1 = _mm_add_pd(s1, _mm_cvtps_pd(_mm_movehl_ps(a, a)));
+    s2 = _mm_add_pd(s2, _mm_cvtps_pd(b));
+    s3 = _mm_add_pd(s3, _mm_cvtps_pd(_mm_movehl_ps(b, b)));
   }
+  alignas(16) double part[2];
+  alignas(16) float l[4], h[4];
+  _mm_store_pd(part, _mm_add_pd(_mm_add_pd(s0, s1), _mm_add_pd(s2, s3)));
+  _mm_store_ps(l, _mm_min_ps(lo_a, lo_b));
+  _mm_store_ps(h, _mm_max_ps(hi_a, hi_b));
+  sum = part[0] + part[1];
+  for (int k = 0; k < 4; ++k) {
+    lo = std::min(lo, static_cast<double>(l[k]));
+    hi = std::max(hi, static_cast<double>(h[k]));
+  }
+#endif
   for (; i < n; ++i) {
-    sum += static_cast<double>(x[i]);
-    st.min = std::min(st.min, static_cast<double>(x[i]));
-    st.max = std::max(st.max, static_cast<double>(x[i]));
+    const double v = x[i];
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
   }
   st.sum += sum;
+  st.min = std::min(st.min, lo);
+  st.max = std::max(st.max, hi);
+}
+
+void finite_stats(const double* x, std::size_t n, Stats& st) {
+  if (n == 0) return;
+  std::size_t i = 0;
+  double sum = 0;
+  double lo = x[0], hi = x[0];
+#if defined(__SSE2__)
+  __m128d s0 = _mm_setzero_pd(), s1 = s0;
+  __m128d lo_a = _mm_set1_pd(x[0]), hi_a = lo_a, lo_b = lo_a, hi_b = lo_a;
+  for (; i + 4 <= n; i += 4) {
+    const __m128d a = _mm_loadu_pd(x + i), b = _mm_loadu_pd(x + i + 2);
+    lo_a = _mm_min_pd(lo_a, a);
+    hi_a = _mm_max_pd(hi_a, a);
+    lo_b = _mm_min_pd(lo_b, b);
+    hi_b = _mm_max_pd(hi_b, b);
+    s0 = _mm_add_pd(s0, a);
+    s1 = _mm_add_pd(s1, b);
+  }
+  alignas(16) double part[2], l[2], h[2];
+  _mm_store_pd(part, _mm_add_pd(s0, s1));
+  _mm_store_pd(l, _mm_min_pd(lo_a, lo_b));
+  _mm_store_pd(h, _mm_max_pd(hi_a, hi_b));
+  sum = part[0] + part[1];
+  lo = std::min({lo, l[0], l[1]});
+  hi = std::max({hi, h[0], h[1]});
+#endif
+  for (; i < n; ++i) {
+    sum += x[i];
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  st.sum += sum;
+  st.min = std::min(st.min, lo);
+  st.max = std::max(st.max, hi);
+}
+
+/// The same over values some of which are NaN or infinite: value by value.
+template <class T>
+void mixed_stats(const T* x, std::size_t n, Stats& st) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    if (std::isnan(v))
+      ++st.nan;
+    else if (std::isinf(v))
+      ++(v > 0 ? st.pos_inf : st.neg_inf);
+    else {
+      ++st.finite;
+      st.sum += v;
+      st.min = std::min(st.min, v);
+      st.max = std::max(st.max, v);
+    }
+  }
+}
+
+/// Counts each float under its 16-bit key; four at a time, so that the
+/// increments of neighbouring values overlap.
+void count_keys(const float* x, std::size_t n, std::uint32_t* c) {
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const std::uint32_t a = std::bit_cast<std::uint32_t>(x[i]) >> 16, b = std::bit_cast<std::uint32_t>(x[i + 1]) >> 16,
+                        d = std::bit_cast<std::uint32_t>(x[i + 2]) >> 16, e = std::bit_cast<std::uint32_t>(x[i + 3]) >> 16;
+    ++c[a];
+    ++c[b];
+    ++c[d];
+    ++c[e];
+  }
+  for (; i < n; ++i) ++c[std::bit_cast<std::uint32_t>(x[i]) >> 16];
+}
+
+/// Adds what a bulk add counted to `h`.
+void take(Histogram& h, const Buckets& fresh, const Stats& st) {
+  merge_sorted(detail::HistogramAccess::buckets(h), fresh);
+  const std::uint64_t had = h.finite_count();
+  const double lo = had == 0 ? st.min : std::min(h.min(), st.min);
+  const double hi = had == 0 ? st.max : std::max(h.max(), st.max);
+  if (st.finite == 0)
+    detail::HistogramAccess::set(h, had, h.nan_count() + st.nan, h.pos_inf_count() + st.pos_inf,
+                                 h.neg_inf_count() + st.neg_inf, h.sum(), had ? h.min() : 0.0, had ? h.max() : 0.0);
+  else
+    detail::HistogramAccess::set(h, had + st.finite, h.nan_count() + st.nan, h.pos_inf_count() + st.pos_inf,
+                                 h.neg_inf_count() + st.neg_inf, h.sum() + st.sum, lo, hi);
 }
 
 } // namespace
@@ -173,46 +274,23 @@ void Histogram::add(double value) {
 
 void Histogram::add(std::span<const float> values) {
   Dense& d = dense();
-  std::uint32_t* c = d.c;
   // Counters are 32 bits: at most 2^31 values a pass.
   constexpr std::size_t pass = std::size_t{1} << 31;
   for (std::size_t at = 0; at < values.size(); at += pass) {
     const float* x = values.data() + at;
     const std::size_t n = std::min(pass, values.size() - at);
-    for (std::size_t i = 0; i < n; ++i) ++c[std::bit_cast<std::uint32_t>(x[i]) >> 16];
+    count_keys(x, n, d.c);
     Stats st;
     if (!dense_special(d)) {
       finite_stats(x, n, st);
       st.finite = n;
     } else {
-      // NaN or infinities among them: the slow way, value by value.
-      for (std::size_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        if (std::isnan(v))
-          ++st.nan;
-        else if (std::isinf(v))
-          ++(v > 0 ? st.pos_inf : st.neg_inf);
-        else {
-          ++st.finite;
-          st.sum += static_cast<double>(v);
-          st.min = std::min(st.min, static_cast<double>(v));
-          st.max = std::max(st.max, static_cast<double>(v));
-        }
-      }
+      mixed_stats(x, n, st); // NaN or infinities among them
     }
     Buckets fresh;
     fresh.reserve(1024);
     take_dense(d, dense_zero(d), fresh);
-    merge_sorted(buckets_, fresh);
-    nan_ += st.nan;
-    pos_inf_ += st.pos_inf;
-    neg_inf_ += st.neg_inf;
-    if (st.finite != 0) {
-      min_ = finite_ == 0 ? st.min : std::min(min_, st.min);
-      max_ = finite_ == 0 ? st.max : std::max(max_, st.max);
-      sum_ += st.sum;
-      finite_ += st.finite;
-    }
+    take(*this, fresh, st);
   }
 }
 
@@ -220,37 +298,30 @@ void Histogram::add(std::span<const double> values) {
   Dense& d = dense();
   std::uint32_t* c = d.c;
   constexpr std::size_t pass = std::size_t{1} << 31;
-  Buckets large; // beyond a float's range: rare, kept apart
   for (std::size_t at = 0; at < values.size(); at += pass) {
     const double* x = values.data() + at;
     const std::size_t n = std::min(pass, values.size() - at);
-    Stats st;
-    constexpr std::size_t lanes = 4;
-    double s[lanes] = {};
-    std::uint64_t zero = 0;
+    std::uint64_t zero = 0, special = 0;
+    Buckets large; // beyond a float's range: rare, kept apart
     for (std::size_t i = 0; i < n; ++i) {
-      const double v = x[i];
-      const auto b = std::bit_cast<std::uint64_t>(v);
+      const auto b = std::bit_cast<std::uint64_t>(x[i]);
       const auto e11 = static_cast<std::uint32_t>((b >> 52) & 0x7ffu);
-      if (e11 - 897u < 254u) [[likely]] {
+      if (e11 - 897u < 254u) [[likely]]
         ++c[static_cast<std::uint32_t>(b >> 63) << 15 | (e11 - 896u) << 7 | static_cast<std::uint32_t>((b >> 45) & 127u)];
-      } else if (e11 < 897u) {
+      else if (e11 < 897u)
         ++zero;
-      } else if (e11 == 0x7ffu) {
-        if (std::isnan(v))
-          ++st.nan;
-        else
-          ++(v > 0 ? st.pos_inf : st.neg_inf);
-        continue;
-      } else {
-        large.emplace_back(index_of(v), 1);
-      }
-      s[i % lanes] += v;
-      st.min = std::min(st.min, v);
-      st.max = std::max(st.max, v);
-      ++st.finite;
+      else if (e11 == 0x7ffu)
+        ++special;
+      else
+        large.emplace_back(index_of(x[i]), 1);
     }
-    for (double part : s) st.sum += part;
+    Stats st;
+    if (special == 0) {
+      finite_stats(x, n, st);
+      st.finite = n;
+    } else {
+      mixed_stats(x, n, st);
+    }
     Buckets fresh;
     fresh.reserve(1024 + large.size());
     take_dense(d, zero, fresh);
@@ -264,18 +335,8 @@ void Histogram::add(std::span<const double> values) {
           folded.emplace_back(i, k);
       }
       merge_sorted(fresh, folded);
-      large.clear();
     }
-    merge_sorted(buckets_, fresh);
-    nan_ += st.nan;
-    pos_inf_ += st.pos_inf;
-    neg_inf_ += st.neg_inf;
-    if (st.finite != 0) {
-      min_ = finite_ == 0 ? st.min : std::min(min_, st.min);
-      max_ = finite_ == 0 ? st.max : std::max(max_, st.max);
-      sum_ += st.sum;
-      finite_ += st.finite;
-    }
+    take(*this, fresh, st);
   }
 }
 
