@@ -7,6 +7,7 @@
 // run meanwhile; no chorus thread ever takes it: a ticket awaited in asyncio
 // is completed through a Notifier's eventfd, which the event loop watches.
 #include "python/convert.hpp"
+#include "python/histogram.hpp"
 #include "python/values.hpp"
 #include "python/reader.hpp"
 #include "python/ticket.hpp"
@@ -119,11 +120,29 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
       self,
       [&]() -> Pending {
         Pending p;
-        if (impl != nullptr)
+        bool logged = false; // a call went into the ring: histograms take its step
+        if (impl != nullptr) {
           p = impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
-        else if (!v.host.empty() || v.refused_n == 0) // else every value was refused
+          logged = true;
+        } else if (!v.host.empty() || (v.refused_n == 0 && v.histograms.empty())) { // else every number was refused
           p = writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
                                 : run.log(std::span<const Metric>(v.host), opts);
+          logged = !v.host.empty();
+        }
+        if (!v.histograms.empty()) {
+          const auto [into, stream] = writer != nullptr ? detail::RunAccess::writer(*writer)
+                                                        : std::pair(detail::live(detail::RunAccess::impl(run)), 0u);
+          for (const Values::HistogramValue& h : v.histograms) {
+            if (into == nullptr) break; // an inactive run: nothing is logged
+            std::unique_ptr<Histogram> copy;
+            try {
+              copy = std::make_unique<Histogram>(*h.value);
+            } catch (...) {
+            }
+            p = into->log_histogram(stream, writer != nullptr, h.key, std::move(copy), opts, logged);
+            logged = true;
+          }
+        }
         v.record(record, opts.step);
         return p;
       },
@@ -303,6 +322,7 @@ PYBIND11_MODULE(_chorus, m) {
   m.doc() = "chorus's native half: the C++ runtime under the `chorus` package";
 
   bind_tickets(m);
+  bind_histogram(m);
 
   py::class_<FinishTicket>(m, "FinishTicket", "What finish() returns: .wait() for its result, or await it.")
       .def_property_readonly("ready", [](const FinishTicket& t) { return t.pending.ready(); })

@@ -3,6 +3,7 @@
 // dicts), what could not be taken and why (for the ticket and rejected.jsonl),
 // and the CUDA arrays as the device path takes them. See values.hpp.
 #include "python/values.hpp"
+#include "python/histogram.hpp"
 
 #include "runtime/client/ingest.hpp"
 #include "runtime/core/json.hpp"
@@ -251,6 +252,12 @@ void take(py::handle key, py::handle value, Values& out, const std::string* pref
     take_nested(value, out, name, depth);
     return;
   } else {
+    if (const Histogram* h = histogram_of(v)) {
+      if (prefix == nullptr) out.keys.push_back(py::reinterpret_borrow<py::object>(key));
+      out.keys.push_back(py::reinterpret_borrow<py::object>(value)); // held with the call
+      out.histograms.push_back({name, h});
+      return;
+    }
     const Kind kind = PyUnicode_Check(v) ? Kind::other : kind_of(Py_TYPE(v));
     if (kind != Kind::number && on_gpu(v, kind)) {
       // The device path: float() of a CUDA tensor would synchronize with the GPU.
@@ -294,6 +301,7 @@ void take(py::handle key, py::handle value, Values& out, const std::string* pref
 void Values::clear() {
   host.clear();
   device.clear();
+  histograms.clear();
   keys.clear();
   joined.clear();
   refused.clear();

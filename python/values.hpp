@@ -21,6 +21,12 @@ struct Values {
     py::object value; // the CUDA array (kept while the call is made)
   };
   std::vector<Device> device;
+  /// chorus.Histogram values: logged after the numbers, at their step.
+  struct HistogramValue {
+    std::string_view key;
+    const Histogram* value; // held by `keys`' objects while the call is made
+  };
+  std::vector<HistogramValue> histograms;
   /// Keys the values view: held while the GIL is released.
   std::vector<py::object> keys;
   /// The keys of nested dicts' values, joined with '/' ("train/loss").

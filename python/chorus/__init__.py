@@ -44,6 +44,7 @@ run = None
 Ticket = _chorus.Ticket
 FinishTicket = _chorus.FinishTicket
 Writer = _chorus.Writer
+Histogram = _chorus.Histogram
 
 
 class FinishResult:

@@ -212,6 +212,8 @@ private:
 };
 
 /// What chorus's own code reaches behind a Run handle.
+inline RunImpl* live(RunImpl* impl) noexcept;
+
 struct RunAccess {
   /// chorus::init, and <chorus/caf.hpp>'s init with the orchestrator's `actors`.
   [[nodiscard]] static Result<Run> start(const Options& opts, caf::actor_system* actors) noexcept;
@@ -223,6 +225,8 @@ struct RunAccess {
     return run ? std::move(*run) : Run();
   }
   static RunImpl* impl(const Run& run) noexcept { return run.impl_.get(); }
+  /// A writer's run (null where inactive, or in a forked child) and stream id.
+  static std::pair<RunImpl*, std::uint32_t> writer(const Writer& w) noexcept { return {live(w.impl_), w.id_}; }
   /// Takes the run out of its handle, which is then inactive.
   static std::unique_ptr<RunImpl> release(Run& run) noexcept { return std::move(run.impl_); }
 };

@@ -746,6 +746,7 @@ public:
 
 private:
   friend class Run;
+  friend struct detail::RunAccess;
   Writer(detail::RunImpl* impl, std::uint32_t id) noexcept : impl_(impl), id_(id) {}
   detail::RunImpl* impl_ = nullptr;
   std::uint32_t id_ = 0; // 0: could not open (its calls say why)
