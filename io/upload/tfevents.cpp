@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -75,7 +76,10 @@ namespace summary {
 constexpr std::uint32_t value = 1;
 }
 namespace value {
-constexpr std::uint32_t tag = 1, simple_value = 2, tensor = 8, metadata = 9;
+constexpr std::uint32_t tag = 1, simple_value = 2, histo = 5, tensor = 8, metadata = 9;
+}
+namespace histogram_proto { // tensorflow/core/framework/summary.proto's HistogramProto
+constexpr std::uint32_t min = 1, max = 2, num = 3, sum = 4, bucket_limit = 6, bucket = 7;
 }
 namespace metadata {
 constexpr std::uint32_t plugin_data = 1;
@@ -219,6 +223,53 @@ void TfEventsWriter::scalar(std::string_view tag, std::int64_t step, double wall
   std::string val;
   put_bytes(val, value::tag, tag);
   put_float(val, value::simple_value, as_float(value));
+  add_summary(val, step, wall_time_s);
+}
+
+void TfEventsWriter::histogram(std::string_view tag, std::int64_t step, double wall_time_s, const Histogram& h) {
+  if (!take(tag, step)) return;
+  // HistogramProto's buckets are (previous limit, limit], the first from
+  // `min`: each non-empty bucket is its upper bound, after its lower bound
+  // (with a count of 0) where a gap precedes it. The infinities are buckets
+  // at -DBL_MAX and DBL_MAX, as TensorFlow's own histograms have them; NaN
+  // has no place in the format and is left out of `num`.
+  std::vector<double> limits, counts;
+  const std::vector<Histogram::Bucket> buckets = h.buckets();
+  limits.reserve(2 * buckets.size() + 2);
+  counts.reserve(2 * buckets.size() + 2);
+  constexpr double most = std::numeric_limits<double>::max();
+  if (h.neg_inf_count() != 0) {
+    limits.push_back(-most);
+    counts.push_back(static_cast<double>(h.neg_inf_count()));
+  }
+  for (const Histogram::Bucket& b : buckets) {
+    if (!limits.empty() && limits.back() < b.lo) {
+      limits.push_back(b.lo);
+      counts.push_back(0);
+    }
+    limits.push_back(std::min(b.hi, most));
+    counts.push_back(static_cast<double>(b.count));
+  }
+  if (h.pos_inf_count() != 0) {
+    limits.push_back(most);
+    counts.push_back(static_cast<double>(h.pos_inf_count()));
+  }
+  auto packed = [](std::string& out, std::uint32_t field, const std::vector<double>& v) {
+    put_key(out, field, length_delimited);
+    put_varint(out, v.size() * 8);
+    for (double d : v) put_le(out, std::bit_cast<std::uint64_t>(d), 8);
+  };
+  const bool finite = h.finite_count() != 0;
+  std::string histo;
+  put_double(histo, histogram_proto::min, h.neg_inf_count() ? -most : finite ? h.min() : 0.0);
+  put_double(histo, histogram_proto::max, h.pos_inf_count() ? most : finite ? h.max() : 0.0);
+  put_double(histo, histogram_proto::num, static_cast<double>(h.count() - h.nan_count()));
+  put_double(histo, histogram_proto::sum, h.sum());
+  packed(histo, histogram_proto::bucket_limit, limits);
+  packed(histo, histogram_proto::bucket, counts);
+  std::string val;
+  put_bytes(val, value::tag, tag);
+  put_bytes(val, value::histo, histo);
   add_summary(val, step, wall_time_s);
 }
 

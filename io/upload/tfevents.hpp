@@ -5,6 +5,8 @@
 
 #include "runtime/core/result.hpp"
 
+#include <chorus/chorus.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -79,6 +81,13 @@ public:
   /// A scalar: Summary.Value{tag, simple_value} at step and wall time
   /// (seconds since the epoch).
   void scalar(std::string_view tag, std::int64_t step, double wall_time_s, double value);
+
+  /// A histogram: Summary.Value{tag, histo: HistogramProto} (TensorBoard's
+  /// histograms and distributions views). Its buckets are the histogram's
+  /// non-empty ones (a gap between them a bucket of 0), the infinities
+  /// buckets at -DBL_MAX and DBL_MAX; NaN is left out; sum_squares is not
+  /// kept (the views do not read it).
+  void histogram(std::string_view tag, std::int64_t step, double wall_time_s, const Histogram& h);
 
   /// A text summary (TensorBoard's text plugin: metadata plugin_name "text",
   /// a scalar DT_STRING tensor).

@@ -156,6 +156,13 @@ struct TbValue {
   int shape_dims = 0;
   std::vector<std::int64_t> dim_sizes; // TensorShapeProto.dim[].size
   std::vector<std::string> string_val;
+  /// Value.histo: HistogramProto{min 1, max 2, num 3, sum 4, sum_squares 5,
+  /// bucket_limit 6, bucket 7} (doubles; the repeated ones packed).
+  struct Histo {
+    double min = 0, max = 0, num = 0, sum = 0, sum_squares = 0;
+    std::vector<double> bucket_limit, bucket;
+  };
+  std::optional<Histo> histo;
 };
 
 /// An Event as read.
@@ -197,6 +204,32 @@ inline void decode_tensor(std::string_view msg, TbValue& v) {
   }
 }
 
+inline double as_double(std::uint64_t bits);
+
+inline TbValue::Histo decode_histo(std::string_view msg) {
+  TbValue::Histo h;
+  auto packed = [](const Field& f, std::vector<double>& into) {
+    expect_wire(f, 2, "HistogramProto packed doubles");
+    if (f.bytes.size() % 8 != 0) throw std::runtime_error("packed doubles of " + std::to_string(f.bytes.size()) + " bytes");
+    for (std::size_t i = 0; i < f.bytes.size(); i += 8) into.push_back(as_double(little_endian(f.bytes.substr(i, 8))));
+  };
+  for (const Field& f : fields_of(msg)) {
+    if (f.number >= 1 && f.number <= 5) {
+      expect_wire(f, 1, "HistogramProto double");
+      double* slot[] = {&h.min, &h.max, &h.num, &h.sum, &h.sum_squares};
+      *slot[f.number - 1] = as_double(f.number_value);
+    } else if (f.number == 6) {
+      packed(f, h.bucket_limit);
+    } else if (f.number == 7) {
+      packed(f, h.bucket);
+    } else {
+      throw std::runtime_error("unexpected HistogramProto field " + std::to_string(f.number));
+    }
+  }
+  if (h.bucket_limit.size() != h.bucket.size()) throw std::runtime_error("bucket_limit and bucket differ in length");
+  return h;
+}
+
 inline void decode_metadata(std::string_view msg, TbValue& v) {
   v.has_metadata = true;
   for (const Field& f : fields_of(msg)) {
@@ -230,6 +263,10 @@ inline TbValue decode_value(std::string_view msg) {
       v.simple_value = x;
       break;
     }
+    case 5:
+      expect_wire(f, 2, "Value.histo");
+      v.histo = decode_histo(f.bytes);
+      break;
     case 8:
       expect_wire(f, 2, "Value.tensor");
       decode_tensor(f.bytes, v);

@@ -208,6 +208,63 @@ BOOST_AUTO_TEST_CASE(text_round_trips_as_the_text_plugin) {
   }
 }
 
+// A histogram is HistogramProto (Value.histo): its buckets, read back as
+// TensorBoard reads them ((previous limit, limit], the first from min), hold
+// every value in the histogram's own buckets; the infinities sit at
+// -DBL_MAX and DBL_MAX, NaN is left out of num.
+BOOST_AUTO_TEST_CASE(histograms_round_trip_as_histogram_protos) {
+  TempDir tmp;
+  auto w = make_writer(tmp.str());
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> d(0.0, 3.0);
+  std::vector<double> values(5000);
+  for (double& v : values) v = d(rng);
+  values[0] = std::numeric_limits<double>::quiet_NaN();
+  values[1] = std::numeric_limits<double>::infinity();
+  values[2] = -std::numeric_limits<double>::infinity();
+  values[3] = 0.0;
+  const Histogram h{std::span<const double>(values)};
+  w->histogram("grad", 7, 1700000200.25, h);
+  w->histogram("empty", 8, 1700000200.5, Histogram());
+  BOOST_TEST(!w->close());
+
+  const auto events = read_events(w->path());
+  BOOST_TEST_REQUIRE(events.size() == 3u);
+  const TbEvent& e = events[1];
+  BOOST_TEST(e.step == 7);
+  BOOST_TEST(e.wall_time == 1700000200.25);
+  BOOST_TEST_REQUIRE(e.values.size() == 1u);
+  BOOST_TEST(e.values[0].tag == "grad");
+  BOOST_TEST_REQUIRE(e.values[0].histo.has_value());
+  const auto& p = *e.values[0].histo;
+  constexpr double most = std::numeric_limits<double>::max();
+  BOOST_TEST(p.num == 4999.0); // all but the NaN
+  BOOST_TEST(p.min == -most);  // -Inf is below every finite value
+  BOOST_TEST(p.max == most);
+  BOOST_TEST(p.sum == h.sum());
+  BOOST_TEST(p.sum_squares == 0.0);
+  // Limits ascend, and the counts add up to num.
+  BOOST_TEST(std::is_sorted(p.bucket_limit.begin(), p.bucket_limit.end()));
+  double total = 0;
+  for (double c : p.bucket) total += c;
+  BOOST_TEST(total == p.num);
+  BOOST_TEST(p.bucket_limit.front() == -most);
+  BOOST_TEST(p.bucket.front() == 1.0);
+  BOOST_TEST(p.bucket_limit.back() == most);
+  BOOST_TEST(p.bucket.back() == 1.0);
+  // Each of the histogram's buckets is one bucket of the proto, with its count.
+  for (const Histogram::Bucket& b : h.buckets()) {
+    const auto at = std::find(p.bucket_limit.begin(), p.bucket_limit.end(), b.hi);
+    BOOST_TEST_REQUIRE((at != p.bucket_limit.end()), "no limit at " << b.hi);
+    BOOST_TEST(p.bucket[static_cast<std::size_t>(at - p.bucket_limit.begin())] == static_cast<double>(b.count));
+    const double left = at == p.bucket_limit.begin() ? p.min : *(at - 1);
+    BOOST_TEST(left == b.lo); // the gap before it is its own bucket of 0
+  }
+  const auto& empty = events[2].values.at(0).histo.value();
+  BOOST_TEST(empty.num == 0.0);
+  BOOST_TEST(empty.bucket_limit.empty());
+}
+
 BOOST_AUTO_TEST_CASE(hparams_round_trip_as_the_hparams_plugins_session_start) {
   TempDir tmp;
   auto w = make_writer(tmp.str());
