@@ -7,6 +7,7 @@
 #include "cli/locate.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
+#include "io/store/history_row.hpp"
 #include "io/upload/tensorboard_run.hpp"
 #include "runtime/core/json.hpp"
 
@@ -231,10 +232,11 @@ Error check_read(const JsonLines& lines, const std::string& path) {
   return {};
 }
 
-std::string_view needs_step(const simdjson::dom::object& row) {
-  std::int64_t step = 0;
-  if (row["_step"].get_int64().get(step) || step < 0) return "no whole _step of 0 or more";
-  return {};
+/// A time of `row` (_timestamp, _runtime) as written, where the row has it
+/// as a number (io::HistoryRow): the export copies its text.
+std::optional<simdjson::dom::element> time_as_written(const io::HistoryRow& row, std::string_view key) {
+  if (!(key == "_timestamp" ? row.timestamp() : row.runtime())) return std::nullopt;
+  return row.object()[key].value_unsafe();
 }
 
 Error export_csv(const std::string& run_dir, const ExportArgs& a) {
@@ -243,15 +245,13 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   // to write (a live run's later rows are left to a later export).
   std::vector<std::string> keys;
   std::map<std::string, std::size_t, std::less<>> column; // looked up by view: no string per value
-  const JsonLines first = read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
-    if (std::string_view why = needs_step(row); !why.empty()) return why;
-    for (auto [key, value] : row) {
-      if (key.empty() || key.front() == '_' || (a.wanted && !a.wanted(key))) continue;
-      if (!io::metric_value(value)) continue;
-      if (!column.contains(key)) {
-        column.emplace(std::string(key), keys.size());
-        keys.emplace_back(key);
-      }
+  const JsonLines first = read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
+    const io::HistoryRow row(line_object);
+    if (!row) return row.why();
+    for (const io::RowValue& v : row.metrics()) {
+      if ((a.wanted && !a.wanted(v.key)) || column.contains(v.key)) continue;
+      column.emplace(std::string(v.key), keys.size());
+      keys.emplace_back(v.key);
     }
     return {};
   });
@@ -268,23 +268,23 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   std::vector<std::string> cells(keys.size());
   std::uint64_t rows = 0;
   Smoother smooth(a.smooth);
-  read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
-    if (rows == first.used || !needs_step(row).empty()) return {};
+  read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
+    const io::HistoryRow row(line_object);
+    if (rows == first.used || !row) return {};
     ++rows;
     for (std::string& c : cells) c.clear();
-    line.clear();
-    for (std::string_view b : {"_step", "_timestamp", "_runtime"}) {
-      if (b != "_step") line += ',';
-      if (simdjson::dom::element e; !row[b].get(e)) put_value(line, e);
+    line = std::to_string(row.step());
+    for (std::string_view key : {"_timestamp", "_runtime"}) {
+      line += ',';
+      if (const std::optional<simdjson::dom::element> t = time_as_written(row, key)) put_value(line, *t);
     }
-    for (auto [key, value] : row) {
-      if (key.empty() || key.front() == '_') continue;
-      auto it = column.find(key);
+    for (const io::RowValue& v : row.metrics()) {
+      auto it = column.find(v.key);
       if (it == column.end()) continue;
-      if (const std::optional<double> v = io::metric_value(value); v && smooth.on())
-        put_number(cells[it->second], smooth(key, *v));
+      if (smooth.on())
+        put_number(cells[it->second], smooth(v.key, v.value));
       else
-        put_value(cells[it->second], value);
+        put_value(cells[it->second], v.json);
     }
     for (const std::string& c : cells) line.append(",").append(c);
     line += '\n';
@@ -305,41 +305,42 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
     io::append_json_string(line, key);
     line += ':';
   };
-  const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
-    if (std::string_view why = needs_step(row); !why.empty()) return why;
+  const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
+    const io::HistoryRow row(line_object);
+    if (!row) return row.why();
     // Not line = "{": GCC 12's -Wrestrict misfires on that in Release builds.
     line.clear();
     line.push_back('{');
-    for (auto [key, value] : row) {
-      if (bookkeeping_key(key)) {
+    field("_step");
+    line += std::to_string(row.step());
+    for (std::string_view key : {"_timestamp", "_runtime"})
+      if (const std::optional<simdjson::dom::element> t = time_as_written(row, key)) {
         field(key);
-        line += simdjson::minify(value);
-      } else if (simdjson::dom::object counts; key == "_count" && !value.get(counts)) {
-        // The contributions of the keys kept only.
-        const std::size_t at = line.size();
-        bool any = false;
-        for (auto [k, n] : counts) {
-          if (a.wanted && !a.wanted(k)) continue;
-          if (any) {
-            line += ',';
-          } else {
-            field("_count");
-            line += '{';
-          }
-          any = true;
-          io::append_json_string(line, k);
-          line.append(":").append(simdjson::minify(n));
-        }
-        if (any) line += '}';
-        else line.resize(at);
-      } else if (!key.starts_with("_") && (!a.wanted || a.wanted(key))) {
-        field(key);
-        if (const std::optional<double> v = io::metric_value(value); v && smooth.on() && std::isfinite(*v))
-          io::append_json_number(line, smooth(key, *v));
-        else
-          line += simdjson::minify(value);
+        line += simdjson::minify(*t);
       }
+    for (const io::RowValue& v : row.metrics()) {
+      if (a.wanted && !a.wanted(v.key)) continue;
+      field(v.key);
+      if (smooth.on() && std::isfinite(v.value))
+        io::append_json_number(line, smooth(v.key, v.value));
+      else
+        line += simdjson::minify(v.json);
     }
+    // The contributions of the keys kept only.
+    bool any = false;
+    for (const io::RowValue& n : row.counts()) {
+      if (a.wanted && !a.wanted(n.key)) continue;
+      if (any) {
+        line += ',';
+      } else {
+        field("_count");
+        line += '{';
+      }
+      any = true;
+      io::append_json_string(line, n.key);
+      line.append(":").append(simdjson::minify(n.json));
+    }
+    if (any) line += '}';
     line += "}\n";
     out->put(line);
     return {};
@@ -376,7 +377,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   }
   const std::string history = run_dir + "/history.jsonl";
   const JsonLines rows = read_json_lines(history, [&](const simdjson::dom::object& row) -> std::string_view {
-    return tb.history_row(row, a.wanted) ? std::string_view() : std::string_view("no whole _step of 0 or more");
+    return tb.history_row(row, a.wanted);
   });
   if (rows.problem && fs::exists(history, ec)) return rows.problem;
   (void)check_read(rows, history);

@@ -24,7 +24,7 @@ struct JsonLines {
   std::uint64_t skipped = 0;  // complete lines not taken: not JSON, or refused
   std::uint64_t not_json = 0; // of them, not a JSON object
   std::uint64_t first_skipped_line = 0; // the first of them (lines count from 1)
-  std::string first_skipped_why;        // "TAPE_ERROR: ...", "no numeric _step"
+  std::string first_skipped_why;        // "TAPE_ERROR: ...", "no _step"
   bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
   Error problem;              // the file could not be read, or was cut off at a line too long: why
 };

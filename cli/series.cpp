@@ -2,7 +2,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/json_lines.hpp"
-#include "io/store/history_value.hpp"
+#include "io/store/history_row.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -38,27 +38,17 @@ public:
       : h_(h), wanted_(wanted), shape_(shape) {}
 
   std::string_view take(const simdjson::dom::object& row) {
-    std::int64_t step = 0;
-    double step_d = 0;
-    if (row["_step"].get(step) != simdjson::SUCCESS) {
-      if (row["_step"].get(step_d) != simdjson::SUCCESS || !std::isfinite(step_d)) return "no numeric _step";
-      if (!(step_d >= -0x1p63 && step_d < 0x1p63)) return "_step beyond a whole number's range";
-      step = static_cast<std::int64_t>(step_d);
-    }
-    std::int64_t x = step;
+    const io::HistoryRow r(row);
+    if (!r) return r.why();
+    std::int64_t x = r.step();
     if (shape_.x == XAxis::time) {
-      double runtime = 0;
-      if (row["_runtime"].get(runtime) != simdjson::SUCCESS || !std::isfinite(runtime) || runtime < 0 ||
-          runtime > 1e15)
-        return "no numeric _runtime";
-      x = std::llround(runtime * 1000);
+      const std::optional<double> runtime = r.runtime();
+      if (!runtime || !(*runtime >= 0 && *runtime <= 1e15)) return "no numeric _runtime";
+      x = std::llround(*runtime * 1000);
     }
     ++h_.rows;
-    for (auto [key, value] : row) {
-      if (key.starts_with('_')) continue;
-      const std::optional<double> parsed = io::metric_value(value);
-      if (!parsed) continue;
-      double v = *parsed;
+    for (const io::RowValue& m : r.metrics()) {
+      const std::string_view key = m.key;
       auto it = index_.find(key);
       if (it == index_.end()) {
         const bool keep = !wanted_ || wanted_(key);
@@ -70,7 +60,7 @@ public:
       }
       if (it->second < 0) continue;
       const auto i = static_cast<std::size_t>(it->second);
-      h_.series[i].add(x, smoothing_[i](v));
+      h_.series[i].add(x, smoothing_[i](m.value));
     }
     return {};
   }

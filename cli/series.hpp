@@ -69,7 +69,7 @@ private:
 struct History {
   std::vector<Series> series; // in the order keys first appear
   std::uint64_t rows = 0;
-  std::uint64_t bad_lines = 0; // not a JSON object with a numeric _step
+  std::uint64_t bad_lines = 0; // not a JSON object, or no row (io::HistoryRow)
   std::string first_bad;       // what was wrong with the first of them
   Error problem;               // the file could not be read
 };
@@ -79,11 +79,6 @@ struct History {
 /// The key a per-rank column is of (`loss` of `loss/rank-3`), whose
 /// declaration it follows; any other key itself.
 [[nodiscard]] std::string_view base_key(std::string_view key);
-
-/// A row's own bookkeeping, not a key the user logged: _step, _timestamp, _runtime.
-[[nodiscard]] inline bool bookkeeping_key(std::string_view key) {
-  return key == "_step" || key == "_timestamp" || key == "_runtime";
-}
 
 /// Which keys to take: null takes every key.
 using KeyFilter = std::function<bool(std::string_view)>;
@@ -189,8 +184,9 @@ struct HistoryShape {
   double smooth = 0;
 };
 
-/// Streams `path`. Keys starting with `_` are bookkeeping and skipped; a value
-/// is a number or one of "NaN", "Infinity", "-Infinity". `wanted(key)` is
+/// Streams `path`, each line read as a row by io::HistoryRow (which passes
+/// over the keys starting with `_`; a value is a number or one of "NaN",
+/// "Infinity", "-Infinity"). `wanted(key)` is
 /// asked once per key; the others are not kept. A last line without its
 /// newline (being written right now) is left out. With XAxis::time a row
 /// without a numeric _runtime is a bad line.

@@ -8,6 +8,7 @@
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/history_row.hpp"
 #include "io/store/metric_specs.hpp"
 #include "runtime/core/strings.hpp"
 
@@ -176,15 +177,15 @@ Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
 
 // What summary.json keeps of the last row (_step, _runtime, _timestamp, as
 // W&B's summary does) is not something the user logged: one line of it, in
-// words, rather than three raw keys among theirs. "" where none is there.
+// words, rather than three raw keys among theirs, read as the row's own
+// (io::HistoryRow). "" where none is there.
 std::string last_row(simdjson::dom::object obj) {
-  std::int64_t step = 0;
-  double runtime = 0, at = 0;
+  const io::HistoryRow row(obj);
   std::string out;
-  if (obj["_step"].get(step) == simdjson::SUCCESS) out += "step " + std::to_string(step);
-  if (obj["_timestamp"].get(at) == simdjson::SUCCESS) out += (out.empty() ? "" : ", ") + format_time(at);
-  if (obj["_runtime"].get(runtime) == simdjson::SUCCESS)
-    out += (out.empty() ? "" : ", ") + format_duration(runtime) + " into the run";
+  if (row) out += "step " + std::to_string(row.step());
+  if (const std::optional<double> at = row.timestamp()) out += (out.empty() ? "" : ", ") + format_time(*at);
+  if (const std::optional<double> runtime = row.runtime())
+    out += (out.empty() ? "" : ", ") + format_duration(*runtime) + " into the run";
   return out.empty() ? out : "  last row: " + out;
 }
 
@@ -217,7 +218,7 @@ std::string json_section(const std::string& title, const std::string& path, int 
   Table t;
   std::size_t n = 0, shown = 0;
   for (auto [key, value] : obj) {
-    if (summary && bookkeeping_key(key)) continue;
+    if (summary && io::row_field(key)) continue;
     if (++n > limit) continue;
     ++shown;
     std::string_view s;

@@ -2,6 +2,7 @@
 
 #include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/history_row.hpp"
 #include "io/store/line_reader.hpp"
 #include "io/upload/tensorboard_run.hpp"
 #include "runtime/core/json.hpp"
@@ -87,63 +88,43 @@ public:
   std::int64_t step = 0;
   double wall = nan_v, rel = nan_v;
 
-  /// Why the object is no row, or "". `value(key, v, place)` gets each value;
-  /// `place` is the member's place in the line (npos for the added keys).
+  /// Why the object is no row (io::HistoryRow), or "". `value(key, v,
+  /// place)` gets each value; `place` is its place among the line's values
+  /// (npos for the added keys).
   template <class F>
   std::string_view read(const simdjson::dom::object& row, std::uint64_t row_number, F&& value) {
-    if (kind_ == FileKind::history) {
-      simdjson::dom::element s;
-      if (row["_step"].get(s) != simdjson::SUCCESS) return "no _step";
-      std::int64_t i = 0;
-      std::uint64_t u = 0;
-      double d = 0;
-      if (s.get_int64().get(i) == simdjson::SUCCESS) {
-      } else if (s.get_uint64().get(u) == simdjson::SUCCESS) {
-        return "_step beyond a whole number's range";
-      } else if (s.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d) && d == std::floor(d) &&
-                 std::fabs(d) < 0x1p62) {
-        i = static_cast<std::int64_t>(d);
-      } else {
-        return "no whole _step";
-      }
-      if (i < 0) return "a _step below 0";
-      step = i;
-    } else {
+    if (kind_ == FileKind::system) {
       step = static_cast<std::int64_t>(row_number);
+      wall = number_or_nan(row, "_timestamp");
+      rel = number_or_nan(row, "_runtime");
+      std::size_t place = 0;
+      for (const io::RowValue& v : io::RowValues(row)) value(v.key, v.value, place++);
+      return {};
     }
-    wall = number_or_nan(row, "_timestamp");
-    rel = number_or_nan(row, "_runtime");
+    const io::HistoryRow r(row);
+    if (!r) return r.why();
+    step = r.step();
+    wall = r.timestamp().value_or(nan_v);
+    rel = r.runtime().value_or(nan_v);
     ranks_.clear();
     std::size_t place = 0;
-    for (auto [key, v] : row) {
-      const std::size_t at = place++;
-      if (key.empty()) continue;
-      if (key.front() == '_') {
-        simdjson::dom::object counts;
-        if (kind_ == FileKind::history && key == "_count" && v.get(counts) == simdjson::SUCCESS) {
-          double fewest = nan_v;
-          for (auto [k, n] : counts) {
-            double c = 0;
-            if (n.get_double().get(c) == simdjson::SUCCESS && !(c >= fewest)) fewest = c;
-          }
-          if (!std::isnan(fewest)) value(std::string_view("_count/min"), fewest, std::string_view::npos);
-        }
-        continue;
-      }
-      const std::optional<double> x = io::metric_value(v);
-      if (!x) continue;
-      value(key, *x, at);
-      if (kind_ == FileKind::history)
-        if (const std::int64_t r = rank_of(key); r >= 0 && std::find(ranks_.begin(), ranks_.end(), r) == ranks_.end())
-          ranks_.push_back(r);
-    }
-    if (kind_ == FileKind::history) {
-      value(std::string_view("_step"), static_cast<double>(step), std::string_view::npos);
-      std::sort(ranks_.begin(), ranks_.end());
-      for (const std::int64_t r : ranks_) {
-        name_ = "_progress/rank-" + std::to_string(r);
-        value(std::string_view(name_), static_cast<double>(step), std::string_view::npos);
-      }
+    double fewest = nan_v;
+    r.each(
+        [&](const io::RowValue& v) {
+          value(v.key, v.value, place++);
+          if (const std::int64_t k = rank_of(v.key);
+              k >= 0 && std::find(ranks_.begin(), ranks_.end(), k) == ranks_.end())
+            ranks_.push_back(k);
+        },
+        [&](const io::RowValue& n) {
+          if (!(n.value >= fewest)) fewest = n.value;
+        });
+    if (!std::isnan(fewest)) value(std::string_view("_count/min"), fewest, std::string_view::npos);
+    value(std::string_view("_step"), static_cast<double>(step), std::string_view::npos);
+    std::sort(ranks_.begin(), ranks_.end());
+    for (const std::int64_t k : ranks_) {
+      name_ = "_progress/rank-" + std::to_string(k);
+      value(std::string_view(name_), static_cast<double>(step), std::string_view::npos);
     }
     return {};
   }

@@ -2,6 +2,7 @@
 
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/history_row.hpp"
 #include "runtime/core/json.hpp"
 
 #include <simdjson.h>
@@ -173,11 +174,11 @@ std::optional<std::int64_t> last_committed_step(const std::string& run_dir) {
   const Result<std::string> text = detail::read_text(run_dir + "/summary.json", /*missing_ok=*/true);
   if (!text || text->empty()) return std::nullopt;
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  std::int64_t step = 0;
-  if (parser.parse(text->data(), text->size()).get(doc) != SUCCESS || doc["_step"].get(step) != SUCCESS)
-    return std::nullopt;
-  return step;
+  simdjson::dom::object doc;
+  if (parser.parse(text->data(), text->size()).get(doc) != SUCCESS) return std::nullopt;
+  const HistoryRow last(doc); // the last row's own fields, as a row has them
+  if (!last) return std::nullopt;
+  return last.step();
 }
 
 Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t now_us) {

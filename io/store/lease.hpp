@@ -77,8 +77,8 @@ struct Liveness {
 [[nodiscard]] Liveness host_liveness(const RunIdentity& run, const std::string& run_dir, std::int64_t now_us);
 
 /// The run's last committed step: summary.json's `_step`, which the run
-/// writer rewrites at every flush; none before the first row (or where the
-/// file cannot be read).
+/// writer rewrites at every flush, read as a row's (io::HistoryRow); none
+/// before the first row (or where the file cannot be read).
 [[nodiscard]] std::optional<std::int64_t> last_committed_step(const std::string& run_dir);
 
 /// run.json `r` (read from `run_dir`) as every reader reports it: where it

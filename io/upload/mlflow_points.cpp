@@ -1,7 +1,7 @@
 // MlflowPoints (io/upload/mlflow_points.hpp): history and system lines → log-batch
 // requests, a window of them in flight at once.
 #include "io/upload/mlflow_points.hpp"
-#include "io/store/history_value.hpp"
+#include "io/store/history_row.hpp"
 
 #include "runtime/core/json.hpp"
 
@@ -46,12 +46,12 @@ void MlflowPoints::take_up(simdjson::dom::element doc, const std::string& run_di
   // new: the same server spelled another way): take its word, and count
   // what it got as delivered.
   if (prefix && beyond(prefix->history, Place{st.history, st.history_part})) {
-    st.points += values_between(run_dir + "/history.jsonl", st.history, st.history_part, prefix->history.at,
+    st.points += values_between(run_dir + "/history.jsonl", true, st.history, st.history_part, prefix->history.at,
                                 prefix->history.part);
     st.history = prefix->history.at, st.history_part = prefix->history.part;
   }
   if (prefix && beyond(prefix->system, Place{st.system, st.system_part})) {
-    st.points += values_between(run_dir + "/system.jsonl", st.system, st.system_part, prefix->system.at,
+    st.points += values_between(run_dir + "/system.jsonl", false, st.system, st.system_part, prefix->system.at,
                                 prefix->system.part);
     st.system = prefix->system.at, st.system_part = prefix->system.part;
   }
@@ -61,14 +61,14 @@ void MlflowPoints::take_up(simdjson::dom::element doc, const std::string& run_di
 
 /// The values of a JSON-lines file from one position (cursor and values
 /// of its line already counted) to another, as gather() counts them.
-std::uint64_t MlflowPoints::values_between(const std::string& path, Cursor from, std::uint64_t from_part, Cursor to,
-                                           std::uint64_t to_part) {
+std::uint64_t MlflowPoints::values_between(const std::string& path, bool history, Cursor from, std::uint64_t from_part,
+                                           Cursor to, std::uint64_t to_part) {
   std::uint64_t n = 0;
   LineSlice slice;
   while (from.bytes < to.bytes) {
     if (read_lines(path, from, 1u << 20, slice) || slice.lines.empty()) return n;
     for (std::size_t i = 0; i < slice.lines.size() && from.bytes < to.bytes; ++i) {
-      const std::uint64_t v = count_values(slice.lines[i]);
+      const std::uint64_t v = count_values(slice.lines[i], history);
       n += v - std::min(v, from_part);
       from_part = 0;
       from = slice.after[i];
@@ -85,26 +85,29 @@ void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t lim
     for (std::size_t i = 0; i < lines.size() && metrics < limit; ++i) {
       simdjson::dom::element doc;
       simdjson::dom::object obj;
+      std::optional<HistoryRow> row;
+      std::string_view why;
       if (parser_.parse(lines[i].data(), lines[i].size()).get(doc) != simdjson::SUCCESS ||
-          doc.get(obj) != simdjson::SUCCESS) {
+          doc.get(obj) != simdjson::SUCCESS)
+        why = "not a JSON object";
+      else if (history)
+        why = row.emplace(obj).why();
+      if (!why.empty()) {
         std::string line = "{\"part\":\"";
         line += history ? "history" : "system";
-        line += "\",\"line\":" + std::to_string(from.lines + i) + ",\"why\":\"not a JSON object\"}";
+        line += "\",\"line\":" + std::to_string(from.lines + i) + ",\"why\":";
+        append_json_string(line, why);
+        line += '}';
         bad.push_back(std::move(line));
         points.push_back(Point{{}, 0, 0, 0, history, i, end_of_line}); // a marker that consumes the line
         continue;
       }
       double ts = 0;
-      if (obj["_timestamp"].get(ts) != simdjson::SUCCESS) ts = 0;
-      std::int64_t step = static_cast<std::int64_t>(from.lines + i);
-      std::int64_t logged_step = 0;
-      if (history && obj["_step"].get(logged_step) == simdjson::SUCCESS) step = logged_step;
+      if (row) ts = row->timestamp().value_or(0);
+      else if (obj["_timestamp"].get(ts) != simdjson::SUCCESS) ts = 0;
+      const auto step = row ? row->step() : static_cast<std::int64_t>(from.lines + i);
       std::uint64_t index = 0;
-      for (auto f : obj) {
-        if (f.key.starts_with("_")) continue;
-        const std::optional<double> value = metric_value(f.value);
-        if (!value) continue;
-        const double v = *value;
+      for (const RowValue& f : row ? row->metrics() : RowValues(obj)) {
         const std::uint64_t at = index++;
         if (i == 0 && at < part) continue; // sent before
         std::string key;
@@ -114,7 +117,7 @@ void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t lim
         } else {
           key = std::string(f.key);
         }
-        points.push_back(Point{api_.map_key(key), v, static_cast<std::int64_t>(std::llround(ts * 1000.0)), step, history, i, at});
+        points.push_back(Point{api_.map_key(key), f.value, static_cast<std::int64_t>(std::llround(ts * 1000.0)), step, history, i, at});
         if (++metrics >= limit) return;
       }
       // A line whose every value fitted: a marker so the line counts as consumed even with no values.
@@ -133,15 +136,10 @@ Place MlflowPoints::after_point(const Batch& b, const Point& p) {
 }
 
 /// The values of a line, as gather() counts them.
-std::uint64_t MlflowPoints::count_values(std::string_view line) {
+std::uint64_t MlflowPoints::count_values(std::string_view line, bool history) {
   simdjson::dom::object obj;
   if (parser_.parse(line.data(), line.size()).get(obj) != simdjson::SUCCESS) return 0;
-  std::uint64_t n = 0;
-  for (auto f : obj) {
-    if (f.key.starts_with("_")) continue;
-    if (metric_value(f.value)) ++n;
-  }
-  return n;
+  return static_cast<std::uint64_t>(std::ranges::distance(line_values(obj, history)));
 }
 
 /// The spans the run's tags on the server record, and the greatest prefix
@@ -204,7 +202,7 @@ Sent MlflowPoints::reconcile(const Batch& b, UploadState& st) {
     const std::uint64_t part = line_start.bytes == at.at.bytes ? at.part : 0;
     beyond_slice = beyond_slice || line_start.bytes != at.at.bytes;
     std::uint64_t values = part;
-    for (std::size_t i = 0; i < n; ++i) values += count_values(lines[i]);
+    for (std::size_t i = 0; i < n; ++i) values += count_values(lines[i], history);
     s.points += values - std::min(values, from.part);
     (history ? s.history : s.system) = n;
     (history ? st.history_part : st.system_part) = part;

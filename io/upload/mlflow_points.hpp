@@ -60,8 +60,8 @@ private:
   void gather(const Batch& b, const UploadState& st, std::size_t limit, std::vector<Point>& points,
               std::vector<std::string>& bad);
   static Place after_point(const Batch& b, const Point& p);
-  std::uint64_t count_values(std::string_view line);
-  std::uint64_t values_between(const std::string& path, Cursor from, std::uint64_t from_part, Cursor to,
+  std::uint64_t count_values(std::string_view line, bool history);
+  std::uint64_t values_between(const std::string& path, bool history, Cursor from, std::uint64_t from_part, Cursor to,
                                std::uint64_t to_part);
   void read_span_tags(simdjson::dom::element doc, std::vector<Span>& spans, std::optional<Prefix>& prefix);
   Sent reconcile(const Batch& b, UploadState& st);

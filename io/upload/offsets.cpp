@@ -5,6 +5,7 @@
 
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/history_row.hpp"
 #include "runtime/core/fnv.hpp"
 #include "runtime/core/json.hpp"
 
@@ -149,24 +150,22 @@ Error detail::OffsetsWriter::flush(const UploadState& st) { return pending_durab
 std::uint64_t points_pending(const std::string& run_dir, const UploadState& state) {
   std::uint64_t n = 0;
   simdjson::dom::parser parser;
-  auto count = [&](const std::string& path, Cursor from, std::uint64_t part) {
+  auto count = [&](const std::string& path, bool history, Cursor from, std::uint64_t part) {
     LineSlice slice;
     for (;;) {
       if (read_lines(path, from, 4u << 20, slice) || slice.lines.empty()) return;
       for (std::string_view line : slice.lines) {
         simdjson::dom::object obj;
         if (parser.parse(line.data(), line.size()).get(obj) != simdjson::SUCCESS) continue;
-        std::uint64_t values = 0;
-        for (auto field : obj)
-          if (!field.key.starts_with("_") && (field.value.is_number() || field.value.is_string())) ++values;
+        const auto values = static_cast<std::uint64_t>(std::ranges::distance(line_values(obj, history)));
         n += values - std::min(values, part);
         part = 0;
       }
       from = slice.after.back();
     }
   };
-  count(run_dir + "/history.jsonl", state.history, state.history_part);
-  count(run_dir + "/system.jsonl", state.system, state.system_part);
+  count(run_dir + "/history.jsonl", true, state.history, state.history_part);
+  count(run_dir + "/system.jsonl", false, state.system, state.system_part);
   return n;
 }
 

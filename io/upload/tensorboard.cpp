@@ -42,8 +42,9 @@ public:
   Sent send(const RunSnapshot& run, const Batch& b, UploadState&) override {
     Sent s;
     const std::uint64_t before = tb_->scalars();
-    // A line that is no JSON object (damaged in the run's file) is passed
-    // over, as `chorus show` and `chorus export` pass it over.
+    // A line that is no JSON object (damaged in the run's file), or a
+    // history line that is no row, is passed over, as `chorus show` and
+    // `chorus export` pass it over.
     simdjson::dom::object row;
     for (const std::string_view line : b.history)
       if (!parser_.parse(line.data(), line.size()).get(row)) tb_->history_row(row, nullptr);

@@ -94,19 +94,18 @@ TagExtent& TensorBoardRun::extent(std::string_view sub, std::string_view tag) {
 }
 
 template <class Step>
-void TensorBoardRun::scalars_of(const simdjson::dom::object& row, const KeyPicker& wanted, double wall_time,
-                                bool history, const Step& step) {
-  for (auto [key, value] : row) {
-    if (key.empty() || key.front() == '_' || (wanted && !wanted(key))) continue;
-    const std::optional<double> v = metric_value(value);
-    if (!v) continue;
+void TensorBoardRun::scalars_of(const RowValues& values, const KeyPicker& wanted, double wall_time, bool history,
+                                const Step& step) {
+  for (const RowValue& v : values) {
+    const std::string_view key = v.key;
+    if (wanted && !wanted(key)) continue;
     auto [tag, sub] = split_column(key);
     if (history && sub.starts_with("node-")) tag = key, sub = {}; // a history's columns are per rank: the key stays whole
     TagExtent& e = extent(sub, tag);
     const std::int64_t at = step(e);
     if (at < 0) continue; // written already
     if (TfEventsWriter* w = writer(sub, wall_time)) {
-      w->scalar(tag, at, wall_time, *v);
+      w->scalar(tag, at, wall_time, v.value);
       e.max_step = std::max(e.max_step, at);
       e.max_wall_time = std::max(e.max_wall_time, wall_time);
       ++e.events;
@@ -115,17 +114,18 @@ void TensorBoardRun::scalars_of(const simdjson::dom::object& row, const KeyPicke
   }
 }
 
-bool TensorBoardRun::history_row(const simdjson::dom::object& row, const KeyPicker& wanted) {
-  std::int64_t step = 0;
-  if (row["_step"].get_int64().get(step) || step < 0) return false;
-  scalars_of(row, wanted, wall_time_of(row), true,
+std::string_view TensorBoardRun::history_row(const simdjson::dom::object& line, const KeyPicker& wanted) {
+  const HistoryRow row(line);
+  if (!row) return row.why();
+  const std::int64_t step = row.step();
+  scalars_of(row.metrics(), wanted, row.timestamp().value_or(0), true,
              [step](const TagExtent& e) { return step > e.max_step ? step : std::int64_t{-1}; });
-  return true;
+  return {};
 }
 
 void TensorBoardRun::system_row(const simdjson::dom::object& row, const KeyPicker& wanted) {
   const double wall = wall_time_of(row);
-  scalars_of(row, wanted, wall, false, [wall](const TagExtent& e) {
+  scalars_of(RowValues(row), wanted, wall, false, [wall](const TagExtent& e) {
     return e.events == 0 || wall > e.max_wall_time ? static_cast<std::int64_t>(e.events) : std::int64_t{-1};
   });
 }

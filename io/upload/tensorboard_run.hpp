@@ -21,7 +21,7 @@
 // after a lost answer) goes on where the earlier one stopped.
 #pragma once
 
-#include "io/store/history_value.hpp"
+#include "io/store/history_row.hpp"
 #include "io/upload/tfevents.hpp"
 
 #include <simdjson.h>
@@ -53,11 +53,10 @@ public:
   /// where one cannot be read; a torn tail counts up to its last whole record.
   [[nodiscard]] Error resume();
 
-  /// A history.jsonl row: each key `wanted` takes a scalar at the row's
-  /// _step and _timestamp. Keys starting with '_' are bookkeeping; a value
-  /// is a number or "NaN", "Infinity", "-Infinity". False where the row has
-  /// no _step (nothing is written).
-  bool history_row(const simdjson::dom::object& row, const KeyPicker& wanted);
+  /// A history.jsonl row (io::HistoryRow): each metric value whose key
+  /// `wanted` takes, a scalar at the row's _step and _timestamp. Why the
+  /// line is no row (nothing is written), or "".
+  std::string_view history_row(const simdjson::dom::object& row, const KeyPicker& wanted);
   /// A system.jsonl row: `KEY/node-N` goes to node-N/, `KEY/rank-N` to
   /// rank-N/, each at its series' next sample.
   void system_row(const simdjson::dom::object& row, const KeyPicker& wanted);
@@ -90,11 +89,10 @@ private:
   Error each_writer(Error (TfEventsWriter::*op)());
   /// How far the series `tag` of `sub` goes.
   TagExtent& extent(std::string_view sub, std::string_view tag);
-  /// Each number of `row` that `wanted` takes, to the subdirectory and tag
-  /// its key names, at the step `step(extent)` gives (nothing where it gives -1).
+  /// Each of `values` that `wanted` takes, to the subdirectory and tag its
+  /// key names, at the step `step(extent)` gives (nothing where it gives -1).
   template <class Step>
-  void scalars_of(const simdjson::dom::object& row, const KeyPicker& wanted, double wall_time, bool history,
-                  const Step& step);
+  void scalars_of(const RowValues& values, const KeyPicker& wanted, double wall_time, bool history, const Step& step);
 
   std::string dir_;
   std::map<std::string, std::unique_ptr<TfEventsWriter>, std::less<>> writers_;

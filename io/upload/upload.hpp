@@ -118,7 +118,8 @@ struct ArtifactEntry {
 };
 
 /// Values in the run's history.jsonl and system.jsonl past `state`'s
-/// offsets (not yet delivered nor refused); reads the files.
+/// offsets (not yet delivered nor refused), as io::line_values counts
+/// them; reads the files.
 [[nodiscard]] std::uint64_t points_pending(const std::string& run_dir, const UploadState& state);
 
 /// The targets a run has offsets for: (target id, path of its upload/<id>.json).
