@@ -6,7 +6,7 @@
 #include "cli/series.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
-#include "io/store/history_value.hpp"
+#include "io/store/history_row.hpp"
 #include "io/store/lease.hpp"
 #include "io/store/run_record.hpp"
 
@@ -137,12 +137,15 @@ py::dict with_reading(py::dict out, const cli::JsonLines& read) {
   return out;
 }
 
-/// _chorus.read_lines(path, keys, counts): the file's numeric columns. `keys`
-/// (None: all) picks the keys kept besides those starting with '_', as
-/// `chorus export --metric` does (cli/series.hpp's metric_filter): a key and
-/// its per-rank columns, a glob, a /REGEX/; with `counts`, a reduced key's
-/// `_count` becomes the column "_count/<key>".
-py::dict read_lines(const std::string& path, const std::optional<std::vector<std::string>>& keys, bool counts) {
+/// _chorus.read_lines(path, keys, counts, history): the file's numeric
+/// columns. `keys` (None: all) picks the keys kept besides those starting
+/// with '_', as `chorus export --metric` does (cli/series.hpp's
+/// metric_filter): a key and its per-rank columns, a glob, a /REGEX/. With
+/// `history`, each line is read as a row by the store (io::HistoryRow: a line
+/// that is none is skipped, and why is said), and with `counts` a reduced
+/// key's `_count` becomes the column "_count/<key>".
+py::dict read_lines(const std::string& path, const std::optional<std::vector<std::string>>& keys, bool counts,
+                    bool history) {
   Columns cols;
   cli::KeyFilter filter;
   if (keys && keys->empty()) {
@@ -163,25 +166,26 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
   {
     py::gil_scoped_release unlocked;
     std::string count_key;
-    read = cli::read_json_lines(path, [&](const simdjson::dom::object& row) -> std::string_view {
-      cols.new_row();
-      for (auto [key, value] : row) {
-        const bool own = !key.empty() && key[0] == '_';
-        if (key == "_count") {
-          simdjson::dom::object per_key;
-          if (!counts || value.get(per_key)) continue;
-          for (auto [k, n] : per_key) {
-            if (!wanted(k)) continue;
-            if (std::optional<double> v = io::metric_value(n)) {
-              count_key.assign("_count/").append(k);
-              cols.set(cols.column(count_key), *v);
-            }
-          }
-          continue;
+    read = cli::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
+      if (!history) {
+        cols.new_row();
+        for (auto [key, value] : line) {
+          if (!io::reserved_key(key) && !wanted(key)) continue;
+          if (std::optional<double> v = io::metric_value(value)) cols.set(cols.column(key), *v);
         }
-        if (!own && !wanted(key)) continue;
-        if (std::optional<double> v = io::metric_value(value)) cols.set(cols.column(key), *v);
+        return {};
       }
+      const io::HistoryRow row(line);
+      if (!row) return row.why();
+      cols.new_row();
+      cols.set(cols.column("_step"), static_cast<double>(row.step()));
+      if (const std::optional<double> t = row.timestamp()) cols.set(cols.column("_timestamp"), *t);
+      if (const std::optional<double> t = row.runtime()) cols.set(cols.column("_runtime"), *t);
+      for (const io::RowValue& v : row.metrics())
+        if (wanted(v.key)) cols.set(cols.column(v.key), v.value);
+      if (counts)
+        for (const io::RowValue& n : row.counts())
+          if (wanted(n.key)) cols.set(cols.column(count_key.assign("_count/").append(n.key)), n.value);
       return {};
     });
   }
@@ -244,7 +248,7 @@ std::string read_text(const std::string& path, bool missing_ok) {
 void bind_reader(py::module_& m) {
   m.def("read_record", &read_record, py::arg("path"), "run.json as a dict (chorus.open's identity and ranks).");
   m.def("read_lines", &read_lines, py::arg("path"), py::arg("keys") = py::none(), py::arg("counts") = false,
-        "The numeric columns of history.jsonl or system.jsonl.");
+        py::arg("history") = false, "The numeric columns of history.jsonl (history=True) or system.jsonl.");
   m.def("read_artifacts", &read_artifacts, py::arg("path"), "artifacts.jsonl's entries, in the order written.");
   m.def("read_text", &read_text, py::arg("path"), py::arg("missing_ok") = false,
         "A run file's text (a regular file only, of bounded size).");

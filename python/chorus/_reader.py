@@ -111,7 +111,8 @@ class RunView:
         path = os.path.join(self.path, name)
         if isinstance(keys, str):
             keys = [keys]  # one pattern, not its characters
-        cols = _checked(_chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts), path,
+        cols = _checked(_chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts,
+                                           name == "history.jsonl"), path,
                         "`chorus recover` rebuilds the file from the WAL", 3)
         if pandas is None or pandas:
             try:
