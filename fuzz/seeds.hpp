@@ -33,6 +33,10 @@ inline std::vector<std::vector<char>> sample_frames() {
     b.key(2, "epoch");
     b.metric_view(++seq, 1, static_cast<std::uint8_t>(Summary::min), 2);
     b.refused(++seq, 3, Errc::invalid_key, 2, "metric key \"\" is empty", R"({"":1,"x":"a string"})");
+    b.key(3, "grad");
+    b.define(++seq, 3, Reduce::merge);
+    const double grad[] = {-0.5, 0.0, 0.25, 1e-40, 3.0, 1e300};
+    b.histogram(++seq, 0, 4, 1'700'000'000'000'150, 3, Histogram(std::span<const double>(grad)));
     if (rank == 0)
       b.finish(++seq);
     else
