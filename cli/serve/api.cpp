@@ -254,7 +254,7 @@ Resolved Api::resolve_artifact(std::string_view rel, std::string_view name) cons
   return {file, 0, {}};
 }
 
-std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, bool system) {
+std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, bool system, bool histograms) {
   std::shared_ptr<RunFiles> f;
   {
     std::lock_guard lock(mutex_);
@@ -275,6 +275,7 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
   bool grew = false;
   if (history) grew = f->history.refresh() || grew;
   if (system) grew = f->system.refresh() || grew;
+  if (histograms) grew = f->histograms.refresh() || grew;
   if (grew) evict();
   return f;
 }
@@ -285,7 +286,7 @@ void Api::evict() {
     std::size_t total = 0;
     std::map<std::string, std::shared_ptr<RunFiles>>::iterator oldest = files_.end();
     for (auto it = files_.begin(); it != files_.end(); ++it) {
-      total += it->second->history.memory() + it->second->system.memory();
+      total += it->second->memory();
       // One in use elsewhere (a request, an event stream) stays.
       if (it->second.use_count() == 1 && (oldest == files_.end() || it->second->used < oldest->second->used))
         oldest = it;
@@ -298,7 +299,7 @@ void Api::evict() {
 std::size_t Api::cached_bytes() {
   std::lock_guard lock(mutex_);
   std::size_t total = 0;
-  for (const auto& [dir, f] : files_) total += f->history.memory() + f->system.memory();
+  for (const auto& [dir, f] : files_) total += f->memory();
   return total;
 }
 
@@ -440,7 +441,7 @@ Reply Api::run(std::string_view rel) {
   if (bs.skipped > 0)
     warnings.push_back(std::string(io::BarrierLog::file_name) + ": " + std::to_string(bs.skipped) +
                        " damaged line(s) skipped (" + bs.first_skipped + "); the others are shown");
-  const std::shared_ptr<RunFiles> f = files(dir, true, true);
+  const std::shared_ptr<RunFiles> f = files(dir, true, true, true);
   // The ranks that hold the others back: those the others waited longest for
   // at barriers, and those whose last step is behind the furthest rank's.
   {
@@ -478,6 +479,13 @@ Reply Api::run(std::string_view rel) {
     for (const auto& [rank, text] : why) w.begin_object().key("rank").integer(rank).key("why").string(text).end_object();
     w.end_array();
   }
+  // What could not be read of an indexed file, among the run's problems.
+  auto file_problems = [&](std::string_view name, const IndexState& s) {
+    if (s.problem) errors.push_back(s.problem.message());
+    if (s.skipped > 0)
+      warnings.push_back(std::string(name) + ".jsonl: " + std::to_string(s.skipped) + " damaged line(s) skipped (" +
+                         s.first_skipped + ")");
+  };
   for (const auto& [name, index] : {std::pair{"history", &f->history}, std::pair{"system", &f->system}}) {
     const IndexState s = index->state();
     w.key(name).begin_object();
@@ -485,10 +493,16 @@ Reply Api::run(std::string_view rel) {
     w.key("keys");
     index->keys_json(w.out());
     w.end_object();
-    if (s.problem) errors.push_back(s.problem.message());
-    if (s.skipped > 0)
-      warnings.push_back(std::string(name) + ".jsonl: " + std::to_string(s.skipped) + " damaged line(s) skipped (" +
-                         s.first_skipped + ")");
+    file_problems(name, s);
+  }
+  {
+    const IndexState s = f->histograms.state();
+    w.key("histograms").begin_object();
+    index_state(w, s);
+    w.key("columns");
+    f->histograms.columns_json(w);
+    w.end_object();
+    file_problems("histograms", s);
   }
   w.key("warnings").begin_array();
   for (const std::string& s : warnings) w.string(s);
@@ -503,7 +517,7 @@ Reply Api::run(std::string_view rel) {
 Reply Api::series(std::string_view rel, FileKind kind, const SeriesRequest& r) {
   const Resolved where = resolve_run(rel);
   if (!where) return refusal(where.status, where.why);
-  const std::shared_ptr<RunFiles> f = files(where.dir, kind == FileKind::history, kind == FileKind::system);
+  const std::shared_ptr<RunFiles> f = files(where.dir, kind == FileKind::history, kind == FileKind::system, false);
   const LinesIndex& index = kind == FileKind::history ? f->history : f->system;
   std::string out;
   index.series_json(r, out);
@@ -515,6 +529,26 @@ Reply Api::series(std::string_view rel, FileKind kind, const SeriesRequest& r) {
     io::append_json_string(out, s.problem.message());
     out += '}';
   }
+  return {200, std::move(out)};
+}
+
+Reply Api::histograms(std::string_view rel, const HistogramRequest& r) {
+  const Resolved where = resolve_run(rel);
+  if (!where) return refusal(where.status, where.why);
+  const std::shared_ptr<RunFiles> f = files(where.dir, false, false, true);
+  const IndexState s = f->histograms.state();
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object().key("run").string(rel);
+  index_state(w, s);
+  const Result<bool> found = f->histograms.column_json(r, w);
+  if (!found) return refusal(409, found.error().message());
+  if (!*found)
+    return refusal(404, "run " + std::string(rel) + " has no histogram column " + r.column +
+                            (s.missing    ? " (it has no histograms.jsonl)"
+                             : s.indexing ? " yet (its histograms.jsonl is still being read: ask again)"
+                                          : ""));
+  w.end_object();
   return {200, std::move(out)};
 }
 
@@ -582,7 +616,7 @@ Reply Api::group(std::string_view rel) {
 std::string Api::changes(std::string_view rel, Seen& seen) {
   const Resolved where = resolve_run(rel);
   if (!where) return {};
-  const std::shared_ptr<RunFiles> f = files(where.dir, true, true);
+  const std::shared_ptr<RunFiles> f = files(where.dir, true, true, true);
   std::string out;
   auto event = [&](std::string_view name, auto&& fill) {
     out += "event: ";
@@ -605,6 +639,12 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
   if (!seen.started || s.rows != seen.system_rows) {
     event("system", [&](io::JsonWriter& w) { index_state(w, s); });
     seen.system_rows = s.rows;
+  }
+  const IndexState g = f->histograms.state();
+  if (!seen.started || g.rows + g.skipped != seen.histogram_lines || g.indexing != seen.histograms_indexing) {
+    event("histograms", [&](io::JsonWriter& w) { index_state(w, g), w.key("columns").uinteger(g.keys); });
+    seen.histogram_lines = g.rows + g.skipped;
+    seen.histograms_indexing = g.indexing;
   }
   // metrics.json too: a late declaration changes how a page charts its keys.
   const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json") + "|" +

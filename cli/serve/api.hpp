@@ -4,6 +4,7 @@
 // directory, through no link out of it). cli/serve/server.cpp puts it on HTTP.
 #pragma once
 
+#include "cli/serve/histogram_index.hpp"
 #include "cli/serve/lines_index.hpp"
 
 #include <atomic>
@@ -46,6 +47,8 @@ struct Seen {
   std::uint64_t history_rows = 0, system_rows = 0;
   std::size_t history_keys = 0;
   bool history_indexing = false;
+  std::uint64_t histogram_lines = 0;
+  bool histograms_indexing = false;
   std::string run_stamp; // run.json's and summary.json's size and time
   bool running = false;  // the run read running (its host alive, or not known to be gone)
   std::chrono::steady_clock::time_point run_looked; // when it was last read
@@ -68,6 +71,9 @@ public:
   Reply run(std::string_view rel);
   /// GET /api/series?run=REL&file=history|system&key=K...: series for a chart.
   Reply series(std::string_view rel, FileKind kind, const SeriesRequest& r);
+  /// GET /api/histograms?run=REL&column=C...: a histogram column's quantiles
+  /// over its steps and one step's buckets, for a chart.
+  Reply histograms(std::string_view rel, const HistogramRequest& r);
   /// GET /api/group?group=REL: a group's manifest and members.
   Reply group(std::string_view rel);
 
@@ -82,7 +88,7 @@ public:
   [[nodiscard]] Resolved resolve_artifact(std::string_view rel, std::string_view name) const;
 
   /// What changed in the run `rel` since `seen`, as server-sent events
-  /// (`history`, `system`, `run`); "" where nothing did.
+  /// (`history`, `system`, `histograms`, `run`); "" where nothing did.
   std::string changes(std::string_view rel, Seen& seen);
 
   /// Bytes the indexes of runs hold.
@@ -91,8 +97,11 @@ public:
 private:
   struct RunFiles {
     RunFiles(const std::string& dir)
-        : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system) {}
+        : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system),
+          histograms(dir + "/histograms.jsonl") {}
+    [[nodiscard]] std::size_t memory() const { return history.memory() + system.memory() + histograms.memory(); }
     LinesIndex history, system;
+    HistogramIndex histograms;
     std::atomic<std::uint64_t> used{0};
     std::mutex specs_mutex;
     std::string specs_stamp; // metrics.json's, when its step metrics were last given to `history`
@@ -103,8 +112,8 @@ private:
     std::string json;
   };
 
-  /// The indexes of the run in `dir`, refreshed.
-  std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system);
+  /// The indexes of the run in `dir`, those asked for refreshed.
+  std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system, bool histograms);
   void evict();
   [[nodiscard]] std::string rel_of(const std::string& dir) const;
 

@@ -19,6 +19,7 @@
 #include <netdb.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace chorus::cli::serve {
@@ -28,6 +29,8 @@ namespace {
 constexpr std::size_t max_body_bytes = 16u << 10;
 /// Keys one series request may ask for; runs one event stream may follow.
 constexpr std::size_t max_keys = 512, max_stream_runs = 16;
+/// The most steps and bins one histograms request may ask for.
+constexpr int max_histogram_points = 2000, max_histogram_bins = 200;
 /// How often an event stream looks at its runs' files.
 constexpr auto poll_every = std::chrono::milliseconds(500);
 /// A comment line this often keeps an idle stream open, and finds one the
@@ -198,6 +201,7 @@ struct Server::Impl {
       send(res, api.group(param(req, "group")));
     });
     http.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) { series(req, res); });
+    http.Get("/api/histograms", [this](const httplib::Request& req, httplib::Response& res) { histograms(req, res); });
     http.Get("/api/artifact", [this](const httplib::Request& req, httplib::Response& res) { artifact(req, res); });
     http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { events(req, res); });
     http.Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
@@ -243,6 +247,26 @@ struct Server::Impl {
     // x by a key's values (a declared step metric): it takes x's place.
     r.x_key = param(req, "xkey");
     send(res, api.series(param(req, "run"), file == "system" ? FileKind::system : FileKind::history, r));
+  }
+
+  void histograms(const httplib::Request& req, httplib::Response& res) {
+    HistogramRequest r;
+    r.column = param(req, "column");
+    if (r.column.empty()) return refuse(res, 400, "no column: ask for one with column=COLUMN (key, or key/rank-N)");
+    if (const std::string v = param(req, "step"); !v.empty()) {
+      r.step = parse_int(v, 0, INT64_MAX);
+      if (!r.step) return refuse(res, 400, "step is a whole number of 0 or more");
+    }
+    for (const auto& [name, into, least, most] : {std::tuple{"points", &r.points, 0, max_histogram_points},
+                                                 std::tuple{"bins", &r.bins, 1, max_histogram_bins}})
+      if (const std::string v = param(req, name); !v.empty()) {
+        const std::optional<std::int64_t> n = parse_int(v, least, most);
+        if (!n)
+          return refuse(res, 400, std::string(name) + " is a whole number from " + std::to_string(least) + " to " +
+                                      std::to_string(most));
+        *into = static_cast<std::size_t>(*n);
+      }
+    send(res, api.histograms(param(req, "run"), r));
   }
 
   void artifact(const httplib::Request& req, httplib::Response& res) {

@@ -2,11 +2,12 @@
 // directories written by hand (tests/cli/run_files.hpp), and its answers read
 // with cpp-httplib's client: the runs list, series and their downsampling,
 // the refusals (paths out of the directory, oversized or malformed requests,
-// a missing token), damaged run files reported without harm, and live rows
-// on the event stream.
+// a missing token), damaged run files reported without harm, live rows
+// on the event stream, and histograms (quantiles over steps, a step's bins).
 #define BOOST_TEST_MODULE cli_serve
 #include <boost/test/unit_test.hpp>
 
+#include "io/store/histogram_log.hpp"
 #include "tests/cli/process.hpp"
 #include "tests/cli/run_files.hpp"
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <csignal>
 #include <map>
+#include <random>
 #include <thread>
 
 using namespace chorus::test;
@@ -787,4 +789,279 @@ BOOST_AUTO_TEST_CASE(a_damaged_metrics_json_is_reported_on_the_run_not_fatal) {
   }
   const Output o = s.stop();
   BOOST_TEST(o.code == 0, o.out << o.err);
+}
+
+namespace {
+
+/// The values of `step`'s histogram in column `column`: a normal spread
+/// that widens and moves with the step; with `odd`, NaN and infinities too.
+chorus::Histogram spread(std::int64_t step, int column, int n = 1000, bool odd = false) {
+  std::mt19937 gen(static_cast<unsigned>(step * 31 + column));
+  std::normal_distribution<double> d(0.1 * static_cast<double>(step) + column, 1.0 + 0.05 * static_cast<double>(step));
+  chorus::Histogram h;
+  for (int i = 0; i < n; ++i) h.add(d(gen));
+  if (odd) {
+    h.add(std::nan(""));
+    h.add(HUGE_VAL);
+    h.add(HUGE_VAL);
+    h.add(-HUGE_VAL);
+  }
+  return h;
+}
+
+/// histograms.jsonl's line of `h` (written by io::append_histogram_line, the format's one writer).
+std::string histogram_line(std::int64_t step, std::string_view key, int rank, std::uint32_t ranks,
+                           const chorus::Histogram& h) {
+  std::string out;
+  chorus::io::append_histogram_line(out, step, (1'700'000'000 + step) * 1'000'000, step * 1'000'000, key, rank, ranks, h);
+  return out;
+}
+
+/// A JSON number, or the text chorus writes a non-finite one as.
+double value_of(simdjson::dom::element e) {
+  std::string_view text;
+  if (e.get(text) == simdjson::SUCCESS)
+    return text == "NaN" ? std::nan("") : text == "Infinity" ? HUGE_VAL : text == "-Infinity" ? -HUGE_VAL : 0;
+  return double(e);
+}
+
+std::string histograms_path(const std::string& run, const std::string& column, const std::string& rest = "") {
+  return "/api/histograms?run=" + encode(run) + "&column=" + encode(column) + rest;
+}
+
+/// Checks `at` (the answer's chosen step) against `h`: its figures, and bins
+/// that merge its buckets whole, at most `bins` of them.
+void check_bins(simdjson::dom::element at, const chorus::Histogram& h, std::size_t bins) {
+  BOOST_TEST(at["count"].get_uint64().value_unsafe() == h.count());
+  BOOST_TEST(at["finite"].get_uint64().value_unsafe() == h.finite_count());
+  BOOST_TEST(at["nan"].get_uint64().value_unsafe() == h.nan_count());
+  BOOST_TEST(at["inf"].get_uint64().value_unsafe() == h.pos_inf_count());
+  BOOST_TEST(at["-inf"].get_uint64().value_unsafe() == h.neg_inf_count());
+  BOOST_TEST(value_of(at["min"].value_unsafe()) == h.min());
+  BOOST_TEST(value_of(at["max"].value_unsafe()) == h.max());
+  std::vector<std::array<double, 3>> got;
+  for (simdjson::dom::element b : arr(at["bins"].value_unsafe())) {
+    const std::vector<double> v = numbers(b);
+    BOOST_REQUIRE_EQUAL(v.size(), 3u);
+    got.push_back({v[0], v[1], v[2]});
+  }
+  BOOST_TEST(!got.empty());
+  BOOST_TEST(got.size() <= bins);
+  // Every value but NaN and the infinities, in ascending bins that do not overlap.
+  double total = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    total += got[i][2];
+    BOOST_TEST(got[i][0] <= got[i][1]);
+    if (i > 0) BOOST_TEST(got[i - 1][1] <= got[i][0]);
+  }
+  BOOST_TEST(total == static_cast<double>(h.count() - h.nan_count() - h.pos_inf_count() - h.neg_inf_count()));
+  BOOST_TEST(got.front()[0] == h.min());
+  BOOST_TEST(got.back()[1] == h.max());
+  // Each bucket lies whole in one bin: the bins' counts are sums of whole buckets.
+  std::vector<double> sums(got.size(), 0);
+  for (const chorus::Histogram::Bucket& b : h.buckets()) {
+    const double lo = std::max(b.lo, h.min()), hi = std::min(b.hi, h.max());
+    std::size_t holders = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i][0] <= lo && hi <= got[i][1]) {
+        sums[i] += static_cast<double>(b.count);
+        ++holders;
+        break;
+      }
+    BOOST_TEST(holders == 1u, "bucket [" << b.lo << ", " << b.hi << ") in no bin");
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(sums[i] == got[i][2]);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(histograms_give_their_quantiles_over_steps_and_a_steps_buckets_in_bins) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "hist", .world = 2});
+  write_text(dir / "history.jsonl", history(10, 2));
+  // grad merged over the two ranks (with NaN and infinities at step 3), act a column per rank.
+  std::string lines;
+  for (std::int64_t step = 0; step < 10; ++step) {
+    lines += histogram_line(step, "act", 0, 0, spread(step, 1));
+    lines += histogram_line(step, "act", 1, 0, spread(step, 2));
+    lines += histogram_line(step, "grad", -1, 2, spread(step, 0, 1000, step == 3));
+  }
+  write_text(dir / "histograms.jsonl", lines);
+  Serve s(root.path);
+
+  // The run lists its columns: by key, each rank's.
+  {
+    const auto [status, body] = s.get("/api/run?run=proj/grp/hist");
+    BOOST_REQUIRE_EQUAL(status, 200);
+    BOOST_TEST_INFO(body);
+    const Json j(body);
+    BOOST_TEST(j["histograms"]["rows"].get_uint64().value_unsafe() == 30u);
+    BOOST_TEST(j["histograms"]["skipped"].get_uint64().value_unsafe() == 0u);
+    BOOST_TEST(j["histograms"]["last_step"].get_int64().value_unsafe() == 9);
+    std::vector<std::string> columns;
+    for (simdjson::dom::element c : arr(j["histograms"]["columns"].value_unsafe())) {
+      columns.emplace_back(c["column"].get_string().value_unsafe());
+      BOOST_TEST(c["steps"].get_uint64().value_unsafe() == 10u);
+      BOOST_TEST(c["first_step"].get_int64().value_unsafe() == 0);
+      BOOST_TEST(c["last_step"].get_int64().value_unsafe() == 9);
+    }
+    BOOST_TEST(columns == (std::vector<std::string>{"act/rank-0", "act/rank-1", "grad"}), boost::test_tools::per_element());
+    BOOST_TEST(contains(body, R"("column":"act/rank-1","key":"act","rank":1)"));
+    BOOST_TEST(contains(body, R"("column":"grad","key":"grad","rank":null)"));
+  }
+
+  // grad: per step the quantiles Histogram::quantile gives, its counts, and the last step's bins.
+  {
+    const auto [status, body] = s.get(histograms_path("proj/grp/hist", "grad"));
+    BOOST_REQUIRE_EQUAL(status, 200);
+    BOOST_TEST_INFO(body.substr(0, 2000));
+    const Json j(body);
+    BOOST_TEST(j["steps"].get_uint64().value_unsafe() == 10u);
+    BOOST_TEST(j["full"].get_bool().value_unsafe());
+    BOOST_TEST(j["rank"].is_null());
+    const simdjson::dom::element series = j["series"];
+    BOOST_TEST(numbers(series["step"].value_unsafe()) == (std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}),
+               boost::test_tools::per_element());
+    const std::pair<const char*, double> quantiles[] = {{"p0", 0.0},   {"p5", 0.05}, {"p25", 0.25}, {"p50", 0.5},
+                                                        {"p75", 0.75}, {"p95", 0.95}, {"p100", 1.0}};
+    for (const auto& [name, q] : quantiles) {
+      std::size_t i = 0;
+      for (simdjson::dom::element v : arr(series[name].value_unsafe())) {
+        const chorus::Histogram h = spread(static_cast<std::int64_t>(i), 0, 1000, i == 3);
+        BOOST_TEST(value_of(v) == h.quantile(q), name << " at step " << i);
+        ++i;
+      }
+      BOOST_TEST(i == 10u);
+    }
+    BOOST_TEST(value_of(arr(series["p0"].value_unsafe()).at(3).value_unsafe()) == -HUGE_VAL); // the infinities sort at the ends
+    BOOST_TEST(numbers(series["count"].value_unsafe())[3] == 1004);
+    BOOST_TEST(numbers(series["nan"].value_unsafe())[3] == 1);
+    BOOST_TEST(numbers(series["inf"].value_unsafe())[3] == 2);
+    BOOST_TEST(numbers(series["-inf"].value_unsafe())[3] == 1);
+    BOOST_TEST(numbers(series["ranks"].value_unsafe())[0] == 2);
+    BOOST_TEST(numbers(series["wall"].value_unsafe())[9] == 1'700'000'009);
+    BOOST_TEST(j["at"]["step"].get_int64().value_unsafe() == 9);
+    check_bins(j["at"], spread(9, 0), 60);
+  }
+
+  // A chosen step, the last at or before it, in fewer bins; a rank's column.
+  for (const auto& [rest, column, step, bins] :
+       {std::tuple{"&step=3", "grad", 3, 60}, std::tuple{"&step=3&bins=5", "grad", 3, 5},
+        std::tuple{"&step=1000", "grad", 9, 60}, std::tuple{"&step=4&bins=1", "act/rank-1", 4, 1}}) {
+    BOOST_TEST_CONTEXT(column << rest) {
+      const auto [status, body] = s.get(histograms_path("proj/grp/hist", column, rest));
+      BOOST_REQUIRE_EQUAL(status, 200);
+      const Json j(body);
+      BOOST_TEST(j["at"]["step"].get_int64().value_unsafe() == step);
+      const bool grad = std::string_view(column) == "grad";
+      check_bins(j["at"], spread(step, grad ? 0 : 2, 1000, grad && step == 3), static_cast<std::size_t>(bins));
+    }
+  }
+  const auto [one_status, one] = s.get(histograms_path("proj/grp/hist", "act/rank-1", "&points=0"));
+  BOOST_REQUIRE_EQUAL(one_status, 200);
+  BOOST_TEST(Json(one)["rank"].get_int64().value_unsafe() == 1);
+  BOOST_TEST(numbers(Json(one)["series"]["p50"]).empty());
+
+  // Refusals: no column, one the run lacks, a run without histograms, numbers out of range.
+  make_run(root.path, "proj", "grp", {.id = "plain"});
+  for (const auto& [path, code] :
+       {std::pair{std::string("/api/histograms?run=proj/grp/hist"), 400}, std::pair{histograms_path("proj/grp/hist", "loss"), 404},
+        std::pair{histograms_path("proj/grp/plain", "grad"), 404}, std::pair{histograms_path("proj/grp/hist", "grad", "&bins=0"), 400},
+        std::pair{histograms_path("proj/grp/hist", "grad", "&points=5000"), 400},
+        std::pair{histograms_path("proj/grp/hist", "grad", "&step=-1"), 400},
+        std::pair{histograms_path("proj/../hist", "grad"), 400}}) {
+    const auto [status, body] = s.get(path);
+    BOOST_TEST(status == code, path << ": " << body);
+    BOOST_TEST(contains(body, "\"error\""), body);
+  }
+  const auto [plain_status, plain] = s.get("/api/run?run=proj/grp/plain");
+  BOOST_TEST(contains(plain, R"("histograms":{"rows":0,)"), plain);
+  BOOST_TEST(contains(plain, R"("missing":true)"), plain);
+}
+
+BOOST_AUTO_TEST_CASE(histograms_of_a_long_run_are_spread_over_steps_and_follow_the_file_as_it_grows) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "long", .state = "running", .ended = false});
+  std::string lines;
+  for (std::int64_t step = 0; step < 1200; ++step) lines += histogram_line(step, "grad", -1, 0, spread(step, 0, 50));
+  write_text(dir / "histograms.jsonl", lines);
+  Serve s(root.path);
+  auto answer = [&](const std::string& rest = "") {
+    const auto [status, body] = s.get(histograms_path("proj/grp/long", "grad", rest));
+    BOOST_REQUIRE_EQUAL(status, 200);
+    return body;
+  };
+  {
+    // At most 500 steps, evenly spread, the first and the last among them.
+    const Json j(answer());
+    BOOST_TEST(j["steps"].get_uint64().value_unsafe() == 1200u);
+    BOOST_TEST(!j["full"].get_bool().value_unsafe());
+    const std::vector<double> steps = numbers(j["series"]["step"]);
+    BOOST_REQUIRE_EQUAL(steps.size(), 500u);
+    BOOST_TEST(steps.front() == 0);
+    BOOST_TEST(steps.back() == 1199);
+    for (std::size_t i = 1; i < steps.size(); ++i) BOOST_TEST((steps[i] - steps[i - 1] == 2 || steps[i] - steps[i - 1] == 3));
+    BOOST_TEST(numbers(j["series"]["p50"]).size() == 500u);
+    BOOST_TEST(numbers(Json(answer("&points=7"))["series"]["step"]) ==
+                   (std::vector<double>{0, 200, 400, 600, 799, 999, 1199}),
+               boost::test_tools::per_element());
+  }
+  // A line appended is there at the next request; a line being written is not, yet.
+  {
+    std::ofstream f(dir / "histograms.jsonl", std::ios::app);
+    f << histogram_line(1200, "grad", -1, 0, spread(1200, 0, 50));
+    f << histogram_line(1201, "grad", -1, 0, spread(1201, 0, 50)).substr(0, 40);
+  }
+  {
+    const Json j(answer());
+    BOOST_TEST(j["steps"].get_uint64().value_unsafe() == 1201u);
+    BOOST_TEST(j["last_step"].get_int64().value_unsafe() == 1200);
+    BOOST_TEST(j["unfinished"].get_bool().value_unsafe());
+    BOOST_TEST(j["at"]["step"].get_int64().value_unsafe() == 1200);
+    BOOST_TEST(numbers(j["series"]["step"]).back() == 1200);
+    check_bins(j["at"], spread(1200, 0, 50), 60);
+  }
+  // Damaged lines are skipped and counted, the first named; the lines after them are read.
+  {
+    std::ofstream f(dir / "histograms.jsonl", std::ios::app);
+    f << histogram_line(1201, "grad", -1, 0, spread(1201, 0, 50)).substr(40);
+    f << "{\"_step\": 1202, \"key\": oops}\n";
+    std::string wrong = histogram_line(1202, "grad", -1, 0, spread(1202, 0, 50));
+    wrong.replace(wrong.find("\"count\":50"), 10, "\"count\":51");
+    f << wrong;
+    f << histogram_line(1203, "grad", -1, 0, spread(1203, 0, 50));
+  }
+  {
+    const std::string body = answer("&step=1202");
+    BOOST_TEST_INFO(body.substr(0, 600));
+    const Json j(body);
+    BOOST_TEST(j["skipped"].get_uint64().value_unsafe() == 2u);
+    const std::string first(j["first_skipped"].get_string().value_unsafe());
+    BOOST_TEST(contains(first, "line 1203: "), first);
+    BOOST_TEST(j["steps"].get_uint64().value_unsafe() == 1203u);
+    BOOST_TEST(j["last_step"].get_int64().value_unsafe() == 1203);
+    BOOST_TEST(!j["unfinished"].get_bool().value_unsafe());
+    BOOST_TEST(j["at"]["step"].get_int64().value_unsafe() == 1201); // the last at or before 1202
+    check_bins(j["at"], spread(1201, 0, 50), 60);
+  }
+  const auto [status, run] = s.get("/api/run?run=proj/grp/long");
+  BOOST_TEST(contains(run, "histograms.jsonl: 2 damaged line(s) skipped (line 1203: "), run);
+  // The event stream says when the histograms grow.
+  httplib::Client c = s.client();
+  std::string seen;
+  bool appended = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  c.Get("/api/events?run=proj/grp/long", [&](const char* data, std::size_t n) {
+    seen.append(data, n);
+    if (!appended && contains(seen, "event: histograms")) {
+      appended = true;
+      std::ofstream f(dir / "histograms.jsonl", std::ios::app);
+      f << histogram_line(1204, "grad", -1, 0, spread(1204, 0, 50));
+    }
+    return !contains(seen, R"("last_step":1204)") && std::chrono::steady_clock::now() < until;
+  });
+  BOOST_TEST_INFO(seen);
+  BOOST_TEST(contains(seen, R"("rows":1203,"skipped":2,)"));
+  BOOST_TEST(contains(seen, R"("rows":1204,"skipped":2,)"));
+  BOOST_TEST(contains(seen, R"("last_step":1204)"));
 }

@@ -1,0 +1,304 @@
+#include "cli/serve/histogram_index.hpp"
+
+#include "cli/json_lines.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/line_reader.hpp"
+#include "runtime/core/histogram.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fcntl.h>
+#include <mutex>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace chorus::cli::serve {
+namespace {
+
+bool blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\r' || c == '\t'; });
+}
+
+void rank_json(io::JsonWriter& w, const std::optional<int>& rank) {
+  w.key("rank");
+  if (rank) w.integer(*rank);
+  else w.null();
+}
+
+} // namespace
+
+std::vector<Histogram::Bucket> rebin(const Histogram& h, std::size_t bins) {
+  std::vector<Histogram::Bucket> out;
+  if (h.finite_count() == 0 || bins == 0) return out;
+  const double lo = h.min(), hi = h.max();
+  // In halves: hi - lo overflows where the values span the doubles.
+  const double span = hi / 2 - lo / 2;
+  std::size_t part = 0;
+  for (const Histogram::Bucket& b : h.buckets()) {
+    const double mid = std::clamp(b.lo / 2 + b.hi / 2, lo, hi);
+    const std::size_t at = span > 0 ? std::min(bins - 1, static_cast<std::size_t>((mid / 2 - lo / 2) / span *
+                                                                                   static_cast<double>(bins)))
+                                    : 0;
+    if (out.empty() || at != part) {
+      out.push_back({std::max(b.lo, lo), std::min(b.hi, hi), b.count});
+      part = at;
+    } else {
+      out.back().hi = std::min(b.hi, hi);
+      out.back().count += b.count;
+    }
+  }
+  return out;
+}
+
+HistogramIndex::HistogramIndex(std::string path, std::uint64_t step_bytes_)
+    : path_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, max_line_bytes + 1)) {}
+
+void HistogramIndex::reset() {
+  columns_.clear();
+  points_ = 0;
+  dev_ = ino_ = 0;
+  lines_ = 0;
+  first_skipped_line_ = 0;
+  stuck_size_ = 0;
+  state_ = {};
+}
+
+bool HistogramIndex::refresh() {
+  std::unique_lock lock(mutex_);
+  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY, true);
+  if (!fd) {
+    const bool changed = state_.problem.message() != fd.error().message();
+    state_.problem = fd.error();
+    return changed;
+  }
+  if (*fd < 0) {
+    if (state_.missing && !state_.problem) return false;
+    reset();
+    return true;
+  }
+  struct stat st {};
+  if (::fstat(*fd, &st) != 0) {
+    io::detail::close_fd(*fd);
+    return false;
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  bool changed = false;
+  if (state_.missing || st.st_dev != dev_ || st.st_ino != ino_ || size < state_.bytes) {
+    // A new file, or one replaced (chorus recover rewrites it) or cut: read it afresh.
+    reset();
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+    state_.missing = false;
+    changed = true;
+  }
+  if (size == state_.bytes || (stuck_size_ != 0 && size == stuck_size_)) {
+    io::detail::close_fd(*fd);
+    if (state_.unfinished && size == state_.bytes) {
+      state_.unfinished = false;
+      changed = true;
+    }
+    return changed;
+  }
+  const std::uint64_t before = lines_;
+  const bool was_indexing = state_.indexing;
+  state_.problem = {};
+  read_lines(*fd, std::min(size, state_.bytes + step_bytes_), size);
+  state_.keys = columns_.size();
+  return changed || lines_ != before || state_.indexing != was_indexing || state_.problem;
+}
+
+void HistogramIndex::read_lines(int fd, std::uint64_t end, std::uint64_t size) {
+  io::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
+  simdjson::dom::parser parser;
+  for (std::string_view line;;) {
+    const io::LineReader::Next next = lines.next(line);
+    if (next == io::LineReader::Next::end) {
+      // Where the reading stopped short of the file's end, the rest is for the next refresh.
+      state_.indexing = end < size;
+      state_.unfinished = !state_.indexing && !blank(lines.rest());
+      break;
+    }
+    if (next == io::LineReader::Next::too_long) {
+      stuck_size_ = size;
+      state_.indexing = false;
+      state_.problem = Error(Errc::io_error, path_ + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
+                                                 std::to_string(max_line_bytes >> 20) +
+                                                 " MiB without a newline: the file is damaged from there on "
+                                                 "(chorus recover rebuilds it from the WAL)");
+      break;
+    }
+    if (next == io::LineReader::Next::failed) {
+      state_.problem = lines.error();
+      break;
+    }
+    const std::uint64_t start = lines.cursor().bytes - line.size() - 1;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    if (line.empty()) continue;
+    auto skip = [&](std::string_view why) {
+      if (state_.skipped++ == 0) {
+        first_skipped_line_ = lines.cursor().lines;
+        state_.first_skipped = std::string(why);
+      }
+    };
+    simdjson::dom::element doc;
+    if (auto e = parser.parse(line.data(), line.size(), false).get(doc)) {
+      skip(simdjson::error_message(e));
+      continue;
+    }
+    const Result<io::HistogramLine> h = io::read_histogram_line(doc);
+    if (!h) {
+      skip(h.error().message());
+      continue;
+    }
+    if (line.size() > UINT32_MAX) {
+      skip("longer than 4 GiB");
+      continue;
+    }
+    Point p{.step = h->step,
+            .wall = h->timestamp,
+            .rel = h->runtime,
+            .offset = start,
+            .length = static_cast<std::uint32_t>(line.size()),
+            .ranks = h->ranks,
+            .count = h->value.count(),
+            .nan = h->value.nan_count(),
+            .inf = h->value.pos_inf_count(),
+            .ninf = h->value.neg_inf_count()};
+    for (std::size_t i = 0; i < quantiles.size(); ++i) p.q[i] = h->value.quantile(quantiles[i]);
+    std::string name = h->column();
+    auto it = columns_.find(name);
+    if (it == columns_.end()) it = columns_.emplace(std::move(name), Column{std::string(h->key), h->rank, {}}).first;
+    it->second.points.push_back(p);
+    ++points_;
+    state_.last_step = std::max(state_.last_step, h->step);
+    ++state_.rows;
+  }
+  state_.bytes = lines.cursor().bytes;
+  lines_ = lines.cursor().lines;
+}
+
+IndexState HistogramIndex::state() const {
+  std::shared_lock lock(mutex_);
+  IndexState s = state_;
+  if (s.skipped > 0) s.first_skipped = "line " + std::to_string(first_skipped_line_) + ": " + s.first_skipped;
+  return s;
+}
+
+std::size_t HistogramIndex::memory() const {
+  std::shared_lock lock(mutex_);
+  std::size_t bytes = sizeof *this;
+  for (const auto& [name, c] : columns_)
+    bytes += sizeof(Column) + 64 + name.capacity() + c.key.capacity() + c.points.capacity() * sizeof(Point);
+  return bytes;
+}
+
+void HistogramIndex::columns_json(io::JsonWriter& w) const {
+  std::shared_lock lock(mutex_);
+  // By key, its merged column first, then its ranks in order.
+  std::vector<const std::pair<const std::string, Column>*> order;
+  for (const auto& entry : columns_) order.push_back(&entry);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->second.key, a->second.rank) < std::tie(b->second.key, b->second.rank);
+  });
+  w.begin_array();
+  for (const auto* entry : order) {
+    const Column& c = entry->second;
+    w.begin_object().key("column").string(entry->first).key("key").string(c.key);
+    rank_json(w, c.rank);
+    w.key("steps").uinteger(c.points.size());
+    w.key("first_step").integer(c.points.front().step).key("last_step").integer(c.points.back().step);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+Result<io::HistogramLine> HistogramIndex::line_at(const Point& p, const std::string& column,
+                                                  simdjson::dom::parser& parser, std::string& text) const {
+  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
+  if (!fd) return fd.error();
+  text.assign(p.length + simdjson::SIMDJSON_PADDING, '\0');
+  std::size_t got = 0;
+  while (got < p.length) {
+    const ssize_t n = ::pread(*fd, text.data() + got, p.length - got, static_cast<off_t>(p.offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  io::detail::close_fd(*fd);
+  const Error changed(Errc::io_error, path_ + " changed while it was read (rewritten by chorus recover?): ask again");
+  simdjson::dom::element doc;
+  if (got < p.length || parser.parse(text.data(), p.length, false).get(doc) != simdjson::SUCCESS) return changed;
+  Result<io::HistogramLine> line = io::read_histogram_line(doc);
+  if (!line || line->step != p.step || line->column() != column) return changed;
+  return line;
+}
+
+Result<bool> HistogramIndex::column_json(const HistogramRequest& r, io::JsonWriter& w) const {
+  std::shared_lock lock(mutex_);
+  const auto it = columns_.find(r.column);
+  if (it == columns_.end()) return false;
+  const Column& c = it->second;
+  const std::vector<Point>& ps = c.points;
+
+  // The step whose buckets are drawn: read back first, so that an error leaves nothing written.
+  std::size_t at = ps.size() - 1;
+  if (r.step) {
+    const auto after = std::upper_bound(ps.begin(), ps.end(), *r.step,
+                                        [](std::int64_t s, const Point& p) { return s < p.step; });
+    at = after == ps.begin() ? 0 : static_cast<std::size_t>(after - ps.begin()) - 1;
+  }
+  simdjson::dom::parser parser;
+  std::string text;
+  const Result<io::HistogramLine> line = line_at(ps[at], r.column, parser, text);
+  if (!line) return line.error();
+
+  w.key("column").string(r.column).key("key").string(c.key);
+  rank_json(w, c.rank);
+  w.key("steps").uinteger(ps.size());
+  w.key("first_step").integer(ps.front().step).key("last_step").integer(ps.back().step);
+
+  // The steps drawn: evenly spread, the first and the last among them.
+  const std::size_t n = std::min(r.points, ps.size());
+  std::vector<std::size_t> picks(n);
+  for (std::size_t i = 0; i < n; ++i)
+    picks[i] = n == 1 ? ps.size() - 1 : (i * (ps.size() - 1) + (n - 1) / 2) / (n - 1);
+  w.key("full").boolean(n == ps.size());
+  auto series = [&](const char* name, auto value) {
+    w.key(name).begin_array();
+    for (const std::size_t i : picks) value(ps[i]);
+    w.end_array();
+  };
+  w.key("series").begin_object();
+  series("step", [&](const Point& p) { w.integer(p.step); });
+  series("wall", [&](const Point& p) { w.number(p.wall); });
+  series("rel", [&](const Point& p) { w.number(p.rel); });
+  for (std::size_t q = 0; q < quantiles.size(); ++q)
+    series(quantile_names[q], [&](const Point& p) { w.number(p.q[q]); });
+  series("count", [&](const Point& p) { w.uinteger(p.count); });
+  series("nan", [&](const Point& p) { w.uinteger(p.nan); });
+  series("inf", [&](const Point& p) { w.uinteger(p.inf); });
+  series("-inf", [&](const Point& p) { w.uinteger(p.ninf); });
+  series("ranks", [&](const Point& p) { w.uinteger(p.ranks); });
+  w.end_object();
+
+  const Histogram& h = line->value;
+  w.key("at").begin_object().key("step").integer(line->step).key("timestamp").number(line->timestamp);
+  w.key("runtime").number(line->runtime).key("ranks").uinteger(line->ranks);
+  w.key("count").uinteger(h.count()).key("finite").uinteger(h.finite_count()).key("sum").number(h.sum());
+  for (const auto& [name, v] : {std::pair{"min", h.min()}, std::pair{"max", h.max()}}) {
+    w.key(name);
+    if (h.finite_count() != 0) w.number(v);
+    else w.null();
+  }
+  w.key("nan").uinteger(h.nan_count()).key("inf").uinteger(h.pos_inf_count()).key("-inf").uinteger(h.neg_inf_count());
+  w.key("buckets").uinteger(detail::HistogramAccess::buckets(h).size());
+  w.key("bins").begin_array();
+  for (const Histogram::Bucket& b : rebin(h, r.bins))
+    w.begin_array().number(b.lo).number(b.hi).uinteger(b.count).end_array();
+  w.end_array().end_object();
+  return true;
+}
+
+} // namespace chorus::cli::serve
