@@ -341,7 +341,7 @@ Pending RunImpl::define_metric(std::string_view key, const MetricOptions& opts) 
   if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
   if (opts.reduce && !wire::known(*opts.reduce))
     return refuse({Errc::invalid_argument, "unknown Reduce value " + std::to_string(static_cast<int>(*opts.reduce)) +
-                                               ": use none, mean, sum, min, max or first"});
+                                               ": use none, mean, sum, min, max, first or merge (histograms)"});
   if (opts.summary && !wire::known(*opts.summary))
     return refuse({Errc::invalid_argument, "unknown Summary value " + std::to_string(static_cast<int>(*opts.summary)) +
                                                ": use last, min, max or mean"});

@@ -221,9 +221,10 @@ BOOST_AUTO_TEST_CASE(reduce_first_is_a_declaration_and_no_device_reduction) {
   TempDir dir;
   chorus::Run run = chorus::init(local_options(dir));
   BOOST_TEST(!run.define_metric("lr", chorus::Reduce::first).wait());
-  const chorus::Error unknown = run.define_metric("lr", static_cast<chorus::Reduce>(6)).wait();
+  const chorus::Error unknown = run.define_metric("lr", static_cast<chorus::Reduce>(7)).wait();
   BOOST_TEST((unknown.code() == chorus::Errc::invalid_argument));
-  BOOST_TEST(unknown.message().find("use none, mean, sum, min, max or first") != std::string::npos, unknown.message());
+  BOOST_TEST(unknown.message().find("use none, mean, sum, min, max, first or merge") != std::string::npos,
+             unknown.message());
   const float* any = reinterpret_cast<const float*>(0x1000);
   const chorus::Error device = run.reduce_device({{"lr", any}}, chorus::Reduce::first, nullptr).wait();
   BOOST_TEST((device.code() == chorus::Errc::invalid_argument));
