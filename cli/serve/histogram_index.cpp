@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <fcntl.h>
+#include <limits>
 #include <mutex>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,19 +37,34 @@ std::vector<Histogram::Bucket> rebin(const Histogram& h, std::size_t bins) {
   const double lo = h.min(), hi = h.max();
   // In halves: hi - lo overflows where the values span the doubles.
   const double span = hi / 2 - lo / 2;
-  std::size_t part = 0;
+  const std::size_t parts = span > 0 ? bins : 1;
+  out.assign(parts, {lo, hi, 0});
+  // Each part's buckets: the first one's lower bound and the last one's upper, within [lo, hi] (NaN: none).
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::pair<double, double>> ends(parts, {none, none});
   for (const Histogram::Bucket& b : h.buckets()) {
     const double mid = std::clamp(b.lo / 2 + b.hi / 2, lo, hi);
-    const std::size_t at = span > 0 ? std::min(bins - 1, static_cast<std::size_t>((mid / 2 - lo / 2) / span *
-                                                                                   static_cast<double>(bins)))
-                                    : 0;
-    if (out.empty() || at != part) {
-      out.push_back({std::max(b.lo, lo), std::min(b.hi, hi), b.count});
-      part = at;
-    } else {
-      out.back().hi = std::min(b.hi, hi);
-      out.back().count += b.count;
-    }
+    const std::size_t at =
+        span > 0 ? std::min(parts - 1, static_cast<std::size_t>((mid / 2 - lo / 2) / span * static_cast<double>(parts)))
+                 : 0;
+    out[at].count += b.count;
+    if (std::isnan(ends[at].first)) ends[at].first = std::max(b.lo, lo);
+    ends[at].second = std::min(b.hi, hi);
+  }
+  // Between parts k - 1 and k: the even cut, moved onto the buckets' edges where a bucket lies across it.
+  double below = lo; // the upper bound of the last bucket before the cut
+  for (std::size_t k = 1; k < parts; ++k) {
+    if (!std::isnan(ends[k - 1].second)) below = ends[k - 1].second;
+    double above = hi; // the lower bound of the first bucket after it
+    for (std::size_t j = k; j < parts; ++j)
+      if (!std::isnan(ends[j].first)) {
+        above = ends[j].first;
+        break;
+      }
+    const double even = 2 * (lo / 2 + span * static_cast<double>(k) / static_cast<double>(parts));
+    const double cut = std::clamp(even, below, above);
+    out[k - 1].hi = cut;
+    out[k].lo = cut;
   }
   return out;
 }

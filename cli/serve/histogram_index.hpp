@@ -39,12 +39,13 @@ struct HistogramRequest {
   std::size_t bins = 60;
 };
 
-/// The buckets of `h` (its finite values) merged into at most `bins` bins
-/// for drawing: the range from its smallest to its largest value cut into
-/// `bins` equal parts, each bucket put whole into the part that holds its
-/// middle, so that no count is split. A bin's bounds are its buckets'
-/// together, narrowed to the smallest and largest value; empty bins are
-/// left out. The counts add up to h.finite_count().
+/// The buckets of `h` (its finite values) merged into `bins` bins for
+/// drawing (one where all its values are one): the range from its smallest
+/// to its largest value cut into `bins` equal parts, each bucket put whole
+/// into the part that holds its middle, so that no count is split. A cut
+/// that a bucket lies across moves onto the bucket's edge, so that each bin
+/// holds its buckets whole; the bins tile the range, an empty part a bin of
+/// 0. The counts add up to h.finite_count().
 [[nodiscard]] std::vector<Histogram::Bucket> rebin(const Histogram& h, std::size_t bins);
 
 class HistogramIndex {
