@@ -5,7 +5,7 @@ driven through selenium (python3-selenium, chromium-driver), against a
 
     dashboard_test.py CASE --chorus PATH/TO/chorus
 
-CASE is one of: runs_list, run_charts, live, compare, token. Screenshots are
+CASE is one of: runs_list, run_charts, live, compare, token, histograms. Screenshots are
 saved in the working directory (ctest runs it in tests/browser/ of the build
 tree). Exits 77 (ctest's SKIP) where selenium or chromium cannot start.
 """
@@ -103,6 +103,44 @@ def make_run(root, project, group, run_id, name=None, rows=200, scale=1.0, epoch
                                          f"system.proc.cpu.percent/rank-{r}": 20 + r * 5 + t / 20}))
     write(os.path.join(d, "system.jsonl"), "\n".join(sys_lines) + "\n")
     return d
+
+
+def bucket_index(x):
+    """The bucket of a finite x in chorus::Histogram's layout (README, "Histograms"): 0 for |x| < 2^-126,
+    else 1 + 128 (e + 126) + m for x's binary exponent e and the 7 bits m after its leading one, negated below 0."""
+    if abs(x) < 2.0 ** -126:
+        return 0
+    m, e = math.frexp(abs(x))  # |x| = m 2^e, m in [0.5, 1)
+    k = (e - 1 + 126) * 128 + int((2 * m - 1) * 128)
+    return k + 1 if x > 0 else -(k + 1)
+
+
+def histogram_line(step, key, rank, values, ranks=None):
+    """A histograms.jsonl line of finite `values`, as the RunWriter writes it."""
+    buckets = {}
+    for v in values:
+        i = bucket_index(v)
+        buckets[i] = buckets.get(i, 0) + 1
+    line = {"_step": step, "_timestamp": START + step, "_runtime": float(step), "key": key, "rank": rank}
+    if ranks:
+        line["_count"] = ranks
+    line.update({"count": len(values), "sum": math.fsum(values), "min": min(values), "max": max(values), "nan": 0,
+                 "inf": 0, "-inf": 0, "buckets": [[i, n] for i, n in sorted(buckets.items())]})
+    return json.dumps(line) + "\n"
+
+
+def histogram_lines(first, last):
+    """grad, merged and a column per rank, widening with the step; act a column per rank only."""
+    import random
+    out = []
+    for s in range(first, last):
+        rnd = random.Random(s)
+        ranks = [[rnd.gauss(0.02 * s + r, 1 + s / 40) for _ in range(400)] for r in range(2)]
+        out.append(histogram_line(s, "grad", None, ranks[0] + ranks[1], ranks=2))
+        for r in range(2):
+            out.append(histogram_line(s, "grad", r, ranks[r]))
+            out.append(histogram_line(s, "act", r, [abs(v) for v in ranks[r]]))
+    return "".join(out)
 
 
 # ---------- the server and the browser ----------
@@ -403,8 +441,91 @@ def case_token(chorus, root, d):
         s.stop()
 
 
+PANEL = """
+const p = window.chorus.histograms.find((p) => p.key === arguments[0]);
+if (!p || !p.g || !p.data) return null;
+let painted = 0;
+for (const cv of p.plot.querySelectorAll('canvas')) {
+  const px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+  for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
+}
+const svg = p.bars.querySelector('svg');
+return {rows: p.g.numRows(), painted, column: p.data.column, steps: p.data.steps, at: p.data.at.step,
+        finite: p.data.at.finite, binned: p.data.at.bins.reduce((a, b) => a + b[2], 0),
+        bars: svg ? svg.querySelectorAll('rect.hist-bar').length : 0, svg_step: svg ? Number(svg.dataset.step) : null,
+        options: [...p.select.options].map((o) => o.textContent), selected: p.select.value,
+        slider: [Number(p.slider.min), Number(p.slider.max), Number(p.slider.value)], label: p.stepLabel.textContent,
+        legend: p.legend.textContent, status: p.status.textContent};
+"""
+
+
+def panel(d, key, want=lambda p: True, what=None):
+    """Waits for the histogram panel of `key` to be drawn (bands painted, bars there) and `want` of it."""
+    d.execute_script("const p = window.chorus.histograms.find((p) => p.key === arguments[0]);"
+                     "if (p) p.el.scrollIntoView({block: 'center'});", key)
+    return wait_until(what or f"histogram panel {key!r} drawn", lambda: (
+        lambda p: p if p and p["painted"] > 200 and p["bars"] > 0 and want(p) else None)(d.execute_script(PANEL, key)))
+
+
+def case_histograms(chorus, root, d):
+    run = make_run(root, "mnist", "job-1", "hist1", name="hist1", state="running", ended=False, rows=60)
+    write(os.path.join(run, "histograms.jsonl"), histogram_lines(0, 60))
+    s = Serve(chorus, root)
+    try:
+        d.get(s.url + "#/run/mnist/job-1/hist1")
+        wait_until("the histograms' heading", lambda: d.find_element(By.ID, "histograms-head").is_displayed())
+        wait_until("two panels", lambda: d.execute_script("return window.chorus.histograms.map((p) => p.key)") == ["act", "grad"])
+        # grad: its merged column first, a rank's beside it; the last step's bins, every finite value in them.
+        g = panel(d, "grad")
+        assert g["rows"] == 60 and g["steps"] == 60 and g["at"] == 59, g
+        assert g["options"] == ["merged", "rank 0", "rank 1"] and g["selected"] == "grad", g
+        assert g["slider"] == [0, 59, 59] and "step 59" in g["label"], g
+        assert g["binned"] == g["finite"] == 800 and 5 <= g["bars"] <= 60, g
+        a = panel(d, "act")
+        assert a["options"] == ["rank 0", "rank 1"] and a["selected"] == "act/rank-0", a
+        # The slider picks a step: its bins are drawn.
+        d.execute_script("const p = window.chorus.histograms.find((p) => p.key === 'grad');"
+                         "p.slider.value = 10; p.slider.dispatchEvent(new Event('input'));")
+        g = panel(d, "grad", lambda p: p["at"] == 10 and p["svg_step"] == 10, "grad's bins at step 10")
+        assert "step 10" in g["label"] and g["binned"] == 800, g
+        # The selector switches to rank 1's column, at the same step.
+        d.execute_script("const p = window.chorus.histograms.find((p) => p.key === 'grad');"
+                         "p.select.value = 'grad/rank-1'; p.select.dispatchEvent(new Event('change'));")
+        g = panel(d, "grad", lambda p: p["column"] == "grad/rank-1" and p["at"] == 10, "grad's rank 1 at step 10")
+        assert g["binned"] == g["finite"] == 400, g
+        # Values of the step under the pointer.
+        ActionChains(d).move_to_element(d.execute_script(
+            "return window.chorus.histograms.find((p) => p.key === 'grad').plot")).perform()
+        wait_until("the quantiles under the pointer", lambda: re.search(
+            r"step \d+\s+p0 -?[0-9.]+.*p50 -?[0-9.]+.*count 400", d.execute_script(PANEL, "grad")["legend"]))
+        d.execute_script("window.chorus.histograms.find((p) => p.key === 'grad').el.scrollIntoView({block: 'center'})")
+        time.sleep(0.3)
+        d.save_screenshot("histograms.png")
+        # Live: ten more steps. act follows the last step; grad stays at the step picked.
+        with open(os.path.join(run, "histograms.jsonl"), "a") as f:
+            f.write(histogram_lines(60, 70))
+        panel(d, "act", lambda p: p["at"] == 69 and p["steps"] == 70 and p["rows"] == 70 and p["slider"][1] == 69,
+              "act at the new last step")
+        g = panel(d, "grad", lambda p: p["steps"] == 70 and p["rows"] == 70, "grad's new steps")
+        assert g["at"] == 10 and g["column"] == "grad/rank-1", g
+        # The slider at its end follows the run again.
+        d.execute_script("const p = window.chorus.histograms.find((p) => p.key === 'grad');"
+                         "p.slider.value = p.slider.max; p.slider.dispatchEvent(new Event('input'));")
+        panel(d, "grad", lambda p: p["at"] == 69 and "(the last)" in p["label"], "grad at the last step")
+        # The x of the bar at the top: the bands against wall time.
+        d.execute_script("const x = document.getElementById('xaxis'); x.value = 'wall'; x.dispatchEvent(new Event('change'));")
+        wait_until("grad against wall time", lambda: d.execute_script(
+            "const p = window.chorus.histograms.find((p) => p.key === 'grad');"
+            "return p.gAxis === 'wall time' && p.g.numRows() === 70 && p.g.xAxisRange()[1] >= (START + 69) * 1000;"
+            .replace("START", str(int(START)))))
+        errors = js_errors(d)
+        assert not errors, errors
+    finally:
+        s.stop()
+
+
 CASES = {"runs_list": case_runs_list, "run_charts": case_run_charts, "live": case_live, "compare": case_compare,
-         "token": case_token}
+         "token": case_token, "histograms": case_histograms}
 
 
 def main():
