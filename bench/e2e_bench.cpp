@@ -7,16 +7,31 @@
 // once every rank has finished and everything is on disk. Afterwards
 // history.jsonl is read back to check that nothing was lost.
 //
-//   bench_e2e                 the benchmark (starts the ranks itself)
-//   bench_e2e --rank STEPS    one rank (what the benchmark starts)
+// With --histograms, the same job runs in turns with and without histograms:
+// each rank also runs a thread that logs 100 histograms a second (10,000
+// floats each, key "grad" declared Reduce::merge on every rank) through a
+// writer of its own for as long as its scalar loop runs, and
+// histograms.jsonl is read back too: a merged line per histogram step.
+//
+//   bench_e2e                          the benchmark (starts the ranks itself)
+//   bench_e2e --histograms [STRIDE]    scalars with and without histograms
+//   bench_e2e --rank STEPS [STRIDE]    one rank (what the benchmark starts);
+//                                      STRIDE > 0: with histograms, the k-th at step k x STRIDE
 #include "bench.hpp"
 
 #include <chorus/chorus.hpp>
 
 #include <simdjson.h>
 
+#include <sys/resource.h>
+#include <time.h>
+
 #include <array>
+#include <atomic>
+#include <random>
+#include <span>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -25,6 +40,9 @@ using bench::num;
 constexpr int world = 4;
 constexpr int default_steps = 150'000;
 constexpr int repetitions = 3;
+constexpr int histogram_repetitions = 5; // a case, with --histograms
+constexpr int histograms_per_s = 100;
+constexpr std::size_t histogram_values = 10'000;
 constexpr int keys = 10;
 // Keys 0-4 are averaged, 5 summed, 6 the minimum, 7 the maximum; 8 and 9
 // are not reduced, so each rank's value is kept as key/rank-N.
@@ -51,7 +69,47 @@ double expected(chorus::Reduce how, std::int64_t s, int k) {
   return base;
 }
 
-int rank_main(int steps) {
+/// The histograms one rank logged, and what its calls cost its thread.
+struct HistogramLog {
+  std::int64_t logged = 0;
+  double call_ns = 0;     // mean, wall clock
+  double call_cpu_ns = 0; // mean, the thread's CPU time
+};
+
+/// This thread's CPU time, ns.
+double thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+/// Logs histograms of 10,000 floats through `w`, 100 a second (the k-th at
+/// step k x `stride`), until `stop`; then closes `w`, so that it holds no row back.
+HistogramLog log_histograms(chorus::Writer& w, int rank, std::int64_t stride, const std::atomic<bool>& stop) {
+  std::mt19937_64 rng(static_cast<std::uint64_t>(rank) + 1);
+  std::normal_distribution<float> normal(0.0F, 0.02F);
+  std::vector<float> values(histogram_values);
+  for (float& v : values) v = normal(rng);
+  HistogramLog out;
+  double spent_ns = 0, cpu_ns = 0;
+  const auto t0 = bench::clock::now();
+  for (std::int64_t k = 0;; ++k) {
+    std::this_thread::sleep_until(t0 + k * std::chrono::microseconds(1'000'000 / histograms_per_s));
+    if (stop.load(std::memory_order_acquire)) break;
+    const double c = thread_cpu_ns();
+    const std::int64_t t = bench::now_ns();
+    (void)w.log_histogram("grad", std::span<const float>(values), {.step = k * stride});
+    spent_ns += static_cast<double>(bench::now_ns() - t);
+    cpu_ns += thread_cpu_ns() - c;
+    ++out.logged;
+  }
+  (void)w.close();
+  out.call_ns = out.logged ? spent_ns / static_cast<double>(out.logged) : 0;
+  out.call_cpu_ns = out.logged ? cpu_ns / static_cast<double>(out.logged) : 0;
+  return out;
+}
+
+int rank_main(int steps, std::int64_t histogram_stride) {
   chorus::Options opt;
   opt.system_interval = 0;
   chorus::Error err;
@@ -63,18 +121,31 @@ int rank_main(int steps) {
   const int rank = run.topology().rank;
   for (int k = 0; k < keys; ++k)
     if (reductions[k] != chorus::Reduce::none) run.define_metric(names[k], reductions[k]);
+  chorus::Writer histogram_writer; // made before anything is logged, as writers must be
+  if (histogram_stride > 0) {
+    run.define_metric("grad", chorus::Reduce::merge);
+    histogram_writer = run.writer();
+  }
   if (chorus::Error e = run.barrier("start").wait()) {
     std::fprintf(stderr, "barrier: %s\n", e.message().c_str());
     return 4;
   }
   std::array<chorus::Metric, keys> values;
   for (int k = 0; k < keys; ++k) values[k].key = names[k];
+  std::atomic<bool> stop{false};
+  HistogramLog histograms;
+  std::thread histogram_thread;
+  if (histogram_stride > 0)
+    histogram_thread = std::thread(
+        [&] { histograms = log_histograms(histogram_writer, rank, histogram_stride, stop); });
   const std::int64_t t_first = bench::now_ns();
   for (std::int64_t s = 0; s < steps; ++s) {
     for (int k = 0; k < keys; ++k) values[k].value = value_of(rank, s, k);
     run.log(values, {.step = s});
   }
   const std::int64_t t_last = bench::now_ns();
+  stop.store(true, std::memory_order_release);
+  if (histogram_thread.joinable()) histogram_thread.join();
   chorus::FinishResult r = run.finish().wait();
   const std::int64_t t_end = bench::now_ns();
   if (r.error) std::fprintf(stderr, "rank %d finish: %s\n", rank, r.error.message().c_str());
@@ -85,6 +156,13 @@ int rank_main(int steps) {
   bench::report("rejected", static_cast<double>(r.rejected));
   bench::report("rows", static_cast<double>(r.rows));
   bench::report("host", run.is_host() ? 1 : 0);
+  bench::report("histograms", static_cast<double>(histograms.logged));
+  bench::report("histogram_call_ns", histograms.call_ns);
+  bench::report("histogram_call_cpu_ns", histograms.call_cpu_ns);
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  bench::report("cpu_s", static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                             static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
   return r.error ? 5 : 0;
 }
 
@@ -160,6 +238,55 @@ Check check_history(const bench::fs::path& run_dir, int steps) {
   return c;
 }
 
+/// histograms.jsonl of a run whose ranks logged `logged[r]` histograms each,
+/// the k-th at step k x `stride`: a line per step in order, "grad" merged
+/// from the ranks that logged it (all 4 but at the end, where a rank's
+/// thread may have stopped one or two early), their counts added exactly.
+struct HistogramCheck {
+  std::uint64_t lines = 0;
+  std::uint64_t from_all = 0; // lines merged from every rank (_count 4)
+  std::uint64_t bad = 0;
+  std::string first_problem;
+};
+
+HistogramCheck check_histograms(const bench::fs::path& run_dir, std::int64_t stride,
+                                const std::array<std::int64_t, world>& logged) {
+  HistogramCheck c;
+  const auto problem = [&c](std::int64_t k, const std::string& what) {
+    if (c.bad++ == 0) c.first_problem = "histogram " + std::to_string(k) + ": " + what;
+  };
+  simdjson::padded_string text;
+  simdjson::dom::parser parser;
+  simdjson::dom::document_stream stream;
+  if (simdjson::padded_string::load((run_dir / "histograms.jsonl").string()).get(text) ||
+      parser.parse_many(text).get(stream)) {
+    problem(-1, "cannot read histograms.jsonl");
+    return c;
+  }
+  for (auto doc : stream) {
+    const auto k = static_cast<std::int64_t>(c.lines++);
+    const auto ranks = static_cast<std::int64_t>(
+        std::count_if(logged.begin(), logged.end(), [k](std::int64_t n) { return n > k; }));
+    simdjson::dom::object line;
+    std::int64_t step = -1, count = -1, values = -1;
+    std::string_view key;
+    if (doc.get(line) || line["_step"].get(step) || line["key"].get(key) || line["_count"].get(count) ||
+        line["count"].get(values)) {
+      problem(k, "a field is missing");
+      continue;
+    }
+    if (step != k * stride) problem(k, "_step is " + std::to_string(step));
+    else if (key != "grad" || !line["rank"].is_null()) problem(k, "not the merged \"grad\"");
+    else if (count != ranks) problem(k, "_count is " + std::to_string(count) + ", not " + std::to_string(ranks));
+    else if (values != ranks * static_cast<std::int64_t>(histogram_values))
+      problem(k, "count is " + std::to_string(values));
+    c.from_all += count == world ? 1 : 0;
+  }
+  const std::int64_t most = *std::max_element(logged.begin(), logged.end());
+  if (c.lines != static_cast<std::uint64_t>(most)) problem(-1, std::to_string(c.lines) + " lines");
+  return c;
+}
+
 struct Result {
   double seconds = 0;      // first log of any rank to the run host's finish
   double enqueue_s = 0;    // the slowest rank's log loop
@@ -167,12 +294,20 @@ struct Result {
   double values_per_s = 0;
   Check check;
   bool ok = false;
+  // With histograms:
+  std::array<std::int64_t, world> histograms{}; // logged by each rank
+  double histograms_per_s = 0;                  // the slowest rank's, over its log loop
+  double histogram_call_ns = 0;                 // mean over the ranks
+  double histogram_call_cpu_ns = 0;             // the same, the calling thread's CPU time
+  double cpu_s = 0;                             // CPU time of all the ranks' processes, the run host's included
+  double host_cpu_s = 0;                        // of which the run host's process
+  HistogramCheck histogram_check;
 };
 
-Result run_job(int steps) {
+Result run_job(int steps, std::int64_t histogram_stride) {
   bench::TempDir dir;
   const std::string run_id = "bench-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(bench::now_ns() % 100000);
-  bench::Job job(world, {"--rank", std::to_string(steps)},
+  bench::Job job(world, {"--rank", std::to_string(steps), std::to_string(histogram_stride)},
                  {{"CHORUS_DIR", (dir.path / "runs").string()},
                   {"CHORUS_MODE", "shared"},
                   {"CHORUS_RUN_ID", run_id},
@@ -186,6 +321,7 @@ Result run_job(int steps) {
   res.ok = job.wait();
   double first = 1e300, host_end = 0, host_last = 0, slowest = 0;
   double dropped = 0, rejected = 0;
+  res.histograms_per_s = 1e300;
   for (int r = 0; r < world; ++r) {
     auto f = job.figures(r);
     if (!f.count("finished")) {
@@ -194,9 +330,15 @@ Result run_job(int steps) {
     }
     first = std::min(first, f["first_log"]);
     slowest = std::max(slowest, f["last_log"] - f["first_log"]);
+    res.histograms[r] = static_cast<std::int64_t>(f["histograms"]);
+    res.histograms_per_s = std::min(res.histograms_per_s, f["histograms"] / (f["last_log"] - f["first_log"]) * 1e9);
+    res.histogram_call_ns += f["histogram_call_ns"] / world;
+    res.histogram_call_cpu_ns += f["histogram_call_cpu_ns"] / world;
+    res.cpu_s += f["cpu_s"];
     dropped += f["dropped"];
     rejected += f["rejected"];
     if (f["host"] == 1) {
+      res.host_cpu_s = f["cpu_s"];
       host_end = f["finished"];
       host_last = f["last_log"];
     }
@@ -210,13 +352,92 @@ Result run_job(int steps) {
   res.values_per_s = logged / res.seconds;
   res.ok = res.ok && dropped == 0 && rejected == 0 && res.check.bad == 0 &&
            static_cast<double>(res.check.values) == logged;
+  if (histogram_stride > 0) {
+    res.histogram_check = check_histograms(run_dir, histogram_stride, res.histograms);
+    res.ok = res.ok && res.histogram_check.bad == 0;
+  }
   return res;
+}
+
+/// --histograms: the job in turns without and with histograms. The k-th
+/// histogram is logged at step k x stride, the scalar loop's step at that
+/// time as the run before (without) went: so the histogram writer keeps
+/// near the scalars' steps and holds no row back for long (a writer's
+/// steps are its own; a rank's rows commit at the minimum over its streams).
+int histograms_main(std::int64_t forced_stride) {
+  const int steps = default_steps;
+  std::printf("bench_e2e --histograms: %d ranks on this host, one shared run, each logging %d steps x %d values flat "
+              "out; with histograms, each rank also logs %d histograms/s of %zu floats (\"grad\", Reduce::merge) "
+              "from a thread of its own, through its own writer; %d runs a case, in turns\n\n",
+              world, steps, keys, histograms_per_s, histogram_values, histogram_repetitions);
+  bench::Table t({"case", "run", "seconds", "M values/s", "slowest rank's log loop s", "host finish ms",
+                  "CPU s, all ranks", "of it the host's", "lost or wrong", "histograms a rank", "histograms/s a rank",
+                  "log_histogram us", "of it CPU us", "stride", "histogram lines", "of them from 4 ranks"});
+  std::vector<double> without, with, paired, cpu_without, cpu_with;
+  bool all_ok = true;
+  const auto add = [&](const char* name, int i, const Result& r, std::int64_t stride) {
+    const std::string problem = !r.check.first_problem.empty()            ? r.check.first_problem
+                                : !r.histogram_check.first_problem.empty() ? r.histogram_check.first_problem
+                                                                           : std::string("a rank failed");
+    std::vector<std::string> row = {name,
+                                    std::to_string(i + 1),
+                                    num(r.seconds, 3),
+                                    num(r.values_per_s / 1e6, 2),
+                                    num(r.enqueue_s, 3),
+                                    num(r.host_finish_ms, 1),
+                                    num(r.cpu_s, 2),
+                                    num(r.host_cpu_s, 2),
+                                    r.ok ? "none" : "YES: " + problem};
+    if (stride > 0) {
+      const auto [lo, hi] = std::minmax_element(r.histograms.begin(), r.histograms.end());
+      row.insert(row.end(), {std::to_string(*lo) + "-" + std::to_string(*hi), num(r.histograms_per_s, 1),
+                             num(r.histogram_call_ns / 1e3, 1), num(r.histogram_call_cpu_ns / 1e3, 1),
+                             std::to_string(stride), std::to_string(r.histogram_check.lines),
+                             std::to_string(r.histogram_check.from_all)});
+    } else {
+      row.insert(row.end(), 7, "-");
+    }
+    t.add(std::move(row));
+    all_ok = all_ok && r.ok;
+  };
+  for (int i = 0; i < histogram_repetitions; ++i) {
+    const Result plain = run_job(steps, 0);
+    add("scalars", i, plain, 0);
+    without.push_back(plain.values_per_s);
+    cpu_without.push_back(plain.cpu_s);
+    const double per_10ms = steps / (plain.enqueue_s * histograms_per_s);
+    const std::int64_t stride =
+        forced_stride > 0 ? forced_stride : std::max<std::int64_t>(1, static_cast<std::int64_t>(per_10ms + 0.5));
+    const Result hist = run_job(steps, stride);
+    add("scalars + histograms", i, hist, stride);
+    with.push_back(hist.values_per_s);
+    cpu_with.push_back(hist.cpu_s);
+    paired.push_back(hist.values_per_s / plain.values_per_s);
+  }
+  t.print();
+  const auto range = [](const std::vector<double>& v, double scale, int decimals) {
+    return num(*std::min_element(v.begin(), v.end()) * scale, decimals) + "-" +
+           num(*std::max_element(v.begin(), v.end()) * scale, decimals);
+  };
+  const double m0 = bench::median(without), m1 = bench::median(with), pair = bench::median(paired);
+  std::printf("\nscalars alone: median %.2f M values/s (%s); with histograms: median %.2f M values/s (%s); "
+              "with / without: %.3f median to median, %.3f the median of the runs side by side (%s)\n",
+              m0 / 1e6, range(without, 1e-6, 2).c_str(), m1 / 1e6, range(with, 1e-6, 2).c_str(), m1 / m0, pair,
+              range(paired, 1, 3).c_str());
+  std::printf("CPU time of all the ranks' processes: median %.2f s alone, %.2f s with histograms\n",
+              bench::median(cpu_without), bench::median(cpu_with));
+  std::printf("target: %d ranks x %d histograms/s merged with no effect on scalar throughput (runs side by side "
+              "within 5 %%): %s; every histogram merged and nothing lost: %s\n",
+              world, histograms_per_s, bench::verdict(pair >= 0.95).c_str(), all_ok ? "yes" : "NO");
+  return all_ok ? 0 : 1;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::string(argv[1]) == "--rank") return rank_main(std::atoi(argv[2]));
+  if (argc >= 3 && std::string(argv[1]) == "--rank")
+    return rank_main(std::atoi(argv[2]), argc >= 4 ? std::atoll(argv[3]) : 0);
+  if (argc >= 2 && std::string(argv[1]) == "--histograms") return histograms_main(argc >= 3 ? std::atoll(argv[2]) : 0);
   const int steps = default_steps;
   std::printf("bench_e2e: %d ranks on this host, one shared run, each logging %d steps x %d values "
               "(8 keys reduced, 2 kept per rank) flat out; %d runs\n\n",
@@ -226,7 +447,7 @@ int main(int argc, char** argv) {
   std::vector<double> rates;
   bool all_ok = true;
   for (int i = 0; i < repetitions; ++i) {
-    const Result r = run_job(steps);
+    const Result r = run_job(steps, 0);
     const double logged = static_cast<double>(world) * steps * keys;
     const std::string problem = r.check.first_problem.empty() ? std::string("a rank failed") : r.check.first_problem;
     t.add({std::to_string(i + 1), num(logged, 0), num(r.seconds, 3), num(r.values_per_s / 1e6, 2),
