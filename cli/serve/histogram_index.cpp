@@ -2,7 +2,6 @@
 
 #include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
-#include "io/store/line_reader.hpp"
 #include "runtime/core/histogram.hpp"
 
 #include <simdjson.h>
@@ -13,15 +12,10 @@
 #include <fcntl.h>
 #include <limits>
 #include <mutex>
-#include <sys/stat.h>
 #include <unistd.h>
 
 namespace chorus::cli::serve {
 namespace {
-
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\r' || c == '\t'; });
-}
 
 void rank_json(io::JsonWriter& w, const std::optional<int>& rank) {
   w.key("rank");
@@ -70,114 +64,30 @@ std::vector<Histogram::Bucket> rebin(const Histogram& h, std::size_t bins) {
 }
 
 HistogramIndex::HistogramIndex(std::string path, std::uint64_t step_bytes_)
-    : path_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, max_line_bytes + 1)) {}
-
-void HistogramIndex::reset() {
-  columns_.clear();
-  points_ = 0;
-  dev_ = ino_ = 0;
-  lines_ = 0;
-  first_skipped_line_ = 0;
-  stuck_size_ = 0;
-  state_ = {};
-}
+    : file_(path), path_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, max_line_bytes + 1)) {}
 
 bool HistogramIndex::refresh() {
   std::unique_lock lock(mutex_);
-  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY, true);
-  if (!fd) {
-    const bool changed = state_.problem.message() != fd.error().message();
-    state_.problem = fd.error();
-    return changed;
+  const FollowedFile::Look look = file_.look();
+  if (look.afresh) {
+    columns_.clear();
+    points_ = 0;
   }
-  if (*fd < 0) {
-    if (state_.missing && !state_.problem) return false;
-    reset();
-    return true;
-  }
-  struct stat st {};
-  if (::fstat(*fd, &st) != 0) {
-    io::detail::close_fd(*fd);
-    return false;
-  }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  bool changed = false;
-  if (state_.missing || st.st_dev != dev_ || st.st_ino != ino_ || size < state_.bytes) {
-    // A new file, or one replaced (chorus recover rewrites it) or cut: read it afresh.
-    reset();
-    dev_ = st.st_dev;
-    ino_ = st.st_ino;
-    state_.missing = false;
-    changed = true;
-  }
-  if (size == state_.bytes || (stuck_size_ != 0 && size == stuck_size_)) {
-    io::detail::close_fd(*fd);
-    if (state_.unfinished && size == state_.bytes) {
-      state_.unfinished = false;
-      changed = true;
-    }
-    return changed;
-  }
-  const std::uint64_t before = lines_;
-  const bool was_indexing = state_.indexing;
-  state_.problem = {};
-  read_lines(*fd, std::min(size, state_.bytes + step_bytes_), size);
-  state_.keys = columns_.size();
-  return changed || lines_ != before || state_.indexing != was_indexing || state_.problem;
-}
-
-void HistogramIndex::read_lines(int fd, std::uint64_t end, std::uint64_t size) {
-  io::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
+  if (look.fd < 0) return look.changed;
+  IndexState& s = file_.counts();
+  const std::uint64_t lines_before = s.rows + s.skipped;
+  const bool was_indexing = s.indexing;
   simdjson::dom::parser parser;
-  for (std::string_view line;;) {
-    const io::LineReader::Next next = lines.next(line);
-    if (next == io::LineReader::Next::end) {
-      // Where the reading stopped short of the file's end, the rest is for the next refresh.
-      state_.indexing = end < size;
-      state_.unfinished = !state_.indexing && !blank(lines.rest());
-      break;
-    }
-    if (next == io::LineReader::Next::too_long) {
-      stuck_size_ = size;
-      state_.indexing = false;
-      state_.problem = Error(Errc::io_error, path_ + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
-                                                 std::to_string(max_line_bytes >> 20) +
-                                                 " MiB without a newline: the file is damaged from there on "
-                                                 "(chorus recover rebuilds it from the WAL)");
-      break;
-    }
-    if (next == io::LineReader::Next::failed) {
-      state_.problem = lines.error();
-      break;
-    }
-    const std::uint64_t start = lines.cursor().bytes - line.size() - 1;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
-    if (line.empty()) continue;
-    auto skip = [&](std::string_view why) {
-      if (state_.skipped++ == 0) {
-        first_skipped_line_ = lines.cursor().lines;
-        state_.first_skipped = std::string(why);
-      }
-    };
+  file_.read(look, s.bytes + step_bytes_, [&](std::string_view line, std::uint64_t offset) -> std::string {
     simdjson::dom::element doc;
-    if (auto e = parser.parse(line.data(), line.size(), false).get(doc)) {
-      skip(simdjson::error_message(e));
-      continue;
-    }
+    if (auto e = parser.parse(line.data(), line.size(), false).get(doc)) return simdjson::error_message(e);
     const Result<io::HistogramLine> h = io::read_histogram_line(doc);
-    if (!h) {
-      skip(h.error().message());
-      continue;
-    }
-    if (line.size() > UINT32_MAX) {
-      skip("longer than 4 GiB");
-      continue;
-    }
+    if (!h) return h.error().message();
     Point p{.step = h->step,
             .wall = h->timestamp,
             .rel = h->runtime,
-            .offset = start,
-            .length = static_cast<std::uint32_t>(line.size()),
+            .offset = offset,
+            .length = static_cast<std::uint32_t>(line.size()), // a line is at most 16 MiB
             .ranks = h->ranks,
             .count = h->value.count(),
             .nan = h->value.nan_count(),
@@ -189,18 +99,17 @@ void HistogramIndex::read_lines(int fd, std::uint64_t end, std::uint64_t size) {
     if (it == columns_.end()) it = columns_.emplace(std::move(name), Column{std::string(h->key), h->rank, {}}).first;
     it->second.points.push_back(p);
     ++points_;
-    state_.last_step = std::max(state_.last_step, h->step);
-    ++state_.rows;
-  }
-  state_.bytes = lines.cursor().bytes;
-  lines_ = lines.cursor().lines;
+    s.last_step = std::max(s.last_step, h->step);
+    ++s.rows;
+    return {};
+  });
+  s.keys = columns_.size();
+  return look.changed || s.rows + s.skipped != lines_before || s.indexing != was_indexing || s.problem;
 }
 
 IndexState HistogramIndex::state() const {
   std::shared_lock lock(mutex_);
-  IndexState s = state_;
-  if (s.skipped > 0) s.first_skipped = "line " + std::to_string(first_skipped_line_) + ": " + s.first_skipped;
-  return s;
+  return file_.state();
 }
 
 std::size_t HistogramIndex::memory() const {

@@ -12,6 +12,7 @@
 // several refreshes (IndexState::indexing says so meanwhile).
 #pragma once
 
+#include "cli/serve/followed_file.hpp"
 #include "cli/serve/lines_index.hpp"
 #include "io/store/histogram_log.hpp"
 #include "runtime/core/json.hpp"
@@ -95,23 +96,16 @@ private:
     std::vector<Point> points;
   };
 
-  void reset();
-  /// Reads the complete lines of `fd` (which it closes) from state_.bytes up to `end`.
-  void read_lines(int fd, std::uint64_t end, std::uint64_t size);
   /// Reads a point's line back from the file.
   [[nodiscard]] Result<io::HistogramLine> line_at(const Point& p, const std::string& column, simdjson::dom::parser& parser,
                                                   std::string& text) const;
 
+  FollowedFile file_;
   const std::string path_;
   const std::uint64_t step_bytes_;
   mutable std::shared_mutex mutex_;
   std::map<std::string, Column, std::less<>> columns_;
   std::size_t points_ = 0;
-  std::uint64_t dev_ = 0, ino_ = 0;
-  std::uint64_t lines_ = 0; // complete lines read, taken or not
-  std::uint64_t first_skipped_line_ = 0;
-  std::uint64_t stuck_size_ = 0; // the size at which a line too long stopped the reading
-  IndexState state_;
 };
 
 } // namespace chorus::cli::serve

@@ -210,15 +210,22 @@ def js_errors(d):
     return [e["message"] for e in logs if e["level"] == "SEVERE" and ".map" not in e["message"]]
 
 
-CHART = """
+# The pixels a chart's canvases have painted.
+PAINTED = """
+function painted(el) {
+  let n = 0;
+  for (const cv of el.querySelectorAll('canvas')) {
+    const px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+    for (let i = 3; i < px.length; i += 4) if (px[i]) n++;
+  }
+  return n;
+}
+"""
+
+CHART = PAINTED + """
 const c = window.chorus.charts.find((c) => c.title === arguments[0]);
 if (!c || !c.g) return null;
-let painted = 0;
-for (const cv of c.plot.querySelectorAll('canvas')) {
-  const px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
-  for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
-}
-return {rows: c.g.numRows(), painted, labels: c.g.getLabels(), legend: c.legend.textContent,
+return {rows: c.g.numRows(), painted: painted(c.plot), labels: c.g.getLabels(), legend: c.legend.textContent,
         toggles: c.toggles.textContent, last: c.g.xAxisExtremes()[1], sources: c.sources.length};
 """
 
@@ -441,16 +448,11 @@ def case_token(chorus, root, d):
         s.stop()
 
 
-PANEL = """
+PANEL = PAINTED + """
 const p = window.chorus.histograms.find((p) => p.key === arguments[0]);
 if (!p || !p.g || !p.data) return null;
-let painted = 0;
-for (const cv of p.plot.querySelectorAll('canvas')) {
-  const px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
-  for (let i = 3; i < px.length; i += 4) if (px[i]) painted++;
-}
 const svg = p.bars.querySelector('svg');
-return {rows: p.g.numRows(), painted, column: p.data.column, steps: p.data.steps, at: p.data.at.step,
+return {rows: p.g.numRows(), painted: painted(p.plot), column: p.data.column, steps: p.data.steps, at: p.data.at.step,
         finite: p.data.at.finite, binned: p.data.at.bins.reduce((a, b) => a + b[2], 0),
         bars: svg ? svg.querySelectorAll('rect.hist-bar').length : 0, svg_step: svg ? Number(svg.dataset.step) : null,
         options: [...p.select.options].map((o) => o.textContent), selected: p.select.value,

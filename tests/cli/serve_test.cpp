@@ -17,9 +17,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <functional>
 #include <map>
 #include <random>
-#include <thread>
 
 using namespace chorus::test;
 namespace fs = std::filesystem;
@@ -86,6 +86,24 @@ public:
         });
     if (!r && status < 0) return {-1, "no answer: " + httplib::to_string(r.error())};
     return {status, body};
+  }
+  /// The event stream of `run`, read until `last` is in it (or 60 s have
+  /// passed); `then` is done once, when `first` is in it.
+  std::string events(const std::string& run, const std::string& first, const std::function<void()>& then,
+                     const std::string& last) const {
+    httplib::Client c = client();
+    std::string seen;
+    bool done = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    c.Get("/api/events?run=" + run, [&](const char* data, std::size_t n) {
+      seen.append(data, n);
+      if (!done && contains(seen, first)) {
+        done = true;
+        then();
+      }
+      return !contains(seen, last) && std::chrono::steady_clock::now() < until;
+    });
+    return seen;
   }
   Output stop() {
     child_->signal(SIGTERM);
@@ -484,21 +502,11 @@ BOOST_AUTO_TEST_CASE(new_rows_reach_the_event_stream) {
   const fs::path dir = make_run(root.path, "proj", "grp", {.id = "live", .state = "running", .ended = false});
   write_text(dir / "history.jsonl", history(20, 2));
   Serve s(root.path);
-  httplib::Client c = s.client();
-  std::string seen;
-  std::atomic<bool> appended{false};
-  std::thread writer;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  const httplib::Result r = c.Get("/api/events?run=proj/grp/live", [&](const char* data, std::size_t n) {
-    seen.append(data, n);
-    if (!appended && contains(seen, R"("rows":20)")) {
-      appended = true;
-      // Five more rows, and a last one being written: its complete lines only.
-      std::ofstream f(dir / "history.jsonl", std::ios::app);
-      f << history(25, 2).substr(history(20, 2).size()) << R"({"_step":25,"loss")";
-    }
-    return !contains(seen, R"("rows":25)") && std::chrono::steady_clock::now() < until;
-  });
+  const std::string seen = s.events("proj/grp/live", R"("rows":20)", [&] {
+    // Five more rows, and a last one being written: its complete lines only.
+    std::ofstream f(dir / "history.jsonl", std::ios::app);
+    f << history(25, 2).substr(history(20, 2).size()) << R"({"_step":25,"loss")";
+  }, R"("rows":25)");
   BOOST_TEST_INFO(seen);
   BOOST_TEST(contains(seen, "event: history"));
   BOOST_TEST(contains(seen, "event: run"));
@@ -632,18 +640,8 @@ BOOST_AUTO_TEST_CASE(a_run_whose_host_is_lost_reads_crashed_on_the_list_the_page
   }
 
   // The live run's host stops renewing: its page hears of it, though no run file changes.
-  httplib::Client c = s.client();
-  std::string seen;
-  bool expired = false;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  c.Get("/api/events?run=proj/grp/live", [&](const char* data, std::size_t n) {
-    seen.append(data, n);
-    if (!expired && contains(seen, "event: run")) {
-      expired = true;
-      write_lease(live, other_host, 3600);
-    }
-    return !contains(seen, R"("state":"crashed")") && std::chrono::steady_clock::now() < until;
-  });
+  const std::string seen =
+      s.events("proj/grp/live", "event: run", [&] { write_lease(live, other_host, 3600); }, R"("state":"crashed")");
   BOOST_TEST_INFO(seen);
   BOOST_TEST(contains(seen, R"("state":"running")"));
   BOOST_TEST(contains(seen, R"("state":"crashed","shown_state":"crashed","recorded_state":"running")"));
@@ -1052,19 +1050,10 @@ BOOST_AUTO_TEST_CASE(histograms_of_a_long_run_are_spread_over_steps_and_follow_t
   const auto [status, run] = s.get("/api/run?run=proj/grp/long");
   BOOST_TEST(contains(run, "histograms.jsonl: 2 damaged line(s) skipped (line 1203: "), run);
   // The event stream says when the histograms grow.
-  httplib::Client c = s.client();
-  std::string seen;
-  bool appended = false;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  c.Get("/api/events?run=proj/grp/long", [&](const char* data, std::size_t n) {
-    seen.append(data, n);
-    if (!appended && contains(seen, "event: histograms")) {
-      appended = true;
-      std::ofstream f(dir / "histograms.jsonl", std::ios::app);
-      f << histogram_line(1204, "grad", -1, 0, spread(1204, 0, 50));
-    }
-    return !contains(seen, R"("last_step":1204)") && std::chrono::steady_clock::now() < until;
-  });
+  const std::string seen = s.events("proj/grp/long", "event: histograms", [&] {
+    std::ofstream f(dir / "histograms.jsonl", std::ios::app);
+    f << histogram_line(1204, "grad", -1, 0, spread(1204, 0, 50));
+  }, R"("last_step":1204)");
   BOOST_TEST_INFO(seen);
   BOOST_TEST(contains(seen, R"("rows":1203,"skipped":2,)"));
   BOOST_TEST(contains(seen, R"("rows":1204,"skipped":2,)"));

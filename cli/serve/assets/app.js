@@ -154,6 +154,21 @@ function ema(ys, w) {
   });
 }
 
+// Runs `owner`'s loading one at a time: asked again meanwhile, it runs once
+// more after; a failure is written in owner.status.
+async function loadOnce(owner, fill) {
+  if (owner.loading) { owner.again = true; return; }
+  owner.loading = true;
+  try {
+    await fill();
+  } catch (e) {
+    owner.status.textContent = 'could not load: ' + e;
+  } finally {
+    owner.loading = false;
+    if (owner.again) { owner.again = false; owner.load(); }
+  }
+}
+
 // One chart: `sources` are the series it draws, each {run, file, key, label};
 // it asks the server for them at its own width and range.
 class Chart {
@@ -192,56 +207,47 @@ class Chart {
   }
 
   // Asks for the series again: the whole range, or the one zoomed into.
-  async load() {
-    if (this.loading) { this.again = true; return; }
-    this.loading = true;
-    try {
-      const choice = this.xChoice();
-      // A range zoomed into is in the units of the x it was drawn against.
-      if (this.axisUsed && choice.used !== this.axisUsed) this.range = null;
-      const width = Math.max(100, Math.min(4000, Math.round(this.plot.clientWidth || 600)));
-      const byFile = new Map();
-      this.sources.forEach((s, i) => {
-        const k = s.run + '\n' + (s.file || 'history');
-        if (!byFile.has(k)) byFile.set(k, { run: s.run, file: s.file || 'history', keys: [], at: [] });
-        byFile.get(k).keys.push(s.key);
-        byFile.get(k).at.push(i);
+  load() { return loadOnce(this, async () => {
+    const choice = this.xChoice();
+    // A range zoomed into is in the units of the x it was drawn against.
+    if (this.axisUsed && choice.used !== this.axisUsed) this.range = null;
+    const width = Math.max(100, Math.min(4000, Math.round(this.plot.clientWidth || 600)));
+    const byFile = new Map();
+    this.sources.forEach((s, i) => {
+      const k = s.run + '\n' + (s.file || 'history');
+      if (!byFile.has(k)) byFile.set(k, { run: s.run, file: s.file || 'history', keys: [], at: [] });
+      byFile.get(k).keys.push(s.key);
+      byFile.get(k).at.push(i);
+    });
+    const data = new Array(this.sources.length).fill(null);
+    const problems = [];
+    let n = 0, full = true, overview = false, xMissing = false;
+    await Promise.all([...byFile.values()].map(async (f) => {
+      const params = { run: f.run, file: f.file, key: f.keys, x: choice.key ? 'step' : choice.used, xkey: choice.key, width };
+      if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
+      const r = await api('series', params);
+      if (r.error) { problems.push(r.error); return; }
+      if (r.problem) problems.push(r.problem);
+      if (r.overview) overview = true;
+      if (r.x_missing) xMissing = true;
+      f.keys.forEach((k, j) => {
+        const s = r.series && r.series[k];
+        if (!s) return;
+        data[f.at[j]] = s;
+        n += s.n;
+        full = full && s.full;
       });
-      const data = new Array(this.sources.length).fill(null);
-      const problems = [];
-      let n = 0, full = true, overview = false, xMissing = false;
-      await Promise.all([...byFile.values()].map(async (f) => {
-        const params = { run: f.run, file: f.file, key: f.keys, x: choice.key ? 'step' : choice.used, xkey: choice.key, width };
-        if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
-        const r = await api('series', params);
-        if (r.error) { problems.push(r.error); return; }
-        if (r.problem) problems.push(r.problem);
-        if (r.overview) overview = true;
-        if (r.x_missing) xMissing = true;
-        f.keys.forEach((k, j) => {
-          const s = r.series && r.series[k];
-          if (!s) return;
-          data[f.at[j]] = s;
-          n += s.n;
-          full = full && s.full;
-        });
-      }));
-      this.data = data;
-      this.axisUsed = choice.used;
-      this.xKey = choice.key || null;
-      if (choice.why) problems.push(choice.why);
-      if (xMissing) problems.push(`no values of ${choice.key}, its step metric, ` + (this.range ? 'in this range' : 'yet'));
-      this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + (overview ? 'about ' : '') + n + ' points' +
-        (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)') +
-        (choice.key ? ` against ${choice.key} (its declared step metric), on the rows that have both` : '');
-      this.draw();
-    } catch (e) {
-      this.status.textContent = 'could not load: ' + e;
-    } finally {
-      this.loading = false;
-      if (this.again) { this.again = false; this.load(); }
-    }
-  }
+    }));
+    this.data = data;
+    this.axisUsed = choice.used;
+    this.xKey = choice.key || null;
+    if (choice.why) problems.push(choice.why);
+    if (xMissing) problems.push(`no values of ${choice.key}, its step metric, ` + (this.range ? 'in this range' : 'yet'));
+    this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + (overview ? 'about ' : '') + n + ' points' +
+      (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)') +
+      (choice.key ? ` against ${choice.key} (its declared step metric), on the rows that have both` : '');
+    this.draw();
+  }); }
 
   reset() { this.range = null; if (this.wanted) this.load(); }
   refresh() { if (this.wanted) this.load(); }
@@ -432,25 +438,16 @@ class HistogramPanel {
 
   refresh() { if (this.wanted) this.load(); }
 
-  async load() {
-    if (this.loading) { this.again = true; return; }
-    this.loading = true;
-    try {
-      const r = await api('histograms', { run: this.run, column: this.column, step: this.step ?? undefined, points: 500, bins: 60 });
-      if (r.error) { this.status.textContent = r.error; return; }
-      this.data = r;
-      const notes = [];
-      if (r.skipped) notes.push(`${r.skipped} damaged line(s) of histograms.jsonl skipped (${r.first_skipped})`);
-      if (r.indexing) notes.push('histograms.jsonl is still being read');
-      this.status.textContent = notes.concat(`${r.steps} steps` + (r.full ? '' : `, ${r.series.step.length} of them drawn`)).join(' · ');
-      this.draw();
-    } catch (e) {
-      this.status.textContent = 'could not load: ' + e;
-    } finally {
-      this.loading = false;
-      if (this.again) { this.again = false; this.load(); }
-    }
-  }
+  load() { return loadOnce(this, async () => {
+    const r = await api('histograms', { run: this.run, column: this.column, step: this.step ?? undefined, points: 500, bins: 60 });
+    if (r.error) { this.status.textContent = r.error; return; }
+    this.data = r;
+    const notes = [];
+    if (r.skipped) notes.push(`${r.skipped} damaged line(s) of histograms.jsonl skipped (${r.first_skipped})`);
+    if (r.indexing) notes.push('histograms.jsonl is still being read');
+    this.status.textContent = notes.concat(`${r.steps} steps` + (r.full ? '' : `, ${r.series.step.length} of them drawn`)).join(' · ');
+    this.draw();
+  }); }
 
   xs() {
     const s = this.data.series;
