@@ -2,6 +2,7 @@
 #include "cli/chart.hpp"
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
+#include "cli/histogram_section.hpp"
 #include "cli/json_lines.hpp"
 #include "cli/locate.hpp"
 #include "cli/run_info.hpp"
@@ -63,6 +64,12 @@ What the machines did comes from system.jsonl (see CHORUS_SYSTEM_INTERVAL): a
 row per node (CPU, memory, disk and network) and one per rank (its process's
 CPU and memory and, where it has one, its GPU's use, memory, temperature and
 power), with each rank's GPU use (else CPU use) over time where it fits.
+
+A run that logged histograms (histograms.jsonl) gets a line per histogram
+column (its key, or key/rank-N for a rank's own): its steps, the last step's
+count (and of it the NaN and infinite values), min, median and max, and
+sparklines of its median and of its 5th to 95th percentile spread over the
+steps. --metric picks histogram columns as it picks keys.
 
 With many metrics, the plain and reduced keys get charts and the per-rank
 columns (key/rank-N) a one-line sparkline each. NaN and infinite values are
@@ -569,6 +576,7 @@ std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
   if (!specs) out.append("metrics\n  unreadable: ").append(specs.error().message()).append("\n\n");
   if (a.system) out += system_section(r, width, a.ascii);
   if (a.history) out += history_section(r, a, width, specs);
+  if (const std::string h = histogram_section(r, a.wanted, width, a.ascii); !h.empty()) out += "\n" + h;
   return out;
 }
 
@@ -576,7 +584,8 @@ std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
 /// is a reason to draw it again.
 std::string files_stamp(const std::string& dir) {
   std::string out;
-  for (const char* f : {"run.json", "history.jsonl", "system.jsonl", "config.json", "summary.json", "metrics.json"}) {
+  for (const char* f : {"run.json", "history.jsonl", "histograms.jsonl", "system.jsonl", "config.json", "summary.json",
+                        "metrics.json"}) {
     struct stat st {};
     if (::stat((dir + "/" + f).c_str(), &st) != 0) {
       out += "-;";

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fcntl.h>
+#include <map>
 #include <sys/file.h>
 
 using namespace chorus::test;
@@ -135,6 +136,78 @@ BOOST_AUTO_TEST_CASE(show_prints_identity_ranks_config_summary_and_charts) {
   BOOST_TEST(contains(ascii.out, "*"));
   BOOST_TEST(contains(ascii.out, "history (100 rows, 1 key)"));
   BOOST_TEST(!contains(ascii.out, "lr  ("));
+}
+
+BOOST_AUTO_TEST_CASE(show_gives_a_line_per_histogram_column_and_names_a_damaged_line) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "hist", .world = 2});
+  write_text(dir / "history.jsonl", history(10));
+  // histograms.jsonl as the run host writes it (README, "The run directory").
+  // Bucket 16129 is [1, 1+1/128), 16257 [2, ...), 16321 [3, ...), 16385 [4, ...).
+  // "grad", merged: 10 ones, 80 twos (odd steps: threes) and 10 fours; "act",
+  // a column per rank: 5 ones, and at rank 1's last step 2 NaN besides.
+  const auto line = [](int step, const std::string& key, const std::string& rank, const std::string& figures) {
+    return R"({"_step":)" + std::to_string(step) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + step) +
+           R"(,"_runtime":)" + std::to_string(step) + R"(,"key":")" + key + R"(","rank":)" + rank + "," + figures +
+           "}\n";
+  };
+  std::string h;
+  for (int s = 0; s < 10; ++s) {
+    h += line(s, "act", "0", R"("count":5,"sum":5,"min":1,"max":1,"nan":0,"inf":0,"-inf":0,"buckets":[[16129,5]])");
+    h += line(s, "act", "1",
+              s == 9 ? R"("count":7,"sum":5,"min":1,"max":1,"nan":2,"inf":0,"-inf":0,"buckets":[[16129,5]])"
+                     : R"("count":5,"sum":5,"min":1,"max":1,"nan":0,"inf":0,"-inf":0,"buckets":[[16129,5]])");
+    h += line(s, "grad", "null",
+              std::string(R"("_count":2,"count":100,"sum":)") + (s % 2 ? "290" : "210") +
+                  R"(,"min":1,"max":4,"nan":0,"inf":0,"-inf":0,"buckets":[[16129,10],[)" + (s % 2 ? "16321" : "16257") +
+                  R"(,80],[16385,10]])");
+    if (s == 0) // line 4: its count is not its buckets'
+      h += line(1, "grad", "null", R"("count":5,"sum":1,"min":1,"max":1,"nan":0,"inf":0,"-inf":0,"buckets":[[16129,1]])");
+  }
+  write_text(dir / "histograms.jsonl", h);
+
+  const Output o = run_chorus({"show", dir.string(), "--width", "160"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(contains(o.out, "\nhistograms (3 columns, 30 lines)\n"));
+  BOOST_TEST(contains(o.out, "  1 unreadable lines skipped (first: line 4: a histograms.jsonl line has a count that is "
+                             "not the sum of its buckets"));
+  const auto rows = table(o.out, "COLUMN");
+  BOOST_REQUIRE_EQUAL(rows.size(), 4u);
+  BOOST_TEST(rows[0] == (std::vector<std::string>{"COLUMN", "STEPS", "LAST STEP", "COUNT", "MIN", "P50", "MAX",
+                                                  "P50 OVER STEPS", "P5-P95 SPREAD"}),
+             boost::test_tools::per_element());
+  std::map<std::string, std::vector<std::string>> by_column;
+  for (const auto& r : rows) by_column[r.at(0)] = r;
+  const std::vector<std::string>& grad = by_column["grad"];
+  BOOST_REQUIRE_EQUAL(grad.size(), 9u);
+  BOOST_TEST(grad[1] == "10");  // steps
+  BOOST_TEST(grad[2] == "9");   // the last
+  BOOST_TEST(grad[3] == "100"); // its count, min and max (exact), its median within 1/256 of 3
+  BOOST_TEST(grad[4] == "1");
+  BOOST_TEST(std::fabs(std::stod(grad[5]) - 3) <= 3.0 / 256);
+  BOOST_TEST(grad[6] == "4");
+  // The median goes 2, 3, 2, 3, ... over the steps; the spread (1 to 4) stays.
+  BOOST_TEST(grad[7] == "▁█▁█▁█▁█▁█");
+  BOOST_TEST(grad[8] == "██████████");
+  const std::vector<std::string>& act0 = by_column["act/rank-0"];
+  BOOST_REQUIRE_EQUAL(act0.size(), 9u);
+  BOOST_TEST(act0[3] == "5");
+  BOOST_TEST(act0[5] == "1");
+  BOOST_TEST(act0[8] == "▁▁▁▁▁▁▁▁▁▁"); // no spread at all
+  BOOST_REQUIRE_EQUAL(by_column["act/rank-1"].size(), 9u);
+  BOOST_TEST(by_column["act/rank-1"][3] == "7 (2 NaN)");
+
+  // --metric picks columns as it picks keys.
+  const Output picked = run_chorus({"show", dir.string(), "--width", "160", "--metric", "act"});
+  BOOST_REQUIRE_EQUAL(picked.code, 0);
+  BOOST_TEST(contains(picked.out, "histograms (2 columns, 20 lines)"));
+  BOOST_TEST(table(picked.out, "COLUMN").size() == 3u);
+  // A run without histograms has no such section.
+  fs::remove(dir / "histograms.jsonl");
+  const Output none = run_chorus({"show", dir.string()});
+  BOOST_REQUIRE_EQUAL(none.code, 0);
+  BOOST_TEST(!contains(none.out, "\nhistograms"));
 }
 
 BOOST_AUTO_TEST_CASE(show_gives_many_per_rank_keys_sparklines) {
