@@ -3,6 +3,7 @@
 // any length exports in memory that grows with its keys, not its rows.
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
+#include "cli/histogram_lines.hpp"
 #include "cli/json_lines.hpp"
 #include "cli/locate.hpp"
 #include "cli/run_info.hpp"
@@ -43,6 +44,10 @@ reads them. A key holding a comma or a quote is quoted (RFC 4180).
 --jsonl FILE writes the history's lines as JSON lines, each with _step,
 _timestamp, _runtime and the keys --metric picks (all of them without it).
 
+--csv and --jsonl hold the history's scalars only: histograms
+(histograms.jsonl) are left out; --tensorboard exports them, and Python's
+chorus.open(RUN).histograms(KEY) reads them.
+
 A run that did not end is exported as far as its files go, and a note on
 stderr says so: still running, or crashed (its host is gone: its lease
 expired, or on its own machine nobody holds its write-ahead log), with its
@@ -52,8 +57,11 @@ last committed step and why.
 (`tensorboard --logdir DIR`): the run's keys in DIR/RUN-ID/, its per-rank
 columns as runs of their own, DIR/RUN-ID/rank-N/ (so each key's chart holds a
 curve per rank), its system metrics in DIR/RUN-ID/node-N/ and rank-N/, its
-config and summary as text. A group writes each of its runs on this machine
-so. Scalars carry their step and wall time; TensorBoard keeps 32-bit floats.
+config and summary as text, and its histograms (histograms.jsonl) as
+TensorBoard's histograms, each column where its scalars would go (act/rank-1
+as tag act of DIR/RUN-ID/rank-1/). A group writes each of its runs on this
+machine so. Scalars and histograms carry their step and wall time;
+TensorBoard keeps scalars as 32-bit floats.
 A second export into the same DIR adds files beside the first: export into
 an empty directory.
 
@@ -381,6 +389,12 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   });
   if (rows.problem && fs::exists(history, ec)) return rows.problem;
   (void)check_read(rows, history);
+  const std::string histograms = run_dir + "/histograms.jsonl";
+  if (fs::exists(histograms, ec)) {
+    const JsonLines lines =
+        read_histogram_lines(histograms, [&](const io::HistogramLine& h) { tb.histogram(h, a.wanted); });
+    if (Error e = check_read(lines, histograms)) return e;
+  }
   if (a.system && fs::exists(run_dir + "/system.jsonl", ec)) {
     const JsonLines samples = read_json_lines(run_dir + "/system.jsonl", [&](const simdjson::dom::object& row) {
       tb.system_row(row, a.wanted);
@@ -395,9 +409,11 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
       tb.text("summary", io::markdown_table(doc->get_object().value_unsafe()), info.end_time.value_or(start));
   }
   if (Error e = tb.close()) return e;
-  std::printf("%s: %llu scalars from %llu rows into %s (%zu event files)\n", id.c_str(),
-              static_cast<unsigned long long>(tb.scalars()), static_cast<unsigned long long>(rows.used), into.c_str(),
-              tb.files().size());
+  std::string histos;
+  if (tb.histograms() > 0) histos = " and " + std::to_string(tb.histograms()) + " histograms";
+  std::printf("%s: %llu scalars from %llu rows%s into %s (%zu event files)\n", id.c_str(),
+              static_cast<unsigned long long>(tb.scalars()), static_cast<unsigned long long>(rows.used), histos.c_str(),
+              into.c_str(), tb.files().size());
   return {};
 }
 

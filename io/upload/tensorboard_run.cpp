@@ -106,11 +106,27 @@ void TensorBoardRun::scalars_of(const RowValues& values, const KeyPicker& wanted
     if (at < 0) continue; // written already
     if (TfEventsWriter* w = writer(sub, wall_time)) {
       w->scalar(tag, at, wall_time, v.value);
-      e.max_step = std::max(e.max_step, at);
-      e.max_wall_time = std::max(e.max_wall_time, wall_time);
-      ++e.events;
+      extend(e, at, wall_time);
       ++scalars_;
     }
+  }
+}
+
+void TensorBoardRun::extend(TagExtent& e, std::int64_t step, double wall_time) {
+  e.max_step = std::max(e.max_step, step);
+  e.max_wall_time = std::max(e.max_wall_time, wall_time);
+  ++e.events;
+}
+
+void TensorBoardRun::histogram(const HistogramLine& line, const KeyPicker& wanted) {
+  if (wanted && !wanted(line.column())) return;
+  const std::string sub = line.rank ? "rank-" + std::to_string(*line.rank) : std::string();
+  TagExtent& e = extent(sub, line.key);
+  if (line.step <= e.max_step) return; // written already
+  if (TfEventsWriter* w = writer(sub, line.timestamp)) {
+    w->histogram(line.key, line.step, line.timestamp, line.value);
+    extend(e, line.step, line.timestamp);
+    ++histograms_;
   }
 }
 

@@ -9,18 +9,23 @@
 //                         shares one chart; and rank N's system metrics
 //   DIR/node-N/           node N's system metrics
 //
-// History scalars carry their row's _step and _timestamp; system samples
-// have no step, so each series counts its samples (0, 1, ...) and carries
-// its sample's _timestamp (TensorBoard's "wall" and "relative" axes show
-// time). Values are TensorBoard's 32-bit floats (docs/TENSORBOARD.md).
+// A histogram (histograms.jsonl) goes where a scalar of its column would:
+// a merged key's, or the run of one rank's, in DIR as tag `key`; a rank's
+// own column (`act/rank-1`) as tag `act` of DIR/rank-1/.
 //
-// Nothing is written twice: a history scalar at or below the step its
-// series already reached, or a system sample no later than its series' last,
-// is left out. resume() reads how far the files already in the directory
+// History scalars and histograms carry their line's _step and _timestamp;
+// system samples have no step, so each series counts its samples (0, 1, ...)
+// and carries its sample's _timestamp (TensorBoard's "wall" and "relative"
+// axes show time). Scalars are TensorBoard's 32-bit floats (docs/TENSORBOARD.md).
+//
+// Nothing is written twice: a history scalar or a histogram at or below the
+// step its series already reached, or a system sample no later than its
+// series' last, is left out. resume() reads how far the files already in the directory
 // go, so that a writer started again (a restarted upload, values sent again
 // after a lost answer) goes on where the earlier one stopped.
 #pragma once
 
+#include "io/store/histogram_log.hpp"
 #include "io/store/history_row.hpp"
 #include "io/upload/tfevents.hpp"
 
@@ -57,6 +62,10 @@ public:
   /// `wanted` takes, a scalar at the row's _step and _timestamp. Why the
   /// line is no row (nothing is written), or "".
   std::string_view history_row(const simdjson::dom::object& row, const KeyPicker& wanted);
+  /// A histograms.jsonl line (io::read_histogram_line), where `wanted`
+  /// takes its column (`key` or `key/rank-N`): a HistogramProto at its _step
+  /// and _timestamp, as tag `key` of the run's own files or of rank-N/.
+  void histogram(const HistogramLine& line, const KeyPicker& wanted);
   /// A system.jsonl row: `KEY/node-N` goes to node-N/, `KEY/rank-N` to
   /// rank-N/, each at its series' next sample.
   void system_row(const simdjson::dom::object& row, const KeyPicker& wanted);
@@ -78,6 +87,7 @@ public:
   [[nodiscard]] Error close();
 
   [[nodiscard]] std::uint64_t scalars() const noexcept { return scalars_; }
+  [[nodiscard]] std::uint64_t histograms() const noexcept { return histograms_; }
   /// The event files written, in the order they were opened.
   [[nodiscard]] std::vector<std::string> files() const;
 
@@ -89,6 +99,8 @@ private:
   Error each_writer(Error (TfEventsWriter::*op)());
   /// How far the series `tag` of `sub` goes.
   TagExtent& extent(std::string_view sub, std::string_view tag);
+  /// `e` reaches one more event, at `step` and `wall_time`.
+  static void extend(TagExtent& e, std::int64_t step, double wall_time);
   /// Each of `values` that `wanted` takes, to the subdirectory and tag its
   /// key names, at the step `step(extent)` gives (nothing where it gives -1).
   template <class Step>
@@ -99,6 +111,7 @@ private:
   std::vector<std::string> opened_;
   std::map<std::string, TagExtent, std::less<>> extents_; // "SUB\nTAG" -> how far written
   std::uint64_t scalars_ = 0;
+  std::uint64_t histograms_ = 0;
   Error failed_; // the first writer that could not be made since the last flush
 };
 

@@ -1,6 +1,7 @@
 // `chorus export`: a run's history as CSV and JSON lines, and a run or a
-// group as TensorBoard event files read back by the tests' own reader
-// (tests/upload/tfevents_reader.hpp).
+// group (its scalars, texts and histograms) as TensorBoard event files read
+// back by the tests' own reader (tests/upload/tfevents_reader.hpp) and, where
+// it is at hand, by TensorBoard's own (../shared/peers).
 #define BOOST_TEST_MODULE cli_export
 #include <boost/test/unit_test.hpp>
 
@@ -10,8 +11,14 @@
 
 #include <simdjson.h>
 
+#include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <sstream>
 
 using namespace chorus::test;
@@ -61,6 +68,118 @@ std::map<std::string, std::map<std::int64_t, float>> scalars_in(const fs::path& 
     for (const tb::TbValue& v : e.values)
       if (v.simple_value) out[v.tag][e.step] = *v.simple_value;
   return out;
+}
+
+// ---------------------------------------------------------------------------
+// Histograms: histograms.jsonl lines made here from chorus's bucket layout as
+// README ("Histograms") defines it, with no code of chorus's.
+
+/// The bucket of a finite `x`: for |x| >= 2^-126, its sign, binary exponent
+/// e and the 7 bits of its significand after the leading one (index 1 + (e +
+/// 126) 128 + m, negated below zero); 0 for the smaller.
+int bucket_of(double x) {
+  const double a = std::fabs(x);
+  if (a < std::ldexp(1.0, -126)) return 0;
+  int exp = 0;
+  const double f = std::frexp(a, &exp); // a = f 2^exp, f in [0.5, 1)
+  const int i = 1 + (exp - 1 + 126) * 128 + static_cast<int>((f * 2 - 1) * 128);
+  return x < 0 ? -i : i;
+}
+
+/// Bucket `i`'s bounds: [2^e (1 + m/128), 2^e (1 + (m+1)/128)), mirrored below zero.
+std::pair<double, double> bounds_of(int i) {
+  if (i == 0) return {-std::ldexp(1.0, -126), std::ldexp(1.0, -126)};
+  const int k = std::abs(i) - 1, e = k / 128 - 126, m = k % 128;
+  const double lo = std::ldexp(1 + m / 128.0, e), hi = std::ldexp(1 + (m + 1) / 128.0, e);
+  return i > 0 ? std::pair{lo, hi} : std::pair{-hi, -lo};
+}
+
+std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+/// A histograms.jsonl line of `values` at `step` (rank < 0: null, a merged one).
+std::string histogram_line(int step, const std::string& key, int rank, const std::vector<double>& values) {
+  std::map<int, std::uint64_t> buckets;
+  std::uint64_t nan = 0, inf = 0, ninf = 0;
+  double sum = 0, lo = INFINITY, hi = -INFINITY;
+  for (double v : values) {
+    if (std::isnan(v)) ++nan;
+    else if (std::isinf(v)) ++(v > 0 ? inf : ninf);
+    else ++buckets[bucket_of(v)], sum += v, lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  const bool finite = lo <= hi;
+  std::string out = R"({"_step":)" + std::to_string(step) + R"(,"_timestamp":)" + exact(1'700'000'000.25 + step) +
+                    R"(,"_runtime":)" + std::to_string(step) + R"(,"key":")" + key + R"(","rank":)" +
+                    (rank < 0 ? "null,\"_count\":2" : std::to_string(rank)) + R"(,"count":)" +
+                    std::to_string(values.size()) + R"(,"sum":)" + exact(sum) + R"(,"min":)" +
+                    (finite ? exact(lo) : "null") + R"(,"max":)" + (finite ? exact(hi) : "null") +
+                    R"(,"nan":)" + std::to_string(nan) + R"(,"inf":)" + std::to_string(inf) + R"(,"-inf":)" +
+                    std::to_string(ninf) + R"(,"buckets":[)";
+  for (const auto& [i, n] : buckets) out += (out.back() == '[' ? "[" : ",[") + std::to_string(i) + "," + std::to_string(n) + "]";
+  return out + "]}\n";
+}
+
+/// A run whose histograms.jsonl holds, at steps 0..4, "grad" merged (NaN
+/// and infinities at steps 0 and 3, a zero, negatives, gaps between
+/// buckets), "act" a column per rank, and at step 2 "dead", NaN alone.
+fs::path histogram_run(const fs::path& root) {
+  const fs::path dir = sample_run(root, "hist");
+  std::string h;
+  for (int s = 0; s < 5; ++s) {
+    for (int r = 0; r < 2; ++r) h += histogram_line(s, "act", r, {r + 1.0, r + 1.5 + s * 0.01, 10.0 * (r + 1)});
+    std::vector<double> grad{-3.5, -0.25, 0, 1e-3, 0.5 + s, 0.5 + s, 2.0, 250.0};
+    if (s % 3 == 0) grad.insert(grad.end(), {NAN, INFINITY, -INFINITY, INFINITY});
+    h += histogram_line(s, "grad", -1, grad);
+    if (s == 2) h += histogram_line(s, "dead", -1, {NAN});
+  }
+  write_text(dir / "histograms.jsonl", h);
+  return dir;
+}
+
+/// A HistogramProto as read back, with its event's wall time.
+struct Histo {
+  double wall_time = 0;
+  tb::TbValue::Histo value;
+};
+
+/// tag -> (step -> histogram) of the histograms in the event files of `dir` (not below).
+std::map<std::string, std::map<std::int64_t, Histo>> histograms_in(const fs::path& dir) {
+  std::map<std::string, std::map<std::int64_t, Histo>> out;
+  for (const std::string& f : event_files(dir))
+    for (const tb::TbEvent& e : tb::read_events(f))
+      for (const tb::TbValue& v : e.values)
+        if (v.histo) out[v.tag][e.step] = {e.wall_time, *v.histo};
+  return out;
+}
+
+/// What docs/TENSORBOARD.md says the HistogramProto of a histograms.jsonl
+/// line is: a bucket per non-empty bucket (its upper bound), a bucket of 0
+/// before one that a gap precedes (its lower bound), the infinities at
+/// -DBL_MAX and DBL_MAX, NaN left out.
+tb::TbValue::Histo proto_of(const simdjson::dom::object& line) {
+  constexpr double most = std::numeric_limits<double>::max();
+  const auto count = [&](const char* k) { return static_cast<double>(std::uint64_t(line[k])); };
+  tb::TbValue::Histo h;
+  const bool finite = !line["min"].is_null();
+  h.min = count("-inf") > 0 ? -most : finite ? double(line["min"]) : 0;
+  h.max = count("inf") > 0 ? most : finite ? double(line["max"]) : 0;
+  h.num = count("count") - count("nan");
+  h.sum = double(line["sum"]);
+  const auto add = [&h](double limit, double n) {
+    h.bucket_limit.push_back(limit);
+    h.bucket.push_back(n);
+  };
+  if (count("-inf") > 0) add(-most, count("-inf"));
+  for (simdjson::dom::array b : simdjson::dom::array(line["buckets"])) {
+    const auto [lo, hi] = bounds_of(static_cast<int>(std::int64_t(b.at(0))));
+    if (!h.bucket_limit.empty() && h.bucket_limit.back() < lo) add(lo, 0);
+    add(hi, static_cast<double>(std::uint64_t(b.at(1))));
+  }
+  if (count("inf") > 0) add(most, count("inf"));
+  return h;
 }
 
 } // namespace
@@ -290,4 +409,156 @@ BOOST_AUTO_TEST_CASE(smooth_gives_each_key_tensorboards_moving_average) {
   BOOST_TEST(contains(lines_of(j.out)[1], R"("x":6.666666666666667)"), lines_of(j.out)[1]);
   BOOST_TEST(run_chorus({"export", dir.string(), "--tensorboard", (root.path / "tb").string(), "--smooth", "0.5"}).code == 2);
   BOOST_TEST(run_chorus({"export", dir.string(), "--csv", "-", "--smooth", "1"}).code == 2);
+}
+
+BOOST_AUTO_TEST_CASE(tensorboard_gets_each_histogram_as_its_line_says) {
+  TempDir root;
+  const fs::path dir = histogram_run(root.path);
+  const fs::path out = root.path / "tb";
+  const Output o = run_chorus({"export", dir.string(), "--tensorboard", out.string()});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(contains(o.out, "and 16 histograms into"));
+  // Each line where a scalar of its column would go: merged ones in the
+  // run's own files, a rank's own column in rank-N/ under its key.
+  std::map<std::string, std::map<std::string, std::map<std::int64_t, Histo>>> got;
+  for (const char* sub : {"", "rank-0", "rank-1"}) got[sub] = histograms_in(out / "hist" / sub);
+  BOOST_TEST(got[""].size() == 2u); // grad, dead
+  BOOST_TEST(got["rank-0"].size() == 1u);
+  std::size_t lines = 0;
+  simdjson::dom::parser parser;
+  for (const std::string& text : lines_of(read_text(dir / "histograms.jsonl"))) {
+    const simdjson::dom::object line = parser.parse(text);
+    ++lines;
+    const std::string key = std::string(std::string_view(line["key"])), sub = line["rank"].is_null() ? "" : "rank-" + std::to_string(std::int64_t(line["rank"]));
+    const std::int64_t step = line["_step"];
+    BOOST_TEST_CONTEXT(key << " of '" << sub << "' at step " << step) {
+      BOOST_REQUIRE(got[sub][key].count(step) == 1u);
+      const Histo& h = got[sub][key][step];
+      BOOST_TEST(h.wall_time == double(line["_timestamp"]));
+      const tb::TbValue::Histo want = proto_of(line);
+      BOOST_TEST(h.value.num == want.num);
+      BOOST_TEST(h.value.min == want.min);
+      BOOST_TEST(h.value.max == want.max);
+      BOOST_TEST(h.value.sum == want.sum);
+      BOOST_TEST(h.value.sum_squares == 0.0);
+      BOOST_TEST(h.value.bucket_limit == want.bucket_limit, boost::test_tools::per_element());
+      BOOST_TEST(h.value.bucket == want.bucket, boost::test_tools::per_element());
+      BOOST_TEST(std::accumulate(h.value.bucket.begin(), h.value.bucket.end(), 0.0) == h.value.num);
+    }
+  }
+  BOOST_TEST(lines == 16u);
+  // The lines hold what the proto says of them: grad at step 0 has a zero,
+  // gaps between its buckets, NaN left out and both infinities.
+  const tb::TbValue::Histo& g0 = got[""]["grad"][0].value;
+  BOOST_TEST(g0.num == 11.0);
+  BOOST_TEST(g0.bucket.front() == 1.0); // -inf
+  BOOST_TEST(g0.bucket.back() == 2.0);  // +inf, twice
+  BOOST_TEST(std::count(g0.bucket.begin(), g0.bucket.end(), 0.0) >= 3);
+  BOOST_TEST(got[""]["dead"][2].value.num == 0.0);
+  BOOST_TEST(got[""]["dead"][2].value.bucket.empty());
+
+  // --metric picks histogram columns as it picks keys; --csv holds no histograms.
+  const fs::path picked = root.path / "picked";
+  const Output p = run_chorus({"export", dir.string(), "--tensorboard", picked.string(), "--metric", "act"});
+  BOOST_REQUIRE_EQUAL(p.code, 0);
+  BOOST_TEST(histograms_in(picked / "hist").empty());
+  BOOST_TEST(histograms_in(picked / "hist" / "rank-1").at("act").size() == 5u);
+  const Output csv = run_chorus({"export", dir.string(), "--csv", "-"});
+  BOOST_REQUIRE_EQUAL(csv.code, 0);
+  BOOST_TEST(lines_of(csv.out).front() == "_step,_timestamp,_runtime,loss,lr,acc/rank-0,acc/rank-1");
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_histogram_line_is_skipped_and_named) {
+  TempDir root;
+  const fs::path dir = histogram_run(root.path);
+  std::string h = read_text(dir / "histograms.jsonl");
+  h.insert(h.find('\n') + 1, R"({"_step":0,"key":"act","rank":0,"count":3,"sum":0,"min":null,"max":null,"nan":0,"inf":0,"-inf":0,"buckets":[]})" "\n");
+  write_text(dir / "histograms.jsonl", h);
+  const Output o = run_chorus({"export", dir.string(), "--tensorboard", (root.path / "tb").string()});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(contains(o.err, "histograms.jsonl: skipped 1 damaged line(s), the first at line 2 (a histograms.jsonl "
+                             "line has a count that is not the sum"));
+  BOOST_TEST(contains(o.out, "and 16 histograms into"));
+}
+
+namespace {
+
+/// `v` as Python's repr() writes a float: the shortest text that reads back
+/// the same, with ".0" where it would read as an integer.
+std::string python_repr(double v) {
+  char buf[64];
+  std::string out(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  return out.find_first_of(".en") == std::string::npos ? out + ".0" : out;
+}
+
+/// TensorBoard 2.13's own Python package (../shared/peers, README there),
+/// where it is there and imports.
+std::optional<fs::path> tensorboard_peer() {
+  for (const fs::path& d : {fs::path(CHORUS_SOURCE_DIR) / "shared/peers/tensorboard-2.13.0",
+                            fs::path(CHORUS_SOURCE_DIR) / "../shared/peers/tensorboard-2.13.0"}) {
+    if (!fs::is_directory(d)) continue;
+    const std::string cmd = "PYTHONPATH=" + d.string() +
+                            " /usr/bin/python3 -c 'from tensorboard.backend.event_processing import event_accumulator'"
+                            " >/dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0 ? std::optional(d) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(tensorboards_own_reader_lists_the_histograms_as_exported) {
+  const std::optional<fs::path> peer = tensorboard_peer();
+  if (!peer) {
+    BOOST_TEST_MESSAGE("skipped: TensorBoard 2.13's package is not in ../shared/peers/tensorboard-2.13.0, or does not "
+                       "import with /usr/bin/python3 (it needs python3-protobuf, python3-absl, python3-numpy)");
+    return;
+  }
+  TempDir root;
+  const fs::path dir = histogram_run(root.path);
+  const fs::path out = root.path / "tb";
+  const Output o = run_chorus({"export", dir.string(), "--tensorboard", out.string()});
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  // EventAccumulator reads each directory as TensorBoard does: its
+  // histogram tags, and each event's num, min and max.
+  write_text(root.path / "read.py", R"(import sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+for sub in sys.argv[2:]:
+    acc = ea.EventAccumulator(sys.argv[1] + "/" + sub, size_guidance={ea.HISTOGRAMS: 0})
+    acc.Reload()
+    tags = acc.Tags()
+    print("tags", sub or "-", ",".join(sorted(tags["histograms"])), ",".join(sorted(tags["distributions"])))
+    for tag in tags["histograms"]:
+        for e in acc.Histograms(tag):
+            h = e.histogram_value
+            print("histo", sub or "-", tag, e.step, repr(h.num), repr(h.min), repr(h.max))
+)");
+  const std::string cmd = "PYTHONPATH=" + peer->string() + " /usr/bin/python3 " + (root.path / "read.py").string() +
+                          " " + (out / "hist").string() + " '' rank-0 rank-1 2>&1";
+  std::string said;
+  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) said.append(buf, n);
+    BOOST_TEST(::pclose(p) == 0, said);
+  }
+  BOOST_TEST_INFO_SCOPE(said);
+  BOOST_TEST(contains(said, "tags - dead,grad dead,grad\n"));
+  BOOST_TEST(contains(said, "tags rank-0 act act\n"));
+  BOOST_TEST(contains(said, "tags rank-1 act act\n"));
+  simdjson::dom::parser parser;
+  std::size_t lines = 0;
+  for (const std::string& text : lines_of(read_text(dir / "histograms.jsonl"))) {
+    const simdjson::dom::object line = parser.parse(text);
+    ++lines;
+    const tb::TbValue::Histo want = proto_of(line);
+    const std::string sub = line["rank"].is_null() ? "-" : "rank-" + std::to_string(std::int64_t(line["rank"]));
+    char expected[256];
+    std::snprintf(expected, sizeof expected, "histo %s %s %lld %.1f %s %s\n", sub.c_str(),
+                  std::string(std::string_view(line["key"])).c_str(), static_cast<long long>(std::int64_t(line["_step"])),
+                  want.num, python_repr(want.min).c_str(), python_repr(want.max).c_str());
+    BOOST_TEST(contains(said, expected), expected);
+  }
+  BOOST_TEST(lines == 16u);
 }
