@@ -2,6 +2,7 @@
 
 #include "python/convert.hpp"
 
+#include "cli/histogram_lines.hpp"
 #include "cli/json_lines.hpp"
 #include "cli/series.hpp"
 #include "io/platform/posix.hpp"
@@ -125,6 +126,12 @@ struct Columns {
   }
 };
 
+/// A column of numbers as the bytes of a NumPy array.
+template <class T>
+py::bytes column_bytes(const std::vector<T>& v) {
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
 /// `out`, with how the reading of its JSON-lines file went: the lines
 /// skipped (and the first), an unfinished last line, the problem that
 /// stopped it (an exception object, or None).
@@ -193,8 +200,8 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
   py::list names, values, present;
   for (std::size_t c = 0; c < cols.names.size(); ++c) {
     names.append(cols.names[c]);
-    values.append(py::bytes(reinterpret_cast<const char*>(cols.values[c].data()), cols.values[c].size() * sizeof(double)));
-    present.append(py::bytes(reinterpret_cast<const char*>(cols.present[c].data()), cols.present[c].size()));
+    values.append(column_bytes(cols.values[c]));
+    present.append(column_bytes(cols.present[c]));
   }
   out["names"] = names;
   out["values"] = values;
@@ -234,6 +241,60 @@ py::dict read_artifacts(const std::string& path) {
   return with_reading(std::move(out), read);
 }
 
+/// _chorus.read_histograms(path, key): histograms.jsonl's keys, in the order
+/// they first appear, and the lines of `key` (every rank's column of it), or
+/// of the one column `key` names ("act/rank-1"); None: the keys only. Each
+/// line is read by the store's reader (io::read_histogram_line): a line it
+/// refuses is skipped, and why is said.
+py::dict read_histograms(const std::string& path, const std::optional<std::string>& key) {
+  std::vector<std::string> keys;
+  std::unordered_map<std::string, bool> seen;
+  std::vector<std::int64_t> steps, counts, nans, infs, neg_infs;
+  std::vector<std::optional<int>> ranks;
+  std::vector<double> sums, mins, maxs;
+  std::vector<std::vector<Histogram::Bucket>> buckets;
+  cli::JsonLines read;
+  {
+    py::gil_scoped_release unlocked;
+    read = cli::read_histogram_lines(path, [&](const io::HistogramLine& h) {
+      if (seen.emplace(std::string(h.key), true).second) keys.emplace_back(h.key);
+      if (!key || (*key != h.key && (!key->starts_with(h.key) || *key != h.column()))) return;
+      const Histogram& v = h.value;
+      steps.push_back(h.step);
+      ranks.push_back(h.rank);
+      counts.push_back(static_cast<std::int64_t>(v.count()));
+      sums.push_back(v.sum());
+      mins.push_back(v.min());
+      maxs.push_back(v.max());
+      nans.push_back(static_cast<std::int64_t>(v.nan_count()));
+      infs.push_back(static_cast<std::int64_t>(v.pos_inf_count()));
+      neg_infs.push_back(static_cast<std::int64_t>(v.neg_inf_count()));
+      buckets.push_back(v.buckets());
+    });
+  }
+  py::list rank_list, bucket_list;
+  for (const std::optional<int>& r : ranks) rank_list.append(r ? py::object(py::int_(*r)) : py::object(py::none()));
+  for (const std::vector<Histogram::Bucket>& line : buckets) {
+    py::list l;
+    for (const Histogram::Bucket& b : line) l.append(py::make_tuple(b.lo, b.hi, b.count));
+    bucket_list.append(l);
+  }
+  py::dict out;
+  out["keys"] = keys;
+  out["rows"] = steps.size();
+  out["_step"] = column_bytes(steps);
+  out["rank"] = rank_list;
+  out["count"] = column_bytes(counts);
+  out["sum"] = column_bytes(sums);
+  out["min"] = column_bytes(mins);
+  out["max"] = column_bytes(maxs);
+  out["nan"] = column_bytes(nans);
+  out["inf"] = column_bytes(infs);
+  out["-inf"] = column_bytes(neg_infs);
+  out["buckets"] = bucket_list;
+  return with_reading(std::move(out), read);
+}
+
 std::string read_text(const std::string& path, bool missing_ok) {
   Result<std::string> text = [&] {
     py::gil_scoped_release unlocked;
@@ -249,6 +310,8 @@ void bind_reader(py::module_& m) {
   m.def("read_record", &read_record, py::arg("path"), "run.json as a dict (chorus.open's identity and ranks).");
   m.def("read_lines", &read_lines, py::arg("path"), py::arg("keys") = py::none(), py::arg("counts") = false,
         py::arg("history") = false, "The numeric columns of history.jsonl (history=True) or system.jsonl.");
+  m.def("read_histograms", &read_histograms, py::arg("path"), py::arg("key") = py::none(),
+        "histograms.jsonl's keys, and the lines of one key or column, column by column.");
   m.def("read_artifacts", &read_artifacts, py::arg("path"), "artifacts.jsonl's entries, in the order written.");
   m.def("read_text", &read_text, py::arg("path"), py::arg("missing_ok") = false,
         "A run file's text (a regular file only, of bounded size).");

@@ -4,13 +4,16 @@
 // through the store's LineReader and value reader, column by column, so
 // that a million-row history becomes a DataFrame without a Python object per
 // value; their keys are picked as `chorus export --metric` picks them.
+// histograms.jsonl's lines go through their one reader
+// (io::read_histogram_line), one key's lines column by column.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 namespace chorus::python {
 
-/// Adds _chorus.read_record(path) and _chorus.read_lines(path, ...).
+/// Adds _chorus.read_record(path), _chorus.read_lines(path, ...), read_histograms,
+/// read_artifacts and read_text.
 void bind_reader(pybind11::module_& m);
 
 } // namespace chorus::python

@@ -1,9 +1,9 @@
 """Reading runs: chorus.open(path) and chorus.runs(dir).
 
 run.json is read through chorus's own reader of it (the same as the
-``chorus`` command's), history.jsonl and system.jsonl column by column in
-native code; only complete lines are read, so a live run can be read while
-it grows.
+``chorus`` command's), history.jsonl, system.jsonl and histograms.jsonl
+column by column in native code; only complete lines are read, so a live run
+can be read while it grows.
 """
 
 import json
@@ -40,8 +40,31 @@ def _checked(read, path, fix, stacklevel):
     return read
 
 
+def _numpy_pandas(pandas):
+    """(numpy, pandas) where a DataFrame is wanted: ``pandas`` True, or None and both import;
+    else None (a list of dicts is)."""
+    if pandas is None or pandas:
+        try:
+            import numpy as np
+            import pandas as pd
+        except ImportError:
+            if pandas:
+                raise
+        else:
+            return np, pd
+    return None
+
+
+_REBUILD = "`chorus recover` rebuilds the file from the WAL"
+
+# histograms(key)'s columns, and the NumPy type of those that are numbers
+# (the others hold Python objects: a rank or None, a list of buckets).
+_HISTOGRAM_COLUMNS = ("_step", "rank", "count", "sum", "min", "max", "nan", "inf", "-inf", "buckets")
+_HISTOGRAM_NUMBERS = {"_step": "q", "count": "q", "nan": "q", "inf": "q", "-inf": "q", "sum": "d", "min": "d", "max": "d"}
+
+
 class RunView:
-    """A run directory, read: identity, ranks, config, summary, history.
+    """A run directory, read: identity, ranks, config, summary, history, histograms.
 
     Attributes: ``path``, ``record`` (run.json as a dict) and, from it,
     ``id``, ``name``, ``project``, ``group``, ``state``, ``ranks``; the
@@ -107,29 +130,57 @@ class RunView:
                         "the other entries are listed; each artifact's file is under artifacts/", 2)
         return list({e["name"]: e for e in read["entries"]}.values())
 
+    def histogram_keys(self):
+        """The keys of histograms.jsonl, in the order they first appear (a rank's own
+        column, ``act/rank-1``, under its key ``act``); [] for a run without histograms."""
+        return self._histograms(None)["keys"]
+
+    def histograms(self, key, *, pandas=None):
+        """The histograms of ``key``, a row per histograms.jsonl line, in the file's order:
+        a pandas DataFrame with the columns ``_step``, ``rank`` (None for a merged histogram
+        or a run of one rank, else the rank whose column ``key/rank-N`` it is), ``count``
+        (every value, NaN and infinities included), ``sum``, ``min`` and ``max`` (of the
+        finite values; NaN where there is none), ``nan``, ``inf``, ``-inf`` (their counts)
+        and ``buckets`` (the non-empty buckets as ``(lo, hi, count)`` tuples, ascending, as
+        ``chorus.Histogram.buckets()`` gives them). ``key`` takes every rank's column of
+        the key; a column's full name (``"act/rank-1"``) takes that one. A key the run
+        has none of gives no rows. Without pandas (or with pandas=False), a list of dicts."""
+        read = self._histograms(str(key))
+        frame = _numpy_pandas(pandas)
+        if frame:
+            np, pd = frame
+            data = {n: np.frombuffer(read[n], dtype=_HISTOGRAM_NUMBERS[n])
+                    if n in _HISTOGRAM_NUMBERS else pd.Series(read[n], dtype=object)
+                    for n in _HISTOGRAM_COLUMNS}
+            return pd.DataFrame(data, columns=list(_HISTOGRAM_COLUMNS))
+        import array
+        columns = {n: array.array(_HISTOGRAM_NUMBERS[n], read[n]) if n in _HISTOGRAM_NUMBERS else read[n]
+                   for n in _HISTOGRAM_COLUMNS}
+        return [{n: columns[n][i] for n in _HISTOGRAM_COLUMNS} for i in range(read["rows"])]
+
+    def _histograms(self, key):
+        path = os.path.join(self.path, "histograms.jsonl")
+        if not os.path.lexists(path):
+            return {"keys": [], "rows": 0, **{n: b"" if n in _HISTOGRAM_NUMBERS else [] for n in _HISTOGRAM_COLUMNS}}
+        return _checked(_chorus.read_histograms(path, key), path, _REBUILD, 3)
+
     def _read(self, name, keys, counts, pandas):
         path = os.path.join(self.path, name)
         if isinstance(keys, str):
             keys = [keys]  # one pattern, not its characters
         cols = _checked(_chorus.read_lines(path, None if keys is None else [str(k) for k in keys], counts,
-                                           name == "history.jsonl"), path,
-                        "`chorus recover` rebuilds the file from the WAL", 3)
-        if pandas is None or pandas:
-            try:
-                import numpy as np
-                import pandas as pd
-            except ImportError:
-                if pandas:
-                    raise
-            else:
-                data = {}
-                for n, v in zip(cols["names"], cols["values"]):
-                    a = np.frombuffer(v, dtype=np.float64)
-                    if n == "_step" or n == "_rank" or n == "_node":
-                        if not np.isnan(a).any():
-                            a = a.astype(np.int64)
-                    data[n] = a
-                return pd.DataFrame(data, columns=cols["names"])
+                                           name == "history.jsonl"), path, _REBUILD, 3)
+        frame = _numpy_pandas(pandas)
+        if frame:
+            np, pd = frame
+            data = {}
+            for n, v in zip(cols["names"], cols["values"]):
+                a = np.frombuffer(v, dtype=np.float64)
+                if n == "_step" or n == "_rank" or n == "_node":
+                    if not np.isnan(a).any():
+                        a = a.astype(np.int64)
+                data[n] = a
+            return pd.DataFrame(data, columns=cols["names"])
         import array
         rows = [{} for _ in range(cols["rows"])]
         for n, v, p in zip(cols["names"], cols["values"], cols["present"]):

@@ -182,3 +182,86 @@ def test_a_run_whose_host_lease_expired_reads_crashed(runs_dir):
                                                             "unleased": "running"}
     # The file says what it said: only the reading changed.
     assert record(lost)["state"] == "running"
+
+
+HISTOGRAM_COLUMNS = ["_step", "rank", "count", "sum", "min", "max", "nan", "inf", "-inf", "buckets"]
+
+
+def assert_row_is(row, want):
+    """A histograms() row holds what chorus.Histogram `want` holds."""
+    assert (row["count"], row["nan"], row["inf"], row["-inf"]) == (
+        want.count, want.nan_count, want.pos_inf_count, want.neg_inf_count)
+    assert row["sum"] == want.sum and row["min"] == want.min and row["max"] == want.max
+    assert row["buckets"] == [tuple(b) for b in want.buckets()]
+
+
+def test_histograms_read_back_as_logged(runs_dir):
+    pd = pytest.importorskip("pandas")
+    logged = [[0.5 * s, -1.25, 3.0, 0.0, 1e-3, 250.0 + s] + ([math.nan, math.inf, -math.inf] if s == 2 else [])
+              for s in range(4)]
+    with chorus.init(project="reader") as run:
+        for s, values in enumerate(logged):
+            run.log({"loss": float(s), "grad": chorus.Histogram(values)})
+        run_dir = run.dir
+    view = chorus.open(run_dir)
+    assert view.histogram_keys() == ["grad"]
+    h = view.histograms("grad")
+    assert isinstance(h, pd.DataFrame) and list(h.columns) == HISTOGRAM_COLUMNS
+    assert h["_step"].tolist() == [0, 1, 2, 3] and str(h["_step"].dtype) == "int64"
+    assert str(h["count"].dtype) == "int64" and str(h["sum"].dtype) == "float64"
+    for s, row in h.iterrows():
+        assert row["rank"] is None  # a run of one rank
+        assert_row_is(row, chorus.Histogram(logged[s]))
+    assert h["inf"].tolist() == [0, 0, 1, 0]
+    plain = view.histograms("grad", pandas=False)
+    assert [r["_step"] for r in plain] == [0, 1, 2, 3] and list(plain[0]) == HISTOGRAM_COLUMNS
+    assert_row_is(plain[2], chorus.Histogram(logged[2]))
+    # A key the run has none of: no rows, the same columns.
+    empty = view.histograms("loss")
+    assert list(empty.columns) == HISTOGRAM_COLUMNS and len(empty) == 0 and view.histograms("x", pandas=False) == []
+    # A run without histograms.jsonl.
+    os.remove(os.path.join(run_dir, "histograms.jsonl"))
+    assert view.histogram_keys() == [] and len(view.histograms("grad")) == 0
+
+
+def test_histograms_of_a_job_merged_and_per_rank(runs_dir, tmp_path):
+    from conftest import PYTHON, job_env, launch
+    worker = tmp_path / "hist_worker.py"
+    worker.write_text(
+        "import chorus\n"
+        "with chorus.init(project='reader', mode='shared') as run:\n"
+        "    k = run.topology['rank']\n"
+        "    run.define_metric('grad', reduce='merge')\n"
+        "    for s in range(3):\n"
+        "        run.log({'grad': chorus.Histogram([k + s, -k, 0.25 * s]), 'act': chorus.Histogram([k * 10.0 + s])})\n")
+    p = launch(2, [PYTHON, str(worker)], env=job_env(runs_dir))
+    assert p.returncode == 0, p.stdout + p.stderr
+    (d,) = run_dirs(runs_dir)
+    view = chorus.open(d)
+    assert sorted(view.histogram_keys()) == ["act", "grad"]
+    grad = view.histograms("grad", pandas=False)
+    assert [(r["_step"], r["rank"]) for r in grad] == [(0, None), (1, None), (2, None)]
+    for r in grad:
+        s = r["_step"]
+        assert_row_is(r, chorus.Histogram([0 + s, 0, 0.25 * s, 1 + s, -1, 0.25 * s]))
+    act = view.histograms("act", pandas=False)  # every rank's column of the key
+    assert sorted((r["_step"], r["rank"]) for r in act) == [(s, k) for s in range(3) for k in range(2)]
+    one = view.histograms("act/rank-1", pandas=False)  # the one column
+    assert [(r["_step"], r["rank"]) for r in one] == [(0, 1), (1, 1), (2, 1)]
+    for r in one:
+        assert_row_is(r, chorus.Histogram([10.0 + r["_step"]]))
+    assert view.histograms("act/rank-7", pandas=False) == []
+
+
+def test_a_damaged_histogram_line_is_skipped_with_the_readers_words(runs_dir):
+    d = hand_made_run(runs_dir, "hist", state="finished")
+    good = {"_step": 0, "_timestamp": 1.0, "_runtime": 0.0, "key": "h", "rank": None, "count": 1, "sum": 1.0,
+            "min": 1.0, "max": 1.0, "nan": 0, "inf": 0, "-inf": 0, "buckets": [[16129, 1]]}
+    with open(os.path.join(d, "histograms.jsonl"), "w") as f:
+        f.write(json.dumps(good) + "\n")
+        f.write(json.dumps({**good, "_step": 1, "count": 2}) + "\n")  # its count is not its buckets'
+        f.write(json.dumps({**good, "_step": 2}) + "\n")
+    with pytest.warns(RuntimeWarning, match=r"1 damaged line\(s\) skipped, the first \(line 2\): a histograms.jsonl "
+                                            r"line has a count that is not the sum"):
+        rows = chorus.open(d).histograms("h", pandas=False)
+    assert [r["_step"] for r in rows] == [0, 2] and rows[0]["buckets"] == [(1.0, 1.0078125, 1)]
