@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(build-essential cmake ninja-build pkg-config git
-          libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
+          libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev libpng-dev
           libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount
           clang libclang-rt-14-dev openmpi-bin python3
           libcpp-httplib-dev libjs-dygraphs chromium chromium-driver python3-selenium

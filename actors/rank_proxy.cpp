@@ -367,6 +367,22 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
+      case SlotKind::media: {
+        // An image waits, in order, for its PNG (runtime/client/media_encoder.hpp).
+        const int state = s->media->state.load(std::memory_order_acquire);
+        if (state == MediaJob::pending) goto full;
+        std::unique_ptr<MediaJob> job(s->media);
+        if (state == MediaJob::ready) {
+          ensure_key(st, w, s->key);
+          w.media(pos + 1, s->count, s->step, ts, s->key, job->media);
+        } else {
+          // Not encoded: the ticket says why; the step still moves on.
+          st.run->channel().set_error(pos + 1, std::move(job->error));
+          w.values(pos + 1, s->step, ts, 0, s->count);
+        }
+        pos += 1;
+        break;
+      }
       case SlotKind::metric_view:
         ensure_key(st, w, s->key);
         if (s->step >= 0) ensure_key(st, w, static_cast<std::uint32_t>(s->step));

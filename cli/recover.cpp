@@ -9,6 +9,7 @@
 #include "cli/cli.hpp"
 #include "cli/run_info.hpp"
 
+#include "io/platform/files.hpp"
 #include "io/store/run_writer.hpp"
 #include "io/store/wal.hpp"
 #include "io/store/wal_replay.hpp"
@@ -61,7 +62,7 @@ recovered (no log, a live host, a log without a run start, an I/O error),
 namespace {
 
 // run.json last: install() moves them in this order.
-constexpr const char* rebuilt_files[] = {"history.jsonl", "histograms.jsonl", "config.json", "summary.json",
+constexpr const char* rebuilt_files[] = {"history.jsonl", "histograms.jsonl", "media.jsonl", "config.json", "summary.json",
                                          "rejected.jsonl", "metrics.json", "run.json"};
 
 struct RecoverArgs {
@@ -152,6 +153,23 @@ private:
 // sees the final state only once everything else is in place.
 Result<std::string> install(const std::string& tmp, const std::string& dir, bool backup) {
   std::string moved;
+  // media/'s files first (the WAL rebuilds each to the same bytes): then
+  // media.jsonl, which names them, never names one that is not there.
+  std::error_code ec;
+  if (fs::is_directory(tmp + "/media", ec)) {
+    std::uint64_t files = 0;
+    for (auto it = fs::recursive_directory_iterator(tmp + "/media", ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      const fs::path to = fs::path(dir) / fs::relative(it->path(), tmp, ec);
+      if (Error e = io::make_dirs(to.parent_path().string())) return e;
+      fs::rename(it->path(), to, ec);
+      if (ec) return Error(Errc::io_error, "cannot move " + it->path().string() + " to " + to.string() + ": " + ec.message());
+      ++files;
+    }
+    if (ec) return Error(Errc::io_error, "cannot read the rebuilt media in " + tmp + "/media: " + ec.message());
+    if (files != 0) moved = "media/ (" + std::to_string(files) + (files == 1 ? " file)" : " files)");
+  }
   for (const char* name : rebuilt_files) {
     const std::string from = tmp + "/" + name, to = dir + "/" + name;
     std::error_code ec;

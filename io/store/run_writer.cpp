@@ -4,6 +4,7 @@
 #include "io/platform/posix.hpp"
 #include "io/store/barrier_log.hpp"
 #include "io/store/histogram_log.hpp"
+#include "io/store/media_log.hpp"
 #include "io/store/metric_specs.hpp"
 #include "io/store/run_record.hpp"
 #include "runtime/core/json.hpp"
@@ -108,6 +109,7 @@ struct RunWriter::State {
   std::unique_ptr<AppendFile> history;
   std::unique_ptr<AppendFile> rejected_file;
   std::unique_ptr<AppendFile> histograms; // histograms.jsonl (io/store/histogram_log.hpp)
+  std::unique_ptr<AppendFile> media_file; // media.jsonl, beside media/ (io/store/media_log.hpp)
   std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
   std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
@@ -363,6 +365,7 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
   s_->history = s_->open_file("history.jsonl", /*truncate=*/true);
   s_->rejected_file = s_->open_file("rejected.jsonl", /*truncate=*/true);
   s_->histograms = s_->open_file("histograms.jsonl", /*truncate=*/true);
+  s_->media_file = s_->open_file("media.jsonl", /*truncate=*/true);
 }
 
 RunWriter::~RunWriter() {
@@ -392,6 +395,28 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
 void RunWriter::row(const chorus::detail::Row& row) {
   State& s = *s_;
   std::string& l = s.line;
+  if (!row.media.empty()) {
+    // Each file before its line: a line never names a file that is not there.
+    for (const auto& m : row.media) {
+      const std::string_view key = s.key_name(m.key);
+      const std::string path = media_path(key, m.rank, row.step, m.value->extension());
+      const std::string full = s.file(path);
+      Error e = make_dirs(full.substr(0, full.rfind('/')));
+      if (!e)
+        e = write_file_atomic(full, std::string_view(m.value->data.data(), m.value->data.size()), /*durable=*/false);
+      if (e) {
+        s.fail(std::move(e));
+        continue;
+      }
+      l.clear();
+      append_media_line(l, row.step, row.ts_us, row.runtime_us, key, m.rank, *m.value, path);
+      if (s.media_file) s.fail(s.media_file->write(l));
+    }
+    if (row.values.empty() && row.histograms.empty()) {
+      s.last_step = row.step;
+      return;
+    }
+  }
   if (!row.histograms.empty()) {
     l.clear();
     for (const auto& h : row.histograms)
@@ -517,6 +542,7 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   flush();
   if (s.history) s.fail(s.history->sync());
   if (s.histograms) s.fail(s.histograms->sync());
+  if (s.media_file) s.fail(s.media_file->sync());
   s.write_summary();
   s.write_run_json();
 }
@@ -559,6 +585,7 @@ void RunWriter::flush() {
   State& s = *s_;
   if (s.history) s.fail(s.history->flush());
   if (s.histograms) s.fail(s.histograms->flush());
+  if (s.media_file) s.fail(s.media_file->flush());
   if (s.barriers) s.fail(s.barriers->flush());
   if (s.system_file) s.fail(s.system_file->flush());
   if (s.rejected_file) s.fail(s.rejected_file->flush());

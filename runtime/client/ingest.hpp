@@ -35,9 +35,11 @@ enum class SlotKind : std::uint8_t {
   refused,      // refusal = values refused before the ring (owned, freed by the consumer); step = the call's
   metric_view,  // key = metric, count = Summary or wire::unchanged_summary, step = step metric's key or -1
   histogram,    // key = metric, count = stream id (0: the default stream), step, histogram (owned, freed by the consumer)
+  media,        // as histogram, with a MediaJob (owned): sent once it is ready (runtime/client/media_encoder.hpp)
 };
 
 struct Capture;
+struct MediaJob;
 
 /// Values refused before they reached the ring, on their way to rejected.jsonl.
 struct Refusal {
@@ -61,6 +63,7 @@ struct alignas(32) Slot {
     Capture* capture;
     Refusal* refusal;
     Histogram* histogram;
+    MediaJob* media;
   };
 };
 static_assert(sizeof(Slot) == 32);

@@ -42,6 +42,7 @@ RunImpl::RunImpl(Settings settings) : settings_(std::move(settings)), ring_(sett
 RunImpl::~RunImpl() {
   endings::unwatch(*this);
   system_.reset();
+  media_encoder_.reset(); // it may be encoding a job of the ring: stop it first
   // Texts still in the ring were never consumed: free them.
   for (std::uint64_t pos = ring_.tail(); pos < ring_.head(); ++pos) {
     Slot& s = ring_.at(pos);
@@ -49,6 +50,7 @@ RunImpl::~RunImpl() {
     if (s.kind == SlotKind::config || s.kind == SlotKind::summary || s.kind == SlotKind::finish) delete s.text;
     if (s.kind == SlotKind::refused) delete s.refusal;
     if (s.kind == SlotKind::histogram) delete s.histogram;
+    if (s.kind == SlotKind::media) delete s.media;
   }
 }
 

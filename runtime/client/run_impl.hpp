@@ -7,6 +7,7 @@
 #include "runtime/client/channel.hpp"
 #include "runtime/client/device.hpp"
 #include "runtime/client/ingest.hpp"
+#include "runtime/client/media_encoder.hpp"
 #include "runtime/core/options.hpp"
 
 #include <chorus/chorus.hpp>
@@ -117,6 +118,11 @@ public:
   /// mixes histograms with numbers).
   Pending log_histogram(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<Histogram> h,
                         const LogOptions& opts, bool same_step = false) noexcept;
+  /// Run::log_image, log_text and log_table (run_kinds.cpp): `job` is
+  /// ready, failed (refused on this thread: nothing goes to the run but the
+  /// refusal), or pending (pixels the MediaEncoder turns into a PNG).
+  Pending log_media(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<MediaJob> job,
+                    const LogOptions& opts, bool same_step = false) noexcept;
 
   const Settings& settings() const noexcept { return settings_; }
   Ring& ring() noexcept { return ring_; }
@@ -173,6 +179,13 @@ private:
   /// Room::now: `no_room` is set where it does not fit).
   template <class Fill>
   Pending push_control(SlotKind kind, Fill&& fill, Room room = Room::force, bool* no_room = nullptr) noexcept;
+  /// One call of another kind (a histogram, an image, text, a table) into
+  /// one slot that `fill` completes; `refused_json` is what rejected.jsonl
+  /// shows of it where the call is refused here (run_kinds.cpp).
+  template <class Fill>
+  Pending push_kind(SlotKind kind, std::uint32_t stream, bool writer, std::string_view key, const LogOptions& opts,
+                    bool same_step, std::string_view refused_json, Fill&& fill) noexcept;
+  MediaEncoder& media_encoder();
   /// Moves the rank's step as the run host will for a call that logs at
   /// `step` (automatic steps count calls), so log_artifact can name it.
   /// Approximate under concurrent calls (a plain load and store, to keep the
@@ -205,6 +218,10 @@ private:
   std::atomic<DeviceCapture*> device_ptr_{nullptr};
   std::unique_ptr<DeviceReducer> reducer_;
   std::unordered_set<std::uint32_t> device_declared_; // keys reduce_device has declared first
+  // Made by the first image from pixels; stopped in ~RunImpl before the
+  // ring's leftover jobs are freed.
+  std::mutex media_mu_;
+  std::unique_ptr<MediaEncoder> media_encoder_;
   // After channel_, whose tickets it settles while it stops.
   ArtifactCopier artifacts_{channel_, settings_.opts.finish_timeout};
   std::string artifact_run_dir_; // run_dir, made absolute at start

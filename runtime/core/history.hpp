@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chorus/chorus.hpp>
+#include "runtime/core/media.hpp"
 
 #include <cstdint>
 #include <span>
@@ -33,6 +34,14 @@ struct RowHistogram {
   std::uint32_t count;
 };
 
+/// One image, text or table of a committed row: always its rank's (the
+/// readers show a key that one rank logs under its plain name).
+struct RowMedia {
+  std::uint32_t key;
+  std::int32_t rank;
+  const Media* value;
+};
+
 /// One committed history row. Rows reach the sink strictly increasing in step.
 struct Row {
   std::int64_t step = 0;
@@ -40,6 +49,7 @@ struct Row {
   std::int64_t runtime_us = 0; // ts_us minus the run's start
   std::vector<RowValue> values; // sorted by (key name, rank)
   std::vector<RowHistogram> histograms; // sorted by (key name, rank); a row may hold only these
+  std::vector<RowMedia> media;          // likewise
 };
 
 class HistorySink {

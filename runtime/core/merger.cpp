@@ -185,14 +185,16 @@ struct Merger::State {
       log_values(rank, *v);
     } else if (const auto* h = std::get_if<wire::HistogramValue>(&ev)) {
       log_histogram(rank, *h);
+    } else if (const auto* m = std::get_if<wire::MediaValue>(&ev)) {
+      log_media(rank, *m);
     } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
       const std::uint32_t gid = r.keys[d->key].gid;
       if (d->reduce == Reduce::merge) {
         RunKeys::Kind& kind = names.kind(gid);
-        if (kind == RunKeys::Kind::scalar) {
+        if (kind != RunKeys::Kind::unset && kind != RunKeys::Kind::histogram) {
           const Error why{Errc::invalid_argument,
-                          "define_metric(" + quote(names[gid]) +
-                              ", Reduce::merge) refused: the key holds scalars, and merge is for histograms; "
+                          "define_metric(" + quote(names[gid]) + ", Reduce::merge) refused: the key holds " +
+                              std::string(kind_name(kind)) + ", and merge is for histograms; "
                               "declare the scalars with mean, sum, min, max or first, or log the histograms "
                               "under a key of their own"};
           sink.completed(rank, d->seq, &why);
@@ -342,10 +344,10 @@ struct Merger::State {
       return true;
     for (std::uint32_t i = 0; i < v.n; ++i) {
       const std::uint32_t gid = keys[v.key(i)].gid;
-      if (names.kind(gid) == RunKeys::Kind::histogram) {
+      if (names.kind(gid) != RunKeys::Kind::unset && names.kind(gid) != RunKeys::Kind::scalar) {
         why = {Errc::invalid_argument,
-               producer(rank, v.stream) + " logged a scalar under " + quote(names[gid]) +
-                   ", which holds histograms" +
+               producer(rank, v.stream) + " logged a scalar under " + quote(names[gid]) + ", which holds " +
+                   std::string(kind_name(names.kind(gid))) +
                    (names.reduction(gid) == Reduce::merge ? " (it is declared Reduce::merge)" : "") +
                    ": a key holds one kind; log the scalar under a key of its own"};
         return false;
@@ -359,6 +361,56 @@ struct Merger::State {
     return true;
   }
 
+  static std::string_view kind_name(RunKeys::Kind k) {
+    switch (k) {
+      case RunKeys::Kind::scalar: return "scalars";
+      case RunKeys::Kind::histogram: return "histograms";
+      case RunKeys::Kind::image: return "images";
+      case RunKeys::Kind::text: return "text";
+      case RunKeys::Kind::table: return "tables";
+      case RunKeys::Kind::unset: break;
+    }
+    return "nothing";
+  }
+
+  void log_media(int rank, const wire::MediaValue& m) {
+    Rank& r = ranks[rank];
+    const std::uint32_t gid = r.keys[m.key].gid;
+    const std::string& name = names[gid];
+    Media value;
+    (void)media::decode(m.body, value); // checked with its frame
+    const RunKeys::Kind want = value.kind == MediaKind::image  ? RunKeys::Kind::image
+                               : value.kind == MediaKind::text ? RunKeys::Kind::text
+                                                               : RunKeys::Kind::table;
+    std::int64_t step = m.step;
+    Error why;
+    RunKeys::Kind& kind = names.kind(gid);
+    const std::string what = std::string(value.kind == MediaKind::image ? "an image" : value.kind == MediaKind::text ? "text" : "a table") +
+                             " under " + quote(name);
+    if (kind != RunKeys::Kind::unset && kind != want) {
+      why = {Errc::invalid_argument, producer(rank, m.stream) + " logged " + what + ", which holds " +
+                                         std::string(kind_name(kind)) +
+                                         ": a key holds one kind; log it under a key of its own"};
+    } else if (place_call(rank, m.stream, m.step, [&] { return what; }, step, why)) {
+      kind = want;
+      PendingRow& row = pending.at(step);
+      row.ts_us = std::min(row.ts_us, m.ts_us);
+      const std::uint64_t sort = sort_key(gid, static_cast<std::uint32_t>(rank));
+      auto it = std::find_if(row.media.begin(), row.media.end(), [sort](const MediaEntry& e) { return e.sort == sort; });
+      if (it == row.media.end()) it = row.media.insert(row.media.end(), MediaEntry{sort, {}});
+      it->value = std::move(value);
+      sink.completed(rank, m.seq, nullptr);
+      return;
+    }
+    std::string json;
+    io::JsonWriter w(json);
+    w.begin_object().key(name).begin_object().key(to_string(value.kind)).begin_object();
+    w.key("format").string(value.format).key("bytes").uinteger(value.data.size()).end_object().end_object().end_object();
+    values_rejected += 1;
+    sink.refused(rank, m.seq, step, why, json, 1);
+    sink.completed(rank, m.seq, &why);
+  }
+
   void log_histogram(int rank, const wire::HistogramValue& h) {
     Rank& r = ranks[rank];
     const std::uint32_t gid = r.keys[h.key].gid;
@@ -366,10 +418,10 @@ struct Merger::State {
     std::int64_t step = h.step;
     Error why;
     RunKeys::Kind& kind = names.kind(gid);
-    if (kind == RunKeys::Kind::scalar) {
+    if (kind != RunKeys::Kind::unset && kind != RunKeys::Kind::histogram) {
       why = {Errc::invalid_argument, producer(rank, h.stream) + " logged a histogram under " + quote(name) +
-                                         ", which holds scalars: a key holds one kind; log the histogram under a "
-                                         "key of its own, such as " +
+                                         ", which holds " + std::string(kind_name(kind)) +
+                                         ": a key holds one kind; log the histogram under a key of its own, such as " +
                                          quote(name + "_hist")};
       return refuse_histogram(rank, h, step, why);
     }
@@ -583,6 +635,14 @@ struct Merger::State {
     }
     out.histograms.clear();
     if (!p.histograms.empty()) commit_histograms(p, order, by_order, one_rank);
+    out.media.clear();
+    if (!p.media.empty()) {
+      for (MediaEntry& e : p.media) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
+      std::sort(p.media.begin(), p.media.end(), [](const MediaEntry& a, const MediaEntry& b) { return a.sort < b.sort; });
+      for (const MediaEntry& e : p.media)
+        out.media.push_back({by_order[static_cast<std::uint32_t>(e.sort >> 32)],
+                             static_cast<std::int32_t>(static_cast<std::uint32_t>(e.sort)), &e.value});
+    }
     last_committed = p.step;
     ++rows_committed;
     sink.row(out);

@@ -55,7 +55,7 @@ public:
   Reduce& reduction(std::uint32_t gid) { return reduction_[gid]; }
   /// What a key holds: the first kind logged under it (or a Reduce::merge
   /// declaration: histograms) decides, for the whole run.
-  enum class Kind : std::uint8_t { unset, scalar, histogram };
+  enum class Kind : std::uint8_t { unset, scalar, histogram, image, text, table };
   Kind& kind(std::uint32_t gid) { return kind_[gid]; }
   /// How a key shows (define_metric's summary and step_metric).
   struct View {
@@ -158,6 +158,8 @@ public:
         for (std::uint32_t i = 0; ok && i < v->n; ++i) ok = known(v->key(i));
       } else if (const auto* h = std::get_if<wire::HistogramValue>(&ev)) {
         ok = streams.named(h->stream) && known(h->key);
+      } else if (const auto* m = std::get_if<wire::MediaValue>(&ev)) {
+        ok = streams.named(m->stream) && known(m->key);
       } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
         ok = streams.name(*st);
       } else if (const auto* d = std::get_if<wire::Define>(&ev)) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chorus/chorus.hpp>
+#include "runtime/core/media.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -97,12 +98,19 @@ struct HistogramEntry {
   Histogram value;
 };
 
+/// One rank's image, text or table in a pending row; `sort` as an Entry's.
+struct MediaEntry {
+  std::uint64_t sort;
+  Media value;
+};
+
 struct PendingRow {
   std::int64_t step = 0;
   std::int64_t ts_us = 0;
   std::vector<Entry> entries;
   bool repeats = false; // may hold a (key, rank) twice: the later entry is the one that counts
   std::vector<HistogramEntry> histograms; // one a (key, rank): a later one replaces it
+  std::vector<MediaEntry> media;          // likewise
 };
 
 /// The rows not committed yet: found by step in O(1), handed out lowest
@@ -127,6 +135,7 @@ public:
       row.entries.clear();
       row.repeats = false;
       row.histograms.clear();
+      row.media.clear();
       index_.insert(step, slot);
       steps_.push(step);
     }

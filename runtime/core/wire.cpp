@@ -141,6 +141,18 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       ev = h;
       return true;
     }
+    case Tag::media: {
+      MediaValue m{};
+      std::string_view body;
+      if (!in.get(m.seq) || !in.get(m.stream) || !in.get(m.step) || !in.get(m.ts_us) || !in.get(m.key) ||
+          !in.bytes(body))
+        return false;
+      if (m.stream > max_streams || !chorus::detail::media::valid(std::span<const char>(body.data(), body.size())))
+        return false;
+      m.body = std::span<const char>(body.data(), body.size());
+      ev = m;
+      return true;
+    }
     case Tag::stream_open:
     case Tag::stream_close: {
       Stream st{};

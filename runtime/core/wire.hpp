@@ -11,6 +11,7 @@
 
 #include <chorus/chorus.hpp>
 #include "runtime/core/histogram.hpp"
+#include "runtime/core/media.hpp"
 
 #include <bit>
 #include <cstdint>
@@ -67,6 +68,9 @@ enum class Tag : std::uint8_t {
   // ts_us, u32 key, u32 len, the histogram's encoding
   // (runtime/core/histogram.hpp).
   histogram = 15,
+  // An image, text or table (Run::log_image, log_text, log_table): as
+  // `histogram`, with the media's encoding (runtime/core/media.hpp).
+  media = 16,
 };
 
 /// In a histogram event: the step the stream logged at last (its first
@@ -212,6 +216,17 @@ public:
     detail::put(out_, static_cast<std::uint32_t>(chorus::detail::histogram::encoded_size(h)));
     chorus::detail::histogram::encode(h, out_);
   }
+  void media(std::uint64_t seq, std::uint32_t stream, std::int64_t step, std::int64_t ts_us, std::uint32_t key,
+             const chorus::detail::Media& m) {
+    begin(Tag::media);
+    detail::put(out_, seq);
+    detail::put(out_, stream);
+    detail::put(out_, step);
+    detail::put(out_, ts_us);
+    detail::put(out_, key);
+    detail::put(out_, static_cast<std::uint32_t>(chorus::detail::media::encoded_size(m)));
+    chorus::detail::media::encode(m, out_);
+  }
   void metric_view(std::uint64_t seq, std::uint32_t key, std::uint8_t summary, std::uint32_t step_key) {
     begin(Tag::metric_view);
     detail::put(out_, seq);
@@ -321,6 +336,15 @@ struct HistogramValue {
   std::uint32_t key;
   std::span<const char> body;
 };
+/// An image, text or table of one key; `body` is its encoding, checked.
+struct MediaValue {
+  std::uint64_t seq;
+  std::uint32_t stream;
+  std::int64_t step;
+  std::int64_t ts_us;
+  std::uint32_t key;
+  std::span<const char> body;
+};
 /// A writer stream opening (`open`) or closing.
 struct Stream {
   std::uint64_t seq;
@@ -328,7 +352,8 @@ struct Stream {
   bool open;
 };
 using RankEvent =
-    std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream, Refused, MetricView, HistogramValue>;
+    std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream, Refused, MetricView, HistogramValue,
+                 MediaValue>;
 
 struct RunStart {
   std::int64_t ts_us;

@@ -67,7 +67,8 @@ std::vector<char> encode(std::uint32_t rank, const std::vector<Ev>& events) {
       case w::Tag::finish_ended:
       case w::Tag::refused:
       case w::Tag::metric_view:
-      case w::Tag::histogram: break; // not in the model's events (merger_histogram_test has histograms)
+      case w::Tag::histogram:
+      case w::Tag::media: break; // not in the model's events (merger_histogram_test, e2e_media_test have them)
     }
   }
   return out;
@@ -300,7 +301,8 @@ private:
       case w::Tag::finish_ended:
       case w::Tag::refused:
       case w::Tag::metric_view:
-      case w::Tag::histogram: break;
+      case w::Tag::histogram:
+      case w::Tag::media: break;
     }
   }
 

@@ -351,11 +351,12 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       std::vector<std::int32_t> exit_codes, got_codes;
       std::vector<std::uint32_t> streams, got_streams; // of values and stream events, in order
       std::vector<Histogram> histograms, got_histograms;
+      std::vector<std::string> media, got_media; // the data of each media event
       {
         w::BatchWriter b(out, rank);
         const int n = static_cast<int>(rng() % 12);
         for (int i = 0; i < n; ++i) {
-          const auto tag = static_cast<std::uint8_t>(1 + rng() % 15);
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 16);
           const auto stream = static_cast<std::uint32_t>(1 + rng() % w::max_streams);
           const std::uint64_t seq = rng();
           switch (static_cast<w::Tag>(tag)) {
@@ -410,6 +411,18 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
                           static_cast<std::uint32_t>(rng()), h);
               break;
             }
+            case w::Tag::media: {
+              chorus::detail::Media m;
+              m.kind = chorus::detail::MediaKind::text;
+              m.format = "md";
+              m.caption = std::string(seq % 20, 'c');
+              m.data.assign(seq % 300, 't');
+              media.push_back(std::string(m.data.begin(), m.data.end()));
+              streams.push_back(0);
+              b.media(seq, 0, static_cast<std::int64_t>(rng()), static_cast<std::int64_t>(rng()),
+                      static_cast<std::uint32_t>(rng()), m);
+              break;
+            }
           }
           // A failed or ended finish decodes as a Finish carrying its code.
           if (tag == 7 || tag == 8)
@@ -424,6 +437,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
                               : tag == 13            ? 9
                               : tag == 14            ? 10
                               : tag == 15            ? 11
+                              : tag == 16            ? 12
                                                      : tag;
           expect.emplace_back(decoded, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
         }
@@ -447,6 +461,12 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.code);
               if constexpr (std::is_same_v<T, w::Stream>) got_streams.push_back(x.id);
               if constexpr (std::is_same_v<T, w::Values>) got_streams.push_back(x.stream);
+              if constexpr (std::is_same_v<T, w::MediaValue>) {
+                got_streams.push_back(x.stream);
+                chorus::detail::Media m;
+                BOOST_TEST(chorus::detail::media::decode(x.body, m));
+                got_media.emplace_back(m.data.begin(), m.data.end());
+              }
               if constexpr (std::is_same_v<T, w::HistogramValue>) {
                 got_streams.push_back(x.stream);
                 BOOST_TEST(chorus::detail::histogram::decode(x.body, got_histograms.emplace_back()));
@@ -465,6 +485,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       BOOST_TEST((got_codes == exit_codes));
       BOOST_TEST((got_streams == streams));
       BOOST_TEST((got_histograms == histograms));
+      BOOST_TEST((got_media == media));
     }
   }
 }

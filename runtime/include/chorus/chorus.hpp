@@ -289,6 +289,59 @@ private:
   double max_ = 0;
 };
 
+/// An image for `Run::log_image`: pixels, which chorus encodes to PNG off
+/// the calling thread, or the bytes of a PNG or JPEG file, kept as they are;
+/// and an optional caption. A view: `log_image` copies what it needs before
+/// it returns, so the pixels or bytes need only live until then.
+class Image {
+public:
+  /// Pixels in rows, each pixel's channels together (HWC): 1 channel
+  /// (grey), 3 (RGB) or 4 (RGBA); `pixels.size()` is height x width x
+  /// channels. Floats are taken in [0, 1] (clamped; NaN reads 0).
+  static Image from_pixels(std::span<const std::uint8_t> pixels, int height, int width, int channels,
+                           std::string_view caption = {}) noexcept {
+    Image i;
+    i.u8_ = pixels;
+    i.height_ = height;
+    i.width_ = width;
+    i.channels_ = channels;
+    i.caption_ = caption;
+    return i;
+  }
+  static Image from_pixels(std::span<const float> pixels, int height, int width, int channels,
+                           std::string_view caption = {}) noexcept {
+    Image i;
+    i.f32_ = pixels;
+    i.height_ = height;
+    i.width_ = width;
+    i.channels_ = channels;
+    i.caption_ = caption;
+    return i;
+  }
+  /// The whole of a PNG or JPEG file (its signature says which).
+  static Image from_file_bytes(std::span<const char> bytes, std::string_view caption = {}) noexcept {
+    Image i;
+    i.file_ = bytes;
+    i.caption_ = caption;
+    return i;
+  }
+
+  [[nodiscard]] std::span<const std::uint8_t> u8() const noexcept { return u8_; }
+  [[nodiscard]] std::span<const float> f32() const noexcept { return f32_; }
+  [[nodiscard]] std::span<const char> file_bytes() const noexcept { return file_; }
+  [[nodiscard]] int height() const noexcept { return height_; }
+  [[nodiscard]] int width() const noexcept { return width_; }
+  [[nodiscard]] int channels() const noexcept { return channels_; }
+  [[nodiscard]] std::string_view caption() const noexcept { return caption_; }
+
+private:
+  std::span<const std::uint8_t> u8_;
+  std::span<const float> f32_;
+  std::span<const char> file_;
+  int height_ = 0, width_ = 0, channels_ = 0;
+  std::string_view caption_;
+};
+
 /// One key of a run's config or summary.
 struct Field {
   std::string_view key;
@@ -801,6 +854,24 @@ public:
   Pending log_histogram(std::string_view key, std::span<const float> values, const LogOptions& opts = {}) noexcept;
   /// Logs a histogram built ahead (say over many batches, with `add` and `merge`).
   Pending log_histogram(std::string_view key, const Histogram& histogram, const LogOptions& opts = {}) noexcept;
+
+  /// Logs an image under `key` at the step a `log` call with these options
+  /// would take (README, "Images, text and tables"). Pixels are copied on
+  /// the calling thread and encoded to PNG (libpng) on a chorus thread; PNG
+  /// and JPEG bytes are kept as they are. The ticket completes once the
+  /// image is durable in the run's WAL; the run directory holds it as a file
+  /// under media/, listed in media.jsonl. A wrong shape, an empty image, a
+  /// side over 16,384 pixels, a file over 64 MiB, bytes that are neither PNG
+  /// nor JPEG, and a key that holds another kind are errors on the ticket,
+  /// and nothing of the call is kept.
+  Pending log_image(std::string_view key, const Image& image, const LogOptions& opts = {}) noexcept;
+  /// Logs text (markdown) under `key`, at most 64 MiB, as log_image does.
+  Pending log_text(std::string_view key, std::string_view text, const LogOptions& opts = {}) noexcept;
+  /// Logs a table under `key`: named columns, rows of numbers, strings,
+  /// booleans or nulls (W&B's Table), each row as long as `columns`; a
+  /// ragged row is an error on the ticket. As log_image does.
+  Pending log_table(std::string_view key, std::span<const std::string> columns,
+                    std::span<const std::vector<Value>> rows, const LogOptions& opts = {}) noexcept;
 
   /// A new ordered stream for one producer of this rank (see `Writer`). At
   /// most 4096 writers are open at once in a process; past that (or after
