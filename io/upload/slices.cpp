@@ -5,12 +5,15 @@
 
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
+#include "io/store/histogram_log.hpp"
+#include "io/store/history_row.hpp"
 
 #include <simdjson.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
+#include <limits>
 #include <sys/stat.h>
 
 namespace chorus::io {
@@ -23,6 +26,7 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   const Result<int> opened = detail::open_regular(path, O_RDONLY, /*missing_ok=*/true);
   if (!opened) return opened.error();
   const int fd = *opened;
+  out.to_end = fd < 0;
   if (fd < 0) return {};
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -42,6 +46,7 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   // first read that holds a newline, and of the reads before it.
   LineReader lines(fd, path, from, {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = 0, .end = size});
   std::vector<std::size_t> starts;
+  out.to_end = false;
   for (std::string_view line;;) {
     if (lines.cursor() != from && lines.read_to() - from.bytes >= max_bytes && !lines.holds_line()) break;
     const LineReader::Next next = lines.next(line);
@@ -50,7 +55,10 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
       out.after.clear();
       return lines.error();
     }
-    if (next != LineReader::Next::line) break;
+    if (next != LineReader::Next::line) {
+      out.to_end = true;
+      break;
+    }
     if (line.empty()) continue; // not a record (and not counted as one by anybody)
     starts.push_back(out.buf.size());
     out.buf.append(line).push_back('\n');
@@ -63,8 +71,8 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   return {};
 }
 
-Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t read_bytes) {
-  if (!slice.lines.empty()) {
+Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after) {
+  if (!slice.lines.empty() && read_at >= fresh_after) {
     const auto& after = slice.after;
     std::size_t i = 0;
     if (at != from) {
@@ -79,7 +87,58 @@ Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t
   }
   from = at;
   next = 0;
+  steps.clear();
+  read_at = std::chrono::steady_clock::now();
   return read_lines(path, at, read_bytes, slice);
+}
+
+void detail::KeptSlice::index_steps(bool histograms) {
+  if (steps.size() == slice.lines.size()) return;
+  steps.clear();
+  simdjson::dom::parser parser;
+  for (const std::string_view line : slice.lines) {
+    std::int64_t step = no_step;
+    simdjson::dom::element doc;
+    simdjson::dom::object row;
+    if (parser.parse(line.data(), line.size()).get(doc) == simdjson::SUCCESS) {
+      if (histograms) {
+        if (const Result<HistogramLine> h = read_histogram_line(doc)) step = h->step;
+      } else if (doc.get(row) == simdjson::SUCCESS) {
+        if (const HistoryRow r(row); r) step = r.step();
+      }
+    }
+    steps.push_back(step);
+  }
+}
+
+detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice& histograms,
+                                       std::optional<SteadyTime> ended_at) {
+  constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min(), all = std::numeric_limits<std::int64_t>::max();
+  const auto last = [](const KeptSlice& k) {
+    for (std::size_t i = k.steps.size(); i-- > 0;)
+      if (k.steps[i] != KeptSlice::no_step) return k.steps[i];
+    return none;
+  };
+  const auto read_whole = [&](const KeptSlice& k) { return k.slice.to_end && ended_at && k.read_at >= *ended_at; };
+  const std::int64_t last_history = last(history), last_histograms = last(histograms);
+  // The steps before the last one in a file are whole in it (it is in step
+  // order), and so is the last one of history.jsonl (a row a step); read to
+  // the end after history.jsonl, histograms.jsonl holds every histogram of
+  // the rows read, and read to the end of a run that ended, all there is.
+  const std::int64_t below_last_histograms = last_histograms == none ? none : last_histograms - 1;
+  std::int64_t in_histograms = histograms.slice.to_end ? all : below_last_histograms;
+  // A step whose histograms fill a whole slice goes in parts: no slice holds more of it.
+  if (!histograms.slice.to_end && histograms.next == 0 && !histograms.steps.empty() &&
+      histograms.steps.front() == last_histograms)
+    in_histograms = last_histograms;
+  const std::int64_t in_history = read_whole(history) ? all : std::max(last_history, below_last_histograms);
+  const std::int64_t through = std::min(in_history, in_histograms);
+  const auto prefix = [through](const KeptSlice& k) {
+    std::size_t n = 0;
+    for (std::size_t i = k.next; i < k.steps.size() && k.steps[i] <= through; ++i) ++n;
+    return n;
+  };
+  return {prefix(history), prefix(histograms)};
 }
 
 void detail::read_artifacts(std::span<const std::string_view> lines, std::vector<ArtifactEntry>& out) {

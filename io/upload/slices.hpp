@@ -5,6 +5,7 @@
 
 #include "io/upload/upload.hpp"
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,13 +20,37 @@ struct KeptSlice {
   LineSlice slice;
   Cursor from;          // where the slice starts in the file
   std::size_t next = 0; // its first line not consumed
+  SteadyTime read_at{}; // when the slice was read
+  /// Each line's step, once index_steps() ran (no_step: a line that has none).
+  std::vector<std::int64_t> steps;
+  static constexpr std::int64_t no_step = -1;
 
   /// The slice from `at`: what is left of the kept one when `at` is the
-  /// start of one of its lines and at least half of `read_bytes` is left.
-  [[nodiscard]] Error refresh(const std::string& path, Cursor at, std::size_t read_bytes);
+  /// start of one of its lines, at least half of `read_bytes` is left, and
+  /// it was read no earlier than `fresh_after`.
+  [[nodiscard]] Error refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after = {});
   [[nodiscard]] std::span<const std::string_view> lines() const { return std::span(slice.lines).subspan(next); }
   [[nodiscard]] std::span<const Cursor> after() const { return std::span(slice.after).subspan(next); }
+  /// Reads each line's step (history.jsonl's rows, or histograms.jsonl's
+  /// lines), once per slice read.
+  void index_steps(bool histograms);
 };
+
+/// How many lines of each slice, from its first not consumed, belong to
+/// steps that history.jsonl and histograms.jsonl are both known to hold
+/// whole (HistogramUse::by_step), both slices indexed (index_steps) and
+/// `histograms` read no earlier than `history`. A step is whole once a
+/// later step is in the other file, or a slice read to the file's end says
+/// no more of it can come: the run host writes a step's histograms before
+/// its row. `ended_at`: when the run was first seen ended, if it was
+/// (nothing more comes, so a slice read to the end after it is all there is).
+/// A step whose histograms fill a slice read from its first line goes in
+/// parts, so that an upload never holds more than a slice.
+struct WholeSteps {
+  std::size_t history = 0, histograms = 0;
+};
+[[nodiscard]] WholeSteps whole_steps(const KeptSlice& history, const KeptSlice& histograms,
+                                     std::optional<SteadyTime> ended_at);
 
 /// The entries of artifacts.jsonl lines; a malformed line is an entry
 /// without a name, which a backend skips.

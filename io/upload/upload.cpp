@@ -37,7 +37,8 @@ struct Uploader::Impl {
   bool resume_checked = false; // whether a delivered end was checked against a resumed run
   std::string stop_reason;
 
-  detail::KeptSlice history, system;
+  detail::KeptSlice history, system, histograms;
+  std::optional<SteadyTime> ended_at; // when run.json was first seen to hold the run's end
   LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
   std::string config, summary;
@@ -78,6 +79,19 @@ struct Uploader::Impl {
   Error read_parts() {
     if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes)) return e;
     if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
+    const HistogramUse use = backend->histograms();
+    if (use != HistogramUse::none) {
+      // By step, histograms.jsonl is read anew each time, after history.jsonl:
+      // what it holds then says which of the rows read are whole (whole_steps).
+      const bool by_step = use == HistogramUse::by_step;
+      if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes,
+                                       by_step ? SteadyTime::max() : SteadyTime{}))
+        return e;
+      if (by_step) {
+        history.index_steps(false);
+        histograms.index_steps(true);
+      }
+    }
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
     Result<std::string> c = detail::read_text(dir + "/config.json", true);
@@ -109,14 +123,30 @@ struct Uploader::Impl {
     b.system = system.lines();
     b.history_from = st.history;
     b.system_from = st.system;
+    b.histograms_from = st.histograms;
     b.history_after = history.after();
     b.system_after = system.after();
+    const HistogramUse use = backend->histograms();
+    if (use != HistogramUse::none) {
+      b.histograms = histograms.lines();
+      b.histograms_after = histograms.after();
+    }
+    bool left_out = false; // lines of steps not yet whole
+    if (use == HistogramUse::by_step) {
+      const detail::WholeSteps whole = detail::whole_steps(history, histograms, ended_at);
+      left_out = whole.history < b.history.size() || whole.histograms < b.histograms.size();
+      b.history = b.history.first(whole.history);
+      b.history_after = b.history_after.first(whole.history);
+      b.histograms = b.histograms.first(whole.histograms);
+      b.histograms_after = b.histograms_after.first(whole.histograms);
+    }
     b.artifacts = entries;
     const bool config_changed = !config.empty() && delivered_digest(config) != st.config_sent;
     if (config_changed) b.config = &config;
-    const bool rest_empty = b.history.empty() && b.system.empty() && b.artifacts.empty() && !config_changed;
+    const bool rest_empty =
+        b.history.empty() && b.system.empty() && b.histograms.empty() && b.artifacts.empty() && !config_changed;
     const bool summary_changed = !summary.empty() && delivered_digest(summary) != st.summary_sent;
-    b.final = run.ended && rest_empty;
+    b.final = run.ended && rest_empty && !left_out;
     if (summary_changed && (backend->live_summary() || b.final)) b.summary = &summary;
     if (rest_empty && !b.summary && !b.final) return std::nullopt;
     return b;
@@ -127,6 +157,8 @@ struct Uploader::Impl {
     bool moved = false;
     if (sent.history > 0) st.history = b.history_after[sent.history - 1], moved = true;
     if (sent.system > 0) st.system = b.system_after[sent.system - 1], moved = true;
+    if (sent.histograms > 0) st.histograms = b.histograms_after[sent.histograms - 1], moved = true;
+    st.histogram_rows += sent.histogram_rows;
     if (sent.artifacts > 0) st.artifacts = artifacts.after[sent.artifacts - 1], moved = true;
     if (sent.config) st.config_sent = delivered_digest(config), moved = true;
     if (sent.summary) st.summary_sent = delivered_digest(summary), moved = true;
@@ -197,6 +229,8 @@ struct Uploader::Impl {
       }
       auto run = RunSnapshot::read(dir);
       if (!run) return stop(p, run.error().message());
+      if (!run->ended) ended_at.reset();
+      else if (!ended_at) ended_at = now;
       Sent sent;
       if (!remote_open) {
         sent = backend->open(*run, st);
@@ -282,7 +316,10 @@ std::uint64_t Uploader::points_pending() const { return io::points_pending(impl_
 
 std::uint64_t Uploader::bytes_pending() const {
   std::uint64_t n = 0;
-  for (auto [file, cursor] : {std::pair{"/history.jsonl", impl_->st.history}, std::pair{"/system.jsonl", impl_->st.system}}) {
+  const bool histograms = impl_->backend && impl_->backend->histograms() != HistogramUse::none;
+  for (auto [file, cursor] : {std::pair{"/history.jsonl", impl_->st.history}, std::pair{"/system.jsonl", impl_->st.system},
+                              std::pair{"/histograms.jsonl", impl_->st.histograms}}) {
+    if (!histograms && std::string_view(file) == "/histograms.jsonl") continue;
     struct stat sb {};
     if (::stat((impl_->dir + file).c_str(), &sb) == 0 && static_cast<std::uint64_t>(sb.st_size) > cursor.bytes)
       n += static_cast<std::uint64_t>(sb.st_size) - cursor.bytes;

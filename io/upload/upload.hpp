@@ -1,8 +1,8 @@
 // Uploading a run directory to a tracking server (README, "Uploading to MLflow and W&B").
 //
 // The run directory is the only source: the Uploader reads the committed
-// files (history.jsonl, system.jsonl, config.json, summary.json,
-// artifacts.jsonl, run.json) from where the target's offsets say it stopped,
+// files (history.jsonl, system.jsonl, histograms.jsonl, config.json,
+// summary.json, artifacts.jsonl, run.json) from where the target's offsets say it stopped,
 // a bounded slice at a time. So a server that is down costs disk, not
 // memory, and the live upload (the Uploader actor on the run host) and
 // `chorus sync` are the same code resuming from the same offsets, kept in
@@ -55,6 +55,7 @@ struct LineSlice {
   std::string buf;
   std::vector<std::string_view> lines; // without '\n'
   std::vector<Cursor> after;           // after[i]: the cursor just past lines[i]
+  bool to_end = false; // every complete line the file held was read (not cut at max_bytes)
 };
 [[nodiscard]] Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out);
 
@@ -65,10 +66,13 @@ struct UploadState {
   std::string remote_run;  // MLflow run id / W&B run name
   std::string experiment;  // MLflow experiment id
   std::string entity, project; // W&B, as the server named them
-  Cursor history, system, artifacts;
+  Cursor history, system, artifacts, histograms;
   // Values of the next history/system line already delivered, when one line
   // holds more values than one request takes.
   std::uint64_t history_part = 0, system_part = 0;
+  // W&B: the rows of its history holding a step's histograms only (its
+  // history line for history.jsonl's line N is N + those before it).
+  std::uint64_t histogram_rows = 0;
   std::string config_sent;  // digest of config.json as delivered ("" = never)
   std::string summary_sent; // digest of summary.json as delivered
   // The end state once delivered ("finished", ...), and the attempt it
@@ -125,13 +129,24 @@ struct ArtifactEntry {
 /// The targets a run has offsets for: (target id, path of its upload/<id>.json).
 [[nodiscard]] std::vector<std::pair<std::string, std::string>> upload_targets(const std::string& run_dir);
 
+/// What a backend does with histograms.jsonl (Backend::histograms).
+enum class HistogramUse {
+  none,  // not read: its Batches hold no histograms
+  apart, // its lines as they come, apart from the history rows (MLflow)
+  // Whole steps only: a Batch holds the history rows and histogram lines of
+  // the steps both files are known to hold whole, so that the backend can
+  // send a step's row and histograms as one (W&B).
+  by_step,
+};
+
 /// What the run directory holds beyond the target's offsets (one slice).
 struct Batch {
   std::span<const std::string_view> history; // history.jsonl lines
   std::span<const std::string_view> system;  // system.jsonl lines
+  std::span<const std::string_view> histograms; // histograms.jsonl lines (none for HistogramUse::none)
   // Where the slices start, and the cursor just past each line.
-  Cursor history_from, system_from;
-  std::span<const Cursor> history_after, system_after;
+  Cursor history_from, system_from, histograms_from;
+  std::span<const Cursor> history_after, system_after, histograms_after;
   const std::string* config = nullptr;       // config.json, if it changed since delivered
   const std::string* summary = nullptr;      // summary.json, if it changed
   std::span<const ArtifactEntry> artifacts;
@@ -142,7 +157,8 @@ struct Batch {
 /// consumed (a prefix: delivered, or refused and reported in `refused`).
 struct Sent {
   Delivery delivery = Delivery::ok;
-  std::size_t history = 0, system = 0, artifacts = 0;
+  std::size_t history = 0, system = 0, artifacts = 0, histograms = 0;
+  std::uint64_t histogram_rows = 0;  // W&B: rows of histograms only among them (UploadState::histogram_rows)
   bool config = false, summary = false, final = false;
   std::uint64_t points = 0;          // values delivered
   std::vector<std::string> refused;  // JSON lines for upload/<id>.refused.jsonl
@@ -167,6 +183,9 @@ public:
   virtual Sent send(const RunSnapshot& run, const Batch& batch, UploadState& state) = 0;
   /// Whether summary.json goes up while the run trains (W&B), or only with the end state (MLflow).
   [[nodiscard]] virtual bool live_summary() const noexcept { return true; }
+  /// Whether and how it takes histograms.jsonl; one that takes it consumes
+  /// its lines through Sent::histograms.
+  [[nodiscard]] virtual HistogramUse histograms() const noexcept { return HistogramUse::none; }
 };
 
 struct UploadSettings {
@@ -225,8 +244,9 @@ public:
   [[nodiscard]] const UploadState& state() const noexcept;
   /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.
   [[nodiscard]] std::uint64_t points_pending() const;
-  /// Bytes of history.jsonl and system.jsonl not yet delivered: two stat()s,
-  /// cheap however far behind the upload is.
+  /// Bytes of history.jsonl and system.jsonl (and histograms.jsonl, for a
+  /// backend that takes it) not yet delivered: a stat() each, cheap however
+  /// far behind the upload is.
   [[nodiscard]] std::uint64_t bytes_pending() const;
   [[nodiscard]] const UploadTarget& target() const noexcept;
   [[nodiscard]] std::string state_path() const;
