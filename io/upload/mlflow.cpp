@@ -7,7 +7,8 @@
 //           made, whose tags say what the server has;
 //   send    config → params (100 a request), history and system lines →
 //           log-batch (io/upload/mlflow_points.hpp: 999 metrics and a slot tag a
-//           request, several in flight at once), artifacts → the artifact
+//           request, several in flight at once), histograms → an artifact
+//           each and their quantiles as metrics, artifacts → the artifact
 //           store (streamed from disk), summary → tags, the end state →
 //           runs/update.
 //
@@ -43,14 +44,23 @@ Sent MlflowBackend::send(const RunSnapshot& run, const Batch& b, UploadState& st
   if (b.config) {
     Sent s = send_config(*b.config, st);
     if (s.delivery != Delivery::ok || !s.config) return s;
-    if (b.history.empty() && b.system.empty() && b.artifacts.empty() && !b.summary && !b.final) return s;
-    Sent rest = send(run, Batch{b.history, b.system, b.history_from, b.system_from, b.history_after, b.system_after,
-                                nullptr, b.summary, b.artifacts, b.final},
-                     st);
-    rest.config = true;
-    return rest;
+    if (b.history.empty() && b.system.empty() && b.histograms.empty() && b.artifacts.empty() && !b.summary && !b.final)
+      return s;
+    Batch rest = b;
+    rest.config = nullptr;
+    Sent sent = send(run, rest, st);
+    sent.config = true;
+    return sent;
   }
-  if (!b.history.empty() || !b.system.empty()) return points_.send(b, st);
+  const bool values = !b.history.empty() || !b.system.empty();
+  if (!b.histograms.empty() && (!values || histograms_turn_)) {
+    histograms_turn_ = false;
+    return send_histograms(b, st);
+  }
+  if (values) {
+    histograms_turn_ = true;
+    return points_.send(b, st);
+  }
   if (!b.artifacts.empty()) return send_artifact(run, b.artifacts.front(), st);
   Sent s;
   if (b.summary) {

@@ -1,17 +1,80 @@
-// The MLflow backend's artifacts (io/upload/mlflow_backend.hpp): each file
-// of artifacts.jsonl streamed from disk to the server's proxied artifact
-// store, one a call.
+// The MLflow backend's artifacts and histograms (io/upload/mlflow_backend.hpp):
+// each file of artifacts.jsonl streamed from disk to the server's proxied
+// artifact store, one a call; each line of histograms.jsonl as an artifact
+// (histograms/<column>/step_<step>.json) and its quantiles as metrics
+// (<column>/p50, /p90, /p99), a few lines a call (docs/UPLOADS.md).
+//
+// Exactly once: an artifact PUT again replaces the file with the same
+// bytes. The quantiles go in one log-batch at a time, whose tag
+// chorus.upload.histograms records how far histograms.jsonl is delivered
+// with it: after a lost answer, or on taking up the run again, the run's
+// tags say whether that log-batch was stored.
+#include "io/store/histogram_log.hpp"
 #include "io/upload/mlflow_backend.hpp"
+#include "runtime/core/json.hpp"
+
+#include <cfloat>
+#include <charconv>
+#include <cmath>
 
 namespace chorus::io::detail {
+namespace {
 
-Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st) {
-  Sent s;
-  if (a.name.empty() || a.name.find("..") != std::string::npos) {
-    s.artifacts = 1;
-    s.refused.push_back("{\"part\":\"artifacts\",\"why\":\"an artifacts.jsonl line without a valid name\"}");
-    return s;
+constexpr const char* histograms_tag = "chorus.upload.histograms"; // "<lines>.<bytes>" of histograms.jsonl
+constexpr std::size_t histograms_a_call = 8;
+constexpr std::pair<double, std::string_view> quantiles[] = {{0.5, "/p50"}, {0.9, "/p90"}, {0.99, "/p99"}};
+
+std::string encode_cursor(const Cursor& c) { return std::to_string(c.lines) + "." + std::to_string(c.bytes); }
+
+std::optional<Cursor> decode_cursor(std::string_view v) {
+  Cursor c;
+  const char* end = v.data() + v.size();
+  auto r = std::from_chars(v.data(), end, c.lines);
+  if (r.ec != std::errc() || r.ptr == end || *r.ptr != '.') return std::nullopt;
+  r = std::from_chars(r.ptr + 1, end, c.bytes);
+  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
+  return c;
+}
+
+/// How far histograms.jsonl is delivered, as the run's tags (a runs/get answer) say.
+std::optional<Cursor> histograms_stored(simdjson::dom::element run) {
+  simdjson::dom::array tags;
+  if (run["run"]["data"]["tags"].get(tags) != simdjson::SUCCESS) return std::nullopt;
+  for (auto t : tags) {
+    std::string_view k, v;
+    if (t["key"].get(k) == simdjson::SUCCESS && k == histograms_tag && t["value"].get(v) == simdjson::SUCCESS)
+      return decode_cursor(v);
   }
+  return std::nullopt;
+}
+
+/// A bucket's bound as JSON takes it: the outermost buckets reach past the doubles.
+double finite_bound(double b) { return std::clamp(b, -DBL_MAX, DBL_MAX); }
+
+/// The artifact of one histogram (docs/UPLOADS.md).
+std::string histogram_artifact(const HistogramLine& line, const std::string& column) {
+  const Histogram& h = line.value;
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object().key("step").integer(line.step).key("timestamp").number(line.timestamp);
+  w.key("column").string(column).key("count").uinteger(h.count()).key("sum").number(h.sum());
+  const bool finite = h.finite_count() != 0;
+  w.key("min");
+  finite ? w.number(h.min()) : w.null();
+  w.key("max");
+  finite ? w.number(h.max()) : w.null();
+  w.key("nan").uinteger(h.nan_count()).key("inf").uinteger(h.pos_inf_count()).key("-inf").uinteger(h.neg_inf_count());
+  w.key("buckets").begin_array();
+  for (const Histogram::Bucket& b : h.buckets())
+    w.begin_array().number(finite_bound(b.lo)).number(finite_bound(b.hi)).uinteger(b.count).end_array();
+  w.end_array().end_object();
+  out.push_back('\n');
+  return out;
+}
+
+} // namespace
+
+std::string MlflowBackend::artifact_url(const UploadState& st, std::string_view name) const {
   // artifact_uri is mlflow-artifacts:/<experiment>/<run>/artifacts (the server's proxied store).
   std::string path;
   constexpr std::string_view proxied = "mlflow-artifacts:";
@@ -21,18 +84,35 @@ Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a
   } else {
     path = st.experiment + "/" + st.remote_run + "/artifacts";
   }
-  HttpRequest req;
-  req.method = "PUT";
-  std::string encoded;
+  std::string url = target_.base_url + "/api/2.0/mlflow-artifacts/artifacts/" + path;
   std::size_t start = 0;
-  while (start <= a.name.size()) {
-    std::size_t slash = a.name.find('/', start);
-    if (slash == std::string::npos) slash = a.name.size();
-    if (!encoded.empty()) encoded += '/';
-    encoded += url_encode(std::string_view(a.name).substr(start, slash - start));
+  while (start <= name.size()) {
+    std::size_t slash = name.find('/', start);
+    if (slash == std::string::npos) slash = name.size();
+    url += '/';
+    url += url_encode(name.substr(start, slash - start));
     start = slash + 1;
   }
-  req.url = target_.base_url + "/api/2.0/mlflow-artifacts/artifacts/" + path + "/" + encoded;
+  return url;
+}
+
+Sent MlflowBackend::stored_artifact(const HttpResponse& r, const std::string& name) {
+  if (r.ok()) return {};
+  Sent f = failed(r, "storing artifact " + name);
+  if (r.status == 404 || r.status == 501) f.message += " (start the server with --serve-artifacts / --artifacts-destination)";
+  return f;
+}
+
+Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st) {
+  Sent s;
+  if (a.name.empty() || a.name.find("..") != std::string::npos) {
+    s.artifacts = 1;
+    s.refused.push_back("{\"part\":\"artifacts\",\"why\":\"an artifacts.jsonl line without a valid name\"}");
+    return s;
+  }
+  HttpRequest req;
+  req.method = "PUT";
+  req.url = artifact_url(st, a.name);
   req.upload_file = run.dir + "/artifacts/" + a.name;
   add_credentials(req);
   HttpResponse r = perform_capped(http_, req, std::chrono::milliseconds(600'000));
@@ -42,13 +122,108 @@ Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a
     s.message = "MLflow artifact " + a.name + ": " + r.transport_error;
     return s;
   }
-  if (!r.ok()) {
-    Sent f = failed(r, "storing artifact " + a.name);
-    if (r.status == 404 || r.status == 501)
-      f.message += " (start the server with --serve-artifacts / --artifacts-destination)";
-    return f;
-  }
+  if (Sent f = stored_artifact(r, a.name); f.delivery != Delivery::ok) return f;
   s.artifacts = 1;
+  return s;
+}
+
+void MlflowBackend::take_up_histograms(simdjson::dom::element run, UploadState& st) {
+  // The server stored a log-batch whose answer was lost (or the offsets file is new): take its word.
+  if (const std::optional<Cursor> stored = histograms_stored(run); stored && stored->bytes > st.histograms.bytes)
+    st.histograms = *stored;
+}
+
+Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
+  Sent s;
+  if (histograms_uncertain_) {
+    HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {});
+    if (!r.ok()) return failed(r, "reading run " + st.remote_run + " back");
+    simdjson::dom::element doc;
+    if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS) return refused("runs/get answered something that is not JSON");
+    histograms_uncertain_ = false;
+    if (const std::optional<Cursor> stored = histograms_stored(doc); stored && stored->bytes > b.histograms_from.bytes) {
+      for (std::size_t i = 0; i < b.histograms_after.size(); ++i) {
+        if (b.histograms_after[i] != *stored) continue;
+        s.histograms = i + 1; // the log-batch whose answer was lost was stored, with its artifacts before it
+        return s;
+      }
+    }
+  }
+  // One line a call after a refusal, until past the lines of the refused log-batch.
+  const std::size_t most = st.histograms.bytes < one_by_one_until_.bytes ? 1 : histograms_a_call;
+  std::string body;
+  JsonWriter w(body);
+  w.begin_object().key("run_id").string(st.remote_run).key("metrics").begin_array();
+  std::vector<HttpRequest> puts;
+  std::vector<std::string> names;
+  std::vector<std::string> metrics; // "<key>\n<step>\n<value>", for the refused file
+  std::size_t n = 0;
+  for (; n < b.histograms.size() && n < most; ++n) {
+    simdjson::dom::element doc;
+    const std::string_view text = b.histograms[n];
+    Result<HistogramLine> line = Error(Errc::invalid_argument, "a histograms.jsonl line that is not JSON");
+    if (parser_.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) line = read_histogram_line(doc);
+    if (!line) {
+      std::string bad = "{\"part\":\"histograms\",\"line\":" + std::to_string(b.histograms_from.lines + n) + ",\"why\":";
+      append_json_string(bad, line.error().message());
+      s.refused.push_back(bad + "}");
+      continue;
+    }
+    const std::string column = map_key(line->column());
+    names.push_back("histograms/" + column + "/step_" + std::to_string(line->step) + ".json");
+    HttpRequest& put = puts.emplace_back();
+    put.method = "PUT";
+    put.url = artifact_url(st, names.back());
+    put.body = histogram_artifact(*line, line->column());
+    put.headers.emplace_back("Content-Type: application/json");
+    add_credentials(put);
+    const Histogram& h = line->value;
+    if (h.count() == h.nan_count()) continue; // no value to rank
+    const auto ts = static_cast<std::int64_t>(std::llround(line->timestamp * 1000.0));
+    for (const auto& [q, suffix] : quantiles) {
+      const std::string& key = map_key(line->column() + std::string(suffix));
+      const double v = h.quantile(q);
+      w.begin_object().key("key").string(key).key("value").number(v);
+      w.key("timestamp").integer(ts).key("step").integer(line->step).end_object();
+      std::string m;
+      JsonWriter(m).begin_object().key("part").string("histograms").key("key").string(key).key("step").integer(line->step)
+          .key("value").number(v);
+      metrics.push_back(std::move(m));
+    }
+  }
+  save_keys();
+  for (std::size_t i = 0; i < puts.size(); i += http_.parallel()) {
+    const std::size_t k = std::min(http_.parallel(), puts.size() - i);
+    for (HttpRequest& put : std::span(puts).subspan(i, k)) put.timeout = mlflow_request_cap;
+    const std::vector<HttpResponse> answers = http_.perform_all(std::span(puts).subspan(i, k));
+    for (std::size_t j = 0; j < k; ++j)
+      if (Sent f = stored_artifact(answers[j], names[i + j]); f.delivery != Delivery::ok) return f;
+  }
+  if (!metrics.empty()) {
+    w.end_array().key("tags").begin_array();
+    w.begin_object().key("key").string(histograms_tag).key("value").string(encode_cursor(b.histograms_after[n - 1]));
+    w.end_object().end_array().end_object();
+    HttpResponse r = call("POST", "runs/log-batch", std::move(body));
+    if (!r.ok() && r.status == 400 && classify(r) == Delivery::refused) {
+      if (most > 1) { // find the refused line alone, the lines before it as they were
+        one_by_one_until_ = b.histograms_after[n - 1];
+        s.refused.clear();
+        return s;
+      }
+      for (std::string& m : metrics) { // each an object still open
+        m += ",\"why\":";
+        append_json_string(m, describe(r));
+        s.refused.push_back(m + "}");
+      }
+      s.refused_points = metrics.size();
+      s.message = "MLflow refused a value (" + describe(r) + "); such values are listed in upload/" + target_.id +
+                  ".refused.jsonl";
+    } else if (!r.ok()) {
+      histograms_uncertain_ = true; // it may be stored: the run's tags say, before anything is sent again
+      return failed(r, "logging histogram quantiles");
+    }
+  }
+  s.histograms = n;
   return s;
 }
 

@@ -3,7 +3,7 @@
 //   io/upload/mlflow_runs.cpp      the experiment and the run: made, found, taken up, ended
 //   io/upload/mlflow_keys.cpp      keys MLflow would refuse, mapped (upload/<id>.keys.json)
 //   io/upload/mlflow_params.cpp    config.json → params, summary.json → tags
-//   io/upload/mlflow_artifacts.cpp artifacts → the server's artifact store
+//   io/upload/mlflow_artifacts.cpp artifacts and histograms → the server's artifact store, histograms' quantiles → log-batch
 //   io/upload/mlflow_points.cpp           history and system values → log-batch
 #pragma once
 
@@ -26,6 +26,7 @@ public:
   MlflowBackend(const UploadTarget& target, HttpClient& http);
 
   [[nodiscard]] bool live_summary() const noexcept override { return false; }
+  [[nodiscard]] HistogramUse histograms() const noexcept override { return HistogramUse::apart; }
   Sent open(const RunSnapshot& run, UploadState& st) override;
   Sent send(const RunSnapshot& run, const Batch& b, UploadState& st) override;
 
@@ -57,8 +58,16 @@ private:
   /// log-batch requests of at most 100 params (none without `params`) and 100 tags each.
   Sent log_params_and_tags(const UploadState& st, const Pairs* params, const Pairs& tags, const std::string& what);
 
-  // Artifacts (io/upload/mlflow_artifacts.cpp).
+  // Artifacts and histograms (io/upload/mlflow_artifacts.cpp).
   Sent send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st);
+  /// The URL that stores `name` (a path under the run's artifact root).
+  [[nodiscard]] std::string artifact_url(const UploadState& st, std::string_view name) const;
+  /// What an artifact PUT's answer means: ok, or the failure to report.
+  static Sent stored_artifact(const HttpResponse& r, const std::string& name);
+  /// A few histograms.jsonl lines: each one's artifact, then their quantiles in one log-batch.
+  Sent send_histograms(const Batch& b, UploadState& st);
+  /// Moves `st` over the histograms the run's tags (a runs/get answer) say the server holds.
+  void take_up_histograms(simdjson::dom::element run, UploadState& st);
 
   UploadTarget target_;
   HttpClient& http_;
@@ -71,6 +80,9 @@ private:
   bool keys_dirty_ = false;
   MlflowPoints points_{*this, http_, target_.id};
   std::unordered_map<std::string, std::string> params_sent_;
+  bool histograms_uncertain_ = false; // a histograms log-batch's fate is unknown: read the tags back first
+  Cursor one_by_one_until_;          // histograms go one a call up to here (a log-batch of them was refused)
+  bool histograms_turn_ = false;     // with both waiting, histograms and values take turns
 };
 
 } // namespace chorus::io::detail

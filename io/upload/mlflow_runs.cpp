@@ -176,6 +176,7 @@ Sent MlflowBackend::reopen(const RunSnapshot& run, UploadState& st) {
     }
   }
   points_.take_up(doc, run.dir, st);
+  take_up_histograms(doc, st);
   return {};
 }
 
