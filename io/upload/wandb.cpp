@@ -5,24 +5,32 @@
 //           "running" while the run trains or a resumed attempt is still to
 //           end on the server (so that its earlier end is undone); the
 //           server's historyLineCount says where its history ends;
-//   send    one file_stream request: history lines → wandb-history.jsonl,
-//           system lines → wandb-events.jsonl, summary.json →
-//           wandb-summary.json, and at the end "complete" and the exit code;
-//           a changed config goes through upsertBucket again.
+//   send    one file_stream request: history rows → wandb-history.jsonl,
+//           a step's histograms in its row as W&B's own histograms (a
+//           step of histograms only a row of its own), system lines →
+//           wandb-events.jsonl, summary.json → wandb-summary.json, and at
+//           the end "complete" and the exit code; a changed config goes
+//           through upsertBucket again.
 //
 // Exactly once: file_stream places lines at the offsets the request names,
 // so a request sent again (its answer lost, the process killed) replaces the
-// same lines with themselves.
+// same lines with themselves. The Uploader hands over whole steps only
+// (HistogramUse::by_step), so a row is the same whenever it is made: history
+// row N is line N + UploadState::histogram_rows of wandb-history.jsonl.
 //
 // Client-side limits, as the official client keeps them: one request per
 // CHORUS_WANDB_INTERVAL seconds (default 15) while the run trains, requests
 // under 10 MiB, and at the end everything left at once.
 #include "io/platform/posix.hpp"
+#include "io/store/histogram_log.hpp"
+#include "io/store/history_row.hpp"
 #include "io/upload/backends.hpp"
 #include "runtime/core/json.hpp"
 
 #include <simdjson.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +39,8 @@ namespace chorus::io::detail {
 namespace {
 
 constexpr std::size_t max_request = 8u << 20; // under the ~10 MiB the server takes
+constexpr std::size_t max_row = max_request - (64u << 10); // a row goes whole in one request
+constexpr std::size_t max_bins = 512; // the most a W&B histogram has (wandb.Histogram.MAX_LENGTH)
 constexpr std::chrono::milliseconds request_cap{30'000};
 constexpr std::chrono::milliseconds ended_interval{500}; // ~2 requests a second per run at most
 
@@ -41,6 +51,51 @@ constexpr const char* upsert_query =
     "$project, entityName: $entity, groupName: $groupName, displayName: $displayName, notes: $notes, config: "
     "$config, jobType: $jobType, state: $state, host: $host, tags: $tags, summaryMetrics: $summaryMetrics}) { "
     "bucket { id name displayName project { name entity { name } } historyLineCount } inserted } }";
+
+/// `h` as W&B's own histogram: {"_type": "histogram", "values": [counts],
+/// "bins": [edges]}, len(bins) = len(values) + 1. Its finite buckets, a gap
+/// between two a bin of 0; past max_bins, adjacent bins are added together
+/// whole, those whose lower edges fall in one of max_bins equal parts of the
+/// range, so every edge is a bucket's bound and every count stays exact.
+/// NaN and the infinities have no place in it (docs/UPLOADS.md); with no
+/// finite value it is one empty bin over [0, 1], as numpy makes one.
+void wandb_histogram(std::string& out, const Histogram& h) {
+  std::vector<double> edges;
+  std::vector<std::uint64_t> counts;
+  for (const Histogram::Bucket& b : h.buckets()) {
+    const double lo = std::clamp(b.lo, -DBL_MAX, DBL_MAX), hi = std::clamp(b.hi, -DBL_MAX, DBL_MAX);
+    if (edges.empty()) edges.push_back(lo);
+    else if (lo > edges.back()) counts.push_back(0), edges.push_back(lo);
+    counts.push_back(b.count);
+    edges.push_back(hi);
+  }
+  if (counts.empty()) edges = {0, 1}, counts = {0};
+  if (counts.size() > max_bins) {
+    // In halves, so that the range of the whole double line does not overflow.
+    const double low = edges.front() / 2, range = edges.back() / 2 - low;
+    std::vector<double> merged_edges{edges.front()};
+    std::vector<std::uint64_t> merged;
+    std::size_t part = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      const auto at = std::min(max_bins - 1, static_cast<std::size_t>((edges[i] / 2 - low) / range * max_bins));
+      if (merged.empty() || at != part) {
+        if (!merged.empty()) merged_edges.push_back(edges[i]);
+        merged.push_back(0);
+        part = at;
+      }
+      merged.back() += counts[i];
+    }
+    merged_edges.push_back(edges.back());
+    edges = std::move(merged_edges);
+    counts = std::move(merged);
+  }
+  JsonWriter w(out);
+  w.begin_object().key("_type").string("histogram").key("values").begin_array();
+  for (const std::uint64_t c : counts) w.uinteger(c);
+  w.end_array().key("bins").begin_array();
+  for (const double e : edges) w.number(e);
+  w.end_array().end_object();
+}
 
 class WandbBackend final : public Backend {
 public:
@@ -56,11 +111,13 @@ public:
     // where that attempt ended before any of it went up, synced later).
     Sent s = upsert(run, st, config.empty() ? nullptr : &config, &lines, !run.ended || st.earlier_end_delivered());
     if (s.delivery != Delivery::ok) return s;
-    if (static_cast<std::uint64_t>(lines) < st.history.lines) {
+    if (static_cast<std::uint64_t>(lines) < st.history.lines + st.histogram_rows) {
       // The server has fewer lines than were delivered (it lost some): send
       // them again from where it stands.
       skip_ = static_cast<std::uint64_t>(lines);
       st.history = {};
+      st.histograms = {};
+      st.histogram_rows = 0;
     }
     return s;
   }
@@ -85,21 +142,15 @@ public:
     std::string body;
     JsonWriter w(body);
     w.begin_object().key("files").begin_object();
-    std::size_t lines_skipped = 0;
-    // History: the lines the server already has (after a rewind) are skipped.
-    std::size_t h = 0;
-    while (h < b.history.size() && b.history_from.lines + h < skip_) ++h, ++lines_skipped;
-    const std::size_t h_first = h;
-    std::uint64_t points = 0;
-    if (h < b.history.size()) {
-      w.key("wandb-history.jsonl").begin_object().key("offset").uinteger(b.history_from.lines + h);
-      w.key("content").begin_array();
-      for (; h < b.history.size() && body.size() + b.history[h].size() < max_request; ++h) {
-        w.string(b.history[h]);
-        points += count_values(b.history[h]);
-      }
-      w.end_array().end_object();
-    }
+    // History: the rows the server already has (after a rewind) are skipped.
+    Rows rows = history_rows(b, st, w, body);
+    Sent skipped; // what a failed request still consumed: the rows skipped
+    skipped.history = rows.skipped.history;
+    skipped.histograms = rows.skipped.histograms;
+    skipped.histogram_rows = rows.skipped.histogram_rows;
+    skipped.refused = rows.skipped.refused;
+    const std::size_t h = rows.sent.history;
+    std::uint64_t points = rows.points;
     std::size_t e = 0;
     if (!b.system.empty() && body.size() < max_request / 2) {
       w.key("wandb-events.jsonl").begin_object().key("offset").uinteger(b.system_from.lines);
@@ -110,7 +161,7 @@ public:
       }
       w.end_array().end_object();
     }
-    const bool all = h == b.history.size() && e == b.system.size();
+    const bool all = h == b.history.size() && rows.sent.histograms == b.histograms.size() && e == b.system.size();
     std::string summary_line;
     if (b.summary && all) {
       summary_line = minify(*b.summary);
@@ -122,20 +173,25 @@ public:
     if (final) w.key("complete").boolean(true).key("exitcode").integer(run.exit_code);
     w.end_object();
 
-    if (h == h_first && e == 0 && summary_line.empty() && !final) {
-      s.history = lines_skipped;
-      return s;
-    }
+    if (rows.count == 0 && e == 0 && summary_line.empty() && !final) return skipped;
     HttpResponse r = post(target_.base_url + "/files/" + url_encode(st.entity) + "/" + url_encode(st.project) + "/" +
                               url_encode(st.remote_run) + "/file_stream",
                           std::move(body));
     last_ = std::chrono::steady_clock::now();
     if (!r.ok()) {
       Sent f = failed(r, "file_stream");
-      f.history = lines_skipped;
+      f.history = skipped.history;
+      f.histograms = skipped.histograms;
+      f.histogram_rows = skipped.histogram_rows;
+      f.refused = std::move(skipped.refused);
       return f;
     }
     s.history = h;
+    s.histograms = rows.sent.histograms;
+    s.histogram_rows = rows.sent.histogram_rows;
+    s.refused = std::move(rows.sent.refused);
+    if (!s.refused.empty())
+      s.message = "W&B: histograms.jsonl lines were left out; they are listed in upload/" + target_.id + ".refused.jsonl";
     s.system = e;
     s.summary = !summary_line.empty();
     s.final = final;
@@ -151,7 +207,123 @@ public:
     return s;
   }
 
+  [[nodiscard]] HistogramUse histograms() const noexcept override { return HistogramUse::by_step; }
+
 private:
+  /// What history_rows consumed of a Batch.
+  struct Consumed {
+    std::size_t history = 0, histograms = 0;
+    std::uint64_t histogram_rows = 0;
+    std::vector<std::string> refused;
+  };
+  struct Rows {
+    Consumed skipped;        // rows the server already has (consumed before those sent)
+    Consumed sent;           // everything consumed once the request is delivered, the skipped included
+    std::size_t count = 0;   // rows in the request
+    std::uint64_t points = 0; // history values in them
+  };
+
+  /// The Batch's history rows and histograms merged by step into W&B's
+  /// history rows, written into `w` as "wandb-history.jsonl" (none where no
+  /// row goes): as many as fit in one request after the rows the server
+  /// has. A histogram that would make its row too long for one request is
+  /// left out and recorded as refused.
+  Rows history_rows(const Batch& b, const UploadState& st, JsonWriter& w, const std::string& body) {
+    Rows out;
+    Consumed at; // what the rows so far consume
+    std::uint64_t next_row = st.history.lines + st.histogram_rows; // its line in wandb-history.jsonl
+    std::string row;
+    bool open = false;
+    while (at.history < b.history.size() || at.histograms < b.histograms.size()) {
+      Consumed after = at;
+      row.clear();
+      std::optional<std::int64_t> row_step; // the step of the history row taken, if it is one
+      std::uint64_t row_points = 0;         // its values
+      simdjson::dom::object obj;
+      if (after.history < b.history.size()) {
+        const std::string_view text = b.history[after.history];
+        if (history_parser_.parse(text.data(), text.size()).get(obj) == simdjson::SUCCESS)
+          if (const HistoryRow r(obj); r) row_step = r.step();
+      }
+      const std::optional<HistogramLine> first = next_histogram(b, after);
+      const bool take_history = after.history < b.history.size() && (!first || !row_step || *row_step <= first->step);
+      const bool take_histograms = first && (!take_history || (row_step && *row_step == first->step));
+      if (take_history) {
+        row_points = count_values(b.history[after.history]);
+        row = b.history[after.history++];
+        if (take_histograms) { // the row's closing '}' goes after its histograms
+          while (!row.empty() && row.back() != '}') row.pop_back();
+          if (!row.empty()) row.pop_back();
+        }
+      } else {
+        row = "{\"_step\":" + std::to_string(first->step) + ",\"_timestamp\":";
+        append_json_number(row, first->timestamp);
+        row += ",\"_runtime\":";
+        append_json_number(row, first->runtime);
+        ++after.histogram_rows;
+      }
+      if (take_histograms) {
+        std::vector<std::string> columns;
+        for (std::optional<HistogramLine> line = first; line && line->step == first->step;
+             line = next_histogram(b, after)) {
+          ++after.histograms;
+          std::string column = line->column();
+          std::string part = ",";
+          append_json_string(part, column);
+          part += ':';
+          wandb_histogram(part, line->value);
+          const bool again = std::find(columns.begin(), columns.end(), column) != columns.end();
+          if (again || row.size() + part.size() + 1 > max_row) {
+            std::string why = "{\"part\":\"histograms\",\"step\":" + std::to_string(line->step) + ",\"column\":";
+            append_json_string(why, column);
+            after.refused.push_back(why + (again ? ",\"why\":\"a second histogram of its column at its step\"}"
+                                                 : ",\"why\":\"its W&B history row would pass the " +
+                                                       std::to_string(max_row >> 10) + " KiB a request takes\"}"));
+            continue;
+          }
+          row += part;
+          columns.push_back(std::move(column));
+        }
+        row += '}';
+      }
+      if (next_row < skip_) { // the server has it
+        ++next_row;
+        at = std::move(after);
+        out.skipped = at;
+        continue;
+      }
+      if (out.count > 0 && body.size() + row.size() >= max_request) break;
+      if (!open) {
+        w.key("wandb-history.jsonl").begin_object().key("offset").uinteger(next_row).key("content").begin_array();
+        open = true;
+      }
+      w.string(row);
+      out.points += row_points;
+      ++out.count;
+      ++next_row;
+      at = std::move(after);
+    }
+    if (open) w.end_array().end_object();
+    out.sent = std::move(at);
+    return out;
+  }
+
+  /// The histogram at `at.histograms` on, passing over (and recording as
+  /// refused) lines that are no histogram; nothing past the Batch's.
+  std::optional<HistogramLine> next_histogram(const Batch& b, Consumed& at) {
+    for (; at.histograms < b.histograms.size(); ++at.histograms) {
+      const std::string_view text = b.histograms[at.histograms];
+      simdjson::dom::element doc;
+      Result<HistogramLine> line = Error(Errc::invalid_argument, "a histograms.jsonl line that is not JSON");
+      if (histogram_parser_.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) line = read_histogram_line(doc);
+      if (line) return std::move(*line);
+      std::string bad = "{\"part\":\"histograms\",\"line\":" + std::to_string(b.histograms_from.lines + at.histograms) + ",\"why\":";
+      append_json_string(bad, line.error().message());
+      at.refused.push_back(bad + "}");
+    }
+    return std::nullopt;
+  }
+
   static std::uint64_t count_values(std::string_view line) {
     // Values are the top-level keys not starting with '_': count `,"` and `{"`
     // followed by another character than '_' (the lines are chorus's own JSON).
@@ -270,7 +442,7 @@ private:
   std::chrono::milliseconds interval_;
   SteadyTime last_{};
   std::uint64_t skip_ = 0;
-  simdjson::dom::parser parser_;
+  simdjson::dom::parser parser_, history_parser_, histogram_parser_;
 };
 
 Result<std::unique_ptr<Backend>> make_wandb_backend(const BackendContext& context) {
