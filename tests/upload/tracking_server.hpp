@@ -25,7 +25,10 @@
 //    by AND; newest first; a page token is the offset). A wrong method gets
 //    405, an unknown path 404 (text bodies, as Flask's).
 //  - W&B: GraphQL errors come back with HTTP 200 ({"errors": [...]}), bad
-//    credentials with 401, file_stream errors as {"error": "..."}. The bucket
+//    credentials with 401, file_stream errors as {"error": "..."}. A
+//    history, events or summary line must be a JSON object, and is kept as
+//    sent, whatever its values (a histogram's {"_type": "histogram", ...}
+//    among them: the server checks no value's form, wandb.Histogram does). The bucket
 //    also carries eventsLineCount and logLineCount. An upsert with no
 //    project goes to "uncategorized", with no name gets a random 8-character
 //    one; a new run's displayName is its name until one is sent. A run's

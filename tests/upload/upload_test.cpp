@@ -22,6 +22,7 @@ using namespace chorus;
 using namespace std::chrono_literals;
 using test::check_history;
 using test::drain;
+using test::Env;
 using test::mlflow_url;
 using test::only_run;
 using test::quick;
@@ -29,16 +30,6 @@ using test::RunFixture;
 using test::target;
 using test::TrackingServer;
 using test::wandb_url;
-
-namespace {
-
-struct Env {
-  std::string name;
-  Env(std::string n, const std::string& v) : name(std::move(n)) { ::setenv(name.c_str(), v.c_str(), 1); }
-  ~Env() { ::unsetenv(name.c_str()); }
-};
-
-} // namespace
 
 BOOST_AUTO_TEST_CASE(target_urls) {
   BOOST_TEST(target("mlflow://h:5000").base_url == "http://h:5000");
@@ -129,12 +120,7 @@ BOOST_AUTO_TEST_CASE(mlflow_whole_run) {
   BOOST_TEST(server.experiments().size() == 2u); // Default and proj
   // Keep-alive: a connection per log-batch in flight at once (4), for all of it.
   BOOST_TEST(server.stats().connections <= 4u);
-  // A second Uploader has nothing left to do, and sends nothing.
-  const auto before = server.stats().requests;
-  io::Uploader again(run.dir(), target(mlflow_url(server)), quick());
-  BOOST_REQUIRE(!again.open());
-  BOOST_TEST(drain(again).done);
-  BOOST_TEST(server.stats().requests == before);
+  test::check_nothing_left(server, run.dir(), mlflow_url(server));
 }
 
 BOOST_AUTO_TEST_CASE(mlflow_live_run_grows_while_uploading) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -43,6 +44,30 @@ inline io::Uploader::Progress drain(io::Uploader& up, std::chrono::milliseconds 
     else if (p.caught_up) break;
   }
   return p;
+}
+
+/// An environment variable set for the object's lifetime.
+struct Env {
+  std::string name;
+  Env(std::string n, const std::string& v) : name(std::move(n)) { ::setenv(name.c_str(), v.c_str(), 1); }
+  ~Env() { ::unsetenv(name.c_str()); }
+};
+
+/// Uploads the run in `run_dir` to `url` until done; the offsets it ends with.
+inline io::UploadState upload_all(const std::string& run_dir, const std::string& url,
+                                  std::chrono::milliseconds limit = 30s) {
+  io::Uploader up(run_dir, target(url), quick());
+  BOOST_REQUIRE(!up.open());
+  const io::Uploader::Progress p = drain(up, limit);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  return up.state();
+}
+
+/// A second Uploader of a run whose upload is done has nothing left to do, and sends nothing.
+inline void check_nothing_left(const TrackingServer& server, const std::string& run_dir, const std::string& url) {
+  const auto before = server.stats().requests;
+  upload_all(run_dir, url);
+  BOOST_TEST(server.stats().requests == before);
 }
 
 /// The one MLflow run on the server.
