@@ -81,24 +81,33 @@ void merge_sorted(Buckets& into, const Buckets& add) {
   into = std::move(out);
 }
 
-/// Moves the dense table's counts (its normal keys and `zero`) into sorted
-/// pairs, and leaves the table zero.
-void take_dense(Dense& d, std::uint64_t zero, Buckets& out) {
+/// The table's keys in blocks of 1024 (4 KiB of counters): a bulk add
+/// marks the blocks it touched in a 64-bit mask, and only those are read
+/// back, so a small add does not pay for the whole 256 KiB table.
+constexpr unsigned block_shift = 10;
+
+/// Moves the dense table's counts in the blocks of `touched` (its normal
+/// keys, and `zero`) into sorted pairs, and leaves the table zero.
+void take_dense(Dense& d, std::uint64_t touched, std::uint64_t zero, Buckets& out) {
   std::uint32_t* c = d.c;
+  auto take = [&](std::uint32_t k) {
+    if (c[k] == 0) return;
+    const int e = exp8_of(k);
+    if (e != 0 && e != 255) out.emplace_back(index_of_key16(k), c[k]);
+    c[k] = 0;
+  };
   // Negative keys (0x8000 | ...) ascend in magnitude, so descend in index:
   // the most negative first.
-  for (std::uint32_t k = 0xffffu; k >= 0x8000u; --k) {
-    if (c[k] == 0) continue;
-    const int e = exp8_of(k);
-    if (e != 0 && e != 255) out.emplace_back(index_of_key16(k), c[k]);
-    c[k] = 0;
+  for (int b = 63; b >= 32; --b) {
+    if ((touched >> b & 1u) == 0) continue;
+    for (std::uint32_t k = (static_cast<std::uint32_t>(b) + 1) << block_shift; k-- > static_cast<std::uint32_t>(b) << block_shift;)
+      take(k);
   }
   if (zero != 0) out.emplace_back(0, zero);
-  for (std::uint32_t k = 0; k < 0x8000u; ++k) {
-    if (c[k] == 0) continue;
-    const int e = exp8_of(k);
-    if (e != 0 && e != 255) out.emplace_back(index_of_key16(k), c[k]);
-    c[k] = 0;
+  for (int b = 0; b < 32; ++b) {
+    if ((touched >> b & 1u) == 0) continue;
+    for (std::uint32_t k = static_cast<std::uint32_t>(b) << block_shift; k < (static_cast<std::uint32_t>(b) + 1) << block_shift; ++k)
+      take(k);
   }
 }
 
@@ -220,18 +229,29 @@ void mixed_stats(const T* x, std::size_t n, Stats& st) {
 }
 
 /// Counts each float under its 16-bit key; four at a time, so that the
-/// increments of neighbouring values overlap.
-void count_keys(const float* x, std::size_t n, std::uint32_t* c) {
+/// increments of neighbouring values overlap. Returns the blocks touched:
+/// marked one by one for a small add (whose cost the table's scan would
+/// otherwise be), all of them for a large one (which the scan costs little).
+template <bool Mark>
+std::uint64_t count_keys_as(const float* x, std::size_t n, std::uint32_t* c) {
+  std::uint64_t touched = Mark ? 0 : ~std::uint64_t{0};
+  auto count = [&](std::uint32_t k) {
+    ++c[k];
+    if constexpr (Mark) touched |= std::uint64_t{1} << (k >> block_shift);
+  };
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    const std::uint32_t a = std::bit_cast<std::uint32_t>(x[i]) >> 16, b = std::bit_cast<std::uint32_t>(x[i + 1]) >> 16,
-                        d = std::bit_cast<std::uint32_t>(x[i + 2]) >> 16, e = std::bit_cast<std::uint32_t>(x[i + 3]) >> 16;
-    ++c[a];
-    ++c[b];
-    ++c[d];
-    ++c[e];
+    count(std::bit_cast<std::uint32_t>(x[i]) >> 16);
+    count(std::bit_cast<std::uint32_t>(x[i + 1]) >> 16);
+    count(std::bit_cast<std::uint32_t>(x[i + 2]) >> 16);
+    count(std::bit_cast<std::uint32_t>(x[i + 3]) >> 16);
   }
-  for (; i < n; ++i) ++c[std::bit_cast<std::uint32_t>(x[i]) >> 16];
+  for (; i < n; ++i) count(std::bit_cast<std::uint32_t>(x[i]) >> 16);
+  return touched;
+}
+constexpr std::size_t small_add = 32768;
+std::uint64_t count_keys(const float* x, std::size_t n, std::uint32_t* c) {
+  return n < small_add ? count_keys_as<true>(x, n, c) : count_keys_as<false>(x, n, c);
 }
 
 /// Adds what a bulk add counted to `h`.
@@ -279,7 +299,7 @@ void Histogram::add(std::span<const float> values) {
   for (std::size_t at = 0; at < values.size(); at += pass) {
     const float* x = values.data() + at;
     const std::size_t n = std::min(pass, values.size() - at);
-    count_keys(x, n, d.c);
+    const std::uint64_t touched = count_keys(x, n, d.c);
     Stats st;
     if (!dense_special(d)) {
       finite_stats(x, n, st);
@@ -289,7 +309,7 @@ void Histogram::add(std::span<const float> values) {
     }
     Buckets fresh;
     fresh.reserve(1024);
-    take_dense(d, dense_zero(d), fresh);
+    take_dense(d, touched, dense_zero(d), fresh);
     take(*this, fresh, st);
   }
 }
@@ -301,14 +321,17 @@ void Histogram::add(std::span<const double> values) {
   for (std::size_t at = 0; at < values.size(); at += pass) {
     const double* x = values.data() + at;
     const std::size_t n = std::min(pass, values.size() - at);
-    std::uint64_t zero = 0, special = 0;
+    std::uint64_t zero = 0, special = 0, touched = n < small_add ? 0 : ~std::uint64_t{0};
     Buckets large; // beyond a float's range: rare, kept apart
     for (std::size_t i = 0; i < n; ++i) {
       const auto b = std::bit_cast<std::uint64_t>(x[i]);
       const auto e11 = static_cast<std::uint32_t>((b >> 52) & 0x7ffu);
-      if (e11 - 897u < 254u) [[likely]]
-        ++c[static_cast<std::uint32_t>(b >> 63) << 15 | (e11 - 896u) << 7 | static_cast<std::uint32_t>((b >> 45) & 127u)];
-      else if (e11 < 897u)
+      if (e11 - 897u < 254u) [[likely]] {
+        const std::uint32_t k =
+            static_cast<std::uint32_t>(b >> 63) << 15 | (e11 - 896u) << 7 | static_cast<std::uint32_t>((b >> 45) & 127u);
+        ++c[k];
+        if (n < small_add) touched |= std::uint64_t{1} << (k >> block_shift);
+      } else if (e11 < 897u)
         ++zero;
       else if (e11 == 0x7ffu)
         ++special;
@@ -324,7 +347,7 @@ void Histogram::add(std::span<const double> values) {
     }
     Buckets fresh;
     fresh.reserve(1024 + large.size());
-    take_dense(d, zero, fresh);
+    take_dense(d, touched, zero, fresh);
     if (!large.empty()) {
       std::sort(large.begin(), large.end());
       Buckets folded;
