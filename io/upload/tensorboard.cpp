@@ -1,20 +1,23 @@
 // The TensorBoard backend (CHORUS_UPLOAD=tensorboard:DIR, `chorus sync RUN
-// --to tensorboard:DIR`): a live run's history, system metrics, config and
-// summary as event files in DIR/RUN-ID/, laid out as `chorus export
-// --tensorboard` lays them (io/upload/tensorboard_run.hpp), so that
+// --to tensorboard:DIR`): a live run's history, histograms, system metrics,
+// config and summary as event files in DIR/RUN-ID/, laid out as `chorus
+// export --tensorboard` lays them (io/upload/tensorboard_run.hpp), so that
 // `tensorboard --logdir DIR` follows a running job.
 //
 //   open    reads how far the event files already in DIR/RUN-ID go (an
 //           earlier upload's, killed or not);
-//   send    writes the batch's rows, config and, with the end, summary, and
-//           syncs the files before it answers: the Uploader advances its
-//           offsets only over what is on disk.
+//   send    writes the batch's rows, histograms (HistogramUse::apart: as
+//           they come, each at its step), config and, with the end,
+//           summary, and syncs the files before it answers: the Uploader
+//           advances its offsets (histograms.jsonl's among them) only over
+//           what is on disk.
 //
 // Exactly once: the offsets say where the run's files were read up to, and
-// what the event files hold says what was written; a row sent again (the
-// process killed between the write and the offsets' save) finds its steps
-// written already and is left out (tensorboard_run.hpp). Artifacts have no
-// place in TensorBoard: they are passed over, and stay in the run directory.
+// what the event files hold says what was written; a row or a histogram
+// sent again (the process killed between the write and the offsets' save)
+// finds its steps written already and is left out (tensorboard_run.hpp).
+// Artifacts have no place in TensorBoard: they are passed over, and stay in
+// the run directory.
 #include "io/upload/backends.hpp"
 #include "io/upload/tensorboard_run.hpp"
 
@@ -41,15 +44,20 @@ public:
 
   Sent send(const RunSnapshot& run, const Batch& b, UploadState&) override {
     Sent s;
-    const std::uint64_t before = tb_->scalars();
-    // A line that is no JSON object (damaged in the run's file), or a
-    // history line that is no row, is passed over, as `chorus show` and
-    // `chorus export` pass it over.
+    const std::uint64_t before = tb_->scalars() + tb_->histograms();
+    // A line that is no JSON object (damaged in the run's file), a history
+    // line that is no row, or a histogram line that read_histogram_line
+    // refuses, is passed over, as `chorus show` and `chorus export` pass it over.
     simdjson::dom::object row;
     for (const std::string_view line : b.history)
       if (!parser_.parse(line.data(), line.size()).get(row)) tb_->history_row(row, nullptr);
     for (const std::string_view line : b.system)
       if (!parser_.parse(line.data(), line.size()).get(row)) tb_->system_row(row, nullptr);
+    simdjson::dom::element line;
+    for (const std::string_view text : b.histograms) {
+      if (parser_.parse(text.data(), text.size()).get(line)) continue;
+      if (const Result<HistogramLine> h = read_histogram_line(line)) tb_->histogram(*h, nullptr);
+    }
     if (b.config != nullptr) {
       simdjson::dom::object object;
       if (!parser_.parse(*b.config).get(object)) tb_->config(object, start_wall_); // damaged: left out
@@ -59,16 +67,19 @@ public:
     if (Error e = tb_->sync()) return failed(e, s);
     s.history = b.history.size();
     s.system = b.system.size();
+    s.histograms = b.histograms.size();
     s.artifacts = b.artifacts.size();
     s.config = b.config != nullptr;
     s.summary = b.final && b.summary != nullptr;
     s.final = b.final;
-    s.points = tb_->scalars() - before;
+    s.points = tb_->scalars() + tb_->histograms() - before;
     return s;
   }
 
   /// The summary goes with the end state, as one text.
   [[nodiscard]] bool live_summary() const noexcept override { return false; }
+  /// histograms.jsonl's lines as they come: each is an event of its own.
+  [[nodiscard]] HistogramUse histograms() const noexcept override { return HistogramUse::apart; }
 
 private:
   void text(std::string_view tag, const std::string& json, double wall) {

@@ -1,8 +1,9 @@
 // The TensorBoard target (CHORUS_UPLOAD=tensorboard:DIR, `chorus sync --to
 // tensorboard:DIR`): real jobs under `chorus launch` write event files while
-// they train, and every committed row lands in them exactly once, through a
-// killed host, a `chorus recover` and `chorus sync`, and lost offsets. The
-// files are read back by the tests' own reader (tests/upload/tfevents_reader.hpp).
+// they train, and every committed row and histogram lands in them exactly
+// once, through a killed host, a `chorus recover` and `chorus sync`, and
+// lost offsets. The files are read back by the tests' own reader
+// (tests/upload/tfevents_reader.hpp).
 #define BOOST_TEST_MODULE upload_tensorboard
 #include "tests/e2e/harness.hpp"
 #include "tests/upload/tfevents_reader.hpp"
@@ -10,6 +11,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <csignal>
+#include <fstream>
 #include <future>
 #include <map>
 #include <thread>
@@ -21,14 +23,19 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// Every scalar under DIR/RUN-ID, by (subdirectory, tag, step): its value and
-/// how many times it was written.
+/// Every scalar and histogram under DIR/RUN-ID, by (subdirectory, tag,
+/// step): its value (a histogram's count) and how many times it was written.
 struct Scalars {
   struct Point {
     float value = 0;
     int times = 0;
   };
+  struct Histo {
+    double num = 0, bucketed = 0; // its count, and the sum of its buckets' counts
+    int times = 0;
+  };
   std::map<std::tuple<std::string, std::string, std::int64_t>, Point> points;
+  std::map<std::tuple<std::string, std::string, std::int64_t>, Histo> histos;
   std::size_t files = 0;
   std::map<std::string, int> texts; // text tag -> events
 
@@ -50,6 +57,14 @@ Scalars read_tensorboard(const fs::path& run_dir) {
       for (const tb::TbValue& v : e.values) {
         if (v.plugin_name == "text") {
           ++out.texts[v.tag];
+          continue;
+        }
+        if (v.histo) {
+          Scalars::Histo& h = out.histos[{sub, v.tag, e.step}];
+          h.num = v.histo->num;
+          h.bucketed = 0;
+          for (double n : v.histo->bucket) h.bucketed += n;
+          ++h.times;
           continue;
         }
         if (!v.simple_value) continue;
@@ -88,6 +103,31 @@ void check_every_row_once(const fs::path& run_dir, const fs::path& tb_dir) {
   BOOST_TEST(history_points == expected);
 }
 
+/// Each line of histograms.jsonl is in the files once, as a histogram of
+/// its count (NaN left out): a merged key's as a tag of the run, a rank's
+/// own column as its key in rank-N/. Nothing else is.
+void check_every_histogram_once(const fs::path& run_dir, const fs::path& tb_dir) {
+  const Scalars got = read_tensorboard(tb_dir / run_dir.filename());
+  simdjson::dom::parser parser;
+  std::ifstream in(run_dir / "histograms.jsonl");
+  std::size_t lines = 0;
+  for (std::string text; std::getline(in, text);) {
+    const simdjson::dom::object line = parser.parse(text);
+    ++lines;
+    const std::string tag = std::string(std::string_view(line["key"]));
+    const std::string sub = line["rank"].is_null() ? "" : "rank-" + std::to_string(std::int64_t(line["rank"]));
+    const std::int64_t step = line["_step"];
+    const auto it = got.histos.find({sub, tag, step});
+    BOOST_TEST_REQUIRE((it != got.histos.end()), tag << " of '" << sub << "' at step " << step << " is missing");
+    BOOST_TEST(it->second.times == 1, tag << " of '" << sub << "' at step " << step);
+    const double count = double(std::uint64_t(line["count"]) - std::uint64_t(line["nan"]));
+    BOOST_TEST(it->second.num == count, tag << " at step " << step);
+    BOOST_TEST(it->second.bucketed == count, tag << " at step " << step);
+  }
+  BOOST_TEST(lines > 0u);
+  BOOST_TEST(got.histos.size() == lines);
+}
+
 /// The run directory under `root` once it exists, and its host's pid once run.json names it.
 std::pair<fs::path, long> started_run(const fs::path& root) {
   const auto until = std::chrono::steady_clock::now() + 60s * sanitizer_slowdown;
@@ -113,12 +153,13 @@ BOOST_AUTO_TEST_CASE(a_live_job_writes_every_row_once_per_rank_and_node) {
   chorus::test::TempDir dir;
   const fs::path tb_dir = dir.path / "tb";
   const Output o = run("CHORUS_SYSTEM_INTERVAL=0.2 CHORUS_UPLOAD=tensorboard:" + tb_dir.string() + " " +
-                       launch_worker(dir.path / "runs", 2, test_port(71), "--steps 200 --step-us 2000"));
+                       launch_worker(dir.path / "runs", 2, test_port(71), "--steps 200 --step-us 2000 --histograms 1"));
   BOOST_TEST_INFO_SCOPE(o.text);
   BOOST_REQUIRE_EQUAL(o.status, 0);
   const std::vector<fs::path> runs = find_runs(dir.path / "runs");
   BOOST_REQUIRE_EQUAL(runs.size(), 1u);
   check_every_row_once(runs.front(), tb_dir);
+  check_every_histogram_once(runs.front(), tb_dir);
   Scalars got = read_tensorboard(tb_dir / runs.front().filename());
   BOOST_TEST(got.texts["config"] == 1);
   BOOST_TEST(got.texts["summary"] == 1);
@@ -132,6 +173,7 @@ BOOST_AUTO_TEST_CASE(a_live_job_writes_every_row_once_per_rank_and_node) {
   BOOST_TEST_INFO_SCOPE(again.text);
   BOOST_TEST(again.status == 0);
   BOOST_TEST(read_tensorboard(tb_dir / runs.front().filename()).points.size() == got.points.size());
+  BOOST_TEST(read_tensorboard(tb_dir / runs.front().filename()).histos.size() == got.histos.size());
 }
 
 BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
@@ -139,14 +181,17 @@ BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
   const fs::path tb_dir = dir.path / "tb";
   auto job = std::async(std::launch::async, [&] {
     return run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_UPLOAD=tensorboard:" + tb_dir.string() + " " +
-               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 5000 --step-us 1000"));
+               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 5000 --step-us 1000 --histograms 1"));
   });
   const auto [run_dir, pid] = started_run(dir.path / "runs");
   BOOST_REQUIRE(pid > 0);
-  // Some rows are in the event files; the run goes on.
+  // Some rows and histograms are in the event files; the run goes on.
   const auto until = std::chrono::steady_clock::now() + 60s * sanitizer_slowdown;
-  while (read_tensorboard(tb_dir / run_dir.filename()).points.size() < 200 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(50ms);
+  const auto written = [&] {
+    const Scalars got = read_tensorboard(tb_dir / run_dir.filename());
+    return got.points.size() >= 200 && got.histos.size() >= 30;
+  };
+  while (!written() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
   BOOST_REQUIRE_EQUAL(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
   const Output o = job.get();
   BOOST_TEST_INFO_SCOPE(o.text);
@@ -159,6 +204,7 @@ BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
   BOOST_TEST_INFO_SCOPE(sync.text);
   BOOST_REQUIRE_EQUAL(sync.status, 0);
   check_every_row_once(run_dir, tb_dir);
+  check_every_histogram_once(run_dir, tb_dir);
 }
 
 BOOST_AUTO_TEST_CASE(lost_offsets_write_nothing_twice) {
@@ -167,19 +213,22 @@ BOOST_AUTO_TEST_CASE(lost_offsets_write_nothing_twice) {
   // its start again, and the event files say what is written already.
   chorus::test::TempDir dir;
   const fs::path tb_dir = dir.path / "tb";
-  const Output o = run("CHORUS_SYSTEM_INTERVAL=0 " + launch_worker(dir.path / "runs", 2, test_port(73), "--steps 300"));
+  const Output o =
+      run("CHORUS_SYSTEM_INTERVAL=0 " + launch_worker(dir.path / "runs", 2, test_port(73), "--steps 300 --histograms 1"));
   BOOST_REQUIRE_EQUAL(o.status, 0);
   const fs::path run_dir = find_runs(dir.path / "runs").front();
   const std::string sync = bin("chorus") + " sync " + run_dir.string() + " --to tensorboard:" + tb_dir.string();
   BOOST_REQUIRE_EQUAL(run(sync).status, 0);
   const std::size_t first = read_tensorboard(tb_dir / run_dir.filename()).points.size();
   BOOST_TEST(first > 0u);
+  check_every_histogram_once(run_dir, tb_dir);
   for (const auto& e : fs::directory_iterator(run_dir / "upload"))
     if (e.path().filename().string().starts_with("tensorboard-")) fs::remove(e.path());
   const Output again = run(sync);
   BOOST_TEST_INFO_SCOPE(again.text);
   BOOST_REQUIRE_EQUAL(again.status, 0);
   check_every_row_once(run_dir, tb_dir);
+  check_every_histogram_once(run_dir, tb_dir);
   BOOST_TEST(read_tensorboard(tb_dir / run_dir.filename()).points.size() == first);
 }
 
