@@ -4,6 +4,7 @@
 // and the CUDA arrays as the device path takes them. See values.hpp.
 #include "python/values.hpp"
 #include "python/histogram.hpp"
+#include "python/media.hpp"
 
 #include "runtime/client/ingest.hpp"
 #include "runtime/core/json.hpp"
@@ -258,6 +259,12 @@ void take(py::handle key, py::handle value, Values& out, const std::string* pref
       out.histograms.push_back({name, h});
       return;
     }
+    if (Image img; image_of(v, img)) {
+      if (prefix == nullptr) out.keys.push_back(py::reinterpret_borrow<py::object>(key));
+      out.keys.push_back(py::reinterpret_borrow<py::object>(value)); // held with the call
+      out.images.push_back({name, img});
+      return;
+    }
     const Kind kind = PyUnicode_Check(v) ? Kind::other : kind_of(Py_TYPE(v));
     if (kind != Kind::number && on_gpu(v, kind)) {
       // The device path: float() of a CUDA tensor would synchronize with the GPU.
@@ -302,6 +309,7 @@ void Values::clear() {
   host.clear();
   device.clear();
   histograms.clear();
+  images.clear();
   keys.clear();
   joined.clear();
   refused.clear();

@@ -27,6 +27,12 @@ struct Values {
     const Histogram* value; // held by `keys`' objects while the call is made
   };
   std::vector<HistogramValue> histograms;
+  /// chorus.Image values: logged last, at the numbers' step.
+  struct ImageValue {
+    std::string_view key;
+    Image value; // a view into the chorus.Image object, held by `keys`
+  };
+  std::vector<ImageValue> images;
   /// Keys the values view: held while the GIL is released.
   std::vector<py::object> keys;
   /// The keys of nested dicts' values, joined with '/' ("train/loss").

@@ -45,6 +45,7 @@ Ticket = _chorus.Ticket
 FinishTicket = _chorus.FinishTicket
 Writer = _chorus.Writer
 Histogram = _chorus.Histogram
+Image = _chorus.Image
 
 
 class FinishResult:

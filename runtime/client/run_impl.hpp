@@ -231,6 +231,11 @@ private:
 /// What chorus's own code reaches behind a Run handle.
 inline RunImpl* live(RunImpl* impl) noexcept;
 
+/// The job of an image for RunImpl::log_media: pixels copied (floats to 8
+/// bits) for the encoder, or a file's bytes checked and kept; failed with
+/// why where refused; null where out of memory (run_kinds.cpp).
+[[nodiscard]] std::unique_ptr<MediaJob> image_job(const Image& image) noexcept;
+
 struct RunAccess {
   /// chorus::init, and <chorus/caf.hpp>'s init with the orchestrator's `actors`.
   [[nodiscard]] static Result<Run> start(const Options& opts, caf::actor_system* actors) noexcept;

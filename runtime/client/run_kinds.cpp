@@ -122,8 +122,8 @@ Error table_json(std::span<const std::string> columns, std::span<const std::vect
   return {};
 }
 
-/// The job of an image: pixels copied (floats to 8 bits) for the encoder,
-/// or a file's bytes checked and kept; failed with why where refused.
+} // namespace
+
 std::unique_ptr<MediaJob> image_job(const Image& image) noexcept {
   try {
     auto job = std::make_unique<MediaJob>();
@@ -190,6 +190,8 @@ std::unique_ptr<MediaJob> image_job(const Image& image) noexcept {
     return nullptr;
   }
 }
+
+namespace {
 
 std::unique_ptr<MediaJob> text_job(std::string_view text) noexcept {
   try {

@@ -120,3 +120,39 @@ def test_a_key_holds_one_kind(runs_dir):
     with open(os.path.join(rd, "rejected.jsonl")) as f:
         rejected = [json.loads(line) for line in f]
     assert any(r["values"] == {"loss": {"histogram": {"count": 1, "min": 1.0, "max": 1.0}}} for r in rejected)
+
+
+def test_images_from_arrays_tensors_and_bytes(runs_dir):
+    """chorus.Image in run.log's dict: a PNG of the pixels, or the bytes given, under media/."""
+    rgb = (np.arange(4 * 5 * 3) % 256).astype(np.uint8).reshape(4, 5, 3)
+    grey = np.linspace(0.0, 1.0, 6, dtype=np.float32).reshape(2, 3)
+    png = bytes([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, 0x49, 0x48, 0x44, 0x52,
+                 0, 0, 0, 7, 0, 0, 0, 9, 8, 2, 0, 0, 0])
+    with chorus.init(project="media") as run:
+        run.log({"loss": 1.0, "rgb": chorus.Image(rgb, caption="first"), "grey": chorus.Image(grey)}).wait()
+        run.log({"file": chorus.Image(png)}).wait()
+        torch = None
+        try:
+            import torch
+        except ImportError:
+            pass
+        if torch is not None:
+            run.log({"chw": chorus.Image(torch.rand(3, 8, 6))}).wait()  # CHW, as torchvision's
+        with pytest.raises(chorus.InvalidArgument, match="1 \\(grey\\), 3 \\(RGB\\) or 4 \\(RGBA\\)"):
+            run.log({"bad": chorus.Image(np.zeros((2, 2, 2), np.uint8))}).wait()
+        with pytest.raises(chorus.InvalidArgument, match="neither PNG nor JPEG"):
+            run.log({"bad2": chorus.Image(b"GIF89a")}).wait()
+        d = run.dir
+    with open(os.path.join(d, "media.jsonl")) as f:
+        media = {(m["key"], m["_step"]): m for m in map(json.loads, f)}
+    assert media[("rgb", 0)]["caption"] == "first"
+    assert (media[("rgb", 0)]["width"], media[("rgb", 0)]["height"]) == (5, 4)
+    assert (media[("grey", 0)]["width"], media[("grey", 0)]["height"]) == (3, 2)
+    with open(os.path.join(d, media[("file", 1)]["path"]), "rb") as f:
+        assert f.read() == png  # bytes given are kept as they are
+    if ("chw", 2) in media:
+        assert (media[("chw", 2)]["width"], media[("chw", 2)]["height"]) == (6, 8)
+    for m in media.values():
+        with open(os.path.join(d, m["path"]), "rb") as f:
+            assert f.read(8) == png[:8]  # every one a PNG
+    assert [r["_step"] for r in rows(d)] == [0]
