@@ -46,6 +46,18 @@ struct Scalars {
   }
 };
 
+/// The events of an events file. A host killed mid-write leaves a torn last
+/// record (the kernel ends a write at a fatal signal): the whole records
+/// before it count, as TensorBoard and the target's own resume read them,
+/// and the target writes on in a new file. A damaged record fails.
+std::vector<tb::TbEvent> whole_events(const std::string& path) {
+  const tb::Records r = tb::read_records(chorus::test::slurp(path));
+  if (!r.problem.empty() && !r.problem.starts_with("truncated")) throw std::runtime_error(path + ": " + r.problem);
+  std::vector<tb::TbEvent> out;
+  for (const std::string& d : r.data) out.push_back(tb::decode_event(d));
+  return out;
+}
+
 Scalars read_tensorboard(const fs::path& run_dir) {
   Scalars out;
   if (!fs::exists(run_dir)) return out;
@@ -53,7 +65,7 @@ Scalars read_tensorboard(const fs::path& run_dir) {
     if (!entry.is_regular_file() || !entry.path().filename().string().starts_with("events.out.tfevents.")) continue;
     ++out.files;
     const std::string sub = entry.path().parent_path() == run_dir ? "" : entry.path().parent_path().filename().string();
-    for (const tb::TbEvent& e : tb::read_events(entry.path().string()))
+    for (const tb::TbEvent& e : whole_events(entry.path().string()))
       for (const tb::TbValue& v : e.values) {
         if (v.plugin_name == "text") {
           ++out.texts[v.tag];
