@@ -1,6 +1,7 @@
 // histograms.jsonl's lines: see io/store/histogram_log.hpp.
 #include "io/store/histogram_log.hpp"
 #include "io/store/history_value.hpp"
+#include "runtime/core/bytes.hpp"
 #include "runtime/core/histogram.hpp"
 #include "runtime/core/json.hpp"
 
@@ -46,12 +47,7 @@ std::string HistogramLine::column() const {
 }
 
 namespace {
-template <class T>
-void put(std::vector<char>& out, T v) {
-  const std::size_t n = out.size();
-  out.resize(n + sizeof(T));
-  std::memcpy(out.data() + n, &v, sizeof(T));
-}
+using chorus::detail::bytes::put;
 
 Error bad(std::string_view what) {
   return {Errc::invalid_argument, "a histograms.jsonl line " + std::string(what) +

@@ -1,4 +1,5 @@
 #include "runtime/core/histogram.hpp"
+#include "runtime/core/bytes.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -432,12 +433,7 @@ Histogram::Bucket Histogram::bucket_bounds(std::int32_t index) noexcept {
 namespace detail::histogram {
 
 namespace {
-template <class T>
-void put(std::vector<char>& out, T v) {
-  const std::size_t n = out.size();
-  out.resize(n + sizeof(T));
-  std::memcpy(out.data() + n, &v, sizeof(T));
-}
+using bytes::put;
 template <class T>
 T get(const char*& p) {
   T v;

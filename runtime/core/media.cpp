@@ -1,4 +1,5 @@
 #include "runtime/core/media.hpp"
+#include "runtime/core/bytes.hpp"
 
 #include <cstring>
 
@@ -21,16 +22,8 @@ std::string_view Media::extension() const noexcept {
 namespace media {
 namespace {
 
-template <class T>
-void put(std::vector<char>& out, T v) {
-  const std::size_t n = out.size();
-  out.resize(n + sizeof(T));
-  std::memcpy(out.data() + n, &v, sizeof(T));
-}
-void put_bytes(std::vector<char>& out, std::string_view s) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
+using bytes::put;
+using bytes::put_bytes;
 
 class Reader {
 public:

@@ -396,9 +396,7 @@ struct Merger::State {
       PendingRow& row = pending.at(step);
       row.ts_us = std::min(row.ts_us, m.ts_us);
       const std::uint64_t sort = sort_key(gid, static_cast<std::uint32_t>(rank));
-      auto it = std::find_if(row.media.begin(), row.media.end(), [sort](const MediaEntry& e) { return e.sort == sort; });
-      if (it == row.media.end()) it = row.media.insert(row.media.end(), MediaEntry{sort, {}});
-      it->value = std::move(value);
+      entry_of(row.media, sort).value = std::move(value);
       sink.completed(rank, m.seq, nullptr);
       return;
     }
@@ -431,10 +429,7 @@ struct Merger::State {
     PendingRow& row = pending.at(step);
     row.ts_us = std::min(row.ts_us, h.ts_us);
     const std::uint64_t sort = sort_key(gid, static_cast<std::uint32_t>(rank));
-    auto it = std::find_if(row.histograms.begin(), row.histograms.end(),
-                           [sort](const HistogramEntry& e) { return e.sort == sort; });
-    if (it == row.histograms.end()) it = row.histograms.insert(row.histograms.end(), HistogramEntry{sort, {}});
-    (void)histogram::decode(h.body, it->value); // checked with its frame: the later one replaces
+    (void)histogram::decode(h.body, entry_of(row.histograms, sort).value); // checked with its frame: a later one replaces
     sink.completed(rank, h.seq, nullptr);
   }
 
@@ -616,12 +611,8 @@ struct Merger::State {
     // series (or one per rank) for the whole run.
     const bool one_rank = ranks.size() == 1;
     const Entry* e = p.entries.data();
-    const std::size_t n = p.entries.size();
-    for (std::size_t i = 0; i < n;) {
-      const auto place_in_order = static_cast<std::uint32_t>(e[i].sort >> 32);
-      std::size_t j = i + 1;
-      while (j < n && (e[j].sort >> 32) == place_in_order) ++j;
-      const std::uint32_t gid = by_order[place_in_order];
+    each_key_run(e, p.entries.size(), [&](std::size_t i, std::size_t j) {
+      const std::uint32_t gid = by_order[static_cast<std::uint32_t>(e[i].sort >> 32)];
       const Reduce how = names.reduction(gid);
       if (how != Reduce::none) {
         out.values.push_back({gid, -1, reduce_values(how, e + i, j - i), static_cast<std::uint32_t>(j - i)});
@@ -631,14 +622,12 @@ struct Merger::State {
           out.values.push_back({gid, one_rank ? -1 : rank, e[k].value, 0});
         }
       }
-      i = j;
-    }
+    });
     out.histograms.clear();
     if (!p.histograms.empty()) commit_histograms(p, order, by_order, one_rank);
     out.media.clear();
     if (!p.media.empty()) {
-      for (MediaEntry& e : p.media) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
-      std::sort(p.media.begin(), p.media.end(), [](const MediaEntry& a, const MediaEntry& b) { return a.sort < b.sort; });
+      sort_by_name(p.media, order);
       for (const MediaEntry& e : p.media)
         out.media.push_back({by_order[static_cast<std::uint32_t>(e.sort >> 32)],
                              static_cast<std::int32_t>(static_cast<std::uint32_t>(e.sort)), &e.value});
@@ -654,18 +643,12 @@ struct Merger::State {
   /// one a column per rank.
   void commit_histograms(PendingRow& p, const std::vector<std::uint32_t>& order,
                          const std::vector<std::uint32_t>& by_order, bool one_rank) {
-    for (HistogramEntry& e : p.histograms) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
-    std::sort(p.histograms.begin(), p.histograms.end(),
-              [](const HistogramEntry& a, const HistogramEntry& b) { return a.sort < b.sort; });
+    sort_by_name(p.histograms, order);
     merged.clear();
     merged.reserve(p.histograms.size()); // the row points into it: it must not move
     const HistogramEntry* e = p.histograms.data();
-    const std::size_t n = p.histograms.size();
-    for (std::size_t i = 0; i < n;) {
-      const auto place_in_order = static_cast<std::uint32_t>(e[i].sort >> 32);
-      std::size_t j = i + 1;
-      while (j < n && (e[j].sort >> 32) == place_in_order) ++j;
-      const std::uint32_t gid = by_order[place_in_order];
+    each_key_run(e, p.histograms.size(), [&](std::size_t i, std::size_t j) {
+      const std::uint32_t gid = by_order[static_cast<std::uint32_t>(e[i].sort >> 32)];
       const Reduce how = names.reduction(gid);
       const auto ranks_in = static_cast<std::uint32_t>(j - i);
       if (how == Reduce::none) {
@@ -679,8 +662,7 @@ struct Merger::State {
         for (std::size_t k = i + 1; k < j; ++k) all.merge(e[k].value);
         out.histograms.push_back({gid, -1, &all, ranks_in});
       }
-      i = j;
-    }
+    });
   }
 
   // ---- frames -------------------------------------------------------------

@@ -191,6 +191,35 @@ private:
   std::vector<std::size_t> at_;
 };
 
+/// Calls `f(i, j)` for each run [i, j) of `n` sorted entries (Entry,
+/// HistogramEntry, MediaEntry) that share one key.
+template <class E, class F>
+void each_key_run(const E* e, std::size_t n, F&& f) {
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i + 1;
+    while (j < n && (e[j].sort >> 32) == (e[i].sort >> 32)) ++j;
+    f(i, j);
+    i = j;
+  }
+}
+
+/// A committing row's histograms or media by (key's place in name order,
+/// rank): `order` maps a key's global id to its place.
+template <class E>
+void sort_by_name(std::vector<E>& v, const std::vector<std::uint32_t>& order) {
+  for (E& e : v) e.sort = sort_key(order[e.sort >> 32], static_cast<std::uint32_t>(e.sort));
+  std::sort(v.begin(), v.end(), [](const E& a, const E& b) { return a.sort < b.sort; });
+}
+
+/// The entry of (key, rank) `sort` in a pending row's histograms or media,
+/// made where it is not there yet (a later one of a rank and step replaces).
+template <class E>
+E& entry_of(std::vector<E>& v, std::uint64_t sort) {
+  auto it = std::find_if(v.begin(), v.end(), [sort](const E& e) { return e.sort == sort; });
+  if (it == v.end()) it = v.insert(v.end(), E{sort, {}});
+  return *it;
+}
+
 /// Keeps, of each run of sorted entries with one (key, rank), the last.
 inline void keep_last(std::vector<Entry>& v) {
   std::size_t out = 0;

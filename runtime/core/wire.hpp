@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chorus/chorus.hpp>
+#include "runtime/core/bytes.hpp"
 #include "runtime/core/histogram.hpp"
 #include "runtime/core/media.hpp"
 
@@ -116,16 +117,8 @@ inline constexpr std::size_t value_size = 12; // u32 key + f64
 // Encoding
 
 namespace detail {
-template <class T>
-inline void put(std::vector<char>& out, T v) {
-  const auto n = out.size();
-  out.resize(n + sizeof(T));
-  std::memcpy(out.data() + n, &v, sizeof(T));
-}
-inline void put_bytes(std::vector<char>& out, std::string_view s) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
+using chorus::detail::bytes::put;
+using chorus::detail::bytes::put_bytes;
 } // namespace detail
 
 /// Appends one rank_batch frame to `out` (which may already hold bytes).
