@@ -53,7 +53,8 @@ BOOST_AUTO_TEST_CASE(mlflow_gets_quantiles_and_an_artifact_of_each_histogram) {
   const auto artifacts = server.artifacts(r.id);
   const std::string act = artifacts.at("histograms/act/rank-1/step_3.json");
   BOOST_TEST(act.starts_with("{\"step\":3,\"timestamp\":1700000000.75,\"column\":\"act/rank-1\",\"count\":20,"
-                             "\"sum\":14350,\"min\":5,\"max\":2000,\"nan\":0,\"inf\":0,\"-inf\":0,\"buckets\":[[5,"),
+                             "\"sum\":14350,\"min\":5,\"max\":2000,\"nan\":0,\"inf\":0,\"-inf\":0,"
+                             "\"buckets\":[[5,5.03125,1],[20,20.125,1],"),
              act);
   check_nothing_left(server, run.dir(), mlflow_url(server));
 }
@@ -74,8 +75,9 @@ BOOST_AUTO_TEST_CASE(wandb_gets_each_histogram_in_the_row_of_its_step) {
   BOOST_TEST(r->complete);
   // A step of histograms only: its times and its histograms, nothing else.
   BOOST_TEST(r->history[41].starts_with("{\"_step\":42,\"_timestamp\":1700000010.5,\"_runtime\":10.5,\"act/rank-0\":"
-                                        "{\"_type\":\"histogram\",\"values\":[1,0,"),
+                                        "{\"_type\":\"histogram\",\"values\":[1,0,1,0,"),
              r->history[41]);
+  BOOST_TEST(r->history[41].find("\"bins\":[43,43.25,172,173,") != std::string::npos, r->history[41]);
 }
 
 // The run grows while it uploads, a history row or a histogram at a time as
