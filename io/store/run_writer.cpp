@@ -410,7 +410,7 @@ void RunWriter::row(const chorus::detail::Row& row) {
       }
       l.clear();
       append_media_line(l, row.step, row.ts_us, row.runtime_us, key, m.rank, *m.value, path);
-      if (s.media_file) s.fail(s.media_file->write(l));
+      if (s.media_file) s.fail(s.media_file->write(l)), s.fail(s.media_file->flush());
     }
     if (row.values.empty() && row.histograms.empty()) {
       s.last_step = row.step;
@@ -421,7 +421,9 @@ void RunWriter::row(const chorus::detail::Row& row) {
     l.clear();
     for (const auto& h : row.histograms)
       append_histogram_line(l, row.step, row.ts_us, row.runtime_us, s.key_name(h.key), h.rank, h.count, *h.value);
-    if (s.histograms) s.fail(s.histograms->write(l));
+    // Out before the step's history row can be: a reader that joins the two
+    // files by step (the W&B upload) never sees the row before its histograms.
+    if (s.histograms) s.fail(s.histograms->write(l)), s.fail(s.histograms->flush());
     if (row.values.empty()) { // a step of histograms only has no history row
       s.last_step = row.step;
       return;
@@ -583,9 +585,9 @@ void RunWriter::barrier(const BarrierRecord& record) {
 
 void RunWriter::flush() {
   State& s = *s_;
-  if (s.history) s.fail(s.history->flush());
-  if (s.histograms) s.fail(s.histograms->flush());
+  if (s.histograms) s.fail(s.histograms->flush()); // before history.jsonl, as row() keeps them
   if (s.media_file) s.fail(s.media_file->flush());
+  if (s.history) s.fail(s.history->flush());
   if (s.barriers) s.fail(s.barriers->flush());
   if (s.system_file) s.fail(s.system_file->flush());
   if (s.rejected_file) s.fail(s.rejected_file->flush());
