@@ -1,14 +1,18 @@
-// histograms.jsonl's lines and a histogram's frame encoding on any bytes:
-// the first byte picks which. What either reader accepts must hold together
-// (the buckets add up to the finite count, min <= max within them) and
-// write back to what reads the same.
+// histograms.jsonl's and media.jsonl's lines, and a histogram's and a
+// media's frame encoding, on any bytes: the first byte picks which. What a
+// reader accepts must hold together (a histogram's buckets add up to its
+// finite count, min <= max within them; a media's kind and format agree)
+// and write back to what reads the same.
 #include "fuzz/seeds.hpp"
 #include "io/store/histogram_log.hpp"
+#include "io/store/media_log.hpp"
+#include "runtime/core/media.hpp"
 #include "runtime/core/histogram.hpp"
 
 #include <simdjson.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -49,14 +53,54 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   h.add(std::numeric_limits<double>::quiet_NaN());
   std::vector<char> bytes;
   detail::histogram::encode(h, bytes);
-  fuzz::write_seeds_if_asked({std::string(1, '\0') + line_of(h), std::string(1, '\1') + std::string(bytes.begin(), bytes.end())});
+  detail::Media m;
+  m.kind = detail::MediaKind::table;
+  m.format = "json";
+  m.caption = "preds";
+  const std::string table = R"({"columns":["a"],"data":[[1]]})";
+  m.data.assign(table.begin(), table.end());
+  std::vector<char> media_bytes;
+  detail::media::encode(m, media_bytes);
+  std::string media_line;
+  io::append_media_line(media_line, 2, 1'700'000'000'000'000, 1'000'000, "preds", 1, m,
+                        io::media_path("preds", 1, 2, m.extension()));
+  fuzz::write_seeds_if_asked({std::string(1, '\0') + line_of(h), std::string(1, '\1') + std::string(bytes.begin(), bytes.end()),
+                              std::string(1, '\3') + std::string(media_bytes.begin(), media_bytes.end()),
+                              std::string(1, '\2') + media_line});
   return 0;
+}
+
+/// A media encoding or a media.jsonl line (the second bit of the first byte).
+void media_input(bool binary, const char* body, std::size_t n) {
+  if (binary) {
+    detail::Media m;
+    const bool ok = detail::media::decode(std::span<const char>(body, n), m);
+    if (ok != detail::media::valid(std::span<const char>(body, n))) std::abort();
+    if (!ok) return;
+    std::vector<char> again;
+    detail::media::encode(m, again);
+    if (again.size() != n || std::memcmp(again.data(), body, n) != 0) std::abort(); // one encoding per media
+    detail::media::ImageHeader h;
+    (void)detail::media::image_header(std::span<const char>(m.data.data(), m.data.size()), h);
+    return;
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  if (parser.parse(body, n).get(e) != simdjson::SUCCESS) return;
+  Result<io::MediaLine> line = io::read_media_line(e);
+  if (!line) return;
+  if (!line->path.starts_with("media/") || line->path.find("..") != std::string_view::npos) std::abort();
+  (void)io::media_path(line->key, line->rank, line->step, line->format);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const char* body = reinterpret_cast<const char*>(data + 1);
   const std::size_t n = size - 1;
+  if ((data[0] & 2u) != 0) {
+    media_input((data[0] & 1u) != 0, body, n);
+    return 0;
+  }
   if ((data[0] & 1u) != 0) {
     Histogram h;
     const bool ok = detail::histogram::decode(std::span<const char>(body, n), h);
