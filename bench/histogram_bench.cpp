@@ -191,6 +191,23 @@ int main() {
   add_rows(t, "1 M doubles", d);
   t.print();
 
+  // Small histograms (a layer's bias, a batch's losses): their fixed cost.
+  bench::Table small({"floats", "chorus::Histogram(values) p50 (us)", "p99 (us)"});
+  for (const std::size_t n : {std::size_t{10}, std::size_t{1000}, std::size_t{10000}}) {
+    const std::span<const float> v(floats.data(), n);
+    std::vector<double> us;
+    for (int i = 0; i < 2000; ++i) {
+      const std::int64_t t0 = bench::now_ns();
+      const chorus::Histogram h{v};
+      const std::int64_t t1 = bench::now_ns();
+      if (h.count() != n) return 1;
+      us.push_back(static_cast<double>(t1 - t0) / 1e3);
+    }
+    small.add({std::to_string(n), bench::num(bench::quantile(us, 0.5)), bench::num(bench::quantile(us, 0.99))});
+  }
+  std::printf("\n");
+  small.print();
+
   const chorus::Histogram hf{std::span<const float>(floats)};
   const chorus::Histogram hd{std::span<const double>(doubles)};
   std::printf("\nencoding of the histogram (non-empty buckets x 12 + 52 bytes): floats %zu buckets, %zu bytes; "
