@@ -180,11 +180,15 @@ private:
   template <class Fill>
   Pending push_control(SlotKind kind, Fill&& fill, Room room = Room::force, bool* no_room = nullptr) noexcept;
   /// One call of another kind (a histogram, an image, text, a table) into
-  /// one slot that `fill` completes; `refused_json` is what rejected.jsonl
-  /// shows of it where the call is refused here (run_kinds.cpp).
-  template <class Fill>
+  /// one slot that `fill` completes; `refused_json()` makes what
+  /// rejected.jsonl shows of it, only where the call is refused here
+  /// (run_kinds.cpp).
+  template <class Describe, class Fill>
   Pending push_kind(SlotKind kind, std::uint32_t stream, bool writer, std::string_view key, const LogOptions& opts,
-                    bool same_step, std::string_view refused_json, Fill&& fill) noexcept;
+                    bool same_step, Describe&& refused_json, Fill&& fill) noexcept;
+  /// Such a call refused on this thread: recorded for rejected.jsonl (and
+  /// warned of once a key), and its ticket with `why`.
+  Pending refuse_kind(std::string_view key, const LogOptions& opts, const Error& why, std::string refused_json) noexcept;
   MediaEncoder& media_encoder();
   /// Moves the rank's step as the run host will for a call that logs at
   /// `step` (automatic steps count calls), so log_artifact can name it.

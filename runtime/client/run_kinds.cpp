@@ -14,9 +14,20 @@
 namespace chorus {
 namespace detail {
 
-template <class Fill>
+Pending RunImpl::refuse_kind(std::string_view key, const LogOptions& opts, const Error& why,
+                             std::string refused_json) noexcept {
+  try {
+    const RefusedValue v{std::string(key.substr(0, 256)), std::move(refused_json)};
+    (void)refuse_values(opts.step, why, std::span(&v, 1), 1, Room::force);
+  } catch (...) {
+    // Out of memory: the ticket still says why.
+  }
+  return refuse(why);
+}
+
+template <class Describe, class Fill>
 Pending RunImpl::push_kind(SlotKind kind, std::uint32_t stream, bool writer, std::string_view key,
-                           const LogOptions& opts, bool same_step, std::string_view refused_json, Fill&& fill) noexcept {
+                           const LogOptions& opts, bool same_step, Describe&& refused_json, Fill&& fill) noexcept {
   const char* call = kind == SlotKind::histogram ? "log_histogram" : "log_media";
   if (closed_.load(std::memory_order_relaxed)) {
     note_after_finish(call);
@@ -25,11 +36,7 @@ Pending RunImpl::push_kind(SlotKind kind, std::uint32_t stream, bool writer, std
   }
   try {
     if (writer && stream == 0) return refuse_no_stream("this writer");
-    auto note = [&](const Error& why) {
-      const RefusedValue v{std::string(key.substr(0, 256)), std::string(refused_json)};
-      (void)refuse_values(opts.step, why, std::span(&v, 1), 1, Room::force);
-      return refuse(why);
-    };
+    auto note = [&](const Error& why) { return refuse_kind(key, opts, why, refused_json()); };
     if (opts.step && *opts.step < 0)
       return note({Errc::invalid_argument, "step " + std::to_string(*opts.step) + " is negative: steps start at 0"});
     const std::uint32_t id = KeyTable::instance().intern_metric(key);
@@ -55,34 +62,27 @@ Pending RunImpl::push_kind(SlotKind kind, std::uint32_t stream, bool writer, std
 Pending RunImpl::log_histogram(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<Histogram> h,
                                const LogOptions& opts, bool same_step) noexcept {
   if (!h) return refuse({Errc::internal, "out of memory while bucketing the histogram"});
-  std::string json;
-  try {
-    json = "{\"histogram\":{\"count\":" + std::to_string(h->count()) + "}}";
-  } catch (...) {
-  }
-  return push_kind(SlotKind::histogram, stream, writer, key, opts, same_step, json,
-                   [&](Slot& s) { s.histogram = h.release(); });
+  return push_kind(
+      SlotKind::histogram, stream, writer, key, opts, same_step,
+      [&] { return "{\"histogram\":{\"count\":" + std::to_string(h->count()) + "}}"; },
+      [&](Slot& s) { s.histogram = h.release(); });
 }
 
 Pending RunImpl::log_media(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<MediaJob> job,
                            const LogOptions& opts, bool same_step) noexcept {
   if (!job) return refuse({Errc::internal, "out of memory while taking an image, text or table"});
-  if (job->state.load(std::memory_order_relaxed) == MediaJob::failed) {
-    // Refused on this thread (a wrong shape, too large): nothing goes to the run but the refusal.
-    const Error why = job->error;
-    std::string json;
+  const std::string_view kind = to_string(job->media.kind);
+  if (job->state.load(std::memory_order_relaxed) == MediaJob::failed) { // refused on this thread: only the refusal goes
     try {
-      json = "{\"" + std::string(to_string(job->media.kind)) + "\":{\"error\":true}}";
-      const RefusedValue v{std::string(key.substr(0, 256)), json};
-      (void)refuse_values(opts.step, why, std::span(&v, 1), 1, Room::force);
+      return refuse_kind(key, opts, job->error, "{\"" + std::string(kind) + "\":{\"error\":true}}");
     } catch (...) {
+      return refuse(job->error);
     }
-    return refuse(why);
   }
   MediaJob* pending_encode = job->state.load(std::memory_order_relaxed) == MediaJob::pending ? job.get() : nullptr;
-  const std::string json = "{\"" + std::string(to_string(job->media.kind)) + "\":{}}";
-  Pending p = push_kind(SlotKind::media, stream, writer, key, opts, same_step, json,
-                        [&](Slot& s) { s.media = job.release(); });
+  Pending p = push_kind(
+      SlotKind::media, stream, writer, key, opts, same_step, [&] { return "{\"" + std::string(kind) + "\":{}}"; },
+      [&](Slot& s) { s.media = job.release(); });
   if (pending_encode != nullptr && job == nullptr) media_encoder().push(pending_encode);
   return p;
 }
