@@ -21,6 +21,7 @@ WORKER = os.path.join(HERE, "end_worker.py")
 LAUNCHERS = ["torchrun", "launch"]
 # torchrun: "[default1]:ACKED 5"; chorus launch: "[rank 1] ACKED 5".
 RANK_LINE = re.compile(r"^\[(?:rank |default)(\d+)\]:? ?(.*)$")
+ACKED = re.compile(r"(?:^|\]:)ACKED (\d+)")
 
 
 class Job:
@@ -58,8 +59,11 @@ class Job:
         """The last step each rank saw acknowledged."""
         last = {}
         for rank, text in self.of_rank():
-            if text.startswith("ACKED "):
-                last[rank] = max(last.get(rank, -1), int(text.split()[1]))
+            # torchrun's tee reads a rank's file as it grows and may print a line it has read only in part,
+            # so the rank's next line can follow it without a newline: "[default1]:ACKED 104[default1]:ACKED 105".
+            # A cut number can only read smaller than the step acknowledged, which checks less, never wrongly.
+            for step in ACKED.findall(text):
+                last[rank] = max(last.get(rank, -1), int(step))
         return last
 
     def pid(self, rank):
