@@ -138,6 +138,9 @@ std::string format_duration(double seconds);
 /// A value for a table: integers without a fraction, else 6 significant digits.
 std::string format_number(double v);
 
+/// "512 B", "1.5 KiB", "12.3 MiB", "640 GiB".
+std::string format_bytes(std::uint64_t n);
+
 /// The run directory root: $CHORUS_DIR, else ./chorus-runs.
 std::string default_runs_dir();
 

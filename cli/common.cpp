@@ -158,6 +158,17 @@ std::string format_number(double v) {
   return buf;
 }
 
+std::string format_bytes(std::uint64_t n) {
+  static constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (n < 1024) return std::to_string(n) + " B";
+  double v = static_cast<double>(n) / 1024;
+  std::size_t k = 0;
+  for (; k + 1 < std::size(units) && v >= 1024; ++k) v /= 1024;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*f %s", v < 99.95 ? 1 : 0, v, units[k]);
+  return buf;
+}
+
 std::string default_runs_dir() {
   const char* d = std::getenv("CHORUS_DIR");
   return d != nullptr && *d != '\0' ? std::string(d) : std::string("./chorus-runs");

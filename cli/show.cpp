@@ -3,6 +3,7 @@
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
 #include "cli/histogram_section.hpp"
+#include "cli/media_section.hpp"
 #include "cli/json_lines.hpp"
 #include "cli/locate.hpp"
 #include "cli/run_info.hpp"
@@ -70,6 +71,11 @@ column (its key, or key/rank-N for a rank's own): its steps, the last step's
 count (and of it the NaN and infinite values), min, median and max, and
 sparklines of its median and of its 5th to 95th percentile spread over the
 steps. --metric picks histogram columns as it picks keys.
+
+A run that logged images, text or tables (media.jsonl) gets a line per media
+column (key/rank-N where several ranks logged the key): its kind, how many
+files over which steps, their size, and the path of its last file under the
+run directory.
 
 With many metrics, the plain and reduced keys get charts and the per-rank
 columns (key/rank-N) a one-line sparkline each. NaN and infinite values are
@@ -577,6 +583,7 @@ std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
   if (a.system) out += system_section(r, width, a.ascii);
   if (a.history) out += history_section(r, a, width, specs);
   if (const std::string h = histogram_section(r, a.wanted, width, a.ascii); !h.empty()) out += "\n" + h;
+  if (const std::string m = media_section(r, a.wanted, width); !m.empty()) out += "\n" + m;
   return out;
 }
 
@@ -584,7 +591,7 @@ std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
 /// is a reason to draw it again.
 std::string files_stamp(const std::string& dir) {
   std::string out;
-  for (const char* f : {"run.json", "history.jsonl", "histograms.jsonl", "system.jsonl", "config.json", "summary.json",
+  for (const char* f : {"run.json", "history.jsonl", "histograms.jsonl", "media.jsonl", "system.jsonl", "config.json", "summary.json",
                         "metrics.json"}) {
     struct stat st {};
     if (::stat((dir + "/" + f).c_str(), &st) != 0) {

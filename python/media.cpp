@@ -1,6 +1,8 @@
-// chorus.Image (python/media.hpp).
+// chorus.Image, chorus.Text and chorus.Table (python/media.hpp).
 #include "python/media.hpp"
 #include "python/convert.hpp"
+
+#include "runtime/client/run_impl.hpp"
 
 #include <cstdint>
 #include <string>
@@ -76,25 +78,92 @@ PyImage make(py::handle data, py::object caption) {
   return img;
 }
 
-} // namespace
+/// What a chorus.Text holds: its own copy of the text.
+struct PyText {
+  std::string text;
+};
 
-bool image_of(PyObject* v, Image& out) noexcept {
-  if (image_type == nullptr || !PyObject_TypeCheck(v, image_type)) return false;
-  try {
-    const PyImage& i = py::reinterpret_borrow<py::object>(v).cast<const PyImage&>();
-    if (!i.file.empty())
-      out = Image::from_file_bytes(i.file, i.caption);
-    else if (!i.u8.empty())
-      out = Image::from_pixels(std::span<const std::uint8_t>(i.u8), i.height, i.width, i.channels, i.caption);
-    else
-      out = Image::from_pixels(std::span<const float>(i.f32), i.height, i.width, i.channels, i.caption);
-    return true;
-  } catch (...) {
-    return false;
+/// What a chorus.Table holds: its columns and rows, converted as made.
+struct PyTable {
+  std::vector<std::string> columns;
+  std::vector<std::vector<Value>> rows;
+};
+
+PyTypeObject* text_type = nullptr;
+PyTypeObject* table_type = nullptr;
+
+/// A table's cell: None, a bool, a whole number, a float, or a str (NumPy's
+/// scalars by their .item()).
+Value cell(py::handle v, std::size_t row, std::size_t column) {
+  if (v.is_none()) return {};
+  if (PyBool_Check(v.ptr())) return Value(v.ptr() == Py_True);
+  if (PyLong_Check(v.ptr())) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow == 0 && !(i == -1 && PyErr_Occurred())) return Value(static_cast<std::int64_t>(i));
+    PyErr_Clear();
+    return Value(PyLong_AsDouble(v.ptr()));
   }
+  if (PyFloat_Check(v.ptr())) return Value(PyFloat_AS_DOUBLE(v.ptr()));
+  if (PyUnicode_Check(v.ptr())) return Value(text_arg(py::reinterpret_borrow<py::object>(v), "a table's cell"));
+  if (py::hasattr(v, "item") && py::hasattr(v, "dtype") && py::len(v.attr("shape")) == 0)
+    return cell(v.attr("item")(), row, column);
+  invalid("the cell of row " + std::to_string(row) + ", column " + std::to_string(column) +
+          " of the chorus.Table is a " + std::string(py::str(py::type::of(v).attr("__name__"))) +
+          ": a table holds None, bools, numbers and strings; make it one of them (str(x))");
 }
 
-void bind_image(py::module_& m) {
+PyTable make_table(py::object columns, py::object data, py::object dataframe) {
+  PyTable t;
+  if (!dataframe.is_none()) {
+    if (!columns.is_none() || !data.is_none())
+      invalid("chorus.Table takes a dataframe, or columns and data, not both");
+    columns = py::list(dataframe.attr("columns"));
+    data = dataframe.attr("itertuples")(py::arg("index") = false, py::arg("name") = py::none());
+  }
+  if (columns.is_none()) invalid("chorus.Table needs its columns: chorus.Table(columns=[...], data=[[...], ...])");
+  if (PyUnicode_Check(columns.ptr()))
+    invalid("chorus.Table's columns are a list of names, not one string: columns=[\"" +
+            text_arg(columns, "a column") + "\"]");
+  for (py::handle c : columns) t.columns.push_back(PyUnicode_Check(c.ptr()) ? text_arg(py::reinterpret_borrow<py::object>(c), "a column")
+                                                                           : std::string(py::str(c)));
+  if (!data.is_none())
+    for (py::handle r : data) {
+      if (PyUnicode_Check(r.ptr()) || PyBytes_Check(r.ptr()))
+        invalid("row " + std::to_string(t.rows.size()) + " of the chorus.Table is a string: give each row as a "
+                "list of cells");
+      std::vector<Value>& row = t.rows.emplace_back();
+      for (py::handle c : r) row.push_back(cell(c, t.rows.size() - 1, row.size()));
+    }
+  return t;
+}
+
+} // namespace
+
+MediaJobMaker media_of(PyObject* v) {
+  if (image_type != nullptr && PyObject_TypeCheck(v, image_type)) {
+    const PyImage& i = py::reinterpret_borrow<py::object>(v).cast<const PyImage&>();
+    return [&i] {
+      if (!i.file.empty()) return detail::image_job(Image::from_file_bytes(i.file, i.caption));
+      if (!i.u8.empty())
+        return detail::image_job(
+            Image::from_pixels(std::span<const std::uint8_t>(i.u8), i.height, i.width, i.channels, i.caption));
+      return detail::image_job(
+          Image::from_pixels(std::span<const float>(i.f32), i.height, i.width, i.channels, i.caption));
+    };
+  }
+  if (text_type != nullptr && PyObject_TypeCheck(v, text_type)) {
+    const PyText& t = py::reinterpret_borrow<py::object>(v).cast<const PyText&>();
+    return [&t] { return detail::text_job(t.text); };
+  }
+  if (table_type != nullptr && PyObject_TypeCheck(v, table_type)) {
+    const PyTable& t = py::reinterpret_borrow<py::object>(v).cast<const PyTable&>();
+    return [&t] { return detail::table_job(t.columns, t.rows); };
+  }
+  return {};
+}
+
+void bind_media(py::module_& m) {
   py::class_<PyImage> cls(m, "Image", R"(An image for run.log: run.log({"samples": chorus.Image(x, caption="epoch 3")}).
 Takes a NumPy array (height x width, or height x width x channels with 1, 3 or 4
 channels; uint8, or floats in [0, 1]), a PIL image, a CPU tensor (CHW or HWC), or
@@ -105,6 +174,21 @@ the bytes of a PNG or JPEG file. Pixels are encoded to PNG off the calling threa
       .def_property_readonly("channels", [](const PyImage& i) { return i.channels; })
       .def_property_readonly("caption", [](const PyImage& i) { return i.caption; });
   image_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+
+  py::class_<PyText> text(m, "Text", R"(Text (markdown) for run.log: run.log({"sample": chorus.Text("**3** tokens")}).
+UTF-8, at most 64 MiB.)");
+  text.def(py::init([](py::object s) { return PyText{text_arg(s, "chorus.Text's text")}; }), py::arg("text"))
+      .def_property_readonly("text", [](const PyText& t) { return t.text; });
+  text_type = reinterpret_cast<PyTypeObject*>(text.ptr());
+
+  py::class_<PyTable> table(m, "Table", R"(A table for run.log, as W&B's: chorus.Table(columns=["id", "pred"], data=[[1, "cat"], ...]),
+or chorus.Table(dataframe=df). Cells are None, bools, numbers or strings; every row has
+one cell per column (a ragged row is refused on the call's ticket).)");
+  table.def(py::init(&make_table), py::arg("columns") = py::none(), py::arg("data") = py::none(),
+            py::arg("dataframe") = py::none())
+      .def_property_readonly("columns", [](const PyTable& t) { return t.columns; })
+      .def_property_readonly("rows", [](const PyTable& t) { return t.rows.size(); });
+  table_type = reinterpret_cast<PyTypeObject*>(table.ptr());
 }
 
 } // namespace chorus::python

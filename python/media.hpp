@@ -1,20 +1,32 @@
-// chorus.Image: an image for run.log's dict, from NumPy arrays (HWC), PIL
-// images, CPU tensors (CHW or HWC) or PNG/JPEG bytes.
+// chorus.Image, chorus.Text and chorus.Table: media for run.log's dict. An
+// image from NumPy arrays (HWC), PIL images, CPU tensors (CHW or HWC) or
+// PNG/JPEG bytes; markdown text; a table of columns and rows (W&B's Table).
 #pragma once
 
 #include <chorus/chorus.hpp>
 
 #include <pybind11/pybind11.h>
 
+#include <functional>
+#include <memory>
+
+namespace chorus::detail {
+struct MediaJob; // runtime/client/run_impl.hpp
+}
+
 namespace chorus::python {
 
 namespace py = pybind11;
 
-/// Registers chorus.Image.
-void bind_image(py::module_& m);
+/// Registers chorus.Image, chorus.Text and chorus.Table.
+void bind_media(py::module_& m);
 
-/// The image a chorus.Image object holds (a view into the object, valid
-/// while it lives), or nothing for any other object.
-[[nodiscard]] bool image_of(PyObject* v, Image& out) noexcept;
+/// What makes the RunImpl::log_media job of a media object: called without
+/// the GIL while the object lives (it views the object's own copy).
+using MediaJobMaker = std::function<std::unique_ptr<chorus::detail::MediaJob>()>;
+
+/// The job maker of a chorus.Image, Text or Table object; empty for any
+/// other object.
+[[nodiscard]] MediaJobMaker media_of(PyObject* v);
 
 } // namespace chorus::python

@@ -125,13 +125,13 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
         if (impl != nullptr) {
           p = impl->log_device(d.metrics, d.stream, opts, std::nullopt, v.host);
           logged = true;
-        } else if (!v.host.empty() || (v.refused_n == 0 && v.histograms.empty() && v.images.empty())) {
+        } else if (!v.host.empty() || (v.refused_n == 0 && v.histograms.empty() && v.media.empty())) {
           // (else every number was refused, or the call holds none)
           p = writer != nullptr ? writer->log(std::span<const Metric>(v.host), opts)
                                 : run.log(std::span<const Metric>(v.host), opts);
           logged = !v.host.empty();
         }
-        if (!v.histograms.empty() || !v.images.empty()) {
+        if (!v.histograms.empty() || !v.media.empty()) {
           const auto [into, stream] = writer != nullptr ? detail::RunAccess::writer(*writer)
                                                         : std::pair(detail::live(detail::RunAccess::impl(run)), 0u);
           for (const Values::HistogramValue& h : v.histograms) {
@@ -144,9 +144,9 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
             p = into->log_histogram(stream, writer != nullptr, h.key, std::move(copy), opts, logged);
             logged = true;
           }
-          for (const Values::ImageValue& i : v.images) {
+          for (const Values::MediaValue& m : v.media) {
             if (into == nullptr) break;
-            p = into->log_media(stream, writer != nullptr, i.key, detail::image_job(i.value), opts, logged);
+            p = into->log_media(stream, writer != nullptr, m.key, m.job(), opts, logged);
             logged = true;
           }
         }
@@ -330,7 +330,7 @@ PYBIND11_MODULE(_chorus, m) {
 
   bind_tickets(m);
   bind_histogram(m);
-  bind_image(m);
+  bind_media(m);
 
   py::class_<FinishTicket>(m, "FinishTicket", "What finish() returns: .wait() for its result, or await it.")
       .def_property_readonly("ready", [](const FinishTicket& t) { return t.pending.ready(); })

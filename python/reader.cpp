@@ -295,6 +295,59 @@ py::dict read_histograms(const std::string& path, const std::optional<std::strin
   return with_reading(std::move(out), read);
 }
 
+/// _chorus.read_media(path, key, kind): media.jsonl's keys (with their
+/// kinds), in the order they first appear, and the lines of `key` that are
+/// of `kind` ("image", "text", "table"; None: any), column by column; a
+/// line's path joined to the run directory. Each line is read by the
+/// store's reader (io::read_media_line): a line it refuses is skipped, and
+/// why is said.
+py::dict read_media(const std::string& path, const std::optional<std::string>& key,
+                    const std::optional<std::string>& kind) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  std::vector<std::pair<std::string, std::string>> keys;
+  std::unordered_map<std::string, bool> seen;
+  struct Entry {
+    std::int64_t step;
+    double timestamp;
+    int rank;
+    std::string kind, format, caption, path;
+    std::uint64_t size;
+    std::uint32_t width, height;
+  };
+  std::vector<Entry> entries;
+  cli::JsonLines read;
+  {
+    py::gil_scoped_release unlocked;
+    read = cli::read_media_lines(path, [&](const io::MediaLine& m) {
+      if (seen.emplace(std::string(m.key), true).second) keys.emplace_back(m.key, m.kind);
+      if (!key || *key != m.key || (kind && *kind != m.kind)) return;
+      entries.push_back({m.step, m.timestamp, m.rank, std::string(m.kind), std::string(m.format),
+                         std::string(m.caption), dir + std::string(m.path), m.size, m.width, m.height});
+    });
+  }
+  py::list key_list, rows;
+  for (const auto& [k, what] : keys) key_list.append(py::make_tuple(k, what));
+  for (const Entry& e : entries) {
+    py::dict d;
+    d["_step"] = e.step;
+    d["_timestamp"] = e.timestamp;
+    d["rank"] = e.rank;
+    d["kind"] = e.kind;
+    d["format"] = e.format;
+    d["caption"] = e.caption.empty() ? py::object(py::none()) : py::object(py::str(e.caption));
+    d["path"] = e.path;
+    d["size"] = e.size;
+    d["width"] = e.width > 0 ? py::object(py::int_(e.width)) : py::object(py::none());
+    d["height"] = e.height > 0 ? py::object(py::int_(e.height)) : py::object(py::none());
+    rows.append(d);
+  }
+  py::dict out;
+  out["keys"] = key_list;
+  out["entries"] = rows;
+  return with_reading(std::move(out), read);
+}
+
 std::string read_text(const std::string& path, bool missing_ok) {
   Result<std::string> text = [&] {
     py::gil_scoped_release unlocked;
@@ -312,6 +365,8 @@ void bind_reader(py::module_& m) {
         py::arg("history") = false, "The numeric columns of history.jsonl (history=True) or system.jsonl.");
   m.def("read_histograms", &read_histograms, py::arg("path"), py::arg("key") = py::none(),
         "histograms.jsonl's keys, and the lines of one key or column, column by column.");
+  m.def("read_media", &read_media, py::arg("path"), py::arg("key") = py::none(), py::arg("kind") = py::none(),
+        "media.jsonl's keys and kinds, and the lines of one key (of one kind), each a dict.");
   m.def("read_artifacts", &read_artifacts, py::arg("path"), "artifacts.jsonl's entries, in the order written.");
   m.def("read_text", &read_text, py::arg("path"), py::arg("missing_ok") = false,
         "A run file's text (a regular file only, of bounded size).");

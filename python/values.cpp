@@ -259,10 +259,10 @@ void take(py::handle key, py::handle value, Values& out, const std::string* pref
       out.histograms.push_back({name, h});
       return;
     }
-    if (Image img; image_of(v, img)) {
+    if (MediaJobMaker job = media_of(v)) {
       if (prefix == nullptr) out.keys.push_back(py::reinterpret_borrow<py::object>(key));
       out.keys.push_back(py::reinterpret_borrow<py::object>(value)); // held with the call
-      out.images.push_back({name, img});
+      out.media.push_back({name, std::move(job)});
       return;
     }
     const Kind kind = PyUnicode_Check(v) ? Kind::other : kind_of(Py_TYPE(v));
@@ -309,7 +309,7 @@ void Values::clear() {
   host.clear();
   device.clear();
   histograms.clear();
-  images.clear();
+  media.clear();
   keys.clear();
   joined.clear();
   refused.clear();

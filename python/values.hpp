@@ -3,6 +3,7 @@
 #pragma once
 
 #include "python/convert.hpp"
+#include "python/media.hpp"
 
 #include <deque>
 #include <optional>
@@ -27,12 +28,12 @@ struct Values {
     const Histogram* value; // held by `keys`' objects while the call is made
   };
   std::vector<HistogramValue> histograms;
-  /// chorus.Image values: logged last, at the numbers' step.
-  struct ImageValue {
+  /// chorus.Image, Text and Table values: logged last, at the numbers' step.
+  struct MediaValue {
     std::string_view key;
-    Image value; // a view into the chorus.Image object, held by `keys`
+    MediaJobMaker job; // views the object, held by `keys`
   };
-  std::vector<ImageValue> images;
+  std::vector<MediaValue> media;
   /// Keys the values view: held while the GIL is released.
   std::vector<py::object> keys;
   /// The keys of nested dicts' values, joined with '/' ("train/loss").

@@ -46,6 +46,8 @@ FinishTicket = _chorus.FinishTicket
 Writer = _chorus.Writer
 Histogram = _chorus.Histogram
 Image = _chorus.Image
+Text = _chorus.Text
+Table = _chorus.Table
 
 
 class FinishResult:

@@ -1,8 +1,8 @@
 """Reading runs: chorus.open(path) and chorus.runs(dir).
 
 run.json is read through chorus's own reader of it (the same as the
-``chorus`` command's), history.jsonl, system.jsonl and histograms.jsonl
-column by column in native code; only complete lines are read, so a live run
+``chorus`` command's), history.jsonl, system.jsonl, histograms.jsonl and
+media.jsonl column by column in native code; only complete lines are read, so a live run
 can be read while it grows.
 """
 
@@ -63,8 +63,12 @@ _HISTOGRAM_COLUMNS = ("_step", "rank", "count", "sum", "min", "max", "nan", "inf
 _HISTOGRAM_NUMBERS = {"_step": "q", "count": "q", "nan": "q", "inf": "q", "-inf": "q", "sum": "d", "min": "d", "max": "d"}
 
 
+# images(key)'s columns (texts() and tables() add the file's contents).
+_MEDIA_COLUMNS = ("_step", "_timestamp", "rank", "caption", "path", "format", "width", "height", "size")
+
+
 class RunView:
-    """A run directory, read: identity, ranks, config, summary, history, histograms.
+    """A run directory, read: identity, ranks, config, summary, history, histograms, media.
 
     Attributes: ``path``, ``record`` (run.json as a dict) and, from it,
     ``id``, ``name``, ``project``, ``group``, ``state``, ``ranks``; the
@@ -157,6 +161,54 @@ class RunView:
         columns = {n: array.array(_HISTOGRAM_NUMBERS[n], read[n]) if n in _HISTOGRAM_NUMBERS else read[n]
                    for n in _HISTOGRAM_COLUMNS}
         return [{n: columns[n][i] for n in _HISTOGRAM_COLUMNS} for i in range(read["rows"])]
+
+    def media_keys(self):
+        """The keys of media.jsonl with their kinds, ``[(key, "image" | "text" | "table"), ...]``,
+        in the order they first appear; [] for a run without images, text or tables."""
+        return self._media(None, None)["keys"]
+
+    def images(self, key, *, pandas=None):
+        """The images of ``key``, a row per media.jsonl line, in the file's (step) order: a pandas
+        DataFrame with the columns ``_step``, ``_timestamp``, ``rank`` (the rank that logged it),
+        ``caption`` (None without one), ``path`` (the file, under the run directory's media/),
+        ``format`` (``png`` or ``jpeg``), ``width``, ``height`` and ``size`` (bytes). A key the run
+        has no images of gives no rows. Without pandas (or with pandas=False), a list of dicts."""
+        return self._media_frame(key, "image", pandas)
+
+    def texts(self, key, *, pandas=None):
+        """The texts (markdown) of ``key`` as images() gives images, with a column ``text``
+        (the file's contents) beside ``path``."""
+        rows = self._media(str(key), "text")["entries"]
+        for r in rows:
+            r["text"] = _chorus.read_text(r["path"], False)
+        return self._frame(rows, _MEDIA_COLUMNS + ("text",), pandas)
+
+    def tables(self, key, *, pandas=None):
+        """The tables of ``key`` as images() gives images, with a column ``table``: the table's
+        ``{"columns": [...], "data": [[...], ...]}`` read from its file."""
+        rows = self._media(str(key), "table")["entries"]
+        for r in rows:
+            r["table"] = _load_json(r["path"], missing_ok=False)
+        return self._frame(rows, _MEDIA_COLUMNS + ("table",), pandas)
+
+    def _media_frame(self, key, kind, pandas):
+        return self._frame(self._media(str(key), kind)["entries"], _MEDIA_COLUMNS, pandas)
+
+    @staticmethod
+    def _frame(rows, columns, pandas):
+        frame = _numpy_pandas(pandas)
+        if frame:
+            _, pd = frame
+            return pd.DataFrame([{n: r[n] for n in columns} for r in rows], columns=list(columns))
+        return [{n: r[n] for n in columns} for r in rows]
+
+    def _media(self, key, kind):
+        path = os.path.join(self.path, "media.jsonl")
+        if not os.path.lexists(path):
+            return {"keys": [], "entries": []}
+        read = _checked(_chorus.read_media(path, key, kind), path, _REBUILD, 4)
+        read["keys"] = [tuple(k) for k in read["keys"]]
+        return read
 
     def _histograms(self, key):
         path = os.path.join(self.path, "histograms.jsonl")

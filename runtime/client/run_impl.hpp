@@ -239,6 +239,11 @@ inline RunImpl* live(RunImpl* impl) noexcept;
 /// bits) for the encoder, or a file's bytes checked and kept; failed with
 /// why where refused; null where out of memory (run_kinds.cpp).
 [[nodiscard]] std::unique_ptr<MediaJob> image_job(const Image& image) noexcept;
+/// The jobs of text (markdown) and of a table (JSON), ready, or failed with
+/// why (run_kinds.cpp).
+[[nodiscard]] std::unique_ptr<MediaJob> text_job(std::string_view text) noexcept;
+[[nodiscard]] std::unique_ptr<MediaJob> table_job(std::span<const std::string> columns,
+                                                  std::span<const std::vector<Value>> rows) noexcept;
 
 struct RunAccess {
   /// chorus::init, and <chorus/caf.hpp>'s init with the orchestrator's `actors`.

@@ -191,8 +191,6 @@ std::unique_ptr<MediaJob> image_job(const Image& image) noexcept {
   }
 }
 
-namespace {
-
 std::unique_ptr<MediaJob> text_job(std::string_view text) noexcept {
   try {
     auto job = std::make_unique<MediaJob>();
@@ -232,8 +230,6 @@ std::unique_ptr<MediaJob> table_job(std::span<const std::string> columns, std::s
     return nullptr;
   }
 }
-
-} // namespace
 
 namespace {
 template <class Values>

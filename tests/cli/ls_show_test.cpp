@@ -210,6 +210,58 @@ BOOST_AUTO_TEST_CASE(show_gives_a_line_per_histogram_column_and_names_a_damaged_
   BOOST_TEST(!contains(none.out, "\nhistograms"));
 }
 
+BOOST_AUTO_TEST_CASE(show_counts_media_per_column_with_the_last_file) {
+  TempDir root;
+  const fs::path dir = make_run(root.path, "proj", "grp", {.id = "media", .world = 2});
+  write_text(dir / "history.jsonl", history(4));
+  // media.jsonl as the run host writes it (io/store/media_log.hpp): "img" from
+  // both ranks at steps 0..3, "note" from rank 1 alone; a line whose path
+  // leaves media/ is damage, named.
+  const auto line = [](int step, const std::string& key, int rank, const std::string& kind, const std::string& ext,
+                       int size) {
+    return R"({"_step":)" + std::to_string(step) + R"(,"_timestamp":1700000000.5,"_runtime":1.5,"key":")" + key +
+           R"(","rank":)" + std::to_string(rank) + R"(,"kind":")" + kind + R"(","format":")" + ext +
+           R"(","path":"media/)" + key + "-00000000/" + std::to_string(step) + "-rank" + std::to_string(rank) + "." +
+           ext + R"(","size":)" + std::to_string(size) + (kind == "image" ? R"(,"width":2,"height":2})" : "}") + "\n";
+  };
+  std::string m;
+  for (int s = 0; s < 4; ++s) {
+    for (int r = 0; r < 2; ++r) m += line(s, "img", r, "image", "png", 1000 + r);
+    if (s % 2 == 1) m += line(s, "note", 1, "text", "md", 2048);
+  }
+  m += R"({"_step":4,"_timestamp":1.5,"_runtime":1.5,"key":"x","rank":0,"kind":"text","format":"md","path":"../run.json","size":3})"
+       "\n";
+  write_text(dir / "media.jsonl", m);
+
+  const Output o = run_chorus({"show", dir.string(), "--width", "200"});
+  BOOST_TEST_INFO_SCOPE(o.out << o.err);
+  BOOST_REQUIRE_EQUAL(o.code, 0);
+  BOOST_TEST(contains(o.out, "\nmedia (3 columns, 10 files, 11.8 KiB, under " + dir.string() + "/)\n"));
+  BOOST_TEST(contains(o.out, "  1 unreadable lines skipped (first: line 11: "));
+  const auto rows = table(o.out, "MEDIA");
+  BOOST_REQUIRE_EQUAL(rows.size(), 4u);
+  BOOST_TEST(rows[0] == (std::vector<std::string>{"MEDIA", "KIND", "FILES", "STEPS", "SIZE", "LAST FILE"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(rows[1] == (std::vector<std::string>{"img/rank-0", "image", "4", "0..3", "3.9 KiB",
+                                                  "media/img-00000000/3-rank0.png"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(rows[2] == (std::vector<std::string>{"img/rank-1", "image", "4", "0..3", "3.9 KiB",
+                                                  "media/img-00000000/3-rank1.png"}),
+             boost::test_tools::per_element());
+  // A key one rank logged is under its plain name.
+  BOOST_TEST(rows[3] == (std::vector<std::string>{"note", "text", "2", "1..3", "4.0 KiB",
+                                                  "media/note-00000000/3-rank1.md"}),
+             boost::test_tools::per_element());
+  // --metric picks media columns as it picks keys.
+  const Output picked = run_chorus({"show", dir.string(), "--width", "200", "--metric", "note"});
+  BOOST_REQUIRE_EQUAL(picked.code, 0);
+  BOOST_TEST(table(picked.out, "MEDIA").size() == 2u);
+  fs::remove(dir / "media.jsonl");
+  const Output none = run_chorus({"show", dir.string()});
+  BOOST_REQUIRE_EQUAL(none.code, 0);
+  BOOST_TEST(!contains(none.out, "\nmedia"));
+}
+
 BOOST_AUTO_TEST_CASE(show_gives_many_per_rank_keys_sparklines) {
   TempDir root;
   const fs::path dir = make_run(root.path, "proj", "grp", {.id = "wide", .world = 16});

@@ -156,3 +156,40 @@ def test_images_from_arrays_tensors_and_bytes(runs_dir):
         with open(os.path.join(d, m["path"]), "rb") as f:
             assert f.read(8) == png[:8]  # every one a PNG
     assert [r["_step"] for r in rows(d)] == [0]
+
+
+def test_text_and_tables_and_the_reader_of_media(runs_dir):
+    """chorus.Text and chorus.Table in run.log's dict, and chorus.open(run).images/texts/tables
+    reading media.jsonl back (checked against the file, parsed here with json)."""
+    rgb = (np.arange(2 * 3 * 3) % 256).astype(np.uint8).reshape(2, 3, 3)
+    with chorus.init(project="media") as run:
+        for step in range(3):
+            run.log({"img": chorus.Image(rgb, caption=f"at {step}"), "note": chorus.Text(f"**step** {step}"),
+                     "preds": chorus.Table(columns=["id", "label", "ok", "p"],
+                                           data=[[step, "cat", True, 0.5], [step + 1, None, False, np.float32(0.25)]])})
+        with pytest.raises(chorus.InvalidArgument, match="row 1 of the table has 1 cells, but the table has 2"):
+            run.log({"ragged": chorus.Table(columns=["a", "b"], data=[[1, 2], [3]])}).wait()
+        with pytest.raises(chorus.InvalidArgument, match="a table holds None, bools, numbers and strings"):
+            chorus.Table(columns=["a"], data=[[object()]])
+        with pytest.raises(chorus.InvalidArgument, match="'note', which holds text"):
+            run.log({"note": 1.0}).wait()
+        d = run.dir
+    view = chorus.open(d)
+    assert view.media_keys() == [("img", "image"), ("note", "text"), ("preds", "table")]
+    with open(os.path.join(d, "media.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    images = view.images("img", pandas=False)
+    assert [(i["_step"], i["rank"], i["caption"], i["width"], i["height"], i["format"]) for i in images] == [
+        (s, 0, f"at {s}", 3, 2, "png") for s in range(3)]
+    by_path = {os.path.join(d, m["path"]): m for m in lines}
+    for i in images:
+        assert by_path[i["path"]]["size"] == i["size"] == os.path.getsize(i["path"])
+    assert [t["text"] for t in view.texts("note", pandas=False)] == [f"**step** {s}" for s in range(3)]
+    tables = view.tables("preds", pandas=False)
+    assert tables[2]["table"] == {"columns": ["id", "label", "ok", "p"],
+                                  "data": [[2, "cat", True, 0.5], [3, None, False, 0.25]]}
+    assert view.images("note", pandas=False) == []  # text is not an image
+    assert view.images("nothing", pandas=False) == []
+    pd = pytest.importorskip("pandas")
+    frame = view.images("img")
+    assert isinstance(frame, pd.DataFrame) and list(frame["_step"]) == [0, 1, 2]
