@@ -383,6 +383,28 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
+      case SlotKind::device_histogram: {
+        // A histogram counted on the GPU waits, in order, for its counts
+        // (runtime/client/device_histogram.hpp): this loop polls its event.
+        DeviceHistogramJob* job = s->device_histogram;
+        DeviceBuckets* buckets = job != nullptr ? &st.run->device()->buckets() : nullptr;
+        Result<bool> landed = buckets != nullptr
+                                  ? buckets->poll(*job)
+                                  : Result<bool>(Error(Errc::internal, "a device histogram went missing"));
+        if (landed && !*landed) goto full;
+        if (landed) {
+          const Histogram h = DeviceBuckets::take(*job);
+          ensure_key(st, w, s->key);
+          w.histogram(pos + 1, s->count, s->step, ts, s->key, h);
+        } else {
+          // The counts are lost with the stream; the step still moves on.
+          st.run->channel().set_error(pos + 1, std::move(landed).error());
+          w.values(pos + 1, s->step, ts, 0, s->count);
+        }
+        if (buckets != nullptr) buckets->release(job);
+        pos += 1;
+        break;
+      }
       case SlotKind::metric_view:
         ensure_key(st, w, s->key);
         if (s->step >= 0) ensure_key(st, w, static_cast<std::uint32_t>(s->step));

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,85 @@ namespace chorus::python {
 namespace {
 
 PyTypeObject* histogram_type = nullptr;
+
+bool is_torch(py::handle o) {
+  const py::object mod = py::type::of(o).attr("__module__");
+  return py::isinstance<py::str>(mod) && mod.cast<std::string>().rfind("torch", 0) == 0;
+}
+
+/// What a chorus.Histogram holds: a histogram, or values on a GPU.
+struct PyHistogram {
+  Histogram h;
+  std::shared_ptr<DeviceSource> device;
+};
+
+/// The histogram of `self`; an error where its values are on a GPU.
+Histogram& host(PyHistogram& self) {
+  if (self.device)
+    invalid("this chorus.Histogram stands for values on a GPU, which run.log counts there: it has no figures on "
+            "the host; read the logged histogram back with chorus.open(run_dir).histograms(key), or build one "
+            "from t.cpu() where a host sync is acceptable");
+  return self.h;
+}
+const Histogram& host(const PyHistogram& self) { return host(const_cast<PyHistogram&>(self)); }
+
+/// The values of a CUDA tensor, or of an object with __cuda_array_interface__.
+std::shared_ptr<DeviceSource> device_source(py::handle x) {
+  auto d = std::make_shared<DeviceSource>();
+  py::object t = py::reinterpret_borrow<py::object>(x);
+  if (is_torch(x)) {
+    t = t.attr("detach")();
+    const std::string dtype = py::str(t.attr("dtype"));
+    if (dtype == "torch.float16")
+      d->dtype = DeviceDtype::float16;
+    else if (dtype == "torch.bfloat16")
+      d->dtype = DeviceDtype::bfloat16;
+    else if (dtype != "torch.float32")
+      t = t.attr("float")(); // on the tensor's stream: no host sync
+    t = t.attr("contiguous")();
+    d->values = reinterpret_cast<const void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
+    d->n = t.attr("numel")().cast<std::size_t>();
+    py::object s = py::module_::import("torch.cuda").attr("current_stream")(t.attr("device"));
+    d->stream = reinterpret_cast<CudaStream>(s.attr("cuda_stream").cast<std::uintptr_t>());
+    d->keep = t;
+    return d;
+  }
+  const py::dict cai = t.attr("__cuda_array_interface__").cast<py::dict>();
+  const std::string typestr = cai["typestr"].cast<std::string>();
+  std::size_t itemsize = 4;
+  if (typestr == "<f2")
+    d->dtype = DeviceDtype::float16, itemsize = 2;
+  else if (typestr != "<f4")
+    invalid("chorus.Histogram of a CUDA array of " + typestr +
+            ": the GPU counts float32 (<f4) and float16 (<f2) arrays; cast it first");
+  d->n = 1;
+  for (py::handle n : cai["shape"].cast<py::tuple>()) d->n *= n.cast<std::size_t>();
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    std::size_t want = itemsize;
+    const py::tuple shape = cai["shape"], strides = cai["strides"];
+    for (std::size_t i = shape.size(); i-- > 0;) {
+      if (shape[i].cast<std::size_t>() > 1 && strides[i].cast<std::size_t>() != want)
+        invalid("chorus.Histogram of a CUDA array that is not contiguous: pass a contiguous copy");
+      want *= shape[i].cast<std::size_t>();
+    }
+  }
+  d->values = reinterpret_cast<const void*>(cai["data"].cast<py::tuple>()[0].cast<std::uintptr_t>());
+  if (cai.contains("stream") && !cai["stream"].is_none()) {
+    // Version 3 of the interface: 1 is the legacy default stream, 2 the per-thread one.
+    const auto s = cai["stream"].cast<std::uintptr_t>();
+    d->stream = s == 1 ? nullptr : reinterpret_cast<CudaStream>(s);
+  }
+  d->keep = t;
+  return d;
+}
+
+/// Whether `x` is a CUDA tensor or a CUDA array.
+bool on_a_gpu(py::handle x) {
+  if (is_torch(x)) return py::hasattr(x, "is_cuda") && x.attr("is_cuda").cast<bool>();
+  const int has = PyObject_HasAttrString(x.ptr(), "__cuda_array_interface__");
+  PyErr_Clear();
+  return has == 1;
+}
 
 /// A C-contiguous buffer of float32 or float64 values, or nothing.
 struct Floats {
@@ -39,11 +119,6 @@ struct Floats {
   }
 };
 
-bool is_torch(py::handle o) {
-  const py::object mod = py::type::of(o).attr("__module__");
-  return py::isinstance<py::str>(mod) && mod.cast<std::string>().rfind("torch", 0) == 0;
-}
-
 /// Adds the values of `x` (a list or tuple of numbers, a NumPy array of any
 /// numeric dtype, a CPU tensor of any float or int dtype, anything with a
 /// float buffer) to `h`. Floats and doubles in a contiguous buffer are
@@ -53,6 +128,8 @@ void add_values(Histogram& h, py::handle x) {
     h.merge(*other);
     return;
   }
+  if (device_histogram_of(x.ptr()) != nullptr)
+    invalid("a chorus.Histogram of values on a GPU cannot be added to one on the host: log each under its key");
   if (PyFloat_Check(x.ptr()) || PyLong_Check(x.ptr())) {
     const double d = PyFloat_AsDouble(x.ptr());
     if (d == -1.0 && PyErr_Occurred()) {
@@ -63,10 +140,10 @@ void add_values(Histogram& h, py::handle x) {
     return;
   }
   py::object values = py::reinterpret_borrow<py::object>(x);
+  if (on_a_gpu(x))
+    invalid("chorus.Histogram.add of values on a GPU would wait for the GPU: make a chorus.Histogram of them alone "
+            "(chorus.Histogram(t)), which run.log counts on the GPU, or add t.cpu() where that wait is acceptable");
   if (is_torch(x)) {
-    if (values.attr("is_cuda").cast<bool>())
-      invalid("chorus.Histogram of a CUDA tensor would wait for the GPU: log the tensor's histogram from the "
-              "host with chorus.Histogram(t.cpu()) where that wait is acceptable");
     values = values.attr("detach")();
     const std::string dtype = py::str(values.attr("dtype"));
     if (dtype != "torch.float32" && dtype != "torch.float64") values = values.attr("double")();
@@ -111,47 +188,71 @@ void add_values(Histogram& h, py::handle x) {
 const Histogram* histogram_of(PyObject* v) noexcept {
   if (histogram_type == nullptr || !PyObject_TypeCheck(v, histogram_type)) return nullptr;
   try {
-    return &py::reinterpret_borrow<py::object>(v).cast<const Histogram&>();
+    const PyHistogram& p = py::reinterpret_borrow<py::object>(v).cast<const PyHistogram&>();
+    return p.device ? nullptr : &p.h;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+const DeviceSource* device_histogram_of(PyObject* v) noexcept {
+  if (histogram_type == nullptr || !PyObject_TypeCheck(v, histogram_type)) return nullptr;
+  try {
+    return py::reinterpret_borrow<py::object>(v).cast<const PyHistogram&>().device.get();
   } catch (...) {
     return nullptr;
   }
 }
 
 void bind_histogram(py::module_& m) {
-  py::class_<Histogram> cls(m, "Histogram", R"(A distribution of values in chorus's bucket layout, for run.log:
+  py::class_<PyHistogram> cls(m, "Histogram", R"(A distribution of values in chorus's bucket layout, for run.log:
 run.log({"grad": chorus.Histogram(t)}). Takes a list or tuple of numbers, a
 NumPy array or a CPU tensor (any numeric dtype), or another Histogram. Buckets
 are 1/128 of their lower bound wide (a zero bucket below 2**-126), NaN and
 infinities are counted apart, and histograms of a key declared
-define_metric(key, reduce="merge") are merged exactly across ranks.)");
+define_metric(key, reduce="merge") are merged exactly across ranks.
+Of a CUDA tensor (float32, float16, bfloat16; other dtypes as float32) or a
+CUDA array (<f4, <f2), it stands for the values on the GPU: run.log counts
+them there, in the tensor's stream's order, without a host sync, and it has
+no figures of its own on the host.)");
   cls.def(py::init([](py::handle values) {
-            Histogram h;
-            if (!values.is_none()) add_values(h, values);
-            return h;
+            PyHistogram p;
+            if (!values.is_none() && histogram_of(values.ptr()) == nullptr && on_a_gpu(values))
+              p.device = device_source(values);
+            else if (!values.is_none())
+              add_values(p.h, values);
+            return p;
           }),
           py::arg("values") = py::none())
-      .def("add", [](Histogram& h, py::handle values) { add_values(h, values); }, py::arg("values"),
-           "Adds values (as the constructor takes them), or one number.")
-      .def("merge", [](Histogram& h, const Histogram& other) { h.merge(other); }, py::arg("other"))
-      .def_property_readonly("count", &Histogram::count, "Every value added, NaN and infinities included.")
-      .def_property_readonly("sum", &Histogram::sum, "Of the finite values.")
-      .def_property_readonly("min", &Histogram::min, "The smallest finite value (NaN when there is none).")
-      .def_property_readonly("max", &Histogram::max, "The largest finite value (NaN when there is none).")
-      .def_property_readonly("nan_count", &Histogram::nan_count)
-      .def_property_readonly("pos_inf_count", &Histogram::pos_inf_count)
-      .def_property_readonly("neg_inf_count", &Histogram::neg_inf_count)
-      .def("quantile", &Histogram::quantile, py::arg("q"),
+      .def("add", [](PyHistogram& p, py::handle values) { add_values(host(p), values); }, py::arg("values"),
+           "Adds values (as the constructor takes them, on the host), or one number.")
+      .def("merge", [](PyHistogram& p, const PyHistogram& other) { host(p).merge(host(other)); }, py::arg("other"))
+      .def_property_readonly("on_gpu", [](const PyHistogram& p) { return p.device != nullptr; },
+                             "Whether it stands for values on a GPU (counted there by run.log).")
+      .def_property_readonly("count", [](const PyHistogram& p) { return host(p).count(); },
+                             "Every value added, NaN and infinities included.")
+      .def_property_readonly("sum", [](const PyHistogram& p) { return host(p).sum(); }, "Of the finite values.")
+      .def_property_readonly("min", [](const PyHistogram& p) { return host(p).min(); },
+                             "The smallest finite value (NaN when there is none).")
+      .def_property_readonly("max", [](const PyHistogram& p) { return host(p).max(); },
+                             "The largest finite value (NaN when there is none).")
+      .def_property_readonly("nan_count", [](const PyHistogram& p) { return host(p).nan_count(); })
+      .def_property_readonly("pos_inf_count", [](const PyHistogram& p) { return host(p).pos_inf_count(); })
+      .def_property_readonly("neg_inf_count", [](const PyHistogram& p) { return host(p).neg_inf_count(); })
+      .def("quantile", [](const PyHistogram& p, double q) { return host(p).quantile(q); }, py::arg("q"),
            "The value of rank round(q (n - 1)) among the values that are not NaN, within 1/256 of its magnitude.")
       .def(
           "buckets",
-          [](const Histogram& h) {
+          [](const PyHistogram& p) {
             py::list out;
-            for (const Histogram::Bucket& b : h.buckets()) out.append(py::make_tuple(b.lo, b.hi, b.count));
+            for (const Histogram::Bucket& b : host(p).buckets()) out.append(py::make_tuple(b.lo, b.hi, b.count));
             return out;
           },
           "The non-empty buckets, ascending, as (lo, hi, count).")
-      .def("__eq__", [](const Histogram& a, const Histogram& b) { return a == b; })
-      .def("__repr__", [](const Histogram& h) {
+      .def("__eq__", [](const PyHistogram& a, const PyHistogram& b) { return host(a) == host(b); })
+      .def("__repr__", [](const PyHistogram& p) {
+        if (p.device) return "chorus.Histogram(" + std::to_string(p.device->n) + " values on a GPU)";
+        const Histogram& h = p.h;
         return "chorus.Histogram(count=" + std::to_string(h.count()) + ", min=" + py::repr(py::float_(h.min())).cast<std::string>() +
                ", max=" + py::repr(py::float_(h.max())).cast<std::string>() + ")";
       });

@@ -136,6 +136,12 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
                                                         : std::pair(detail::live(detail::RunAccess::impl(run)), 0u);
           for (const Values::HistogramValue& h : v.histograms) {
             if (into == nullptr) break; // an inactive run: nothing is logged
+            if (h.device != nullptr) { // counted on the GPU (a Writer's were refused)
+              const DeviceSource& d = *h.device;
+              p = into->log_histogram_device(stream, false, h.key, d.values, d.n, d.dtype, d.stream, opts, logged);
+              logged = true;
+              continue;
+            }
             std::unique_ptr<Histogram> copy;
             try {
               copy = std::make_unique<Histogram>(*h.value);

@@ -256,7 +256,13 @@ void take(py::handle key, py::handle value, Values& out, const std::string* pref
     if (const Histogram* h = histogram_of(v)) {
       if (prefix == nullptr) out.keys.push_back(py::reinterpret_borrow<py::object>(key));
       out.keys.push_back(py::reinterpret_borrow<py::object>(value)); // held with the call
-      out.histograms.push_back({name, h});
+      out.histograms.push_back({name, h, nullptr});
+      return;
+    }
+    if (const DeviceSource* d = device_histogram_of(v)) {
+      if (prefix == nullptr) out.keys.push_back(py::reinterpret_borrow<py::object>(key));
+      out.keys.push_back(py::reinterpret_borrow<py::object>(value)); // held with the call
+      out.histograms.push_back({name, nullptr, d});
       return;
     }
     if (MediaJobMaker job = media_of(v)) {
@@ -328,6 +334,12 @@ void Values::refuse_device(const std::string& why) {
   for (const Device& d : device)
     refuse(quoted(d.key) + ": " + why, Errc::invalid_argument, std::string(d.key), value_json(d.value));
   device.clear();
+  std::erase_if(histograms, [&](const HistogramValue& h) {
+    if (h.device == nullptr) return false;
+    refuse(quoted(h.key) + ": " + why, Errc::invalid_argument, std::string(h.key),
+           "{\"histogram\":{\"count\":" + std::to_string(h.device->n) + ",\"on_gpu\":true}}");
+    return true;
+  });
 }
 
 void Values::refuse_host(const std::string& why) {

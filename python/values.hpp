@@ -3,6 +3,7 @@
 #pragma once
 
 #include "python/convert.hpp"
+#include "python/histogram.hpp"
 #include "python/media.hpp"
 
 #include <deque>
@@ -25,7 +26,8 @@ struct Values {
   /// chorus.Histogram values: logged after the numbers, at their step.
   struct HistogramValue {
     std::string_view key;
-    const Histogram* value; // held by `keys`' objects while the call is made
+    const Histogram* value;     // held by `keys`' objects while the call is made
+    const DeviceSource* device; // or values on a GPU, counted there
   };
   std::vector<HistogramValue> histograms;
   /// chorus.Image, Text and Table values: logged last, at the numbers' step.

@@ -9,8 +9,10 @@
 #include <type_traits>
 
 #if defined(CHORUS_CHECK_CUDA_DECLS)
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <nvrtc.h>
 #endif
 
 namespace chorus::detail::cuda {
@@ -52,6 +54,10 @@ struct Loaded {
 
 Runtime the_runtime;
 Loaded runtime_state;
+Driver the_driver;
+Loaded driver_state;
+Nvrtc the_nvrtc;
+Loaded nvrtc_state;
 Nccl the_nccl;
 Loaded nccl_state;
 
@@ -82,6 +88,8 @@ void load_runtime() {
             bind(lib, r.StreamSynchronize, "cudaStreamSynchronize", missing) &
             bind(lib, r.LaunchHostFunc, "cudaLaunchHostFunc", missing) &
             bind(lib, r.PointerGetAttributes, "cudaPointerGetAttributes", missing) &
+            bind(lib, r.MemsetAsync, "cudaMemsetAsync", missing) &
+            bind(lib, r.DeviceGetAttribute, "cudaDeviceGetAttribute", missing) &
             bind(lib, r.GetErrorName, "cudaGetErrorName", missing) &
             bind(lib, r.GetErrorString, "cudaGetErrorString", missing);
   if (!ok) {
@@ -90,6 +98,64 @@ void load_runtime() {
     return;
   }
   runtime_state.ok = true;
+}
+
+/// The library that holds `probe` where the process has it already (a
+/// stand-in preloaded for tests among them), else the first of `names`.
+void* open_with(const char* probe, std::initializer_list<const char*> names, std::string& tried) {
+  if (::dlsym(RTLD_DEFAULT, probe) != nullptr) return ::dlopen(nullptr, RTLD_NOW); // the global scope's handle
+  return open_first(names, tried);
+}
+
+void load_driver() {
+  std::string tried;
+  void* lib = open_with("cuLibraryLoadData", {"libcuda.so.1", "libcuda.so"}, tried);
+  if (lib == nullptr) {
+    driver_state.why_not = "the CUDA driver (libcuda.so.1) could not be loaded (" + tried +
+                           "): install the NVIDIA driver";
+    return;
+  }
+  Driver& d = the_driver;
+  std::string missing;
+  const bool ok = bind(lib, d.LibraryLoadData, "cuLibraryLoadData", missing) &
+                  bind(lib, d.LibraryGetKernel, "cuLibraryGetKernel", missing) &
+                  bind(lib, d.LaunchKernel, "cuLaunchKernel", missing) &
+                  bind(lib, d.GetErrorName, "cuGetErrorName", missing) &
+                  bind(lib, d.GetErrorString, "cuGetErrorString", missing);
+  if (!ok) {
+    driver_state.why_not = "the CUDA driver that was loaded lacks " + missing +
+                           ": it is older than CUDA 12; update the NVIDIA driver (525 or later)";
+    return;
+  }
+  driver_state.ok = true;
+}
+
+void load_nvrtc() {
+  std::string tried;
+  void* lib = open_with("nvrtcCreateProgram",
+                        {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}, tried);
+  if (lib == nullptr) {
+    nvrtc_state.why_not = "NVRTC (libnvrtc.so), which compiles chorus's device histogram kernel, could not be loaded (" +
+                          tried + "): install the CUDA toolkit's NVRTC (or the nvidia-cuda-nvrtc wheel) or put its "
+                                  "directory on LD_LIBRARY_PATH (CUDA_HOME is searched too)";
+    return;
+  }
+  Nvrtc& n = the_nvrtc;
+  std::string missing;
+  const bool ok = bind(lib, n.CreateProgram, "nvrtcCreateProgram", missing) &
+                  bind(lib, n.CompileProgram, "nvrtcCompileProgram", missing) &
+                  bind(lib, n.GetPTXSize, "nvrtcGetPTXSize", missing) & bind(lib, n.GetPTX, "nvrtcGetPTX", missing) &
+                  bind(lib, n.GetProgramLogSize, "nvrtcGetProgramLogSize", missing) &
+                  bind(lib, n.GetProgramLog, "nvrtcGetProgramLog", missing) &
+                  bind(lib, n.DestroyProgram, "nvrtcDestroyProgram", missing) &
+                  bind(lib, n.GetErrorString, "nvrtcGetErrorString", missing) &
+                  bind(lib, n.GetNumSupportedArchs, "nvrtcGetNumSupportedArchs", missing) &
+                  bind(lib, n.GetSupportedArchs, "nvrtcGetSupportedArchs", missing);
+  if (!ok) {
+    nvrtc_state.why_not = "the NVRTC that was loaded lacks " + missing + ": use the NVRTC of CUDA 11.2 or later";
+    return;
+  }
+  nvrtc_state.ok = true;
 }
 
 void load_nccl() {
@@ -128,6 +194,18 @@ static_assert(cudaEventDisableTiming == event_disable_timing && cudaStreamNonBlo
 static_assert(sizeof(cudaPointerAttributes) <= sizeof(PointerAttributes) &&
               offsetof(cudaPointerAttributes, device) == offsetof(PointerAttributes, device));
 static_assert(cudaMemoryTypeDevice == memory_device && cudaMemoryTypeManaged == memory_managed);
+static_assert(cudaDevAttrMultiProcessorCount == attr_multiprocessor_count &&
+              cudaDevAttrComputeCapabilityMajor == attr_cc_major && cudaDevAttrComputeCapabilityMinor == attr_cc_minor);
+static_assert(CUDA_SUCCESS == success && NVRTC_SUCCESS == success);
+// The entry points as the headers declare them, but for the handles (void* here).
+static_assert(std::is_same_v<decltype(&cudaMemsetAsync), cudaError_t (*)(void*, int, size_t, cudaStream_t)>);
+static_assert(std::is_same_v<decltype(&cuLibraryGetKernel), CUresult (*)(CUkernel*, CUlibrary, const char*)>);
+static_assert(std::is_same_v<decltype(&cuLaunchKernel), CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                                                     unsigned, unsigned, unsigned, CUstream, void**,
+                                                                     void**)>);
+static_assert(std::is_same_v<decltype(&nvrtcCreateProgram), nvrtcResult (*)(nvrtcProgram*, const char*, const char*, int,
+                                                                             const char* const*, const char* const*)>);
+static_assert(std::is_same_v<decltype(&nvrtcCompileProgram), nvrtcResult (*)(nvrtcProgram, int, const char* const*)>);
 static_assert(sizeof(ncclUniqueId) == sizeof(UniqueId) && NCCL_UNIQUE_ID_BYTES == unique_id_bytes);
 static_assert(ncclSuccess == nccl_success && ncclInProgress == nccl_in_progress && ncclFloat32 == nccl_float32);
 static_assert(int{ncclSum} == nccl_sum && int{ncclMax} == nccl_max && int{ncclMin} == nccl_min && int{ncclAvg} == nccl_avg);
@@ -148,6 +226,26 @@ Result<const Runtime*> runtime() {
   std::call_once(runtime_state.once, load_runtime);
   if (!runtime_state.ok) return Error(Errc::invalid_argument, runtime_state.why_not);
   return &the_runtime;
+}
+
+std::string Driver::describe(int code) const {
+  const char* name = nullptr;
+  const char* what = nullptr;
+  if (GetErrorName) GetErrorName(code, &name);
+  if (GetErrorString) GetErrorString(code, &what);
+  return std::string(name ? name : "CUDA_ERROR " + std::to_string(code)) + " (" + (what ? what : "?") + ")";
+}
+
+Result<const Driver*> driver() {
+  std::call_once(driver_state.once, load_driver);
+  if (!driver_state.ok) return Error(Errc::invalid_argument, driver_state.why_not);
+  return &the_driver;
+}
+
+Result<const Nvrtc*> nvrtc() {
+  std::call_once(nvrtc_state.once, load_nvrtc);
+  if (!nvrtc_state.ok) return Error(Errc::invalid_argument, nvrtc_state.why_not);
+  return &the_nvrtc;
 }
 
 Result<const Nccl*> nccl() {

@@ -35,6 +35,9 @@ struct PointerAttributes {
 };
 inline constexpr int memory_device = 2;  // cudaMemoryTypeDevice
 inline constexpr int memory_managed = 3; // cudaMemoryTypeManaged
+inline constexpr int attr_multiprocessor_count = 16; // cudaDevAttrMultiProcessorCount
+inline constexpr int attr_cc_major = 75;             // cudaDevAttrComputeCapabilityMajor
+inline constexpr int attr_cc_minor = 76;             // cudaDevAttrComputeCapabilityMinor
 
 /// The CUDA runtime's entry points (cudaXxx without the prefix).
 struct Runtime {
@@ -59,6 +62,8 @@ struct Runtime {
   int (*StreamSynchronize)(Stream);
   int (*LaunchHostFunc)(Stream, void (*)(void*), void*);
   int (*PointerGetAttributes)(PointerAttributes*, const void*);
+  int (*MemsetAsync)(void*, int, std::size_t, Stream);
+  int (*DeviceGetAttribute)(int*, int, int);
   const char* (*GetErrorName)(int);
   const char* (*GetErrorString)(int);
 
@@ -70,6 +75,49 @@ struct Runtime {
 /// it. Loaded once per process; later calls are one atomic load. A runtime
 /// the process has already loaded (the trainer's own) is preferred.
 [[nodiscard]] Result<const Runtime*> runtime();
+
+// ---- The driver's kernel launch, and NVRTC ---------------------------------
+// chorus's own kernels (the device histogram's) are compiled from source by
+// NVRTC to PTX once per process, loaded as a context-independent library
+// and launched on the caller's stream: the driver API of CUDA 12.
+
+using Library = void*; // CUlibrary
+using Kernel = void*;  // CUkernel (cuLaunchKernel takes one as its CUfunction)
+
+struct Driver {
+  int (*LibraryLoadData)(Library*, const void*, void*, void**, unsigned, void*, void**, unsigned);
+  int (*LibraryGetKernel)(Kernel*, Library, const char*);
+  int (*LaunchKernel)(Kernel, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Stream, void**,
+                      void**);
+  int (*GetErrorName)(int, const char**);
+  int (*GetErrorString)(int, const char**);
+
+  /// "CUDA_ERROR_INVALID_PTX (a PTX JIT compilation failed)"
+  [[nodiscard]] std::string describe(int code) const;
+};
+
+/// The CUDA driver's entry points (libcuda.so.1, CUDA 12 or later), or an
+/// error saying what is missing.
+[[nodiscard]] Result<const Driver*> driver();
+
+using Program = void*; // nvrtcProgram
+
+struct Nvrtc {
+  int (*CreateProgram)(Program*, const char*, const char*, int, const char* const*, const char* const*);
+  int (*CompileProgram)(Program, int, const char* const*);
+  int (*GetPTXSize)(Program, std::size_t*);
+  int (*GetPTX)(Program, char*);
+  int (*GetProgramLogSize)(Program, std::size_t*);
+  int (*GetProgramLog)(Program, char*);
+  int (*DestroyProgram)(Program*);
+  const char* (*GetErrorString)(int);
+  int (*GetNumSupportedArchs)(int*);
+  int (*GetSupportedArchs)(int*);
+};
+
+/// NVRTC (libnvrtc.so, CUDA 11.2 or later), or an error saying what is
+/// missing and how to fix it.
+[[nodiscard]] Result<const Nvrtc*> nvrtc();
 
 // ---- NCCL -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "runtime/client/cuda_api.hpp"
+#include "runtime/client/device_histogram.hpp"
 
 #include "runtime/core/result.hpp"
 
@@ -55,10 +56,13 @@ public:
   void release(Capture* c);
 
   [[nodiscard]] const cuda::Runtime& runtime() const noexcept { return *rt_; }
+  /// Histograms counted on the GPU (device_histogram.hpp).
+  [[nodiscard]] DeviceBuckets& buckets() noexcept { return buckets_; }
 
 private:
-  explicit DeviceCapture(const cuda::Runtime* rt) : rt_(rt) {}
+  explicit DeviceCapture(const cuda::Runtime* rt) : rt_(rt), buckets_(*rt) {}
   const cuda::Runtime* rt_;
+  DeviceBuckets buckets_;
   std::mutex mu_;
   Capture* free_ = nullptr;
   std::vector<std::unique_ptr<Capture>> all_;

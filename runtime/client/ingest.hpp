@@ -36,10 +36,12 @@ enum class SlotKind : std::uint8_t {
   metric_view,  // key = metric, count = Summary or wire::unchanged_summary, step = step metric's key or -1
   histogram,    // key = metric, count = stream id (0: the default stream), step, histogram (owned, freed by the consumer)
   media,        // as histogram, with a MediaJob (owned): sent once it is ready (runtime/client/media_encoder.hpp)
+  device_histogram, // as histogram, with a DeviceHistogramJob (the DeviceBuckets' pool's): sent once its event fires
 };
 
 struct Capture;
 struct MediaJob;
+struct DeviceHistogramJob;
 
 /// Values refused before they reached the ring, on their way to rejected.jsonl.
 struct Refusal {
@@ -64,6 +66,7 @@ struct alignas(32) Slot {
     Refusal* refusal;
     Histogram* histogram;
     MediaJob* media;
+    DeviceHistogramJob* device_histogram;
   };
 };
 static_assert(sizeof(Slot) == 32);

@@ -118,6 +118,11 @@ public:
   /// mixes histograms with numbers).
   Pending log_histogram(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<Histogram> h,
                         const LogOptions& opts, bool same_step = false) noexcept;
+  /// Run::log_histogram's device overload (run_kinds.cpp): counted on the
+  /// GPU (device_histogram.hpp), sent once the counts have landed.
+  Pending log_histogram_device(std::uint32_t stream, bool writer, std::string_view key, const void* values,
+                               std::size_t n, DeviceDtype dtype, CudaStream cuda_stream, const LogOptions& opts,
+                               bool same_step = false) noexcept;
   /// Run::log_image, log_text and log_table (run_kinds.cpp): `job` is
   /// ready, failed (refused on this thread: nothing goes to the run but the
   /// refusal), or pending (pixels the MediaEncoder turns into a PNG).

@@ -2,6 +2,7 @@
 // thread), images, text and tables (a MediaJob: pixels are encoded to PNG on
 // the Run's MediaEncoder thread). Each call travels whole in one ring slot,
 // in order with the rank's other calls.
+#include "runtime/client/device.hpp"
 #include "runtime/client/media_encoder.hpp"
 #include "runtime/client/run_impl.hpp"
 #include "runtime/core/json.hpp"
@@ -28,7 +29,7 @@ Pending RunImpl::refuse_kind(std::string_view key, const LogOptions& opts, const
 template <class Describe, class Fill>
 Pending RunImpl::push_kind(SlotKind kind, std::uint32_t stream, bool writer, std::string_view key,
                            const LogOptions& opts, bool same_step, Describe&& refused_json, Fill&& fill) noexcept {
-  const char* call = kind == SlotKind::histogram ? "log_histogram" : "log_media";
+  const char* call = kind == SlotKind::media ? "log_media" : "log_histogram";
   if (closed_.load(std::memory_order_relaxed)) {
     note_after_finish(call);
     return refuse({Errc::finished, std::string(call) + " after finish: this run has finished and takes no more "
@@ -66,6 +67,75 @@ Pending RunImpl::log_histogram(std::uint32_t stream, bool writer, std::string_vi
       SlotKind::histogram, stream, writer, key, opts, same_step,
       [&] { return "{\"histogram\":{\"count\":" + std::to_string(h->count()) + "}}"; },
       [&](Slot& s) { s.histogram = h.release(); });
+}
+
+Pending RunImpl::log_histogram_device(std::uint32_t stream, bool writer, std::string_view key, const void* values,
+                                      std::size_t n, DeviceDtype dtype, CudaStream cuda_stream, const LogOptions& opts,
+                                      bool same_step) noexcept {
+  if (n == 0) return log_histogram(stream, writer, key, std::make_unique<Histogram>(), opts, same_step);
+  const auto refused_json = [&] {
+    return "{\"histogram\":{\"count\":" + std::to_string(n) + ",\"on_gpu\":true}}";
+  };
+  bool launched = false;
+  DeviceHistogramJob* job = nullptr;
+  const auto fill = [&](Slot& s) {
+    s.device_histogram = job;
+    launched = false; // the slot has it
+  };
+  // What push_kind refuses (after finish, a negative step, a bad key) is
+  // refused before the GPU counts anything.
+  if (closed_.load(std::memory_order_relaxed) || (opts.step && *opts.step < 0) ||
+      KeyTable::instance().intern_metric(key) == KeyTable::invalid || (writer && stream == 0))
+    return push_kind(SlotKind::device_histogram, stream, writer, key, opts, same_step, refused_json, fill);
+  try {
+    auto refuse_here = [&](Error e) { return refuse_kind(key, opts, e, refused_json()); };
+    if (static_cast<unsigned>(dtype) > static_cast<unsigned>(DeviceDtype::bfloat16))
+      return refuse_here({Errc::invalid_argument, "log_histogram's dtype " + std::to_string(static_cast<int>(dtype)) +
+                                                      " is none of DeviceDtype's: float32, float16 or bfloat16"});
+    if (n > std::uint64_t{0xffffffffu})
+      return refuse_here({Errc::invalid_argument, "log_histogram of " + std::to_string(n) +
+                                                      " device values in one call: the GPU counts at most 2^32 - 1 a "
+                                                      "call; merge the histograms of parts under one key instead"});
+    if (values == nullptr)
+      return refuse_here({Errc::invalid_argument,
+                          "log_histogram's device pointer is null: pass the address of the values in GPU memory"});
+    DeviceCapture* device = nullptr;
+    {
+      std::lock_guard lock(device_mu_);
+      if (!device_ && !device_error_) {
+        Result<std::unique_ptr<DeviceCapture>> made = DeviceCapture::create();
+        if (made) device_ = std::move(*made);
+        device_error_ = made.error();
+        device_ptr_.store(device_.get(), std::memory_order_release);
+      }
+      if (device_error_) return refuse_here(device_error_);
+      device = device_.get();
+    }
+    const cuda::Runtime& rt = device->runtime();
+    cuda::PointerAttributes a{};
+    int current = -1;
+    if (rt.PointerGetAttributes(&a, values) != cuda::success ||
+        (a.type != cuda::memory_device && a.type != cuda::memory_managed))
+      return refuse_here({Errc::invalid_argument,
+                          "log_histogram's device pointer is not GPU memory: pass the values on the GPU, or log host "
+                          "values with log_histogram(key, std::span<const float>)"});
+    // The kernel runs on the values' device; the thread's current device is
+    // left as it was.
+    const bool elsewhere = rt.GetDevice(&current) == cuda::success && a.type == cuda::memory_device && a.device != current;
+    if (elsewhere) (void)rt.SetDevice(a.device);
+    Result<DeviceHistogramJob*> counted =
+        device->buckets().count(values, n, dtype, a.type == cuda::memory_device ? a.device : std::max(current, 0),
+                                static_cast<cuda::Stream>(cuda_stream));
+    if (elsewhere) (void)rt.SetDevice(current);
+    if (!counted) return refuse_here(counted.error());
+    job = *counted;
+    launched = true;
+  } catch (const std::bad_alloc&) {
+    return refuse({Errc::internal, "out of memory in log_histogram"});
+  }
+  Pending p = push_kind(SlotKind::device_histogram, stream, writer, key, opts, same_step, refused_json, fill);
+  if (launched) device_ptr_.load(std::memory_order_acquire)->buckets().abandon(job); // refused: pooled once it ran
+  return p;
 }
 
 Pending RunImpl::log_media(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<MediaJob> job,
@@ -275,6 +345,11 @@ Pending Run::log_histogram(std::string_view key, std::span<const float> values, 
 Pending Run::log_histogram(std::string_view key, const Histogram& histogram, const LogOptions& opts) noexcept {
   auto* impl = detail::live(impl_);
   return impl ? impl->log_histogram(0, false, key, detail::copied(histogram), opts) : Pending{};
+}
+Pending Run::log_histogram(std::string_view key, const void* device_values, std::size_t count, DeviceDtype dtype,
+                           CudaStream stream, const LogOptions& opts) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->log_histogram_device(0, false, key, device_values, count, dtype, stream, opts) : Pending{};
 }
 Pending Writer::log_histogram(std::string_view key, std::span<const double> values, const LogOptions& opts) noexcept {
   auto* impl = detail::live(impl_);

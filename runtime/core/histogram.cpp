@@ -89,8 +89,7 @@ constexpr unsigned block_shift = 10;
 
 /// Moves the dense table's counts in the blocks of `touched` (its normal
 /// keys, and `zero`) into sorted pairs, and leaves the table zero.
-void take_dense(Dense& d, std::uint64_t touched, std::uint64_t zero, Buckets& out) {
-  std::uint32_t* c = d.c;
+void take_dense(std::uint32_t* c, std::uint64_t touched, std::uint64_t zero, Buckets& out) {
   auto take = [&](std::uint32_t k) {
     if (c[k] == 0) return;
     const int e = exp8_of(k);
@@ -113,9 +112,9 @@ void take_dense(Dense& d, std::uint64_t touched, std::uint64_t zero, Buckets& ou
 }
 
 /// The zero bucket's count in the dense table (keys of exponent 0, both signs).
-std::uint64_t dense_zero(const Dense& d) {
+std::uint64_t dense_zero(const std::uint32_t* c) {
   std::uint64_t z = 0;
-  for (std::uint32_t m = 0; m < 128; ++m) z += d.c[m] + d.c[0x8000u | m];
+  for (std::uint32_t m = 0; m < 128; ++m) z += c[m] + c[0x8000u | m];
   return z;
 }
 
@@ -310,7 +309,7 @@ void Histogram::add(std::span<const float> values) {
     }
     Buckets fresh;
     fresh.reserve(1024);
-    take_dense(d, touched, dense_zero(d), fresh);
+    take_dense(d.c, touched, dense_zero(d.c), fresh);
     take(*this, fresh, st);
   }
 }
@@ -348,7 +347,7 @@ void Histogram::add(std::span<const double> values) {
     }
     Buckets fresh;
     fresh.reserve(1024 + large.size());
-    take_dense(d, touched, zero, fresh);
+    take_dense(d.c, touched, zero, fresh);
     if (!large.empty()) {
       std::sort(large.begin(), large.end());
       Buckets folded;
@@ -413,6 +412,23 @@ std::vector<Histogram::Bucket> Histogram::buckets() const {
   }
   return out;
 }
+
+namespace detail::histogram {
+
+Histogram from_dense(std::uint32_t* counts, std::uint64_t nan, std::uint64_t pos_inf, std::uint64_t neg_inf, double sum,
+                     double min, double max) {
+  Histogram h;
+  Buckets fresh;
+  const std::uint64_t zero = dense_zero(counts);
+  take_dense(counts, ~std::uint64_t{0}, zero, fresh);
+  std::uint64_t finite = 0;
+  for (const auto& b : fresh) finite += b.second;
+  HistogramAccess::buckets(h) = std::move(fresh);
+  HistogramAccess::set(h, finite, nan, pos_inf, neg_inf, finite ? sum : 0.0, finite ? min : 0.0, finite ? max : 0.0);
+  return h;
+}
+
+} // namespace detail::histogram
 
 std::int32_t Histogram::bucket_index(double value) noexcept {
   if (!std::isfinite(value)) return std::numeric_limits<std::int32_t>::min();

@@ -58,5 +58,15 @@ void encode(const Histogram& h, std::vector<char>& out);
 /// Whether `body` is an encoding decode() takes (without building it).
 [[nodiscard]] bool valid(std::span<const char> body);
 
+/// Float values counted as the GPU counts them (runtime/client/device_histogram.cpp):
+/// `counts[k]` values whose float bits' top 16 bits are k, NaN and
+/// infinities counted apart (their keys hold none); the histogram of them,
+/// with the statistics given (min and max as doubles, used where a value
+/// was finite). Leaves `counts` zero.
+[[nodiscard]] Histogram from_dense(std::uint32_t* counts, std::uint64_t nan, std::uint64_t pos_inf,
+                                   std::uint64_t neg_inf, double sum, double min, double max);
+/// The keys `counts` of from_dense has.
+inline constexpr std::size_t dense_keys = 65536;
+
 } // namespace histogram
 } // namespace chorus::detail

@@ -4,6 +4,8 @@
 // there is no CUDA device.
 #define BOOST_TEST_MODULE e2e_device
 #include "local_run.hpp"
+#include "tests/e2e/histogram_lines.hpp"
+#include "tests/e2e/histogram_values.hpp"
 #include "tests/gpu.hpp"
 
 #include "runtime/client/cuda_api.hpp"
@@ -13,7 +15,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -262,4 +267,125 @@ BOOST_AUTO_TEST_CASE(adjacent_and_scattered_values_in_one_call) {
   BOOST_TEST(rows[0].num.at("e") == 3.5);
   BOOST_TEST(rows[0].num.at("f") == 7.5);
   BOOST_TEST(rows[0].num.at("g") == 6.5);
+}
+
+namespace {
+
+/// The float16 (IEEE half) bits nearest `f` (rounding to nearest even), for
+/// test values that halves hold exactly.
+std::uint16_t half_bits(float f) {
+  const auto u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const int e = static_cast<int>((u >> 23) & 0xffu) - 127 + 15;
+  if (((u >> 23) & 0xffu) == 0xffu) return static_cast<std::uint16_t>(sign | 0x7c00u | ((u & 0x7fffffu) ? 0x200u : 0));
+  if (e >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (e <= 0) return static_cast<std::uint16_t>(sign); // below the halves' normal range: 0 (not in the test values)
+  return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(e) << 10 | ((u >> 13) & 0x3ffu));
+}
+
+/// The float a half's bits hold (exactly).
+float half_value(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+  if (e == 0) return (sign ? -1.0f : 1.0f) * static_cast<float>(m) * 5.9604644775390625e-8f;
+  return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(device_histograms_are_the_hosts_buckets_without_a_stream_sync) {
+  (void)rt();
+  constexpr std::size_t n = 1 << 20;
+  TempDir dir;
+  cuda::Stream stream = nullptr;
+  CUDA_OK(rt().StreamCreateWithFlags(&stream, cuda::stream_non_blocking));
+  // float32: a million values over many buckets of both signs, with NaN and
+  // both infinities; float16 and bfloat16: the same values as those types
+  // hold them (bfloat16: the top half of a float's bits, truncated).
+  std::vector<float> f32;
+  while (f32.size() < n) {
+    const std::vector<float> more = histogram_values(static_cast<int>(f32.size() % 7), static_cast<long>(f32.size()));
+    f32.insert(f32.end(), more.begin(), more.end());
+  }
+  f32.resize(n);
+  f32[10] = std::numeric_limits<float>::quiet_NaN();
+  f32[11] = std::numeric_limits<float>::infinity();
+  f32[12] = -std::numeric_limits<float>::infinity();
+  f32[13] = 0.0f;
+  f32[14] = -0.0f;
+  f32[15] = std::numeric_limits<float>::denorm_min();
+  std::vector<std::uint16_t> f16(n), bf16(n);
+  std::vector<float> f16_values(n), bf16_values(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    f16[i] = half_bits(f32[i]);
+    f16_values[i] = half_value(f16[i]);
+    bf16[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f32[i]) >> 16);
+    bf16_values[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bf16[i]) << 16);
+  }
+  void* d32 = nullptr;
+  void* d16 = nullptr;
+  void* dbf = nullptr;
+  CUDA_OK(rt().Malloc(&d32, n * 4));
+  CUDA_OK(rt().Malloc(&d16, n * 2));
+  CUDA_OK(rt().Malloc(&dbf, n * 2));
+  CUDA_OK(rt().Memcpy(d32, f32.data(), n * 4, cuda::host_to_device));
+  CUDA_OK(rt().Memcpy(d16, f16.data(), n * 2, cuda::host_to_device));
+  CUDA_OK(rt().Memcpy(dbf, bf16.data(), n * 2, cuda::host_to_device));
+  Gate gate;
+  fs::path rd;
+  {
+    chorus::Run run = chorus::init(local_options(dir));
+    // The first call compiles the kernel (NVRTC): made before the gate closes the stream.
+    BOOST_TEST(!run.log_histogram("warm", d32, 16, chorus::DeviceDtype::float32, stream, {.step = 0}).wait());
+    CUDA_OK(rt().LaunchHostFunc(stream, &Gate::wait, &gate));
+    std::vector<chorus::Pending> tickets;
+    for (int s = 1; s <= 3; ++s) {
+      tickets.push_back(run.log_histogram("f32", d32, n, chorus::DeviceDtype::float32, stream, {.step = s}));
+      tickets.push_back(run.log_histogram("f16", d16, n, chorus::DeviceDtype::float16, stream, {.step = s}));
+      tickets.push_back(run.log_histogram("bf16", dbf, n, chorus::DeviceDtype::bfloat16, stream, {.step = s}));
+      run.log({{"host/y", static_cast<double>(s)}}, {.step = s});
+    }
+    // Every call returned with the stream still held: chorus never waited on it.
+    BOOST_TEST(rt().StreamQuery(stream) == cuda::not_ready);
+    BOOST_TEST(!tickets.front().ready());
+    gate.open = true;
+    for (auto& t : tickets) BOOST_TEST(!t.wait(), t.wait().message());
+    // A host pointer is refused with the fix; nothing of it is logged.
+    chorus::Error host = run.log_histogram("bad", f32.data(), n, chorus::DeviceDtype::float32, stream, {.step = 4}).wait();
+    BOOST_TEST(host.message().find("not GPU memory") != std::string::npos, host.message());
+    auto r = run.finish().wait();
+    BOOST_TEST(!r.error, r.error.message());
+    rd = r.run_dir;
+  }
+  const chorus::Histogram want32{std::span<const float>(f32)};
+  const chorus::Histogram want16{std::span<const float>(f16_values)};
+  const chorus::Histogram wantbf{std::span<const float>(bf16_values)};
+  std::size_t seen = 0;
+  for (const auto& line : read_histograms(rd)) {
+    if (line.column == "warm" || line.column == "bad") {
+      BOOST_TEST(line.column == "warm");
+      continue;
+    }
+    const chorus::Histogram& want = line.column == "f32" ? want32 : line.column == "f16" ? want16 : wantbf;
+    BOOST_TEST_CONTEXT(line.column << " at step " << line.step) {
+      ++seen;
+      BOOST_TEST(line.value.count() == want.count());
+      BOOST_TEST(line.value.nan_count() == want.nan_count());
+      BOOST_TEST(line.value.pos_inf_count() == want.pos_inf_count());
+      BOOST_TEST(line.value.neg_inf_count() == want.neg_inf_count());
+      BOOST_TEST(line.value.min() == want.min());
+      BOOST_TEST(line.value.max() == want.max());
+      BOOST_TEST(std::fabs(line.value.sum() - want.sum()) <= 1e-9 * std::max(1.0, std::fabs(want.sum())));
+      const auto a = line.value.buckets(), b = want.buckets();
+      BOOST_REQUIRE_EQUAL(a.size(), b.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) differ += a[i].lo != b[i].lo || a[i].count != b[i].count;
+      BOOST_TEST(differ == 0u);
+    }
+  }
+  BOOST_TEST(seen == 9u);
+  rt().Free(d32);
+  rt().Free(d16);
+  rt().Free(dbf);
+  rt().StreamDestroy(stream);
 }

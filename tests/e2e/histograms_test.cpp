@@ -4,7 +4,7 @@
 // histograms.jsonl from the WAL to the same bytes.
 #define BOOST_TEST_MODULE e2e_histograms
 #include "harness.hpp"
-#include "io/store/histogram_log.hpp"
+#include "tests/e2e/histogram_lines.hpp"
 #include "tests/e2e/histogram_values.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -15,30 +15,7 @@
 
 using namespace e2e;
 
-namespace {
-
-struct Line {
-  std::int64_t step;
-  std::string column;
-  std::uint32_t ranks;
-  chorus::Histogram value;
-};
-
-std::vector<Line> read_histograms(const fs::path& run_dir) {
-  std::vector<Line> out;
-  simdjson::dom::parser parser;
-  std::ifstream in(run_dir / "histograms.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    simdjson::dom::element e;
-    BOOST_REQUIRE(parser.parse(line).get(e) == simdjson::SUCCESS);
-    chorus::Result<chorus::io::HistogramLine> h = chorus::io::read_histogram_line(e);
-    BOOST_TEST_REQUIRE(h.has_value(), (h ? "" : h.error().message()));
-    out.push_back({h->step, h->column(), h->ranks, h->value});
-  }
-  return out;
-}
-
-} // namespace
+using Line = HistogramLineRead;
 
 BOOST_AUTO_TEST_CASE(four_ranks_merge_exactly_and_recover_rebuilds_the_file) {
   TempDir dir;

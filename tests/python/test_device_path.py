@@ -26,7 +26,7 @@ class DeviceArray:
     describes a CUDA array."""
 
     def __init__(self, values, typestr="<f4", stream=1):
-        ctype = {"<f4": ctypes.c_float, "<f8": ctypes.c_double}[typestr]
+        ctype = {"<f4": ctypes.c_float, "<f8": ctypes.c_double, "<f2": ctypes.c_uint16}[typestr]  # <f2: the bits
         self.buf = (ctype * len(values))(*values)
         shape = () if len(values) == 1 else (len(values),)
         self.__cuda_array_interface__ = {"data": (ctypes.addressof(self.buf), False), "shape": shape,
@@ -112,3 +112,56 @@ def test_refused_device_values_are_recorded_without_reading_them(runs_dir):
     assert all(v == "<a DeviceArray on a GPU>" for v, _ in values.values()), values
     assert "float32" in values["f64_d"][1] and "3 elements" in values["three_d"][1]
     assert "Writer takes host values only" in values["dev_w"][1]
+
+
+def test_histograms_of_device_arrays_are_counted_on_the_device(runs_dir):
+    """chorus.Histogram of a CUDA array: run.log launches the device histogram's kernel (here, the
+    stand-in runtime runs it on the host with the kernel's rules, when its event is polled) and the
+    histogram lands at the call's step, bucketed as the host buckets the same values."""
+    import json
+    import struct
+
+    values = [0.0, -0.0, 1.5, -2.25, 1e-30, 3.4e38, float("nan"), float("inf"), float("-inf"), 7.0, 7.0, 7.0]
+    halves = [0.5, -1.0, 65504.0, 6e-8, float("inf"), float("nan"), 2.0]
+    half_bits = list(struct.unpack("<7H", struct.pack("<7e", *halves)))
+    held = []
+    with chorus.init(project="device") as run:
+        run.define_metric("grad", reduce="merge")
+        for s in range(3):
+            d = DeviceArray([v * (s + 1) for v in values])
+            h = chorus.Histogram(d)
+            assert h.on_gpu and "on a GPU" in repr(h)
+            with pytest.raises(chorus.InvalidArgument, match="no figures on the host"):
+                h.count
+            dev = DeviceArray([s * 0.5])
+            held += [d, h, dev]  # in place until the stream has run (as a GPU's stream order keeps them)
+            run.log({"grad": h, "loss": float(s), "dev": dev})
+        half = DeviceArray(half_bits, typestr="<f2")
+        held.append(half)
+        run.log({"half": chorus.Histogram(half)}, step=10).wait()
+        w = run.writer()
+        with pytest.raises(chorus.InvalidArgument, match="Writer takes host values only"):
+            w.log({"wgrad": chorus.Histogram(DeviceArray([1.0])), "ok": 1.0}, step=11).wait()
+        w.close().wait()
+        with pytest.raises(chorus.InvalidArgument, match="<f8.*float32 \\(<f4\\) and float16"):
+            chorus.Histogram(DeviceArray([1.0], typestr="<f8"))
+    (d,) = run_dirs(runs_dir)
+    with open(os.path.join(d, "histograms.jsonl")) as f:
+        got = {(line["key"], line["_step"]): line for line in map(json.loads, f)}
+    for s in range(3):
+        line = got[("grad", s)]
+        want = chorus.Histogram([ctypes.c_float(v * (s + 1)).value for v in values])  # as stored
+        assert (line["count"], line["nan"], line["inf"], line["-inf"]) == (
+            want.count, want.nan_count, want.pos_inf_count, want.neg_inf_count)
+        assert (line["min"], line["max"]) == (want.min, want.max)
+        assert sum(n for _, n in line["buckets"]) == want.count - want.nan_count - want.pos_inf_count - want.neg_inf_count
+        (read,) = [r for r in chorus.open(d).histograms("grad", pandas=False) if r["_step"] == s]
+        assert read["buckets"] == want.buckets()  # the same buckets as the host's
+    # the scalars of the same calls are at the same steps
+    assert [(r["_step"], r.get("loss"), r.get("dev")) for r in rows(d)][:3] == [(s, float(s), s * 0.5) for s in range(3)], rows(d)
+    half_line = got[("half", 10)]
+    want = chorus.Histogram(halves)
+    assert (half_line["count"], half_line["nan"], half_line["inf"], half_line["min"], half_line["max"]) == (
+        want.count, want.nan_count, want.pos_inf_count, want.min, want.max)
+    assert chorus.open(d).histograms("half", pandas=False)[0]["buckets"] == want.buckets()
+    assert ("wgrad", 11) not in got

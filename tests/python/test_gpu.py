@@ -104,3 +104,33 @@ def test_torch_cuda_tensors_nested_and_refused(runs_dir):
     with open(os.path.join(d, "rejected.jsonl")) as f:
         (line,) = [json.loads(x) for x in f]
     assert line["values"] == {"many_g": "<a Tensor on a GPU>"} and "3 elements" in line["message"]
+
+
+def test_histograms_of_cuda_tensors_and_arrays_are_the_hosts_buckets(runs_dir):
+    """chorus.Histogram of a CUDA tensor (float32, float16, bfloat16) or array, counted on the GPU
+    by run.log: the same buckets, count, min and max as the host's histogram of the same values."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(1 << 20, device="cuda", generator=g) * 4
+    x[:3] = torch.tensor([float("nan"), float("inf"), float("-inf")], device="cuda")
+    tensors = {"f32": x, "f16": x.half(), "bf16": x.bfloat16(), "f64": x.double()[:1000]}
+    arr = DeviceArray([0.5, -1.5, 2.0, 1e-40])
+    with chorus.init(project="gpu-hist") as run:
+        for s in range(2):
+            run.log({k: chorus.Histogram(t) for k, t in tensors.items()} | {"arr": chorus.Histogram(arr)})
+        run.finish()
+        d = run.dir
+    view = chorus.open(d)
+    for key, t in tensors.items():
+        want = chorus.Histogram(t.float().cpu())
+        got = view.histograms(key, pandas=False)
+        assert [r["_step"] for r in got] == [0, 1], key
+        for r in got:
+            assert (r["count"], r["nan"], r["inf"], r["-inf"]) == (
+                want.count, want.nan_count, want.pos_inf_count, want.neg_inf_count), key
+            assert (r["min"], r["max"]) == (want.min, want.max), key
+            assert r["buckets"] == want.buckets(), key
+    (a,) = view.histograms("arr", pandas=False)[:1]
+    assert a["buckets"] == chorus.Histogram([0.5, -1.5, 2.0, 1e-40]).buckets()

@@ -157,6 +157,9 @@ static_assert(std::is_trivially_destructible_v<DeviceMetric>);
 /// values (a cudaStream_t converts to it); nullptr is the legacy default stream.
 using CudaStream = void*;
 
+/// The element type of values in GPU memory for `Run::log_histogram`.
+enum class DeviceDtype : std::uint8_t { float32 = 0, float16 = 1, bfloat16 = 2 };
+
 namespace detail {
 /// Marks the entries of a BracedList that a braced list left out: its
 /// address is chorus's own, so no key a caller passes (even an empty or null
@@ -854,6 +857,19 @@ public:
   Pending log_histogram(std::string_view key, std::span<const float> values, const LogOptions& opts = {}) noexcept;
   /// Logs a histogram built ahead (say over many batches, with `add` and `merge`).
   Pending log_histogram(std::string_view key, const Histogram& histogram, const LogOptions& opts = {}) noexcept;
+  /// Logs the histogram of `count` values of type `dtype` in GPU memory
+  /// (`device_values`, on the calling thread's current device), counted on
+  /// the GPU in `stream`'s order: the call never waits for the GPU (a few
+  /// microseconds of CUDA calls), the counts are read back asynchronously and
+  /// the histogram goes out, in order with the rank's other calls, once they
+  /// have landed. Into the same buckets as the host's (half and bfloat16
+  /// values widened exactly); `sum` is added in double in an order that may
+  /// change its last bits from run to run. The kernel is compiled by NVRTC
+  /// at the first call (a fraction of a second, once per process). The
+  /// values must stay in place until `stream` has run past the call, as for
+  /// a kernel of the caller's own.
+  Pending log_histogram(std::string_view key, const void* device_values, std::size_t count, DeviceDtype dtype,
+                        CudaStream stream, const LogOptions& opts = {}) noexcept;
 
   /// Logs an image under `key` at the step a `log` call with these options
   /// would take (README, "Images, text and tables"). Pixels are copied on
