@@ -858,7 +858,7 @@ public:
   /// Logs a histogram built ahead (say over many batches, with `add` and `merge`).
   Pending log_histogram(std::string_view key, const Histogram& histogram, const LogOptions& opts = {}) noexcept;
   /// Logs the histogram of `count` values of type `dtype` in GPU memory
-  /// (`device_values`, on the calling thread's current device), counted on
+  /// (`device_values`, on any of the process's GPUs), counted on
   /// the GPU in `stream`'s order: the call never waits for the GPU (a few
   /// microseconds of CUDA calls), the counts are read back asynchronously and
   /// the histogram goes out, in order with the rank's other calls, once they
