@@ -111,7 +111,7 @@ public:
   Pending log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
                      std::optional<Reduce> reduce, std::span<const Metric> host = {}) noexcept;
   Pending log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept;
-  /// Run::log_histogram and Writer::log_histogram (run_histogram.cpp):
+  /// Run::log_histogram and Writer::log_histogram (run_kinds.cpp):
   /// `writer` says the call is a Writer's (whose stream 0 means it could
   /// not open); `same_step` puts the histogram at the step the stream's
   /// last call took, where `opts` gives none (the Python module's dict that
