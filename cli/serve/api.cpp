@@ -203,6 +203,13 @@ void index_state(io::JsonWriter& w, const IndexState& s) {
   if (s.problem) w.key("error").string(s.problem.message());
 }
 
+/// Where an indexed file has no such entry: why it may have none yet ("" where it is read whole).
+std::string not_read_yet(std::string_view file, const IndexState& s) {
+  if (s.missing) return " (it has no " + std::string(file) + ")";
+  if (s.indexing) return " yet (its " + std::string(file) + " is still being read: ask again)";
+  return {};
+}
+
 } // namespace
 
 Reply refusal(int status, std::string_view why) {
@@ -254,7 +261,26 @@ Resolved Api::resolve_artifact(std::string_view rel, std::string_view name) cons
   return {file, 0, {}};
 }
 
-std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, bool system, bool histograms) {
+Resolved Api::resolve_media(std::string_view rel, std::string_view key, std::int64_t step, int rank,
+                            std::string_view& type) {
+  Resolved run = resolve_run(rel);
+  if (!run) return run;
+  const std::optional<MediaFile> m = files(run.dir, false, false, false, true)->media.file(key, step, rank);
+  if (!m)
+    return {{}, 404, "run " + std::string(rel) + " has no media of key " + std::string(key) + " at step " +
+                         std::to_string(step) + " from rank " + std::to_string(rank)};
+  // The line's path is under media/ (io::read_media_line); no link may lead it out of there.
+  const std::string base = real(run.dir + "/media");
+  const std::string file = real(run.dir + "/" + m->path);
+  if (base.empty() || file.empty()) return {{}, 404, "run " + std::string(rel) + " has no file " + m->path};
+  if (!inside(base, run.dir) || !inside(file, base))
+    return {{}, 403, m->path + " leads out of its run's media/ (through a link)"};
+  type = m->type;
+  return {file, 0, {}};
+}
+
+std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, bool system, bool histograms,
+                                          bool media) {
   std::shared_ptr<RunFiles> f;
   {
     std::lock_guard lock(mutex_);
@@ -276,6 +302,7 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
   if (history) grew = f->history.refresh() || grew;
   if (system) grew = f->system.refresh() || grew;
   if (histograms) grew = f->histograms.refresh() || grew;
+  if (media) grew = f->media.refresh() || grew;
   if (grew) evict();
   return f;
 }
@@ -441,7 +468,7 @@ Reply Api::run(std::string_view rel) {
   if (bs.skipped > 0)
     warnings.push_back(std::string(io::BarrierLog::file_name) + ": " + std::to_string(bs.skipped) +
                        " damaged line(s) skipped (" + bs.first_skipped + "); the others are shown");
-  const std::shared_ptr<RunFiles> f = files(dir, true, true, true);
+  const std::shared_ptr<RunFiles> f = files(dir, true, true, true, true);
   // The ranks that hold the others back: those the others waited longest for
   // at barriers, and those whose last step is behind the furthest rank's.
   {
@@ -495,15 +522,17 @@ Reply Api::run(std::string_view rel) {
     w.end_object();
     file_problems(name, s);
   }
-  {
-    const IndexState s = f->histograms.state();
-    w.key("histograms").begin_object();
+  // histograms.jsonl's columns and media.jsonl's keys, beside where their reading stands.
+  auto listed = [&](std::string_view name, std::string_view list, const IndexState& s, auto&& write_list) {
+    w.key(name).begin_object();
     index_state(w, s);
-    w.key("columns");
-    f->histograms.columns_json(w);
+    w.key(list);
+    write_list();
     w.end_object();
-    file_problems("histograms", s);
-  }
+    file_problems(name, s);
+  };
+  listed("histograms", "columns", f->histograms.state(), [&] { f->histograms.columns_json(w); });
+  listed("media", "keys", f->media.state(), [&] { f->media.keys_json(w); });
   w.key("warnings").begin_array();
   for (const std::string& s : warnings) w.string(s);
   w.end_array().key("errors").begin_array();
@@ -517,7 +546,8 @@ Reply Api::run(std::string_view rel) {
 Reply Api::series(std::string_view rel, FileKind kind, const SeriesRequest& r) {
   const Resolved where = resolve_run(rel);
   if (!where) return refusal(where.status, where.why);
-  const std::shared_ptr<RunFiles> f = files(where.dir, kind == FileKind::history, kind == FileKind::system, false);
+  const std::shared_ptr<RunFiles> f =
+      files(where.dir, kind == FileKind::history, kind == FileKind::system, false, false);
   const LinesIndex& index = kind == FileKind::history ? f->history : f->system;
   std::string out;
   index.series_json(r, out);
@@ -535,7 +565,7 @@ Reply Api::series(std::string_view rel, FileKind kind, const SeriesRequest& r) {
 Reply Api::histograms(std::string_view rel, const HistogramRequest& r) {
   const Resolved where = resolve_run(rel);
   if (!where) return refusal(where.status, where.why);
-  const std::shared_ptr<RunFiles> f = files(where.dir, false, false, true);
+  const std::shared_ptr<RunFiles> f = files(where.dir, false, false, true, false);
   const IndexState s = f->histograms.state();
   std::string out;
   io::JsonWriter w(out);
@@ -545,9 +575,27 @@ Reply Api::histograms(std::string_view rel, const HistogramRequest& r) {
   if (!found) return refusal(409, found.error().message());
   if (!*found)
     return refusal(404, "run " + std::string(rel) + " has no histogram column " + r.column +
-                            (s.missing    ? " (it has no histograms.jsonl)"
-                             : s.indexing ? " yet (its histograms.jsonl is still being read: ask again)"
-                                          : ""));
+                            not_read_yet("histograms.jsonl", s));
+  w.end_object();
+  return {200, std::move(out)};
+}
+
+Reply Api::media(std::string_view rel, std::string_view key, std::optional<std::int64_t> step) {
+  const Resolved where = resolve_run(rel);
+  if (!where) return refusal(where.status, where.why);
+  const std::shared_ptr<RunFiles> f = files(where.dir, false, false, false, true);
+  const IndexState s = f->media.state();
+  std::string out;
+  io::JsonWriter w(out);
+  w.begin_object().key("run").string(rel);
+  index_state(w, s);
+  if (key.empty()) {
+    w.key("keys");
+    f->media.keys_json(w);
+  } else if (!f->media.key_json(key, step, rel, w)) {
+    return refusal(404,
+                   "run " + std::string(rel) + " has no media key " + std::string(key) + not_read_yet("media.jsonl", s));
+  }
   w.end_object();
   return {200, std::move(out)};
 }
@@ -616,7 +664,7 @@ Reply Api::group(std::string_view rel) {
 std::string Api::changes(std::string_view rel, Seen& seen) {
   const Resolved where = resolve_run(rel);
   if (!where) return {};
-  const std::shared_ptr<RunFiles> f = files(where.dir, true, true, true);
+  const std::shared_ptr<RunFiles> f = files(where.dir, true, true, true, true);
   std::string out;
   auto event = [&](std::string_view name, auto&& fill) {
     out += "event: ";
@@ -640,12 +688,16 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     event("system", [&](io::JsonWriter& w) { index_state(w, s); });
     seen.system_rows = s.rows;
   }
-  const IndexState g = f->histograms.state();
-  if (!seen.started || g.rows + g.skipped != seen.histogram_lines || g.indexing != seen.histograms_indexing) {
-    event("histograms", [&](io::JsonWriter& w) { index_state(w, g), w.key("columns").uinteger(g.keys); });
-    seen.histogram_lines = g.rows + g.skipped;
-    seen.histograms_indexing = g.indexing;
-  }
+  // histograms.jsonl and media.jsonl: their lines, taken or skipped, and whether they are still being read.
+  auto lines_event = [&](std::string_view name, std::string_view count, const IndexState& st, std::uint64_t& lines,
+                         bool& indexing) {
+    if (seen.started && st.rows + st.skipped == lines && st.indexing == indexing) return;
+    event(name, [&](io::JsonWriter& w) { index_state(w, st), w.key(count).uinteger(st.keys); });
+    lines = st.rows + st.skipped;
+    indexing = st.indexing;
+  };
+  lines_event("histograms", "columns", f->histograms.state(), seen.histogram_lines, seen.histograms_indexing);
+  lines_event("media", "keys", f->media.state(), seen.media_lines, seen.media_indexing);
   // metrics.json too: a late declaration changes how a page charts its keys.
   const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json") + "|" +
                             stamp_of(where.dir + "/metrics.json");

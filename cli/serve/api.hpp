@@ -6,6 +6,7 @@
 
 #include "cli/serve/histogram_index.hpp"
 #include "cli/serve/lines_index.hpp"
+#include "cli/serve/media_index.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +51,8 @@ struct Seen {
   bool history_indexing = false;
   std::uint64_t histogram_lines = 0;
   bool histograms_indexing = false;
+  std::uint64_t media_lines = 0;
+  bool media_indexing = false;
   std::string run_stamp; // run.json's and summary.json's size and time
   bool running = false;  // the run read running (its host alive, or not known to be gone)
   std::chrono::steady_clock::time_point run_looked; // when it was last read
@@ -74,6 +78,9 @@ public:
   /// GET /api/histograms?run=REL&column=C...: a histogram column's quantiles
   /// over its steps and one step's buckets, for a chart.
   Reply histograms(std::string_view rel, const HistogramRequest& r);
+  /// GET /api/media?run=REL[&key=K[&step=S]]: the run's image, text and
+  /// table keys; with `key`, that key's steps and the entries of one step.
+  Reply media(std::string_view rel, std::string_view key, std::optional<std::int64_t> step);
   /// GET /api/group?group=REL: a group's manifest and members.
   Reply group(std::string_view rel);
 
@@ -86,9 +93,14 @@ public:
   [[nodiscard]] Resolved resolve_group(std::string_view rel) const;
   /// The artifact file `name` of the run `rel` (artifacts/NAME), inside the run's directory.
   [[nodiscard]] Resolved resolve_artifact(std::string_view rel, std::string_view name) const;
+  /// The media file a line of the run's media.jsonl names for `key` at
+  /// `step` from `rank` (never a path from the request), inside the run's
+  /// media/ through no link out of it; `type` is its Content-Type.
+  [[nodiscard]] Resolved resolve_media(std::string_view rel, std::string_view key, std::int64_t step, int rank,
+                                       std::string_view& type);
 
   /// What changed in the run `rel` since `seen`, as server-sent events
-  /// (`history`, `system`, `histograms`, `run`); "" where nothing did.
+  /// (`history`, `system`, `histograms`, `media`, `run`); "" where nothing did.
   std::string changes(std::string_view rel, Seen& seen);
 
   /// Bytes the indexes of runs hold.
@@ -98,10 +110,13 @@ private:
   struct RunFiles {
     RunFiles(const std::string& dir)
         : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system),
-          histograms(dir + "/histograms.jsonl") {}
-    [[nodiscard]] std::size_t memory() const { return history.memory() + system.memory() + histograms.memory(); }
+          histograms(dir + "/histograms.jsonl"), media(dir + "/media.jsonl") {}
+    [[nodiscard]] std::size_t memory() const {
+      return history.memory() + system.memory() + histograms.memory() + media.memory();
+    }
     LinesIndex history, system;
     HistogramIndex histograms;
+    MediaIndex media;
     std::atomic<std::uint64_t> used{0};
     std::mutex specs_mutex;
     std::string specs_stamp; // metrics.json's, when its step metrics were last given to `history`
@@ -113,7 +128,7 @@ private:
   };
 
   /// The indexes of the run in `dir`, those asked for refreshed.
-  std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system, bool histograms);
+  std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system, bool histograms, bool media);
   void evict();
   [[nodiscard]] std::string rel_of(const std::string& dir) const;
 

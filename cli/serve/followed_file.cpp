@@ -104,6 +104,18 @@ void FollowedFile::read(const Look& look, std::uint64_t end,
   lines_ = lines.cursor().lines;
 }
 
+bool FollowedFile::follow(std::uint64_t budget, const std::function<void()>& forget,
+                          const std::function<std::string(std::string_view, std::uint64_t)>& take) {
+  const Look now = look();
+  if (now.afresh) forget();
+  if (now.fd < 0) return now.changed;
+  const std::uint64_t lines_before = state_.rows + state_.skipped;
+  const bool was_indexing = state_.indexing;
+  read(now, state_.bytes + budget, take);
+  return now.changed || state_.rows + state_.skipped != lines_before || state_.indexing != was_indexing ||
+         state_.problem;
+}
+
 IndexState FollowedFile::state() const {
   IndexState s = state_;
   if (s.skipped > 0) s.first_skipped = "line " + std::to_string(first_skipped_line_) + ": " + s.first_skipped;

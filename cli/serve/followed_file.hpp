@@ -37,6 +37,13 @@ public:
   void read(const Look& look, std::uint64_t end,
             const std::function<std::string(std::string_view line, std::uint64_t offset)>& take);
 
+  /// One look and one read, as an index follows its file: `forget()` where
+  /// the file is new, replaced or cut, then the complete lines appended, at
+  /// most `budget` bytes of them, to `take` as read() hands them. Returns
+  /// whether anything changed (lines read, the state, a problem).
+  bool follow(std::uint64_t budget, const std::function<void()>& forget,
+              const std::function<std::string(std::string_view line, std::uint64_t offset)>& take);
+
   /// Where the reading stands, the first refusal with its line number.
   [[nodiscard]] IndexState state() const;
   /// The same to change: rows, keys, last_step are the caller's.

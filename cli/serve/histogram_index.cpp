@@ -68,17 +68,13 @@ HistogramIndex::HistogramIndex(std::string path, std::uint64_t step_bytes_)
 
 bool HistogramIndex::refresh() {
   std::unique_lock lock(mutex_);
-  const FollowedFile::Look look = file_.look();
-  if (look.afresh) {
+  IndexState& s = file_.counts();
+  simdjson::dom::parser parser;
+  const auto forget = [&] {
     columns_.clear();
     points_ = 0;
-  }
-  if (look.fd < 0) return look.changed;
-  IndexState& s = file_.counts();
-  const std::uint64_t lines_before = s.rows + s.skipped;
-  const bool was_indexing = s.indexing;
-  simdjson::dom::parser parser;
-  file_.read(look, s.bytes + step_bytes_, [&](std::string_view line, std::uint64_t offset) -> std::string {
+  };
+  const bool changed = file_.follow(step_bytes_, forget, [&](std::string_view line, std::uint64_t offset) -> std::string {
     simdjson::dom::element doc;
     if (auto e = parser.parse(line.data(), line.size(), false).get(doc)) return simdjson::error_message(e);
     const Result<io::HistogramLine> h = io::read_histogram_line(doc);
@@ -104,7 +100,7 @@ bool HistogramIndex::refresh() {
     return {};
   });
   s.keys = columns_.size();
-  return look.changed || s.rows + s.skipped != lines_before || s.indexing != was_indexing || s.problem;
+  return changed;
 }
 
 IndexState HistogramIndex::state() const {

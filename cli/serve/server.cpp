@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <mutex>
+#include <optional>
 #include <netdb.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -31,6 +32,8 @@ constexpr std::size_t max_body_bytes = 16u << 10;
 constexpr std::size_t max_keys = 512, max_stream_runs = 16;
 /// The most steps and bins one histograms request may ask for.
 constexpr int max_histogram_points = 2000, max_histogram_bins = 200;
+/// The largest file read whole into an answer (so that it is compressed); a larger one is streamed.
+constexpr std::size_t max_whole_bytes = 64u << 20;
 /// How often an event stream looks at its runs' files.
 constexpr auto poll_every = std::chrono::milliseconds(500);
 /// A comment line this often keeps an idle stream open, and finds one the
@@ -203,6 +206,8 @@ struct Server::Impl {
     http.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) { series(req, res); });
     http.Get("/api/histograms", [this](const httplib::Request& req, httplib::Response& res) { histograms(req, res); });
     http.Get("/api/artifact", [this](const httplib::Request& req, httplib::Response& res) { artifact(req, res); });
+    http.Get("/api/media", [this](const httplib::Request& req, httplib::Response& res) { media(req, res); });
+    http.Get("/api/media/file", [this](const httplib::Request& req, httplib::Response& res) { media_file(req, res); });
     http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { events(req, res); });
     http.Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
       std::string body = "{\"root\":";
@@ -273,19 +278,70 @@ struct Server::Impl {
     const std::string name = param(req, "name");
     const Resolved where = api.resolve_artifact(param(req, "run"), name);
     if (!where) return refuse(res, where.status, where.why);
-    const Result<int> fd = io::detail::open_regular(where.dir, O_RDONLY);
-    if (!fd) return refuse(res, 404, fd.error().message());
-    struct stat st {};
-    if (::fstat(*fd, &st) != 0) {
-      io::detail::close_fd(*fd);
-      return refuse(res, 500, std::string("cannot read the artifact: ") + std::strerror(errno));
-    }
-    const auto file = std::make_shared<int>(*fd);
+    if (!send_file(res, where.dir, "application/octet-stream", false)) return;
     std::string base = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
     res.set_header("Content-Disposition", "attachment; filename=\"" + base + "\"");
-    // Read a piece at a time: an artifact of any size goes out in bounded memory.
+  }
+
+  void media(const httplib::Request& req, httplib::Response& res) {
+    std::optional<std::int64_t> step;
+    if (const std::string v = param(req, "step"); !v.empty()) {
+      step = parse_int(v, 0, INT64_MAX);
+      if (!step) return refuse(res, 400, "step is a whole number of 0 or more");
+    }
+    send(res, api.media(param(req, "run"), param(req, "key"), step));
+  }
+
+  /// A media file, named by its key, step and rank: only one that a line of media.jsonl names.
+  void media_file(const httplib::Request& req, httplib::Response& res) {
+    const std::string key = param(req, "key");
+    if (key.empty()) return refuse(res, 400, "no key: name the media with key=KEY&step=S&rank=R");
+    const std::optional<std::int64_t> step = parse_int(param(req, "step"), 0, INT64_MAX);
+    const std::optional<std::int64_t> rank = parse_int(param(req, "rank"), 0, INT32_MAX);
+    if (!step || !rank) return refuse(res, 400, "step and rank are whole numbers of 0 or more");
+    std::string_view type;
+    const Resolved where = api.resolve_media(param(req, "run"), key, *step, static_cast<int>(*rank), type);
+    if (!where) return refuse(res, where.status, where.why);
+    // Text and tables whole, so that they are compressed as every text answer is; images streamed as they are.
+    send_file(res, where.dir, std::string(type), !type.starts_with("image/"));
+  }
+
+  /// The regular file at `path` as the answer: `whole` (and at most
+  /// max_whole_bytes), read into the body; else read a piece at a time, so
+  /// that a file of any size goes out in bounded memory. False, with a
+  /// refusal in `res`, where it cannot be read.
+  static bool send_file(httplib::Response& res, const std::string& path, const std::string& type, bool whole) {
+    const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+    if (!fd) {
+      refuse(res, 404, fd.error().message());
+      return false;
+    }
+    struct stat st {};
+    if (::fstat(*fd, &st) != 0) {
+      const int e = errno;
+      io::detail::close_fd(*fd);
+      refuse(res, 500, std::string("cannot read the file: ") + std::strerror(e));
+      return false;
+    }
+    const auto size = static_cast<std::size_t>(st.st_size);
+    if (whole && size <= max_whole_bytes) {
+      std::string body(size, '\0');
+      std::size_t got = 0;
+      while (got < size) {
+        const ssize_t n = ::pread(*fd, body.data() + got, size - got, static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      io::detail::close_fd(*fd);
+      body.resize(got);
+      res.body = std::move(body);
+      res.set_header("Content-Type", type);
+      return true;
+    }
+    const auto file = std::make_shared<int>(*fd);
     res.set_content_provider(
-        static_cast<std::size_t>(st.st_size), "application/octet-stream",
+        size, type,
         [file](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
           char buf[1 << 16];
           const ssize_t n = ::pread(*file, buf, std::min(length, sizeof buf), static_cast<off_t>(offset));
@@ -293,6 +349,7 @@ struct Server::Impl {
           return sink.write(buf, static_cast<std::size_t>(n));
         },
         [file](bool) { io::detail::close_fd(*file); });
+    return true;
   }
 
   void events(const httplib::Request& req, httplib::Response& res) {

@@ -5,9 +5,10 @@ driven through selenium (python3-selenium, chromium-driver), against a
 
     dashboard_test.py CASE --chorus PATH/TO/chorus
 
-CASE is one of: runs_list, run_charts, live, compare, token, histograms. Screenshots are
-saved in the working directory (ctest runs it in tests/browser/ of the build
-tree). Exits 77 (ctest's SKIP) where selenium or chromium cannot start.
+CASE is one of: runs_list, run_charts, live, compare, token, histograms, media (in
+media_case.py). Screenshots are saved in the working directory (ctest runs it in
+tests/browser/ of the build tree). Exits 77 (ctest's SKIP) where selenium or
+chromium cannot start.
 """
 import argparse
 import json
@@ -526,8 +527,14 @@ def case_histograms(chorus, root, d):
         s.stop()
 
 
+def case_media(chorus, root, d):
+    """A run's images, text and tables: tests/browser/media_case.py, with this file's helpers."""
+    import media_case
+    media_case.case_media(sys.modules[__name__], chorus, root, d)
+
+
 CASES = {"runs_list": case_runs_list, "run_charts": case_run_charts, "live": case_live, "compare": case_compare,
-         "token": case_token, "histograms": case_histograms}
+         "token": case_token, "histograms": case_histograms, "media": case_media}
 
 
 def main():

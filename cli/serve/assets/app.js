@@ -1,15 +1,15 @@
 // chorus serve: the one-page dashboard. Pages (by the address's #):
 //   #/                  the runs, by project and group, the newest first
 //   #/run/PATH          a run: identity, ranks, config, summary, artifacts,
-//                       a chart per metric, its histograms, system metrics,
-//                       the distributed view
+//                       a chart per metric, its histograms, its images, text
+//                       and tables (media.js), system metrics, the distributed view
 //   #/group/PATH        a group's runs side by side, their metrics overlaid
 //   #/compare/P1|P2...  any runs overlaid on the same charts
 // Data comes from the server's JSON API (/api/...), live changes from its
 // event stream (/api/events). Every text from a run is put in as text, never as HTML.
 'use strict';
 
-const chorus = (window.chorus = { charts: [], histograms: [], page: null });
+const chorus = (window.chorus = { charts: [], histograms: [], media: [], page: null });
 
 // ---------- helpers ----------
 
@@ -365,11 +365,11 @@ class Chart {
     this.g = null;
   }
 }
-// A chart (or a histogram's panel) loads once it comes near the screen: a run of many keys opens fast.
+// A chart (or a histogram's or a media key's panel) loads once it comes near the screen: a run of many keys opens fast.
 Chart.observer = new IntersectionObserver((entries) => {
   for (const e of entries) {
     if (!e.isIntersecting) continue;
-    const c = chorus.charts.find((x) => x.el === e.target) || chorus.histograms.find((x) => x.el === e.target);
+    const c = [chorus.charts, chorus.histograms, chorus.media].map((l) => l.find((x) => x.el === e.target)).find(Boolean);
     if (c && !c.wanted) { c.wanted = true; c.load(); }
   }
 }, { rootMargin: '600px' });
@@ -587,6 +587,8 @@ function clearPage() {
   chorus.charts = [];
   chorus.histograms.forEach((p) => p.destroy());
   chorus.histograms = [];
+  chorus.media.forEach((p) => p.destroy());
+  chorus.media = [];
   chorus.page = null;
   setLive(null);
 }
@@ -823,10 +825,12 @@ async function runPage(view, path) {
   const metrics = h('div', { id: 'metrics' });
   const histHead = h('h2', { text: 'Histograms', id: 'histograms-head', hidden: true });
   const hists = h('div', { class: 'charts hists', id: 'histograms', hidden: true });
+  const mediaHead = h('h2', { text: 'Media', id: 'media-head', hidden: true });
+  const mediaBox = h('div', { id: 'media', hidden: true });
   const system = h('div', { id: 'system' });
   const dist = h('div', { id: 'distributed' });
   const barriersBox = h('div', { id: 'barriers-box' });
-  view.replaceChildren(head, problems, overview, h('h2', { text: 'Metrics' }), metrics, histHead, hists,
+  view.replaceChildren(head, problems, overview, h('h2', { text: 'Metrics' }), metrics, histHead, hists, mediaHead, mediaBox,
     h('h2', { text: 'System' }), system, h('h2', { text: 'Distributed' }), dist, h('h3', { text: 'Barriers' }), barriersBox);
 
   const renderHead = () => {
@@ -911,6 +915,14 @@ async function runPage(view, path) {
   };
   addHistograms();
 
+  // Images, text and tables (media.jsonl): a panel per key, shown once there is one.
+  const addMedia = () => {
+    const keys = (run.media && run.media.keys) || [];
+    mediaHead.hidden = mediaBox.hidden = !keys.length;
+    mediaPanels(mediaBox, path, keys);
+  };
+  addMedia();
+
   // The distributed view: each rank's progress over time, crashed ranks
   // marked at their last step, and rows some ranks did not contribute to.
   const addDistributed = () => {
@@ -961,6 +973,7 @@ async function runPage(view, path) {
   // Live: new rows, ranks' states and system samples, as the files change.
   let rows = run.history.rows, sysRows = run.system.rows, keyCount = run.history.keys.length, indexing = run.history.indexing;
   let histRows = run.histograms.rows, histSkipped = run.histograms.skipped, histIndexing = run.histograms.indexing;
+  let mediaLines = run.media.rows + run.media.skipped, mediaIndexing = run.media.indexing;
   const reloadRun = async () => {
     const r = await api('run', { run: path });
     if (r.httpStatus >= 400) return;
@@ -999,6 +1012,14 @@ async function runPage(view, path) {
       await reloadRun();
       addHistograms();
       chorus.histograms.forEach((p) => p.refresh());
+    },
+    media: async (e) => {
+      if (e.rows + e.skipped === mediaLines && e.indexing === mediaIndexing) return;
+      mediaLines = e.rows + e.skipped;
+      mediaIndexing = e.indexing;
+      await reloadRun();
+      addMedia();
+      chorus.media.forEach((p) => p.refresh());
     },
     run: async () => { await reloadRun(); chorus.charts.filter((c) => c.kind === 'progress').forEach((c) => c.draw()); },
   });
