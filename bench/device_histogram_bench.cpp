@@ -79,17 +79,7 @@ int main() {
   }
 
   TempDir dir;
-  chorus::Error err;
-  chorus::Run run = chorus::init({.project = "bench",
-                                  .dir = (dir.path / "runs").string(),
-                                  .system_interval = 0,
-                                  .read_env = false,
-                                  .topology = chorus::Topology{}},
-                                 err);
-  if (err) {
-    std::fprintf(stderr, "init failed: %s\n", err.message().c_str());
-    return 3;
-  }
+  chorus::Run run = local_run(dir);
   // The first call compiles the kernel (NVRTC), once per process.
   const std::int64_t c0 = now_ns();
   chorus::Error first = run.log_histogram("warm", dev, n, chorus::DeviceDtype::float32, stream).wait();

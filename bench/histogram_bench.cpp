@@ -157,17 +157,7 @@ int main() {
 
   // A single-process run in a directory of its own, without system samples.
   bench::TempDir dir;
-  chorus::Error err;
-  chorus::Run run = chorus::init({.project = "bench",
-                                  .dir = (dir.path / "runs").string(),
-                                  .system_interval = 0,
-                                  .read_env = false,
-                                  .topology = chorus::Topology{}},
-                                 err);
-  if (err) {
-    std::fprintf(stderr, "init failed: %s\n", err.message().c_str());
-    return 3;
-  }
+  chorus::Run run = bench::local_run(dir);
 
   Cases<float> f(floats);
   Cases<double> d(doubles);

@@ -61,43 +61,55 @@ Loaded nvrtc_state;
 Nccl the_nccl;
 Loaded nccl_state;
 
+/// Binds the entry points of `lib` into `state` with `bind_all(lib,
+/// missing)`; else says why not: `lib` not found (`what`, with what was
+/// tried, and `install`), or lacking an entry point (`short_name`, `old`).
+template <class BindAll>
+void load_from(Loaded& state, void* lib, const std::string& tried, std::string_view what, std::string_view install,
+               std::string_view short_name, std::string_view old, BindAll&& bind_all) {
+  if (lib == nullptr) {
+    state.why_not = std::string(what).append(" could not be loaded (").append(tried).append("): ").append(install);
+    return;
+  }
+  std::string missing;
+  if (!bind_all(lib, missing)) {
+    state.why_not = std::string(short_name).append(" that was loaded lacks ").append(missing).append(": ").append(old);
+    return;
+  }
+  state.ok = true;
+}
+
 void load_runtime() {
   std::string tried;
   void* lib = open_first({"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}, tried);
-  if (lib == nullptr) {
-    runtime_state.why_not = "the CUDA runtime (libcudart.so) could not be loaded (" + tried +
-                            "): install the CUDA toolkit or put its lib64 directory on LD_LIBRARY_PATH "
-                            "(CUDA_HOME is searched too)";
-    return;
-  }
-  Runtime& r = the_runtime;
-  std::string missing;
-  bool ok = bind(lib, r.GetDeviceCount, "cudaGetDeviceCount", missing) & bind(lib, r.GetDevice, "cudaGetDevice", missing) &
-            bind(lib, r.SetDevice, "cudaSetDevice", missing) & bind(lib, r.Malloc, "cudaMalloc", missing) &
-            bind(lib, r.Free, "cudaFree", missing) & bind(lib, r.HostAlloc, "cudaHostAlloc", missing) &
-            bind(lib, r.FreeHost, "cudaFreeHost", missing) & bind(lib, r.Memcpy, "cudaMemcpy", missing) &
-            bind(lib, r.MemcpyAsync, "cudaMemcpyAsync", missing) &
-            bind(lib, r.EventCreateWithFlags, "cudaEventCreateWithFlags", missing) &
-            bind(lib, r.EventRecord, "cudaEventRecord", missing) & bind(lib, r.EventQuery, "cudaEventQuery", missing) &
-            bind(lib, r.EventSynchronize, "cudaEventSynchronize", missing) &
-            bind(lib, r.EventDestroy, "cudaEventDestroy", missing) &
-            bind(lib, r.StreamCreateWithFlags, "cudaStreamCreateWithFlags", missing) &
-            bind(lib, r.StreamDestroy, "cudaStreamDestroy", missing) &
-            bind(lib, r.StreamWaitEvent, "cudaStreamWaitEvent", missing) &
-            bind(lib, r.StreamQuery, "cudaStreamQuery", missing) &
-            bind(lib, r.StreamSynchronize, "cudaStreamSynchronize", missing) &
-            bind(lib, r.LaunchHostFunc, "cudaLaunchHostFunc", missing) &
-            bind(lib, r.PointerGetAttributes, "cudaPointerGetAttributes", missing) &
-            bind(lib, r.MemsetAsync, "cudaMemsetAsync", missing) &
-            bind(lib, r.DeviceGetAttribute, "cudaDeviceGetAttribute", missing) &
-            bind(lib, r.GetErrorName, "cudaGetErrorName", missing) &
-            bind(lib, r.GetErrorString, "cudaGetErrorString", missing);
-  if (!ok) {
-    runtime_state.why_not = "the CUDA runtime that was loaded lacks " + missing +
-                            ": it is older than CUDA 10; use a CUDA 11 or later runtime";
-    return;
-  }
-  runtime_state.ok = true;
+  load_from(runtime_state, lib, tried, "the CUDA runtime (libcudart.so)",
+            "install the CUDA toolkit or put its lib64 directory on LD_LIBRARY_PATH (CUDA_HOME is searched too)",
+            "the CUDA runtime", "it is older than CUDA 10; use a CUDA 11 or later runtime",
+            [](void* lib, std::string& missing) {
+              Runtime& r = the_runtime;
+              return bind(lib, r.GetDeviceCount, "cudaGetDeviceCount", missing) &
+                     bind(lib, r.GetDevice, "cudaGetDevice", missing) &
+                     bind(lib, r.SetDevice, "cudaSetDevice", missing) & bind(lib, r.Malloc, "cudaMalloc", missing) &
+                     bind(lib, r.Free, "cudaFree", missing) & bind(lib, r.HostAlloc, "cudaHostAlloc", missing) &
+                     bind(lib, r.FreeHost, "cudaFreeHost", missing) & bind(lib, r.Memcpy, "cudaMemcpy", missing) &
+                     bind(lib, r.MemcpyAsync, "cudaMemcpyAsync", missing) &
+                     bind(lib, r.EventCreateWithFlags, "cudaEventCreateWithFlags", missing) &
+                     bind(lib, r.EventRecord, "cudaEventRecord", missing) &
+                     bind(lib, r.EventQuery, "cudaEventQuery", missing) &
+                     bind(lib, r.EventSynchronize, "cudaEventSynchronize", missing) &
+                     bind(lib, r.EventDestroy, "cudaEventDestroy", missing) &
+                     bind(lib, r.StreamCreateWithFlags, "cudaStreamCreateWithFlags", missing) &
+                     bind(lib, r.StreamDestroy, "cudaStreamDestroy", missing) &
+                     bind(lib, r.StreamWaitEvent, "cudaStreamWaitEvent", missing) &
+                     bind(lib, r.StreamQuery, "cudaStreamQuery", missing) &
+                     bind(lib, r.StreamSynchronize, "cudaStreamSynchronize", missing) &
+                     bind(lib, r.LaunchHostFunc, "cudaLaunchHostFunc", missing) &
+                     bind(lib, r.PointerGetAttributes, "cudaPointerGetAttributes", missing) &
+                     bind(lib, r.MemsetAsync, "cudaMemsetAsync", missing) &
+                     bind(lib, r.DeviceGetAttribute, "cudaDeviceGetAttribute", missing) &
+                     bind(lib, r.GetErrorName, "cudaGetErrorName", missing) &
+                     bind(lib, r.GetErrorString, "cudaGetErrorString", missing);
+            });
 }
 
 /// The library that holds `probe` where the process has it already (a
@@ -110,52 +122,36 @@ void* open_with(const char* probe, std::initializer_list<const char*> names, std
 void load_driver() {
   std::string tried;
   void* lib = open_with("cuLibraryLoadData", {"libcuda.so.1", "libcuda.so"}, tried);
-  if (lib == nullptr) {
-    driver_state.why_not = "the CUDA driver (libcuda.so.1) could not be loaded (" + tried +
-                           "): install the NVIDIA driver";
-    return;
-  }
-  Driver& d = the_driver;
-  std::string missing;
-  const bool ok = bind(lib, d.LibraryLoadData, "cuLibraryLoadData", missing) &
-                  bind(lib, d.LibraryGetKernel, "cuLibraryGetKernel", missing) &
-                  bind(lib, d.LaunchKernel, "cuLaunchKernel", missing) &
-                  bind(lib, d.GetErrorName, "cuGetErrorName", missing) &
-                  bind(lib, d.GetErrorString, "cuGetErrorString", missing);
-  if (!ok) {
-    driver_state.why_not = "the CUDA driver that was loaded lacks " + missing +
-                           ": it is older than CUDA 12; update the NVIDIA driver (525 or later)";
-    return;
-  }
-  driver_state.ok = true;
+  load_from(driver_state, lib, tried, "the CUDA driver (libcuda.so.1)", "install the NVIDIA driver", "the CUDA driver",
+            "it is older than CUDA 12; update the NVIDIA driver (525 or later)", [](void* lib, std::string& missing) {
+              Driver& d = the_driver;
+              return bind(lib, d.LibraryLoadData, "cuLibraryLoadData", missing) &
+                     bind(lib, d.LibraryGetKernel, "cuLibraryGetKernel", missing) &
+                     bind(lib, d.LaunchKernel, "cuLaunchKernel", missing) &
+                     bind(lib, d.GetErrorName, "cuGetErrorName", missing) &
+                     bind(lib, d.GetErrorString, "cuGetErrorString", missing);
+            });
 }
 
 void load_nvrtc() {
   std::string tried;
   void* lib = open_with("nvrtcCreateProgram",
                         {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}, tried);
-  if (lib == nullptr) {
-    nvrtc_state.why_not = "NVRTC (libnvrtc.so), which compiles chorus's device histogram kernel, could not be loaded (" +
-                          tried + "): install the CUDA toolkit's NVRTC (or the nvidia-cuda-nvrtc wheel) or put its "
-                                  "directory on LD_LIBRARY_PATH (CUDA_HOME is searched too)";
-    return;
-  }
-  Nvrtc& n = the_nvrtc;
-  std::string missing;
-  const bool ok = bind(lib, n.CreateProgram, "nvrtcCreateProgram", missing) &
-                  bind(lib, n.CompileProgram, "nvrtcCompileProgram", missing) &
-                  bind(lib, n.GetPTXSize, "nvrtcGetPTXSize", missing) & bind(lib, n.GetPTX, "nvrtcGetPTX", missing) &
-                  bind(lib, n.GetProgramLogSize, "nvrtcGetProgramLogSize", missing) &
-                  bind(lib, n.GetProgramLog, "nvrtcGetProgramLog", missing) &
-                  bind(lib, n.DestroyProgram, "nvrtcDestroyProgram", missing) &
-                  bind(lib, n.GetErrorString, "nvrtcGetErrorString", missing) &
-                  bind(lib, n.GetNumSupportedArchs, "nvrtcGetNumSupportedArchs", missing) &
-                  bind(lib, n.GetSupportedArchs, "nvrtcGetSupportedArchs", missing);
-  if (!ok) {
-    nvrtc_state.why_not = "the NVRTC that was loaded lacks " + missing + ": use the NVRTC of CUDA 11.2 or later";
-    return;
-  }
-  nvrtc_state.ok = true;
+  load_from(nvrtc_state, lib, tried, "NVRTC (libnvrtc.so), which compiles chorus's device histogram kernel,",
+            "install the CUDA toolkit's NVRTC (or the nvidia-cuda-nvrtc wheel) or put its directory on "
+            "LD_LIBRARY_PATH (CUDA_HOME is searched too)",
+            "the NVRTC", "use the NVRTC of CUDA 11.2 or later", [](void* lib, std::string& missing) {
+              Nvrtc& n = the_nvrtc;
+              return bind(lib, n.CreateProgram, "nvrtcCreateProgram", missing) &
+                     bind(lib, n.CompileProgram, "nvrtcCompileProgram", missing) &
+                     bind(lib, n.GetPTXSize, "nvrtcGetPTXSize", missing) & bind(lib, n.GetPTX, "nvrtcGetPTX", missing) &
+                     bind(lib, n.GetProgramLogSize, "nvrtcGetProgramLogSize", missing) &
+                     bind(lib, n.GetProgramLog, "nvrtcGetProgramLog", missing) &
+                     bind(lib, n.DestroyProgram, "nvrtcDestroyProgram", missing) &
+                     bind(lib, n.GetErrorString, "nvrtcGetErrorString", missing) &
+                     bind(lib, n.GetNumSupportedArchs, "nvrtcGetNumSupportedArchs", missing) &
+                     bind(lib, n.GetSupportedArchs, "nvrtcGetSupportedArchs", missing);
+            });
 }
 
 void load_nccl() {

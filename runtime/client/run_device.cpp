@@ -10,6 +10,16 @@
 namespace chorus {
 namespace detail {
 
+Error RunImpl::make_device() {
+  if (!device_ && !device_error_) {
+    Result<std::unique_ptr<DeviceCapture>> made = DeviceCapture::create();
+    if (made) device_ = std::move(*made);
+    device_error_ = made.error();
+    device_ptr_.store(device_.get(), std::memory_order_release);
+  }
+  return device_error_;
+}
+
 Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts,
                             std::optional<Reduce> reduce, std::span<const Metric> host) noexcept {
   const char* call = reduce ? "reduce_device" : "log_device";
@@ -61,13 +71,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
     const std::size_t total = ids.size();
 
     std::lock_guard lock(device_mu_);
-    if (!device_ && !device_error_) {
-      Result<std::unique_ptr<DeviceCapture>> made = DeviceCapture::create();
-      if (made) device_ = std::move(*made);
-      device_error_ = made.error();
-      device_ptr_.store(device_.get(), std::memory_order_release);
-    }
-    if (device_error_) return refuse(device_error_);
+    if (Error e = make_device()) return refuse(std::move(e));
 
     const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
     Capture* captured = nullptr;

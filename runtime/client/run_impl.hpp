@@ -195,6 +195,9 @@ private:
   /// warned of once a key), and its ticket with `why`.
   Pending refuse_kind(std::string_view key, const LogOptions& opts, const Error& why, std::string refused_json) noexcept;
   MediaEncoder& media_encoder();
+  /// Makes the device capture at the first device call (under device_mu_):
+  /// the error that keeps this process from the GPU path, if any.
+  Error make_device();
   /// Moves the rank's step as the run host will for a call that logs at
   /// `step` (automatic steps count calls), so log_artifact can name it.
   /// Approximate under concurrent calls (a plain load and store, to keep the

@@ -102,13 +102,7 @@ Pending RunImpl::log_histogram_device(std::uint32_t stream, bool writer, std::st
     DeviceCapture* device = nullptr;
     {
       std::lock_guard lock(device_mu_);
-      if (!device_ && !device_error_) {
-        Result<std::unique_ptr<DeviceCapture>> made = DeviceCapture::create();
-        if (made) device_ = std::move(*made);
-        device_error_ = made.error();
-        device_ptr_.store(device_.get(), std::memory_order_release);
-      }
-      if (device_error_) return refuse_here(device_error_);
+      if (Error e = make_device()) return refuse_here(std::move(e));
       device = device_.get();
     }
     const cuda::Runtime& rt = device->runtime();
