@@ -45,8 +45,8 @@ reads them. A key holding a comma or a quote is quoted (RFC 4180).
 _timestamp, _runtime and the keys --metric picks (all of them without it).
 
 --csv and --jsonl hold the history's scalars only: histograms
-(histograms.jsonl) are left out; --tensorboard exports them, and Python's
-chorus.open(RUN).histograms(KEY) reads them.
+(histograms.jsonl) and images, text and tables (media.jsonl) are left out;
+--tensorboard exports them, and Python's chorus.open(RUN) reads them.
 
 A run that did not end is exported as far as its files go, and a note on
 stderr says so: still running, or crashed (its host is gone: its lease
@@ -57,11 +57,14 @@ last committed step and why.
 (`tensorboard --logdir DIR`): the run's keys in DIR/RUN-ID/, its per-rank
 columns as runs of their own, DIR/RUN-ID/rank-N/ (so each key's chart holds a
 curve per rank), its system metrics in DIR/RUN-ID/node-N/ and rank-N/, its
-config and summary as text, and its histograms (histograms.jsonl) as
+config and summary as text, its histograms (histograms.jsonl) as
 TensorBoard's histograms, each column where its scalars would go (act/rank-1
-as tag act of DIR/RUN-ID/rank-1/). A group writes each of its runs on this
-machine so. Scalars and histograms carry their step and wall time;
-TensorBoard keeps scalars as 32-bit floats.
+as tag act of DIR/RUN-ID/rank-1/), and its images, text and tables
+(media.jsonl) for TensorBoard's images and text dashboards, each rank's in
+DIR/RUN-ID/rank-N/ (in DIR/RUN-ID/ for a run of one rank) under its key. A
+group writes each of its runs on this machine so. Scalars, histograms and
+media carry their step and wall time; TensorBoard keeps scalars as 32-bit
+floats, and shows no caption.
 A second export into the same DIR adds files beside the first: export into
 an empty directory.
 
@@ -375,6 +378,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   const std::string into = (fs::path(a.tensorboard) / id).string();
   const double start = info.start_time.value_or(0);
   io::TensorBoardRun tb(into);
+  tb.world_size(info.world_size.value_or(1));
   simdjson::dom::parser parser;
   const std::string config = run_dir + "/config.json";
   std::error_code ec;
@@ -395,6 +399,18 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
         read_histogram_lines(histograms, [&](const io::HistogramLine& h) { tb.histogram(h, a.wanted); });
     if (Error e = check_read(lines, histograms)) return e;
   }
+  const std::string media = run_dir + "/media.jsonl";
+  if (fs::exists(media, ec)) {
+    std::uint64_t unreadable = 0;
+    Error first;
+    const JsonLines lines = read_media_lines(media, [&](const io::MediaLine& m) {
+      if (Error e = tb.media(m, run_dir, a.wanted); e && unreadable++ == 0) first = std::move(e);
+    });
+    if (Error e = check_read(lines, media)) return e;
+    if (unreadable > 0)
+      std::fprintf(stderr, "chorus export: %llu media file(s) left out, the first: %s; the rest is exported\n",
+                   static_cast<unsigned long long>(unreadable), first.message().c_str());
+  }
   if (a.system && fs::exists(run_dir + "/system.jsonl", ec)) {
     const JsonLines samples = read_json_lines(run_dir + "/system.jsonl", [&](const simdjson::dom::object& row) {
       tb.system_row(row, a.wanted);
@@ -409,10 +425,11 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
       tb.text("summary", io::markdown_table(doc->get_object().value_unsafe()), info.end_time.value_or(start));
   }
   if (Error e = tb.close()) return e;
-  std::string histos;
-  if (tb.histograms() > 0) histos = " and " + std::to_string(tb.histograms()) + " histograms";
+  std::string extras;
+  if (tb.histograms() > 0) extras = " and " + std::to_string(tb.histograms()) + " histograms";
+  if (tb.media_files() > 0) extras += " and " + std::to_string(tb.media_files()) + " images, texts and tables";
   std::printf("%s: %llu scalars from %llu rows%s into %s (%zu event files)\n", id.c_str(),
-              static_cast<unsigned long long>(tb.scalars()), static_cast<unsigned long long>(rows.used), histos.c_str(),
+              static_cast<unsigned long long>(tb.scalars()), static_cast<unsigned long long>(rows.used), extras.c_str(),
               into.c_str(), tb.files().size());
   return {};
 }

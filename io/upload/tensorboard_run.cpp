@@ -1,6 +1,10 @@
 // A chorus run as TensorBoard runs: see io/upload/tensorboard_run.hpp.
 #include "io/upload/tensorboard_run.hpp"
 
+#include "io/platform/posix.hpp"
+#include "runtime/core/json.hpp"
+#include "runtime/core/media.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -44,6 +48,40 @@ std::string markdown_table(const simdjson::dom::object& object) {
     out += " |\n";
   }
   return out;
+}
+
+Error table_cells(const simdjson::dom::element& table, StringTensor& cells, std::uint64_t& rows,
+                  std::uint64_t& columns) {
+  using simdjson::dom::element_type;
+  simdjson::dom::array names, data;
+  if (table["columns"].get(names) || table["data"].get(data))
+    return Error{Errc::invalid_argument, "is no JSON object of a \"columns\" and a \"data\" array"};
+  std::string text;
+  auto cell = [&](const simdjson::dom::element& v) {
+    text.clear();
+    switch (v.type()) {
+    case element_type::STRING: cells.add(std::string_view(v)); return;
+    case element_type::INT64: text = std::to_string(std::int64_t(v)); break;
+    case element_type::UINT64: text = std::to_string(std::uint64_t(v)); break;
+    case element_type::DOUBLE: append_json_number(text, double(v)); break;
+    case element_type::BOOL: text = bool(v) ? "true" : "false"; break;
+    case element_type::NULL_VALUE: break;
+    default: text = simdjson::minify(v);
+    }
+    cells.add(text);
+  };
+  columns = names.size();
+  rows = 1;
+  for (const simdjson::dom::element name : names) cell(name);
+  for (const simdjson::dom::element row : data) {
+    simdjson::dom::array values;
+    if (row.get(values) || values.size() != columns)
+      return Error{Errc::invalid_argument, "has a row " + std::to_string(rows - 1) + " that is not an array of " +
+                                               std::to_string(columns) + " cells, one a column"};
+    for (const simdjson::dom::element v : values) cell(v);
+    ++rows;
+  }
+  return {};
 }
 
 std::vector<HParam> hparams_of(const simdjson::dom::object& config) {
@@ -128,6 +166,50 @@ void TensorBoardRun::histogram(const HistogramLine& line, const KeyPicker& wante
     extend(e, line.step, line.timestamp);
     ++histograms_;
   }
+}
+
+Error TensorBoardRun::media(const MediaLine& line, const std::string& run_dir, const KeyPicker& wanted) {
+  const std::string sub = one_rank_ ? std::string() : "rank-" + std::to_string(line.rank);
+  if (wanted && !wanted(sub.empty() ? std::string(line.key) : std::string(line.key) + "/" + sub)) return {};
+  TagExtent& e = extent(sub, line.key);
+  if (line.step <= e.max_step) return {}; // written already
+  const std::string path = run_dir + "/" + std::string(line.path);
+  auto damaged = [&](const std::string& what) {
+    return Error{Errc::invalid_argument, "the " + std::string(line.kind) + " " + path + " " + what +
+                                             ": it is left out of TensorBoard's files; `chorus recover RUN` writes "
+                                             "the run's media again from its WAL"};
+  };
+  const Result<std::string> file = detail::read_text(path, false, chorus::detail::max_media_bytes);
+  if (!file) {
+    std::error_code ec;
+    return damaged(fs::exists(fs::symlink_status(path, ec)) ? "cannot be read (" + file.error().message() + ")"
+                                                            : std::string("is missing"));
+  }
+  if (file->size() != line.size)
+    return damaged("is " + std::to_string(file->size()) + " bytes, but media.jsonl says " + std::to_string(line.size));
+  chorus::detail::media::ImageHeader image;
+  StringTensor cells;
+  std::uint64_t rows = 0, columns = 0;
+  if (line.kind == "image") {
+    if (Error err = chorus::detail::media::image_header(*file, image))
+      return damaged("is no image (" + err.message() + ")");
+  } else if (line.kind == "table") {
+    simdjson::dom::element table;
+    if (const auto err = parser_.parse(*file).get(table))
+      return damaged("is no JSON (" + std::string(simdjson::error_message(err)) + ")");
+    if (Error err = table_cells(table, cells, rows, columns)) return damaged(err.message());
+  }
+  TfEventsWriter* w = writer(sub, line.timestamp);
+  if (!w) return {}; // flush() says why
+  if (line.kind == "image")
+    w->image(line.key, line.step, line.timestamp, *file, image.width, image.height, image_colorspace(*file));
+  else if (line.kind == "table")
+    w->table(line.key, line.step, line.timestamp, rows, columns, cells);
+  else
+    w->text(line.key, line.step, line.timestamp, *file);
+  extend(e, line.step, line.timestamp);
+  ++media_;
+  return {};
 }
 
 std::string_view TensorBoardRun::history_row(const simdjson::dom::object& line, const KeyPicker& wanted) {

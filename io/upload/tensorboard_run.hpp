@@ -11,15 +11,17 @@
 //
 // A histogram (histograms.jsonl) goes where a scalar of its column would:
 // a merged key's, or the run of one rank's, in DIR as tag `key`; a rank's
-// own column (`act/rank-1`) as tag `act` of DIR/rank-1/.
+// own column (`act/rank-1`) as tag `act` of DIR/rank-1/. An image, text or
+// table (media.jsonl) is always its rank's: in a run of one rank in DIR,
+// in a run of several in DIR/rank-N/, as tag `key`.
 //
 // History scalars and histograms carry their line's _step and _timestamp;
 // system samples have no step, so each series counts its samples (0, 1, ...)
 // and carries its sample's _timestamp (TensorBoard's "wall" and "relative"
 // axes show time). Scalars are TensorBoard's 32-bit floats (docs/TENSORBOARD.md).
 //
-// Nothing is written twice: a history scalar or a histogram at or below the
-// step its series already reached, or a system sample no later than its
+// Nothing is written twice: a history scalar, a histogram or a media at or
+// below the step its series already reached, or a system sample no later than its
 // series' last, is left out. resume() reads how far the files already in the directory
 // go, so that a writer started again (a restarted upload, values sent again
 // after a lost answer) goes on where the earlier one stopped.
@@ -27,6 +29,7 @@
 
 #include "io/store/histogram_log.hpp"
 #include "io/store/history_row.hpp"
+#include "io/store/media_log.hpp"
 #include "io/upload/tfevents.hpp"
 
 #include <simdjson.h>
@@ -66,6 +69,17 @@ public:
   /// takes its column (`key` or `key/rank-N`): a HistogramProto at its _step
   /// and _timestamp, as tag `key` of the run's own files or of rank-N/.
   void histogram(const HistogramLine& line, const KeyPicker& wanted);
+  /// The run's ranks (run.json's world_size): a run of one keeps its media
+  /// in its own files, beside its scalars and histograms; a run of several
+  /// keeps rank N's in rank-N/, whichever ranks log the key. One until set.
+  void world_size(std::int64_t ranks) noexcept { one_rank_ = ranks == 1; }
+  /// A media.jsonl line (io::read_media_line) whose column (`key`; in a run
+  /// of several ranks `key/rank-N`) `wanted` takes: its file, read from
+  /// `run_dir`, at the line's _step and _timestamp as tag `key`, an image as
+  /// Summary.Image, a text as the text plugin's string, a table as the text
+  /// plugin's 2-D string tensor (table_cells). An error names the file where
+  /// it cannot be read or is not what its line says: nothing is written.
+  [[nodiscard]] Error media(const MediaLine& line, const std::string& run_dir, const KeyPicker& wanted);
   /// A system.jsonl row: `KEY/node-N` goes to node-N/, `KEY/rank-N` to
   /// rank-N/, each at its series' next sample.
   void system_row(const simdjson::dom::object& row, const KeyPicker& wanted);
@@ -88,6 +102,8 @@ public:
 
   [[nodiscard]] std::uint64_t scalars() const noexcept { return scalars_; }
   [[nodiscard]] std::uint64_t histograms() const noexcept { return histograms_; }
+  /// Images, texts and tables written.
+  [[nodiscard]] std::uint64_t media_files() const noexcept { return media_; }
   /// The event files written, in the order they were opened.
   [[nodiscard]] std::vector<std::string> files() const;
 
@@ -112,12 +128,24 @@ private:
   std::map<std::string, TagExtent, std::less<>> extents_; // "SUB\nTAG" -> how far written
   std::uint64_t scalars_ = 0;
   std::uint64_t histograms_ = 0;
+  std::uint64_t media_ = 0;
+  bool one_rank_ = true;
+  simdjson::dom::parser parser_; // a table's JSON
   Error failed_; // the first writer that could not be made since the last flush
 };
 
 /// A JSON object (config.json, summary.json) as a markdown table of its
 /// top-level keys and their values (compact JSON), for a text summary.
 [[nodiscard]] std::string markdown_table(const simdjson::dom::object& object);
+
+/// A table file's JSON, {"columns": [...], "data": [[...], ...]}, as the
+/// cells of the text plugin's 2-D string tensor: the columns, then each row
+/// of data, `columns` cells each, `rows` counting the columns' row. A cell
+/// is its string, a number as chorus's JSON writes it, true or false, ""
+/// for null, an array or object as its compact JSON. An error says what is
+/// wrong with the JSON (no cells then).
+[[nodiscard]] Error table_cells(const simdjson::dom::element& table, StringTensor& cells, std::uint64_t& rows,
+                                std::uint64_t& columns);
 
 /// A config's top-level keys as hyperparameters: numbers, booleans and
 /// strings as they are, an object or array as its compact JSON text; a null

@@ -3,6 +3,7 @@
 #include "io/platform/crc32c.hpp"
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
+#include "io/upload/tfevents_proto.hpp"
 
 #include <atomic>
 #include <bit>
@@ -25,89 +26,7 @@ std::uint32_t masked_crc32c(std::span<const char> data) noexcept { return mask_c
 
 namespace {
 
-// The protobuf wire format (protobuf.dev/programming-guides/encoding): a key
-// is (field number << 3) | wire type, then the value.
-enum Wire : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2, fixed32 = 5 };
-
-// tensorflow.DataType (tensorflow/core/framework/types.proto).
-constexpr std::uint64_t dt_float = 1, dt_string = 7;
-
-void put_varint(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void put_key(std::string& out, std::uint32_t field, Wire wire) { put_varint(out, (std::uint64_t{field} << 3) | wire); }
-
-void put_le(std::string& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-void put_double(std::string& out, std::uint32_t field, double v) {
-  put_key(out, field, fixed64);
-  put_le(out, std::bit_cast<std::uint64_t>(v), 8);
-}
-
-void put_float(std::string& out, std::uint32_t field, float v) {
-  put_key(out, field, fixed32);
-  put_le(out, std::bit_cast<std::uint32_t>(v), 4);
-}
-
-void put_uint(std::string& out, std::uint32_t field, std::uint64_t v) {
-  put_key(out, field, varint);
-  put_varint(out, v);
-}
-
-void put_bytes(std::string& out, std::uint32_t field, std::string_view bytes) {
-  put_key(out, field, length_delimited);
-  put_varint(out, bytes.size());
-  out.append(bytes);
-}
-
-// Field numbers, from tensorflow/core/util/event.proto and
-// tensorflow/core/framework/summary.proto, tensor.proto.
-namespace event {
-constexpr std::uint32_t wall_time = 1, step = 2, file_version = 3, summary = 5;
-}
-namespace summary {
-constexpr std::uint32_t value = 1;
-}
-namespace value {
-constexpr std::uint32_t tag = 1, simple_value = 2, histo = 5, tensor = 8, metadata = 9;
-}
-namespace histogram_proto { // tensorflow/core/framework/summary.proto's HistogramProto
-constexpr std::uint32_t min = 1, max = 2, num = 3, sum = 4, bucket_limit = 6, bucket = 7;
-}
-namespace metadata {
-constexpr std::uint32_t plugin_data = 1;
-}
-namespace plugin_data {
-constexpr std::uint32_t plugin_name = 1, content = 2;
-}
-namespace tensor {
-constexpr std::uint32_t dtype = 1, tensor_shape = 2, string_val = 8;
-}
-namespace tensor_shape { // tensorflow/core/framework/tensor_shape.proto
-constexpr std::uint32_t dim = 2;
-}
-// The HParams plugin: tensorboard/plugins/hparams/plugin_data.proto, and
-// google.protobuf.Value from google/protobuf/struct.proto.
-namespace hparams_plugin_data {
-constexpr std::uint32_t session_start_info = 3; // version = 1 is 0, so left out
-}
-namespace session_start_info {
-constexpr std::uint32_t hparams = 1, start_time_secs = 5;
-}
-namespace map_entry {
-constexpr std::uint32_t key = 1, value = 2;
-}
-namespace proto_value {
-constexpr std::uint32_t number_value = 2, string_value = 3, bool_value = 4;
-}
-
+using namespace detail::proto;
 
 constexpr std::string_view elsewhere = "write the events to another directory";
 
@@ -223,7 +142,7 @@ void TfEventsWriter::scalar(std::string_view tag, std::int64_t step, double wall
   std::string val;
   put_bytes(val, value::tag, tag);
   put_float(val, value::simple_value, as_float(value));
-  add_summary(val, step, wall_time_s);
+  add_summary(tag, {val}, step, wall_time_s);
 }
 
 void TfEventsWriter::histogram(std::string_view tag, std::int64_t step, double wall_time_s, const Histogram& h) {
@@ -270,28 +189,7 @@ void TfEventsWriter::histogram(std::string_view tag, std::int64_t step, double w
   std::string val;
   put_bytes(val, value::tag, tag);
   put_bytes(val, value::histo, histo);
-  add_summary(val, step, wall_time_s);
-}
-
-void TfEventsWriter::text(std::string_view tag, std::int64_t step, double wall_time_s, std::string_view text) {
-  if (!take(tag, step)) return;
-  // SummaryMetadata{plugin_data{plugin_name "text"}}: the text plugin's
-  // content is TextPluginData{version 0}, which serializes to no bytes.
-  std::string plugin;
-  put_bytes(plugin, plugin_data::plugin_name, "text");
-  std::string meta;
-  put_bytes(meta, metadata::plugin_data, plugin);
-  // TensorProto{dtype DT_STRING, tensor_shape {} (a scalar), string_val text}.
-  std::string tens;
-  put_uint(tens, tensor::dtype, dt_string);
-  put_bytes(tens, tensor::tensor_shape, {});
-  put_bytes(tens, tensor::string_val, text);
-
-  std::string val;
-  put_bytes(val, value::tag, tag);
-  put_bytes(val, value::tensor, tens);
-  put_bytes(val, value::metadata, meta);
-  add_summary(val, step, wall_time_s);
+  add_summary(tag, {val}, step, wall_time_s);
 }
 
 void TfEventsWriter::hparams(std::span<const HParam> values, double start_time_s, double wall_time_s) {
@@ -329,17 +227,27 @@ void TfEventsWriter::hparams(std::span<const HParam> values, double start_time_s
   put_bytes(val, value::tag, tag);
   put_bytes(val, value::tensor, tens);
   put_bytes(val, value::metadata, meta);
-  add_summary(val, 0, wall_time_s);
+  add_summary(tag, {val}, 0, wall_time_s);
 }
 
-void TfEventsWriter::add_summary(std::string_view value, std::int64_t step, double wall_time_s) {
-  // Event{wall_time, step, summary: Summary{value}}.
-  scratch_.clear();
-  put_bytes(scratch_, summary::value, value);
+void TfEventsWriter::add_summary(std::string_view tag, std::initializer_list<std::string_view> value,
+                                 std::int64_t step, double wall_time_s) {
+  // Event{wall_time, step, summary: Summary{value}}, the Value written as
+  // its parts one after the other: an image's or a text's bytes are copied
+  // once, into the event.
+  std::uint64_t size = 0;
+  for (std::string_view part : value) size += part.size();
+  const std::uint64_t summary_size = 1 + varint_size(size) + size; // Summary{value = 1}
+  if (summary_size > max_record - 64) { // 64: the Event's other fields, with room to spare
+    if (too_large_++ == 0) first_too_large_tag_.assign(tag.data(), tag.size());
+    return;
+  }
   event_.clear();
   put_double(event_, event::wall_time, wall_time_s);
   put_uint(event_, event::step, static_cast<std::uint64_t>(step));
-  put_bytes(event_, event::summary, scratch_);
+  put_length(event_, event::summary, summary_size);
+  put_length(event_, summary::value, size);
+  for (std::string_view part : value) event_.append(part);
   add_record();
 }
 
@@ -403,12 +311,18 @@ Error TfEventsWriter::left_out() {
                                     path_ + " (the first: '" + first_negative_tag_ + "' at step " +
                                     std::to_string(first_negative_step_) +
                                     "). Steps in chorus are >= 0: log steps from 0 up.");
+  if (too_large_ != 0)
+    add(Errc::invalid_argument, std::to_string(too_large_) + " events were over the " +
+                                    std::to_string(max_record >> 20) +
+                                    " MiB a record of chorus's takes and are not in " + path_ + " (the first: '" +
+                                    first_too_large_tag_ + "').");
   if (after_close_ != 0)
     add(Errc::finished, std::to_string(after_close_) + " events came after close() and are not in " + path_ +
                             ": give them before close(), or write them with a new TfEventsWriter.");
-  dropped_ = negative_steps_ = after_close_ = 0;
+  dropped_ = negative_steps_ = after_close_ = too_large_ = 0;
   failed_ = {};
   first_negative_tag_.clear();
+  first_too_large_tag_.clear();
   return code == Errc::ok ? Error{} : Error{code, std::move(message)};
 }
 
@@ -522,7 +436,7 @@ Result<std::map<std::string, TagExtent, std::less<>>> scan_events(const std::str
     for (int i = 8; i-- > 0;) len = (len << 8) | static_cast<unsigned char>(header[i]);
     std::uint32_t len_crc = 0;
     for (int i = 12; i-- > 8;) len_crc = (len_crc << 8) | static_cast<unsigned char>(header[i]);
-    if (len_crc != masked_crc32c({header, 8}) || len > TfEventsWriter::pending_limit) break; // a damaged tail
+    if (len_crc != masked_crc32c({header, 8}) || len > TfEventsWriter::max_record) break; // a damaged tail
     record.resize(len + 4);
     if ((r = read_all(record.data(), record.size())) <= 0) {
       if (r < 0) err = file_error("reading TensorBoard events", path, errno);

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -35,6 +36,26 @@ struct HParam {
 /// The CRC32C of `data`, masked as TensorBoard's records store it:
 /// ((crc >> 15) | (crc << 17)) + 0xa282ead8.
 [[nodiscard]] std::uint32_t masked_crc32c(std::span<const char> data) noexcept;
+
+/// The cells of a DT_STRING tensor, row by row, kept as the tensor will
+/// hold them (each a TensorProto.string_val): a table of many small cells
+/// costs its bytes, not a std::string each.
+class StringTensor {
+public:
+  void add(std::string_view cell);
+  [[nodiscard]] std::uint64_t size() const noexcept { return cells_; }
+
+private:
+  friend class TfEventsWriter;
+  std::string encoded_;
+  std::uint64_t cells_ = 0;
+};
+
+/// Summary.Image.colorspace of a PNG or JPEG file, as TensorFlow's image
+/// summaries give it: 1 grey, 2 grey and alpha, 3 RGB, 4 RGBA. A PNG's from
+/// its colour type (a palette is RGB; a tRNS chunk adds alpha); a JPEG's
+/// from its frame header's components (1 grey, else 3); 3 where neither says.
+[[nodiscard]] int image_colorspace(std::string_view file) noexcept;
 
 /// One TensorBoard events file, written record by record. Each record is
 /// the data's length (uint64, little-endian), the masked CRC32C of those 8
@@ -63,6 +84,10 @@ public:
   static constexpr std::size_t buffer_limit = std::size_t{1} << 20;
   /// While writes fail, records are kept for the next try up to this many bytes.
   static constexpr std::size_t pending_limit = std::size_t{16} << 20;
+  /// The largest record written (and read back by scan_events): room for a
+  /// 64 MiB image, text or table, the most chorus takes as one. A larger
+  /// event is left out, and the next flush() says so.
+  static constexpr std::size_t max_record = std::size_t{128} << 20;
 
   /// Creates DIR (and parents) and a new file DIR/events.out.tfevents.<unix
   /// seconds>.<hostname>.<pid>.<n> (n counts writers of this process, so two
@@ -93,6 +118,19 @@ public:
   /// a scalar DT_STRING tensor).
   void text(std::string_view tag, std::int64_t step, double wall_time_s, std::string_view text);
 
+  /// A table as the text plugin shows one: a 2-D DT_STRING tensor of shape
+  /// [rows, columns], `cells` row by row (rows * columns of them; the
+  /// caller's header row among them). Nothing is written where the count is
+  /// not rows * columns.
+  void table(std::string_view tag, std::int64_t step, double wall_time_s, std::uint64_t rows, std::uint64_t columns,
+             const StringTensor& cells);
+
+  /// An image: Summary.Value{tag, image: Summary.Image{height, width,
+  /// colorspace, encoded_image_string}}, the PNG or JPEG file's bytes as
+  /// they are (TensorBoard's images dashboard).
+  void image(std::string_view tag, std::int64_t step, double wall_time_s, std::string_view file,
+             std::uint32_t width, std::uint32_t height, int colorspace);
+
   /// The HParams plugin's session start (tag "_hparams_/session_start_info",
   /// step 0): the hyperparameters `values` in this order, and the session's
   /// start. TensorBoard takes this directory as one session, its scalars
@@ -122,8 +160,16 @@ private:
 
   /// Whether an event of `tag` at `step` may be written; counts it where not.
   bool take(std::string_view tag, std::int64_t step);
-  /// An Event of one Summary.Value (serialized in `value`).
-  void add_summary(std::string_view value, std::int64_t step, double wall_time_s);
+  /// An Event of one Summary.Value of `tag`, serialized as the parts of
+  /// `value` one after the other; one over max_record is counted instead.
+  void add_summary(std::string_view tag, std::initializer_list<std::string_view> value, std::int64_t step,
+                   double wall_time_s);
+  /// A Summary.Value{tag, metadata: the text plugin's, tensor: DT_STRING of
+  /// `dims` (none: a scalar)}, its string_vals encoded in `cells` and then
+  /// `more_cells`.
+  void string_tensor(std::string_view tag, std::int64_t step, double wall_time_s,
+                     std::initializer_list<std::uint64_t> dims, std::string_view cells,
+                     std::string_view more_cells = {});
   /// Frames `event_` as a record and buffers it; writes out past buffer_limit.
   void add_record();
   /// Writes the buffer; on failure, cuts the file back to its last whole record.
@@ -138,7 +184,6 @@ private:
   std::size_t buffered_records_ = 0;
   std::size_t write_at_ = buffer_limit; // the buffer size that sends it out
   std::string event_;   // the Event being encoded
-  std::string scratch_; // nested messages being encoded
   std::uint64_t written_ = 0;
   Error failed_;                      // the first failed automatic write since the last flush()
   std::uint64_t dropped_ = 0;         // records dropped past pending_limit since then
@@ -146,6 +191,8 @@ private:
   std::string first_negative_tag_;    // the first of them: its tag
   std::int64_t first_negative_step_ = 0; // and its step
   std::uint64_t after_close_ = 0;     // events given after close()
+  std::uint64_t too_large_ = 0;       // events over max_record since the last report
+  std::string first_too_large_tag_;   // the first of them: its tag
   bool closed_ = false;
 };
 

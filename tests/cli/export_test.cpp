@@ -1,12 +1,14 @@
 // `chorus export`: a run's history as CSV and JSON lines, and a run or a
 // group (its scalars, texts and histograms) as TensorBoard event files read
 // back by the tests' own reader (tests/upload/tfevents_reader.hpp) and, where
-// it is at hand, by TensorBoard's own (../shared/peers).
+// it is at hand, by TensorBoard's own (tests/upload/tfevents_peer.hpp). Its
+// images, texts and tables: tests/cli/export_media_test.cpp.
 #define BOOST_TEST_MODULE cli_export
 #include <boost/test/unit_test.hpp>
 
 #include "tests/cli/process.hpp"
 #include "tests/cli/run_files.hpp"
+#include "tests/upload/tfevents_peer.hpp"
 #include "tests/upload/tfevents_reader.hpp"
 
 #include <simdjson.h>
@@ -493,29 +495,11 @@ std::string python_repr(double v) {
   return out.find_first_of(".en") == std::string::npos ? out + ".0" : out;
 }
 
-/// TensorBoard 2.13's own Python package (../shared/peers, README there),
-/// where it is there and imports.
-std::optional<fs::path> tensorboard_peer() {
-  for (const fs::path& d : {fs::path(CHORUS_SOURCE_DIR) / "shared/peers/tensorboard-2.13.0",
-                            fs::path(CHORUS_SOURCE_DIR) / "../shared/peers/tensorboard-2.13.0"}) {
-    if (!fs::is_directory(d)) continue;
-    const std::string cmd = "PYTHONPATH=" + d.string() +
-                            " /usr/bin/python3 -c 'from tensorboard.backend.event_processing import event_accumulator'"
-                            " >/dev/null 2>&1";
-    return std::system(cmd.c_str()) == 0 ? std::optional(d) : std::nullopt;
-  }
-  return std::nullopt;
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_CASE(tensorboards_own_reader_lists_the_histograms_as_exported) {
-  const std::optional<fs::path> peer = tensorboard_peer();
-  if (!peer) {
-    BOOST_TEST_MESSAGE("skipped: TensorBoard 2.13's package is not in ../shared/peers/tensorboard-2.13.0, or does not "
-                       "import with /usr/bin/python3 (it needs python3-protobuf, python3-absl, python3-numpy)");
-    return;
-  }
+  const std::optional<fs::path> peer = tb::tensorboard_peer();
+  if (!peer) return; // skipped, and said so
   TempDir root;
   const fs::path dir = histogram_run(root.path);
   const fs::path out = root.path / "tb";
@@ -535,14 +519,8 @@ for sub in sys.argv[2:]:
             h = e.histogram_value
             print("histo", sub or "-", tag, e.step, repr(h.num), repr(h.min), repr(h.max))
 )");
-  const std::string cmd = "PYTHONPATH=" + peer->string() + " /usr/bin/python3 " + (root.path / "read.py").string() +
-                          " " + (out / "hist").string() + " '' rank-0 rank-1 2>&1";
-  std::string said;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) said.append(buf, n);
-    BOOST_TEST(::pclose(p) == 0, said);
-  }
+  const std::string said =
+      tb::run_with_tensorboard(*peer, root.path / "read.py", (out / "hist").string() + " '' rank-0 rank-1");
   BOOST_TEST_INFO_SCOPE(said);
   BOOST_TEST(contains(said, "tags - dead,grad dead,grad\n"));
   BOOST_TEST(contains(said, "tags rank-0 act act\n"));

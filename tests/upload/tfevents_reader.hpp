@@ -1,18 +1,21 @@
 // TensorBoard event files read by a reader of the tests' own: a bitwise
 // CRC32C, a protobuf wire decoder, and the Event / Summary / Value /
-// SummaryMetadata / TensorProto fields of docs/TENSORBOARD.md. It shares no
-// code with the writer (io/upload/tfevents.hpp), so a mistake in one shows
-// against the other.
+// SummaryMetadata / TensorProto / HistogramProto / Summary.Image fields of
+// docs/TENSORBOARD.md. It shares no code with the writer
+// (io/upload/tfevents.hpp), so a mistake in one shows against the other.
 #pragma once
 
 #include "tests/temp_dir.hpp"
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -22,16 +25,19 @@ namespace chorus::test::tfevents {
 // ---------------------------------------------------------------------------
 // The reader: records.
 
-/// CRC32C one bit at a time, straight from the definition: reflected
-/// polynomial 0x82F63B78, initial value and final XOR all ones.
-inline std::uint32_t bitwise_crc32c(std::string_view data) {
+/// A 32-bit CRC of the reflected polynomial `poly` one bit at a time,
+/// straight from the definition: initial value and final XOR all ones.
+inline std::uint32_t bitwise_crc32(std::string_view data, std::uint32_t poly) {
   std::uint32_t c = 0xFFFFFFFFu;
   for (const char ch : data) {
     c ^= static_cast<unsigned char>(ch);
-    for (int bit = 0; bit < 8; ++bit) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    for (int bit = 0; bit < 8; ++bit) c = (c & 1u) ? (c >> 1) ^ poly : c >> 1;
   }
   return ~c;
 }
+
+/// CRC32C: reflected polynomial 0x82F63B78.
+inline std::uint32_t bitwise_crc32c(std::string_view data) { return bitwise_crc32(data, 0x82F63B78u); }
 
 inline std::uint32_t masked(std::uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
@@ -163,6 +169,12 @@ struct TbValue {
     std::vector<double> bucket_limit, bucket;
   };
   std::optional<Histo> histo;
+  /// Value.image: Summary.Image{height 1, width 2, colorspace 3, encoded_image_string 4}.
+  struct Image {
+    std::int64_t height = 0, width = 0, colorspace = 0;
+    std::string encoded;
+  };
+  std::optional<Image> image;
 };
 
 /// An Event as read.
@@ -230,6 +242,23 @@ inline TbValue::Histo decode_histo(std::string_view msg) {
   return h;
 }
 
+inline TbValue::Image decode_image(std::string_view msg) {
+  TbValue::Image im;
+  for (const Field& f : fields_of(msg)) {
+    if (f.number >= 1 && f.number <= 3) {
+      expect_wire(f, 0, "Summary.Image int32");
+      std::int64_t* slot[] = {&im.height, &im.width, &im.colorspace};
+      *slot[f.number - 1] = static_cast<std::int64_t>(f.number_value);
+    } else if (f.number == 4) {
+      expect_wire(f, 2, "Summary.Image.encoded_image_string");
+      im.encoded = f.bytes;
+    } else {
+      throw std::runtime_error("unexpected Summary.Image field " + std::to_string(f.number));
+    }
+  }
+  return im;
+}
+
 inline void decode_metadata(std::string_view msg, TbValue& v) {
   v.has_metadata = true;
   for (const Field& f : fields_of(msg)) {
@@ -263,6 +292,10 @@ inline TbValue decode_value(std::string_view msg) {
       v.simple_value = x;
       break;
     }
+    case 4:
+      expect_wire(f, 2, "Value.image");
+      v.image = decode_image(f.bytes);
+      break;
     case 5:
       expect_wire(f, 2, "Value.histo");
       v.histo = decode_histo(f.bytes);
@@ -384,6 +417,25 @@ inline std::vector<TbEvent> read_events(const std::string& path) {
   if (!r.problem.empty()) throw std::runtime_error(path + ": " + r.problem);
   std::vector<TbEvent> out;
   for (const std::string& d : r.data) out.push_back(decode_event(d));
+  return out;
+}
+
+/// Where a value of a TensorBoard run directory sits: its subdirectory
+/// ("" for the directory's own files), its tag and its event's step.
+using TagStep = std::tuple<std::string, std::string, std::int64_t>;
+
+/// Every value of every events file in `dir` and its subdirectories (none
+/// where `dir` is missing), by where it sits, each with its event.
+inline std::map<TagStep, std::vector<std::pair<TbEvent, TbValue>>> values_under(const std::filesystem::path& dir) {
+  std::map<TagStep, std::vector<std::pair<TbEvent, TbValue>>> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!f.is_regular_file() || !f.path().filename().string().starts_with("events.out.tfevents.")) continue;
+    const std::string sub = f.path().parent_path() == dir ? "" : f.path().parent_path().filename().string();
+    for (const TbEvent& e : read_events(f.path().string()))
+      for (const TbValue& v : e.values) out[{sub, v.tag, e.step}].emplace_back(e, v);
+  }
   return out;
 }
 
