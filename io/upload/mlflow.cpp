@@ -8,9 +8,10 @@
 //   send    config → params (100 a request), history and system lines →
 //           log-batch (io/upload/mlflow_points.hpp: 999 metrics and a slot tag a
 //           request, several in flight at once), histograms → an artifact
-//           each and their quantiles as metrics, artifacts → the artifact
-//           store (streamed from disk), summary → tags, the end state →
-//           runs/update.
+//           each and their quantiles as metrics, images, text and tables →
+//           the artifact store as MLflow's client lays them out,
+//           artifacts → the artifact store (streamed from disk), summary →
+//           tags, the end state → runs/update.
 //
 // Exactly once: io/upload/mlflow_spans.hpp. A batch the server refuses (400) is
 // split in halves until the refused values are alone; those are recorded in
@@ -44,7 +45,8 @@ Sent MlflowBackend::send(const RunSnapshot& run, const Batch& b, UploadState& st
   if (b.config) {
     Sent s = send_config(*b.config, st);
     if (s.delivery != Delivery::ok || !s.config) return s;
-    if (b.history.empty() && b.system.empty() && b.histograms.empty() && b.artifacts.empty() && !b.summary && !b.final)
+    if (b.history.empty() && b.system.empty() && b.histograms.empty() && b.media.empty() && b.artifacts.empty() &&
+        !b.summary && !b.final)
       return s;
     Batch rest = b;
     rest.config = nullptr;
@@ -52,14 +54,14 @@ Sent MlflowBackend::send(const RunSnapshot& run, const Batch& b, UploadState& st
     sent.config = true;
     return sent;
   }
-  const bool values = !b.history.empty() || !b.system.empty();
-  if (!b.histograms.empty() && (!values || histograms_turn_)) {
-    histograms_turn_ = false;
-    return send_histograms(b, st);
-  }
-  if (values) {
-    histograms_turn_ = true;
-    return points_.send(b, st);
+  // With several waiting, values, histograms and media take turns.
+  const bool waiting[] = {!b.history.empty() || !b.system.empty(), !b.histograms.empty(), !b.media.empty()};
+  for (int i = 0; i < 3; ++i) {
+    const int part = (turn_ + i) % 3;
+    if (!waiting[part]) continue;
+    turn_ = (part + 1) % 3;
+    if (part == 0) return points_.send(b, st);
+    return part == 1 ? send_histograms(b, st) : send_media(run, b, st);
   }
   if (!b.artifacts.empty()) return send_artifact(run, b.artifacts.front(), st);
   Sent s;

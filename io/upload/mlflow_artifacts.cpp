@@ -24,8 +24,6 @@ constexpr const char* histograms_tag = "chorus.upload.histograms"; // "<lines>.<
 constexpr std::size_t histograms_a_call = 8;
 constexpr std::pair<double, std::string_view> quantiles[] = {{0.5, "/p50"}, {0.9, "/p90"}, {0.99, "/p99"}};
 
-std::string encode_cursor(const Cursor& c) { return std::to_string(c.lines) + "." + std::to_string(c.bytes); }
-
 std::optional<Cursor> decode_cursor(std::string_view v) {
   Cursor c;
   const char* end = v.data() + v.size();
@@ -34,18 +32,6 @@ std::optional<Cursor> decode_cursor(std::string_view v) {
   r = std::from_chars(r.ptr + 1, end, c.bytes);
   if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
   return c;
-}
-
-/// How far histograms.jsonl is delivered, as the run's tags (a runs/get answer) say.
-std::optional<Cursor> histograms_stored(simdjson::dom::element run) {
-  simdjson::dom::array tags;
-  if (run["run"]["data"]["tags"].get(tags) != simdjson::SUCCESS) return std::nullopt;
-  for (auto t : tags) {
-    std::string_view k, v;
-    if (t["key"].get(k) == simdjson::SUCCESS && k == histograms_tag && t["value"].get(v) == simdjson::SUCCESS)
-      return decode_cursor(v);
-  }
-  return std::nullopt;
 }
 
 /// A bucket's bound as JSON takes it: the outermost buckets reach past the doubles.
@@ -73,6 +59,58 @@ std::string histogram_artifact(const HistogramLine& line, const std::string& col
 }
 
 } // namespace
+
+std::string encode_cursor(const Cursor& c) { return std::to_string(c.lines) + "." + std::to_string(c.bytes); }
+
+std::optional<std::string_view> run_tag(simdjson::dom::element run, std::string_view tag) {
+  simdjson::dom::array tags;
+  if (run["run"]["data"]["tags"].get(tags) != simdjson::SUCCESS) return std::nullopt;
+  for (auto t : tags) {
+    std::string_view k, v;
+    if (t["key"].get(k) == simdjson::SUCCESS && k == tag && t["value"].get(v) == simdjson::SUCCESS) return v;
+  }
+  return std::nullopt;
+}
+
+std::optional<Cursor> cursor_tag(simdjson::dom::element run, std::string_view tag) {
+  const std::optional<std::string_view> v = run_tag(run, tag);
+  return v ? decode_cursor(*v) : std::nullopt;
+}
+
+std::size_t lines_stored(simdjson::dom::element run, std::string_view tag, Cursor from, std::span<const Cursor> after) {
+  const std::optional<Cursor> stored = cursor_tag(run, tag);
+  if (!stored || stored->bytes <= from.bytes) return 0;
+  for (std::size_t i = 0; i < after.size(); ++i)
+    if (after[i] == *stored) return i + 1;
+  return 0;
+}
+
+Sent MlflowBackend::read_run(const UploadState& st, simdjson::dom::element& run) {
+  HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {});
+  if (!r.ok()) return failed(r, "reading run " + st.remote_run + " back");
+  if (parser_.parse(r.body).get(run) != simdjson::SUCCESS) return refused("runs/get answered something that is not JSON");
+  return {};
+}
+
+Sent MlflowBackend::put_artifacts(std::vector<HttpRequest>& puts, const std::vector<std::string>& names,
+                                  std::chrono::milliseconds cap) {
+  for (std::size_t i = 0; i < puts.size(); i += http_.parallel()) {
+    const std::size_t k = std::min(http_.parallel(), puts.size() - i);
+    for (HttpRequest& put : std::span(puts).subspan(i, k)) put.timeout = cap;
+    const std::vector<HttpResponse> answers = http_.perform_all(std::span(puts).subspan(i, k));
+    for (std::size_t j = 0; j < k; ++j)
+      if (Sent f = stored_artifact(answers[j], names[i + j]); f.delivery != Delivery::ok) return f;
+  }
+  return {};
+}
+
+HttpRequest MlflowBackend::artifact_put(const UploadState& st, const std::string& name) const {
+  HttpRequest put;
+  put.method = "PUT";
+  put.url = artifact_url(st, name);
+  add_credentials(put);
+  return put;
+}
 
 std::string MlflowBackend::artifact_url(const UploadState& st, std::string_view name) const {
   // artifact_uri is mlflow-artifacts:/<experiment>/<run>/artifacts (the server's proxied store).
@@ -110,12 +148,9 @@ Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a
     s.refused.push_back("{\"part\":\"artifacts\",\"why\":\"an artifacts.jsonl line without a valid name\"}");
     return s;
   }
-  HttpRequest req;
-  req.method = "PUT";
-  req.url = artifact_url(st, a.name);
+  HttpRequest req = artifact_put(st, a.name);
   req.upload_file = run.dir + "/artifacts/" + a.name;
-  add_credentials(req);
-  HttpResponse r = perform_capped(http_, req, std::chrono::milliseconds(600'000));
+  HttpResponse r = perform_capped(http_, req, mlflow_file_cap);
   if (r.status == 0 && r.transport_error.starts_with("cannot read")) {
     s.artifacts = 1;
     s.refused.push_back("{\"part\":\"artifacts\",\"name\":\"" + a.name + "\",\"why\":\"the file is missing\"}");
@@ -129,25 +164,18 @@ Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a
 
 void MlflowBackend::take_up_histograms(simdjson::dom::element run, UploadState& st) {
   // The server stored a log-batch whose answer was lost (or the offsets file is new): take its word.
-  if (const std::optional<Cursor> stored = histograms_stored(run); stored && stored->bytes > st.histograms.bytes)
+  if (const std::optional<Cursor> stored = cursor_tag(run, histograms_tag); stored && stored->bytes > st.histograms.bytes)
     st.histograms = *stored;
 }
 
 Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
   Sent s;
   if (histograms_uncertain_) {
-    HttpResponse r = call("GET", "runs/get?run_id=" + url_encode(st.remote_run), {});
-    if (!r.ok()) return failed(r, "reading run " + st.remote_run + " back");
     simdjson::dom::element doc;
-    if (parser_.parse(r.body).get(doc) != simdjson::SUCCESS) return refused("runs/get answered something that is not JSON");
+    if (Sent f = read_run(st, doc); f.delivery != Delivery::ok) return f;
     histograms_uncertain_ = false;
-    if (const std::optional<Cursor> stored = histograms_stored(doc); stored && stored->bytes > b.histograms_from.bytes) {
-      for (std::size_t i = 0; i < b.histograms_after.size(); ++i) {
-        if (b.histograms_after[i] != *stored) continue;
-        s.histograms = i + 1; // the log-batch whose answer was lost was stored, with its artifacts before it
-        return s;
-      }
-    }
+    // The log-batch whose answer was lost was stored, with its artifacts before it.
+    if ((s.histograms = lines_stored(doc, histograms_tag, b.histograms_from, b.histograms_after)) > 0) return s;
   }
   // One line a call after a refusal, until past the lines of the refused log-batch.
   const std::size_t most = st.histograms.bytes < one_by_one_until_.bytes ? 1 : histograms_a_call;
@@ -171,12 +199,9 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
     }
     const std::string column = map_key(line->column());
     names.push_back("histograms/" + column + "/step_" + std::to_string(line->step) + ".json");
-    HttpRequest& put = puts.emplace_back();
-    put.method = "PUT";
-    put.url = artifact_url(st, names.back());
+    HttpRequest& put = puts.emplace_back(artifact_put(st, names.back()));
     put.body = histogram_artifact(*line, line->column());
     put.headers.emplace_back("Content-Type: application/json");
-    add_credentials(put);
     const Histogram& h = line->value;
     if (h.count() == h.nan_count()) continue; // no value to rank
     const auto ts = static_cast<std::int64_t>(std::llround(line->timestamp * 1000.0));
@@ -192,13 +217,7 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
     }
   }
   save_keys();
-  for (std::size_t i = 0; i < puts.size(); i += http_.parallel()) {
-    const std::size_t k = std::min(http_.parallel(), puts.size() - i);
-    for (HttpRequest& put : std::span(puts).subspan(i, k)) put.timeout = mlflow_request_cap;
-    const std::vector<HttpResponse> answers = http_.perform_all(std::span(puts).subspan(i, k));
-    for (std::size_t j = 0; j < k; ++j)
-      if (Sent f = stored_artifact(answers[j], names[i + j]); f.delivery != Delivery::ok) return f;
-  }
+  if (Sent f = put_artifacts(puts, names, mlflow_request_cap); f.delivery != Delivery::ok) return f;
   if (!metrics.empty()) {
     w.end_array().key("tags").begin_array();
     w.begin_object().key("key").string(histograms_tag).key("value").string(encode_cursor(b.histograms_after[n - 1]));

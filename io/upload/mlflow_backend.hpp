@@ -4,6 +4,7 @@
 //   io/upload/mlflow_keys.cpp      keys MLflow would refuse, mapped (upload/<id>.keys.json)
 //   io/upload/mlflow_params.cpp    config.json → params, summary.json → tags
 //   io/upload/mlflow_artifacts.cpp artifacts and histograms → the server's artifact store, histograms' quantiles → log-batch
+//   io/upload/mlflow_media.cpp     images, text and tables → the artifact store as MLflow's own client lays them out
 //   io/upload/mlflow_points.cpp           history and system values → log-batch
 #pragma once
 
@@ -16,6 +17,19 @@ namespace chorus::io::detail {
 
 inline constexpr std::size_t mlflow_max_params = 100, mlflow_max_tags = 100;
 inline constexpr std::size_t mlflow_max_key = 250, mlflow_max_param_value = 6000, mlflow_max_tag_value = 5000;
+/// What one artifact PUT of a file may take: a checkpoint or a 64 MiB image.
+inline constexpr std::chrono::milliseconds mlflow_file_cap{600'000};
+
+/// "<lines>.<bytes>": how far a file is delivered, as a run tag keeps it.
+[[nodiscard]] std::string encode_cursor(const Cursor& c);
+/// The value of the run's tag `tag` (`run` a runs/get answer), if it has one.
+[[nodiscard]] std::optional<std::string_view> run_tag(simdjson::dom::element run, std::string_view tag);
+/// The cursor the run's tag `tag` holds, if it holds one.
+[[nodiscard]] std::optional<Cursor> cursor_tag(simdjson::dom::element run, std::string_view tag);
+/// How many of a Batch's lines (from `from`, each ending at `after[i]`) the
+/// run's cursor tag `tag` says the server holds: 0 unless it names one's end.
+[[nodiscard]] std::size_t lines_stored(simdjson::dom::element run, std::string_view tag, Cursor from,
+                                       std::span<const Cursor> after);
 
 /// The key as MLflow takes it: unchanged if valid, else cleaned and suffixed
 /// with a hash of the original (so two keys never meet).
@@ -27,6 +41,7 @@ public:
 
   [[nodiscard]] bool live_summary() const noexcept override { return false; }
   [[nodiscard]] HistogramUse histograms() const noexcept override { return HistogramUse::apart; }
+  [[nodiscard]] bool media() const noexcept override { return true; }
   Sent open(const RunSnapshot& run, UploadState& st) override;
   Sent send(const RunSnapshot& run, const Batch& b, UploadState& st) override;
 
@@ -62,12 +77,29 @@ private:
   Sent send_artifact(const RunSnapshot& run, const ArtifactEntry& a, UploadState& st);
   /// The URL that stores `name` (a path under the run's artifact root).
   [[nodiscard]] std::string artifact_url(const UploadState& st, std::string_view name) const;
+  /// A PUT of `name`, with the credentials, its body or file still to set.
+  [[nodiscard]] HttpRequest artifact_put(const UploadState& st, const std::string& name) const;
   /// What an artifact PUT's answer means: ok, or the failure to report.
   static Sent stored_artifact(const HttpResponse& r, const std::string& name);
+  /// PUTs `puts` (of the artifacts `names`) parallel() at a time, each
+  /// within `cap`: ok, or the first failure.
+  Sent put_artifacts(std::vector<HttpRequest>& puts, const std::vector<std::string>& names,
+                     std::chrono::milliseconds cap);
+  /// The run as the server holds it now (runs/get), parsed into `run`.
+  Sent read_run(const UploadState& st, simdjson::dom::element& run);
   /// A few histograms.jsonl lines: each one's artifact, then their quantiles in one log-batch.
   Sent send_histograms(const Batch& b, UploadState& st);
   /// Moves `st` over the histograms the run's tags (a runs/get answer) say the server holds.
   void take_up_histograms(simdjson::dom::element run, UploadState& st);
+
+  // Images, text and tables (io/upload/mlflow_media.cpp).
+  /// A few media.jsonl lines: each one's artifacts, then one log-batch of
+  /// the tags that record them (chorus.upload.media among them).
+  Sent send_media(const RunSnapshot& run, const Batch& b, UploadState& st);
+  /// Moves `st` over the media the run's tags (a runs/get answer) say the
+  /// server holds, and takes its mlflow.loggedArtifacts.
+  void take_up_media(simdjson::dom::element run, UploadState& st);
+  void read_logged_artifacts(simdjson::dom::element run);
 
   UploadTarget target_;
   HttpClient& http_;
@@ -82,7 +114,10 @@ private:
   std::unordered_map<std::string, std::string> params_sent_;
   bool histograms_uncertain_ = false; // a histograms log-batch's fate is unknown: read the tags back first
   Cursor one_by_one_until_;          // histograms go one a call up to here (a log-batch of them was refused)
-  bool histograms_turn_ = false;     // with both waiting, histograms and values take turns
+  bool media_uncertain_ = false;     // a media log-batch's fate is unknown: read the tags back first
+  /// mlflow.loggedArtifacts as the server holds it: (path, type) entries.
+  std::vector<std::pair<std::string, std::string>> logged_artifacts_;
+  int turn_ = 0; // with several waiting, values (0), histograms (1) and media (2) take turns
 };
 
 } // namespace chorus::io::detail

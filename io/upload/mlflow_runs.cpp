@@ -177,6 +177,7 @@ Sent MlflowBackend::reopen(const RunSnapshot& run, UploadState& st) {
   }
   points_.take_up(doc, run.dir, st);
   take_up_histograms(doc, st);
+  take_up_media(doc, st);
   return {};
 }
 

@@ -53,6 +53,7 @@ std::string render_state(const UploadState& s) {
   w.key("system_part").uinteger(s.system_part);
   write_cursor(w, "artifacts", s.artifacts);
   write_cursor(w, "histograms", s.histograms);
+  write_cursor(w, "media", s.media);
   w.key("histogram_rows").uinteger(s.histogram_rows);
   w.key("config_sent").string(s.config_sent).key("summary_sent").string(s.summary_sent);
   w.key("final_sent").string(s.final_sent).key("final_attempt").uinteger(s.final_attempt);
@@ -125,7 +126,8 @@ Error UploadState::load(const std::string& path) {
   num("final_attempt", final_attempt);
   if (!final_sent.empty() && final_attempt == 0) final_attempt = 1; // written before final_attempt
   if (!read_cursor(doc, "history", history) || !read_cursor(doc, "system", system) ||
-      !read_cursor(doc, "artifacts", artifacts) || !read_cursor(doc, "histograms", histograms))
+      !read_cursor(doc, "artifacts", artifacts) || !read_cursor(doc, "histograms", histograms) ||
+      !read_cursor(doc, "media", media))
     return bad();
   return {};
 }

@@ -5,6 +5,7 @@
 
 #include "io/store/lease.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace chorus::io {
@@ -33,6 +34,7 @@ Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   if (run->start_us) r.start_ms = seconds_to_ms(RunRecord::seconds(*run->start_us));
   if (run->end_us) r.end_ms = seconds_to_ms(RunRecord::seconds(*run->end_us));
   r.attempts = run->segments.empty() ? 1 : run->segments.size();
+  r.world_size = std::max<std::int64_t>(run->world_size.value_or(1), 1);
   r.ended = !r.state.empty() && r.state != "running";
   r.exit_code = r.state == "finished" ? 0 : r.state == "killed" ? 143 : 1;
   if (r.ended && run->exit_codes) {

@@ -1,12 +1,14 @@
 // Reading a run's append-only files a bounded slice at a time
-// (read_lines, io/upload/upload.hpp), keeping a slice across requests, and
-// artifacts.jsonl's entries (io/upload/slices.hpp).
+// (read_lines, io/upload/upload.hpp), keeping a slice across requests, the
+// whole steps of a by-step backend, and artifacts.jsonl's entries
+// (io/upload/slices.hpp).
 #include "io/upload/slices.hpp"
 
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
 #include "io/store/histogram_log.hpp"
 #include "io/store/history_row.hpp"
+#include "io/store/media_log.hpp"
 
 #include <simdjson.h>
 
@@ -92,7 +94,7 @@ Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t
   return read_lines(path, at, read_bytes, slice);
 }
 
-void detail::KeptSlice::index_steps(bool histograms) {
+void detail::KeptSlice::index_steps(Lines kind) {
   if (steps.size() == slice.lines.size()) return;
   steps.clear();
   simdjson::dom::parser parser;
@@ -101,8 +103,10 @@ void detail::KeptSlice::index_steps(bool histograms) {
     simdjson::dom::element doc;
     simdjson::dom::object row;
     if (parser.parse(line.data(), line.size()).get(doc) == simdjson::SUCCESS) {
-      if (histograms) {
+      if (kind == Lines::histograms) {
         if (const Result<HistogramLine> h = read_histogram_line(doc)) step = h->step;
+      } else if (kind == Lines::media) {
+        if (const Result<MediaLine> m = read_media_line(doc)) step = m->step;
       } else if (doc.get(row) == simdjson::SUCCESS) {
         if (const HistoryRow r(row); r) step = r.step();
       }
@@ -111,7 +115,7 @@ void detail::KeptSlice::index_steps(bool histograms) {
   }
 }
 
-detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice& histograms,
+detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice& histograms, const KeptSlice* media,
                                        std::optional<SteadyTime> ended_at) {
   constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min(), all = std::numeric_limits<std::int64_t>::max();
   const auto last = [](const KeptSlice& k) {
@@ -119,26 +123,35 @@ detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice
       if (k.steps[i] != KeptSlice::no_step) return k.steps[i];
     return none;
   };
-  const auto read_whole = [&](const KeptSlice& k) { return k.slice.to_end && ended_at && k.read_at >= *ended_at; };
-  const std::int64_t last_history = last(history), last_histograms = last(histograms);
+  const auto below_last = [&](const KeptSlice& k) {
+    const std::int64_t l = last(k);
+    return l == none ? none : l - 1;
+  };
   // The steps before the last one in a file are whole in it (it is in step
   // order), and so is the last one of history.jsonl (a row a step); read to
-  // the end after history.jsonl, histograms.jsonl holds every histogram of
-  // the rows read, and read to the end of a run that ended, all there is.
-  const std::int64_t below_last_histograms = last_histograms == none ? none : last_histograms - 1;
-  std::int64_t in_histograms = histograms.slice.to_end ? all : below_last_histograms;
-  // A step whose histograms fill a whole slice goes in parts: no slice holds more of it.
-  if (!histograms.slice.to_end && histograms.next == 0 && !histograms.steps.empty() &&
-      histograms.steps.front() == last_histograms)
-    in_histograms = last_histograms;
-  const std::int64_t in_history = read_whole(history) ? all : std::max(last_history, below_last_histograms);
-  const std::int64_t through = std::min(in_history, in_histograms);
+  // the end after history.jsonl, histograms.jsonl and media.jsonl hold every
+  // histogram and media of the rows read, and read to the end of a run that
+  // ended, all there is.
+  const auto in_part = [&](const KeptSlice& k) {
+    if (k.slice.to_end) return all;
+    // A step whose lines fill a whole slice goes in parts: no slice holds more of it.
+    if (k.next == 0 && !k.steps.empty() && k.steps.front() == last(k)) return last(k);
+    return below_last(k);
+  };
+  const bool history_whole = history.slice.to_end && ended_at && history.read_at >= *ended_at;
+  std::int64_t in_history = history_whole ? all : std::max(last(history), below_last(histograms));
+  std::int64_t through = in_part(histograms);
+  if (media) {
+    in_history = std::max(in_history, below_last(*media));
+    through = std::min(through, in_part(*media));
+  }
+  through = std::min(through, in_history);
   const auto prefix = [through](const KeptSlice& k) {
     std::size_t n = 0;
     for (std::size_t i = k.next; i < k.steps.size() && k.steps[i] <= through; ++i) ++n;
     return n;
   };
-  return {prefix(history), prefix(histograms)};
+  return {prefix(history), prefix(histograms), media ? prefix(*media) : 0};
 }
 
 void detail::read_artifacts(std::span<const std::string_view> lines, std::vector<ArtifactEntry>& out) {

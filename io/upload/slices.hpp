@@ -1,5 +1,6 @@
 // Slices of a run's append-only files as the Uploader hands them to a
-// backend: a history or system slice kept across requests, and the
+// backend: a history, system, histograms or media slice kept across
+// requests, the steps a by-step backend may take whole, and the
 // artifacts.jsonl lines read as entries.
 #pragma once
 
@@ -31,25 +32,28 @@ struct KeptSlice {
   [[nodiscard]] Error refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after = {});
   [[nodiscard]] std::span<const std::string_view> lines() const { return std::span(slice.lines).subspan(next); }
   [[nodiscard]] std::span<const Cursor> after() const { return std::span(slice.after).subspan(next); }
-  /// Reads each line's step (history.jsonl's rows, or histograms.jsonl's
-  /// lines), once per slice read.
-  void index_steps(bool histograms);
+  /// What a slice's lines are, for index_steps.
+  enum class Lines { history, histograms, media };
+  /// Reads each line's step (history.jsonl's rows, histograms.jsonl's or
+  /// media.jsonl's lines), once per slice read.
+  void index_steps(Lines kind);
 };
 
 /// How many lines of each slice, from its first not consumed, belong to
-/// steps that history.jsonl and histograms.jsonl are both known to hold
-/// whole (HistogramUse::by_step), both slices indexed (index_steps) and
-/// `histograms` read no earlier than `history`. A step is whole once a
-/// later step is in the other file, or a slice read to the file's end says
-/// no more of it can come: the run host writes a step's histograms before
-/// its row. `ended_at`: when the run was first seen ended, if it was
-/// (nothing more comes, so a slice read to the end after it is all there is).
-/// A step whose histograms fill a slice read from its first line goes in
-/// parts, so that an upload never holds more than a slice.
+/// steps that history.jsonl, histograms.jsonl and media.jsonl (`media` null
+/// where the backend takes none) are all known to hold whole
+/// (HistogramUse::by_step), each slice indexed (index_steps) and read in
+/// that order, each no earlier than the one before. A step is whole once a
+/// later step is in another file, or a slice read to the file's end says
+/// no more of it can come: the run host writes a step's media, then its
+/// histograms, then its row. `ended_at`: when the run was first seen ended,
+/// if it was (nothing more comes, so a slice read to the end after it is
+/// all there is). A step whose histograms or media fill a slice read from
+/// its first line goes in parts, so that an upload never holds more than a slice.
 struct WholeSteps {
-  std::size_t history = 0, histograms = 0;
+  std::size_t history = 0, histograms = 0, media = 0;
 };
-[[nodiscard]] WholeSteps whole_steps(const KeptSlice& history, const KeptSlice& histograms,
+[[nodiscard]] WholeSteps whole_steps(const KeptSlice& history, const KeptSlice& histograms, const KeptSlice* media,
                                      std::optional<SteadyTime> ended_at);
 
 /// The entries of artifacts.jsonl lines; a malformed line is an entry

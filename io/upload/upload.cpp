@@ -37,7 +37,7 @@ struct Uploader::Impl {
   bool resume_checked = false; // whether a delivered end was checked against a resumed run
   std::string stop_reason;
 
-  detail::KeptSlice history, system, histograms;
+  detail::KeptSlice history, system, histograms, media;
   std::optional<SteadyTime> ended_at; // when run.json was first seen to hold the run's end
   LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
@@ -80,17 +80,23 @@ struct Uploader::Impl {
     if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes)) return e;
     if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
     const HistogramUse use = backend->histograms();
+    // By step, histograms.jsonl and media.jsonl are read anew each time, in
+    // that order after history.jsonl: what they hold then says which of the
+    // rows read are whole (whole_steps).
+    const bool by_step = use == HistogramUse::by_step;
+    const SteadyTime fresh_after = by_step ? SteadyTime::max() : SteadyTime{};
+    using Lines = detail::KeptSlice::Lines;
     if (use != HistogramUse::none) {
-      // By step, histograms.jsonl is read anew each time, after history.jsonl:
-      // what it holds then says which of the rows read are whole (whole_steps).
-      const bool by_step = use == HistogramUse::by_step;
-      if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes,
-                                       by_step ? SteadyTime::max() : SteadyTime{}))
+      if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes, fresh_after))
         return e;
       if (by_step) {
-        history.index_steps(false);
-        histograms.index_steps(true);
+        history.index_steps(Lines::history);
+        histograms.index_steps(Lines::histograms);
       }
+    }
+    if (backend->media()) {
+      if (Error e = media.refresh(dir + "/media.jsonl", st.media, settings.read_bytes, fresh_after)) return e;
+      if (by_step) media.index_steps(Lines::media);
     }
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
@@ -124,6 +130,7 @@ struct Uploader::Impl {
     b.history_from = st.history;
     b.system_from = st.system;
     b.histograms_from = st.histograms;
+    b.media_from = st.media;
     b.history_after = history.after();
     b.system_after = system.after();
     const HistogramUse use = backend->histograms();
@@ -131,20 +138,28 @@ struct Uploader::Impl {
       b.histograms = histograms.lines();
       b.histograms_after = histograms.after();
     }
+    if (backend->media()) {
+      b.media = media.lines();
+      b.media_after = media.after();
+    }
     bool left_out = false; // lines of steps not yet whole
     if (use == HistogramUse::by_step) {
-      const detail::WholeSteps whole = detail::whole_steps(history, histograms, ended_at);
-      left_out = whole.history < b.history.size() || whole.histograms < b.histograms.size();
+      const detail::WholeSteps whole =
+          detail::whole_steps(history, histograms, backend->media() ? &media : nullptr, ended_at);
+      left_out = whole.history < b.history.size() || whole.histograms < b.histograms.size() ||
+                 whole.media < b.media.size();
       b.history = b.history.first(whole.history);
       b.history_after = b.history_after.first(whole.history);
       b.histograms = b.histograms.first(whole.histograms);
       b.histograms_after = b.histograms_after.first(whole.histograms);
+      b.media = b.media.first(whole.media);
+      b.media_after = b.media_after.first(whole.media);
     }
     b.artifacts = entries;
     const bool config_changed = !config.empty() && delivered_digest(config) != st.config_sent;
     if (config_changed) b.config = &config;
-    const bool rest_empty =
-        b.history.empty() && b.system.empty() && b.histograms.empty() && b.artifacts.empty() && !config_changed;
+    const bool rest_empty = b.history.empty() && b.system.empty() && b.histograms.empty() && b.media.empty() &&
+                            b.artifacts.empty() && !config_changed;
     const bool summary_changed = !summary.empty() && delivered_digest(summary) != st.summary_sent;
     b.final = run.ended && rest_empty && !left_out;
     if (summary_changed && (backend->live_summary() || b.final)) b.summary = &summary;
@@ -158,6 +173,7 @@ struct Uploader::Impl {
     if (sent.history > 0) st.history = b.history_after[sent.history - 1], moved = true;
     if (sent.system > 0) st.system = b.system_after[sent.system - 1], moved = true;
     if (sent.histograms > 0) st.histograms = b.histograms_after[sent.histograms - 1], moved = true;
+    if (sent.media > 0) st.media = b.media_after[sent.media - 1], moved = true;
     st.histogram_rows += sent.histogram_rows;
     if (sent.artifacts > 0) st.artifacts = artifacts.after[sent.artifacts - 1], moved = true;
     if (sent.config) st.config_sent = delivered_digest(config), moved = true;
@@ -317,9 +333,12 @@ std::uint64_t Uploader::points_pending() const { return io::points_pending(impl_
 std::uint64_t Uploader::bytes_pending() const {
   std::uint64_t n = 0;
   const bool histograms = impl_->backend && impl_->backend->histograms() != HistogramUse::none;
+  const bool media = impl_->backend && impl_->backend->media();
   for (auto [file, cursor] : {std::pair{"/history.jsonl", impl_->st.history}, std::pair{"/system.jsonl", impl_->st.system},
-                              std::pair{"/histograms.jsonl", impl_->st.histograms}}) {
+                              std::pair{"/histograms.jsonl", impl_->st.histograms},
+                              std::pair{"/media.jsonl", impl_->st.media}}) {
     if (!histograms && std::string_view(file) == "/histograms.jsonl") continue;
+    if (!media && std::string_view(file) == "/media.jsonl") continue;
     struct stat sb {};
     if (::stat((impl_->dir + file).c_str(), &sb) == 0 && static_cast<std::uint64_t>(sb.st_size) > cursor.bytes)
       n += static_cast<std::uint64_t>(sb.st_size) - cursor.bytes;

@@ -1,8 +1,8 @@
 // Uploading a run directory to a tracking server (README, "Uploading to MLflow and W&B").
 //
 // The run directory is the only source: the Uploader reads the committed
-// files (history.jsonl, system.jsonl, histograms.jsonl, config.json,
-// summary.json, artifacts.jsonl, run.json) from where the target's offsets say it stopped,
+// files (history.jsonl, system.jsonl, histograms.jsonl, media.jsonl,
+// config.json, summary.json, artifacts.jsonl, run.json) from where the target's offsets say it stopped,
 // a bounded slice at a time. So a server that is down costs disk, not
 // memory, and the live upload (the Uploader actor on the run host) and
 // `chorus sync` are the same code resuming from the same offsets, kept in
@@ -67,11 +67,13 @@ struct UploadState {
   std::string experiment;  // MLflow experiment id
   std::string entity, project; // W&B, as the server named them
   Cursor history, system, artifacts, histograms;
+  Cursor media; // media.jsonl, for a backend that takes it (Backend::media)
   // Values of the next history/system line already delivered, when one line
   // holds more values than one request takes.
   std::uint64_t history_part = 0, system_part = 0;
-  // W&B: the rows of its history holding a step's histograms only (its
-  // history line for history.jsonl's line N is N + those before it).
+  // W&B: the rows of its history with no history.jsonl line (a step of
+  // histograms or media only): its history line for history.jsonl's line N
+  // is N + those before it.
   std::uint64_t histogram_rows = 0;
   std::string config_sent;  // digest of config.json as delivered ("" = never)
   std::string summary_sent; // digest of summary.json as delivered
@@ -107,6 +109,7 @@ struct RunSnapshot : RunIdentity {
   std::int64_t end_ms = 0;   // 0 while running
   std::string state;         // "running", "finished", "failed", "killed", "crashed"
   std::uint64_t attempts = 1; // run.json's `segments`: 2 and more for a resumed run (1 in one without them)
+  std::int64_t world_size = 1; // run.json's: its ranks (1 where it says none)
   bool ended = false;        // a final state
   int exit_code = 0;         // worst rank exit code if known, else 0 / 1 from the state
 
@@ -133,9 +136,9 @@ struct ArtifactEntry {
 enum class HistogramUse {
   none,  // not read: its Batches hold no histograms
   apart, // its lines as they come, apart from the history rows (MLflow)
-  // Whole steps only: a Batch holds the history rows and histogram lines of
-  // the steps both files are known to hold whole, so that the backend can
-  // send a step's row and histograms as one (W&B).
+  // Whole steps only: a Batch holds the history rows and histogram (and
+  // media) lines of the steps the files are known to hold whole, so that
+  // the backend can send a step's row, histograms and media as one (W&B).
   by_step,
 };
 
@@ -144,9 +147,10 @@ struct Batch {
   std::span<const std::string_view> history; // history.jsonl lines
   std::span<const std::string_view> system;  // system.jsonl lines
   std::span<const std::string_view> histograms; // histograms.jsonl lines (none for HistogramUse::none)
+  std::span<const std::string_view> media;      // media.jsonl lines (none unless Backend::media)
   // Where the slices start, and the cursor just past each line.
-  Cursor history_from, system_from, histograms_from;
-  std::span<const Cursor> history_after, system_after, histograms_after;
+  Cursor history_from, system_from, histograms_from, media_from;
+  std::span<const Cursor> history_after, system_after, histograms_after, media_after;
   const std::string* config = nullptr;       // config.json, if it changed since delivered
   const std::string* summary = nullptr;      // summary.json, if it changed
   std::span<const ArtifactEntry> artifacts;
@@ -157,8 +161,8 @@ struct Batch {
 /// consumed (a prefix: delivered, or refused and reported in `refused`).
 struct Sent {
   Delivery delivery = Delivery::ok;
-  std::size_t history = 0, system = 0, artifacts = 0, histograms = 0;
-  std::uint64_t histogram_rows = 0;  // W&B: rows of histograms only among them (UploadState::histogram_rows)
+  std::size_t history = 0, system = 0, artifacts = 0, histograms = 0, media = 0;
+  std::uint64_t histogram_rows = 0;  // W&B: rows without a history line among them (UploadState::histogram_rows)
   bool config = false, summary = false, final = false;
   std::uint64_t points = 0;          // values delivered
   std::vector<std::string> refused;  // JSON lines for upload/<id>.refused.jsonl
@@ -186,6 +190,9 @@ public:
   /// Whether and how it takes histograms.jsonl; one that takes it consumes
   /// its lines through Sent::histograms.
   [[nodiscard]] virtual HistogramUse histograms() const noexcept { return HistogramUse::none; }
+  /// Whether it takes media.jsonl (consumed through Sent::media): joined to
+  /// the rows by step as histograms() is by_step, else apart, as they come.
+  [[nodiscard]] virtual bool media() const noexcept { return false; }
 };
 
 struct UploadSettings {
@@ -244,8 +251,8 @@ public:
   [[nodiscard]] const UploadState& state() const noexcept;
   /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.
   [[nodiscard]] std::uint64_t points_pending() const;
-  /// Bytes of history.jsonl and system.jsonl (and histograms.jsonl, for a
-  /// backend that takes it) not yet delivered: a stat() each, cheap however
+  /// Bytes of history.jsonl and system.jsonl (and histograms.jsonl and
+  /// media.jsonl, for a backend that takes them) not yet delivered: a stat() each, cheap however
   /// far behind the upload is.
   [[nodiscard]] std::uint64_t bytes_pending() const;
   [[nodiscard]] const UploadTarget& target() const noexcept;

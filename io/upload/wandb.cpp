@@ -6,8 +6,10 @@
 //           end on the server (so that its earlier end is undone); the
 //           server's historyLineCount says where its history ends;
 //   send    one file_stream request: history rows → wandb-history.jsonl,
-//           a step's histograms in its row as W&B's own histograms (a
-//           step of histograms only a row of its own), system lines →
+//           a step's histograms in its row as W&B's own histograms, and its
+//           images, text and tables there as W&B's files, uploaded before
+//           (io/upload/wandb_media.hpp; a step of histograms or media only a
+//           row of its own), system lines →
 //           wandb-events.jsonl, summary.json → wandb-summary.json, and at
 //           the end "complete" and the exit code; a changed config goes
 //           through upsertBucket again.
@@ -25,6 +27,8 @@
 #include "io/store/histogram_log.hpp"
 #include "io/store/history_row.hpp"
 #include "io/upload/backends.hpp"
+#include "io/upload/media_lines.hpp"
+#include "io/upload/wandb_media.hpp"
 #include "runtime/core/json.hpp"
 
 #include <simdjson.h>
@@ -40,6 +44,7 @@ namespace {
 
 constexpr std::size_t max_request = 8u << 20; // under the ~10 MiB the server takes
 constexpr std::size_t max_row = max_request - (64u << 10); // a row goes whole in one request
+constexpr std::size_t max_files = 32; // media files uploaded before one request's rows
 constexpr std::size_t max_bins = 512; // the most a W&B histogram has (wandb.Histogram.MAX_LENGTH)
 constexpr std::chrono::milliseconds request_cap{30'000};
 constexpr std::chrono::milliseconds ended_interval{500}; // ~2 requests a second per run at most
@@ -117,6 +122,7 @@ public:
       skip_ = static_cast<std::uint64_t>(lines);
       st.history = {};
       st.histograms = {};
+      st.media = {};
       st.histogram_rows = 0;
     }
     return s;
@@ -143,12 +149,9 @@ public:
     JsonWriter w(body);
     w.begin_object().key("files").begin_object();
     // History: the rows the server already has (after a rewind) are skipped.
-    Rows rows = history_rows(b, st, w, body);
+    Rows rows = history_rows(run, b, st, w, body);
     Sent skipped; // what a failed request still consumed: the rows skipped
-    skipped.history = rows.skipped.history;
-    skipped.histograms = rows.skipped.histograms;
-    skipped.histogram_rows = rows.skipped.histogram_rows;
-    skipped.refused = rows.skipped.refused;
+    consume(skipped, rows.skipped);
     const std::size_t h = rows.sent.history;
     std::uint64_t points = rows.points;
     std::size_t e = 0;
@@ -161,7 +164,8 @@ public:
       }
       w.end_array().end_object();
     }
-    const bool all = h == b.history.size() && rows.sent.histograms == b.histograms.size() && e == b.system.size();
+    const bool all = h == b.history.size() && rows.sent.histograms == b.histograms.size() &&
+                     rows.sent.media == b.media.size() && e == b.system.size();
     std::string summary_line;
     if (b.summary && all) {
       summary_line = minify(*b.summary);
@@ -169,29 +173,34 @@ public:
       w.string(summary_line).end_array().end_object();
     }
     w.end_object();
+    if (!rows.files.empty()) { // as W&B's client says which of the run's files it uploaded
+      w.key("uploaded").begin_array();
+      for (const WandbMedia& m : rows.files) w.string(m.name);
+      w.end_array();
+    }
     const bool final = b.final && all && (b.summary == nullptr || !summary_line.empty());
     if (final) w.key("complete").boolean(true).key("exitcode").integer(run.exit_code);
     w.end_object();
 
     if (rows.count == 0 && e == 0 && summary_line.empty() && !final) return skipped;
+    // The files first: a row never names a file the server does not have.
+    if (Sent f = upload_wandb_files(http_, target_, key_, st, rows.files, parser_); f.delivery != Delivery::ok) {
+      consume(f, std::move(rows.skipped));
+      return f;
+    }
     HttpResponse r = post(target_.base_url + "/files/" + url_encode(st.entity) + "/" + url_encode(st.project) + "/" +
                               url_encode(st.remote_run) + "/file_stream",
                           std::move(body));
     last_ = std::chrono::steady_clock::now();
     if (!r.ok()) {
       Sent f = failed(r, "file_stream");
-      f.history = skipped.history;
-      f.histograms = skipped.histograms;
-      f.histogram_rows = skipped.histogram_rows;
-      f.refused = std::move(skipped.refused);
+      consume(f, std::move(rows.skipped));
       return f;
     }
-    s.history = h;
-    s.histograms = rows.sent.histograms;
-    s.histogram_rows = rows.sent.histogram_rows;
-    s.refused = std::move(rows.sent.refused);
+    consume(s, std::move(rows.sent));
     if (!s.refused.empty())
-      s.message = "W&B: histograms.jsonl lines were left out; they are listed in upload/" + target_.id + ".refused.jsonl";
+      s.message = "W&B: histograms.jsonl or media.jsonl lines were left out; they are listed in upload/" + target_.id +
+                  ".refused.jsonl";
     s.system = e;
     s.summary = !summary_line.empty();
     s.final = final;
@@ -208,12 +217,13 @@ public:
   }
 
   [[nodiscard]] HistogramUse histograms() const noexcept override { return HistogramUse::by_step; }
+  [[nodiscard]] bool media() const noexcept override { return true; }
 
 private:
   /// What history_rows consumed of a Batch.
   struct Consumed {
-    std::size_t history = 0, histograms = 0;
-    std::uint64_t histogram_rows = 0;
+    std::size_t history = 0, histograms = 0, media = 0;
+    std::uint64_t histogram_rows = 0; // rows without a history line
     std::vector<std::string> refused;
   };
   struct Rows {
@@ -221,78 +231,115 @@ private:
     Consumed sent;           // everything consumed once the request is delivered, the skipped included
     std::size_t count = 0;   // rows in the request
     std::uint64_t points = 0; // history values in them
+    std::vector<WandbMedia> files; // the files the rows sent name, uploaded before them
   };
 
-  /// The Batch's history rows and histograms merged by step into W&B's
-  /// history rows, written into `w` as "wandb-history.jsonl" (none where no
-  /// row goes): as many as fit in one request after the rows the server
-  /// has. A histogram that would make its row too long for one request is
-  /// left out and recorded as refused.
-  Rows history_rows(const Batch& b, const UploadState& st, JsonWriter& w, const std::string& body) {
+  static void consume(Sent& s, Consumed c) {
+    s.history = c.history;
+    s.histograms = c.histograms;
+    s.media = c.media;
+    s.histogram_rows = c.histogram_rows;
+    s.refused = std::move(c.refused);
+  }
+
+  /// The Batch's history rows, histograms and media merged by step into
+  /// W&B's history rows, written into `w` as "wandb-history.jsonl" (none
+  /// where no row goes): as many as fit in one request after the rows the
+  /// server has. A histogram or media that would make its row too long for
+  /// one request is left out and recorded as refused.
+  Rows history_rows(const RunSnapshot& run, const Batch& b, const UploadState& st, JsonWriter& w,
+                    const std::string& body) {
     Rows out;
     Consumed at; // what the rows so far consume
     std::uint64_t next_row = st.history.lines + st.histogram_rows; // its line in wandb-history.jsonl
     std::string row;
     bool open = false;
-    while (at.history < b.history.size() || at.histograms < b.histograms.size()) {
+    while (at.history < b.history.size() || at.histograms < b.histograms.size() || at.media < b.media.size()) {
       Consumed after = at;
       row.clear();
-      std::optional<std::int64_t> row_step; // the step of the history row taken, if it is one
+      std::optional<std::int64_t> row_step; // the step of the next history row, if it has one
       std::uint64_t row_points = 0;         // its values
       simdjson::dom::object obj;
-      if (after.history < b.history.size()) {
+      const bool history_left = after.history < b.history.size();
+      if (history_left) {
         const std::string_view text = b.history[after.history];
         if (history_parser_.parse(text.data(), text.size()).get(obj) == simdjson::SUCCESS)
           if (const HistoryRow r(obj); r) row_step = r.step();
       }
       const std::optional<HistogramLine> first = next_histogram(b, after);
-      const bool take_history = after.history < b.history.size() && (!first || !row_step || *row_step <= first->step);
-      const bool take_histograms = first && (!take_history || (row_step && *row_step == first->step));
+      std::optional<MediaLine> media = next_media(b, after);
+      // The row's step: the least of the files' next steps (a history line without one goes alone).
+      std::optional<std::int64_t> step = row_step;
+      if (!history_left || row_step) {
+        if (first && (!step || first->step < *step)) step = first->step;
+        if (media && (!step || media->step < *step)) step = media->step;
+      }
+      const bool take_history = history_left && row_step == step;
+      const bool take_histograms = first && step == first->step;
+      const bool take_media = media && step == media->step;
       if (take_history) {
         row_points = count_values(b.history[after.history]);
         row = b.history[after.history++];
-        if (take_histograms) { // the row's closing '}' goes after its histograms
+        if (take_histograms || take_media) { // the row's closing '}' goes after its histograms and media
           while (!row.empty() && row.back() != '}') row.pop_back();
           if (!row.empty()) row.pop_back();
         }
       } else {
-        row = "{\"_step\":" + std::to_string(first->step) + ",\"_timestamp\":";
-        append_json_number(row, first->timestamp);
+        row = "{\"_step\":" + std::to_string(*step) + ",\"_timestamp\":";
+        append_json_number(row, take_histograms ? first->timestamp : media->timestamp);
         row += ",\"_runtime\":";
-        append_json_number(row, first->runtime);
+        append_json_number(row, take_histograms ? first->runtime : media->runtime);
         ++after.histogram_rows;
       }
-      if (take_histograms) {
-        std::vector<std::string> columns;
-        for (std::optional<HistogramLine> line = first; line && line->step == first->step;
-             line = next_histogram(b, after)) {
-          ++after.histograms;
-          std::string column = line->column();
-          std::string part = ",";
-          append_json_string(part, column);
-          part += ':';
-          wandb_histogram(part, line->value);
-          const bool again = std::find(columns.begin(), columns.end(), column) != columns.end();
-          if (again || row.size() + part.size() + 1 > max_row) {
-            std::string why = "{\"part\":\"histograms\",\"step\":" + std::to_string(line->step) + ",\"column\":";
-            append_json_string(why, column);
-            after.refused.push_back(why + (again ? ",\"why\":\"a second histogram of its column at its step\"}"
-                                                 : ",\"why\":\"its W&B history row would pass the " +
-                                                       std::to_string(max_row >> 10) + " KiB a request takes\"}"));
-            continue;
-          }
-          row += part;
-          columns.push_back(std::move(column));
+      std::vector<std::string> columns;
+      std::vector<WandbMedia> row_files;
+      // Appends `value` under `column` to the row, or records why it cannot go.
+      const auto add = [&](std::string column, std::string_view part_name, std::string_view value) {
+        std::string part = ",";
+        append_json_string(part, column);
+        part += ':';
+        part += value;
+        const bool again = std::find(columns.begin(), columns.end(), column) != columns.end();
+        if (again || row.size() + part.size() + 1 > max_row) {
+          std::string why = "{\"part\":\"" + std::string(part_name) + "\",\"step\":" + std::to_string(*step) + ",\"column\":";
+          append_json_string(why, column);
+          after.refused.push_back(why + (again ? ",\"why\":\"a second value of its column at its step\"}"
+                                               : ",\"why\":\"its W&B history row would pass the " +
+                                                     std::to_string(max_row >> 10) + " KiB a request takes\"}"));
+          return false;
         }
-        row += '}';
+        row += part;
+        columns.push_back(std::move(column));
+        return true;
+      };
+      if (take_histograms) {
+        std::string value;
+        for (std::optional<HistogramLine> line = first; line && line->step == *step; line = next_histogram(b, after)) {
+          ++after.histograms;
+          value.clear();
+          wandb_histogram(value, line->value);
+          add(line->column(), "histograms", value);
+        }
       }
+      for (; take_media && media && media->step == *step; media = next_media(b, after)) {
+        ++after.media;
+        Result<WandbMedia> file = wandb_media(run.dir, run.world_size, *media, table_parser_);
+        if (!file) {
+          after.refused.push_back(refused_media(*media, file.error().message()));
+          continue;
+        }
+        if (add(file->column, "media", file->value)) row_files.push_back(std::move(*file));
+      }
+      if (take_histograms || take_media) row += '}';
       if (next_row < skip_) { // the server has it
         ++next_row;
         at = std::move(after);
         out.skipped = at;
         continue;
       }
-      if (out.count > 0 && body.size() + row.size() >= max_request) break;
+      if (out.count > 0 &&
+          (body.size() + row.size() >= max_request || out.files.size() + row_files.size() > max_files))
+        break;
       if (!open) {
         w.key("wandb-history.jsonl").begin_object().key("offset").uinteger(next_row).key("content").begin_array();
         open = true;
@@ -301,6 +348,7 @@ private:
       out.points += row_points;
       ++out.count;
       ++next_row;
+      for (WandbMedia& f : row_files) out.files.push_back(std::move(f));
       at = std::move(after);
     }
     if (open) w.end_array().end_object();
@@ -321,6 +369,14 @@ private:
       append_json_string(bad, line.error().message());
       at.refused.push_back(bad + "}");
     }
+    return std::nullopt;
+  }
+
+  /// The media line at `at.media` on, as next_histogram; its views live
+  /// until the next call.
+  std::optional<MediaLine> next_media(const Batch& b, Consumed& at) {
+    for (; at.media < b.media.size(); ++at.media)
+      if (std::optional<MediaLine> line = read_media(media_parser_, b, at.media, at.refused)) return line;
     return std::nullopt;
   }
 
@@ -442,7 +498,7 @@ private:
   std::chrono::milliseconds interval_;
   SteadyTime last_{};
   std::uint64_t skip_ = 0;
-  simdjson::dom::parser parser_, history_parser_, histogram_parser_;
+  simdjson::dom::parser parser_, history_parser_, histogram_parser_, media_parser_, table_parser_;
 };
 
 Result<std::unique_ptr<Backend>> make_wandb_backend(const BackendContext& context) {

@@ -8,6 +8,7 @@
 #include "tests/io/files.hpp"
 #include "tests/upload/run_fixture.hpp"
 #include "tests/upload/tracking_server.hpp"
+#include "tests/upload/uploading.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -152,16 +153,7 @@ inline void check_mlflow_histograms(const TrackingServer& server, const std::str
 /// each bucket's count whole in one bin, NaN and infinities left out.
 inline void check_wandb_histograms(const WandbRun& remote, const std::string& run_dir) {
   simdjson::dom::parser parser, line_parser;
-  std::map<std::int64_t, std::string> rows;
-  std::int64_t last = -1;
-  for (const std::string& row : remote.history) {
-    simdjson::dom::element doc;
-    BOOST_REQUIRE_MESSAGE(parser.parse(row).get(doc) == simdjson::SUCCESS, row);
-    const std::int64_t step = doc["_step"].get_int64().value();
-    BOOST_TEST(step > last, "step " << step << " after " << last); // one row a step, in order
-    last = step;
-    rows[step] = row;
-  }
+  std::map<std::int64_t, std::string> rows = rows_by_step(remote);
   std::set<std::int64_t> steps;
   std::istringstream history(io::test::slurp(run_dir + "/history.jsonl"));
   for (std::string line; std::getline(history, line);) {

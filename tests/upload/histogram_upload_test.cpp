@@ -16,7 +16,6 @@
 #include <cmath>
 #include <filesystem>
 #include <cstdlib>
-#include <functional>
 #include <limits>
 
 using namespace chorus;
@@ -109,68 +108,26 @@ BOOST_AUTO_TEST_CASE(wandb_live_run_sends_each_step_as_one_row) {
 }
 
 BOOST_AUTO_TEST_CASE(faults_deliver_every_histogram_once) {
-  struct Fault {
-    const char* name;
-    std::function<void(TrackingServer&)> inject;
-  };
-  const std::vector<Fault> faults{
-      {"500s", [](TrackingServer& s) { s.fail_next(4, {500, "", "", ""}); }},
-      {"reset before applied", [](TrackingServer& s) { s.reset_next(3, ResetPoint::after_body); }},
-      {"reset after applied", [](TrackingServer& s) { s.reset_next(3, ResetPoint::after_handling); }},
-      {"artifact resets", [](TrackingServer& s) { s.reset_next(3, ResetPoint::after_handling, "mlflow-artifacts"); }},
-      {"outage", [](TrackingServer& s) { s.outage(1500ms); }},
-  };
-  Env key("WANDB_API_KEY", "chorus-test-key");
-  Env interval("CHORUS_WANDB_INTERVAL", "0");
-  for (const Fault& f : faults) {
-    for (const bool wandb : {false, true}) {
-      BOOST_TEST_CONTEXT(f.name << (wandb ? " to W&B" : " to MLflow")) {
-        TrackingServer server;
-        RunFixture run;
-        io::Uploader up(run.dir(), target(wandb ? wandb_url(server) : mlflow_url(server)), quick());
-        BOOST_REQUIRE(!up.open());
-        // Mid-upload: the first half goes up, then the fault, then the rest as the run grows.
-        run.history(0, 20);
-        histograms(run, 0, 20);
-        drain(up, 10s);
-        f.inject(server);
-        run.history(20, 20);
-        histograms(run, 20, 24);
-        drain(up, 10s);
-        run.write_run_json("finished", 1'700'000'100.0);
-        const auto p = drain(up);
-        BOOST_REQUIRE_MESSAGE(p.done, p.error);
-        check_once(server, wandb, run);
-      }
-    }
-  }
+  through_each_fault(
+      [](RunFixture& run, int half) {
+        if (half < 0) return;
+        run.history(half * 20, 20);
+        histograms(run, half * 20, half == 0 ? 20 : 24);
+      },
+      check_once);
 }
 
 // The server stores a request, its answer is lost, and the uploading
 // process dies before it saves its offsets: the next upload sends nothing twice.
 BOOST_AUTO_TEST_CASE(a_crash_between_an_answer_and_the_offsets_sends_nothing_twice) {
-  Env key("WANDB_API_KEY", "chorus-test-key");
-  Env interval("CHORUS_WANDB_INTERVAL", "0");
-  for (const bool wandb : {false, true}) {
-    BOOST_TEST_CONTEXT((wandb ? "W&B" : "MLflow")) {
-      TrackingServer server;
-      RunFixture run;
-      ended_histogram_run(run);
-      const std::string url = wandb ? wandb_url(server) : mlflow_url(server);
-      const std::string offsets = run.dir() + "/upload/" + target(url).id + ".json";
-      // "Killed" after its requests were stored, before any offsets but the remote run's were saved.
-      const io::UploadState delivered = upload_all(run.dir(), url);
-      io::UploadState opened;
-      opened.url = delivered.url;
-      opened.remote_run = delivered.remote_run;
-      opened.experiment = delivered.experiment;
-      opened.entity = delivered.entity;
-      opened.project = delivered.project;
-      BOOST_REQUIRE(!opened.save(offsets));
-      (void)upload_all(run.dir(), url);
-      check_once(server, wandb, run);
-    }
-  }
+  for_each_backend([](TrackingServer& server, bool wandb) {
+    RunFixture run;
+    ended_histogram_run(run);
+    const std::string url = wandb ? wandb_url(server) : mlflow_url(server);
+    forget_offsets(run.dir(), url, upload_all(run.dir(), url));
+    (void)upload_all(run.dir(), url);
+    check_once(server, wandb, run);
+  });
 }
 
 BOOST_AUTO_TEST_CASE(mlflow_refused_quantiles_are_listed_and_the_rest_delivered) {

@@ -42,6 +42,8 @@ public:
   /// The run's attempts, one entry each in run.json's `segments` (the
   /// earlier ones crashed: their times are not read by the upload).
   int attempts = 1;
+  /// run.json's ranks (a run of several keeps a media key's column per rank).
+  std::int64_t world_size = 1;
 
   void write_run_json(const std::string& state, double end = 0) {
     std::string out;
@@ -51,7 +53,7 @@ public:
     w.key("mode").string("per_rank").key("scope").string("global").key("host").string("node7");
     w.key("state").string(state).key("start_time").number(start);
     if (end > 0) w.key("end_time").number(end);
-    w.key("world_size").integer(1).key("segments").begin_array();
+    w.key("world_size").integer(world_size).key("segments").begin_array();
     for (int i = 1; i < attempts; ++i)
       w.begin_object().key("start_time").number(start).key("state").string("crashed").end_object();
     w.begin_object().key("start_time").number(start).key("state").string(state);

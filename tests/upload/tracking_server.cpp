@@ -20,6 +20,7 @@ constexpr std::string_view artifacts_prefix = "/api/2.0/mlflow-artifacts/";
 constexpr std::string_view artifact_files_prefix = "/api/2.0/mlflow-artifacts/artifacts/";
 
 bool is_file_stream(std::string_view path) { return path.starts_with("/files/") && path.ends_with("/file_stream"); }
+constexpr std::string_view wandb_storage_prefix = "/wandb-storage/";
 
 // What a request is, for ServerStats::by_kind.
 std::string kind_of(std::string_view path) {
@@ -27,6 +28,7 @@ std::string kind_of(std::string_view path) {
   if (path.starts_with(artifacts_prefix)) return "mlflow-artifacts";
   if (path == "/graphql") return "wandb/graphql";
   if (is_file_stream(path)) return "wandb/file_stream";
+  if (path.starts_with(wandb_storage_prefix)) return "wandb/storage";
   return "other";
 }
 
@@ -44,14 +46,19 @@ struct TrackingServer::Impl {
         wandb(opt.wandb_api_key, opt.wandb_entity, opt.wandb_max_body),
         http(opt.tls, opt.port, opt.record_requests, {kind_of, [this](const server::Request& req) { return answer(req); }}) {}
 
+  [[nodiscard]] std::string base_url() const {
+    return std::string(opt.tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(http.port());
+  }
+
   server::Answer answer(const server::Request& req) {
     thread_local server::Parsers parsers; // a connection is a thread: its parsers, reused request after request
     std::lock_guard lk(mu);
     const std::string_view path = req.path;
     if (path.starts_with(mlflow_prefix)) return mlflow.call(req, parsers, path.substr(mlflow_prefix.size()));
     if (path.starts_with(artifact_files_prefix)) return mlflow.artifact(req, path.substr(artifact_files_prefix.size()));
-    if (path == "/graphql") return wandb.graphql(req, parsers);
+    if (path == "/graphql") return wandb.graphql(req, parsers, base_url());
     if (is_file_stream(path)) return wandb.file_stream(req, parsers);
+    if (path.starts_with(wandb_storage_prefix)) return wandb.storage(req, path.substr(wandb_storage_prefix.size()));
     return server::plain(404, "Not Found");
   }
 };
@@ -62,9 +69,7 @@ TrackingServer::~TrackingServer() = default;
 
 std::uint16_t TrackingServer::port() const noexcept { return impl_->http.port(); }
 
-std::string TrackingServer::base_url() const {
-  return std::string(impl_->opt.tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(port());
-}
+std::string TrackingServer::base_url() const { return impl_->base_url(); }
 
 // ---------------------------------------------------------------- faults
 

@@ -19,6 +19,9 @@
 //    (get-history answers {} when there are no points, artifacts/list no
 //    "files" for an empty directory).
 //    NaN goes out as "NaN", the stored infinities as ±1.7976931348623157e+308.
+//    A proxied artifact's path is percent-decoded until it stops changing,
+//    refused (400 "Invalid path") with a '#' in it, and stored under the
+//    decoded name, as 2.10's validate_path_is_safe does.
 //    A run id that is not [A-Za-z0-9][\w-]{0,255} gets 400, an unknown one
 //    404. Also served: experiments/get, runs/log-metric, runs/search (with
 //    the filters `tags.<key> = '<v>'` and `attributes.status = '<s>'`, joined
@@ -35,7 +38,14 @@
 //    state is "running" when it is made, then what an upsertBucket's
 //    `state` sets (a resumed run is upserted back to "running"), and
 //    "finished" (exit code 0 or none) or "failed" (any other) once a
-//    file_stream request says "complete": true.
+//    file_stream request says "complete": true. Files: the createRunFiles
+//    mutation answers each name with a signed upload URL on this server
+//    (/wandb-storage/<entity>/<project>/<run>/<name>?sig=...) and the
+//    upload header "x-ms-blob-type:BlockBlob", as a W&B server on Azure
+//    storage does; a PUT there stores the file, and is refused without that
+//    header (400), with a wrong signature (403), or with an Authorization
+//    header (400: the URL is the credential). A file_stream request's
+//    "uploaded" names files uploaded.
 #pragma once
 
 #include <chrono>
@@ -106,6 +116,8 @@ struct WandbRun {
   std::vector<std::string> output;  // output.log
   std::string summary;              // wandb-summary.json's one line ("" if never)
   std::map<std::string, std::vector<std::string>> other_files; // any other file_stream file
+  std::map<std::string, std::string> files; // uploaded through createRunFiles' URLs: name -> contents
+  std::vector<std::string> uploaded;        // names file_stream requests said were uploaded, in order
   bool complete = false;            // a file_stream request said "complete": true (ever: a later upsert keeps it)
   std::optional<int> exitcode;      // its "exitcode"
   bool stopped = false;             // stop_wandb_run() was called
@@ -140,7 +152,7 @@ struct ServerStats {
   std::uint64_t requests = 0;    // every request whose headers were read, faulted or not
   std::uint64_t connections = 0; // TCP connections accepted (keep-alive keeps this low)
   /// Requests per kind: "mlflow/<call>" (e.g. "mlflow/runs/log-batch"),
-  /// "mlflow-artifacts", "wandb/graphql", "wandb/file_stream", "other".
+  /// "mlflow-artifacts", "wandb/graphql", "wandb/file_stream", "wandb/storage", "other".
   std::map<std::string, std::uint64_t> by_kind;
 };
 

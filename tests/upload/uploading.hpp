@@ -1,17 +1,24 @@
 // What the Uploader tests share: quick retries, pumping an Uploader until
-// it is done, and checking that every point arrived once.
+// it is done, the faults and the lost offsets a run goes up through, and
+// checking that every point arrived once.
 #pragma once
 
 #include "io/upload/upload.hpp"
+#include "tests/upload/run_fixture.hpp"
 #include "tests/upload/tracking_server.hpp"
 
 #include <boost/test/unit_test.hpp>
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace chorus::test {
 
@@ -68,6 +75,89 @@ inline void check_nothing_left(const TrackingServer& server, const std::string& 
   const auto before = server.stats().requests;
   upload_all(run_dir, url);
   BOOST_TEST(server.stats().requests == before);
+}
+
+/// Runs `body` once for MLflow and once for W&B, each against a server of
+/// its own (W&B's key set, its client-side interval off).
+inline void for_each_backend(const std::function<void(TrackingServer& server, bool wandb)>& body) {
+  Env key("WANDB_API_KEY", "chorus-test-key");
+  Env interval("CHORUS_WANDB_INTERVAL", "0");
+  for (const bool wandb : {false, true}) {
+    BOOST_TEST_CONTEXT((wandb ? "W&B" : "MLflow")) {
+      TrackingServer server;
+      body(server, wandb);
+    }
+  }
+}
+
+/// As if the uploading process was killed after its requests were stored,
+/// before it saved any offsets but the remote run's: the offsets file of
+/// `url` holds the remote run of `delivered` alone.
+inline void forget_offsets(const std::string& run_dir, const std::string& url, const io::UploadState& delivered) {
+  io::UploadState opened;
+  opened.url = delivered.url;
+  opened.remote_run = delivered.remote_run;
+  opened.experiment = delivered.experiment;
+  opened.entity = delivered.entity;
+  opened.project = delivered.project;
+  BOOST_REQUIRE(!opened.save(run_dir + "/upload/" + target(url).id + ".json"));
+}
+
+/// A run goes up to MLflow and to W&B through each fault mid-upload:
+/// `grow(run, 0)`'s part goes up, then the fault, then `grow(run, 1)`'s as
+/// the run grows; once the run ends and all is up, `check(server, wandb, run)`.
+inline void through_each_fault(const std::function<void(RunFixture&, int half)>& grow,
+                               const std::function<void(const TrackingServer&, bool wandb, const RunFixture&)>& check) {
+  struct Fault {
+    const char* name;
+    std::function<void(TrackingServer&)> inject;
+  };
+  const std::vector<Fault> faults{
+      {"500s", [](TrackingServer& s) { s.fail_next(4, {500, "", "", ""}); }},
+      {"reset before applied", [](TrackingServer& s) { s.reset_next(3, ResetPoint::after_body); }},
+      {"reset after applied", [](TrackingServer& s) { s.reset_next(3, ResetPoint::after_handling); }},
+      {"file resets", [](TrackingServer& s) {
+         s.reset_next(3, ResetPoint::after_handling, "mlflow-artifacts");
+         s.reset_next(3, ResetPoint::after_handling, "wandb-storage");
+       }},
+      {"outage", [](TrackingServer& s) { s.outage(1500ms); }},
+  };
+  for (const Fault& f : faults) {
+    BOOST_TEST_CONTEXT(f.name) {
+      for_each_backend([&](TrackingServer& server, bool wandb) {
+        RunFixture run;
+        grow(run, -1); // its run.json, before an Uploader reads it
+        io::Uploader up(run.dir(), target(wandb ? wandb_url(server) : mlflow_url(server)), quick());
+        BOOST_REQUIRE(!up.open());
+        grow(run, 0);
+        drain(up, 10s);
+        f.inject(server);
+        grow(run, 1);
+        drain(up, 10s);
+        run.write_run_json("finished", 1'700'000'100.0);
+        const auto p = drain(up);
+        BOOST_REQUIRE_MESSAGE(p.done, p.error);
+        check(server, wandb, run);
+      });
+    }
+  }
+}
+
+/// A W&B run's history rows by step, checking that there is one row a
+/// step, in step order.
+inline std::map<std::int64_t, std::string> rows_by_step(const WandbRun& remote) {
+  simdjson::dom::parser parser;
+  std::map<std::int64_t, std::string> rows;
+  std::int64_t last = -1;
+  for (const std::string& row : remote.history) {
+    simdjson::dom::element doc;
+    BOOST_REQUIRE_MESSAGE(parser.parse(row).get(doc) == simdjson::SUCCESS, row);
+    const std::int64_t step = doc["_step"].get_int64().value();
+    BOOST_TEST(step > last, "step " << step << " after " << last); // one row a step, in order
+    last = step;
+    rows[step] = row;
+  }
+  return rows;
 }
 
 /// The one MLflow run on the server.

@@ -228,6 +228,22 @@ void check_artifact_path(const std::string& path) {
     invalid("Invalid path");
 }
 
+// The path a proxied artifact PUT or GET names, as 2.10's
+// validate_path_is_safe makes it: percent-decoded again until it stops
+// changing (so "%41" is "A" and "%2523" is "#"), refused with a '#' in it,
+// and stored under that decoded name.
+std::string safe_artifact_path(std::string path) {
+  for (int i = 0;; ++i) {
+    std::string decoded = percent_decode(path, false);
+    if (decoded == path) break;
+    if (i == 10) invalid("Failed to decode url");
+    path = std::move(decoded);
+  }
+  if (path.find('#') != std::string::npos) invalid("Invalid path");
+  check_artifact_path(path);
+  return path;
+}
+
 bool known_status(std::string_view s) {
   return s == "RUNNING" || s == "SCHEDULED" || s == "FINISHED" || s == "FAILED" || s == "KILLED";
 }
@@ -716,8 +732,7 @@ Answer MlflowDouble::list_artifacts(const Query& q) {
 
 Answer MlflowDouble::artifact(const Request& req, std::string_view raw_path) {
   try {
-    const std::string path = percent_decode(raw_path, false);
-    check_artifact_path(path);
+    const std::string path = safe_artifact_path(percent_decode(raw_path, false));
     if (req.method == "PUT") {
       artifact_files_[path] = req.body;
       return json("{}");

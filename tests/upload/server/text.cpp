@@ -54,6 +54,21 @@ std::string percent_decode(std::string_view s, bool plus_is_space) {
   return out;
 }
 
+std::string percent_encode_path(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
 std::string base64_encode(std::string_view in) {
   std::string out;
   std::size_t i = 0;

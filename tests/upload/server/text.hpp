@@ -17,6 +17,8 @@ std::optional<std::int64_t> parse_int(std::string_view s);
 std::string_view trim(std::string_view s);
 /// %XX decoded (a malformed escape kept as it is); '+' as a space where `plus_is_space` (queries).
 std::string percent_decode(std::string_view s, bool plus_is_space);
+/// Every byte but letters, digits, "-._~" and '/' as %XX: a path, its slashes kept.
+std::string percent_encode_path(std::string_view s);
 std::string base64_encode(std::string_view in);
 /// Nothing if `in` holds a character outside the alphabet.
 std::optional<std::string> base64_decode(std::string_view in);

@@ -1,5 +1,5 @@
-// The W&B double (wandb_double.hpp): GraphQL and file_stream requests read
-// and checked, then applied to the runs.
+// The W&B double (wandb_double.hpp): GraphQL, file_stream and storage
+// requests read and checked, then applied to the runs.
 #include "tests/upload/server/wandb_double.hpp"
 #include "tests/upload/server/text.hpp"
 
@@ -112,6 +112,14 @@ void stream_into(WandbRun& r, const std::string& body, Parsers& p) {
     if (c->get_bool().get(b) != simdjson::SUCCESS) invalid("complete is not a boolean");
     complete = b;
   }
+  std::vector<std::string> uploaded;
+  if (const auto names = optional_array(root, "uploaded")) {
+    for (const element name : *names) {
+      std::string_view s;
+      if (name.get_string().get(s) != simdjson::SUCCESS) invalid("uploaded is not an array of strings");
+      uploaded.emplace_back(s);
+    }
+  }
   std::optional<int> exitcode;
   if (const auto e = member(root, "exitcode")) {
     std::int64_t v = 0;
@@ -128,6 +136,7 @@ void stream_into(WandbRun& r, const std::string& body, Parsers& p) {
     lines.resize(u.offset);
     for (auto& l : u.lines) lines.push_back(std::move(l));
   }
+  for (auto& name : uploaded) r.uploaded.push_back(std::move(name));
   if (exitcode) r.exitcode = exitcode;
   if (complete && *complete) {
     r.complete = true;
@@ -159,7 +168,7 @@ std::string WandbDouble::new_name() {
   return s;
 }
 
-Answer WandbDouble::graphql(const Request& req, Parsers& p) {
+Answer WandbDouble::graphql(const Request& req, Parsers& p, const std::string& base_url) {
   if (req.method != "POST") return plain(405, "Method Not Allowed");
   if (req.body.size() > max_body_) return graphql_error(413, "request body too large");
   if (!authorized(req)) return graphql_error(401, "user is not logged in");
@@ -168,18 +177,78 @@ Answer WandbDouble::graphql(const Request& req, Parsers& p) {
   if (p.doc.parse(req.body).get_object().get(root) != simdjson::SUCCESS ||
       root.at_key("query").get_string().get(query) != simdjson::SUCCESS)
     return graphql_error(400, "Must provide query string.");
-  if (query.find("upsertBucket") == std::string_view::npos)
-    return graphql_error(200, "this server answers only the upsertBucket mutation");
+  const bool files = query.find("createRunFiles") != std::string_view::npos;
+  if (!files && query.find("upsertBucket") == std::string_view::npos)
+    return graphql_error(200, "this server answers only the upsertBucket and createRunFiles mutations");
   simdjson::dom::object vars;
   if (const auto v = member(root, "variables"); v && v->get_object().get(vars) != simdjson::SUCCESS)
     return graphql_error(200, "variables must be an object");
   if (!member(root, "variables") && p.inner.parse("{}", 2).get_object().get(vars) != simdjson::SUCCESS)
     return plain(500, "simdjson");
   try {
-    return upsert(vars, p);
+    return files ? create_run_files(vars, base_url) : upsert(vars, p);
   } catch (const Refusal& r) {
     return graphql_error(r.status, r.message);
   }
+}
+
+Answer WandbDouble::create_run_files(simdjson::dom::object vars, const std::string& base_url) {
+  std::string names[3]; // entity, project, run: String!
+  constexpr std::string_view required[] = {"entity", "project", "run"};
+  for (int i = 0; i < 3; ++i) {
+    const auto v = variable(vars, required[i]);
+    if (!v) refuse(200, "", "Variable \"$" + std::string(required[i]) + "\" of required type \"String!\" was not provided.");
+    names[i] = *v;
+  }
+  const auto files = optional_array(vars, "files");
+  if (!files) refuse(200, "", "Variable \"$files\" of required type \"[String!]!\" was not provided.");
+  std::vector<std::string> wanted;
+  for (const element f : *files) {
+    std::string_view name;
+    if (f.get_string().get(name) != simdjson::SUCCESS || name.empty())
+      refuse(200, "", "Variable \"$files\" got invalid value; expected type String!");
+    wanted.emplace_back(name);
+  }
+  Run* run = find(names[0], names[1], names[2]);
+  if (run == nullptr) refuse(200, "", "run " + names[0] + "/" + names[1] + "/" + names[2] + " not found");
+  std::string out = R"({"data": {"createRunFiles": {"runID": )" + json_quoted(run->run.id) +
+                    R"(, "uploadHeaders": ["x-ms-blob-type:BlockBlob"], "files": [)";
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    std::string& sig = run->signatures[wanted[i]];
+    if (sig.empty()) sig = new_name() + new_name();
+    const std::string url = base_url + "/wandb-storage/" +
+                            percent_encode_path(names[0] + "/" + names[1] + "/" + names[2] + "/" + wanted[i]) +
+                            "?sig=" + sig;
+    out += (i ? ", " : "") + std::string(R"({"name": )") + json_quoted(wanted[i]) + R"(, "uploadUrl": )" +
+           json_quoted(url) + "}";
+  }
+  return json(out + "]}}}");
+}
+
+Answer WandbDouble::storage(const Request& req, std::string_view rest) {
+  // <entity>/<project>/<run>/<name, which may hold '/'>
+  const std::string path = percent_decode(rest, false);
+  std::string parts[3];
+  std::size_t at = 0;
+  for (std::string& part : parts) {
+    const std::size_t slash = path.find('/', at);
+    if (slash == std::string::npos) return plain(404, "Not Found");
+    part = path.substr(at, slash - at);
+    at = slash + 1;
+  }
+  const std::string name = path.substr(at);
+  if (req.method != "PUT") return plain(405, "Method Not Allowed");
+  Run* run = find(parts[0], parts[1], parts[2]);
+  const auto sig = req.query.find("sig");
+  if (run == nullptr || name.empty() || sig == req.query.end() || run->signatures[name] != sig->second)
+    return plain(403, "AuthenticationFailed: the signature of this upload URL does not match");
+  if (req.header("authorization") != nullptr)
+    return plain(400, "InvalidAuthenticationInfo: a signed upload URL takes no Authorization header");
+  const std::string* blob_type = req.header("x-ms-blob-type");
+  if (blob_type == nullptr || trim(*blob_type) != "BlockBlob")
+    return plain(400, "MissingRequiredHeader: x-ms-blob-type");
+  run->run.files[name] = req.body;
+  return {201, "", "text/plain", {}};
 }
 
 Answer WandbDouble::upsert(simdjson::dom::object vars, Parsers& p) {

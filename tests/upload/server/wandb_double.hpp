@@ -1,4 +1,5 @@
-// The W&B double: GraphQL's upsertBucket and the file_stream endpoint, with
+// The W&B double: GraphQL's upsertBucket and createRunFiles, the
+// file_stream endpoint, and the storage its upload URLs point at, with
 // Basic credentials, a body limit and an optional rate limit, over runs held
 // in memory (what it answers: tracking_server.hpp). Not thread-safe:
 // TrackingServer serializes the calls.
@@ -24,8 +25,10 @@ public:
   /// As TrackingServer::Options' wandb_api_key, wandb_entity and wandb_max_body.
   WandbDouble(std::string api_key, std::string default_entity, std::size_t max_body);
 
-  /// /graphql.
-  Answer graphql(const Request& req, Parsers& p);
+  /// /graphql; upload URLs point under `base_url`.
+  Answer graphql(const Request& req, Parsers& p, const std::string& base_url);
+  /// /wandb-storage/<rest>: <entity>/<project>/<run>/<file name>?sig=..., a signed upload URL.
+  Answer storage(const Request& req, std::string_view rest);
   /// /files/<entity>/<project>/<run>/file_stream.
   Answer file_stream(const Request& req, Parsers& p);
 
@@ -44,6 +47,7 @@ private:
   struct Run {
     WandbRun run;
     std::deque<Clock::time_point> recent; // accepted file_stream requests in the last second
+    std::map<std::string, std::string> signatures; // file name -> the sig of its upload URL
   };
   using Key = std::tuple<std::string, std::string, std::string>; // entity, project, name
 
@@ -51,6 +55,7 @@ private:
   Run* find(const std::string& entity, const std::string& project, const std::string& name);
   std::string new_name();
   Answer upsert(simdjson::dom::object vars, Parsers& p);
+  Answer create_run_files(simdjson::dom::object vars, const std::string& base_url);
 
   const std::string api_key_;
   const std::string default_entity_;
