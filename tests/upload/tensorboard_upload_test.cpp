@@ -2,10 +2,16 @@
 // tensorboard:DIR`): real jobs under `chorus launch` write event files while
 // they train, and every committed row and histogram lands in them exactly
 // once, through a killed host, a `chorus recover` and `chorus sync`, and
-// lost offsets. The files are read back by the tests' own reader
-// (tests/upload/tfevents_reader.hpp).
+// lost offsets. Images, text and tables (media.jsonl, written by hand as
+// the run host writes it, tests/upload/tfevents_media_files.hpp) land once
+// each too, through a restarted Uploader, lost offsets and a directory
+// that cannot be written for a while. The files are read back by the
+// tests' own reader (tests/upload/tfevents_reader.hpp).
 #define BOOST_TEST_MODULE upload_tensorboard
+#include "io/upload/upload.hpp"
 #include "tests/e2e/harness.hpp"
+#include "tests/upload/run_fixture.hpp"
+#include "tests/upload/tfevents_media_files.hpp"
 #include "tests/upload/tfevents_reader.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -260,4 +266,160 @@ BOOST_AUTO_TEST_CASE(a_directory_that_cannot_be_written_loses_nothing_and_sync_d
   BOOST_TEST_INFO_SCOPE(sync.text);
   BOOST_REQUIRE_EQUAL(sync.status, 0);
   check_every_row_once(run_dir, tb_dir);
+}
+
+// ---------------------------------------------------------------------------
+// Images, text and tables, through an Uploader of this process.
+
+namespace {
+
+namespace mf = chorus::test::media_files;
+using chorus::detail::MediaKind;
+
+/// (subdirectory, tag, step) -> the bytes each media of the run should be in the event files.
+using MediaBytes = std::map<tb::TagStep, std::string>;
+
+/// At `step`: rank 0's PNG and rank 1's JPEG of "samples", rank 1's text "notes".
+void add_step_media(chorus::test::RunFixture& fixture, std::int64_t step, MediaBytes& want) {
+  const fs::path dir = fixture.dir();
+  const std::string png = mf::png_file(3, 2 + static_cast<std::uint32_t>(step), 6), jpeg = mf::jpeg_file(3);
+  const std::string md = "step **" + std::to_string(step) + "**";
+  mf::add_media(dir, step, "samples", 0, MediaKind::image, "png", png, "", 3, 2 + static_cast<std::uint32_t>(step));
+  mf::add_media(dir, step, "samples", 1, MediaKind::image, "jpeg", jpeg, "", 8, 8);
+  mf::add_media(dir, step, "notes", 1, MediaKind::text, "md", md);
+  want[{"rank-0", "samples", step}] = png;
+  want[{"rank-1", "samples", step}] = jpeg;
+  want[{"rank-1", "notes", step}] = md;
+}
+
+/// Each media of `want` is in the event files under `tb_run` once, byte for
+/// byte (an image's file, a text's string, a table's cells joined by '|'),
+/// and nothing else is.
+void check_media_once(const fs::path& tb_run, const MediaBytes& want) {
+  auto got = tb::values_under(tb_run);
+  std::size_t media = 0;
+  for (const auto& [at, values] : got)
+    for (const auto& [e, v] : values)
+      media += v.image || (v.plugin_name == "text" && std::get<1>(at) != "summary") ? 1 : 0;
+  BOOST_TEST(media == want.size());
+  for (const auto& [at, bytes] : want) {
+    BOOST_TEST_CONTEXT(std::get<0>(at) << " " << std::get<1>(at) << " at " << std::get<2>(at)) {
+      BOOST_TEST_REQUIRE(got[at].size() == 1u);
+      const tb::TbValue& v = got[at].front().second;
+      std::string held;
+      if (v.image) held = v.image->encoded;
+      for (const std::string& cell : v.string_val) held += (held.empty() ? "" : "|") + cell;
+      BOOST_TEST((held == bytes));
+    }
+  }
+}
+
+/// Pumps until nothing is left now; what the last pump said.
+chorus::io::Uploader::Progress pump_all(chorus::io::Uploader& up) {
+  chorus::io::Uploader::Progress p;
+  for (int i = 0; i < 100 && !p.caught_up && !p.stopped; ++i) {
+    p = up.pump(std::chrono::steady_clock::now() + 10s);
+    if (p.wait_until) std::this_thread::sleep_until(*p.wait_until);
+  }
+  return p;
+}
+
+chorus::io::UploadTarget tensorboard_target(const fs::path& dir) {
+  const auto t = chorus::io::UploadTarget::parse("tensorboard:" + dir.string());
+  BOOST_TEST_REQUIRE(t.has_value(), t.error().message());
+  return *t;
+}
+
+const chorus::io::UploadSettings quick{.backoff_base = 10ms, .backoff_max = 50ms};
+
+/// A run of two ranks that trains, where its TensorBoard target writes it,
+/// and what its media should be there.
+struct TwoRankRun {
+  TwoRankRun() {
+    fixture.world_size = 2;
+    fixture.write_run_json("running");
+  }
+  chorus::test::RunFixture fixture{"media"};
+  fs::path tb_dir = fs::path(fixture.root()) / "tb", tb_run = tb_dir / "media";
+  MediaBytes want;
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(media_go_once_each_as_they_come_through_a_restart_and_lost_offsets, TwoRankRun) {
+  fixture.history(0, 3);
+  for (std::int64_t step = 0; step < 3; ++step) add_step_media(fixture, step, want);
+  mf::add_media(fixture.dir(), 2, "preds", 0, MediaKind::table, "json",
+                mf::table_json(R"(["id","p"])", R"([[1,0.5],[2,null]])"));
+  want[{"rank-0", "preds", 2}] = "id|p|1|0.5|2|";
+  // A media whose file is gone is left out; the rest goes on.
+  fs::remove(fs::path(fixture.dir()) / mf::add_media(fixture.dir(), 2, "gone", 0, MediaKind::text, "md", "x"));
+  {
+    chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+    BOOST_REQUIRE(!up.open());
+    auto p = pump_all(up);
+    BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
+    check_media_once(tb_run, want);
+    const std::string offsets = up.state_path(); // upload/<id>.json; what was left out: upload/<id>.refused.jsonl
+    const std::string refused = chorus::test::slurp(offsets.substr(0, offsets.size() - 5) + ".refused.jsonl");
+    BOOST_TEST(refused.find(R"("part":"media","step":2,"path":"media/gone-)") != std::string::npos, refused);
+    BOOST_TEST(refused.find("is missing") != std::string::npos, refused);
+    // More while the run trains: they follow, in new events of the same files.
+    fixture.history(3, 2);
+    for (std::int64_t step = 3; step < 5; ++step) add_step_media(fixture, step, want);
+    p = pump_all(up);
+    BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
+    check_media_once(tb_run, want);
+  }
+  // A restarted Uploader goes on from its offsets; one that lost them reads
+  // media.jsonl from its start and finds every step written already.
+  add_step_media(fixture, 5, want);
+  for (int restart = 0; restart < 2; ++restart) {
+    if (restart == 1)
+      for (const auto& e : fs::directory_iterator(fs::path(fixture.dir()) / "upload"))
+        if (e.path().filename().string().starts_with("tensorboard-") && e.path().extension() == ".json")
+          fs::remove(e.path());
+    chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+    BOOST_REQUIRE(!up.open());
+    const auto p = pump_all(up);
+    BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
+    check_media_once(tb_run, want);
+  }
+  // Files of many MiB go a few a call, and the run's end after the last of them.
+  for (int i = 0; i < 3; ++i) {
+    std::string big(17u << 20, static_cast<char>('a' + i));
+    mf::add_media(fixture.dir(), 6, "big" + std::to_string(i), 0, MediaKind::text, "md", big);
+    want[{"rank-0", "big" + std::to_string(i), 6}] = std::move(big);
+  }
+  fixture.write_run_json("finished", fixture.start + 10);
+  chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+  BOOST_REQUIRE(!up.open());
+  const auto p = pump_all(up);
+  BOOST_REQUIRE_MESSAGE(p.done, p.error);
+  BOOST_TEST(up.state().media.lines == 3u * 6 + 1 + 1 + 3); // every line of media.jsonl, the one left out too
+  check_media_once(tb_run, want);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_directory_that_cannot_be_made_for_a_while_loses_no_media, TwoRankRun) {
+  fixture.history(0, 1);
+  mf::add_media(fixture.dir(), 0, "first", 0, MediaKind::text, "md", "rank 0's");
+  want[{"rank-0", "first", 0}] = "rank 0's";
+  chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+  BOOST_REQUIRE(!up.open());
+  auto p = pump_all(up);
+  BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
+  // rank-1/ cannot be made: the call fails, nothing counts as delivered, and
+  // what was written beside it is not written again once it can be.
+  { std::ofstream(tb_run / "rank-1") << "in the way"; }
+  add_step_media(fixture, 1, want);
+  p = up.pump(std::chrono::steady_clock::now() + 10s);
+  BOOST_TEST(p.wait_until.has_value());
+  BOOST_TEST(p.error.find((tb_run / "rank-1").string()) != std::string::npos, p.error);
+  BOOST_TEST(up.state().media.lines == 1u);
+  fs::remove(tb_run / "rank-1");
+  up.retry_now();
+  p = pump_all(up);
+  BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
+  BOOST_TEST(up.state().media.lines == 4u);
+  check_media_once(tb_run, want);
 }
