@@ -8,8 +8,6 @@
 #include "../tests/socket.hpp"
 #include "../tests/temp_dir.hpp"
 
-#include <chorus/chorus.hpp>
-
 #include <netinet/in.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -220,22 +218,6 @@ private:
 /// What a rank reports to the parent: one "bench.name=value" line.
 inline void report(const char* name, double value) { std::printf("bench.%s=%.17g\n", name, value); }
 
-/// A single-process run under `dir`, without system samples or the
-/// environment's settings; exits with 3, saying why, where it cannot start.
-inline chorus::Run local_run(const TempDir& dir) {
-  chorus::Error err;
-  chorus::Run run = chorus::init({.project = "bench",
-                                  .dir = (dir.path / "runs").string(),
-                                  .system_interval = 0,
-                                  .read_env = false,
-                                  .topology = chorus::Topology{}},
-                                 err);
-  if (err) {
-    std::fprintf(stderr, "init failed: %s\n", err.message().c_str());
-    std::exit(3);
-  }
-  return run;
-}
 
 /// The run directory a finished job left under `root` (the only one with a history.jsonl).
 inline fs::path find_run_dir(const fs::path& root) {

@@ -8,7 +8,7 @@
 //           span), the path a trainer takes without a GPU.
 // Host time is the call's own, per call; the GPU time of the count is taken
 // with CUDA events around it. Every histogram is checked to be committed.
-#include "bench/bench.hpp"
+#include "bench/local_run.hpp"
 
 #include <chorus/chorus.hpp>
 

@@ -18,7 +18,7 @@
 // log_histogram before, and the cores are as idle for each), the values are
 // read once, so that they are in the cache as far as they fit, as a
 // gradient just computed would be; then the clock starts.
-#include "bench.hpp"
+#include "local_run.hpp"
 
 #include <chorus/chorus.hpp>
 
