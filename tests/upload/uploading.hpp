@@ -110,7 +110,7 @@ inline void through_each_fault(const std::function<void(RunFixture&, int half)>&
                                const std::function<void(const TrackingServer&, bool wandb, const RunFixture&)>& check) {
   struct Fault {
     const char* name;
-    std::function<void(TrackingServer&)> inject;
+    std::function<void(TrackingServer&)> apply; // not "inject": the CAF test DSL (tests/actors/caf_dsl.hpp) has a macro of that name
   };
   const std::vector<Fault> faults{
       {"500s", [](TrackingServer& s) { s.fail_next(4, {500, "", "", ""}); }},
@@ -131,7 +131,7 @@ inline void through_each_fault(const std::function<void(RunFixture&, int half)>&
         BOOST_REQUIRE(!up.open());
         grow(run, 0);
         drain(up, 10s);
-        f.inject(server);
+        f.apply(server);
         grow(run, 1);
         drain(up, 10s);
         run.write_run_json("finished", 1'700'000'100.0);
