@@ -395,6 +395,11 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
 void RunWriter::row(const chorus::detail::Row& row) {
   State& s = *s_;
   std::string& l = s.line;
+  // The rows of earlier steps are out before this step's histograms and
+  // media: a reader that sees a line of step t in histograms.jsonl or
+  // media.jsonl finds every history row before t (the W&B upload's join by
+  // step counts on it, io/upload/slices.cpp whole_steps).
+  if ((!row.media.empty() || !row.histograms.empty()) && s.history) s.fail(s.history->flush());
   if (!row.media.empty()) {
     // Each file before its line: a line never names a file that is not there.
     for (const auto& m : row.media) {

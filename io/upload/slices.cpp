@@ -115,14 +115,20 @@ void detail::KeptSlice::index_steps(Lines kind) {
   }
 }
 
+std::int64_t detail::last_step(const KeptSlice& k) {
+  for (std::size_t i = k.steps.size(); i-- > 0;)
+    if (k.steps[i] != KeptSlice::no_step) return k.steps[i];
+  return KeptSlice::no_step;
+}
+
 detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice& histograms, const KeptSlice* media,
-                                       std::optional<SteadyTime> ended_at) {
+                                       StepsBefore before, std::optional<SteadyTime> ended_at) {
   constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min(), all = std::numeric_limits<std::int64_t>::max();
   const auto last = [](const KeptSlice& k) {
-    for (std::size_t i = k.steps.size(); i-- > 0;)
-      if (k.steps[i] != KeptSlice::no_step) return k.steps[i];
-    return none;
+    const std::int64_t l = last_step(k);
+    return l == KeptSlice::no_step ? none : l;
   };
+  const auto below = [](std::int64_t step) { return step == KeptSlice::no_step ? none : step - 1; };
   const auto below_last = [&](const KeptSlice& k) {
     const std::int64_t l = last(k);
     return l == none ? none : l - 1;
@@ -131,7 +137,8 @@ detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice
   // order), and so is the last one of history.jsonl (a row a step); read to
   // the end after history.jsonl, histograms.jsonl and media.jsonl hold every
   // histogram and media of the rows read, and read to the end of a run that
-  // ended, all there is.
+  // ended, all there is. A step of histograms or media only has no row: the
+  // steps before a line of theirs read before history.jsonl are whole in it.
   const auto in_part = [&](const KeptSlice& k) {
     if (k.slice.to_end) return all;
     // A step whose lines fill a whole slice goes in parts: no slice holds more of it.
@@ -139,10 +146,10 @@ detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice
     return below_last(k);
   };
   const bool history_whole = history.slice.to_end && ended_at && history.read_at >= *ended_at;
-  std::int64_t in_history = history_whole ? all : std::max(last(history), below_last(histograms));
+  std::int64_t in_history = history_whole ? all : std::max(last(history), below(before.histograms));
   std::int64_t through = in_part(histograms);
   if (media) {
-    in_history = std::max(in_history, below_last(*media));
+    in_history = std::max(in_history, below(before.media));
     through = std::min(through, in_part(*media));
   }
   through = std::min(through, in_history);

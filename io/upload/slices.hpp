@@ -46,15 +46,24 @@ struct KeptSlice {
 /// that order, each no earlier than the one before. A step is whole once a
 /// later step is in another file, or a slice read to the file's end says
 /// no more of it can come: the run host writes a step's media, then its
-/// histograms, then its row. `ended_at`: when the run was first seen ended,
+/// histograms, then its row, and every earlier row before a step's media
+/// and histograms. So a step of histograms.jsonl or media.jsonl says the
+/// rows before it are whole only in a history.jsonl read after it:
+/// `before` holds the last steps of those files as read before the
+/// history slice (KeptSlice::no_step: none). `ended_at`: when the run was first seen ended,
 /// if it was (nothing more comes, so a slice read to the end after it is
 /// all there is). A step whose histograms or media fill a slice read from
 /// its first line goes in parts, so that an upload never holds more than a slice.
 struct WholeSteps {
   std::size_t history = 0, histograms = 0, media = 0;
 };
+struct StepsBefore {
+  std::int64_t histograms = KeptSlice::no_step, media = KeptSlice::no_step;
+};
 [[nodiscard]] WholeSteps whole_steps(const KeptSlice& history, const KeptSlice& histograms, const KeptSlice* media,
-                                     std::optional<SteadyTime> ended_at);
+                                     StepsBefore before, std::optional<SteadyTime> ended_at);
+/// The last step of a slice's lines (index_steps ran), or KeptSlice::no_step.
+[[nodiscard]] std::int64_t last_step(const KeptSlice& k);
 
 /// The entries of artifacts.jsonl lines; a malformed line is an entry
 /// without a name, which a backend skips.

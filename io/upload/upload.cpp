@@ -39,6 +39,7 @@ struct Uploader::Impl {
 
   detail::KeptSlice history, system, histograms, media;
   std::optional<SteadyTime> ended_at; // when run.json was first seen to hold the run's end
+  detail::StepsBefore before; // histograms.jsonl's and media.jsonl's last steps as read before history.jsonl
   LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
   std::string config, summary;
@@ -77,6 +78,8 @@ struct Uploader::Impl {
   }
 
   Error read_parts() {
+    // What histograms.jsonl and media.jsonl held as read before history.jsonl now is.
+    before = {detail::last_step(histograms), detail::last_step(media)};
     if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes)) return e;
     if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
     const HistogramUse use = backend->histograms();
@@ -145,7 +148,7 @@ struct Uploader::Impl {
     bool left_out = false; // lines of steps not yet whole
     if (use == HistogramUse::by_step) {
       const detail::WholeSteps whole =
-          detail::whole_steps(history, histograms, backend->media() ? &media : nullptr, ended_at);
+          detail::whole_steps(history, histograms, backend->media() ? &media : nullptr, before, ended_at);
       left_out = whole.history < b.history.size() || whole.histograms < b.histograms.size() ||
                  whole.media < b.media.size();
       b.history = b.history.first(whole.history);

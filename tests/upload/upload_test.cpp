@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE upload
 #include <boost/test/unit_test.hpp>
 
+#include "io/upload/slices.hpp"
 #include "io/upload/upload.hpp"
 #include "tests/upload/run_fixture.hpp"
 #include "tests/upload/tracking_server.hpp"
@@ -648,4 +649,34 @@ BOOST_AUTO_TEST_CASE(mlflow_non_finite_values_and_a_changed_config) {
   BOOST_TEST(r.params.at("wd") == "0.01");
   BOOST_TEST(r.tags.at("chorus.param.lr") == "0.2"); // the change is not lost
   BOOST_TEST(up.state().refused == 0u);
+}
+
+namespace {
+/// A slice of lines at `steps`, as read (not to the file's end).
+io::detail::KeptSlice slice_of(std::vector<std::int64_t> steps) {
+  io::detail::KeptSlice k;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    k.slice.lines.emplace_back("{}");
+    k.slice.after.push_back({});
+  }
+  k.steps = std::move(steps);
+  return k;
+}
+} // namespace
+
+// The W&B join by step: histograms.jsonl's step 6, read after history.jsonl,
+// does not make step 5 whole there, as the row of step 5 may still be on its
+// way (the run host writes it before step 6's histograms, but after this
+// history read): step 5's histograms wait. Read before history.jsonl, it
+// does: step 5 then has no row (histograms only).
+BOOST_AUTO_TEST_CASE(a_step_of_histograms_read_after_the_history_says_nothing_of_its_rows) {
+  const io::detail::KeptSlice history = slice_of({1, 2, 3, 4});
+  const io::detail::KeptSlice histograms = slice_of({2, 5, 6});
+  const io::detail::WholeSteps after = io::detail::whole_steps(history, histograms, nullptr, {}, std::nullopt);
+  BOOST_TEST(after.history == 4u);
+  BOOST_TEST(after.histograms == 1u); // step 2; 5 waits for its row, or for a later step read before the rows
+  const io::detail::WholeSteps before =
+      io::detail::whole_steps(history, histograms, nullptr, {.histograms = 6}, std::nullopt);
+  BOOST_TEST(before.history == 4u);
+  BOOST_TEST(before.histograms == 2u); // 2 and 5; 6 is the file's last step: more of it may come
 }
