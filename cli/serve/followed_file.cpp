@@ -81,10 +81,7 @@ void FollowedFile::read(const Look& look, std::uint64_t end,
     if (next == io::LineReader::Next::too_long) {
       stuck_size_ = look.size;
       state_.indexing = false;
-      state_.problem = Error(Errc::io_error, path_ + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
-                                                 std::to_string(max_line_bytes >> 20) +
-                                                 " MiB without a newline: the file is damaged from there on "
-                                                 "(chorus recover rebuilds it from the WAL)");
+      state_.problem = line_too_long(path_, lines.cursor().lines + 1);
       break;
     }
     if (next == io::LineReader::Next::failed) {
@@ -92,7 +89,7 @@ void FollowedFile::read(const Look& look, std::uint64_t end,
       break;
     }
     const std::uint64_t start = lines.cursor().bytes - line.size() - 1;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    line = trim_line_end(line);
     if (line.empty()) continue;
     std::string why = take(line, start);
     if (!why.empty() && state_.skipped++ == 0) {

@@ -70,6 +70,18 @@ void put_number(std::string& out, double v) {
 
 } // namespace
 
+std::string_view trim_line_end(std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+  return line;
+}
+
+Error line_too_long(const std::string& path, std::uint64_t line_number) {
+  return {Errc::io_error, path + ": line " + std::to_string(line_number) + " runs past " +
+                              std::to_string(max_line_bytes >> 20) +
+                              " MiB without a newline: the file is damaged from there on (chorus recover rebuilds it "
+                              "from the WAL)"};
+}
+
 std::optional<XAxis> parse_x_axis(std::string_view s) {
   if (s == "step") return XAxis::step;
   if (s == "wall") return XAxis::wall;
@@ -371,7 +383,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
     if (!o->lines.empty() && start <= o->lines.back().byte) return;
     ++sampled;
     sampled_bytes += line.size() + 1;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    line = trim_line_end(line);
     simdjson::dom::object obj;
     if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) return;
     const auto at = static_cast<std::uint32_t>(o->lines.size());
@@ -611,10 +623,7 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
     }
     if (next == io::LineReader::Next::too_long) {
       stuck_size_ = end;
-      state_.problem = Error(Errc::io_error, path_ + ": line " + std::to_string(lines.cursor().lines + 1) +
-                                                 " runs past " + std::to_string(max_line_bytes >> 20) +
-                                                 " MiB without a newline: the file is damaged from there on "
-                                                 "(chorus recover rebuilds it from the WAL)");
+      state_.problem = line_too_long(path_, lines.cursor().lines + 1);
       break;
     }
     if (next == io::LineReader::Next::failed) {
@@ -622,7 +631,7 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
       break;
     }
     const std::uint64_t line_start = lines.cursor().bytes - line.size() - 1;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    line = trim_line_end(line);
     if (line.empty()) continue;
     if (state_.rows >= std::numeric_limits<std::uint32_t>::max()) {
       state_.problem = Error(Errc::io_error, path_ + " holds more rows than chorus serve indexes (2^32)");
@@ -908,7 +917,7 @@ Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t 
     const io::LineReader::Next next = lines.next(line);
     if (next == io::LineReader::Next::failed) return lines.error();
     if (next != io::LineReader::Next::line) break;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    line = trim_line_end(line);
     simdjson::dom::object obj;
     if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) continue;
     const bool take = row >= first;
