@@ -184,11 +184,10 @@ DeviceBuckets::~DeviceBuckets() {
 }
 
 Error DeviceBuckets::load(int device) {
-  int major = 0, minor = 0, sms = 0;
+  int major = 0, minor = 0;
   if (int rc = rt_.DeviceGetAttribute(&major, cuda::attr_cc_major, device); rc != cuda::success)
     return {Errc::internal, "cudaDeviceGetAttribute failed: " + rt_.describe(rc)};
   (void)rt_.DeviceGetAttribute(&minor, cuda::attr_cc_minor, device);
-  (void)rt_.DeviceGetAttribute(&sms, cuda::attr_multiprocessor_count, device);
   Result<std::string> ptx = device_histogram_ptx(major * 10 + minor);
   if (!ptx) return ptx.error();
   Result<const cuda::Driver*> d = cuda::driver();
@@ -204,8 +203,6 @@ Error DeviceBuckets::load(int device) {
                      : "")};
   if (int rc = driver_->LibraryGetKernel(&kernel_, library_, "chorus_histogram"); rc != cuda::success)
     return {Errc::internal, "the CUDA driver has no chorus_histogram kernel: " + driver_->describe(rc)};
-  if (blocks_.size() <= static_cast<std::size_t>(device)) blocks_.resize(static_cast<std::size_t>(device) + 1, 0);
-  blocks_[static_cast<std::size_t>(device)] = std::max(sms, 1) * 8;
   return {};
 }
 
@@ -239,11 +236,12 @@ Result<DeviceHistogramJob*> DeviceBuckets::count(const void* values, std::uint64
     loaded_ = true;
   }
   if (load_error_) return load_error_;
-  if (blocks_.size() <= static_cast<std::size_t>(device) || blocks_[static_cast<std::size_t>(device)] == 0) {
+  const auto d = static_cast<std::size_t>(device);
+  if (blocks_.size() <= d) blocks_.resize(d + 1, 0);
+  if (blocks_[d] == 0) { // the grid that fills this device: 8 blocks a multiprocessor
     int sms = 0;
     (void)rt_.DeviceGetAttribute(&sms, cuda::attr_multiprocessor_count, device);
-    if (blocks_.size() <= static_cast<std::size_t>(device)) blocks_.resize(static_cast<std::size_t>(device) + 1, 0);
-    blocks_[static_cast<std::size_t>(device)] = std::max(sms, 1) * 8;
+    blocks_[d] = std::max(sms, 1) * 8;
   }
   DeviceHistogramJob* job = take_free(device);
   if (job == nullptr) {
@@ -269,7 +267,7 @@ Result<DeviceHistogramJob*> DeviceBuckets::count(const void* values, std::uint64
   void* args[] = {&v, &count, &type, &out};
   const std::uint64_t wanted = (n + block_threads - 1) / block_threads;
   const auto grid = static_cast<unsigned>(
-      std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(blocks_[static_cast<std::size_t>(device)]))));
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(blocks_[d]))));
   std::string failed;
   int rc = rt_.MemsetAsync(job->scratch, 0, bytes, stream);
   if (rc != cuda::success) {
