@@ -836,6 +836,31 @@ BOOST_AUTO_TEST_CASE(straggler_by_steps_lags_the_median_for_lag_for) {
   BOOST_TEST(events[0].others_step == 1200);
 }
 
+BOOST_AUTO_TEST_CASE(straggler_by_steps_measures_from_the_lower_median) {
+  // Half the ranks far behind the other half: the median is the lower
+  // middle rank's step, so nobody lags it (the rule is for a few ranks that
+  // hold the rest back; stalls cover the halves).
+  WatchSettings s = stall_only(0);
+  s.lag_steps = 100;
+  s.lag_for_us = 10 * sec;
+  Watch x(s);
+  x.start(4);
+  for (std::int64_t step = 0; step < 100; ++step)
+    for (int r = 0; r < 4; ++r) x.progress(r, r < 2 ? step : step + 500, T0 + step * sec + r);
+  x.ticks_to(T0 + 200 * sec);
+  BOOST_TEST(x.take().empty());
+  // One rank of five behind: the median is the others'.
+  Watch y(s);
+  y.start(5);
+  for (std::int64_t step = 0; step < 100; ++step)
+    for (int r = 0; r < 5; ++r) y.progress(r, r == 0 ? step : step + 500, T0 + step * sec + r);
+  y.ticks_to(T0 + 200 * sec);
+  const auto events = y.take();
+  BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
+  BOOST_TEST(events[0].rank == 0);
+  BOOST_TEST(events[0].ts_us == T0 + 110 * sec); // seen at the first tick (100 s), told 10 s later
+}
+
 // ---- a healthy run --------------------------------------------------------
 
 // 8 ranks, 2000 steps of about 200 ms each with jitter, a rank a few steps
