@@ -7,6 +7,7 @@
 // run meanwhile; no chorus thread ever takes it: a ticket awaited in asyncio
 // is completed through a Notifier's eventfd, which the event loop watches.
 #include "python/convert.hpp"
+#include "python/events.hpp"
 #include "python/histogram.hpp"
 #include "python/media.hpp"
 #include "python/values.hpp"
@@ -464,6 +465,8 @@ PYBIND11_MODULE(_chorus, m) {
       .def("close",
            [](PyWriter& w) { return released(w.owner, [&] { return w.writer.close(); }); })
       .def("__bool__", [](const PyWriter& w) { return static_cast<bool>(w.writer); });
+
+  bind_events(m, run_class, [](py::handle self) -> Run& { return self.cast<PyRun&>().run; });
 
   m.def("_flat_fields", &flat_fields, py::arg("mapping"),
         "config's fields as (key, value) pairs: a nested dict's keys joined with '.', each value as given.");

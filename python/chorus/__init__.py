@@ -21,6 +21,11 @@ chorus.run, chorus.log, chorus.finish, chorus.config; run.config and
 run.summary as dicts; log's nested dicts and commit=False;
 define_metric(summary=..., step_metric=...). An exception, sys.exit(n),
 Ctrl-C or a SIGTERM ends the rank as it happened (failed, or killed).
+
+The run host tells what goes wrong while the run goes on (a stalled rank,
+a NaN, a lost rank, a rule of run.alert_when): run.on_event(callback),
+``async for event in run.events()``, run.next_event(timeout), and
+chorus.open(path).events() afterwards.
 docs/PYTHON.md in the repository has the whole API.
 """
 
@@ -31,8 +36,10 @@ from . import _errors
 from ._errors import *  # noqa: F401,F403  (Error, NoRun and one class per chorus::Errc)
 from . import _chorus
 from . import _endings
+from . import _events
 from . import _fields
 from ._aio import completion as _completion
+from ._events import Event
 from ._fields import Config, Summary
 from ._reader import RunView, open, runs  # noqa: A004  (chorus.open reads a run)
 
@@ -126,7 +133,10 @@ class Run(_chorus.Run):
     ``barrier(name, timeout=None)``, ``log_artifact(name, path,
     type="file")``, ``reduce_device(values, op="mean", step=None)``,
     ``writer()``, ``finish(exit_code=0, *, signal=None, message=None)``;
-    properties ``id``, ``dir``, ``is_host``, ``topology``, ``dropped``.
+    the run's events: ``alert_when(key, above=|below=|no_change=)``,
+    ``on_event(callback)``, ``events()`` (``async for``),
+    ``next_event(timeout=None)``; properties ``id``, ``dir``, ``is_host``,
+    ``topology``, ``dropped``.
     """
 
     def __init__(self, **options):
@@ -153,6 +163,43 @@ class Run(_chorus.Run):
         """A new ordered stream for one producer thread of this rank: its own steps."""
         return self._writer()
 
+    def alert_when(self, key, *, above=None, below=None, no_change=None):
+        """Declares a rule on ``key``, checked by the run host on committed rows: a
+        ``threshold`` event when a value goes above ``above`` or below ``below``, or stays
+        the same (or is not logged) for ``no_change`` seconds (a number or a
+        datetime.timedelta) while the run goes on. Give exactly one (TypeError otherwise; a
+        bound that is not finite, or a time not above 0, is a chorus.InvalidArgument). The
+        rule fires once, and again only after the value came back within it; a key without
+        a reduction is checked in each rank's column. Returns a Ticket, as define_metric does."""
+        if not isinstance(key, str):
+            raise TypeError(f"alert_when's key is a str (a metric's name), not {type(key).__name__}")
+        kind, limit = _events.alert_rule(key, above, below, no_change)
+        return self._alert_when(key, kind, limit)
+
+    def on_event(self, callback):
+        """Calls ``callback(event)`` (a chorus.Event) with each event of the run from now on,
+        in order, on the run's thread ``chorus-events <run id>`` (a daemon thread of the
+        package's; never a chorus thread), or, where an asyncio loop runs in the calling
+        thread, on that loop (a coroutine it returns is run there as a task). An exception
+        in the callback is printed with its traceback and later events still come. Every
+        callback sees every event; the thread ends after the run's last event, once
+        finish() has completed, or at the interpreter's exit. Returns ``callback`` (so it
+        serves as a decorator)."""
+        return _events.subscribe(self, callback)
+
+    def events(self):
+        """``async for event in run.events()``: the run's events (chorus.Event) from its
+        start, in order, ending after its last (run_finished) or once this rank's part of
+        the run is over. The loop is never blocked. events() and next_event() take from one
+        queue: an event goes to one of them (on_event's callbacks see every event)."""
+        return _events.Events(self)
+
+    def next_event(self, timeout=None):
+        """The run's next event not taken yet (from its start, up to the last 4,096), a
+        chorus.Event; None once the run has ended, or after ``timeout`` seconds without one.
+        Blocks with the GIL released; Ctrl-C interrupts it."""
+        return _events.event(self._next_event(timeout))
+
     def finish(self, exit_code=0, *, signal=None, message=None):
         """Finishes this rank's part of the run (on the run host, the run); returns a
         FinishTicket at once. exit_code non-zero: the rank failed; signal (signal.SIGTERM,
@@ -161,6 +208,7 @@ class Run(_chorus.Run):
         global run
         self._commit_kept()
         ticket = _chorus.Run.finish(self, exit_code, signal=signal, message=message)
+        _events.finishing(self)
         _live.discard(self)
         if run is self:
             run = None
@@ -238,6 +286,11 @@ def define_metric(name, reduce=None, step_metric=None, summary=None):
     return _current("define_metric").define_metric(name, reduce, step_metric=step_metric, summary=summary)
 
 
+def alert_when(key, *, above=None, below=None, no_change=None):
+    """chorus.run.alert_when(...): see Run.alert_when."""
+    return _current("alert_when").alert_when(key, above=above, below=below, no_change=no_change)
+
+
 def finish(exit_code=0, *, signal=None, message=None):
     """Finishes chorus.run (see Run.finish), waits for it (bounded by its
     finish_timeout) and returns its FinishResult; chorus.run is None after."""
@@ -257,6 +310,10 @@ def detect_topology():
 
 # An uncaught exception ends the live runs failed (Ctrl-C: killed), with its text.
 _endings.install_excepthook(lambda: list(_live))
+
+
+# At exit, the on_event threads end before the interpreter finalizes.
+_atexit.register(_events.close_all)
 
 
 @_atexit.register
