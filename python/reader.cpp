@@ -1,17 +1,22 @@
 #include "python/reader.hpp"
 
 #include "python/convert.hpp"
+#include "python/events.hpp"
 
 #include "cli/histogram_lines.hpp"
 #include "cli/json_lines.hpp"
 #include "cli/series.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
+#include "io/store/event_log.hpp"
 #include "io/store/history_row.hpp"
 #include "io/store/lease.hpp"
+#include "io/store/line_reader.hpp"
 #include "io/store/run_record.hpp"
 
 #include <pybind11/stl.h>
+
+#include <fcntl.h>
 
 #include <cmath>
 #include <limits>
@@ -348,6 +353,61 @@ py::dict read_media(const std::string& path, const std::optional<std::string>& k
   return with_reading(std::move(out), read);
 }
 
+/// _chorus.read_events(path): events.jsonl's events, in the order the run
+/// host told them, each line read by its one reader (io::parse_event_line):
+/// a line it refuses is skipped, and why is said. Each entry is an event as
+/// Run.on_event gives it (events.hpp's event_tuple).
+py::dict read_events(const std::string& path) {
+  std::vector<Event> events;
+  cli::JsonLines read;
+  {
+    py::gil_scoped_release unlocked;
+    const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+    if (!fd) {
+      read.problem = fd.error();
+    } else {
+      io::LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = cli::max_line_bytes});
+      for (std::string_view line;;) {
+        const io::LineReader::Next next = lines.next(line);
+        if (next == io::LineReader::Next::end) {
+          const std::string_view rest = lines.rest();
+          read.unfinished = rest.find_first_not_of(" \t\r") != std::string_view::npos;
+          break;
+        }
+        if (next == io::LineReader::Next::too_long) {
+          read.problem = Error(Errc::io_error, path + ": line " + std::to_string(lines.cursor().lines + 1) +
+                                                   " runs past " + std::to_string(cli::max_line_bytes >> 20) +
+                                                   " MiB without a newline, far longer than an event's line: the "
+                                                   "file is damaged; `chorus recover` rebuilds it from the WAL");
+          break;
+        }
+        if (next == io::LineReader::Next::failed) {
+          read.problem = lines.error();
+          break;
+        }
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+          line.remove_suffix(1);
+        if (line.empty()) continue;
+        Result<io::EventLine> e = io::parse_event_line(line);
+        if (!e) {
+          if (read.skipped++ == 0) {
+            read.first_skipped_line = lines.cursor().lines;
+            read.first_skipped_why = e.error().message();
+          }
+          continue;
+        }
+        ++read.used;
+        events.push_back(std::move(e->event));
+      }
+    }
+  }
+  py::list entries;
+  for (const Event& e : events) entries.append(event_tuple(e));
+  py::dict out;
+  out["entries"] = entries;
+  return with_reading(std::move(out), read);
+}
+
 std::string read_text(const std::string& path, bool missing_ok) {
   Result<std::string> text = [&] {
     py::gil_scoped_release unlocked;
@@ -367,6 +427,8 @@ void bind_reader(py::module_& m) {
         "histograms.jsonl's keys, and the lines of one key or column, column by column.");
   m.def("read_media", &read_media, py::arg("path"), py::arg("key") = py::none(), py::arg("kind") = py::none(),
         "media.jsonl's keys and kinds, and the lines of one key (of one kind), each a dict.");
+  m.def("read_events", &read_events, py::arg("path"),
+        "events.jsonl's events, in the order told, each as the tuple chorus.Event is made of.");
   m.def("read_artifacts", &read_artifacts, py::arg("path"), "artifacts.jsonl's entries, in the order written.");
   m.def("read_text", &read_text, py::arg("path"), py::arg("missing_ok") = false,
         "A run file's text (a regular file only, of bounded size).");

@@ -2,8 +2,9 @@
 
 run.json is read through chorus's own reader of it (the same as the
 ``chorus`` command's), history.jsonl, system.jsonl, histograms.jsonl and
-media.jsonl column by column in native code; only complete lines are read, so a live run
-can be read while it grows.
+media.jsonl column by column in native code, events.jsonl a line at a time
+through chorus's reader of an event; only complete lines are read, so a live
+run can be read while it grows.
 """
 
 import json
@@ -12,6 +13,7 @@ import warnings
 
 from . import _chorus
 from ._errors import IoError
+from ._events import event as _event
 
 
 def _load_json(path, missing_ok=True):
@@ -68,7 +70,7 @@ _MEDIA_COLUMNS = ("_step", "_timestamp", "rank", "caption", "path", "format", "w
 
 
 class RunView:
-    """A run directory, read: identity, ranks, config, summary, history, histograms, media.
+    """A run directory, read: identity, ranks, config, summary, history, histograms, media, events.
 
     Attributes: ``path``, ``record`` (run.json as a dict) and, from it,
     ``id``, ``name``, ``project``, ``group``, ``state``, ``ranks``; the
@@ -133,6 +135,18 @@ class RunView:
         read = _checked(_chorus.read_artifacts(path), path,
                         "the other entries are listed; each artifact's file is under artifacts/", 2)
         return list({e["name"]: e for e in read["entries"]}.values())
+
+    def events(self, kind=None):
+        """The run's events, as the run host told them while it ran (events.jsonl, in
+        order): a list of chorus.Event, the same as Run.on_event gives. ``kind`` (a str, or
+        several): only those kinds ("nonfinite", ("rank_failed", "rank_lost")). A run
+        without events.jsonl has none."""
+        path = os.path.join(self.path, "events.jsonl")
+        if not os.path.lexists(path):
+            return []
+        read = _checked(_chorus.read_events(path), path, _REBUILD, 2)
+        kinds = None if kind is None else {kind} if isinstance(kind, str) else set(kind)
+        return [e for e in map(_event, read["entries"]) if kinds is None or e.kind in kinds]
 
     def histogram_keys(self):
         """The keys of histograms.jsonl, in the order they first appear (a rank's own
