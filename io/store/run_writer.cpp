@@ -3,6 +3,7 @@
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/event_log.hpp"
 #include "io/store/histogram_log.hpp"
 #include "io/store/media_log.hpp"
 #include "io/store/metric_specs.hpp"
@@ -110,6 +111,7 @@ struct RunWriter::State {
   std::unique_ptr<AppendFile> rejected_file;
   std::unique_ptr<AppendFile> histograms; // histograms.jsonl (io/store/histogram_log.hpp)
   std::unique_ptr<AppendFile> media_file; // media.jsonl, beside media/ (io/store/media_log.hpp)
+  std::unique_ptr<AppendFile> events_file; // events.jsonl (io/store/event_log.hpp)
   std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
   std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
@@ -366,6 +368,7 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
   s_->rejected_file = s_->open_file("rejected.jsonl", /*truncate=*/true);
   s_->histograms = s_->open_file("histograms.jsonl", /*truncate=*/true);
   s_->media_file = s_->open_file("media.jsonl", /*truncate=*/true);
+  s_->events_file = s_->open_file(events_file, /*truncate=*/true);
 }
 
 RunWriter::~RunWriter() {
@@ -580,6 +583,14 @@ void RunWriter::system_line(std::string_view json_line) {
   if (!s.system_file && !(s.system_file = s.open_file("system.jsonl", /*truncate=*/false))) return;
   s.fail(s.system_file->write(json_line));
   s.fail(s.system_file->write("\n"));
+}
+
+void RunWriter::event(const wire::EventRecord& event) {
+  State& s = *s_;
+  if (!s.events_file) return;
+  s.fail(s.events_file->write(event.json));
+  s.fail(s.events_file->write("\n"));
+  s.fail(s.events_file->flush());
 }
 
 void RunWriter::barrier(const BarrierRecord& record) {

@@ -21,7 +21,7 @@ struct BarrierRecord;
 
 /// Writes the readable files of a run directory from what the Merger
 /// produces: history.jsonl, config.json, summary.json, rejected.jsonl,
-/// metrics.json and run.json. It owns those files and starts them afresh, because it is fed
+/// events.jsonl, metrics.json and run.json. It owns those files and starts them afresh, because it is fed
 /// a run's whole stream (live, or replayed from the WAL by `chorus recover`).
 ///
 /// The sink interface returns nothing, so I/O errors are kept: error()
@@ -51,6 +51,9 @@ public:
                   std::string_view reason) override;
   /// Acks are the Run actor's business: ignored.
   void completed(int rank, std::uint64_t seq, const Error* err) override;
+  /// Appends the event's line to events.jsonl (io/store/event_log.hpp) and
+  /// flushes it at once: its readers (`chorus watch`, the webhook) wait for it.
+  void event(const wire::EventRecord& event) override;
   /// Flushes everything and rewrites summary.json and run.json with the end state.
   void run_end(RunState state, std::int64_t ts_us) override;
 

@@ -11,6 +11,10 @@
 #include <string_view>
 #include <vector>
 
+namespace chorus::wire {
+struct EventRecord;
+}
+
 namespace chorus::detail {
 
 /// One value of a committed row. `rank` is -1 when the value is stored under
@@ -42,6 +46,13 @@ struct RowMedia {
   const Media* value;
 };
 
+/// A reduced value of a row that is NaN or ±Inf, and the ranks whose values
+/// were (in rank order): `value` indexes Row::values.
+struct RowNonfinite {
+  std::uint32_t value;
+  std::vector<std::int32_t> ranks;
+};
+
 /// One committed history row. Rows reach the sink strictly increasing in step.
 struct Row {
   std::int64_t step = 0;
@@ -50,6 +61,7 @@ struct Row {
   std::vector<RowValue> values; // sorted by (key name, rank)
   std::vector<RowHistogram> histograms; // sorted by (key name, rank); a row may hold only these
   std::vector<RowMedia> media;          // likewise
+  std::vector<RowNonfinite> nonfinite;  // its reduced values that are not finite (rare: empty)
 };
 
 class HistorySink {
@@ -77,6 +89,11 @@ public:
   /// (`no_step_key`: _step). Key ids as in a Row.
   static constexpr std::uint32_t no_step_key = 0xffffffffu;
   virtual void metric(std::uint32_t /*key*/, Reduce /*reduce*/, Summary /*summary*/, std::uint32_t /*step_key*/) {}
+  /// A rule of Run::alert_when on `key` (a key id as in a Row), from `rank`.
+  virtual void alert_rule(int /*rank*/, std::uint32_t /*key*/, AlertRule /*rule*/) {}
+  /// An event the run host told (wire::HostEvent::event), in WAL order; its
+  /// strings live as long as the call.
+  virtual void event(const wire::EventRecord& /*event*/) {}
   /// `rank` joined the current attempt at `ts_us` (the run host's clock,
   /// unix microseconds, as its rank_joined event says): once a rank an
   /// attempt, before the rank_state that says it runs.

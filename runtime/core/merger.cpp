@@ -212,6 +212,9 @@ struct Merger::State {
       if (m->step_key != wire::no_step_metric) view.step = r.keys[m->step_key].gid;
       declared(gid);
       sink.completed(rank, m->seq, nullptr);
+    } else if (const auto* a = std::get_if<wire::AlertRuleDef>(&ev)) {
+      sink.alert_rule(rank, r.keys[a->key].gid, a->rule);
+      sink.completed(rank, a->seq, nullptr);
     } else if (const auto* x = std::get_if<wire::Refused>(&ev)) {
       values_rejected += x->n;
       sink.refused(rank, x->seq, x->step, Error(x->code, std::string(x->message)), x->values, x->n);
@@ -606,6 +609,7 @@ struct Merger::State {
     out.runtime_us =
         static_cast<std::int64_t>(static_cast<std::uint64_t>(p.ts_us) - static_cast<std::uint64_t>(start_ts));
     out.values.clear();
+    out.nonfinite.clear();
     // A value's column depends on its key, the key's declaration and its rank
     // only, never on which other ranks logged at this step: so each key is one
     // series (or one per rank) for the whole run.
@@ -615,7 +619,14 @@ struct Merger::State {
       const std::uint32_t gid = by_order[static_cast<std::uint32_t>(e[i].sort >> 32)];
       const Reduce how = names.reduction(gid);
       if (how != Reduce::none) {
-        out.values.push_back({gid, -1, reduce_values(how, e + i, j - i), static_cast<std::uint32_t>(j - i)});
+        const double v = reduce_values(how, e + i, j - i);
+        if (!std::isfinite(v)) [[unlikely]] {
+          RowNonfinite& bad = out.nonfinite.emplace_back();
+          bad.value = static_cast<std::uint32_t>(out.values.size());
+          for (std::size_t k = i; k < j; ++k)
+            if (!std::isfinite(e[k].value)) bad.ranks.push_back(static_cast<std::int32_t>(static_cast<std::uint32_t>(e[k].sort)));
+        }
+        out.values.push_back({gid, -1, v, static_cast<std::uint32_t>(j - i)});
       } else {
         for (std::size_t k = i; k < j; ++k) {
           const auto rank = static_cast<std::int32_t>(static_cast<std::uint32_t>(e[k].sort));
@@ -767,6 +778,10 @@ struct Merger::State {
       end_state = e->state;
       end_ts = e->ts_us;
       sink.run_end(e->state, e->ts_us);
+      return true;
+    }
+    if (const auto* ev = std::get_if<wire::EventRecord>(&h)) {
+      sink.event(*ev); // told, not merged: a replay tells it again
       return true;
     }
     if (const auto* x = std::get_if<wire::RankExit>(&h)) {

@@ -40,6 +40,9 @@
 //   finished failed (the sink hears run_end again);
 // - values a rank refused before they reached it (a refused event) are
 //   counted as rejected and go to the sink, taking no step;
+// - a rank's alert rule (Run::alert_when) goes to the sink in its stream's
+//   order; an event the run host told (HostEvent::event) goes to the sink
+//   as it is and changes nothing else, so a replay tells it again;
 //
 // Consequences of those rules, which the Run actor and the tests rely on:
 // - barriers match by order: a rank's k-th barrier is barrier k. A rank that

@@ -183,6 +183,11 @@ Error apply_env(Options& o, const Env& env) {
       o.*field = to_ms(*s);
     }
   }
+  if (auto v = lookup(env, "CHORUS_STALL_AFTER")) {
+    auto s = parse_seconds(*v, 0.0, 1e9, true);
+    if (!s) return bad(variable("CHORUS_STALL_AFTER"), *v, "is not a duration", "seconds, 0 (off) or more, like 300");
+    o.stall_after = to_ms(*s);
+  }
   if (auto v = lookup(env, "CHORUS_UPLOAD_BUFFER")) {
     auto mib = parse_seconds(*v, 0.0625, 1024, false); // a plain decimal number, here in MiB
     if (!mib) return bad(variable("CHORUS_UPLOAD_BUFFER"), *v, "is not a size", "MiB, from 0.0625 to 1024, like 4");
@@ -240,6 +245,9 @@ Error check_options(const Options& o, const Options& given) {
                              std::pair{&Options::connection_timeout, "connection_timeout"}})
     if ((o.*field).count() <= 0)
       return bad(option(name), std::to_string((o.*field).count()) + " ms", "is not positive", "a duration above 0");
+  if (o.stall_after.count() < 0)
+    return bad(option("stall_after"), std::to_string(o.stall_after.count()) + " ms", "is negative",
+               "a duration of 0 (off) or more");
   // A peer probed less often than the silence allowed would be dropped between probes.
   if (o.connection_timeout <= o.heartbeat_interval) {
     // Named as it was set: from the environment (in seconds) or in Options.

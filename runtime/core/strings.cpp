@@ -61,6 +61,22 @@ std::string_view to_string(RunState s) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(EventKind k) noexcept {
+  switch (k) {
+  case EventKind::stalled: return "stalled";
+  case EventKind::resumed: return "resumed";
+  case EventKind::nonfinite: return "nonfinite";
+  case EventKind::rank_failed: return "rank_failed";
+  case EventKind::rank_killed: return "rank_killed";
+  case EventKind::rank_lost: return "rank_lost";
+  case EventKind::barrier_timeout: return "barrier_timeout";
+  case EventKind::run_finished: return "run_finished";
+  case EventKind::threshold: return "threshold";
+  case EventKind::straggler: return "straggler";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Resume r) noexcept {
   switch (r) {
   case Resume::never: return "never";

@@ -1,5 +1,7 @@
 #include "runtime/core/wire.hpp"
 
+#include <cmath>
+
 namespace chorus::wire {
 
 namespace {
@@ -153,6 +155,16 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       ev = m;
       return true;
     }
+    case Tag::alert_rule: {
+      AlertRuleDef a{};
+      std::uint8_t kind = 0;
+      if (!in.get(a.seq) || !in.get(a.key) || !in.get(kind) || !in.get(a.rule.limit)) return false;
+      a.rule.kind = static_cast<AlertRule::Kind>(kind);
+      if (kind < 1 || kind > 3 || !std::isfinite(a.rule.limit)) return false;
+      if (a.rule.kind == AlertRule::Kind::no_change && !(a.rule.limit > 0)) return false;
+      ev = a;
+      return true;
+    }
     case Tag::stream_open:
     case Tag::stream_close: {
       Stream st{};
@@ -202,6 +214,22 @@ bool read_host_event(Reader& in, HostEventData& out) noexcept {
     case HostEvent::rank_exit: {
       RankExit e{};
       if (!in.get(e.rank) || !in.get(e.ts_us) || !in.get(e.status) || e.status == 0) return false;
+      out = e;
+      return true;
+    }
+    case HostEvent::event: {
+      EventRecord e{};
+      std::uint8_t kind = 0, state = 0;
+      std::uint32_t n = 0;
+      const char* ranks = nullptr;
+      if (!in.get(kind) || !in.get(e.ts_us) || !in.get(e.rank) || !in.get(e.step) || !in.get(state) ||
+          !in.bytes(e.key) || !in.bytes(e.message) || !in.get(n) || !in.skip(std::uint64_t{n} * 4, ranks) ||
+          !in.bytes(e.json))
+        return false;
+      e.kind = static_cast<EventKind>(kind);
+      e.state = static_cast<RunState>(state);
+      if (!known(e.kind) || !valid(e.state) || e.json.find('\n') != std::string_view::npos) return false;
+      e.rank_bytes = std::span<const char>(ranks, std::size_t{n} * 4);
       out = e;
       return true;
     }
@@ -278,6 +306,36 @@ std::vector<char> rank_exit(std::uint32_t rank, std::int64_t ts_us, std::int32_t
   detail::put(out, ts_us);
   detail::put(out, status);
   return out;
+}
+
+std::vector<char> event(const EventRecord& e) {
+  auto out = host_frame(HostEvent::event);
+  detail::put(out, static_cast<std::uint8_t>(e.kind));
+  detail::put(out, e.ts_us);
+  detail::put(out, e.rank);
+  detail::put(out, e.step);
+  detail::put(out, static_cast<std::uint8_t>(e.state));
+  detail::put_bytes(out, e.key);
+  detail::put_bytes(out, e.message);
+  detail::put(out, static_cast<std::uint32_t>(e.ranks.size()));
+  for (const std::int32_t r : e.ranks) detail::put(out, r);
+  detail::put_bytes(out, e.json);
+  return out;
+}
+
+chorus::Event EventRecord::to_event() const {
+  chorus::Event ev;
+  ev.kind = kind;
+  ev.step = step;
+  ev.rank = rank;
+  ev.key = std::string(key);
+  ev.time = std::chrono::system_clock::time_point(std::chrono::microseconds(ts_us));
+  ev.message = std::string(message);
+  ev.ranks.reserve(rank_count());
+  for (std::size_t i = 0; i < rank_count(); ++i) ev.ranks.push_back(rank_at(i));
+  ev.state = state;
+  ev.json = std::string(json);
+  return ev;
 }
 
 bool decode(std::span<const char> frame, Frame& out) {

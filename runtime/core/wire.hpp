@@ -64,6 +64,9 @@ enum class Tag : std::uint8_t {
   // seq, u32 key, u8 Summary (unchanged_summary: as it was), u32 step
   // metric's key (no_step_metric: as it was).
   metric_view = 14,
+  // A rule of Run::alert_when: u64 seq, u32 key, u8 AlertRule::Kind, f64
+  // limit (the bound, or the seconds of no_change).
+  alert_rule = 17,
   // A histogram (Run::log_histogram): u64 seq, u32 stream (0: the default
   // stream), i64 step (auto_step: next; same_step: the stream's last), i64
   // ts_us, u32 key, u32 len, the histogram's encoding
@@ -105,6 +108,11 @@ enum class HostEvent : std::uint8_t {
   // A rank's process exited with a status other than 0 after the rank had
   // finished (even after the run ended): it fails the rank, and the run.
   rank_exit = 7,       // u32 rank, i64 ts_us, i32 status
+  // An event the run host told (chorus::Event, events.jsonl): u8 EventKind,
+  // i64 ts_us, i32 rank, i64 step, u8 RunState, u32 len, key bytes, u32 len,
+  // message bytes, u32 n, n x i32 ranks, u32 len, its events.jsonl line.
+  // It changes nothing in the merge: a replay writes the line again.
+  event = 8,
 };
 
 /// The most bytes of a rank's end message (FinishOptions::message) kept.
@@ -228,6 +236,14 @@ public:
     detail::put(out_, step_key);
   }
 
+  void alert_rule(std::uint64_t seq, std::uint32_t key, AlertRule rule) {
+    begin(Tag::alert_rule);
+    detail::put(out_, seq);
+    detail::put(out_, key);
+    detail::put(out_, static_cast<std::uint8_t>(rule.kind));
+    detail::put(out_, rule.limit);
+  }
+
   [[nodiscard]] std::uint32_t events() const noexcept { return events_; }
 
 private:
@@ -254,6 +270,8 @@ std::vector<char> barrier_timeout(std::uint32_t index, std::int64_t ts_us);
 std::vector<char> finish_timeout(std::int64_t ts_us);
 std::vector<char> run_end(RunState state, std::int64_t ts_us);
 std::vector<char> rank_exit(std::uint32_t rank, std::int64_t ts_us, std::int32_t status);
+struct EventRecord;
+std::vector<char> event(const EventRecord& e);
 
 // ---------------------------------------------------------------------------
 // Decoding: views into the frame's bytes, valid while the frame is.
@@ -344,9 +362,16 @@ struct Stream {
   std::uint32_t id;
   bool open;
 };
+/// A rule of Run::alert_when (kind and limit checked: a known kind, a finite
+/// limit, and a positive one for no_change).
+struct AlertRuleDef {
+  std::uint64_t seq;
+  std::uint32_t key;
+  AlertRule rule;
+};
 using RankEvent =
     std::variant<KeyDef, Values, Define, Barrier, Config, Summary, Finish, Stream, Refused, MetricView, HistogramValue,
-                 MediaValue>;
+                 MediaValue, AlertRuleDef>;
 
 struct RunStart {
   std::int64_t ts_us;
@@ -380,7 +405,35 @@ struct RankExit {
   std::int64_t ts_us;
   std::int32_t status;
 };
-using HostEventData = std::variant<RunStart, RankJoined, RankDead, BarrierTimeout, FinishTimeout, RunEnd, RankExit>;
+/// An event the run host told (HostEvent::event). Decoded, its strings and
+/// ranks view the frame; to encode, `ranks` is what counts.
+struct EventRecord {
+  EventKind kind = EventKind::run_finished;
+  std::int64_t ts_us = 0;
+  std::int32_t rank = -1;
+  std::int64_t step = -1;
+  RunState state = RunState::running;
+  std::string_view key;
+  std::string_view message;
+  std::span<const std::int32_t> ranks; // encode
+  std::span<const char> rank_bytes;    // decoded: n x i32
+  std::string_view json;               // the events.jsonl line, no newline
+
+  [[nodiscard]] std::size_t rank_count() const noexcept { return rank_bytes.size() / 4; }
+  [[nodiscard]] std::int32_t rank_at(std::size_t i) const noexcept {
+    std::int32_t r;
+    std::memcpy(&r, rank_bytes.data() + i * 4, 4);
+    return r;
+  }
+  /// The public form (owning copies of the strings).
+  [[nodiscard]] chorus::Event to_event() const;
+};
+/// Whether `k` is an EventKind this build knows.
+constexpr bool known(EventKind k) noexcept {
+  return static_cast<std::uint8_t>(k) >= 1 && static_cast<std::uint8_t>(k) <= static_cast<std::uint8_t>(EventKind::straggler);
+}
+using HostEventData =
+    std::variant<RunStart, RankJoined, RankDead, BarrierTimeout, FinishTimeout, RunEnd, RankExit, EventRecord>;
 
 /// A decoded frame: either a rank's batch (iterate with for_each_event) or one host event.
 struct Frame {

@@ -428,6 +428,10 @@ struct Options {
   /// peer may stay silent before its ranks count as crashed.
   std::chrono::milliseconds heartbeat_interval{1'000};
   std::chrono::milliseconds connection_timeout{10'000};
+  /// A live rank whose steps have not moved for this long while other ranks
+  /// are ahead of it or wait for it at a barrier is reported `stalled`
+  /// (EventKind::stalled; CHORUS_STALL_AFTER in seconds). 0 turns it off.
+  std::chrono::milliseconds stall_after{300'000};
 
   std::size_t queue_capacity = 1u << 16; // values in flight per process
   Overflow overflow = Overflow::block;
@@ -751,6 +755,95 @@ private:
 static_assert(std::is_trivially_destructible_v<FinishPending>);
 
 // ---------------------------------------------------------------------------
+// Events: what the run host tells while it happens (README, "When something
+// goes wrong"). Each is a line of the run directory's events.jsonl too.
+
+enum class EventKind : std::uint8_t {
+  /// A live rank's steps have not moved for `Options::stall_after` while
+  /// other ranks are ahead of it or wait for it at a barrier.
+  stalled = 1,
+  /// A stalled rank moved again.
+  resumed = 2,
+  /// A committed value is NaN or ±Inf (`ranks`: the ranks whose values were);
+  /// once per column until it is finite again.
+  nonfinite = 3,
+  /// A rank ended failed (an exception, a non-zero exit), killed (a signal)
+  /// or lost (its process or its connection vanished).
+  rank_failed = 4,
+  rank_killed = 5,
+  rank_lost = 6,
+  /// A barrier timed out (`ranks`: those that never reached it).
+  barrier_timeout = 7,
+  /// The run ended (`state`); the last event of a run.
+  run_finished = 8,
+  /// A rule of `Run::alert_when` fired.
+  threshold = 9,
+  /// A rank that holds the others back again and again: the last to reach
+  /// most recent barriers, or far behind the median rank's step.
+  straggler = 10,
+};
+std::string_view to_string(EventKind) noexcept;
+
+/// One event of a run, as every rank and every reader sees it.
+struct Event {
+  EventKind kind = EventKind::run_finished;
+  std::int64_t step = -1; // the step it concerns; -1: none
+  int rank = -1;          // the rank it concerns; -1: the run as a whole
+  std::string key;        // the metric it concerns (nonfinite, threshold), else empty
+  std::chrono::system_clock::time_point time; // when the run host saw it
+  std::string message;    // one sentence that says what happened and what to do
+  std::vector<int> ranks; // the ranks it names (non-finite values, missing at a barrier)
+  RunState state = RunState::running; // run_finished: how the run ended
+  std::string json;       // its line of events.jsonl, whole (every field, such as host and pid)
+};
+
+/// A rule of `Run::alert_when`.
+struct AlertRule {
+  enum class Kind : std::uint8_t { above = 1, below = 2, no_change = 3 };
+  Kind kind = Kind::above;
+  /// The bound (above, below), or the seconds (no_change).
+  double limit = 0;
+};
+/// A committed value greater than `x`.
+constexpr AlertRule above(double x) noexcept { return {AlertRule::Kind::above, x}; }
+/// A committed value less than `x`.
+constexpr AlertRule below(double x) noexcept { return {AlertRule::Kind::below, x}; }
+/// The key's committed value the same (or not logged) for `d` while the run goes on.
+constexpr AlertRule no_change(std::chrono::duration<double> d) noexcept {
+  return {AlertRule::Kind::no_change, d.count()};
+}
+
+namespace detail {
+class EventHub;
+}
+
+/// What `Run::next_event` returns: `co_await` it (resumed on the awaiting
+/// coroutine's executor, never on a chorus thread) or `.wait()` on it. It
+/// gives the rank's next event not yet taken, or nothing once the run has
+/// ended (after its run_finished) or this rank's part of it is over.
+class EventPending {
+public:
+  EventPending() noexcept = default;
+  explicit EventPending(detail::EventHub* hub) noexcept : hub_(hub) {}
+
+  /// Blocks the calling thread until there is an event, or the end.
+  std::optional<Event> wait() const;
+  /// Blocks for at most `d`: nothing where none came meanwhile (or at the end).
+  std::optional<Event> wait_for(std::chrono::milliseconds d) const;
+
+  bool await_ready() const noexcept;
+  template <class P>
+  void await_suspend(std::coroutine_handle<P> h) const {
+    suspend(h, detail::executor_of(h.promise()));
+  }
+  std::optional<Event> await_resume() const;
+
+private:
+  void suspend(std::coroutine_handle<> h, Executor* ex) const;
+  detail::EventHub* hub_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------
 // The run
 
 /// One producer's own ordered stream into the run (`Run::writer`): for a rank
@@ -967,6 +1060,23 @@ public:
   /// run, rank 0, typically after a barrier). finish() waits for copies in
   /// flight, at most finish_timeout.
   Pending log_artifact(std::string_view name, std::string_view path, std::string_view type = "file") noexcept;
+
+  /// Declares a rule on `key`, evaluated by the run host on committed rows
+  /// (so every rank sees the same events): `run.alert_when("loss",
+  /// chorus::above(10.0))`, `chorus::below(x)`, `chorus::no_change(600s)`.
+  /// A rule fires an EventKind::threshold event once, and again only after
+  /// the value came back within it. A key without a reduction is checked in
+  /// each rank's column (the event names the rank).
+  Pending alert_when(std::string_view key, AlertRule rule) noexcept;
+
+  /// Calls `fn` with each event of the run from now on, on `executor` (a
+  /// coroutine posted per event: never on a chorus thread). Any rank may
+  /// ask; every rank sees the same events. `fn` and `executor` must outlive
+  /// the Run.
+  void on_event(std::function<void(const Event&)> fn, Executor& executor);
+  /// The next event of the run this rank has not taken (from its start, up
+  /// to the last 4,096), or nothing once the run has ended.
+  [[nodiscard]] EventPending next_event() noexcept;
 
   /// Finishes this rank's part of the run; on the run host, the run itself.
   /// Bounded by Options::finish_timeout; calling it twice returns the same
