@@ -10,6 +10,7 @@ namespace chorus::actors {
 
 Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
   try {
+    cfg.add_message_type<Event>("chorus::Event");
     const Result<detail::Settings> s = detail::resolve(opts, detail::process_env());
     if (!s) return s.error();
     if (!s->active) return {}; // an inactive rank links nothing
@@ -42,6 +43,20 @@ rank_proxy proxy(const Run& run) noexcept {
   const detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
   if (impl == nullptr || impl->system() == nullptr) return {};
   return caf::actor_cast<rank_proxy>(impl->system()->proxy());
+}
+
+Error subscribe(const Run& run, const caf::actor& subscriber) noexcept {
+  if (!subscriber) return {Errc::invalid_argument, "subscribe: the subscriber's handle is invalid: pass a live actor"};
+  detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
+  if (impl == nullptr)
+    return {Errc::invalid_argument, "subscribe: the run is inactive on this rank (nothing is logged here, and no "
+                                    "event comes): subscribe on a rank that logs into the run"};
+  try {
+    impl->events().add_sink(detail::event_sender(subscriber));
+  } catch (const std::exception& e) {
+    return {Errc::internal, std::string("subscribe failed: ") + e.what()};
+  }
+  return {};
 }
 
 } // namespace chorus::actors

@@ -98,6 +98,7 @@ using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using sync_atom = caf::atom_constant<caf::atom("sync")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using exited_atom = caf::atom_constant<caf::atom("exited")>;
+using event_atom = caf::atom_constant<caf::atom("event")>;
 
 // -- ack errors -------------------------------------------------------------
 
@@ -162,7 +163,10 @@ using proxy_actor = caf::typed_actor<
     // (Errc, message): the run cannot keep what it is sent (its WAL failed,
     // or it ended): every ticket not acknowledged, and every later one,
     // fails with this error.
-    caf::reacts_to<fail_atom, std::uint8_t, std::string>>;
+    caf::reacts_to<fail_atom, std::uint8_t, std::string>,
+    // (frame): an event the run told (a wire.hpp HostEvent::event frame, as
+    // its WAL holds it), for the rank's Run::on_event and next_event
+    caf::reacts_to<event_atom, std::vector<char>>>;
 
 /// The RankProxy as its own process holds it: the Channel's wake-up for a
 /// parked proxy, and <chorus/caf.hpp>'s rank_proxy, through which the

@@ -405,6 +405,11 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
+      case SlotKind::alert_rule:
+        ensure_key(st, w, s->key);
+        w.alert_rule(pos + 1, s->key, AlertRule{static_cast<AlertRule::Kind>(s->count), s->value});
+        pos += 1;
+        break;
       case SlotKind::metric_view:
         ensure_key(st, w, s->key);
         if (s->step >= 0) ensure_key(st, w, static_cast<std::uint32_t>(s->step));
@@ -494,6 +499,8 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
   st.host = host;
   st.host_label = std::move(host_label);
   st.rank = static_cast<std::uint32_t>(run->settings().run_rank);
+  // Once the proxy stops, no event reaches this rank any more: its next_event ends.
+  self->attach_functor([run](const caf::error&) { run->events().close(); });
   self->monitor(host);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -647,6 +654,17 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
             .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
                   [rp](caf::error&) mutable { rp.deliver(caf::ok_atom::value); });
         return {};
+      },
+      [self](event_atom, const std::vector<char>& frame) {
+        auto& st = self->state;
+        if (!from(self, st.host)) return;
+        wire::Frame f;
+        if (!wire::decode(frame, f) || f.type != wire::FrameType::host_event) return;
+        const auto* e = std::get_if<wire::EventRecord>(&f.host);
+        if (!e) return;
+        st.run->events().deliver(e->to_event());
+        // The run's last event: nothing follows it.
+        if (e->kind == EventKind::run_finished) st.run->events().close();
       },
       [self](fail_atom, std::uint8_t code, const std::string& why) {
         // The run keeps nothing more (its WAL failed, or it ended): every ticket learns why.

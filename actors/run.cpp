@@ -1,5 +1,6 @@
 #include "actors/run.hpp"
 #include "actors/keepalive.hpp"
+#include "actors/run_events.hpp"
 #include "io/platform/posix.hpp"
 
 #include "actors/group.hpp"
@@ -45,14 +46,21 @@ public:
 
   explicit HostSink(std::string dir) : writer(std::move(dir), [this](std::uint32_t k) { return merger->key_name(k); }) {}
 
+  /// The events' watch hears what the live merge does (`timing`: not a replay's).
+  EventWatch* watch() const noexcept { return timing && events ? &events->watch : nullptr; }
+
   void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
     // A resumed attempt's ranks count their seqs afresh.
     progress.assign(world_size, {});
     hosts.assign(world_size, {});
     warned.assign(world_size, {});
     writer.run_start(run_json, ts_us, world_size);
+    if (EventWatch* w = watch()) w->run_start(static_cast<int>(world_size), unix_now_us());
   }
-  void row(const Row& row) override { writer.row(row); }
+  void row(const Row& row) override {
+    writer.row(row);
+    if (EventWatch* w = watch()) w->row(row, key_name, unix_now_us());
+  }
   void config(int rank, std::string_view json) override { writer.config(rank, json); }
   void summary(int rank, std::string_view json) override { writer.summary(rank, json); }
   void rejected(int rank, std::uint64_t seq, std::int64_t step, std::span<const std::pair<std::string_view, double>> values,
@@ -78,6 +86,15 @@ public:
     if (rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() && !host.empty()) hosts[rank] = host;
     ++generation;
     writer.rank_state(rank, state, last_step, host, reason);
+    if (EventWatch* w = watch()) w->rank_state(rank, state, last_step, reason, unix_now_us());
+  }
+  // Rules are state: a replayed one counts as well.
+  void alert_rule(int, std::uint32_t key, AlertRule rule) override {
+    if (events) events->watch.rule(key, merger->key_name(key), rule);
+  }
+  void event(const wire::EventRecord& e) override {
+    writer.event(e);
+    ++events_told;
   }
   void completed(int rank, std::uint64_t seq, const Error* err) override {
     if (rank < 0 || static_cast<std::size_t>(rank) >= progress.size()) return;
@@ -86,11 +103,15 @@ public:
     if (err) p.errors.emplace_back(seq, *err, std::exchange(warn_next, false));
     p.changed = true;
   }
-  void run_end(RunState state, std::int64_t ts_us) override { writer.run_end(state, ts_us); }
+  void run_end(RunState state, std::int64_t ts_us) override {
+    writer.run_end(state, ts_us);
+    if (EventWatch* w = watch()) w->run_end(state, unix_now_us());
+  }
   // Barriers are timed here, on the run host's clock, as the merge sees ranks
   // reach them and releases them; a replay's (resume) are not: `timing` is off.
-  void barrier_reached(int rank, std::uint64_t index, std::string_view) override {
+  void barrier_reached(int rank, std::uint64_t index, std::string_view name) override {
     if (!timing) return;
+    if (EventWatch* w = watch()) w->barrier_reached(rank, index, name, unix_now_us());
     if (!arrivals_index || *arrivals_index != index) {
       arrivals_index = index;
       arrivals.clear();
@@ -101,6 +122,7 @@ public:
   }
   void barrier_released(std::uint64_t index, std::string_view name, std::int64_t step, std::span<const int> waiters,
                         std::span<const int> missing, const Error* err) override {
+    if (EventWatch* w = watch()) w->barrier_released(index, name, waiters, missing, err, unix_now_us());
     // A barrier whose ranks arrived before this host timed them (in the replayed log) is not recorded.
     if (!timing || !arrivals_index || *arrivals_index != index) return;
     io::BarrierRecord r;
@@ -124,6 +146,9 @@ public:
   }
 
   Merger* merger = nullptr;
+  RunEvents* events = nullptr;
+  std::uint64_t events_told = 0; // events in the WAL so far (a resumed run's earlier attempts' too)
+  std::function<std::string_view(std::uint32_t)> key_name = [this](std::uint32_t k) { return merger->key_name(k); };
   bool timing = true;
   std::optional<std::uint64_t> arrivals_index;              // the barrier being timed
   std::vector<std::optional<std::int64_t>> arrivals;         // by rank: when it reached it
@@ -141,6 +166,7 @@ struct RunActorState {
   std::shared_ptr<RunHost> host;
   std::unique_ptr<HostSink> sink;
   std::unique_ptr<Merger> merger;
+  std::unique_ptr<RunEvents> events;        // what the run tells (stalled ranks, NaN, ends...)
   std::vector<proxy_actor> proxies;         // by rank
   std::vector<std::string> joined_from;     // by rank: "process PID on HOST", once it joined
   std::map<caf::actor_addr, std::uint32_t> rank_of;
@@ -246,6 +272,18 @@ bool record(run_ptr self, const std::vector<char>& frame) {
   return true;
 }
 
+/// The events the watch drafted go into the WAL (and so events.jsonl), and
+/// to every rank's proxy, for its Run::on_event and next_event.
+void tell_events(run_ptr self) {
+  auto& st = self->state;
+  if (!st.events || !st.events->watch.has_drafts()) return;
+  for (const std::vector<char>& frame : st.events->frames(st.sink->events_told)) {
+    if (!record(self, frame)) continue;
+    for (const auto& proxy : st.proxies)
+      if (proxy) self->send(proxy, event_atom::value, frame);
+  }
+}
+
 /// Sends the acks of `acks` (per rank) and clears them.
 void send_acks(run_ptr self, std::vector<HostSink::Progress>& acks) {
   auto& st = self->state;
@@ -285,6 +323,7 @@ void end_run(run_ptr self) {
   // How the ranks ended names the run (Merger::end_state): failed, crashed, killed or finished.
   const RunState state = st.wal_error ? RunState::failed : st.merger->end_state();
   record(self, wire::run_end(state, unix_now_us()));
+  tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
   st.sink->writer.flush();
   sync_and_ack(self);
   // run.json says how the run ended: readers need no lease any more.
@@ -362,6 +401,7 @@ void after_frame(run_ptr self) {
     st.finish_armed = true;
     self->delayed_send(self, st.host->settings.opts.finish_timeout, finish_tmo_atom::value);
   }
+  if (!st.ended) tell_events(self);
   if (!st.ended && st.host->settings.group_size > 0 && st.sink->generation != st.reported_generation) {
     st.reported_generation = st.sink->generation;
     st.group.report(self, member_report(*st.host, *st.merger));
@@ -416,6 +456,10 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   st.sink = std::make_unique<HostSink>(host->run_dir);
   st.merger = std::make_unique<Merger>(*st.sink);
   st.sink->merger = st.merger.get();
+  WatchSettings watch;
+  watch.stall_after_us = std::chrono::duration_cast<std::chrono::microseconds>(host->settings.opts.stall_after).count();
+  st.events = std::make_unique<RunEvents>(watch);
+  st.sink->events = st.events.get();
   st.proxies.resize(host->settings.run_world);
   st.joined_from.resize(host->settings.run_world);
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
@@ -511,6 +555,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
         record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
+        st.events->joined(static_cast<int>(rank), hostname, pid, unix_now_us());
         after_frame(self);
         accept();
       },
@@ -533,7 +578,10 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         }
         // Counted before it is recorded: the sync round its append starts acknowledges it.
         ++st.sink->progress[rank].frames;
-        if (!record(self, frame)) {
+        const bool recorded = record(self, frame);
+        if (recorded)
+          st.events->watch.progress(static_cast<int>(rank), st.merger->rank_last_step(static_cast<int>(rank)), unix_now_us());
+        if (!recorded) {
           // Its own proxy sent what the merge cannot read: it is told, rather than left waiting for an ack.
           return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::internal),
                             std::string("the run host refused a malformed frame from this rank (are every rank and "
@@ -562,6 +610,8 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         if (!from_self(self) || st.ended) return;
         st.sink->writer.flush();
         renew_lease(self);
+        st.events->watch.tick(unix_now_us());
+        tell_events(self);
         if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },

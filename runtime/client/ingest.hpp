@@ -37,6 +37,7 @@ enum class SlotKind : std::uint8_t {
   histogram,    // key = metric, count = stream id (0: the default stream), step, histogram (owned, freed by the consumer)
   media,        // as histogram, with a MediaJob (owned): sent once it is ready (runtime/client/media_encoder.hpp)
   device_histogram, // as histogram, with a DeviceHistogramJob (the DeviceBuckets' pool's): sent once its event fires
+  alert_rule,   // key = metric, count = AlertRule::Kind, value = its limit
 };
 
 struct Capture;

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include <cmath>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -370,6 +371,28 @@ Pending RunImpl::define_metric(std::string_view key, const MetricOptions& opts) 
   return p;
 }
 
+Pending RunImpl::alert_when(std::string_view key, AlertRule rule) noexcept {
+  if (closed_.load(std::memory_order_relaxed))
+    return refuse({Errc::finished, "alert_when after finish: declare rules before calling finish()"});
+  const std::uint32_t id = KeyTable::instance().intern_metric(key);
+  if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
+  const auto kind = static_cast<std::uint8_t>(rule.kind);
+  if (kind < 1 || kind > 3)
+    return refuse({Errc::invalid_argument, "alert_when(" + quoted(key) + ") has an unknown rule kind " +
+                                               std::to_string(kind) + ": use chorus::above, below or no_change"});
+  if (!std::isfinite(rule.limit))
+    return refuse({Errc::invalid_argument, "alert_when(" + quoted(key) + ")'s bound is not a finite number: give "
+                                           "chorus::above(x) or below(x) a finite x"});
+  if (rule.kind == AlertRule::Kind::no_change && !(rule.limit > 0))
+    return refuse({Errc::invalid_argument, "alert_when(" + quoted(key) + ", chorus::no_change(...)) needs a time "
+                                           "above 0 seconds"});
+  return push_control(SlotKind::alert_rule, [&](Slot& s) {
+    s.key = id;
+    s.count = kind;
+    s.value = rule.limit;
+  });
+}
+
 Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
   const char* what = kind == SlotKind::config ? "config" : "summary";
   if (closed_.load(std::memory_order_relaxed))
@@ -553,6 +576,17 @@ Pending Run::define_metric(std::string_view key, Reduce reduce) noexcept {
 Pending Run::define_metric(std::string_view key, const MetricOptions& opts) noexcept {
   auto* impl = detail::live(impl_);
   return impl ? impl->define_metric(key, opts) : Pending{};
+}
+Pending Run::alert_when(std::string_view key, AlertRule rule) noexcept {
+  auto* impl = detail::live(impl_);
+  return impl ? impl->alert_when(key, rule) : Pending{};
+}
+void Run::on_event(std::function<void(const Event&)> fn, Executor& executor) {
+  if (auto* impl = detail::live(impl_)) impl->events().on_event(std::move(fn), executor);
+}
+EventPending Run::next_event() noexcept {
+  auto* impl = detail::live(impl_);
+  return EventPending(impl ? &impl->events() : nullptr);
 }
 Pending Run::config(std::span<const Field> fields) {
   auto* impl = detail::live(impl_);

@@ -6,6 +6,7 @@
 #include "runtime/client/artifact_copier.hpp"
 #include "runtime/client/channel.hpp"
 #include "runtime/client/device.hpp"
+#include "runtime/client/events.hpp"
 #include "runtime/client/ingest.hpp"
 #include "runtime/client/media_encoder.hpp"
 #include "runtime/core/options.hpp"
@@ -87,6 +88,10 @@ public:
   Pending define_metric(std::string_view key, Reduce reduce) noexcept;
   Pending define_metric(std::string_view key, const MetricOptions& opts) noexcept;
   Pending text(SlotKind kind, std::span<const Field> fields);
+  /// Run::alert_when: the rule travels in the rank's stream to the run host.
+  Pending alert_when(std::string_view key, AlertRule rule) noexcept;
+  /// The events the run host tells this rank (the RankProxy delivers them).
+  EventHub& events() noexcept { return events_; }
   Pending barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept;
   /// Ends this rank as `opts` says (finished, failed with its exit code, or
   /// killed by its signal); the first call's options count.
@@ -213,6 +218,7 @@ private:
   Ring ring_;
   Channel channel_;
   FinishState finish_;
+  EventHub events_;
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::int64_t> step_{-1}; // the rank's step; -1 before its first log call

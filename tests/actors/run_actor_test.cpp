@@ -6,10 +6,13 @@
 #include "tests/actors/caf_dsl.hpp"
 
 #include "actors/run.hpp"
+#include <chorus/caf.hpp>
 #include "io/platform/posix.hpp"
 #include "io/store/run_record.hpp"
 #include "io/store/wal.hpp"
 #include "runtime/client/channel.hpp"
+#include "runtime/client/events.hpp"
+#include "io/store/event_log.hpp"
 #include "tests/actors/merger_rig.hpp"
 #include "tests/io/files.hpp"
 #include "tests/temp_dir.hpp"
@@ -22,6 +25,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace chorus {
+inline std::ostream& operator<<(std::ostream& out, EventKind k) { return out << to_string(k); }
+} // namespace chorus
 
 using namespace chorus;
 using namespace chorus::detail;
@@ -332,6 +339,8 @@ BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) 
   advance_time(500ms);
   expect((barrier_tmo_atom, std::int64_t), from(run).to(run).with(_, std::int64_t{0}));
   sync_round();
+  // Every rank is told of the timeout at once (the event), before the ack that waits for the sync.
+  expect((event_atom, std::vector<char>), from(run).to(ranks[0]).with(_, _));
   expect((ack_atom, std::uint32_t, std::uint64_t, AckErrors), from(run).to(ranks[0]).with(_, _, seq, _));
   const auto errors = acks(ranks[0]).back().errors;
   BOOST_TEST_REQUIRE(errors.size() == 1u);
@@ -398,6 +407,89 @@ BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
   BOOST_TEST(states[1].first == "crashed");
   BOOST_TEST(contains(states[1].second, "its process exited or its connection was lost"), states[1].second);
   BOOST_TEST(contains(states[1].second, "at step 3"), states[1].second);
+}
+
+/// The events the run told `proxy` (event_atom frames), decoded as its RankProxy decodes them.
+std::vector<Event> told(const caf::actor& proxy) {
+  std::vector<Event> out;
+  for (const caf::message& m : recorded(proxy)) {
+    if (!m.match_elements<event_atom, std::vector<char>>()) continue;
+    wire::Frame f;
+    BOOST_TEST_REQUIRE(wire::decode(m.get_as<std::vector<char>>(1), f));
+    const auto* e = std::get_if<wire::EventRecord>(&f.host);
+    BOOST_TEST_REQUIRE(e != nullptr);
+    out.push_back(e->to_event());
+  }
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(events_reach_every_rank_and_a_subscriber_as_typed_messages) {
+  join(0);
+  join(1);
+  auto a = frames.batch(0);
+  a.define("loss", Reduce::mean);
+  a.log({{"loss", 1.0}}, 0);
+  a.log({{"loss", 1.0}}, 1);
+  send_batch(0, a);
+  auto b = frames.batch(1);
+  b.log({{"loss", std::nan("")}}, 0);
+  b.log({{"loss", 2.0}}, 1);
+  b.log({{"loss", 2.0}}, 2);
+  send_batch(1, b);
+  sched.run();
+  // Step 0 committed NaN (rank 1's), step 1 is finite: one event, to both ranks.
+  for (const caf::actor& proxy : ranks) {
+    const auto events = told(proxy);
+    BOOST_TEST_REQUIRE(events.size() == 1u);
+    BOOST_TEST(events[0].kind == EventKind::nonfinite);
+    BOOST_TEST(events[0].key == "loss");
+    BOOST_TEST(events[0].step == 0);
+    BOOST_TEST(events[0].rank == -1);
+    BOOST_TEST(events[0].ranks == std::vector<int>{1});
+  }
+  // Rank 1's proxy goes: rank_lost; rank 0 finishes: the run's end, last.
+  caf::anon_send_exit(ranks[1], caf::exit_reason::kill);
+  sched.run();
+  auto f = frames.batch(0);
+  f.finish();
+  send_batch(0, f);
+  finish();
+  sched.run();
+  const auto events = told(ranks[0]);
+  BOOST_TEST_REQUIRE(events.size() == 3u);
+  BOOST_TEST(events[1].kind == EventKind::rank_lost);
+  BOOST_TEST(events[1].rank == 1);
+  BOOST_TEST(events[2].kind == EventKind::run_finished);
+  BOOST_TEST(events[2].state == RunState::crashed);
+  // events.jsonl holds the same, numbered.
+  const auto lines = io::test::lines_of(host->run_dir + "/events.jsonl");
+  BOOST_TEST_REQUIRE(lines.size() == 3u);
+  for (std::size_t i = 0; i < lines.size(); ++i) BOOST_TEST(lines[i] == events[i].json);
+
+  // A subscriber (<chorus/caf.hpp>) gets each as a typed chorus::Event, in order.
+  auto got = std::make_shared<std::vector<Event>>();
+  actors::event_subscriber sub =
+      sys.spawn([got](actors::event_subscriber::pointer) -> actors::event_subscriber::behavior_type {
+        return {[got](const Event& e) { got->push_back(e); }};
+      });
+  EventHub hub;
+  hub.add_sink(chorus::detail::event_sender(caf::actor_cast<caf::actor>(sub)));
+  for (const Event& e : events) hub.deliver(e);
+  for (std::size_t i = 0; i < events.size(); ++i) expect((Event), to(sub).with(_));
+  BOOST_TEST_REQUIRE(got->size() == events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    BOOST_TEST((*got)[i].kind == events[i].kind);
+    BOOST_TEST((*got)[i].rank == events[i].rank);
+    BOOST_TEST((*got)[i].step == events[i].step);
+    BOOST_TEST((*got)[i].key == events[i].key);
+    BOOST_TEST((*got)[i].ranks == events[i].ranks);
+    BOOST_TEST((*got)[i].state == events[i].state);
+    BOOST_TEST((*got)[i].message == events[i].message);
+    BOOST_TEST((*got)[i].json == events[i].json);
+    BOOST_TEST((*got)[i].time.time_since_epoch().count() == events[i].time.time_since_epoch().count());
+  }
+  caf::anon_send_exit(sub, caf::exit_reason::user_shutdown);
+  sched.run();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

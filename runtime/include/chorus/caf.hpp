@@ -38,9 +38,30 @@
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace chorus {
+
+/// chorus::Event as a CAF message (what `actors::subscribe` delivers);
+/// `actors::configure` registers it, so that it may cross processes too.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Event& e) {
+  return f(::caf::meta::type_name("chorus::Event"), e.kind, e.step, e.rank, e.key, e.time, e.message, e.ranks, e.state,
+           e.json);
+}
+
+namespace detail {
+/// What `actors::subscribe` hands the run's events to: a typed message to
+/// `h`, from no actor.
+inline std::function<void(const Event&)> event_sender(::caf::actor h) {
+  return [h = std::move(h)](const Event& e) { ::caf::anon_send(h, e); };
+}
+} // namespace detail
+
+} // namespace chorus
 
 namespace chorus::actors {
 
@@ -111,5 +132,23 @@ inline Error to_error(const caf::error& e) {
 /// The rank's proxy, for the actors of this process to log into `run`; an
 /// invalid (false) handle for an inactive run, where nothing is logged.
 [[nodiscard]] rank_proxy proxy(const Run& run) noexcept;
+
+/// The handle of an actor that takes the run's events: each is a message
+/// holding one chorus::Event (README, "When something goes wrong").
+using event_subscriber = caf::typed_actor<caf::reacts_to<Event>>;
+
+/// Delivers every later event of `run` to `subscriber` as a typed message (a
+/// chorus::Event), in the order the run host told them, the run's
+/// run_finished last. Any rank may subscribe, any number of actors; the
+/// message comes from no actor (an anonymous send). A false error; an
+/// invalid handle or an inactive run is an error that says so.
+///
+///   chorus::actors::subscribe(run, self);   // in the orchestrator's actor:
+///   [=](const chorus::Event& e) { if (e.kind == chorus::EventKind::stalled) restart_job(); }
+[[nodiscard]] Error subscribe(const Run& run, const caf::actor& subscriber) noexcept;
+template <class Handle>
+[[nodiscard]] Error subscribe(const Run& run, const Handle& subscriber) noexcept {
+  return subscribe(run, caf::actor_cast<caf::actor>(subscriber));
+}
 
 } // namespace chorus::actors
