@@ -190,6 +190,11 @@ Options to_options(const py::kwargs& kw) {
         o.resume = v.cast<bool>() ? Resume::allow : Resume::never;
       else
         o.resume = to_enum(text_arg(v, "resume"), "resume", &detail::parse_resume, detail::resume_takes);
+    } else if (name == "stall_after") {
+      // Seconds; 0 turns stall detection off, so not a timeout (which must be above 0).
+      const double secs = number_arg(v, "stall_after");
+      if (!(secs >= 0) || secs > 1e9) invalid("stall_after " + shown(v) + " is not a duration: give seconds, 0 (off) or more");
+      o.stall_after = std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(secs * 1000.0)));
     } else if (name == "overflow") {
       // Not a CHORUS_* variable: Options::overflow's two words.
       const std::string text = text_arg(v, "overflow");

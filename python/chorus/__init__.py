@@ -235,14 +235,15 @@ def init(project=None, *, name=None, group=None, job_type=None, id=None, run_id=
          scope=None, resume=None, dir=None, upload=None, config=None, host_address=None, port=None,
          init_timeout=None, finish_timeout=None, upload_timeout=None, upload_buffer=None,
          barrier_timeout=None, heartbeat_interval=None, connection_timeout=None, queue_capacity=None,
-         overflow=None, system_interval=None, tls_dir=None, insecure=None, read_env=None):
+         overflow=None, system_interval=None, tls_dir=None, insecure=None, read_env=None, stall_after=None):
     """Starts (or joins) the run this process logs into, as the arguments and the
     environment say (the same CHORUS_* variables and launcher detection as C++),
     and makes it chorus.run.
 
     mode: "auto" (rank 0 logs), "shared" (every rank into one run) or "new" (a run
     per rank); scope: "global" or "worker" (a run per node); id (or run_id): the
-    run's id; resume: "never", "allow" or "must"; times are in seconds; config: a
+    run's id; resume: "never", "allow" or "must"; times are in seconds (stall_after:
+    how long a rank may make no progress before it is reported stalled, 0 off); config: a
     dict, an argparse.Namespace or a dataclass instance (nested dicts are flattened
     with "."). Arguments left None keep chorus's defaults; CHORUS_* variables
     override them unless read_env=False. Raises a chorus.Error (ConnectFailed,
@@ -259,7 +260,8 @@ def init(project=None, *, name=None, group=None, job_type=None, id=None, run_id=
                    finish_timeout=finish_timeout, upload_timeout=upload_timeout, upload_buffer=upload_buffer,
                    barrier_timeout=barrier_timeout, heartbeat_interval=heartbeat_interval,
                    connection_timeout=connection_timeout, queue_capacity=queue_capacity, overflow=overflow,
-                   system_interval=system_interval, tls_dir=tls_dir, insecure=insecure, read_env=read_env)
+                   system_interval=system_interval, tls_dir=tls_dir, insecure=insecure, read_env=read_env,
+                   stall_after=stall_after)
     if dir is not None:
         import os
         options["dir"] = os.fspath(dir)

@@ -438,3 +438,14 @@ def test_every_rank_of_a_job_sees_the_event(runs_dir, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_init_takes_stall_after(runs_dir):
+    with pytest.raises(chorus.InvalidArgument, match="stall_after"):
+        chorus.init(project="events", stall_after=-1)
+    with pytest.raises(chorus.InvalidArgument, match="stall_after"):
+        chorus.init(project="events", stall_after=float("nan"))
+    # 0 turns stall detection off: a run of one rank takes it.
+    with chorus.init(project="events", stall_after=0) as run:
+        run.log({"loss": 1.0})
+    assert chorus.open(one_run(runs_dir)).events()[-1].kind == "run_finished"
