@@ -3,6 +3,7 @@
 #include "cli/cli.hpp"
 #include "cli/serve/api.hpp"
 #include "cli/serve/assets.hpp"
+#include "cli/serve/events_api.hpp"
 #include "io/platform/posix.hpp"
 #include "runtime/core/json.hpp"
 
@@ -109,6 +110,7 @@ struct Server::Impl {
 
   ServeOptions options;
   Api api;
+  EventsApi run_events{api};
   httplib::Server http;
   int port = 0;
   std::atomic<std::size_t> streams{0};
@@ -208,12 +210,15 @@ struct Server::Impl {
     http.Get("/api/artifact", [this](const httplib::Request& req, httplib::Response& res) { artifact(req, res); });
     http.Get("/api/media", [this](const httplib::Request& req, httplib::Response& res) { media(req, res); });
     http.Get("/api/media/file", [this](const httplib::Request& req, httplib::Response& res) { media_file(req, res); });
+    http.Get("/api/run/events", [this](const httplib::Request& req, httplib::Response& res) {
+      send(res, run_events.events(param(req, "run"), param(req, "after")));
+    });
     http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { events(req, res); });
     http.Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
       std::string body = "{\"root\":";
       io::append_json_string(body, options.root);
-      body += ",\"streams\":" + std::to_string(streams.load()) + ",\"cached_bytes\":" + std::to_string(api.cached_bytes()) +
-              ",\"token\":" + (options.token.empty() ? "false" : "true") + "}";
+      body += ",\"streams\":" + std::to_string(streams.load()) + ",\"cached_bytes\":" +
+              std::to_string(api.cached_bytes() + run_events.cached_bytes()) + ",\"token\":" + (options.token.empty() ? "false" : "true") + "}";
       res.set_content(body, "application/json");
     });
     http.Get(R"(/[A-Za-z0-9_.\-]*)", [](const httplib::Request& req, httplib::Response& res) {
@@ -371,13 +376,15 @@ struct Server::Impl {
     res.set_header("X-Accel-Buffering", "no");
     auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
     auto first = std::make_shared<bool>(true);
+    auto told = std::make_shared<std::vector<EventsSeen>>(runs->size()); // of each run's events.jsonl
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, runs, last_write, first](std::size_t, httplib::DataSink& sink) {
+        [this, runs, last_write, first, told](std::size_t, httplib::DataSink& sink) {
           std::string out;
           if (*first) out = "retry: 1000\n\n";
           *first = false;
-          for (auto& [rel, seen] : *runs) out += api.changes(rel, seen);
+          for (std::size_t i = 0; i < runs->size(); ++i)
+            out += api.changes((*runs)[i].first, (*runs)[i].second) + run_events.changes((*runs)[i].first, (*told)[i]);
           const auto now = std::chrono::steady_clock::now();
           if (out.empty() && now - *last_write >= ping_every) out = ": ping\n\n";
           if (!out.empty()) {
