@@ -6,9 +6,9 @@ driven through selenium (python3-selenium, chromium-driver), against a
     dashboard_test.py CASE --chorus PATH/TO/chorus
 
 CASE is one of: runs_list, run_charts, live, compare, token, histograms, media (in
-media_case.py). Screenshots are saved in the working directory (ctest runs it in
-tests/browser/ of the build tree). Exits 77 (ctest's SKIP) where selenium or
-chromium cannot start.
+media_case.py), events (in events_case.py). Screenshots are saved in the working
+directory (ctest runs it in tests/browser/ of the build tree). Exits 77 (ctest's
+SKIP) where selenium or chromium cannot start.
 """
 import argparse
 import json
@@ -533,8 +533,14 @@ def case_media(chorus, root, d):
     media_case.case_media(sys.modules[__name__], chorus, root, d)
 
 
+def case_events(chorus, root, d):
+    """A run's events, listed and marked on its charts: tests/browser/events_case.py, with this file's helpers."""
+    import events_case
+    events_case.case_events(sys.modules[__name__], chorus, root, d)
+
+
 CASES = {"runs_list": case_runs_list, "run_charts": case_run_charts, "live": case_live, "compare": case_compare,
-         "token": case_token, "histograms": case_histograms, "media": case_media}
+         "token": case_token, "histograms": case_histograms, "media": case_media, "events": case_events}
 
 
 def main():

@@ -1,15 +1,16 @@
 // chorus serve: the one-page dashboard. Pages (by the address's #):
 //   #/                  the runs, by project and group, the newest first
 //   #/run/PATH          a run: identity, ranks, config, summary, artifacts,
-//                       a chart per metric, its histograms, its images, text
-//                       and tables (media.js), system metrics, the distributed view
+//                       its events (events.js, marked on its charts too), a chart
+//                       per metric, its histograms, its images, text and tables
+//                       (media.js), system metrics, the distributed view
 //   #/group/PATH        a group's runs side by side, their metrics overlaid
 //   #/compare/P1|P2...  any runs overlaid on the same charts
 // Data comes from the server's JSON API (/api/...), live changes from its
 // event stream (/api/events). Every text from a run is put in as text, never as HTML.
 'use strict';
 
-const chorus = (window.chorus = { charts: [], histograms: [], media: [], page: null });
+const chorus = (window.chorus = { charts: [], histograms: [], media: [], events: null, page: null });
 
 // ---------- helpers ----------
 
@@ -299,6 +300,8 @@ class Chart {
     }
     if (this.plot.querySelector('.empty')) this.plot.replaceChildren();
     const colors = labels.slice(1).map((_, i) => palette[i % palette.length]);
+    // The run's events on it (events.js): annotations on their ranks' series, the others lines placed in onDraw.
+    const notes = (this.opts.annotate ? this.opts.annotate(this) : []).concat(chorus.events ? chorus.events.notes(this) : []);
     const options = {
       labels, colors, visibility, series,
       labelsDiv: this.legend, legend: 'always', labelsSeparateLines: false,
@@ -322,10 +325,8 @@ class Chart {
       options.file = data;
       this.g.updateOptions(options);
     }
-    if (this.opts.annotate) {
-      const notes = this.opts.annotate(this);
+    if (notes.length || this.g.annotations().length)
       this.g.setAnnotations(notes.map((a) => Object.assign({}, a, { x: wall ? a.x * 1000 : a.x })));
-    }
     this.renderToggles();
   }
 
@@ -342,6 +343,7 @@ class Chart {
 
   // A zoom or a pan: ask for the range now shown, at full detail where it holds few points.
   onDraw(g, initial) {
+    if (chorus.events) chorus.events.place(this, g);
     if (initial) return;
     clearTimeout(this.timer);
     this.timer = setTimeout(() => {
@@ -589,6 +591,8 @@ function clearPage() {
   chorus.histograms = [];
   chorus.media.forEach((p) => p.destroy());
   chorus.media = [];
+  if (chorus.events) chorus.events.close();
+  chorus.events = null;
   chorus.page = null;
   setLive(null);
 }
@@ -822,6 +826,7 @@ async function runPage(view, path) {
   const head = h('div', { id: 'run-head' });
   const problems = h('div', { id: 'problems' });
   const overview = h('div', { class: 'grid', id: 'overview' });
+  const eventsBox = h('div', { id: 'events' });
   const metrics = h('div', { id: 'metrics' });
   const histHead = h('h2', { text: 'Histograms', id: 'histograms-head', hidden: true });
   const hists = h('div', { class: 'charts hists', id: 'histograms', hidden: true });
@@ -830,8 +835,8 @@ async function runPage(view, path) {
   const system = h('div', { id: 'system' });
   const dist = h('div', { id: 'distributed' });
   const barriersBox = h('div', { id: 'barriers-box' });
-  view.replaceChildren(head, problems, overview, h('h2', { text: 'Metrics' }), metrics, histHead, hists, mediaHead, mediaBox,
-    h('h2', { text: 'System' }), system, h('h2', { text: 'Distributed' }), dist, h('h3', { text: 'Barriers' }), barriersBox);
+  view.replaceChildren(head, problems, overview, h('h2', { text: 'Events', id: 'events-head' }), eventsBox,
+    h('h2', { text: 'Metrics' }), metrics, histHead, hists, mediaHead, mediaBox, h('h2', { text: 'System' }), system, h('h2', { text: 'Distributed' }), dist, h('h3', { text: 'Barriers' }), barriersBox);
 
   const renderHead = () => {
     head.replaceChildren(h('h1', {}, run.name || run.id, ' ', badge(run.shown_state)),
@@ -853,6 +858,8 @@ async function runPage(view, path) {
     barriersBox.replaceChildren(barriersView(run));
   };
   renderHead();
+  // The run's events: listed, and marked on the charts once they are loaded (start(), below).
+  chorus.events = new RunEvents(eventsBox, path, () => run);
 
   let shownKeys = new Set();
   const addMetricCharts = () => {
@@ -1022,8 +1029,11 @@ async function runPage(view, path) {
       chorus.media.forEach((p) => p.refresh());
     },
     run: async () => { await reloadRun(); chorus.charts.filter((c) => c.kind === 'progress').forEach((c) => c.draw()); },
+    events: (e) => { if (chorus.events) chorus.events.changed(e); },
   });
   chorus.page = { close: () => es.close(), run: () => run };
+  // After the charts: the page's first paint does not wait for the events.
+  chorus.events.start();
 }
 
 // --- runs laid over each other: a group's, or any picked ---
