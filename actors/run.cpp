@@ -554,8 +554,9 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         st.joined_from[rank] = "process " + std::to_string(pid) + " on " + hostname;
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
-        record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
+        // The watch learns where the rank runs before the merge says it runs.
         st.events->joined(static_cast<int>(rank), hostname, pid, unix_now_us());
+        record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
         after_frame(self);
         accept();
       },
