@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -19,43 +18,6 @@ namespace {
 /// A number for each reading of a file, unique in the process: a page that
 /// holds events of another reading asks for them all again.
 std::atomic<std::uint64_t> generations{0};
-
-/// Whether an event of `kind` says the state it ends in (io/store/event_log.hpp: run_finished, rank_*).
-bool has_state(EventKind kind) {
-  return kind == EventKind::run_finished || kind == EventKind::rank_failed || kind == EventKind::rank_killed ||
-         kind == EventKind::rank_lost;
-}
-
-/// An event as the API answers it: the fields of its line that every kind has, and the details it read.
-std::string event_json(const io::EventLine& l) {
-  const Event& e = l.event;
-  std::string out;
-  io::JsonWriter w(out);
-  w.begin_object().key("seq").uinteger(l.seq).key("kind").string(to_string(e.kind));
-  w.key("time").seconds(std::chrono::duration_cast<std::chrono::microseconds>(e.time.time_since_epoch()).count());
-  w.key("rank");
-  if (e.rank >= 0) w.integer(e.rank);
-  else w.null();
-  w.key("step");
-  if (e.step >= 0) w.integer(e.step);
-  else w.null();
-  w.key("key");
-  if (!e.key.empty()) w.string(e.key);
-  else w.null();
-  w.key("message").string(e.message);
-  w.key("ranks").begin_array();
-  for (const int r : e.ranks) w.integer(r);
-  w.end_array();
-  w.key("state");
-  if (has_state(e.kind)) w.string(to_string(e.state));
-  else w.null();
-  if (!l.host.empty()) w.key("host").string(l.host);
-  if (l.pid >= 0) w.key("pid").integer(l.pid);
-  if (l.others_step >= 0) w.key("others_step").integer(l.others_step);
-  if (l.seconds && std::isfinite(*l.seconds)) w.key("seconds").number(*l.seconds);
-  w.end_object();
-  return out;
-}
 
 void file_state(io::JsonWriter& w, const IndexState& s) {
   w.key("rows").uinteger(s.rows).key("skipped").uinteger(s.skipped);
@@ -85,7 +47,8 @@ struct EventsApi::Log {
           if (!e) return e.error().message();
           IndexState& s = file.counts();
           if (e->event.step > s.last_step) s.last_step = e->event.step;
-          kept.push_back({s.rows++, event_json(*e)});
+          // The line itself, which parse_event_line found whole and valid: every field it has.
+          kept.push_back({s.rows++, std::move(e->event.json)});
           bytes += kept.back().json.size();
           while (kept.size() > max_events || bytes > max_bytes) {
             bytes -= kept.front().json.size();
