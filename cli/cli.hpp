@@ -19,6 +19,12 @@ namespace chorus::cli {
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_failure = 1; // the command ran and failed
 inline constexpr int exit_usage = 2;   // the command line was wrong: nothing was done
+// How a run ended, as `chorus watch` tells it (0: finished; for a group, its
+// worst run's, failed over crashed over killed).
+inline constexpr int exit_run_failed = 3;
+inline constexpr int exit_run_killed = 4;
+inline constexpr int exit_run_crashed = 5; // its host was lost, or a run of the group never started
+inline constexpr int exit_run_running = 6; // --no-follow: it goes on
 
 /// A subcommand of `chorus`: all that the dispatch and the help texts know of
 /// it. Each is defined in its own file, its help text beside its code.
@@ -41,10 +47,11 @@ extern const Command certs_command;   // certs.cpp
 extern const Command sync_command;     // sync.cpp
 extern const Command export_command;   // export.cpp
 extern const Command serve_command;    // serve.cpp
+extern const Command watch_command;    // watch.cpp
 
 /// Every command, in the order `chorus --help` lists them. A new command is a
 /// file of its own that defines its Command, declared above and listed here.
-inline constexpr std::array commands{&launch_command,  &ls_command,    &show_command,
+inline constexpr std::array commands{&launch_command,  &ls_command,    &show_command,  &watch_command,
                                      &recover_command, &certs_command, &sync_command,
                                      &export_command,  &serve_command};
 
