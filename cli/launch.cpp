@@ -5,16 +5,23 @@
 // handler races the bookkeeping. Each rank runs in its own process group:
 // a Ctrl-C at the terminal reaches launch only, which forwards it once to
 // each rank and its children, instead of every process getting it twice.
+// With --on-stall=kill the loop also wakes five times a second to read the
+// events of the runs the ranks host (cli/run_events.hpp).
 #include "cli/launch.hpp"
 #include "cli/cli.hpp"
+#include "cli/run_events.hpp"
+#include "cli/serve/followed_file.hpp"
 #include "io/platform/posix.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +39,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t max_line = 64 * 1024; // a longer line is cut into pieces of this size
 constexpr auto drain_after_exit = std::chrono::milliseconds(500);
+constexpr auto stall_look_interval = std::chrono::milliseconds(200); // --on-stall=kill reads the runs' events
 
 void write_all(int fd, std::string_view data, bool& broken) {
   while (!data.empty() && !broken) {
@@ -111,7 +119,7 @@ struct Rank {
   int code = 0; // exit code, or 128 + signal
   int signal = 0;
   bool killed = false;  // launch sent it SIGKILL
-  bool stopped = false; // launch stopped it because another rank failed (--fail-fast)
+  const char* stopped_by = nullptr; // the option for which launch stopped it: --fail-fast, --on-stall=kill
   std::string prefix;
   Stream out, err;
 };
@@ -155,9 +163,81 @@ struct ChildPlan {
   ::_exit(127);
 }
 
+/// --on-stall=kill: the runs the ranks host, as their hosts note them in
+/// the launch's runs file (CHORUS_LAUNCH_RUNS, "RANK<TAB>DIR" a line), each
+/// one's events.jsonl followed. A rank stands stalled from its `stalled`
+/// until it moves again or ends (`resumed`, `rank_*`, the run's end); events
+/// from before the launch (an earlier attempt of a resumed run) do not count.
+class StallWatch {
+public:
+  StallWatch(const std::string& runs_file, std::chrono::system_clock::time_point since)
+      : runs_file_(runs_file), since_(since) {}
+
+  /// Reads what is new: a stalled rank's event, if one stands.
+  std::optional<io::EventLine> look() {
+    runs_file_.follow(
+        1u << 20, [] {},
+        [&](std::string_view line, std::uint64_t) -> std::string {
+          const auto tab = line.find('\t');
+          if (tab == std::string_view::npos) return "no tab";
+          const std::string dir(line.substr(tab + 1));
+          if (std::none_of(runs_.begin(), runs_.end(), [&](const Run& r) { return r.dir == dir; }))
+            runs_.push_back({dir, std::make_unique<RunEvents>(dir), {}});
+          return {};
+        });
+    for (Run& r : runs_) {
+      for (const RunEvents::Read& read : r.events->poll()) {
+        const Event& e = read.event.event;
+        if (e.time < since_) continue;
+        switch (e.kind) {
+        case EventKind::stalled: r.stalled[e.rank] = read.event; break;
+        case EventKind::resumed:
+        case EventKind::rank_failed:
+        case EventKind::rank_killed:
+        case EventKind::rank_lost: r.stalled.erase(e.rank); break;
+        case EventKind::run_finished: r.stalled.clear(); break;
+        default: break;
+        }
+      }
+      if (!r.stalled.empty()) return r.stalled.begin()->second;
+    }
+    return std::nullopt;
+  }
+
+private:
+  struct Run {
+    std::string dir;
+    std::unique_ptr<RunEvents> events;
+    std::map<int, io::EventLine> stalled; // by rank
+  };
+  serve::FollowedFile runs_file_;
+  std::chrono::system_clock::time_point since_;
+  std::vector<Run> runs_;
+};
+
+/// "rank 3 (process 4242 on node-a) stalled at step 12 for 300 s".
+std::string stall_text(const io::EventLine& l) {
+  std::string s = "rank " + std::to_string(l.event.rank);
+  if (l.pid >= 0 || !l.host.empty()) {
+    s += " (";
+    if (l.pid >= 0) s += "process " + std::to_string(l.pid) + (l.host.empty() ? "" : " ");
+    if (!l.host.empty()) s += "on " + l.host;
+    s += ")";
+  }
+  s += " stalled";
+  if (l.event.step >= 0) s += " at step " + std::to_string(l.event.step);
+  if (l.seconds) s += " for " + std::to_string(std::llround(*l.seconds)) + " s";
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = ' ';
+  return s;
+}
+
 class Launcher {
 public:
-  explicit Launcher(const LaunchArgs& a) : args_(a) {}
+  explicit Launcher(const LaunchArgs& a) : args_(a) {
+    if (a.on_stall == OnStall::kill && !a.runs_file.empty())
+      stalls_ = std::make_unique<StallWatch>(a.runs_file, std::chrono::system_clock::now());
+  }
 
   int run() {
     sigset_t mask;
@@ -274,10 +354,7 @@ private:
         if (r.code != 0 && running() > 0 && !stopping_) {
           if (args_.fail_fast) {
             note("rank " + std::to_string(r.rank) + " failed (" + describe(r) + "); stopping the other ranks (--fail-fast)");
-            stopping_ = true;
-            for (Rank& other : ranks_) other.stopped = other.running;
-            stop_all(SIGTERM);
-            start_grace();
+            stop_for("--fail-fast");
           } else {
             const int left = running();
             note("rank " + std::to_string(r.rank) + " failed (" + describe(r) + "); waiting for the " +
@@ -286,6 +363,28 @@ private:
         }
       }
     }
+  }
+
+  /// Stops the ranks still running, as a SIGTERM to launch would, for `option`.
+  void stop_for(const char* option) {
+    stopping_ = true;
+    for (Rank& r : ranks_)
+      if (r.running) r.stopped_by = option;
+    stop_all(SIGTERM);
+    start_grace();
+  }
+
+  /// --on-stall=kill: the job is stopped at the first rank that stands stalled.
+  void look_for_stalls() {
+    if (!stalls_ || stopping_ || Clock::now() < next_stall_look_) return;
+    next_stall_look_ = Clock::now() + stall_look_interval;
+    const std::optional<io::EventLine> stalled = stalls_->look();
+    if (!stalled) return;
+    const std::string what = stall_text(*stalled);
+    note(what + "; stopping the job (--on-stall=kill)");
+    stall_ = "stopped by chorus launch --on-stall=kill: " + what;
+    stall_at_us_ = io::detail::unix_now_us();
+    stop_for("--on-stall=kill");
   }
 
   void on_signal(int sig) {
@@ -325,6 +424,7 @@ private:
       int timeout = -1;
       auto until = deadline_;
       if (drain_until && (!until || *drain_until < *until)) until = drain_until;
+      if (stalls_ && !stopping_ && (!until || next_stall_look_ < *until)) until = next_stall_look_;
       if (until) {
         const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*until - Clock::now()).count();
         timeout = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
@@ -337,6 +437,7 @@ private:
       err_.flush();
       signalfd_siginfo si;
       while (::read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) on_signal(static_cast<int>(si.ssi_signo));
+      look_for_stalls();
       if (deadline_ && Clock::now() >= *deadline_) {
         deadline_.reset();
         if (running() > 0) {
@@ -351,10 +452,13 @@ private:
     if (r.signal != 0) {
       const char* name = ::strsignal(r.signal);
       return "exited with signal " + std::to_string(r.signal) + " (" + (name ? name : "unknown") + ")" +
-             (r.killed && r.signal == SIGKILL ? ", sent by chorus launch" : "") +
-             (r.stopped ? ", stopped by --fail-fast" : "");
+             (r.killed && r.signal == SIGKILL ? ", sent by chorus launch" : "") + stopped(r);
     }
-    return "exited with code " + std::to_string(r.code) + (r.stopped ? ", stopped by --fail-fast" : "");
+    return "exited with code " + std::to_string(r.code) + stopped(r);
+  }
+
+  static std::string stopped(const Rank& r) {
+    return r.stopped_by != nullptr ? std::string(", stopped by ") + r.stopped_by : std::string();
   }
 
   int finish() {
@@ -371,10 +475,12 @@ private:
     int worst = 0;
     for (const Rank& r : ranks_) {
       // A rank stopped for --fail-fast ends because of the failure: it does not hide its code.
-      if (!r.stopped) worst = std::max(worst, r.code);
+      if (r.stopped_by == nullptr) worst = std::max(worst, r.code);
       if (r.code != 0) note("rank " + std::to_string(r.rank) + " " + describe(r));
     }
     ::close(sigfd_);
+    // A job stopped at a stall says so, whatever its ranks' codes.
+    if (!stall_.empty()) return exit_stalled;
     // An interrupted job is not a success even if every rank exited cleanly.
     if (worst == 0 && signal_ != 0) return 128 + signal_;
     return worst;
@@ -386,7 +492,10 @@ public:
     for (const Rank& r : ranks_) out.push_back(r.code);
     return out;
   }
-  StopSignal stop_signal() const { return {signal_, signal_at_us_}; }
+  StopSignal stop_signal() const {
+    if (!stall_.empty() && signal_ == 0) return {SIGTERM, stall_at_us_, stall_};
+    return {signal_, signal_at_us_, {}};
+  }
 
 private:
   const LaunchArgs& args_;
@@ -396,8 +505,12 @@ private:
   int sigfd_ = -1;
   int signal_ = 0;       // the first stop signal launch received
   std::int64_t signal_at_us_ = 0;
-  bool stopping_ = false; // ranks were told to stop (signal or --fail-fast)
+  bool stopping_ = false; // ranks were told to stop (signal, --fail-fast or --on-stall=kill)
   std::optional<Clock::time_point> deadline_; // when stopping ranks get SIGKILL
+  std::unique_ptr<StallWatch> stalls_;        // --on-stall=kill
+  Clock::time_point next_stall_look_{};
+  std::string stall_;                         // why launch stopped the job at a stall ("": it did not)
+  std::int64_t stall_at_us_ = 0;
 };
 
 } // namespace

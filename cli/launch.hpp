@@ -11,6 +11,13 @@
 
 namespace chorus::cli {
 
+/// What launch does when a run it started tells that a rank stalled (its
+/// events.jsonl's `stalled`): nothing (wait), or stop the job (kill).
+enum class OnStall { wait, kill };
+
+/// Launch's exit code where --on-stall=kill stopped the job.
+inline constexpr int exit_stalled = 124;
+
 struct LaunchArgs {
   int nproc = 0;   // ranks on this node
   int nnodes = 1;
@@ -20,6 +27,7 @@ struct LaunchArgs {
   std::string run_id;  // resolved before the ranks start
   bool prefix = true;
   bool fail_fast = false;
+  OnStall on_stall = OnStall::wait;
   double grace_s = 10.0;
   std::vector<std::string> program;
   /// Where run hosts among the ranks note their run directories
@@ -36,14 +44,19 @@ struct LaunchArgs {
 std::vector<std::string> rank_environment(const LaunchArgs& args, int local_rank);
 
 /// The first stop signal launch got and passed on to the ranks (0: none),
-/// and when it came (unix microseconds).
+/// and when it came (unix microseconds); or the SIGTERM launch sent them
+/// itself when a rank stalled (--on-stall=kill), `reason` saying so.
 struct StopSignal {
   int signal = 0;
   std::int64_t at_us = 0;
+  std::string reason; // "": a signal launch got
 };
 
 /// Starts the ranks, relays their output and signals, and waits for them.
-/// Returns the worst rank's exit code (128 + signal for a signal death);
+/// With --on-stall=kill it follows the events.jsonl of every run the ranks
+/// note in `runs_file`, and stops the job at a stalled rank.
+/// Returns the worst rank's exit code (128 + signal for a signal death;
+/// exit_stalled where it stopped the job at a stall);
 /// `codes`, if given, receives each rank's code by local rank; `stop`, the
 /// stop signal.
 int run_ranks(const LaunchArgs& args, std::vector<int>* codes = nullptr, StopSignal* stop = nullptr);

@@ -62,6 +62,13 @@ options:
                           SIGKILL after the grace period). By default they run
                           on: they may still finish with their data
   --grace SECONDS         how long stopping ranks get before SIGKILL (default 10)
+  --on-stall wait|kill    what to do when a run of the job tells that a rank
+                          stalled (its events.jsonl's `stalled`: its steps
+                          stopped while others went on, for CHORUS_STALL_AFTER).
+                          wait (the default): nothing, the job goes on. kill:
+                          a line names the rank, and every rank is stopped as
+                          on SIGTERM (SIGKILL after the grace period), so that
+                          the runs end killed; launch then exits with 124
   --no-prefix             ranks write straight to launch's stdout and stderr,
                           unprefixed (lines of different ranks may then mix)
   -h, --help              this text
@@ -81,9 +88,10 @@ launch's stdin is a terminal.
 exit code: the worst rank's. A rank's code is its exit status, or 128+S when
 signal S ended it; the highest wins, and 0 means every rank exited 0. Ranks
 that --fail-fast stopped do not count: the code is the failure's. If launch
-was stopped by signal S and every rank still exited 0: 128+S. 1 when
-the ranks could not be started, 2 for a wrong command line. Each failed rank
-gets a line on stderr at the end.
+was stopped by signal S and every rank still exited 0: 128+S. 124 when
+--on-stall=kill stopped the job, whatever the ranks' codes. 1 when the ranks
+could not be started, 2 for a wrong command line. Each failed rank gets a line
+on stderr at the end.
 
 examples:
   chorus launch -n 4 -- ./train --epochs 3
@@ -219,6 +227,13 @@ Error parse(std::span<char* const> words, LaunchArgs& a, bool& help) {
         a.grace_s = *g;
       else
         c.fail("--grace takes seconds (a number >= 0), not '" + v + "'");
+    } else if (c.option({"--on-stall", "--on_stall"}, v)) {
+      if (v == "wait")
+        a.on_stall = OnStall::wait;
+      else if (v == "kill")
+        a.on_stall = OnStall::kill;
+      else
+        c.fail("--on-stall takes wait (the job goes on) or kill (stop every rank when one stalls), not '" + v + "'");
     } else if (c.flag({"--fail-fast"})) {
       a.fail_fast = true;
     } else if (c.flag({"--no-prefix"})) {
@@ -262,8 +277,9 @@ void mark_killed(const std::string& dir, const StopSignal& stop) {
   const char* name = ::strsignal(stop.signal);
   RecoverOptions o;
   o.unended = RunState::killed;
-  o.unended_reason = "stopped by signal " + std::to_string(stop.signal) + " (" + (name ? name : "unknown") +
-                     ") that chorus launch passed on";
+  o.unended_reason = stop.reason.empty() ? "stopped by signal " + std::to_string(stop.signal) + " (" +
+                                               (name ? name : "unknown") + ") that chorus launch passed on"
+                                         : stop.reason;
   o.stopped_at_us = stop.at_us;
   end_from_wal(dir, o, "was stopped by signal " + std::to_string(stop.signal));
 }
@@ -373,6 +389,10 @@ int launch_main(std::span<char* const> words) {
       *file = path;
     }
   }
+  if (a.on_stall == OnStall::kill && a.runs_file.empty())
+    std::fputs("chorus launch: --on-stall=kill cannot learn where the runs are (no temporary file for their "
+               "directories: check TMPDIR): stalls will not stop the job\n",
+               stderr);
   std::vector<int> codes;
   StopSignal stop;
   const int worst = run_ranks(a, &codes, &stop);

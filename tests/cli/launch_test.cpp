@@ -2,11 +2,16 @@
 #define BOOST_TEST_MODULE cli_launch
 #include <boost/test/unit_test.hpp>
 
+#include "io/platform/posix.hpp"
+#include "io/store/event_log.hpp"
+#include "io/store/run_record.hpp"
 #include "tests/cli/process.hpp"
 
+#include <fstream>
 #include <map>
 #include <cctype>
 #include <set>
+#include <thread>
 
 using namespace chorus::test;
 using namespace std::chrono_literals;
@@ -268,4 +273,119 @@ BOOST_AUTO_TEST_CASE(a_wrong_command_line_is_exit_2_and_says_why) {
   BOOST_TEST(contains(help.out, "usage: chorus launch"));
   BOOST_TEST(run_chorus({"frobnicate"}).code == 2);
   BOOST_TEST(run_chorus({"--help"}).code == 0);
+}
+
+namespace {
+
+/// A run directory as a run host under launch leaves it: run.json saying
+/// `state`, hosted by rank 0.
+void write_run(const std::filesystem::path& dir, const std::string& state, const std::string& file = "run.json") {
+  std::filesystem::create_directories(dir);
+  chorus::io::RunRecord r;
+  r.id = dir.filename().string();
+  r.name = r.id;
+  r.host = "node-a";
+  r.pid = 4242;
+  r.dir = dir.string();
+  r.state = state;
+  r.start_us = chorus::io::detail::unix_now_us();
+  r.segments.push_back({r.start_us, std::nullopt, state, std::nullopt});
+  r.world_size = 3;
+  for (int k = 0; k < 3; ++k) r.ranks.push_back({k, state, 12, "node-a", "", std::nullopt});
+  BOOST_REQUIRE(!r.write((dir / file).string()));
+}
+
+/// An events.jsonl line the run host tells, `ago_s` seconds ago.
+std::string event(chorus::EventKind kind, int rank, std::uint64_t seq, double ago_s = 0) {
+  chorus::detail::EventDraft d;
+  d.kind = kind;
+  d.ts_us = chorus::io::detail::unix_now_us() - static_cast<std::int64_t>(ago_s * 1e6);
+  d.rank = rank;
+  d.step = 12;
+  d.message = "rank " + std::to_string(rank) + " " + std::string(to_string(kind));
+  d.host = "node-a";
+  d.pid = 4242;
+  if (kind == chorus::EventKind::stalled) {
+    d.others_step = 40;
+    d.seconds_us = 300'000'000;
+  }
+  return chorus::io::event_line(d, seq) + "\n";
+}
+
+void append(const std::filesystem::path& dir, const std::string& lines) {
+  std::ofstream f(dir / "events.jsonl", std::ios::binary | std::ios::app);
+  f << lines;
+}
+
+// Ranks that wait for DIR/go; rank 0 notes DIR as its run's directory, as a
+// run host does, and on SIGTERM ends the run killed, as a run host would.
+const std::string stall_script =
+    R"(trap 'echo "got-term-$RANK"; [ $RANK = 0 ] && mv "$D/killed.json" "$D/run.json"; exit 0' TERM; )"
+    R"([ $RANK = 0 ] && printf '*\t%s\n' "$D" >> "$CHORUS_LAUNCH_RUNS"; echo ready; )"
+    R"(while [ ! -e "$D/go" ]; do sleep 0.1; done)";
+
+std::unique_ptr<Child> start_stall_job(const std::vector<std::string>& opts, const std::filesystem::path& dir) {
+  std::vector<std::string> args{"launch", "-n", "3"};
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.insert(args.end(), {"--", "sh", "-c", stall_script});
+  auto c = std::make_unique<Child>(args, std::vector<std::string>{"D=" + dir.string()});
+  const bool ready = c->wait_for([&](const std::string& out, const std::string&) { return count_of(out, "ready") == 3; });
+  BOOST_REQUIRE_MESSAGE(ready, "the ranks did not all report ready");
+  return c;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(on_stall_kill_stops_every_rank_when_one_stalls) {
+  TempDir tmp;
+  const std::filesystem::path dir = tmp.path / "proj" / "grp" / "run1";
+  write_run(dir, "running");
+  write_run(dir, "killed", "killed.json");
+  // A stall told before this launch (an earlier attempt of the run) does not count.
+  append(dir, event(chorus::EventKind::stalled, 0, 0, 3600));
+  auto c = start_stall_job({"--on-stall=kill", "--grace", "30"}, dir);
+  // A stall that is over by the time launch reads it does not count either.
+  append(dir, event(chorus::EventKind::stalled, 1, 1) + event(chorus::EventKind::resumed, 1, 2));
+  std::this_thread::sleep_for(1s); // launch reads the events five times a second
+  BOOST_TEST(!contains(read_text(dir / "run.json"), R"("state":"killed")"));
+  append(dir, event(chorus::EventKind::stalled, 2, 3));
+  const Output o = c->finish(60s);
+  BOOST_TEST_INFO_SCOPE(o.out << "\n---\n" << o.err);
+  BOOST_TEST(o.code == 124); // whatever the ranks' codes (0 here)
+  for (int r = 0; r < 3; ++r) BOOST_TEST(contains(o.out, "got-term-" + std::to_string(r)));
+  BOOST_TEST(contains(o.err, "chorus launch: rank 2 (process 4242 on node-a) stalled at step 12 for 300 s; stopping the "
+                             "job (--on-stall=kill)\n"));
+  BOOST_TEST(count_of(o.err, "stalled at step") == 1u);
+  // The run ended killed, and launch added the ranks' exit codes.
+  const std::string run = read_text(dir / "run.json");
+  BOOST_TEST(contains(run, R"("state":"killed")"), run);
+  BOOST_TEST(contains(run, R"("exit_codes":{"0":0,"1":0,"2":0})"), run);
+}
+
+BOOST_AUTO_TEST_CASE(on_stall_wait_lets_the_job_go_on) {
+  for (const std::vector<std::string>& opts : {std::vector<std::string>{"--on-stall", "wait"}, std::vector<std::string>{}}) {
+    TempDir tmp;
+    const std::filesystem::path dir = tmp.path / "run1";
+    write_run(dir, "finished");
+    auto c = start_stall_job(opts, dir);
+    append(dir, event(chorus::EventKind::stalled, 2, 0));
+    std::this_thread::sleep_for(1s); // as long as --on-stall=kill takes to see it
+    write_text(dir / "go", "");
+    const Output o = c->finish(60s);
+    BOOST_TEST_INFO_SCOPE(o.out << "\n---\n" << o.err);
+    BOOST_TEST(o.code == 0);
+    BOOST_TEST(!contains(o.out, "got-term"));
+    BOOST_TEST(!contains(o.err, "stalled"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_wrong_on_stall_names_the_values_it_takes) {
+  const Output o = run_chorus({"launch", "-n", "1", "--on-stall=maybe", "--", "true"});
+  BOOST_TEST(o.code == 2);
+  BOOST_TEST(contains(o.err, "--on-stall takes wait (the job goes on) or kill (stop every rank when one stalls), not "
+                             "'maybe'"),
+             o.err);
+  const Output none = run_chorus({"launch", "-n", "1", "--on-stall"});
+  BOOST_TEST(none.code == 2);
+  BOOST_TEST(contains(none.err, "--on-stall needs a value"), none.err);
 }
