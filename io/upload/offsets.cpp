@@ -54,6 +54,7 @@ std::string render_state(const UploadState& s) {
   write_cursor(w, "artifacts", s.artifacts);
   write_cursor(w, "histograms", s.histograms);
   write_cursor(w, "media", s.media);
+  write_cursor(w, "events", s.events);
   w.key("histogram_rows").uinteger(s.histogram_rows);
   w.key("config_sent").string(s.config_sent).key("summary_sent").string(s.summary_sent);
   w.key("final_sent").string(s.final_sent).key("final_attempt").uinteger(s.final_attempt);
@@ -127,7 +128,7 @@ Error UploadState::load(const std::string& path) {
   if (!final_sent.empty() && final_attempt == 0) final_attempt = 1; // written before final_attempt
   if (!read_cursor(doc, "history", history) || !read_cursor(doc, "system", system) ||
       !read_cursor(doc, "artifacts", artifacts) || !read_cursor(doc, "histograms", histograms) ||
-      !read_cursor(doc, "media", media))
+      !read_cursor(doc, "media", media) || !read_cursor(doc, "events", events))
     return bad();
   return {};
 }
@@ -136,8 +137,8 @@ Error UploadState::save(const std::string& path) const { return write_file_atomi
 
 Error detail::OffsetsWriter::save(const UploadState& st) {
   const auto now = std::chrono::steady_clock::now();
-  const bool durable =
-      now - durable_at_ >= durable_every || st.remote_run != durable_run_ || st.final_sent != durable_final_;
+  const bool durable = now - durable_at_ >= durable_every || st.remote_run != durable_run_ ||
+                       st.final_sent != durable_final_ || st.events != durable_events_;
   if (!durable) {
     pending_durable_ = true;
     return replace_file(path_, render_state(st));
@@ -146,6 +147,7 @@ Error detail::OffsetsWriter::save(const UploadState& st) {
   durable_at_ = now;
   durable_run_ = st.remote_run;
   durable_final_ = st.final_sent;
+  durable_events_ = st.events;
   pending_durable_ = false;
   return {};
 }

@@ -19,7 +19,9 @@ namespace chorus::io::detail {
 /// capped MLflow at ~100 requests a second. What a crash of the machine
 /// could lose (the last second's offsets) is settled with the server as
 /// after a lost answer: MLflow's offset tag says what it stored, W&B's
-/// file_stream places lines at their offsets.
+/// file_stream places lines at their offsets. The events' offset
+/// (UploadState::events) is made durable whenever it moves: a webhook keeps
+/// nothing to settle with, and events are few.
 class OffsetsWriter {
 public:
   static constexpr std::chrono::milliseconds durable_every{1000};
@@ -36,6 +38,7 @@ private:
   std::string path_;
   SteadyTime durable_at_{};
   std::string durable_run_, durable_final_;
+  Cursor durable_events_;
   bool pending_durable_ = false;
 };
 

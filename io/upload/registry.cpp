@@ -5,6 +5,8 @@
 #include "runtime/core/fnv.hpp"
 #include "runtime/core/upload_url.hpp"
 
+#include <openssl/evp.h>
+
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +32,61 @@ void append_id(std::string& id, std::string_view part) {
   for (char c : part) id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
 }
 
+/// `url` with what follows its host written "/…", for an error about a URL
+/// whose path may be a secret (a webhook's, or one whose scheme is mistyped).
+std::string without_path(std::string_view url) {
+  const std::size_t sep = url.find("://");
+  const std::size_t cut = url.find_first_of("/?#", sep == std::string_view::npos ? 0 : sep + 3);
+  if (cut == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, cut)) + "/…";
+}
+
+/// The first 16 hex digits of the SHA-256 of `s`: a secret path's part of a
+/// target id, which tells two paths apart and says nothing of either.
+std::string path_hash(std::string_view s) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr) != 1) n = 0;
+  std::string out;
+  static constexpr char digits[] = "0123456789abcdef";
+  for (unsigned int i = 0; i < n && out.size() < 16; ++i) {
+    out.push_back(digits[md[i] >> 4]);
+    out.push_back(digits[md[i] & 15]);
+  }
+  return out;
+}
+
+/// The target of a backend whose URL's path is a secret (BackendSpec::secret_path):
+/// NAME://HOST[:PORT][/PATH][?QUERY], the path and query whatever they are.
+/// Its errors show the URL without them.
+Result<UploadTarget> secret_path_target(std::string_view url, const chorus::detail::UploadUrl& u) {
+  // The host ends at the first '/', '?' or '#' (UploadUrl looks for '/' only).
+  const std::string_view rest = url.substr(u.scheme.size() + 3);
+  const std::size_t cut = rest.find_first_of("/?#");
+  const std::string_view authority = rest.substr(0, cut);
+  std::string_view path = cut == std::string_view::npos ? std::string_view() : rest.substr(cut);
+  path = path.substr(0, path.find('#')); // a fragment is the browser's, never sent
+  UploadTarget t;
+  t.backend = std::string(u.backend->name);
+  t.url = std::string(u.scheme) + "://" + std::string(authority) + (path.empty() ? "" : "/…");
+  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos)
+    return Error(Errc::invalid_argument, "upload target '" + std::string(u.scheme) + "://***" +
+                                             std::string(authority.substr(at)) + (path.empty() ? "" : "/…") +
+                                             "' has credentials before its host: they would be written into the "
+                                             "run's files. Give the URL as its server gave it, without them");
+  if (authority.empty()) return bad_url(t.url, "has no host");
+  for (const char c : path)
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+      return bad_url(t.url, "has a space, a control character or a character beyond ASCII in its path: give the "
+                            "URL as its server gave it, those characters percent-encoded (a space as %20)");
+  t.path = path.empty() || path.front() != '/' ? "/" + std::string(path) : std::string(path);
+  t.base_url = (u.https ? "https://" : "http://") + std::string(authority);
+  t.id = t.backend + "-";
+  append_id(t.id, authority);
+  if (!path.empty()) t.id += "-" + path_hash(t.path);
+  return t;
+}
+
 } // namespace
 
 std::optional<BackendSpec> find_backend(std::string_view name) {
@@ -41,10 +98,14 @@ std::optional<BackendSpec> find_backend(std::string_view name) {
 Result<UploadTarget> UploadTarget::parse(std::string_view url) {
   chorus::detail::UploadUrl u;
   using Problem = chorus::detail::UploadUrl::Problem;
-  switch (chorus::detail::UploadUrl::parse(url, u)) {
+  const Problem problem = chorus::detail::UploadUrl::parse(url, u);
+  const std::optional<BackendSpec> spec = u.backend ? find_backend(u.backend->name) : std::nullopt;
+  if (spec && spec->secret_path) return secret_path_target(url, u);
+  switch (problem) {
   case Problem::none: break;
-  case Problem::no_scheme: return bad_url(url, "has no scheme");
-  case Problem::unknown_scheme: return bad_url(url, "has an unknown scheme");
+  // A URL whose scheme is mistyped may be a webhook's: its path is not shown.
+  case Problem::no_scheme: return bad_url(without_path(url), "has no scheme");
+  case Problem::unknown_scheme: return bad_url(without_path(url), "has an unknown scheme");
   case Problem::credentials:
     return Error(Errc::invalid_argument, "upload target '" + u.masked() +
                                              "' has credentials in it: they would be written into the run's files. "
@@ -54,9 +115,7 @@ Result<UploadTarget> UploadTarget::parse(std::string_view url) {
     return bad_url(url, u.backend && u.backend->local ? "names no directory" : "has no host");
   case Problem::no_host: return bad_url(url, "has no host");
   }
-  const std::optional<BackendSpec> spec = find_backend(u.backend->name);
-  if (!spec)
-    return bad_url(url, "has an unknown scheme");
+  if (!spec) return bad_url(without_path(url), "has an unknown scheme");
   if (u.backend->local) {
     // A directory: made absolute here, so that a rank and a later `chorus
     // sync` from another working directory name the same target.

@@ -30,6 +30,11 @@ struct BackendSpec {
   /// entity": UploadTarget::entity), and the variable read where the URL
   /// has none ("WANDB_ENTITY"); an empty `path`: the URL takes no path.
   std::string_view path, path_variable;
+  /// The URL's path (and query) is a secret, a webhook's (Slack's
+  /// /services/T/B/SECRET): it may be anything, and goes in
+  /// UploadTarget::path only; messages, the offsets file and the files'
+  /// names show the URL as NAME://HOST/… (UploadTarget::parse).
+  bool secret_path = false;
   /// The backend for `context.target`, or why there is none (a missing key, say).
   Result<std::unique_ptr<Backend>> (*make)(const BackendContext& context) = nullptr;
 };

@@ -37,7 +37,7 @@ struct Uploader::Impl {
   bool resume_checked = false; // whether a delivered end was checked against a resumed run
   std::string stop_reason;
 
-  detail::KeptSlice history, system, histograms, media;
+  detail::KeptSlice history, system, histograms, media, events;
   std::optional<SteadyTime> ended_at; // when run.json was first seen to hold the run's end
   detail::StepsBefore before; // histograms.jsonl's and media.jsonl's last steps as read before history.jsonl
   LineSlice artifacts;
@@ -101,6 +101,13 @@ struct Uploader::Impl {
       if (Error e = media.refresh(dir + "/media.jsonl", st.media, settings.read_bytes, fresh_after)) return e;
       if (by_step) media.index_steps(Lines::media);
     }
+    // Read after run.json (pump reads it first): once the run is seen ended,
+    // the end goes only after every line of a slice read since then. (The
+    // events the end itself brings are written just after run.json's end:
+    // the webhook waits for them, io/upload/webhook.cpp.)
+    if (backend->events())
+      if (Error e = events.refresh(dir + "/events.jsonl", st.events, settings.read_bytes, ended_at.value_or(SteadyTime{})))
+        return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
     Result<std::string> c = detail::read_text(dir + "/config.json", true);
@@ -134,6 +141,7 @@ struct Uploader::Impl {
     b.system_from = st.system;
     b.histograms_from = st.histograms;
     b.media_from = st.media;
+    b.events_from = st.events;
     b.history_after = history.after();
     b.system_after = system.after();
     const HistogramUse use = backend->histograms();
@@ -144,6 +152,10 @@ struct Uploader::Impl {
     if (backend->media()) {
       b.media = media.lines();
       b.media_after = media.after();
+    }
+    if (backend->events()) {
+      b.events = events.lines();
+      b.events_after = events.after();
     }
     bool left_out = false; // lines of steps not yet whole
     if (use == HistogramUse::by_step) {
@@ -162,7 +174,7 @@ struct Uploader::Impl {
     const bool config_changed = !config.empty() && delivered_digest(config) != st.config_sent;
     if (config_changed) b.config = &config;
     const bool rest_empty = b.history.empty() && b.system.empty() && b.histograms.empty() && b.media.empty() &&
-                            b.artifacts.empty() && !config_changed;
+                            b.events.empty() && b.artifacts.empty() && !config_changed;
     const bool summary_changed = !summary.empty() && delivered_digest(summary) != st.summary_sent;
     b.final = run.ended && rest_empty && !left_out;
     if (summary_changed && (backend->live_summary() || b.final)) b.summary = &summary;
@@ -177,6 +189,7 @@ struct Uploader::Impl {
     if (sent.system > 0) st.system = b.system_after[sent.system - 1], moved = true;
     if (sent.histograms > 0) st.histograms = b.histograms_after[sent.histograms - 1], moved = true;
     if (sent.media > 0) st.media = b.media_after[sent.media - 1], moved = true;
+    if (sent.events > 0) st.events = b.events_after[sent.events - 1], moved = true;
     st.histogram_rows += sent.histogram_rows;
     if (sent.artifacts > 0) st.artifacts = artifacts.after[sent.artifacts - 1], moved = true;
     if (sent.config) st.config_sent = delivered_digest(config), moved = true;
@@ -337,11 +350,13 @@ std::uint64_t Uploader::bytes_pending() const {
   std::uint64_t n = 0;
   const bool histograms = impl_->backend && impl_->backend->histograms() != HistogramUse::none;
   const bool media = impl_->backend && impl_->backend->media();
+  const bool events = impl_->backend && impl_->backend->events();
   for (auto [file, cursor] : {std::pair{"/history.jsonl", impl_->st.history}, std::pair{"/system.jsonl", impl_->st.system},
                               std::pair{"/histograms.jsonl", impl_->st.histograms},
-                              std::pair{"/media.jsonl", impl_->st.media}}) {
+                              std::pair{"/media.jsonl", impl_->st.media}, std::pair{"/events.jsonl", impl_->st.events}}) {
     if (!histograms && std::string_view(file) == "/histograms.jsonl") continue;
     if (!media && std::string_view(file) == "/media.jsonl") continue;
+    if (!events && std::string_view(file) == "/events.jsonl") continue;
     struct stat sb {};
     if (::stat((impl_->dir + file).c_str(), &sb) == 0 && static_cast<std::uint64_t>(sb.st_size) > cursor.bytes)
       n += static_cast<std::uint64_t>(sb.st_size) - cursor.bytes;

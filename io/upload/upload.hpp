@@ -2,7 +2,7 @@
 //
 // The run directory is the only source: the Uploader reads the committed
 // files (history.jsonl, system.jsonl, histograms.jsonl, media.jsonl,
-// config.json, summary.json, artifacts.jsonl, run.json) from where the target's offsets say it stopped,
+// events.jsonl, config.json, summary.json, artifacts.jsonl, run.json) from where the target's offsets say it stopped,
 // a bounded slice at a time. So a server that is down costs disk, not
 // memory, and the live upload (the Uploader actor on the run host) and
 // `chorus sync` are the same code resuming from the same offsets, kept in
@@ -43,6 +43,11 @@ struct UploadTarget {
   std::string dir;      // a local backend's directory (tensorboard:DIR), absolute
   std::string entity;   // W&B: from the URL's path, else $WANDB_ENTITY, else the key's own
   std::string id;       // names the target's files in upload/: "mlflow-host-5000"
+  /// A backend whose URL's path is a secret (BackendSpec::secret_path, a
+  /// webhook's): the path and query as given ("/services/T/B/X"), sent and
+  /// never shown nor written. Then `url` shows "NAME://HOST/…" and `id`
+  /// names the host and a hash of the path.
+  std::string path;
 
   /// An error names the URL forms above.
   [[nodiscard]] static Result<UploadTarget> parse(std::string_view url);
@@ -68,6 +73,7 @@ struct UploadState {
   std::string entity, project; // W&B, as the server named them
   Cursor history, system, artifacts, histograms;
   Cursor media; // media.jsonl, for a backend that takes it (Backend::media)
+  Cursor events; // events.jsonl, for a backend that takes it (Backend::events)
   // Values of the next history/system line already delivered, when one line
   // holds more values than one request takes.
   std::uint64_t history_part = 0, system_part = 0;
@@ -148,9 +154,10 @@ struct Batch {
   std::span<const std::string_view> system;  // system.jsonl lines
   std::span<const std::string_view> histograms; // histograms.jsonl lines (none for HistogramUse::none)
   std::span<const std::string_view> media;      // media.jsonl lines (none unless Backend::media)
+  std::span<const std::string_view> events;     // events.jsonl lines (none unless Backend::events)
   // Where the slices start, and the cursor just past each line.
-  Cursor history_from, system_from, histograms_from, media_from;
-  std::span<const Cursor> history_after, system_after, histograms_after, media_after;
+  Cursor history_from, system_from, histograms_from, media_from, events_from;
+  std::span<const Cursor> history_after, system_after, histograms_after, media_after, events_after;
   const std::string* config = nullptr;       // config.json, if it changed since delivered
   const std::string* summary = nullptr;      // summary.json, if it changed
   std::span<const ArtifactEntry> artifacts;
@@ -161,7 +168,7 @@ struct Batch {
 /// consumed (a prefix: delivered, or refused and reported in `refused`).
 struct Sent {
   Delivery delivery = Delivery::ok;
-  std::size_t history = 0, system = 0, artifacts = 0, histograms = 0, media = 0;
+  std::size_t history = 0, system = 0, artifacts = 0, histograms = 0, media = 0, events = 0;
   std::uint64_t histogram_rows = 0;  // W&B: rows without a history line among them (UploadState::histogram_rows)
   bool config = false, summary = false, final = false;
   std::uint64_t points = 0;          // values delivered
@@ -193,6 +200,10 @@ public:
   /// Whether it takes media.jsonl (consumed through Sent::media): joined to
   /// the rows by step as histograms() is by_step, else apart, as they come.
   [[nodiscard]] virtual bool media() const noexcept { return false; }
+  /// Whether it takes events.jsonl (consumed through Sent::events), as the
+  /// lines come. The run's end goes (Batch::final) only once every line of
+  /// a read made after run.json said the run ended is consumed.
+  [[nodiscard]] virtual bool events() const noexcept { return false; }
 };
 
 struct UploadSettings {
@@ -251,8 +262,8 @@ public:
   [[nodiscard]] const UploadState& state() const noexcept;
   /// Values in history.jsonl and system.jsonl not yet delivered (or refused); counts by reading the files.
   [[nodiscard]] std::uint64_t points_pending() const;
-  /// Bytes of history.jsonl and system.jsonl (and histograms.jsonl and
-  /// media.jsonl, for a backend that takes them) not yet delivered: a stat() each, cheap however
+  /// Bytes of history.jsonl and system.jsonl (and histograms.jsonl,
+  /// media.jsonl and events.jsonl, for a backend that takes them) not yet delivered: a stat() each, cheap however
   /// far behind the upload is.
   [[nodiscard]] std::uint64_t bytes_pending() const;
   [[nodiscard]] const UploadTarget& target() const noexcept;
