@@ -863,11 +863,15 @@ BOOST_AUTO_TEST_CASE(straggler_by_steps_measures_from_the_lower_median) {
 
 // ---- a healthy run --------------------------------------------------------
 
-// 8 ranks, 2000 steps of about 200 ms each with jitter, a rank a few steps
-// apart at most, a barrier every 50 steps that the ranks reach a few
-// milliseconds apart (rank 7 always last), rows and rules: nothing but the
-// run's end, with rules tight enough that a wrong one would fire.
-BOOST_AUTO_TEST_CASE(a_healthy_run_raises_nothing) {
+namespace {
+
+/// What sets a run of healthy_run apart from a healthy one.
+struct Sim {
+  int slow_rank = -1;          // reaches every barrier this late after the others
+  std::int64_t slow_by_us = 0;
+};
+
+WatchSettings tight() {
   WatchSettings s;
   s.stall_after_us = 5 * sec;
   s.straggler_window = 20;
@@ -875,13 +879,18 @@ BOOST_AUTO_TEST_CASE(a_healthy_run_raises_nothing) {
   s.straggler_floor_us = 1 * sec;
   s.lag_steps = 5;
   s.lag_for_us = 2 * sec;
-  Watch x(s);
-  x.w.rule(loss, "loss", above(10.0));
-  x.w.rule(loss, "loss", no_change(std::chrono::seconds(30)));
-  x.w.rule(acc, "acc", below(0.0));
+  return s;
+}
+
+/// A run of 8 ranks and 2000 steps of 200 ms: each rank logs a step 0-40 ms
+/// after the step began (rank 5 3 ms later still), now and then a rank's
+/// frames come 600 ms late (and the next ones bunch up behind them); a row
+/// commits once every rank logged its step; after every 50th step the ranks
+/// reach a barrier 1-5 ms apart, rank 7 always last (6 ms later); a tick
+/// every second. Returns the number of barriers.
+std::uint64_t healthy_run(Watch& x, const Sim& sim = {}) {
   constexpr int world = 8;
   x.start(world);
-
   std::uint64_t rng = 0x9e3779b97f4a7c15ull;
   auto jitter = [&](std::int64_t span) {
     rng ^= rng << 13;
@@ -889,8 +898,7 @@ BOOST_AUTO_TEST_CASE(a_healthy_run_raises_nothing) {
     rng ^= rng << 17;
     return static_cast<std::int64_t>(rng % static_cast<std::uint64_t>(span));
   };
-
-  // Events of the run, in time order: (time, order, what).
+  // What happens, put in time order at the end: (time, order, what).
   struct Ev {
     std::int64_t at;
     int order;
@@ -898,87 +906,91 @@ BOOST_AUTO_TEST_CASE(a_healthy_run_raises_nothing) {
   };
   std::vector<Ev> evs;
   int order = 0;
-  std::vector<std::int64_t> clock(world, T0 + 1 * sec);
-  std::uint64_t barrier = 0;
+  std::int64_t base = T0 + 1 * sec;
+  std::vector<std::int64_t> last_at(world, base);
+  std::uint64_t barriers = 0;
   for (std::int64_t step = 0; step < 2000; ++step) {
-    std::int64_t all_at = 0;
+    base += 200 * ms;
     for (int r = 0; r < world; ++r) {
-      clock[r] += 180 * ms + jitter(40 * ms) + (r == 5 ? 3 * ms : 0); // rank 5 a little slower
-      all_at = std::max(all_at, clock[r]);
-      evs.push_back({clock[r], order++, [&x, r, step, at = clock[r]] { x.progress(r, step, at); }});
+      const std::int64_t late = (step % 97 == 13 && r == step % world) ? 600 * ms : 0;
+      const std::int64_t at = std::max(last_at[r] + 1, base + jitter(40 * ms) + (r == 5 ? 3 * ms : 0) + late);
+      last_at[r] = at;
+      evs.push_back({at, order++, [&x, r, step, at] { x.progress(r, step, at); }});
     }
+    const std::int64_t committed = *std::max_element(last_at.begin(), last_at.end()) + 1;
     const double l = 5.0 / (1.0 + static_cast<double>(step));
-    evs.push_back({all_at + 1, order++, [&x, step, l, at = all_at + 1] {
+    evs.push_back({committed, order++, [&x, step, l, committed] {
                      std::vector<RowValue> v{{acc, -1, 1.0 - l / 5.0, 8}, {loss, -1, l, 8}};
                      for (int r = 0; r < world; ++r) v.push_back({lr, r, 1e-3, 0});
-                     x.row(step, v, at);
+                     x.row(step, v, committed);
                    }});
-    if (step % 50 == 49) {
-      // The ranks reach the barrier a few ms apart, rank 7 always last.
-      std::int64_t last = 0;
-      std::vector<std::pair<std::int64_t, int>> arrive;
-      for (int r = 0; r < world; ++r) {
-        const std::int64_t at = clock[r] + 1 * ms + jitter(4 * ms) + (r == 7 ? 6 * ms : 0);
-        arrive.push_back({at, r});
-        last = std::max(last, at);
-      }
-      std::sort(arrive.begin(), arrive.end());
-      const std::uint64_t index = barrier++;
-      for (const auto& [at, r] : arrive)
-        evs.push_back({at, order++, [&x, r, index, at] { x.w.barrier_reached(r, index, "sync", x.now = at); }});
-      evs.push_back({last + 100, order++, [&x, index, last] {
-                       const std::vector<int> waiters{0, 1, 2, 3, 4, 5, 6, 7};
-                       x.w.barrier_released(index, "sync", waiters, {}, nullptr, x.now = last + 100);
-                     }});
-      for (int r = 0; r < world; ++r) clock[r] = last + 100;
-    }
+    if (step % 50 != 49) continue;
+    std::vector<std::pair<std::int64_t, int>> arrive;
+    for (int r = 0; r < world; ++r)
+      arrive.push_back({committed + 1 * ms + jitter(4 * ms) + (r == 7 ? 6 * ms : 0) + (r == sim.slow_rank ? sim.slow_by_us : 0), r});
+    std::sort(arrive.begin(), arrive.end());
+    const std::uint64_t index = barriers++;
+    for (const auto& [at, r] : arrive)
+      evs.push_back({at, order++, [&x, r, index, at] { x.w.barrier_reached(r, index, "sync", x.now = at); }});
+    const std::int64_t released = arrive.back().first + 100;
+    evs.push_back({released, order++, [&x, index, released] {
+                     const std::vector<int> waiters{0, 1, 2, 3, 4, 5, 6, 7};
+                     x.w.barrier_released(index, "sync", waiters, {}, nullptr, x.now = released);
+                   }});
+    base = released;
+    std::fill(last_at.begin(), last_at.end(), released);
   }
-  const std::int64_t end = *std::max_element(clock.begin(), clock.end()) + 1 * sec;
+  const std::int64_t end = *std::max_element(last_at.begin(), last_at.end()) + 1 * sec;
   for (std::int64_t t = T0 + 1 * sec; t <= end; t += sec) evs.push_back({t, order++, [&x, t] { x.tick(t); }});
   std::sort(evs.begin(), evs.end(), [](const Ev& a, const Ev& b) { return a.at != b.at ? a.at < b.at : a.order < b.order; });
   for (const Ev& e : evs) e.fn();
-  BOOST_TEST(barrier == 40u);
+  x.now = end;
+  return barriers;
+}
 
+} // namespace
+
+// A healthy run, with rules tight enough that a wrong one would fire (a
+// stall of 5 s, a lag of 5 steps for 2 s, a wait of 1 s at barriers, rules
+// on its keys): nothing but the run's end.
+BOOST_AUTO_TEST_CASE(a_healthy_run_raises_nothing) {
+  Watch x(tight());
+  x.w.rule(loss, "loss", above(10.0));
+  x.w.rule(loss, "loss", no_change(std::chrono::seconds(30)));
+  x.w.rule(acc, "acc", below(0.0));
+  BOOST_TEST(healthy_run(x) == 40u);
   auto events = x.take();
   BOOST_TEST(events.empty(), kinds(events));
   for (const EventDraft& d : events) BOOST_TEST_MESSAGE(d.message);
-  for (int r = 0; r < world; ++r) x.w.rank_state(r, RunState::finished, 1999, "", end);
-  x.w.run_end(RunState::finished, end);
+  for (int r = 0; r < 8; ++r) x.w.rank_state(r, RunState::finished, 1999, "", x.now);
+  x.w.run_end(RunState::finished, x.now);
   events = x.take();
   BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
   BOOST_TEST((events[0].kind == EventKind::run_finished));
 }
 
-// The same run with one rank slow at every barrier and one rank far behind:
-// the rules that stayed quiet above do fire, so that test means something.
+// The same run with one rank 1.2 s late at every barrier: a straggler, told
+// at the 20th barrier; and the healthy run with a floor of 1 ms: rank 7,
+// last by a few ms each time, would be one (the floor keeps it quiet).
 BOOST_AUTO_TEST_CASE(the_healthy_runs_rules_fire_on_a_straggler) {
-  WatchSettings s;
-  s.stall_after_us = 5 * sec;
-  s.straggler_window = 20;
-  s.straggler_floor_us = 1 * sec;
-  s.lag_steps = 5;
-  s.lag_for_us = 2 * sec;
-  Watch x(s);
-  x.start(8);
-  std::int64_t t = T0;
-  std::int64_t step = 0;
-  for (std::uint64_t b = 0; b < 20; ++b) {
-    for (int i = 0; i < 5; ++i, ++step) {
-      t += 200 * ms;
-      for (int r = 0; r < 8; ++r) x.progress(r, step, t + r);
-      x.tick(t + 100 * ms);
-    }
-    const std::int64_t base = t + 150 * ms;
-    std::vector<std::pair<int, std::int64_t>> arrivals;
-    for (int r = 0; r < 8; ++r)
-      if (r != 6) arrivals.push_back({r, base + r * ms});
-    arrivals.push_back({6, base + 1200 * ms}); // 1.2 s after the others
-    x.barrier(b, arrivals, base + 1201 * ms);
-    t = base + 1201 * ms;
-    if (b < 19) BOOST_TEST(!x.w.has_drafts(), "barrier " << b);
+  {
+    Watch x(tight());
+    healthy_run(x, {6, 1200 * ms});
+    const auto events = x.take();
+    BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
+    BOOST_TEST(events[0].rank == 6);
+    BOOST_TEST(events[0].reason == "barriers");
+    BOOST_TEST(events[0].message.find("the last to reach 20 of the last 20 barriers") != std::string::npos,
+               events[0].message);
   }
-  auto events = x.take();
-  BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
-  BOOST_TEST(events[0].rank == 6);
-  BOOST_TEST(events[0].reason == "barriers");
+  {
+    WatchSettings s = tight();
+    s.straggler_floor_us = 1 * ms;
+    Watch x(s);
+    healthy_run(x);
+    const auto events = x.take();
+    BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
+    BOOST_TEST(events[0].rank == 7);
+    BOOST_TEST(events[0].reason == "barriers");
+  }
 }
