@@ -133,7 +133,7 @@ uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir
   auto up = std::make_shared<io::Uploader>(run_dir, *target, settings);
   if (Error e = up->open()) {
     std::fprintf(stderr, "chorus: upload to %s: %s; the run is kept locally (`chorus sync` can upload it later)\n",
-                 url.c_str(), e.message().c_str());
+                 target->url.c_str(), e.message().c_str());
     return {};
   }
   // Detached: a request blocks its thread for up to its timeout.

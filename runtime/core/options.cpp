@@ -281,7 +281,7 @@ Error check_options(const Options& o, const Options& given) {
     case UploadUrl::Problem::no_scheme:
     case UploadUrl::Problem::unknown_scheme:
     case UploadUrl::Problem::empty:
-      return bad(where, o.upload, "is not an upload target",
+      return bad(where, shown_upload_url(o.upload), "is not an upload target",
                  upload_url_forms(false) + " (" + upload_other_protocols() + " for the other protocol)");
     case UploadUrl::Problem::credentials:
       return bad(where, url.masked(), "has credentials in it (they would be written into the run's files)",

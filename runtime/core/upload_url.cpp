@@ -101,6 +101,23 @@ UploadUrl::Problem UploadUrl::parse(std::string_view url, UploadUrl& out) {
   return Problem::none;
 }
 
+std::string shown_upload_url(std::string_view url) {
+  const std::size_t sep = url.find("://");
+  const std::size_t host = sep == std::string_view::npos ? 0 : sep + 3;
+  std::string_view authority = url.substr(host);
+  const std::size_t slash = authority.find_first_of("/?#");
+  const bool cut = slash != std::string_view::npos;
+  if (cut) authority = authority.substr(0, slash);
+  std::string out(url.substr(0, host));
+  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    out += "***";
+    authority = authority.substr(at);
+  }
+  out.append(authority);
+  if (cut) out += "/\u2026";
+  return out;
+}
+
 std::string UploadUrl::masked() const {
   std::string out(scheme);
   out += "://***";

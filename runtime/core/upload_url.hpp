@@ -53,6 +53,12 @@ struct UploadScheme {
 /// Where each backend's key comes from: "MLflow's in X, W&B's in Y".
 [[nodiscard]] std::string upload_credentials();
 
+/// An upload URL as a message may show it, whatever it holds: its scheme and
+/// host, with credentials masked and the path cut ("webhook://HOST/…"): a
+/// webhook's path is its secret. Text with no scheme keeps what comes before
+/// its first '/'.
+[[nodiscard]] std::string shown_upload_url(std::string_view url);
+
 struct UploadUrl {
   const UploadScheme* backend = nullptr; // the scheme's backend, once known
   bool https = false;

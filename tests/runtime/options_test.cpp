@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "runtime/core/options.hpp"
+#include "runtime/core/upload_url.hpp"
 #include "tests/runtime/env.hpp"
 
 #include <cstdint>
@@ -285,7 +286,7 @@ BOOST_AUTO_TEST_CASE(malformed_chorus_values_name_the_variable_and_what_it_takes
       {"CHORUS_PROJECT", {"../x", "a/b", "..", ".", "/abs", "\xff", "\xc0\xaf", long_name}, "a directory name"},
       {"CHORUS_GROUP", {"../x", "a/b", "..", ".", "x/../../y"}, "a directory name"},
       {"CHORUS_NAME", {"../x", "a/b", "..", "."}, "a directory name"},
-      {"CHORUS_UPLOAD", {"ftp://x", "mlflow://", "localhost:5000", "http://host"}, "mlflow://HOST:PORT, wandb://HOST[/ENTITY] or tensorboard:DIR"},
+      {"CHORUS_UPLOAD", {"ftp://x", "mlflow://", "localhost:5000", "http://host"}, "mlflow://HOST:PORT, wandb://HOST[/ENTITY], tensorboard:DIR or webhook://HOST[:PORT]/PATH"},
   };
   for (const Case& c : cases) {
     for (const std::string& value : c.values) {
@@ -890,4 +891,21 @@ BOOST_AUTO_TEST_CASE(upload_settings_from_the_environment) {
     o.upload_buffer = 1000;
     return o;
   }(), {"Options::upload_buffer", "64 KiB"});
+}
+
+BOOST_AUTO_TEST_CASE(a_mistyped_upload_url_is_named_without_its_path) {
+  // A webhook's path is its secret: a scheme typed wrong must not print it.
+  const std::string secret = "T000/B000/XXXXsecretXXXX";
+  for (const std::string& url : {"webhok://hooks.example.com/services/" + secret,
+                                "hooks.example.com/services/" + secret, "webhok://user:pw@hooks.example.com/" + secret}) {
+    BOOST_TEST_CONTEXT(url) {
+      const std::string e = env_error({{"CHORUS_UPLOAD", url}}, {"hooks.example.com", "is not an upload target"});
+      BOOST_TEST(e.find(secret) == std::string::npos, e);
+      BOOST_TEST(e.find("pw") == std::string::npos, e);
+    }
+  }
+  BOOST_TEST(detail::shown_upload_url("webhook://hooks.example.com/services/" + secret) ==
+             "webhook://hooks.example.com/\u2026");
+  BOOST_TEST(detail::shown_upload_url("mlflow://tracking:5000") == "mlflow://tracking:5000");
+  BOOST_TEST(detail::shown_upload_url("webhook://a:b@host:8443?x=1") == "webhook://***@host:8443/\u2026");
 }

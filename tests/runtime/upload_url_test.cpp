@@ -95,12 +95,13 @@ BOOST_AUTO_TEST_CASE(a_backend_that_writes_files_takes_a_directory) {
 
 BOOST_AUTO_TEST_CASE(the_usage_names_every_backend_and_both_protocols) {
   BOOST_TEST(chorus::detail::upload_url_forms(false) ==
-             "mlflow://HOST:PORT, wandb://HOST[/ENTITY] or tensorboard:DIR");
+             "mlflow://HOST:PORT, wandb://HOST[/ENTITY], tensorboard:DIR or webhook://HOST[:PORT]/PATH");
   // A backend that writes files has no other protocol.
   BOOST_TEST(chorus::detail::upload_url_forms(true) == "mlflow://HOST:PORT, mlflow+https://HOST:PORT, "
-                                                       "wandb://HOST[/ENTITY], wandb+http://HOST[/ENTITY] or "
-                                                       "tensorboard:DIR");
-  BOOST_TEST(chorus::detail::upload_other_protocols() == "mlflow+https://, wandb+http://");
+                                                       "wandb://HOST[/ENTITY], wandb+http://HOST[/ENTITY], "
+                                                       "tensorboard:DIR, webhook://HOST[:PORT]/PATH or "
+                                                       "webhook+http://HOST[:PORT]/PATH");
+  BOOST_TEST(chorus::detail::upload_other_protocols() == "mlflow+https://, wandb+http://, webhook+http://");
   BOOST_TEST(chorus::detail::upload_credentials().find("W&B's in WANDB_API_KEY") != std::string::npos);
 }
 
