@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace chorus::detail {
@@ -100,8 +101,19 @@ public:
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override {
-    writer.run_end(state, ts_us);
     if (EventWatch* w = watch()) w->run_end(state, io::detail::unix_now_us());
+    if (hold_run_end) {
+      held_run_end = std::pair{state, ts_us};
+      return;
+    }
+    writer.run_end(state, ts_us);
+  }
+  /// run.json says how the run ended once what the end told is in
+  /// events.jsonl (its readers take the end state as the last word).
+  void release_run_end() {
+    hold_run_end = false;
+    if (held_run_end) writer.run_end(held_run_end->first, held_run_end->second);
+    held_run_end.reset();
   }
   // Barriers are timed here, on the run host's clock, as the merge sees ranks
   // reach them and releases them; a replay's (resume) are not: `timing` is off.
@@ -146,6 +158,8 @@ public:
   std::uint64_t events_told = 0; // events in the WAL so far (a resumed run's earlier attempts' too)
   std::function<std::string_view(std::uint32_t)> key_name = [this](std::uint32_t k) { return merger->key_name(k); };
   bool timing = true;
+  bool hold_run_end = false; // end_run: run.json's end waits for the end's events
+  std::optional<std::pair<RunState, std::int64_t>> held_run_end;
   std::optional<std::uint64_t> arrivals_index;              // the barrier being timed
   std::vector<std::optional<std::int64_t>> arrivals;         // by rank: when it reached it
   io::RunWriter writer;

@@ -13,6 +13,7 @@
 #include "io/store/wal_replay.hpp"
 #include "runtime/client/channel.hpp"
 #include "runtime/core/merger.hpp"
+#include "runtime/core/upload_url.hpp"
 #include "runtime/core/wire.hpp"
 
 #include <algorithm>
@@ -188,8 +189,10 @@ void end_run(run_ptr self) {
   const int world = st.merger->world_size();
   // How the ranks ended names the run (Merger::end_state): failed, crashed, killed or finished.
   const RunState state = st.wal_error ? RunState::failed : st.merger->end_state();
+  st.sink->hold_run_end = true;
   record(self, wire::run_end(state, unix_now_us()));
   tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
+  st.sink->release_run_end();
   st.sink->writer.flush();
   sync_and_ack(self);
   // run.json says how the run ended: readers need no lease any more.
@@ -242,9 +245,9 @@ void end_run(run_ptr self) {
           },
           [self, done, left](caf::error& e) {
             const auto& host = *self->state.host;
-            left(0, "upload to " + host.settings.opts.upload + ": the uploader did not say how far it got (" +
+            left(0, "upload to " + shown_upload_url(host.settings.opts.upload) + ": the uploader did not say how far it got (" +
                         caf::to_string(e) + "); what is left stays in the run directory, and `chorus sync " +
-                        host.run_dir + " --to " + host.settings.opts.upload + "` sends it");
+                        host.run_dir + " --to " + shown_upload_url(host.settings.opts.upload) + "` sends it");
             done();
           });
 }
