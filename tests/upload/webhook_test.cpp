@@ -561,6 +561,37 @@ BOOST_AUTO_TEST_CASE(a_live_run_posts_its_events) {
   check_run_dir_clean(runs.front().string());
 }
 
+// A rank that stops logging reaches the webhook: a real job whose rank 1
+// hangs 4 s (stall_after 1 s) posts stalled, resumed and the run's end.
+BOOST_AUTO_TEST_CASE(a_stalled_rank_is_posted) {
+  WebhookServer server;
+  TempDir dir("chorus-webhook-stall");
+  const e2e::Output o = e2e::run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_STALL_AFTER=1 CHORUS_UPLOAD=" + hook_url(server) +
+                                 " CHORUS_DIR=" + (dir.path / "runs").string() + " " + e2e::bin("chorus") +
+                                 " launch -n 2 --master-port " + std::to_string(e2e::test_port(92)) + " -- " +
+                                 e2e::bin("chorus_e2e_events_worker") +
+                                 " --steps 100 --step-ms 10 --stall-rank 1 --stall-step 5 --stall-ms 4000 "
+                                 "--wait-for resumed");
+  BOOST_TEST_INFO_SCOPE(o.text);
+  BOOST_TEST(o.status == 0);
+  check_no_secret(o.text, "chorus launch's output");
+  std::vector<std::string> kinds;
+  for (const std::string& body : server.delivered()) {
+    simdjson::dom::parser parser;
+    std::string_view kind, text;
+    simdjson::dom::element e = parser.parse(body);
+    BOOST_REQUIRE(!e["kind"].get(kind));
+    BOOST_REQUIRE(!e["text"].get(text));
+    kinds.emplace_back(kind);
+    if (kind == "stalled") {
+      BOOST_TEST(std::int64_t(e["rank"]) == 1);
+      BOOST_TEST(text.find("rank 1") != std::string_view::npos, text);
+    }
+  }
+  const std::vector<std::string> want{"stalled", "resumed", "run_finished"};
+  BOOST_TEST(kinds == want, boost::test_tools::per_element());
+}
+
 // A live upload sends the first events, then the run ends and `chorus sync`
 // (the real binary) sends the rest: each once, and the path in none of its output.
 BOOST_AUTO_TEST_CASE(chorus_sync_goes_on_from_the_live_upload) {
