@@ -24,7 +24,9 @@ Run 'chorus COMMAND --help' (or 'chorus help COMMAND') for a command's options.
 Runs live under $CHORUS_DIR (default ./chorus-runs) as PROJECT/GROUP/RUN-ID/.
 
 exit codes: 0 success, 1 the command failed, 2 the command line was wrong
-(launch exits with the worst code of its ranks instead).
+(launch exits with the worst code of its ranks instead, or 124 where
+--on-stall=kill stopped the job; watch says how the run ended: 0 finished,
+3 failed, 4 killed, 5 crashed, 6 still running with --no-follow).
 )";
 
 /// Appends `lead` and then the words of `text`, wrapped at line_width with
