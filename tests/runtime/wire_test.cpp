@@ -352,11 +352,12 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       std::vector<std::uint32_t> streams, got_streams; // of values and stream events, in order
       std::vector<Histogram> histograms, got_histograms;
       std::vector<std::string> media, got_media; // the data of each media event
+      std::vector<std::pair<int, double>> rules, got_rules; // each alert rule's kind and limit
       {
         w::BatchWriter b(out, rank);
         const int n = static_cast<int>(rng() % 12);
         for (int i = 0; i < n; ++i) {
-          const auto tag = static_cast<std::uint8_t>(1 + rng() % 16);
+          const auto tag = static_cast<std::uint8_t>(1 + rng() % 17);
           const auto stream = static_cast<std::uint32_t>(1 + rng() % w::max_streams);
           const std::uint64_t seq = rng();
           switch (static_cast<w::Tag>(tag)) {
@@ -411,6 +412,12 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
                           static_cast<std::uint32_t>(rng()), h);
               break;
             }
+            case w::Tag::alert_rule: {
+              const AlertRule rule{static_cast<AlertRule::Kind>(1 + rng() % 3), 0.5 + static_cast<double>(rng() % 1000)};
+              rules.emplace_back(static_cast<int>(rule.kind), rule.limit);
+              b.alert_rule(seq, static_cast<std::uint32_t>(rng()), rule);
+              break;
+            }
             case w::Tag::media: {
               chorus::detail::Media m;
               m.kind = chorus::detail::MediaKind::text;
@@ -438,6 +445,7 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
                               : tag == 14            ? 10
                               : tag == 15            ? 11
                               : tag == 16            ? 12
+                              : tag == 17            ? 13
                                                      : tag;
           expect.emplace_back(decoded, tag == 1 ? static_cast<std::uint32_t>(seq) : seq);
         }
@@ -459,6 +467,8 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
                 seq = x.seq;
               }
               if constexpr (std::is_same_v<T, w::Finish>) got_codes.push_back(x.code);
+              if constexpr (std::is_same_v<T, w::AlertRuleDef>)
+                got_rules.emplace_back(static_cast<int>(x.rule.kind), x.rule.limit);
               if constexpr (std::is_same_v<T, w::Stream>) got_streams.push_back(x.id);
               if constexpr (std::is_same_v<T, w::Values>) got_streams.push_back(x.stream);
               if constexpr (std::is_same_v<T, w::MediaValue>) {
@@ -486,6 +496,56 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
       BOOST_TEST((got_streams == streams));
       BOOST_TEST((got_histograms == histograms));
       BOOST_TEST((got_media == media));
+      BOOST_TEST((got_rules == rules));
     }
   }
+}
+
+// An event the run host told travels whole (its line too), and a record
+// cut short, of an unknown kind or with a newline in its line is refused.
+BOOST_AUTO_TEST_CASE(an_event_record_round_trips_and_a_bad_one_is_refused) {
+  const std::vector<std::int32_t> ranks{2, 5};
+  w::EventRecord r;
+  r.kind = EventKind::nonfinite;
+  r.ts_us = 1'700'000'000'250'000;
+  r.rank = -1;
+  r.step = 120;
+  r.key = "loss";
+  r.message = "loss is NaN at step 120";
+  r.ranks = ranks;
+  r.json = R"({"seq":0,"kind":"nonfinite"})";
+  const std::vector<char> frame = w::event(r);
+  w::Frame f;
+  BOOST_REQUIRE(w::decode(frame, f));
+  const auto* got = std::get_if<w::EventRecord>(&f.host);
+  BOOST_REQUIRE(got != nullptr);
+  const Event e = got->to_event();
+  BOOST_TEST((e.kind == EventKind::nonfinite));
+  BOOST_TEST(e.step == 120);
+  BOOST_TEST(e.rank == -1);
+  BOOST_TEST(e.key == "loss");
+  BOOST_TEST(e.message == r.message);
+  BOOST_TEST((e.ranks == std::vector<int>{2, 5}));
+  BOOST_TEST(e.json == r.json);
+  BOOST_TEST(std::chrono::duration_cast<std::chrono::microseconds>(e.time.time_since_epoch()).count() == r.ts_us);
+  for (std::size_t cut = 1; cut < frame.size(); ++cut)
+    BOOST_TEST(!w::decode(std::span<const char>(frame.data(), cut), f), "cut at " << cut);
+  std::vector<char> unknown = frame;
+  unknown[2] = 99; // the kind
+  BOOST_TEST(!w::decode(unknown, f));
+  w::EventRecord two_lines = r;
+  two_lines.json = "{}\n{}";
+  BOOST_TEST(!w::decode(w::event(two_lines), f));
+  // An alert rule of an unknown kind, a bound that is no number, or a no_change of no time is no rule.
+  const auto rule_frame = [](AlertRule rule) {
+    std::vector<char> out;
+    w::BatchWriter b(out, 0);
+    b.alert_rule(1, 0, rule);
+    return out;
+  };
+  BOOST_TEST(w::decode(rule_frame(chorus::above(10)), f));
+  BOOST_TEST(w::decode(rule_frame(chorus::no_change(std::chrono::seconds(60))), f));
+  BOOST_TEST(!w::decode(rule_frame(AlertRule{static_cast<AlertRule::Kind>(4), 1}), f));
+  BOOST_TEST(!w::decode(rule_frame(chorus::below(std::nan(""))), f));
+  BOOST_TEST(!w::decode(rule_frame(chorus::no_change(std::chrono::seconds(0))), f));
 }
