@@ -68,7 +68,8 @@ std::vector<char> encode(std::uint32_t rank, const std::vector<Ev>& events) {
       case w::Tag::refused:
       case w::Tag::metric_view:
       case w::Tag::histogram:
-      case w::Tag::media: break; // not in the model's events (merger_histogram_test, e2e_media_test have them)
+      case w::Tag::media:
+      case w::Tag::alert_rule: break; // not in the model's events (merger_histogram_test, e2e_media_test and e2e_events_test have them)
     }
   }
   return out;
@@ -302,7 +303,8 @@ private:
       case w::Tag::refused:
       case w::Tag::metric_view:
       case w::Tag::histogram:
-      case w::Tag::media: break;
+      case w::Tag::media:
+      case w::Tag::alert_rule: break;
     }
   }
 
