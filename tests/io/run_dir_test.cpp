@@ -222,8 +222,8 @@ BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
   }
 
   BOOST_TEST(mode_of(dir) == 0700u);
-  const std::vector<std::string> files = {"config.json", "histograms.jsonl", "history.jsonl", "media.jsonl",
-                                         "rejected.jsonl", "run.json", "summary.json"};
+  const std::vector<std::string> files = {"config.json",    "events.jsonl", "histograms.jsonl", "history.jsonl",
+                                         "media.jsonl",    "rejected.jsonl", "run.json",       "summary.json"};
   BOOST_TEST(names_in(dir) == files, boost::test_tools::per_element());
   for (const auto& f : files) BOOST_TEST(mode_of(dir + "/" + f) == 0600u, f);
 
