@@ -468,10 +468,12 @@ BOOST_AUTO_TEST_CASE(events_reach_every_rank_and_a_subscriber_as_typed_messages)
 
   // A subscriber (<chorus/caf.hpp>) gets each as a typed chorus::Event, in order.
   auto got = std::make_shared<std::vector<Event>>();
-  actors::event_subscriber sub =
-      sys.spawn([got](actors::event_subscriber::pointer) -> actors::event_subscriber::behavior_type {
-        return {[got](const Event& e) { got->push_back(e); }};
-      });
+  // The vector is passed, not captured: CAF 0.17 dereferences a null argument
+  // tuple for a function spawned without arguments.
+  actors::event_subscriber sub = sys.spawn(
+      [](actors::event_subscriber::pointer, std::shared_ptr<std::vector<Event>> into)
+          -> actors::event_subscriber::behavior_type { return {[into](const Event& e) { into->push_back(e); }}; },
+      got);
   EventHub hub;
   hub.add_sink(chorus::detail::event_sender(caf::actor_cast<caf::actor>(sub)));
   for (const Event& e : events) hub.deliver(e);

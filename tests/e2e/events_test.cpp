@@ -181,3 +181,22 @@ BOOST_AUTO_TEST_CASE(launch_on_stall_kill_ends_a_stalled_job) {
   // Nothing acknowledged is lost: rank 0's rows up to the stall are in the history.
   BOOST_TEST(read_history(ended.dir).size() >= 4u);
 }
+
+BOOST_AUTO_TEST_CASE(the_demo_raises_no_alarm) {
+  // The README's main job (samples/ddp_train: 4 ranks, Gloo's allreduce, a
+  // barrier an epoch), with stall_after at 2 s: it tells its end only.
+  if (!fs::exists(bin("ddp_train"))) {
+    BOOST_TEST_MESSAGE("samples are not built here (CHORUS_BUILD_SAMPLES=OFF): nothing to run");
+    return;
+  }
+  TempDir dir;
+  const Output o = run("CHORUS_STALL_AFTER=2 CHORUS_DIR=" + dir.path.string() + " " + bin("chorus") +
+                       " launch -n 4 --master-port " + std::to_string(test_port(136)) + " -- " + bin("ddp_train"));
+  BOOST_TEST_INFO(o.text);
+  BOOST_TEST_REQUIRE(o.status == 0);
+  Ended ended(dir);
+  const auto events = read_events(ended.dir);
+  BOOST_TEST_REQUIRE(events.size() == 1u);
+  BOOST_TEST(events.back().event.kind == chorus::EventKind::run_finished);
+  BOOST_TEST(events.back().event.state == chorus::RunState::finished);
+}
