@@ -1,9 +1,11 @@
-// histograms.jsonl's and media.jsonl's lines, and a histogram's and a
-// media's frame encoding, on any bytes: the first byte picks which. What a
+// histograms.jsonl's, media.jsonl's and events.jsonl's lines, and a
+// histogram's and a media's frame encoding, on any bytes: the first byte
+// picks which. What a
 // reader accepts must hold together (a histogram's buckets add up to its
 // finite count, min <= max within them; a media's kind and format agree)
 // and write back to what reads the same.
 #include "fuzz/seeds.hpp"
+#include "io/store/event_log.hpp"
 #include "io/store/histogram_log.hpp"
 #include "io/store/media_log.hpp"
 #include "runtime/core/media.hpp"
@@ -64,9 +66,29 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::string media_line;
   io::append_media_line(media_line, 2, 1'700'000'000'000'000, 1'000'000, "preds", 1, m,
                         io::media_path("preds", 1, 2, m.extension()));
+  detail::EventDraft stalled;
+  stalled.kind = EventKind::stalled;
+  stalled.ts_us = 1'700'000'000'250'000;
+  stalled.rank = 3;
+  stalled.step = 12;
+  stalled.message = "rank 3 (process 4242 on node-a) has not logged past step 12 for 301 s";
+  stalled.host = "node-a";
+  stalled.pid = 4242;
+  stalled.others_step = 40;
+  stalled.seconds_us = 301'000'000;
+  detail::EventDraft nan;
+  nan.kind = EventKind::nonfinite;
+  nan.ts_us = 1'700'000'001'000'000;
+  nan.step = 120;
+  nan.key = "loss";
+  nan.message = "loss is NaN at step 120";
+  nan.ranks = {2, 5};
+  nan.value = std::numeric_limits<double>::quiet_NaN();
+  nan.has_value = true;
   fuzz::write_seeds_if_asked({std::string(1, '\0') + line_of(h), std::string(1, '\1') + std::string(bytes.begin(), bytes.end()),
                               std::string(1, '\3') + std::string(media_bytes.begin(), media_bytes.end()),
-                              std::string(1, '\2') + media_line});
+                              std::string(1, '\2') + media_line, std::string(1, '\4') + io::event_line(stalled, 0),
+                              std::string(1, '\4') + io::event_line(nan, 1)});
   return 0;
 }
 
@@ -93,10 +115,26 @@ void media_input(bool binary, const char* body, std::size_t n) {
   (void)io::media_path(line->key, line->rank, line->step, line->format);
 }
 
+/// An events.jsonl line: what reads as an event holds together.
+void event_input(const char* body, std::size_t n) {
+  const Result<io::EventLine> line = io::parse_event_line(std::string_view(body, n));
+  if (!line) return;
+  const Event& e = line->event;
+  if (to_string(e.kind) == "unknown" || e.rank < -1 || e.step < -1) std::abort();
+  for (const int r : e.ranks)
+    if (r < 0) std::abort();
+  if (e.json != std::string_view(body, n)) std::abort();
+  if (io::event_kind(to_string(e.kind)) != e.kind) std::abort();
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const char* body = reinterpret_cast<const char*>(data + 1);
   const std::size_t n = size - 1;
+  if ((data[0] & 4u) != 0) {
+    event_input(body, n);
+    return 0;
+  }
   if ((data[0] & 2u) != 0) {
     media_input((data[0] & 1u) != 0, body, n);
     return 0;
