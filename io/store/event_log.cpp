@@ -12,6 +12,10 @@ namespace {
 
 using simdjson::SUCCESS;
 
+/// The furthest unix seconds an event's time may be, either way (below
+/// system_clock's 64-bit nanoseconds, about 9.2e9 s).
+constexpr double max_event_seconds = 9e9;
+
 constexpr std::array<EventKind, 10> kinds = {
     EventKind::stalled,        EventKind::resumed,      EventKind::nonfinite, EventKind::rank_failed,
     EventKind::rank_killed,    EventKind::rank_lost,    EventKind::barrier_timeout, EventKind::run_finished,
@@ -86,6 +90,9 @@ Result<EventLine> parse_event_line(std::string_view line) {
   double time = 0;
   if (o["time"].get(time) != SUCCESS || !std::isfinite(time))
     return Error(Errc::invalid_argument, "no \"time\" number");
+  // Unix seconds a clock can hold (system_clock counts nanoseconds in 64 bits: up to the year 2262).
+  if (std::fabs(time) > max_event_seconds)
+    return Error(Errc::invalid_argument, "a \"time\" out of range (" + std::to_string(time) + " s)");
   ev.time = std::chrono::system_clock::time_point(std::chrono::microseconds(std::llround(time * 1e6)));
   std::int64_t n = 0;
   if (o["rank"].get(n) == SUCCESS && n >= 0 && n <= INT32_MAX) ev.rank = static_cast<int>(n);

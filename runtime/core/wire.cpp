@@ -1,5 +1,6 @@
 #include "runtime/core/wire.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace chorus::wire {
@@ -329,7 +330,9 @@ chorus::Event EventRecord::to_event() const {
   ev.step = step;
   ev.rank = rank;
   ev.key = std::string(key);
-  ev.time = std::chrono::system_clock::time_point(std::chrono::microseconds(ts_us));
+  // Within what system_clock's nanoseconds hold (a frame's time is the run host's clock; never trusted blindly).
+  constexpr std::int64_t max_us = 9'000'000'000'000'000;
+  ev.time = std::chrono::system_clock::time_point(std::chrono::microseconds(std::clamp(ts_us, -max_us, max_us)));
   ev.message = std::string(message);
   ev.ranks.reserve(rank_count());
   for (std::size_t i = 0; i < rank_count(); ++i) ev.ranks.push_back(rank_at(i));
