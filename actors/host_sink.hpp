@@ -52,11 +52,11 @@ public:
     hosts.assign(world_size, {});
     warned.assign(world_size, {});
     writer.run_start(run_json, ts_us, world_size);
-    if (EventWatch* w = watch()) w->run_start(static_cast<int>(world_size), io::detail::unix_now_us());
+    if (EventWatch* w = watch()) w->run_start(static_cast<int>(world_size), now_us);
   }
   void row(const Row& row) override {
     writer.row(row);
-    if (EventWatch* w = watch()) w->row(row, key_name, io::detail::unix_now_us());
+    if (EventWatch* w = watch()) w->row(row, key_name, now_us);
   }
   void config(int rank, std::string_view json) override { writer.config(rank, json); }
   void summary(int rank, std::string_view json) override { writer.summary(rank, json); }
@@ -83,7 +83,7 @@ public:
     if (rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() && !host.empty()) hosts[rank] = host;
     ++generation;
     writer.rank_state(rank, state, last_step, host, reason);
-    if (EventWatch* w = watch()) w->rank_state(rank, state, last_step, reason, io::detail::unix_now_us());
+    if (EventWatch* w = watch()) w->rank_state(rank, state, last_step, reason, now_us);
   }
   // Rules are state: a replayed one counts as well.
   void alert_rule(int, std::uint32_t key, AlertRule rule) override {
@@ -101,7 +101,7 @@ public:
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override {
-    if (EventWatch* w = watch()) w->run_end(state, io::detail::unix_now_us());
+    if (EventWatch* w = watch()) w->run_end(state, now_us);
     if (hold_run_end) {
       held_run_end = std::pair{state, ts_us};
       return;
@@ -119,7 +119,7 @@ public:
   // reach them and releases them; a replay's (resume) are not: `timing` is off.
   void barrier_reached(int rank, std::uint64_t index, std::string_view name) override {
     if (!timing) return;
-    if (EventWatch* w = watch()) w->barrier_reached(rank, index, name, io::detail::unix_now_us());
+    if (EventWatch* w = watch()) w->barrier_reached(rank, index, name, now_us);
     if (!arrivals_index || *arrivals_index != index) {
       arrivals_index = index;
       arrivals.clear();
@@ -130,7 +130,7 @@ public:
   }
   void barrier_released(std::uint64_t index, std::string_view name, std::int64_t step, std::span<const int> waiters,
                         std::span<const int> missing, const Error* err) override {
-    if (EventWatch* w = watch()) w->barrier_released(index, name, waiters, missing, err, io::detail::unix_now_us());
+    if (EventWatch* w = watch()) w->barrier_released(index, name, waiters, missing, err, now_us);
     // A barrier whose ranks arrived before this host timed them (in the replayed log) is not recorded.
     if (!timing || !arrivals_index || *arrivals_index != index) return;
     io::BarrierRecord r;
@@ -158,6 +158,8 @@ public:
   std::uint64_t events_told = 0; // events in the WAL so far (a resumed run's earlier attempts' too)
   std::function<std::string_view(std::uint32_t)> key_name = [this](std::uint32_t k) { return merger->key_name(k); };
   bool timing = true;
+  /// The run host's clock as the frame being applied was recorded (one read a frame, not a row).
+  std::int64_t now_us = 0;
   bool hold_run_end = false; // end_run: run.json's end waits for the end's events
   std::optional<std::pair<RunState, std::int64_t>> held_run_end;
   std::optional<std::uint64_t> arrivals_index;              // the barrier being timed

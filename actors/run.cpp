@@ -125,6 +125,7 @@ void request_sync(run_ptr self) {
 /// waits for the sync.
 bool record(run_ptr self, const std::vector<char>& frame) {
   auto& st = self->state;
+  st.sink->now_us = unix_now_us();
   if (!st.merger->apply(frame)) {
     std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
     return false;
@@ -450,7 +451,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         ++st.sink->progress[rank].frames;
         const bool recorded = record(self, frame);
         if (recorded)
-          st.events->watch.progress(static_cast<int>(rank), st.merger->rank_last_step(static_cast<int>(rank)), unix_now_us());
+          st.events->watch.progress(static_cast<int>(rank), st.merger->rank_last_step(static_cast<int>(rank)), st.sink->now_us);
         if (!recorded) {
           // Its own proxy sent what the merge cannot read: it is told, rather than left waiting for an ack.
           return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::internal),
