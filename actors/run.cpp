@@ -144,7 +144,7 @@ bool record(run_ptr self, const std::vector<char>& frame) {
 /// to every rank's proxy, for its Run::on_event and next_event.
 void tell_events(run_ptr self) {
   auto& st = self->state;
-  if (!st.events || !st.events->watch.has_drafts()) return;
+  if (!st.events || !st.events->has_drafts()) return;
   for (const std::vector<char>& frame : st.events->frames(st.sink->events_told)) {
     if (!record(self, frame)) continue;
     for (const auto& proxy : st.proxies)
@@ -529,7 +529,17 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
           return drop_request<caf::ok_atom>(self);
         auto rp = self->make_response_promise();
         if (!st.wal_error) {
+          const RunState before = st.merger->rank_state(static_cast<int>(rank));
+          const std::optional<RunState> end_before = st.sink->end_state;
           record(self, wire::rank_exit(rank, unix_now_us(), status));
+          // After the run's end the watch has stopped: the rank's failure, and the end it amends, are told here.
+          if (st.ended && before == RunState::finished &&
+              st.merger->rank_state(static_cast<int>(rank)) == RunState::failed) {
+            const std::optional<RunState> end_after = st.sink->end_state;
+            st.events->ended_again(static_cast<int>(rank), status,
+                                   end_after != end_before ? end_after : std::nullopt, unix_now_us());
+          }
+          tell_events(self);
           st.sink->writer.flush();
           // On disk before the answer: the process that asked is exiting.
           if (Error e = st.host->wal->sync()) fail_wal(self, e);

@@ -200,3 +200,22 @@ BOOST_AUTO_TEST_CASE(the_demo_raises_no_alarm) {
   BOOST_TEST(events.back().event.kind == chorus::EventKind::run_finished);
   BOOST_TEST(events.back().event.state == chorus::RunState::finished);
 }
+
+BOOST_AUTO_TEST_CASE(an_exit_status_after_the_end_is_told_as_the_end_it_amends) {
+  // Both ranks finish, then rank 1's process exits 3 holding its Run: the
+  // run, told finished, turns failed, and its events say so after the first
+  // run_finished.
+  TempDir dir;
+  const Output o = run(launch_events(dir, 2, test_port(137), "--steps 20 --step-ms 5 --exit-after-finish 3"));
+  BOOST_TEST_INFO(o.text);
+  BOOST_TEST(o.status == 3);
+  Ended ended(dir);
+  BOOST_TEST(ended.state() == "failed");
+  const auto events = read_events(ended.dir);
+  BOOST_TEST(count(events, chorus::EventKind::run_finished) == 2u);
+  BOOST_TEST(count(events, chorus::EventKind::rank_failed) >= 1u);
+  BOOST_TEST_REQUIRE(!events.empty());
+  BOOST_TEST(events.back().event.kind == chorus::EventKind::run_finished);
+  BOOST_TEST(events.back().event.state == chorus::RunState::failed);
+  BOOST_TEST(has(events.back().event.message, "after all"), events.back().event.message);
+}

@@ -7,10 +7,11 @@
 // before it finishes waits (at most 60 s) for the event --wait-for names.
 //   events_worker [--steps N] [--step-ms M] [--stall-rank R --stall-step S --stall-ms T]
 //                 [--nan-rank R --nan-step S] [--term-rank R --term-step S]
-//                 [--rule-above X] [--wait-for KIND]
+//                 [--rule-above X] [--wait-for KIND] [--exit-after-finish C]
 // --stall-rank sleeps T ms at step S (a rank that hangs, then goes on);
 // --term-rank raises SIGTERM at step S (chorus ends it killed);
-// --rule-above declares alert_when("loss", above(X)).
+// --rule-above declares alert_when("loss", above(X)); --exit-after-finish
+// calls exit(C) after the finish, the Run still held (its host hears it).
 #include <chorus/chorus.hpp>
 
 #include <cmath>
@@ -73,6 +74,7 @@ struct Args {
   double rule_above = 0;
   bool rule = false;
   std::string wait_for;
+  int exit_after_finish = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -93,6 +95,7 @@ Args parse(int argc, char** argv) {
       a.rule = true;
       a.rule_above = std::strtod(argv[i + 1], nullptr);
     } else if (k == "--wait-for") a.wait_for = argv[i + 1];
+    else if (k == "--exit-after-finish") a.exit_after_finish = static_cast<int>(v);
     else {
       std::fprintf(stderr, "events_worker: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   std::condition_variable cv;
   bool waited_for = a.wait_for.empty();
   bool finished_seen = false;
+  bool failed_end_seen = false; // a run_finished that says failed
   if (rank == 0) {
     std::printf("RUN_DIR=%s\n", std::string(run.dir()).c_str());
     std::fflush(stdout);
@@ -129,6 +133,7 @@ int main(int argc, char** argv) {
           std::lock_guard lock(mu);
           if (chorus::to_string(e.kind) == a.wait_for) waited_for = true;
           if (e.kind == chorus::EventKind::run_finished) finished_seen = true;
+          if (e.kind == chorus::EventKind::run_finished && e.state == chorus::RunState::failed) failed_end_seen = true;
           cv.notify_all();
         },
         executor);
@@ -151,10 +156,15 @@ int main(int argc, char** argv) {
   const chorus::FinishResult r = run.finish().wait();
   std::printf("FINISH_STATE %d %s\n", rank, std::string(chorus::to_string(r.state)).c_str());
   std::fflush(stdout);
+  if (rank != 0 && a.exit_after_finish != 0) std::exit(a.exit_after_finish);
   // The run's last event reaches rank 0's executor before it goes.
   if (rank == 0) {
     std::unique_lock lock(mu);
     if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return finished_seen; })) std::printf("NO run_finished\n");
+    // The run host (this process) stays until another rank's exit status has amended the run's end.
+    if (a.exit_after_finish != 0 &&
+        !cv.wait_for(lock, std::chrono::seconds(30), [&] { return failed_end_seen; }))
+      std::printf("NO amended end\n");
   }
   return 0;
 }
