@@ -58,15 +58,20 @@ const chorus::io::EventLine* first(const std::vector<chorus::io::EventLine>& eve
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
+/// stall_after in these tests (seconds): longer under a sanitizer, whose
+/// slower ranks must not read as stalled.
+constexpr int stall_s = 2 * sanitizer_slowdown;
+const std::string stall_env = "CHORUS_STALL_AFTER=" + std::to_string(stall_s);
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_rank_that_stops_logging_is_stalled_then_resumed) {
   TempDir dir;
   // Rank 1 stops for 6 s at step 5 while ranks 0 and 2 go on; stall_after is 2 s.
   const Output o = run(launch_events(dir, 3, test_port(131),
-                                     "--steps 60 --step-ms 20 --stall-rank 1 --stall-step 5 --stall-ms 6000 "
-                                     "--wait-for resumed",
-                                     "CHORUS_STALL_AFTER=2"));
+                                     "--steps 60 --step-ms 20 --stall-rank 1 --stall-step 5 --stall-ms " +
+                                         std::to_string(3000 * stall_s) + " --wait-for resumed",
+                                     stall_env));
   BOOST_TEST_INFO(o.text);
   BOOST_TEST(o.status == 0);
   BOOST_TEST(has(o.text, "EVENT stalled rank=1 step=4"));
@@ -86,8 +91,8 @@ BOOST_AUTO_TEST_CASE(a_rank_that_stops_logging_is_stalled_then_resumed) {
   BOOST_TEST(!stalled->host.empty());
   BOOST_TEST(stalled->others_step > 4);
   BOOST_TEST_REQUIRE(stalled->seconds.has_value());
-  BOOST_TEST(*stalled->seconds >= 2.0);
-  BOOST_TEST_MESSAGE("stalled told after " << *stalled->seconds << " s (stall_after 2 s)");
+  BOOST_TEST(*stalled->seconds >= stall_s);
+  BOOST_TEST_MESSAGE("stalled told after " << *stalled->seconds << " s (stall_after " << stall_s << " s)");
   BOOST_TEST(has(stalled->event.message, "rank 1"), stalled->event.message);
   BOOST_TEST(events.back().event.kind == chorus::EventKind::run_finished);
   // The seq numbers the events from 0.
@@ -143,9 +148,9 @@ BOOST_AUTO_TEST_CASE(a_rank_stopped_by_sigterm_is_rank_killed) {
 
 BOOST_AUTO_TEST_CASE(a_healthy_run_raises_no_alarm) {
   // Four ranks in step with a barrier every 10 steps (the demo's shape):
-  // nothing but the run's end, even with stall_after at 2 s.
+  // nothing but the run's end, even with stall_after at 2 s (4 s under a sanitizer).
   TempDir dir;
-  const Output o = run("CHORUS_STALL_AFTER=2 " + launch_worker(dir.path, 4, test_port(134),
+  const Output o = run(stall_env + " " + launch_worker(dir.path, 4, test_port(134),
                                                                "--steps 400 --step-us 2000 --barrier-every 10"));
   BOOST_TEST_INFO(o.text);
   BOOST_TEST(o.status == 0);
@@ -184,13 +189,13 @@ BOOST_AUTO_TEST_CASE(launch_on_stall_kill_ends_a_stalled_job) {
 
 BOOST_AUTO_TEST_CASE(the_demo_raises_no_alarm) {
   // The README's main job (samples/ddp_train: 4 ranks, Gloo's allreduce, a
-  // barrier an epoch), with stall_after at 2 s: it tells its end only.
+  // barrier an epoch), with stall_after at 2 s (4 under a sanitizer): it tells its end only.
   if (!fs::exists(bin("ddp_train"))) {
     BOOST_TEST_MESSAGE("samples are not built here (CHORUS_BUILD_SAMPLES=OFF): nothing to run");
     return;
   }
   TempDir dir;
-  const Output o = run("CHORUS_STALL_AFTER=2 CHORUS_DIR=" + dir.path.string() + " " + bin("chorus") +
+  const Output o = run(stall_env + " CHORUS_DIR=" + dir.path.string() + " " + bin("chorus") +
                        " launch -n 4 --master-port " + std::to_string(test_port(136)) + " -- " + bin("ddp_train"));
   BOOST_TEST_INFO(o.text);
   BOOST_TEST_REQUIRE(o.status == 0);
@@ -203,8 +208,10 @@ BOOST_AUTO_TEST_CASE(the_demo_raises_no_alarm) {
 
 BOOST_AUTO_TEST_CASE(an_exit_status_after_the_end_is_told_as_the_end_it_amends) {
   // Both ranks finish, then rank 1's process exits 3 holding its Run: the
-  // run, told finished, turns failed, and its events say so after the first
-  // run_finished.
+  // run turns failed, and its events say so. Where the status comes after
+  // the run's end (the usual order), a first run_finished said finished and
+  // a second says failed; where it comes before (a loaded machine), the one
+  // run_finished says failed.
   TempDir dir;
   const Output o = run(launch_events(dir, 2, test_port(137), "--steps 20 --step-ms 5 --exit-after-finish 3"));
   BOOST_TEST_INFO(o.text);
@@ -212,10 +219,15 @@ BOOST_AUTO_TEST_CASE(an_exit_status_after_the_end_is_told_as_the_end_it_amends) 
   Ended ended(dir);
   BOOST_TEST(ended.state() == "failed");
   const auto events = read_events(ended.dir);
-  BOOST_TEST(count(events, chorus::EventKind::run_finished) == 2u);
-  BOOST_TEST(count(events, chorus::EventKind::rank_failed) >= 1u);
+  const std::size_t ends = count(events, chorus::EventKind::run_finished);
+  BOOST_TEST_MESSAGE("run_finished told " << ends << " time(s)");
+  BOOST_TEST((ends == 1u || ends == 2u));
+  BOOST_TEST(count(events, chorus::EventKind::rank_failed, 1) == 1u);
   BOOST_TEST_REQUIRE(!events.empty());
   BOOST_TEST(events.back().event.kind == chorus::EventKind::run_finished);
   BOOST_TEST(events.back().event.state == chorus::RunState::failed);
-  BOOST_TEST(has(events.back().event.message, "after all"), events.back().event.message);
+  if (ends == 2u) {
+    BOOST_TEST(first(events, chorus::EventKind::run_finished)->event.state == chorus::RunState::finished);
+    BOOST_TEST(has(events.back().event.message, "after all"), events.back().event.message);
+  }
 }
