@@ -101,7 +101,6 @@ public:
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override {
-    end_state = state;
     if (EventWatch* w = watch()) w->run_end(state, now_us);
     if (hold_run_end) {
       held_run_end = std::pair{state, ts_us};
@@ -162,7 +161,6 @@ public:
   /// The run host's clock as the frame being applied was recorded (one read a frame, not a row).
   std::int64_t now_us = 0;
   bool hold_run_end = false; // end_run: run.json's end waits for the end's events
-  std::optional<RunState> end_state; // as the last run_end said (a rank's exit may amend it)
   std::optional<std::pair<RunState, std::int64_t>> held_run_end;
   std::optional<std::uint64_t> arrivals_index;              // the barrier being timed
   std::vector<std::optional<std::int64_t>> arrivals;         // by rank: when it reached it

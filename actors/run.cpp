@@ -144,7 +144,7 @@ bool record(run_ptr self, const std::vector<char>& frame) {
 /// to every rank's proxy, for its Run::on_event and next_event.
 void tell_events(run_ptr self) {
   auto& st = self->state;
-  if (!st.events || !st.events->has_drafts()) return;
+  if (!st.events || !st.events->watch.has_drafts()) return;
   for (const std::vector<char>& frame : st.events->frames(st.sink->events_told)) {
     if (!record(self, frame)) continue;
     for (const auto& proxy : st.proxies)
@@ -449,15 +449,14 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         }
         // Counted before it is recorded: the sync round its append starts acknowledges it.
         ++st.sink->progress[rank].frames;
-        const bool recorded = record(self, frame);
-        if (recorded)
-          st.events->watch.progress(static_cast<int>(rank), st.merger->rank_last_step(static_cast<int>(rank)), st.sink->now_us);
-        if (!recorded) {
+        if (!record(self, frame)) {
           // Its own proxy sent what the merge cannot read: it is told, rather than left waiting for an ack.
           return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::internal),
                             std::string("the run host refused a malformed frame from this rank (are every rank and "
                                         "the host built against the same chorus?); its values are not in the run"));
         }
+        st.events->watch.progress(static_cast<int>(rank), st.merger->rank_last_step(static_cast<int>(rank)),
+                                  st.sink->now_us);
         after_frame(self);
       },
       [self](barrier_tmo_atom, std::int64_t index) {
@@ -529,17 +528,8 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
           return drop_request<caf::ok_atom>(self);
         auto rp = self->make_response_promise();
         if (!st.wal_error) {
-          const RunState before = st.merger->rank_state(static_cast<int>(rank));
-          const std::optional<RunState> end_before = st.sink->end_state;
           record(self, wire::rank_exit(rank, unix_now_us(), status));
-          // After the run's end the watch has stopped: the rank's failure, and the end it amends, are told here.
-          if (st.ended && before == RunState::finished &&
-              st.merger->rank_state(static_cast<int>(rank)) == RunState::failed) {
-            const std::optional<RunState> end_after = st.sink->end_state;
-            st.events->ended_again(static_cast<int>(rank), status,
-                                   end_after != end_before ? end_after : std::nullopt, unix_now_us());
-          }
-          tell_events(self);
+          tell_events(self); // the rank's failure, and the run's end it changes (even after the end)
           st.sink->writer.flush();
           // On disk before the answer: the process that asked is exiting.
           if (Error e = st.host->wal->sync()) fail_wal(self, e);

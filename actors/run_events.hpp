@@ -9,7 +9,6 @@
 #include "runtime/core/event_watch.hpp"
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,12 +20,6 @@ public:
 
   /// Where `rank`'s process runs, as it joined.
   void joined(int rank, std::string host, std::int64_t pid, std::int64_t now_us);
-  /// A rank's process exited with `status` after the run had ended (its
-  /// rank had finished): the rank failed, and where the run's end state
-  /// changed with it (finished to failed), the run ends `new_end` after all.
-  /// The watch has stopped with the run; these say so.
-  void ended_again(int rank, std::int32_t status, std::optional<RunState> new_end, std::int64_t now_us);
-  [[nodiscard]] bool has_drafts() const noexcept { return !late_.empty() || watch.has_drafts(); }
   /// The drafts so far as event frames, numbered from `next_seq`.
   [[nodiscard]] std::vector<std::vector<char>> frames(std::uint64_t next_seq);
 
@@ -38,7 +31,6 @@ private:
     std::int64_t pid = -1;
   };
   std::vector<Where> where_; // by rank
-  std::vector<EventDraft> late_; // told after the run ended (ended_again)
 };
 
 } // namespace chorus::detail

@@ -62,6 +62,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -77,6 +78,7 @@ struct RankWatch {
   bool parked = false;
   bool stalled = false;
   bool end_told = false;
+  bool finished = false; // it ended finished: a later exit status may still fail it
   bool straggling_barriers = false;
   bool straggling_steps = false;
   std::int64_t step = -1;
@@ -190,6 +192,7 @@ constexpr std::string_view slow_advice =
 struct EventWatch::State {
   WatchSettings set;
   bool live = false; // between run_start and run_end
+  std::optional<RunState> ended; // after run_end: the end state told
   std::vector<RankWatch> ranks;
   std::int64_t clock_us = never;        // the latest time any call gave
   std::int64_t last_tick_us = never;
@@ -586,6 +589,7 @@ void EventWatch::run_start(int world_size, std::int64_t now_us) {
   s.advance(now_us);
   const std::size_t world = static_cast<std::size_t>(std::clamp<int>(world_size, 0, static_cast<int>(max_world)));
   s.live = true;
+  s.ended.reset();
   s.ranks.assign(world, RankWatch{});
   s.steps.reserve(world);
   s.last_tick_us = never;
@@ -639,13 +643,23 @@ void EventWatch::rank_state(int rank, RunState state, std::int64_t last_step, st
                             std::int64_t now_us) {
   State& s = *s_;
   RankWatch* r = s.rank_at(rank);
-  if (!s.live || !r) return;
+  if (!r) return;
+  if (!s.live) {
+    // After the run's end only a finished rank's process that exits non-zero changes a rank: it failed.
+    if (s.ended && r->finished && state == RunState::failed) {
+      s.advance(now_us);
+      r->finished = false;
+      s.told_end(rank, *r, state, last_step, reason, now_us);
+    }
+    return;
+  }
   s.advance(now_us);
   if (state == RunState::running) {
     s.join(*r, now_us); // the join itself, where rank_joined did not come first
     return;
   }
   s.leave(*r);
+  r->finished = state == RunState::finished;
   s.told_end(rank, *r, state, last_step, reason, now_us);
 }
 
@@ -750,12 +764,20 @@ void EventWatch::rule(std::uint32_t key, std::string_view key_name, AlertRule ru
 
 void EventWatch::run_end(RunState state, std::int64_t now_us) {
   State& s = *s_;
-  if (!s.live) return;
+  // Again after the end: the end changed (a finished rank's process exited non-zero), and is told again.
+  const bool again = !s.live && s.ended && *s.ended != state;
+  if (!s.live && !again) return;
   s.advance(now_us);
   s.live = false;
+  s.ended = state;
   EventDraft& d = s.draft(EventKind::run_finished, now_us);
   d.state = state;
   d.message = "the run ended " + std::string(to_string(state));
+  if (again) {
+    d.message += " after all: a rank's process exited with an error after the run's end (the event before this "
+                 "one names it)";
+    return;
+  }
   switch (state) {
   case RunState::failed: d.message += "; the events before this one and the failed ranks' logs say why"; break;
   case RunState::crashed: d.message += "; look at the lost ranks' nodes and logs (the events before this one name them)"; break;

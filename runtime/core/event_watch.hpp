@@ -24,7 +24,10 @@
 //   joined); once per rank and state;
 // - barrier_timeout: a barrier released with an error while ranks were
 //   missing (`ranks`: the missing ones);
-// - run_finished: the run ended (its state); the last event of an attempt;
+// - run_finished: the run ended (its state); the last event of an attempt,
+//   but where a finished rank's process exits non-zero after it: that rank's
+//   rank_failed, and run_finished again where the end state changed with it
+//   (a run_end again with another state);
 // - threshold: a rule of Run::alert_when. above/below: a committed value of
 //   the key's column (or of each rank's column) beyond the bound fires once,
 //   and again only after a value within it; no_change: the column's value

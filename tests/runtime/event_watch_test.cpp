@@ -994,3 +994,41 @@ BOOST_AUTO_TEST_CASE(the_healthy_runs_rules_fire_on_a_straggler) {
     BOOST_TEST(events[0].reason == "barriers");
   }
 }
+
+// A finished rank whose process exits non-zero after the run's end fails it:
+// its rank_failed, and run_finished again where the end state changed.
+BOOST_AUTO_TEST_CASE(a_rank_that_fails_after_the_end_is_told_and_so_is_the_end_it_changes) {
+  Watch x(stall_only(10 * sec));
+  x.start(2);
+  x.w.rank_state(0, RunState::finished, 9, "", T0 + 1 * sec);
+  x.w.rank_state(1, RunState::finished, 9, "", T0 + 1 * sec);
+  x.w.run_end(RunState::finished, T0 + 2 * sec);
+  auto events = x.take();
+  BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
+  BOOST_TEST(events[0].message == "the run ended finished");
+
+  x.w.rank_state(1, RunState::failed, 9, "its process exited with status 3 after it finished", T0 + 3 * sec);
+  x.w.run_end(RunState::failed, T0 + 3 * sec);
+  events = x.take();
+  BOOST_TEST_REQUIRE(events.size() == 2u, kinds(events));
+  BOOST_TEST((events[0].kind == EventKind::rank_failed));
+  BOOST_TEST(events[0].rank == 1);
+  BOOST_TEST(events[0].pid == pid_of(1));
+  BOOST_TEST(events[0].reason == "its process exited with status 3 after it finished");
+  BOOST_TEST((events[1].kind == EventKind::run_finished));
+  BOOST_TEST((events[1].state == RunState::failed));
+  BOOST_TEST(events[1].message.starts_with("the run ended failed after all"), events[1].message);
+  check_message(events[1]);
+
+  // The same end again, or rank 0 failing too without changing it: its rank_failed only.
+  x.w.run_end(RunState::failed, T0 + 4 * sec);
+  x.w.rank_state(0, RunState::failed, 9, "its process exited with status 3 after it finished", T0 + 4 * sec);
+  x.w.run_end(RunState::failed, T0 + 4 * sec);
+  events = x.take();
+  BOOST_TEST_REQUIRE(events.size() == 1u, kinds(events));
+  BOOST_TEST((events[0].kind == EventKind::rank_failed));
+  BOOST_TEST(events[0].rank == 0);
+  // A rank failed once is not told twice.
+  x.w.rank_state(1, RunState::failed, 9, "again", T0 + 5 * sec);
+  BOOST_TEST(x.take().empty());
+}
