@@ -3,6 +3,8 @@
 #include "python/convert.hpp"
 #include "python/ticket.hpp"
 
+#include "io/store/event_log.hpp"
+
 #include "runtime/client/run_impl.hpp"
 
 #include <pybind11/stl.h>
@@ -35,12 +37,6 @@ py::object text(std::string_view s) {
   PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
   if (o == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(o);
-}
-
-/// The kinds whose event names an end state (io/store/event_log.hpp).
-bool has_state(EventKind k) {
-  return k == EventKind::run_finished || k == EventKind::rank_failed || k == EventKind::rank_killed ||
-         k == EventKind::rank_lost;
 }
 
 // ---------------------------------------------------------------------------
@@ -264,7 +260,7 @@ py::tuple event_tuple(const Event& e) {
   return py::make_tuple(std::string(to_string(e.kind)), e.step >= 0 ? py::object(py::int_(e.step)) : none,
                         e.rank >= 0 ? py::object(py::int_(e.rank)) : none, e.key.empty() ? none : text(e.key),
                         static_cast<double>(us) / 1e6, text(e.message), ranks,
-                        has_state(e.kind) ? py::object(py::str(std::string(to_string(e.state)))) : none,
+                        io::event_has_state(e.kind) ? py::object(py::str(std::string(to_string(e.state)))) : none,
                         text(e.json));
 }
 

@@ -1,5 +1,6 @@
 #include "io/store/event_log.hpp"
 
+#include "io/store/run_record.hpp"
 #include "runtime/core/json.hpp"
 
 #include <simdjson.h>
@@ -21,19 +22,12 @@ constexpr std::array<EventKind, 10> kinds = {
     EventKind::rank_killed,    EventKind::rank_lost,    EventKind::barrier_timeout, EventKind::run_finished,
     EventKind::threshold,      EventKind::straggler};
 
-std::optional<RunState> state_named(std::string_view s) {
-  for (RunState r : {RunState::running, RunState::finished, RunState::failed, RunState::crashed, RunState::killed})
-    if (to_string(r) == s) return r;
-  return std::nullopt;
-}
+} // namespace
 
-/// Whether the kind's line carries a state.
-bool has_state(EventKind k) {
+bool event_has_state(EventKind k) noexcept {
   return k == EventKind::run_finished || k == EventKind::rank_failed || k == EventKind::rank_killed ||
          k == EventKind::rank_lost;
 }
-
-} // namespace
 
 std::optional<EventKind> event_kind(std::string_view name) noexcept {
   for (EventKind k : kinds)
@@ -59,7 +53,7 @@ std::string event_line(const chorus::detail::EventDraft& d, std::uint64_t seq) {
   for (const std::int32_t r : d.ranks) w.integer(r);
   w.end_array();
   w.key("state");
-  if (has_state(d.kind)) w.string(to_string(d.state));
+  if (event_has_state(d.kind)) w.string(to_string(d.state));
   else w.null();
   if (!d.host.empty()) w.key("host").string(d.host);
   if (d.pid >= 0) w.key("pid").integer(d.pid);
@@ -105,7 +99,7 @@ Result<EventLine> parse_event_line(std::string_view line) {
     for (simdjson::dom::element r : ranks)
       if (r.get(n) == SUCCESS && n >= 0 && n <= INT32_MAX) ev.ranks.push_back(static_cast<int>(n));
   if (o["state"].get(text) == SUCCESS)
-    if (auto s = state_named(text)) ev.state = *s;
+    if (auto s = run_state_named(text)) ev.state = *s;
   if (o["host"].get(text) == SUCCESS) l.host = std::string(text);
   if (o["pid"].get(n) == SUCCESS) l.pid = n;
   if (o["others_step"].get(n) == SUCCESS) l.others_step = n;

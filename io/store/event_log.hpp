@@ -59,4 +59,8 @@ struct EventLine {
 /// EventKind by its name in the file; nothing for an unknown one.
 [[nodiscard]] std::optional<EventKind> event_kind(std::string_view name) noexcept;
 
+/// Whether a line of `kind` says a state (its `state` field is not null):
+/// run_finished, and a rank's end (rank_failed, rank_killed, rank_lost).
+[[nodiscard]] bool event_has_state(EventKind kind) noexcept;
+
 } // namespace chorus::io

@@ -338,9 +338,9 @@ Error RunRecord::write(const std::string& path) const {
   return write_file_atomic(path, out);
 }
 
-std::optional<RunState> RunRecord::run_state() const {
+std::optional<RunState> run_state_named(std::string_view name) {
   for (RunState s : {RunState::running, RunState::finished, RunState::failed, RunState::crashed, RunState::killed})
-    if (to_string(s) == state) return s;
+    if (to_string(s) == name) return s;
   return std::nullopt;
 }
 

@@ -54,6 +54,10 @@ struct RunIdentity {
   bool operator==(const RunIdentity&) const = default;
 };
 
+/// The RunState spelled `name` as run.json and events.jsonl write it
+/// (to_string(RunState)), if it is one: running, finished, failed, crashed or killed.
+[[nodiscard]] std::optional<RunState> run_state_named(std::string_view name);
+
 struct RunRecord : RunIdentity {
   // How it went.
   std::string state; // "running", "finished", "failed", "crashed", "killed"
@@ -121,7 +125,7 @@ struct RunRecord : RunIdentity {
   [[nodiscard]] Error write(const std::string& path) const;
 
   /// `state` as a RunState, if it is one's spelling.
-  [[nodiscard]] std::optional<RunState> run_state() const;
+  [[nodiscard]] std::optional<RunState> run_state() const { return run_state_named(state); }
 
   /// Microseconds as unix seconds.
   [[nodiscard]] static double seconds(std::int64_t us) noexcept { return static_cast<double>(us) / 1e6; }
