@@ -32,15 +32,6 @@ void append_id(std::string& id, std::string_view part) {
   for (char c : part) id.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '-');
 }
 
-/// `url` with what follows its host written "/…", for an error about a URL
-/// whose path may be a secret (a webhook's, or one whose scheme is mistyped).
-std::string without_path(std::string_view url) {
-  const std::size_t sep = url.find("://");
-  const std::size_t cut = url.find_first_of("/?#", sep == std::string_view::npos ? 0 : sep + 3);
-  if (cut == std::string_view::npos) return std::string(url);
-  return std::string(url.substr(0, cut)) + "/…";
-}
-
 /// The first 16 hex digits of the SHA-256 of `s`: a secret path's part of a
 /// target id, which tells two paths apart and says nothing of either.
 std::string path_hash(std::string_view s) {
@@ -68,10 +59,9 @@ Result<UploadTarget> secret_path_target(std::string_view url, const chorus::deta
   path = path.substr(0, path.find('#')); // a fragment is the browser's, never sent
   UploadTarget t;
   t.backend = std::string(u.backend->name);
-  t.url = std::string(u.scheme) + "://" + std::string(authority) + (path.empty() ? "" : "/…");
-  if (const std::size_t at = authority.rfind('@'); at != std::string_view::npos)
-    return Error(Errc::invalid_argument, "upload target '" + std::string(u.scheme) + "://***" +
-                                             std::string(authority.substr(at)) + (path.empty() ? "" : "/…") +
+  t.url = chorus::detail::shown_upload_url(url); // credentials masked, the path cut
+  if (authority.find('@') != std::string_view::npos)
+    return Error(Errc::invalid_argument, "upload target '" + t.url +
                                              "' has credentials before its host: they would be written into the "
                                              "run's files. Give the URL as its server gave it, without them");
   if (authority.empty()) return bad_url(t.url, "has no host");
@@ -104,8 +94,8 @@ Result<UploadTarget> UploadTarget::parse(std::string_view url) {
   switch (problem) {
   case Problem::none: break;
   // A URL whose scheme is mistyped may be a webhook's: its path is not shown.
-  case Problem::no_scheme: return bad_url(without_path(url), "has no scheme");
-  case Problem::unknown_scheme: return bad_url(without_path(url), "has an unknown scheme");
+  case Problem::no_scheme: return bad_url(chorus::detail::shown_upload_url(url), "has no scheme");
+  case Problem::unknown_scheme: return bad_url(chorus::detail::shown_upload_url(url), "has an unknown scheme");
   case Problem::credentials:
     return Error(Errc::invalid_argument, "upload target '" + u.masked() +
                                              "' has credentials in it: they would be written into the run's files. "
@@ -115,7 +105,7 @@ Result<UploadTarget> UploadTarget::parse(std::string_view url) {
     return bad_url(url, u.backend && u.backend->local ? "names no directory" : "has no host");
   case Problem::no_host: return bad_url(url, "has no host");
   }
-  if (!spec) return bad_url(without_path(url), "has an unknown scheme");
+  if (!spec) return bad_url(chorus::detail::shown_upload_url(url), "has an unknown scheme");
   if (u.backend->local) {
     // A directory: made absolute here, so that a rank and a later `chorus
     // sync` from another working directory name the same target.
