@@ -425,7 +425,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         st.rank_of[proxy.address()] = rank;
         self->monitor(proxy);
         // The watch learns where the rank runs before the merge says it runs.
-        st.events->joined(static_cast<int>(rank), hostname, pid, unix_now_us());
+        st.events->watch.rank_joined(static_cast<int>(rank), hostname, pid, unix_now_us());
         record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
         after_frame(self);
         accept();

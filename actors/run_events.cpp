@@ -5,21 +5,9 @@
 
 namespace chorus::detail {
 
-void RunEvents::joined(int rank, std::string host, std::int64_t pid, std::int64_t now_us) {
-  if (rank < 0) return;
-  if (static_cast<std::size_t>(rank) >= where_.size()) where_.resize(static_cast<std::size_t>(rank) + 1);
-  watch.rank_joined(rank, host, pid, now_us);
-  where_[static_cast<std::size_t>(rank)] = Where{std::move(host), pid};
-}
-
 std::vector<std::vector<char>> RunEvents::frames(std::uint64_t next_seq) {
   std::vector<std::vector<char>> out;
-  for (EventDraft& d : watch.take()) {
-    if (d.rank >= 0 && static_cast<std::size_t>(d.rank) < where_.size()) {
-      const Where& w = where_[static_cast<std::size_t>(d.rank)];
-      if (d.host.empty()) d.host = w.host;
-      if (d.pid < 0) d.pid = w.pid;
-    }
+  for (const EventDraft& d : watch.take()) {
     const std::string line = io::event_line(d, next_seq++);
     wire::EventRecord r;
     r.kind = d.kind;

@@ -801,7 +801,15 @@ void EventWatch::tick(std::int64_t now_us) {
   s.last_tick_us = now_us;
 }
 
-std::vector<EventDraft> EventWatch::take() { return std::exchange(s_->drafts, {}); }
+std::vector<EventDraft> EventWatch::take() {
+  // Every event of a rank names where it runs, as it joined (not only those drafted about() it).
+  for (EventDraft& d : s_->drafts)
+    if (const RankWatch* r = s_->rank_at(d.rank)) {
+      if (d.host.empty()) d.host = r->host;
+      if (d.pid < 0) d.pid = r->pid;
+    }
+  return std::exchange(s_->drafts, {});
+}
 
 bool EventWatch::has_drafts() const noexcept { return !s_->drafts.empty(); }
 

@@ -115,7 +115,8 @@ public:
   /// no_change rules and lagging ranks are found here.
   void tick(std::int64_t now_us);
 
-  /// The drafts since the last take, in the order they happened.
+  /// The drafts since the last take, in the order they happened; one about
+  /// a rank that joined names its host and process.
   [[nodiscard]] std::vector<EventDraft> take();
   [[nodiscard]] bool has_drafts() const noexcept;
 
