@@ -166,7 +166,11 @@ using proxy_actor = caf::typed_actor<
     caf::reacts_to<fail_atom, std::uint8_t, std::string>,
     // (frame): an event the run told (a wire.hpp HostEvent::event frame, as
     // its WAL holds it), for the rank's Run::on_event and next_event
-    caf::reacts_to<event_atom, std::vector<char>>>;
+    caf::reacts_to<event_atom, std::vector<char>>,
+    // answered once the proxy has everything the run sent before: the run's
+    // end waits for it, so that its host's process does not stop with the
+    // last acks still queued
+    ping_sig>;
 
 /// The RankProxy as its own process holds it: the Channel's wake-up for a
 /// parked proxy, and <chorus/caf.hpp>'s rank_proxy, through which the

@@ -666,6 +666,8 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
         // The run's last event: nothing follows it.
         if (e->kind == EventKind::run_finished) st.run->events().close();
       },
+      // The run's end asks: what it sent before has arrived (acks and events are handled in order).
+      [](ping_atom) { return caf::ok_atom::value; },
       [self](fail_atom, std::uint8_t code, const std::string& why) {
         // The run keeps nothing more (its WAL failed, or it ended): every ticket learns why.
         if (from(self, self->state.host)) lose_host(self, error_from_peer(code, why));

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_set>
 
 namespace chorus::detail {
@@ -37,6 +38,7 @@ struct RunActorState {
   std::vector<proxy_actor> proxies;         // by rank
   std::vector<std::string> joined_from;     // by rank: "process PID on HOST", once it joined
   std::map<caf::actor_addr, std::uint32_t> rank_of;
+  std::set<caf::actor_addr> unconfirmed; // the ranks the run's end waits for (confirm_told)
   std::int64_t armed_barrier = -1;
   bool finishing = false;
   bool finish_armed = false; // the finish deadline runs before the host's finish is processed
@@ -65,6 +67,9 @@ struct RunActorState {
 using run_ptr = run_self::stateful_pointer<RunActorState>;
 
 void end_run(run_ptr self);
+void confirm_told(run_ptr self);
+void confirmed(run_ptr self, const caf::actor_addr& proxy);
+void drain_uploads(run_ptr self);
 
 /// The WAL failed (`e`): the run keeps nothing more. Every rank learns at
 /// once that what it sent since the last ack, and all it sends later, is
@@ -220,8 +225,43 @@ void end_run(run_ptr self) {
   }
   if (st.host->settings.group_size > 0)
     st.group.report(self, member_report(*st.host, *st.merger, state, st.sink->writer.summary_json()));
-  // The run's end is on disk: the Uploader sends what is left (bounded),
-  // then finish returns. What it could not send stays for `chorus sync`.
+  // The run's end is on disk, and every rank told: the Uploader sends what
+  // is left (bounded), then finish returns. What it could not send stays
+  // for `chorus sync`.
+  confirm_told(self);
+}
+
+/// Finish returns once every rank in another process has what the run's
+/// end sent it (its last acks and events), or is gone, or
+/// connection_timeout passed: the host's process would otherwise stop its
+/// network layer with those messages still queued, and a rank waiting for
+/// its last ack would read a normal end as its host lost. A ping sent after
+/// them is answered after them (messages between two actors keep their
+/// order); a rank whose process ended first answers with its down message.
+void confirm_told(run_ptr self) {
+  auto& st = self->state;
+  const auto bound = std::min(st.host->settings.opts.connection_timeout, st.host->settings.opts.finish_timeout);
+  for (const auto& proxy : st.proxies) {
+    if (!proxy || !is_remote(self, proxy)) continue;
+    const caf::actor_addr addr = proxy.address();
+    st.unconfirmed.insert(addr);
+    self->request(proxy, bound, ping_atom::value)
+        .then([self, addr](caf::ok_atom) { confirmed(self, addr); },
+              [self, addr](caf::error&) { confirmed(self, addr); });
+  }
+  if (st.unconfirmed.empty()) drain_uploads(self);
+}
+
+/// `proxy` has what the run's end sent it, or is gone.
+void confirmed(run_ptr self, const caf::actor_addr& proxy) {
+  auto& st = self->state;
+  if (st.unconfirmed.erase(proxy) != 0 && st.unconfirmed.empty()) drain_uploads(self);
+}
+
+/// The run's last step before finish returns: what the Uploader has left
+/// goes out, within upload_timeout.
+void drain_uploads(run_ptr self) {
+  auto& st = self->state;
   auto done = [self] {
     auto& st = self->state;
     if (st.uploader) self->send_exit(st.uploader, caf::exit_reason::user_shutdown);
@@ -362,8 +402,9 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.group.down(dm)) return;
+    if (st.ended) return confirmed(self, dm.source);
     auto it = st.rank_of.find(dm.source);
-    if (it == st.rank_of.end() || st.ended) return;
+    if (it == st.rank_of.end()) return;
     const std::uint32_t rank = it->second;
     st.proxies[rank] = nullptr;
     if (st.merger->rank_state(static_cast<int>(rank)) == RunState::running)
