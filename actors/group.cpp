@@ -255,7 +255,7 @@ GroupHost group_host(const Settings& s) {
 group_actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
   // Scheduled, not detached, for the reason given at the Beacon
   // (actors/keepalive.hpp): it talks to the runs of other processes.
-  return sys.spawn(group_actor_fn, std::move(host));
+  return spawn_guarded(sys, group_actor_fn, std::move(host));
 }
 
 io::GroupMember member_report(const RunHost& host, const Merger& merger, std::optional<RunState> end,

@@ -58,15 +58,22 @@ private:
 /// the middleman's stop), and ~actor_system then waits for its thread
 /// forever. The scheduler's bounded max-throughput (actors/system.cpp)
 /// keeps a busy Run actor from holding a worker thread while pings wait.
-class Beacon final : public beacon_actor::base {
+class Beacon : public beacon_actor::base {
 public:
-  using beacon_actor::base::base;
+  /// It stops when `run` does.
+  Beacon(caf::actor_config& cfg, caf::actor_addr run) : beacon_actor::base(cfg), run_(std::move(run)) {}
   behavior_type make_behavior() override {
+    stop_with(this, run_);
     return {[](ping_atom) { return caf::ok_atom::value; }};
   }
+
+private:
+  caf::actor_addr run_;
 };
 
-inline beacon_actor spawn_beacon(caf::actor_system& sys) { return sys.spawn<Beacon>(); }
+inline beacon_actor spawn_beacon(caf::actor_system& sys, caf::actor_addr run) {
+  return spawn_guarded_class<Beacon>(sys, std::move(run));
+}
 
 /// True when `peer` lives in another process: a link that was dialled.
 template <class Handle>

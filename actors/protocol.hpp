@@ -61,6 +61,8 @@
 #include <chorus/caf.hpp>
 #include <chorus/chorus.hpp>
 
+#include "actors/guard.hpp"
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
@@ -285,8 +287,8 @@ enum class Blocking : bool { detached, scheduled_for_tests };
 
 template <class F, class... Ts>
 auto spawn_blocking(caf::actor_system& sys, Blocking where, F fun, Ts&&... xs) {
-  if (where == Blocking::scheduled_for_tests) return sys.spawn(fun, std::forward<Ts>(xs)...);
-  return sys.spawn<caf::detached>(fun, std::forward<Ts>(xs)...);
+  if (where == Blocking::scheduled_for_tests) return spawn_guarded(sys, fun, std::forward<Ts>(xs)...);
+  return spawn_guarded<caf::detached>(sys, fun, std::forward<Ts>(xs)...);
 }
 
 /// A request that its handler's sender check refused, answered as an untyped

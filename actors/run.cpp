@@ -321,7 +321,8 @@ void after_frame(run_ptr self) {
 /// Answers each sync_atom once `host`'s WAL is fdatasync'ed: empty, or why it failed.
 /// (Its argument is passed, not captured: CAF 0.17 dereferences a null argument
 /// tuple for a function spawned without arguments.)
-syncer_actor::behavior_type wal_syncer(syncer_actor::pointer, std::shared_ptr<RunHost> host) {
+syncer_actor::behavior_type wal_syncer(syncer_actor::pointer self, std::shared_ptr<RunHost> host, caf::actor_addr run) {
+  stop_with(self, run);
   return {[host](sync_atom) {
     const Error e = host->wal->sync();
     return e ? e.message() : std::string();
@@ -373,8 +374,8 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   st.proxies.resize(host->settings.run_world);
   st.joined_from.resize(host->settings.run_world);
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
-  st.syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host);
-  self->attach_functor([s = st.syncer](const caf::error&) { caf::anon_send_exit(s, caf::exit_reason::user_shutdown); });
+  // The Run actor's helpers stop when it does (stop_with).
+  st.syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host, self->address());
   const std::string refusal = host->resumed ? replay_previous(self) : std::string();
   if (!refusal.empty()) {
     // Nothing of this attempt is logged: the host stops this actor. It
@@ -388,15 +389,12 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
   if (host->settings.run_world > 1) {
-    st.beacon = spawn_beacon(self->system());
-    self->attach_functor([b = st.beacon](const caf::error&) { caf::anon_send_exit(b, caf::exit_reason::user_shutdown); });
+    st.beacon = spawn_beacon(self->system(), self->address());
   }
   if (!host->settings.opts.upload.empty()) {
     st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
-                                 io::UploadSettings{.read_bytes = host->settings.opts.upload_buffer}, host->blocking);
-    // An uploader outlives no run: it stops when the Run actor does.
-    if (st.uploader)
-      self->attach_functor([u = st.uploader](const caf::error&) { caf::anon_send_exit(u, caf::exit_reason::user_shutdown); });
+                                 io::UploadSettings{.read_bytes = host->settings.opts.upload_buffer}, host->blocking,
+                                 self->address());
   }
 
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -628,7 +626,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
 } // namespace
 
 run_host_actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host) {
-  return sys.spawn(run_actor_fn, std::move(host));
+  return spawn_guarded(sys, run_actor_fn, std::move(host));
 }
 
 } // namespace chorus::detail

@@ -47,10 +47,15 @@ public:
   ~SystemImpl() override {
     leave_group();
     if (run_actor_) endings::forget_wal(wal_fd_);
-    if (monitor_) caf::anon_send_exit(monitor_, caf::exit_reason::user_shutdown);
-    if (proxy_) caf::anon_send_exit(proxy_, caf::exit_reason::user_shutdown);
-    if (run_actor_) caf::anon_send_exit(run_actor_, caf::exit_reason::user_shutdown);
-    if (group_) caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
+    {
+      // Sent by an actor of this process in its own name: the only exits
+      // chorus's actors obey besides their links' (actors/guard.hpp).
+      caf::scoped_actor stopper{sys_};
+      if (monitor_) stopper->send_exit(monitor_, caf::exit_reason::user_shutdown);
+      if (proxy_) stopper->send_exit(proxy_, caf::exit_reason::user_shutdown);
+      if (run_actor_) stopper->send_exit(run_actor_, caf::exit_reason::user_shutdown);
+      if (group_) stopper->send_exit(group_, caf::exit_reason::user_shutdown);
+    }
     links_.stop();
     // Our own system's destructor waits for every actor and stops the
     // middleman. An orchestrator's lives on: wait for the actors that hold

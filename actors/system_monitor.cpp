@@ -67,7 +67,7 @@ system_monitor_actor spawn_system_monitor(caf::actor_system& sys, run_actor run,
                                           std::function<std::unique_ptr<io::SystemSampler>()> make,
                                           std::chrono::microseconds interval, std::uint32_t rank,
                                           std::int64_t start_us, bool speak) {
-  return sys.spawn(system_monitor, std::move(run), std::move(make), interval, rank, start_us, speak);
+  return spawn_guarded(sys, system_monitor, std::move(run), std::move(make), interval, rank, start_us, speak);
 }
 
 } // namespace chorus::detail

@@ -105,8 +105,10 @@ uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<io:
 /// it at the drain's end; and so does the Run's exit, so that neither
 /// finish nor shutdown waits for a slow server.
 uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared_ptr<io::Uploader> up,
-                                       uploader_actor sender) {
+                                       uploader_actor sender, caf::actor_addr run) {
   self->link_to(sender);
+  // An uploader outlives no run.
+  stop_with(self, run);
   self->attach_functor([up] { up->cut_requests_at(std::chrono::steady_clock::now()); });
   return {
       [self, sender](upload_atom a) { self->send(sender, a); },
@@ -124,7 +126,7 @@ uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared
 } // namespace
 
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          io::UploadSettings settings, Blocking blocking) {
+                          io::UploadSettings settings, Blocking blocking, caf::actor_addr run) {
   auto target = io::UploadTarget::parse(url);
   if (!target) {
     std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", target.error().message().c_str());
@@ -138,7 +140,7 @@ uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir
   }
   // Detached: a request blocks its thread for up to its timeout.
   auto sender = spawn_blocking(sys, blocking, upload_sender, up);
-  return sys.spawn(uploader, std::move(up), std::move(sender));
+  return spawn_guarded(sys, uploader, std::move(up), std::move(sender), std::move(run));
 }
 
 } // namespace chorus::detail

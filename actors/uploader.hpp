@@ -21,6 +21,6 @@ namespace chorus::detail {
 /// (and a line on stderr naming the cause) if it cannot start, in which case
 /// the run goes on locally. Its sender blocks on requests: see Blocking.
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          io::UploadSettings settings, Blocking blocking);
+                          io::UploadSettings settings, Blocking blocking, caf::actor_addr run = {});
 
 } // namespace chorus::detail

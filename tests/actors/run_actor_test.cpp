@@ -409,6 +409,48 @@ BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
   BOOST_TEST(contains(states[1].second, "at step 3"), states[1].second);
 }
 
+BOOST_AUTO_TEST_CASE(stray_exit_down_and_error_messages_change_nothing) {
+  join(0);
+  join(1);
+  send_loss(1, 2.0, 3);
+  sched.run();
+
+  // None of these enters the Run actor's mailbox (actors/guard.hpp): an
+  // anonymous kill, a kill in another actor's name, a down message about a
+  // rank's proxy that its proxy did not send, an anonymous error.
+  const auto any = caf::actor_cast<caf::actor>(run); // as a peer's message arrives: untyped
+  caf::anon_send_exit(any, caf::exit_reason::kill);
+  self->send(any, caf::exit_msg{ranks[0].address(), caf::exit_reason::kill});
+  self->send(any, caf::down_msg{ranks[1].address(), caf::exit_reason::kill});
+  caf::anon_send(any, caf::make_error(caf::sec::runtime_error));
+  BOOST_TEST(idle(any));
+  sched.run();
+
+  // The run goes on: rank 1 is not taken for gone, and both ranks finish.
+  send_loss(0, 1.0, 3);
+  sched.run();
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    auto f = frames.batch(static_cast<int>(r));
+    f.finish();
+    send_batch(r, f);
+  }
+  finish();
+  sched.run();
+  BOOST_TEST(finished.result.state == RunState::finished);
+  const auto states = rank_states();
+  BOOST_TEST_REQUIRE(states.size() == 2u);
+  BOOST_TEST(states[0].first == "finished");
+  BOOST_TEST(states[1].first == "finished");
+  const auto rows = history();
+  BOOST_TEST_REQUIRE(rows.size() == 1u);
+  BOOST_TEST((rows[0] == std::map<std::string, double>{{"loss/rank-0", 1.0}, {"loss/rank-1", 2.0}}));
+
+  // An exit an actor of this process sends in its own name still stops it.
+  self->send_exit(run, caf::exit_reason::user_shutdown);
+  sched.run();
+  BOOST_TEST(caf::actor_cast<caf::abstract_actor*>(run)->getf(caf::abstract_actor::is_terminated_flag));
+}
+
 /// The events the run told `proxy` (event_atom frames), decoded as its RankProxy decodes them.
 std::vector<Event> told(const caf::actor& proxy) {
   std::vector<Event> out;
