@@ -93,6 +93,7 @@ struct ProxyState {
   bool parked = false;
   std::uint64_t loop = 0; // the drain loop's generation: a restart ends the old loop
   std::uint64_t finish_seq = 0; // the finish ticket, once seen
+  std::uint64_t acked = 0;      // the seq the host's acks completed so far
   RunState finish_state = RunState::finished; // how the trainer's finish ends the rank (failed, killed)
   bool finish_started = false;  // the run host is finishing the run for us
   bool finish_bounded = false;  // finish's bound (finish_tmo_atom) is running
@@ -610,6 +611,16 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
         auto& st = self->state;
         if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
+        // Nothing reads as logged that the rank did not send, or that an
+        // earlier ack did not leave open: such an ack ends the link.
+        if (std::string bad = bad_ack(AckWindow{static_cast<std::uint32_t>(st.in_flight), st.read_pos, st.acked},
+                                      frames, completed, errors);
+            !bad.empty())
+          return lose_host(self, Error(Errc::host_lost, "the run host (" + st.host_label + ") sent an acknowledgement " +
+                                                            bad + ": it is refused, and values not yet acknowledged "
+                                                                  "are reported lost; check that every rank runs the "
+                                                                  "same chorus as the host"));
+        st.acked = completed;
         st.in_flight -= static_cast<int>(std::min<std::uint32_t>(frames, static_cast<std::uint32_t>(st.in_flight)));
         for (const AckError& e : errors) {
           st.run->channel().set_error(e.seq, e.error());
@@ -701,10 +712,25 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
 
 } // namespace
 
+std::string bad_ack(const AckWindow& w, std::uint32_t frames, std::uint64_t completed, const AckErrors& errors) {
+  if (frames > w.in_flight)
+    return "for " + std::to_string(frames) + " frames while " + std::to_string(w.in_flight) + " were in flight";
+  if (completed > w.sent)
+    return "completing call " + std::to_string(completed) + ", beyond the last one the rank sent (" +
+           std::to_string(w.sent) + ")";
+  if (completed < w.acked)
+    return "completing call " + std::to_string(completed) + " after one that completed call " + std::to_string(w.acked);
+  for (const AckError& e : errors)
+    if (e.seq == 0 || e.seq > completed)
+      return "with an error for call " + std::to_string(e.seq) + ", outside the calls it completes (up to " +
+             std::to_string(completed) + ")";
+  return {};
+}
+
 rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
                                   std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join) {
-  return sys.spawn(rank_proxy, &run, std::move(host), std::move(host_label), join_deadline, std::move(on_join));
+  return spawn_guarded(sys, rank_proxy, &run, std::move(host), std::move(host_label), join_deadline, std::move(on_join));
 }
 
 } // namespace chorus::detail

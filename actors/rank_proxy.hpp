@@ -22,6 +22,21 @@ struct JoinResult {
   std::string run_dir;
 };
 
+/// Where a RankProxy's acks stand: the frames it has in flight, the last
+/// call it sent, the last call the host's acks completed.
+struct AckWindow {
+  std::uint32_t in_flight = 0;
+  std::uint64_t sent = 0;
+  std::uint64_t acked = 0;
+};
+
+/// What is wrong with an ack (ack_atom) of `frames` frames completing
+/// `completed`, with `errors`, at `w`, or "" where nothing is: it may answer
+/// only frames in flight, complete only what the rank sent, never go back,
+/// and name errors only among the calls it completed.
+[[nodiscard]] std::string bad_ack(const AckWindow& w, std::uint32_t frames, std::uint64_t completed,
+                                  const AckErrors& errors);
+
 /// Spawns the proxy of `run` talking to the Run actor `host`; it joins at
 /// once, repeating its join until `join_deadline` (init's), and reports the
 /// outcome through `on_join` (called exactly once, by the deadline).
