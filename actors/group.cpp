@@ -1,5 +1,6 @@
 #include "actors/group.hpp"
 
+#include "actors/job_secret.hpp"
 #include "actors/run.hpp"
 #include "io/platform/posix.hpp"
 #include "runtime/core/merger.hpp"
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <utility>
 #include <unistd.h>
 
 namespace chorus::detail {
@@ -24,6 +26,7 @@ struct GroupState {
   GroupHost host;
   std::map<caf::actor_addr, std::int64_t> index_of; // a member run's actor -> its place
   std::map<std::int64_t, std::int64_t> seq_of;      // the latest report taken, per place
+  bool refused_secret = false;                      // a report without the job's secret was refused (said once)
   bool dirty = false;       // group.json lags behind
   bool write_armed = false; // a write timer is set
   bool done = false;        // every member has ended; group.json says so
@@ -135,11 +138,21 @@ group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
   });
 
   return {
-      [self](member_atom, std::int64_t seq, const std::string& json, const caf::actor& named) {
+      [self](member_atom, std::int64_t seq, const std::string& json, const caf::actor& named, const std::string& secret) {
         auto& st = self->state;
         // A report comes from the run it describes; one whose sender CAF lost is repeated until acknowledged.
         caf::actor run = caf::actor_cast<caf::actor>(self->current_sender());
         if (!run || run != named) return;
+        // Only the job's own run hosts take places in its group: another process is not answered.
+        if (!same_secret(secret, st.host.secret)) {
+          if (!std::exchange(st.refused_secret, true))
+            std::fprintf(stderr, "chorus: the group refused a report without the job's secret (from actor %s): only "
+                                 "the job's own run hosts take places in it; a run of the job sees another secret "
+                                 "where CHORUS_JOB_SECRET or CHORUS_SOCKET_DIR differ between its processes (said "
+                                 "once)\n",
+                         caf::to_string(run.address()).c_str());
+          return;
+        }
         io::GroupManifest& g = st.host.manifest;
         Result<io::GroupMember> parsed = io::parse_member(json);
         self->send(caf::actor_cast<member_actor>(run), member_ok_atom::value, seq); // a refused report is not repeated
@@ -345,7 +358,7 @@ void GroupLink::when_settled(caf::response_promise rp) {
 }
 
 void GroupLink::send(run_self::pointer self) {
-  self->send(group_, member_atom::value, seq_, latest_, caf::actor_cast<caf::actor>(self));
+  self->send(group_, member_atom::value, seq_, latest_, caf::actor_cast<caf::actor>(self), secret_);
   if (retrying_) return;
   retrying_ = true;
   self->delayed_send(self, retry_interval, member_retry_atom::value);

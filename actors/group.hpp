@@ -29,6 +29,8 @@ struct GroupHost {
   std::chrono::milliseconds join_timeout{30'000};
   /// How long global rank 0, on its way out, waits for the members still running.
   std::chrono::milliseconds finish_timeout{60'000};
+  /// The job's secret every report must carry (actors/job_secret.hpp); "" asks none.
+  std::string secret;
 };
 
 /// The group of the job `s` describes, kept by this process (global rank 0).
@@ -53,6 +55,8 @@ public:
   /// heard from for `limit` (actors/keepalive.hpp).
   void connect(run_self::pointer self, group_actor group, caf::response_promise registered,
                std::chrono::milliseconds interval, std::chrono::milliseconds limit);
+  /// The job's secret the reports carry (actors/job_secret.hpp).
+  void secret(std::string s) { secret_ = std::move(s); }
   /// Sends `m` as the run's latest state (now, or once connected).
   void report(run_self::pointer self, const io::GroupMember& m);
   void acked(std::int64_t seq);
@@ -80,6 +84,7 @@ private:
   group_actor group_;
   std::optional<Keepalive> keepalive_; // a Group in another process
   bool lost_ = false; // the Group went away
+  std::string secret_;     // the job's, which each report carries
   std::string latest_;     // the latest report
   std::int64_t seq_ = 0;   // its number
   std::int64_t acked_ = 0; // the highest acknowledged

@@ -191,10 +191,11 @@ using rank_proxy_self =
 
 /// The Run actor as the ranks reach it, published on the run's port.
 using run_actor = caf::typed_actor<
-    // (rank, host name, pid, job): a RankProxy joins; answered with
+    // (rank, host name, pid, job, secret): a RankProxy joins; answered with
     // joined_atom, to the sender. `job` is the job's identity: a rank of
-    // another job is refused.
-    caf::reacts_to<join_atom, std::uint32_t, std::string, std::int64_t, std::string>,
+    // another job is refused; `secret`, the job's (actors/job_secret.hpp):
+    // a process outside the job cannot take a rank's place.
+    caf::reacts_to<join_atom, std::uint32_t, std::string, std::int64_t, std::string, std::string>,
     // a wire.hpp rank_batch of a joined rank
     caf::reacts_to<batch_atom, std::vector<char>>,
     // the host's own RankProxy finishes the run
@@ -218,10 +219,10 @@ using member_actor = caf::typed_actor<caf::reacts_to<member_ok_atom, std::int64_
 /// The Group (actors/group.hpp) as the run hosts of the job reach it,
 /// published on the group's port.
 using group_actor = caf::typed_actor<
-    // (seq, member JSON, the run): a member run's latest state
+    // (seq, member JSON, the run, the job's secret): a member run's latest state
     // (io/store/group_file.hpp's member object), sent by that run, repeated until
     // acknowledged (member_ok_atom, to the sender); a later seq wins
-    caf::reacts_to<member_atom, std::int64_t, std::string, caf::actor>,
+    caf::reacts_to<member_atom, std::int64_t, std::string, caf::actor, std::string>,
     // global rank 0's System, as it exits: answered once the members ended
     caf::replies_to<finish_atom>::with<caf::ok_atom>,
     // a member's keepalive, where the Group is in another process

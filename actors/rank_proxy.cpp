@@ -84,6 +84,7 @@ struct ProxyState {
   RunImpl* run = nullptr;
   run_actor host;
   std::string host_label;
+  std::string secret; // the job's, which the join carries (actors/job_secret.hpp)
   std::uint32_t rank = 0;
   std::uint64_t read_pos = 0;
   std::vector<bool> key_sent;
@@ -127,7 +128,7 @@ void joined(proxy_ptr self, JoinResult r) {
 void send_join(proxy_ptr self) {
   auto& st = self->state;
   self->send(st.host, join_atom::value, st.rank, this_host(), static_cast<std::int64_t>(::getpid()),
-             job_identity(st.run->settings()));
+             job_identity(st.run->settings()), st.secret);
   // The last retry comes at the deadline, where the join gives up.
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(st.join_deadline - std::chrono::steady_clock::now());
   self->delayed_send(self, std::clamp(jittered(st.join_retry), std::chrono::milliseconds(0), left), join_retry_atom::value);
@@ -493,12 +494,13 @@ caf::delegated<caf::ok_atom> take_actor_call(proxy_ptr self, ActorCall::Kind kin
 }
 
 rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_actor host, std::string host_label,
-                                          std::chrono::steady_clock::time_point join_deadline,
+                                          std::string secret, std::chrono::steady_clock::time_point join_deadline,
                                           std::function<void(JoinResult)> on_join) {
   auto& st = self->state;
   st.run = run;
   st.host = host;
   st.host_label = std::move(host_label);
+  st.secret = std::move(secret);
   st.rank = static_cast<std::uint32_t>(run->settings().run_rank);
   // Once the proxy stops, no event reaches this rank any more: its next_event ends.
   self->attach_functor([run](const caf::error&) { run->events().close(); });
@@ -728,9 +730,10 @@ std::string bad_ack(const AckWindow& w, std::uint32_t frames, std::uint64_t comp
 }
 
 rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
-                                  std::chrono::steady_clock::time_point join_deadline,
+                                  std::string secret, std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join) {
-  return spawn_guarded(sys, rank_proxy, &run, std::move(host), std::move(host_label), join_deadline, std::move(on_join));
+  return spawn_guarded(sys, rank_proxy, &run, std::move(host), std::move(host_label), std::move(secret), join_deadline,
+                       std::move(on_join));
 }
 
 } // namespace chorus::detail

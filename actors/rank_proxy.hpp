@@ -38,10 +38,11 @@ struct AckWindow {
                                   const AckErrors& errors);
 
 /// Spawns the proxy of `run` talking to the Run actor `host`; it joins at
-/// once, repeating its join until `join_deadline` (init's), and reports the
-/// outcome through `on_join` (called exactly once, by the deadline).
+/// once, with the job's `secret` (actors/job_secret.hpp), repeating its join
+/// until `join_deadline` (init's), and reports the outcome through `on_join`
+/// (called exactly once, by the deadline).
 rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
-                                  std::chrono::steady_clock::time_point join_deadline,
+                                  std::string secret, std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join);
 
 } // namespace chorus::detail

@@ -1,6 +1,7 @@
 #include "actors/run.hpp"
 #include "actors/keepalive.hpp"
 #include "actors/host_sink.hpp"
+#include "actors/job_secret.hpp"
 #include "actors/run_events.hpp"
 #include "io/platform/posix.hpp"
 
@@ -413,7 +414,8 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   });
 
   return {
-      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, const std::string& job) {
+      [self](join_atom, std::uint32_t rank, const std::string& hostname, std::int64_t pid, const std::string& job,
+             const std::string& secret) {
         auto& st = self->state;
         // A join without a sender (CAF lost it, see protocol.hpp) is
         // repeated by its proxy: only one that names its sender is taken.
@@ -438,6 +440,13 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
                         "); give each job its own CHORUS_PORT (or MASTER_PORT), or check that every rank sees the "
                         "same CHORUS_* settings");
         }
+        // Before anything is looked up for the rank: a process outside the
+        // job learns nothing, and takes no rank's place.
+        if (!same_secret(secret, st.host->secret))
+          return refuse("process " + std::to_string(pid) + " on " + hostname + " claims rank " + std::to_string(rank) +
+                        " without this job's secret: only the job's own processes may join its run. A rank of the "
+                        "job sees another secret where CHORUS_JOB_SECRET differs between ranks, or where its "
+                        "socket directory (CHORUS_SOCKET_DIR) is not the host's: give every rank the same");
         const auto world = static_cast<std::uint32_t>(st.merger->world_size());
         if (rank >= world)
           return refuse("rank " + std::to_string(rank) + " is outside this run of " + std::to_string(world) +
@@ -538,6 +547,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         auto& st = self->state;
         if (!from_this_process(self)) return drop_request<caf::ok_atom>(self);
         st.reported_generation = st.sink->generation;
+        st.group.secret(st.host->group_secret);
         st.group.report(self, member_report(*st.host, *st.merger));
         const Options& opts = st.host->settings.opts;
         st.group.connect(self, std::move(group), self->make_response_promise(), opts.heartbeat_interval,

@@ -25,6 +25,8 @@ struct RunHost {
   std::string run_dir;
   std::string run_json; // the identity object of run.json
   std::string job;      // job_identity(): the joins of other jobs' ranks are refused
+  std::string secret;   // the job's secret (actors/job_secret.hpp) every join must carry; "" asks none
+  std::string group_secret; // ... and what the run's reports to the job's group carry
   std::int64_t start_us = 0;
   /// The run directory held this run already (Options::resume): its WAL is
   /// replayed before the new attempt starts. The Run actor answers

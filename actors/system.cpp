@@ -5,6 +5,7 @@
 // its Run actor exists, actors/run_host_setup.hpp.
 #include "runtime/client/system.hpp"
 #include "actors/group.hpp"
+#include "actors/job_secret.hpp"
 #include "actors/links/links.hpp"
 #include "actors/links/local_link.hpp"
 #include "actors/protocol.hpp"
@@ -32,14 +33,27 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+/// Whether the job's group takes runs of other nodes: over authenticated
+/// links, or where CHORUS_INSECURE allows plain ones.
+bool group_spans_nodes(const Settings& s, bool group_tls) {
+  return s.topo.num_nodes > 1 && (group_tls || s.opts.insecure);
+}
+
+/// How the job's run hosts reach its group: across nodes (where allowed)
+/// over the network, else through this node's socket.
+Link group_link_of(const Settings& s, const LinkPlan& plan) {
+  return group_spans_nodes(s, plan.group_tls) ? Link::node : Link::local;
+}
+
 class SystemImpl final : public System {
 public:
   /// `plan`: how this process links to the job's others; `socket_dir`: this
   /// user's socket directory, where anything links within the node.
   /// `actors`: the orchestrator's actor system (<chorus/caf.hpp>), configured
   /// by System::configure; null: the System makes its own.
-  SystemImpl(const Settings& s, const LinkPlan& plan, std::string socket_dir, caf::actor_system* actors)
-      : group_tls_(plan.group_tls),
+  SystemImpl(const Settings& s, const LinkPlan& plan, std::string socket_dir, std::string secret,
+             std::string group_secret, caf::actor_system* actors)
+      : group_tls_(plan.group_tls), secret_(std::move(secret)), group_secret_(std::move(group_secret)),
         own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s, plan))),
         sys_(actors != nullptr ? *actors : *own_),
         links_(sys_, plan, std::move(socket_dir), s.topo.num_nodes > 1, s.opts.connection_timeout) {}
@@ -121,7 +135,7 @@ public:
     init_timeout_ = s.opts.init_timeout;
     auto joined = std::make_shared<std::promise<JoinResult>>();
     auto future = joined->get_future();
-    proxy_ = spawn_rank_proxy(sys_, run, host, label, deadline,
+    proxy_ = spawn_rank_proxy(sys_, run, host, label, secret_, deadline,
                               [joined](JoinResult r) { joined->set_value(std::move(r)); });
     run.channel().nudge = [p = proxy_] { caf::anon_send(p, nudge_atom::value); };
     // The proxy answers by the deadline; the margin is for a scheduler busy elsewhere.
@@ -196,6 +210,8 @@ private:
     Result<std::shared_ptr<RunHost>> prepared = prepare_run_host(s, run.finish_state());
     if (!prepared) return prepared.error();
     std::shared_ptr<RunHost> host = std::move(*prepared);
+    host->secret = secret_;
+    host->group_secret = group_secret_;
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
     wal_fd_ = host->wal->fd();
@@ -283,7 +299,7 @@ private:
   /// only over authenticated links, or where CHORUS_INSECURE allows plain ones.
   void join_group(const RunImpl& run) {
     const Settings& s = run.settings();
-    const bool other_nodes = s.topo.num_nodes > 1 && (group_tls_ || s.opts.insecure);
+    const bool other_nodes = group_spans_nodes(s, group_tls_);
     joined_group_ = true;
     finish_timeout_ = s.opts.finish_timeout;
     if (s.topo.rank == 0) {
@@ -306,7 +322,9 @@ private:
 
   void start_group(const RunImpl& run, bool other_nodes) {
     const Settings& s = run.settings();
-    group_ = spawn_group_actor(sys_, group_host(s));
+    GroupHost g = group_host(s);
+    g.secret = group_secret_;
+    group_ = spawn_group_actor(sys_, std::move(g));
     if (s.topo.num_nodes > 1 && !other_nodes)
       std::fprintf(stderr, "chorus: the runs on other nodes cannot report to the job's group without the job's "
                            "credentials (CHORUS_TLS_DIR, or CHORUS_INSECURE=1): group.json will list them as "
@@ -320,11 +338,7 @@ private:
     register_run(group_, s.opts.init_timeout);
   }
 
-  /// How the job's run hosts reach its group: across nodes (where allowed)
-  /// over the network, else through this node's socket.
-  Link group_link(bool other_nodes) const {
-    return !other_nodes ? Link::local : Link::node;
-  }
+  Link group_link(bool other_nodes) const { return !other_nodes ? Link::local : Link::node; }
 
   /// Hands the Group to the Run actor, which registers with it; returns once
   /// the Group has the run (or `limit` ran out).
@@ -349,6 +363,8 @@ private:
   }
 
   bool group_tls_;
+  std::string secret_;       // the job's, for the run's joins (actors/job_secret.hpp)
+  std::string group_secret_; // ... and for the reports to the job's group
   caf::actor_system_config cfg_;            // of own_ only
   std::unique_ptr<caf::actor_system> own_;  // null in an orchestrator's system
   caf::actor_system& sys_;
@@ -392,7 +408,12 @@ Result<std::unique_ptr<System>> System::start(RunImpl& run, caf::actor_system* a
     if (!dir) return dir.error();
     socket_dir = std::move(*dir);
   }
-  auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, actors);
+  // What the run's joins and its reports to the group carry (the links' kind says which secret).
+  Result<std::string> secret = job_secret(s, spans_nodes(s) ? Link::node : Link::local, socket_dir);
+  if (!secret) return secret.error();
+  Result<std::string> group_secret = s.group_size > 0 ? job_secret(s, group_link_of(s, plan), socket_dir) : std::string();
+  if (!group_secret) return group_secret.error();
+  auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, std::move(*secret), std::move(*group_secret), actors);
   // A System that failed to start stops its actors here, while the run
   // they point to is still whole.
   if (Error e = sys->start(run)) return e;

@@ -37,6 +37,9 @@ struct LaunchArgs {
   /// (CHORUS_LAUNCH_EXITS): a rank still dialing its run host stops once the
   /// host's rank is there, instead of waiting out init_timeout.
   std::string exits_file;
+  /// The job's secret (CHORUS_JOB_SECRET), which every join of its ranks
+  /// carries: the caller's, else one made for a job of one node.
+  std::string job_secret;
 };
 
 /// The environment of local rank `local_rank`: this process's own, with

@@ -5,6 +5,7 @@
 #include "cli/launch.hpp"
 #include "cli/recover.hpp"
 #include "cli/run_info.hpp"
+#include "io/platform/random.hpp"
 #include "io/store/run_record.hpp"
 
 #include <arpa/inet.h>
@@ -319,6 +320,7 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
       {"TORCHELASTIC_MAX_RESTARTS", "0"},
       {"CHORUS_LAUNCH_RUNS", a.runs_file},
       {"CHORUS_LAUNCH_EXITS", a.exits_file},
+      {"CHORUS_JOB_SECRET", a.job_secret},
   };
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -378,6 +380,14 @@ int launch_main(std::span<char* const> words) {
                  "node (e.g. \"$SLURM_JOB_ID\")\n",
                  stderr);
     a.run_id = made_up_job_id();
+  }
+  // A job of one node gets a secret of its own, known only to its ranks'
+  // environments; the nodes of a larger one would each make another (TLS
+  // credentials, or the caller's CHORUS_JOB_SECRET, serve them).
+  if (const char* given = std::getenv("CHORUS_JOB_SECRET"); given != nullptr && *given != '\0') {
+    a.job_secret = given;
+  } else if (a.nnodes == 1) {
+    if (Result<std::string> made = io::detail::random_hex(32, "the job's secret")) a.job_secret = std::move(*made);
   }
   // Run hosts among the ranks note their run directories here; afterwards
   // each of those runs gets the ranks' exit codes.

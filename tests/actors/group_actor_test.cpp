@@ -35,6 +35,7 @@ struct GroupFixture : test::ActorFixture {
     host.expected_ranks = {{0}, {1}};
     host.join_timeout = 30s;
     host.finish_timeout = 60s;
+    host.secret = "the job's secret";
     group = keep(spawn_group_actor(sys, host));
     for (int i = 0; i < 2; ++i) members.push_back(recorder());
     sched.run();
@@ -55,9 +56,10 @@ struct GroupFixture : test::ActorFixture {
   }
 
   /// `sender` sends report `seq`, naming `named` as the run it describes.
-  void send(const caf::actor& sender, std::int64_t seq, const std::string& json, const caf::actor& named) {
-    inject((member_atom, std::int64_t, std::string, caf::actor),
-           from(sender).to(group).with(member_atom::value, seq, json, named));
+  void send(const caf::actor& sender, std::int64_t seq, const std::string& json, const caf::actor& named,
+            const std::string& secret = "the job's secret") {
+    inject((member_atom, std::int64_t, std::string, caf::actor, std::string),
+           from(sender).to(group).with(member_atom::value, seq, json, named, secret));
   }
   /// Member `i` reports and the group acknowledges it.
   void reported(std::size_t i, std::int64_t seq, const std::string& json) {
@@ -107,6 +109,18 @@ BOOST_AUTO_TEST_CASE(reports_are_acknowledged_and_the_latest_is_kept) {
   BOOST_TEST(member(g, 0).rows == 7);
   BOOST_TEST(member(g, 1).id == "run-1");
   BOOST_TEST(g.state == "running");
+}
+
+BOOST_AUTO_TEST_CASE(a_report_without_the_jobs_secret_takes_no_place) {
+  // A process outside the job claims place 0 first: unanswered, not written.
+  const caf::actor outsider = recorder();
+  sched.run();
+  send(outsider, 1, report(0, "running"), outsider, "a guess");
+  BOOST_TEST(!sched.prioritize(outsider));
+  BOOST_TEST(manifest().members.empty());
+  // The job's run then takes it.
+  reported(0, 1, report(0, "running"));
+  BOOST_TEST(member(manifest(), 0).id == "run-0");
 }
 
 BOOST_AUTO_TEST_CASE(a_member_that_goes_down_is_recorded_crashed) {

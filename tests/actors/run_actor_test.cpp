@@ -65,6 +65,7 @@ struct RunActorFixture : test::ActorFixture {
     host->wal = std::move(*wal);
     host->run_json = R"({"id":"run-1","project":"proj"})";
     host->job = identity("torchrun job 1", "proj");
+    host->secret = "the job's secret";
     host->start_us = 1'700'000'000'000'000;
     host->finish = &finished;
     host->blocking = Blocking::scheduled_for_tests;
@@ -83,10 +84,11 @@ struct RunActorFixture : test::ActorFixture {
     expect((std::string), from(syncer).to(run).with(std::string()));
   }
 
-  void join_as(const caf::actor& proxy, std::uint32_t rank, const std::string& job) {
-    inject((join_atom, std::uint32_t, std::string, std::int64_t, std::string),
+  void join_as(const caf::actor& proxy, std::uint32_t rank, const std::string& job,
+               const std::string& secret = "the job's secret") {
+    inject((join_atom, std::uint32_t, std::string, std::int64_t, std::string, std::string),
            from(proxy).to(run).with(join_atom::value, rank, "node-" + std::to_string(rank),
-                                    std::int64_t{100} + rank, job));
+                                    std::int64_t{100} + rank, job, secret));
   }
 
   /// Rank `r` joins: answered at once, and logged (the syncs that follow run too).
@@ -239,6 +241,36 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
 
 // The run host's clock times each join as it accepts it, and run.json keeps
 // it; a join asked again (its answer was lost) is answered, and moves nothing.
+BOOST_AUTO_TEST_CASE(a_process_without_the_jobs_secret_takes_no_ranks_place) {
+  // It joins first, as rank 1, with the job's identity but not its secret:
+  // refused, and nothing of it is logged.
+  const caf::actor outsider = recorder();
+  sched.run();
+  join_as(outsider, 1, host->job, "a guess");
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(outsider).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(contains(refusal(outsider), "process 101 on node-1 claims rank 1 without this job's secret"),
+             refusal(outsider));
+  BOOST_TEST(idle(syncer));
+  join_as(outsider, 1, host->job, "");
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(outsider).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(idle(syncer));
+
+  // The real rank 1 then joins, and so does rank 0.
+  join(1);
+  join(0);
+  // Nor can it claim a joined rank's place: refused, the rank keeps it.
+  join_as(outsider, 1, host->job, "a guess");
+  expect((joined_atom, bool, std::string, std::string, caf::actor),
+         from(run).to(outsider).with(_, false, _, std::string(), caf::actor()));
+  BOOST_TEST(!contains(refusal(outsider), "already joined"), refusal(outsider)); // it learns nothing of the run
+  send_loss(1, 2.0, 0);
+  send_loss(0, 1.0, 0);
+  sched.run();
+  BOOST_TEST(frames_acked(ranks[1]) == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(run_json_records_when_each_rank_joined_and_a_repeated_join_moves_nothing) {
   using io::RunRecord;
   const std::int64_t before = io::detail::unix_now_us();

@@ -1,0 +1,16 @@
+// Secrets from the kernel's random source.
+#pragma once
+
+#include "runtime/core/result.hpp"
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace chorus::io::detail {
+
+/// `bytes` random bytes from getrandom(2), as 2 * bytes lowercase hex
+/// digits; the error names `what` was being made.
+[[nodiscard]] Result<std::string> random_hex(std::size_t bytes, std::string_view what);
+
+} // namespace chorus::io::detail
