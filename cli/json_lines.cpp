@@ -33,14 +33,7 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
     switch (lines.next(line)) {
     case io::LineReader::Next::line: break;
     case io::LineReader::Next::end: out.unfinished = !blank(lines.rest()); return out;
-    case io::LineReader::Next::too_long:
-      out.problem = Error(Errc::io_error,
-                          path + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
-                              std::to_string(max_line_bytes >> 20) +
-                              " MiB without a newline, far longer than a line chorus writes: the file is damaged or "
-                              "is not a JSON-lines file. Move it aside (chorus recover rebuilds history.jsonl from "
-                              "the WAL)");
-      return out;
+    case io::LineReader::Next::too_long: // the lines after it are not read (io::line_too_long)
     case io::LineReader::Next::failed: out.problem = lines.error(); return out;
     }
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);

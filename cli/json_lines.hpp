@@ -3,6 +3,7 @@
 // sections of `chorus show` read their lines through.
 #pragma once
 
+#include "io/store/line_reader.hpp"
 #include "runtime/core/result.hpp"
 
 #include <simdjson.h>
@@ -14,10 +15,9 @@
 
 namespace chorus::cli {
 
-/// The longest line read_json_lines takes: chorus writes lines of a few KiB,
-/// so a longer one is damage (or a file that never ends, like /dev/zero),
-/// reported rather than buffered without bound.
-inline constexpr std::size_t max_line_bytes = 16u << 20;
+/// The longest line read_json_lines takes: the bound of every reader of a
+/// run's lines (io/store/line_reader.hpp).
+using io::max_line_bytes;
 
 struct JsonLines {
   std::uint64_t used = 0;     // lines handed over and taken
@@ -26,7 +26,8 @@ struct JsonLines {
   std::uint64_t first_skipped_line = 0; // the first of them (lines count from 1)
   std::string first_skipped_why;        // "TAPE_ERROR: ...", "no _step"
   bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
-  Error problem;              // the file could not be read, or was cut off at a line too long: why
+  Error problem;              // the file could not be read, or was cut off at a line too long
+                              // (io::line_too_long: the lines after it are not read): why
 };
 
 /// Hands each complete line of `path` that is a JSON object to `take`, which

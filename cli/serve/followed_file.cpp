@@ -81,7 +81,7 @@ void FollowedFile::read(const Look& look, std::uint64_t end,
     if (next == io::LineReader::Next::too_long) {
       stuck_size_ = look.size;
       state_.indexing = false;
-      state_.problem = line_too_long(path_, lines.cursor().lines + 1);
+      state_.problem = lines.error(); // io::line_too_long: the lines after it are not read
       break;
     }
     if (next == io::LineReader::Next::failed) {

@@ -75,13 +75,6 @@ std::string_view trim_line_end(std::string_view line) {
   return line;
 }
 
-Error line_too_long(const std::string& path, std::uint64_t line_number) {
-  return {Errc::io_error, path + ": line " + std::to_string(line_number) + " runs past " +
-                              std::to_string(max_line_bytes >> 20) +
-                              " MiB without a newline: the file is damaged from there on (chorus recover rebuilds it "
-                              "from the WAL)"};
-}
-
 std::optional<XAxis> parse_x_axis(std::string_view s) {
   if (s == "step") return XAxis::step;
   if (s == "wall") return XAxis::wall;
@@ -623,7 +616,7 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
     }
     if (next == io::LineReader::Next::too_long) {
       stuck_size_ = end;
-      state_.problem = line_too_long(path_, lines.cursor().lines + 1);
+      state_.problem = lines.error(); // io::line_too_long: the lines after it are not read
       break;
     }
     if (next == io::LineReader::Next::failed) {

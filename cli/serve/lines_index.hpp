@@ -40,9 +40,6 @@ enum class XAxis { step, wall, rel };
 
 /// A line of a run file without the '\r' and spaces that may end it.
 [[nodiscard]] std::string_view trim_line_end(std::string_view line);
-/// Why a followed run file stops being read at its line `line_number` (from
-/// 1): it runs past max_line_bytes without a newline, so the file is damaged.
-[[nodiscard]] Error line_too_long(const std::string& path, std::uint64_t line_number);
 
 /// A history (rows with a whole `_step`) or system samples (one line per
 /// rank and interval: `_timestamp`, `_runtime`, `_node`, `_rank`; their

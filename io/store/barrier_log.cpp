@@ -17,8 +17,7 @@ namespace {
 
 using simdjson::SUCCESS;
 
-/// The longest line read back: a barrier of 65,536 ranks takes about 4 MiB.
-constexpr std::size_t max_line = 16u << 20;
+// A barrier of 65,536 ranks takes about 4 MiB a line: within max_line_bytes.
 
 /// Unix seconds read back as microseconds.
 bool seconds_us(simdjson::dom::element e, std::int64_t& us) {
@@ -115,7 +114,7 @@ BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
   }
   if (*fd < 0) return s;
   s.missing = false;
-  LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = max_line});
+  LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = max_line_bytes});
   std::deque<BarrierRecord> last;
   auto rank = [&](int r) -> BarrierSummary::Rank& {
     if (static_cast<std::size_t>(r) >= s.ranks.size()) {
@@ -128,15 +127,8 @@ BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
   for (std::string_view line;;) {
     const LineReader::Next next = lines.next(line);
     if (next == LineReader::Next::end) break;
-    if (next == LineReader::Next::too_long) {
-      s.problem = Error(Errc::io_error, path + ": line " + std::to_string(lines.cursor().lines + 1) + " runs past " +
-                                            std::to_string(max_line >> 20) +
-                                            " MiB without a newline: the file is damaged from there on (move it "
-                                            "aside; the run's other files do not depend on it)");
-      break;
-    }
-    if (next == LineReader::Next::failed) {
-      s.problem = lines.error();
+    if (next == LineReader::Next::too_long || next == LineReader::Next::failed) {
+      s.problem = lines.error(); // a line too long: the lines after it are not read (io::line_too_long)
       break;
     }
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;

@@ -7,11 +7,51 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace chorus::io {
 
 static_assert(LineReader::padding >= simdjson::SIMDJSON_PADDING);
+
+namespace {
+
+/// The JSON-lines files that `chorus recover` rebuilds from the write-ahead log (cli/recover.cpp).
+constexpr std::string_view rebuilt_from_wal[] = {"history.jsonl", "histograms.jsonl", "media.jsonl", "rejected.jsonl"};
+
+std::string size_text(std::size_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+} // namespace
+
+Error line_too_long(const std::string& path, std::uint64_t line, std::size_t bound) {
+  const std::size_t slash = path.rfind('/');
+  const std::string_view name = std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1);
+  std::string m = path + ": line " + std::to_string(line) + " runs past " + size_text(bound) +
+                  " without a newline, far longer than a line chorus writes: the file is damaged there. That line "
+                  "and every line after it are not read. ";
+  // recover helps only where the run's log is there, and holds this file.
+  struct stat st {};
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const bool has_wal = ::lstat((dir + "/wal").c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const bool in_wal =
+      std::find(std::begin(rebuilt_from_wal), std::end(rebuilt_from_wal), name) != std::end(rebuilt_from_wal);
+  if (has_wal && in_wal) {
+    m += "`chorus recover " + dir + "` rebuilds " + std::string(name) +
+         " from the run's write-ahead log (the damaged file kept as " + std::string(name) + ".bak)";
+  } else {
+    m += std::string(name) + (in_wal ? " cannot be rebuilt: the run has no write-ahead log here (" + dir + "/wal)"
+                                     : " is not one of the files `chorus recover` rebuilds");
+    m += ": ";
+    m += line > 1 ? "keep its first " + std::to_string(line - 1) + (line == 2 ? " line" : " lines") + " (head -n " +
+                        std::to_string(line - 1) + "), or move it aside"
+                  : "move it aside";
+  }
+  return Error(Errc::io_error, std::move(m));
+}
 
 LineReader::LineReader(int fd, std::string path, Cursor from, Limits limits)
     : fd_(fd), path_(std::move(path)), limits_(limits), cursor_(from), pos_(from.bytes) {
@@ -46,7 +86,10 @@ LineReader::Next LineReader::next(std::string_view& line) {
     scanned_ -= start_;
     start_ = 0;
     if (have_ == cap_) { // one line longer than the buffer
-      if (limits_.max_line != 0 && cap_ >= limits_.max_line) return Next::too_long;
+      if (limits_.max_line != 0 && cap_ >= limits_.max_line) {
+        error_ = line_too_long(path_, cursor_.lines + 1, limits_.max_line);
+        return Next::too_long;
+      }
       cap_ = limits_.max_line != 0 ? std::min(cap_ * 2, limits_.max_line) : cap_ * 2;
       buf_.resize(cap_ + padding);
     }

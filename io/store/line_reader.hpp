@@ -1,8 +1,14 @@
 // Complete lines of an append-only file (history.jsonl, system.jsonl,
-// artifacts.jsonl), read a chunk at a time: the one reader under `chorus
-// show`'s sections (cli/json_lines.cpp) and the Uploader's slices
-// (io/upload/upload.cpp). A last line without its newline is being written, or its
+// events.jsonl, artifacts.jsonl, ...), read a chunk at a time: the one reader
+// under `chorus show`'s sections (cli/json_lines.cpp), `chorus serve`'s
+// indexes (cli/serve/), the Uploader's slices (io/upload/slices.cpp) and the
+// Python reader. A last line without its newline is being written, or its
 // writer stopped mid-line: it is never handed out, only shown by rest().
+//
+// Every one of them bounds a line at max_line_bytes, and stops the same way
+// at a longer one: the lines before it are taken, that line and every line
+// after it are not read, and error() names the file, the line and the bound
+// (line_too_long).
 #pragma once
 
 #include <chorus/chorus.hpp>
@@ -14,6 +20,17 @@
 #include <vector>
 
 namespace chorus::io {
+
+/// The longest line read from a run's JSON-lines files: chorus writes lines
+/// of a few KiB, so a longer one is damage (or a file that never ends),
+/// reported rather than buffered without bound.
+inline constexpr std::size_t max_line_bytes = 16u << 20;
+
+/// Why the reading of `path` stops at its line `line` (counted from 1): it
+/// runs past `bound` bytes without a newline. Says that the lines after it
+/// are not read either, and how the file can be mended: `chorus recover`
+/// where the run's write-ahead log rebuilds it, else moving it aside.
+[[nodiscard]] Error line_too_long(const std::string& path, std::uint64_t line, std::size_t bound = max_line_bytes);
 
 /// A position in an append-only JSON-lines file: complete lines and bytes before it.
 struct Cursor {
@@ -29,7 +46,7 @@ public:
     std::size_t chunk = 4u << 20;
     /// A line this long without its newline stops the reading (Next::too_long);
     /// 0: no bound but the file's length.
-    std::size_t max_line = 16u << 20;
+    std::size_t max_line = max_line_bytes;
     /// Where the reading stops: the file's length as the caller saw it (one
     /// found shorter fails); the largest value reads to the file's end.
     std::uint64_t end = std::numeric_limits<std::uint64_t>::max();
@@ -37,7 +54,8 @@ public:
   enum class Next {
     line,     // `line` is the next one
     end,      // no complete line is left (rest() holds what follows the last)
-    too_long, // the next line runs past Limits::max_line without a newline
+    too_long, // the next line runs past Limits::max_line without a newline: error() says
+              // so (line_too_long); nothing more is read
     failed,   // a read failed: error() says why
   };
 

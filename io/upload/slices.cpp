@@ -24,6 +24,7 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   out.buf.clear();
   out.lines.clear();
   out.after.clear();
+  out.damaged = {};
   // Never blocks on a FIFO planted there; a file not yet made has no lines.
   const Result<int> opened = detail::open_regular(path, O_RDONLY, /*missing_ok=*/true);
   if (!opened) return opened.error();
@@ -45,8 +46,10 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
                                      "again as a new remote run");
   }
   // Whole lines, read max_bytes (at least 64 KiB) at a time: those of the
-  // first read that holds a newline, and of the reads before it.
-  LineReader lines(fd, path, from, {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = 0, .end = size});
+  // first read that holds a newline, and of the reads before it; none
+  // longer than the bound every reader of a run's lines keeps.
+  LineReader lines(fd, path, from,
+                   {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = max_line_bytes, .end = size});
   std::vector<std::size_t> starts;
   out.to_end = false;
   for (std::string_view line;;) {
@@ -56,6 +59,12 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
       out.buf.clear();
       out.after.clear();
       return lines.error();
+    }
+    if (next == LineReader::Next::too_long) {
+      // As at the file's end: the lines before it go, nothing after it is read.
+      out.damaged = lines.error();
+      out.to_end = true;
+      break;
     }
     if (next != LineReader::Next::line) {
       out.to_end = true;
@@ -74,7 +83,10 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
 }
 
 Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after) {
-  if (!slice.lines.empty() && read_at >= fresh_after) {
+  // A slice that ends at a line too long holds all that can be read of
+  // the file: it is kept while any of it is left, and read again only where
+  // it must be fresh.
+  if ((!slice.lines.empty() || slice.damaged) && read_at >= fresh_after) {
     const auto& after = slice.after;
     std::size_t i = 0;
     if (at != from) {
@@ -82,7 +94,7 @@ Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t
                                        [](const Cursor& c, std::uint64_t b) { return c.bytes < b; });
       i = it == after.end() || *it != at ? after.size() + 1 : static_cast<std::size_t>(it - after.begin()) + 1;
     }
-    if (i <= after.size() && after.back().bytes - at.bytes >= read_bytes / 2) {
+    if (i <= after.size() && (slice.damaged || after.back().bytes - at.bytes >= read_bytes / 2)) {
       next = i;
       return {};
     }

@@ -43,6 +43,10 @@ struct Uploader::Impl {
   LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
   std::string config, summary;
+  /// A file of the run read up to a line too long (io::line_too_long), the
+  /// first met: what it holds after that line cannot be uploaded, so the run's
+  /// end is not sent, and the upload stops once the rest has gone.
+  Error damaged;
 
   Impl(std::string d, UploadTarget t, UploadSettings s)
       : dir(std::move(d)), target(std::move(t)), settings(s),
@@ -110,6 +114,9 @@ struct Uploader::Impl {
         return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
+    damaged = {};
+    for (const LineSlice* l : {&history.slice, &system.slice, &histograms.slice, &media.slice, &events.slice, &artifacts})
+      if (l->damaged && !damaged) damaged = l->damaged;
     Result<std::string> c = detail::read_text(dir + "/config.json", true);
     if (!c) return c.error();
     Result<std::string> s = detail::read_text(dir + "/summary.json", true);
@@ -176,7 +183,7 @@ struct Uploader::Impl {
     const bool rest_empty = b.history.empty() && b.system.empty() && b.histograms.empty() && b.media.empty() &&
                             b.events.empty() && b.artifacts.empty() && !config_changed;
     const bool summary_changed = !summary.empty() && delivered_digest(summary) != st.summary_sent;
-    b.final = run.ended && rest_empty && !left_out;
+    b.final = run.ended && rest_empty && !left_out && !damaged;
     if (summary_changed && (backend->live_summary() || b.final)) b.summary = &summary;
     if (rest_empty && !b.summary && !b.final) return std::nullopt;
     return b;
@@ -273,6 +280,8 @@ struct Uploader::Impl {
       } else {
         if (Error e = read_parts()) return stop(p, e.message());
         const std::optional<Batch> b = next_batch(*run);
+        // Everything before a line too long has gone: nothing after it ever can.
+        if (!b && damaged) return stop(p, damaged.message() + "; what comes before it is uploaded, the run's end is not");
         if (!b) {
           p.caught_up = true;
           p.error = st.last_error;

@@ -54,13 +54,18 @@ struct UploadTarget {
 };
 
 /// Complete lines of an append-only file from `from`: at most `max_bytes`
-/// of them (but at least one whole line, however long). A partial last line
-/// (a writer mid-append) is left for later. A missing file reads as empty.
+/// of them (but at least one whole line, of at most io::max_line_bytes). A
+/// partial last line (a writer mid-append) is left for later. A missing file
+/// reads as empty. A line longer than the bound ends the reading as every
+/// reader of a run's lines ends it (io::line_too_long): the lines before it
+/// are in the slice, then `damaged` says why nothing more of the file is
+/// read, and `to_end` holds (nothing after it can be taken).
 struct LineSlice {
   std::string buf;
   std::vector<std::string_view> lines; // without '\n'
   std::vector<Cursor> after;           // after[i]: the cursor just past lines[i]
-  bool to_end = false; // every complete line the file held was read (not cut at max_bytes)
+  bool to_end = false; // every complete line the file held was read (not cut at max_bytes), or up to `damaged`
+  Error damaged;       // the line after the last one read runs past io::max_line_bytes
 };
 [[nodiscard]] Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out);
 

@@ -117,6 +117,52 @@ BOOST_AUTO_TEST_CASE(an_endless_history_is_cut_at_the_line_bound) {
   BOOST_TEST(contains(o.out, "history.jsonl: line 3 runs past 16 MiB without a newline"), o.out);
 }
 
+// A line of 20 MiB in a file `chorus sync` uploads, to TensorBoard event
+// files: the lines before it go, then the sync stops, naming the file, the
+// line and the bound, and exits 1; it holds no more of the line than the
+// bound (its peak memory against a sync of the run without that line).
+BOOST_AUTO_TEST_CASE(sync_stops_at_a_line_past_the_bound_in_bounded_memory) {
+  const auto row = [](int step) {
+    return R"({"_step":)" + std::to_string(step) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + step) +
+           R"(,"_runtime":)" + std::to_string(step) + R"(,"loss":)" + std::to_string(1.0 / (step + 1)) + "}\n";
+  };
+  const auto sample = [](int i) {
+    return R"({"_timestamp":)" + std::to_string(1'700'000'000 + i) + R"(,"_runtime":)" + std::to_string(i) +
+           R"(,"_node":0,"_rank":0,"system.cpu.percent/node-0":)" + std::to_string(10 + i) + "}\n";
+  };
+  const std::string long_line = R"({"_step":3,"loss":")" + std::string(20u << 20, 'x') + "\"}\n";
+  for (const std::string file : {"history.jsonl", "system.jsonl"}) {
+    BOOST_TEST_CONTEXT(file) {
+      TempDir root;
+      const fs::path dir = make_run(root.path), plain = make_run(root.path / "plain");
+      std::string good_rows, good_samples;
+      for (int s = 0; s < 3; ++s) good_rows += row(s), good_samples += sample(s);
+      for (const fs::path& d : {dir, plain}) {
+        write_text(d / "history.jsonl", good_rows);
+        write_text(d / "system.jsonl", good_samples);
+      }
+      // Line 4 is the long one, two good lines follow it.
+      write_text(dir / file, (file == "history.jsonl" ? good_rows : good_samples) + long_line +
+                                 (file == "history.jsonl" ? row(4) + row(5) : sample(4) + sample(5)));
+      const Output base = run_bounded({"sync", plain.string(), "--to", "tensorboard:" + root / "tb-plain"});
+      BOOST_REQUIRE_MESSAGE(base.code == 0, base.err);
+      const Output o = run_bounded({"sync", dir.string(), "--to", "tensorboard:" + root / "tb"});
+      BOOST_TEST_INFO(o.err);
+      BOOST_TEST(o.code == 1);
+      BOOST_TEST(contains(o.err, (dir / file).string() + ": line 4 runs past 16 MiB without a newline"));
+      BOOST_TEST(contains(o.err, "That line and every line after it are not read"));
+      BOOST_TEST(!contains(o.out, "uploaded to"));
+      BOOST_TEST_MESSAGE("peak memory: " << base.max_rss_kb << " KiB without the line, " << o.max_rss_kb
+                                         << " KiB with it");
+      BOOST_TEST(o.max_rss_kb < base.max_rss_kb + line_bound_slack_kb);
+      // The lines before it went (the event files hold them), and --status says why the rest did not.
+      BOOST_TEST(fs::exists(fs::path(root / "tb") / "r1"));
+      const Output status = run_bounded({"sync", "--status", dir.string()});
+      BOOST_TEST(contains(status.out, file), status.out); // the problem, cut to its first words
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_run_file_of_absurd_size_is_refused_unread) {
   TempDir root;
   const fs::path dir = make_run(root.path);

@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -30,6 +31,7 @@ struct Output {
   std::string out;
   std::string err;
   int code = -1; // exit status, 128 + signal, or -1 if it had to be killed for running too long
+  long max_rss_kb = -1; // the process's peak resident memory (getrusage's ru_maxrss, of it alone)
 };
 
 /// One running `chorus` process.
@@ -115,7 +117,8 @@ public:
       read_some(100);
     }
     int status = 0;
-    ::waitpid(pid_, &status, 0);
+    rusage use{};
+    if (::wait4(pid_, &status, 0, &use) == pid_) o_.max_rss_kb = use.ru_maxrss;
     pid_ = -1;
     o_.code = timed_out ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return o_;
@@ -151,10 +154,60 @@ private:
   Output o_;
 };
 
-/// Runs `chorus ARGS...` to the end.
-inline Output run_chorus(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  Child c(args, env);
+/// Runs `chorus ARGS...` to the end (as the user `as_user`, where >= 0: the test must be root).
+inline Output run_chorus(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                         int as_user = -1) {
+  Child c(args, env, as_user);
   return c.finish();
+}
+
+/// How much more memory at its peak a command that meets a line of 20 MiB
+/// may take than it takes without that line, where it holds no more of a
+/// line than the readers' bound (16 MiB: its buffer, grown from 4 MiB, and
+/// the smaller ones it replaced). Read whole, the line takes several times
+/// its size (the buffer grown past it, a copy, a parse). AddressSanitizer
+/// keeps freed buffers aside for a while, so that its builds hold more.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr long line_bound_slack_kb = 96L << 10;
+#else
+inline constexpr long line_bound_slack_kb = 48L << 10;
+#endif
+
+/// The user tests take for "another user of this machine": nobody.
+inline constexpr int other_uid = 65534;
+
+/// What `ask` returns, asked in a child process that dropped root for the
+/// user and group `uid` (no other groups): another user of the machine,
+/// whose every access the kernel checks. The test must be root.
+inline std::string as_other_user(int uid, const std::function<std::string()>& ask) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    ::close(p[0]);
+    const std::string said = ::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(uid)) != 0 ||
+                                     ::setuid(static_cast<uid_t>(uid)) != 0
+                                 ? std::string("could not become uid ") + std::to_string(uid)
+                                 : ask();
+    for (std::size_t at = 0; at < said.size();) {
+      const ssize_t n = ::write(p[1], said.data() + at, said.size() - at);
+      if (n <= 0) break;
+      at += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return out;
 }
 
 inline std::vector<std::string> lines_of(const std::string& text) {

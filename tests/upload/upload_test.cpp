@@ -74,6 +74,70 @@ BOOST_AUTO_TEST_CASE(read_lines_takes_whole_lines_only) {
   BOOST_TEST(s.lines.empty());
 }
 
+// A line past the bound every reader of a run's lines keeps (io::max_line_bytes):
+// the lines before it are read, then nothing more of the file, and why.
+BOOST_AUTO_TEST_CASE(read_lines_stops_at_a_line_past_the_bound) {
+  RunFixture run;
+  run.append("history.jsonl", "{\"a\":1}\n{\"b\":2}\n{\"c\":\"" + std::string(17u << 20, 'x') + "\"}\n{\"d\":4}\n");
+  io::LineSlice s;
+  // A budget that the long line's first bytes fill: the lines before it.
+  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 1 << 20, s));
+  BOOST_REQUIRE_EQUAL(s.lines.size(), 2u);
+  // From the long line on: nothing, and why.
+  const io::Cursor at = s.after[1];
+  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", at, 1 << 20, s));
+  BOOST_TEST(s.lines.empty());
+  BOOST_TEST(s.to_end);
+  BOOST_REQUIRE(static_cast<bool>(s.damaged));
+  BOOST_TEST(s.damaged.message().find("history.jsonl: line 3 runs past 16 MiB without a newline") != std::string::npos,
+             s.damaged.message());
+  BOOST_TEST(s.damaged.message().find("That line and every line after it are not read") != std::string::npos);
+  // A budget larger than the bound: the lines before it, and why the reading stops there.
+  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 64u << 20, s));
+  BOOST_REQUIRE_EQUAL(s.lines.size(), 2u);
+  BOOST_TEST(s.to_end);
+  BOOST_TEST(s.damaged.message().find("line 3 runs past 16 MiB") != std::string::npos);
+  // A bound's worth of line is not taken either.
+  RunFixture exact;
+  exact.append("history.jsonl", std::string(16u << 20, 'y') + "\n");
+  BOOST_REQUIRE(!io::read_lines(exact.dir() + "/history.jsonl", {}, 1 << 20, s));
+  BOOST_TEST(s.lines.empty());
+  BOOST_TEST(static_cast<bool>(s.damaged));
+}
+
+// A run whose history holds a line of 20 MiB: the rows before it go up, then
+// the upload stops with why (the file, the line, the bound), and the run's
+// end is not sent: the rows after it never can be.
+BOOST_AUTO_TEST_CASE(a_line_past_the_bound_stops_the_upload_after_the_rows_before_it) {
+  test::for_each_backend([](TrackingServer& server, bool wandb) {
+    RunFixture run;
+    run.history(0, 3);
+    run.append("history.jsonl", "{\"_step\":3,\"k0\":\"" + std::string(20u << 20, 'x') + "\"}\n");
+    run.history(4, 2);
+    run.write_run_json("finished", 1'700'000'100.0);
+    const std::string url = wandb ? wandb_url(server) + "/team" : mlflow_url(server);
+    io::Uploader up(run.dir(), target(url), quick());
+    BOOST_REQUIRE(!up.open());
+    const io::Uploader::Progress p = drain(up);
+    BOOST_TEST(p.stopped);
+    BOOST_TEST(!p.done);
+    BOOST_TEST(p.error.find(run.dir() + "/history.jsonl: line 4 runs past 16 MiB without a newline") != std::string::npos,
+               p.error);
+    BOOST_TEST(up.state().last_error == p.error); // for `chorus sync --status`
+    BOOST_TEST(up.state().final_sent.empty());
+    if (wandb) {
+      const auto r = server.wandb_run("team", "proj", "run");
+      BOOST_REQUIRE(r);
+      BOOST_TEST(r->history.size() == 3u);
+      BOOST_TEST(!r->complete);
+    } else {
+      const auto r = only_run(server);
+      check_history(server, r.id, 3);
+      BOOST_TEST(r.status == "RUNNING");
+    }
+  });
+}
+
 BOOST_AUTO_TEST_CASE(mlflow_whole_run) {
   TrackingServer server;
   RunFixture run;

@@ -506,6 +506,36 @@ BOOST_AUTO_TEST_CASE(a_damaged_line_is_listed_and_passed_over) {
   BOOST_TEST(up.state().refused == 1u);
 }
 
+// An event's line of 20 MiB: the events before it are posted, then `chorus
+// sync` stops, naming the file, the line and the bound, having held no more
+// of the line than the bound (its peak memory against a sync of the run
+// without that line).
+BOOST_AUTO_TEST_CASE(sync_stops_at_an_event_line_past_the_bound_in_bounded_memory) {
+  WebhookServer server;
+  RunFixture run, plain;
+  for (RunFixture* r : {&run, &plain}) add_events(*r, 0, 2);
+  run.append("events.jsonl", "{\"seq\":2,\"kind\":\"stalled\",\"message\":\"" + std::string(20u << 20, 'a') + "\"}\n");
+  for (RunFixture* r : {&run, &plain}) {
+    add_events(*r, 3, 1);
+    finish(*r, 4);
+  }
+  const Output base = run_chorus({"sync", plain.dir(), "--to", hook_url(server)});
+  BOOST_REQUIRE_EQUAL(base.code, 0);
+  const std::size_t before = server.delivered().size();
+  const Output sync = run_chorus({"sync", run.dir(), "--to", hook_url(server)});
+  BOOST_TEST_INFO_SCOPE(sync.out << sync.err);
+  BOOST_TEST(sync.code == 1);
+  BOOST_TEST(sync.err.find("events.jsonl: line 3 runs past 16 MiB without a newline") != std::string::npos);
+  BOOST_TEST(sync.err.find("That line and every line after it are not read") != std::string::npos);
+  const std::vector<std::string> all = server.delivered();
+  BOOST_TEST(seqs(std::vector<std::string>(all.begin() + static_cast<std::ptrdiff_t>(before), all.end())) ==
+                 (std::vector<std::uint64_t>{0, 1}),
+             boost::test_tools::per_element());
+  BOOST_TEST_MESSAGE("peak memory: " << base.max_rss_kb << " KiB without the line, " << sync.max_rss_kb << " KiB with it");
+  BOOST_TEST(sync.max_rss_kb < base.max_rss_kb + line_bound_slack_kb);
+  check_no_secret(sync.out + sync.err, "chorus sync's output");
+}
+
 BOOST_AUTO_TEST_CASE(https_with_the_servers_ca) {
   TempDir dir("chorus-webhook-tls");
   const TlsFiles tls = write_test_certificates(dir.str());
