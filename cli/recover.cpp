@@ -10,6 +10,7 @@
 #include "cli/run_info.hpp"
 
 #include "io/platform/files.hpp"
+#include "io/store/run_record.hpp"
 #include "io/store/run_writer.hpp"
 #include "io/store/wal.hpp"
 #include "io/store/wal_replay.hpp"
@@ -19,7 +20,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <variant>
@@ -41,10 +44,17 @@ The log is read from the start; frames whose checksum fails are skipped (each
 damaged stretch is reported), and a torn tail, a frame the crash cut short, is
 cut off the file. If the log ends without the run's end, its host died: every
 rank still running is marked crashed, and so is the run, at the time of the
-last frame. The files are rebuilt in a directory inside the run and then moved
-into place; the files they replace are kept as NAME.bak.
+last frame. But where run.json records that the host ended the run failed,
+with an error (its write-ahead log could not be written: a full disk, a
+failing device), the run keeps that end and that error. The files are rebuilt
+in a directory inside the run and then moved into place; the files they
+replace are kept as NAME.bak.
 
 Recover refuses a run whose log a process still holds (its host is alive).
+Before it changes anything it checks what could stop it half way: a log or
+run.json this user may not read or write (run it as the run's owner), a
+directory where a rebuilt file belongs (move it aside), an old file that
+cannot be kept as NAME.bak.
 
 options:
   --dir DIR      where to look up a run id (default: $CHORUS_DIR, else ./chorus-runs)
@@ -102,8 +112,9 @@ Error parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
 // (while `stopping`) is written with the state the run was stopped with.
 class StoppedRanks final : public detail::HistorySink {
 public:
-  StoppedRanks(io::RunWriter& writer, RunState stopped) : writer_(writer), stopped_(stopped) {}
+  StoppedRanks(io::RunWriter& writer, RunState stopped_as) : stopped(stopped_as), writer_(writer) {}
   bool stopping = false;
+  RunState stopped;
 
   void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
     writer_.run_start(run_json, ts_us, world_size);
@@ -118,14 +129,13 @@ public:
   void rank_joined(int rank, std::int64_t ts_us) override { writer_.rank_joined(rank, ts_us); }
   void rank_state(int rank, RunState state, std::int64_t last_step, std::string_view host,
                   std::string_view reason) override {
-    writer_.rank_state(rank, stopping && state == RunState::crashed ? stopped_ : state, last_step, host, reason);
+    writer_.rank_state(rank, stopping && state == RunState::crashed ? stopped : state, last_step, host, reason);
   }
   void completed(int rank, std::uint64_t seq, const Error* err) override { writer_.completed(rank, seq, err); }
   void run_end(RunState state, std::int64_t ts_us) override { writer_.run_end(state, ts_us); }
 
 private:
   io::RunWriter& writer_;
-  RunState stopped_;
 };
 
 // Shows how far a long replay has got, on a terminal only.
@@ -149,8 +159,101 @@ private:
   int shown_ = -1;
 };
 
+/// "alice (uid 1000)", or "uid 1000" for an id without a name.
+std::string user_named(uid_t uid) {
+  passwd pw{}, *found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
+    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
+  return "uid " + std::to_string(uid);
+}
+
+/// The permission error `err` met on `path` of the run in `dir` (`what`
+/// recover could not do, naming it): the file, the errno's text, whose it
+/// is, and the fix (as the run's owner, or with this user given access;
+/// `or_else` another way). Recover meets these before it changes anything,
+/// and says so.
+Error permission_error(const std::string& path, int err, const std::string& what, const std::string& dir,
+                       std::string_view why = {}, std::string_view or_else = {}) {
+  std::string m = what + ": " + std::strerror(err);
+  struct stat st {}, dir_st {};
+  const bool known = ::lstat(path.c_str(), &st) == 0;
+  if (known) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    m += " (it belongs to " + user_named(st.st_uid) + ", mode " + mode + ", and chorus recover runs as " +
+         user_named(::geteuid()) + std::string(why) + ")";
+  }
+  m += ". Run chorus recover as the run's owner";
+  if (::stat(dir.c_str(), &dir_st) == 0 && dir_st.st_uid != ::geteuid()) {
+    passwd pw{}, *found = nullptr;
+    char buf[4096];
+    if (::getpwuid_r(dir_st.st_uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
+      m += " (sudo -u " + std::string(found->pw_name) + " chorus recover " + dir + ")";
+  }
+  m += ", or give this user access to the file (chmod or chown, as its owner or root)";
+  m += or_else;
+  m += ". Nothing was changed";
+  return Error(Errc::io_error, std::move(m));
+}
+
+/// Where this process may not access `path` as `mode` asks (R_OK, W_OK),
+/// by its effective ids: the permission error; none where it may, where the
+/// file is not there, or where the cause is another (met, and named, where
+/// the file is opened).
+Error check_access(const std::string& path, int mode, const std::string& what, const std::string& dir) {
+  if (::faccessat(AT_FDCWD, path.c_str(), mode, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0) return {};
+  const int e = errno;
+  if (e != EACCES && e != EPERM) return {};
+  return permission_error(path, e, what + " " + path, dir);
+}
+
+/// A directory where recover puts a rebuilt file (or keeps the old one as
+/// NAME.bak): named, with the fix. Nothing can move a file over it.
+Error directory_in_the_way(const std::string& dir, bool backup) {
+  for (const char* name : rebuilt_files)
+    for (const std::string& to : {dir + "/" + name, dir + "/" + name + ".bak"}) {
+      if (!backup && to.ends_with(".bak")) continue;
+      struct stat st {};
+      if (::lstat(to.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+      const bool bak = to.ends_with(".bak");
+      return Error(Errc::io_error, to + " is a directory, not a file: recover puts the run's " +
+                                       (bak ? "old " + std::string(name) + " there (its backup)"
+                                            : "rebuilt " + std::string(name) + " there") +
+                                       ". Move it aside (mv " + to + " " + to + ".aside) and run chorus recover "
+                                       "again" + (bak ? ", or run it with --no-backup" : "") + ". Nothing was changed");
+    }
+  return {};
+}
+
+/// Keeps each file the rebuild replaces as a hard link in `old` (inside the
+/// directory it is rebuilt in), to become NAME.bak once the rebuilt one is
+/// in its place. Done before anything changes: a file that cannot be kept
+/// stops recover with the run as it was.
+Error keep_old_files(const std::string& dir, const std::string& old) {
+  if (Error e = io::make_dirs(old)) return e;
+  for (const char* name : rebuilt_files) {
+    const std::string from = dir + "/" + name;
+    struct stat st {};
+    if (::lstat(from.c_str(), &st) != 0) continue;
+    // link() takes a symbolic link itself, never what it leads to.
+    if (::link(from.c_str(), (old + "/" + name).c_str()) == 0) continue;
+    const int e = errno;
+    if (e == EPERM || e == EACCES)
+      return permission_error(from, e, "cannot keep " + from + " as " + from + ".bak (a hard link to it)", dir,
+                              ": the kernel lets a process hard-link only a file it owns or may read and write",
+                              ", or pass --no-backup to replace it without keeping it");
+    return Error(Errc::io_error, "cannot keep " + from + " as " + from + ".bak (a hard link to it: " +
+                                     std::strerror(e) +
+                                     "; the filesystem may not allow hard links). Nothing was changed: copy the old "
+                                     "files aside yourself and run recover again with --no-backup");
+  }
+  return {};
+}
+
 // Moves the rebuilt files over the old ones, run.json last, so that a reader
-// sees the final state only once everything else is in place.
+// sees the final state only once everything else is in place; the old ones
+// kept by keep_old_files become NAME.bak.
 Result<std::string> install(const std::string& tmp, const std::string& dir, bool backup) {
   std::string moved;
   // media/'s files first (the WAL rebuilds each to the same bytes): then
@@ -174,17 +277,13 @@ Result<std::string> install(const std::string& tmp, const std::string& dir, bool
     const std::string from = tmp + "/" + name, to = dir + "/" + name;
     std::error_code ec;
     if (!fs::exists(from, ec)) continue;
-    if (backup && fs::exists(fs::symlink_status(to, ec))) {
-      const std::string bak = to + ".bak";
-      fs::remove(bak, ec);
-      // A hard link keeps the old file while the rename below replaces its name at once.
-      fs::create_hard_link(to, bak, ec);
-      if (ec)
-        return Error(Errc::io_error, "cannot keep " + to + " as " + bak + " (a hard link to it: " + ec.message() +
-                                         "; the filesystem may not allow hard links, or " + bak +
-                                         " may be in the way). Nothing was replaced yet: remove or move aside " + bak +
-                                         ", or copy the old files aside yourself and run recover again with "
-                                         "--no-backup");
+    // The old file, linked before anything changed, takes NAME.bak's place
+    // (the rename below then replaces NAME at once).
+    if (const std::string old = tmp + "/.old/" + name; backup && fs::exists(fs::symlink_status(old, ec))) {
+      fs::rename(old, to + ".bak", ec);
+      if (ec) return Error(Errc::io_error, "cannot keep the old " + to + " as " + to + ".bak: " + ec.message() +
+                                               (moved.empty() ? std::string(". Nothing was replaced")
+                                                              : ". Replaced so far: " + moved));
     }
     fs::rename(from, to, ec);
     if (ec) return Error(Errc::io_error, "cannot move " + from + " to " + to + ": " + ec.message());
@@ -223,18 +322,16 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
            "): recover rebuilds the run's files inside it. Make it writable (chmod u+w " + dir +
            ", or remount its filesystem read-write) and run recover again, or pass --dry-run to only read the log");
 
-  // Cutting the torn tail takes the WAL's writer lock, so a live host makes
-  // this fail rather than have its log rewritten under it.
-  io::WalScan cut;
-  if (!a.dry_run) {
-    Result<io::WalScan> cutting = io::truncate_torn_tail(wal);
-    if (!cutting)
-      return Error(cutting.error().code(), cutting.error().message() +
-             (cutting.error().message().find("another process") != std::string::npos
-                  ? " (recover is for a run whose host died; this one's is alive)"
-                  : ""));
-    cut = std::move(*cutting);
-  }
+  // Permissions next (the effective user's: root passes them), so that
+  // recover stops before it changes anything where it could not finish.
+  if (Error e = check_access(wal, a.dry_run ? R_OK : R_OK | W_OK,
+                             a.dry_run ? "cannot read the write-ahead log" : "cannot read and write the write-ahead log",
+                             dir))
+    return e;
+  // run.json gives what the log lacks (exit codes, an end recorded there only).
+  if (Error e = check_access(dir + "/run.json", R_OK, "cannot read", dir)) return e;
+  const Error in_the_way = directory_in_the_way(dir, a.backup);
+  if (in_the_way && !a.dry_run) return in_the_way;
 
   // Inside the run directory, so the rebuilt files move into place by rename;
   // a dry run leaves the run directory alone.
@@ -249,7 +346,26 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
       fs::remove_all(path, e);
     }
   } cleanup{tmp};
+  if (!a.dry_run && a.backup)
+    if (Error e = keep_old_files(dir, tmp + "/.old")) return e;
 
+  // Cutting the torn tail takes the WAL's writer lock, so a live host makes
+  // this fail rather than have its log rewritten under it.
+  io::WalScan cut;
+  if (!a.dry_run) {
+    Result<io::WalScan> cutting = io::truncate_torn_tail(wal);
+    if (!cutting)
+      return Error(cutting.error().code(), cutting.error().message() +
+             (cutting.error().message().find("another process") != std::string::npos
+                  ? " (recover is for a run whose host died; this one's is alive)"
+                  : ""));
+    cut = std::move(*cutting);
+  }
+
+  // An end that only run.json records: a host whose write-ahead log could
+  // not be written (a full disk, a failing device) ended the run failed,
+  // with why, in run.json, and could not log that end.
+  const Result<io::RunRecord> recorded = io::RunRecord::read(dir + "/run.json");
   detail::Merger* merger_ptr = nullptr;
   io::RunWriter writer(tmp, [&](std::uint32_t key) { return merger_ptr->key_name(key); });
   (void)writer.carry_over(dir + "/run.json");
@@ -278,9 +394,24 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
                                   " frames read): the host died before the run began; there is nothing to rebuild");
 
   int marked = 0;
-  sink.stopping = a.unended != RunState::crashed;
+  // The log stops before the run's end. Where run.json records that the
+  // host ended the run failed, and why (its WAL could not be written), the
+  // run keeps that end and that error; else its host died (a.unended).
+  const bool kept_failure = !ended && recorded && recorded->state == to_string(RunState::failed) && recorded->error &&
+                            !recorded->error->empty();
+  const RunState unended = kept_failure ? RunState::failed : a.unended;
   if (!ended) {
-    const auto closing = io::closing_frames(merger, replay.last_ts, a.unended, a.unended_reason);
+    std::int64_t at = replay.last_ts;
+    std::string reason = a.unended_reason;
+    if (kept_failure) {
+      if (recorded->end_us && *recorded->end_us > at) at = *recorded->end_us;
+      reason = "the run host ended the run failed before its write-ahead log recorded this rank's end (the run's "
+               "error says why; marked by chorus recover)";
+      writer.keep_error(*recorded->error);
+    }
+    sink.stopped = unended;
+    sink.stopping = unended != RunState::crashed;
+    const auto closing = io::closing_frames(merger, at, unended, reason);
     marked = static_cast<int>(closing.size()) - 1; // a rank_dead for each, then the run_end
     for (const auto& frame : closing) merger.apply(frame);
   }
@@ -305,11 +436,18 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
   for (std::size_t i = 0; i < damage.problems.size() && i < 10; ++i) report += "             " + damage.problems[i] + "\n";
   report += "  rebuilt    " + std::to_string(writer.rows()) + " rows, " + std::to_string(writer.rejected_values()) +
             " rejected values\n";
-  report += ended ? "  state      " + std::string(to_string(end_state)) + ", as the log records\n"
-                  : "  state      " + std::string(to_string(a.unended)) +
-                        ": the log stops before the run's end, so its host died; " + std::to_string(marked) +
-                        (marked == 1 ? " rank" : " ranks") + " marked " + std::string(to_string(a.unended)) + "\n";
+  const std::string ranks_marked =
+      std::to_string(marked) + (marked == 1 ? " rank" : " ranks") + " marked " + std::string(to_string(unended));
+  if (ended)
+    report += "  state      " + std::string(to_string(end_state)) + ", as the log records\n";
+  else if (kept_failure)
+    report += "  state      failed, as run.json records: the log stops before the run's end, which its host could "
+              "record in run.json only; " + ranks_marked + "\n  error      " + *recorded->error + "\n";
+  else
+    report += "  state      " + std::string(to_string(unended)) + ": the log stops before the run's end, so its host died; " +
+              ranks_marked + "\n";
   if (a.dry_run) {
+    if (in_the_way) report += "  in the way " + in_the_way.message() + "\n";
     report += "  (dry run: nothing changed)\n";
     return report;
   }

@@ -106,6 +106,7 @@ struct RunWriter::State {
   std::string dir;
   std::function<std::string_view(std::uint32_t)> key_name;
   Error error;
+  std::string kept_error; // keep_error's
 
   std::unique_ptr<AppendFile> history;
   std::unique_ptr<AppendFile> rejected_file;
@@ -274,9 +275,12 @@ struct RunWriter::State {
     r.rows = static_cast<std::int64_t>(rows);
     r.rejected = static_cast<std::int64_t>(rejected_values);
     // What could not be written, where the files are incomplete (the WAL or a
-    // file of the run); else why the run did not finish, rank by rank.
+    // file of the run, or as the rebuilt run.json recorded it: keep_error);
+    // else why the run did not finish, rank by rank.
     if (error.code() == Errc::io_error)
       r.error = error.message();
+    else if (!kept_error.empty())
+      r.error = kept_error;
     else if (!exit_failure.empty())
       r.error = exit_failure;
     else if (last.state != RunState::running && last.state != RunState::finished)
@@ -575,6 +579,11 @@ std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) 
 
 void RunWriter::note_error(const Error& e) {
   s_->error = e; // the run's own failure outranks a file's
+  s_->run_json_dirty = true;
+}
+
+void RunWriter::keep_error(std::string why) {
+  s_->kept_error = std::move(why);
   s_->run_json_dirty = true;
 }
 

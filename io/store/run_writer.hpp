@@ -84,6 +84,12 @@ public:
   /// Records `e` as the run's error (its WAL failed, say): run.json says so.
   void note_error(const Error& e);
 
+  /// The run's error as the run.json being rebuilt records it, where the
+  /// WAL cannot give it: a host whose WAL could not be written ended the run
+  /// failed with that error, and only run.json kept it. run.json keeps saying
+  /// so (below an error of the rebuild's own files).
+  void keep_error(std::string why);
+
   /// The first error met (Errc::io_error for the filesystem, invalid_argument
   /// for a config or summary that was not a JSON object); ok if none.
   [[nodiscard]] const Error& error() const noexcept;

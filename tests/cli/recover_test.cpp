@@ -1,4 +1,6 @@
-// `chorus recover` on write-ahead logs built frame by frame.
+// `chorus recover` on write-ahead logs built frame by frame, and on a run a
+// full disk failed (a job on a small tmpfs); what stops it before it changes
+// anything: a directory where a file belongs, a permission it lacks.
 #define BOOST_TEST_MODULE cli_recover
 #include <boost/test/unit_test.hpp>
 
@@ -9,7 +11,11 @@
 
 #include <simdjson.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sys/mount.h>
 
 using namespace chorus;
 using namespace chorus::test;
@@ -284,8 +290,8 @@ BOOST_AUTO_TEST_CASE(a_backup_in_the_way_is_reported_with_what_to_do) {
   write_text(dir / "history.jsonl.bak" / "keep", "x");
   const Output o = run_chorus({"recover", dir.string()});
   BOOST_TEST(o.code == 1);
-  BOOST_TEST(contains(o.err, "cannot keep"), o.err);
-  BOOST_TEST(contains(o.err, "move aside"), o.err);
+  BOOST_TEST(contains(o.err, (dir / "history.jsonl.bak").string() + " is a directory, not a file"), o.err);
+  BOOST_TEST(contains(o.err, "Move it aside"), o.err);
   BOOST_TEST(contains(o.err, "--no-backup"), o.err);
   BOOST_TEST(read_text(dir / "history.jsonl") == "{\"_step\":0,\"loss\":0.5}\n");
 }
@@ -308,4 +314,179 @@ BOOST_AUTO_TEST_CASE(a_read_only_run_directory_is_reported_before_anything_chang
   BOOST_TEST(contains(o.err, "is not writable"), o.err);
   BOOST_TEST(contains(o.err, "chmod u+w"), o.err);
   BOOST_TEST(fs::file_size(dir / "wal") == size); // the torn tail is still there
+}
+
+namespace {
+
+/// run.json's `error`, or "" where it has none.
+std::string run_error(const fs::path& dir) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object o;
+  BOOST_REQUIRE(parser.load((dir / "run.json").string()).get(o) == simdjson::SUCCESS);
+  std::string_view e;
+  return o["error"].get(e) == simdjson::SUCCESS ? std::string(e) : std::string();
+}
+
+/// The run.json a host whose WAL failed under a full disk leaves: the run
+/// ended failed, with the WAL's error, its ranks as they last stood.
+std::string disk_failed_run_json(const fs::path& dir, const std::string& error) {
+  return R"({"id":"rec1","name":"rec1","project":"p","group":"g","mode":"shared","scope":"global","host":"h1",)"
+         R"("pid":4242,"dir":")" + dir.string() + R"(","state":"failed","start_time":1700000000,)"
+         R"("end_time":1700000000.2,"segments":[{"start_time":1700000000,"end_time":1700000000.2,)"
+         R"("state":"failed"}],"world_size":2,"rows":10,"rejected":0,"error":")" + error +
+         R"(","ranks":[{"rank":0,"state":"finished","last_step":9,"host":"h1","message":""},)"
+         R"({"rank":1,"state":"running","last_step":-1,"host":"h2","message":""}]})"
+         "\n";
+}
+
+bool root_or_skip(const char* what) {
+  if (::geteuid() == 0) return true;
+  BOOST_TEST_MESSAGE("skipped: " << what << " needs root");
+  return false;
+}
+
+/// Gives `dir` (the run), its files and the directories up to `top` to `uid`.
+void give_run(const fs::path& dir, const fs::path& top, int uid) {
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    BOOST_REQUIRE(::lchown(e.path().c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) == 0);
+  for (fs::path p = dir; p != top.parent_path(); p = p.parent_path())
+    BOOST_REQUIRE(::chown(p.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) == 0);
+}
+
+} // namespace
+
+// A full disk failed the WAL: the host ended the run failed in run.json (in
+// room it held for that), with the disk's error, but could not log that end.
+// Recover keeps the state and the error rather than take the run for one
+// whose host died.
+BOOST_AUTO_TEST_CASE(a_run_the_disk_failed_keeps_its_state_and_error) {
+  TempDir root;
+  const fs::path dir = crashed_run(root);
+  const std::string error = "the run's write-ahead log could not be written (write on " + (dir / "wal").string() +
+                            ": No space left on device. Free disk space, or point CHORUS_DIR at another filesystem.)";
+  write_text(dir / "run.json", disk_failed_run_json(dir, error));
+  const Output o = run_chorus({"recover", dir.string()});
+  BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "state      failed, as run.json records"));
+  BOOST_TEST(contains(o.out, "No space left on device"));
+  check_rows(dir);
+  BOOST_TEST(run_state(dir) == "failed");
+  BOOST_TEST(run_error(dir) == error);
+  BOOST_TEST(run_state(dir, 0) == "finished");
+  BOOST_TEST(run_state(dir, 1) == "failed"); // running when the log stopped
+  // Again: the same.
+  BOOST_TEST(run_chorus({"recover", dir.string()}).code == 0);
+  BOOST_TEST(run_state(dir) == "failed");
+  BOOST_TEST(run_error(dir) == error);
+}
+
+// The same through a real full disk: a job on a 2 MiB tmpfs fills it, then
+// the disk is given room and recover runs.
+BOOST_AUTO_TEST_CASE(a_run_a_full_disk_failed_keeps_failed_and_the_disk_error_after_recover) {
+  if (!root_or_skip("mounting a file system")) return;
+  TempDir tmp;
+  const fs::path disk = tmp.path / "disk";
+  fs::create_directory(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=2m") != 0) {
+    BOOST_TEST_MESSAGE("skipped: no tmpfs mount here (" << std::strerror(errno) << ")");
+    return;
+  }
+  struct Unmount {
+    fs::path at;
+    ~Unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  const std::string worker = std::string(CHORUS_BINARY_DIR) + "/bin/chorus_e2e_worker";
+  const std::string cmd = "CHORUS_DIR=" + disk.string() + " CHORUS_SYSTEM_INTERVAL=0 timeout -s KILL 60 " + worker +
+                          " --steps 8000 --ack-each 1 >" + (tmp.path / "job.out").string() + " 2>&1";
+  (void)std::system(cmd.c_str()); // fails: the disk fills
+  fs::path dir;
+  for (const auto& e : fs::recursive_directory_iterator(disk))
+    if (e.path().filename() == "wal") dir = e.path().parent_path();
+  BOOST_REQUIRE_MESSAGE(!dir.empty(), read_text(tmp.path / "job.out").substr(0, 2000));
+  BOOST_REQUIRE_MESSAGE(run_state(dir) == "failed", read_text(dir / "run.json"));
+  const std::string error = run_error(dir);
+  BOOST_REQUIRE(contains(error, "No space left on device"));
+  // The disk fixed (room again), recover rebuilds the files.
+  BOOST_REQUIRE(::mount("tmpfs", disk.c_str(), "tmpfs", MS_REMOUNT, "size=64m") == 0);
+  const Output o = run_chorus({"recover", dir.string()});
+  BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
+  BOOST_TEST(o.code == 0);
+  BOOST_TEST(contains(o.out, "state      failed, as run.json records"));
+  BOOST_TEST(run_state(dir) == "failed");
+  BOOST_TEST(run_error(dir) == error);
+  BOOST_TEST(run_state(dir, 0) == "failed");
+  BOOST_TEST(!contains(read_text(dir / "run.json"), "crashed"));
+}
+
+BOOST_AUTO_TEST_CASE(run_json_as_a_directory_is_named_with_the_fix) {
+  TempDir root;
+  const fs::path dir = crashed_run(root);
+  const auto size = fs::file_size(dir / "wal");
+  fs::create_directory(dir / "run.json");
+  for (const bool backup : {true, false}) {
+    const Output o = run_chorus(backup ? std::vector<std::string>{"recover", dir.string()}
+                                       : std::vector<std::string>{"recover", "--no-backup", dir.string()});
+    BOOST_TEST_INFO("backup " << backup << ", stderr: " << o.err);
+    BOOST_TEST(o.code == 1);
+    BOOST_TEST(contains(o.err, (dir / "run.json").string() + " is a directory, not a file"));
+    BOOST_TEST(contains(o.err, "Move it aside (mv "));
+    BOOST_TEST(contains(o.err, "run chorus recover again"));
+    BOOST_TEST(!contains(o.err, "hard link"));
+    BOOST_TEST(fs::file_size(dir / "wal") == size); // nothing changed: the torn tail is there
+    BOOST_TEST(!fs::exists(dir / "history.jsonl"));
+  }
+  // Moved aside as said, recover goes through.
+  fs::rename(dir / "run.json", dir / "run.json.aside");
+  BOOST_TEST(run_chorus({"recover", dir.string()}).code == 0);
+  check_rows(dir);
+}
+
+// Root reads and writes anything: each case is run by another user, whose
+// permissions the kernel checks. Each stops recover before it changes
+// anything, naming the file, the errno's text and the fix.
+BOOST_AUTO_TEST_CASE(a_permission_error_names_the_file_and_the_fix) {
+  if (!root_or_skip("acting as another user")) return;
+  constexpr int nobody = 65534;
+  struct Case {
+    const char* file;
+    fs::perms mode;
+    std::string said;
+  };
+  for (const Case& k : {Case{"wal", fs::perms::none, "cannot read and write the write-ahead log "},
+                        Case{"run.json", fs::perms::owner_read | fs::perms::owner_write, "cannot read "},
+                        Case{"history.jsonl", fs::perms(0644), "(a hard link to it): Operation not permitted"}}) {
+    // Only where the kernel protects hard links (fs.protected_hardlinks), as it does by default.
+    if (std::string(k.file) == "history.jsonl" && read_text("/proc/sys/fs/protected_hardlinks") != "1\n") continue;
+    TempDir root;
+    const fs::path dir = crashed_run(root);
+    write_text(dir / "run.json", "{}\n");
+    write_text(dir / "history.jsonl", "{\"_step\":0,\"loss\":0.5}\n");
+    give_run(dir, root.path, nobody);
+    // The one file root keeps, with a mode that shuts nobody out.
+    BOOST_REQUIRE(::chown((dir / k.file).c_str(), 0, 0) == 0);
+    fs::permissions(dir / k.file, k.mode);
+    const auto size = fs::file_size(dir / "wal");
+    const Output o = run_chorus({"recover", dir.string()}, {}, nobody);
+    BOOST_TEST_INFO(k.file << ": " << o.err);
+    BOOST_TEST(o.code == 1);
+    BOOST_TEST(contains(o.err, k.said));
+    BOOST_TEST(contains(o.err, (dir / k.file).string()));
+    BOOST_TEST(contains(o.err, std::string(k.file) == "history.jsonl" ? "Operation not permitted" : "Permission denied"));
+    BOOST_TEST(contains(o.err, "it belongs to root (uid 0)"));
+    BOOST_TEST(contains(o.err, "chorus recover runs as nobody (uid 65534)"));
+    BOOST_TEST(contains(o.err, "Run chorus recover as the run's owner"));
+    BOOST_TEST(contains(o.err, "Nothing was changed"));
+    BOOST_TEST(!contains(o.err, "filesystem"));
+    BOOST_TEST(!contains(o.err, "CHORUS_DIR"));
+    BOOST_TEST(fs::file_size(dir / "wal") == size);
+    BOOST_TEST(read_text(dir / "history.jsonl") == "{\"_step\":0,\"loss\":0.5}\n");
+    if (std::string(k.file) == "history.jsonl") {
+      // The way out it names: without the backups, it goes through.
+      BOOST_TEST(contains(o.err, "--no-backup"));
+      const Output again = run_chorus({"recover", "--no-backup", dir.string()}, {}, nobody);
+      BOOST_TEST(again.code == 0, again.err);
+      check_rows(dir);
+    }
+  }
 }
