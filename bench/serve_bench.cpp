@@ -2,7 +2,8 @@
 // Two directories are written first: one run of 1 M rows x 20 metrics (four
 // of them reduced, with _count, and four per-rank columns), and 1,000 small
 // runs. A server in this process (cli/serve/server.hpp, on a free loopback
-// port) is then asked over HTTP, as the page asks:
+// port, asking for its token as `chorus serve` does) is then asked over
+// HTTP, as the page asks (the token in its cookie):
 //  - the run's page: /api/run (the first one reads an overview and starts
 //    indexing the history in the background) and the series of its charts
 //    at 700 pixels (first paint); a zoom into 1% while the index is built
@@ -103,6 +104,8 @@ public:
     thread_ = std::thread([this] { (void)server_.run(); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_.port());
     client_->set_read_timeout(600, 0);
+    // Every request carries the token as the page does, in the cookie it keeps.
+    client_->set_default_headers({{"Cookie", "chorus_token_" + std::to_string(server_.port()) + "=" + token_}});
   }
   ~InProcess() {
     server_.stop();
@@ -127,12 +130,20 @@ public:
   }
 
 private:
-  static chorus::cli::serve::ServeOptions options(const fs::path& root) {
+  /// As `chorus serve` runs by default: on loopback, asking for a token.
+  chorus::cli::serve::ServeOptions options(const fs::path& root) {
     chorus::cli::serve::ServeOptions o;
     o.root = fs::canonical(root).string();
     o.port = 0;
+    chorus::Result<std::string> token = chorus::cli::serve::random_token();
+    if (!token) {
+      std::fprintf(stderr, "bench_serve: %s\n", token.error().message().c_str());
+      std::exit(1);
+    }
+    o.token = token_ = std::move(*token);
     return o;
   }
+  std::string token_; // before server_, which options() fills it for
   chorus::cli::serve::Server server_;
   std::thread thread_;
   std::unique_ptr<httplib::Client> client_;

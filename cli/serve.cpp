@@ -1,6 +1,7 @@
 // `chorus serve`: a web dashboard over a run directory, with no tracking
 // server: the page, its API and its live updates come from cli/serve/.
 #include "cli/cli.hpp"
+#include "cli/serve/api.hpp"
 #include "cli/serve/server.hpp"
 
 #include <atomic>
@@ -20,7 +21,7 @@ int serve_main(std::span<char* const> args); // below
 const Command serve_command{
     .name = "serve",
     .summary = "a web dashboard of the runs under a directory: charts, ranks, live updates",
-    .usage = "[DIR] [--port P] [--host H] [--token T]",
+    .usage = "[DIR] [--port P] [--host H] [--token T | --no-token]",
     .help = R"(Serves a dashboard of the runs under DIR (default: $CHORUS_DIR, else
 ./chorus-runs) to a browser, with no tracking server: open the address it
 prints. It reads the run directories as they are and writes nothing to them.
@@ -45,19 +46,24 @@ within about two seconds. A history of any length is indexed once (then only
 its new lines are read) and each chart gets at most two points per pixel,
 every point once zoomed in far enough.
 
-It listens on 127.0.0.1 only, unless --host says otherwise. Off loopback every
-request must carry a token: a random one is made, and printed inside the
-address (a page opened there keeps it as a cookie). Paths in requests must
-name runs inside DIR (no '..', no absolute path, no link out of it); large or
-malformed requests are refused; a damaged run file is reported on its run's
-page. Ctrl-C stops it.
+It listens on 127.0.0.1 only, unless --host says otherwise, and every request
+must carry a token: a random one is made, and printed inside the address
+(http://127.0.0.1:8600/?token=...; a page opened there keeps it as a cookie).
+Loopback is no barrier between the users of one machine: without the token,
+any of them could read the runs. It shows only runs the user it runs as may
+read; run as root, only what each run's owner lets other users read. Paths in
+requests must name runs inside DIR (no '..', no absolute path, no link out of
+it); large or malformed requests are refused; a damaged run file is reported
+on its run's page. Ctrl-C stops it.
 
 options:
   --port P        the port to listen on (default 8600; 0 picks a free one)
   --host H        the address to listen on (default 127.0.0.1; 0.0.0.0 for
-                  every address of this machine, which asks for a token)
-  --token T       the token to ask for (default: a random one off loopback,
-                  none on loopback); given, it is asked for on loopback too
+                  every address of this machine)
+  --token T       the token to ask for (default: a random one); 16 or more
+                  letters, digits, '-' or '_'
+  --no-token      ask for no token (on loopback only): every user of this
+                  machine can then read the runs shown
   --cache-mb N    memory the runs' indexes may take together, in MiB (default
                   1024; the run being looked at always keeps its index)
   -h, --help      this text
@@ -72,6 +78,7 @@ namespace {
 
 struct ServeArgs {
   std::string dir, host = "127.0.0.1", token;
+  bool no_token = false;
   int port = 8600, cache_mb = 1024;
 };
 
@@ -93,6 +100,8 @@ Error parse(std::span<char* const> words, ServeArgs& a, bool& help) {
                                std::string::npos)
         c.fail("--token takes 16 or more letters, digits, '-' or '_'");
       a.token = v;
+    } else if (c.flag({"--no-token"})) {
+      a.no_token = true;
     } else if (c.option({"--cache-mb"}, v)) {
       c.integer("--cache-mb", v, 16, 1 << 20, a.cache_mb);
     } else {
@@ -100,6 +109,9 @@ Error parse(std::span<char* const> words, ServeArgs& a, bool& help) {
     }
   }
   if (!c.error().empty()) return invalid(c.error());
+  if (a.no_token && !a.token.empty()) return invalid("--no-token and --token: give one of them");
+  if (a.no_token && !serve::is_loopback(a.host))
+    return invalid("--no-token listens on loopback only (127.0.0.1): off it every request needs the token");
   return {};
 }
 
@@ -117,6 +129,8 @@ int serve_main(std::span<char* const> words) {
                                 "): give the directory the runs are under (chorus serve DIR), or set CHORUS_DIR");
   if (!S_ISDIR(st.st_mode))
     return failure("serve", dir + " is not a directory: give the directory the runs are under (chorus serve DIR)");
+  // The user serve runs as must be let read the directory (root: by its owner).
+  if (const std::string why = serve::not_shown(real); !why.empty()) return failure("serve", why);
 
   serve::ServeOptions o;
   o.root = real;
@@ -124,7 +138,8 @@ int serve_main(std::span<char* const> words) {
   o.port = a.port;
   o.cache_bytes = static_cast<std::size_t>(a.cache_mb) << 20;
   o.token = a.token;
-  if (o.token.empty() && !serve::is_loopback(o.host)) {
+  // Every user of the machine reaches loopback: a token there too, unless --no-token.
+  if (o.token.empty() && !a.no_token) {
     Result<std::string> token = serve::random_token();
     if (!token) return failure("serve", token.error().message());
     o.token = std::move(*token);
@@ -144,6 +159,12 @@ int serve_main(std::span<char* const> words) {
   std::printf("chorus serve: the runs under %s at\n  %s\n", o.root.c_str(), server.url().c_str());
   if (!o.token.empty())
     std::printf("(the address holds the token every request needs: give it only to whom may read these runs)\n");
+  else
+    std::fprintf(stderr,
+                 "chorus serve: warning: --no-token: every user of this machine can read the runs shown here, at "
+                 "this address, whatever the permissions of %s (loopback is open to all of them); leave --no-token "
+                 "out to ask for a token\n",
+                 o.root.c_str());
   std::printf("Ctrl-C stops it.\n");
   std::fflush(stdout);
 

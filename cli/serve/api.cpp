@@ -16,8 +16,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace chorus::cli::serve {
 namespace fs = std::filesystem;
@@ -210,7 +215,64 @@ std::string not_read_yet(std::string_view file, const IndexState& s) {
   return {};
 }
 
+/// The files of a run that serve reads, and its directories it serves
+/// files from: under root, each must be shown (not_shown) for the run to be.
+constexpr const char* run_files_read[] = {"run.json",        "config.json",      "summary.json",  "metrics.json",
+                                          "history.jsonl",   "system.jsonl",     "histograms.jsonl", "media.jsonl",
+                                          "events.jsonl",    "barriers.jsonl",   "artifacts.jsonl", "lease.json",
+                                          "artifacts",       "media"};
+
+std::string user_named(uid_t uid) {
+  passwd pw{}, *found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
+    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
+  return "uid " + std::to_string(uid);
+}
+
+bool in_group(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<std::size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) != groups.begin() + got;
+}
+
 } // namespace
+
+namespace {
+
+/// Root's own rule, on what lstat found of `path`: a path another user owns
+/// is shown where its mode lets root read it as one who is not its owner
+/// (its group's bits where root is in its group, else everyone's); "" where
+/// it does, else why not. Root passes every other check of the kernel.
+std::string root_may_not_read(const std::string& path, const struct stat& st) {
+  if (st.st_uid == ::geteuid() || S_ISLNK(st.st_mode)) return {};
+  const bool dir = S_ISDIR(st.st_mode);
+  const bool group = in_group(st.st_gid);
+  const mode_t need = group ? (S_IRGRP | (dir ? S_IXGRP : 0)) : (S_IROTH | (dir ? S_IXOTH : 0));
+  if ((st.st_mode & need) == need) return {};
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return path + " belongs to " + user_named(st.st_uid) + ", and its mode " + mode + " does not let " +
+         (group ? "its group" : "other users") +
+         " read it: chorus serve runs as root here, and shows only what a run's owner lets other users read "
+         "(serve it as its owner, or let others read it: chmod -R go+rX)";
+}
+
+} // namespace
+
+std::string not_shown(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return {}; // not there: nothing to show, nothing to hide
+  const uid_t me = ::geteuid();
+  if (me == 0) return root_may_not_read(path, st);
+  const int want = R_OK | (S_ISDIR(st.st_mode) ? X_OK : 0);
+  if (::faccessat(AT_FDCWD, path.c_str(), want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0) return {};
+  if (errno != EACCES && errno != EPERM) return {}; // another trouble: met, and named, where it is read
+  return path + " cannot be read by " + user_named(me) + ", whom chorus serve runs as (" + std::strerror(errno) + ")";
+}
 
 Reply refusal(int status, std::string_view why) {
   std::string body;
@@ -226,6 +288,38 @@ std::string Api::rel_of(const std::string& dir) const {
   return dir;
 }
 
+std::string Api::hidden(const std::string& dir, bool run, std::map<std::string, std::string>* looked) const {
+  // The root and each directory below it down to `dir` (those above it
+  // looked at once per listing).
+  for (std::size_t at = root_.size(); at != std::string::npos; at = dir.find('/', at + 1)) {
+    const std::string above = dir.substr(0, at);
+    std::string why;
+    if (looked == nullptr) {
+      why = not_shown(above);
+    } else {
+      const auto [it, fresh] = looked->try_emplace(above);
+      if (fresh) it->second = not_shown(above);
+      why = it->second;
+    }
+    if (!why.empty()) return why;
+  }
+  if (std::string why = not_shown(dir); !why.empty()) return why;
+  // The kernel guards the files of a run an unprivileged user reads; root's
+  // reads are checked here, file by file (through the directory, once opened).
+  if (::geteuid() != 0) return {};
+  if (!run) return not_shown(dir + "/group.json");
+  const int at = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (at < 0) return {}; // met, and named, where the run is read
+  std::string why;
+  for (const char* name : run_files_read) {
+    struct stat st {};
+    if (::fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (why = root_may_not_read(dir + "/" + name, st); !why.empty()) break;
+  }
+  ::close(at);
+  return why;
+}
+
 Resolved Api::resolve_run(std::string_view rel) const {
   std::vector<std::string_view> parts;
   if (std::string why = split_rel(rel, parts); !why.empty()) return {{}, 400, why};
@@ -234,6 +328,7 @@ Resolved Api::resolve_run(std::string_view rel) const {
   const std::string dir = real(root_ + "/" + std::string(rel));
   if (dir.empty()) return {{}, 404, "no run " + std::string(rel) + " under " + root_};
   if (!inside(dir, root_)) return {{}, 403, std::string(rel) + " leads out of " + root_ + " (through a link)"};
+  if (std::string why = hidden(dir, true); !why.empty()) return {{}, 403, why};
   if (!is_run_dir(dir)) return {{}, 404, std::string(rel) + " is not a run directory (no run.json, no WAL)"};
   return {dir, 0, {}};
 }
@@ -245,6 +340,7 @@ Resolved Api::resolve_group(std::string_view rel) const {
   const std::string dir = real(root_ + "/" + std::string(rel));
   if (dir.empty()) return {{}, 404, "no group " + std::string(rel) + " under " + root_};
   if (!inside(dir, root_)) return {{}, 403, std::string(rel) + " leads out of " + root_ + " (through a link)"};
+  if (std::string why = hidden(dir, false); !why.empty()) return {{}, 403, why};
   if (!is_group_dir(dir)) return {{}, 404, std::string(rel) + " is not a group directory"};
   return {dir, 0, {}};
 }
@@ -258,6 +354,9 @@ Resolved Api::resolve_artifact(std::string_view rel, std::string_view name) cons
   if (base.empty() || file.empty()) return {{}, 404, "run " + std::string(rel) + " has no artifact file " + std::string(name)};
   if (!inside(base, run.dir) || !inside(file, base))
     return {{}, 403, "artifact " + std::string(name) + " leads out of its run directory (through a link)"};
+  for (std::size_t at = base.size(); at != std::string::npos; at = file.find('/', at + 1))
+    if (std::string why = not_shown(file.substr(0, at)); !why.empty()) return {{}, 403, why};
+  if (std::string why = not_shown(file); !why.empty()) return {{}, 403, why};
   return {file, 0, {}};
 }
 
@@ -275,6 +374,9 @@ Resolved Api::resolve_media(std::string_view rel, std::string_view key, std::int
   if (base.empty() || file.empty()) return {{}, 404, "run " + std::string(rel) + " has no file " + m->path};
   if (!inside(base, run.dir) || !inside(file, base))
     return {{}, 403, m->path + " leads out of its run's media/ (through a link)"};
+  for (std::size_t at = base.size(); at != std::string::npos; at = file.find('/', at + 1))
+    if (std::string why = not_shown(file.substr(0, at)); !why.empty()) return {{}, 403, why};
+  if (std::string why = not_shown(file); !why.empty()) return {{}, 403, why};
   type = m->type;
   return {file, 0, {}};
 }
@@ -335,14 +437,21 @@ Reply Api::runs() {
   std::string out;
   io::JsonWriter w(out);
   w.begin_object().key("root").string(root_).key("groups").begin_array();
-  std::size_t count = 0;
+  std::size_t count = 0, not_listed = 0;
+  std::string first_not_listed;
+  std::map<std::string, std::string> looked; // the directories above the runs: why each is not shown
   std::map<std::string, ListEntry> listed;
   for (const RunGroup& g : groups) {
-    // A group's runs, the newest first; a run whose directory leads out of the root is left out.
+    // A group's runs, the newest first; a run whose directory leads out of
+    // the root, or that is not shown to the user serve runs as, is left out.
     std::vector<std::pair<double, std::string>> entries;
     for (const std::string& d : g.run_dirs) {
       const std::string dir_real = real(d);
       if (dir_real.empty() || !inside(dir_real, root_)) continue;
+      if (std::string why = hidden(dir_real, true, &looked); !why.empty()) {
+        if (not_listed++ == 0) first_not_listed = std::move(why);
+        continue;
+      }
       const std::string stamp = stamp_of(d + "/run.json") + "|" + stamp_of(d + "/summary.json");
       {
         std::lock_guard lock(mutex_);
@@ -371,7 +480,9 @@ Reply Api::runs() {
     w.key("path").string(g.group.empty() ? g.project : g.project + "/" + g.group);
     if (!g.dir.empty()) {
       std::error_code ec;
-      if (fs::exists(fs::symlink_status(g.dir + "/group.json", ec))) {
+      if (std::string why = not_shown(g.dir + "/group.json"); !why.empty()) {
+        w.key("error").string(why);
+      } else if (fs::exists(fs::symlink_status(g.dir + "/group.json", ec))) {
         if (Result<io::GroupManifest> m = io::read_group_file(g.dir)) {
           w.key("manifest").begin_object().key("state").string(m->state).key("size").integer(m->size);
           w.key("mode").string(m->mode).key("scope").string(m->scope);
@@ -388,7 +499,11 @@ Reply Api::runs() {
     w.end_array().end_object();
     count += entries.size();
   }
-  w.end_array().key("count").uinteger(count).end_object();
+  w.end_array().key("count").uinteger(count);
+  // Runs left out for the user serve runs as: how many, and why the first.
+  w.key("not_shown").uinteger(not_listed);
+  if (not_listed > 0) w.key("not_shown_why").string(first_not_listed);
+  w.end_object();
   {
     // What was listed this time only: runs since removed are forgotten.
     std::lock_guard lock(mutex_);
@@ -603,7 +718,15 @@ Reply Api::media(std::string_view rel, std::string_view key, std::optional<std::
 Reply Api::group(std::string_view rel) {
   const Resolved where = resolve_group(rel);
   if (!where) return refusal(where.status, where.why);
-  const GroupInfo g = read_group(where.dir);
+  GroupInfo g = read_group(where.dir);
+  // A member whose run directory is not shown to the user serve runs as is
+  // listed from group.json only, or not at all.
+  for (GroupMemberView& v : g.members) {
+    if (!v.run) continue;
+    const std::string d = real(v.run->dir);
+    if (d.empty() || !inside(d, root_) || !hidden(d, true).empty()) v.run.reset();
+  }
+  std::erase_if(g.members, [](const GroupMemberView& v) { return !v.run && !v.member; });
   std::string out;
   io::JsonWriter w(out);
   w.begin_object().key("path").string(rel).key("project").string(g.project).key("name").string(g.name);

@@ -39,6 +39,17 @@ struct Resolved {
 /// `{"error": why}`.
 [[nodiscard]] Reply refusal(int status, std::string_view why);
 
+/// Why the user `chorus serve` runs as is not shown `path` (the runs
+/// directory, a directory below it, or a file of a run), or "" where it is.
+/// The kernel must let that user read it (access(2) with the effective ids:
+/// a directory also entered). And where serve runs as root, which the
+/// kernel lets read anything, a path another user owns must also let root
+/// read it by its mode as it stands to a user who is not its owner: its
+/// group's bits where root is in its group, else the bits for everyone. So
+/// root shows only what each owner lets other users read, never a private
+/// (0700) run of another user.
+[[nodiscard]] std::string not_shown(const std::string& path);
+
 /// How often an event stream looks again whether a running run's host lives
 /// (its lease, or its WAL lock: io/store/lease.hpp).
 inline constexpr std::chrono::seconds liveness_look{2};
@@ -131,6 +142,12 @@ private:
   std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system, bool histograms, bool media);
   void evict();
   [[nodiscard]] std::string rel_of(const std::string& dir) const;
+  /// Why the run or group directory `dir` (a real path inside the root) is
+  /// not shown (not_shown: it, a directory above it up to the root, or, for
+  /// a run, a file of it that is read), or "". `looked` keeps what was found
+  /// of the directories above it, for a listing of many.
+  [[nodiscard]] std::string hidden(const std::string& dir, bool run,
+                                   std::map<std::string, std::string>* looked = nullptr) const;
 
   const std::string root_;
   const std::size_t cache_bytes_;

@@ -1,7 +1,8 @@
 // `chorus serve`'s HTTP server (cpp-httplib): the page, the JSON API of
 // cli/serve/api.hpp, artifact downloads and the live event stream, behind
 // the rules that keep it safe to leave running: GET only, small requests,
-// a token off loopback, and no path out of the runs directory.
+// a token (on loopback too, unless --no-token), and no path out of the runs
+// directory.
 #pragma once
 
 #include "runtime/core/result.hpp"
@@ -16,7 +17,7 @@ struct ServeOptions {
   std::string root;                 ///< the runs directory, as its real path
   std::string host = "127.0.0.1";   ///< where to listen
   int port = 8600;                  ///< 0: any free port
-  std::string token;                ///< asked of every request where set
+  std::string token;                ///< asked of every request where set (none: --no-token, loopback only)
   std::size_t cache_bytes = 1u << 30; ///< what the runs' indexes may hold together
   std::size_t max_streams = 32;     ///< live event streams at once
 };

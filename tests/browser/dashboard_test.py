@@ -428,25 +428,27 @@ def case_compare(chorus, root, d):
 
 
 def case_token(chorus, root, d):
+    """The token is asked on loopback as off it: every user of the machine reaches loopback."""
     make_run(root, "mnist", "job-1", "aaa111", name="baseline")
-    s = Serve(chorus, root, "--host", "0.0.0.0")
-    try:
-        token = re.search(r"token=([0-9a-f]+)", s.url)
-        assert token, s.url
-        plain = f"http://127.0.0.1:{s.port}/"
-        d.get(plain)
-        wait_until("the refusal", lambda: "asks for its token" in d.page_source)
-        assert "baseline" not in d.page_source
-        d.save_screenshot("token_refused.png")
-        d.get(plain + "api/runs")
-        assert "baseline" not in d.page_source and "asks for its token" in d.page_source
-        d.get(plain + "?token=" + token.group(1))
-        wait_until("the runs with the token", lambda: "baseline" in d.find_element(By.ID, "runs").text)
-        # The token went into a cookie, and out of the address bar.
-        assert "token=" not in d.current_url, d.current_url
-        d.save_screenshot("token_accepted.png")
-    finally:
-        s.stop()
+    for where, extra in (("off loopback", ("--host", "0.0.0.0")), ("on loopback", ())):
+        s = Serve(chorus, root, *extra)
+        try:
+            token = re.search(r"token=([0-9a-f]+)", s.url)
+            assert token, f"{where}: {s.url}"
+            plain = f"http://127.0.0.1:{s.port}/"
+            d.get(plain)
+            wait_until(f"the refusal {where}", lambda: "asks for its token" in d.page_source)
+            assert "baseline" not in d.page_source, where
+            d.save_screenshot("token_refused.png")
+            d.get(plain + "api/runs")
+            assert "baseline" not in d.page_source and "asks for its token" in d.page_source, where
+            d.get(plain + "?token=" + token.group(1))
+            wait_until(f"the runs with the token {where}", lambda: "baseline" in d.find_element(By.ID, "runs").text)
+            # The token went into a cookie, and out of the address bar.
+            assert "token=" not in d.current_url, d.current_url
+            d.save_screenshot("token_accepted.png")
+        finally:
+            s.stop()
 
 
 PANEL = PAINTED + """

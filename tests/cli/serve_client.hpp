@@ -31,13 +31,15 @@ inline std::string encode(std::string_view s) {
   return out;
 }
 
-/// A `chorus serve` on a port the kernel picked, stopped with the test.
+/// A `chorus serve` on a port the kernel picked, stopped with the test. Its
+/// requests carry the token it printed (as the cookie a page keeps), unless
+/// `with_token` is cleared; `as_user` >= 0 runs it as that user (the test must be root).
 class Serve {
 public:
-  explicit Serve(const std::filesystem::path& root, std::vector<std::string> extra = {}) {
+  explicit Serve(const std::filesystem::path& root, std::vector<std::string> extra = {}, int as_user = -1) {
     std::vector<std::string> args{"serve", root.string(), "--port", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    child_ = std::make_unique<Child>(args);
+    child_ = std::make_unique<Child>(args, std::vector<std::string>{}, as_user);
     // "  http://HOST:PORT/" or ".../?token=TOKEN", then "Ctrl-C stops it."
     std::string line;
     const bool up = child_->wait_for([&](const std::string& out, const std::string&) {
@@ -56,10 +58,17 @@ public:
     if (child_) child_->signal(SIGTERM);
   }
 
+  /// The cookie a page opened at the printed address keeps (none where no token is asked).
+  [[nodiscard]] httplib::Headers auth() const {
+    if (!with_token || token.empty()) return {};
+    return {{"Cookie", "chorus_token_" + std::to_string(port) + "=" + token}};
+  }
+  /// A client whose requests carry auth() (a Cookie header given to a request replaces it).
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(60, 0);
     c.set_connection_timeout(10, 0);
+    c.set_default_headers(auth());
     return c;
   }
   /// GET `path`; the status and the body (at most 10 s of it: an event
@@ -109,6 +118,7 @@ public:
 
   int port = 0;
   std::string token;
+  bool with_token = true;
 
 private:
   std::unique_ptr<Child> child_;

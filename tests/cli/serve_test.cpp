@@ -331,6 +331,7 @@ BOOST_AUTO_TEST_CASE(off_loopback_every_request_needs_the_token) {
   make_run(root.path, "proj", "grp", {.id = "r1"});
   Serve s(root.path, {"--host", "0.0.0.0"});
   BOOST_REQUIRE_EQUAL(s.token.size(), 32u);
+  s.with_token = false;
   for (const std::string path : {"/", "/app.js", "/api/runs", "/api/run?run=proj/grp/r1"}) {
     BOOST_TEST(s.get(path).first == 401, path);
     BOOST_TEST(s.get(path + std::string(path.find('?') == std::string::npos ? "?" : "&") + "token=" + std::string(32, '0')).first == 401);
@@ -350,14 +351,150 @@ BOOST_AUTO_TEST_CASE(off_loopback_every_request_needs_the_token) {
   BOOST_TEST(s.get("/api/runs?token=" + s.token).first == 200);
 }
 
-BOOST_AUTO_TEST_CASE(on_loopback_other_hosts_names_are_turned_away) {
+BOOST_AUTO_TEST_CASE(on_loopback_without_a_token_other_hosts_names_are_turned_away) {
   TempDir root;
   make_run(root.path, "proj", "grp", {.id = "r1"});
-  Serve s(root.path);
+  Serve s(root.path, {"--no-token"});
   BOOST_TEST(s.token.empty());
   BOOST_TEST(s.get("/api/runs").first == 200);
   BOOST_TEST(s.get("/api/runs", {{"Host", "localhost:" + std::to_string(s.port)}}).first == 200);
   BOOST_TEST(s.get("/api/runs", {{"Host", "attacker.example:" + std::to_string(s.port)}}).first == 403);
+}
+
+namespace {
+
+/// Whether the test runs as root, which acting as another user needs; says so where not.
+bool root_or_skip() {
+  if (::geteuid() == 0) return true;
+  BOOST_TEST_MESSAGE("skipped: acting as another user needs root");
+  return false;
+}
+
+/// "PATH STATUS" for each path, asked by another user of the machine (as_other_user).
+std::string statuses_for_another_user(int port, const std::vector<std::string>& paths) {
+  return as_other_user(other_uid, [&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(10, 0);
+    c.set_read_timeout(10, 0);
+    std::string out;
+    for (const std::string& p : paths) {
+      const httplib::Result r = c.Get(p);
+      out += p + " " + (r ? std::to_string(r->status) : std::string("no-answer"));
+      if (r && r->status == 200) out += contains(r->body, "<!doctype html>") ? " page" : contains(r->body, "r1") ? " r1" : "";
+      out += "\n";
+    }
+    return out;
+  });
+}
+
+/// Gives the run directory `dir` to `uid`, with `dir_mode` on it and `file_mode` on its files.
+void give(const fs::path& dir, int uid, fs::perms dir_mode, fs::perms file_mode) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    BOOST_REQUIRE(::lchown(e.path().c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) == 0);
+    fs::permissions(e.path(), e.is_directory() ? dir_mode : file_mode);
+  }
+  BOOST_REQUIRE(::lchown(dir.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) == 0);
+  fs::permissions(dir, dir_mode);
+}
+
+} // namespace
+
+// Loopback is shared by every user of the machine: the token is asked there too.
+BOOST_AUTO_TEST_CASE(on_loopback_another_user_gets_nothing_without_the_token) {
+  if (!root_or_skip()) return;
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  Serve s(root.path);
+  BOOST_REQUIRE_EQUAL(s.token.size(), 32u); // printed inside the address: http://127.0.0.1:PORT/?token=...
+  const std::string seen = statuses_for_another_user(
+      s.port, {"/", "/app.js", "/api/runs", "/api/run?run=proj/grp/r1", "/api/events?run=proj/grp/r1",
+               "/?token=" + std::string(32, '0'), "/?token=" + s.token, "/api/runs?token=" + s.token});
+  BOOST_TEST_INFO(seen);
+  for (const std::string p : {"/", "/app.js", "/api/runs", "/api/run?run=proj/grp/r1", "/api/events?run=proj/grp/r1"})
+    BOOST_TEST(contains(seen, p + " 401\n"), p);
+  BOOST_TEST(contains(seen, "/?token=" + std::string(32, '0') + " 401\n"));
+  BOOST_TEST(contains(seen, "/?token=" + s.token + " 200 page\n"));
+  BOOST_TEST(contains(seen, "/api/runs?token=" + s.token + " 200 r1\n"));
+}
+
+BOOST_AUTO_TEST_CASE(no_token_is_the_old_way_with_a_warning_that_says_who_can_read) {
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  Serve s(root.path, {"--no-token"});
+  BOOST_TEST(s.token.empty());
+  if (::geteuid() == 0) {
+    const std::string seen = statuses_for_another_user(s.port, {"/api/runs"});
+    BOOST_TEST(contains(seen, "/api/runs 200 r1\n"), seen);
+  }
+  const Output o = s.stop();
+  BOOST_TEST(contains(o.err, "warning: --no-token: every user of this machine can read the runs shown here"), o.err);
+  // Off loopback, never.
+  const Output off = run_chorus({"serve", root.str(), "--no-token", "--host", "0.0.0.0", "--port", "0"});
+  BOOST_TEST(off.code == 2);
+  BOOST_TEST(contains(off.err, "loopback only"), off.err);
+}
+
+// Root reads anything: it shows only what a run's owner lets other users read.
+BOOST_AUTO_TEST_CASE(served_as_root_another_users_private_run_is_not_shown) {
+  if (!root_or_skip()) return;
+  TempDir root;
+  make_run(root.path, "proj", "grp", {.id = "r1"});
+  const fs::path theirs = make_run(root.path, "proj", "grp", {.id = "theirs"});
+  write_text(theirs / "history.jsonl", history(5, 1));
+  give(theirs, other_uid, fs::perms::owner_all, fs::perms::owner_read | fs::perms::owner_write); // 0700, 0600
+  Serve s(root.path);
+  {
+    const Json runs(s.get("/api/runs").second);
+    BOOST_TEST(std::int64_t(runs["count"]) == 1);
+    BOOST_TEST(std::int64_t(runs["not_shown"]) == 1);
+    BOOST_TEST(contains(std::string(std::string_view(runs["not_shown_why"])), "belongs to nobody (uid 65534), and its mode 0700"),
+               runs.text);
+    BOOST_TEST(!contains(runs.text, "theirs-name"), runs.text);
+  }
+  for (const std::string p : {"/api/run?run=proj/grp/theirs", "/api/series?run=proj/grp/theirs&key=loss",
+                              "/api/run/events?run=proj/grp/theirs", "/api/events?run=proj/grp/theirs"}) {
+    const auto [status, body] = s.get(p);
+    BOOST_TEST(status == 403, p << " " << body);
+    BOOST_TEST(!contains(body, "theirs-name"), body);
+  }
+  // Its directory opened to others, its files still private: still not shown.
+  fs::permissions(theirs, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec);
+  const auto [closed, why] = s.get("/api/run?run=proj/grp/theirs");
+  BOOST_TEST(closed == 403);
+  BOOST_TEST(contains(why, "run.json belongs to nobody"), why);
+  // Shared with every user: shown.
+  give(theirs, other_uid, fs::perms(0755), fs::perms(0644));
+  const auto [open, body] = s.get("/api/run?run=proj/grp/theirs");
+  BOOST_TEST(open == 200, body);
+  BOOST_TEST(contains(body, "theirs-name"), body);
+  BOOST_TEST(std::int64_t(Json(s.get("/api/runs").second)["count"]) == 2);
+}
+
+// Served by another user: what the kernel lets it read, and nothing else.
+BOOST_AUTO_TEST_CASE(served_by_another_user_what_it_may_not_read_is_not_shown) {
+  if (!root_or_skip()) return;
+  TempDir root;
+  // The runs directory private to root: serve cannot start there.
+  const Output refused = run_chorus({"serve", root.str(), "--port", "0"}, {}, other_uid);
+  BOOST_TEST(refused.code == 1);
+  BOOST_TEST(contains(refused.err, "cannot be read by nobody (uid 65534), whom chorus serve runs as"), refused.err);
+  // Open to all, with a run of root's own that is private (0700) and one shared.
+  fs::permissions(root.path, fs::perms(0755));
+  const fs::path shared = make_run(root.path, "proj", "grp", {.id = "r1"});
+  const fs::path mine = make_run(root.path, "proj", "grp", {.id = "private"});
+  give(shared, 0, fs::perms(0755), fs::perms(0644));
+  give(mine, 0, fs::perms(0700), fs::perms(0600));
+  for (const fs::path& d : {root.path / "proj", root.path / "proj" / "grp"}) fs::permissions(d, fs::perms(0755));
+  Serve s(root.path, {}, other_uid);
+  const Json runs(s.get("/api/runs").second);
+  BOOST_TEST(std::int64_t(runs["count"]) == 1, runs.text);
+  BOOST_TEST(contains(runs.text, "proj/grp/r1"));
+  BOOST_TEST(!contains(runs.text, "private-name"));
+  const auto [status, body] = s.get("/api/run?run=proj/grp/private");
+  BOOST_TEST(status == 403, body);
+  BOOST_TEST(contains(body, "cannot be read by nobody"), body);
+  BOOST_TEST(s.get("/api/run?run=proj/grp/r1").first == 200);
 }
 
 BOOST_AUTO_TEST_CASE(a_port_in_use_or_a_missing_directory_is_named_with_the_fix) {

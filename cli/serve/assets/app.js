@@ -646,6 +646,9 @@ async function runsPage(view) {
     sessionStorage.setItem('chorus.filter', JSON.stringify({ text: filter.value, state: state.value }));
     if (!data) return;
     rootNote.textContent = 'under ' + data.root;
+    // Runs the server's user may not read are left out: say how many, and why the first.
+    if (data.not_shown) rootNote.append(h('span', { id: 'not-shown', title: data.not_shown_why || '',
+      text: ` (${data.not_shown} ${data.not_shown === 1 ? 'run' : 'runs'} not shown: ${data.not_shown_why || ''})` }));
     const rows = [h('tr', {}, ['', 'run', 'state', 'ranks', 'started', 'duration', 'rows', 'summary'].map((t) => h('th', { text: t })))];
     let shown = 0;
     // Groups by their newest run, the newest first.
