@@ -48,6 +48,11 @@ std::pair<Output, Output> impostor_first(const Job& job, const std::string& secr
   return {out, real};
 }
 
+void check_refused(const Output& impostor) {
+  BOOST_TEST(impostor.status != 0, impostor.text);
+  BOOST_TEST(impostor.text.find("claims rank 1 without this job's secret") != std::string::npos, impostor.text);
+}
+
 void check_run_of_the_job(const Job& job, const Output& real) {
   BOOST_TEST(real.text.find("FINISH_STATE 0 finished") != std::string::npos, real.text);
   BOOST_TEST(real.text.find("FINISH_STATE 1 finished") != std::string::npos, real.text);
@@ -62,8 +67,7 @@ void check_run_of_the_job(const Job& job, const Output& real) {
 BOOST_AUTO_TEST_CASE(an_impostor_with_another_secret_is_refused_and_the_rank_keeps_its_place) {
   Job job;
   auto [impostor, real] = impostor_first(job, "the-secret-of-this-job-0123456789", "a-guess-at-the-secret-0123456789");
-  BOOST_TEST(impostor.status != 0, impostor.text);
-  BOOST_TEST(impostor.text.find("claims rank 1 without this job's secret") != std::string::npos, impostor.text);
+  check_refused(impostor);
   check_run_of_the_job(job, real);
 }
 
@@ -72,8 +76,7 @@ BOOST_AUTO_TEST_CASE(ranks_without_a_set_secret_share_the_nodes_and_an_impostor_
   // socket directory (mode 0600). The impostor brings one of its own.
   Job job;
   auto [impostor, real] = impostor_first(job, "", "a-guess-at-the-secret-0123456789");
-  BOOST_TEST(impostor.status != 0, impostor.text);
-  BOOST_TEST(impostor.text.find("claims rank 1 without this job's secret") != std::string::npos, impostor.text);
+  check_refused(impostor);
   check_run_of_the_job(job, real);
   int files = 0;
   for (const auto& e : fs::directory_iterator(job.sockets)) {
