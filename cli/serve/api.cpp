@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <pwd.h>
+#include <span>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,6 +222,8 @@ constexpr const char* run_files_read[] = {"run.json",        "config.json",     
                                           "history.jsonl",   "system.jsonl",     "histograms.jsonl", "media.jsonl",
                                           "events.jsonl",    "barriers.jsonl",   "artifacts.jsonl", "lease.json",
                                           "artifacts",       "media"};
+/// Those its entry in the runs list is read from (the rest are checked when the run is opened).
+constexpr const char* entry_files_read[] = {"run.json", "summary.json", "lease.json"};
 
 std::string user_named(uid_t uid) {
   passwd pw{}, *found = nullptr;
@@ -288,7 +291,7 @@ std::string Api::rel_of(const std::string& dir) const {
   return dir;
 }
 
-std::string Api::hidden(const std::string& dir, bool run, std::map<std::string, std::string>* looked) const {
+std::string Api::hidden(const std::string& dir, Shown what, std::map<std::string, std::string>* looked) const {
   // The root and each directory below it down to `dir` (those above it
   // looked at once per listing).
   for (std::size_t at = root_.size(); at != std::string::npos; at = dir.find('/', at + 1)) {
@@ -307,11 +310,13 @@ std::string Api::hidden(const std::string& dir, bool run, std::map<std::string, 
   // The kernel guards the files of a run an unprivileged user reads; root's
   // reads are checked here, file by file (through the directory, once opened).
   if (::geteuid() != 0) return {};
-  if (!run) return not_shown(dir + "/group.json");
+  if (what == Shown::group) return not_shown(dir + "/group.json");
   const int at = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (at < 0) return {}; // met, and named, where the run is read
   std::string why;
-  for (const char* name : run_files_read) {
+  const std::span<const char* const> names =
+      what == Shown::run ? std::span<const char* const>(run_files_read) : std::span<const char* const>(entry_files_read);
+  for (const char* name : names) {
     struct stat st {};
     if (::fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (why = root_may_not_read(dir + "/" + name, st); !why.empty()) break;
@@ -328,7 +333,7 @@ Resolved Api::resolve_run(std::string_view rel) const {
   const std::string dir = real(root_ + "/" + std::string(rel));
   if (dir.empty()) return {{}, 404, "no run " + std::string(rel) + " under " + root_};
   if (!inside(dir, root_)) return {{}, 403, std::string(rel) + " leads out of " + root_ + " (through a link)"};
-  if (std::string why = hidden(dir, true); !why.empty()) return {{}, 403, why};
+  if (std::string why = hidden(dir, Shown::run); !why.empty()) return {{}, 403, why};
   if (!is_run_dir(dir)) return {{}, 404, std::string(rel) + " is not a run directory (no run.json, no WAL)"};
   return {dir, 0, {}};
 }
@@ -340,7 +345,7 @@ Resolved Api::resolve_group(std::string_view rel) const {
   const std::string dir = real(root_ + "/" + std::string(rel));
   if (dir.empty()) return {{}, 404, "no group " + std::string(rel) + " under " + root_};
   if (!inside(dir, root_)) return {{}, 403, std::string(rel) + " leads out of " + root_ + " (through a link)"};
-  if (std::string why = hidden(dir, false); !why.empty()) return {{}, 403, why};
+  if (std::string why = hidden(dir, Shown::group); !why.empty()) return {{}, 403, why};
   if (!is_group_dir(dir)) return {{}, 404, std::string(rel) + " is not a group directory"};
   return {dir, 0, {}};
 }
@@ -448,7 +453,7 @@ Reply Api::runs() {
     for (const std::string& d : g.run_dirs) {
       const std::string dir_real = real(d);
       if (dir_real.empty() || !inside(dir_real, root_)) continue;
-      if (std::string why = hidden(dir_real, true, &looked); !why.empty()) {
+      if (std::string why = hidden(dir_real, Shown::list_entry, &looked); !why.empty()) {
         if (not_listed++ == 0) first_not_listed = std::move(why);
         continue;
       }
@@ -724,7 +729,7 @@ Reply Api::group(std::string_view rel) {
   for (GroupMemberView& v : g.members) {
     if (!v.run) continue;
     const std::string d = real(v.run->dir);
-    if (d.empty() || !inside(d, root_) || !hidden(d, true).empty()) v.run.reset();
+    if (d.empty() || !inside(d, root_) || !hidden(d, Shown::list_entry).empty()) v.run.reset();
   }
   std::erase_if(g.members, [](const GroupMemberView& v) { return !v.run && !v.member; });
   std::string out;

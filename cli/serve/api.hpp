@@ -142,11 +142,14 @@ private:
   std::shared_ptr<RunFiles> files(const std::string& dir, bool history, bool system, bool histograms, bool media);
   void evict();
   [[nodiscard]] std::string rel_of(const std::string& dir) const;
+  /// What of a directory is to be shown: a run (each file of it that is
+  /// read), its entry in a list (run.json, summary.json, lease.json), a group.
+  enum class Shown { run, list_entry, group };
   /// Why the run or group directory `dir` (a real path inside the root) is
-  /// not shown (not_shown: it, a directory above it up to the root, or, for
-  /// a run, a file of it that is read), or "". `looked` keeps what was found
-  /// of the directories above it, for a listing of many.
-  [[nodiscard]] std::string hidden(const std::string& dir, bool run,
+  /// not shown (not_shown: it, a directory above it up to the root, or a
+  /// file of it that `what` reads), or "". `looked` keeps what was found of
+  /// the directories above it, for a listing of many.
+  [[nodiscard]] std::string hidden(const std::string& dir, Shown what,
                                    std::map<std::string, std::string>* looked = nullptr) const;
 
   const std::string root_;
