@@ -10,6 +10,9 @@
 #include "cli/run_info.hpp"
 
 #include "io/platform/files.hpp"
+#include "io/platform/posix.hpp"
+#include "io/store/event_log.hpp"
+#include "io/store/line_reader.hpp"
 #include "io/store/run_record.hpp"
 #include "io/store/run_writer.hpp"
 #include "io/store/wal.hpp"
@@ -35,9 +38,11 @@ const Command recover_command{
     .name = "recover",
     .summary = "rebuild a run's files from its write-ahead log after its host crashed",
     .usage = "[OPTIONS] RUN",
-    .help = R"(Rebuilds a run's readable files (history.jsonl, config.json, summary.json,
-rejected.jsonl, metrics.json, run.json) from its write-ahead log, after its
-host crashed.
+    .help = R"(Rebuilds a run's readable files (history.jsonl, histograms.jsonl,
+media.jsonl and media/, config.json, summary.json, rejected.jsonl,
+metrics.json, events.jsonl, run.json) from its write-ahead log, after its
+host crashed. Events the run told after its log stopped (a log that could
+not be written) are kept from events.jsonl.
 RUN is a run directory, or a run id looked up under DIR.
 
 The log is read from the start; frames whose checksum fails are skipped (each
@@ -73,7 +78,7 @@ namespace {
 
 // run.json last: install() moves them in this order.
 constexpr const char* rebuilt_files[] = {"history.jsonl", "histograms.jsonl", "media.jsonl", "config.json", "summary.json",
-                                         "rejected.jsonl", "metrics.json", "run.json"};
+                                         "rejected.jsonl", "metrics.json", "events.jsonl", "run.json"};
 
 struct RecoverArgs {
   std::string run, dir;
@@ -132,11 +137,48 @@ public:
     writer_.rank_state(rank, stopping && state == RunState::crashed ? stopped : state, last_step, host, reason);
   }
   void completed(int rank, std::uint64_t seq, const Error* err) override { writer_.completed(rank, seq, err); }
+  void event(const wire::EventRecord& e) override {
+    writer_.event(e);
+    ++events;
+  }
   void run_end(RunState state, std::int64_t ts_us) override { writer_.run_end(state, ts_us); }
+  std::uint64_t events = 0; // rebuilt from the log, numbered 0..events-1
 
 private:
   io::RunWriter& writer_;
 };
+
+/// The events the run told after its log stopped (its write-ahead log
+/// failed, so the end's events reached events.jsonl only): the lines of
+/// `dir`'s events.jsonl numbered from `from` on, appended to `tmp`'s
+/// rebuilt one. How many, or why they could not be kept.
+Result<std::uint64_t> keep_later_events(const std::string& dir, const std::string& tmp, std::uint64_t from) {
+  const std::string live = dir + "/" + io::events_file;
+  Result<int> fd = io::detail::open_regular(live, O_RDONLY, true);
+  if (!fd) return fd.error();
+  if (*fd < 0) return std::uint64_t{0};
+  io::LineReader reader(*fd, live, {}, {});
+  std::string later;
+  std::uint64_t kept = 0;
+  std::string_view line;
+  io::LineReader::Next next;
+  while ((next = reader.next(line)) == io::LineReader::Next::line) {
+    const Result<io::EventLine> e = io::parse_event_line(line);
+    if (!e || e->seq < from + kept) continue;
+    if (e->seq != from + kept) break; // a gap: what follows is not the run's own sequence
+    later.append(line).push_back('\n');
+    ++kept;
+  }
+  if (next == io::LineReader::Next::failed) return reader.error();
+  if (kept == 0) return kept;
+  const std::string to = tmp + "/" + io::events_file;
+  Result<int> out = io::detail::open_private(to, O_WRONLY | O_APPEND | O_CREAT);
+  if (!out) return out.error();
+  const Error e = io::detail::write_all(*out, later, to);
+  ::close(*out);
+  if (e) return e;
+  return kept;
+}
 
 // Shows how far a long replay has got, on a terminal only.
 class Progress {
@@ -417,6 +459,8 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
   }
   writer.flush();
   if (writer.error()) return Error(writer.error().code(), "rebuilding the files failed: " + writer.error().message());
+  const Result<std::uint64_t> later_events = keep_later_events(dir, tmp, sink.events);
+  if (!later_events) return later_events.error();
 
   const bool torn = a.dry_run ? scan.torn_tail : cut.torn_tail;
   const io::WalScan& damage = a.dry_run ? scan : cut;
@@ -435,7 +479,10 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
   }
   for (std::size_t i = 0; i < damage.problems.size() && i < 10; ++i) report += "             " + damage.problems[i] + "\n";
   report += "  rebuilt    " + std::to_string(writer.rows()) + " rows, " + std::to_string(writer.rejected_values()) +
-            " rejected values\n";
+            " rejected values, " + std::to_string(sink.events) + " events\n";
+  if (*later_events > 0)
+    report += "  events     " + std::to_string(*later_events) +
+              " told after the log stopped, kept from events.jsonl (the log does not hold them)\n";
   const std::string ranks_marked =
       std::to_string(marked) + (marked == 1 ? " rank" : " ranks") + " marked " + std::string(to_string(unended));
   if (ended)
