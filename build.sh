@@ -56,7 +56,7 @@ case "${1:-}" in
     run=$(ls -td "$CHORUS_DIR"/chorus-demo/*/*/ | head -n 1)
     echo "== the run is in ${run%/}"
     ./build/bin/chorus show "${run%/}"
-    echo "== in a browser: ./build/bin/chorus serve $CHORUS_DIR   (then open http://127.0.0.1:8600/)"
+    echo "== in a browser: ./build/bin/chorus serve $CHORUS_DIR   (then open the address it prints)"
     echo "== from Python: PYTHONPATH=build/python /usr/bin/python3 -c 'import chorus; print(chorus.open(\"${run%/}\").history())'"
     ;;
   test)

@@ -374,14 +374,7 @@ py::dict read_events(const std::string& path) {
           read.unfinished = rest.find_first_not_of(" \t\r") != std::string_view::npos;
           break;
         }
-        if (next == io::LineReader::Next::too_long) {
-          read.problem = Error(Errc::io_error, path + ": line " + std::to_string(lines.cursor().lines + 1) +
-                                                   " runs past " + std::to_string(cli::max_line_bytes >> 20) +
-                                                   " MiB without a newline, far longer than an event's line: the "
-                                                   "file is damaged; `chorus recover` rebuilds it from the WAL");
-          break;
-        }
-        if (next == io::LineReader::Next::failed) {
+        if (next == io::LineReader::Next::too_long || next == io::LineReader::Next::failed) {
           read.problem = lines.error();
           break;
         }

@@ -1,4 +1,5 @@
 #include "cli/serve/server.hpp"
+#include "io/platform/random.hpp"
 
 #include "cli/cli.hpp"
 #include "cli/serve/api.hpp"
@@ -19,7 +20,6 @@
 #include <mutex>
 #include <optional>
 #include <netdb.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <tuple>
 #include <unistd.h>
@@ -88,22 +88,7 @@ bool is_loopback(const std::string& host) {
   return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
-Result<std::string> random_token() {
-  unsigned char bytes[16];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Error(Errc::io_error, std::string("cannot make a token: getrandom: ") + std::strerror(errno));
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string token;
-  for (const unsigned char b : bytes) token.append({hex[b >> 4], hex[b & 15]});
-  return token;
-}
+Result<std::string> random_token() { return io::detail::random_hex(16, "a token"); }
 
 struct Server::Impl {
   explicit Impl(ServeOptions o) : options(std::move(o)), api(options.root, options.cache_bytes) {}
