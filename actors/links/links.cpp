@@ -84,7 +84,7 @@ Links::Links(caf::actor_system& sys, const LinkPlan& plan, std::string socket_di
              std::chrono::milliseconds connection_timeout)
     : sys_(sys), socket_dir_(std::move(socket_dir)), node_tls_(plan.tls_or_group()),
       connection_timeout_(connection_timeout) {
-  if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_);
+  if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_, connection_timeout_);
   if (nodes) node_ = spawn_node_links(sys_, node_tls_, connection_timeout_);
 }
 
@@ -107,7 +107,7 @@ std::string Links::where(const Settings& s, std::uint16_t port, Link link, const
 }
 
 caf::io::middleman_actor Links::fresh_connector(Link link) {
-  dialers_.push_back(link == Link::local ? spawn_local_links(sys_, socket_dir_)
+  dialers_.push_back(link == Link::local ? spawn_local_links(sys_, socket_dir_, connection_timeout_)
                                          : spawn_node_links(sys_, node_tls_, connection_timeout_));
   return dialers_.back();
 }

@@ -1,4 +1,5 @@
 #include "actors/links/local_link.hpp"
+#include "actors/links/link_stream.hpp"
 #include "io/platform/posix.hpp"
 
 #include <caf/all.hpp>
@@ -6,7 +7,6 @@
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman_actor_impl.hpp>
 #include <caf/io/network/default_multiplexer.hpp>
-#include <caf/io/network/doorman_impl.hpp>
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 namespace chorus::detail {
 namespace {
@@ -82,26 +83,24 @@ int listen_on(const std::string& path) {
 
 /// A Unix listener whose connections are admitted only from this user's
 /// processes, and which tells the BASP broker the port it stands for.
-class LocalDoorman final : public caf::io::network::doorman_impl {
+class LocalDoorman final : public LinkDoorman {
 public:
-  LocalDoorman(default_multiplexer& mx, native_socket fd, std::uint16_t port, std::string path)
-      : doorman_impl(mx, fd), port_(port), path_(std::move(path)) {}
+  LocalDoorman(default_multiplexer& mx, native_socket fd, std::uint16_t port, std::string path,
+               std::shared_ptr<LinkShared> shared)
+      : LinkDoorman(mx, fd, std::move(shared)), port_(port), path_(std::move(path)) {}
   // The socket file goes with its listener, as a TCP port does.
   ~LocalDoorman() override { ::unlink(path_.c_str()); }
 
-  bool new_connection() override {
-    const native_socket fd = acceptor_.accepted_socket();
-    ucred peer{};
-    socklen_t len = sizeof peer;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != ::geteuid()) {
-      ::close(fd); // not ours: CAF never sees a byte of it
-      return true;
-    }
-    return doorman_impl::new_connection();
-  }
-
   std::uint16_t port() const override { return port_; }
   std::string addr() const override { return "local"; }
+
+protected:
+  bool admit(native_socket fd, caf::openssl::session_ptr&) override {
+    ucred peer{};
+    socklen_t len = sizeof peer;
+    // Not ours: CAF never sees a byte of it.
+    return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && peer.uid == ::geteuid();
+  }
 
 private:
   std::uint16_t port_;
@@ -110,8 +109,8 @@ private:
 
 class LocalLinks final : public caf::io::middleman_actor_impl {
 public:
-  LocalLinks(caf::actor_config& cfg, caf::actor broker, std::string dir)
-      : middleman_actor_impl(cfg, std::move(broker)), dir_(std::move(dir)) {}
+  LocalLinks(caf::actor_config& cfg, caf::actor broker, std::string dir, std::chrono::milliseconds deadline)
+      : middleman_actor_impl(cfg, std::move(broker)), dir_(std::move(dir)), deadline_(deadline) {}
 
   const char* name() const override { return "chorus.local_links"; }
 
@@ -121,22 +120,31 @@ protected:
     const int fd = connect_to(path);
     if (fd < 0)
       return caf::make_error(caf::sec::cannot_connect_to_node, path + ": " + std::strerror(errno));
-    return multiplexer().new_scribe(fd);
+    // A link this process dialled needs no handshake deadline here: the dial has its own.
+    return make_link_scribe(multiplexer(), fd, nullptr, false, shared());
   }
 
   caf::expected<caf::io::doorman_ptr> open(std::uint16_t port, const char*, bool) override {
     const std::string path = local_socket_path(dir_, port);
     const int fd = listen_on(path);
     if (fd < 0) return caf::make_error(caf::sec::cannot_open_port, path + ": " + std::strerror(errno));
-    return caf::make_counted<LocalDoorman>(multiplexer(), fd, port, path);
+    return caf::make_counted<LocalDoorman>(multiplexer(), fd, port, path, shared());
   }
 
 private:
+  /// What this actor's links share; made with the first link.
+  const std::shared_ptr<LinkShared>& shared() {
+    if (!shared_) shared_ = std::make_shared<LinkShared>(system(), deadline_);
+    return shared_;
+  }
+
   default_multiplexer& multiplexer() {
     return static_cast<default_multiplexer&>(system().middleman().backend());
   }
 
   std::string dir_;
+  std::chrono::milliseconds deadline_;
+  std::shared_ptr<LinkShared> shared_;
 };
 
 } // namespace
@@ -170,9 +178,10 @@ std::string local_socket_path(const std::string& dir, std::uint16_t port) {
   return dir + "/" + std::to_string(port) + ".sock";
 }
 
-caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string dir) {
+caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string dir,
+                                           std::chrono::milliseconds handshake_deadline) {
   auto broker = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
-  return sys.spawn<LocalLinks, caf::hidden>(std::move(broker), std::move(dir));
+  return sys.spawn<LocalLinks, caf::hidden>(std::move(broker), std::move(dir), handshake_deadline);
 }
 
 } // namespace chorus::detail

@@ -7,7 +7,10 @@
 //
 // CAF 0.17 carries its BASP over any stream socket: a middleman actor of our
 // own (as CAF's OpenSSL module does for TLS) opens the Unix listener and
-// connections and hands them to the same BASP broker that TCP links use.
+// connections and hands them to the same BASP broker that TCP links use, on
+// the connection every link has (link_stream.hpp): what a process of this
+// user sends is judged as a node's is (link_framing.hpp), and an accepted
+// connection that does not finish its handshake within the deadline is shut.
 #pragma once
 
 #include "runtime/core/result.hpp"
@@ -15,6 +18,7 @@
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -31,6 +35,8 @@ namespace chorus::detail {
 
 /// A middleman actor (CAF's publish_atom and connect_atom) whose listeners
 /// and connections are the Unix sockets of `dir`, keyed by port.
-caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string dir);
+/// `handshake_deadline`: how long an accepted connection has to prove itself.
+caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string dir,
+                                           std::chrono::milliseconds handshake_deadline);
 
 } // namespace chorus::detail

@@ -1,0 +1,84 @@
+// The connection under every link of chorus's, within a node (a Unix socket,
+// local_link.hpp) or between nodes (TCP, with TLS where the job has
+// credentials, node_link.hpp): a scribe for CAF's BASP broker of our own,
+// whose reads pass through LinkFraming (link_framing.hpp) before CAF sees a
+// byte, and a listener that gives each connection it accepts a deadline.
+//
+//  - A connection this process accepted proves itself within a deadline: it
+//    finishes its TLS handshake where it has one, and its BASP handshake
+//    (which the framing judges), or it is shut down. CAF 0.17's own doormen
+//    wait forever on a peer that never speaks, so a few hundred such
+//    connections would hold a run host at its fd limit. A link that has
+//    proved itself and then goes silent is closed by CAF's connection
+//    timeout, which runs where a process accepts links (links.cpp).
+//  - A message the framing refuses (a routed message, a node's name taken in
+//    vain, a header claiming more than max_message_bytes, ...) closes its
+//    link with one line on stderr saying why, before CAF sizes a buffer for
+//    it or acts on it.
+//  - A closing link whose peer takes nothing is cut after a second: CAF's
+//    graceful shutdown would wait for it for ever.
+#pragma once
+
+#include "actors/links/link_framing.hpp"
+
+#include <caf/fwd.hpp>
+#include <caf/io/network/default_multiplexer.hpp>
+#include <caf/io/network/doorman_impl.hpp>
+#include <caf/io/scribe.hpp>
+#include <caf/openssl/session.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace chorus::detail {
+
+class Deadlines;
+
+/// What the links of one middleman actor share: this process's node as CAF
+/// writes it, and the thread that enforces their deadlines. Made by the
+/// middleman actor with its first link, on its own thread.
+class LinkShared {
+public:
+  LinkShared(caf::actor_system& sys, std::chrono::milliseconds handshake_deadline);
+  ~LinkShared();
+  LinkShared(const LinkShared&) = delete;
+  LinkShared& operator=(const LinkShared&) = delete;
+
+  caf::actor_system& system() const noexcept { return sys_; }
+  const std::string& this_node() const noexcept { return this_node_; }
+  Deadlines& deadlines() const noexcept { return *deadlines_; }
+
+private:
+  caf::actor_system& sys_;
+  std::string this_node_;
+  std::unique_ptr<Deadlines> deadlines_;
+};
+
+/// A link's connection on socket `fd` (non-blocking), for CAF's BASP broker:
+/// through TLS where `session` is given, with a handshake deadline where the
+/// connection was `accepted`.
+caf::io::scribe_ptr make_link_scribe(caf::io::network::default_multiplexer& mx, caf::io::network::native_socket fd,
+                                     caf::openssl::session_ptr session, bool accepted,
+                                     const std::shared_ptr<LinkShared>& shared);
+
+/// A listener whose connections become link scribes (make_link_scribe) with
+/// a deadline to prove themselves; admit() decides first whether one may.
+class LinkDoorman : public caf::io::network::doorman_impl {
+public:
+  LinkDoorman(caf::io::network::default_multiplexer& mx, caf::io::network::native_socket fd,
+              std::shared_ptr<LinkShared> shared);
+
+  bool new_connection() override;
+
+protected:
+  /// Whether the connection just accepted on `fd` may become a link, and
+  /// its TLS session where the links have one. A connection refused here is
+  /// closed by the doorman, and the listener goes on.
+  virtual bool admit(caf::io::network::native_socket fd, caf::openssl::session_ptr& session) = 0;
+
+private:
+  std::shared_ptr<LinkShared> shared_;
+};
+
+} // namespace chorus::detail
