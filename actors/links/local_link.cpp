@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -147,30 +148,124 @@ private:
   std::shared_ptr<LinkShared> shared_;
 };
 
+/// The fix every refusal of a socket directory names.
+constexpr const char* fix = "set CHORUS_SOCKET_DIR to a directory of your own on every rank";
+
+/// What lstat finds at a socket directory's path.
+enum class Found { ours, missing, other };
+
+/// Whether `path` is a directory of this user's of mode 0700 exactly
+/// (lstat: a link is not); where it is not, `why` says what it is instead.
+Result<Found> look(const std::string& path, std::string& why) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Found::missing;
+    return io::detail::os_error("cannot read the socket directory", path, errno, fix);
+  }
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if (S_ISLNK(st.st_mode))
+    why = "a symbolic link";
+  else if (!S_ISDIR(st.st_mode))
+    why = "not a directory";
+  else if (st.st_uid != ::geteuid())
+    why = "owned by user " + std::to_string(st.st_uid);
+  else if ((st.st_mode & 07777) != 0700)
+    why = std::string("of mode ") + mode + ", not 0700";
+  else
+    return Found::ours;
+  return Found::other;
+}
+
+/// Makes the directory `path` with mode 0700: false where it exists already.
+/// A umask that took a bit of 0700 away is undone on what this made, through
+/// a descriptor of the directory itself (no link is followed).
+Result<bool> make_private(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0) {
+    if (errno == EEXIST) return false;
+    return io::detail::os_error("cannot make the socket directory", path, errno, fix);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 07777) != 0700) (void)::fchmod(fd, 0700);
+    ::close(fd);
+  }
+  return true;
+}
+
+/// The first of base/name, base/name-1, base/name-2, ... that is a directory
+/// of this user's of mode 0700, or that this process makes so.
+Result<std::string> private_dir(const std::string& base, const std::string& name, const std::string& named) {
+  constexpr int tries = 16;
+  std::string first_why;
+  for (int i = 0; i < tries; ++i) {
+    const std::string path = base + "/" + name + (i == 0 ? std::string() : "-" + std::to_string(i));
+    std::string why;
+    Result<Found> found = look(path, why);
+    if (!found) return found.error();
+    if (*found == Found::missing) {
+      Result<bool> made = make_private(path);
+      if (!made) return made.error();
+      // Made here or by a process that raced this one: what counts is what it is now.
+      found = look(path, why);
+      if (!found) return found.error();
+    }
+    if (*found == Found::ours) return path;
+    if (first_why.empty()) first_why = path + " is " + why;
+  }
+  return Error{Errc::bad_environment,
+               "no socket directory of this user's in " + base + named + ": " + first_why + ", and none of " + name +
+                   "-1 to " + name + "-" + std::to_string(tries - 1) +
+                   " is a directory of this user's of mode 0700 either (the sockets that link a job's processes live "
+                   "in a directory only their user can enter); remove those, or " + fix};
+}
+
+/// The socket directory that CHORUS_SOCKET_DIR names (`dir`).
+Result<std::string> chosen_dir(const std::string& dir) {
+  const std::string named = " (CHORUS_SOCKET_DIR)";
+  std::string why;
+  Result<Found> found = look(dir, why);
+  if (!found) return found.error();
+  if (*found == Found::missing) {
+    Result<bool> made = make_private(dir);
+    if (!made) return made.error();
+    found = look(dir, why);
+    if (!found) return found.error();
+  }
+  if (*found == Found::ours) return dir;
+  // Not this user's private directory: left as it is, a subdirectory of ours in it.
+  if (why == "a symbolic link" || why == "not a directory")
+    return Error{Errc::bad_environment,
+                 dir + named + " is not a directory" + (why == "a symbolic link" ? " (a symbolic link)" : "") +
+                     ": the sockets that link a job's processes live in a directory only their user can enter; " + fix};
+  return private_dir(dir, "chorus-" + std::to_string(::geteuid()), " (CHORUS_SOCKET_DIR)");
+}
+
 } // namespace
 
 Result<std::string> local_socket_dir(bool read_env) {
   const char* env = read_env ? std::getenv("CHORUS_SOCKET_DIR") : nullptr;
-  const char* tmp = std::getenv("TMPDIR");
-  const bool chosen = env != nullptr && *env != '\0';
-  const std::string out = chosen ? std::string(env)
-               : std::string(tmp != nullptr && *tmp == '/' ? tmp : "/tmp") + "/chorus-" + std::to_string(::geteuid());
-  const std::string named = chosen ? " (CHORUS_SOCKET_DIR)" : "";
-  if (::mkdir(out.c_str(), 0700) != 0 && errno != EEXIST)
-    return io::detail::os_error("cannot make the socket directory" + named, out, errno);
-  struct stat st {};
-  if (::lstat(out.c_str(), &st) != 0) return io::detail::os_error("cannot read the socket directory" + named, out, errno);
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid())
-    return {Errc::bad_environment,
-            out + named + " is " + (S_ISDIR(st.st_mode) ? "owned by user " + std::to_string(st.st_uid) : std::string("not a directory")) +
-                ": the sockets that link a job's processes live in a directory only their user can enter; remove "
-                "it, or set CHORUS_SOCKET_DIR to a directory of your own on every rank"};
-  if ((st.st_mode & 077) != 0 && ::chmod(out.c_str(), 0700) != 0)
-    return io::detail::os_error("cannot make the socket directory private (mode 0700)" + named, out, errno);
-  if (local_socket_path(out, 65535).size() >= sizeof(sockaddr_un{}.sun_path))
-    return {Errc::bad_environment, out + named + " is too long a path for a Unix socket (at most " +
-                                       std::to_string(sizeof(sockaddr_un{}.sun_path) - 12) +
-                                       " characters): set CHORUS_SOCKET_DIR to a shorter one on every rank"};
+  Result<std::string> out = std::string();
+  if (env != nullptr && *env != '\0') {
+    out = chosen_dir(env);
+  } else {
+    const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+    std::string why;
+    Result<Found> runtime = xdg != nullptr && *xdg == '/' ? look(xdg, why) : Result<Found>(Found::missing);
+    if (runtime && *runtime == Found::ours) {
+      out = private_dir(xdg, "chorus", " (XDG_RUNTIME_DIR)");
+    } else {
+      const char* tmp = std::getenv("TMPDIR");
+      out = private_dir(tmp != nullptr && *tmp == '/' ? tmp : "/tmp", "chorus-" + std::to_string(::geteuid()),
+                        tmp != nullptr && *tmp == '/' ? " (TMPDIR)" : "");
+    }
+  }
+  if (!out) return out;
+  if (local_socket_path(*out, 65535).size() >= sizeof(sockaddr_un{}.sun_path))
+    return Error{Errc::bad_environment, *out + " is too long a path for a Unix socket (at most " +
+                                            std::to_string(sizeof(sockaddr_un{}.sun_path) - 12) + " characters): " +
+                                            "set CHORUS_SOCKET_DIR to a shorter one on every rank"};
   return out;
 }
 

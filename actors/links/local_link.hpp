@@ -24,10 +24,24 @@
 
 namespace chorus::detail {
 
-/// The directory of this user's sockets: CHORUS_SOCKET_DIR (where `read_env`),
-/// else $TMPDIR/chorus-<uid>, else /tmp/chorus-<uid>. Made with mode 0700
-/// where missing; refused, with the fix, where it is a link, not a directory,
-/// or owned by another user.
+/// The directory of this user's sockets on this node. Every process of the
+/// user that reads the same environment finds the same one:
+///
+///  - CHORUS_SOCKET_DIR (where `read_env`) names it: made with mode 0700
+///    where missing, and used where it is a directory of this user's of mode
+///    0700; any other directory (a shared one, like /tmp) holds it as its
+///    subdirectory `chorus-<uid>`. A link there, or what is no directory, is
+///    refused with the fix.
+///  - Else `$XDG_RUNTIME_DIR/chorus`, where XDG_RUNTIME_DIR is a directory
+///    of this user's of mode 0700.
+///  - Else `$TMPDIR/chorus-<uid>` (an absolute TMPDIR), else
+///    `/tmp/chorus-<uid>`.
+///
+/// Such a subdirectory is made with mode 0700 where missing, and used where
+/// lstat finds it a directory of this user's of mode 0700. One that is not
+/// (another user's, a link, another mode) is left as it is, and the first of
+/// `<name>-1`, `<name>-2`, ... that is, or can be made so, is taken instead.
+/// No directory that chorus did not make has its mode changed.
 [[nodiscard]] Result<std::string> local_socket_dir(bool read_env);
 
 /// The socket of the run or group that `port` names on this node.

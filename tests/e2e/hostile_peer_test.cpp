@@ -3,6 +3,7 @@
 
 #include "tests/e2e/harness.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -200,4 +201,64 @@ BOOST_AUTO_TEST_CASE(forged_basp_over_insecure_tcp_is_cut_and_the_run_is_whole) 
   BOOST_TEST(out.text.find("WARNING: CHORUS_INSECURE=1") != std::string::npos);
   check_cut(out.text);
   check_whole(dir.path / "node0", 100);
+}
+
+namespace {
+
+/// lstat's mode bits, owner and entries of `p`, for a before and after.
+std::string state_of(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return "missing";
+  std::string out = std::to_string(st.st_mode) + " " + std::to_string(st.st_uid);
+  if (S_ISDIR(st.st_mode))
+    for (auto& e : fs::directory_iterator(p)) out += " " + e.path().filename().string();
+  return out;
+}
+
+} // namespace
+
+// Another user made /tmp/chorus-<uid> first (here in a TMPDIR of the test's,
+// sticky as /tmp is): the run's processes leave it as it is and meet in the
+// next private directory. CHORUS_SOCKET_DIR naming a shared directory keeps
+// its mode: the sockets go in a private subdirectory.
+BOOST_AUTO_TEST_CASE(a_socket_directory_another_user_made_first_blocks_nothing) {
+  if (::geteuid() != 0) {
+    std::printf("skipped: needs root to act as another user\n");
+    return;
+  }
+  TempDir dir;
+  const fs::path tmp = dir.path / "tmp";
+  fs::create_directory(tmp);
+  ::chmod(tmp.c_str(), 01777);
+  fs::permissions(dir.path, fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
+  const fs::path theirs = tmp / ("chorus-" + std::to_string(::geteuid()));
+  fs::create_directory(theirs);
+  std::ofstream((theirs / "their-file").string()) << "x";
+  BOOST_REQUIRE(::chown((theirs / "their-file").c_str(), 65534, 65534) == 0);
+  BOOST_REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+  ::chmod(theirs.c_str(), 0700);
+  const std::string before = state_of(theirs);
+  const fs::path shared = dir.path / "shared";
+  fs::create_directory(shared);
+  ::chmod(shared.c_str(), 01777);
+  for (const std::string& where : {"TMPDIR=" + tmp.string(), "CHORUS_SOCKET_DIR=" + shared.string()}) {
+    TempDir runs;
+    const int port = test_port(where[0] == 'T' ? 45 : 46);
+    const std::string env = "-u XDG_RUNTIME_DIR -u CHORUS_SOCKET_DIR " + where + " CHORUS_DIR=" + runs.path.string() +
+                            " CHORUS_PORT=" + std::to_string(port) + " CHORUS_RUN_ID=shared-tmp WORLD_SIZE=2 "
+                            "LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                            std::to_string(port + 1);
+    const std::string args = "--steps 50 --print-pid 1";
+    const Output out = run("(" + start_rank(runs.path, 0, env + " LOCAL_RANK=0", args) +
+                           start_rank(runs.path, 1, env + " LOCAL_RANK=1", args) + attack_run(runs.path, "true") + ")");
+    BOOST_TEST_INFO(where << "\n" << out.text);
+    BOOST_TEST(out.text.find("STATUS 0 0") != std::string::npos);
+    check_whole(runs.path, 50);
+  }
+  BOOST_TEST(state_of(theirs) == before);
+  BOOST_TEST(fs::is_directory(tmp / ("chorus-" + std::to_string(::geteuid()) + "-1")));
+  struct stat st {};
+  BOOST_REQUIRE(::lstat(shared.c_str(), &st) == 0);
+  BOOST_TEST((st.st_mode & 07777) == 01777u);
+  BOOST_TEST(fs::is_directory(shared / ("chorus-" + std::to_string(::geteuid()))));
 }
