@@ -27,7 +27,7 @@ namespace {
 
 constexpr std::size_t max_slots_per_frame = 16384;
 // A frame closes once it holds this many bytes (a few config texts can be
-// large), far below what a link takes (actors/links/node_link.hpp).
+// large), far below what a link takes (actors/links/link_framing.hpp).
 constexpr std::size_t max_frame_bytes = std::size_t{32} << 20;
 constexpr int max_frames_in_flight = 4;
 // With nothing to send the proxy polls its ring every millisecond, and after

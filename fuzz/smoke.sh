@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 build=build-fuzz
-targets=(wal wire json_lines run_files options tfevents histograms)
+targets=(wal wire json_lines run_files options tfevents histograms link_framing)
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCHORUS_BUILD_FUZZ=ON -DCHORUS_SANITIZE=address,undefined \

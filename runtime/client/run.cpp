@@ -27,7 +27,7 @@ namespace chorus {
 namespace detail {
 
 namespace {
-/// The JSON of one config or summary call: a frame must fit a link (actors/links/node_link.hpp).
+/// The JSON of one config or summary call: a frame must fit a link (actors/links/link_framing.hpp).
 constexpr std::size_t max_text_bytes = std::size_t{16} << 20;
 void count_fork_in_child() { fork_count.fetch_add(1, std::memory_order_relaxed); }
 } // namespace
