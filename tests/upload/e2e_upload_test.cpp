@@ -587,7 +587,12 @@ void kill_job(pid_t launch) {
     if (const auto p = proc_state(e.path()); p && p->ppid == launch) pids.push_back(std::stoi(name));
   }
   BOOST_REQUIRE_GT(pids.size(), 1u); // launch's ranks
-  for (const pid_t p : pids) ::kill(-p, SIGKILL);
+  // launch stopped first, then killed last: its death sends its ranks
+  // SIGTERM (PR_SET_PDEATHSIG), and a host that took it before its SIGKILL
+  // would end the run `killed`; a launch alive when they die would record
+  // their exit codes.
+  ::kill(-launch, SIGSTOP);
+  for (auto p = pids.rbegin(); p != pids.rend(); ++p) ::kill(-*p, SIGKILL);
   BOOST_REQUIRE(eventually(
       [&] {
         return std::none_of(pids.begin(), pids.end(), [](pid_t p) {
