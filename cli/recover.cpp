@@ -201,15 +201,6 @@ private:
   int shown_ = -1;
 };
 
-/// "alice (uid 1000)", or "uid 1000" for an id without a name.
-std::string user_named(uid_t uid) {
-  passwd pw{}, *found = nullptr;
-  char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
-    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
-  return "uid " + std::to_string(uid);
-}
-
 /// The permission error `err` met on `path` of the run in `dir` (`what`
 /// recover could not do, naming it): the file, the errno's text, whose it
 /// is, and the fix (as the run's owner, or with this user given access;
@@ -223,8 +214,8 @@ Error permission_error(const std::string& path, int err, const std::string& what
   if (known) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    m += " (it belongs to " + user_named(st.st_uid) + ", mode " + mode + ", and chorus recover runs as " +
-         user_named(::geteuid()) + std::string(why) + ")";
+    m += " (it belongs to " + io::detail::user_named(st.st_uid) + ", mode " + mode + ", and chorus recover runs as " +
+         io::detail::user_named(::geteuid()) + std::string(why) + ")";
   }
   m += ". Run chorus recover as the run's owner";
   if (::stat(dir.c_str(), &dir_st) == 0 && dir_st.st_uid != ::geteuid()) {

@@ -1,4 +1,5 @@
 #include "cli/serve/api.hpp"
+#include "io/platform/posix.hpp"
 
 #include "cli/group_info.hpp"
 #include "cli/json_lines.hpp"
@@ -225,14 +226,6 @@ constexpr const char* run_files_read[] = {"run.json",        "config.json",     
 /// Those its entry in the runs list is read from (the rest are checked when the run is opened).
 constexpr const char* entry_files_read[] = {"run.json", "summary.json", "lease.json"};
 
-std::string user_named(uid_t uid) {
-  passwd pw{}, *found = nullptr;
-  char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
-    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
-  return "uid " + std::to_string(uid);
-}
-
 bool in_group(gid_t gid) {
   if (gid == ::getegid()) return true;
   const int n = ::getgroups(0, nullptr);
@@ -258,7 +251,7 @@ std::string root_may_not_read(const std::string& path, const struct stat& st) {
   if ((st.st_mode & need) == need) return {};
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-  return path + " belongs to " + user_named(st.st_uid) + ", and its mode " + mode + " does not let " +
+  return path + " belongs to " + io::detail::user_named(st.st_uid) + ", and its mode " + mode + " does not let " +
          (group ? "its group" : "other users") +
          " read it: chorus serve runs as root here, and shows only what a run's owner lets other users read "
          "(serve it as its owner, or let others read it: chmod -R go+rX)";
@@ -274,7 +267,7 @@ std::string not_shown(const std::string& path) {
   const int want = R_OK | (S_ISDIR(st.st_mode) ? X_OK : 0);
   if (::faccessat(AT_FDCWD, path.c_str(), want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0) return {};
   if (errno != EACCES && errno != EPERM) return {}; // another trouble: met, and named, where it is read
-  return path + " cannot be read by " + user_named(me) + ", whom chorus serve runs as (" + std::strerror(errno) + ")";
+  return path + " cannot be read by " + io::detail::user_named(me) + ", whom chorus serve runs as (" + std::strerror(errno) + ")";
 }
 
 Reply refusal(int status, std::string_view why) {

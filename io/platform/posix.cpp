@@ -1,5 +1,7 @@
 #include "io/platform/posix.hpp"
 
+#include <pwd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -13,6 +15,14 @@
 #include <unistd.h>
 
 namespace chorus::io::detail {
+
+std::string user_named(unsigned uid) {
+  passwd pw{}, *found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr)
+    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
+  return "uid " + std::to_string(uid);
+}
 namespace {
 
 /// Whether `fd`, just connected, is connected to itself (see tcp_connect).

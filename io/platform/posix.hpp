@@ -15,6 +15,10 @@ namespace chorus::io::detail {
 
 /// Errc::io_error "<what> on <path>: <strerror(errnum)>. <fix>", the fix
 /// chosen from errnum; `elsewhere` says how to write somewhere else instead.
+/// "alice (uid 1000)", or "uid 1000" for an id without a name: whose a
+/// file is, or who a process runs as, in an error.
+[[nodiscard]] std::string user_named(unsigned uid);
+
 [[nodiscard]] Error os_error(std::string_view what, std::string_view path, int errnum,
                              std::string_view elsewhere = "point CHORUS_DIR at another filesystem");
 
