@@ -25,14 +25,16 @@ fs::path run_dir(const TempDir& dir) { return dir.path / "e2e" / "torchrun-job-7
 /// Starts the job in its own session, waits until its ranks are parked at
 /// step `pause_at` with every earlier row committed, and kills every
 /// process of it at once (SIGKILL to its session: launch, and the run host
-/// and the ranks, which launch starts in process groups of their own).
+/// and the ranks, which launch starts in process groups of their own). All
+/// are stopped first: a rank that outlived launch by a moment would take the
+/// SIGTERM launch's death sends it (PR_SET_PDEATHSIG) and end `killed`.
 void start_and_kill(const TempDir& dir) {
   const fs::path log = dir.path / "first.out";
   // One rank past the barrier means every rank reached it: the rows before it are committed.
   run("setsid sh -c '" + job(dir, ranks, "", "--steps " + std::to_string(steps) + " --pause-step " +
                                                  std::to_string(pause_at)) +
       " > " + log.string() + " 2>&1' & pid=$!; i=0; until grep -q 'PAUSED " + std::to_string(pause_at) + "$' " +
-      log.string() + " 2>/dev/null || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; pkill -KILL -s $pid; wait $pid");
+      log.string() + " 2>/dev/null || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; pkill -STOP -s $pid; pkill -KILL -s $pid; wait $pid");
   BOOST_TEST_INFO(slurp(log));
   BOOST_REQUIRE(slurp(log).find("PAUSED " + std::to_string(pause_at)) != std::string::npos);
   BOOST_REQUIRE(fs::exists(run_dir(dir) / "wal"));
