@@ -102,7 +102,10 @@ std::string peer_of(native_socket fd) {
     if (ss.ss_family == AF_INET6) {
       const auto* in = reinterpret_cast<const sockaddr_in6*>(&ss);
       ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
-      return "[" + std::string(host) + "]:" + std::to_string(ntohs(in->sin6_port));
+      // Appended: GCC 12 at -O3 takes "lit" + std::string for an overlapping copy (-Wrestrict).
+      std::string out = "[";
+      out.append(host).append("]:").append(std::to_string(ntohs(in->sin6_port)));
+      return out;
     }
     if (ss.ss_family == AF_UNIX) {
       ucred peer{};

@@ -69,11 +69,19 @@ Result<UploadTarget> secret_path_target(std::string_view url, const chorus::deta
     if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
       return bad_url(t.url, "has a space, a control character or a character beyond ASCII in its path: give the "
                             "URL as its server gave it, those characters percent-encoded (a space as %20)");
-  t.path = path.empty() || path.front() != '/' ? "/" + std::string(path) : std::string(path);
-  t.base_url = (u.https ? "https://" : "http://") + std::string(authority);
+  // Built into fresh strings: GCC 12 at -O3 takes "lit" + std::string, and
+  // a short literal assigned before an append, for an overlapping copy (-Wrestrict).
+  std::string full_path;
+  full_path.reserve(path.size() + 1);
+  if (path.empty() || path.front() != '/') full_path.push_back('/');
+  full_path.append(path.data(), path.size());
+  t.path = std::move(full_path);
+  std::string base(u.https ? "https://" : "http://");
+  base.append(authority.data(), authority.size());
+  t.base_url = std::move(base);
   t.id = t.backend + "-";
   append_id(t.id, authority);
-  if (!path.empty()) t.id += "-" + path_hash(t.path);
+  if (!path.empty()) t.id.append("-").append(path_hash(t.path));
   return t;
 }
 
