@@ -39,11 +39,12 @@ bool group_spans_nodes(const Settings& s, bool group_tls) {
   return s.topo.num_nodes > 1 && (group_tls || s.opts.insecure);
 }
 
+/// How the ranks of a run reach its host.
+Link run_link(const Settings& s) { return spans_nodes(s) ? Link::node : Link::local; }
+
 /// How the job's run hosts reach its group: across nodes (where allowed)
 /// over the network, else through this node's socket.
-Link group_link_of(const Settings& s, const LinkPlan& plan) {
-  return group_spans_nodes(s, plan.group_tls) ? Link::node : Link::local;
-}
+Link group_link(bool other_nodes) { return other_nodes ? Link::node : Link::local; }
 
 class SystemImpl final : public System {
 public:
@@ -262,10 +263,6 @@ private:
     run_actor_ = nullptr;
   }
 
-  /// How the ranks of this run reach its host.
-  Link run_link(const Settings& s) const {
-    return !spans_nodes(s) ? Link::local : Link::node;
-  }
 
   /// Dials the run host until `deadline` (init's), or until `chorus launch` says the
   /// host's process exited (a host that dies before a rank joins would
@@ -338,8 +335,6 @@ private:
     register_run(group_, s.opts.init_timeout);
   }
 
-  Link group_link(bool other_nodes) const { return !other_nodes ? Link::local : Link::node; }
-
   /// Hands the Group to the Run actor, which registers with it; returns once
   /// the Group has the run (or `limit` ran out).
   void register_run(const group_actor& group, std::chrono::milliseconds limit) {
@@ -409,9 +404,10 @@ Result<std::unique_ptr<System>> System::start(RunImpl& run, caf::actor_system* a
     socket_dir = std::move(*dir);
   }
   // What the run's joins and its reports to the group carry (the links' kind says which secret).
-  Result<std::string> secret = job_secret(s, spans_nodes(s) ? Link::node : Link::local, socket_dir);
+  Result<std::string> secret = job_secret(s, run_link(s), socket_dir);
   if (!secret) return secret.error();
-  Result<std::string> group_secret = s.group_size > 0 ? job_secret(s, group_link_of(s, plan), socket_dir) : std::string();
+  Result<std::string> group_secret =
+      s.group_size > 0 ? job_secret(s, group_link(group_spans_nodes(s, plan.group_tls)), socket_dir) : std::string();
   if (!group_secret) return group_secret.error();
   auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, std::move(*secret), std::move(*group_secret), actors);
   // A System that failed to start stops its actors here, while the run

@@ -22,6 +22,20 @@ std::string rank_cmd(const fs::path& dir, const fs::path& sockets, int port, int
          std::to_string(port + 1) + " " + bin("chorus_e2e_worker") + " " + args;
 }
 
+/// What the run held at its end: finished, every value of both ranks, no forged one.
+void check_whole(const fs::path& root, int steps) {
+  const auto runs = find_runs(root);
+  BOOST_REQUIRE(runs.size() == 1);
+  simdjson::dom::parser parser;
+  auto run_json = read_run_json(parser, runs[0]);
+  BOOST_TEST(std::string_view(run_json["state"].get_string().value()) == "finished");
+  BOOST_TEST(run_json["rejected"].get_uint64().value() == 0u);
+  for (auto r : run_json["ranks"].get_array())
+    BOOST_TEST(std::string_view(r["state"].get_string().value()) == "finished");
+  check_worker_history(runs[0], {0, 1}, steps);
+  BOOST_TEST(slurp(runs[0] / "history.jsonl").find("evil") == std::string::npos);
+}
+
 } // namespace
 
 // A process that reaches the run host through its socket sends every kind of
@@ -41,16 +55,8 @@ BOOST_AUTO_TEST_CASE(a_foreign_process_on_the_socket_changes_nothing_in_the_run)
   BOOST_TEST(out.text.find("STATUS 0 0") != std::string::npos);
   BOOST_TEST(out.text.find("nccl id: not given") != std::string::npos);
   BOOST_TEST(out.text.find("join: refused rank 1 belongs to another job") != std::string::npos);
+  check_whole(dir.path, 300);
   const auto runs = find_runs(dir.path);
-  BOOST_REQUIRE(runs.size() == 1);
-  simdjson::dom::parser parser;
-  auto run_json = read_run_json(parser, runs[0]);
-  BOOST_TEST(std::string_view(run_json["state"].get_string().value()) == "finished");
-  BOOST_TEST(run_json["rejected"].get_uint64().value() == 0u);
-  for (auto r : run_json["ranks"].get_array())
-    BOOST_TEST(std::string_view(r["state"].get_string().value()) == "finished");
-  check_worker_history(runs[0], {0, 1}, 300);
-  BOOST_TEST(slurp(runs[0] / "history.jsonl").find("evil") == std::string::npos);
   if (fs::exists(runs[0] / "system.jsonl"))
     BOOST_TEST(slurp(runs[0] / "system.jsonl").find("injected") == std::string::npos);
   // 64 MiB of malformed frames came; none of it is in the WAL.
@@ -100,19 +106,6 @@ std::string attack_run(const fs::path& dir, const std::string& attacker) {
          " " + r1 + "; echo \"STATUS $s0 $s1\"";
 }
 
-/// What the run held at its end: finished, every value of both ranks, no forged one.
-void check_whole(const fs::path& root, int steps) {
-  const auto runs = find_runs(root);
-  BOOST_REQUIRE(runs.size() == 1);
-  simdjson::dom::parser parser;
-  auto run_json = read_run_json(parser, runs[0]);
-  BOOST_TEST(std::string_view(run_json["state"].get_string().value()) == "finished");
-  BOOST_TEST(run_json["rejected"].get_uint64().value() == 0u);
-  for (auto r : run_json["ranks"].get_array())
-    BOOST_TEST(std::string_view(r["state"].get_string().value()) == "finished");
-  check_worker_history(runs[0], {0, 1}, steps);
-  BOOST_TEST(slurp(runs[0] / "history.jsonl").find("evil") == std::string::npos);
-}
 
 /// The attacks chorus_hostile_peer --forge makes, and the cause each is cut for.
 const std::vector<std::pair<std::string, std::string>> forgeries{
