@@ -431,10 +431,12 @@ std::size_t Api::cached_bytes() {
 }
 
 Reply Api::runs() {
+  // Taken first: a change while the list is read is told to the page again.
+  const std::string version = runs_version(runs_stamp());
   const std::vector<RunGroup> groups = find_runs(root_);
   std::string out;
   io::JsonWriter w(out);
-  w.begin_object().key("root").string(root_).key("groups").begin_array();
+  w.begin_object().key("root").string(root_).key("version").string(version).key("groups").begin_array();
   std::size_t count = 0, not_listed = 0;
   std::string first_not_listed;
   std::map<std::string, std::string> looked; // the directories above the runs: why each is not shown
@@ -508,6 +510,47 @@ Reply Api::runs() {
     listed_ = std::move(listed);
   }
   return {200, std::move(out)};
+}
+
+std::string runs_version(std::string_view stamp) {
+  std::uint64_t h = 0xcbf29ce484222325ULL; // FNV-1a
+  for (const char c : stamp) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string Api::runs_stamp() {
+  std::lock_guard look(stamp_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!stamp_.empty() && now - stamp_at_ < stamp_every) return stamp_;
+  std::string stamp;
+  bool live = false;
+  std::map<std::string, Liveness> seen;
+  for (const RunGroup& g : find_runs(root_))
+    for (const std::string& d : g.run_dirs) {
+      const std::string run_file = stamp_of(d + "/run.json");
+      stamp += d + "|" + run_file + "|" + stamp_of(d + "/summary.json") + "|" + stamp_of(d + "/lease.json") + "\n";
+      // Whether it reads running (its host not known gone): looked at again
+      // when run.json changes, and every running_every while it does.
+      Liveness l;
+      if (const auto it = live_.find(d);
+          it != live_.end() && it->second.run_file == run_file && !(it->second.running && now - it->second.looked >= running_every))
+        l = it->second;
+      else
+        l = {run_file, read_run(d).reported_state() == "running", now};
+      live = live || l.running;
+      stamp += l.running ? "running\n" : "";
+      seen.emplace(d, std::move(l));
+    }
+  live_ = std::move(seen);
+  if (live) {
+    const auto since = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+    stamp += "live " + std::to_string(since.count() / running_every.count());
+  }
+  stamp_ = std::move(stamp);
+  stamp_at_ = now;
+  return stamp_;
 }
 
 Reply Api::run(std::string_view rel) {

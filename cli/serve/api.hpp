@@ -69,6 +69,10 @@ struct Seen {
   std::chrono::steady_clock::time_point run_looked; // when it was last read
 };
 
+/// Api::runs_stamp() made short (16 hex digits): GET /api/runs's `version`,
+/// which a page gives GET /api/runs/stream as `since`.
+[[nodiscard]] std::string runs_version(std::string_view stamp);
+
 class Api {
 public:
   /// `root` is the directory the runs are under, as its real path;
@@ -81,6 +85,16 @@ public:
 
   /// GET /api/runs: every run by project and group, the newest first.
   Reply runs();
+  /// What tells whether GET /api/runs would answer anything new: the runs
+  /// found, and each one's run.json, summary.json and lease.json (size, time,
+  /// inode), and whether it reads running; while one does, also the time in
+  /// steps of `running_every`, so that its progress is shown again that
+  /// often, and a lease that ran out is seen. Looked at afresh at most once
+  /// per `stamp_every`, for any number of pages following the list
+  /// (GET /api/runs/stream).
+  std::string runs_stamp();
+  static constexpr std::chrono::milliseconds stamp_every{250};
+  static constexpr std::chrono::seconds running_every{5};
   /// GET /api/run?run=REL: a run's identity, ranks, config, summary,
   /// artifacts, its metrics' declarations, its history's keys and its system keys.
   Reply run(std::string_view rel);
@@ -158,6 +172,15 @@ private:
   std::map<std::string, std::shared_ptr<RunFiles>> files_;
   std::map<std::string, ListEntry> listed_;
   std::atomic<std::uint64_t> clock_{0};
+  struct Liveness {
+    std::string run_file; // run.json's stamp when it was read
+    bool running = false;
+    std::chrono::steady_clock::time_point looked{};
+  };
+  std::mutex stamp_mutex_; // guards the three below: runs_stamp()'s last look
+  std::string stamp_;
+  std::chrono::steady_clock::time_point stamp_at_{};
+  std::map<std::string, Liveness> live_;
 };
 
 } // namespace chorus::cli::serve

@@ -4,6 +4,7 @@
 #include "cli/cli.hpp"
 #include "cli/serve/api.hpp"
 #include "cli/serve/assets.hpp"
+#include "cli/serve/encoding.hpp"
 #include "cli/serve/events_api.hpp"
 #include "io/platform/posix.hpp"
 #include "runtime/core/json.hpp"
@@ -33,7 +34,7 @@ constexpr std::size_t max_body_bytes = 16u << 10;
 constexpr std::size_t max_keys = 512, max_stream_runs = 16;
 /// The most steps and bins one histograms request may ask for.
 constexpr int max_histogram_points = 2000, max_histogram_bins = 200;
-/// The largest file read whole into an answer (so that it is compressed); a larger one is streamed.
+/// The largest file read whole into an answer (so that it may be compressed); a larger one is streamed.
 constexpr std::size_t max_whole_bytes = 64u << 20;
 /// How often an event stream looks at its runs' files.
 constexpr auto poll_every = std::chrono::milliseconds(500);
@@ -64,12 +65,70 @@ std::string cookie(const httplib::Request& req, std::string_view name) {
   return {};
 }
 
-void send(httplib::Response& res, const Reply& r) {
-  res.status = r.status;
-  res.set_content(r.body, "application/json");
+/// `body` as the answer, in `coding` (already applied). Given to cpp-httplib
+/// as a content provider of a known length, which it sends as it is: it
+/// compresses nothing itself (its own would be Brotli at the highest quality,
+/// on every request).
+void put(httplib::Response& res, std::string body, std::string_view type, Coding coding) {
+  if (coding != Coding::identity) res.set_header("Content-Encoding", std::string(coding_name(coding)));
+  res.set_header("Vary", "Accept-Encoding");
+  auto held = std::make_shared<const std::string>(std::move(body));
+  res.set_content_provider(held->size(), std::string(type),
+                           [held](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+                             return sink.write(held->data() + offset, length);
+                           });
 }
 
-void refuse(httplib::Response& res, int status, std::string_view why) { send(res, refusal(status, why)); }
+/// Whether the request comes from this machine (its peer address is loopback).
+bool from_this_machine(const httplib::Request& req) {
+  std::string_view peer = req.remote_addr;
+  if (peer.starts_with("::ffff:")) peer.remove_prefix(7);
+  return peer == "::1" || peer.starts_with("127.");
+}
+
+/// An answer made for this request (JSON, a text file), compressed as is
+/// cheapest end to end for where the client is (cli/serve/encoding.hpp).
+void put_answer(const httplib::Request& req, httplib::Response& res, std::string body, std::string_view type) {
+  const Coding coding =
+      answer_coding(req.get_header_value("Accept-Encoding"), from_this_machine(req), body.size());
+  if (coding == Coding::identity) return put(res, std::move(body), type, coding);
+  std::string packed = compress(body, coding, answer_level(coding));
+  put(res, std::move(packed), type, coding);
+}
+
+void send(const httplib::Request& req, httplib::Response& res, Reply r) {
+  res.status = r.status;
+  put_answer(req, res, std::move(r.body), "application/json");
+}
+
+/// A refusal: short, never compressed.
+void refuse(httplib::Response& res, int status, std::string_view why) {
+  Reply r = refusal(status, why);
+  res.status = r.status;
+  put(res, std::move(r.body), "application/json", Coding::identity);
+}
+
+/// A file of the page: by its content's name kept for good, by its own
+/// name asked again each time (answered 304 while it is the same), in the
+/// coding the browser takes of those built in.
+void send_asset(const httplib::Request& req, httplib::Response& res, const AssetMatch& m) {
+  const Asset& a = *m.asset;
+  res.set_header("ETag", std::string(a.etag));
+  res.set_header("Cache-Control", m.immutable ? "public, max-age=31536000, immutable" : "no-cache");
+  res.set_header("Vary", "Accept-Encoding");
+  const std::string seen = req.get_header_value("If-None-Match");
+  if (!seen.empty() && (seen == "*" || seen.find(a.etag) != std::string::npos)) {
+    res.status = 304;
+    return;
+  }
+  const Coding coding = pick_coding(req.get_header_value("Accept-Encoding"), !a.br.empty(), !a.gzip.empty());
+  const std::string_view body = coding == Coding::br ? a.br : coding == Coding::gzip ? a.gzip : a.body;
+  if (coding != Coding::identity) res.set_header("Content-Encoding", std::string(coding_name(coding)));
+  res.set_content_provider(body.size(), std::string(a.type),
+                           [body](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+                             return sink.write(body.data() + offset, length);
+                           });
+}
 
 /// The query parameter `name` (the first), or "".
 std::string param(const httplib::Request& req, const char* name) {
@@ -164,7 +223,8 @@ struct Server::Impl {
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty()) return;
+      // An answer already made (a refusal is one) stands; only cpp-httplib's own bare statuses get a why.
+      if (!res.body.empty() || res.has_header("Content-Type")) return;
       const char* why = res.status == 404   ? "no such page or endpoint"
                         : res.status == 413 ? "the request is too large"
                         : res.status == 414 ? "the request's address is too long"
@@ -183,12 +243,13 @@ struct Server::Impl {
       refuse(res, 500, why);
     });
 
-    http.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) { send(res, api.runs()); });
+    http.Get("/api/runs", [this](const httplib::Request& req, httplib::Response& res) { send(req, res, api.runs()); });
+    http.Get("/api/runs/stream", [this](const httplib::Request& req, httplib::Response& res) { runs_stream(req, res); });
     http.Get("/api/run", [this](const httplib::Request& req, httplib::Response& res) {
-      send(res, api.run(param(req, "run")));
+      send(req, res, api.run(param(req, "run")));
     });
     http.Get("/api/group", [this](const httplib::Request& req, httplib::Response& res) {
-      send(res, api.group(param(req, "group")));
+      send(req, res, api.group(param(req, "group")));
     });
     http.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) { series(req, res); });
     http.Get("/api/histograms", [this](const httplib::Request& req, httplib::Response& res) { histograms(req, res); });
@@ -196,7 +257,7 @@ struct Server::Impl {
     http.Get("/api/media", [this](const httplib::Request& req, httplib::Response& res) { media(req, res); });
     http.Get("/api/media/file", [this](const httplib::Request& req, httplib::Response& res) { media_file(req, res); });
     http.Get("/api/run/events", [this](const httplib::Request& req, httplib::Response& res) {
-      send(res, run_events.events(param(req, "run"), param(req, "after")));
+      send(req, res, run_events.events(param(req, "run"), param(req, "after")));
     });
     http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { events(req, res); });
     http.Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
@@ -204,15 +265,12 @@ struct Server::Impl {
       io::append_json_string(body, options.root);
       body += ",\"streams\":" + std::to_string(streams.load()) + ",\"cached_bytes\":" +
               std::to_string(api.cached_bytes() + run_events.cached_bytes()) + ",\"token\":" + (options.token.empty() ? "false" : "true") + "}";
-      res.set_content(body, "application/json");
+      put(res, std::move(body), "application/json", Coding::identity);
     });
     http.Get(R"(/[A-Za-z0-9_.\-]*)", [](const httplib::Request& req, httplib::Response& res) {
-      const Asset* a = find_asset(req.path);
-      if (a == nullptr) {
-        refuse(res, 404, "no such page: the dashboard is at /");
-        return;
-      }
-      res.set_content(a->body.data(), a->body.size(), std::string(a->type));
+      const AssetMatch a = find_asset(req.path);
+      if (!a) return refuse(res, 404, "no such page: the dashboard is at /");
+      send_asset(req, res, a);
     });
   }
 
@@ -241,7 +299,7 @@ struct Server::Impl {
     }
     // x by a key's values (a declared step metric): it takes x's place.
     r.x_key = param(req, "xkey");
-    send(res, api.series(param(req, "run"), file == "system" ? FileKind::system : FileKind::history, r));
+    send(req, res, api.series(param(req, "run"), file == "system" ? FileKind::system : FileKind::history, r));
   }
 
   void histograms(const httplib::Request& req, httplib::Response& res) {
@@ -261,14 +319,14 @@ struct Server::Impl {
                                       std::to_string(most));
         *into = static_cast<std::size_t>(*n);
       }
-    send(res, api.histograms(param(req, "run"), r));
+    send(req, res, api.histograms(param(req, "run"), r));
   }
 
   void artifact(const httplib::Request& req, httplib::Response& res) {
     const std::string name = param(req, "name");
     const Resolved where = api.resolve_artifact(param(req, "run"), name);
     if (!where) return refuse(res, where.status, where.why);
-    if (!send_file(res, where.dir, "application/octet-stream", false)) return;
+    if (!send_file(req, res, where.dir, "application/octet-stream", false)) return;
     std::string base = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
     res.set_header("Content-Disposition", "attachment; filename=\"" + base + "\"");
   }
@@ -279,7 +337,7 @@ struct Server::Impl {
       step = parse_int(v, 0, INT64_MAX);
       if (!step) return refuse(res, 400, "step is a whole number of 0 or more");
     }
-    send(res, api.media(param(req, "run"), param(req, "key"), step));
+    send(req, res, api.media(param(req, "run"), param(req, "key"), step));
   }
 
   /// A media file, named by its key, step and rank: only one that a line of media.jsonl names.
@@ -292,15 +350,16 @@ struct Server::Impl {
     std::string_view type;
     const Resolved where = api.resolve_media(param(req, "run"), key, *step, static_cast<int>(*rank), type);
     if (!where) return refuse(res, where.status, where.why);
-    // Text and tables whole, so that they are compressed as every text answer is; images streamed as they are.
-    send_file(res, where.dir, std::string(type), !type.starts_with("image/"));
+    // Text and tables whole, so that they are compressed as every answer is; images streamed as they are.
+    send_file(req, res, where.dir, std::string(type), !type.starts_with("image/"));
   }
 
   /// The regular file at `path` as the answer: `whole` (and at most
   /// max_whole_bytes), read into the body; else read a piece at a time, so
   /// that a file of any size goes out in bounded memory. False, with a
   /// refusal in `res`, where it cannot be read.
-  static bool send_file(httplib::Response& res, const std::string& path, const std::string& type, bool whole) {
+  static bool send_file(const httplib::Request& req, httplib::Response& res, const std::string& path,
+                        const std::string& type, bool whole) {
     const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
     if (!fd) {
       refuse(res, 404, fd.error().message());
@@ -325,8 +384,7 @@ struct Server::Impl {
       }
       io::detail::close_fd(*fd);
       body.resize(got);
-      res.body = std::move(body);
-      res.set_header("Content-Type", type);
+      put_answer(req, res, std::move(body), type);
       return true;
     }
     const auto file = std::make_shared<int>(*fd);
@@ -342,6 +400,64 @@ struct Server::Impl {
     return true;
   }
 
+  /// A stream of server-sent events for a page showing the runs list: a
+  /// `changed` event whenever GET /api/runs would answer anything new (a new
+  /// run, a run's state or summary, a running run's progress; Api::runs_stamp),
+  /// looked at every poll_every. The page reads the list again then; while
+  /// nothing changes, it costs the page nothing and the server one look at
+  /// the runs' files a poll.
+  void runs_stream(const httplib::Request& req, httplib::Response& res) {
+    if (!take_stream(res)) return;
+    // What the page read with its list (`version` of GET /api/runs), else what is now.
+    std::string since = param(req, "since");
+    if (since.empty()) since = runs_version(api.runs_stamp());
+    auto told = std::make_shared<std::string>(std::move(since));
+    auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    auto first = std::make_shared<bool>(true);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, told, last_write, first](std::size_t, httplib::DataSink& sink) {
+          std::string out;
+          if (*first) out = "retry: 1000\n\n";
+          *first = false;
+          if (std::string now = runs_version(api.runs_stamp()); now != *told) {
+            *told = std::move(now);
+            out += "event: changed\ndata: {}\n\n";
+          }
+          return stream_write(sink, out, *last_write);
+        },
+        [this](bool) { --streams; });
+  }
+
+  /// One more live page, or a refusal (503) where there are too many.
+  bool take_stream(httplib::Response& res) {
+    if (++streams > options.max_streams) {
+      --streams;
+      refuse(res, 503, "too many live pages at once (" + std::to_string(options.max_streams) +
+                           "): close some, or reload later");
+      return false;
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("X-Accel-Buffering", "no");
+    return true;
+  }
+
+  /// Writes `out` to a stream (a comment line instead, where nothing was
+  /// written for ping_every), then waits poll_every, or until the server
+  /// stops. False where the page is gone.
+  bool stream_write(httplib::DataSink& sink, std::string& out, std::chrono::steady_clock::time_point& last_write) {
+    const auto now = std::chrono::steady_clock::now();
+    if (out.empty() && now - last_write >= ping_every) out = ": ping\n\n";
+    if (!out.empty()) {
+      if (!sink.write(out.data(), out.size())) return false;
+      last_write = now;
+    }
+    std::unique_lock lock(mutex);
+    wake.wait_for(lock, poll_every, [this] { return stopping.load(); });
+    if (stopping) sink.done();
+    return true;
+  }
+
   void events(const httplib::Request& req, httplib::Response& res) {
     const std::size_t n = req.get_param_value_count("run");
     if (n == 0) return refuse(res, 400, "no run: follow one or more with run=PATH");
@@ -352,13 +468,7 @@ struct Server::Impl {
       if (const Resolved where = api.resolve_run(rel); !where) return refuse(res, where.status, where.why);
       runs->emplace_back(rel, Seen{});
     }
-    if (++streams > options.max_streams) {
-      --streams;
-      return refuse(res, 503, "too many live pages at once (" + std::to_string(options.max_streams) +
-                                  "): close some, or reload later");
-    }
-    res.set_header("Cache-Control", "no-store");
-    res.set_header("X-Accel-Buffering", "no");
+    if (!take_stream(res)) return;
     auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
     auto first = std::make_shared<bool>(true);
     auto told = std::make_shared<std::vector<EventsSeen>>(runs->size()); // of each run's events.jsonl
@@ -370,19 +480,7 @@ struct Server::Impl {
           *first = false;
           for (std::size_t i = 0; i < runs->size(); ++i)
             out += api.changes((*runs)[i].first, (*runs)[i].second) + run_events.changes((*runs)[i].first, (*told)[i]);
-          const auto now = std::chrono::steady_clock::now();
-          if (out.empty() && now - *last_write >= ping_every) out = ": ping\n\n";
-          if (!out.empty()) {
-            if (!sink.write(out.data(), out.size())) return false;
-            *last_write = now;
-          }
-          std::unique_lock lock(mutex);
-          wake.wait_for(lock, poll_every, [this] { return stopping.load(); });
-          if (stopping) {
-            sink.done();
-            return true;
-          }
-          return true;
+          return stream_write(sink, out, *last_write);
         },
         [this](bool) { --streams; });
   }

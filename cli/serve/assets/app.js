@@ -694,9 +694,14 @@ async function runsPage(view) {
     render();
   };
   await load();
-  // The list is read again every few seconds while it is open.
-  const timer = setInterval(load, 5000);
-  chorus.page = { close: () => clearInterval(timer), reload: load };
+  // The list is read again when the server tells it changed (a new run, a
+  // run's state or summary, a running run's progress): nothing is asked
+  // while nothing changes.
+  const es = new EventSource('/api/runs/stream?' + new URLSearchParams({ since: (data && data.version) || '' }));
+  es.onopen = () => setLive(true, 'live');
+  es.onerror = () => setLive(false, 'reconnecting');
+  es.addEventListener('changed', load);
+  chorus.page = { close: () => es.close(), reload: load };
 }
 
 // --- a run ---
