@@ -395,15 +395,18 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
     std::lock_guard lock(f->specs_mutex);
     if (stamp != f->specs_stamp) {
       f->specs_stamp = stamp;
-      f->history.keep_points(step_metrics(io::MetricSpecs::read(dir)));
+      const Result<io::MetricSpecs> specs = io::MetricSpecs::read(dir);
+      f->history.keep_points(step_metrics(specs));
+      f->history.count_ranks(specs); // a key declared `first` is left out of _count/min
     }
   }
-  bool grew = false;
-  if (history) grew = f->history.refresh() || grew;
-  if (system) grew = f->system.refresh() || grew;
-  if (histograms) grew = f->histograms.refresh() || grew;
-  if (media) grew = f->media.refresh() || grew;
-  if (grew) evict();
+  if (history) f->history.refresh();
+  if (system) f->system.refresh();
+  if (histograms) f->histograms.refresh();
+  if (media) f->media.refresh();
+  // After every look, not only where a file grew: an index being built (in the
+  // background, or on threads for another request) grows between two, and counts.
+  evict();
   return f;
 }
 
@@ -848,9 +851,10 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     seen.history_indexing = h.indexing;
   }
   const IndexState s = f->system.state();
-  if (!seen.started || s.rows != seen.system_rows) {
+  if (!seen.started || s.rows != seen.system_rows || s.indexing != seen.system_indexing) {
     event("system", [&](io::JsonWriter& w) { index_state(w, s); });
     seen.system_rows = s.rows;
+    seen.system_indexing = s.indexing;
   }
   // histograms.jsonl and media.jsonl: their lines, taken or skipped, and whether they are still being read.
   auto lines_event = [&](std::string_view name, std::string_view count, const IndexState& st, std::uint64_t& lines,

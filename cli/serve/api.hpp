@@ -60,6 +60,7 @@ struct Seen {
   std::uint64_t history_rows = 0, system_rows = 0;
   std::size_t history_keys = 0;
   bool history_indexing = false;
+  bool system_indexing = false;
   std::uint64_t histogram_lines = 0;
   bool histograms_indexing = false;
   std::uint64_t media_lines = 0;

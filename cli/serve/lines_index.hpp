@@ -12,8 +12,17 @@
 // offsets of the file (each taken from the newline after its offset) answers
 // for the whole run, and a range asked for is read from the file between the
 // overview's lines around it, so every answer is right before the index is.
+// system.jsonl takes the same path, its samples' line numbers (their "step")
+// estimated from the lines' lengths until the index is whole.
+//
+// The index itself (its keys, rows, refresh and memory) is in
+// lines_index.cpp; the reading of the file (its lines, on several threads,
+// and the overview) in lines_read.cpp; the answers (x ranges, series, keys)
+// in lines_series.cpp, downsampled by lines_collector.cpp; what they share
+// in lines_detail.hpp.
 #pragma once
 
+#include "io/store/metric_specs.hpp"
 #include "runtime/core/result.hpp"
 
 #include <atomic>
@@ -82,14 +91,14 @@ public:
   static constexpr std::size_t exact_points = 65536;
   /// A stretch of the file at least this long is read by several threads.
   static constexpr std::uint64_t parallel_bytes = 32u << 20;
-  /// A history at least this long, opened for the first time, is indexed in
+  /// A file at least this long, opened for the first time, is indexed in
   /// the background, an overview of this many lines answering meanwhile.
   static constexpr std::uint64_t overview_bytes = 32u << 20;
   static constexpr std::size_t overview_lines = 4096;
 
   /// `parallel_from`: the stretch from which several threads read, `pieces`
   /// of them (0: one a core, at most 4); `overview_from`: the length of a
-  /// history from which its first reading is done in the background. Tests
+  /// file from which its first reading is done in the background. Tests
   /// change them to compare the ways of reading.
   LinesIndex(std::string path, FileKind kind, std::uint64_t parallel_from = parallel_bytes, unsigned pieces = 0,
              std::uint64_t overview_from = overview_bytes);
@@ -109,23 +118,37 @@ public:
   bool refresh();
 
   [[nodiscard]] IndexState state() const;
-  /// Appends the keys as a JSON array: key, points, nan, inf, min, max,
-  /// last, first and last step.
+  /// Appends the keys as a JSON array: key, points, nan, inf (+Inf and -Inf
+  /// together), min, max, last, first and last step (system.jsonl: first and
+  /// last time). While the index is built: the overview's, `estimated`, its
+  /// nan and inf those met on the overview's lines.
   void keys_json(std::string& out) const;
   /// Appends the answer to `r` as a JSON object: the range drawn, then
   /// per key its points (`x`, `y`), how many points the range holds (`n`),
   /// and whether every one of them is there (`full`). A key with more than
-  /// two points per pixel gets the smallest and largest of each pixel.
+  /// two points per pixel gets the smallest and largest of each pixel, and
+  /// the range's first and last point. Where the range has NaN or
+  /// infinities of a key: `"nonfinite": {"nan": [x, ...], "inf": [x, ...],
+  /// "-inf": [x, ...]}`, each kind only where it has some, sorted, at most
+  /// one x a pixel (the first).
   void series_json(const SeriesRequest& r, std::string& out) const;
   /// The keys that start with `prefix`, each with the last step it has a
   /// finite value at (from the overview while the index is built).
   [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> last_steps(std::string_view prefix) const;
-  /// The bytes the index holds.
+  /// The bytes the index holds, with those of an index being built for it
+  /// (in the background, or in pieces on threads) as they grow. Takes no
+  /// lock: it answers while the index is refreshed.
   [[nodiscard]] std::size_t memory() const;
   /// Keys that keep every point, however many (the x of other keys' charts:
   /// a point's x is looked up by its row). Where one of them already gave
   /// its points up, the index starts over at the next refresh.
   void keep_points(std::vector<std::string> keys);
+  /// The run's declarations (metrics.json; none where it could not be
+  /// read): `_count/min` leaves out the keys declared `first`, whose value is
+  /// one rank's by design (rank 0's `lr`), so that their count of 1 is no
+  /// sign of missing ranks. Where they change, the index starts over at the
+  /// next refresh.
+  void count_ranks(const Result<io::MetricSpecs>& specs);
 
 private:
   struct Block {
@@ -140,6 +163,8 @@ private:
     bool exact = true;
     bool keep = false; // exact however many points (keep_points)
     std::uint64_t points = 0, nans = 0, infs = 0;
+    // The rows of its NaN, +Inf and -Inf values (rare: kept one by one).
+    std::vector<std::uint32_t> nan_rows, inf_rows, ninf_rows;
     double min = 0, max = 0, last = 0;
     std::uint32_t first_row = 0, last_row = 0;
   };
@@ -163,6 +188,12 @@ private:
   };
 
   void reset();
+  /// The bytes this index holds (its own, not those of one it builds).
+  [[nodiscard]] std::size_t bytes_held() const;
+  /// Makes memory() know what this index holds now: its own count, or, for
+  /// an index being built for another (`meter_`), the other's count of
+  /// what is being built.
+  void account();
   /// Reads the complete lines of `fd` (which it closes) from state_.bytes up to `end`.
   void read_lines(int fd, std::uint64_t end);
   /// Reads [state_.bytes, end) in pieces, one thread each, then takes them in
@@ -201,6 +232,10 @@ private:
   void stop_building();
   /// The answer to `r` while the index is built (series_json's JSON).
   void overview_json(const SeriesRequest& r, std::string& out) const;
+  /// Key `k`'s NaN and infinities on rows [first, last) whose x (`x_at`) lies in [lo, hi], to `c`.
+  template <class X>
+  static void mark_nonfinite(const Key& k, std::size_t first, std::size_t last, double lo, double hi, X&& x_at,
+                             Collector& c);
 
   const std::string path_;
   const FileKind kind_;
@@ -220,6 +255,7 @@ private:
   std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> pseudo_; // the keys the index adds
   std::vector<double> values_;       // the row being read
   std::vector<std::string> keep_;    // keep_points
+  std::vector<std::string> uncounted_; // count_ranks: the keys _count/min leaves out, sorted
 
   std::uint64_t dev_ = 0, ino_ = 0;
   std::uint64_t lines_ = 0; // complete lines read, rows or not
@@ -234,6 +270,13 @@ private:
   std::unique_ptr<LinesIndex> next_;
   std::atomic<bool> built_{false}, stop_{false};
   const std::atomic<bool>* stopped_ = &stop_; // what a piece read for another index looks at
+  // memory(): what this index holds, as of its last account(), and what the
+  // indexes being built for it (next_, and the pieces read on threads)
+  // hold, each adding what it grew by since it last said.
+  std::atomic<std::size_t> held_{0};
+  std::atomic<std::int64_t> building_{0};
+  std::atomic<std::int64_t>* meter_ = nullptr; // being built for another: its building_
+  std::int64_t reported_ = 0;                  // what this one last added to *meter_
   const std::uint64_t overview_from_;
   std::mutex gate_mutex_;
   std::condition_variable gate_;

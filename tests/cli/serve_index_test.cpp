@@ -5,12 +5,19 @@
 // grows, and starts over where it is replaced or cut. A long history is
 // shown by an overview while its index is built in the background: ranges
 // are answered from the file as the index answers them, and the index, once
-// built, is the one a plain read gives.
+// built, is the one a plain read gives; a long system.jsonl takes the same
+// path. A chart's answer keeps its range's first and last point however it
+// is downsampled, and says where a key was NaN or infinite. `_count/min`
+// leaves out the keys declared `first`; an index being built counts towards
+// the bound on the indexes' memory.
 #define BOOST_TEST_MODULE cli_serve_index
 #include <boost/test/unit_test.hpp>
 
+#include "cli/serve/api.hpp"
 #include "cli/serve/lines_index.hpp"
+#include "io/store/metric_specs.hpp"
 #include "tests/cli/process.hpp"
+#include "tests/cli/run_files.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -374,4 +381,401 @@ BOOST_AUTO_TEST_CASE(a_series_against_a_key_is_drawn_at_that_keys_value_on_each_
   }
   building.hold_indexing(false);
   wait_indexed(building);
+}
+
+namespace {
+
+/// The numbers of the array that follows `what` (such as `"x":[`) after
+/// `from` in `json` (none where it is not there).
+std::vector<double> numbers_after(const std::string& json, std::string_view what, std::size_t from = 0) {
+  std::vector<double> out;
+  std::size_t at = json.find(what, from);
+  if (at == std::string::npos) return out;
+  at += what.size();
+  const std::size_t end = json.find(']', at);
+  for (std::size_t p = at; p < end;) {
+    const std::size_t comma = std::min(json.find(',', p), end);
+    if (comma > p) out.push_back(std::stod(json.substr(p, comma - p)));
+    p = comma + 1;
+  }
+  return out;
+}
+
+/// Key `key`'s x (or y) in a series answer.
+std::vector<double> series_of(const std::string& json, const std::string& key, std::string_view what = "\"x\":[") {
+  const std::size_t at = json.find("\"" + key + "\":{\"n\"");
+  return at == std::string::npos ? std::vector<double>{} : numbers_after(json, what, at);
+}
+
+/// A history of steps [0, rows): `loss` on every row, 1 and -1 in turn, but
+/// 0 at the steps `zeros` name: never the smallest or largest of a pixel.
+std::string seesaw_history(int rows, const std::vector<int>& zeros) {
+  std::string h;
+  for (int s = 0; s < rows; ++s) {
+    const bool zero = std::find(zeros.begin(), zeros.end(), s) != zeros.end();
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s) +
+         R"(,"_runtime":)" + std::to_string(s) + R"(,"loss":)" + (zero ? "0" : s % 2 ? "1" : "-1") + "}\n";
+  }
+  return h;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_downsampled_series_keeps_the_first_and_last_point_of_its_range) {
+  TempDir dir;
+  // 3,600 steps: more than two points a pixel at 1,000 pixels, read back from the file.
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, seesaw_history(3600, {0, 3599}));
+  LinesIndex index(file.string(), FileKind::history);
+  BOOST_TEST(index.refresh());
+  for (const XAxis x : {XAxis::step, XAxis::wall, XAxis::rel}) {
+    std::string out;
+    index.series_json({{"loss"}, x, std::nullopt, std::nullopt, 1000}, out);
+    const std::vector<double> xs = series_of(out, "loss");
+    BOOST_TEST_REQUIRE(!xs.empty(), out);
+    const double at = x == XAxis::wall ? 1'700'000'000 : 0;
+    BOOST_TEST(xs.front() == at, out.substr(0, 200));
+    BOOST_TEST(xs.back() == at + 3599, out.substr(out.size() - 200));
+    BOOST_TEST(xs.size() <= 2 * 1000u);
+    BOOST_TEST(out.find("\"full\":false") != std::string::npos);
+  }
+  // Against a key (the row's own _step): the same.
+  {
+    std::string out;
+    index.series_json({{"loss"}, XAxis::step, std::nullopt, std::nullopt, 1000, "_step"}, out);
+    const std::vector<double> xs = series_of(out, "loss");
+    BOOST_TEST_REQUIRE(!xs.empty(), out);
+    BOOST_TEST(xs.front() == 0);
+    BOOST_TEST(xs.back() == 3599);
+  }
+
+  // 70,000 steps at 100 pixels: drawn from the index's blocks (more points
+  // than a key keeps), the whole run and a range cutting through blocks.
+  const fs::path long_file = dir.path / "long.jsonl";
+  write_text(long_file, seesaw_history(70'000, {0, 1001, 60'000, 69'999}));
+  LinesIndex blocks(long_file.string(), FileKind::history);
+  BOOST_TEST(blocks.refresh());
+  using Range = std::tuple<std::optional<double>, std::optional<double>, double, double>;
+  for (const auto& [from, to, first, last] :
+       {Range{std::nullopt, std::nullopt, 0, 69'999}, Range{1000.5, 60'000.5, 1001, 60'000}}) {
+    std::string out;
+    blocks.series_json({{"loss"}, XAxis::step, from, to, 100}, out);
+    const std::vector<double> xs = series_of(out, "loss");
+    BOOST_TEST_REQUIRE(!xs.empty(), out);
+    BOOST_TEST(xs.front() == first, out.substr(0, 200));
+    BOOST_TEST(xs.back() == last, out.substr(out.size() - 200));
+    BOOST_TEST(series_of(out, "loss", "\"y\":[").front() == 0);
+    BOOST_TEST(series_of(out, "loss", "\"y\":[").back() == 0);
+    BOOST_TEST(xs.size() <= 2 * 100u);
+    BOOST_TEST(out.find("\"n\":") != std::string::npos);
+  }
+
+  // While it is indexed: the overview's first and last line are the run's.
+  LinesIndex building(long_file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  building.hold_indexing(true);
+  BOOST_TEST(building.refresh());
+  BOOST_TEST(building.state().indexing);
+  std::string out;
+  building.series_json({{"loss"}, XAxis::step, std::nullopt, std::nullopt, 100}, out);
+  BOOST_TEST(out.find("\"overview\":true") != std::string::npos, out.substr(0, 200));
+  const std::vector<double> xs = series_of(out, "loss");
+  BOOST_TEST_REQUIRE(!xs.empty(), out);
+  BOOST_TEST(xs.front() == 0);
+  BOOST_TEST(xs.back() == 69'999);
+  building.hold_indexing(false);
+  wait_indexed(building);
+}
+
+namespace {
+
+/// 100 steps of `loss` (NaN at 10 and 11, +Inf at 20, -Inf at 30 and 90)
+/// and `diverged` (NaN from step 50 on).
+std::string nonfinite_history() {
+  std::string h;
+  for (int s = 0; s < 100; ++s) {
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":)" + std::to_string(1'700'000'000 + s * 0.5) +
+         R"(,"_runtime":)" + std::to_string(s * 0.5) + R"(,"loss":)";
+    h += s == 10 || s == 11 ? "\"NaN\"" : s == 20 ? "\"Infinity\"" : s == 30 || s == 90 ? "\"-Infinity\"" : std::to_string(s * 0.1);
+    h += R"(,"diverged":)" + (s >= 50 ? std::string("\"NaN\"") : std::to_string(s)) + "}\n";
+  }
+  return h;
+}
+
+/// Key `key`'s "nonfinite" member in a series answer ("" where it has none).
+std::string nonfinite_of(const std::string& json, const std::string& key) {
+  const std::size_t at = json.find("\"" + key + "\":{\"n\"");
+  if (at == std::string::npos) return "no key";
+  const std::size_t end = json.find('}', at);
+  const std::size_t nf = json.find(",\"nonfinite\":", at);
+  if (nf == std::string::npos || nf > end) return "";
+  return json.substr(nf + 13, json.find('}', nf) + 1 - (nf + 13));
+}
+
+std::string answer(const LinesIndex& index, const SeriesRequest& r) {
+  std::string out;
+  index.series_json(r, out);
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(nan_and_infinities_are_marked_where_they_are) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, nonfinite_history());
+  // In one read, and in pieces.
+  LinesIndex plain(file.string(), FileKind::history, never);
+  LinesIndex pieces(file.string(), FileKind::history, 1, 3);
+  for (LinesIndex* index : {&plain, &pieces}) {
+    BOOST_TEST(index->refresh());
+    using N = std::optional<double>;
+    // Every point there: each NaN and infinity.
+    std::string out = answer(*index, {{"loss", "diverged"}, XAxis::step, N{}, N{}, 1000});
+    BOOST_TEST(nonfinite_of(out, "loss") == R"({"nan":[10,11],"inf":[20],"-inf":[30,90]})", out);
+    std::string diverged = R"({"nan":[)";
+    for (int s = 50; s < 100; ++s) diverged += std::to_string(s) + (s < 99 ? "," : "]}");
+    BOOST_TEST(nonfinite_of(out, "diverged") == diverged, out);
+    // In the answer's x: wall and run time, and a step metric's value.
+    out = answer(*index, {{"loss"}, XAxis::wall, N{}, N{}, 1000});
+    BOOST_TEST(nonfinite_of(out, "loss") == R"({"nan":[1700000005,1700000005.5],"inf":[1700000010],"-inf":[1700000015,1700000045]})", out);
+    out = answer(*index, {{"loss"}, XAxis::rel, N{}, N{}, 1000});
+    BOOST_TEST(nonfinite_of(out, "loss") == R"({"nan":[5,5.5],"inf":[10],"-inf":[15,45]})", out);
+    out = answer(*index, {{"loss"}, XAxis::step, N{}, N{}, 1000, "_step"});
+    BOOST_TEST(nonfinite_of(out, "loss") == R"({"nan":[10,11],"inf":[20],"-inf":[30,90]})", out);
+    // Downsampled to 10 pixels of 9.9 steps: one of each kind a pixel, the first.
+    out = answer(*index, {{"loss", "diverged"}, XAxis::step, N{}, N{}, 10});
+    BOOST_TEST(nonfinite_of(out, "loss") == R"({"nan":[10],"inf":[20],"-inf":[30,90]})", out);
+    BOOST_TEST(nonfinite_of(out, "diverged") == R"({"nan":[50,60,70,80,90]})", out);
+    // A range: only what lies in it, and nothing where it holds none.
+    out = answer(*index, {{"loss"}, XAxis::step, 0.0, 25.0, 1000});
+    BOOST_TEST(nonfinite_of(out, "loss") == R"({"nan":[10,11],"inf":[20]})", out);
+    out = answer(*index, {{"loss", "diverged"}, XAxis::step, 40.0, 45.0, 1000});
+    BOOST_TEST(nonfinite_of(out, "loss") == "", out);
+    BOOST_TEST(nonfinite_of(out, "diverged") == "", out);
+    // The keys' list counts them (infinities of both signs together).
+    std::string keys;
+    index->keys_json(keys);
+    BOOST_TEST(keys.find(R"({"key":"loss","points":95,"nan":2,"inf":3,)") != std::string::npos, keys);
+    BOOST_TEST(keys.find(R"({"key":"diverged","points":50,"nan":50,"inf":0,)") != std::string::npos, keys);
+  }
+
+  // A key past the points it keeps, drawn from its blocks: the first NaN and
+  // -Inf of each pixel, as the rows say.
+  const fs::path long_file = dir.path / "long.jsonl";
+  write_text(long_file, history_rows(0, 70'000));
+  LinesIndex blocks(long_file.string(), FileKind::history, 1, 2);
+  BOOST_TEST(blocks.refresh());
+  const std::string out = answer(blocks, {{"dense"}, XAxis::step, std::nullopt, std::nullopt, 100});
+  BOOST_TEST(out.find("\"full\":false") != std::string::npos);
+  std::vector<double> nans(100, -1), ninfs(100, -1);
+  for (int s = 0; s < 70'000; ++s) {
+    std::vector<double>& m = s % 997 == 5 ? nans : s % 1999 == 7 ? ninfs : nans;
+    if (s % 997 != 5 && s % 1999 != 7) continue;
+    const auto px = std::min<std::size_t>(99, static_cast<std::size_t>(s / 69'999.0 * 100));
+    if (m[px] < 0) m[px] = s;
+  }
+  const auto listed = [](const std::vector<double>& m) {
+    std::vector<double> v;
+    for (const double x : m)
+      if (x >= 0) v.push_back(x);
+    return v;
+  };
+  BOOST_TEST(numbers_after(out, "\"nan\":[", out.find("\"nonfinite\"")) == listed(nans), out);
+  BOOST_TEST(numbers_after(out, "\"-inf\":[", out.find("\"nonfinite\"")) == listed(ninfs), out);
+  BOOST_TEST(nonfinite_of(out, "dense").find("\"inf\":") == std::string::npos, out);
+
+  // While it is indexed: the overview's NaN for the whole run, and a range
+  // read from the file marks what the index marks.
+  LinesIndex building(long_file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  building.hold_indexing(true);
+  BOOST_TEST(building.refresh());
+  BOOST_TEST(building.state().indexing);
+  std::string whole = answer(building, {{"dense"}, XAxis::step, std::nullopt, std::nullopt, 100});
+  BOOST_TEST(whole.find("\"overview\":true") != std::string::npos);
+  for (const auto& [from, to] : {std::pair{0.0, 3'000.0}, std::pair{29'000.0, 33'000.0}}) {
+    const SeriesRequest r{{"dense"}, XAxis::step, from, to, 50};
+    const std::string got = answer(building, r), want = answer(blocks, r);
+    BOOST_TEST(nonfinite_of(got, "dense") == nonfinite_of(want, "dense"), got << " against " << want);
+    BOOST_TEST(nonfinite_of(want, "dense").find("\"nan\":[") != std::string::npos, want);
+  }
+  building.hold_indexing(false);
+  wait_indexed(building);
+}
+
+namespace {
+
+/// Rows of a run of two ranks as its writer writes them (a real run's lines:
+/// `chorus launch -n 2` of the e2e worker): `loss`, `tokens`, `lo` and `hi`
+/// reduced over both ranks, `only0` logged by rank 0 alone and declared
+/// `first`. At `short_step`, rank 1's `loss` did not come.
+std::string two_rank_rows(int rows, int short_step) {
+  std::string h;
+  for (int s = 0; s < rows; ++s) {
+    h += R"({"_step":)" + std::to_string(s) + R"(,"_timestamp":1795902603.712982,"_runtime":0.00795,"hi":)" +
+         std::to_string(s + 1) + R"(,"lo":)" + std::to_string(s - 1) + R"(,"loss":)" + std::to_string(s + 1) +
+         R"(,"only0":)" + std::to_string(s) + R"(,"per_rank/rank-0":)" + std::to_string(s) +
+         R"(,"per_rank/rank-1":)" + std::to_string(1000 + s) + R"(,"tokens":201,"_count":{"hi":2,"lo":2,"loss":)" +
+         (s == short_step ? "1" : "2") + R"(,"only0":1,"tokens":2}})" + "\n";
+  }
+  return h;
+}
+
+/// metrics.json of that run, as its writer writes it.
+const std::string two_rank_metrics =
+    R"({"loss":{"reduce":"mean","summary":"last","step_metric":null},"tokens":{"reduce":"sum","summary":"last","step_metric":null},)"
+    R"("lo":{"reduce":"min","summary":"last","step_metric":null},"hi":{"reduce":"max","summary":"last","step_metric":null},)"
+    R"("only0":{"reduce":"first","summary":"last","step_metric":null}})";
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(the_fewest_ranks_of_a_row_leave_out_keys_one_rank_logs_by_design) {
+  TempDir dir;
+  const fs::path root = fs::canonical(dir.path);
+  RunSpec spec;
+  spec.id = "two";
+  spec.world = 2;
+  const fs::path run = make_run(root, "proj", "grp", spec);
+  write_text(run / "history.jsonl", two_rank_rows(6, 4));
+  chorus::cli::serve::Api api(root.string(), 64u << 20);
+  const auto fewest = [&] {
+    const chorus::cli::serve::Reply r =
+        api.series("proj/grp/two", FileKind::history, {{"_count/min"}, XAxis::step, std::nullopt, std::nullopt, 1000});
+    BOOST_TEST(r.status == 200, r.body);
+    return series_of(r.body, "_count/min", "\"y\":[");
+  };
+  // Nothing declared yet: `only0`'s count of 1 is the fewest on every row.
+  BOOST_TEST(fewest() == std::vector<double>({1, 1, 1, 1, 1, 1}));
+  // Declared `first` (metrics.json as the writer leaves it): only the keys of
+  // every rank count, and the row where a rank's loss did not come stands out.
+  write_text(run / "metrics.json", two_rank_metrics);
+  BOOST_TEST(fewest() == std::vector<double>({2, 2, 2, 2, 1, 2}));
+  // Rows appended later are counted the same way.
+  {
+    std::ofstream f(run / "history.jsonl", std::ios::app);
+    const std::string more = two_rank_rows(8, -1);
+    f << more.substr(two_rank_rows(6, -1).size());
+  }
+  BOOST_TEST(fewest() == std::vector<double>({2, 2, 2, 2, 1, 2, 2, 2}));
+  // An index being built in the background, and its overview, count the same way.
+  LinesIndex index((run / "history.jsonl").string(), FileKind::history, 1u << 20, 2, 1024);
+  index.count_ranks(chorus::io::MetricSpecs::read(run.string()));
+  index.hold_indexing(true);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().indexing);
+  std::string out = answer(index, {{"_count/min"}, XAxis::step, std::nullopt, std::nullopt, 1000});
+  BOOST_TEST(series_of(out, "_count/min", "\"y\":[") == std::vector<double>({2, 2, 2, 2, 1, 2, 2, 2}), out);
+  index.hold_indexing(false);
+  wait_indexed(index);
+  BOOST_TEST(!index.state().indexing);
+  out = answer(index, {{"_count/min"}, XAxis::step, std::nullopt, std::nullopt, 1000});
+  BOOST_TEST(series_of(out, "_count/min", "\"y\":[") == std::vector<double>({2, 2, 2, 2, 1, 2, 2, 2}), out);
+}
+
+BOOST_AUTO_TEST_CASE(an_index_being_built_counts_in_its_memory) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, history_rows(0, 70'000));
+  LinesIndex plain(file.string(), FileKind::history, never, 1, never);
+  BOOST_TEST(plain.refresh());
+  const std::size_t whole = plain.memory();
+  // Built in the background, on two threads: what it holds counts as it
+  // grows, before the index takes the overview's place.
+  LinesIndex index(file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  index.hold_indexing(true);
+  BOOST_TEST(index.refresh());
+  const std::size_t overview = index.memory();
+  BOOST_TEST(overview > 0u);
+  index.hold_indexing(false);
+  for (int i = 0; i < 6000 && index.memory() < overview + whole / 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  BOOST_TEST(index.memory() >= overview + whole / 2, index.memory() << " of " << overview << " + " << whole);
+  BOOST_TEST(index.state().indexing); // not taken in yet
+  wait_indexed(index);
+  // Taken in: counted once.
+  BOOST_TEST(index.memory() >= whole / 2);
+  BOOST_TEST(index.memory() <= whole * 3 / 2, index.memory() << " of " << whole);
+}
+
+BOOST_AUTO_TEST_CASE(the_runs_indexes_stay_within_the_cache_while_one_is_built) {
+  TempDir dir;
+  const fs::path root = fs::canonical(dir.path);
+  // A history of more than 32 MiB is indexed in the background.
+  std::string big;
+  for (int s = 0; big.size() < (34u << 20); s += 10'000) big += history_rows(s, s + 10'000);
+  RunSpec spec;
+  for (const char* id : {"small1", "big", "small2"}) {
+    spec.id = id;
+    const fs::path run = make_run(root, "proj", "grp", spec);
+    write_text(run / "history.jsonl", spec.id == "big" ? big : history_rows(0, 100));
+  }
+  big.clear();
+  big.shrink_to_fit();
+  constexpr std::size_t cache = 4u << 20;
+  chorus::cli::serve::Api api(root.string(), cache);
+  const SeriesRequest r{{"dense"}, XAxis::step, std::nullopt, std::nullopt, 100};
+  BOOST_TEST(api.series("proj/grp/small1", FileKind::history, r).status == 200);
+  const chorus::cli::serve::Reply first = api.series("proj/grp/big", FileKind::history, r);
+  BOOST_TEST(first.body.find("\"overview\":true") != std::string::npos, first.body.substr(0, 300));
+  // The index being built grows past the cache: counted before it is whole.
+  for (int i = 0; i < 12'000 && api.cached_bytes() <= cache; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  BOOST_TEST(api.cached_bytes() > cache);
+  // The next look evicts the runs not in use, the least recently used first,
+  // until the indexes fit again.
+  BOOST_TEST(api.series("proj/grp/small2", FileKind::history, r).status == 200);
+  BOOST_TEST(api.cached_bytes() <= cache, api.cached_bytes());
+}
+
+BOOST_AUTO_TEST_CASE(a_long_system_file_is_shown_by_an_overview_and_read_on_as_it_grows) {
+  TempDir dir;
+  const fs::path file = dir.path / "system.jsonl";
+  write_text(file, system_rows(0, 20'000));
+  const std::vector<std::string> keys = {"system.proc.rss/rank-1", "system.cpu.percent/node-0"};
+  LinesIndex plain(file.string(), FileKind::system, never, 1, never);
+  BOOST_TEST(plain.refresh());
+  // An overview from 64 KiB on, the index built on two threads, held back for now.
+  LinesIndex index(file.string(), FileKind::system, 1u << 20, 2, 1u << 16);
+  index.hold_indexing(true);
+  BOOST_TEST(index.refresh());
+  chorus::cli::serve::IndexState s = index.state();
+  BOOST_TEST(s.indexing);
+  BOOST_TEST(s.rows > 36'000u, s.rows); // 40,000 samples, estimated from the lines' lengths
+  BOOST_TEST(s.rows < 44'000u, s.rows);
+  BOOST_TEST(s.last_step == static_cast<std::int64_t>(s.rows) - 1);
+  std::string listed;
+  index.keys_json(listed);
+  for (const char* k : {"\"system.proc.rss/rank-1\"", "\"estimated\":true", "\"first_time\":1.7e+09", "\"last_time\":"})
+    BOOST_TEST(listed.find(k) != std::string::npos, k << " in " << listed);
+  const std::string whole = answer(index, {keys, XAxis::wall, std::nullopt, std::nullopt, 1000});
+  BOOST_TEST(whole.find("\"overview\":true") != std::string::npos, whole.substr(0, 300));
+  // A range in time: every sample in it read from the file, the very answer of the index.
+  for (const XAxis x : {XAxis::wall, XAxis::rel})
+    for (const auto& [from, to] : {std::pair{0.0, 100.0}, std::pair{9'990.0, 10'020.0}, std::pair{19'500.0, 20'000.0}}) {
+      const double at = x == XAxis::wall ? 1'700'000'000 : 0;
+      const SeriesRequest r{keys, x, at + from, at + to, 1000};
+      BOOST_TEST(series_part(index, r) == series_part(plain, r), "from " << from);
+    }
+  // Samples appended meanwhile are read once the index is whole.
+  {
+    std::ofstream f(file, std::ios::app);
+    f << system_rows(20'000, 20'500);
+  }
+  BOOST_TEST(!index.refresh());
+  BOOST_TEST(index.state().indexing);
+  index.hold_indexing(false);
+  wait_indexed(index);
+  BOOST_TEST(!index.state().indexing);
+  BOOST_TEST(plain.refresh());
+  BOOST_TEST((everything(index, keys, 1) == everything(plain, keys, 1)));
+  BOOST_TEST(index.state().rows == 41'000u);
+  // And from then on, only what is appended.
+  {
+    std::ofstream f(file, std::ios::app);
+    f << system_rows(20'500, 21'000);
+  }
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(plain.refresh());
+  BOOST_TEST(index.state().rows == 42'000u);
+  BOOST_TEST(index.state().bytes == fs::file_size(file));
+  BOOST_TEST((everything(index, keys, 1) == everything(plain, keys, 1)));
 }
