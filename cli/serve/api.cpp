@@ -634,8 +634,28 @@ Reply Api::run(std::string_view rel) {
     std::map<std::int64_t, std::string> why;
     double most = 0;
     for (const io::BarrierSummary::Rank& k : bs.ranks) most = std::max(most, k.caused_s);
+    // Ranks that keep pace still come last to a barrier now and then, by a
+    // step's jitter: milliseconds a barrier, a few to a few tens of
+    // milliseconds over a whole run. So a rank is marked only where the wall
+    // time it cost each other rank on average (its caused waits, which add up
+    // over the others, divided by their number) is at least 1 s, a delay a
+    // person notices, and at least 1% of the run's wall time so far, a loss of
+    // throughput worth looking into however long the run: both far above
+    // that jitter.
+    constexpr double least_lost_s = 1.0, least_lost_share = 0.01;
+    double wall = r.duration().value_or(0); // start to end, or to now while its host lives
+    if (wall <= 0 && !bs.records.empty()) {  // else: to the last barrier's release
+      const double released = static_cast<double>(bs.records.back().released_us) / 1e6;
+      if (r.start_time) wall = released - *r.start_time;
+      if (wall <= 0) wall = released - static_cast<double>(bs.records.front().opened_us) / 1e6;
+    }
+    std::int64_t listed = 0;
+    for (const io::BarrierSummary::Rank& k : bs.ranks) listed += k.barriers > 0 ? 1 : 0;
+    const double others = static_cast<double>(std::max<std::int64_t>(1, listed - 1));
     for (const io::BarrierSummary::Rank& k : bs.ranks) {
       if (most <= 0 || k.caused_s * 2 < most || k.last == 0) continue;
+      const double lost = k.caused_s / others;
+      if (lost < least_lost_s || lost < least_lost_share * wall) continue;
       char text[160];
       std::snprintf(text, sizeof text, "the others waited %.3f s for it, at %llu of %llu barriers%s", k.caused_s,
                     static_cast<unsigned long long>(k.last), static_cast<unsigned long long>(k.barriers),
@@ -648,8 +668,12 @@ Reply Api::run(std::string_view rel) {
       const long long rank = std::strtoll(key.c_str() + 15, &end, 10);
       if (end && *end == '\0' && rank >= 0) at[rank] = step;
     }
-    for (const RankInfo& k : r.ranks) // a rank that ended reported its own last step
-      if (!k.committed && k.last_step >= 0) at[k.rank] = std::max(at[k.rank], k.last_step);
+    // A rank that ended reported its own last step; a running one has reached at
+    // least the last committed row (a row commits once every rank is past it),
+    // whatever its last per-rank value, which a rank logging those every N
+    // steps leaves up to N - 1 steps back.
+    for (const RankInfo& k : r.ranks)
+      if (k.last_step >= 0) at[k.rank] = std::max(at[k.rank], k.last_step);
     std::int64_t furthest = -1;
     std::int64_t lead = -1;
     for (const auto& [rank, step] : at)

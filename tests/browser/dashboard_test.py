@@ -3,10 +3,13 @@
 driven through selenium (python3-selenium, chromium-driver), against a
 `chorus serve` over run directories written here by hand.
 
-    dashboard_test.py CASE --chorus PATH/TO/chorus
+    dashboard_test.py CASE --chorus PATH/TO/chorus [--worker W --barrier-worker B [--ddp-train D]]
 
 CASE is one of: runs_list, run_charts, live, compare, token, histograms, media (in
-media_case.py), events (in events_case.py). Screenshots are saved in the working
+media_case.py), events (in events_case.py), laggards, contributions, nonfinite, ticks,
+smooth, summary, log_zeros, last_point (in truth_case.py; laggards and contributions
+run chorus_e2e_worker, chorus_e2e_barrier_worker and ddp_train under `chorus launch`,
+given their paths). Screenshots are saved in the working
 directory (ctest runs it in tests/browser/ of the build tree). Exits 77 (ctest's
 SKIP) where selenium or chromium cannot start.
 """
@@ -283,6 +286,8 @@ def case_runs_list(chorus, root, d):
         d.execute_script("const s = document.getElementById('state-filter'); s.value = ''; s.dispatchEvent(new Event('change'));")
         d.find_element(By.LINK_TEXT, "resnet").click()
         wait_until("the run's page", lambda: "resnet" in d.find_element(By.ID, "run-head").text)
+        errors = js_errors(d)
+        assert not errors, errors
     finally:
         s.stop()
 
@@ -389,6 +394,8 @@ def case_live(chorus, root, d):
         with open(os.path.join(run, "history.jsonl"), "a") as f:
             f.write("\n")
         wait_until("the finished row", lambda: chart(d, "loss")["last"] == 80)
+        errors = js_errors(d)
+        assert not errors, errors
     finally:
         s.stop()
 
@@ -423,6 +430,8 @@ def case_compare(chorus, root, d):
         c = drawn(d, "loss", rows=200)
         assert c["sources"] == 2, c
         d.save_screenshot("group.png")
+        errors = js_errors(d)
+        assert not errors, errors
     finally:
         s.stop()
 
@@ -447,7 +456,11 @@ def case_token(chorus, root, d):
             # The token went into a cookie, and out of the address bar.
             assert "token=" not in d.current_url, d.current_url
             d.save_screenshot("token_accepted.png")
+            # The refusals asked for above are the only errors.
+            errors = [e for e in js_errors(d) if "status of 401" not in e]
+            assert not errors, errors
         finally:
+            d.get("about:blank")  # no stream of the page's is open when its server stops
             s.stop()
 
 
@@ -541,15 +554,42 @@ def case_events(chorus, root, d):
     events_case.case_events(sys.modules[__name__], chorus, root, d)
 
 
+def case_runs_live(chorus, root, d):
+    """The runs list told of changes by the server, and the page's files kept: tests/browser/runs_live_case.py."""
+    import runs_live_case
+    runs_live_case.case_runs_live(sys.modules[__name__], chorus, root, d)
+
+
 CASES = {"runs_list": case_runs_list, "run_charts": case_run_charts, "live": case_live, "compare": case_compare,
-         "token": case_token, "histograms": case_histograms, "media": case_media, "events": case_events}
+         "token": case_token, "histograms": case_histograms, "media": case_media, "events": case_events,
+         "runs_live": case_runs_live}
+# What the page says is true of the run: tests/browser/truth_case.py, with this file's helpers and the
+# project's programs that make real runs.
+TRUTH = ["laggards", "contributions", "nonfinite", "ticks", "smooth", "summary", "log_zeros", "last_point"]
+BINS = {}
+
+
+def truth(name):
+    def case(chorus, root, d):
+        import truth_case
+        truth_case.CASES[name](sys.modules[__name__], chorus, root, d, BINS)
+    return case
+
+
+CASES.update({name: truth(name) for name in TRUTH})
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case", choices=sorted(CASES))
     ap.add_argument("--chorus", required=True)
+    ap.add_argument("--worker", help="chorus_e2e_worker")
+    ap.add_argument("--barrier-worker", help="chorus_e2e_barrier_worker")
+    ap.add_argument("--ddp-train", help="ddp_train (where it was built)")
     a = ap.parse_args()
+    BINS.update({"worker": a.worker, "barrier_worker": a.barrier_worker, "ddp_train": a.ddp_train})
+    if a.case == "laggards" and not (a.worker and a.barrier_worker):
+        ap.error("laggards needs --worker and --barrier-worker")
     root = tempfile.mkdtemp(prefix="chorus-browser-")
     d = browser()
     try:

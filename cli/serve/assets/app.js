@@ -6,7 +6,8 @@
 //                       (media.js), system metrics, the distributed view
 //   #/group/PATH        a group's runs side by side, their metrics overlaid
 //   #/compare/P1|P2...  any runs overlaid on the same charts
-// Data comes from the server's JSON API (/api/...), live changes from its
+// With format.js (values and units), charts.js (a chart), histograms.js (a
+// histogram panel), media.js and events.js, loaded before it. Data comes from the server's JSON API (/api/...), live changes from its
 // event stream (/api/events). Every text from a run is put in as text, never as HTML.
 'use strict';
 
@@ -48,61 +49,6 @@ async function api(path, params) {
   return body;
 }
 
-const pad = (n) => String(n).padStart(2, '0');
-function fmtTime(s) {
-  if (s === null || s === undefined) return '';
-  const d = new Date(s * 1000);
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-}
-function fmtDuration(s) {
-  if (s === null || s === undefined || !isFinite(s)) return '';
-  if (s === 0) return '0s';
-  if (s < 1) return Math.round(s * 1000) + 'ms';
-  if (s < 60) return s.toFixed(1) + 's';
-  if (s < 3600) return Math.floor(s / 60) + 'm ' + pad(Math.floor(s % 60)) + 's';
-  if (s < 86400) return Math.floor(s / 3600) + 'h ' + pad(Math.floor((s % 3600) / 60)) + 'm';
-  return Math.floor(s / 86400) + 'd ' + pad(Math.floor((s % 86400) / 3600)) + 'h';
-}
-function fmtNumber(v) {
-  if (v === null || v === undefined) return '';
-  if (typeof v !== 'number') return String(v);
-  if (Number.isInteger(v)) return String(v);
-  return Number(v.toPrecision(6)).toString();
-}
-// A y axis label: short, exponents for the very large and the very small.
-function axisNumber(v) {
-  if (v === 0 || !isFinite(v)) return String(v);
-  const a = Math.abs(v);
-  if (a >= 1e5 || a < 1e-3) return v.toExponential(1);
-  return String(Number(v.toPrecision(4)));
-}
-const badge = (state) => h('span', { class: 'badge ' + (state || '').split(' ')[0], text: state || '-' });
-const runLink = (path, text) => h('a', { href: '#/run/' + encodeURI(path), text: text || path });
-const perRank = (key) => /\/rank-\d+$/.test(key);
-const baseKey = (key) => key.replace(/\/rank-\d+$/, '');
-const rankOf = (key) => { const m = /\/rank-(\d+)$/.exec(key); return m ? Number(m[1]) : null; };
-
-// The step metric a run declares for `key` (metrics.json, define_metric's
-// step_metric): its charts' x. null: the rows' _step.
-function stepMetric(run, key) {
-  const d = run && run.metrics && run.metrics[key];
-  const m = d && d.step_metric;
-  return m && m !== '_step' ? m : null;
-}
-const hasKey = (run, key) => ((run && run.history && run.history.keys) || []).some((k) => k.key === key);
-
-// What the chart of `key` is drawn against where x is "step": each run's
-// declared step metric where they all declare the same one and have logged
-// it ({key}), else _step ({key: null}, with why where a declaration is set aside).
-function declaredX(runs, key) {
-  const ms = runs.map((r) => stepMetric(r, key));
-  const m = ms[0];
-  if (!ms.some((x) => x)) return { key: null };
-  if (!ms.every((x) => x === m)) return { key: null, why: 'the runs declare different step metrics for it: drawn against step' };
-  if (!runs.every((r) => hasKey(r, m))) return { key: null, why: `its step metric ${m} has no values yet: drawn against step` };
-  return { key: m };
-}
-
 // ---------- settings, shared by every chart ----------
 
 const settings = Object.assign({ x: 'step', smooth: 0, log: false, ranks: true },
@@ -135,450 +81,6 @@ function setLive(on, text) {
   const el = document.getElementById('live');
   el.className = on === null ? '' : on ? 'on' : 'off';
   el.textContent = text || '';
-}
-
-// ---------- charts ----------
-
-const palette = ['#2f5fd0', '#d0502f', '#24824a', '#8e44ad', '#c49a00', '#0f8a9d', '#c2185b', '#5d6d7e',
-  '#7cb342', '#ef6c00', '#3949ab', '#00897b'];
-
-// TensorBoard's smoothing: an exponential moving average, debiased so that
-// the first points are not pulled towards 0.
-function ema(ys, w) {
-  if (!w) return ys;
-  let last = 0, n = 0;
-  return ys.map((v) => {
-    if (v === null || !isFinite(v)) return v;
-    last = last * w + (1 - w) * v;
-    n += 1;
-    return last / (1 - Math.pow(w, n));
-  });
-}
-
-// Runs `owner`'s loading one at a time: asked again meanwhile, it runs once
-// more after; a failure is written in owner.status.
-async function loadOnce(owner, fill) {
-  if (owner.loading) { owner.again = true; return; }
-  owner.loading = true;
-  try {
-    await fill();
-  } catch (e) {
-    owner.status.textContent = 'could not load: ' + e;
-  } finally {
-    owner.loading = false;
-    if (owner.again) { owner.again = false; owner.load(); }
-  }
-}
-
-// One chart: `sources` are the series it draws, each {run, file, key, label};
-// it asks the server for them at its own width and range.
-class Chart {
-  constructor(parent, title, sources, opts) {
-    this.title = title;
-    this.sources = sources;
-    // xkey: a function giving declaredX's answer for this chart, where x may be a step metric.
-    this.opts = Object.assign({ axis: null, annotate: null, extra: null, xkey: null }, opts || {});
-    this.range = null;        // the x range asked for; null: everything
-    this.data = null;         // per source: {x, y} as the server gave them
-    this.g = null;
-    this.forced = new Map();  // label -> shown or hidden by hand
-    this.loading = false;
-    this.wanted = false;
-    this.el = h('div', { class: 'chart', 'data-title': title });
-    this.plot = h('div', { class: 'plot' });
-    this.legend = h('div', { class: 'legend' });
-    this.toggles = h('div', { class: 'toggles' });
-    this.status = h('div', { class: 'status' });
-    this.el.append(h('h3', { text: title }), this.plot, this.legend, this.toggles, this.status);
-    parent.append(this.el);
-    chorus.charts.push(this);
-    Chart.observer.observe(this.el);
-  }
-
-  axis() { return this.opts.axis ? this.opts.axis(settings.x) : settings.x; }
-
-  // What the next load draws against: 'step', 'wall', 'rel', or 'key:NAME'
-  // (a declared step metric, where x is "step"), and why a declaration was set aside.
-  xChoice() {
-    const axis = this.axis();
-    if (axis === '_step') return { used: 'step' };
-    if (axis !== 'step' || !this.opts.xkey) return { used: axis };
-    const d = this.opts.xkey();
-    return d.key ? { used: 'key:' + d.key, key: d.key } : { used: 'step', why: d.why };
-  }
-
-  // Asks for the series again: the whole range, or the one zoomed into.
-  load() { return loadOnce(this, async () => {
-    const choice = this.xChoice();
-    // A range zoomed into is in the units of the x it was drawn against.
-    if (this.axisUsed && choice.used !== this.axisUsed) this.range = null;
-    const width = Math.max(100, Math.min(4000, Math.round(this.plot.clientWidth || 600)));
-    const byFile = new Map();
-    this.sources.forEach((s, i) => {
-      const k = s.run + '\n' + (s.file || 'history');
-      if (!byFile.has(k)) byFile.set(k, { run: s.run, file: s.file || 'history', keys: [], at: [] });
-      byFile.get(k).keys.push(s.key);
-      byFile.get(k).at.push(i);
-    });
-    const data = new Array(this.sources.length).fill(null);
-    const problems = [];
-    let n = 0, full = true, overview = false, xMissing = false;
-    await Promise.all([...byFile.values()].map(async (f) => {
-      const params = { run: f.run, file: f.file, key: f.keys, x: choice.key ? 'step' : choice.used, xkey: choice.key, width };
-      if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
-      const r = await api('series', params);
-      if (r.error) { problems.push(r.error); return; }
-      if (r.problem) problems.push(r.problem);
-      if (r.overview) overview = true;
-      if (r.x_missing) xMissing = true;
-      f.keys.forEach((k, j) => {
-        const s = r.series && r.series[k];
-        if (!s) return;
-        data[f.at[j]] = s;
-        n += s.n;
-        full = full && s.full;
-      });
-    }));
-    this.data = data;
-    this.axisUsed = choice.used;
-    this.xKey = choice.key || null;
-    if (choice.why) problems.push(choice.why);
-    if (xMissing) problems.push(`no values of ${choice.key}, its step metric, ` + (this.range ? 'in this range' : 'yet'));
-    this.status.textContent = (problems.length ? problems.join('; ') + ' · ' : '') + (overview ? 'about ' : '') + n + ' points' +
-      (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)') +
-      (choice.key ? ` against ${choice.key} (its declared step metric), on the rows that have both` : '');
-    this.draw();
-  }); }
-
-  reset() { this.range = null; if (this.wanted) this.load(); }
-  refresh() { if (this.wanted) this.load(); }
-
-  labels() { return this.sources.map((s) => s.label); }
-
-  visible() {
-    return this.sources.map((s) => (this.forced.has(s.label) ? this.forced.get(s.label)
-      : settings.ranks || !s.rankColumn || this.sources.length === 1));
-  }
-
-  // Draws what was loaded, smoothed and scaled as the controls say.
-  draw() {
-    if (!this.data) return;
-    const wall = this.axisUsed === 'wall';
-    const rows = new Map();
-    const cols = this.sources.length;
-    this.data.forEach((s, i) => {
-      if (!s) return;
-      const ys = ema(s.y, this.sources[i].noSmooth ? 0 : settings.smooth);
-      // Against a step metric several rows may share an x (an epoch): each keeps a row of the chart.
-      const seen = this.xKey ? new Map() : null;
-      for (let j = 0; j < s.x.length; j++) {
-        let at = s.x[j];
-        if (seen) { const k = seen.get(at) || 0; seen.set(at, k + 1); if (k) at = at + '#' + k; }
-        let r = rows.get(at);
-        if (!r) { r = new Array(cols + 1).fill(null); r[0] = s.x[j]; rows.set(at, r); }
-        r[i + 1] = ys[j];
-      }
-    });
-    const extra = this.opts.extra ? this.opts.extra(this) : null;
-    let data = [...rows.values()].sort((a, b) => a[0] - b[0]);
-    let labels = ['x', ...this.labels()];
-    let visibility = this.visible();
-    let series = {};
-    if (extra) {
-      // Series computed from the loaded ones (the contributions below the rank count).
-      data = data.map((r) => r.concat(extra.values(r)));
-      labels = labels.concat(extra.labels);
-      visibility = visibility.concat(extra.labels.map(() => true));
-      series = extra.series || {};
-    }
-    if (wall) data.forEach((r) => { r[0] = new Date(r[0] * 1000); });
-    if (!data.length) {
-      if (this.g) { this.g.destroy(); this.g = null; }
-      this.plot.replaceChildren(h('div', { class: 'empty', text: 'no points' + (this.range ? ' in this range' : '') }));
-      this.renderToggles();
-      return;
-    }
-    if (this.plot.querySelector('.empty')) this.plot.replaceChildren();
-    const colors = labels.slice(1).map((_, i) => palette[i % palette.length]);
-    // The run's events on it (events.js): annotations on their ranks' series, the others lines placed in onDraw.
-    const notes = (this.opts.annotate ? this.opts.annotate(this) : []).concat(chorus.events ? chorus.events.notes(this) : []);
-    const options = {
-      labels, colors, visibility, series,
-      labelsDiv: this.legend, legend: 'always', labelsSeparateLines: false,
-      connectSeparatedPoints: true, logscale: settings.log, strokeWidth: 1.3,
-      xlabel: this.xKey || { step: 'step', wall: 'wall time', rel: 'time into the run' }[this.axisUsed],
-      axes: {
-        x: this.axisUsed === 'rel' ? { valueFormatter: fmtDuration, axisLabelFormatter: fmtDuration } :
-          this.axisUsed === 'step' ? { valueFormatter: (v) => 'step ' + v } :
-            this.xKey ? { valueFormatter: (v) => this.xKey + ' ' + fmtNumber(v), axisLabelFormatter: axisNumber } : {},
-        y: { valueFormatter: fmtNumber, axisLabelFormatter: axisNumber, axisLabelWidth: 60 },
-      },
-      drawCallback: (g, initial) => this.onDraw(g, initial),
-    };
-    if (this.range) options.dateWindow = wall ? this.range.map((v) => v * 1000) : this.range.slice();
-    // Another kind of x (numbers, dates, durations) needs a chart of its own.
-    if (this.g && this.gAxis !== this.axisUsed) { this.g.destroy(); this.g = null; }
-    if (!this.g) {
-      this.gAxis = this.axisUsed;
-      this.g = new Dygraph(this.plot, data, options);
-    } else {
-      options.file = data;
-      this.g.updateOptions(options);
-    }
-    if (notes.length || this.g.annotations().length)
-      this.g.setAnnotations(notes.map((a) => Object.assign({}, a, { x: wall ? a.x * 1000 : a.x })));
-    this.renderToggles();
-  }
-
-  renderToggles() {
-    const vis = this.visible();
-    this.toggles.replaceChildren(...this.sources.map((s, i) => h('label', { title: s.title || s.label },
-      h('input', { type: 'checkbox', checked: vis[i], onchange: (e) => {
-        this.forced.set(s.label, e.target.checked);
-        if (this.g) this.g.setVisibility(i, e.target.checked);
-      } }),
-      h('span', { class: 'swatch', style: 'background:' + palette[i % palette.length] }),
-      h('span', { class: 'name', text: s.label }))));
-  }
-
-  // A zoom or a pan: ask for the range now shown, at full detail where it holds few points.
-  onDraw(g, initial) {
-    if (chorus.events) chorus.events.place(this, g);
-    if (initial) return;
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
-      const wall = this.axisUsed === 'wall';
-      if (g.isZoomed('x')) {
-        const r = g.xAxisRange().map((v) => (wall ? v / 1000 : v));
-        if (!this.range || Math.abs(r[0] - this.range[0]) > 1e-9 || Math.abs(r[1] - this.range[1]) > 1e-9) {
-          this.range = r;
-          this.load();
-        }
-      } else if (this.range) {
-        this.range = null;
-        this.load();
-      }
-    }, 250);
-  }
-
-  destroy() {
-    Chart.observer.unobserve(this.el);
-    if (this.g) this.g.destroy();
-    this.g = null;
-  }
-}
-// A chart (or a histogram's or a media key's panel) loads once it comes near the screen: a run of many keys opens fast.
-Chart.observer = new IntersectionObserver((entries) => {
-  for (const e of entries) {
-    if (!e.isIntersecting) continue;
-    const c = [chorus.charts, chorus.histograms, chorus.media].map((l) => l.find((x) => x.el === e.target)).find(Boolean);
-    if (c && !c.wanted) { c.wanted = true; c.load(); }
-  }
-}, { rootMargin: '600px' });
-
-// ---------- histograms ----------
-
-// A JSON number of the server's, or null for the text it writes a non-finite one as.
-const finite = (v) => (typeof v === 'number' && isFinite(v) ? v : null);
-const quantileNames = ['p0', 'p5', 'p25', 'p50', 'p75', 'p95', 'p100'];
-const columnLabel = (c) => (c.rank === null ? 'merged' : 'rank ' + c.rank);
-
-// One histogram key of a run (its columns: merged, or a rank's): its
-// quantiles over the steps as bands (TensorBoard's distributions: p5-p95 and
-// p25-p75 shaded, p50 a line, the smallest and largest thin), and beside
-// them the bins of one step, picked with the slider (or a click on the
-// bands); the last step, followed live, until another is picked.
-class HistogramPanel {
-  constructor(parent, run, key, columns) {
-    this.run = run;
-    this.key = key;
-    this.columns = columns;
-    this.column = columns[0].column;
-    this.step = null;  // the step picked; null: the last
-    this.data = null;  // the server's answer
-    this.g = null;
-    this.wanted = false;
-    this.loading = false;
-    this.title = key;
-    this.el = h('div', { class: 'chart hist', 'data-key': key });
-    this.select = h('select', { class: 'hist-column', title: 'the merged histogram, or one rank\'s column (key/rank-N)',
-      onchange: () => { this.column = this.select.value; this.load(); } });
-    this.plot = h('div', { class: 'plot hist-dist' });
-    this.legend = h('div', { class: 'legend' });
-    this.bars = h('div', { class: 'hist-bars' });
-    this.slider = h('input', { type: 'range', class: 'hist-step', min: 0, max: 0, value: 0, step: 1 });
-    this.stepLabel = h('span', { class: 'hist-step-label' });
-    this.figures = h('div', { class: 'status hist-figures' });
-    this.status = h('div', { class: 'status' });
-    this.slider.addEventListener('input', () => {
-      this.stepLabel.textContent = 'step ' + this.slider.value;
-      clearTimeout(this.timer);
-      this.timer = setTimeout(() => this.pick(Number(this.slider.value)), 120);
-    });
-    this.el.append(h('div', { class: 'hist-head' }, h('h3', { text: key }), this.select),
-      h('div', { class: 'hist-body' },
-        h('div', { class: 'hist-left' }, this.plot, this.legend),
-        h('div', { class: 'hist-right' }, this.bars, h('label', { class: 'hist-slider' }, this.slider, this.stepLabel), this.figures)),
-      this.status);
-    parent.append(this.el);
-    this.setColumns(columns);
-    chorus.histograms.push(this);
-    Chart.observer.observe(this.el);
-  }
-
-  setColumns(columns) {
-    this.columns = columns;
-    this.select.replaceChildren(...columns.map((c) => h('option', { value: c.column, text: columnLabel(c), selected: c.column === this.column })));
-    this.select.disabled = columns.length < 2;
-  }
-
-  // A step picked: the last one follows the run again.
-  pick(step) {
-    this.step = this.data && step >= this.data.last_step ? null : step;
-    this.load();
-  }
-
-  refresh() { if (this.wanted) this.load(); }
-
-  load() { return loadOnce(this, async () => {
-    const r = await api('histograms', { run: this.run, column: this.column, step: this.step ?? undefined, points: 500, bins: 60 });
-    if (r.error) { this.status.textContent = r.error; return; }
-    this.data = r;
-    const notes = [];
-    if (r.skipped) notes.push(`${r.skipped} damaged line(s) of histograms.jsonl skipped (${r.first_skipped})`);
-    if (r.indexing) notes.push('histograms.jsonl is still being read');
-    this.status.textContent = notes.concat(`${r.steps} steps` + (r.full ? '' : `, ${r.series.step.length} of them drawn`)).join(' · ');
-    this.draw();
-  }); }
-
-  xs() {
-    const s = this.data.series;
-    if (settings.x === 'wall') return { xs: s.wall.map((v) => new Date(v * 1000)), name: 'wall time', axis: {} };
-    if (settings.x === 'rel') return { xs: s.rel, name: 'time into the run', axis: { valueFormatter: fmtDuration, axisLabelFormatter: fmtDuration } };
-    return { xs: s.step, name: 'step', axis: { valueFormatter: (v) => 'step ' + v } };
-  }
-
-  draw() {
-    if (!this.data) return;
-    this.drawBands();
-    this.drawBars();
-  }
-
-  drawBands() {
-    const s = this.data.series;
-    const { xs, name, axis } = this.xs();
-    const q = Object.fromEntries(quantileNames.map((n) => [n, s[n].map(finite)]));
-    // A band [lo, mid, hi]; an end that is infinite (infinities sort at the ends) is drawn at the middle.
-    const band = (lo, hi, i) => (q.p50[i] === null ? null : [lo[i] ?? q.p50[i], q.p50[i], hi[i] ?? q.p50[i]]);
-    const line = (v) => (v === null ? null : [v, v, v]);
-    const data = xs.map((x, i) => [x, band(q.p5, q.p95, i), band(q.p25, q.p75, i), line(q.p0[i]), line(q.p100[i])]);
-    if (!data.length) { this.plot.replaceChildren(h('div', { class: 'empty', text: 'no steps' })); return; }
-    const at = this.data.at.step;
-    const options = {
-      labels: [name, 'p5–p95', 'p25–p75', 'min', 'max'], customBars: true, fillAlpha: 0.18,
-      colors: ['#2f5fd0', '#2f5fd0', '#7f95c8', '#7f95c8'], strokeWidth: 1.3,
-      series: { min: { strokeWidth: 0.8, strokePattern: [3, 3] }, max: { strokeWidth: 0.8, strokePattern: [3, 3] } },
-      labelsDiv: this.legend, legend: 'always', xlabel: name,
-      axes: { x: axis, y: { axisLabelFormatter: axisNumber, axisLabelWidth: 60 } },
-      legendFormatter: (d) => this.legendText(d),
-      clickCallback: () => { const row = this.g.getSelection(); if (row >= 0) this.pick(s.step[row]); },
-      // The step whose bins are shown, marked across the bands.
-      underlayCallback: (ctx, area, g) => {
-        const j = s.step.indexOf(at);
-        const x = j >= 0 ? xs[j] : null;
-        if (x === null || x === undefined) return;
-        const px = g.toDomXCoord(x);
-        ctx.save();
-        ctx.strokeStyle = '#d0502f';
-        ctx.setLineDash([4, 3]);
-        ctx.beginPath(); ctx.moveTo(px, area.y); ctx.lineTo(px, area.y + area.h); ctx.stroke();
-        ctx.restore();
-      },
-    };
-    if (this.g && this.gAxis !== name) { this.g.destroy(); this.g = null; }
-    if (this.plot.querySelector('.empty')) this.plot.replaceChildren();
-    if (!this.g) { this.gAxis = name; this.g = new Dygraph(this.plot, data, options); }
-    else { options.file = data; this.g.updateOptions(options); }
-  }
-
-  // The legend: the quantiles of the step under the pointer (or the picked step's), and its counts.
-  legendText(d) {
-    const s = this.data.series;
-    const i = d.i === undefined || d.i === null ? s.step.indexOf(this.data.at.step) : d.i;
-    if (i < 0 || i >= s.step.length) return '';
-    const esc = (t) => String(t).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
-    const parts = [`step ${s.step[i]}`, ...quantileNames.map((n) => `${n} ${fmtNumber(s[n][i])}`), `count ${s.count[i]}`];
-    for (const [k, label] of [['nan', 'NaN'], ['inf', '+inf'], ['-inf', '−inf']]) if (s[k][i]) parts.push(`${label} ${s[k][i]}`);
-    return esc(parts.join('  '));
-  }
-
-  // The picked step's bins as bars, on a linear axis from its smallest value to its largest.
-  drawBars() {
-    const at = this.data.at, bins = at.bins;
-    const first = this.data.first_step, last = this.data.last_step;
-    this.slider.min = first; this.slider.max = last; this.slider.value = at.step;
-    this.slider.disabled = first === last;
-    this.stepLabel.textContent = 'step ' + at.step + (this.step === null ? ' (the last)' : '');
-    this.figures.textContent = [`count ${at.count}`, `sum ${fmtNumber(at.sum)}`, `min ${fmtNumber(at.min)}`, `max ${fmtNumber(at.max)}`,
-      at.nan ? `NaN ${at.nan}` : '', at.inf ? `+inf ${at.inf}` : '', at['-inf'] ? `−inf ${at['-inf']}` : '',
-      `${at.buckets} buckets in ${bins.length} bins`].filter(Boolean).join(' · ');
-    const W = Math.max(260, Math.round(this.bars.clientWidth || 420)), H = 240, left = 44, bottom = 20, top = 6;
-    const ns = 'http://www.w3.org/2000/svg';
-    const el = (tag, attrs, text) => {
-      const e = document.createElementNS(ns, tag);
-      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-      if (text !== undefined) e.textContent = text;
-      return e;
-    };
-    const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, class: 'hist-svg', 'data-step': at.step });
-    if (!bins.length) {
-      svg.append(el('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'hist-axis' }, 'no finite values at this step'));
-      this.bars.replaceChildren(svg);
-      return;
-    }
-    let lo = bins[0][0], hi = bins[bins.length - 1][1];
-    if (!(hi > lo)) { const pad = Math.abs(lo) * 0.01 || 0.5; lo -= pad; hi += pad; }
-    const most = Math.max(...bins.map((b) => b[2]));
-    const sx = (v) => left + ((v - lo) / (hi - lo)) * (W - left - 4);
-    const sy = (c) => H - bottom - (c / most) * (H - bottom - top);
-    for (const [a, b, c] of bins) {
-      if (!c) continue;
-      const x = sx(a), w = Math.max(1.5, sx(b) - x);
-      const rect = el('rect', { x, y: sy(c), width: w, height: H - bottom - sy(c), class: 'hist-bar' });
-      rect.append(el('title', {}, `[${fmtNumber(a)}, ${fmtNumber(b)}]: ${c}`));
-      svg.append(rect);
-    }
-    svg.append(el('line', { x1: left, y1: H - bottom, x2: W - 4, y2: H - bottom, class: 'hist-axis-line' }),
-      el('line', { x1: left, y1: top, x2: left, y2: H - bottom, class: 'hist-axis-line' }));
-    for (let k = 0; k <= 4; k++) {
-      const v = lo + ((hi - lo) * k) / 4;
-      svg.append(el('text', { x: sx(v), y: H - 5, 'text-anchor': k === 0 ? 'start' : k === 4 ? 'end' : 'middle', class: 'hist-axis' }, axisNumber(v)));
-    }
-    svg.append(el('text', { x: left - 4, y: top + 8, 'text-anchor': 'end', class: 'hist-axis' }, String(most)),
-      el('text', { x: left - 4, y: H - bottom, 'text-anchor': 'end', class: 'hist-axis' }, '0'));
-    this.bars.replaceChildren(svg);
-  }
-
-  destroy() {
-    Chart.observer.unobserve(this.el);
-    clearTimeout(this.timer);
-    if (this.g) this.g.destroy();
-    this.g = null;
-  }
-}
-
-// A panel per histogram key of the run, its columns (merged, rank N) beside each other in its selector.
-function histogramPanels(parent, path, columns) {
-  const byKey = new Map();
-  for (const c of columns) {
-    if (!byKey.has(c.key)) byKey.set(c.key, []);
-    byKey.get(c.key).push(c);
-  }
-  for (const [key, cs] of byKey) {
-    const p = chorus.histograms.find((x) => x.key === key);
-    if (p) { if (cs.length !== p.columns.length) p.setColumns(cs); }
-    else new HistogramPanel(parent, path, key, cs);
-  }
 }
 
 // ---------- pages ----------
@@ -668,7 +170,7 @@ async function runsPage(view) {
           compare.disabled = picked.size < 2;
           compare.textContent = 'compare selected' + (picked.size ? ` (${picked.size})` : '');
         } });
-        const summary = Object.entries(r.summary || {}).map(([k, v]) => `${k}=${fmtNumber(v)}`).join('  ');
+        const summary = Object.entries(r.summary || {}).map(([k, v]) => `${k}=${fmtValue(k, v)}`).join('  ');
         rows.push(h('tr', { class: 'run', 'data-path': r.path },
           h('td', {}, box),
           h('td', {}, runLink(r.path, r.name || r.id), r.name && r.name !== r.id ? h('span', { class: 'note', text: ' ' + r.id }) : ''),
@@ -720,7 +222,8 @@ function jsonTable(obj) {
   if (typeof obj !== 'object' || Array.isArray(obj)) return h('pre', { text: JSON.stringify(obj, null, 2) });
   const t = h('table', { class: 'kv' });
   for (const [k, v] of Object.entries(obj))
-    t.append(h('tr', {}, h('td', { text: k }), h('td', { text: typeof v === 'object' ? JSON.stringify(v) : fmtNumber(v) })));
+    t.append(h('tr', {}, h('td', { text: k }), h('td', { text: typeof v === 'object' ? JSON.stringify(v) : fmtValue(k, v),
+      title: typeof v === 'number' && timeKey(k) ? fmtExact(v) : null })));
   return t;
 }
 
@@ -886,7 +389,7 @@ async function runPage(view, path) {
         }
         // A key's per-rank columns (key/rank-N) follow its declaration.
         const c = new Chart(section, base, ks.map((k) => ({ run: path, key: k, label: k, rankColumn: perRank(k) })),
-          { xkey: () => declaredX([run], base) });
+          { xkey: () => declaredX([run], base), keyCounts: (k) => run.history.keys.find((x) => x.key === k) });
         c.kind = 'metric';
       }
     }
@@ -987,6 +490,7 @@ async function runPage(view, path) {
 
   // Live: new rows, ranks' states and system samples, as the files change.
   let rows = run.history.rows, sysRows = run.system.rows, keyCount = run.history.keys.length, indexing = run.history.indexing;
+  let sysIndexing = run.system.indexing;
   let histRows = run.histograms.rows, histSkipped = run.histograms.skipped, histIndexing = run.histograms.indexing;
   let mediaLines = run.media.rows + run.media.skipped, mediaIndexing = run.media.indexing;
   const reloadRun = async () => {
@@ -1013,8 +517,10 @@ async function runPage(view, path) {
       chorus.charts.filter((c) => !c.kind.startsWith('system')).forEach((c) => c.refresh());
     },
     system: async (e) => {
-      if (e.rows === sysRows) return;
+      // New samples, or a long system.jsonl's index now whole (its overview's curves replaced).
+      if (e.rows === sysRows && e.indexing === sysIndexing) return;
       sysRows = e.rows;
+      sysIndexing = e.indexing;
       await reloadRun();
       addSystemCharts();
       chorus.charts.filter((c) => c.kind.startsWith('system')).forEach((c) => c.refresh());
