@@ -122,19 +122,27 @@ RunInfo read_run(const std::string& dir) {
 
 bool is_run_dir(const std::string& dir) { return present(dir + "/run.json") || present(dir + "/wal"); }
 
-std::vector<RunGroup> find_runs(const std::string& root) {
+std::vector<RunGroup> find_runs(const std::string& root, std::vector<std::string>* looked) {
   std::vector<RunGroup> groups;
+  const auto look = [looked](const std::string& dir) {
+    if (looked != nullptr) looked->push_back(dir);
+  };
+  look(root);
   for (const std::string& project_dir : subdirs(root)) {
+    look(project_dir);
     const std::string project = fs::path(project_dir).filename().string();
     RunGroup loose{project, {}, {}};
     for (const std::string& child : subdirs(project_dir)) {
+      look(child);
       if (is_run_dir(child)) {
         loose.run_dirs.push_back(child);
         continue;
       }
       RunGroup g{project, fs::path(child).filename().string(), {}, child};
-      for (const std::string& run : subdirs(child))
+      for (const std::string& run : subdirs(child)) {
+        look(run);
         if (is_run_dir(run)) g.run_dirs.push_back(run);
+      }
       if (!g.run_dirs.empty()) groups.push_back(std::move(g));
     }
     if (!loose.run_dirs.empty()) groups.push_back(std::move(loose));

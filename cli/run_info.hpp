@@ -85,7 +85,12 @@ struct RunGroup {
   std::vector<std::string> run_dirs;
   std::string dir;   // the group's directory (empty for runs directly under the project)
 };
-std::vector<RunGroup> find_runs(const std::string& root);
+/// `looked`, where given, gets every directory looked into or at on the way:
+/// the root, its projects, their groups, and the directories below those
+/// (runs, and those not yet runs), so that a caller can tell from their
+/// times whether another look would find anything new (a run's files are
+/// replaced by rename, which changes its directory's time).
+std::vector<RunGroup> find_runs(const std::string& root, std::vector<std::string>* looked = nullptr);
 
 /// The run directories under `root` whose directory name is `id` or, when
 /// none is, starts with it.

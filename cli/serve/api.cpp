@@ -25,6 +25,7 @@
 #include <span>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unordered_map>
 
 namespace chorus::cli::serve {
 namespace fs = std::filesystem;
@@ -523,35 +524,70 @@ std::string runs_version(std::string_view stamp) {
   return out;
 }
 
+namespace {
+
+/// A directory's time and inode, folded into one number (0: it is gone).
+std::uint64_t dir_time(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return 0;
+  return (static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'007ULL + static_cast<std::uint64_t>(st.st_mtim.tv_nsec)) ^
+         (static_cast<std::uint64_t>(st.st_ino) << 1);
+}
+
+std::uint64_t fold(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 0x100000001b3ULL; }
+
+} // namespace
+
 std::string Api::runs_stamp() {
   std::lock_guard look(stamp_mutex_);
   const auto now = std::chrono::steady_clock::now();
   if (!stamp_.empty() && now - stamp_at_ < stamp_every) return stamp_;
-  std::string stamp;
+  // The times of the directories the last listing looked at: where none
+  // changed, nothing was added, removed or replaced below the root (a run's
+  // run.json, summary.json and lease.json are replaced by rename), and the
+  // runs need no listing again. One stat a directory.
+  std::vector<std::uint64_t> times(looked_.size());
+  bool same = !looked_.empty();
+  for (std::size_t i = 0; i < looked_.size(); ++i) {
+    times[i] = dir_time(looked_[i]);
+    same = same && times[i] == looked_times_[i];
+  }
+  if (!same) {
+    looked_.clear();
+    run_dirs_.clear();
+    const std::vector<RunGroup> groups = find_runs(root_, &looked_);
+    std::unordered_map<std::string_view, std::size_t> at;
+    for (std::size_t i = 0; i < looked_.size(); ++i) at.emplace(looked_[i], i);
+    for (const RunGroup& g : groups)
+      for (const std::string& d : g.run_dirs) run_dirs_.emplace_back(d, at.at(d));
+    times.resize(looked_.size());
+    for (std::size_t i = 0; i < looked_.size(); ++i) times[i] = dir_time(looked_[i]);
+    looked_times_ = times;
+  }
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const std::uint64_t t : looked_times_) h = fold(h, t);
+  // Whether each run reads running (its host not known gone): read again
+  // where its directory changed, and every running_every while it runs.
   bool live = false;
   std::map<std::string, Liveness> seen;
-  for (const RunGroup& g : find_runs(root_))
-    for (const std::string& d : g.run_dirs) {
-      const std::string run_file = stamp_of(d + "/run.json");
-      stamp += d + "|" + run_file + "|" + stamp_of(d + "/summary.json") + "|" + stamp_of(d + "/lease.json") + "\n";
-      // Whether it reads running (its host not known gone): looked at again
-      // when run.json changes, and every running_every while it does.
-      Liveness l;
-      if (const auto it = live_.find(d);
-          it != live_.end() && it->second.run_file == run_file && !(it->second.running && now - it->second.looked >= running_every))
-        l = it->second;
-      else
-        l = {run_file, read_run(d).reported_state() == "running", now};
-      live = live || l.running;
-      stamp += l.running ? "running\n" : "";
-      seen.emplace(d, std::move(l));
-    }
+  for (const auto& [d, i] : run_dirs_) {
+    const std::uint64_t t = times[i];
+    Liveness l;
+    if (const auto it = live_.find(d);
+        it != live_.end() && it->second.dir_time == t && !(it->second.running && now - it->second.looked >= running_every))
+      l = it->second;
+    else
+      l = {t, read_run(d).reported_state() == "running", now};
+    live = live || l.running;
+    h = fold(h, l.running ? 1 : 2);
+    seen.emplace(d, l);
+  }
   live_ = std::move(seen);
+  stamp_ = runs_version(std::string_view(reinterpret_cast<const char*>(&h), sizeof h));
   if (live) {
     const auto since = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
-    stamp += "live " + std::to_string(since.count() / running_every.count());
+    stamp_ += " live " + std::to_string(since.count() / running_every.count());
   }
-  stamp_ = std::move(stamp);
   stamp_at_ = now;
   return stamp_;
 }

@@ -86,11 +86,12 @@ public:
 
   /// GET /api/runs: every run by project and group, the newest first.
   Reply runs();
-  /// What tells whether GET /api/runs would answer anything new: the runs
-  /// found, and each one's run.json, summary.json and lease.json (size, time,
-  /// inode), and whether it reads running; while one does, also the time in
-  /// steps of `running_every`, so that its progress is shown again that
-  /// often, and a lease that ran out is seen. Looked at afresh at most once
+  /// What tells whether GET /api/runs would answer anything new: the times
+  /// of the directories down to the runs' own (a run's run.json,
+  /// summary.json and lease.json are replaced by rename, which changes its
+  /// directory's time), and whether each run reads running; while one does,
+  /// also the time in steps of `running_every`, so that its progress is
+  /// shown again that often, and a lease that ran out is seen. Looked at afresh at most once
   /// per `stamp_every`, for any number of pages following the list
   /// (GET /api/runs/stream).
   std::string runs_stamp();
@@ -174,13 +175,16 @@ private:
   std::map<std::string, ListEntry> listed_;
   std::atomic<std::uint64_t> clock_{0};
   struct Liveness {
-    std::string run_file; // run.json's stamp when it was read
+    std::uint64_t dir_time = 0; // the run directory's time when it was read
     bool running = false;
     std::chrono::steady_clock::time_point looked{};
   };
-  std::mutex stamp_mutex_; // guards the three below: runs_stamp()'s last look
+  std::mutex stamp_mutex_; // guards the members below: runs_stamp()'s last look
   std::string stamp_;
   std::chrono::steady_clock::time_point stamp_at_{};
+  std::vector<std::string> looked_;         // the directories the last listing looked at
+  std::vector<std::uint64_t> looked_times_; // and their times then
+  std::vector<std::pair<std::string, std::size_t>> run_dirs_; // the runs it found, and where in looked_
   std::map<std::string, Liveness> live_;
 };
 

@@ -121,7 +121,9 @@ int main(int argc, char** argv) {
         if (f.path != "/") rename_in(page.body, f.path, f.hashed);
     }
     for (File& f : files) {
-      f.etag = "\"" + content_hash(f.body) + "\"";
+      f.etag = "\"";
+      f.etag += content_hash(f.body);
+      f.etag += '"';
       f.gzip = chorus::cli::serve::compress(f.body, Coding::gzip, 9);
       f.br = chorus::cli::serve::compress(f.body, Coding::br, 11);
       if (f.gzip.size() >= f.body.size()) f.gzip.clear();
