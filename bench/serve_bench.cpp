@@ -3,7 +3,9 @@
 // of them reduced, with _count, and four per-rank columns), and 1,000 small
 // runs. A server in this process (cli/serve/server.hpp, on a free loopback
 // port, asking for its token as `chorus serve` does) is then asked over
-// HTTP, as the page asks (the token in its cookie):
+// HTTP, as the page asks (the token in its cookie, and the Accept-Encoding
+// a browser sends: gzip, deflate, br; each row says the Content-Encoding the
+// answer came in and its size as sent):
 //  - the run's page: /api/run (the first one reads an overview and starts
 //    indexing the history in the background) and the series of its charts
 //    at 700 pixels (first paint); a zoom into 1% while the index is built
@@ -15,7 +17,10 @@
 //  - the runs list of 1,000 runs, cold and warm.
 // The files are in the page cache (just written), as a live run's are.
 //
-//   bench_serve [ROWS]     (default 1000000)
+//   bench_serve [ROWS]              (default 1000000)
+//   bench_serve --write DIR [ROWS]  only writes the two directories, as
+//                                   DIR/big and DIR/many, and exits (the data
+//                                   of bench/serve_browser_bench.py)
 #include "bench.hpp"
 
 #include "cli/serve/server.hpp"
@@ -24,6 +29,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <set>
 #include <thread>
 
 namespace {
@@ -104,14 +110,17 @@ public:
     thread_ = std::thread([this] { (void)server_.run(); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_.port());
     client_->set_read_timeout(600, 0);
-    // Every request carries the token as the page does, in the cookie it keeps.
-    client_->set_default_headers({{"Cookie", "chorus_token_" + std::to_string(server_.port()) + "=" + token_}});
+    // Every request carries the token as the page does, in the cookie it keeps,
+    // and the codings a browser takes, so that the server compresses what it would for the page.
+    client_->set_default_headers({{"Cookie", "chorus_token_" + std::to_string(server_.port()) + "=" + token_},
+                                  {"Accept-Encoding", "gzip, deflate, br"}});
   }
   ~InProcess() {
     server_.stop();
     thread_.join();
   }
-  /// GET `path`: milliseconds, and the body's bytes.
+  /// GET `path`: milliseconds, and the answer's bytes as sent (compressed
+  /// where it was; its Content-Length). The client decodes the body.
   std::pair<double, std::size_t> get(const std::string& path) {
     std::string body;
     return get(path, body);
@@ -126,7 +135,17 @@ public:
       std::exit(1);
     }
     body = r->body;
-    return {ms, r->body.size()};
+    const std::string coding = r->get_header_value("Content-Encoding");
+    codings_.insert(coding.empty() ? "identity" : coding);
+    const std::string length = r->get_header_value("Content-Length");
+    return {ms, length.empty() ? r->body.size() : static_cast<std::size_t>(std::stoull(length))};
+  }
+  /// The Content-Encodings of the answers since the last call ("identity" for none), then forgets them.
+  std::string codings() {
+    std::string out;
+    for (const std::string& c : codings_) out += (out.empty() ? "" : "+") + c;
+    codings_.clear();
+    return out;
   }
 
 private:
@@ -147,6 +166,7 @@ private:
   chorus::cli::serve::Server server_;
   std::thread thread_;
   std::unique_ptr<httplib::Client> client_;
+  std::set<std::string> codings_;
 };
 
 std::string encode(const std::string& s) {
@@ -181,22 +201,15 @@ std::string rss() {
   return out;
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  const int rows = argc > 1 ? std::atoi(argv[1]) : 1'000'000;
-  if (rows < 1000) {
-    std::fprintf(stderr, "usage: bench_serve [ROWS of 1000 or more]\n");
-    return 2;
-  }
-  const std::vector<std::string> k = keys();
-  bench::TempDir big_root("chorus-bench-serve"), many_root("chorus-bench-serve");
-
+/// Writes the big run under `big_root` and the 1,000 small runs under
+/// `many_root`; says what it wrote.
+void write_data(const fs::path& big_root, const fs::path& many_root, int rows, const std::vector<std::string>& k) {
   // The big run.
   auto t0 = bench::clock::now();
-  const fs::path run = big_root.path / "bench" / "g" / "big";
+  const fs::path run = big_root / "bench" / "g" / "big";
   fs::create_directories(run);
   write_file(run / "run.json", run_json("big", 1'700'000'000.0, rows));
+  write_file(run / "history.jsonl", "");
   for (int s = 0; s < rows; s += 50'000) append(run / "history.jsonl", rows_text(s, std::min(rows, s + 50'000), k));
   const auto history_bytes = fs::file_size(run / "history.jsonl");
   const double gen_s = std::chrono::duration<double>(bench::clock::now() - t0).count();
@@ -206,7 +219,7 @@ int main(int argc, char** argv) {
     std::string id = std::to_string(i), group = std::to_string(i % 10);
     id.insert(0, 1, 'r');
     group.insert(0, 1, 'g');
-    const fs::path d = many_root.path / "bench" / group / id;
+    const fs::path d = many_root / "bench" / group / id;
     fs::create_directories(d);
     write_file(d / "run.json", run_json(id, 1'700'000'000.0 + i * 60, 100));
     write_file(d / "summary.json", R"({"_step":99,"train/loss":0.5,"train/acc":0.9})");
@@ -216,17 +229,50 @@ int main(int argc, char** argv) {
   std::printf("bench_serve: a run of %d rows x %d metrics (history.jsonl %.0f MiB, written in %.1f s); 1,000 runs "
               "(written in %.1f s)\n\n",
               rows, metrics, static_cast<double>(history_bytes) / (1 << 20), gen_s, gen_many_s);
+}
 
-  bench::Table t({"request", "ms", "KiB", "what"});
-  auto row = [&](const std::string& what, double ms, std::size_t bytes, const std::string& note) {
-    t.add({what, num(ms, 1), num(static_cast<double>(bytes) / 1024, 1), note});
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string write_to;
+  int arg = 1;
+  if (argc > 2 && std::string_view(argv[1]) == "--write") {
+    write_to = argv[2];
+    arg = 3;
+  }
+  const int rows = argc > arg ? std::atoi(argv[arg]) : 1'000'000;
+  if (rows < 1000) {
+    std::fprintf(stderr, "usage: bench_serve [ROWS of 1000 or more]\n"
+                         "       bench_serve --write DIR [ROWS]   (writes DIR/big and DIR/many, and exits)\n");
+    return 2;
+  }
+  const std::vector<std::string> k = keys();
+  if (!write_to.empty()) {
+    const fs::path dir(write_to);
+    if (fs::exists(dir / "big") || fs::exists(dir / "many")) {
+      std::fprintf(stderr, "bench_serve: %s already holds big/ or many/: remove them first\n", write_to.c_str());
+      return 1;
+    }
+    write_data(dir / "big", dir / "many", rows, k);
+    std::printf("written: %s (the run bench/g/big) and %s (1,000 runs)\n", (dir / "big").c_str(), (dir / "many").c_str());
+    return 0;
+  }
+  bench::TempDir big_root("chorus-bench-serve"), many_root("chorus-bench-serve");
+  write_data(big_root.path, many_root.path, rows, k);
+  const fs::path run = big_root.path / "bench" / "g" / "big";
+
+  bench::Table t({"request", "ms", "KiB sent", "coding", "what"});
+  // A row of the table, with the codings of the answers `s` got since the last row.
+  auto row = [&](InProcess& s, const std::string& what, double ms, std::size_t bytes, const std::string& note) {
+    const std::string coding = s.codings();
+    t.add({what, num(ms, 1), num(static_cast<double>(bytes) / 1024, 1), coding.empty() ? "-" : coding, note});
   };
   {
     InProcess s(big_root.path);
     const std::string r = "bench%2Fg%2Fbig";
     const auto opened = bench::clock::now();
     auto [ms, bytes] = s.get("/api/run?run=" + r);
-    row("/api/run, cold", ms, bytes, "an overview; the index is built in the background");
+    row(s, "/api/run, cold", ms, bytes, "an overview; the index is built in the background");
     double paint = 0;
     std::size_t paint_bytes = 0;
     for (const std::string& q : chart_requests(r, k, "")) {
@@ -234,8 +280,8 @@ int main(int argc, char** argv) {
       paint += m;
       paint_bytes += b;
     }
-    row("17 charts, whole run", paint, paint_bytes, "first paint: one request a chart, 700 px");
-    row("first paint in all", ms + paint, bytes + paint_bytes, "cold /api/run + the charts");
+    row(s, "17 charts, whole run", paint, paint_bytes, "first paint: one request a chart, 700 px");
+    row(s, "first paint in all", ms + paint, bytes + paint_bytes, "cold /api/run + the charts");
     {
       const int from = rows / 3, to = from + rows / 100;
       double z = 0;
@@ -248,7 +294,7 @@ int main(int argc, char** argv) {
         z += m;
         zb += b;
       }
-      row("17 charts, zoom 1%, indexing", z, zb,
+      row(s, "17 charts, zoom 1%, indexing", z, zb,
           indexing ? "read from the file while the index is built" : "the index was whole already");
     }
     for (std::string body;;) {
@@ -256,13 +302,18 @@ int main(int argc, char** argv) {
       if (body.find("\"indexing\":true") == std::string::npos) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    row("index whole", std::chrono::duration<double, std::milli>(bench::clock::now() - opened).count(), 0,
+    row(s, "index whole", std::chrono::duration<double, std::milli>(bench::clock::now() - opened).count(), 0,
         "from the first request, asked every 5 ms");
     std::tie(ms, bytes) = s.get("/api/run?run=" + r);
-    row("/api/run, warm", ms, bytes, "");
+    row(s, "/api/run, warm", ms, bytes, "");
     double warm = 0;
-    for (const std::string& q : chart_requests(r, k, "")) warm += s.get(q).first;
-    row("17 charts, warm", warm, paint_bytes, "");
+    std::size_t warm_bytes = 0;
+    for (const std::string& q : chart_requests(r, k, "")) {
+      auto [m, b] = s.get(q);
+      warm += m;
+      warm_bytes += b;
+    }
+    row(s, "17 charts, warm", warm, warm_bytes, "");
     for (const auto& [part, name] : {std::pair{0.10, "10%"}, std::pair{0.01, "1%"}, std::pair{0.001, "0.1%"}}) {
       const int from = rows / 3, to = from + static_cast<int>(rows * part);
       double z = 0;
@@ -272,15 +323,20 @@ int main(int argc, char** argv) {
         z += m;
         zb += b;
       }
-      row(std::string("17 charts, zoom ") + name, z, zb,
+      row(s, std::string("17 charts, zoom ") + name, z, zb,
           std::to_string(to - from) + " steps" + (to - from <= 32 * chart_width ? ", read from the file" : ", from the index"));
     }
     append(run / "history.jsonl", rows_text(rows, rows + 1000, k));
     std::tie(ms, bytes) = s.get("/api/run?run=" + r);
-    row("/api/run, 1,000 rows later", ms, bytes, "reads the new lines only");
+    row(s, "/api/run, 1,000 rows later", ms, bytes, "reads the new lines only");
     double live = 0;
-    for (const std::string& q : chart_requests(r, k, "")) live += s.get(q).first;
-    row("17 charts, 1,000 rows later", live, paint_bytes, "");
+    std::size_t live_bytes = 0;
+    for (const std::string& q : chart_requests(r, k, "")) {
+      auto [m, b] = s.get(q);
+      live += m;
+      live_bytes += b;
+    }
+    row(s, "17 charts, 1,000 rows later", live, live_bytes, "");
     std::string status;
     s.get("/api/status", status);
     std::printf("server status after the big run: %s\n", status.c_str());
@@ -288,11 +344,11 @@ int main(int argc, char** argv) {
   {
     InProcess s(many_root.path);
     auto [ms, bytes] = s.get("/api/runs");
-    row("/api/runs of 1,000 runs, cold", ms, bytes, "reads every run.json and summary.json");
+    row(s, "/api/runs of 1,000 runs, cold", ms, bytes, "reads every run.json and summary.json");
     std::tie(ms, bytes) = s.get("/api/runs");
-    row("/api/runs of 1,000 runs, warm", ms, bytes, "unchanged runs from memory");
+    row(s, "/api/runs of 1,000 runs, warm", ms, bytes, "unchanged runs from memory");
     std::tie(ms, bytes) = s.get("/api/run?run=bench%2Fg7%2Fr517");
-    row("/api/run of one of them", ms, bytes, "");
+    row(s, "/api/run of one of them", ms, bytes, "");
   }
   std::printf("%s\n\n", rss().c_str());
   t.print();

@@ -190,8 +190,8 @@ def browser():
         skip(f"chromium did not start under chromedriver: {str(e).splitlines()[0]}")
 
 
-def wait_until(what, fn, timeout=30.0):
-    """Polls fn() until it is true; fails naming `what` after `timeout` seconds."""
+def wait_until(what, fn, timeout=30.0, every=0.1):
+    """Polls fn() every `every` s until it is true; fails naming `what` after `timeout` seconds."""
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:
@@ -201,7 +201,7 @@ def wait_until(what, fn, timeout=30.0):
                 return last
         except WebDriverException as e:
             last = e
-        time.sleep(0.1)
+        time.sleep(every)
     raise AssertionError(f"waited {timeout:.0f} s for {what}; last: {last!r}")
 
 
