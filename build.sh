@@ -15,7 +15,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config git
           libcaf-dev libasio-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev libpng-dev
           libboost-test-dev libspdlog-dev libgloo-dev iproute2 procps e2fsprogs mount
           clang libclang-rt-14-dev openmpi-bin python3
-          libcpp-httplib-dev libjs-dygraphs chromium chromium-driver python3-selenium
+          libcpp-httplib-dev libbrotli-dev zlib1g-dev libjs-dygraphs chromium chromium-driver python3-selenium
           python3-dev pybind11-dev python3-numpy python3-pandas python3-pytest python3-torch)
 JOBS=${JOBS:-$(nproc)}
 
