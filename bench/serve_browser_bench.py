@@ -52,12 +52,12 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 # The browser tests' helpers: selenium (skipping with a line where it cannot
 # start), chromium's flags, finding programs, waiting for a page.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "browser"))
+import dashboard_test  # noqa: E402
 from dashboard_test import FLAGS, skip, which, wait_until as _wait_until  # noqa: E402
 from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import WebDriverException  # noqa: E402
@@ -75,40 +75,14 @@ def wait_until(what, fn, timeout=60.0, every=0.02):
 
 # ---------- the server ----------
 
-class Serve:
-    """`chorus serve ROOT` on a free port; `host` 0.0.0.0 serves other machines too (with the token)."""
+class Serve(dashboard_test.Serve):
+    """`chorus serve ROOT` on a free port, with a known token; `host` 0.0.0.0 serves other machines too."""
 
     def __init__(self, chorus, root, host=None):
-        args = [chorus, "serve", root, "--port", "0", "--token", TOKEN]
-        if host:
-            args += ["--host", host]
-        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.url = None
-        deadline = time.time() + 30
-        for line in self.p.stdout:
-            m = re.search(r"http://\S+", line)
-            if m:
-                self.url = m.group(0)
-                break
-            if time.time() > deadline:
-                break
-        if not self.url:
-            self.stop()
-            raise AssertionError(f"{chorus} serve printed no address")
-        self.port = int(re.search(r":(\d+)/", self.url).group(1))
-        # What it prints later must not fill the pipe.
-        threading.Thread(target=lambda: [None for _ in self.p.stdout], daemon=True).start()
+        super().__init__(chorus, root, "--token", TOKEN, *(["--host", host] if host else []))
 
     def at(self, address, hash_=""):
         return f"http://{address}:{self.port}/?token={TOKEN}{hash_}"
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(20)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 # ---------- the browser ----------

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SKIP = 77
@@ -163,8 +164,11 @@ class Serve:
             if time.time() > deadline:
                 break
         if not self.url:
-            raise AssertionError("chorus serve printed no address")
+            self.stop()
+            raise AssertionError(f"{chorus} serve printed no address")
         self.port = int(re.search(r":(\d+)/", self.url).group(1))
+        # What it prints later must not fill the pipe.
+        threading.Thread(target=lambda: [None for _ in self.p.stdout], daemon=True).start()
 
     def stop(self):
         self.p.terminate()
@@ -172,6 +176,7 @@ class Serve:
             self.p.wait(20)
         except subprocess.TimeoutExpired:
             self.p.kill()
+            self.p.wait()
 
 
 def browser():
