@@ -65,25 +65,31 @@ std::string cookie(const httplib::Request& req, std::string_view name) {
   return {};
 }
 
-/// `body` as the answer, in `coding` (already applied). Given to cpp-httplib
+/// `body` as the answer, in `coding` (already applied); `held` keeps it alive. Given to cpp-httplib
 /// as a content provider of a known length, which it sends as it is: it
 /// compresses nothing itself (its own would be Brotli at the highest quality,
 /// on every request).
-void put(httplib::Response& res, std::string body, std::string_view type, Coding coding) {
+void put_view(httplib::Response& res, std::string_view body, std::string_view type, Coding coding,
+              std::shared_ptr<const std::string> held = {}) {
   if (coding != Coding::identity) res.set_header("Content-Encoding", std::string(coding_name(coding)));
   res.set_header("Vary", "Accept-Encoding");
-  auto held = std::make_shared<const std::string>(std::move(body));
-  res.set_content_provider(held->size(), std::string(type),
-                           [held](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
-                             return sink.write(held->data() + offset, length);
+  res.set_content_provider(body.size(), std::string(type),
+                           [body, held](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+                             return sink.write(body.data() + offset, length);
                            });
+}
+
+/// The same, for a body made for this answer (held until it is sent).
+void put(httplib::Response& res, std::string body, std::string_view type, Coding coding) {
+  auto held = std::make_shared<const std::string>(std::move(body));
+  put_view(res, *held, type, coding, held);
 }
 
 /// Whether the request comes from this machine (its peer address is loopback).
 bool from_this_machine(const httplib::Request& req) {
   std::string_view peer = req.remote_addr;
-  if (peer.starts_with("::ffff:")) peer.remove_prefix(7);
-  return peer == "::1" || peer.starts_with("127.");
+  if (peer.starts_with("::ffff:")) peer.remove_prefix(7); // an IPv4 peer of an IPv6 socket
+  return is_loopback(std::string(peer));
 }
 
 /// An answer made for this request (JSON, a text file), compressed as is
@@ -115,19 +121,14 @@ void send_asset(const httplib::Request& req, httplib::Response& res, const Asset
   const Asset& a = *m.asset;
   res.set_header("ETag", std::string(a.etag));
   res.set_header("Cache-Control", m.immutable ? "public, max-age=31536000, immutable" : "no-cache");
-  res.set_header("Vary", "Accept-Encoding");
   const std::string seen = req.get_header_value("If-None-Match");
   if (!seen.empty() && (seen == "*" || seen.find(a.etag) != std::string::npos)) {
     res.status = 304;
+    res.set_header("Vary", "Accept-Encoding");
     return;
   }
   const Coding coding = pick_coding(req.get_header_value("Accept-Encoding"), !a.br.empty(), !a.gzip.empty());
-  const std::string_view body = coding == Coding::br ? a.br : coding == Coding::gzip ? a.gzip : a.body;
-  if (coding != Coding::identity) res.set_header("Content-Encoding", std::string(coding_name(coding)));
-  res.set_content_provider(body.size(), std::string(a.type),
-                           [body](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
-                             return sink.write(body.data() + offset, length);
-                           });
+  put_view(res, coding == Coding::br ? a.br : coding == Coding::gzip ? a.gzip : a.body, a.type, coding);
 }
 
 /// The query parameter `name` (the first), or "".
