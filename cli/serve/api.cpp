@@ -8,6 +8,7 @@
 #include "io/store/barrier_log.hpp"
 #include "io/store/metric_specs.hpp"
 #include "io/upload/tensorboard_run.hpp"
+#include "runtime/core/fnv.hpp"
 #include "runtime/core/json.hpp"
 
 #include <simdjson.h>
@@ -517,8 +518,7 @@ Reply Api::runs() {
 }
 
 std::string runs_version(std::string_view stamp) {
-  std::uint64_t h = 0xcbf29ce484222325ULL; // FNV-1a
-  for (const char c : stamp) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  const std::uint64_t h = detail::fnv1a64(stamp);
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return out;
@@ -533,8 +533,6 @@ std::uint64_t dir_time(const std::string& dir) {
   return (static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'007ULL + static_cast<std::uint64_t>(st.st_mtim.tv_nsec)) ^
          (static_cast<std::uint64_t>(st.st_ino) << 1);
 }
-
-std::uint64_t fold(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 0x100000001b3ULL; }
 
 } // namespace
 
@@ -564,8 +562,8 @@ std::string Api::runs_stamp() {
     for (std::size_t i = 0; i < looked_.size(); ++i) times[i] = dir_time(looked_[i]);
     looked_times_ = times;
   }
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const std::uint64_t t : looked_times_) h = fold(h, t);
+  std::uint64_t h = detail::fnv1a64_basis;
+  for (const std::uint64_t t : looked_times_) h = detail::fnv1a64_step(h, t);
   // Whether each run reads running (its host not known gone): read again
   // where its directory changed, and every running_every while it runs.
   bool live = false;
@@ -579,7 +577,7 @@ std::string Api::runs_stamp() {
     else
       l = {t, read_run(d).reported_state() == "running", now};
     live = live || l.running;
-    h = fold(h, l.running ? 1 : 2);
+    h = detail::fnv1a64_step(h, l.running ? 1 : 2);
     seen.emplace(d, l);
   }
   live_ = std::move(seen);

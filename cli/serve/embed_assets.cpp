@@ -8,6 +8,7 @@
 // is a new name. Each is stored as it is, and compressed with Brotli (quality
 // 11) and gzip (level 9) where that is smaller.
 #include "cli/serve/encoding.hpp"
+#include "runtime/core/fnv.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -36,8 +37,7 @@ std::string read_whole(const std::string& name) {
 /// FNV-1a, 64 bits, as 12 hex digits: a name that changes with the content
 /// (not a defence against anyone: the files are the build's own).
 std::string content_hash(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  const std::uint64_t h = chorus::detail::fnv1a64(s);
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return std::string(out, 12);

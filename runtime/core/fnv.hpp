@@ -1,6 +1,7 @@
 // FNV-1a, the one non-cryptographic hash of chorus: derived group names and
 // ports (runtime/core/options.cpp), interned keys (runtime/client/ingest.cpp), MLflow key
-// suffixes (io/upload/mlflow.cpp) and the digests of delivered files (io/upload/upload.cpp).
+// suffixes (io/upload/mlflow.cpp), the digests of delivered files (io/upload/upload.cpp),
+// and chorus serve's content-hashed file names and runs-list versions (cli/serve/).
 // Its values are written into run directories and sent to servers: never
 // change the constants.
 #pragma once
