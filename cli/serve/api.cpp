@@ -86,6 +86,14 @@ std::string stamp_of(const std::string& path) {
          std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ino);
 }
 
+/// What changes when a run's run.json, summary.json or metrics.json does
+/// (16 hex digits): GET /api/run's `stamp` and its `run` event's, so that a
+/// page reads the run again only where it changed.
+std::string run_files_stamp(const std::string& dir) {
+  return runs_version(stamp_of(dir + "/run.json") + "|" + stamp_of(dir + "/summary.json") + "|" +
+                      stamp_of(dir + "/metrics.json"));
+}
+
 std::string_view host_life_name(io::HostLife h) {
   switch (h) {
   case io::HostLife::alive: return "alive";
@@ -241,12 +249,18 @@ bool in_group(gid_t gid) {
 
 namespace {
 
+/// The user serve runs as (it never changes).
+uid_t serving_user() {
+  static const uid_t me = ::geteuid();
+  return me;
+}
+
 /// Root's own rule, on what lstat found of `path`: a path another user owns
 /// is shown where its mode lets root read it as one who is not its owner
 /// (its group's bits where root is in its group, else everyone's); "" where
 /// it does, else why not. Root passes every other check of the kernel.
 std::string root_may_not_read(const std::string& path, const struct stat& st) {
-  if (st.st_uid == ::geteuid() || S_ISLNK(st.st_mode)) return {};
+  if (st.st_uid == serving_user() || S_ISLNK(st.st_mode)) return {};
   const bool dir = S_ISDIR(st.st_mode);
   const bool group = in_group(st.st_gid);
   const mode_t need = group ? (S_IRGRP | (dir ? S_IXGRP : 0)) : (S_IROTH | (dir ? S_IXOTH : 0));
@@ -264,7 +278,7 @@ std::string root_may_not_read(const std::string& path, const struct stat& st) {
 std::string not_shown(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return {}; // not there: nothing to show, nothing to hide
-  const uid_t me = ::geteuid();
+  const uid_t me = serving_user();
   if (me == 0) return root_may_not_read(path, st);
   const int want = R_OK | (S_ISDIR(st.st_mode) ? X_OK : 0);
   if (::faccessat(AT_FDCWD, path.c_str(), want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0) return {};
@@ -304,7 +318,7 @@ std::string Api::hidden(const std::string& dir, Shown what, std::map<std::string
   if (std::string why = not_shown(dir); !why.empty()) return why;
   // The kernel guards the files of a run an unprivileged user reads; root's
   // reads are checked here, file by file (through the directory, once opened).
-  if (::geteuid() != 0) return {};
+  if (serving_user() != 0) return {};
   if (what == Shown::group) return not_shown(dir + "/group.json");
   const int at = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (at < 0) return {}; // met, and named, where the run is read
@@ -436,6 +450,7 @@ std::size_t Api::cached_bytes() {
 }
 
 Reply Api::runs() {
+  std::lock_guard one(list_mutex_);
   // Taken first: a change while the list is read is told to the page again.
   const std::string version = runs_version(runs_stamp());
   const std::vector<RunGroup> groups = find_runs(root_);
@@ -445,13 +460,26 @@ Reply Api::runs() {
   std::size_t count = 0, not_listed = 0;
   std::string first_not_listed;
   std::map<std::string, std::string> looked; // the directories above the runs: why each is not shown
+  std::map<std::string, bool> plain;         // and whether each is a directory, not a link
+  const auto is_plain = [&](const std::string& dir) {
+    const auto [it, fresh] = plain.try_emplace(dir);
+    struct stat st {};
+    if (fresh) it->second = ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    return it->second;
+  };
   std::map<std::string, ListEntry> listed;
   for (const RunGroup& g : groups) {
     // A group's runs, the newest first; a run whose directory leads out of
     // the root, or that is not shown to the user serve runs as, is left out.
     std::vector<std::pair<double, std::string>> entries;
     for (const std::string& d : g.run_dirs) {
-      const std::string dir_real = real(d);
+      // Found below the root (a real path) through directories that are no
+      // links, a run's directory is its real path: one lstat a run (and one
+      // a group) instead of resolving each part of its path.
+      bool direct = d.starts_with(root_ + "/");
+      for (std::size_t at = root_.size() + 1; direct && at != std::string::npos; at = d.find('/', at + 1))
+        direct = is_plain(d.substr(0, d.find('/', at + 1)));
+      const std::string dir_real = direct ? d : real(d);
       if (dir_real.empty() || !inside(dir_real, root_)) continue;
       if (std::string why = hidden(dir_real, Shown::list_entry, &looked); !why.empty()) {
         if (not_listed++ == 0) first_not_listed = std::move(why);
@@ -594,12 +622,14 @@ Reply Api::run(std::string_view rel) {
   const Resolved where = resolve_run(rel);
   if (!where) return refusal(where.status, where.why);
   const std::string& dir = where.dir;
+  // Taken first: a change while the files are read is told by the run's events.
+  const std::string stamp = run_files_stamp(dir);
   const RunInfo r = read_run(dir);
   std::vector<std::string> errors, warnings;
   if (r.problem) errors.push_back(r.problem.message());
   std::string out;
   io::JsonWriter w(out);
-  w.begin_object().key("path").string(rel);
+  w.begin_object().key("path").string(rel).key("stamp").string(stamp);
   identity(w, r);
   ranks(w, r);
   w.key("segments").begin_array();
@@ -925,8 +955,7 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
   lines_event("histograms", "columns", f->histograms.state(), seen.histogram_lines, seen.histograms_indexing);
   lines_event("media", "keys", f->media.state(), seen.media_lines, seen.media_indexing);
   // metrics.json too: a late declaration changes how a page charts its keys.
-  const std::string stamp = stamp_of(where.dir + "/run.json") + "|" + stamp_of(where.dir + "/summary.json") + "|" +
-                            stamp_of(where.dir + "/metrics.json");
+  const std::string stamp = run_files_stamp(where.dir);
   // A host that dies changes no file: a running run's liveness is looked at now and then.
   const auto now = std::chrono::steady_clock::now();
   const bool changed = !seen.started || stamp != seen.run_stamp;
@@ -935,6 +964,7 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     seen.run_looked = now;
     if (changed || r.reported_state() != "running")
       event("run", [&](io::JsonWriter& w) {
+        w.key("stamp").string(stamp);
         identity(w, r);
         ranks(w, r);
         if (r.problem) w.key("error").string(r.problem.message());

@@ -85,6 +85,8 @@ public:
   [[nodiscard]] const std::string& root() const noexcept { return root_; }
 
   /// GET /api/runs: every run by project and group, the newest first.
+  /// One listing at a time: a second waits, then finds the runs the first
+  /// read (those not running) in its cache, a stat or two each.
   Reply runs();
   /// What tells whether GET /api/runs would answer anything new: the times
   /// of the directories down to the runs' own (a run's run.json,
@@ -173,6 +175,7 @@ private:
   std::mutex mutex_; // guards the maps below
   std::map<std::string, std::shared_ptr<RunFiles>> files_;
   std::map<std::string, ListEntry> listed_;
+  std::mutex list_mutex_; // one runs() at a time
   std::atomic<std::uint64_t> clock_{0};
   struct Liveness {
     std::uint64_t dir_time = 0; // the run directory's time when it was read

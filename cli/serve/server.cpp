@@ -22,6 +22,7 @@
 #include <optional>
 #include <netdb.h>
 #include <sys/stat.h>
+#include <thread>
 #include <tuple>
 #include <unistd.h>
 
@@ -549,7 +550,13 @@ std::string Server::url() const {
 }
 
 Error Server::run() {
-  if (!impl_->http.listen_after_bind() && !impl_->stopping)
+  // The runs are listed once while the first page is still on its way, so
+  // that its list (`/api/runs`) is answered from what is already read:
+  // every run.json and summary.json once, a stat each after.
+  std::thread warm([this] { (void)impl_->api.runs(); });
+  const bool listened = impl_->http.listen_after_bind();
+  warm.join();
+  if (!listened && !impl_->stopping)
     return Error(Errc::io_error, "the server stopped listening on port " + std::to_string(impl_->port));
   return {};
 }

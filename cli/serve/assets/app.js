@@ -6,7 +6,7 @@
 //                       (media.js), system metrics, the distributed view
 //   #/group/PATH        a group's runs side by side, their metrics overlaid
 //   #/compare/P1|P2...  any runs overlaid on the same charts
-// With format.js (values and units), charts.js (a chart), histograms.js (a
+// With boot.js (the page's first request, asked early), format.js (values and units), charts.js (a chart), histograms.js (a
 // histogram panel), media.js and events.js, loaded before it. Data comes from the server's JSON API (/api/...), live changes from its
 // event stream (/api/events). Every text from a run is put in as text, never as HTML.
 'use strict';
@@ -17,27 +17,34 @@ const chorus = (window.chorus = { charts: [], histograms: [], media: [], events:
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
+  for (const k in attrs) {
+    const v = attrs[k];
     if (v === null || v === undefined || v === false) continue;
     if (k === 'class') el.className = v;
     else if (k === 'text') el.textContent = v;
     else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? '' : v);
   }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
+  appendAll(el, children);
   return el;
 }
 
-async function api(path, params) {
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params || {})) {
-    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
-    else if (v !== undefined && v !== null) q.append(k, v);
+// Appends `list`'s nodes and texts (lists within it flattened; null, undefined and false left out).
+function appendAll(el, list) {
+  for (const c of list) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) appendAll(el, c);
+    else if (c instanceof Node) el.appendChild(c);
+    else el.appendChild(document.createTextNode(String(c)));
   }
-  const res = await fetch('/api/' + path + (q.toString() ? '?' + q : ''), { credentials: 'same-origin' });
+}
+
+async function api(path, params) {
+  const url = apiUrl(path, params);
+  // The page's first request, asked by boot.js as the page loaded.
+  const asked = early && early.url === url ? early.answer : null;
+  if (asked) early.url = null;
+  const res = await (asked || fetch(url, { credentials: 'same-origin' }));
   let body;
   try {
     body = await res.json();
@@ -119,6 +126,11 @@ function follow(runs, handlers) {
 
 // --- the runs ---
 
+// The runs list's columns and their widths (the same in each of its parts).
+const runColumns = [['', '30px'], ['run', '22%'], ['state', '10%'], ['ranks', '6%'], ['started', '13%'], ['duration', '7%'],
+  ['rows', '7%'], ['summary', 'auto']];
+const partRows = 40;
+
 async function runsPage(view) {
   crumbs(h('span', { text: 'runs' }));
   const top = h('div', { class: 'toolbar' });
@@ -129,7 +141,10 @@ async function runsPage(view) {
   const count = h('span', { class: 'note' });
   top.append(filter, state, compare, count);
   const rootNote = h('p', { class: 'note' });
-  const table = h('table', { class: 'runs', id: 'runs' });
+  // The list: a head, then the rows in parts of `partRows` (tables of one
+  // set of columns), each laid out and painted only near the screen
+  // (content-visibility): a list of thousands of runs shows at once.
+  const table = h('div', { class: 'runs', id: 'runs' });
   view.replaceChildren(h('h1', { text: 'Runs' }), rootNote, top, table);
   const picked = new Set();
   let data = null;
@@ -151,7 +166,7 @@ async function runsPage(view) {
     // Runs the server's user may not read are left out: say how many, and why the first.
     if (data.not_shown) rootNote.append(h('span', { id: 'not-shown', title: data.not_shown_why || '',
       text: ` (${data.not_shown} ${data.not_shown === 1 ? 'run' : 'runs'} not shown: ${data.not_shown_why || ''})` }));
-    const rows = [h('tr', {}, ['', 'run', 'state', 'ranks', 'started', 'duration', 'rows', 'summary'].map((t) => h('th', { text: t })))];
+    const rows = [];
     let shown = 0;
     // Groups by their newest run, the newest first.
     const groups = data.groups.slice().sort((a, b) => (b.runs[0].start_time || 0) - (a.runs[0].start_time || 0));
@@ -182,9 +197,15 @@ async function runsPage(view) {
           h('td', { class: 'summary', text: summary })));
       }
     }
-    table.replaceChildren(...rows);
+    const part = (trs, head) => h('table', { class: 'runs-part' + (head ? ' runs-head' : '') },
+      h('colgroup', {}, runColumns.map(([, w]) => h('col', { style: 'width:' + w }))), trs);
+    const parts = [part([h('tr', {}, runColumns.map(([t]) => h('th', { text: t })))], true)];
+    for (let i = 0; i < rows.length; i += partRows)
+      parts.push(h('div', { class: 'runs-rows', style: `contain-intrinsic-size:auto ${Math.min(partRows, rows.length - i) * 29}px` },
+        part(rows.slice(i, i + partRows))));
+    table.replaceChildren(...parts);
     count.textContent = `${shown} of ${data.count} runs`;
-    if (!data.count) table.replaceChildren(h('tr', {}, h('td', { text: 'no runs under ' + data.root + ' yet' })));
+    if (!data.count) table.replaceChildren(h('p', { class: 'note', text: 'no runs under ' + data.root + ' yet' }));
   };
   filter.addEventListener('input', render);
   state.addEventListener('change', render);
@@ -542,7 +563,12 @@ async function runPage(view, path) {
       addMedia();
       chorus.media.forEach((p) => p.refresh());
     },
-    run: async () => { await reloadRun(); chorus.charts.filter((c) => c.kind === 'progress').forEach((c) => c.draw()); },
+    run: async (e) => {
+      // The stream's first look tells what /api/run just said: read again only what changed.
+      if (e.stamp === run.stamp && e.shown_state === run.shown_state && e.host_life === run.host_life) return;
+      await reloadRun();
+      chorus.charts.filter((c) => c.kind === 'progress').forEach((c) => c.draw());
+    },
     events: (e) => { if (chorus.events) chorus.events.changed(e); },
   });
   chorus.page = { close: () => es.close(), run: () => run };
@@ -647,11 +673,11 @@ async function route() {
   clearPage();
   const view = document.getElementById('view');
   view.replaceChildren(h('p', { class: 'note', text: 'loading…' }));
-  const hash = location.hash.replace(/^#/, '') || '/';
+  const page = pageOf(location.hash);
   try {
-    if (hash.startsWith('/run/')) await runPage(view, decodeURI(hash.slice(5)));
-    else if (hash.startsWith('/group/')) await groupPage(view, decodeURI(hash.slice(7)));
-    else if (hash.startsWith('/compare/')) await comparePage(view, hash.slice(9).split('|').filter(Boolean).map(decodeURIComponent));
+    if (page.kind === 'run') await runPage(view, page.path);
+    else if (page.kind === 'group') await groupPage(view, page.path);
+    else if (page.kind === 'compare') await comparePage(view, page.paths);
     else await runsPage(view);
   } catch (e) {
     view.replaceChildren(errorBox('could not show this page: ' + e));

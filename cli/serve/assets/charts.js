@@ -69,7 +69,7 @@ class Chart {
     this.el.append(h('h3', {}, title, this.oddNote), this.plot, this.scaleNote, this.legend, this.toggles, this.status);
     parent.append(this.el);
     chorus.charts.push(this);
-    Chart.observer.observe(this.el);
+    observePanel(this.el);
   }
 
   axis() { return this.opts.axis ? this.opts.axis(settings.x) : settings.x; }
@@ -316,16 +316,49 @@ class Chart {
   }
 
   destroy() {
-    Chart.observer.unobserve(this.el);
+    unobservePanel(this.el);
     if (this.g) this.g.destroy();
     this.g = null;
   }
 }
-// A chart (or a histogram's or a media key's panel) loads once it comes near the screen: a run of many keys opens fast.
+// A chart (or a histogram's or a media key's panel) loads once it comes near
+// the screen, so that a run of many keys opens fast: those in view at once,
+// those only near it (600 px) once the ones in view are drawn and painted,
+// so that the first paint waits for the charts it shows only.
+const panelOf = (el) => [chorus.charts, chorus.histograms, chorus.media].map((l) => l.find((x) => x.el === el)).find(Boolean);
+const charts = { busy: 0, near: new Set(), flushing: false };
+function wantChart(c) {
+  if (c.wanted) return;
+  c.wanted = true;
+  charts.near.delete(c);
+  charts.busy++;
+  Promise.resolve(c.load()).finally(() => { charts.busy--; loadNearCharts(); });
+}
+function loadNearCharts() {
+  if (charts.busy || charts.flushing || !charts.near.size) return;
+  charts.flushing = true;
+  // After the next frame is painted.
+  requestAnimationFrame(() => setTimeout(() => {
+    charts.flushing = false;
+    if (charts.busy) return; // one came into view meanwhile: after it
+    const near = [...charts.near];
+    charts.near.clear();
+    near.forEach((c) => { if (c.el.isConnected) wantChart(c); });
+  }, 0));
+}
+Chart.inView = new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    const c = e.isIntersecting && panelOf(e.target);
+    if (c) wantChart(c);
+  }
+});
 Chart.observer = new IntersectionObserver((entries) => {
   for (const e of entries) {
-    if (!e.isIntersecting) continue;
-    const c = [chorus.charts, chorus.histograms, chorus.media].map((l) => l.find((x) => x.el === e.target)).find(Boolean);
-    if (c && !c.wanted) { c.wanted = true; c.load(); }
+    const c = panelOf(e.target);
+    if (!c || c.wanted) continue;
+    if (e.isIntersecting) charts.near.add(c); else charts.near.delete(c);
   }
+  loadNearCharts();
 }, { rootMargin: '600px' });
+function observePanel(el) { Chart.inView.observe(el); Chart.observer.observe(el); }
+function unobservePanel(el) { Chart.inView.unobserve(el); Chart.observer.unobserve(el); }

@@ -82,7 +82,7 @@ class RunEvents {
     box.replaceChildren(this.status, h('div', { class: 'events-list' }, this.table));
   }
 
-  // Once the charts near the screen have asked for their series (Chart.observer
+  // Once the charts in view have asked for their series (observePanel
   // finds them when the page is laid out) and had their answers (3 s at the most), the events.
   async start() {
     const until = Date.now() + 3000;
@@ -116,6 +116,7 @@ class RunEvents {
       this.again = true;
       return;
     }
+    const placedBefore = this.events.some((ev) => ev.step !== null);
     if (!more) this.events = [];
     this.generation = r.generation;
     this.file = r;
@@ -124,8 +125,10 @@ class RunEvents {
     this.events.push(...fresh);
     if (this.events.length > eventsKept) this.events.splice(0, this.events.length - eventsKept);
     this.render();
-    // The charts' marks, where new events have a place on them.
-    if (!more || fresh.some((ev) => ev.step !== null)) chorus.charts.forEach((c) => c.draw());
+    // The charts' marks: where new events have a place on them, or where
+    // the file read afresh took away some that had one (a run without
+    // events draws its charts once only).
+    if (fresh.some((ev) => ev.step !== null) || (!more && placedBefore)) chorus.charts.forEach((c) => c.draw());
   }); }
 
   render() {

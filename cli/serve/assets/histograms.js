@@ -49,7 +49,7 @@ class HistogramPanel {
     parent.append(this.el);
     this.setColumns(columns);
     chorus.histograms.push(this);
-    Chart.observer.observe(this.el);
+    observePanel(this.el);
   }
 
   setColumns(columns) {
@@ -187,7 +187,7 @@ class HistogramPanel {
   }
 
   destroy() {
-    Chart.observer.unobserve(this.el);
+    unobservePanel(this.el);
     clearTimeout(this.timer);
     if (this.g) this.g.destroy();
     this.g = null;

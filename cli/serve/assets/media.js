@@ -4,7 +4,7 @@
 // once the slider is moved to its end), a row per rank that logged the key
 // (a key of one rank shows once, under its plain name), each with its caption.
 // Loaded before app.js, whose helpers (h, api, loadOnce, fmtNumber, chorus,
-// Chart.observer) it uses once the page runs. Everything a run logged
+// observePanel) it uses once the page runs. Everything a run logged
 // (captions, markdown, table cells) goes in as text nodes, never as HTML.
 'use strict';
 
@@ -91,7 +91,7 @@ class MediaPanel {
     this.el.append(h('h3', { text: this.key }), h('label', { class: 'hist-slider' }, this.slider, this.stepLabel), this.rows, this.status);
     parent.append(this.el);
     chorus.media.push(this);
-    Chart.observer.observe(this.el);
+    observePanel(this.el);
   }
 
   // A step picked: the last one follows the run again.
@@ -140,7 +140,7 @@ class MediaPanel {
   }
 
   destroy() {
-    Chart.observer.unobserve(this.el);
+    unobservePanel(this.el);
     clearTimeout(this.timer);
   }
 }

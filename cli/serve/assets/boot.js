@@ -1,0 +1,31 @@
+// chorus serve: the first script of the page, in its head. It tells the page
+// from the address's # (pageOf, which app.js's router uses too) and asks at
+// once for the data that page opens with (/api/run or /api/runs), while the
+// other scripts load; app.js's api() takes that answer instead of asking again.
+'use strict';
+
+// The page an address's # names: {kind: 'runs' | 'run' | 'group' | 'compare', path, paths}.
+function pageOf(hash) {
+  const at = hash.replace(/^#/, '') || '/';
+  if (at.startsWith('/run/')) return { kind: 'run', path: decodeURI(at.slice(5)) };
+  if (at.startsWith('/group/')) return { kind: 'group', path: decodeURI(at.slice(7)) };
+  if (at.startsWith('/compare/')) return { kind: 'compare', paths: at.slice(9).split('|').filter(Boolean).map(decodeURIComponent) };
+  return { kind: 'runs' };
+}
+
+// The address of an API request: /api/PATH?params (a list gives a parameter per element).
+function apiUrl(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) {
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+    else if (v !== undefined && v !== null) q.append(k, v);
+  }
+  return '/api/' + path + (q.toString() ? '?' + q : '');
+}
+
+// The request asked early: {url, answer (fetch's promise)}, taken once by api().
+const early = (() => {
+  const page = pageOf(location.hash);
+  const url = page.kind === 'run' ? apiUrl('run', { run: page.path }) : page.kind === 'runs' ? apiUrl('runs') : null;
+  return url ? { url, answer: fetch(url, { credentials: 'same-origin' }) } : null;
+})();
