@@ -2,6 +2,7 @@
 // server: the page, its API and its live updates come from cli/serve/.
 #include "cli/cli.hpp"
 #include "cli/serve/api.hpp"
+#include "cli/serve/index_store.hpp"
 #include "cli/serve/server.hpp"
 
 #include <atomic>
@@ -66,6 +67,15 @@ options:
                   machine can then read the runs shown
   --cache-mb N    memory the runs' indexes may take together, in MiB (default
                   1024; the run being looked at always keeps its index)
+  --index-dir D   where the indexes of long histories (32 MiB or more) are
+                  kept between runs of chorus serve, so that such a run opens
+                  at full detail at once the next time, only its new lines
+                  read (default $XDG_CACHE_HOME/chorus/serve-index, else
+                  ~/.cache/chorus/serve-index; made mode 0700, and used only
+                  while it is this user's and closed to others)
+  --index-dir-mb N  what the kept indexes may take on disk together, in MiB
+                  (default 4096; the least recently used go first)
+  --no-index-dir  keep no index on disk
   -h, --help      this text
 
 exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the directory or the port cannot
@@ -79,7 +89,9 @@ namespace {
 struct ServeArgs {
   std::string dir, host = "127.0.0.1", token;
   bool no_token = false;
-  int port = 8600, cache_mb = 1024;
+  std::string index_dir;
+  bool no_index_dir = false;
+  int port = 8600, cache_mb = 1024, index_dir_mb = 4096;
 };
 
 Error parse(std::span<char* const> words, ServeArgs& a, bool& help) {
@@ -104,12 +116,20 @@ Error parse(std::span<char* const> words, ServeArgs& a, bool& help) {
       a.no_token = true;
     } else if (c.option({"--cache-mb"}, v)) {
       c.integer("--cache-mb", v, 16, 1 << 20, a.cache_mb);
+    } else if (c.option({"--index-dir"}, v)) {
+      if (v.empty() || v[0] != '/') c.fail("--index-dir takes an absolute path (or --no-index-dir to keep none)");
+      a.index_dir = v;
+    } else if (c.option({"--index-dir-mb"}, v)) {
+      c.integer("--index-dir-mb", v, 1, 1 << 24, a.index_dir_mb);
+    } else if (c.flag({"--no-index-dir"})) {
+      a.no_index_dir = true;
     } else {
       c.operand(a.dir, "directory");
     }
   }
   if (!c.error().empty()) return invalid(c.error());
   if (a.no_token && !a.token.empty()) return invalid("--no-token and --token: give one of them");
+  if (a.no_index_dir && !a.index_dir.empty()) return invalid("--no-index-dir and --index-dir: give one of them");
   if (a.no_token && !serve::is_loopback(a.host))
     return invalid("--no-token listens on loopback only (127.0.0.1): off it every request needs the token");
   return {};
@@ -138,6 +158,15 @@ int serve_main(std::span<char* const> words) {
   o.port = a.port;
   o.cache_bytes = static_cast<std::size_t>(a.cache_mb) << 20;
   o.token = a.token;
+  if (!a.no_index_dir) {
+    const std::string kept = a.index_dir.empty() ? serve::IndexStore::default_dir() : a.index_dir;
+    o.index_store = std::make_shared<serve::IndexStore>(kept, static_cast<std::uint64_t>(a.index_dir_mb) << 20);
+    // Not fatal: the runs are indexed afresh each time, as without it.
+    if (!o.index_store->usable())
+      std::fprintf(stderr, "chorus serve: warning: no index is kept on disk: %s; give --index-dir another, or "
+                           "--no-index-dir\n",
+                   o.index_store->why().c_str());
+  }
   // Every user of the machine reaches loopback: a token there too, unless --no-token.
   if (o.token.empty() && !a.no_token) {
     Result<std::string> token = serve::random_token();

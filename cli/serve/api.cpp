@@ -1,4 +1,5 @@
 #include "cli/serve/api.hpp"
+#include "cli/serve/index_store.hpp"
 #include "io/platform/posix.hpp"
 
 #include "cli/group_info.hpp"
@@ -292,7 +293,8 @@ Reply refusal(int status, std::string_view why) {
   return {status, std::move(body)};
 }
 
-Api::Api(std::string root, std::size_t cache_bytes) : root_(std::move(root)), cache_bytes_(cache_bytes) {}
+Api::Api(std::string root, std::size_t cache_bytes, std::shared_ptr<IndexStore> store)
+    : root_(std::move(root)), cache_bytes_(cache_bytes), store_(std::move(store)) {}
 Api::~Api() = default;
 
 std::string Api::rel_of(const std::string& dir) const {
@@ -401,7 +403,7 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
   {
     std::lock_guard lock(mutex_);
     auto& slot = files_[dir];
-    if (!slot) slot = std::make_shared<RunFiles>(dir);
+    if (!slot) slot = std::make_shared<RunFiles>(dir, store_);
     f = slot;
   }
   f->used = ++clock_;

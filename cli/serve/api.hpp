@@ -79,7 +79,8 @@ public:
   /// `root` is the directory the runs are under, as its real path;
   /// `cache_bytes` bounds what the indexes of the runs opened hold together
   /// (the least recently used go first; the one in use always stays).
-  Api(std::string root, std::size_t cache_bytes);
+  /// `store`, where given, keeps the indexes of long files between runs of the server.
+  Api(std::string root, std::size_t cache_bytes, std::shared_ptr<IndexStore> store = nullptr);
   ~Api();
 
   [[nodiscard]] const std::string& root() const noexcept { return root_; }
@@ -137,9 +138,12 @@ public:
 
 private:
   struct RunFiles {
-    RunFiles(const std::string& dir)
+    RunFiles(const std::string& dir, const std::shared_ptr<IndexStore>& store)
         : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system),
-          histograms(dir + "/histograms.jsonl"), media(dir + "/media.jsonl") {}
+          histograms(dir + "/histograms.jsonl"), media(dir + "/media.jsonl") {
+      history.keep_in(store);
+      system.keep_in(store);
+    }
     [[nodiscard]] std::size_t memory() const {
       return history.memory() + system.memory() + histograms.memory() + media.memory();
     }
@@ -172,6 +176,7 @@ private:
 
   const std::string root_;
   const std::size_t cache_bytes_;
+  const std::shared_ptr<IndexStore> store_;
   std::mutex mutex_; // guards the maps below
   std::map<std::string, std::shared_ptr<RunFiles>> files_;
   std::map<std::string, ListEntry> listed_;

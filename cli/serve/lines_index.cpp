@@ -5,6 +5,7 @@
 // the keys it keeps whole or leaves out of `_count/min`, its state and the
 // memory it holds. Reading the file is lines_read.cpp's, answering
 // lines_series.cpp's.
+#include "cli/serve/index_store.hpp"
 #include "cli/serve/lines_detail.hpp"
 
 #include "io/platform/posix.hpp"
@@ -75,6 +76,7 @@ void LinesIndex::adopt(LinesIndex& built) {
   lines_ = built.lines_;
   first_skipped_line_ = built.first_skipped_line_;
   stuck_size_ = built.stuck_size_;
+  kept_at_ = built.kept_at_;
   state_ = built.state_;
   state_.keys = keys_.size();
   state_.missing = false;
@@ -94,6 +96,7 @@ void LinesIndex::reset() {
   lines_ = 0;
   first_skipped_line_ = 0;
   stuck_size_ = 0;
+  kept_at_ = 0;
   state_ = IndexState{};
   account();
 }
@@ -207,10 +210,17 @@ bool LinesIndex::refresh() {
   }
   const std::uint64_t rows_before = state_.rows;
   state_.problem = {};
-  // A long file opened for the first time: an overview now, the index in the background.
-  if (state_.bytes == 0 && size >= overview_from_ && start_overview(*fd, size)) {
-    io::detail::close_fd(*fd);
-    return true;
+  // A long file opened for the first time: its kept index, where it has one
+  // (what was appended since is read below); else an overview now, the
+  // index in the background.
+  if (state_.bytes == 0 && size >= overview_from_) {
+    const IndexStore::Mapped kept = store_ ? store_->read(store_->file_for(path_, kind_)) : IndexStore::Mapped();
+    if (!kept.bytes().empty() && !take_kept(kept.bytes(), *fd, st.st_dev, st.st_ino, size)) {
+      changed = true;
+    } else if (start_overview(*fd, size)) {
+      io::detail::close_fd(*fd);
+      return true;
+    }
   }
   // A long stretch to read (a run opened for the first time) is read by
   // several threads, a piece each.
@@ -220,6 +230,11 @@ bool LinesIndex::refresh() {
     read_lines(*fd, size);
   }
   state_.keys = keys_.size();
+  // A kept index of a file that grew by as much as a long file: kept again.
+  if (kept_at_ != 0 && !state_.problem && state_.bytes >= kept_at_ + overview_from_) {
+    keep();
+    kept_at_ = state_.bytes;
+  }
   return changed || state_.rows != rows_before || state_.problem;
 }
 

@@ -15,11 +15,14 @@
 // system.jsonl takes the same path, its samples' line numbers (their "step")
 // estimated from the lines' lengths until the index is whole.
 //
+// The index of a long file is kept on disk once built (cli/serve/index_store.hpp),
+// so that a server opening it again reads only what was appended since.
+//
 // The index itself (its keys, rows, refresh and memory) is in
 // lines_index.cpp; the reading of the file (its lines, on several threads,
 // and the overview) in lines_read.cpp; the answers (x ranges, series, keys)
-// in lines_series.cpp, downsampled by lines_collector.cpp; what they share
-// in lines_detail.hpp.
+// in lines_series.cpp, downsampled by lines_collector.cpp; the kept file's
+// format in lines_store.cpp; what they share in lines_detail.hpp.
 #pragma once
 
 #include "io/store/metric_specs.hpp"
@@ -41,6 +44,8 @@
 #include <vector>
 
 namespace chorus::cli::serve {
+
+class IndexStore;
 
 /// What a series is drawn against: the row's `_step`, its `_timestamp` (unix
 /// seconds) or its `_runtime` (seconds into the run).
@@ -149,6 +154,12 @@ public:
   /// sign of missing ranks. Where they change, the index starts over at the
   /// next refresh.
   void count_ranks(const Result<io::MetricSpecs>& specs);
+  /// Keeps the index of a long file (one indexed in the background) in
+  /// `store` once it is built, and again as the file grows by as much; a
+  /// long file opened for the first time takes its kept index instead of
+  /// being indexed afresh, where it is still that file's
+  /// (cli/serve/index_store.hpp). Set before the first refresh.
+  void keep_in(std::shared_ptr<IndexStore> store) { store_ = std::move(store); }
 
 private:
   struct Block {
@@ -228,6 +239,16 @@ private:
   bool start_overview(int fd, std::uint64_t size);
   /// Takes the index built in the background in place of the overview.
   void adopt(LinesIndex& built);
+  /// The index as a kept file's bytes (cli/serve/lines_store.cpp); "" where
+  /// the file it indexes cannot be read or is no longer the one indexed.
+  [[nodiscard]] std::string kept_bytes() const;
+  /// Takes the kept index `kept` of the file open as `fd` (its device,
+  /// inode and size given) in place of this one's; where it is not that
+  /// file's (replaced, cut or rewritten since), was made with other
+  /// declarations, or is damaged: an error saying so, and nothing changed.
+  Error take_kept(std::string_view kept, int fd, std::uint64_t dev, std::uint64_t ino, std::uint64_t size);
+  /// Keeps the index (kept_bytes) in store_, from the builder's thread or under the lock.
+  void keep() const;
   /// Stops a background indexing and forgets it and the overview.
   void stop_building();
   /// The answer to `r` while the index is built (series_json's JSON).
@@ -278,6 +299,8 @@ private:
   std::atomic<std::int64_t>* meter_ = nullptr; // being built for another: its building_
   std::int64_t reported_ = 0;                  // what this one last added to *meter_
   const std::uint64_t overview_from_;
+  std::shared_ptr<IndexStore> store_; // keep_in
+  std::uint64_t kept_at_ = 0;         // the bytes indexed when the index was last kept (or taken from the store)
   std::mutex gate_mutex_;
   std::condition_variable gate_;
   bool hold_ = false;

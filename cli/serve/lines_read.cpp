@@ -163,6 +163,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
   next->keep_ = keep_;
   next->uncounted_ = uncounted_;
   next->meter_ = &building_;
+  next->store_ = store_;
   next_ = std::move(next);
   builder_ = std::thread([this, end] {
     {
@@ -179,6 +180,11 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
       n.read_lines(*in, end);
     }
     n.account();
+    // Kept on disk (written by the store's own thread): a server opening the file again takes it.
+    if (!n.state_.problem && n.store_) {
+      n.keep();
+      n.kept_at_ = n.state_.bytes;
+    }
     built_.store(true, std::memory_order_release);
   });
   return true;

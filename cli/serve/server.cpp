@@ -152,7 +152,7 @@ bool is_loopback(const std::string& host) {
 Result<std::string> random_token() { return io::detail::random_hex(16, "a token"); }
 
 struct Server::Impl {
-  explicit Impl(ServeOptions o) : options(std::move(o)), api(options.root, options.cache_bytes) {}
+  explicit Impl(ServeOptions o) : options(std::move(o)), api(options.root, options.cache_bytes, options.index_store) {}
 
   ServeOptions options;
   Api api;

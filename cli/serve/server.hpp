@@ -13,6 +13,8 @@
 
 namespace chorus::cli::serve {
 
+class IndexStore;
+
 struct ServeOptions {
   std::string root;                 ///< the runs directory, as its real path
   std::string host = "127.0.0.1";   ///< where to listen
@@ -20,6 +22,7 @@ struct ServeOptions {
   std::string token;                ///< asked of every request where set (none: --no-token, loopback only)
   std::size_t cache_bytes = 1u << 30; ///< what the runs' indexes may hold together
   std::size_t max_streams = 32;     ///< live event streams at once
+  std::shared_ptr<IndexStore> index_store; ///< where long files' indexes are kept between runs (none: null)
 };
 
 /// Whether `host` is a loopback name or address (localhost, 127.0.0.0/8, ::1).
