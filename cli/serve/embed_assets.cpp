@@ -1,7 +1,8 @@
 // Build-time tool: writes the C++ source holding the page of `chorus serve`
 // and dygraphs (cli/serve/assets.hpp's table), so that the page needs no
 // network and costs the server nothing to compress:
-//   chorus_embed_assets OUT.cpp /=index.html /app.js=app.js ...
+//   chorus_embed_assets OUT.cpp /=index.html /app.js=format.js+app.js ...
+// (FILE+FILE...: served as one file of them all, in that order.)
 // Each file but the page is also served under a name carrying a hash of its
 // content ("/app.0123456789ab.js"), and the page (the one at "/") names the
 // others by those names: a browser may keep them for good, and a changed file
@@ -10,6 +11,7 @@
 #include "cli/serve/encoding.hpp"
 #include "runtime/core/fnv.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -95,7 +97,7 @@ std::string literal(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: chorus_embed_assets OUT.cpp URL=FILE...\n";
+    std::cerr << "usage: chorus_embed_assets OUT.cpp URL=FILE[+FILE...]...\n";
     return 2;
   }
   try {
@@ -108,8 +110,14 @@ int main(int argc, char** argv) {
       File f;
       f.path = arg.substr(0, eq);
       f.source = arg.substr(eq + 1);
-      f.type = type_of(f.source);
-      f.body = read_whole(f.source);
+      f.type = type_of(f.source.substr(0, f.source.find('+')));
+      // FILE+FILE...: one file of them all, in that order.
+      for (std::size_t at = 0; at <= f.source.size();) {
+        const std::size_t end = std::min(f.source.find('+', at), f.source.size());
+        if (!f.body.empty()) f.body += '\n';
+        f.body += read_whole(f.source.substr(at, end - at));
+        at = end + 1;
+      }
       files.push_back(std::move(f));
     }
     // The files first, then the page, which names them by their hashed names.
