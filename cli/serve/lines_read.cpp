@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace chorus::cli::serve {
@@ -39,6 +40,8 @@ using lines::read_at;
 using lines::room;
 
 constexpr std::uint64_t never_overview = std::numeric_limits<std::uint64_t>::max();
+/// The nice value of the threads that build an index in the background.
+constexpr int background_nice = 10;
 /// Rows read between two accounts of an index being built.
 constexpr std::uint64_t account_every = 4096;
 
@@ -166,6 +169,10 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
   next->store_ = store_;
   next_ = std::move(next);
   builder_ = std::thread([this, end] {
+    // Below the requests, and the browser on this machine that waits for
+    // them: the index is built with the processor time they leave (its
+    // pieces' threads, started from this one, inherit it).
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), background_nice);
     {
       std::unique_lock lock(gate_mutex_);
       gate_.wait(lock, [this] { return !hold_ || stop_; });
