@@ -23,6 +23,7 @@
 //                                   of bench/serve_browser_bench.py)
 #include "bench.hpp"
 
+#include "cli/serve/index_store.hpp"
 #include "cli/serve/server.hpp"
 
 #include <httplib.h>
@@ -102,7 +103,8 @@ void write_file(const fs::path& p, const std::string& text) {
 /// A server of this process on a free port, stopped at the end of its scope.
 class InProcess {
 public:
-  explicit InProcess(const fs::path& root) : server_(options(root)) {
+  /// `kept`: where indexes are kept between servers (none where empty).
+  explicit InProcess(const fs::path& root, const fs::path& kept = {}) : server_(options(root, kept)) {
     if (chorus::Error e = server_.bind()) {
       std::fprintf(stderr, "bench_serve: %s\n", e.message().c_str());
       std::exit(1);
@@ -150,10 +152,11 @@ public:
 
 private:
   /// As `chorus serve` runs by default: on loopback, asking for a token.
-  chorus::cli::serve::ServeOptions options(const fs::path& root) {
+  chorus::cli::serve::ServeOptions options(const fs::path& root, const fs::path& kept) {
     chorus::cli::serve::ServeOptions o;
     o.root = fs::canonical(root).string();
     o.port = 0;
+    if (!kept.empty()) o.index_store = std::make_shared<chorus::cli::serve::IndexStore>(kept.string(), 1ull << 32);
     chorus::Result<std::string> token = chorus::cli::serve::random_token();
     if (!token) {
       std::fprintf(stderr, "bench_serve: %s\n", token.error().message().c_str());
@@ -257,7 +260,7 @@ int main(int argc, char** argv) {
     std::printf("written: %s (the run bench/g/big) and %s (1,000 runs)\n", (dir / "big").c_str(), (dir / "many").c_str());
     return 0;
   }
-  bench::TempDir big_root("chorus-bench-serve"), many_root("chorus-bench-serve");
+  bench::TempDir big_root("chorus-bench-serve"), many_root("chorus-bench-serve"), kept_root("chorus-bench-serve");
   write_data(big_root.path, many_root.path, rows, k);
   const fs::path run = big_root.path / "bench" / "g" / "big";
 
@@ -268,7 +271,7 @@ int main(int argc, char** argv) {
     t.add({what, num(ms, 1), num(static_cast<double>(bytes) / 1024, 1), coding.empty() ? "-" : coding, note});
   };
   {
-    InProcess s(big_root.path);
+    InProcess s(big_root.path, kept_root.path / "kept");
     const std::string r = "bench%2Fg%2Fbig";
     const auto opened = bench::clock::now();
     auto [ms, bytes] = s.get("/api/run?run=" + r);
@@ -340,6 +343,25 @@ int main(int argc, char** argv) {
     std::string status;
     s.get("/api/status", status);
     std::printf("server status after the big run: %s\n", status.c_str());
+  }
+  {
+    // A fresh server, the big run opened again: its index as kept by the server before.
+    InProcess s(big_root.path, kept_root.path / "kept");
+    const std::string r = "bench%2Fg%2Fbig";
+    std::string body;
+    auto [ms, bytes] = s.get("/api/run?run=" + r, body);
+    row(s, "/api/run, opened again", ms, bytes,
+        body.find("\"indexing\":false") != std::string::npos ? "a fresh server: the index kept, and 1,000 rows read on"
+                                                              : "a fresh server: NO INDEX KEPT (an overview)");
+    double paint = 0;
+    std::size_t paint_bytes = 0;
+    for (const std::string& q : chart_requests(r, k, "")) {
+      auto [m, b] = s.get(q);
+      paint += m;
+      paint_bytes += b;
+    }
+    row(s, "17 charts, opened again", paint, paint_bytes, "full resolution at once");
+    row(s, "first paint in all, opened again", ms + paint, bytes + paint_bytes, "");
   }
   {
     InProcess s(many_root.path);

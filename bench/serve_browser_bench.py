@@ -18,7 +18,11 @@ gives each one's median and the ratio of the last to the first. The figures:
             try: with the run's files in the page cache (warm), and evicted
             from it (cold: posix_fadvise(POSIX_FADV_DONTNEED) on each file of
             the run, after fdatasync); then the page reopened in the same
-            browser (its files from the browser's cache, the server's index warm).
+            browser (its files from the browser's cache, the server's index
+            warm). Each both for a run opened for the first time and for one
+            opened before, where a server that keeps indexes on disk
+            (--index-dir, in DATA/kept-index-NAME here) takes the one it kept
+            (evicted with the run's files for "cold").
   runs      the runs list of 1,000 runs, from navigation until its table holds
             every run (a fresh server and browser); a new run's directory made
             while the list is open, until its row is in the table; the CPU the
@@ -78,8 +82,9 @@ def wait_until(what, fn, timeout=60.0, every=0.02):
 class Serve(dashboard_test.Serve):
     """`chorus serve ROOT` on a free port, with a known token; `host` 0.0.0.0 serves other machines too."""
 
-    def __init__(self, chorus, root, host=None):
-        super().__init__(chorus, root, "--token", TOKEN, *(["--host", host] if host else []))
+    def __init__(self, chorus, root, host=None, kept=None):
+        super().__init__(chorus, root, "--token", TOKEN, *(["--host", host] if host else []),
+                         *(["--index-dir", kept] if kept else []))
 
     def at(self, address, hash_=""):
         return f"http://{address}:{self.port}/?token={TOKEN}{hash_}"
@@ -90,8 +95,9 @@ class Serve(dashboard_test.Serve):
 # Runs in every page before its own scripts: window.__bench records (in
 # performance.now() ms, from the start of navigation) when every chart in view
 # was first drawn (`first`), when none of them showed an overview any more
-# (`full`), and when the runs table first held __bench_runs rows (`runs`);
-# it looks every 10 ms until then, and no more after.
+# (`full`), and when the runs table first held __bench_runs rows (`runs`),
+# each as the time the next frame was painted; it looks every 10 ms until
+# then, and no more after.
 WATCH = r"""
 (() => {
   if (location.protocol !== 'http:') return;
@@ -108,6 +114,14 @@ WATCH = r"""
     return n;
   };
   const drawn = (c) => c.g && c.g.numRows() > 0 && painted(c.plot) > 200;
+  // A figure is the time its frame was painted: the next frame after what it
+  // waits for is in the page (a task after that frame's animation callbacks).
+  const wait = new Set();
+  const once = (field, then) => {
+    if (wait.has(field)) return;
+    wait.add(field);
+    requestAnimationFrame(() => setTimeout(() => { b[field] = performance.now(); if (then) then(); }, 0));
+  };
   const tick = () => {
     const now = performance.now();
     const hash = location.hash;
@@ -115,13 +129,13 @@ WATCH = r"""
     if (hash.startsWith('#/run/') && ch.length) {
       const seen = ch.filter((c) => inView(c.el));
       if (seen.length && seen.every((c) => c.g && c.g.numRows() > 0)) {
-        if (b.first === null && seen.every(drawn)) { b.first = now; b.charts = seen.length; }
+        if (b.first === null && seen.every(drawn)) once('first', () => { b.charts = seen.length; });
         if (b.first !== null && b.full === null && seen.every((c) => !/overview/.test(c.status.textContent)) &&
-            seen.every(drawn)) { b.full = now; b.fullCharts = seen.length; }
+            seen.every(drawn)) once('full', () => { b.fullCharts = seen.length; });
       }
     }
     if (b.runs === null && (hash === '' || hash === '#/') &&
-        document.querySelectorAll('#runs tr.run').length >= (window.__bench_runs || 1)) b.runs = now;
+        document.querySelectorAll('#runs tr.run').length >= (window.__bench_runs || 1)) once('runs');
     // Until what this page shows is seen (and never for long): an idle page is left idle.
     const run = hash.startsWith('#/run/'), list = hash === '' || hash === '#/';
     if (((run && b.full === null) || (list && b.runs === null)) && now < 180000) setTimeout(tick, 10);
@@ -342,17 +356,35 @@ def fmt(v, unit, bare=False):
     return s if bare else f"{s} {unit}"
 
 
+def keeps_indexes(chorus):
+    """Whether this `chorus serve` keeps indexes on disk (--index-dir)."""
+    out = subprocess.run([chorus, "serve", "--help"], capture_output=True, text=True)
+    return "--index-dir" in out.stdout + out.stderr
+
+
 def paint(names, binaries, data, tries, r):
     big = os.path.join(data, "big")
+    # Each binary that keeps indexes keeps them in a directory of its own here.
+    kept = {n: os.path.join(data, "kept-index-" + n) if keeps_indexes(binaries[n]) else None for n in names}
+    # (page cache, whether the run was opened before): opened before, a server
+    # that keeps indexes takes the one it kept; a first opening has none.
+    states = [("warm", False), ("warm", True), ("cold", True), ("cold", False)]
     for t in range(tries):
-        for state in ("warm", "cold"):
+        for cache, before in states:
+            state = cache + ("" if before else ", first opening")
             for n in names:
-                if state == "warm":
+                if kept[n] and not before:
+                    shutil.rmtree(kept[n], ignore_errors=True)
+                if cache == "warm":
                     warm(big)
+                    if kept[n] and os.path.isdir(kept[n]):
+                        warm(kept[n])
                 else:
                     evict(big)
+                    if kept[n] and os.path.isdir(kept[n]):
+                        evict(kept[n])
                 left = cached_mib(big)
-                s = Serve(binaries[n], big)
+                s = Serve(binaries[n], big, kept=kept[n])
                 b = Browser()
                 try:
                     b.open(s.at("127.0.0.1", "#/run/" + BIG_RUN))
@@ -361,22 +393,22 @@ def paint(names, binaries, data, tries, r):
                     charts = b.bench()["charts"]
                     run_end = answered(b, "/api/run?", last=False)
                     series_end = answered(b, "/api/series?", first)
-                    r.add(f"first paint, {state} page cache", n, first,
-                          note=f"{charts} charts in view" if state == "warm" else
+                    r.add(f"first paint, {state}", n, first,
+                          note=f"{charts} charts in view" if cache == "warm" else
                           ("" if left is None else f"after eviction {left:.1f} MiB of the run's files were in the page cache"))
-                    r.add(f"full resolution, {state} page cache", n, full)
+                    r.add(f"full resolution, {state}", n, full)
                     if run_end is not None:
                         r.add(f"  of the first paint, {state}: /api/run answered", n, run_end)
                     if series_end is not None:
                         r.add(f"  of the first paint, {state}: the last series drawn answered", n, series_end)
-                    if state == "warm":
+                    if cache == "warm" and before:
                         # The same page again, from the same browser: its files from the browser's cache.
                         time.sleep(1)
                         b.open(s.at("127.0.0.1", "#/run/" + BIG_RUN))
                         r.add("reopened: first paint", n, b.wait("first"))
                 finally:
                     b.quit()
-                    s.stop()
+                    s.stop()  # a server that keeps indexes writes what it has left on its way out
 
 
 APPEAR = r"""
