@@ -508,6 +508,7 @@ async function runPage(view, path) {
     if (!section.children.length) section.append(h('p', { class: 'note', text: 'no rows yet' }));
   };
   addDistributed();
+  loadPanelsInView();
 
   // Live: new rows, ranks' states and system samples, as the files change.
   let rows = run.history.rows, sysRows = run.system.rows, keyCount = run.history.keys.length, indexing = run.history.indexing;

@@ -334,6 +334,16 @@ function wantChart(c) {
   charts.busy++;
   Promise.resolve(c.load()).finally(() => { charts.busy--; loadNearCharts(); });
 }
+// The panels in view of a page just built, asked for at once: a frame
+// sooner than the observer would tell (its layout is the one that frame
+// would make anyway).
+function loadPanelsInView() {
+  for (const c of [...chorus.charts, ...chorus.histograms, ...chorus.media]) {
+    if (c.wanted) continue;
+    const r = c.el.getBoundingClientRect();
+    if (r.width > 0 && r.bottom > 0 && r.top < innerHeight) wantChart(c);
+  }
+}
 function loadNearCharts() {
   if (charts.busy || charts.flushing || !charts.near.size) return;
   charts.flushing = true;
