@@ -9,7 +9,9 @@
 #include "fuzz/input_file.hpp"
 #include "fuzz/seeds.hpp"
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
 
@@ -34,13 +36,15 @@ struct Made {
 const Made& made() {
   static const Made m = [] {
     Made m;
-    m.history = fuzz::scratch_dir() + "/history.jsonl";
+    // The store takes absolute paths only ($TMPDIR may be relative).
+    const std::string base = std::filesystem::absolute(fuzz::scratch_dir()).string();
+    m.history = base + "/history.jsonl";
     std::ofstream h(m.history);
     for (int s = 0; s < 400; ++s)
       h << "{\"_step\":" << s << ",\"_timestamp\":" << 1.7e9 + s << ",\"_runtime\":" << s << ",\"loss\":" << 1.0 / (s + 1)
         << (s % 3 ? ",\"acc/rank-1\":0.5" : "") << (s == 7 ? ",\"odd\":\"NaN\"" : "") << ",\"_count\":{\"loss\":2}}\n";
     h.close();
-    const std::string dir = fuzz::scratch_dir() + "/kept";
+    const std::string dir = base + "/kept";
     ::mkdir(dir.c_str(), 0700);
     m.store = std::make_shared<IndexStore>(dir, 1u << 30);
     m.kept = m.store->file_for(m.history, FileKind::history);
@@ -56,7 +60,10 @@ const Made& made() {
     }
     std::ifstream in(m.kept, std::ios::binary);
     const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (file.size() < header + 8) std::abort(); // the index was not kept: nothing to fuzz from
+    if (file.size() < header + 8) { // the index was not kept: nothing to fuzz from
+      std::fprintf(stderr, "fuzz_kept_index: no index was kept in %s (%s)\n", dir.c_str(), m.store->why().c_str());
+      std::abort();
+    }
     m.head = file.substr(0, header);
     m.body = file.substr(header, file.size() - header - 8);
     return m;
@@ -66,9 +73,13 @@ const Made& made() {
 
 } // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  fuzz::write_seeds_if_asked({made().body});
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const Made& m = made();
-  fuzz::write_seeds_if_asked({m.body});
   std::string kept = m.head + std::string(reinterpret_cast<const char*>(data), size);
   const std::uint64_t sum = cli::serve::word_hash(kept);
   kept.append(reinterpret_cast<const char*>(&sum), sizeof sum);

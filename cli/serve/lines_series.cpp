@@ -278,10 +278,13 @@ void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
   const auto x_at = [&](std::size_t row) { return keyed ? value_at(*x_key, row) : x_of(r.x, row); };
   const auto [all_lo, all_hi] =
       !keyed ? x_range(r.x) : x_key ? std::pair{x_key->min, x_key->max} : std::pair{nan_v, nan_v};
-  const auto [lo, hi] = range_of(r, all_lo, all_hi);
+  // Plain variables, not structured bindings: the lambdas below capture them (clang before 16 cannot).
+  const std::pair<double, double> range = range_of(r, all_lo, all_hi);
+  const double lo = range.first, hi = range.second;
   const std::size_t width = std::max<std::size_t>(r.width, 1);
-  const auto [first, last] =
+  const std::pair<std::size_t, std::size_t> rows =
       !keyed ? rows_in(r.x, lo, hi) : x_key ? rows_in(*x_key, lo, hi) : std::pair<std::size_t, std::size_t>{0, 0};
+  const std::size_t first = rows.first, last = rows.second;
   // A range of at most this many points of a key is read from the file:
   // every point is then there, or the exact smallest and largest of each pixel.
   const std::uint64_t read_at_most = std::max<std::uint64_t>(4096, std::uint64_t(block_points) * width);
