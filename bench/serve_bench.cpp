@@ -196,6 +196,21 @@ std::vector<std::string> chart_requests(const std::string& run, const std::vecto
   return out;
 }
 
+/// Asks the page's chart requests (chart_requests) one after another: the
+/// milliseconds and bytes of them all.
+template <class Server>
+std::pair<double, std::size_t> charts(Server& s, const std::string& run, const std::vector<std::string>& k,
+                                      const std::string& range) {
+  double ms = 0;
+  std::size_t bytes = 0;
+  for (const std::string& q : chart_requests(run, k, range)) {
+    auto [m, b] = s.get(q);
+    ms += m;
+    bytes += b;
+  }
+  return {ms, bytes};
+}
+
 std::string rss() {
   std::ifstream f("/proc/self/status");
   std::string line, out;
@@ -276,27 +291,15 @@ int main(int argc, char** argv) {
     const auto opened = bench::clock::now();
     auto [ms, bytes] = s.get("/api/run?run=" + r);
     row(s, "/api/run, cold", ms, bytes, "an overview; the index is built in the background");
-    double paint = 0;
-    std::size_t paint_bytes = 0;
-    for (const std::string& q : chart_requests(r, k, "")) {
-      auto [m, b] = s.get(q);
-      paint += m;
-      paint_bytes += b;
-    }
+    const auto [paint, paint_bytes] = charts(s, r, k, "");
     row(s, "17 charts, whole run", paint, paint_bytes, "first paint: one request a chart, 700 px");
     row(s, "first paint in all", ms + paint, bytes + paint_bytes, "cold /api/run + the charts");
     {
       const int from = rows / 3, to = from + rows / 100;
-      double z = 0;
-      std::size_t zb = 0;
       std::string body;
       s.get("/api/run?run=" + r, body);
       const bool indexing = body.find("\"indexing\":true") != std::string::npos;
-      for (const std::string& q : chart_requests(r, k, "&from=" + std::to_string(from) + "&to=" + std::to_string(to))) {
-        auto [m, b] = s.get(q);
-        z += m;
-        zb += b;
-      }
+      const auto [z, zb] = charts(s, r, k, "&from=" + std::to_string(from) + "&to=" + std::to_string(to));
       row(s, "17 charts, zoom 1%, indexing", z, zb,
           indexing ? "read from the file while the index is built" : "the index was whole already");
     }
@@ -309,36 +312,18 @@ int main(int argc, char** argv) {
         "from the first request, asked every 5 ms");
     std::tie(ms, bytes) = s.get("/api/run?run=" + r);
     row(s, "/api/run, warm", ms, bytes, "");
-    double warm = 0;
-    std::size_t warm_bytes = 0;
-    for (const std::string& q : chart_requests(r, k, "")) {
-      auto [m, b] = s.get(q);
-      warm += m;
-      warm_bytes += b;
-    }
+    const auto [warm, warm_bytes] = charts(s, r, k, "");
     row(s, "17 charts, warm", warm, warm_bytes, "");
     for (const auto& [part, name] : {std::pair{0.10, "10%"}, std::pair{0.01, "1%"}, std::pair{0.001, "0.1%"}}) {
       const int from = rows / 3, to = from + static_cast<int>(rows * part);
-      double z = 0;
-      std::size_t zb = 0;
-      for (const std::string& q : chart_requests(r, k, "&from=" + std::to_string(from) + "&to=" + std::to_string(to))) {
-        auto [m, b] = s.get(q);
-        z += m;
-        zb += b;
-      }
+      const auto [z, zb] = charts(s, r, k, "&from=" + std::to_string(from) + "&to=" + std::to_string(to));
       row(s, std::string("17 charts, zoom ") + name, z, zb,
           std::to_string(to - from) + " steps" + (to - from <= 32 * chart_width ? ", read from the file" : ", from the index"));
     }
     append(run / "history.jsonl", rows_text(rows, rows + 1000, k));
     std::tie(ms, bytes) = s.get("/api/run?run=" + r);
     row(s, "/api/run, 1,000 rows later", ms, bytes, "reads the new lines only");
-    double live = 0;
-    std::size_t live_bytes = 0;
-    for (const std::string& q : chart_requests(r, k, "")) {
-      auto [m, b] = s.get(q);
-      live += m;
-      live_bytes += b;
-    }
+    const auto [live, live_bytes] = charts(s, r, k, "");
     row(s, "17 charts, 1,000 rows later", live, live_bytes, "");
     std::string status;
     s.get("/api/status", status);
@@ -353,13 +338,7 @@ int main(int argc, char** argv) {
     row(s, "/api/run, opened again", ms, bytes,
         body.find("\"indexing\":false") != std::string::npos ? "a fresh server: the index kept, and 1,000 rows read on"
                                                               : "a fresh server: NO INDEX KEPT (an overview)");
-    double paint = 0;
-    std::size_t paint_bytes = 0;
-    for (const std::string& q : chart_requests(r, k, "")) {
-      auto [m, b] = s.get(q);
-      paint += m;
-      paint_bytes += b;
-    }
+    const auto [paint, paint_bytes] = charts(s, r, k, "");
     row(s, "17 charts, opened again", paint, paint_bytes, "full resolution at once");
     row(s, "first paint in all, opened again", ms + paint, bytes + paint_bytes, "");
   }
