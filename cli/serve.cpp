@@ -163,8 +163,8 @@ int serve_main(std::span<char* const> words) {
     o.index_store = std::make_shared<serve::IndexStore>(kept, static_cast<std::uint64_t>(a.index_dir_mb) << 20);
     // Not fatal: the runs are indexed afresh each time, as without it.
     if (!o.index_store->usable())
-      std::fprintf(stderr, "chorus serve: warning: no index is kept on disk: %s; give --index-dir another, or "
-                           "--no-index-dir\n",
+      std::fprintf(stderr, "chorus serve: warning: no index is kept on disk (long histories are indexed afresh "
+                           "each time): %s\n",
                    o.index_store->why().c_str());
   }
   // Every user of the machine reaches loopback: a token there too, unless --no-token.

@@ -1,9 +1,10 @@
 #include "cli/serve/index_store.hpp"
 
+#include "io/platform/files.hpp"
+#include "io/platform/posix.hpp"
 #include "runtime/core/fnv.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,15 +21,6 @@ namespace chorus::cli::serve {
 namespace {
 
 constexpr std::string_view suffix = ".index";
-
-/// Makes `dir` and the directories above it that are missing (mode 0700).
-bool make_dirs(const std::string& dir) {
-  for (std::size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
-    const std::string part = at == std::string::npos ? dir : dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    if (at == std::string::npos) return true;
-  }
-}
 
 } // namespace
 
@@ -53,14 +45,14 @@ std::uint64_t word_hash(std::string_view s) noexcept {
 IndexStore::IndexStore(std::string dir, std::uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
   struct stat st {};
   if (dir_.empty() || dir_[0] != '/') {
-    why_ = "no directory to keep indexes in (give --index-dir an absolute path)";
-  } else if (!make_dirs(dir_)) {
-    why_ = "cannot make " + dir_ + ": " + std::strerror(errno);
+    why_ = "no directory to keep indexes in: give --index-dir an absolute path, or --no-index-dir";
+  } else if (Error e = io::make_dirs(dir_, "give --index-dir another directory, or --no-index-dir")) {
+    why_ = e.message();
   } else if (::lstat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    why_ = dir_ + " is not a directory";
+    why_ = dir_ + " is not a directory: give --index-dir a directory, or --no-index-dir";
   } else if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
     // Another user could put an index there that the server would take as this run's.
-    why_ = dir_ + " must be this user's own and closed to others (chmod 700 " + dir_ + ")";
+    why_ = dir_ + " must be this user's own and closed to others: chmod 700 " + dir_ + ", or give --index-dir another";
   }
   if (usable()) writer_ = std::thread([this] {
     // Signals are the program's to take (chorus serve's Ctrl-C and SIGTERM), never this thread's.
@@ -75,7 +67,10 @@ IndexStore::IndexStore(std::string dir, std::uint64_t max_bytes) : dir_(std::mov
       queue_.pop_front();
       writing_ = true;
       lock.unlock();
-      write_one(file, bytes);
+      // Whole or not at all (a full disk leaves the kept file as it was);
+      // no fsync: after a crash of the machine an empty or old file is
+      // refused, and the index made again.
+      (void)io::write_file_atomic(file, bytes, false);
       evict();
       lock.lock();
       writing_ = false;
@@ -116,8 +111,10 @@ IndexStore::Mapped::~Mapped() {
 
 IndexStore::Mapped IndexStore::read(const std::string& file) const {
   if (!usable()) return {};
-  const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return {};
+  // No link, FIFO or device taken for a kept file.
+  const Result<int> opened = io::detail::open_regular(file, O_RDONLY, true);
+  if (!opened || *opened < 0) return {};
+  const int fd = *opened;
   const char* data = nullptr;
   std::size_t size = 0;
   struct stat st {};
@@ -128,7 +125,7 @@ IndexStore::Mapped IndexStore::read(const std::string& file) const {
     if (p != MAP_FAILED) data = static_cast<const char*>(p), size = static_cast<std::size_t>(st.st_size);
     ::futimens(fd, nullptr); // used now
   }
-  ::close(fd);
+  io::detail::close_fd(fd);
   return Mapped(data, size);
 }
 
@@ -150,22 +147,6 @@ void IndexStore::put(std::string file, std::string bytes) {
 void IndexStore::flush() {
   std::unique_lock lock(mutex_);
   done_.wait(lock, [this] { return queue_.empty() && !writing_; });
-}
-
-void IndexStore::write_one(const std::string& file, const std::string& bytes) {
-  const std::string temp = file + ".part" + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  std::size_t put = 0;
-  while (put < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + put, bytes.size() - put);
-    if (n <= 0 && errno != EINTR) break;
-    if (n > 0) put += static_cast<std::size_t>(n);
-  }
-  const bool whole = put == bytes.size() && ::close(fd) == 0;
-  if (put != bytes.size()) ::close(fd);
-  // Whole or not at all (a full disk leaves the kept file as it was).
-  if (!whole || ::rename(temp.c_str(), file.c_str()) != 0) ::unlink(temp.c_str());
 }
 
 void IndexStore::evict() {

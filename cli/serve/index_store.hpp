@@ -70,7 +70,6 @@ public:
   void flush();
 
 private:
-  void write_one(const std::string& file, const std::string& bytes);
   void evict();
 
   std::string dir_;
