@@ -325,34 +325,36 @@ class Chart {
 // the screen, so that a run of many keys opens fast: those in view at once,
 // those only near it (600 px) once the ones in view are drawn and painted,
 // so that the first paint waits for the charts it shows only.
-const panelOf = (el) => [chorus.charts, chorus.histograms, chorus.media].map((l) => l.find((x) => x.el === el)).find(Boolean);
-const charts = { busy: 0, near: new Set(), flushing: false };
+const panels = () => [...chorus.charts, ...chorus.histograms, ...chorus.media];
+const panelOf = (el) => panels().find((x) => x.el === el);
+// The panels loading, those near the screen waiting their turn, and whether a turn is due.
+const panelLoads = { busy: 0, near: new Set(), flushing: false };
 function wantChart(c) {
   if (c.wanted) return;
   c.wanted = true;
-  charts.near.delete(c);
-  charts.busy++;
-  Promise.resolve(c.load()).finally(() => { charts.busy--; loadNearCharts(); });
+  panelLoads.near.delete(c);
+  panelLoads.busy++;
+  Promise.resolve(c.load()).finally(() => { panelLoads.busy--; loadNearCharts(); });
 }
 // The panels in view of a page just built, asked for at once: a frame
 // sooner than the observer would tell (its layout is the one that frame
 // would make anyway).
 function loadPanelsInView() {
-  for (const c of [...chorus.charts, ...chorus.histograms, ...chorus.media]) {
+  for (const c of panels()) {
     if (c.wanted) continue;
     const r = c.el.getBoundingClientRect();
     if (r.width > 0 && r.bottom > 0 && r.top < innerHeight) wantChart(c);
   }
 }
 function loadNearCharts() {
-  if (charts.busy || charts.flushing || !charts.near.size) return;
-  charts.flushing = true;
+  if (panelLoads.busy || panelLoads.flushing || !panelLoads.near.size) return;
+  panelLoads.flushing = true;
   // After the next frame is painted.
   requestAnimationFrame(() => setTimeout(() => {
-    charts.flushing = false;
-    if (charts.busy) return; // one came into view meanwhile: after it
-    const near = [...charts.near];
-    charts.near.clear();
+    panelLoads.flushing = false;
+    if (panelLoads.busy) return; // one came into view meanwhile: after it
+    const near = [...panelLoads.near];
+    panelLoads.near.clear();
     near.forEach((c) => { if (c.el.isConnected) wantChart(c); });
   }, 0));
 }
@@ -366,7 +368,7 @@ Chart.observer = new IntersectionObserver((entries) => {
   for (const e of entries) {
     const c = panelOf(e.target);
     if (!c || c.wanted) continue;
-    if (e.isIntersecting) charts.near.add(c); else charts.near.delete(c);
+    if (e.isIntersecting) panelLoads.near.add(c); else panelLoads.near.delete(c);
   }
   loadNearCharts();
 }, { rootMargin: '600px' });
