@@ -164,6 +164,16 @@ void global_init() {
 
 } // namespace
 
+/// A started request: its transfer and, once done, its answer.
+struct HttpClient::Flight {
+  HttpResponse response;
+  Transfer transfer;
+  long timeout = 0;
+  bool added = false; // on the multi handle
+  bool done = false;
+  std::uint64_t done_order = 0; // answers are given out in the order they came
+};
+
 Delivery classify(const HttpResponse& r) noexcept {
   if (r.ok()) return Delivery::ok;
   if (r.status == 0) return r.permanent ? Delivery::refused : Delivery::retry;
@@ -219,9 +229,12 @@ HttpClient::HttpClient(std::size_t parallel) : cut_ns_(std::numeric_limits<std::
   global_init();
   multi_ = curl_multi_init();
   for (std::size_t i = 0; i < std::max<std::size_t>(parallel, 1); ++i) handles_.push_back(curl_easy_init());
+  flights_.resize(handles_.size());
 }
 
 HttpClient::~HttpClient() {
+  for (std::size_t i = 0; i < flights_.size(); ++i)
+    if (flights_[i] && flights_[i]->added) curl_multi_remove_handle(static_cast<CURLM*>(multi_), static_cast<CURL*>(handles_[i]));
   for (void* h : handles_)
     if (h) curl_easy_cleanup(static_cast<CURL*>(h));
   if (multi_) curl_multi_cleanup(static_cast<CURLM*>(multi_));
@@ -315,77 +328,114 @@ bool prepare(CURL* c, const HttpRequest& req, Transfer& t, long timeout) {
 
 } // namespace
 
+std::optional<std::size_t> HttpClient::start(const HttpRequest& request) {
+  std::size_t i = 0;
+  while (i < handles_.size() && flights_[i]) ++i;
+  if (i == handles_.size()) return std::nullopt;
+  auto& f = flights_[i] = std::make_unique<Flight>();
+  ++in_flight_;
+  Transfer& t = f->transfer;
+  t.response = &f->response;
+  t.cut_ns = &cut_ns_;
+  t.silence_ns = &silence_ns_;
+  t.suspect = unanswered_ > 0 || !ever_answered_;
+  t.started_ns = now_ns();
+  auto finish_now = [&](std::string why) {
+    if (f->response.transport_error.empty()) f->response.transport_error = std::move(why);
+    f->done = true;
+    f->done_order = ++answers_;
+    return i;
+  };
+  auto* c = static_cast<CURL*>(handles_[i]);
+  if (!multi_ || !c) return finish_now("libcurl could not make a handle (out of memory?)");
+  const std::int64_t cut_ms = (cut_ns_.load(std::memory_order_relaxed) - now_ns()) / 1'000'000;
+  if (cut_ms <= 0) return finish_now("the time for uploading ran out");
+  f->timeout = static_cast<long>(std::clamp<std::int64_t>(req_timeout(request), 1, cut_ms));
+  if (!prepare(c, request, t, f->timeout)) return finish_now({});
+  curl_multi_add_handle(static_cast<CURLM*>(multi_), c);
+  f->added = true;
+  return i;
+}
+
+void HttpClient::run_transfers() {
+  auto* multi = static_cast<CURLM*>(multi_);
+  int still = 0;
+  bool failed = curl_multi_perform(multi, &still) != CURLM_OK;
+  bool answered = false;
+  while (CURLMsg* msg = failed ? nullptr : curl_multi_info_read(multi, &still)) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    CURL* c = msg->easy_handle;
+    const CURLcode rc = msg->data.result;
+    const auto i = static_cast<std::size_t>(std::find(handles_.begin(), handles_.end(), c) - handles_.begin());
+    Flight& f = *flights_[i];
+    HttpResponse& res = f.response;
+    if (rc == CURLE_OK) {
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
+      unanswered_ = 0;
+      ever_answered_ = true;
+    } else {
+      res.status = 0;
+      res.body.clear();
+      res.transport_error = transport_error(rc, f.transfer, f.timeout);
+      res.permanent = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+                      rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
+      // A request cut by the caller's time says nothing of the server; one
+      // refused, reset or left unanswered does.
+      if (!f.transfer.cut && !res.permanent) ++unanswered_;
+    }
+    long opened = 0;
+    if (curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)
+      connections_ += static_cast<std::uint64_t>(opened);
+    curl_multi_remove_handle(multi, c);
+    f.added = false;
+    f.done = true;
+    f.done_order = ++answers_;
+    answered = true;
+  }
+  if (!failed && !answered) failed = curl_multi_poll(multi, nullptr, 0, 100, nullptr) != CURLM_OK;
+  if (!failed) return;
+  // The multi handle itself failed: every request in flight ends without an answer.
+  for (std::size_t i = 0; i < flights_.size(); ++i) {
+    Flight* f = flights_[i].get();
+    if (!f || f->done) continue;
+    if (f->added) curl_multi_remove_handle(multi, static_cast<CURL*>(handles_[i]));
+    f->added = false;
+    f->done = true;
+    f->done_order = ++answers_;
+    f->response.transport_error = "libcurl failed to run the transfer";
+  }
+}
+
+HttpResponse HttpClient::take(std::size_t ticket) {
+  HttpResponse r = std::move(flights_[ticket]->response);
+  flights_[ticket].reset();
+  --in_flight_;
+  return r;
+}
+
+std::optional<std::pair<std::size_t, HttpResponse>> HttpClient::next_answer() {
+  for (;;) {
+    if (in_flight_ == 0) return std::nullopt;
+    std::optional<std::size_t> first;
+    for (std::size_t i = 0; i < flights_.size(); ++i)
+      if (flights_[i] && flights_[i]->done && (!first || flights_[i]->done_order < flights_[*first]->done_order))
+        first = i;
+    if (first) return std::pair{*first, take(*first)};
+    run_transfers();
+  }
+}
+
 std::vector<HttpResponse> HttpClient::perform_all(std::span<const HttpRequest> requests) {
   std::vector<HttpResponse> out(requests.size());
-  auto* multi = static_cast<CURLM*>(multi_);
-  if (!multi || requests.size() > handles_.size()) {
-    for (HttpResponse& r : out) r.transport_error = "libcurl could not make a handle (out of memory?), or too many requests at once";
+  if (requests.size() > handles_.size() - in_flight_) {
+    for (HttpResponse& r : out) r.transport_error = "too many requests at once for the client's connections";
     return out;
   }
-  std::vector<std::unique_ptr<Transfer>> transfers(requests.size());
-  std::vector<long> timeouts(requests.size());
-  int running = 0;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto* c = static_cast<CURL*>(handles_[i]);
-    transfers[i] = std::make_unique<Transfer>();
-    Transfer& t = *transfers[i];
-    t.response = &out[i];
-    t.cut_ns = &cut_ns_;
-    t.silence_ns = &silence_ns_;
-    t.suspect = unanswered_ > 0 || !ever_answered_;
-    t.started_ns = now_ns();
-    if (!c) {
-      out[i].transport_error = "libcurl could not make a handle (out of memory?)";
-      continue;
-    }
-    const std::int64_t cut_ms = (cut_ns_.load(std::memory_order_relaxed) - now_ns()) / 1'000'000;
-    if (cut_ms <= 0) {
-      out[i].transport_error = "the time for uploading ran out";
-      continue;
-    }
-    timeouts[i] = static_cast<long>(std::clamp<std::int64_t>(req_timeout(requests[i]), 1, cut_ms));
-    if (!prepare(c, requests[i], t, timeouts[i])) continue;
-    curl_multi_add_handle(multi, c);
-    ++running;
-  }
-  while (running > 0) {
-    int still = 0;
-    if (curl_multi_perform(multi, &still) != CURLM_OK) break;
-    while (CURLMsg* msg = curl_multi_info_read(multi, &still)) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      CURL* c = msg->easy_handle;
-      const CURLcode rc = msg->data.result;
-      Transfer* t = nullptr;
-      curl_easy_getinfo(c, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
-      HttpResponse& res = *t->response;
-      if (rc == CURLE_OK) {
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
-        unanswered_ = 0;
-        ever_answered_ = true;
-      } else {
-        const auto i = static_cast<std::size_t>(t->response - out.data());
-        res.status = 0;
-        res.body.clear();
-        res.transport_error = transport_error(rc, *t, timeouts[i]);
-        res.permanent = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
-                        rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
-        // A request cut by the caller's time says nothing of the server; one
-        // refused, reset or left unanswered does.
-        if (!t->cut && !res.permanent) ++unanswered_;
-      }
-      long opened = 0;
-      if (curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)
-        connections_ += static_cast<std::uint64_t>(opened);
-      curl_multi_remove_handle(multi, c);
-      --running;
-    }
-    if (running > 0 && curl_multi_poll(multi, nullptr, 0, 100, nullptr) != CURLM_OK) break;
-  }
-  if (running > 0) { // the multi handle itself failed
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (handles_[i]) curl_multi_remove_handle(multi, static_cast<CURL*>(handles_[i]));
-      if (out[i].status == 0 && out[i].transport_error.empty()) out[i].transport_error = "libcurl failed to run the transfer";
-    }
+  std::vector<std::size_t> tickets;
+  for (const HttpRequest& r : requests) tickets.push_back(*start(r));
+  for (std::size_t k = 0; k < tickets.size(); ++k) {
+    while (!flights_[tickets[k]]->done) run_transfers();
+    out[k] = take(tickets[k]);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <chorus/chorus.hpp>
 
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace chorus::io {
@@ -96,6 +98,15 @@ public:
   [[nodiscard]] std::vector<HttpResponse> perform_all(std::span<const HttpRequest> requests);
   [[nodiscard]] std::size_t parallel() const noexcept { return handles_.size(); }
 
+  /// A sliding window: sends `request` on a free connection and returns at
+  /// once with its ticket (answered by next_answer), or nullopt when
+  /// parallel() requests are in flight. `request` must live until answered.
+  [[nodiscard]] std::optional<std::size_t> start(const HttpRequest& request);
+  /// Waits for the first answer of a started request to come: its ticket and
+  /// answer. Nothing in flight: nullopt at once.
+  [[nodiscard]] std::optional<std::pair<std::size_t, HttpResponse>> next_answer();
+  [[nodiscard]] std::size_t in_flight() const noexcept { return in_flight_; }
+
   /// No request runs past `at`: one in flight then is cut, a later one is not
   /// sent ("no answer"). For a caller that must end by a time (the drain at
   /// a run's finish, `chorus sync --timeout`). May be called from any thread.
@@ -117,8 +128,18 @@ public:
   [[nodiscard]] std::uint64_t connections() const noexcept { return connections_; }
 
 private:
+  struct Flight; // a started request's transfer state and answer (http.cpp)
+
   void* multi_ = nullptr;
   std::vector<void*> handles_;
+  std::vector<std::unique_ptr<Flight>> flights_; // per handle: set while its request is in flight or unread
+  std::size_t in_flight_ = 0;
+  std::uint64_t answers_ = 0;
+
+  /// Runs the transfers until one or more end (or 100 ms pass), marking theirs done.
+  void run_transfers();
+  /// The answer of a done request; frees its connection.
+  HttpResponse take(std::size_t ticket);
   std::atomic<std::int64_t> cut_ns_;
   std::atomic<std::int64_t> silence_ns_{0};
   std::uint64_t connections_ = 0;

@@ -115,10 +115,10 @@ Sent MlflowBackend::refused(std::string why) {
 
 namespace backends {
 
-// mlflow://, listed in io/CMakeLists.txt: its requests go out a window at a
-// time, and its URL takes no path.
+// mlflow://, listed in io/CMakeLists.txt: its log-batches go out a sliding
+// window at a time, and its URL takes no path.
 BackendSpec mlflow() {
-  return {.connections = detail::mlflow_window,
+  return {.connections = detail::mlflow_max_window,
           .path = {},
           .path_variable = {},
           .make = [](const BackendContext& c) -> Result<std::unique_ptr<Backend>> {

@@ -94,8 +94,9 @@ Sent MlflowBackend::read_run(const UploadState& st, simdjson::dom::element& run)
 
 Sent MlflowBackend::put_artifacts(std::vector<HttpRequest>& puts, const std::vector<std::string>& names,
                                   std::chrono::milliseconds cap) {
-  for (std::size_t i = 0; i < puts.size(); i += http_.parallel()) {
-    const std::size_t k = std::min(http_.parallel(), puts.size() - i);
+  const std::size_t at_once = std::min(http_.parallel(), mlflow_window);
+  for (std::size_t i = 0; i < puts.size(); i += at_once) {
+    const std::size_t k = std::min(at_once, puts.size() - i);
     for (HttpRequest& put : std::span(puts).subspan(i, k)) put.timeout = cap;
     const std::vector<HttpResponse> answers = http_.perform_all(std::span(puts).subspan(i, k));
     for (std::size_t j = 0; j < k; ++j)

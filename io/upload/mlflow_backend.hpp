@@ -81,7 +81,7 @@ private:
   [[nodiscard]] HttpRequest artifact_put(const UploadState& st, const std::string& name) const;
   /// What an artifact PUT's answer means: ok, or the failure to report.
   static Sent stored_artifact(const HttpResponse& r, const std::string& name);
-  /// PUTs `puts` (of the artifacts `names`) parallel() at a time, each
+  /// PUTs `puts` (of the artifacts `names`) mlflow_window at a time, each
   /// within `cap`: ok, or the first failure.
   Sent put_artifacts(std::vector<HttpRequest>& puts, const std::vector<std::string>& names,
                      std::chrono::milliseconds cap);

@@ -1,5 +1,5 @@
 // MlflowPoints (io/upload/mlflow_points.hpp): history and system lines → log-batch
-// requests, a window of them in flight at once.
+// requests, a sliding window of them in flight.
 #include "io/upload/mlflow_points.hpp"
 #include "io/store/history_row.hpp"
 
@@ -77,12 +77,15 @@ std::uint64_t MlflowPoints::values_between(const std::string& path, bool history
   return n + (to_part > from_part ? to_part - from_part : 0);
 }
 
-/// Reads up to `limit` points from the Batch, history first.
-void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t limit, std::vector<Point>& points,
+/// Reads up to `limit` points from the Batch from `at` on, history first,
+/// and moves `at` past them; whether the Batch is read to its end.
+bool MlflowPoints::gather(const Batch& b, GatherAt& at, std::size_t limit, std::vector<Point>& points,
                           std::vector<std::string>& bad) {
   std::size_t metrics = 0; // points to send; the end-of-line markers are not sent and not counted
-  auto take = [&](std::span<const std::string_view> lines, Cursor from, bool history, std::uint64_t part) {
-    for (std::size_t i = 0; i < lines.size() && metrics < limit; ++i) {
+  auto take = [&](std::span<const std::string_view> lines, Cursor from, bool history) {
+    std::size_t& line = at.line[history ? 0 : 1];
+    std::uint64_t& part = at.part[history ? 0 : 1];
+    for (std::size_t i = line; i < lines.size() && metrics < limit; ++i) {
       simdjson::dom::element doc;
       simdjson::dom::object obj;
       std::optional<HistoryRow> row;
@@ -93,13 +96,14 @@ void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t lim
       else if (history)
         why = row.emplace(obj).why();
       if (!why.empty()) {
-        std::string line = "{\"part\":\"";
-        line += history ? "history" : "system";
-        line += "\",\"line\":" + std::to_string(from.lines + i) + ",\"why\":";
-        append_json_string(line, why);
-        line += '}';
-        bad.push_back(std::move(line));
+        std::string text = "{\"part\":\"";
+        text += history ? "history" : "system";
+        text += "\",\"line\":" + std::to_string(from.lines + i) + ",\"why\":";
+        append_json_string(text, why);
+        text += '}';
+        bad.push_back(std::move(text));
         points.push_back(Point{{}, 0, 0, 0, history, i, end_of_line}); // a marker that consumes the line
+        line = i + 1, part = 0;
         continue;
       }
       double ts = 0;
@@ -108,8 +112,8 @@ void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t lim
       const auto step = row ? row->step() : static_cast<std::int64_t>(from.lines + i);
       std::uint64_t index = 0;
       for (const RowValue& f : row ? row->metrics() : RowValues(obj)) {
-        const std::uint64_t at = index++;
-        if (i == 0 && at < part) continue; // sent before
+        const std::uint64_t value_at = index++;
+        if (i == line && value_at < part) continue; // sent before, or gathered before
         std::string key;
         if (!history && f.key.starts_with("system.")) {
           key = "system/";
@@ -117,15 +121,21 @@ void MlflowPoints::gather(const Batch& b, const UploadState& st, std::size_t lim
         } else {
           key = std::string(f.key);
         }
-        points.push_back(Point{api_.map_key(key), f.value, static_cast<std::int64_t>(std::llround(ts * 1000.0)), step, history, i, at});
-        if (++metrics >= limit) return;
+        points.push_back(Point{api_.map_key(key), f.value, static_cast<std::int64_t>(std::llround(ts * 1000.0)), step,
+                               history, i, value_at});
+        if (++metrics >= limit) {
+          line = i, part = value_at + 1;
+          return;
+        }
       }
       // A line whose every value fitted: a marker so the line counts as consumed even with no values.
       points.push_back(Point{{}, 0, 0, 0, history, i, end_of_line});
+      line = i + 1, part = 0;
     }
   };
-  take(b.history, b.history_from, true, st.history_part);
-  if (metrics < limit) take(b.system, b.system_from, false, st.system_part);
+  take(b.history, b.history_from, true);
+  if (metrics < limit) take(b.system, b.system_from, false);
+  return at.line[0] >= b.history.size() && at.line[1] >= b.system.size();
 }
 
 /// Where a file stands once `p` is sent.
@@ -158,7 +168,7 @@ void MlflowPoints::read_span_tags(simdjson::dom::element doc, std::vector<Span>&
     if (t["key"].get(k) != simdjson::SUCCESS || t["value"].get(v) != simdjson::SUCCESS) continue;
     if (k == offset_tag)
       if (const auto p = decode_prefix(v)) raise(*p);
-    for (std::size_t slot = 0; slot < mlflow_window; ++slot) {
+    for (std::size_t slot = 0; slot < mlflow_slots; ++slot) {
       if (k != slot_tag(slot)) continue;
       const auto record = decode_slot(v);
       slots_[slot] = record ? std::optional<Span>(record->span) : std::nullopt;
@@ -211,19 +221,25 @@ Sent MlflowPoints::reconcile(const Batch& b, UploadState& st) {
   return s;
 }
 
-/// One request of a window: a run of points of one file.
+/// One log-batch of a Batch: a run of points of one file, sent, or skipped
+/// as the server holds it.
 struct MlflowPoints::Planned {
   enum class Kind { send, stored, empty } kind = Kind::send; // stored: the server holds it (ahead_)
+  Points points; // the points it is cut from
   std::size_t lo = 0, hi = 0, values = 0;
   Span span;
   std::size_t slot = 0;
+  std::optional<HttpRequest> request; // once sent
+  std::chrono::steady_clock::time_point sent_at;
+  std::optional<HttpResponse> answer; // once answered
 };
 
-/// Cuts points[lo, hi) of one file (from `at`) into log-batches of at most
-/// mlflow_max_metrics values, each ending where a span the server holds begins,
-/// and each with a slot of its own; skips the spans the server holds.
-void MlflowPoints::plan(const Batch& b, const std::vector<Point>& points, std::size_t lo, std::size_t hi, bool history,
-                        Place at, std::array<bool, mlflow_window>& busy, std::vector<Planned>& out) {
+/// Cuts points[lo, hi) of one file (from `at`, moved on) into log-batches of
+/// at most mlflow_max_metrics values, each ending where a span the server
+/// holds begins; skips the spans the server holds. False where it stops
+/// short: a span the server holds ends past what was read (on the next slice).
+bool MlflowPoints::plan(const Batch& b, const Points& points, std::size_t lo, std::size_t hi, bool history, Place& at,
+                        std::deque<Planned>& out) {
   std::size_t i = lo;
   while (i < hi) {
     const Span* stored = nullptr;
@@ -234,36 +250,40 @@ void MlflowPoints::plan(const Batch& b, const std::vector<Point>& points, std::s
       else if (beyond(sp.from, at) && (!next || beyond(next->from, sp.from))) next = &sp;
     }
     Planned p;
+    p.points = points;
     p.lo = i;
     p.span = {history, at, at};
     while (i < hi) {
-      const bool value = points[i].index != end_of_line;
+      const bool value = (*points)[i].index != end_of_line;
       if (stored && p.span.to == stored->to) break;
       if (!stored && value && p.values == mlflow_max_metrics) break;
-      p.span.to = after_point(b, points[i++]);
+      p.span.to = after_point(b, (*points)[i++]);
       p.values += value;
       if (!stored && next && !beyond(next->from, p.span.to)) break;
     }
     p.hi = i;
     if (stored) {
-      if (p.span.to != stored->to) return; // it ends past what was read: on the next slice
+      if (p.span.to != stored->to) return false;
       p.kind = Planned::Kind::stored;
     } else if (p.values == 0) {
       p.kind = Planned::Kind::empty;
-    } else {
-      const auto free = std::find(busy.begin(), busy.end(), false);
-      if (free == busy.end()) return;
-      *free = true;
-      p.slot = static_cast<std::size_t>(free - busy.begin());
     }
     at = p.span.to;
-    out.push_back(p);
+    out.push_back(std::move(p));
   }
+  return true;
+}
+
+/// A slot whose tag may be written over: none names a span, or its span is
+/// within `acked`, which the new batch's tag names, so the record moves on.
+std::optional<std::size_t> MlflowPoints::free_slot(const Prefix& acked) const {
+  for (std::size_t k = 0; k < mlflow_slots; ++k)
+    if (!slots_[k] || !beyond(slots_[k]->to, slots_[k]->history ? acked.history : acked.system)) return k;
+  return std::nullopt;
 }
 
 HttpRequest MlflowPoints::log_batch(const std::vector<Point>& points, std::size_t lo, std::size_t hi,
-                                    std::size_t slot, const Span& span, const UploadState& st) {
-  const Prefix acknowledged{{st.history, st.history_part}, {st.system, st.system_part}};
+                                    std::size_t slot, const Span& span, const Prefix& acked, const UploadState& st) {
   std::string body;
   JsonWriter w(body);
   w.begin_object().key("run_id").string(st.remote_run).key("metrics").begin_array();
@@ -274,70 +294,143 @@ HttpRequest MlflowPoints::log_batch(const std::vector<Point>& points, std::size_
     w.key("timestamp").integer(p.ts_ms).key("step").integer(p.step).end_object();
   }
   w.end_array().key("tags").begin_array();
-  w.begin_object().key("key").string(slot_tag(slot)).key("value").string(encode_slot({span, acknowledged})).end_object();
+  w.begin_object().key("key").string(slot_tag(slot)).key("value").string(encode_slot({span, acked})).end_object();
   w.end_array().end_object();
   slots_[slot] = span; // its fate is unknown until answered; the slot is not reused before the offsets pass it
-  return api_.request("POST", "runs/log-batch", std::move(body));
+  HttpRequest req = api_.request("POST", "runs/log-batch", std::move(body));
+  req.timeout = mlflow_request_cap;
+  return req;
 }
 
-/// Sends a window of log-batches at once, each on its own connection, and
-/// moves each file's offsets over the contiguous prefix of what the server
-/// acknowledged (or refused, value by value).
+/// Sends the Batch's points, a sliding window of log-batches in flight:
+/// each answer's connection takes the next batch at once. The offsets move
+/// over the contiguous prefix of each file's batches answered 2xx; the
+/// first other answer stops new sends, and once those in flight are
+/// answered, a refusal (400) is searched value by value, and anything else
+/// ends the call (the batches after it, stored or not, are settled by
+/// reading the tags back).
 Sent MlflowPoints::send(const Batch& b, UploadState& st) {
   if (uncertain_) {
     Sent s = reconcile(b, st);
     if (s.delivery != Delivery::ok || s.history > 0 || s.system > 0 || s.points > 0) return s;
   }
-  std::vector<Point> points;
   Sent s;
-  gather(b, st, mlflow_window * mlflow_max_metrics, points, s.refused);
-  api_.save_keys();
-  const Place start[2] = {{st.history, st.history_part}, {st.system, st.system_part}};
-  std::array<bool, mlflow_window> busy{};
-  for (std::size_t k = 0; k < mlflow_window; ++k)
-    busy[k] = slots_[k] && beyond(slots_[k]->to, start[slots_[k]->history ? 0 : 1]);
-  const auto split = static_cast<std::size_t>(
-      std::find_if(points.begin(), points.end(), [](const Point& p) { return !p.history; }) - points.begin());
-  std::vector<Planned> window;
-  plan(b, points, 0, split, true, start[0], busy, window);
-  plan(b, points, split, points.size(), false, start[1], busy, window);
-  if (std::none_of(window.begin(), window.end(), [](const Planned& p) { return p.kind == Planned::Kind::send; }) &&
-      std::none_of(window.begin(), window.end(), [&](const Planned& p) { return beyond(p.span.to, p.span.from); })) {
-    // Nothing to send and nothing to skip (cannot happen: a free slot is
-    // always left): read the tags back before going on.
-    uncertain_ = true;
-    Sent s = reconcile(b, st);
-    if (s.delivery == Delivery::ok && s.history == 0 && s.system == 0 && s.points == 0) {
-      s.delivery = Delivery::retry;
-      s.message = "MLflow: no log-batch slot is free; reading the run's tags back again";
-    }
-    return s;
-  }
-  std::vector<HttpRequest> requests;
-  for (const Planned& p : window)
-    if (p.kind == Planned::Kind::send) requests.push_back(log_batch(points, p.lo, p.hi, p.slot, p.span, st));
-  const std::vector<HttpResponse> answers = http_.perform_all(requests);
+  const auto began = std::chrono::steady_clock::now();
+  Place done[2] = {{st.history, st.history_part}, {st.system, st.system_part}}; // settled, in order
+  Prefix acked{done[0], done[1]}; // within `done`, what the server holds (no refused value in it)
+  Place planned[2] = {done[0], done[1]};
+  std::deque<Planned> queue[2]; // per file, planned and not settled, in order
+  std::size_t unsent[2] = {0, 0}; // where the batches not yet sent begin in queue[f]
+  GatherAt gathered;
+  gathered.part[0] = st.history_part, gathered.part[1] = st.system_part;
+  bool all_planned = false, stop_sending = false, moved = false, sent_any = false;
+  std::vector<Planned*> by_ticket(http_.parallel(), nullptr);
 
-  Place done[2] = {start[0], start[1]};
-  bool stopped[2] = {false, false};
-  std::optional<Sent> failure;
-  for (std::size_t i = 0, next = 0; i < window.size(); ++i) {
-    const Planned& p = window[i];
-    const int f = p.span.history ? 0 : 1;
-    const HttpResponse* r = p.kind == Planned::Kind::send ? &answers[next++] : nullptr;
-    if (stopped[f]) continue; // stored or not, it is settled by reading the tags back
-    if (!r || r->ok()) {
-      done[f] = p.span.to;
-      s.points += p.values;
-      continue;
+  // Settles each file's batches from the front while they are answered 2xx
+  // (or need no request).
+  auto settle_front = [&] {
+    for (int f = 0; f < 2; ++f) {
+      while (unsent[f] > 0) {
+        Planned& p = queue[f].front();
+        if (p.kind == Planned::Kind::send && (!p.answer || !p.answer->ok())) break;
+        done[f] = p.span.to;
+        (f == 0 ? acked.history : acked.system) = done[f];
+        s.points += p.values; // sent, or held by the server already: delivered either way
+        queue[f].pop_front();
+        --unsent[f];
+        moved = true;
+      }
     }
-    std::optional<Sent> fail;
-    if (classify(*r) == Delivery::refused && r->status == 400) fail = find_refused(b, points, p, *r, st, s, done[f]);
-    else fail = mlflow_failed(*r, "logging metrics");
-    if (!fail) continue;
-    if (!failure) failure = std::move(fail);
-    stopped[f] = true;
-    uncertain_ = true; // batches after it in the window may be stored: the next call reads the tags back
+  };
+  for (;;) {
+    // Plan more once fewer batches wait than the window sends at once.
+    while (!all_planned && !stop_sending &&
+           queue[0].size() - unsent[0] + queue[1].size() - unsent[1] < window_.max()) {
+      auto points = std::make_shared<std::vector<Point>>();
+      all_planned = gather(b, gathered, mlflow_slots * mlflow_max_metrics, *points, s.refused);
+      api_.save_keys();
+      const auto split = static_cast<std::size_t>(
+          std::find_if(points->begin(), points->end(), [](const Point& p) { return !p.history; }) - points->begin());
+      const Points shared = std::move(points);
+      // A span the server holds that ends past what was read stops the planning here.
+      if (!plan(b, shared, 0, split, true, planned[0], queue[0]) ||
+          !plan(b, shared, split, shared->size(), false, planned[1], queue[1]))
+        all_planned = true;
+    }
+    settle_front();
+    // Fill the window, history first.
+    bool no_slot = false;
+    while (!stop_sending && http_.in_flight() < window_.size()) {
+      const int f = unsent[0] < queue[0].size() ? 0 : unsent[1] < queue[1].size() ? 1 : -1;
+      if (f < 0) break;
+      Planned& p = queue[f][unsent[f]];
+      if (p.kind != Planned::Kind::send) {
+        ++unsent[f];
+        continue;
+      }
+      const std::optional<std::size_t> slot = free_slot(acked);
+      if (!slot) { // every slot names a batch beyond the acknowledged prefix: wait for answers
+        no_slot = true;
+        break;
+      }
+      p.slot = *slot;
+      p.request = log_batch(*p.points, p.lo, p.hi, p.slot, p.span, acked, st);
+      p.sent_at = std::chrono::steady_clock::now();
+      const std::optional<std::size_t> ticket = http_.start(*p.request);
+      if (!ticket) break; // cannot happen: the window is within the client's connections
+      by_ticket[*ticket] = &p;
+      ++unsent[f];
+      sent_any = true;
+    }
+    settle_front();
+    auto answer = http_.next_answer();
+    if (!answer) {
+      if (!all_planned && !stop_sending && !no_slot) continue; // only batches the server holds so far: plan on
+      break;
+    }
+    Planned& p = *by_ticket[answer->first];
+    p.answer = std::move(answer->second);
+    if (p.answer->ok()) {
+      window_.answered(std::chrono::steady_clock::now() - p.sent_at, p.values * 2 >= mlflow_max_metrics);
+    } else {
+      if (classify(*p.answer) == Delivery::retry) window_.backed_off();
+      stop_sending = true; // settled in order below, once the rest is answered
+    }
+    if (std::chrono::steady_clock::now() - began >= mlflow_send_budget) stop_sending = true;
+  }
+  settle_front();
+
+  if (!moved && !sent_any) {
+    // Nothing sent and nothing settled: no slot was free (cannot happen, a
+    // slot is always left): read the tags back before going on.
+    uncertain_ = true;
+    Sent r = reconcile(b, st);
+    if (r.delivery == Delivery::ok && r.history == 0 && r.system == 0 && r.points == 0) {
+      r.delivery = Delivery::retry;
+      r.message = "MLflow: no log-batch slot is free; reading the run's tags back again";
+    }
+    return r;
+  }
+  // What is not 2xx, in order: a refusal searched, a failure stops its file.
+  std::optional<Sent> failure;
+  for (int f = 0; f < 2; ++f) {
+    for (std::size_t i = 0; i < unsent[f]; ++i) {
+      const Planned& p = queue[f][i];
+      if (!p.answer || p.answer->ok()) {
+        done[f] = p.span.to;
+        s.points += p.values;
+        continue;
+      }
+      std::optional<Sent> fail;
+      if (classify(*p.answer) == Delivery::refused && p.answer->status == 400)
+        fail = find_refused(b, p, *p.answer, acked, st, s, done[f]);
+      else
+        fail = mlflow_failed(*p.answer, "logging metrics");
+      if (!fail) continue;
+      if (!failure) failure = std::move(fail);
+      uncertain_ = true; // batches after it may be stored: the next call reads the tags back
+      break;
+    }
   }
   s.history = lines_before(b.history_after, done[0]);
   s.system = lines_before(b.system_after, done[1]);
@@ -354,10 +447,11 @@ Sent MlflowPoints::send(const Batch& b, UploadState& st) {
 
 /// A log-batch the server refused (400): its halves go one at a time until
 /// the refused values are alone, and those are listed. Moves `at` over what
-/// is settled; the failure that stopped it, if one did.
-std::optional<Sent> MlflowPoints::find_refused(const Batch& b, const std::vector<Point>& points, const Planned& p,
-                                               const HttpResponse& refusal, const UploadState& st, Sent& s,
-                                               Place& at) {
+/// is settled; the failure that stopped it, if one did. Each half's tag
+/// names `acked`, which holds no refused value.
+std::optional<Sent> MlflowPoints::find_refused(const Batch& b, const Planned& p, const HttpResponse& refusal,
+                                               const Prefix& acked, const UploadState& st, Sent& s, Place& at) {
+  const std::vector<Point>& points = *p.points;
   std::vector<std::pair<std::size_t, std::size_t>> todo{{p.lo, p.hi}}; // last first
   std::optional<HttpResponse> known = refusal; // the answer to todo.back(), when already had
   while (!todo.empty()) {
@@ -372,10 +466,7 @@ std::optional<Sent> MlflowPoints::find_refused(const Batch& b, const std::vector
     }
     HttpResponse r;
     if (known) r = std::move(*known);
-    else {
-      HttpRequest req = log_batch(points, lo, hi, p.slot, span, st);
-      r = perform_capped(http_, req, mlflow_request_cap);
-    }
+    else r = http_.perform(log_batch(points, lo, hi, p.slot, span, acked, st));
     known.reset();
     if (r.ok()) {
       s.points += values;

@@ -1,14 +1,19 @@
-// History and system values → MLflow log-batch requests: several in flight
-// at once, each on a connection of its own, every value once (the spans and
-// slots of io/upload/mlflow_spans.hpp), a refused value found by halving its batch.
+// History and system values → MLflow log-batch requests: a sliding window of
+// them in flight, each on a connection of its own, each answer's connection
+// given the next batch at once, the window sized from the server's answers
+// (io/upload/request_window.hpp); every value once (the spans and slots of
+// io/upload/mlflow_spans.hpp), a refused value found by halving its batch.
 #pragma once
 
 #include "io/upload/backends.hpp"
 #include "io/upload/mlflow_spans.hpp"
+#include "io/upload/request_window.hpp"
 
 #include <simdjson.h>
 
 #include <array>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,10 +21,21 @@
 
 namespace chorus::io::detail {
 
-/// MLflow log-batch requests in flight at once, each on a connection of its
-/// own: enough to keep a server's workers busy (MLflow's default gunicorn
-/// has 4), few enough to leave it room for other clients.
+/// MLflow log-batch requests in flight at once when an upload starts (and
+/// artifact PUTs at once): MLflow's default gunicorn has 4 workers. From
+/// there the window is sized from the server's answers (request_window.hpp),
+/// up to mlflow_max_window.
 inline constexpr std::size_t mlflow_window = 4;
+inline constexpr std::size_t mlflow_max_window = 8;
+/// The run's tags chorus.upload.batch.<n> (io/upload/mlflow_spans.hpp): one
+/// per log-batch in flight or answered beyond the acknowledged offsets. More
+/// than the window, so that a slow batch does not stop the ones after it
+/// from being sent until as many are answered beyond it.
+inline constexpr std::size_t mlflow_slots = 2 * mlflow_max_window;
+/// A call sends no new log-batch after this long (those in flight are
+/// answered first), so that the Uploader saves its offsets and sees the
+/// rest of the run between calls.
+inline constexpr std::chrono::milliseconds mlflow_send_budget{2'000};
 inline constexpr std::size_t mlflow_max_metrics = 999; // + a slot tag = MLflow's 1000 entries a log-batch
 inline constexpr std::chrono::milliseconds mlflow_request_cap{30'000};
 
@@ -48,16 +64,26 @@ public:
   /// those values as delivered; the spans beyond are settled by the first send.
   void take_up(simdjson::dom::element run, const std::string& run_dir, UploadState& st);
 
-  /// Sends a window of log-batches at once, each on its own connection, and
-  /// moves each file's offsets over the contiguous prefix of what the server
-  /// acknowledged (or refused, value by value).
+  /// Sends the Batch's points as log-batches, a sliding window of them in
+  /// flight, each on its own connection: each answer's slot is refilled at
+  /// once. Moves each file's offsets over the contiguous prefix of what the
+  /// server acknowledged (or refused, value by value).
   Sent send(const Batch& b, UploadState& st);
+
+  /// Log-batches in flight at once now.
+  [[nodiscard]] std::size_t window() const noexcept { return window_.size(); }
 
 private:
   struct Point;
   struct Planned;
+  using Points = std::shared_ptr<const std::vector<Point>>;
+  /// Where gather() goes on in a Batch: per file (history, system), a line and values of it already taken.
+  struct GatherAt {
+    std::size_t line[2] = {0, 0};
+    std::uint64_t part[2] = {0, 0};
+  };
 
-  void gather(const Batch& b, const UploadState& st, std::size_t limit, std::vector<Point>& points,
+  bool gather(const Batch& b, GatherAt& at, std::size_t limit, std::vector<Point>& points,
               std::vector<std::string>& bad);
   static Place after_point(const Batch& b, const Point& p);
   std::uint64_t count_values(std::string_view line, bool history);
@@ -65,20 +91,22 @@ private:
                                std::uint64_t to_part);
   void read_span_tags(simdjson::dom::element doc, std::vector<Span>& spans, std::optional<Prefix>& prefix);
   Sent reconcile(const Batch& b, UploadState& st);
-  void plan(const Batch& b, const std::vector<Point>& points, std::size_t lo, std::size_t hi, bool history, Place at,
-            std::array<bool, mlflow_window>& busy, std::vector<Planned>& out);
+  bool plan(const Batch& b, const Points& points, std::size_t lo, std::size_t hi, bool history, Place& at,
+            std::deque<Planned>& out);
+  std::optional<std::size_t> free_slot(const Prefix& acked) const;
   HttpRequest log_batch(const std::vector<Point>& points, std::size_t lo, std::size_t hi, std::size_t slot,
-                        const Span& span, const UploadState& st);
-  std::optional<Sent> find_refused(const Batch& b, const std::vector<Point>& points, const Planned& p,
-                                   const HttpResponse& refusal, const UploadState& st, Sent& s, Place& at);
+                        const Span& span, const Prefix& acked, const UploadState& st);
+  std::optional<Sent> find_refused(const Batch& b, const Planned& p, const HttpResponse& refusal,
+                                   const Prefix& acked, const UploadState& st, Sent& s, Place& at);
 
   MlflowApi& api_;
   HttpClient& http_;
   std::string target_id_;
   simdjson::dom::parser parser_;
   bool uncertain_ = false; // a log-batch's fate is unknown: read the tags back first
-  std::array<std::optional<Span>, mlflow_window> slots_; // the span each slot's tag names, as far as known
+  std::array<std::optional<Span>, mlflow_slots> slots_; // the span each slot's tag names, as far as known
   std::vector<Span> ahead_; // spans the server holds beyond a gap in a file's offsets
+  RequestWindow window_{mlflow_window, mlflow_max_window};
 };
 
 } // namespace chorus::io::detail

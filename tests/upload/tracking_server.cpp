@@ -79,6 +79,11 @@ void TrackingServer::reset_next(int n, ResetPoint at, std::string path_contains)
   impl_->http.reset_next(n, at, std::move(path_contains));
 }
 
+void TrackingServer::hold_next(int n, std::chrono::milliseconds longest, unsigned release_after,
+                               std::string path_contains) {
+  impl_->http.hold_next(n, longest, release_after, std::move(path_contains));
+}
+
 void TrackingServer::set_delay(std::chrono::milliseconds delay, std::string path_contains) {
   impl_->http.set_delay(delay, std::move(path_contains));
 }

@@ -154,6 +154,8 @@ struct ServerStats {
   /// Requests per kind: "mlflow/<call>" (e.g. "mlflow/runs/log-batch"),
   /// "mlflow-artifacts", "wandb/graphql", "wandb/file_stream", "wandb/storage", "other".
   std::map<std::string, std::uint64_t> by_kind;
+  /// hold_next: the most requests like a held one that arrived while it was held.
+  std::uint64_t overtaken = 0;
 };
 
 /// A request as received, when Options::record_requests is on.
@@ -162,6 +164,9 @@ struct RecordedRequest {
   std::string target; // path and query, as sent
   std::vector<std::pair<std::string, std::string>> headers; // names lower-cased
   std::string body;   // de-chunked
+  /// Requests the server was serving (read, not yet answered) when this one
+  /// arrived, this one included: what the client had in flight at once.
+  unsigned in_flight = 0;
 };
 
 // ---------------------------------------------------------------- server
@@ -214,6 +219,12 @@ public:
   /// before it is handled and answered, until set_delay(0ms). A client that
   /// gives up meanwhile does not stop its request from being applied.
   void set_delay(std::chrono::milliseconds delay, std::string path_contains = {});
+  /// The next `n` requests (whose target contains `path_contains`) are read,
+  /// then held until `release_after` more such requests have arrived (or
+  /// `longest` has passed) before being handled and answered: a client that
+  /// waits for every answer of a window before sending more sends none
+  /// meanwhile. ServerStats::overtaken counts the arrivals.
+  void hold_next(int n, std::chrono::milliseconds longest, unsigned release_after, std::string path_contains = {});
   /// The server goes away for `duration`: open connections are closed and
   /// new ones refused (the listening socket is closed, then opened again on
   /// the same port). Returns once connections are refused. Calling it during
@@ -230,7 +241,7 @@ public:
   /// W&B: the run's file_stream answers say "stopped": true from now on.
   /// False if there is no such run.
   bool stop_wandb_run(const std::string& entity, const std::string& project, const std::string& name);
-  /// Drops pending injected answers, resets, the delay and refused keys.
+  /// Drops pending injected answers, resets, holds, the delay and refused keys.
   void clear_faults();
 
   // ---- inspection (copies)

@@ -453,6 +453,13 @@ void HttpServer::serve(Stream& s) {
     default: s.write_all(render(plain(400, "malformed request"), false)); return;
     }
     const Fault fault = take_fault(req);
+    struct Served { // the request leaves in_service_ however it ends
+      HttpServer& server;
+      ~Served() {
+        std::lock_guard lk(server.mu_);
+        --server.in_service_;
+      }
+    } served{*this};
     if (fault.reset == ResetPoint::after_headers) return s.cut();
     const bool has_body = req.chunked || req.content_length.value_or(0) > 0;
     if (req.expect_continue && has_body && !s.write_all("HTTP/1.1 100 Continue\r\n\r\n")) return;
@@ -464,9 +471,19 @@ void HttpServer::serve(Stream& s) {
     }
     if (record_requests_) {
       std::lock_guard lk(mu_);
-      recorded_.push_back({req.method, req.target, req.headers, req.body});
+      recorded_.push_back({req.method, req.target, req.headers, req.body, fault.in_flight});
     }
     if (fault.reset == ResetPoint::after_body) return s.cut();
+    if (fault.hold) {
+      std::unique_lock lk(mu_);
+      Held held{fault.hold->path_contains};
+      held_.push_back(&held);
+      const bool stopping = cv_.wait_for(lk, fault.hold->longest,
+                                         [&] { return stopping_ || held.seen >= fault.hold->release_after; });
+      held_.remove(&held);
+      stats_.overtaken = std::max<std::uint64_t>(stats_.overtaken, held.seen);
+      if (stopping && stopping_) return;
+    }
     if (fault.delay.count() > 0) {
       std::unique_lock lk(mu_);
       if (cv_.wait_for(lk, fault.delay, [&] { return stopping_; })) return;
@@ -500,6 +517,17 @@ HttpServer::Fault HttpServer::take_fault(const Request& req) {
     }
   }
   if (delay_.count() > 0 && matches(delay_path_)) f.delay = delay_;
+  for (auto it = hold_rules_.begin(); it != hold_rules_.end(); ++it) {
+    if (!matches(it->path_contains)) continue;
+    f.hold = *it;
+    if (--it->left <= 0) hold_rules_.erase(it);
+    break;
+  }
+  bool overtook = false;
+  for (Held* h : held_)
+    if (matches(h->path_contains)) ++h->seen, overtook = true;
+  if (overtook) cv_.notify_all();
+  f.in_flight = ++in_service_;
   return f;
 }
 
@@ -523,6 +551,13 @@ void HttpServer::set_delay(std::chrono::milliseconds delay, std::string path_con
   delay_path_ = std::move(path_contains);
 }
 
+void HttpServer::hold_next(int n, std::chrono::milliseconds longest, unsigned release_after,
+                           std::string path_contains) {
+  if (n <= 0) return;
+  std::lock_guard lk(mu_);
+  hold_rules_.push_back({n, longest, release_after, std::move(path_contains)});
+}
+
 void HttpServer::outage(std::chrono::milliseconds duration) {
   std::unique_lock lk(mu_);
   const Clock::time_point until = Clock::now() + duration;
@@ -542,6 +577,7 @@ void HttpServer::clear_faults() {
   std::lock_guard lk(mu_);
   fail_rules_.clear();
   reset_rules_.clear();
+  hold_rules_.clear();
   delay_ = std::chrono::milliseconds(0);
   delay_path_.clear();
 }

@@ -85,6 +85,7 @@ public:
   void fail_next(int n, InjectedAnswer answer);
   void reset_next(int n, ResetPoint at, std::string path_contains);
   void set_delay(std::chrono::milliseconds delay, std::string path_contains);
+  void hold_next(int n, std::chrono::milliseconds longest, unsigned release_after, std::string path_contains);
   void outage(std::chrono::milliseconds duration);
   [[nodiscard]] bool in_outage() const;
   /// Drops pending injected answers, resets and the delay.
@@ -104,10 +105,23 @@ private:
     ResetPoint at;
     std::string path_contains;
   };
+  struct HoldRule {
+    int left;
+    std::chrono::milliseconds longest;
+    unsigned release_after;
+    std::string path_contains;
+  };
+  /// A request held (hold_next), and how many like it came since.
+  struct Held {
+    std::string path_contains;
+    unsigned seen = 0;
+  };
   struct Fault {
     std::optional<ResetPoint> reset;
     std::optional<InjectedAnswer> answer;
     std::chrono::milliseconds delay{0};
+    std::optional<HoldRule> hold;
+    unsigned in_flight = 0; // RecordedRequest::in_flight
   };
   struct Connection {
     std::thread thread;
@@ -143,6 +157,9 @@ private:
   std::deque<ResetRule> reset_rules_;
   std::chrono::milliseconds delay_{0};
   std::string delay_path_;
+  std::deque<HoldRule> hold_rules_;
+  std::list<Held*> held_;
+  unsigned in_service_ = 0; // requests read and not yet answered (or cut)
 
   ServerStats stats_;
   std::vector<std::string> authorizations_;
