@@ -293,8 +293,8 @@ Reply refusal(int status, std::string_view why) {
   return {status, std::move(body)};
 }
 
-Api::Api(std::string root, std::size_t cache_bytes, std::shared_ptr<IndexStore> store)
-    : root_(std::move(root)), cache_bytes_(cache_bytes), store_(std::move(store)) {}
+Api::Api(std::string root, std::size_t cache_bytes, std::shared_ptr<IndexStore> store, std::function<void()> built)
+    : root_(std::move(root)), cache_bytes_(cache_bytes), store_(std::move(store)), built_(std::move(built)) {}
 Api::~Api() = default;
 
 std::string Api::rel_of(const std::string& dir) const {
@@ -403,7 +403,7 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
   {
     std::lock_guard lock(mutex_);
     auto& slot = files_[dir];
-    if (!slot) slot = std::make_shared<RunFiles>(dir, store_);
+    if (!slot) slot = std::make_shared<RunFiles>(dir, store_, built_);
     f = slot;
   }
   f->used = ++clock_;

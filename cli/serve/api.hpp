@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,8 +80,11 @@ public:
   /// `root` is the directory the runs are under, as its real path;
   /// `cache_bytes` bounds what the indexes of the runs opened hold together
   /// (the least recently used go first; the one in use always stays).
-  /// `store`, where given, keeps the indexes of long files between runs of the server.
-  Api(std::string root, std::size_t cache_bytes, std::shared_ptr<IndexStore> store = nullptr);
+  /// `store`, where given, keeps the indexes of long files between runs of
+  /// the server; `built`, where given, is called (from another thread) when
+  /// a long file's index, built in the background, is whole.
+  Api(std::string root, std::size_t cache_bytes, std::shared_ptr<IndexStore> store = nullptr,
+      std::function<void()> built = {});
   ~Api();
 
   [[nodiscard]] const std::string& root() const noexcept { return root_; }
@@ -138,11 +142,13 @@ public:
 
 private:
   struct RunFiles {
-    RunFiles(const std::string& dir, const std::shared_ptr<IndexStore>& store)
+    RunFiles(const std::string& dir, const std::shared_ptr<IndexStore>& store, const std::function<void()>& built)
         : history(dir + "/history.jsonl", FileKind::history), system(dir + "/system.jsonl", FileKind::system),
           histograms(dir + "/histograms.jsonl"), media(dir + "/media.jsonl") {
       history.keep_in(store);
       system.keep_in(store);
+      history.when_built(built);
+      system.when_built(built);
     }
     [[nodiscard]] std::size_t memory() const {
       return history.memory() + system.memory() + histograms.memory() + media.memory();
@@ -177,6 +183,7 @@ private:
   const std::string root_;
   const std::size_t cache_bytes_;
   const std::shared_ptr<IndexStore> store_;
+  const std::function<void()> built_;
   std::mutex mutex_; // guards the maps below
   std::map<std::string, std::shared_ptr<RunFiles>> files_;
   std::map<std::string, ListEntry> listed_;

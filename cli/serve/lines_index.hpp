@@ -31,6 +31,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -160,6 +161,10 @@ public:
   /// being indexed afresh, where it is still that file's
   /// (cli/serve/index_store.hpp). Set before the first refresh.
   void keep_in(std::shared_ptr<IndexStore> store) { store_ = std::move(store); }
+  /// Calls `built` (from the builder's thread) once an index built in the
+  /// background is whole, so that the live pages are told at once rather
+  /// than at their next look. Set before the first refresh.
+  void when_built(std::function<void()> built) { on_built_ = std::move(built); }
 
 private:
   struct Block {
@@ -300,6 +305,7 @@ private:
   std::int64_t reported_ = 0;                  // what this one last added to *meter_
   const std::uint64_t overview_from_;
   std::shared_ptr<IndexStore> store_; // keep_in
+  std::function<void()> on_built_;    // when_built
   std::uint64_t kept_at_ = 0;         // the bytes indexed when the index was last kept (or taken from the store)
   std::mutex gate_mutex_;
   std::condition_variable gate_;

@@ -193,6 +193,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
       n.kept_at_ = n.state_.bytes;
     }
     built_.store(true, std::memory_order_release);
+    if (on_built_) on_built_();
   });
   return true;
 }

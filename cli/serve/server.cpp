@@ -152,17 +152,29 @@ bool is_loopback(const std::string& host) {
 Result<std::string> random_token() { return io::detail::random_hex(16, "a token"); }
 
 struct Server::Impl {
-  explicit Impl(ServeOptions o) : options(std::move(o)), api(options.root, options.cache_bytes, options.index_store) {}
+  explicit Impl(ServeOptions o)
+      : options(std::move(o)), api(options.root, options.cache_bytes, options.index_store, [this] { built_one(); }) {}
 
   ServeOptions options;
+  // Before the API: its indexes' builders may tell `wake` until they are stopped.
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::uint64_t built = 0; // indexes whole since the start (under `mutex`)
   Api api;
   EventsApi run_events{api};
   httplib::Server http;
   int port = 0;
   std::atomic<std::size_t> streams{0};
   std::atomic<bool> stopping{false};
-  std::mutex mutex;
-  std::condition_variable wake;
+
+  /// An index built in the background is whole: the live pages' streams look now.
+  void built_one() {
+    {
+      std::lock_guard lock(mutex);
+      ++built;
+    }
+    wake.notify_all();
+  }
 
   [[nodiscard]] std::string cookie_name() const { return "chorus_token_" + std::to_string(port); }
 
@@ -419,19 +431,16 @@ struct Server::Impl {
     std::string since = param(req, "since");
     if (since.empty()) since = runs_version(api.runs_stamp());
     auto told = std::make_shared<std::string>(std::move(since));
-    auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-    auto first = std::make_shared<bool>(true);
+    auto stream = std::make_shared<Stream>(*this);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, told, last_write, first](std::size_t, httplib::DataSink& sink) {
+        [this, told, stream](std::size_t, httplib::DataSink& sink) {
           std::string out;
-          if (*first) out = "retry: 1000\n\n";
-          *first = false;
           if (std::string now = runs_version(api.runs_stamp()); now != *told) {
             *told = std::move(now);
             out += "event: changed\ndata: {}\n\n";
           }
-          return stream_write(sink, out, *last_write);
+          return stream_write(sink, out, *stream);
         },
         [this](bool) { --streams; });
   }
@@ -449,18 +458,32 @@ struct Server::Impl {
     return true;
   }
 
+  /// Where a stream of server-sent events stands.
+  struct Stream {
+    explicit Stream(Impl& server) {
+      std::lock_guard lock(server.mutex);
+      seen = server.built;
+    }
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+    bool first = true;
+    std::uint64_t seen = 0; // the indexes whole when it last looked
+  };
+
   /// Writes `out` to a stream (a comment line instead, where nothing was
-  /// written for ping_every), then waits poll_every, or until the server
-  /// stops. False where the page is gone.
-  bool stream_write(httplib::DataSink& sink, std::string& out, std::chrono::steady_clock::time_point& last_write) {
+  /// written for ping_every; the retry time first), then waits poll_every,
+  /// or until an index is whole, or the server stops. False where the page is gone.
+  bool stream_write(httplib::DataSink& sink, std::string& out, Stream& stream) {
     const auto now = std::chrono::steady_clock::now();
-    if (out.empty() && now - last_write >= ping_every) out = ": ping\n\n";
+    if (stream.first) out.insert(0, "retry: 1000\n\n");
+    stream.first = false;
+    if (out.empty() && now - stream.last_write >= ping_every) out = ": ping\n\n";
     if (!out.empty()) {
       if (!sink.write(out.data(), out.size())) return false;
-      last_write = now;
+      stream.last_write = now;
     }
     std::unique_lock lock(mutex);
-    wake.wait_for(lock, poll_every, [this] { return stopping.load(); });
+    wake.wait_for(lock, poll_every, [&] { return stopping.load() || built != stream.seen; });
+    stream.seen = built;
     if (stopping) sink.done();
     return true;
   }
@@ -476,18 +499,15 @@ struct Server::Impl {
       runs->emplace_back(rel, Seen{});
     }
     if (!take_stream(res)) return;
-    auto last_write = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
-    auto first = std::make_shared<bool>(true);
+    auto stream = std::make_shared<Stream>(*this);
     auto told = std::make_shared<std::vector<EventsSeen>>(runs->size()); // of each run's events.jsonl
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, runs, last_write, first, told](std::size_t, httplib::DataSink& sink) {
+        [this, runs, stream, told](std::size_t, httplib::DataSink& sink) {
           std::string out;
-          if (*first) out = "retry: 1000\n\n";
-          *first = false;
           for (std::size_t i = 0; i < runs->size(); ++i)
             out += api.changes((*runs)[i].first, (*runs)[i].second) + run_events.changes((*runs)[i].first, (*told)[i]);
-          return stream_write(sink, out, *last_write);
+          return stream_write(sink, out, *stream);
         },
         [this](bool) { --streams; });
   }

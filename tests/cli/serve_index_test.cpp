@@ -21,6 +21,9 @@
 #include "tests/cli/serve_index_rows.hpp"
 
 #include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -253,6 +256,52 @@ BOOST_AUTO_TEST_CASE(a_long_history_is_shown_by_an_overview_until_its_index_is_b
   BOOST_TEST((everything(index, keys, 4) == everything(plain, keys, 4)));
   BOOST_TEST(index.state().rows == 71'000u);
   BOOST_TEST(index.state().skipped == 14u);
+}
+
+BOOST_AUTO_TEST_CASE(whoever_asked_is_told_once_when_a_background_index_is_whole) {
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  write_text(file, history_rows(0, 70'000));
+  std::mutex mutex;
+  std::condition_variable told;
+  int built = 0;
+  LinesIndex index(file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  index.when_built([&] {
+    {
+      std::lock_guard lock(mutex);
+      ++built;
+    }
+    told.notify_all();
+  });
+  index.hold_indexing(true);
+  BOOST_TEST(index.refresh());
+  BOOST_TEST(index.state().indexing);
+  {
+    std::lock_guard lock(mutex);
+    BOOST_TEST(built == 0); // held back: nothing is whole yet
+  }
+  index.hold_indexing(false);
+  {
+    std::unique_lock lock(mutex);
+    BOOST_REQUIRE(told.wait_for(lock, std::chrono::minutes(2), [&] { return built > 0; }));
+  }
+  // Told once the index is whole, not before: the next refresh takes it in place of the overview.
+  index.refresh();
+  BOOST_TEST(!index.state().indexing);
+  BOOST_TEST(index.state().rows == 70'000u);
+  std::ofstream(file, std::ios::app) << history_rows(70'000, 70'010);
+  BOOST_TEST(index.refresh());
+  std::lock_guard lock(mutex);
+  BOOST_TEST(built == 1); // lines appended later are read on the spot: no more builds to tell of
+
+  // A file short enough to be read on the spot is never built in the background.
+  int short_built = 0;
+  write_text(dir.path / "short.jsonl", history_rows(0, 100));
+  LinesIndex plain((dir.path / "short.jsonl").string(), FileKind::history, 1u << 20, 2, 1u << 16);
+  plain.when_built([&] { ++short_built; });
+  BOOST_TEST(plain.refresh());
+  BOOST_TEST(!plain.state().indexing);
+  BOOST_TEST(short_built == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_history_replaced_while_it_is_indexed_is_read_afresh) {
