@@ -34,8 +34,10 @@ inline constexpr std::size_t mlflow_max_window = 8;
 inline constexpr std::size_t mlflow_slots = 2 * mlflow_max_window;
 /// A call sends no new log-batch after this long (those in flight are
 /// answered first), so that the Uploader saves its offsets and sees the
-/// rest of the run between calls.
-inline constexpr std::chrono::milliseconds mlflow_send_budget{2'000};
+/// rest of the run between calls. Each such drain leaves workers idle while
+/// the last batches are answered, so it is not much shorter than the live
+/// Uploader's 3 s slice (actors/uploader.cpp).
+inline constexpr std::chrono::milliseconds mlflow_send_budget{3'000};
 inline constexpr std::size_t mlflow_max_metrics = 999; // + a slot tag = MLflow's 1000 entries a log-batch
 inline constexpr std::chrono::milliseconds mlflow_request_cap{30'000};
 
