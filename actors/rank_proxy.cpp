@@ -20,7 +20,6 @@
 
 namespace chorus::detail {
 
-using io::detail::unix_now_us;
 using io::detail::this_host;
 
 namespace {
@@ -101,6 +100,8 @@ struct ProxyState {
   bool host_stalled = false;    // ... and ran out: the host did not confirm in time
   bool done = false;            // the finish ticket completed
   std::vector<char> frame;
+  // The run's stamps as Unix time (set with `run`).
+  StampConverter stamps{LogClock(LogClock::Source::steady)};
   // Joining: repeated until answered or init_timeout runs out.
   std::function<void(JoinResult)> on_join; // emptied once called
   std::chrono::steady_clock::time_point join_deadline;
@@ -278,11 +279,13 @@ bool drain(proxy_ptr self) {
   if (ring.peek(pos) == nullptr) return false;
   st.frame.clear();
   wire::BatchWriter w(st.frame, st.rank);
-  const std::int64_t ts = unix_now_us();
+  st.stamps.anchor(); // after the first slot was seen: the frame's slots were stamped before it, or barely after
   const std::uint64_t end = pos + max_slots_per_frame;
   while (pos < end && st.frame.size() < max_frame_bytes) {
     Slot* s = ring.peek(pos);
     if (s == nullptr) break;
+    // When the call was made, on the trainer's thread (a head's or a single slot's stamp).
+    const std::int64_t ts = st.stamps.unix_us(Ring::stamp(*s));
     switch (s->kind) {
       case SlotKind::values_head: {
         const std::uint32_t n = s->count;
@@ -498,6 +501,7 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
                                           std::function<void(JoinResult)> on_join) {
   auto& st = self->state;
   st.run = run;
+  st.stamps = StampConverter(run->clock());
   st.host = host;
   st.host_label = std::move(host_label);
   st.secret = std::move(secret);

@@ -3,13 +3,15 @@
 #include "runtime/core/fnv.hpp"
 #include "runtime/core/json.hpp"
 
+#include <atomic>
 #include <bit>
 #include <cstring>
 
 namespace chorus::detail {
 
 Ring::Ring(std::size_t capacity)
-    : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1), slots_(new Slot[mask_ + 1]) {
+    : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1),
+      lap_shift_(static_cast<unsigned>(std::countr_zero(mask_ + 1))), slots_(new Slot[mask_ + 1]) {
   for (std::size_t i = 0; i <= mask_; ++i) slots_[i].ready.store(0, std::memory_order_relaxed);
 }
 
@@ -20,32 +22,65 @@ KeyTable& KeyTable::instance() {
 
 namespace {
 
-// FNV-1a over 8-byte words: keys are short, and this is on the hot path.
+template <class T>
+[[gnu::always_inline]] inline std::uint64_t load(const char* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v); // a fixed size: one load, no call
+  return v;
+}
+
+// FNV-1a over 8-byte words: keys are short, and this is on the hot path. A
+// key's last bytes are read as whole words that may overlap the ones before
+// (never a copy of a few bytes, which costs a call and a stalled load).
 inline std::uint64_t hash_key(std::string_view s) noexcept {
-  std::uint64_t h = fnv1a64_basis ^ s.size();
-  std::size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = fnv1a64_step(h, w);
-    h ^= h >> 29;
-  }
+  const char* p = s.data();
+  const std::size_t n = s.size();
+  std::uint64_t h = fnv1a64_basis ^ n;
   std::uint64_t tail = 0;
-  if (i < s.size()) std::memcpy(&tail, s.data() + i, s.size() - i); // an empty key may have no data
+  if (n >= 8) {
+    for (std::size_t i = 0; i + 8 < n; i += 8) {
+      h = fnv1a64_step(h, load<std::uint64_t>(p + i));
+      h ^= h >> 29;
+    }
+    tail = load<std::uint64_t>(p + n - 8);
+  } else if (n >= 4) {
+    tail = load<std::uint32_t>(p) | load<std::uint32_t>(p + n - 4) << 32;
+  } else if (n > 0) { // an empty key may have no data
+    tail = static_cast<unsigned char>(p[0]) | static_cast<unsigned char>(p[n / 2]) << 8 |
+           static_cast<unsigned char>(p[n - 1]) << 16;
+  }
   h = fnv1a64_step(h, tail);
   return h ^ (h >> 32);
 }
 
-// A small per-thread cache in front of the shared table: the steady state of
-// a training loop logs the same few keys, found here without a lock.
-struct CacheEntry {
+/// Whether the `n` bytes at `a` and `b` are equal, read as hash_key reads them.
+inline bool same_bytes(const char* a, const char* b, std::size_t n) noexcept {
+  if (n >= 8) {
+    for (std::size_t i = 0; i + 8 < n; i += 8)
+      if (load<std::uint64_t>(a + i) != load<std::uint64_t>(b + i)) return false;
+    return load<std::uint64_t>(a + n - 8) == load<std::uint64_t>(b + n - 8);
+  }
+  if (n >= 4)
+    return load<std::uint32_t>(a) == load<std::uint32_t>(b) && load<std::uint32_t>(a + n - 4) == load<std::uint32_t>(b + n - 4);
+  for (std::size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+// The keys already interned, readable without a lock by every thread: the
+// steady state of a training loop logs the same few keys, found here. Entries
+// are only added (under KeyTable's mutex), each published by its `data`, and
+// never changed: a reader that sees `data` sees the rest. No thread-local
+// storage, whose look-up is a call in a shared library.
+struct KnownKey {
+  std::atomic<const char*> data{nullptr}; // the name in the table
   std::uint64_t hash = 0;
-  const char* data = nullptr;
   std::uint32_t size = 0;
-  std::uint32_t id = KeyTable::invalid;
+  std::uint32_t id = KeyTable::invalid; // invalid: not a valid metric key
 };
-constexpr std::size_t cache_size = 512;
-thread_local CacheEntry key_cache[cache_size];
+constexpr std::size_t known_size = 16384; // 384 KiB of zeros, touched where keys land
+constexpr std::size_t known_probes = 16;  // a key that finds no room is looked up under the lock
+KnownKey known_keys[known_size];
 
 } // namespace
 
@@ -76,27 +111,62 @@ Error validate_metric_key(std::string_view key) {
   return {};
 }
 
+namespace {
+/// The id of `key` (hash `h`) where it is known, else false.
+[[gnu::always_inline]] inline bool known_id(std::uint64_t h, std::string_view key, std::uint32_t& id) noexcept {
+  for (std::size_t probe = 0; probe < known_probes; ++probe) {
+    const KnownKey& e = known_keys[(h + probe) & (known_size - 1)];
+    const char* data = e.data.load(std::memory_order_acquire);
+    if (data == nullptr) return false;
+    if (e.hash == h && e.size == key.size() && same_bytes(data, key.data(), key.size())) {
+      id = e.id;
+      return true;
+    }
+  }
+  return false;
+}
+} // namespace
+
 std::uint32_t KeyTable::intern_metric(std::string_view key) noexcept {
   const std::uint64_t h = hash_key(key);
-  for (std::size_t probe = 0; probe < 4; ++probe) {
-    CacheEntry& e = key_cache[(h + probe) & (cache_size - 1)];
-    if (e.data == nullptr) break;
-    if (e.hash == h && e.size == key.size() && (key.empty() || std::memcmp(e.data, key.data(), key.size()) == 0))
-      return e.id; // an empty key may have no data to compare
+  std::uint32_t id;
+  if (known_id(h, key, id)) return id;
+  return instance().intern_unknown(key, h);
+}
+
+std::uint32_t KeyTable::intern_metrics(std::span<const Metric> values, std::uint32_t* ids) noexcept {
+  std::uint32_t good = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::string_view key = values[i].key;
+    const std::uint64_t h = hash_key(key);
+    std::uint32_t id;
+    if (!known_id(h, key, id)) [[unlikely]]
+      id = instance().intern_unknown(key, h);
+    ids[i] = id;
+    good += id != invalid;
   }
+  return good;
+}
+
+std::uint32_t KeyTable::intern_unknown(std::string_view key, std::uint64_t h) noexcept {
   std::uint32_t id;
   try {
     id = intern_slow(key, true);
   } catch (...) {
     return invalid; // out of memory: the caller reports the key as refused
   }
-  std::string_view stored = name(id == invalid ? intern(key) : id);
-  for (std::size_t probe = 0; probe < 4; ++probe) {
-    CacheEntry& e = key_cache[(h + probe) & (cache_size - 1)];
-    if (e.data == nullptr || probe == 3) {
-      e = CacheEntry{h, stored.data(), static_cast<std::uint32_t>(stored.size()), id};
-      break;
-    }
+  std::lock_guard lock(mu_);
+  std::uint32_t found;
+  if (known_id(h, key, found)) return id; // another thread made it known meanwhile
+  const std::string_view stored = names_[ids_.find(key)->second];
+  for (std::size_t probe = 0; probe < known_probes; ++probe) {
+    KnownKey& e = known_keys[(h + probe) & (known_size - 1)];
+    if (e.data.load(std::memory_order_relaxed) != nullptr) continue;
+    e.hash = h;
+    e.size = static_cast<std::uint32_t>(stored.size());
+    e.id = id;
+    e.data.store(stored.empty() ? "" : stored.data(), std::memory_order_release);
+    break;
   }
   return id;
 }

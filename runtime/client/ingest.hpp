@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -54,7 +55,10 @@ struct Refusal {
 
 /// One ring slot: 32 bytes, two per cache line.
 struct alignas(32) Slot {
-  std::atomic<std::uint64_t> ready; // position + 1 once published
+  // Published: the lap bit of its position (Ring::lap_bit) in bit 0, and
+  // above it the call's stamp (log_clock.hpp) where the slot heads a call
+  // that carries a time, so the time costs the ring no byte.
+  std::atomic<std::uint64_t> ready;
   std::uint32_t key;
   SlotKind kind;
   Reduce reduce;
@@ -75,6 +79,12 @@ static_assert(sizeof(Slot) == 32);
 /// Bounded MPSC ring. Producers reserve a run of slots with one CAS, fill and
 /// publish them; the single consumer (the RankProxy) reads them in position
 /// order and releases them in bulk.
+///
+/// A slot is published for position p when its lap bit is p's: a producer
+/// writes p only once p - capacity was consumed (try_reserve), and the
+/// consumer reads p only after p - capacity, so the slot holds p's word or
+/// p - capacity's, whose bits differ. Slots start at 0, which no position of
+/// the first lap has.
 class Ring {
 public:
   explicit Ring(std::size_t capacity); // rounded up to a power of two
@@ -95,20 +105,35 @@ public:
     }
   }
   Slot& at(std::uint64_t pos) noexcept { return slots_[pos & mask_]; }
-  static void publish(Slot& s, std::uint64_t pos) noexcept { s.ready.store(pos + 1, std::memory_order_release); }
+  /// Publishes the slot at `pos` with `stamp` (63 bits; 0 where the slot carries no time).
+  void publish(Slot& s, std::uint64_t pos, std::uint64_t stamp = 0) const noexcept {
+    s.ready.store(stamp << 1 | lap_bit(pos), std::memory_order_release);
+  }
+  /// Asks for the slot at `pos` ahead of writing it (a hint; nothing waits for it).
+  void prefetch(std::uint64_t pos) const noexcept { __builtin_prefetch(&slots_[pos & mask_], 1, 3); }
 
   // Consumer side.
   /// The slot at `pos` if it is published, else nullptr.
   Slot* peek(std::uint64_t pos) noexcept {
     Slot& s = at(pos);
-    return s.ready.load(std::memory_order_acquire) == pos + 1 ? &s : nullptr;
+    return published(s.ready.load(std::memory_order_acquire), pos) ? &s : nullptr;
   }
+  /// Whether a slot's word `ready` is the one published for `pos`.
+  [[nodiscard]] bool published(std::uint64_t ready, std::uint64_t pos) const noexcept {
+    return (ready & 1) == lap_bit(pos);
+  }
+  /// The stamp a published slot carries.
+  static std::uint64_t stamp(const Slot& s) noexcept { return s.ready.load(std::memory_order_relaxed) >> 1; }
   void release_to(std::uint64_t pos) noexcept { tail_.store(pos, std::memory_order_release); }
   [[nodiscard]] std::uint64_t tail() const noexcept { return tail_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t head() const noexcept { return head_.load(std::memory_order_acquire); }
 
 private:
+  /// 1 on even laps (the first is lap 0), 0 on odd ones.
+  [[nodiscard]] std::uint64_t lap_bit(std::uint64_t pos) const noexcept { return ((pos >> lap_shift_) & 1) ^ 1; }
+
   std::size_t mask_;
+  unsigned lap_shift_; // log2(capacity)
   std::unique_ptr<Slot[]> slots_;
   alignas(64) std::atomic<std::uint64_t> head_{0};
   alignas(64) std::atomic<std::uint64_t> tail_{0};
@@ -122,15 +147,20 @@ public:
 
   static KeyTable& instance();
 
-  /// The id of a metric key, through a per-thread cache; `invalid` when the
-  /// key is not a valid metric key (see validate_metric_key).
+  /// The id of a metric key, without a lock once it is known; `invalid`
+  /// when the key is not a valid metric key (see validate_metric_key).
   std::uint32_t intern_metric(std::string_view key) noexcept;
+  /// intern_metric of each value's key into `ids`, in one call (a log
+  /// call's keys): how many are valid. No lock once the keys are known.
+  static std::uint32_t intern_metrics(std::span<const Metric> values, std::uint32_t* ids) noexcept;
   /// The id of any name (barrier names); no validation.
   std::uint32_t intern(std::string_view name);
   [[nodiscard]] std::string_view name(std::uint32_t id) const;
 
 private:
   std::uint32_t intern_slow(std::string_view key, bool metric);
+  /// A key not yet known without the lock (`h` its hash): interned, and made known.
+  [[gnu::noinline]] std::uint32_t intern_unknown(std::string_view key, std::uint64_t h) noexcept;
 
   mutable std::mutex mu_;
   std::deque<std::string> names_;

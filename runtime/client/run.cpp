@@ -1,5 +1,6 @@
-// Run: the trainer-facing handle. log() is the hot path: intern the keys
-// (a per-thread cache hit), reserve slots with one CAS, fill and publish them.
+// Run: the trainer-facing handle. log() is the hot path: read a stamp, intern
+// the keys (known ones without a lock), reserve slots with one CAS, fill and
+// publish them.
 #include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 #include "runtime/client/system.hpp"
@@ -47,7 +48,7 @@ RunImpl::~RunImpl() {
   // Texts still in the ring were never consumed: free them.
   for (std::uint64_t pos = ring_.tail(); pos < ring_.head(); ++pos) {
     Slot& s = ring_.at(pos);
-    if (s.ready.load() != pos + 1) continue;
+    if (!ring_.published(s.ready.load(), pos)) continue;
     if (s.kind == SlotKind::config || s.kind == SlotKind::summary || s.kind == SlotKind::finish) delete s.text;
     if (s.kind == SlotKind::refused) delete s.refusal;
     if (s.kind == SlotKind::histogram) delete s.histogram;
@@ -77,7 +78,7 @@ Pending RunImpl::refuse(Error e) noexcept {
   }
 }
 
-bool RunImpl::reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept {
+bool RunImpl::reserve_slow(std::uint32_t n, std::uint64_t& pos, Room room) noexcept {
   if (ring_.try_reserve(n, pos)) return true;
   if (room == Room::now) return false;
   if (room == Room::configured && settings_.opts.overflow == Overflow::drop_newest) {
@@ -115,9 +116,6 @@ Error partly_logged(std::string_view bad_key, std::size_t logged) {
   return Error(e.code(), e.message() + " (" + rest + ")");
 }
 
-Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
-  return log_into<false>(0, values, opts);
-}
 
 // One body for both streams, compiled twice and inlined into each caller:
 // the default stream's hot path keeps none of a writer's branches, nor a call
@@ -135,31 +133,39 @@ template <bool ToWriter, Room R>
   if (n > max_values_per_call || n > ring_.capacity() || (opts.step && *opts.step < 0)) [[unlikely]]
     return refuse_call(values, opts.step, R);
 
-  std::uint32_t stack_ids[32];
+  if (n > stack_ids) [[unlikely]]
+    return log_large<ToWriter, R>(stream, values, opts, no_room);
+  std::uint32_t ids[stack_ids];
+  return log_with<ToWriter, R>(stream, values, opts, no_room, ids);
+}
+
+template <bool ToWriter, Room R>
+[[gnu::cold, gnu::noinline]] Pending RunImpl::log_large(std::uint32_t stream, std::span<const Metric> values,
+                                                        const LogOptions& opts, bool* no_room) noexcept {
   thread_local std::vector<std::uint32_t> heap_ids;
-  std::uint32_t* ids = stack_ids;
-  if (n > 32) {
-    try {
-      heap_ids.resize(n);
-    } catch (...) {
-      return refuse({Errc::internal, "out of memory"});
-    }
-    ids = heap_ids.data();
+  try {
+    heap_ids.resize(values.size());
+  } catch (...) {
+    return refuse({Errc::internal, "out of memory"});
   }
-  auto& keys = KeyTable::instance();
-  std::uint32_t good = 0;
+  return log_with<ToWriter, R>(stream, values, opts, no_room, heap_ids.data());
+}
+
+template <bool ToWriter, Room R>
+[[gnu::always_inline]] inline Pending RunImpl::log_with(std::uint32_t stream, std::span<const Metric> values,
+                                                        const LogOptions& opts, bool* no_room,
+                                                        std::uint32_t* ids) noexcept {
+  // Read first: the counter's read overlaps the work below.
+  const std::uint64_t stamp = clock_.now();
+  const std::size_t n = values.size();
+  const std::uint32_t good = KeyTable::intern_metrics(values, ids);
   std::size_t first_bad = n;
-  for (std::size_t i = 0; i < n; ++i) {
-    ids[i] = keys.intern_metric(values[i].key);
-    if (ids[i] == KeyTable::invalid) {
-      if (first_bad == n) first_bad = i;
-    } else {
-      ++good;
+  if (good != n) [[unlikely]] {
+    first_bad = static_cast<std::size_t>(std::find(ids, ids + n, KeyTable::invalid) - ids);
+    if (good == 0) {
+      note_refused_keys(values, ids, opts.step, R);
+      return refuse(validate_metric_key(values[first_bad].key));
     }
-  }
-  if (good == 0) [[unlikely]] {
-    note_refused_keys(values, ids, opts.step, R);
-    return refuse(validate_metric_key(values[first_bad].key));
   }
 
   // A writer's call starts with a slot that names its stream (SlotKind::stream_head).
@@ -182,18 +188,28 @@ template <bool ToWriter, Room R>
     s.kind = SlotKind::stream_head;
     s.count = static_cast<std::uint16_t>(good);
     s.step = step;
-    Ring::publish(s, pos);
+    ring_.publish(s, pos, stamp);
   }
+  // The head slot carries the call's count, step and stamp; a value slot
+  // only its key and value (the RankProxy reads the rest from the head).
+  // Each slot asks for the one `prefetch_ahead` further on, so that the next
+  // calls find their slots in this core's cache.
   std::uint32_t j = head;
   for (std::size_t i = 0; i < n; ++i) {
     if (ids[i] == KeyTable::invalid) continue;
     Slot& s = ring_.at(pos + j);
+    ring_.prefetch(pos + j + prefetch_ahead);
     s.key = ids[i];
-    s.kind = j == 0 ? SlotKind::values_head : SlotKind::value;
-    s.count = static_cast<std::uint16_t>(good);
-    s.step = step;
     s.value = values[i].value;
-    Ring::publish(s, pos + j);
+    if (!ToWriter && j == 0) {
+      s.kind = SlotKind::values_head;
+      s.count = static_cast<std::uint16_t>(good);
+      s.step = step;
+      ring_.publish(s, pos, stamp);
+    } else {
+      s.kind = SlotKind::value;
+      ring_.publish(s, pos + j);
+    }
     ++j;
   }
   channel_.wake();
@@ -208,6 +224,10 @@ template <bool ToWriter, Room R>
     return Pending(&channel_, seq, true);
   }
   return Pending(&channel_, seq, false);
+}
+
+Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+  return log_into<false>(0, values, opts);
 }
 
 std::uint32_t RunImpl::take_stream_id() noexcept {

@@ -121,7 +121,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
         s.capture = captured;
       else
         s.value = j < n ? 0 : beside[j - n].value;
-      Ring::publish(s, pos + j);
+      ring_.publish(s, pos + j, j == 0 ? clock_.now() : 0);
     }
     channel_.wake();
     const std::uint64_t seq = pos + total;

@@ -8,6 +8,7 @@
 #include "runtime/client/device.hpp"
 #include "runtime/client/events.hpp"
 #include "runtime/client/ingest.hpp"
+#include "runtime/client/log_clock.hpp"
 #include "runtime/client/media_encoder.hpp"
 #include "runtime/core/options.hpp"
 
@@ -36,6 +37,9 @@ extern std::atomic<unsigned> fork_count;
 
 /// A log call's values share one head slot, which counts them in 16 bits.
 inline constexpr std::size_t max_values_per_call = 0xffff;
+/// How far ahead of the slots it writes a log call asks for slots (Ring::prefetch):
+/// 1 KiB, a few calls' worth.
+inline constexpr std::uint32_t prefetch_ahead = 32;
 
 /// A log call's error where the key `bad_key` (its first bad one) was
 /// refused and its `logged` other values were logged (log, and log_device
@@ -69,8 +73,9 @@ public:
   /// The actor side (null before start).
   System* system() const noexcept { return system_.get(); }
 
-  /// Logs into the default stream.
-  Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
+  /// Logs into the default stream. Inlined into Run::log, its one caller
+  /// (run.cpp, where it is defined): the trainer's call is one call deep.
+  [[gnu::always_inline]] inline Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
   /// Opens a writer stream: its id, or 0 (the writer's calls then say why)
   /// after finish or with wire::max_streams open already.
   std::uint32_t open_stream() noexcept;
@@ -136,6 +141,8 @@ public:
 
   const Settings& settings() const noexcept { return settings_; }
   Ring& ring() noexcept { return ring_; }
+  /// Where this run's stamps come from (the RankProxy converts them).
+  LogClock clock() const noexcept { return clock_; }
   Channel& channel() noexcept { return channel_; }
   FinishState& finish_state() noexcept { return finish_; }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
@@ -154,11 +161,25 @@ public:
   std::string run_dir;
 
 private:
-  bool reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept;
+  /// Reserves n slots, as `room` says (reserve_slow waits or drops where the ring is full).
+  bool reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept {
+    return ring_.try_reserve(n, pos) || reserve_slow(n, pos, room);
+  }
+  bool reserve_slow(std::uint32_t n, std::uint64_t& pos, Room room) noexcept;
+  /// A log call's keys up to this many are interned into the stack.
+  static constexpr std::size_t stack_ids = 32;
   /// `no_room` is set where R is Room::now and the call does not fit.
   template <bool ToWriter, Room R = Room::configured>
   [[gnu::always_inline]] Pending log_into(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
                                           bool* no_room = nullptr) noexcept;
+  /// log_into's body, with room for the ids of the call's keys.
+  template <bool ToWriter, Room R>
+  [[gnu::always_inline]] Pending log_with(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
+                                          bool* no_room, std::uint32_t* ids) noexcept;
+  /// A call of more than stack_ids values: its ids on the heap, once a thread.
+  template <bool ToWriter, Room R>
+  [[gnu::cold, gnu::noinline]] Pending log_large(std::uint32_t stream, std::span<const Metric> values,
+                                                 const LogOptions& opts, bool* no_room) noexcept;
   /// Takes a stream id for open_stream/offer_open: 0 when none is left (under streams_mu_).
   std::uint32_t take_stream_id() noexcept;
   /// open_stream and offer_open: false where `room` is Room::now and the open does not fit.
@@ -215,6 +236,7 @@ private:
 
   Settings settings_;
   const unsigned forks_at_start_ = fork_count.load(std::memory_order_relaxed);
+  const LogClock clock_{LogClock::process_source()};
   Ring ring_;
   Channel channel_;
   FinishState finish_;
@@ -293,7 +315,7 @@ Pending RunImpl::push_control(SlotKind kind, Fill&& fill, Room room, bool* no_ro
   s.kind = kind;
   s.count = 1;
   fill(s);
-  Ring::publish(s, pos);
+  ring_.publish(s, pos, clock_.now());
   channel_.wake();
   return Pending(&channel_, pos + 1, false);
 }

@@ -52,7 +52,7 @@ Pending RunImpl::push_kind(SlotKind kind, std::uint32_t stream, bool writer, std
     s.count = static_cast<std::uint16_t>(stream);
     s.step = opts.step ? *opts.step : same_step ? wire::same_step : wire::auto_step;
     fill(s); // the slot takes what it carries; the RankProxy frees it
-    Ring::publish(s, pos);
+    ring_.publish(s, pos, clock_.now());
     channel_.wake();
     return Pending(&channel_, pos + 1, false);
   } catch (const std::bad_alloc&) {
