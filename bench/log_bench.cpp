@@ -3,8 +3,12 @@
 // the same binary (a target of BENCHMARKS.md).
 //
 // Both are measured the same way: windows of calls, timed one call at a
-// time with steady_clock (its own cost, measured first, is subtracted), and
-// timed again in groups of 16 calls (no timer between the calls of a group).
+// time with steady_clock (its own cost, measured first, is subtracted), timed
+// again in groups of 16 calls (no timer between the calls of a group), and
+// timed one call at a time with the CPU's time-stamp counter (rdtsc after a
+// fence, rdtscp before one; its own cost subtracted, its rate calibrated
+// against steady_clock), which has neither steady_clock's 20-30 ns cost nor
+// its 10 ns steps on this machine.
 // Between windows the logger drains (chorus: the last ticket completes, so
 // the window was committed to the run directory; spdlog: its queue empties),
 // so every call meets a queue with room, as a training loop that logs a few
@@ -25,6 +29,13 @@
 #include <memory>
 #include <thread>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#define BENCH_TSC 1
+#else
+#define BENCH_TSC 0
+#endif
+
 namespace {
 
 using bench::num;
@@ -42,6 +53,50 @@ struct Figures {
   double p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0; // per call, timed one by one, ns
   double group_p50 = 0; // per call, from groups of 16 calls timed together (no timer between calls), median group
   double mean = 0;      // per call, over all measured windows
+  double tsc_p50 = 0, tsc_p90 = 0, tsc_p99 = 0, tsc_p999 = 0; // per call, timed one by one with the TSC, ns
+};
+
+/// The time-stamp counter as a timer: its reading's own cost in ticks and its rate.
+struct TscTimer {
+  double overhead_ticks = 0;
+  double ns_per_tick = 0; // 0: no TSC here, pass 3 is skipped
+
+#if BENCH_TSC
+  // The fences keep the timed call between the two readings.
+  static std::uint64_t start() noexcept {
+    _mm_lfence();
+    const std::uint64_t t = __rdtsc();
+    _mm_lfence();
+    return t;
+  }
+  static std::uint64_t stop() noexcept {
+    unsigned aux;
+    const std::uint64_t t = __rdtscp(&aux);
+    _mm_lfence();
+    return t;
+  }
+#endif
+
+  static TscTimer calibrate() {
+    TscTimer t;
+#if BENCH_TSC
+    std::vector<std::int64_t> d;
+    d.reserve(1 << 20);
+    for (int i = 0; i < (1 << 20); ++i) {
+      const std::uint64_t a = start();
+      const std::uint64_t b = stop();
+      d.push_back(static_cast<std::int64_t>(b - a));
+    }
+    t.overhead_ticks = static_cast<double>(bench::median(d));
+    const auto c0 = bench::clock::now();
+    const std::uint64_t t0 = __rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto c1 = bench::clock::now();
+    const std::uint64_t t1 = __rdtsc();
+    t.ns_per_tick = static_cast<double>((c1 - c0).count()) / static_cast<double>(t1 - t0);
+#endif
+    return t;
+  }
 };
 
 /// What one steady_clock reading costs, as it shows between two readings.
@@ -58,7 +113,7 @@ double timer_overhead_ns() {
 
 /// Calls `call(i)` in windows of `calls` calls; `drain()` runs between windows.
 Figures measure(const std::function<void(std::uint64_t)>& call, const std::function<void()>& drain,
-                std::size_t calls, double overhead) {
+                std::size_t calls, double overhead, const TscTimer& tsc) {
   std::vector<double> each;
   each.reserve(calls * windows);
   std::vector<double> groups;
@@ -90,7 +145,30 @@ Figures measure(const std::function<void(std::uint64_t)>& call, const std::funct
     }
     drain();
   }
+  // Pass 3: each call timed with the TSC; the timer's own cost is subtracted.
+  std::vector<double> ticked;
+#if BENCH_TSC
+  if (tsc.ns_per_tick > 0) {
+    ticked.reserve(calls * windows);
+    for (int w = 0; w < warmup_windows + windows; ++w) {
+      for (std::size_t c = 0; c < calls; ++c, ++i) {
+        const std::uint64_t a = TscTimer::start();
+        call(i);
+        const std::uint64_t b = TscTimer::stop();
+        if (w >= warmup_windows)
+          ticked.push_back(std::max(0.0, static_cast<double>(b - a) - tsc.overhead_ticks) * tsc.ns_per_tick);
+      }
+      drain();
+    }
+  }
+#endif
   Figures f;
+  if (!ticked.empty()) {
+    f.tsc_p50 = bench::quantile(ticked, 0.50);
+    f.tsc_p90 = bench::quantile(ticked, 0.90);
+    f.tsc_p99 = bench::quantile(ticked, 0.99);
+    f.tsc_p999 = bench::quantile(ticked, 0.999);
+  }
   f.p50 = bench::quantile(each, 0.50);
   f.p90 = bench::quantile(each, 0.90);
   f.p99 = bench::quantile(each, 0.99);
@@ -110,7 +188,8 @@ struct Case {
   Figures f;
 };
 
-std::vector<Case> measure_chorus(const bench::fs::path& dir, double overhead, std::uint64_t& logged) {
+std::vector<Case> measure_chorus(const bench::fs::path& dir, double overhead, const TscTimer& tsc,
+                                 std::uint64_t& logged) {
   chorus::Options opt;
   opt.read_env = false;
   opt.topology = chorus::Topology{};
@@ -132,7 +211,7 @@ std::vector<Case> measure_chorus(const bench::fs::path& dir, double overhead, st
                                                              [&](std::uint64_t i) {
                                                                last = run.log({{"loss", static_cast<double>(i)}});
                                                              },
-                                                             drain, window_values, overhead)});
+                                                             drain, window_values, overhead, tsc)});
 
   std::array<chorus::Metric, 10> ten;
   for (std::size_t k = 0; k < ten.size(); ++k) ten[k] = {keys[k], 0.0};
@@ -142,7 +221,7 @@ std::vector<Case> measure_chorus(const bench::fs::path& dir, double overhead, st
                                                                       for (auto& m : ten) m.value = v;
                                                                       last = run.log(ten);
                                                                     },
-                                                                    drain, window_values / 10, overhead)});
+                                                                    drain, window_values / 10, overhead, tsc)});
 
   out.push_back({"chorus 10 scalars  run.log({{k, v} x 10})",
                  measure(
@@ -151,7 +230,7 @@ std::vector<Case> measure_chorus(const bench::fs::path& dir, double overhead, st
                        last = run.log({{"loss", v}, {"lr", v}, {"grad_norm", v}, {"acc", v}, {"tokens", v},
                                        {"ppl", v}, {"step_time", v}, {"mem", v}, {"loss_aux", v}, {"throughput", v}});
                      },
-                     drain, window_values / 10, overhead)});
+                     drain, window_values / 10, overhead, tsc)});
 
   chorus::FinishResult r = run.finish().wait();
   if (r.error) std::fprintf(stderr, "chorus finish: %s\n", r.error.message().c_str());
@@ -181,7 +260,7 @@ struct Spdlog {
   }
 };
 
-std::vector<Case> measure_spdlog(const bench::fs::path& dir, double overhead) {
+std::vector<Case> measure_spdlog(const bench::fs::path& dir, double overhead, const TscTimer& tsc) {
   struct Config {
     std::string name;
     bool file;
@@ -206,7 +285,7 @@ std::vector<Case> measure_spdlog(const bench::fs::path& dir, double overhead) {
       out.push_back({"spdlog  1 scalar   " + c.name, measure([&](std::uint64_t i) {
                                                        s.logger->info("loss={}", static_cast<double>(i));
                                                      },
-                                                     [&] { s.drain(); }, window_values, overhead)});
+                                                     [&] { s.drain(); }, window_values, overhead, tsc)});
     }
     {
       Spdlog s(sink, c.policy);
@@ -218,7 +297,7 @@ std::vector<Case> measure_spdlog(const bench::fs::path& dir, double overhead) {
                                           "loss_aux={} throughput={}",
                                           v, v, v, v, v, v, v, v, v, v);
                          },
-                         [&] { s.drain(); }, window_values / 10, overhead)});
+                         [&] { s.drain(); }, window_values / 10, overhead, tsc)});
     }
   }
   return out;
@@ -229,51 +308,80 @@ void row(bench::Table& t, const Case& c) {
          num(c.f.mean)});
 }
 
+void tsc_row(bench::Table& t, const Case& c) {
+  t.add({c.name, num(c.f.tsc_p50), num(c.f.tsc_p90), num(c.f.tsc_p99), num(c.f.tsc_p999)});
+}
+
 } // namespace
 
 int main() {
   bench::TempDir dir;
   const double overhead = timer_overhead_ns();
+  const TscTimer tsc = TscTimer::calibrate();
   std::printf("bench_log: ns per call on the trainer thread; %d windows of %zu values after %d warm-up windows.\n"
               "p50..max: each call timed alone, the steady_clock reading's own cost (%.1f ns here) subtracted;\n"
-              "p50 of 16: the median over groups of 16 calls timed together; mean: over every measured call.\n\n",
-              windows, window_values, warmup_windows, overhead);
+              "p50 of 16: the median over groups of 16 calls timed together; mean: over every measured call.\n"
+              "TSC: each call timed alone again with the time-stamp counter (%.3f ns a tick), its reading's own\n"
+              "cost (%.0f ticks, %.1f ns) subtracted.\n\n",
+              windows, window_values, warmup_windows, overhead, tsc.ns_per_tick, tsc.overhead_ticks,
+              tsc.overhead_ticks * tsc.ns_per_tick);
 
   std::uint64_t rows = 0;
-  const std::vector<Case> ch = measure_chorus(dir.path, overhead, rows);
-  const std::vector<Case> sp = measure_spdlog(dir.path, overhead);
+  const std::vector<Case> ch = measure_chorus(dir.path, overhead, tsc, rows);
+  const std::vector<Case> sp = measure_spdlog(dir.path, overhead, tsc);
 
+  std::printf("Timed with steady_clock:\n");
   bench::Table t({"case", "p50", "p90", "p99", "p99.9", "max", "p50 of 16", "mean"});
   for (const Case& c : ch) row(t, c);
   for (const Case& c : sp) row(t, c);
   t.print();
   std::printf("(chorus committed %llu history rows; nothing dropped or rejected unless reported above)\n\n",
               static_cast<unsigned long long>(rows));
+  const bool have_tsc = tsc.ns_per_tick > 0;
+  if (have_tsc) {
+    std::printf("Timed with the TSC:\n");
+    bench::Table tt({"case", "p50", "p90", "p99", "p99.9"});
+    for (const Case& c : ch) tsc_row(tt, c);
+    for (const Case& c : sp) tsc_row(tt, c);
+    tt.print();
+    std::printf("\n");
+  }
 
   // Ratios to the reference: spdlog async to a file with the block policy, and with overrun_oldest.
   const Figures& c1 = ch[0].f;
   const Figures& c10 = ch[1].f;
-  bench::Table r({"chorus / spdlog", "p50", "p99", "p50 of 16", "mean"});
+  bench::Table r({"chorus / spdlog", "p50", "p99", "p50 of 16", "mean", "TSC p50", "TSC p99"});
+  const auto ratio = [](double a, double b) { return b > 0 ? num(a / b, 3) : std::string("-"); };
   for (std::size_t k = 0; k < 2; ++k) {
     const Figures& s1 = sp[2 * k].f;
     const Figures& s10 = sp[2 * k + 1].f;
     const std::string name = k == 0 ? "file, block" : "file, overrun_oldest";
-    r.add({" 1 scalar,  vs " + name, num(c1.p50 / s1.p50, 3), num(c1.p99 / s1.p99, 3),
-           num(c1.group_p50 / s1.group_p50, 3), num(c1.mean / s1.mean, 3)});
-    r.add({"10 scalars, vs " + name, num(c10.p50 / s10.p50, 3), num(c10.p99 / s10.p99, 3),
-           num(c10.group_p50 / s10.group_p50, 3), num(c10.mean / s10.mean, 3)});
+    r.add({" 1 scalar,  vs " + name, ratio(c1.p50, s1.p50), ratio(c1.p99, s1.p99), ratio(c1.group_p50, s1.group_p50),
+           ratio(c1.mean, s1.mean), ratio(c1.tsc_p50, s1.tsc_p50), ratio(c1.tsc_p99, s1.tsc_p99)});
+    r.add({"10 scalars, vs " + name, ratio(c10.p50, s10.p50), ratio(c10.p99, s10.p99),
+           ratio(c10.group_p50, s10.group_p50), ratio(c10.mean, s10.mean), ratio(c10.tsc_p50, s10.tsc_p50),
+           ratio(c10.tsc_p99, s10.tsc_p99)});
   }
   r.print();
   std::printf("\n");
 
-  const bool faster = c1.p50 < sp[0].f.p50 && c1.p99 < sp[0].f.p99 && c1.p50 < sp[2].f.p50 && c1.p99 < sp[2].f.p99;
+  // The targets (BENCHMARKS.md): the p50s by the TSC timer where there is one (steady_clock's
+  // steps are as large as the 1-scalar target), with the 16-call groups beside.
+  const double p50_1 = have_tsc ? c1.tsc_p50 : c1.p50;
+  const double p99_1 = have_tsc ? c1.tsc_p99 : c1.p99;
+  const double p50_10 = have_tsc ? c10.tsc_p50 : c10.p50;
+  const char* timer = have_tsc ? "TSC" : "steady_clock";
+  const bool faster = c1.p50 < sp[0].f.p50 && c1.p99 < sp[0].f.p99 && c1.p50 < sp[2].f.p50 && c1.p99 < sp[2].f.p99 &&
+                      (!have_tsc || (c1.tsc_p50 < sp[0].f.tsc_p50 && c1.tsc_p99 < sp[0].f.tsc_p99 &&
+                                     c1.tsc_p50 < sp[2].f.tsc_p50 && c1.tsc_p99 < sp[2].f.tsc_p99));
   bench::Table g({"target", "measured", "verdict"});
-  g.add({"1 scalar p50 <= 50 ns", num(c1.p50) + " ns (p50 of 16: " + num(c1.group_p50) + ")",
-         bench::verdict(c1.p50 <= 50 && c1.group_p50 <= 50)});
-  g.add({"1 scalar p99 <= 500 ns", num(c1.p99) + " ns", bench::verdict(c1.p99 <= 500)});
-  g.add({"1 scalar faster than spdlog async (p50, p99)", faster ? "yes" : "no", bench::verdict(faster)});
-  g.add({"10 scalars p50 <= 200 ns", num(c10.p50) + " ns (p50 of 16: " + num(c10.group_p50) + ")",
-         bench::verdict(c10.p50 <= 200 && c10.group_p50 <= 200)});
+  g.add({"1 scalar p50 <= 20 ns", num(p50_1) + " ns (" + timer + "; p50 of 16: " + num(c1.group_p50) + ")",
+         bench::verdict(p50_1 <= 20 && c1.group_p50 <= 20)});
+  g.add({"1 scalar p99 <= 500 ns", num(p99_1) + " ns (" + timer + ")", bench::verdict(p99_1 <= 500)});
+  g.add({"1 scalar faster than spdlog async (p50, p99)", faster ? "yes, by both timers" : "no",
+         bench::verdict(faster)});
+  g.add({"10 scalars p50 <= 100 ns", num(p50_10) + " ns (" + timer + "; p50 of 16: " + num(c10.group_p50) + ")",
+         bench::verdict(p50_10 <= 100 && c10.group_p50 <= 100)});
   g.print();
   return 0;
 }
