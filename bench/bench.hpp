@@ -91,6 +91,15 @@ inline std::string num(double v, int decimals = 1) {
   return buf;
 }
 
+/// Figures of several tries, shown as their median, smallest and largest ("-" where there are none).
+struct Spread {
+  std::vector<double> v;
+  int digits = 2;
+  [[nodiscard]] std::string median() const { return v.empty() ? "-" : num(bench::median(v), digits); }
+  [[nodiscard]] std::string min() const { return v.empty() ? "-" : num(*std::min_element(v.begin(), v.end()), digits); }
+  [[nodiscard]] std::string max() const { return v.empty() ? "-" : num(*std::max_element(v.begin(), v.end()), digits); }
+};
+
 /// "met" or "MISSED", for a target column.
 inline std::string verdict(bool ok) { return ok ? "met" : "MISSED"; }
 

@@ -129,12 +129,7 @@ double first_touch_ms(std::size_t bytes) {
   return bench::median(runs);
 }
 
-struct Series {
-  std::vector<double> v;
-  [[nodiscard]] std::string median() const { return v.empty() ? "-" : num(bench::median(v), 2); }
-  [[nodiscard]] std::string min() const { return v.empty() ? "-" : num(*std::min_element(v.begin(), v.end()), 2); }
-  [[nodiscard]] std::string max() const { return v.empty() ? "-" : num(*std::max_element(v.begin(), v.end()), 2); }
-};
+using Series = bench::Spread;
 
 } // namespace
 
