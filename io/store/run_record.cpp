@@ -332,10 +332,10 @@ std::string RunRecord::render(bool whole) const {
   return out;
 }
 
-Error RunRecord::write(const std::string& path) const {
+Error RunRecord::write(const std::string& path, bool durable) const {
   std::string out = json();
   out.push_back('\n');
-  return write_file_atomic(path, out);
+  return write_file_atomic(path, out, durable);
 }
 
 std::optional<RunState> run_state_named(std::string_view name) {

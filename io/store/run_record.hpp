@@ -120,9 +120,9 @@ struct RunRecord : RunIdentity {
   /// The whole of run.json, without its final newline.
   [[nodiscard]] std::string json() const;
 
-  /// Replaces the file at `path` with json() and a newline, atomically and
-  /// durably (write_file_atomic: a temporary file, fsync, rename).
-  [[nodiscard]] Error write(const std::string& path) const;
+  /// Replaces the file at `path` with json() and a newline, atomically and,
+  /// where `durable`, durably (write_file_atomic: a temporary file, fsync, rename).
+  [[nodiscard]] Error write(const std::string& path, bool durable = true) const;
 
   /// `state` as a RunState, if it is one's spelling.
   [[nodiscard]] std::optional<RunState> run_state() const { return run_state_named(state); }

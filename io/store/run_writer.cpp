@@ -130,6 +130,10 @@ struct RunWriter::State {
   bool summary_dirty = false;
   bool metrics_dirty = false;
   bool run_json_dirty = false; // rank states changed since run.json was written
+  // run.json, config.json and summary.json as the start wrote them, without
+  // an fsync: the next flush or the run's end writes them durably (the WAL
+  // has what they say meanwhile, for `chorus recover`).
+  bool start_unsynced = false;
 
   std::map<int, RankInfo> ranks; // the current attempt's
   std::map<int, std::int64_t> joined; // the current attempt's: when each rank joined (unix µs)
@@ -203,20 +207,25 @@ struct RunWriter::State {
     return true;
   }
 
-  void write_object(const std::string& name, const ObjectMerge& obj) {
+  void write_object(const std::string& name, const ObjectMerge& obj, bool durable = true) {
     std::string out;
     JsonWriter w(out);
     w.begin_object();
     for (const auto& [k, v] : obj.items) w.key(k).raw(v);
     w.end_object();
     out.push_back('\n');
-    fail(write_file_atomic(file(name), out));
+    fail(write_file_atomic(file(name), out, durable));
   }
 
-  void write_summary() {
+  void write_config(bool durable = true) {
+    write_object("config.json", config, durable);
+    config_dirty = false;
+  }
+
+  void write_summary(bool durable = true) {
     std::string out = summary_text();
     out.push_back('\n');
-    fail(write_file_atomic(file("summary.json"), out));
+    fail(write_file_atomic(file("summary.json"), out, durable));
     summary_dirty = false;
   }
 
@@ -249,7 +258,7 @@ struct RunWriter::State {
     return out;
   }
 
-  void write_run_json() {
+  void write_run_json(bool durable = true) {
     RunRecord r = identity;
     // The run's times and state: from its first attempt's start to its last's end.
     const Segment none;
@@ -290,7 +299,7 @@ struct RunWriter::State {
           r.ranks.emplace_back(RunRecord::Rank{rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
       if (const auto at = joined.find(rank); at != joined.end()) out.joined_us = at->second;
     }
-    fail(r.write(file("run.json")));
+    fail(r.write(file("run.json"), durable));
     run_json_dirty = false;
   }
 
@@ -357,6 +366,16 @@ struct RunWriter::State {
     fail(write_file_atomic(file("metrics.json"), out));
     metrics_dirty = false;
   }
+
+  /// Writes what the append files buffer.
+  void flush_lines() {
+    if (histograms) fail(histograms->flush()); // before history.jsonl, as row() keeps them
+    if (media_file) fail(media_file->flush());
+    if (history) fail(history->flush());
+    if (barriers) fail(barriers->flush());
+    if (system_file) fail(system_file->flush());
+    if (rejected_file) fail(rejected_file->flush());
+  }
 };
 
 RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32_t)> key_name)
@@ -392,10 +411,16 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   else
     s.fail(Error{Errc::invalid_argument,
                  "run_start's identity " + parsed.error().message() + "; it was left out of " + s.dir});
-  // Readers find every file from the start, if empty.
-  s.config_dirty = s.summary_dirty = true;
-  s.write_run_json();
-  flush();
+  // Readers find every file from the start, if empty. Not synced: nothing
+  // waits on them before the WAL's first sync (which holds the run's start,
+  // for `chorus recover`); what changes later is written durably, and the
+  // run's end writes them all durably.
+  s.write_run_json(/*durable=*/false);
+  s.write_config(/*durable=*/false);
+  s.write_summary(/*durable=*/false);
+  s.start_unsynced = true;
+  s.flush_lines();
+  if (s.metrics_dirty) s.write_metrics();
   s.hold_room();
 }
 
@@ -553,7 +578,11 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
     s.write_summary();
     s.write_run_json();
   }
-  flush();
+  // summary.json and run.json are written once, below, after the lines they count.
+  s.flush_lines();
+  if (s.config_dirty || s.start_unsynced) s.write_config();
+  if (s.metrics_dirty) s.write_metrics();
+  s.start_unsynced = false; // summary.json and run.json follow
   if (s.history) s.fail(s.history->sync());
   if (s.histograms) s.fail(s.histograms->sync());
   if (s.media_file) s.fail(s.media_file->sync());
@@ -610,19 +639,12 @@ void RunWriter::barrier(const BarrierRecord& record) {
 
 void RunWriter::flush() {
   State& s = *s_;
-  if (s.histograms) s.fail(s.histograms->flush()); // before history.jsonl, as row() keeps them
-  if (s.media_file) s.fail(s.media_file->flush());
-  if (s.history) s.fail(s.history->flush());
-  if (s.barriers) s.fail(s.barriers->flush());
-  if (s.system_file) s.fail(s.system_file->flush());
-  if (s.rejected_file) s.fail(s.rejected_file->flush());
-  if (s.config_dirty) {
-    s.write_object("config.json", s.config);
-    s.config_dirty = false;
-  }
-  if (s.summary_dirty) s.write_summary();
+  s.flush_lines();
+  const bool again = std::exchange(s.start_unsynced, false);
+  if (s.config_dirty || again) s.write_config();
+  if (s.summary_dirty || again) s.write_summary();
   if (s.metrics_dirty) s.write_metrics();
-  if (s.run_json_dirty) s.write_run_json();
+  if (s.run_json_dirty || again) s.write_run_json();
 }
 
 const Error& RunWriter::error() const noexcept { return s_->error; }
