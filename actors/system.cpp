@@ -229,6 +229,11 @@ private:
       }
     }
     if (s.run_world > 1) {
+      // A connection a rank, beside the run's files and the process's own.
+      if (const std::string short_of = io::detail::raise_open_files(static_cast<std::uint64_t>(s.run_world) + 256);
+          !short_of.empty())
+        std::fprintf(stderr, "chorus: WARNING: the run host of %d ranks: %s; ranks beyond the limit cannot join\n",
+                     s.run_world, short_of.c_str());
       // Only a run that spans nodes listens on the network: a node-scope
       // run's ranks are all on its host's node, and link through its socket.
       const Link link = run_link(s);

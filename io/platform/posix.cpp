@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -288,6 +289,22 @@ std::string ephemeral_port_note(std::uint16_t port) {
   return " Port " + std::to_string(port) + " lies in this machine's ephemeral range (" + std::to_string(low) + "-" +
          std::to_string(high) + "), from which outgoing connections take their ports: a port below " +
          std::to_string(low) + " is not taken that way.";
+}
+
+std::string raise_open_files(std::uint64_t want) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return {};
+  const auto enough = [want](rlim_t n) { return n == RLIM_INFINITY || n >= want; };
+  if (!enough(r.rlim_cur)) {
+    rlimit up = r;
+    up.rlim_cur = enough(r.rlim_max) ? static_cast<rlim_t>(want) : r.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &up) == 0) r = up;
+  }
+  if (enough(r.rlim_cur)) return {};
+  return "this process may have at most " + std::to_string(r.rlim_cur) + " files open (ulimit -n; its hard limit is " +
+         (r.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_max)) +
+         ") and needs about " + std::to_string(want) + ": raise the limit (`ulimit -n " + std::to_string(want) +
+         "` in the job's script, LimitNOFILE= for a service) before the job starts";
 }
 
 } // namespace chorus::io::detail

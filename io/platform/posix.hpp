@@ -88,6 +88,12 @@ void close_fd(int fd) noexcept;
 /// says so, to add to an error about listening on it; empty otherwise.
 [[nodiscard]] std::string ephemeral_port_note(std::uint16_t port);
 
+/// Raises this process's soft limit on open files to `want` where it is
+/// lower, as far as its hard limit lets it (a run host keeps a connection a
+/// rank open). "" where the limit is `want` or more now; else a sentence that
+/// says how far short it is and how to raise it.
+[[nodiscard]] std::string raise_open_files(std::uint64_t want);
+
 /// This machine's host name; empty if it cannot be read.
 [[nodiscard]] std::string this_host();
 

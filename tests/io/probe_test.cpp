@@ -6,6 +6,10 @@
 #include "io/platform/posix.hpp"
 #include "tests/socket.hpp"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -69,4 +73,36 @@ BOOST_AUTO_TEST_CASE(a_probe_that_meets_itself_finds_nothing_and_leaves_the_port
   const int host = bound_socket(static_cast<std::uint16_t>(port), 8);
   BOOST_TEST(host >= 0, "after the probes, port " << port << " cannot be listened on: " << std::strerror(errno));
   if (host >= 0) ::close(host);
+}
+
+// The limit on open files a run host raises for its ranks' connections. Run
+// in a child: lowering a hard limit cannot be undone.
+BOOST_AUTO_TEST_CASE(a_run_host_raises_its_open_file_limit_as_far_as_the_hard_limit_lets_it) {
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    int failed = 0;
+    rlimit low{256, 4096};
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) ::_exit(77);
+    // Within the hard limit: raised, and nothing to say.
+    if (!chorus::io::detail::raise_open_files(3000).empty()) failed |= 1;
+    rlimit now{};
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    if (now.rlim_cur != 3000) failed |= 2;
+    // Already enough: left as it is.
+    if (!chorus::io::detail::raise_open_files(100).empty()) failed |= 4;
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    if (now.rlim_cur != 3000) failed |= 8;
+    // Beyond it: raised to the hard limit, and the sentence names both limits, the need and the fix.
+    const std::string why = chorus::io::detail::raise_open_files(10'256);
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    if (now.rlim_cur != 4096) failed |= 16;
+    for (const char* part : {"at most 4096 files open", "hard limit is 4096", "about 10256", "ulimit -n 10256"})
+      if (why.find(part) == std::string::npos) failed |= 32;
+    ::_exit(failed);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_REQUIRE(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0, "failed checks (bits): " << WEXITSTATUS(status));
 }
