@@ -95,7 +95,12 @@ public:
   /// Chorus's own actor system: what links need, and its scheduler.
   static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const Settings& s,
                                                  const LinkPlan& plan) {
-    configure_links(cfg, s, plan);
+    // A run of this process alone starts no middleman (its threads, its
+    // multiplexer, its look at the network interfaces): nothing links.
+    if (links_anything(s))
+      configure_links(cfg, s, plan);
+    else
+      register_wire_types(cfg);
     cfg.set("scheduler.max-threads", 2);
     // An actor yields its worker thread after this many messages (CAF's
     // default is unbounded): a Run actor with a long mailbox would otherwise

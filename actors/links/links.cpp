@@ -37,7 +37,7 @@ Result<LinkPlan> plan_links(const Settings& s) {
 /// Whether an orchestrator's actor system can carry the run's links; the
 /// error names what is missing and the fix.
 Error check_orchestrator_system(caf::actor_system& sys, const Settings& s, const LinkPlan& plan) {
-  if (s.run_world <= 1 && s.group_size == 0) return {}; // nothing links
+  if (!links_anything(s)) return {};
   const std::string fix = ": call chorus::actors::configure(cfg, opts) on the actor system's configuration before "
                           "constructing the system (<chorus/caf.hpp>)";
   if (!sys.has_middleman())

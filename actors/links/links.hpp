@@ -41,6 +41,10 @@ struct LinkPlan {
 /// Whether the run's ranks are on several nodes (scope global across nodes).
 [[nodiscard]] bool spans_nodes(const Settings& s);
 
+/// Whether this process links to others at all: a run of several ranks, or
+/// a run of a job's group. A run of one process alone needs no middleman.
+[[nodiscard]] inline bool links_anything(const Settings& s) { return s.run_world > 1 || s.group_size > 0; }
+
 /// The plan of this process's links; an error where the run spans nodes with
 /// neither credentials nor CHORUS_INSECURE=1, or the credentials are bad.
 [[nodiscard]] Result<LinkPlan> plan_links(const Settings& s);

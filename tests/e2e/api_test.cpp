@@ -11,7 +11,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
+#include <string>
 #include <thread>
 
 using namespace e2e;
@@ -88,6 +90,31 @@ BOOST_AUTO_TEST_CASE(a_forked_child_sees_the_inherited_run_as_inactive) {
   BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
   BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child saw a live run (status " << status << ")");
   BOOST_TEST(bool(run)); // the parent's is its own
+  BOOST_TEST(!run.finish().wait().error);
+}
+
+namespace {
+/// How many of this process's open files are epoll instances (an event loop's).
+int event_loops() {
+  int n = 0;
+  for (const auto& f : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(f.path(), ec).string() == "anon_inode:[eventpoll]") ++n;
+  }
+  return n;
+}
+} // namespace
+
+// A run of this process alone links to no other: it starts no middleman
+// (CAF's network layer: its event loop, its thread, its look at the
+// machine's network interfaces), which a run of several ranks needs.
+BOOST_AUTO_TEST_CASE(a_run_of_one_process_starts_no_network_layer) {
+  TempDir dir;
+  const int before = event_loops();
+  chorus::Run run = chorus::init(local_options(dir));
+  BOOST_REQUIRE(run);
+  BOOST_TEST(event_loops() == before);
+  BOOST_TEST(!run.log({{"loss", 1.0}}).wait());
   BOOST_TEST(!run.finish().wait().error);
 }
 
