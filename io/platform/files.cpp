@@ -56,9 +56,13 @@ Error write_file_atomic(const std::string& path, std::string_view content, bool 
 }
 
 Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bool truncate) {
+  // A file that held something (or was emptied by this open) is synced at
+  // the first sync() all the same: its content may not be on the disk yet.
+  struct stat st {};
+  const bool had_content = ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
   const Result<int> fd = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
   if (!fd) return fd.error();
-  return std::unique_ptr<AppendFile>(new AppendFile(*fd, path));
+  return std::unique_ptr<AppendFile>(new AppendFile(*fd, path, had_content));
 }
 
 AppendFile::~AppendFile() {
@@ -70,7 +74,10 @@ Error AppendFile::write(std::string_view data) {
   if (buf_.size() + data.size() > buffer_limit) {
     if (Error e = flush()) return e;
     // Bigger than the whole buffer: straight out, no copy.
-    if (data.size() >= buffer_limit) return detail::write_all(fd_, data, path_);
+    if (data.size() >= buffer_limit) {
+      unsynced_ = true;
+      return detail::write_all(fd_, data, path_);
+    }
   }
   if (buf_.capacity() == 0) buf_.reserve(64u << 10);
   buf_.append(data);
@@ -79,6 +86,7 @@ Error AppendFile::write(std::string_view data) {
 
 Error AppendFile::flush() {
   if (buf_.empty()) return {};
+  unsynced_ = true;
   Error e = detail::write_all(fd_, buf_, path_);
   // Dropped even on error: keeping it would grow memory without bound on a
   // full disk, and the WAL still holds the data.
@@ -88,7 +96,10 @@ Error AppendFile::flush() {
 
 Error AppendFile::sync() {
   if (Error e = flush()) return e;
-  return detail::sync_file(fd_, path_, true);
+  if (!unsynced_) return {};
+  Error e = detail::sync_file(fd_, path_, true);
+  if (!e) unsynced_ = false;
+  return e;
 }
 
 } // namespace chorus::io

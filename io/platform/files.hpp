@@ -44,18 +44,20 @@ public:
   [[nodiscard]] Error write(std::string_view data);
   /// Writes the buffer with one write(2).
   [[nodiscard]] Error flush();
-  /// flush(), then fdatasync.
+  /// flush(), then fdatasync; nothing where nothing was written since the
+  /// file was opened empty or last synced.
   [[nodiscard]] Error sync();
 
   [[nodiscard]] std::size_t buffered() const noexcept { return buf_.size(); }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
 private:
-  AppendFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  AppendFile(int fd, std::string path, bool unsynced) : fd_(fd), path_(std::move(path)), unsynced_(unsynced) {}
 
   int fd_ = -1;
   std::string path_;
   std::string buf_;
+  bool unsynced_; // written (or found with content) since the last sync
 };
 
 } // namespace chorus::io

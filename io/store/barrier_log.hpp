@@ -92,6 +92,8 @@ public:
   /// Appends one record (buffered until flush()).
   [[nodiscard]] Error append(const BarrierRecord& r);
   [[nodiscard]] Error flush();
+  /// flush(), then fdatasync (where anything was written since the last).
+  [[nodiscard]] Error sync();
 
   /// Reads the barriers.jsonl of the run directory `dir`.
   [[nodiscard]] static BarrierSummary read(const std::string& dir, std::size_t keep = 1000);

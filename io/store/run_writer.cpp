@@ -583,9 +583,11 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   if (s.config_dirty || s.start_unsynced) s.write_config();
   if (s.metrics_dirty) s.write_metrics();
   s.start_unsynced = false; // summary.json and run.json follow
-  if (s.history) s.fail(s.history->sync());
-  if (s.histograms) s.fail(s.histograms->sync());
-  if (s.media_file) s.fail(s.media_file->sync());
+  // Every line file, each only where something was written since its last
+  // sync; system.jsonl and barriers.jsonl are not in the WAL: only this makes them durable.
+  for (const auto* f : {&s.history, &s.histograms, &s.media_file, &s.rejected_file, &s.system_file})
+    if (*f) s.fail((*f)->sync());
+  if (s.barriers) s.fail(s.barriers->sync());
   s.write_summary();
   s.write_run_json();
 }
