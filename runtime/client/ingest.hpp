@@ -132,9 +132,13 @@ private:
   /// 1 on even laps (the first is lap 0), 0 on odd ones.
   [[nodiscard]] std::uint64_t lap_bit(std::uint64_t pos) const noexcept { return ((pos >> lap_shift_) & 1) ^ 1; }
 
+  struct FreeSlots {
+    void operator()(Slot* s) const noexcept;
+  };
+
   std::size_t mask_;
   unsigned lap_shift_; // log2(capacity)
-  std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<Slot[], FreeSlots> slots_;
   alignas(64) std::atomic<std::uint64_t> head_{0};
   alignas(64) std::atomic<std::uint64_t> tail_{0};
 };
