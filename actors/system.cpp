@@ -57,7 +57,7 @@ public:
       : group_tls_(plan.group_tls), secret_(std::move(secret)), group_secret_(std::move(group_secret)),
         own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s, plan))),
         sys_(actors != nullptr ? *actors : *own_),
-        links_(sys_, plan, std::move(socket_dir), s.topo.num_nodes > 1, s.opts.connection_timeout) {}
+        links_(sys_, plan, std::move(socket_dir), links_anything(s) && s.topo.num_nodes > 1, s.opts.connection_timeout) {}
 
   ~SystemImpl() override {
     leave_group();
