@@ -30,8 +30,10 @@ Slot* allocate_slots(std::size_t n) {
   if (memory == nullptr) throw std::bad_alloc();
   if (align == huge_page) (void)::madvise(memory, size, MADV_HUGEPAGE); // a hint: without it, small pages
   auto* slots = static_cast<Slot*>(memory);
-  for (std::size_t i = 0; i < n; ++i) ::new (static_cast<void*>(slots + i)) Slot;
-  for (std::size_t i = 0; i < n; ++i) slots[i].ready.store(0, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i) { // one pass over the memory
+    Slot* slot = ::new (static_cast<void*>(slots + i)) Slot;
+    slot->ready.store(0, std::memory_order_relaxed);
+  }
   return slots;
 }
 
