@@ -126,23 +126,32 @@ void request_sync(run_ptr self) {
             [self](caf::error& e) { synced(self, "the WAL's syncer stopped: " + self->system().render(e)); });
 }
 
-/// Applies a frame, then appends it to the WAL (a malformed frame changes
-/// nothing and never reaches the WAL); false if it was refused. Its ack
+/// Appends a frame to the WAL, then applies it; false if it was refused (a
+/// malformed frame changes nothing and never reaches the WAL). Logged
+/// first, so that whatever a frame brings to the run's files, and so to an
+/// upload, is in the log should the host die a moment later: a replay
+/// (chorus recover) then rebuilds what readers and servers saw. Its ack
 /// waits for the sync.
 bool record(run_ptr self, const std::vector<char>& frame) {
   auto& st = self->state;
   st.sink->now_us = unix_now_us();
-  if (!st.merger->apply(frame)) {
+  wire::Frame admitted;
+  if (!st.merger->admit(frame, admitted)) {
     std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
     return false;
   }
-  if (st.wal_error) return true;
-  if (Error e = st.host->wal->append(frame)) {
-    fail_wal(self, e);
-    return true;
+  Error failed;
+  if (!st.wal_error) {
+    failed = st.host->wal->append(frame);
+    if (!failed) st.unsynced = true;
   }
-  st.unsynced = true;
-  request_sync(self);
+  // A WAL that cannot be written ends the run (fail_wal), which applies
+  // more frames: this one goes first, as it came. What it brings is then in
+  // the files only, and the ranks are told that nothing since their last
+  // ack is kept.
+  st.merger->apply(admitted);
+  if (failed) fail_wal(self, failed);
+  else if (!st.wal_error) request_sync(self);
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include "runtime/core/strings.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -95,6 +96,11 @@ struct Merger::State {
   std::int64_t open_timeout_ms = 0;
   std::string committed_by;                  // what the last barrier release committed
   Watermark watermark;
+
+  // What apply() does with the frame admit() decoded last, decided before
+  // that frame changed anything: refused, taken without effect (late), or taken.
+  enum class Admit { refuse, ignore, take };
+  Admit admitted = Admit::refuse;
 
   RunKeys names; // the run's keys: global ids in order of first sight
 
@@ -678,13 +684,45 @@ struct Merger::State {
 
   // ---- frames -------------------------------------------------------------
 
-  bool rank_batch(const wire::Frame& f) {
-    if (!started || f.rank >= ranks.size()) return false;
-    if (ended) return true;
+  /// Whether a rank batch is taken. Its check marks the keys it defines and
+  /// moves the rank's seq on (FrameCheck): a `take` is applied next.
+  Admit admit_batch(const wire::Frame& f) {
+    if (!started || f.rank >= ranks.size()) return Admit::refuse;
+    if (ended) return Admit::ignore;
+    Rank& r = ranks[f.rank];
+    if (r.state != RunState::running) return Admit::ignore; // sent after its death or finish
+    if (!r.joined || !check_keys(r, f.body)) return Admit::refuse;
+    return Admit::take;
+  }
+
+  /// Whether host_event() takes `h`: the checks it makes before any change.
+  [[nodiscard]] Admit admit_host_event(const wire::HostEventData& h) const {
+    if (const auto* s = std::get_if<wire::RunStart>(&h))
+      return (started && !ended) || s->world_size == 0 || s->world_size > max_world ? Admit::refuse : Admit::take;
+    if (!started) return Admit::refuse;
+    const auto in_range = [this](std::uint32_t rank) { return rank < ranks.size() ? Admit::take : Admit::refuse; };
+    if (const auto* j = std::get_if<wire::RankJoined>(&h)) return in_range(j->rank);
+    if (const auto* d = std::get_if<wire::RankDead>(&h)) return in_range(d->rank);
+    if (const auto* x = std::get_if<wire::RankExit>(&h)) return in_range(x->rank);
+    if (std::holds_alternative<wire::BarrierTimeout>(h) || std::holds_alternative<wire::FinishTimeout>(h) ||
+        std::holds_alternative<wire::RunEnd>(h) || std::holds_alternative<wire::EventRecord>(h))
+      return Admit::take;
+    return Admit::refuse;
+  }
+
+  Admit admit(const wire::Frame& f) {
+    return f.type == wire::FrameType::host_event ? admit_host_event(f.host) : admit_batch(f);
+  }
+
+  void apply(const wire::Frame& f) {
+    if (f.type == wire::FrameType::host_event) host_event(f.host);
+    else rank_batch(f);
+  }
+
+  // The events of a batch that admit_batch took.
+  void rank_batch(const wire::Frame& f) {
     const int rank = static_cast<int>(f.rank);
     Rank& r = ranks[rank];
-    if (r.state != RunState::running) return true; // sent after its death or finish
-    if (!r.joined || !check_keys(r, f.body)) return false;
     wire::EventReader in(f.body);
     wire::RankEvent ev;
     for (std::size_t at = 0; in.next(ev); at = in.offset()) {
@@ -702,12 +740,11 @@ struct Merger::State {
       process(rank, ev);
       settle();
     }
-    return true;
   }
 
-  bool host_event(const wire::HostEventData& h) {
+  // A host event that admit_host_event took.
+  void host_event(const wire::HostEventData& h) {
     if (const auto* s = std::get_if<wire::RunStart>(&h)) {
-      if ((started && !ended) || s->world_size == 0 || s->world_size > max_world) return false;
       // A run_start after run_end is a resumed attempt: fresh ranks, the
       // history, keys and counts go on, and so does the runtime's origin.
       // Its ranks' auto steps start past the last committed step.
@@ -725,34 +762,31 @@ struct Merger::State {
       open_timeout_ms = 0;
       watermark.reset(s->world_size, last_committed);
       sink.run_start(s->run_json, s->ts_us, s->world_size);
-      return true;
+      return;
     }
-    if (!started) return false;
     if (const auto* j = std::get_if<wire::RankJoined>(&h)) {
-      if (j->rank >= ranks.size()) return false;
       Rank& r = ranks[j->rank];
-      if (ended || r.joined || r.state != RunState::running) return true;
+      if (ended || r.joined || r.state != RunState::running) return;
       r.joined = true;
       r.host = j->host;
       sink.rank_joined(static_cast<int>(j->rank), j->ts_us);
       sink.rank_state(static_cast<int>(j->rank), RunState::running, r.last_step, r.host, {});
-      return true;
+      return;
     }
     if (const auto* d = std::get_if<wire::RankDead>(&h)) {
-      if (d->rank >= ranks.size()) return false;
-      if (ended || ranks[d->rank].state != RunState::running) return true;
+      if (ended || ranks[d->rank].state != RunState::running) return;
       leave(static_cast<int>(d->rank), RunState::crashed, d->reason);
       settle();
-      return true;
+      return;
     }
     if (const auto* b = std::get_if<wire::BarrierTimeout>(&h)) {
-      if (ended || parked == 0 || b->index != released) return true; // a stale timer
+      if (ended || parked == 0 || b->index != released) return; // a stale timer
       release(Release::timeout);
       settle();
-      return true;
+      return;
     }
     if (std::holds_alternative<wire::FinishTimeout>(h)) {
-      if (ended) return true;
+      if (ended) return;
       // The run is ending: an open barrier lets its waiters through first, so
       // that a rank that finished while it waited there (interrupted at the
       // barrier, say) ends as it asked, with everything it logged before.
@@ -767,10 +801,10 @@ struct Merger::State {
                   : std::string("did not finish within finish_timeout: it never connected to the run host"));
       }
       settle();
-      return true;
+      return;
     }
     if (const auto* e = std::get_if<wire::RunEnd>(&h)) {
-      if (ended) return true;
+      if (ended) return;
       // Nothing logged is lost: each open barrier lets its waiters through.
       while (parked > 0) release(parked_live == live ? Release::arrived : Release::run_end);
       commit_below(past_all);
@@ -778,18 +812,17 @@ struct Merger::State {
       end_state = e->state;
       end_ts = e->ts_us;
       sink.run_end(e->state, e->ts_us);
-      return true;
+      return;
     }
     if (const auto* ev = std::get_if<wire::EventRecord>(&h)) {
       sink.event(*ev); // told, not merged: a replay tells it again
-      return true;
+      return;
     }
     if (const auto* x = std::get_if<wire::RankExit>(&h)) {
-      if (x->rank >= ranks.size()) return false;
       Rank& r = ranks[x->rank];
       // Only a finish that said "finished" is taken back: a rank that ended
       // otherwise says so already, and one still running is yet to end.
-      if (r.state != RunState::finished) return true;
+      if (r.state != RunState::finished) return;
       r.state = RunState::failed;
       r.end_message = "its process exited with status " + std::to_string(x->status) + " after it finished";
       sink.rank_state(static_cast<int>(x->rank), r.state, r.last_step, r.host, r.end_message);
@@ -797,19 +830,32 @@ struct Merger::State {
         end_state = RunState::failed;
         sink.run_end(end_state, end_ts);
       }
-      return true;
+      return;
     }
-    return false;
   }
 };
 
 Merger::Merger(HistorySink& sink) : s_(std::make_unique<State>(sink)) {}
 Merger::~Merger() = default;
 
+bool Merger::admit(std::span<const char> frame, wire::Frame& out) {
+  s_->admitted = State::Admit::refuse;
+  if (!wire::decode(frame, out)) return false;
+  s_->admitted = s_->admit(out);
+  return s_->admitted != State::Admit::refuse;
+}
+
+void Merger::apply(const wire::Frame& admitted) {
+  assert(s_->admitted != State::Admit::refuse);
+  if (s_->admitted == State::Admit::take) s_->apply(admitted);
+  s_->admitted = State::Admit::refuse;
+}
+
 bool Merger::apply(std::span<const char> frame) {
   wire::Frame f;
-  if (!wire::decode(frame, f)) return false;
-  return f.type == wire::FrameType::host_event ? s_->host_event(f.host) : s_->rank_batch(f);
+  if (!admit(frame, f)) return false;
+  apply(f);
+  return true;
 }
 
 std::string_view Merger::key_name(std::uint32_t key) const {

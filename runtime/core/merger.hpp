@@ -99,6 +99,16 @@ public:
   /// the frame is malformed.
   bool apply(std::span<const char> frame);
 
+  /// apply() in two halves, for a caller that must log a frame between its
+  /// check and its effects (the Run actor writes it to the WAL there, so
+  /// that nothing reaches the run's files, nor an upload, before its frame
+  /// is in the log). admit decodes `frame` into `out` and checks it,
+  /// changing nothing the run shows; false if apply() would refuse it. A
+  /// true answer is followed by apply(out), before any other frame, while
+  /// the bytes `out` points into live.
+  [[nodiscard]] bool admit(std::span<const char> frame, wire::Frame& out);
+  void apply(const wire::Frame& admitted);
+
   /// The name of a key id that appears in a Row.
   [[nodiscard]] std::string_view key_name(std::uint32_t key) const;
 
