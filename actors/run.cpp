@@ -368,6 +368,10 @@ std::string replay_previous(run_ptr self) {
                                                 "resumed)"))
       record(self, frame);
   }
+  // What the replay completed belongs to the earlier attempt, whose ranks
+  // are gone: the sync in flight acknowledges none of it to this attempt's
+  // ranks, which number their calls afresh (and would refuse such an ack).
+  st.syncing.clear();
   return {};
 }
 
