@@ -26,15 +26,22 @@ fs::path run_dir(const TempDir& dir) { return dir.path / "e2e" / "torchrun-job-7
 /// step `pause_at` with every earlier row committed, and kills every
 /// process of it at once (SIGKILL to its session: launch, and the run host
 /// and the ranks, which launch starts in process groups of their own). All
-/// are stopped first: a rank that outlived launch by a moment would take the
-/// SIGTERM launch's death sends it (PR_SET_PDEATHSIG) and end `killed`.
+/// are stopped first, and seen stopped, and the ranks die before launch: a
+/// rank that outlived launch by a moment would take the SIGTERM launch's
+/// death sends it (PR_SET_PDEATHSIG) and end `killed`.
 void start_and_kill(const TempDir& dir) {
   const fs::path log = dir.path / "first.out";
   // One rank past the barrier means every rank reached it: the rows before it are committed.
   run("setsid sh -c '" + job(dir, ranks, "", "--steps " + std::to_string(steps) + " --pause-step " +
                                                  std::to_string(pause_at)) +
       " > " + log.string() + " 2>&1' & pid=$!; i=0; until grep -q 'PAUSED " + std::to_string(pause_at) + "$' " +
-      log.string() + " 2>/dev/null || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; pkill -STOP -s $pid; pkill -KILL -s $pid; wait $pid");
+      log.string() + " 2>/dev/null || [ $i -ge 1200 ]; do sleep 0.1; i=$((i+1)); done; pkill -STOP -s $pid; "
+      // Stopped for certain before any dies: a signal is taken when its process next runs, and under load a
+      // rank not yet stopped when launch dies would take its SIGTERM (a lower number) before its SIGSTOP.
+      "i=0; while ps -o stat= -s $pid | grep -qv '^T' && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+      // The ranks die first: once launch is gone their process groups are orphaned, and the kernel wakes an
+      // orphaned group's stopped processes (SIGHUP, SIGCONT), which would then take launch's SIGTERM.
+      "pkill -KILL -s $pid -f '^[^ ]*/chorus_e2e_worker '; pkill -KILL -s $pid; wait $pid");
   BOOST_TEST_INFO(slurp(log));
   BOOST_REQUIRE(slurp(log).find("PAUSED " + std::to_string(pause_at)) != std::string::npos);
   BOOST_REQUIRE(fs::exists(run_dir(dir) / "wal"));
@@ -114,7 +121,7 @@ BOOST_AUTO_TEST_CASE(a_reused_run_id_is_refused_unless_resume_allows_it_and_each
   out = run(job(dir, 3, "CHORUS_RESUME=must", "--steps 10"));
   BOOST_TEST_INFO(out.text);
   BOOST_TEST(out.status != 0);
-  BOOST_TEST(out.text.find("it has 2 ranks and this job 3") != std::string::npos);
+  BOOST_TEST(out.text.find("it has 2 ranks and this job 3") != std::string::npos, out.text);
   // A malformed value names the variable and its values.
   out = run(job(dir, 2, "CHORUS_RESUME=yes", "--steps 10"));
   BOOST_TEST_INFO(out.text);
