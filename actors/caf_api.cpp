@@ -3,6 +3,7 @@
 #include <chorus/caf.hpp>
 
 #include "runtime/client/run_impl.hpp"
+#include "actors/system.hpp"
 #include "runtime/client/system.hpp"
 #include "runtime/core/options.hpp"
 
@@ -14,7 +15,7 @@ Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
     const Result<detail::Settings> s = detail::resolve(opts, detail::process_env());
     if (!s) return s.error();
     if (!s->active) return {}; // an inactive rank links nothing
-    if (Error e = detail::System::configure(cfg, *s)) return e;
+    if (Error e = detail::configure_system(cfg, *s)) return e;
     // Renders the proxy's errors (to_error reads them back).
     cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value, const caf::message& context) {
       std::string out = "chorus error: ";

@@ -3,7 +3,7 @@
 // the run host, its RankProxy and SystemMonitor, and the job's Group. How
 // links travel is actors/links/links.hpp; the run's directory and WAL before
 // its Run actor exists, actors/run_host_setup.hpp.
-#include "runtime/client/system.hpp"
+#include "actors/system.hpp"
 #include "actors/group.hpp"
 #include "actors/job_secret.hpp"
 #include "actors/links/links.hpp"
@@ -51,7 +51,7 @@ public:
   /// `plan`: how this process links to the job's others; `socket_dir`: this
   /// user's socket directory, where anything links within the node.
   /// `actors`: the orchestrator's actor system (<chorus/caf.hpp>), configured
-  /// by System::configure; null: the System makes its own.
+  /// by configure_system; null: the System makes its own.
   SystemImpl(const Settings& s, const LinkPlan& plan, std::string socket_dir, std::string secret,
              std::string group_secret, caf::actor_system* actors)
       : group_tls_(plan.group_tls), secret_(std::move(secret)), group_secret_(std::move(group_secret)),
@@ -387,14 +387,14 @@ private:
 
 } // namespace
 
-Error System::configure(caf::actor_system_config& cfg, const Settings& s) {
+Error configure_system(caf::actor_system_config& cfg, const Settings& s) {
   const Result<LinkPlan> plan = plan_links(s);
   if (!plan) return plan.error();
   configure_links(cfg, s, *plan);
   return {};
 }
 
-Result<std::unique_ptr<System>> System::start(RunImpl& run, caf::actor_system* actors) {
+Result<std::unique_ptr<System>> start_system(RunImpl& run, caf::actor_system* actors) {
   const Settings& s = run.settings();
   const Result<LinkPlan> planned = plan_links(s);
   if (!planned) return planned.error();
@@ -425,5 +425,11 @@ Result<std::unique_ptr<System>> System::start(RunImpl& run, caf::actor_system* a
   if (Error e = sys->start(run)) return e;
   return std::unique_ptr<System>(std::move(sys));
 }
+
+namespace {
+// A program that links the actors starts its runs' actor side here: the
+// client asks for system_factory(), never for this layer by name.
+[[maybe_unused]] const bool system_factory_registered = (set_system_factory(&start_system), true);
+} // namespace
 
 } // namespace chorus::detail

@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include <cmath>
+#include <atomic>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -56,8 +57,19 @@ RunImpl::~RunImpl() {
   }
 }
 
+namespace {
+std::atomic<SystemFactory> the_system_factory{nullptr};
+} // namespace
+
+void set_system_factory(SystemFactory factory) noexcept { the_system_factory.store(factory); }
+SystemFactory system_factory() noexcept { return the_system_factory.load(); }
+
 Error RunImpl::start(caf::actor_system* actors) {
-  Result<std::unique_ptr<System>> started = System::start(*this, actors);
+  const SystemFactory start_system = system_factory();
+  if (start_system == nullptr)
+    return {Errc::internal, "no actor layer is linked into this program, so no run can start: link chorus::chorus "
+                            "(libchorus), not the runtime's parts alone"};
+  Result<std::unique_ptr<System>> started = start_system(*this, actors);
   const Error err = started.error();
   if (started) {
     system_ = std::move(*started);

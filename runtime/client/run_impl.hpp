@@ -156,7 +156,7 @@ public:
   /// The artifact copies in flight (the RankProxy holds the finish for them).
   ArtifactCopier& artifacts() noexcept { return artifacts_; }
 
-  // Set by System::start.
+  // Set by the actor layer as it starts the run (actors/system.hpp, start_system).
   std::string run_id;
   std::string run_dir;
 

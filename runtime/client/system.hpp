@@ -11,26 +11,17 @@
 namespace caf {
 class actor;
 class actor_system;
-class actor_system_config;
 } // namespace caf
 
 namespace chorus::detail {
 
 class RunImpl;
-struct Settings;
 
+/// The actor side of a Run. The client never names the actors: the actor
+/// layer provides the factory that makes one (actors/system.hpp) and
+/// registers it as libchorus loads (set_system_factory).
 class System {
 public:
-  /// Starts the actor system. On the run host: creates the run directory,
-  /// spawns the Run actor and (for several ranks) listens; elsewhere: dials
-  /// the run host until init_timeout. Then spawns this process's RankProxy
-  /// and joins the run. Sets run.run_id / run.run_dir.
-  /// The actors run in `actors` where given (its configuration prepared by
-  /// `configure`), else in an actor system of the System's own.
-  [[nodiscard]] static Result<std::unique_ptr<System>> start(RunImpl& run, caf::actor_system* actors);
-  /// Prepares an orchestrator's configuration for the run `s`: what its
-  /// links between processes need (<chorus/caf.hpp>'s configure).
-  static Error configure(caf::actor_system_config& cfg, const Settings& s);
   virtual ~System() = default;
 
   /// This process's RankProxy.
@@ -49,5 +40,18 @@ public:
 protected:
   System() = default;
 };
+
+/// Starts the actor system. On the run host: creates the run directory,
+/// spawns the Run actor and (for several ranks) listens; elsewhere: dials
+/// the run host until init_timeout. Then spawns this process's RankProxy
+/// and joins the run. Sets run.run_id / run.run_dir. The actors run in
+/// `actors` where given (its configuration prepared by <chorus/caf.hpp>'s
+/// configure), else in an actor system of the System's own.
+using SystemFactory = Result<std::unique_ptr<System>> (*)(RunImpl& run, caf::actor_system* actors);
+
+/// Registers the factory; once, as the library that links the actors loads.
+void set_system_factory(SystemFactory factory) noexcept;
+/// The factory registered, or null where no actor layer is linked.
+[[nodiscard]] SystemFactory system_factory() noexcept;
 
 } // namespace chorus::detail
