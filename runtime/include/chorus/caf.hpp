@@ -119,19 +119,19 @@ inline Error to_error(const caf::error& e) {
 /// process accepts links). `opts` and the environment are read as `init`
 /// reads them: pass the same Options. The error names a bad variable or
 /// missing credentials.
-[[nodiscard]] Error configure(caf::actor_system_config& cfg, const Options& opts = {}) noexcept;
+[[nodiscard]] CHORUS_API Error configure(caf::actor_system_config& cfg, const Options& opts = {}) noexcept;
 
 /// As chorus::init, with chorus's actors (the RankProxy, and on the run host
 /// the Run actor and its helpers) spawned in `sys` instead of an actor system
 /// of chorus's own. A run whose processes link needs `configure` on the
 /// system's configuration first; the error says so where it was not.
-[[nodiscard]] Run init(caf::actor_system& sys, const Options& opts, Error& error) noexcept;
+[[nodiscard]] CHORUS_API Run init(caf::actor_system& sys, const Options& opts, Error& error) noexcept;
 /// The same; throws InitError on failure.
-[[nodiscard]] Run init(caf::actor_system& sys, const Options& opts = {});
+[[nodiscard]] CHORUS_API Run init(caf::actor_system& sys, const Options& opts = {});
 
 /// The rank's proxy, for the actors of this process to log into `run`; an
 /// invalid (false) handle for an inactive run, where nothing is logged.
-[[nodiscard]] rank_proxy proxy(const Run& run) noexcept;
+[[nodiscard]] CHORUS_API rank_proxy proxy(const Run& run) noexcept;
 
 /// The handle of an actor that takes the run's events: each is a message
 /// holding one chorus::Event (README, "When something goes wrong").
@@ -145,7 +145,7 @@ using event_subscriber = caf::typed_actor<caf::reacts_to<Event>>;
 ///
 ///   chorus::actors::subscribe(run, self);   // in the orchestrator's actor:
 ///   [=](const chorus::Event& e) { if (e.kind == chorus::EventKind::stalled) restart_job(); }
-[[nodiscard]] Error subscribe(const Run& run, const caf::actor& subscriber) noexcept;
+[[nodiscard]] CHORUS_API Error subscribe(const Run& run, const caf::actor& subscriber) noexcept;
 template <class Handle>
 [[nodiscard]] Error subscribe(const Run& run, const Handle& subscriber) noexcept {
   return subscribe(run, caf::actor_cast<caf::actor>(subscriber));

@@ -2,7 +2,8 @@
 //
 // One header, one page: every type a trainer touches is declared here. It
 // includes no CAF, Asio or CUDA header; the Asio interop lives in
-// <chorus/asio.hpp>.
+// <chorus/asio.hpp>, and the coroutine plumbing (chorus::task, sync_wait)
+// in <chorus/task.hpp>, which this header includes.
 //
 //   chorus::Options opt;
 //   opt.project = "mnist";
@@ -17,6 +18,9 @@
 //   co_await run.log_artifact("model.pt", "/tmp/ckpt/model.pt", "model");  // copied, hashed, listed
 //   chorus::FinishResult r = co_await run.finish();
 #pragma once
+
+#include <chorus/export.hpp>
+#include <chorus/task.hpp>
 
 #include <chrono>
 #include <coroutine>
@@ -77,12 +81,12 @@ enum class RunState { running, finished, failed, crashed, killed, inactive };
 /// step (see README, "Resuming a run").
 enum class Resume { never, allow, must };
 
-std::string_view to_string(Mode) noexcept;
-std::string_view to_string(Scope) noexcept;
-std::string_view to_string(Reduce) noexcept;
-std::string_view to_string(Summary) noexcept;
-std::string_view to_string(RunState) noexcept;
-std::string_view to_string(Resume) noexcept;
+CHORUS_API std::string_view to_string(Mode) noexcept;
+CHORUS_API std::string_view to_string(Scope) noexcept;
+CHORUS_API std::string_view to_string(Reduce) noexcept;
+CHORUS_API std::string_view to_string(Summary) noexcept;
+CHORUS_API std::string_view to_string(RunState) noexcept;
+CHORUS_API std::string_view to_string(Resume) noexcept;
 
 // ---------------------------------------------------------------------------
 // Errors are values.
@@ -107,10 +111,10 @@ enum class Errc : std::uint8_t {
   upload_incomplete, // finish left part of the upload in the run directory for `chorus sync`
 };
 
-std::string_view to_string(Errc) noexcept;
+CHORUS_API std::string_view to_string(Errc) noexcept;
 
 /// An error code and a message that names the cause and the fix.
-class Error {
+class CHORUS_API Error {
 public:
   Error() noexcept = default;
   Error(Errc code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -125,7 +129,7 @@ private:
 };
 
 /// Thrown by the throwing form of `init` only.
-class InitError : public std::runtime_error {
+class CHORUS_API InitError : public std::runtime_error {
 public:
   explicit InitError(Error e) : std::runtime_error(e.message()), error_(std::move(e)) {}
   [[nodiscard]] const Error& error() const noexcept { return error_; }
@@ -198,7 +202,7 @@ using DeviceMetrics = detail::BracedList<DeviceMetric>;
 static_assert(std::is_trivially_destructible_v<Metrics> && std::is_trivially_destructible_v<DeviceMetrics>);
 
 /// A config or summary value: null, bool, integer, number or string.
-class Value {
+class CHORUS_API Value {
 public:
   Value() noexcept = default;
   Value(bool b) noexcept : v_(b) {}
@@ -231,7 +235,7 @@ private:
 ///
 /// Bulk `add` of floats costs about a nanosecond a value (a table of 64 Ki
 /// counters per thread, 256 KiB, made on a thread's first bulk call).
-class Histogram {
+class CHORUS_API Histogram {
 public:
   /// A bucket's bounds and count. Positive buckets hold [lo, hi), negative
   /// ones (lo, hi], the zero bucket (lo, hi) = (-2^-126, 2^-126).
@@ -296,7 +300,7 @@ private:
 /// the calling thread, or the bytes of a PNG or JPEG file, kept as they are;
 /// and an optional caption. A view: `log_image` copies what it needs before
 /// it returns, so the pixels or bytes need only live until then.
-class Image {
+class CHORUS_API Image {
 public:
   /// Pixels in rows, each pixel's channels together (HWC): 1 channel
   /// (grey), 3 (RGB) or 4 (RGBA); `pixels.size()` is height x width x
@@ -392,7 +396,7 @@ struct Topology {
 /// Reads the launcher's environment (torchrun and Flyte Elastic, Slurm,
 /// Open MPI, MPICH/PMI); no launcher means a single process. A malformed or
 /// contradictory variable is an error that names it.
-[[nodiscard]] Topology detect_topology(Error& error);
+[[nodiscard]] CHORUS_API Topology detect_topology(Error& error);
 
 struct Options {
   std::string project = "uncategorized";
@@ -445,197 +449,12 @@ struct Options {
   std::optional<Topology> topology;
 };
 
-// ---------------------------------------------------------------------------
-// Coroutines: chorus::task, executors, sync_wait.
-
-/// Where a suspended chorus awaiter resumes. User code is never resumed on a
-/// chorus-internal thread when it awaits from a chorus::task or sync_wait.
-class Executor {
-public:
-  virtual ~Executor() = default;
-  virtual void post(std::coroutine_handle<> h) = 0;
-};
-
 namespace detail {
 class Channel;
 class RunImpl;
 struct RunAccess;
 struct FinishState;
-
-/// The executor a coroutine promise names, or nullptr.
-template <class P>
-Executor* executor_of(P& promise) noexcept {
-  if constexpr (requires { promise.executor(); })
-    return promise.executor();
-  else
-    return nullptr;
-}
-
-/// A single-threaded run loop for sync_wait.
-class Loop final : public Executor {
-public:
-  Loop();
-  ~Loop() override;
-  void post(std::coroutine_handle<> h) override;
-  void run_until(const bool& done);
-  void stop();
-
-private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
 } // namespace detail
-
-template <class T = void>
-class task;
-
-namespace detail {
-struct task_promise_base {
-  std::coroutine_handle<> continuation = std::noop_coroutine();
-  Executor* executor_ = nullptr;
-  std::exception_ptr error;
-
-  Executor* executor() const noexcept { return executor_; }
-  std::suspend_always initial_suspend() noexcept { return {}; }
-  struct final_awaiter {
-    bool await_ready() noexcept { return false; }
-    template <class P>
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
-      return h.promise().continuation;
-    }
-    void await_resume() noexcept {}
-  };
-  final_awaiter final_suspend() noexcept { return {}; }
-  void unhandled_exception() noexcept { error = std::current_exception(); }
-};
-
-template <class T>
-struct task_promise : task_promise_base {
-  std::optional<T> value;
-  task<T> get_return_object() noexcept;
-  template <class U>
-  void return_value(U&& v) {
-    value.emplace(std::forward<U>(v));
-  }
-  T take() {
-    if (error) std::rethrow_exception(error);
-    return std::move(*value);
-  }
-};
-
-template <>
-struct task_promise<void> : task_promise_base {
-  task<void> get_return_object() noexcept;
-  void return_void() noexcept {}
-  void take() {
-    if (error) std::rethrow_exception(error);
-  }
-};
-} // namespace detail
-
-/// A lazy coroutine. Awaiting it from another task runs it on the awaiting
-/// task's executor; `sync_wait` runs it on the calling thread.
-template <class T>
-class [[nodiscard]] task {
-public:
-  using promise_type = detail::task_promise<T>;
-  using handle_type = std::coroutine_handle<promise_type>;
-
-  task() noexcept = default;
-  explicit task(handle_type h) noexcept : h_(h) {}
-  task(task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
-  task& operator=(task&& o) noexcept {
-    if (this != &o) {
-      if (h_) h_.destroy();
-      h_ = std::exchange(o.h_, {});
-    }
-    return *this;
-  }
-  task(const task&) = delete;
-  task& operator=(const task&) = delete;
-  ~task() {
-    if (h_) h_.destroy();
-  }
-
-  bool await_ready() const noexcept { return !h_ || h_.done(); }
-  template <class P>
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<P> awaiting) noexcept {
-    h_.promise().continuation = awaiting;
-    h_.promise().executor_ = detail::executor_of(awaiting.promise());
-    return h_;
-  }
-  T await_resume() { return h_.promise().take(); }
-
-  /// Starts the task on `ex`; used by sync_wait and spawn.
-  handle_type handle() const noexcept { return h_; }
-
-private:
-  handle_type h_;
-};
-
-namespace detail {
-template <class T>
-task<T> task_promise<T>::get_return_object() noexcept {
-  return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
-}
-inline task<void> task_promise<void>::get_return_object() noexcept {
-  return task<void>{std::coroutine_handle<task_promise<void>>::from_promise(*this)};
-}
-
-struct sync_flag_task {
-  struct promise_type {
-    bool* done = nullptr;
-    Executor* ex = nullptr;
-    Executor* executor() const noexcept { return ex; }
-    sync_flag_task get_return_object() noexcept {
-      return {std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_always initial_suspend() noexcept { return {}; }
-    struct final_awaiter {
-      bool await_ready() noexcept { return false; }
-      void await_suspend(std::coroutine_handle<promise_type> h) noexcept { *h.promise().done = true; }
-      void await_resume() noexcept {}
-    };
-    final_awaiter final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> h;
-};
-
-/// Awaits a task's completion without taking its result, which sync_wait
-/// takes afterwards (taking it twice would hand back a moved-from value).
-template <class T>
-struct completion_of {
-  task<T>& t;
-  bool await_ready() const noexcept { return t.await_ready(); }
-  template <class P>
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
-    return t.await_suspend(h);
-  }
-  void await_resume() const noexcept {}
-};
-
-template <class T>
-sync_flag_task sync_driver(task<T>& t) {
-  co_await completion_of<T>{t};
-}
-} // namespace detail
-
-/// Runs `t` to completion on the calling thread; chorus awaiters inside it
-/// resume on this thread. Rethrows what the task threw.
-template <class T>
-T sync_wait(task<T> t) {
-  detail::Loop loop;
-  bool done = false;
-  auto driver = detail::sync_driver(t);
-  driver.h.promise().done = &done;
-  driver.h.promise().ex = &loop;
-  loop.post(driver.h);
-  loop.run_until(done);
-  driver.h.destroy();
-  return t.await_resume();
-}
 
 // ---------------------------------------------------------------------------
 // Tickets
@@ -645,7 +464,7 @@ T sync_wait(task<T> t) {
 /// completes once what it names is durably committed on the run host (or at
 /// once with an error).
 /// Trivially destructible; it must not outlive its Run.
-class Pending {
+class CHORUS_API Pending {
 public:
   Pending() noexcept = default;
   Pending(detail::Channel* ch, std::uint64_t seq, bool has_error) noexcept
@@ -727,7 +546,7 @@ struct FinishResult {
 };
 
 /// What `Run::finish` returns: awaitable, `.wait()`-able, droppable.
-class FinishPending {
+class CHORUS_API FinishPending {
 public:
   FinishPending() noexcept = default;
   FinishPending(Pending p, detail::FinishState* st) noexcept : p_(p), st_(st) {}
@@ -782,7 +601,7 @@ enum class EventKind : std::uint8_t {
   /// most recent barriers, or far behind the median rank's step.
   straggler = 10,
 };
-std::string_view to_string(EventKind) noexcept;
+CHORUS_API std::string_view to_string(EventKind) noexcept;
 
 /// One event of a run, as every rank and every reader sees it.
 struct Event {
@@ -821,7 +640,7 @@ class EventHub;
 /// coroutine's executor, never on a chorus thread) or `.wait()` on it. It
 /// gives the rank's next event not yet taken, or nothing once the run has
 /// ended (after its run_finished) or this rank's part of it is over.
-class EventPending {
+class CHORUS_API EventPending {
 public:
   EventPending() noexcept = default;
   explicit EventPending(detail::EventHub* hub) noexcept : hub_(hub) {}
@@ -860,7 +679,7 @@ private:
 /// One writer is one producer: use each from one thread (or coroutine chain)
 /// at a time; many writers may log at once. It must not outlive its Run.
 /// Move-only; a default-constructed or moved-from writer is inactive.
-class Writer {
+class CHORUS_API Writer {
 public:
   Writer() noexcept = default;
   Writer(Writer&& o) noexcept : impl_(std::exchange(o.impl_, nullptr)), id_(std::exchange(o.id_, 0)) {}
@@ -914,7 +733,7 @@ private:
 /// same order on every rank: make them from one thread. Moving or assigning
 /// the handle itself is not thread-safe, nor is destroying it while another
 /// thread still calls it.
-class Run {
+class CHORUS_API Run {
 public:
   Run() noexcept;
   explicit Run(std::unique_ptr<detail::RunImpl> impl) noexcept;
@@ -1104,8 +923,8 @@ private:
 
 /// Starts (or joins) the run this process logs into, as `opts` and the
 /// environment say. Throws InitError on failure.
-[[nodiscard]] Run init(const Options& opts = {});
+[[nodiscard]] CHORUS_API Run init(const Options& opts = {});
 /// The same, reporting failure through `error` (the Run is then inactive).
-[[nodiscard]] Run init(const Options& opts, Error& error) noexcept;
+[[nodiscard]] CHORUS_API Run init(const Options& opts, Error& error) noexcept;
 
 } // namespace chorus

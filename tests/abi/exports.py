@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""What libchorus exports: the public API (<chorus/*.hpp>, CHORUS_API) and
+nothing of its internals. Usage: exports.py LIBCHORUS INCLUDE_DIR
+
+Every defined dynamic symbol (nm -D) is demangled and judged:
+  - a name of namespace chorus must be declared in a public header: the
+    first name after chorus:: (and after detail:: or actors::) appears there
+    as a class, struct, function or alias; an internal namespace (io, wire,
+    merging, detail but the few the headers name) fails;
+  - std:: template code instantiated for public types, the linker's own
+    symbols and the four SSL_ calls libchorus interposes are allowed;
+  - anything else (CAF, simdjson, libcurl's wrappers, an internal class
+    outside any namespace) fails.
+Exit 0 and a summary, or 1 and the offending symbols.
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+lib, include = sys.argv[1], Path(sys.argv[2])
+headers = "\n".join(p.read_text() for p in sorted(include.glob("*.hpp")))
+# Names the public headers declare: types, functions, aliases.
+declared = set(re.findall(r"\b(?:class|struct|enum class|using)\s+(?:CHORUS_API\s+|\[\[nodiscard\]\]\s+)*([A-Za-z_]\w*)", headers))
+declared |= set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", headers))
+
+out = subprocess.run(["nm", "-D", "--defined-only", "-C", lib], capture_output=True, text=True, check=True).stdout
+linker = {"_init", "_fini", "__bss_start", "_edata", "_end",
+          # Taking the place of libssl's for CAF's OpenSSL module (actors/links/ssl_errors.cpp).
+          "SSL_read", "SSL_write", "SSL_accept", "SSL_connect"}
+prefixes = ("typeinfo for ", "typeinfo name for ", "vtable for ", "VTT for ", "guard variable for ",
+            "non-virtual thunk to ", "virtual thunk to ", "construction vtable for ")
+bad, ok = [], 0
+for line in out.splitlines():
+    parts = line.split(maxsplit=2)
+    if len(parts) < 3:
+        continue
+    name = parts[2]
+    if name in linker:
+        ok += 1
+        continue
+    core = name
+    for p in prefixes:
+        if core.startswith(p):
+            core = core[len(p):]
+            break
+    # (a function template's demangled name starts with its return type)
+    if re.match(r"(?:[\w:]+\s+)?(?:std|__gnu_cxx)::", core):
+        # Template code for public types (a std::vector<chorus::Field>...), never
+        # for an internal one: its arguments must not name internal namespaces.
+        if re.search(r"chorus::(io|wire|merging)::|caf::|simdjson::", core):
+            bad.append(name)
+        else:
+            ok += 1
+        continue
+    m = re.match(r"chorus::(?:(detail|actors)::)?([A-Za-z_]\w*)", core)
+    if not m or re.match(r"chorus::(io|wire|merging|links)::", core) or m.group(2) not in declared:
+        bad.append(name)
+        continue
+    ok += 1
+
+if bad:
+    print(f"libchorus exports {len(bad)} symbols outside its public API ({lib}):")
+    for b in bad[:60]:
+        print("  " + b[:300])
+    if len(bad) > 60:
+        print(f"  ... and {len(bad) - 60} more")
+    print("Build the layers with hidden visibility (chorus_layer in CMakeLists.txt) and mark the public API "
+          "CHORUS_API (<chorus/export.hpp>); what a tool needs below the API comes from chorus_internal.")
+    sys.exit(1)
+print(f"libchorus exports {ok} symbols, each of the public API ({lib})")
