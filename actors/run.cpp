@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <map>
 #include <optional>
 #include <set>
@@ -50,6 +52,12 @@ struct RunActorState {
   bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
   bool unsynced = false;       // appended since the last sync was asked for
   std::vector<HostSink::Progress> syncing; // the acks the sync in flight will release
+  // How far the synced WAL backs the line files: the live upload reads no
+  // further (io/upload/upload.hpp). The files' ends when the sync in flight
+  // was asked for; and whether the Uploader waits for that sync to be poked.
+  std::shared_ptr<io::DurableBounds> durable = std::make_shared<io::DurableBounds>();
+  io::RunWriter::LineEnds syncing_ends;
+  bool poke_after_sync = false;
   Error wal_error;           // the WAL could not be written: nothing more is acknowledged
   caf::response_promise finish_promise;
   GroupLink group;                       // where the job has several runs
@@ -72,6 +80,12 @@ void confirm_told(run_ptr self);
 void confirmed(run_ptr self, const caf::actor_addr& proxy);
 void drain_uploads(run_ptr self);
 
+/// The line files up to `ends` hold only what the synced WAL holds: the
+/// live upload may send them.
+void durable_to(run_ptr self, const io::RunWriter::LineEnds& ends) {
+  self->state.durable->raise(ends.history, ends.histograms, ends.media, ends.events);
+}
+
 /// The WAL failed (`e`): the run keeps nothing more. Every rank learns at
 /// once that what it sent since the last ack, and all it sends later, is
 /// lost; run.json and the run's FinishResult carry the reason.
@@ -84,6 +98,8 @@ void fail_wal(run_ptr self, const Error& e) {
                                            st.host->run_dir + " rebuilds the run's files once the disk is fixed)");
   std::fprintf(stderr, "chorus: %s\n", st.wal_error.message().c_str());
   st.sink->writer.note_error(st.wal_error);
+  // Nothing more will be synced: the files hold what the run has, and the upload may take it all.
+  st.durable->lift();
   for (const auto& proxy : st.proxies)
     if (proxy) self->send(proxy, fail_atom::value, static_cast<std::uint8_t>(st.wal_error.code()), st.wal_error.message());
   // The run is over: its state (failed) and the reason go to run.json where the disk still takes them.
@@ -118,8 +134,10 @@ void request_sync(run_ptr self) {
   if (!st.unsynced || st.sync_in_flight || st.wal_error || !st.syncer) return;
   st.sync_in_flight = true;
   st.unsynced = false;
-  // The acks of what is appended so far, released by this sync.
+  // The acks of what is appended so far, released by this sync; and the
+  // files as they stand, which hold nothing that is not appended (record).
   st.syncing = st.sink->progress;
+  st.syncing_ends = st.sink->writer.written();
   for (auto& p : st.sink->progress) p.acked();
   self->request(st.syncer, caf::infinite, sync_atom::value)
       .then([self](const std::string& failure) { synced(self, failure); },
@@ -185,6 +203,10 @@ void synced(run_ptr self, const std::string& failure) {
   st.sync_in_flight = false;
   if (!failure.empty()) return fail_wal(self, Error(Errc::io_error, failure));
   send_acks(self, st.syncing);
+  durable_to(self, st.syncing_ends);
+  // Nothing appended since this round was asked for: all the files hold is synced.
+  if (!st.unsynced) durable_to(self, st.sink->writer.written());
+  if (std::exchange(st.poke_after_sync, false) && st.uploader) self->send(st.uploader, upload_atom::value);
   if (st.unsynced) request_sync(self);
 }
 
@@ -196,6 +218,7 @@ void sync_and_ack(run_ptr self) {
   st.unsynced = false;
   send_acks(self, st.syncing);
   send_acks(self, st.sink->progress);
+  durable_to(self, st.sink->writer.written());
 }
 
 void end_run(run_ptr self) {
@@ -211,6 +234,8 @@ void end_run(run_ptr self) {
   st.sink->release_run_end();
   st.sink->writer.flush();
   sync_and_ack(self);
+  // The end is synced with all before it (or the WAL failed, and the bounds are lifted): the upload may send it.
+  st.durable->ended = true;
   // run.json says how the run ended: readers need no lease any more.
   io::end_lease(st.host->run_dir);
   if (FinishState* fs = st.host->finish) {
@@ -407,7 +432,8 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   }
   if (!host->settings.opts.upload.empty()) {
     st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
-                                 io::UploadSettings{.read_bytes = host->settings.opts.upload_buffer}, host->blocking,
+                                 io::UploadSettings{.read_bytes = host->settings.opts.upload_buffer, .durable = st.durable},
+                                 host->blocking,
                                  self->address());
   }
 
@@ -543,6 +569,9 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         renew_lease(self);
         st.events->watch.tick(unix_now_us());
         tell_events(self);
+        // What the flush wrote is the upload's once the WAL that holds it is synced: now, or after the round under way.
+        if (!st.unsynced && !st.sync_in_flight && !st.wal_error) durable_to(self, st.sink->writer.written());
+        else st.poke_after_sync = true;
         if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },

@@ -62,7 +62,21 @@ Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bo
   const bool had_content = ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
   const Result<int> fd = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
   if (!fd) return fd.error();
-  return std::unique_ptr<AppendFile>(new AppendFile(*fd, path, had_content));
+  struct stat now {};
+  const std::uint64_t size = ::fstat(*fd, &now) == 0 ? static_cast<std::uint64_t>(now.st_size) : 0;
+  return std::unique_ptr<AppendFile>(new AppendFile(*fd, path, had_content, size));
+}
+
+// Writes `data` out; the size follows what reached the file, even part of it.
+Error AppendFile::write_out(std::string_view data) {
+  unsynced_ = true;
+  Error e = detail::write_all(fd_, data, path_);
+  if (!e) {
+    size_ += data.size();
+  } else if (struct stat now {}; ::fstat(fd_, &now) == 0) {
+    size_ = static_cast<std::uint64_t>(now.st_size);
+  }
+  return e;
 }
 
 AppendFile::~AppendFile() {
@@ -74,10 +88,7 @@ Error AppendFile::write(std::string_view data) {
   if (buf_.size() + data.size() > buffer_limit) {
     if (Error e = flush()) return e;
     // Bigger than the whole buffer: straight out, no copy.
-    if (data.size() >= buffer_limit) {
-      unsynced_ = true;
-      return detail::write_all(fd_, data, path_);
-    }
+    if (data.size() >= buffer_limit) return write_out(data);
   }
   if (buf_.capacity() == 0) buf_.reserve(64u << 10);
   buf_.append(data);
@@ -86,8 +97,7 @@ Error AppendFile::write(std::string_view data) {
 
 Error AppendFile::flush() {
   if (buf_.empty()) return {};
-  unsynced_ = true;
-  Error e = detail::write_all(fd_, buf_, path_);
+  Error e = write_out(buf_);
   // Dropped even on error: keeping it would grow memory without bound on a
   // full disk, and the WAL still holds the data.
   buf_.clear();

@@ -49,15 +49,21 @@ public:
   [[nodiscard]] Error sync();
 
   [[nodiscard]] std::size_t buffered() const noexcept { return buf_.size(); }
+  /// The bytes in the file, as far as this writer knows: what it held at
+  /// open, and every write out since (not what is still buffered).
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
 private:
-  AppendFile(int fd, std::string path, bool unsynced) : fd_(fd), path_(std::move(path)), unsynced_(unsynced) {}
+  AppendFile(int fd, std::string path, bool unsynced, std::uint64_t size)
+      : fd_(fd), path_(std::move(path)), unsynced_(unsynced), size_(size) {}
+  Error write_out(std::string_view data);
 
   int fd_ = -1;
   std::string path_;
   std::string buf_;
   bool unsynced_; // written (or found with content) since the last sync
+  std::uint64_t size_ = 0;
 };
 
 } // namespace chorus::io

@@ -654,4 +654,9 @@ const std::string& RunWriter::dir() const noexcept { return s_->dir; }
 std::uint64_t RunWriter::rows() const noexcept { return s_->rows; }
 std::uint64_t RunWriter::rejected_values() const noexcept { return s_->rejected_values; }
 
+RunWriter::LineEnds RunWriter::written() const noexcept {
+  const auto size = [](const std::unique_ptr<AppendFile>& f) { return f ? f->size() : 0; };
+  return {size(s_->history), size(s_->histograms), size(s_->media_file), size(s_->events_file)};
+}
+
 } // namespace chorus::io

@@ -97,6 +97,13 @@ public:
   [[nodiscard]] std::uint64_t rows() const noexcept;
   [[nodiscard]] std::uint64_t rejected_values() const noexcept;
 
+  /// How far each file that the WAL backs is written (bytes in it, not what
+  /// is still buffered); 0 where it is not open.
+  struct LineEnds {
+    std::uint64_t history = 0, histograms = 0, media = 0, events = 0;
+  };
+  [[nodiscard]] LineEnds written() const noexcept;
+
 private:
   struct State;
   std::unique_ptr<State> s_;

@@ -20,7 +20,7 @@
 
 namespace chorus::io {
 
-Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out) {
+Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out, std::uint64_t limit) {
   out.buf.clear();
   out.lines.clear();
   out.after.clear();
@@ -38,6 +38,12 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
     return detail::os_error("cannot stat", path, e);
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (limit < from.bytes) {
+    // A live run's bound not yet past what was uploaded (a resumed run's first moments): nothing to read now.
+    detail::close_fd(fd);
+    out.to_end = true;
+    return {};
+  }
   if (size < from.bytes) {
     detail::close_fd(fd);
     return Error(Errc::io_error, path + " is shorter (" + std::to_string(size) + " bytes) than what was already uploaded (" +
@@ -49,7 +55,8 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   // first read that holds a newline, and of the reads before it; none
   // longer than the bound every reader of a run's lines keeps.
   LineReader lines(fd, path, from,
-                   {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = max_line_bytes, .end = size});
+                   {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = max_line_bytes,
+                    .end = std::min(size, limit)});
   std::vector<std::size_t> starts;
   out.to_end = false;
   for (std::string_view line;;) {
@@ -82,7 +89,8 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   return {};
 }
 
-Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after) {
+Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after,
+                                 std::uint64_t limit) {
   // A slice that ends at a line too long holds all that can be read of
   // the file: it is kept while any of it is left, and read again only where
   // it must be fresh.
@@ -103,7 +111,7 @@ Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t
   next = 0;
   steps.clear();
   read_at = std::chrono::steady_clock::now();
-  return read_lines(path, at, read_bytes, slice);
+  return read_lines(path, at, read_bytes, slice, limit);
 }
 
 void detail::KeptSlice::index_steps(Lines kind) {

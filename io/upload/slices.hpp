@@ -29,7 +29,9 @@ struct KeptSlice {
   /// The slice from `at`: what is left of the kept one when `at` is the
   /// start of one of its lines, at least half of `read_bytes` is left, and
   /// it was read no earlier than `fresh_after`.
-  [[nodiscard]] Error refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after = {});
+  /// `limit`: read_lines'.
+  [[nodiscard]] Error refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after = {},
+                              std::uint64_t limit = UINT64_MAX);
   [[nodiscard]] std::span<const std::string_view> lines() const { return std::span(slice.lines).subspan(next); }
   [[nodiscard]] std::span<const Cursor> after() const { return std::span(slice.after).subspan(next); }
   /// What a slice's lines are, for index_steps.

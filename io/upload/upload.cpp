@@ -84,7 +84,11 @@ struct Uploader::Impl {
   Error read_parts() {
     // What histograms.jsonl and media.jsonl held as read before history.jsonl now is.
     before = {detail::last_step(histograms), detail::last_step(media)};
-    if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes)) return e;
+    // A live run's files are read as far as its synced WAL backs them
+    // (DurableBounds), history.jsonl's bound first: the others' are as new.
+    const DurableBounds* d = settings.durable.get();
+    const std::uint64_t history_to = d ? d->history.load() : UINT64_MAX;
+    if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes, {}, history_to)) return e;
     if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
     const HistogramUse use = backend->histograms();
     // By step, histograms.jsonl and media.jsonl are read anew each time, in
@@ -94,7 +98,8 @@ struct Uploader::Impl {
     const SteadyTime fresh_after = by_step ? SteadyTime::max() : SteadyTime{};
     using Lines = detail::KeptSlice::Lines;
     if (use != HistogramUse::none) {
-      if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes, fresh_after))
+      if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes, fresh_after,
+                                       d ? d->histograms.load() : UINT64_MAX))
         return e;
       if (by_step) {
         history.index_steps(Lines::history);
@@ -102,7 +107,9 @@ struct Uploader::Impl {
       }
     }
     if (backend->media()) {
-      if (Error e = media.refresh(dir + "/media.jsonl", st.media, settings.read_bytes, fresh_after)) return e;
+      if (Error e = media.refresh(dir + "/media.jsonl", st.media, settings.read_bytes, fresh_after,
+                                  d ? d->media.load() : UINT64_MAX))
+        return e;
       if (by_step) media.index_steps(Lines::media);
     }
     // Read after run.json (pump reads it first): once the run is seen ended,
@@ -110,7 +117,8 @@ struct Uploader::Impl {
     // events the end itself brings are written just after run.json's end:
     // the webhook waits for them, io/upload/webhook.cpp.)
     if (backend->events())
-      if (Error e = events.refresh(dir + "/events.jsonl", st.events, settings.read_bytes, ended_at.value_or(SteadyTime{})))
+      if (Error e = events.refresh(dir + "/events.jsonl", st.events, settings.read_bytes, ended_at.value_or(SteadyTime{}),
+                                   d ? d->events.load() : UINT64_MAX))
         return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
@@ -268,6 +276,8 @@ struct Uploader::Impl {
       }
       auto run = RunSnapshot::read(dir);
       if (!run) return stop(p, run.error().message());
+      // A live run's end goes once its WAL holds it synced, with every line before it.
+      if (settings.durable && !settings.durable->ended.load()) run->ended = false;
       if (!run->ended) ended_at.reset();
       else if (!ended_at) ended_at = now;
       Sent sent;

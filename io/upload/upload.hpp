@@ -19,6 +19,7 @@
 
 #include "runtime/core/result.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -67,7 +68,10 @@ struct LineSlice {
   bool to_end = false; // every complete line the file held was read (not cut at max_bytes), or up to `damaged`
   Error damaged;       // the line after the last one read runs past io::max_line_bytes
 };
-[[nodiscard]] Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out);
+/// `limit`: read no byte past it (a live run's DurableBounds); a slice that
+/// reaches it is `to_end`, as one that reaches the file's end.
+[[nodiscard]] Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out,
+                               std::uint64_t limit = UINT64_MAX);
 
 /// What a target has received from a run, persisted in
 /// <run>/upload/<target.id>.json (atomically, after every answer).
@@ -211,10 +215,41 @@ public:
   [[nodiscard]] virtual bool events() const noexcept { return false; }
 };
 
+/// How much of a live run's line files its fdatasync'ed WAL backs, as the
+/// run host says after each sync (actors/run.cpp): a live upload reads no
+/// further, and sends the run's end only once that end is durable, so that
+/// no server holds a value that a crash of the machine could take from the
+/// run (`chorus recover` rebuilds the files from the WAL alone).
+struct DurableBounds {
+  std::atomic<std::uint64_t> history{0}, histograms{0}, media{0}, events{0};
+  std::atomic<bool> ended{false}; // the run's end is in the synced WAL
+  /// Moves each bound up to the given end (never down); history's last, so
+  /// that an upload that reads history.jsonl first, then the others, finds
+  /// in them every histogram and media of the rows it read (slices.hpp).
+  void raise(std::uint64_t h, std::uint64_t g, std::uint64_t m, std::uint64_t e) noexcept {
+    const auto up = [](std::atomic<std::uint64_t>& b, std::uint64_t v) {
+      for (std::uint64_t at = b.load(); at < v && !b.compare_exchange_weak(at, v);) {
+      }
+    };
+    up(media, m);
+    up(histograms, g);
+    up(events, e);
+    up(history, h);
+  }
+  /// No bound any more: the WAL could not be written, nothing more will be
+  /// synced, and the files hold what the run has (its run.json says why).
+  void lift() noexcept {
+    raise(UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX);
+    ended = true;
+  }
+};
+
 struct UploadSettings {
   std::chrono::milliseconds backoff_base{500};
   std::chrono::milliseconds backoff_max{60'000};
   std::size_t read_bytes = 4u << 20; // per file per slice: bounds the memory an upload holds
+  /// A live run's (the run host sets it); none for `chorus sync`, which reads the files whole.
+  std::shared_ptr<const DurableBounds> durable;
 };
 
 /// Reads the run directory and feeds a Backend, with the delivery rules:
