@@ -38,7 +38,12 @@ public:
   void enqueue(caf::mailbox_element_ptr ptr, caf::execution_unit* eu) override {
     if (ptr) {
       if (const char* why = refused_system_message(*ptr, this->node())) {
-        report_refused(this->name(), why, *ptr, said_);
+        // An actor already ending is past being stopped: what reaches it then
+        // (the exit of a linked actor that its own end released, which CAF
+        // sends in no one's name) is dropped without a word.
+        if (!this->getf(caf::abstract_actor::is_shutting_down_flag | caf::abstract_actor::is_cleaned_up_flag |
+                        caf::abstract_actor::is_terminated_flag))
+          report_refused(this->name(), why, *ptr, said_);
         return;
       }
     }
