@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     run.on_event(
         [&](const chorus::Event& e) {
           std::string ranks;
-          for (int r : e.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+          for (int r : e.ranks) ranks.append(ranks.empty() ? "" : ",").append(std::to_string(r));
           std::printf("EVENT %s rank=%d step=%lld key=%s ranks=%s state=%s thread=%s\n",
                       std::string(chorus::to_string(e.kind)).c_str(), e.rank, static_cast<long long>(e.step),
                       e.key.c_str(), ranks.c_str(), std::string(chorus::to_string(e.state)).c_str(),

@@ -248,7 +248,8 @@ chorus::task<int> work(Args a) {
     }
     if (a.step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(a.step_us));
     if (a.barrier_every > 0 && (s + 1) % a.barrier_every == 0) {
-      std::string name = "b" + std::to_string(s);
+      std::string name = "b";
+      name.append(std::to_string(s)); // (not "b" + ...: GCC 12's -Wrestrict misfires on it at -O3)
       chorus::Error e = co_await run.barrier(name);
       if (e) std::fprintf(stderr, "rank %d barrier %s: %s\n", rank, name.c_str(), e.message().c_str());
     }

@@ -20,7 +20,9 @@ int main() {
   for (int s = 0; s < steps; ++s) {
     run.log({{"loss", double(rank + s)}, {"tokens", double(rank + 1)}, {"r", double(rank * 100000 + s)}});
     if ((s + 1) % 50 == 0) {
-      if (chorus::Error e = run.barrier("b" + std::to_string(s + 1)).wait()) {
+      std::string name = "b";
+      name.append(std::to_string(s + 1)); // (not "b" + ...: GCC 12's -Wrestrict misfires on it at -O3)
+      if (chorus::Error e = run.barrier(name).wait()) {
         std::fprintf(stderr, "barrier: %s\n", e.message().c_str());
         return 1;
       }
