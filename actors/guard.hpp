@@ -78,7 +78,16 @@ auto spawn_guarded_class(caf::actor_system& sys, Ts&&... xs) {
 template <class Self>
 void stop_with(Self* self, const caf::actor_addr& parent) {
   if (!parent) return;
-  self->monitor(parent);
+  // Held while the monitor is set: CAF 0.17 monitors an address through a
+  // raw pointer, and a parent that ended before this actor started (a
+  // blocking helper starts late under load) would be called while it is
+  // destroyed. One that is gone already stops this actor at once.
+  const caf::strong_actor_ptr alive = caf::actor_cast<caf::strong_actor_ptr>(parent);
+  if (!alive) {
+    self->quit(caf::exit_reason::user_shutdown);
+    return;
+  }
+  self->monitor(alive);
   self->set_down_handler([self, parent](caf::down_msg& dm) {
     if (dm.source == parent) self->quit(dm.reason ? std::move(dm.reason) : caf::exit_reason::user_shutdown);
   });
