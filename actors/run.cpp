@@ -86,6 +86,15 @@ void durable_to(run_ptr self, const io::RunWriter::LineEnds& ends) {
   self->state.durable->raise(ends.history, ends.histograms, ends.media, ends.events);
 }
 
+/// With nothing appended and no sync under way, everything the files hold is
+/// synced: the live upload may send it all. False where a sync must come first.
+bool durable_if_synced(run_ptr self) {
+  auto& st = self->state;
+  if (st.unsynced || st.sync_in_flight || st.wal_error) return false;
+  durable_to(self, st.sink->writer.written());
+  return true;
+}
+
 /// The WAL failed (`e`): the run keeps nothing more. Every rank learns at
 /// once that what it sent since the last ack, and all it sends later, is
 /// lost; run.json and the run's FinishResult carry the reason.
@@ -204,8 +213,7 @@ void synced(run_ptr self, const std::string& failure) {
   if (!failure.empty()) return fail_wal(self, Error(Errc::io_error, failure));
   send_acks(self, st.syncing);
   durable_to(self, st.syncing_ends);
-  // Nothing appended since this round was asked for: all the files hold is synced.
-  if (!st.unsynced) durable_to(self, st.sink->writer.written());
+  durable_if_synced(self); // nothing appended since this round was asked for
   if (std::exchange(st.poke_after_sync, false) && st.uploader) self->send(st.uploader, upload_atom::value);
   if (st.unsynced) request_sync(self);
 }
@@ -570,8 +578,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         st.events->watch.tick(unix_now_us());
         tell_events(self);
         // What the flush wrote is the upload's once the WAL that holds it is synced: now, or after the round under way.
-        if (!st.unsynced && !st.sync_in_flight && !st.wal_error) durable_to(self, st.sink->writer.written());
-        else st.poke_after_sync = true;
+        if (!durable_if_synced(self)) st.poke_after_sync = true;
         if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },

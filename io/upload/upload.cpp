@@ -86,9 +86,12 @@ struct Uploader::Impl {
     before = {detail::last_step(histograms), detail::last_step(media)};
     // A live run's files are read as far as its synced WAL backs them
     // (DurableBounds), history.jsonl's bound first: the others' are as new.
-    const DurableBounds* d = settings.durable.get();
-    const std::uint64_t history_to = d ? d->history.load() : UINT64_MAX;
-    if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes, {}, history_to)) return e;
+    const auto bound = [d = settings.durable.get()](const std::atomic<std::uint64_t> DurableBounds::* b) {
+      return d ? (d->*b).load() : UINT64_MAX;
+    };
+    if (Error e = history.refresh(dir + "/history.jsonl", st.history, settings.read_bytes, {},
+                                  bound(&DurableBounds::history)))
+      return e;
     if (Error e = system.refresh(dir + "/system.jsonl", st.system, settings.read_bytes)) return e;
     const HistogramUse use = backend->histograms();
     // By step, histograms.jsonl and media.jsonl are read anew each time, in
@@ -99,7 +102,7 @@ struct Uploader::Impl {
     using Lines = detail::KeptSlice::Lines;
     if (use != HistogramUse::none) {
       if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes, fresh_after,
-                                       d ? d->histograms.load() : UINT64_MAX))
+                                       bound(&DurableBounds::histograms)))
         return e;
       if (by_step) {
         history.index_steps(Lines::history);
@@ -108,7 +111,7 @@ struct Uploader::Impl {
     }
     if (backend->media()) {
       if (Error e = media.refresh(dir + "/media.jsonl", st.media, settings.read_bytes, fresh_after,
-                                  d ? d->media.load() : UINT64_MAX))
+                                  bound(&DurableBounds::media)))
         return e;
       if (by_step) media.index_steps(Lines::media);
     }
@@ -118,7 +121,7 @@ struct Uploader::Impl {
     // the webhook waits for them, io/upload/webhook.cpp.)
     if (backend->events())
       if (Error e = events.refresh(dir + "/events.jsonl", st.events, settings.read_bytes, ended_at.value_or(SteadyTime{}),
-                                   d ? d->events.load() : UINT64_MAX))
+                                   bound(&DurableBounds::events)))
         return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
     detail::read_artifacts(artifacts.lines, entries);
