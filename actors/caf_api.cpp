@@ -12,10 +12,10 @@ namespace chorus::actors {
 Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
   try {
     cfg.add_message_type<Event>("chorus::Event");
-    const Result<detail::Settings> s = detail::resolve(opts, detail::process_env());
+    const Result<core::Settings> s = core::resolve(opts, core::process_env());
     if (!s) return s.error();
     if (!s->active) return {}; // an inactive rank links nothing
-    if (Error e = detail::configure_system(cfg, *s)) return e;
+    if (Error e = actors::configure_system(cfg, *s)) return e;
     // Renders the proxy's errors (to_error reads them back).
     cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value, const caf::message& context) {
       std::string out = "chorus error: ";
@@ -30,7 +30,7 @@ Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
 }
 
 Run init(caf::actor_system& sys, const Options& opts, Error& error) noexcept {
-  return detail::RunAccess::init(opts, error, &sys);
+  return client::RunAccess::init(opts, error, &sys);
 }
 
 Run init(caf::actor_system& sys, const Options& opts) {
@@ -41,14 +41,14 @@ Run init(caf::actor_system& sys, const Options& opts) {
 }
 
 rank_proxy proxy(const Run& run) noexcept {
-  const detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
+  const client::RunImpl* impl = client::live(client::RunAccess::impl(run));
   if (impl == nullptr || impl->system() == nullptr) return {};
   return caf::actor_cast<rank_proxy>(impl->system()->proxy());
 }
 
 Error subscribe(const Run& run, const caf::actor& subscriber) noexcept {
   if (!subscriber) return {Errc::invalid_argument, "subscribe: the subscriber's handle is invalid: pass a live actor"};
-  detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
+  client::RunImpl* impl = client::live(client::RunAccess::impl(run));
   if (impl == nullptr)
     return {Errc::invalid_argument, "subscribe: the run is inactive on this rank (nothing is logged here, and no "
                                     "event comes): subscribe on a rank that logs into the run"};

@@ -11,9 +11,9 @@
 #include <utility>
 #include <unistd.h>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
-using io::detail::unix_now_us;
+using platform::unix_now_us;
 
 namespace {
 
@@ -39,12 +39,12 @@ struct GroupState {
   /// on), and a run it filled in from its run.json where no report of that
   /// run reached the group.
   void write() {
-    io::GroupManifest& mine = host.manifest;
-    Error e = io::update_group_file(host.dir, [&](io::GroupManifest& there, bool exists) {
+    store::GroupManifest& mine = host.manifest;
+    Error e = store::update_group_file(host.dir, [&](store::GroupManifest& there, bool exists) {
       if (exists) {
         for (const auto& [rank, code] : there.exit_codes) mine.exit_codes.insert_or_assign(rank, code);
-        for (const io::GroupMember& t : there.members) {
-          io::GroupMember* m = mine.member(t.index);
+        for (const store::GroupMember& t : there.members) {
+          store::GroupMember* m = mine.member(t.index);
           const bool killed = m != nullptr && t.state == "killed" && m->id == t.id && m->state != "finished";
           const bool filled_in = t.state != "missing" && !t.id.empty() && (m == nullptr || m->state == "missing");
           if (m != nullptr && (killed || filled_in))
@@ -83,7 +83,7 @@ void mark_dirty(group_ptr self) {
 /// the final manifest and answers whoever waits for the group to finish.
 void check_done(group_ptr self) {
   auto& st = self->state;
-  io::GroupManifest& g = st.host.manifest;
+  store::GroupManifest& g = st.host.manifest;
   g.settle();
   if (st.done || g.state == "running") return;
   st.done = true;
@@ -95,10 +95,10 @@ void check_done(group_ptr self) {
 /// Records a run for each place that none has reported for.
 void record_missing(group_ptr self, std::string_view why) {
   auto& st = self->state;
-  io::GroupManifest& g = st.host.manifest;
+  store::GroupManifest& g = st.host.manifest;
   for (std::int64_t i = 0; i < g.size; ++i) {
     if (g.member(i) != nullptr) continue;
-    io::GroupMember m;
+    store::GroupMember m;
     m.index = i;
     m.state = "missing";
     m.message = std::string(why);
@@ -110,11 +110,11 @@ void record_missing(group_ptr self, std::string_view why) {
 }
 
 /// A member that can no longer report: what it last said, ended as `state`.
-void end_member(io::GroupMember& m, std::string_view state, std::string message) {
+void end_member(store::GroupMember& m, std::string_view state, std::string message) {
   m.state = std::string(state);
   m.message = std::move(message);
   if (!m.end_time) m.end_time = now_s();
-  for (io::GroupRank& r : m.ranks)
+  for (store::GroupRank& r : m.ranks)
     if (r.state == "running") r.state = std::string(state);
 }
 
@@ -128,7 +128,7 @@ group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
     auto& st = self->state;
     auto it = st.index_of.find(dm.source);
     if (it == st.index_of.end()) return;
-    io::GroupMember* m = st.host.manifest.member(it->second);
+    store::GroupMember* m = st.host.manifest.member(it->second);
     st.index_of.erase(it);
     if (m == nullptr || m->ended()) return;
     end_member(*m, "crashed",
@@ -153,16 +153,16 @@ group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
                          caf::to_string(run.address()).c_str());
           return;
         }
-        io::GroupManifest& g = st.host.manifest;
-        Result<io::GroupMember> parsed = io::parse_member(json);
+        store::GroupManifest& g = st.host.manifest;
+        Result<store::GroupMember> parsed = store::parse_member(json);
         self->send(caf::actor_cast<member_actor>(run), member_ok_atom::value, seq); // a refused report is not repeated
         if (!parsed || parsed->index >= g.size) {
           std::fprintf(stderr, "chorus: the group refused a member's report: %s\n",
                        parsed ? "its place is outside the group" : parsed.error().message().c_str());
           return;
         }
-        io::GroupMember& m = *parsed;
-        io::GroupMember* there = g.member(m.index);
+        store::GroupMember& m = *parsed;
+        store::GroupMember* there = g.member(m.index);
         if (there != nullptr && there->state != "missing" && there->id != m.id) {
           std::fprintf(stderr, "chorus: runs %s and %s both claim place %lld of group %s: the second is left out "
                                "(two jobs share the group and its port?)\n",
@@ -223,7 +223,7 @@ group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
       [self](finish_tmo_atom) {
         auto& st = self->state;
         if (!from_self(self) || st.done) return;
-        for (io::GroupMember& m : st.host.manifest.members)
+        for (store::GroupMember& m : st.host.manifest.members)
           if (!m.ended())
             end_member(m, "unknown",
                        "no final report: still running when global rank 0 stopped waiting for it (finish_timeout); "
@@ -236,17 +236,17 @@ group_self::behavior_type group_actor_fn(group_ptr self, GroupHost host) {
 
 } // namespace
 
-GroupHost group_host(const Settings& s) {
+GroupHost group_host(const core::Settings& s) {
   GroupHost g;
   g.dir = (std::filesystem::path(s.opts.dir) / s.opts.project / s.opts.group).string();
-  io::GroupManifest& m = g.manifest;
+  store::GroupManifest& m = g.manifest;
   m.group = s.opts.group;
   m.project = s.opts.project;
   m.mode = to_string(s.opts.mode);
   m.scope = to_string(s.opts.scope);
   m.launcher = s.topo.launcher;
   m.job_id = s.topo.job_id;
-  m.host = io::detail::this_host();
+  m.host = platform::this_host();
   m.size = s.group_size;
   m.start_time = now_s();
   // The ranks of each place: a per-rank run's own; a node's (the logging one
@@ -271,15 +271,15 @@ group_actor spawn_group_actor(caf::actor_system& sys, GroupHost host) {
   return spawn_guarded(sys, group_actor_fn, std::move(host));
 }
 
-io::GroupMember member_report(const RunHost& host, const Merger& merger, std::optional<RunState> end,
+store::GroupMember member_report(const RunHost& host, const core::Merger& merger, std::optional<RunState> end,
                               std::string summary) {
-  const Settings& s = host.settings;
-  io::GroupMember m;
+  const core::Settings& s = host.settings;
+  store::GroupMember m;
   m.index = s.group_index;
   m.id = host.run_id;
   m.name = s.run_name.empty() ? host.run_id : s.run_name;
   m.dir = host.run_dir;
-  m.host = io::detail::this_host();
+  m.host = platform::this_host();
   m.pid = ::getpid();
   m.node = s.topo.node_rank;
   m.start_time = static_cast<double>(host.start_us) / 1e6;
@@ -290,10 +290,10 @@ io::GroupMember member_report(const RunHost& host, const Merger& merger, std::op
   if (end) {
     m.state = to_string(*end);
     m.end_time = now_s();
-    if (summary.size() <= io::max_member_summary) m.summary = std::move(summary); // else only in summary.json
+    if (summary.size() <= store::max_member_summary) m.summary = std::move(summary); // else only in summary.json
     if (*end != RunState::finished) {
       int down = 0;
-      for (const io::GroupRank& r : m.ranks) down += r.state != "finished";
+      for (const store::GroupRank& r : m.ranks) down += r.state != "finished";
       m.message = std::to_string(down) + (down == 1 ? " rank" : " ranks") + " did not finish (see run.json)";
     }
   }
@@ -317,9 +317,9 @@ void GroupLink::connect(run_self::pointer self, group_actor group, caf::response
   when_acked(seq_, std::move(registered));
 }
 
-void GroupLink::report(run_self::pointer self, const io::GroupMember& m) {
+void GroupLink::report(run_self::pointer self, const store::GroupMember& m) {
   if (final_) return; // the run's last word is said
-  latest_ = io::member_json(m);
+  latest_ = store::member_json(m);
   ++seq_;
   final_ = m.ended();
   if (group_ && !lost_) send(self);
@@ -377,4 +377,4 @@ void GroupLink::answer_waiters() {
   });
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -18,11 +18,15 @@
 #include <string>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
+class Merger;
+}
+
+namespace chorus::actors {
 
 struct GroupHost {
   std::string dir;           // the group directory
-  io::GroupManifest manifest; // the group's identity, size and start; no members yet
+  store::GroupManifest manifest; // the group's identity, size and start; no members yet
   /// The global ranks of each place in the group, for the places whose run never reports.
   std::vector<std::vector<std::int64_t>> expected_ranks;
   /// A place whose run has not registered by then is recorded as missing.
@@ -34,16 +38,15 @@ struct GroupHost {
 };
 
 /// The group of the job `s` describes, kept by this process (global rank 0).
-[[nodiscard]] GroupHost group_host(const Settings& s);
+[[nodiscard]] GroupHost group_host(const core::Settings& s);
 
 group_actor spawn_group_actor(caf::actor_system& sys, GroupHost host);
 
 struct RunHost;
-class Merger;
 
 /// What the run `host` hosts reports: its identity, and its ranks (by global
 /// rank) as `merger` has them; at the run's end, `end` and its summary.
-[[nodiscard]] io::GroupMember member_report(const RunHost& host, const Merger& merger,
+[[nodiscard]] store::GroupMember member_report(const RunHost& host, const core::Merger& merger,
                                             std::optional<RunState> end = std::nullopt, std::string summary = "{}");
 
 /// A member run's reports to its Group.
@@ -58,7 +61,7 @@ public:
   /// The job's secret the reports carry (actors/job_secret.hpp).
   void secret(std::string s) { secret_ = std::move(s); }
   /// Sends `m` as the run's latest state (now, or once connected).
-  void report(run_self::pointer self, const io::GroupMember& m);
+  void report(run_self::pointer self, const store::GroupMember& m);
   void acked(std::int64_t seq);
   /// Whether `sender` is the Group this link reports to.
   [[nodiscard]] bool is(const caf::strong_actor_ptr& sender) const {
@@ -93,4 +96,4 @@ private:
   std::vector<std::pair<std::int64_t, caf::response_promise>> waiters_; // (report, who waits for its ack)
 };
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-namespace chorus::detail {
+namespace chorus::actors {
 namespace {
 
 /// The sender is the actor the message is about.
@@ -54,4 +54,4 @@ void report_refused(const char* actor, const char* why, const caf::mailbox_eleme
                actor, why, from.c_str());
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -19,7 +19,7 @@
 #include <atomic>
 #include <utility>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// Why `x` may not enter the mailbox of an actor of node `here` (a static
 /// description), or null where it may.
@@ -93,4 +93,4 @@ void stop_with(Self* self, const caf::actor_addr& parent) {
   });
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

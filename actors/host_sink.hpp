@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// Forwards the merge's output to the run directory, and gathers per rank
 /// how far its stream is done (and what was refused) for the next acks.
-class HostSink final : public HistorySink {
+class HostSink final : public core::HistorySink {
 public:
   struct Progress {
     std::uint64_t completed = 0;
@@ -44,7 +44,7 @@ public:
   explicit HostSink(std::string dir) : writer(std::move(dir), [this](std::uint32_t k) { return merger->key_name(k); }) {}
 
   /// The events' watch hears what the live merge does (`timing`: not a replay's).
-  EventWatch* watch() const noexcept { return timing && events ? &events->watch : nullptr; }
+  core::EventWatch* watch() const noexcept { return timing && events ? &events->watch : nullptr; }
 
   void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
     // A resumed attempt's ranks count their seqs afresh.
@@ -52,11 +52,11 @@ public:
     hosts.assign(world_size, {});
     warned.assign(world_size, {});
     writer.run_start(run_json, ts_us, world_size);
-    if (EventWatch* w = watch()) w->run_start(static_cast<int>(world_size), now_us);
+    if (core::EventWatch* w = watch()) w->run_start(static_cast<int>(world_size), now_us);
   }
-  void row(const Row& row) override {
+  void row(const core::Row& row) override {
     writer.row(row);
-    if (EventWatch* w = watch()) w->row(row, key_name, now_us);
+    if (core::EventWatch* w = watch()) w->row(row, key_name, now_us);
   }
   void config(int rank, std::string_view json) override { writer.config(rank, json); }
   void summary(int rank, std::string_view json) override { writer.summary(rank, json); }
@@ -83,13 +83,13 @@ public:
     if (rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() && !host.empty()) hosts[rank] = host;
     ++generation;
     writer.rank_state(rank, state, last_step, host, reason);
-    if (EventWatch* w = watch()) w->rank_state(rank, state, last_step, reason, now_us);
+    if (core::EventWatch* w = watch()) w->rank_state(rank, state, last_step, reason, now_us);
   }
   // Rules are state: a replayed one counts as well.
   void alert_rule(int, std::uint32_t key, AlertRule rule) override {
     if (events) events->watch.rule(key, merger->key_name(key), rule);
   }
-  void event(const wire::EventRecord& e) override {
+  void event(const core::wire::EventRecord& e) override {
     writer.event(e);
     ++events_told;
   }
@@ -101,7 +101,7 @@ public:
     p.changed = true;
   }
   void run_end(RunState state, std::int64_t ts_us) override {
-    if (EventWatch* w = watch()) w->run_end(state, now_us);
+    if (core::EventWatch* w = watch()) w->run_end(state, now_us);
     if (hold_run_end) {
       held_run_end = std::pair{state, ts_us};
       return;
@@ -119,29 +119,29 @@ public:
   // reach them and releases them; a replay's (resume) are not: `timing` is off.
   void barrier_reached(int rank, std::uint64_t index, std::string_view name) override {
     if (!timing) return;
-    if (EventWatch* w = watch()) w->barrier_reached(rank, index, name, now_us);
+    if (core::EventWatch* w = watch()) w->barrier_reached(rank, index, name, now_us);
     if (!arrivals_index || *arrivals_index != index) {
       arrivals_index = index;
       arrivals.clear();
     }
     if (rank < 0) return;
     if (static_cast<std::size_t>(rank) >= arrivals.size()) arrivals.resize(static_cast<std::size_t>(rank) + 1);
-    arrivals[static_cast<std::size_t>(rank)] = io::detail::unix_now_us();
+    arrivals[static_cast<std::size_t>(rank)] = platform::unix_now_us();
   }
   void barrier_released(std::uint64_t index, std::string_view name, std::int64_t step, std::span<const int> waiters,
                         std::span<const int> missing, const Error* err) override {
-    if (EventWatch* w = watch()) w->barrier_released(index, name, waiters, missing, err, now_us);
+    if (core::EventWatch* w = watch()) w->barrier_released(index, name, waiters, missing, err, now_us);
     // A barrier whose ranks arrived before this host timed them (in the replayed log) is not recorded.
     if (!timing || !arrivals_index || *arrivals_index != index) return;
-    io::BarrierRecord r;
+    store::BarrierRecord r;
     r.name = std::string(name);
     r.index = index;
     r.step = step;
-    r.released_us = io::detail::unix_now_us();
+    r.released_us = platform::unix_now_us();
     r.opened_us = r.released_us;
     if (err) r.error = err->message();
     for (const int rank : waiters) {
-      io::BarrierRank k{rank, std::nullopt};
+      store::BarrierRank k{rank, std::nullopt};
       if (rank >= 0 && static_cast<std::size_t>(rank) < arrivals.size()) k.arrived_us = arrivals[static_cast<std::size_t>(rank)];
       if (k.arrived_us) r.opened_us = std::min(r.opened_us, *k.arrived_us);
       r.ranks.push_back(k);
@@ -153,7 +153,7 @@ public:
     writer.barrier(r);
   }
 
-  Merger* merger = nullptr;
+  core::Merger* merger = nullptr;
   RunEvents* events = nullptr;
   std::uint64_t events_told = 0; // events in the WAL so far (a resumed run's earlier attempts' too)
   std::function<std::string_view(std::uint32_t)> key_name = [this](std::uint32_t k) { return merger->key_name(k); };
@@ -164,7 +164,7 @@ public:
   std::optional<std::pair<RunState, std::int64_t>> held_run_end;
   std::optional<std::uint64_t> arrivals_index;              // the barrier being timed
   std::vector<std::optional<std::int64_t>> arrivals;         // by rank: when it reached it
-  io::RunWriter writer;
+  store::RunWriter writer;
   std::vector<Progress> progress;
   std::vector<std::string> hosts;
   // Per rank, the keys whose refusal it was told to warn of (bounded).
@@ -174,4 +174,4 @@ public:
   std::uint64_t generation = 0; // rank state changes so far
 };
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <ctime>
 
-namespace chorus::detail {
+namespace chorus::actors {
 namespace {
 
 constexpr std::size_t secret_bytes = 32;            // 64 hex digits in the file
@@ -50,7 +50,7 @@ Result<std::string> read_secret(const std::string& path, bool& missing) {
       return std::string();
     }
     if (errno == ELOOP) return bad_file(path, "is a symbolic link");
-    return io::detail::os_error("cannot read the job's secret", path, errno);
+    return platform::os_error("cannot read the job's secret", path, errno);
   }
   struct stat st {};
   std::string out(2 * secret_bytes, '\0');
@@ -90,15 +90,15 @@ Result<std::string> node_secret(const std::string& dir, const std::string& ident
     bool missing = false;
     Result<std::string> have = read_secret(path, missing);
     if (!have || !missing) return have;
-    Result<std::string> made = io::detail::random_hex(secret_bytes, "the job's secret");
+    Result<std::string> made = platform::random_hex(secret_bytes, "the job's secret");
     if (!made) return made;
     // Written whole under another name, then linked into place: a process
     // of the job never reads half a secret, and only one secret wins.
     const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + made->substr(0, 8);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return io::detail::os_error("cannot make the job's secret", tmp, errno);
-    Error written = io::detail::write_all(fd, *made, tmp);
-    if (!written && ::fchmod(fd, 0600) != 0) written = io::detail::os_error("cannot make the job's secret private", tmp, errno);
+    if (fd < 0) return platform::os_error("cannot make the job's secret", tmp, errno);
+    Error written = platform::write_all(fd, *made, tmp);
+    if (!written && ::fchmod(fd, 0600) != 0) written = platform::os_error("cannot make the job's secret private", tmp, errno);
     ::close(fd);
     if (written) {
       ::unlink(tmp.c_str());
@@ -111,7 +111,7 @@ Result<std::string> node_secret(const std::string& dir, const std::string& ident
       sweep(dir);
       return made;
     }
-    if (link_errno != EEXIST) return io::detail::os_error("cannot make the job's secret", path, link_errno);
+    if (link_errno != EEXIST) return platform::os_error("cannot make the job's secret", path, link_errno);
     // Another process of the job made it first: read theirs.
   }
   return bad_file(path, "keeps changing");
@@ -119,7 +119,7 @@ Result<std::string> node_secret(const std::string& dir, const std::string& ident
 
 } // namespace
 
-Result<std::string> job_secret(const Settings& s, Link link, const std::string& socket_dir) {
+Result<std::string> job_secret(const core::Settings& s, Link link, const std::string& socket_dir) {
   if (const char* env = s.opts.read_env ? std::getenv("CHORUS_JOB_SECRET") : nullptr; env != nullptr && *env != '\0') {
     const std::size_t n = std::strlen(env);
     if (n < env_min || n > env_max)
@@ -130,7 +130,7 @@ Result<std::string> job_secret(const Settings& s, Link link, const std::string& 
     return std::string(env);
   }
   if (link != Link::local || socket_dir.empty()) return std::string();
-  return node_secret(socket_dir, job_identity(s));
+  return node_secret(socket_dir, core::job_identity(s));
 }
 
 bool same_secret(std::string_view a, std::string_view b) noexcept {
@@ -140,4 +140,4 @@ bool same_secret(std::string_view a, std::string_view b) noexcept {
   return diff == 0;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

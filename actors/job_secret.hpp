@@ -20,13 +20,13 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// The secret the joins over links of kind `link` carry for the job of `s`
 /// ("" where none is asked); `socket_dir`: the user's socket directory.
-[[nodiscard]] Result<std::string> job_secret(const Settings& s, Link link, const std::string& socket_dir);
+[[nodiscard]] Result<std::string> job_secret(const core::Settings& s, Link link, const std::string& socket_dir);
 
 /// Compares two secrets in time that does not depend on where they differ.
 [[nodiscard]] bool same_secret(std::string_view a, std::string_view b) noexcept;
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -20,7 +20,7 @@
 
 #include <chrono>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 class Keepalive {
 public:
@@ -81,4 +81,4 @@ bool is_remote(const caf::local_actor* self, const Handle& peer) {
   return peer && peer.node() != self->node();
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

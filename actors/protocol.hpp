@@ -71,7 +71,7 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using joined_atom = caf::atom_constant<caf::atom("joined")>;
@@ -102,7 +102,7 @@ using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using exited_atom = caf::atom_constant<caf::atom("exited")>;
 using event_atom = caf::atom_constant<caf::atom("event")>;
 
-// -- ack errors -------------------------------------------------------------
+// -- errors -----------------------------------------------------------------
 
 /// The Error of a code and a message from another process: a code this build
 /// does not know (a newer peer's, or garbage), or none, reads as internal.
@@ -302,4 +302,4 @@ caf::delegated<Ts...> drop_request(caf::local_actor* self) {
   return {};
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

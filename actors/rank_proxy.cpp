@@ -18,9 +18,9 @@
 #include <map>
 #include <optional>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
-using io::detail::this_host;
+using platform::this_host;
 
 namespace {
 
@@ -80,7 +80,7 @@ struct ProxyState {
     held.clear();
   }
 
-  RunImpl* run = nullptr;
+  client::RunImpl* run = nullptr;
   run_actor host;
   std::string host_label;
   std::string secret; // the job's, which the join carries (actors/job_secret.hpp)
@@ -101,7 +101,7 @@ struct ProxyState {
   bool done = false;            // the finish ticket completed
   std::vector<char> frame;
   // The run's stamps as Unix time (set with `run`).
-  StampConverter stamps{LogClock(LogClock::Source::steady)};
+  client::StampConverter stamps{client::LogClock(client::LogClock::Source::steady)};
   // Joining: repeated until answered or init_timeout runs out.
   std::function<void(JoinResult)> on_join; // emptied once called
   std::chrono::steady_clock::time_point join_deadline;
@@ -129,10 +129,10 @@ void joined(proxy_ptr self, JoinResult r) {
 void send_join(proxy_ptr self) {
   auto& st = self->state;
   self->send(st.host, join_atom::value, st.rank, this_host(), static_cast<std::int64_t>(::getpid()),
-             job_identity(st.run->settings()), st.secret);
+             core::job_identity(st.run->settings()), st.secret);
   // The last retry comes at the deadline, where the join gives up.
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(st.join_deadline - std::chrono::steady_clock::now());
-  self->delayed_send(self, std::clamp(jittered(st.join_retry), std::chrono::milliseconds(0), left), join_retry_atom::value);
+  self->delayed_send(self, std::clamp(core::jittered(st.join_retry), std::chrono::milliseconds(0), left), join_retry_atom::value);
   st.join_retry = std::min(st.join_retry * 2, std::chrono::milliseconds(2000));
 }
 
@@ -207,7 +207,7 @@ void answer_when_done(ProxyState& st, Pending ticket, caf::response_promise repl
 /// Moves held actor calls into the ring, in order, while they fit.
 void offer_actor_calls(proxy_ptr self) {
   auto& st = self->state;
-  RunImpl& run = *st.run;
+  client::RunImpl& run = *st.run;
   std::vector<Metric> metrics;
   while (!st.held.empty()) {
     ActorCall& c = st.held.front();
@@ -249,7 +249,7 @@ void offer_actor_calls(proxy_ptr self) {
   }
 }
 
-void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
+void ensure_key(ProxyState& st, core::wire::BatchWriter& w, std::uint32_t id) {
   if (id >= st.key_sent.size()) st.key_sent.resize(std::max<std::size_t>(id + 1, st.key_sent.size() * 2), false);
   if (!st.key_sent[id]) {
     w.key(id, KeyTable::instance().name(id));
@@ -261,7 +261,7 @@ void ensure_key(ProxyState& st, wire::BatchWriter& w, std::uint32_t id) {
 /// `first`: its keys (announced once), then its values, `value_of(i)` for
 /// the i-th.
 template <class ValueOf>
-void write_call(ProxyState& st, wire::BatchWriter& w, Ring& ring, std::uint64_t first, const Slot& head,
+void write_call(ProxyState& st, core::wire::BatchWriter& w, client::Ring& ring, std::uint64_t first, const client::Slot& head,
                 std::int64_t ts, ValueOf&& value_of, std::uint32_t stream = 0) {
   const std::uint32_t n = head.count;
   for (std::uint32_t i = 0; i < n; ++i) ensure_key(st, w, ring.at(first + i).key);
@@ -274,27 +274,27 @@ bool drain(proxy_ptr self) {
   auto& st = self->state;
   if (!st.held.empty() && st.host) offer_actor_calls(self);
   if (st.in_flight >= max_frames_in_flight || !st.host) return false;
-  Ring& ring = st.run->ring();
+  client::Ring& ring = st.run->ring();
   std::uint64_t pos = st.read_pos;
   if (ring.peek(pos) == nullptr) return false;
   st.frame.clear();
-  wire::BatchWriter w(st.frame, st.rank);
+  core::wire::BatchWriter w(st.frame, st.rank);
   st.stamps.anchor(); // after the first slot was seen: the frame's slots were stamped before it, or barely after
   const std::uint64_t end = pos + max_slots_per_frame;
   while (pos < end && st.frame.size() < max_frame_bytes) {
-    Slot* s = ring.peek(pos);
+    client::Slot* s = ring.peek(pos);
     if (s == nullptr) break;
     // When the call was made, on the trainer's thread (a head's or a single slot's stamp).
-    const std::int64_t ts = st.stamps.unix_us(Ring::stamp(*s));
+    const std::int64_t ts = st.stamps.unix_us(client::Ring::stamp(*s));
     switch (s->kind) {
-      case SlotKind::values_head: {
+      case client::SlotKind::values_head: {
         const std::uint32_t n = s->count;
         if (ring.peek(pos + n - 1) == nullptr) goto full; // the call is still being written
         write_call(st, w, ring, pos, *s, ts, [&](std::uint32_t i) { return ring.at(pos + i).value; });
         pos += n;
         break;
       }
-      case SlotKind::stream_head: {
+      case client::SlotKind::stream_head: {
         // A writer's call: this slot names the stream, its values follow.
         const std::uint32_t n = s->count;
         if (ring.peek(pos + n) == nullptr) goto full;
@@ -303,18 +303,18 @@ bool drain(proxy_ptr self) {
         pos += n + 1;
         break;
       }
-      case SlotKind::stream_open:
-      case SlotKind::stream_close:
-        w.stream(pos + 1, s->key, s->kind == SlotKind::stream_open);
+      case client::SlotKind::stream_open:
+      case client::SlotKind::stream_close:
+        w.stream(pos + 1, s->key, s->kind == client::SlotKind::stream_open);
         pos += 1;
         break;
-      case SlotKind::device_head: {
+      case client::SlotKind::device_head: {
         // Device values wait in the ring, in order, until their copy has
         // landed: this loop is the poller that completes them.
         const std::uint32_t n = s->count;
         if (ring.peek(pos + n - 1) == nullptr) goto full;
-        Capture* c = s->capture;
-        DeviceCapture& device = *st.run->device();
+        client::Capture* c = s->capture;
+        client::DeviceCapture& device = *st.run->device();
         Result<bool> landed = device.poll(*c);
         if (landed && !*landed) goto full;
         if (landed) {
@@ -388,17 +388,17 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
-      case SlotKind::device_histogram: {
+      case client::SlotKind::device_histogram: {
         // A histogram counted on the GPU waits, in order, for its counts
         // (runtime/client/device_histogram.hpp): this loop polls its event.
-        DeviceHistogramJob* job = s->device_histogram;
-        DeviceBuckets* buckets = job != nullptr ? &st.run->device()->buckets() : nullptr;
+        client::DeviceHistogramJob* job = s->device_histogram;
+        client::DeviceBuckets* buckets = job != nullptr ? &st.run->device()->buckets() : nullptr;
         Result<bool> landed = buckets != nullptr
                                   ? buckets->poll(*job)
                                   : Result<bool>(Error(Errc::internal, "a device histogram went missing"));
         if (landed && !*landed) goto full;
         if (landed) {
-          const Histogram h = DeviceBuckets::take(*job);
+          const Histogram h = client::DeviceBuckets::take(*job);
           ensure_key(st, w, s->key);
           w.histogram(pos + 1, s->count, s->step, ts, s->key, h);
         } else {
@@ -410,19 +410,19 @@ bool drain(proxy_ptr self) {
         pos += 1;
         break;
       }
-      case SlotKind::alert_rule:
+      case client::SlotKind::alert_rule:
         ensure_key(st, w, s->key);
         w.alert_rule(pos + 1, s->key, AlertRule{static_cast<AlertRule::Kind>(s->count), s->value});
         pos += 1;
         break;
-      case SlotKind::metric_view:
+      case client::SlotKind::metric_view:
         ensure_key(st, w, s->key);
         if (s->step >= 0) ensure_key(st, w, static_cast<std::uint32_t>(s->step));
         w.metric_view(pos + 1, s->key, static_cast<std::uint8_t>(s->count),
-                      s->step >= 0 ? static_cast<std::uint32_t>(s->step) : wire::no_step_metric);
+                      s->step >= 0 ? static_cast<std::uint32_t>(s->step) : core::wire::no_step_metric);
         pos += 1;
         break;
-      case SlotKind::finish: {
+      case client::SlotKind::finish: {
         // Artifact copies in flight complete first (at most finish_timeout).
         if (st.run->artifacts().holds_finish()) goto full;
         std::unique_ptr<std::string> why(s->text);
@@ -496,12 +496,12 @@ caf::delegated<caf::ok_atom> take_actor_call(proxy_ptr self, ActorCall::Kind kin
   return {};
 }
 
-rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_actor host, std::string host_label,
+rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunImpl* run, run_actor host, std::string host_label,
                                           std::string secret, std::chrono::steady_clock::time_point join_deadline,
                                           std::function<void(JoinResult)> on_join) {
   auto& st = self->state;
   st.run = run;
-  st.stamps = StampConverter(run->clock());
+  st.stamps = client::StampConverter(run->clock());
   st.host = host;
   st.host_label = std::move(host_label);
   st.secret = std::move(secret);
@@ -570,7 +570,7 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
         // short sleep, else parked (see idle_poll).
         auto& st = self->state;
         if (!from_self(self) || loop != st.loop) return;
-        Channel& ch = st.run->channel();
+        client::Channel& ch = st.run->channel();
         if (drain(self)) {
           st.idle_polls = 0;
           if (st.parked) {
@@ -675,9 +675,9 @@ rank_proxy_self::behavior_type rank_proxy(proxy_ptr self, RunImpl* run, run_acto
       [self](event_atom, const std::vector<char>& frame) {
         auto& st = self->state;
         if (!from(self, st.host)) return;
-        wire::Frame f;
-        if (!wire::decode(frame, f) || f.type != wire::FrameType::host_event) return;
-        const auto* e = std::get_if<wire::EventRecord>(&f.host);
+        core::wire::Frame f;
+        if (!core::wire::decode(frame, f) || f.type != core::wire::FrameType::host_event) return;
+        const auto* e = std::get_if<core::wire::EventRecord>(&f.host);
         if (!e) return;
         st.run->events().deliver(e->to_event());
         // The run's last event: nothing follows it.
@@ -733,11 +733,11 @@ std::string bad_ack(const AckWindow& w, std::uint32_t frames, std::uint64_t comp
   return {};
 }
 
-rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
+rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, client::RunImpl& run, run_actor host, std::string host_label,
                                   std::string secret, std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join) {
-  return spawn_guarded(sys, rank_proxy, &run, std::move(host), std::move(host_label), std::move(secret), join_deadline,
+  return spawn_guarded(sys, rank_proxy_behavior, &run, std::move(host), std::move(host_label), std::move(secret), join_deadline,
                        std::move(on_join));
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -12,9 +12,12 @@
 #include <functional>
 #include <string>
 
-namespace chorus::detail {
-
+namespace chorus::client {
 class RunImpl;
+}
+
+namespace chorus::actors {
+
 
 struct JoinResult {
   Error error;
@@ -41,8 +44,8 @@ struct AckWindow {
 /// once, with the job's `secret` (actors/job_secret.hpp), repeating its join
 /// until `join_deadline` (init's), and reports the outcome through `on_join`
 /// (called exactly once, by the deadline).
-rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, RunImpl& run, run_actor host, std::string host_label,
+rank_proxy_actor spawn_rank_proxy(caf::actor_system& sys, client::RunImpl& run, run_actor host, std::string host_label,
                                   std::string secret, std::chrono::steady_clock::time_point join_deadline,
                                   std::function<void(JoinResult)> on_join);
 
-} // namespace chorus::detail
+} // namespace chorus::actors

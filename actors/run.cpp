@@ -27,16 +27,16 @@
 #include <set>
 #include <unordered_set>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
-using io::detail::unix_now_us;
+using platform::unix_now_us;
 
 namespace {
 
 struct RunActorState {
   std::shared_ptr<RunHost> host;
   std::unique_ptr<HostSink> sink;
-  std::unique_ptr<Merger> merger;
+  std::unique_ptr<core::Merger> merger;
   std::unique_ptr<RunEvents> events;        // what the run tells (stalled ranks, NaN, ends...)
   std::vector<proxy_actor> proxies;         // by rank
   std::vector<std::string> joined_from;     // by rank: "process PID on HOST", once it joined
@@ -55,8 +55,8 @@ struct RunActorState {
   // How far the synced WAL backs the line files: the live upload reads no
   // further (io/upload/upload.hpp). The files' ends when the sync in flight
   // was asked for; and whether the Uploader waits for that sync to be poked.
-  std::shared_ptr<io::DurableBounds> durable = std::make_shared<io::DurableBounds>();
-  io::RunWriter::LineEnds syncing_ends;
+  std::shared_ptr<upload::DurableBounds> durable = std::make_shared<upload::DurableBounds>();
+  store::RunWriter::LineEnds syncing_ends;
   bool poke_after_sync = false;
   Error wal_error;           // the WAL could not be written: nothing more is acknowledged
   caf::response_promise finish_promise;
@@ -82,7 +82,7 @@ void drain_uploads(run_ptr self);
 
 /// The line files up to `ends` hold only what the synced WAL holds: the
 /// live upload may send them.
-void durable_to(run_ptr self, const io::RunWriter::LineEnds& ends) {
+void durable_to(run_ptr self, const store::RunWriter::LineEnds& ends) {
   self->state.durable->raise(ends.history, ends.histograms, ends.media, ends.events);
 }
 
@@ -123,10 +123,10 @@ void synced(run_ptr self, const std::string& failure);
 void renew_lease(run_ptr self) {
   auto& st = self->state;
   const std::int64_t now = unix_now_us();
-  if (now - st.lease_renewed_us < std::chrono::duration_cast<std::chrono::microseconds>(io::lease_interval).count())
+  if (now - st.lease_renewed_us < std::chrono::duration_cast<std::chrono::microseconds>(store::lease_interval).count())
     return;
   st.lease_renewed_us = now;
-  if (Error e = io::renew_lease(st.host->run_dir, io::lease_now(now)); e && !st.lease_error) {
+  if (Error e = store::renew_lease(st.host->run_dir, store::lease_now(now)); e && !st.lease_error) {
     st.lease_error = true;
     std::fprintf(stderr, "chorus: the run host could not renew its lease in %s (%s): readers elsewhere may take "
                          "the run for crashed; it goes on\n",
@@ -162,7 +162,7 @@ void request_sync(run_ptr self) {
 bool record(run_ptr self, const std::vector<char>& frame) {
   auto& st = self->state;
   st.sink->now_us = unix_now_us();
-  wire::Frame admitted;
+  core::wire::Frame admitted;
   if (!st.merger->admit(frame, admitted)) {
     std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
     return false;
@@ -237,7 +237,7 @@ void end_run(run_ptr self) {
   // How the ranks ended names the run (Merger::end_state): failed, crashed, killed or finished.
   const RunState state = st.wal_error ? RunState::failed : st.merger->end_state();
   st.sink->hold_run_end = true;
-  record(self, wire::run_end(state, unix_now_us()));
+  record(self, core::wire::run_end(state, unix_now_us()));
   tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
   st.sink->release_run_end();
   st.sink->writer.flush();
@@ -245,8 +245,8 @@ void end_run(run_ptr self) {
   // The end is synced with all before it (or the WAL failed, and the bounds are lifted): the upload may send it.
   st.durable->ended = true;
   // run.json says how the run ended: readers need no lease any more.
-  io::end_lease(st.host->run_dir);
-  if (FinishState* fs = st.host->finish) {
+  store::end_lease(st.host->run_dir);
+  if (client::FinishState* fs = st.host->finish) {
     std::lock_guard lock(fs->mu);
     FinishResult& r = fs->result;
     r.state = st.wal_error ? RunState::failed : state;
@@ -314,7 +314,7 @@ void drain_uploads(run_ptr self) {
   if (!st.uploader) return done();
   // What the upload left for `chorus sync` goes in the finish's result.
   auto left = [self](std::uint64_t bytes, std::string why) {
-    FinishState* fs = self->state.host->finish;
+    client::FinishState* fs = self->state.host->finish;
     if (!fs) return;
     std::lock_guard lock(fs->mu);
     fs->result.upload_left = bytes;
@@ -329,9 +329,9 @@ void drain_uploads(run_ptr self) {
           },
           [self, done, left](caf::error& e) {
             const auto& host = *self->state.host;
-            left(0, "upload to " + shown_upload_url(host.settings.opts.upload) + ": the uploader did not say how far it got (" +
+            left(0, "upload to " + core::shown_upload_url(host.settings.opts.upload) + ": the uploader did not say how far it got (" +
                         caf::to_string(e) + "); what is left stays in the run directory, and `chorus sync " +
-                        host.run_dir + " --to " + shown_upload_url(host.settings.opts.upload) + "` sends it");
+                        host.run_dir + " --to " + core::shown_upload_url(host.settings.opts.upload) + "` sends it");
             done();
           });
 }
@@ -382,12 +382,12 @@ std::string replay_previous(run_ptr self) {
   const RunHost& h = *st.host;
   const std::optional<RunState> noted = st.sink->writer.carry_over(h.run_dir + "/run.json");
   st.sink->timing = false;
-  const Result<io::WalReplay> replayed = io::replay_wal(h.wal->path(), *st.merger, {});
+  const Result<store::WalReplay> replayed = store::replay_wal(h.wal->path(), *st.merger, {});
   st.sink->timing = true;
   if (!replayed)
     return "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" + replayed.error().message() +
            "). Fix the disk, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
-  const io::WalReplay& replay = *replayed;
+  const store::WalReplay& replay = *replayed;
   if (!st.merger->started()) return {}; // its host died before the run began: it starts now
   if (st.merger->world_size() != h.settings.run_world)
     return "cannot resume run " + h.run_id + " in " + h.run_dir + ": it has " +
@@ -396,7 +396,7 @@ std::string replay_previous(run_ptr self) {
            " ranks, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
   if (!replay.ended) {
     const RunState state = noted && *noted != RunState::running ? *noted : RunState::crashed;
-    for (const auto& frame : io::closing_frames(*st.merger, replay.last_ts, state,
+    for (const auto& frame : store::closing_frames(*st.merger, replay.last_ts, state,
                                                 "the run host died before this rank finished (found when the run "
                                                 "resumed)"))
       record(self, frame);
@@ -412,9 +412,9 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   auto& st = self->state;
   st.host = host;
   st.sink = std::make_unique<HostSink>(host->run_dir);
-  st.merger = std::make_unique<Merger>(*st.sink);
+  st.merger = std::make_unique<core::Merger>(*st.sink);
   st.sink->merger = st.merger.get();
-  WatchSettings watch;
+  core::WatchSettings watch;
   watch.stall_after_us = std::chrono::duration_cast<std::chrono::microseconds>(host->settings.opts.stall_after).count();
   st.events = std::make_unique<RunEvents>(watch);
   st.sink->events = st.events.get();
@@ -432,7 +432,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   // The lease first: a reader that finds run.json running (a resumed run's
   // again) finds this host's lease beside it.
   renew_lease(self);
-  record(self, wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
+  record(self, core::wire::run_start(host->start_us, static_cast<std::uint32_t>(host->settings.run_world), host->run_json));
   self->delayed_send(self, host->settings.opts.init_timeout, join_tmo_atom::value);
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
   if (host->settings.run_world > 1) {
@@ -440,7 +440,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   }
   if (!host->settings.opts.upload.empty()) {
     st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
-                                 io::UploadSettings{.read_bytes = host->settings.opts.upload_buffer, .durable = st.durable},
+                                 upload::UploadSettings{.read_bytes = host->settings.opts.upload_buffer, .durable = st.durable},
                                  host->blocking,
                                  self->address());
   }
@@ -454,7 +454,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
     const std::uint32_t rank = it->second;
     st.proxies[rank] = nullptr;
     if (st.merger->rank_state(static_cast<int>(rank)) == RunState::running)
-      record(self, wire::rank_dead(rank, unix_now_us(), "its process exited or its connection was lost (" +
+      record(self, core::wire::rank_dead(rank, unix_now_us(), "its process exited or its connection was lost (" +
                                                        caf::to_string(dm.reason) + ") at step " +
                                                        std::to_string(st.merger->rank_last_step(static_cast<int>(rank)))));
     after_frame(self);
@@ -474,16 +474,16 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
                      caf::actor_cast<caf::actor>(st.beacon));
         };
         const std::string& ours = st.host->job;
-        const Settings& settings = st.host->settings;
-        const std::string port = port_name(settings, settings.port);
+        const core::Settings& settings = st.host->settings;
+        const std::string port = core::port_name(settings, settings.port);
         if (job != ours) {
           // Ranks of one job that disagree (a project set on one rank only)
           // are told so; a rank of another job met this one on its port.
-          if (std::string differ = job_disagreement(job, ours); !differ.empty())
+          if (std::string differ = core::job_disagreement(job, ours); !differ.empty())
             return refuse("rank " + std::to_string(rank) + " and the run host belong to one job but disagree: " +
                           differ + ". Every rank of a job logs into the same run: give every rank the same settings");
           return refuse("rank " + std::to_string(rank) + " belongs to another job (" + job_text(job) + ") than this run (" +
-                        job_text(ours) + "): two jobs on one node met on the same port (" + port +
+                        core::job_text(ours) + "): two jobs on one node met on the same port (" + port +
                         "); give each job its own CHORUS_PORT (or MASTER_PORT), or check that every rank sees the "
                         "same CHORUS_* settings");
         }
@@ -521,7 +521,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         self->monitor(proxy);
         // The watch learns where the rank runs before the merge says it runs.
         st.events->watch.rank_joined(static_cast<int>(rank), hostname, pid, unix_now_us());
-        record(self, wire::rank_joined(rank, unix_now_us(), pid, hostname));
+        record(self, core::wire::rank_joined(rank, unix_now_us(), pid, hostname));
         after_frame(self);
         accept();
       },
@@ -557,7 +557,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
       [self](barrier_tmo_atom, std::int64_t index) {
         auto& st = self->state;
         if (!from_self(self) || st.ended || st.merger->open_barrier() != index) return;
-        record(self, wire::barrier_timeout(static_cast<std::uint32_t>(index), unix_now_us()));
+        record(self, core::wire::barrier_timeout(static_cast<std::uint32_t>(index), unix_now_us()));
         after_frame(self);
       },
       [self](join_tmo_atom) {
@@ -565,7 +565,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         if (!from_self(self) || st.ended) return;
         for (int r = 0; r < st.merger->world_size(); ++r)
           if (!st.merger->rank_joined(r) && st.merger->rank_state(r) == RunState::running)
-            record(self, wire::rank_dead(static_cast<std::uint32_t>(r), unix_now_us(),
+            record(self, core::wire::rank_dead(static_cast<std::uint32_t>(r), unix_now_us(),
                                          "never connected to the run host within init_timeout (" +
                                              std::to_string(st.host->settings.opts.init_timeout.count()) + " ms)"));
         after_frame(self);
@@ -626,7 +626,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
           return drop_request<caf::ok_atom>(self);
         auto rp = self->make_response_promise();
         if (!st.wal_error) {
-          record(self, wire::rank_exit(rank, unix_now_us(), status));
+          record(self, core::wire::rank_exit(rank, unix_now_us(), status));
           tell_events(self); // the rank's failure, and the run's end it changes (even after the end)
           st.sink->writer.flush();
           // On disk before the answer: the process that asked is exiting.
@@ -676,7 +676,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
       [self](finish_tmo_atom) {
         auto& st = self->state;
         if (!from_self(self) || st.ended) return;
-        record(self, wire::finish_timeout(unix_now_us()));
+        record(self, core::wire::finish_timeout(unix_now_us()));
         end_run(self);
       },
   };
@@ -688,4 +688,4 @@ run_host_actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> 
   return spawn_guarded(sys, run_actor_fn, std::move(host));
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -11,16 +11,18 @@
 #include <memory>
 #include <string>
 
-namespace chorus::io {
+namespace chorus::store {
 class WalWriter;
 }
-
-namespace chorus::detail {
-
+namespace chorus::client {
 struct FinishState;
+}
+
+namespace chorus::actors {
+
 
 struct RunHost {
-  Settings settings;
+  core::Settings settings;
   std::string run_id;
   std::string run_dir;
   std::string run_json; // the identity object of run.json
@@ -32,12 +34,12 @@ struct RunHost {
   /// replayed before the new attempt starts. The Run actor answers
   /// resume_atom with "" once the attempt started, or why it was refused.
   bool resumed = false;
-  std::unique_ptr<io::WalWriter> wal;
-  FinishState* finish = nullptr; // the host process's; filled when the run ends
+  std::unique_ptr<store::WalWriter> wal;
+  client::FinishState* finish = nullptr; // the host process's; filled when the run ends
   /// The WAL's syncer and the Uploader's sender: detached, but in tests/actors.
   Blocking blocking = Blocking::detached;
 };
 
 run_host_actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host);
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -3,13 +3,13 @@
 #include "io/store/event_log.hpp"
 #include "runtime/core/wire.hpp"
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 std::vector<std::vector<char>> RunEvents::frames(std::uint64_t next_seq) {
   std::vector<std::vector<char>> out;
-  for (const EventDraft& d : watch.take()) {
-    const std::string line = io::event_line(d, next_seq++);
-    wire::EventRecord r;
+  for (const core::EventDraft& d : watch.take()) {
+    const std::string line = store::event_line(d, next_seq++);
+    core::wire::EventRecord r;
     r.kind = d.kind;
     r.ts_us = d.ts_us;
     r.rank = d.rank;
@@ -19,9 +19,9 @@ std::vector<std::vector<char>> RunEvents::frames(std::uint64_t next_seq) {
     r.message = d.message;
     r.ranks = d.ranks;
     r.json = line;
-    out.push_back(wire::event(r));
+    out.push_back(core::wire::event(r));
   }
   return out;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

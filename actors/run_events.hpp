@@ -2,7 +2,7 @@
 // actor's HostSink passes what the merge does to the EventWatch
 // (runtime/core/event_watch.hpp), and the Run actor turns each of its
 // drafts into a frame here: its events.jsonl line (io/store/event_log.hpp),
-// numbered, as the wire::HostEvent::event that the WAL records and every rank is told.
+// numbered, as the core::wire::HostEvent::event that the WAL records and every rank is told.
 #pragma once
 
 #include "runtime/core/event_watch.hpp"
@@ -10,16 +10,16 @@
 #include <cstdint>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 class RunEvents {
 public:
-  explicit RunEvents(WatchSettings settings) : watch(settings) {}
+  explicit RunEvents(core::WatchSettings settings) : watch(settings) {}
 
   /// The drafts so far as event frames, numbered from `next_seq`.
   [[nodiscard]] std::vector<std::vector<char>> frames(std::uint64_t next_seq);
 
-  EventWatch watch;
+  core::EventWatch watch;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::actors

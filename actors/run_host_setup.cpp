@@ -14,10 +14,10 @@
 #include <random>
 #include <sstream>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
-using io::detail::this_host;
-using io::detail::unix_now_us;
+using platform::this_host;
+using platform::unix_now_us;
 
 namespace {
 
@@ -30,8 +30,8 @@ std::string new_run_id() {
   return id;
 }
 
-std::string identity_json(const Settings& s, const std::string& id, const std::string& dir, std::int64_t start_us) {
-  io::RunRecord r;
+std::string identity_json(const core::Settings& s, const std::string& id, const std::string& dir, std::int64_t start_us) {
+  store::RunRecord r;
   r.id = id;
   r.name = s.run_name.empty() ? id : s.run_name;
   r.project = s.opts.project;
@@ -96,7 +96,7 @@ std::vector<std::filesystem::path> same_id_elsewhere(const Options& o, const std
 /// under Options::resume allow or must it is that run that goes on (its
 /// directory and group in `dir` and `group`); under never it is refused, as
 /// an id used twice. Returns why the run cannot start, if it cannot.
-Error find_by_id(const Settings& s, const std::string& id, std::string& dir, std::string& group) {
+Error find_by_id(const core::Settings& s, const std::string& id, std::string& dir, std::string& group) {
   const Options& o = s.opts;
   std::error_code ec;
   if (o.run_id.empty() || std::filesystem::exists(dir, ec)) return {};
@@ -125,7 +125,7 @@ Error find_by_id(const Settings& s, const std::string& id, std::string& dir, std
 
 } // namespace
 
-Result<std::shared_ptr<RunHost>> prepare_run_host(const Settings& s, FinishState& finish) {
+Result<std::shared_ptr<RunHost>> prepare_run_host(const core::Settings& s, client::FinishState& finish) {
   auto host = std::make_shared<RunHost>();
   host->settings = s;
   host->run_id = s.opts.run_id.empty() ? new_run_id() : s.opts.run_id;
@@ -135,17 +135,17 @@ Result<std::shared_ptr<RunHost>> prepare_run_host(const Settings& s, FinishState
   std::string group = s.opts.group;
   if (Error e = find_by_id(s, host->run_id, host->run_dir, group)) return e;
   if (Error e = check_resume(s.opts, *host)) return e;
-  if (Error e = io::make_dirs(host->run_dir)) return e;
-  if (Error e = io::make_dirs(host->run_dir + "/artifacts")) return e;
-  Result<std::unique_ptr<io::WalWriter>> wal = io::WalWriter::open(host->run_dir + "/wal");
+  if (Error e = platform::make_dirs(host->run_dir)) return e;
+  if (Error e = platform::make_dirs(host->run_dir + "/artifacts")) return e;
+  Result<std::unique_ptr<store::WalWriter>> wal = store::WalWriter::open(host->run_dir + "/wal");
   if (!wal) return wal.error();
   host->wal = std::move(*wal);
   // The run's identity names the group it is in; the job's identity (what
   // its ranks' joins must match) stays what they derived.
-  Settings in_group = s;
+  core::Settings in_group = s;
   in_group.opts.group = group;
   host->run_json = identity_json(in_group, host->run_id, host->run_dir, host->start_us);
-  host->job = job_identity(s);
+  host->job = core::job_identity(s);
   host->finish = &finish;
   return host;
 }
@@ -154,7 +154,7 @@ Result<std::shared_ptr<RunHost>> prepare_run_host(const Settings& s, FinishState
 /// the file CHORUS_LAUNCH_RUNS names), so that it can add the ranks' exit
 /// codes to run.json once they have exited. The line is "RANK<TAB>DIR": a
 /// per-rank run takes its own rank's code only, "*" every rank launch started.
-void note_run_for_launcher(const Settings& s, const std::string& run_dir) {
+void note_run_for_launcher(const core::Settings& s, const std::string& run_dir) {
   const char* file = s.opts.read_env ? std::getenv("CHORUS_LAUNCH_RUNS") : nullptr;
   if (file == nullptr || *file == '\0') return;
   const int fd = ::open(file, O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -169,10 +169,10 @@ void note_run_for_launcher(const Settings& s, const std::string& run_dir) {
 /// Where `chorus launch` started this rank: why the run host's process is
 /// known to have exited (its rank is in the launch's CHORUS_LAUNCH_EXITS
 /// file, "RANK CODE" a line), else "".
-std::string launched_host_exit(const Settings& s) {
+std::string launched_host_exit(const core::Settings& s) {
   const char* file = s.opts.read_env ? std::getenv("CHORUS_LAUNCH_EXITS") : nullptr;
   if (file == nullptr || *file == '\0') return {};
-  const Result<std::string> text = io::detail::read_text(file, true, 1 << 20);
+  const Result<std::string> text = platform::read_text(file, true, 1 << 20);
   if (!text) return {};
   // The run's places are consecutive global ranks; its host holds the first.
   const int host = s.topo.rank - s.run_rank;
@@ -184,4 +184,4 @@ std::string launched_host_exit(const Settings& s) {
   return {};
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

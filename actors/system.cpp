@@ -25,9 +25,9 @@
 #include <filesystem>
 #include <future>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
-using io::detail::unix_now_us;
+using platform::unix_now_us;
 
 namespace {
 
@@ -35,24 +35,24 @@ using clock = std::chrono::steady_clock;
 
 /// Whether the job's group takes runs of other nodes: over authenticated
 /// links, or where CHORUS_INSECURE allows plain ones.
-bool group_spans_nodes(const Settings& s, bool group_tls) {
+bool group_spans_nodes(const core::Settings& s, bool group_tls) {
   return s.topo.num_nodes > 1 && (group_tls || s.opts.insecure);
 }
 
 /// How the ranks of a run reach its host.
-Link run_link(const Settings& s) { return spans_nodes(s) ? Link::node : Link::local; }
+Link run_link(const core::Settings& s) { return spans_nodes(s) ? Link::node : Link::local; }
 
 /// How the job's run hosts reach its group: across nodes (where allowed)
 /// over the network, else through this node's socket.
 Link group_link(bool other_nodes) { return other_nodes ? Link::node : Link::local; }
 
-class SystemImpl final : public System {
+class SystemImpl final : public client::System {
 public:
   /// `plan`: how this process links to the job's others; `socket_dir`: this
   /// user's socket directory, where anything links within the node.
   /// `actors`: the orchestrator's actor system (<chorus/caf.hpp>), configured
   /// by configure_system; null: the System makes its own.
-  SystemImpl(const Settings& s, const LinkPlan& plan, std::string socket_dir, std::string secret,
+  SystemImpl(const core::Settings& s, const LinkPlan& plan, std::string socket_dir, std::string secret,
              std::string group_secret, caf::actor_system* actors)
       : group_tls_(plan.group_tls), secret_(std::move(secret)), group_secret_(std::move(group_secret)),
         own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s, plan))),
@@ -61,7 +61,7 @@ public:
 
   ~SystemImpl() override {
     leave_group();
-    if (run_actor_) endings::forget_wal(wal_fd_);
+    if (run_actor_) client::endings::forget_wal(wal_fd_);
     {
       // Sent by an actor of this process in its own name: the only exits
       // chorus's actors obey besides their links' (actors/guard.hpp).
@@ -93,7 +93,7 @@ public:
   caf::actor proxy() const override { return caf::actor_cast<caf::actor>(proxy_); }
 
   /// Chorus's own actor system: what links need, and its scheduler.
-  static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const Settings& s,
+  static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const core::Settings& s,
                                                  const LinkPlan& plan) {
     // A run of this process alone starts no middleman (its threads, its
     // multiplexer, its look at the network interfaces): nothing links.
@@ -125,8 +125,8 @@ public:
     return cfg;
   }
 
-  Error start(RunImpl& run) {
-    const Settings& s = run.settings();
+  Error start(client::RunImpl& run) {
+    const core::Settings& s = run.settings();
     run_actor host;
     std::string label = s.host_address + ":" + std::to_string(s.port);
     // One deadline for the whole of init: reaching the host, then the join.
@@ -189,9 +189,9 @@ public:
 private:
   /// The rank's SystemMonitor: its process and GPU, and its node on the
   /// node's local rank 0 (which also tells, once, what cannot be sampled).
-  void start_monitor(const RunImpl& run, const run_actor& host) {
-    const Settings& s = run.settings();
-    io::SystemLabels labels;
+  void start_monitor(const client::RunImpl& run, const run_actor& host) {
+    const core::Settings& s = run.settings();
+    sampling::SystemLabels labels;
     labels.node = s.topo.node_rank;
     labels.rank = s.topo.rank;
     labels.local_rank = static_cast<unsigned>(std::max(0, s.topo.local_rank));
@@ -203,7 +203,7 @@ private:
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     std::string visible_copy = visible ? visible : "";
     auto make = [labels, watched, has_visible = visible != nullptr, visible_copy] {
-      return std::make_unique<io::SystemSampler>(labels, watched, "libnvidia-ml.so.1",
+      return std::make_unique<sampling::SystemSampler>(labels, watched, "libnvidia-ml.so.1",
                                                  has_visible ? visible_copy.c_str() : nullptr);
     };
     const auto interval = std::chrono::microseconds(std::llround(s.opts.system_interval * 1e6));
@@ -211,8 +211,8 @@ private:
                                     unix_now_us(), labels.node_figures);
   }
 
-  Error start_host(RunImpl& run, run_actor& out) {
-    const Settings& s = run.settings();
+  Error start_host(client::RunImpl& run, run_actor& out) {
+    const core::Settings& s = run.settings();
     Result<std::shared_ptr<RunHost>> prepared = prepare_run_host(s, run.finish_state());
     if (!prepared) return prepared.error();
     std::shared_ptr<RunHost> host = std::move(*prepared);
@@ -221,7 +221,7 @@ private:
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
     wal_fd_ = host->wal->fd();
-    endings::note_wal(wal_fd_);
+    client::endings::note_wal(wal_fd_);
     run_actor_ = spawn_run_actor(sys_, host);
     if (host->resumed) {
       std::string refusal;
@@ -235,7 +235,7 @@ private:
     }
     if (s.run_world > 1) {
       // A connection a rank, beside the run's files and the process's own.
-      if (const std::string short_of = io::detail::raise_open_files(static_cast<std::uint64_t>(s.run_world) + 256);
+      if (const std::string short_of = platform::raise_open_files(static_cast<std::uint64_t>(s.run_world) + 256);
           !short_of.empty())
         std::fprintf(stderr, "chorus: WARNING: the run host of %d ranks: %s; ranks beyond the limit cannot join\n",
                      s.run_world, short_of.c_str());
@@ -247,7 +247,7 @@ private:
         Error e{Errc::address_in_use,
                 "the run host cannot listen on " + links_.where(s, s.port, link) + ": " + sys_.render(port.error()) +
                     ". Another job may hold it: set CHORUS_PORT to a free port on every rank." +
-                    (link == Link::local ? std::string() : io::detail::ephemeral_port_note(s.port))};
+                    (link == Link::local ? std::string() : platform::ephemeral_port_note(s.port))};
         discard_run(host->run_dir);
         return e;
       }
@@ -266,7 +266,7 @@ private:
   }
 
   void stop_run_actor() {
-    endings::forget_wal(wal_fd_);
+    client::endings::forget_wal(wal_fd_);
     caf::scoped_actor self{sys_};
     self->send_exit(run_actor_, caf::exit_reason::kill);
     self->wait_for(run_actor_);
@@ -277,7 +277,7 @@ private:
   /// Dials the run host until `deadline` (init's), or until `chorus launch` says the
   /// host's process exited (a host that dies before a rank joins would
   /// otherwise keep that rank dialing for the whole init_timeout).
-  Error dial_run_host(const Settings& s, run_actor& out, clock::time_point deadline) {
+  Error dial_run_host(const core::Settings& s, run_actor& out, clock::time_point deadline) {
     const Link link = run_link(s);
     bool host_exited = false;
     const Error dialed = links_.dial(s.host_address, s.port, link, deadline, out, [&] {
@@ -304,8 +304,8 @@ private:
   /// run that dies early is known to the group (up to init_timeout; a group
   /// out of reach costs the run nothing else). It takes other nodes' runs
   /// only over authenticated links, or where CHORUS_INSECURE allows plain ones.
-  void join_group(const RunImpl& run) {
-    const Settings& s = run.settings();
+  void join_group(const client::RunImpl& run) {
+    const core::Settings& s = run.settings();
     const bool other_nodes = group_spans_nodes(s, group_tls_);
     joined_group_ = true;
     finish_timeout_ = s.opts.finish_timeout;
@@ -327,8 +327,8 @@ private:
                    s.topo.rank, address.c_str(), static_cast<unsigned>(s.group_port), dialed.message().c_str());
   }
 
-  void start_group(const RunImpl& run, bool other_nodes) {
-    const Settings& s = run.settings();
+  void start_group(const client::RunImpl& run, bool other_nodes) {
+    const core::Settings& s = run.settings();
     GroupHost g = group_host(s);
     g.secret = group_secret_;
     group_ = spawn_group_actor(sys_, std::move(g));
@@ -341,7 +341,7 @@ private:
       std::fprintf(stderr, "chorus: the job's group cannot listen on %s (%s): the other processes' runs cannot "
                            "report to it; set CHORUS_PORT to a free port on every rank.%s\n",
                    links_.where(s, s.group_port, link).c_str(), sys_.render(port.error()).c_str(),
-                   link == Link::local ? "" : io::detail::ephemeral_port_note(s.group_port).c_str());
+                   link == Link::local ? "" : platform::ephemeral_port_note(s.group_port).c_str());
     register_run(group_, s.opts.init_timeout);
   }
 
@@ -387,15 +387,15 @@ private:
 
 } // namespace
 
-Error configure_system(caf::actor_system_config& cfg, const Settings& s) {
+Error configure_system(caf::actor_system_config& cfg, const core::Settings& s) {
   const Result<LinkPlan> plan = plan_links(s);
   if (!plan) return plan.error();
   configure_links(cfg, s, *plan);
   return {};
 }
 
-Result<std::unique_ptr<System>> start_system(RunImpl& run, caf::actor_system* actors) {
-  const Settings& s = run.settings();
+Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::actor_system* actors) {
+  const core::Settings& s = run.settings();
   const Result<LinkPlan> planned = plan_links(s);
   if (!planned) return planned.error();
   const LinkPlan& plan = *planned;
@@ -423,13 +423,13 @@ Result<std::unique_ptr<System>> start_system(RunImpl& run, caf::actor_system* ac
   // A System that failed to start stops its actors here, while the run
   // they point to is still whole.
   if (Error e = sys->start(run)) return e;
-  return std::unique_ptr<System>(std::move(sys));
+  return std::unique_ptr<client::System>(std::move(sys));
 }
 
 namespace {
 // A program that links the actors starts its runs' actor side here: the
 // client asks for system_factory(), never for this layer by name.
-[[maybe_unused]] const bool system_factory_registered = (set_system_factory(&start_system), true);
+[[maybe_unused]] const bool system_factory_registered = (client::set_system_factory(&start_system), true);
 } // namespace
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -8,16 +8,19 @@ namespace caf {
 class actor_system_config;
 } // namespace caf
 
-namespace chorus::detail {
-
+namespace chorus::core {
 struct Settings;
+}
+
+namespace chorus::actors {
+
 
 /// The actor layer's SystemFactory. It is registered (set_system_factory)
 /// as the program that links the actors starts, before any run can.
-[[nodiscard]] Result<std::unique_ptr<System>> start_system(RunImpl& run, caf::actor_system* actors);
+[[nodiscard]] Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::actor_system* actors);
 
 /// Prepares an orchestrator's configuration for the run `s`: what its links
 /// between processes need (<chorus/caf.hpp>'s configure).
-[[nodiscard]] Error configure_system(caf::actor_system_config& cfg, const Settings& s);
+[[nodiscard]] Error configure_system(caf::actor_system_config& cfg, const core::Settings& s);
 
-} // namespace chorus::detail
+} // namespace chorus::actors

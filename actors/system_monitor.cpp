@@ -5,13 +5,13 @@
 
 #include <cstdio>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 namespace {
 
 struct MonitorState {
-  std::function<std::unique_ptr<io::SystemSampler>()> make; // emptied once the sampler is made
-  std::unique_ptr<io::SystemSampler> sampler;
+  std::function<std::unique_ptr<sampling::SystemSampler>()> make; // emptied once the sampler is made
+  std::unique_ptr<sampling::SystemSampler> sampler;
   bool speak = false;
   run_actor run;
   std::chrono::microseconds interval{};
@@ -25,7 +25,7 @@ struct MonitorState {
 using monitor_ptr = system_monitor_actor::stateful_pointer<MonitorState>;
 
 system_monitor_actor::behavior_type system_monitor(monitor_ptr self, run_actor run,
-                                                   std::function<std::unique_ptr<io::SystemSampler>()> make,
+                                                   std::function<std::unique_ptr<sampling::SystemSampler>()> make,
                                                    std::chrono::microseconds interval, std::uint32_t rank,
                                                    std::int64_t start_us, bool speak) {
   auto& st = self->state;
@@ -49,7 +49,7 @@ system_monitor_actor::behavior_type system_monitor(monitor_ptr self, run_actor r
         }
         // The next sample is scheduled first, so a slow one does not shift the rest.
         self->delayed_send(self, st.interval, sample_atom::value);
-        const std::int64_t now = io::detail::unix_now_us();
+        const std::int64_t now = platform::unix_now_us();
         Error e = st.sampler->sample_line(st.line, now, static_cast<double>(now - st.start_us) / 1e6);
         if (e && !st.error_told) {
           st.error_told = true;
@@ -64,10 +64,10 @@ system_monitor_actor::behavior_type system_monitor(monitor_ptr self, run_actor r
 } // namespace
 
 system_monitor_actor spawn_system_monitor(caf::actor_system& sys, run_actor run,
-                                          std::function<std::unique_ptr<io::SystemSampler>()> make,
+                                          std::function<std::unique_ptr<sampling::SystemSampler>()> make,
                                           std::chrono::microseconds interval, std::uint32_t rank,
                                           std::int64_t start_us, bool speak) {
   return spawn_guarded(sys, system_monitor, std::move(run), std::move(make), interval, rank, start_us, speak);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

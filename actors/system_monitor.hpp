@@ -13,19 +13,19 @@
 #include <functional>
 #include <memory>
 
-namespace chorus::io {
+namespace chorus::sampling {
 class SystemSampler;
 }
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// Makes its sampler with `make` (loading NVML can take a while: it happens
 /// on the actor's thread, not in init), samples at once, then every
 /// `interval`, and sends (system_atom, rank, line) to `run`. Tells the
 /// sampler's notes once on stderr when `speak`.
 system_monitor_actor spawn_system_monitor(caf::actor_system& sys, run_actor run,
-                                          std::function<std::unique_ptr<io::SystemSampler>()> make,
+                                          std::function<std::unique_ptr<sampling::SystemSampler>()> make,
                                           std::chrono::microseconds interval, std::uint32_t rank,
                                           std::int64_t start_us, bool speak);
 
-} // namespace chorus::detail
+} // namespace chorus::actors

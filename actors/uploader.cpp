@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <thread>
 
-namespace chorus::detail {
+namespace chorus::actors {
 namespace {
 
 /// How long one poke may start requests before the actor looks at its
@@ -15,8 +15,8 @@ namespace {
 constexpr std::chrono::milliseconds slice{3'000};
 
 struct UploaderState {
-  std::shared_ptr<io::Uploader> up;
-  io::SteadyTime timer_at = io::SteadyTime::max(); // when the armed self-timer fires
+  std::shared_ptr<upload::Uploader> up;
+  upload::SteadyTime timer_at = upload::SteadyTime::max(); // when the armed self-timer fires
   static inline const char* name = "chorus.uploader";
 };
 
@@ -25,9 +25,9 @@ using sender_ptr = uploader_actor::stateful_pointer<UploaderState>;
 void pump_some(sender_ptr self) {
   auto& st = self->state;
   const auto now = std::chrono::steady_clock::now();
-  const io::Uploader::Progress p = st.up->pump(now + slice);
+  const upload::Uploader::Progress p = st.up->pump(now + slice);
   if (p.done || p.stopped || p.caught_up) return; // new data comes with the next poke
-  const io::SteadyTime at = p.wait_until ? *p.wait_until : now;
+  const upload::SteadyTime at = p.wait_until ? *p.wait_until : now;
   if (at >= st.timer_at && st.timer_at > now) return; // a timer will come sooner
   st.timer_at = at;
   self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(at - now), upload_atom::value);
@@ -55,11 +55,11 @@ std::string size_text(std::uint64_t bytes) {
 /// slowly, keeps the whole bound. Returns what is left: bytes of history
 /// and system metrics, and "" or the line that names what is left and the
 /// command that sends it (also printed).
-std::pair<std::uint64_t, std::string> drain(io::Uploader& up, io::SteadyTime deadline) {
+std::pair<std::uint64_t, std::string> drain(upload::Uploader& up, upload::SteadyTime deadline) {
   // A target the live upload found down may be back: it gets one try now,
   // not after the rest of its backoff.
   if (up.unreachable()) up.retry_now();
-  io::Uploader::Progress p;
+  upload::Uploader::Progress p;
   for (;;) {
     p = up.pump(deadline);
     if (p.done || p.stopped || std::chrono::steady_clock::now() >= deadline || up.unreachable()) break;
@@ -70,7 +70,7 @@ std::pair<std::uint64_t, std::string> drain(io::Uploader& up, io::SteadyTime dea
       std::this_thread::sleep_for(std::chrono::milliseconds(50)); // the end state is not on disk yet
     }
   }
-  if (p.done) return {0, {}};
+  if (p.done) return {0, Error()};
   const std::uint64_t left = up.bytes_pending();
   const std::string run_dir = up.state_path().substr(0, up.state_path().rfind("/upload/"));
   std::string what = left > 0 ? size_text(left) + " of history and system metrics and the run's end state"
@@ -84,11 +84,11 @@ std::pair<std::uint64_t, std::string> drain(io::Uploader& up, io::SteadyTime dea
   return {left, std::move(line)};
 }
 
-uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<io::Uploader> up) {
+uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<upload::Uploader> up) {
   self->state.up = std::move(up);
   return {
       [self](upload_atom) {
-        if (std::chrono::steady_clock::now() >= self->state.timer_at) self->state.timer_at = io::SteadyTime::max();
+        if (std::chrono::steady_clock::now() >= self->state.timer_at) self->state.timer_at = upload::SteadyTime::max();
         pump_some(self);
       },
       [self](upload_drain_atom, std::int64_t ms) -> caf::result<bool, std::uint64_t, std::string> {
@@ -104,7 +104,7 @@ uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<io:
 /// request in flight (a poke's, which may run to its own timeout) and cuts
 /// it at the drain's end; and so does the Run's exit, so that neither
 /// finish nor shutdown waits for a slow server.
-uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared_ptr<io::Uploader> up,
+uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared_ptr<upload::Uploader> up,
                                        uploader_actor sender, caf::actor_addr run) {
   self->link_to(sender);
   // An uploader outlives no run.
@@ -126,13 +126,13 @@ uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared
 } // namespace
 
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          io::UploadSettings settings, Blocking blocking, caf::actor_addr run) {
-  auto target = io::UploadTarget::parse(url);
+                          upload::UploadSettings settings, Blocking blocking, caf::actor_addr run) {
+  auto target = upload::UploadTarget::parse(url);
   if (!target) {
     std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", target.error().message().c_str());
     return {};
   }
-  auto up = std::make_shared<io::Uploader>(run_dir, *target, settings);
+  auto up = std::make_shared<upload::Uploader>(run_dir, *target, settings);
   if (Error e = up->open()) {
     std::fprintf(stderr, "chorus: upload to %s: %s; the run is kept locally (`chorus sync` can upload it later)\n",
                  target->url.c_str(), e.message().c_str());
@@ -143,4 +143,4 @@ uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir
   return spawn_guarded(sys, uploader, std::move(up), std::move(sender), std::move(run));
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -1,5 +1,5 @@
 // Uploader actor: one per upload target on the run host. It wraps
-// io::Uploader (which reads the run directory and feeds a backend) on a
+// upload::Uploader (which reads the run directory and feeds a backend) on a
 // thread of its own (a detached actor: HTTP requests block), so that a slow
 // or absent server never holds up the Run actor or training.
 //
@@ -14,13 +14,13 @@
 
 #include <string>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// The Uploader of the run in `run_dir` to `url`, with `settings` (its
 /// read_bytes: how much of each file it reads at a time); an invalid handle
 /// (and a line on stderr naming the cause) if it cannot start, in which case
 /// the run goes on locally. Its sender blocks on requests: see Blocking.
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          io::UploadSettings settings, Blocking blocking, caf::actor_addr run = {});
+                          upload::UploadSettings settings, Blocking blocking, caf::actor_addr run = {});
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -23,7 +23,7 @@
 
 namespace {
 
-namespace w = chorus::wire;
+namespace w = chorus::core::wire;
 using chorus::RunState;
 using bench::num;
 
@@ -34,11 +34,11 @@ constexpr int calls_per_frame = 16;
 constexpr int repetitions = 3;
 
 /// Counts what arrives and keeps nothing: the merge's own cost.
-class CountingSink final : public chorus::detail::HistorySink {
+class CountingSink final : public chorus::core::HistorySink {
 public:
   std::uint64_t rows = 0, values = 0;
   void run_start(std::string_view, std::int64_t, std::uint32_t) override {}
-  void row(const chorus::detail::Row& r) override {
+  void row(const chorus::core::Row& r) override {
     ++rows;
     values += r.values.size();
   }
@@ -112,7 +112,7 @@ std::int64_t thread_cpu_ns() {
 /// Applies the workload to a fresh Merger; the values are timed from the
 /// first rank frame to the last, the ranks' joins and finishes apart
 /// (run_end, with its fsyncs in the writer, is not timed).
-Timing run_once(const Workload& wl, chorus::detail::Merger& m) {
+Timing run_once(const Workload& wl, chorus::core::Merger& m) {
   bool ok = m.apply(w::run_start(1'000'000, static_cast<std::uint32_t>(wl.ranks), R"({"id":"bench"})"));
   const auto j0 = bench::clock::now();
   for (int r = 0; r < wl.ranks; ++r)
@@ -138,7 +138,7 @@ Timing run_once(const Workload& wl, chorus::detail::Merger& m) {
 
 Timing counting(const Workload& wl) {
   CountingSink sink;
-  chorus::detail::Merger m(sink);
+  chorus::core::Merger m(sink);
   Timing t = run_once(wl, m);
   t.ok = t.ok && sink.values == wl.row_values() && sink.rejected_calls == 0;
   return t;
@@ -147,9 +147,9 @@ Timing counting(const Workload& wl) {
 Timing writing(const Workload& wl, const bench::fs::path& dir) {
   Timing t;
   {
-    std::unique_ptr<chorus::detail::Merger> m;
-    chorus::io::RunWriter writer(dir.string(), [&m](std::uint32_t k) { return m->key_name(k); });
-    m = std::make_unique<chorus::detail::Merger>(writer);
+    std::unique_ptr<chorus::core::Merger> m;
+    chorus::store::RunWriter writer(dir.string(), [&m](std::uint32_t k) { return m->key_name(k); });
+    m = std::make_unique<chorus::core::Merger>(writer);
     t = run_once(wl, *m);
     t.ok = t.ok && !writer.error() && writer.rows() == static_cast<std::uint64_t>(wl.steps);
   }

@@ -105,11 +105,11 @@ double clock_pair_ns() {
 
 void per_sample(bool& ok) {
   bench::TempDir dir; // the watched directory: the run directory on the run host
-  chorus::io::SystemLabels labels;
+  chorus::sampling::SystemLabels labels;
   labels.node_figures = true; // local rank 0: node, process and GPU
-  chorus::io::SystemSampler sampler(labels, dir.path.string(), nvml_library, std::getenv("CUDA_VISIBLE_DEVICES"));
-  chorus::io::HostSampler host(dir.path.string());
-  chorus::io::ProcessSampler process(0);
+  chorus::sampling::SystemSampler sampler(labels, dir.path.string(), nvml_library, std::getenv("CUDA_VISIBLE_DEVICES"));
+  chorus::platform::HostSampler host(dir.path.string());
+  chorus::platform::ProcessSampler process(0);
 
   std::printf("node monitor as rank 0 starts it (node_figures, NVML from %s):\n  GPU: %s\n  notes: %s\n\n",
               nvml_library, sampler.gpu_name().empty() ? "none, the no-NVML path" : sampler.gpu_name().c_str(),
@@ -120,16 +120,16 @@ void per_sample(bool& ok) {
   std::size_t sink = 0;
   std::vector<Case> cases;
   cases.push_back({"SystemSampler::sample_line (node monitor)", [&] {
-                     const std::int64_t now = chorus::io::detail::unix_now_us();
+                     const std::int64_t now = chorus::platform::unix_now_us();
                      chorus::Error e = sampler.sample_line(line, now, 1.0);
                      if (e && !first_error) first_error = std::move(e);
                    }});
   cases.push_back({"  of which HostSampler::sample", [&] {
-                     chorus::io::HostSample h;
+                     chorus::platform::HostSample h;
                      if (chorus::Error e = host.sample(h); e && !first_error) first_error = std::move(e);
                    }});
   cases.push_back({"  of which ProcessSampler::sample", [&] {
-                     chorus::io::ProcessSample p;
+                     chorus::platform::ProcessSample p;
                      if (chorus::Error e = process.sample(p); e && !first_error) first_error = std::move(e);
                    }});
   cases.push_back({"reference: ifstream+getline /proc/self/stat, /proc/stat",
@@ -231,13 +231,13 @@ int idle_main(const char* dir, double interval, double seconds) {
 
   // The window: the trainer thread sleeps; what runs is chorus's.
   rusage r0{}, r1{};
-  const std::int64_t u0 = chorus::io::detail::unix_now_us();
+  const std::int64_t u0 = chorus::platform::unix_now_us();
   const std::int64_t t0 = bench::now_ns();
   ::getrusage(RUSAGE_SELF, &r0);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   ::getrusage(RUSAGE_SELF, &r1);
   const std::int64_t t1 = bench::now_ns();
-  const std::int64_t u1 = chorus::io::detail::unix_now_us();
+  const std::int64_t u1 = chorus::platform::unix_now_us();
 
   chorus::FinishResult f = run.finish().wait();
   if (f.error) {

@@ -1,7 +1,7 @@
 // bench_upload: the upload path (README's uploads; BENCHMARKS.md's targets).
 //
 // 1. Throughput. A run directory written by hand (200 000 history rows of
-//    10 keys: 2 M points) is delivered by io::Uploader to the loopback
+//    10 keys: 2 M points) is delivered by upload::Uploader to the loopback
 //    tracking server of the upload tests (tests/upload/tracking_server.hpp),
 //    in this process: MLflow (log-batch, 999 metrics a request) and W&B
 //    (file_stream, CHORUS_WANDB_INTERVAL=0). Timed from open() until caught
@@ -20,7 +20,7 @@
 //    tracking server, which goes down (an outage: connections refused) once
 //    it has taken the first log-batches (the Uploader holds its slices) and
 //    stays down to the end of the run; the process's RSS sampled every second. The reference: the same run with no upload
-//    target. Then the server comes back and io::Uploader (what `chorus sync`
+//    target. Then the server comes back and upload::Uploader (what `chorus sync`
 //    runs) catches up on the run directory for a while: points/s.
 //
 //   bench_upload [--think MS]                     the benchmark
@@ -104,7 +104,7 @@ struct HandRun {
   explicit HandRun(const bench::fs::path& root) {
     dir = root / "bench" / "grp" / "run-upload";
     bench::fs::create_directories(dir);
-    chorus::io::RunRecord run;
+    chorus::store::RunRecord run;
     run.id = run.name = "run-upload";
     run.project = "bench";
     run.group = "grp";
@@ -118,7 +118,7 @@ struct HandRun {
     out.push_back('\n');
     write("run.json", out);
     out.clear();
-    chorus::io::JsonWriter(out).begin_object().key("lr").number(3e-4).key("batch_size").integer(256).end_object();
+    chorus::core::JsonWriter(out).begin_object().key("lr").number(3e-4).key("batch_size").integer(256).end_object();
     out.push_back('\n');
     write("config.json", out);
 
@@ -126,7 +126,7 @@ struct HandRun {
     std::string rows;
     rows.reserve(std::size_t{history_rows} * 420);
     for (int s = 0; s < history_rows; ++s) {
-      chorus::io::JsonWriter w(rows);
+      chorus::core::JsonWriter w(rows);
       const double t = 0.0125 * s;
       w.begin_object().key("_step").integer(s).key("_timestamp").number(1'700'000'000.0 + t).key("_runtime").number(t);
       const double decay = std::exp(-s / 60'000.0);
@@ -140,7 +140,7 @@ struct HandRun {
   }
 
   void write(const char* name, const std::string& text) const {
-    if (chorus::Error e = chorus::io::write_file_atomic((dir / name).string(), text)) {
+    if (chorus::Error e = chorus::platform::write_file_atomic((dir / name).string(), text)) {
       std::fprintf(stderr, "%s\n", e.message().c_str());
       std::exit(2);
     }
@@ -153,8 +153,8 @@ struct HandRun {
   }
 };
 
-chorus::io::UploadTarget parse_target(const std::string& url) {
-  auto t = chorus::io::UploadTarget::parse(url);
+chorus::upload::UploadTarget parse_target(const std::string& url) {
+  auto t = chorus::upload::UploadTarget::parse(url);
   if (!t) {
     std::fprintf(stderr, "%s\n", t.error().message().c_str());
     std::exit(2);
@@ -184,13 +184,13 @@ struct Clocks {
   }
 };
 
-/// io::Uploader from the start of the run directory until caught up.
+/// upload::Uploader from the start of the run directory until caught up.
 Timing upload_all(const HandRun& run, const std::string& url, chorus::test::TrackingServer& server) {
   Timing t;
   run.forget_uploads();
   const auto before = server.stats();
   Clocks c;
-  chorus::io::Uploader up(run.dir.string(), parse_target(url));
+  chorus::upload::Uploader up(run.dir.string(), parse_target(url));
   if (chorus::Error e = up.open()) {
     t.ok = false;
     t.error = e.message();
@@ -430,7 +430,7 @@ bool throughput(const HandRun& run, bool wandb, bench::Table& table, std::vector
                num(mib(static_cast<double>(bytes)), 1), num(static_cast<double>(last.connections), 0),
                num(w / bare_wall, 2)});
   };
-  row("io::Uploader", ours, last_ours, n_req);
+  row("upload::Uploader", ours, last_ours, n_req);
   row("reference (bare libcurl)", bare, last_bare, static_cast<double>(last_bare.requests));
   ratios.push_back(std::string(name) + ": " + num(bare_wall / wall * 100.0, 1) + " % of the floor's rate (" +
                    num(wall / bare_wall, 2) + "x its time); " + std::to_string(data_requests) + " data requests of " +
@@ -628,12 +628,12 @@ bool memory() {
   bench::report("growth_mib", mib(growth));
 
   // The server comes back; what the live upload left is caught up by
-  // io::Uploader on the directory (what `chorus sync` runs): the live
+  // upload::Uploader on the directory (what `chorus sync` runs): the live
   // Uploader would wait for its next attempt, up to backoff_max (60 s).
   std::fflush(stdout);
   while (server.in_outage()) std::this_thread::sleep_for(50ms);
   const std::string run_dir = run_dir_of(stalled.output);
-  chorus::io::Uploader up(run_dir, parse_target(url));
+  chorus::upload::Uploader up(run_dir, parse_target(url));
   if (chorus::Error e = up.open()) {
     std::printf("catching up FAILED: %s\n", e.message().c_str());
     return false;
@@ -642,7 +642,7 @@ bool memory() {
   const double logged = stalled.f.at("values");
   Clocks c;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(catch_up_s);
-  chorus::io::Uploader::Progress p;
+  chorus::upload::Uploader::Progress p;
   while (std::chrono::steady_clock::now() < std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline)) {
     p = up.pump(std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline));
     if (p.done || p.stopped || p.caught_up) break;
@@ -662,7 +662,7 @@ bool memory() {
                 "that held no slice\n");
     ok = false;
   }
-  std::printf("after it (io::Uploader on the run directory, as `chorus sync`, for up to %.0f s): %s values in %.2f s "
+  std::printf("after it (upload::Uploader on the run directory, as `chorus sync`, for up to %.0f s): %s values in %.2f s "
               "= %s values/s%s; %s values left (%.0f s more at that rate)\n",
               catch_up_s, with_commas(caught).c_str(), tc.wall_s, with_commas(rate).c_str(),
               p.stopped ? (" (STOPPED: " + p.error + ")").c_str() : "", with_commas(left).c_str(), left / rate);
@@ -695,7 +695,7 @@ int main(int argc, char** argv) {
                 "(written in %.2f s)\n",
                 history_rows, history_keys, with_commas(double{history_rows} * history_keys).c_str(),
                 mib(static_cast<double>(run.history_bytes)), static_cast<double>(bench::now_ns() - w0) / 1e9);
-    std::printf("io::Uploader, default settings (read_bytes 4 MiB a file a slice), from open() until caught up; the "
+    std::printf("upload::Uploader, default settings (read_bytes 4 MiB a file a slice), from open() until caught up; the "
                 "reference posts the same bodies (captured in a run before) with a bare libcurl loop, one request at "
                 "a time, to a fresh server; median of %d, taking turns; the server thinks %lld ms a request\n\n",
                 reps, static_cast<long long>(think.count()));

@@ -56,7 +56,7 @@ int certs_main(std::span<char* const> args) {
     }
   }
   if (dir.empty()) return usage_error("certs", "DIR is missing: where to put the job's credentials");
-  if (Error e = io::make_credentials(dir, static_cast<int>(days), force)) return failure("certs", e.message());
+  if (Error e = platform::make_credentials(dir, static_cast<int>(days), force)) return failure("certs", e.message());
   std::printf("credentials for the job's nodes in %s (valid %lld days): ca.pem, cert.pem, key.pem\n"
               "copy the directory to every node, then set CHORUS_TLS_DIR=%s\n",
               dir.c_str(), static_cast<long long>(days), dir.c_str());

@@ -215,7 +215,7 @@ void put_value(std::string& out, const simdjson::dom::element& e) {
   case simdjson::dom::element_type::INT64: out += std::to_string(std::int64_t(e)); return;
   case simdjson::dom::element_type::UINT64: out += std::to_string(std::uint64_t(e)); return;
   default:
-    if (const std::optional<double> v = io::metric_value(e)) put_number(out, *v);
+    if (const std::optional<double> v = store::metric_value(e)) put_number(out, *v);
   }
 }
 
@@ -244,8 +244,8 @@ Error check_read(const JsonLines& lines, const std::string& path) {
 }
 
 /// A time of `row` (_timestamp, _runtime) as written, where the row has it
-/// as a number (io::HistoryRow): the export copies its text.
-std::optional<simdjson::dom::element> time_as_written(const io::HistoryRow& row, std::string_view key) {
+/// as a number (store::HistoryRow): the export copies its text.
+std::optional<simdjson::dom::element> time_as_written(const store::HistoryRow& row, std::string_view key) {
   if (!(key == "_timestamp" ? row.timestamp() : row.runtime())) return std::nullopt;
   return row.object()[key].value_unsafe();
 }
@@ -257,9 +257,9 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   std::vector<std::string> keys;
   std::map<std::string, std::size_t, std::less<>> column; // looked up by view: no string per value
   const JsonLines first = read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
-    const io::HistoryRow row(line_object);
+    const store::HistoryRow row(line_object);
     if (!row) return row.why();
-    for (const io::RowValue& v : row.metrics()) {
+    for (const store::RowValue& v : row.metrics()) {
       if ((a.wanted && !a.wanted(v.key)) || column.contains(v.key)) continue;
       column.emplace(std::string(v.key), keys.size());
       keys.emplace_back(v.key);
@@ -280,7 +280,7 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   std::uint64_t rows = 0;
   Smoother smooth(a.smooth);
   read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
-    const io::HistoryRow row(line_object);
+    const store::HistoryRow row(line_object);
     if (rows == first.used || !row) return {};
     ++rows;
     for (std::string& c : cells) c.clear();
@@ -289,7 +289,7 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
       line += ',';
       if (const std::optional<simdjson::dom::element> t = time_as_written(row, key)) put_value(line, *t);
     }
-    for (const io::RowValue& v : row.metrics()) {
+    for (const store::RowValue& v : row.metrics()) {
       auto it = column.find(v.key);
       if (it == column.end()) continue;
       if (smooth.on())
@@ -313,11 +313,11 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
   Smoother smooth(a.smooth);
   auto field = [&line](std::string_view key) {
     if (line.size() > 1) line.push_back(',');
-    io::append_json_string(line, key);
+    core::append_json_string(line, key);
     line += ':';
   };
   const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
-    const io::HistoryRow row(line_object);
+    const store::HistoryRow row(line_object);
     if (!row) return row.why();
     // Not line = "{": GCC 12's -Wrestrict misfires on that in Release builds.
     line.clear();
@@ -329,17 +329,17 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
         field(key);
         line += simdjson::minify(*t);
       }
-    for (const io::RowValue& v : row.metrics()) {
+    for (const store::RowValue& v : row.metrics()) {
       if (a.wanted && !a.wanted(v.key)) continue;
       field(v.key);
       if (smooth.on() && std::isfinite(v.value))
-        io::append_json_number(line, smooth(v.key, v.value));
+        core::append_json_number(line, smooth(v.key, v.value));
       else
         line += simdjson::minify(v.json);
     }
     // The contributions of the keys kept only.
     bool any = false;
-    for (const io::RowValue& n : row.counts()) {
+    for (const store::RowValue& n : row.counts()) {
       if (a.wanted && !a.wanted(n.key)) continue;
       if (any) {
         line += ',';
@@ -348,7 +348,7 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
         line += '{';
       }
       any = true;
-      io::append_json_string(line, n.key);
+      core::append_json_string(line, n.key);
       line.append(":").append(simdjson::minify(n.json));
     }
     if (any) line += '}';
@@ -377,7 +377,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   const std::string id = fs::path(run_dir).filename().string();
   const std::string into = (fs::path(a.tensorboard) / id).string();
   const double start = info.start_time.value_or(0);
-  io::TensorBoardRun tb(into);
+  upload::TensorBoardRun tb(into);
   tb.world_size(info.world_size.value_or(1));
   simdjson::dom::parser parser;
   const std::string config = run_dir + "/config.json";
@@ -396,14 +396,14 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   const std::string histograms = run_dir + "/histograms.jsonl";
   if (fs::exists(histograms, ec)) {
     const JsonLines lines =
-        read_histogram_lines(histograms, [&](const io::HistogramLine& h) { tb.histogram(h, a.wanted); });
+        read_histogram_lines(histograms, [&](const store::HistogramLine& h) { tb.histogram(h, a.wanted); });
     if (Error e = check_read(lines, histograms)) return e;
   }
   const std::string media = run_dir + "/media.jsonl";
   if (fs::exists(media, ec)) {
     std::uint64_t unreadable = 0;
     Error first;
-    const JsonLines lines = read_media_lines(media, [&](const io::MediaLine& m) {
+    const JsonLines lines = read_media_lines(media, [&](const store::MediaLine& m) {
       if (Error e = tb.media(m, run_dir, a.wanted); e && unreadable++ == 0) first = std::move(e);
     });
     if (Error e = check_read(lines, media)) return e;
@@ -422,7 +422,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   if (fs::exists(summary, ec)) {
     const Result<simdjson::dom::element> doc = load_json_file(summary, parser);
     if (doc && doc->is_object())
-      tb.text("summary", io::markdown_table(doc->get_object().value_unsafe()), info.end_time.value_or(start));
+      tb.text("summary", upload::markdown_table(doc->get_object().value_unsafe()), info.end_time.value_or(start));
   }
   if (Error e = tb.close()) return e;
   std::string extras;

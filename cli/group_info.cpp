@@ -28,7 +28,7 @@ std::string summary_of(const std::string& run_dir) {
   const Result<simdjson::dom::element> doc = load_json_file(run_dir + "/summary.json", parser);
   if (!doc || doc->get(o) != simdjson::SUCCESS) return "{}";
   std::string json = simdjson::minify(o);
-  return json.size() <= io::max_member_summary ? json : "{}";
+  return json.size() <= store::max_member_summary ? json : "{}";
 }
 
 bool same_dir(const std::string& a, const std::string& b) {
@@ -52,7 +52,7 @@ std::string GroupMemberView::state() const {
 std::string GroupMemberView::ranks() const {
   if (!member || member->ranks.empty()) return {};
   std::vector<std::int64_t> r;
-  for (const io::GroupRank& k : member->ranks) r.push_back(k.rank);
+  for (const store::GroupRank& k : member->ranks) r.push_back(k.rank);
   std::sort(r.begin(), r.end());
   // Ranks are not negative, so the difference fits; as unsigned it cannot overflow.
   if (r.size() > 1 && static_cast<std::uint64_t>(r.back()) - static_cast<std::uint64_t>(r.front()) == r.size() - 1)
@@ -62,7 +62,7 @@ std::string GroupMemberView::ranks() const {
   return out;
 }
 
-std::map<std::int64_t, std::int64_t> GroupMemberView::exit_codes(const io::GroupManifest* g) const {
+std::map<std::int64_t, std::int64_t> GroupMemberView::exit_codes(const store::GroupManifest* g) const {
   if (run && !run->exit_codes.empty()) return {run->exit_codes.begin(), run->exit_codes.end()};
   if (g != nullptr && member) return g->exit_codes_of(*member);
   return {};
@@ -85,7 +85,7 @@ GroupInfo read_group(const std::string& dir) {
   g.project = fs::path(dir).parent_path().filename().string();
   std::error_code ec;
   if (fs::exists(fs::symlink_status(dir + "/group.json", ec))) {
-    if (Result<io::GroupManifest> m = io::read_group_file(dir))
+    if (Result<store::GroupManifest> m = store::read_group_file(dir))
       g.manifest = std::move(*m);
     else
       g.problem = m.error();
@@ -99,7 +99,7 @@ GroupInfo read_group(const std::string& dir) {
   std::vector<bool> taken(runs.size(), false);
   const std::string group = g.manifest ? g.manifest->group : g.name;
   if (g.manifest) {
-    for (const io::GroupMember& m : g.manifest->members) {
+    for (const store::GroupMember& m : g.manifest->members) {
       GroupMemberView v;
       v.member = m;
       for (std::size_t i = 0; i < runs.size(); ++i)
@@ -127,16 +127,16 @@ GroupInfo read_group(const std::string& dir) {
   return g;
 }
 
-void refresh_member(io::GroupMember& m, const RunInfo& run) {
+void refresh_member(store::GroupMember& m, const RunInfo& run) {
   if (!run.readable()) return;
   if (run.state == "running") {
     // Its host has exited (launch saw it go) without ending the run.
     if (m.ended()) return;
     m.state = "crashed";
     m.message = "its run host exited before the run ended; 'chorus recover " + run.dir + "' rebuilds the run";
-    for (io::GroupRank& r : m.ranks)
+    for (store::GroupRank& r : m.ranks)
       if (r.state == "running") r.state = "crashed";
-    if (!m.end_time) m.end_time = static_cast<double>(io::detail::unix_now_us()) / 1e6; // about when it went
+    if (!m.end_time) m.end_time = static_cast<double>(platform::unix_now_us()) / 1e6; // about when it went
     return;
   }
   m.state = run.state;
@@ -150,13 +150,13 @@ void refresh_member(io::GroupMember& m, const RunInfo& run) {
   if (m.state != "finished" && m.message.empty()) m.message = "as its run.json records";
 }
 
-std::optional<io::GroupMember> member_from_run(const RunInfo& run) {
+std::optional<store::GroupMember> member_from_run(const RunInfo& run) {
   // Ranks are ints: a run.json that says otherwise is not taken for a member (and its sums cannot overflow).
   auto a_rank = [](std::int64_t r) { return r >= 0 && r <= std::numeric_limits<int>::max(); };
   if (!run.readable() || !run.group_index || !run.rank || !a_rank(*run.rank)) return std::nullopt;
   if (!std::all_of(run.ranks.begin(), run.ranks.end(), [&](const RankInfo& k) { return a_rank(k.rank); }))
     return std::nullopt;
-  io::GroupMember m;
+  store::GroupMember m;
   m.index = *run.group_index;
   m.id = run.id;
   m.name = run.name.empty() ? run.id : run.name;
@@ -177,17 +177,17 @@ Error record_group_exit_codes(const std::string& group_dir, const std::map<std::
                               const std::vector<std::string>& run_dirs) {
   std::error_code ec;
   if (!fs::exists(group_dir + "/group.json", ec)) return {};
-  return io::update_group_file(group_dir, [&](io::GroupManifest& g, bool exists) {
+  return store::update_group_file(group_dir, [&](store::GroupManifest& g, bool exists) {
     if (!exists) return false;
     for (const auto& [rank, code] : codes) g.exit_codes[rank] = code;
     for (const std::string& d : run_dirs) {
       const RunInfo run = read_run(d);
-      auto it = std::find_if(g.members.begin(), g.members.end(), [&](const io::GroupMember& m) { return same_dir(d, m.dir); });
+      auto it = std::find_if(g.members.begin(), g.members.end(), [&](const store::GroupMember& m) { return same_dir(d, m.dir); });
       if (it != g.members.end()) {
         refresh_member(*it, run);
       } else if (auto m = member_from_run(run); m && m->index < g.size) {
         // A run whose report never reached group.json (its host was stopped first).
-        std::erase_if(g.members, [&](const io::GroupMember& x) { return x.index == m->index && x.state == "missing"; });
+        std::erase_if(g.members, [&](const store::GroupMember& x) { return x.index == m->index && x.state == "missing"; });
         if (g.member(m->index) == nullptr) g.members.push_back(std::move(*m));
       }
     }

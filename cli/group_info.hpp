@@ -17,7 +17,7 @@ namespace chorus::cli {
 /// that is on this machine, or both.
 struct GroupMemberView {
   std::string label; // a short column heading: "rank-2", "node-1", else the run id
-  std::optional<io::GroupMember> member;
+  std::optional<store::GroupMember> member;
   std::optional<RunInfo> run;
 
   [[nodiscard]] std::string id() const;
@@ -26,12 +26,12 @@ struct GroupMemberView {
   /// Its global ranks, as "2" or "0-3" or "0,2"; "" where unknown.
   [[nodiscard]] std::string ranks() const;
   /// Its ranks' exit codes that launch recorded (run.json's, else group.json's).
-  [[nodiscard]] std::map<std::int64_t, std::int64_t> exit_codes(const io::GroupManifest* g) const;
+  [[nodiscard]] std::map<std::int64_t, std::int64_t> exit_codes(const store::GroupManifest* g) const;
 };
 
 struct GroupInfo {
   std::string dir, project, name;
-  std::optional<io::GroupManifest> manifest; // none: no group.json (or `problem`)
+  std::optional<store::GroupManifest> manifest; // none: no group.json (or `problem`)
   Error problem;                             // why group.json could not be read
   /// group.json's members by place, then the other runs under the directory by start time.
   std::vector<GroupMemberView> members;
@@ -47,11 +47,11 @@ std::string exit_codes_cell(const std::map<std::int64_t, std::int64_t>& codes);
 /// says more than the member's last report (the run ended after its group did,
 /// or launch rebuilt it after a signal). For `chorus launch`, once the run's
 /// host has exited: a run.json that still says running means it crashed.
-void refresh_member(io::GroupMember& m, const RunInfo& run);
+void refresh_member(store::GroupMember& m, const RunInfo& run);
 
 /// A member as its run.json describes it (a run of a group records its place
 /// there), or nothing for a run outside any group.
-std::optional<io::GroupMember> member_from_run(const RunInfo& run);
+std::optional<store::GroupMember> member_from_run(const RunInfo& run);
 
 /// Adds exit codes (global rank -> code) to DIR/group.json and refreshes the
 /// members whose run directories are `run_dirs` from their run.json (adding

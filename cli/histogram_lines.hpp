@@ -1,5 +1,5 @@
 // histograms.jsonl and media.jsonl read as a stream, each line through its
-// one reader (io::read_histogram_line, io::read_media_line): the path
+// one reader (store::read_histogram_line, store::read_media_line): the path
 // `chorus show`, `chorus export` and the Python reader take. Inline, because
 // the Python package's reader (python/reader.cpp) reads through it and links
 // cli/json_lines.cpp only.
@@ -16,7 +16,7 @@
 namespace chorus::cli {
 
 /// Hands each line of the JSON-lines file at `path` that the store's reader
-/// `read` (io::read_histogram_line, io::read_media_line) reads to
+/// `read` (store::read_histogram_line, store::read_media_line) reads to
 /// `take(line&)` (its value may be moved from); a line that is no JSON
 /// object, or that `read` refuses, is skipped and counted in the result, the
 /// first with its words (JsonLines::first_skipped_why).
@@ -32,17 +32,17 @@ JsonLines read_store_lines(const std::string& path, Read&& read, Take&& take) {
   });
 }
 
-/// histograms.jsonl's lines, each through io::read_histogram_line.
+/// histograms.jsonl's lines, each through store::read_histogram_line.
 template <class Take>
 JsonLines read_histogram_lines(const std::string& path, Take&& take) {
-  return read_store_lines(path, [](const simdjson::dom::element& e) { return io::read_histogram_line(e); },
+  return read_store_lines(path, [](const simdjson::dom::element& e) { return store::read_histogram_line(e); },
                           std::forward<Take>(take));
 }
 
-/// media.jsonl's lines, each through io::read_media_line.
+/// media.jsonl's lines, each through store::read_media_line.
 template <class Take>
 JsonLines read_media_lines(const std::string& path, Take&& take) {
-  return read_store_lines(path, [](const simdjson::dom::element& e) { return io::read_media_line(e); },
+  return read_store_lines(path, [](const simdjson::dom::element& e) { return store::read_media_line(e); },
                           std::forward<Take>(take));
 }
 

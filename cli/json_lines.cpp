@@ -17,12 +17,12 @@ bool blank(std::string_view s) {
 
 JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   JsonLines out;
-  const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+  const Result<int> fd = platform::open_regular(path, O_RDONLY);
   if (!fd) {
     out.problem = fd.error();
     return out;
   }
-  io::LineReader lines(*fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
+  store::LineReader lines(*fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
   simdjson::dom::parser parser;
   auto skip = [&](std::string_view why) {
     if (out.skipped++ > 0) return;
@@ -31,10 +31,10 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   };
   for (std::string_view line;;) {
     switch (lines.next(line)) {
-    case io::LineReader::Next::line: break;
-    case io::LineReader::Next::end: out.unfinished = !blank(lines.rest()); return out;
-    case io::LineReader::Next::too_long: // the lines after it are not read (io::line_too_long)
-    case io::LineReader::Next::failed: out.problem = lines.error(); return out;
+    case store::LineReader::Next::line: break;
+    case store::LineReader::Next::end: out.unfinished = !blank(lines.rest()); return out;
+    case store::LineReader::Next::too_long: // the lines after it are not read (store::line_too_long)
+    case store::LineReader::Next::failed: out.problem = lines.error(); return out;
     }
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
     if (line.empty()) continue;
@@ -54,7 +54,7 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
 }
 
 Result<simdjson::dom::element> load_json_file(const std::string& path, simdjson::dom::parser& parser) {
-  const Result<std::string> text = io::detail::read_text(path);
+  const Result<std::string> text = platform::read_text(path);
   if (!text) return text.error();
   simdjson::dom::element doc;
   if (auto e = parser.parse(*text).get(doc))

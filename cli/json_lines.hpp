@@ -17,7 +17,7 @@ namespace chorus::cli {
 
 /// The longest line read_json_lines takes: the bound of every reader of a
 /// run's lines (io/store/line_reader.hpp).
-using io::max_line_bytes;
+using store::max_line_bytes;
 
 struct JsonLines {
   std::uint64_t used = 0;     // lines handed over and taken
@@ -27,19 +27,19 @@ struct JsonLines {
   std::string first_skipped_why;        // "TAPE_ERROR: ...", "no _step"
   bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
   Error problem;              // the file could not be read, or was cut off at a line too long
-                              // (io::line_too_long: the lines after it are not read): why
+                              // (store::line_too_long: the lines after it are not read): why
 };
 
 /// Hands each complete line of `path` that is a JSON object to `take`, which
 /// returns why it refuses it, or nothing. Blank lines are passed over; an
 /// unfinished last line is left out. `path` is opened as a regular file only
-/// (io::detail::open_regular): a link or a FIFO there is a problem.
+/// (platform::open_regular): a link or a FIFO there is a problem.
 using TakeLine = std::function<std::string_view(const simdjson::dom::object&)>;
 JsonLines read_json_lines(const std::string& path, const TakeLine& take);
 
 /// Parses the JSON file `path` (run.json, config.json, summary.json) with
-/// `parser` (which holds the document), read through io::detail::read_text:
-/// a regular file only, at most io::detail::run_file_max_bytes. An error
+/// `parser` (which holds the document), read through platform::read_text:
+/// a regular file only, at most platform::run_file_max_bytes. An error
 /// names the path.
 [[nodiscard]] Result<simdjson::dom::element> load_json_file(const std::string& path, simdjson::dom::parser& parser);
 

@@ -174,7 +174,7 @@ public:
       : runs_file_(runs_file), since_(since) {}
 
   /// Reads what is new: a stalled rank's event, if one stands.
-  std::optional<io::EventLine> look() {
+  std::optional<store::EventLine> look() {
     runs_file_.follow(
         1u << 20, [] {},
         [&](std::string_view line, std::uint64_t) -> std::string {
@@ -208,7 +208,7 @@ private:
   struct Run {
     std::string dir;
     std::unique_ptr<RunEvents> events;
-    std::map<int, io::EventLine> stalled; // by rank
+    std::map<int, store::EventLine> stalled; // by rank
   };
   serve::FollowedFile runs_file_;
   std::chrono::system_clock::time_point since_;
@@ -216,7 +216,7 @@ private:
 };
 
 /// "rank 3 (process 4242 on node-a) stalled at step 12 for 300 s".
-std::string stall_text(const io::EventLine& l) {
+std::string stall_text(const store::EventLine& l) {
   std::string s = "rank " + std::to_string(l.event.rank);
   if (l.pid >= 0 || !l.host.empty()) {
     s += " (";
@@ -378,12 +378,12 @@ private:
   void look_for_stalls() {
     if (!stalls_ || stopping_ || Clock::now() < next_stall_look_) return;
     next_stall_look_ = Clock::now() + stall_look_interval;
-    const std::optional<io::EventLine> stalled = stalls_->look();
+    const std::optional<store::EventLine> stalled = stalls_->look();
     if (!stalled) return;
     const std::string what = stall_text(*stalled);
     note(what + "; stopping the job (--on-stall=kill)");
     stall_ = "stopped by chorus launch --on-stall=kill: " + what;
-    stall_at_us_ = io::detail::unix_now_us();
+    stall_at_us_ = platform::unix_now_us();
     stop_for("--on-stall=kill");
   }
 
@@ -396,7 +396,7 @@ private:
     }
     if (signal_ == 0) {
       signal_ = sig;
-      signal_at_us_ = io::detail::unix_now_us();
+      signal_at_us_ = platform::unix_now_us();
     }
     stopping_ = true;
     stop_all(sig);

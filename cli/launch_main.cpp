@@ -338,18 +338,18 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, int local_rank) {
 Error record_exit_codes(const std::string& dir, const LaunchArgs& a, const std::vector<int>& codes,
                         std::optional<int> only_rank) {
   const std::string path = dir + "/run.json";
-  Result<io::RunRecord> run = io::RunRecord::read(path);
+  Result<store::RunRecord> run = store::RunRecord::read(path);
   if (!run) return run.error();
   // Written back, a damaged field would be lost rather than reported.
   if (!run->damage.empty()) return file_problem(run->damage + " (left as it was; chorus recover " + dir + " rebuilds it)");
-  io::ExitCodes recorded;
+  store::ExitCodes recorded;
   for (std::size_t i = 0; i < codes.size(); ++i) {
     const int rank = a.node_rank * a.nproc + static_cast<int>(i);
     if (!only_rank || rank == *only_rank) recorded.emplace_back(rank, codes[i]);
   }
   // A rank that failed after its finish fails the run: a finished run had
   // every rank succeed. A finished run carries no error of its own.
-  if (std::string failure = io::failure_of_exit_codes(recorded);
+  if (std::string failure = store::failure_of_exit_codes(recorded);
       !failure.empty() && run->state == "finished" && !run->error) {
     run->state = "failed";
     run->error = std::move(failure);
@@ -387,7 +387,7 @@ int launch_main(std::span<char* const> words) {
   if (const char* given = std::getenv("CHORUS_JOB_SECRET"); given != nullptr && *given != '\0') {
     a.job_secret = given;
   } else if (a.nnodes == 1) {
-    if (Result<std::string> made = io::detail::random_hex(32, "the job's secret")) a.job_secret = std::move(*made);
+    if (Result<std::string> made = platform::random_hex(32, "the job's secret")) a.job_secret = std::move(*made);
   }
   // Run hosts among the ranks note their run directories here; afterwards
   // each of those runs gets the ranks' exit codes.

@@ -66,7 +66,7 @@ std::string ranks_cell(const GroupMemberView& v) {
 std::string group_note(const GroupInfo& info) {
   if (info.problem) return "  (group.json unreadable: " + info.problem.message() + ")";
   if (!info.manifest) return {};
-  const io::GroupManifest& g = *info.manifest;
+  const store::GroupManifest& g = *info.manifest;
   std::string note = "  (group: " + std::to_string(g.size) + (g.size == 1 ? " run, " : " runs, ") + g.mode + " " +
                      g.scope + ", " + g.state;
   if (g.start_time && g.end_time) note += ", " + format_duration(*g.end_time - *g.start_time);
@@ -105,7 +105,7 @@ void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std:
   if (!g.group.empty()) out += " / " + g.group;
   out += group_note(info);
   out += '\n';
-  const io::GroupManifest* manifest = info.manifest ? &*info.manifest : nullptr;
+  const store::GroupManifest* manifest = info.manifest ? &*info.manifest : nullptr;
   bool codes = false;
   for (const GroupMemberView& v : info.members) codes = codes || !v.exit_codes(manifest).empty();
   Table t;
@@ -131,7 +131,7 @@ void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std:
              r.start_time ? format_time(*r.start_time) : "-", d ? format_duration(*d) : "-"};
     } else {
       // Known from group.json only: its run directory is on another machine, or it never started.
-      const io::GroupMember& m = *v.member;
+      const store::GroupMember& m = *v.member;
       const bool timed = m.start_time && m.end_time;
       row = {m.id.empty() ? "-" : m.id, m.state, ranks_cell(v), m.ended() ? std::to_string(m.rows) : "-",
              m.start_time ? format_time(*m.start_time) : "-", timed ? format_duration(*m.end_time - *m.start_time) : "-"};

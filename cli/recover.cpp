@@ -115,16 +115,16 @@ Error parse(std::span<char* const> words, RecoverArgs& a, bool& help) {
 
 // The rebuilt files' writer, but a rank that died of the job's stop signal
 // (while `stopping`) is written with the state the run was stopped with.
-class StoppedRanks final : public detail::HistorySink {
+class StoppedRanks final : public core::HistorySink {
 public:
-  StoppedRanks(io::RunWriter& writer, RunState stopped_as) : stopped(stopped_as), writer_(writer) {}
+  StoppedRanks(store::RunWriter& writer, RunState stopped_as) : stopped(stopped_as), writer_(writer) {}
   bool stopping = false;
   RunState stopped;
 
   void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override {
     writer_.run_start(run_json, ts_us, world_size);
   }
-  void row(const detail::Row& row) override { writer_.row(row); }
+  void row(const core::Row& row) override { writer_.row(row); }
   void config(int rank, std::string_view json) override { writer_.config(rank, json); }
   void summary(int rank, std::string_view json) override { writer_.summary(rank, json); }
   void rejected(int rank, std::uint64_t seq, std::int64_t step,
@@ -137,7 +137,7 @@ public:
     writer_.rank_state(rank, stopping && state == RunState::crashed ? stopped : state, last_step, host, reason);
   }
   void completed(int rank, std::uint64_t seq, const Error* err) override { writer_.completed(rank, seq, err); }
-  void event(const wire::EventRecord& e) override {
+  void event(const core::wire::EventRecord& e) override {
     writer_.event(e);
     ++events;
   }
@@ -145,7 +145,7 @@ public:
   std::uint64_t events = 0; // rebuilt from the log, numbered 0..events-1
 
 private:
-  io::RunWriter& writer_;
+  store::RunWriter& writer_;
 };
 
 /// The events the run told after its log stopped (its write-ahead log
@@ -153,28 +153,28 @@ private:
 /// `dir`'s events.jsonl numbered from `from` on, appended to `tmp`'s
 /// rebuilt one. How many, or why they could not be kept.
 Result<std::uint64_t> keep_later_events(const std::string& dir, const std::string& tmp, std::uint64_t from) {
-  const std::string live = dir + "/" + io::events_file;
-  Result<int> fd = io::detail::open_regular(live, O_RDONLY, true);
+  const std::string live = dir + "/" + store::events_file;
+  Result<int> fd = platform::open_regular(live, O_RDONLY, true);
   if (!fd) return fd.error();
   if (*fd < 0) return std::uint64_t{0};
-  io::LineReader reader(*fd, live, {}, {});
+  store::LineReader reader(*fd, live, {}, {});
   std::string later;
   std::uint64_t kept = 0;
   std::string_view line;
-  io::LineReader::Next next;
-  while ((next = reader.next(line)) == io::LineReader::Next::line) {
-    const Result<io::EventLine> e = io::parse_event_line(line);
+  store::LineReader::Next next;
+  while ((next = reader.next(line)) == store::LineReader::Next::line) {
+    const Result<store::EventLine> e = store::parse_event_line(line);
     if (!e || e->seq < from + kept) continue;
     if (e->seq != from + kept) break; // a gap: what follows is not the run's own sequence
     later.append(line).push_back('\n');
     ++kept;
   }
-  if (next == io::LineReader::Next::failed) return reader.error();
+  if (next == store::LineReader::Next::failed) return reader.error();
   if (kept == 0) return kept;
-  const std::string to = tmp + "/" + io::events_file;
-  Result<int> out = io::detail::open_private(to, O_WRONLY | O_APPEND | O_CREAT);
+  const std::string to = tmp + "/" + store::events_file;
+  Result<int> out = platform::open_private(to, O_WRONLY | O_APPEND | O_CREAT);
   if (!out) return out.error();
-  const Error e = io::detail::write_all(*out, later, to);
+  const Error e = platform::write_all(*out, later, to);
   ::close(*out);
   if (e) return e;
   return kept;
@@ -214,8 +214,8 @@ Error permission_error(const std::string& path, int err, const std::string& what
   if (known) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    m += " (it belongs to " + io::detail::user_named(st.st_uid) + ", mode " + mode + ", and chorus recover runs as " +
-         io::detail::user_named(::geteuid()) + std::string(why) + ")";
+    m += " (it belongs to " + platform::user_named(st.st_uid) + ", mode " + mode + ", and chorus recover runs as " +
+         platform::user_named(::geteuid()) + std::string(why) + ")";
   }
   m += ". Run chorus recover as the run's owner";
   if (::stat(dir.c_str(), &dir_st) == 0 && dir_st.st_uid != ::geteuid()) {
@@ -264,7 +264,7 @@ Error directory_in_the_way(const std::string& dir, bool backup) {
 /// in its place. Done before anything changes: a file that cannot be kept
 /// stops recover with the run as it was.
 Error keep_old_files(const std::string& dir, const std::string& old) {
-  if (Error e = io::make_dirs(old)) return e;
+  if (Error e = platform::make_dirs(old)) return e;
   for (const char* name : rebuilt_files) {
     const std::string from = dir + "/" + name;
     struct stat st {};
@@ -298,7 +298,7 @@ Result<std::string> install(const std::string& tmp, const std::string& dir, bool
          it.increment(ec)) {
       if (!it->is_regular_file(ec)) continue;
       const fs::path to = fs::path(dir) / fs::relative(it->path(), tmp, ec);
-      if (Error e = io::make_dirs(to.parent_path().string())) return e;
+      if (Error e = platform::make_dirs(to.parent_path().string())) return e;
       fs::rename(it->path(), to, ec);
       if (ec) return Error(Errc::io_error, "cannot move " + it->path().string() + " to " + to.string() + ": " + ec.message());
       ++files;
@@ -384,9 +384,9 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
 
   // Cutting the torn tail takes the WAL's writer lock, so a live host makes
   // this fail rather than have its log rewritten under it.
-  io::WalScan cut;
+  store::WalScan cut;
   if (!a.dry_run) {
-    Result<io::WalScan> cutting = io::truncate_torn_tail(wal);
+    Result<store::WalScan> cutting = store::truncate_torn_tail(wal);
     if (!cutting)
       return Error(cutting.error().code(), cutting.error().message() +
              (cutting.error().message().find("another process") != std::string::npos
@@ -398,27 +398,27 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
   // An end that only run.json records: a host whose write-ahead log could
   // not be written (a full disk, a failing device) ended the run failed,
   // with why, in run.json, and could not log that end.
-  const Result<io::RunRecord> recorded = io::RunRecord::read(dir + "/run.json");
-  detail::Merger* merger_ptr = nullptr;
-  io::RunWriter writer(tmp, [&](std::uint32_t key) { return merger_ptr->key_name(key); });
+  const Result<store::RunRecord> recorded = store::RunRecord::read(dir + "/run.json");
+  core::Merger* merger_ptr = nullptr;
+  store::RunWriter writer(tmp, [&](std::uint32_t key) { return merger_ptr->key_name(key); });
   (void)writer.carry_over(dir + "/run.json");
   StoppedRanks sink(writer, a.unended);
-  detail::Merger merger(sink);
+  core::Merger merger(sink);
   merger_ptr = &merger;
 
-  io::WalReplay replay;
+  store::WalReplay replay;
   {
     Progress progress(static_cast<std::uint64_t>(st.st_size));
-    Result<io::WalReplay> replayed = io::replay_wal(
+    Result<store::WalReplay> replayed = store::replay_wal(
         wal, merger,
-        [&](const wire::Frame& f, std::int64_t ts, std::uint64_t offset) {
+        [&](const core::wire::Frame& f, std::int64_t ts, std::uint64_t offset) {
           progress.at(offset);
-          sink.stopping = a.stopped_at_us > 0 && f.type == wire::FrameType::host_event && ts >= a.stopped_at_us;
+          sink.stopping = a.stopped_at_us > 0 && f.type == core::wire::FrameType::host_event && ts >= a.stopped_at_us;
         });
     if (!replayed) return replayed.error();
     replay = std::move(*replayed);
   }
-  const io::WalScan& scan = replay.scan;
+  const store::WalScan& scan = replay.scan;
   const bool ended = replay.ended;
   const RunState end_state = replay.end_state;
   const std::uint64_t malformed = replay.malformed;
@@ -444,7 +444,7 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
     }
     sink.stopped = unended;
     sink.stopping = unended != RunState::crashed;
-    const auto closing = io::closing_frames(merger, at, unended, reason);
+    const auto closing = store::closing_frames(merger, at, unended, reason);
     marked = static_cast<int>(closing.size()) - 1; // a rank_dead for each, then the run_end
     for (const auto& frame : closing) merger.apply(frame);
   }
@@ -454,7 +454,7 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
   if (!later_events) return later_events.error();
 
   const bool torn = a.dry_run ? scan.torn_tail : cut.torn_tail;
-  const io::WalScan& damage = a.dry_run ? scan : cut;
+  const store::WalScan& damage = a.dry_run ? scan : cut;
   report = "chorus recover: " + dir + "\n";
   report += "  log        " + std::to_string(scan.frames) + " frames read from " + wal + "\n";
   report += "  corrupt    " + std::to_string(scan.corrupt_regions) +

@@ -15,14 +15,14 @@ constexpr std::uint64_t poll_budget = 64u << 20;
 } // namespace
 
 RunEvents::RunEvents(const std::string& run_dir)
-    : path_(run_dir + "/" + io::events_file), file_(path_) {}
+    : path_(run_dir + "/" + store::events_file), file_(path_) {}
 
 std::vector<RunEvents::Read> RunEvents::poll() {
   std::vector<Read> out;
   file_.follow(
       poll_budget, [] {},
       [&](std::string_view line, std::uint64_t) -> std::string {
-        Result<io::EventLine> parsed = io::parse_event_line(line);
+        Result<store::EventLine> parsed = store::parse_event_line(line);
         if (!parsed) return parsed.error().message();
         // A file read afresh (chorus recover rebuilt it) holds the events handed out already.
         if (last_seq_ && parsed->seq <= *last_seq_) return {};

@@ -3,7 +3,7 @@
 // --on-stall=kill` looks for a stalled rank. The file is followed as `chorus
 // serve` follows a run file (cli/serve/followed_file.hpp: complete lines
 // only, a file rebuilt by `chorus recover` read afresh), and each line is
-// read through io::parse_event_line. An event is handed out once: after a
+// read through store::parse_event_line. An event is handed out once: after a
 // file read afresh, only the events numbered past the last one handed out.
 #pragma once
 
@@ -23,7 +23,7 @@ public:
 
   /// An event read, with its line as the file has it (its line end cut).
   struct Read {
-    io::EventLine event;
+    store::EventLine event;
     std::string line;
   };
   /// The events appended since the last call, in the file's order. A line

@@ -36,7 +36,7 @@ std::vector<std::string> subdirs(const std::string& dir) {
 void fill_running_steps(RunInfo& r) {
   const auto running = [](const RankInfo& k) { return k.state == "running"; };
   if (std::none_of(r.ranks.begin(), r.ranks.end(), running)) return;
-  const std::optional<std::int64_t> step = io::last_committed_step(r.dir);
+  const std::optional<std::int64_t> step = store::last_committed_step(r.dir);
   if (!step) return;
   for (RankInfo& k : r.ranks) {
     if (!running(k) || *step <= k.last_step) continue;
@@ -61,7 +61,7 @@ std::string RunInfo::shown_state() const {
 std::optional<double> RunInfo::duration() const {
   if (!start_time) return std::nullopt;
   if (end_time) return *end_time - *start_time;
-  if (state == "running" && liveness.life == io::HostLife::alive) {
+  if (state == "running" && liveness.life == store::HostLife::alive) {
     const auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return now - *start_time;
   }
@@ -79,7 +79,7 @@ RunInfo read_run(const std::string& dir) {
                                                             : "no run.json");
     return r;
   }
-  Result<io::RunRecord> run = io::RunRecord::read(path);
+  Result<store::RunRecord> run = store::RunRecord::read(path);
   if (!run) {
     // The run is named beside the problem (ls, show): its file by name alone reads better.
     std::string why = run.error().message();
@@ -89,8 +89,8 @@ RunInfo read_run(const std::string& dir) {
   }
   r.state = run->state;
   // From here on the record is as readers report it; `state` keeps run.json's word.
-  r.liveness = io::apply_liveness(*run, dir, io::detail::unix_now_us());
-  static_cast<io::RunIdentity&>(r) = *run;
+  r.liveness = store::apply_liveness(*run, dir, platform::unix_now_us());
+  static_cast<store::RunIdentity&>(r) = *run;
   r.dir = dir;
   if (r.id.empty()) r.id = fs::path(dir).filename().string();
   r.world_size = run->world_size;
@@ -98,14 +98,14 @@ RunInfo read_run(const std::string& dir) {
   r.rejected = run->rejected;
   r.error = run->error;
   const auto seconds = [](const std::optional<std::int64_t>& us) {
-    return us ? std::optional<double>(io::RunRecord::seconds(*us)) : std::nullopt;
+    return us ? std::optional<double>(store::RunRecord::seconds(*us)) : std::nullopt;
   };
   r.start_time = seconds(run->start_us);
   r.end_time = seconds(run->end_us);
-  for (const io::RunRecord::Rank& k : run->ranks)
+  for (const store::RunRecord::Rank& k : run->ranks)
     r.ranks.push_back({k.rank, k.state, k.last_step, k.host, k.message, seconds(k.joined_us)});
   std::sort(r.ranks.begin(), r.ranks.end(), [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
-  for (const io::RunRecord::Segment& g : run->segments)
+  for (const store::RunRecord::Segment& g : run->segments)
     r.segments.push_back({seconds(g.start_us), seconds(g.end_us), g.state});
   if (run->exit_codes) {
     r.exit_codes = *run->exit_codes;

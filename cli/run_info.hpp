@@ -29,12 +29,12 @@ struct RankInfo {
   bool committed = false;
 };
 
-/// A run as run.json has it (io::RunRecord), for the commands that show it:
+/// A run as run.json has it (store::RunRecord), for the commands that show it:
 /// `dir` is where it was found, `id` its directory's name where run.json has none.
-/// What a reader reports goes through io::apply_liveness: a run whose host is
+/// What a reader reports goes through store::apply_liveness: a run whose host is
 /// gone (io/store/lease.hpp) reads crashed, and so do its ranks that were
 /// running, at the run's last committed step.
-struct RunInfo : io::RunIdentity {
+struct RunInfo : store::RunIdentity {
   Error problem;       // set: run.json could not be read, and why
   std::optional<double> start_time, end_time; // unix seconds
   /// As run.json records it ("running" for a run whose host is gone): what
@@ -46,8 +46,8 @@ struct RunInfo : io::RunIdentity {
   /// (global rank, exit code) as `chorus launch` recorded them; empty if not.
   std::vector<std::pair<std::int64_t, std::int64_t>> exit_codes;
   /// Whether its host lives, and how it is known to be gone (run.json's
-  /// "running" only; io::host_liveness).
-  io::Liveness liveness;
+  /// "running" only; store::host_liveness).
+  store::Liveness liveness;
   /// run.json's error, or why a run whose host is gone reads crashed.
   std::optional<std::string> error;
   /// The run's attempts, one a job that ran it (a resumed run has several).
@@ -60,7 +60,7 @@ struct RunInfo : io::RunIdentity {
   [[nodiscard]] bool readable() const noexcept { return !problem; }
   /// run.json says running, but its host is gone: the run crashed, and
   /// `chorus recover` rebuilds its files.
-  [[nodiscard]] bool host_lost() const noexcept { return state == "running" && liveness.life == io::HostLife::gone; }
+  [[nodiscard]] bool host_lost() const noexcept { return state == "running" && liveness.life == store::HostLife::gone; }
   /// The state every reader reports: "crashed" for a run whose host is lost, else run.json's.
   [[nodiscard]] std::string reported_state() const { return host_lost() ? "crashed" : state; }
   [[nodiscard]] std::int64_t crashed_ranks() const;
@@ -71,7 +71,7 @@ struct RunInfo : io::RunIdentity {
 };
 
 /// Reads DIR/run.json and, where it says running, whether its host lives
-/// (io::apply_liveness); never fails: a problem is kept in RunInfo::problem.
+/// (store::apply_liveness); never fails: a problem is kept in RunInfo::problem.
 RunInfo read_run(const std::string& dir);
 
 /// True if `dir` looks like a run directory (it holds run.json or a WAL).

@@ -38,7 +38,7 @@ public:
       : h_(h), wanted_(wanted), shape_(shape) {}
 
   std::string_view take(const simdjson::dom::object& row) {
-    const io::HistoryRow r(row);
+    const store::HistoryRow r(row);
     if (!r) return r.why();
     std::int64_t x = r.step();
     if (shape_.x == XAxis::time) {
@@ -47,7 +47,7 @@ public:
       x = std::llround(*runtime * 1000);
     }
     ++h_.rows;
-    for (const io::RowValue& m : r.metrics()) {
+    for (const store::RowValue& m : r.metrics()) {
       const std::string_view key = m.key;
       auto it = index_.find(key);
       if (it == index_.end()) {

@@ -69,7 +69,7 @@ private:
 struct History {
   std::vector<Series> series; // in the order keys first appear
   std::uint64_t rows = 0;
-  std::uint64_t bad_lines = 0; // not a JSON object, or no row (io::HistoryRow)
+  std::uint64_t bad_lines = 0; // not a JSON object, or no row (store::HistoryRow)
   std::string first_bad;       // what was wrong with the first of them
   Error problem;               // the file could not be read
 };
@@ -184,7 +184,7 @@ struct HistoryShape {
   double smooth = 0;
 };
 
-/// Streams `path`, each line read as a row by io::HistoryRow (which passes
+/// Streams `path`, each line read as a row by store::HistoryRow (which passes
 /// over the keys starting with `_`; a value is a number or one of "NaN",
 /// "Infinity", "-Infinity"). `wanted(key)` is
 /// asked once per key; the others are not kept. A last line without its

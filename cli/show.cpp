@@ -191,9 +191,9 @@ Error parse(std::span<char* const> words, ShowArgs& a, bool& help) {
 // What summary.json keeps of the last row (_step, _runtime, _timestamp, as
 // W&B's summary does) is not something the user logged: one line of it, in
 // words, rather than three raw keys among theirs, read as the row's own
-// (io::HistoryRow). "" where none is there.
+// (store::HistoryRow). "" where none is there.
 std::string last_row(simdjson::dom::object obj) {
-  const io::HistoryRow row(obj);
+  const store::HistoryRow row(obj);
   std::string out;
   if (row) out += "step " + std::to_string(row.step());
   if (const std::optional<double> at = row.timestamp()) out += (out.empty() ? "" : ", ") + format_time(*at);
@@ -204,12 +204,12 @@ std::string last_row(simdjson::dom::object obj) {
 
 /// The declaration of `key` in metrics.json (`specs`, where it could be
 /// read), a per-rank column taking its key's; null where it has none.
-const io::MetricSpec* declaration(const Result<io::MetricSpecs>& specs, std::string_view key) {
+const store::MetricSpec* declaration(const Result<store::MetricSpecs>& specs, std::string_view key) {
   return specs ? specs->find(base_key(key)) : nullptr;
 }
 
 /// What a chart of `key` says of its x where it is declared with a step metric.
-std::string step_metric_note(const io::MetricSpec* d) {
+std::string step_metric_note(const store::MetricSpec* d) {
   if (!d || d->step_metric.empty() || d->step_metric == "_step") return {};
   std::string note = "x: ";
   note.append(d->step_metric).append(" (its step metric: drawn against _step here, against ");
@@ -220,7 +220,7 @@ std::string step_metric_note(const io::MetricSpec* d) {
 // summary's bookkeeping keys make one line of their own, and a value declared
 // as the key's min, max or mean (`specs`) says which.
 std::string json_section(const std::string& title, const std::string& path, int width, std::size_t limit,
-                         bool summary = false, const Result<io::MetricSpecs>* specs = nullptr) {
+                         bool summary = false, const Result<store::MetricSpecs>* specs = nullptr) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return {};
   simdjson::dom::parser parser;
@@ -231,12 +231,12 @@ std::string json_section(const std::string& title, const std::string& path, int 
   Table t;
   std::size_t n = 0, shown = 0;
   for (auto [key, value] : obj) {
-    if (summary && io::row_field(key)) continue;
+    if (summary && store::row_field(key)) continue;
     if (++n > limit) continue;
     ++shown;
     std::string_view s;
     std::string cell = "= " + (value.get(s) == simdjson::SUCCESS ? std::string(s) : simdjson::minify(value));
-    if (const io::MetricSpec* d = specs ? declaration(*specs, key) : nullptr; d && d->summary != Summary::last)
+    if (const store::MetricSpec* d = specs ? declaration(*specs, key) : nullptr; d && d->summary != Summary::last)
       cell.append(" (").append(to_string(d->summary)).append(")");
     t.add({std::string(key), std::move(cell)});
   }
@@ -301,7 +301,7 @@ std::string join_spread(const RunInfo& r) {
     out.append("; ")
         .append(std::to_string(absent.size()))
         .append(r.reported_state() == "running" ? " not joined yet: " : " never joined: ")
-        .append(chorus::detail::rank_list(absent));
+        .append(chorus::core::rank_list(absent));
   return out;
 }
 
@@ -327,7 +327,7 @@ std::string identity(const RunInfo& r) {
   if (auto d = r.duration()) row("duration", format_duration(*d));
   row("joined", join_spread(r));
   std::string state = r.reported_state();
-  if (r.state == "running" && r.liveness.life == io::HostLife::unknown) {
+  if (r.state == "running" && r.liveness.life == store::HostLife::unknown) {
     state += " (its host, " + (r.host.empty() ? std::string("unknown") : r.host) + ", cannot be checked from here";
     state += r.liveness.why.empty() ? ": it renews no lease)" : ": " + r.liveness.why + ")";
   }
@@ -428,14 +428,14 @@ std::string ranks_section(const RunInfo& r, int width) {
     out += clip(codes, width) + "\n";
   }
   // Barriers (barriers.jsonl): how many, each rank's waits, and whom the others waited for.
-  const io::BarrierSummary b = io::BarrierLog::read(r.dir);
+  const store::BarrierSummary b = store::BarrierLog::read(r.dir);
   if (!b.missing) {
     char buf[96];
     std::string line = "  barriers: " + std::to_string(b.total) + " released";
     if (b.failed > 0) line += ", " + std::to_string(b.failed) + " with an error";
     line += "; waited in all:";
-    const io::BarrierSummary::Rank* most = nullptr;
-    for (const io::BarrierSummary::Rank& k : b.ranks) {
+    const store::BarrierSummary::Rank* most = nullptr;
+    for (const store::BarrierSummary::Rank& k : b.ranks) {
       if (k.barriers == 0) continue;
       std::snprintf(buf, sizeof buf, " rank %d %.3f s", k.rank, k.waited_s);
       line += buf;
@@ -454,7 +454,7 @@ std::string ranks_section(const RunInfo& r, int width) {
   return out + "\n";
 }
 
-std::string history_section(const RunInfo& r, const ShowArgs& a, int width, const Result<io::MetricSpecs>& specs) {
+std::string history_section(const RunInfo& r, const ShowArgs& a, int width, const Result<store::MetricSpecs>& specs) {
   const std::string path = r.dir + "/history.jsonl";
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "history\n  no history.jsonl\n";
@@ -555,12 +555,12 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
     return out + (a.metrics.empty() ? "  nothing logged\n" : "  no such key: see the keys with 'chorus show RUN'\n");
   const std::vector<bool> chart = chart_choice(keys, static_cast<std::size_t>(a.charts), !a.metrics.empty());
   const ChartStyle style{width, a.height, a.ascii};
-  std::vector<Result<io::MetricSpecs>> specs;
-  for (const RunInfo& r : runs) specs.push_back(io::MetricSpecs::read(r.dir));
+  std::vector<Result<store::MetricSpecs>> specs;
+  for (const RunInfo& r : runs) specs.push_back(store::MetricSpecs::read(r.dir));
   // A step metric is said where every run declares the same one for the key.
   const auto note = [&](std::string_view key) {
     const std::string first = step_metric_note(declaration(specs.front(), key));
-    for (const Result<io::MetricSpecs>& s : specs)
+    for (const Result<store::MetricSpecs>& s : specs)
       if (step_metric_note(declaration(s, key)) != first) return std::string();
     return first;
   };
@@ -575,7 +575,7 @@ std::string overlay(const std::vector<RunInfo>& runs, const ShowArgs& a, int wid
 
 /// One run on one screen.
 std::string render_run(const RunInfo& r, const ShowArgs& a, int width) {
-  const Result<io::MetricSpecs> specs = io::MetricSpecs::read(r.dir);
+  const Result<store::MetricSpecs> specs = store::MetricSpecs::read(r.dir);
   std::string out = identity(r) + ranks_section(r, width) +
                     json_section("config", r.dir + "/config.json", width, 100) +
                     json_section("summary", r.dir + "/summary.json", width, 60, true, &specs);

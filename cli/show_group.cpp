@@ -69,7 +69,7 @@ Column read_column(const GroupMemberView& v, bool history) {
   if (v.run && v.run->readable()) {
     c.config = load_object(v.run->dir + "/config.json");
     c.summary = load_object(v.run->dir + "/summary.json");
-    if (const Result<io::MetricSpecs> specs = io::MetricSpecs::read(v.run->dir))
+    if (const Result<store::MetricSpecs> specs = store::MetricSpecs::read(v.run->dir))
       for (const auto& [key, spec] : specs->specs)
         if (spec.summary != Summary::last) c.declared[key] = std::string(to_string(spec.summary));
   } else if (v.member) {
@@ -129,7 +129,7 @@ std::string identity(const GroupInfo& g) {
   auto row = [&](std::string k, std::string v) {
     if (!v.empty()) t.add({std::move(k), std::move(v)});
   };
-  const io::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
+  const store::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
   row("project", m ? m->project : g.project);
   if (m) {
     row("mode", m->mode + ", scope " + m->scope);
@@ -157,18 +157,18 @@ std::string identity(const GroupInfo& g) {
 }
 
 std::string members_section(const GroupInfo& g, int width) {
-  const io::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
+  const store::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
   Table t;
   t.add({"MEMBER", "RUN", "STATE", "HOST", "NODE", "RANKS", "LAST STEP", "ROWS", "EXIT", "DURATION"});
   std::string notes;
   for (const GroupMemberView& v : g.members) {
-    const io::GroupMember* gm = v.member ? &*v.member : nullptr;
+    const store::GroupMember* gm = v.member ? &*v.member : nullptr;
     const RunInfo* r = v.run && v.run->readable() ? &*v.run : nullptr;
     std::int64_t last = -1;
     if (r)
       for (const RankInfo& k : r->ranks) last = std::max(last, k.last_step);
     else if (gm)
-      for (const io::GroupRank& k : gm->ranks) last = std::max(last, k.last_step);
+      for (const store::GroupRank& k : gm->ranks) last = std::max(last, k.last_step);
     std::string host = r ? r->host : gm ? gm->host : "";
     std::string rows = r && r->rows && r->state != "running" ? std::to_string(*r->rows)
                        : gm && gm->ended() && gm->state != "missing" ? std::to_string(gm->rows) : "-";

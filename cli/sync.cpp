@@ -59,7 +59,7 @@ first), 2 the command line was wrong.
 /// The --to URLs of every upload backend, for sync's help.
 std::string backend_urls() {
   std::string backends;
-  for (const detail::UploadScheme& s : detail::upload_schemes()) {
+  for (const core::UploadScheme& s : core::upload_schemes()) {
     backends += "                     " + s.usage(false);
     if (s.local) backends += " (event files written into DIR)";
     else backends += " or " + s.usage(true);
@@ -109,7 +109,7 @@ Error parse(std::span<char* const> words, SyncArgs& a, bool& help) {
   }
   if (!c.error().empty()) return invalid(c.error());
   if (!a.status && a.target.empty()) return invalid("which run or group? (chorus sync RUN|GROUP --to URL)");
-  if (!a.status && a.url.empty()) return invalid("where to? (--to " + detail::upload_url_forms(false) + ")");
+  if (!a.status && a.url.empty()) return invalid("where to? (--to " + core::upload_url_forms(false) + ")");
   return {};
 }
 
@@ -181,10 +181,10 @@ bool rebuild_lost_run(const std::string& dir, const RunInfo& info, const std::st
 
 /// Uploads one run; true when its end state (or, for a run without one,
 /// everything there is) was delivered.
-bool sync_run(const std::string& dir, const io::UploadTarget& target, double timeout_s, bool tty) {
+bool sync_run(const std::string& dir, const upload::UploadTarget& target, double timeout_s, bool tty) {
   RunInfo info = read_run(dir);
   const std::string label = info.id.empty() ? dir : info.id;
-  if (info.state == "running" && info.liveness.life == io::HostLife::alive) {
+  if (info.state == "running" && info.liveness.life == store::HostLife::alive) {
     std::fprintf(stderr, "chorus sync: %s is running, and its host (pid %lld on %s) uploads it; sync it after it ends\n",
                  label.c_str(), static_cast<long long>(info.pid), info.host.c_str());
     return false;
@@ -193,7 +193,7 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
     if (!rebuild_lost_run(dir, info, label)) return false;
     info = read_run(dir); // run.json now records the end the log gives (or still reads crashed, from its lease)
   }
-  // A run whose host is lost reads crashed here as in the Uploader (io::RunSnapshot): its end goes up.
+  // A run whose host is lost reads crashed here as in the Uploader (upload::RunSnapshot): its end goes up.
   const bool ended = info.readable() && info.reported_state() != "running";
   if (!ended && info.readable())
     std::fprintf(stderr,
@@ -201,7 +201,7 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
                  "uploading what it holds; `chorus recover %s` first gives it its end state\n",
                  label.c_str(), info.host.empty() ? "an unknown machine" : info.host.c_str(),
                  info.liveness.why.empty() ? " (it renews no lease)" : ": ", info.liveness.why.c_str(), dir.c_str());
-  io::Uploader up(dir, target);
+  upload::Uploader up(dir, target);
   if (Error e = up.open()) {
     std::fprintf(stderr, "chorus sync: %s: %s\n", label.c_str(), e.message().c_str());
     return false;
@@ -210,9 +210,9 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
   const std::uint64_t before = up.state().points + up.state().refused;
   const auto start = std::chrono::steady_clock::now();
   const auto limit = timeout_s > 0 ? start + std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000))
-                                   : io::SteadyTime::max();
+                                   : upload::SteadyTime::max();
   auto last_print = start - std::chrono::seconds(10);
-  io::Uploader::Progress p;
+  upload::Uploader::Progress p;
   auto show = [&](bool last) {
     const auto now = std::chrono::steady_clock::now();
     if (!last && now - last_print < std::chrono::milliseconds(tty ? 200 : 5000)) return;
@@ -243,7 +243,7 @@ bool sync_run(const std::string& dir, const io::UploadTarget& target, double tim
     }
   }
   show(true);
-  const io::UploadState& st = up.state();
+  const upload::UploadState& st = up.state();
   if (p.done || (p.caught_up && !ended)) {
     std::printf("%s: uploaded to %s (remote run %s): %llu values in all%s\n", label.c_str(), target.url.c_str(),
                 st.remote_run.c_str(), static_cast<unsigned long long>(st.points),
@@ -275,18 +275,18 @@ int status(const SyncArgs& a) {
   for (const std::string& dir : runs) {
     const RunInfo info = read_run(dir);
     const std::string label = info.id.empty() ? fs::path(dir).filename().string() : info.id;
-    auto targets = io::upload_targets(dir);
+    auto targets = upload::upload_targets(dir);
     if (targets.empty()) {
       t.add({label, "-", "not uploaded", "", "", "", ""});
       continue;
     }
     for (const auto& [id, path] : targets) {
-      io::UploadState st;
+      upload::UploadState st;
       if (Error e = st.load(path)) {
         t.add({label, id, "unreadable", "", "", "", e.message()});
         continue;
       }
-      const std::uint64_t left = io::points_pending(dir, st);
+      const std::uint64_t left = upload::points_pending(dir, st);
       const bool ended = info.readable() && info.reported_state() != "running";
       // A resumed run's later attempt is not done where only an earlier one's end went up.
       const std::string state = st.end_delivered(info.segments.size()) ? "done (" + st.final_sent + ")"
@@ -307,7 +307,7 @@ int sync_main(std::span<char* const> words) {
   SyncArgs a;
   if (std::optional<int> done = parse_words(sync_command, words, a, &parse)) return *done;
   if (a.status) return status(a);
-  auto target = io::UploadTarget::parse(a.url);
+  auto target = upload::UploadTarget::parse(a.url);
   if (!target) return usage_error("sync", target.error().message());
   const std::string root = a.dir.empty() ? default_runs_dir() : a.dir;
   const Result<std::vector<std::string>> named = runs_named(a.target, root);

@@ -102,7 +102,7 @@ std::vector<EventKind> all_kinds() {
   std::vector<EventKind> out;
   for (int i = 1; i < 256; ++i) {
     const auto k = static_cast<EventKind>(i);
-    if (io::event_kind(to_string(k)) == k) out.push_back(k);
+    if (store::event_kind(to_string(k)) == k) out.push_back(k);
   }
   return out;
 }
@@ -114,7 +114,7 @@ void parse_kinds(ArgCursor& c, const std::string& value, std::vector<EventKind>&
   while (true) {
     const auto comma = rest.find(',');
     const std::string_view word = rest.substr(0, comma);
-    if (const auto k = io::event_kind(word)) {
+    if (const auto k = store::event_kind(word)) {
       if (std::find(out.begin(), out.end(), *k) == out.end()) out.push_back(*k);
     } else {
       c.fail("--kinds takes event kinds separated by commas (" + names + "), not '" + std::string(word) + "'");
@@ -237,9 +237,9 @@ Result<std::vector<RunEvents::Read>> step(WatchedRun& w, bool look) {
     // writing it, or it is damaged) is taken as crashed, so that the watch ends.
     if (w.unreadable_since == Clock::time_point::max()) {
       w.unreadable_since = Clock::now();
-    } else if (Clock::now() - w.unreadable_since >= io::lease_expiry) {
+    } else if (Clock::now() - w.unreadable_since >= store::lease_expiry) {
       w.end = "crashed";
-      w.info.error = "its run.json could not be read for " + std::to_string(io::lease_expiry.count()) +
+      w.info.error = "its run.json could not be read for " + std::to_string(store::lease_expiry.count()) +
                      " s: " + w.info.problem.message();
       return reads;
     }
@@ -304,7 +304,7 @@ struct Printer {
     if (w < width) s.append(width - w, ' ');
   }
 
-  [[nodiscard]] std::string text(const io::EventLine& l, const std::string& label) const {
+  [[nodiscard]] std::string text(const store::EventLine& l, const std::string& label) const {
     const Event& e = l.event;
     std::string out = event_time(e) + "  ";
     if (group) {
@@ -331,7 +331,7 @@ struct Printer {
     if (!group) return r.line + "\n";
     // The run's id first, then the line's own fields.
     std::string id;
-    io::JsonWriter(id).string(w.info.id.empty() ? w.label : w.info.id);
+    core::JsonWriter(id).string(w.info.id.empty() ? w.label : w.info.id);
     const auto open = r.line.find('{');
     return r.line.substr(0, open + 1) + "\"run\":" + id + "," + r.line.substr(open + 1) + "\n";
   }
@@ -381,7 +381,7 @@ int watch_run(const std::string& dir, const WatchArgs& a, Printer& printer) {
 /// A member of the group, watched where its run is on this machine.
 struct Member {
   std::string label;
-  std::optional<io::GroupMember> reported; // group.json's word
+  std::optional<store::GroupMember> reported; // group.json's word
   WatchedRun* run = nullptr;
 };
 
@@ -389,7 +389,7 @@ int watch_group(const std::string& dir, const WatchArgs& a, Printer& printer) {
   printer.group = true;
   std::vector<std::unique_ptr<WatchedRun>> runs;
   std::vector<Member> members;
-  std::optional<io::GroupManifest> manifest;
+  std::optional<store::GroupManifest> manifest;
   std::string manifest_problem;
   // Since when every run known has ended while group.json counts more (max: not so).
   Clock::time_point unsettled_since = Clock::time_point::max();
@@ -451,12 +451,12 @@ int watch_group(const std::string& dir, const WatchArgs& a, Printer& printer) {
     if (all_ended && complete) return code;
     if (all_ended) {
       if (unsettled_since == Clock::time_point::max()) unsettled_since = Clock::now();
-      if (Clock::now() - unsettled_since >= io::lease_expiry) {
+      if (Clock::now() - unsettled_since >= store::lease_expiry) {
         std::fprintf(stderr,
                      "chorus watch: %s/group.json counts %zu runs, of which %zu reported; the others never did in "
                      "%lld s after the rest ended: counted crashed\n",
                      dir.c_str(), counted, manifest ? manifest->members.size() : std::size_t{0},
-                     static_cast<long long>(io::lease_expiry.count()));
+                     static_cast<long long>(store::lease_expiry.count()));
         return worse(code, exit_run_crashed);
       }
     } else {

@@ -37,13 +37,13 @@ void check(const Histogram& h) {
 /// operator== calls unequal to itself).
 std::vector<char> bytes_of(const Histogram& h) {
   std::vector<char> out;
-  detail::histogram::encode(h, out);
+  core::histogram::encode(h, out);
   return out;
 }
 
 std::string line_of(const Histogram& h) {
   std::string out;
-  io::append_histogram_line(out, 3, 1'700'000'000'000'000, 5'000'000, "grad", 2, 0, h);
+  store::append_histogram_line(out, 3, 1'700'000'000'000'000, 5'000'000, "grad", 2, 0, h);
   return out;
 }
 
@@ -54,19 +54,19 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   Histogram h{std::span<const double>(v)};
   h.add(std::numeric_limits<double>::quiet_NaN());
   std::vector<char> bytes;
-  detail::histogram::encode(h, bytes);
-  detail::Media m;
-  m.kind = detail::MediaKind::table;
+  core::histogram::encode(h, bytes);
+  core::Media m;
+  m.kind = core::MediaKind::table;
   m.format = "json";
   m.caption = "preds";
   const std::string table = R"({"columns":["a"],"data":[[1]]})";
   m.data.assign(table.begin(), table.end());
   std::vector<char> media_bytes;
-  detail::media::encode(m, media_bytes);
+  core::media::encode(m, media_bytes);
   std::string media_line;
-  io::append_media_line(media_line, 2, 1'700'000'000'000'000, 1'000'000, "preds", 1, m,
-                        io::media_path("preds", 1, 2, m.extension()));
-  detail::EventDraft stalled;
+  store::append_media_line(media_line, 2, 1'700'000'000'000'000, 1'000'000, "preds", 1, m,
+                        store::media_path("preds", 1, 2, m.extension()));
+  core::EventDraft stalled;
   stalled.kind = EventKind::stalled;
   stalled.ts_us = 1'700'000'000'250'000;
   stalled.rank = 3;
@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   stalled.pid = 4242;
   stalled.others_step = 40;
   stalled.seconds_us = 301'000'000;
-  detail::EventDraft nan;
+  core::EventDraft nan;
   nan.kind = EventKind::nonfinite;
   nan.ts_us = 1'700'000'001'000'000;
   nan.step = 120;
@@ -87,44 +87,44 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   nan.has_value = true;
   fuzz::write_seeds_if_asked({std::string(1, '\0') + line_of(h), std::string(1, '\1') + std::string(bytes.begin(), bytes.end()),
                               std::string(1, '\3') + std::string(media_bytes.begin(), media_bytes.end()),
-                              std::string(1, '\2') + media_line, std::string(1, '\4') + io::event_line(stalled, 0),
-                              std::string(1, '\4') + io::event_line(nan, 1)});
+                              std::string(1, '\2') + media_line, std::string(1, '\4') + store::event_line(stalled, 0),
+                              std::string(1, '\4') + store::event_line(nan, 1)});
   return 0;
 }
 
 /// A media encoding or a media.jsonl line (the second bit of the first byte).
 void media_input(bool binary, const char* body, std::size_t n) {
   if (binary) {
-    detail::Media m;
-    const bool ok = detail::media::decode(std::span<const char>(body, n), m);
-    if (ok != detail::media::valid(std::span<const char>(body, n))) std::abort();
+    core::Media m;
+    const bool ok = core::media::decode(std::span<const char>(body, n), m);
+    if (ok != core::media::valid(std::span<const char>(body, n))) std::abort();
     if (!ok) return;
     std::vector<char> again;
-    detail::media::encode(m, again);
+    core::media::encode(m, again);
     if (again.size() != n || std::memcmp(again.data(), body, n) != 0) std::abort(); // one encoding per media
-    detail::media::ImageHeader h;
-    (void)detail::media::image_header(std::span<const char>(m.data.data(), m.data.size()), h);
+    core::media::ImageHeader h;
+    (void)core::media::image_header(std::span<const char>(m.data.data(), m.data.size()), h);
     return;
   }
   simdjson::dom::parser parser;
   simdjson::dom::element e;
   if (parser.parse(body, n).get(e) != simdjson::SUCCESS) return;
-  Result<io::MediaLine> line = io::read_media_line(e);
+  Result<store::MediaLine> line = store::read_media_line(e);
   if (!line) return;
   if (!line->path.starts_with("media/") || line->path.find("..") != std::string_view::npos) std::abort();
-  (void)io::media_path(line->key, line->rank, line->step, line->format);
+  (void)store::media_path(line->key, line->rank, line->step, line->format);
 }
 
 /// An events.jsonl line: what reads as an event holds together.
 void event_input(const char* body, std::size_t n) {
-  const Result<io::EventLine> line = io::parse_event_line(std::string_view(body, n));
+  const Result<store::EventLine> line = store::parse_event_line(std::string_view(body, n));
   if (!line) return;
   const Event& e = line->event;
   if (to_string(e.kind) == "unknown" || e.rank < -1 || e.step < -1) std::abort();
   for (const int r : e.ranks)
     if (r < 0) std::abort();
   if (e.json != std::string_view(body, n)) std::abort();
-  if (io::event_kind(to_string(e.kind)) != e.kind) std::abort();
+  if (store::event_kind(to_string(e.kind)) != e.kind) std::abort();
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -141,19 +141,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if ((data[0] & 1u) != 0) {
     Histogram h;
-    const bool ok = detail::histogram::decode(std::span<const char>(body, n), h);
-    if (ok != detail::histogram::valid(std::span<const char>(body, n))) std::abort();
+    const bool ok = core::histogram::decode(std::span<const char>(body, n), h);
+    if (ok != core::histogram::valid(std::span<const char>(body, n))) std::abort();
     if (!ok) return 0;
     check(h);
     const std::vector<char> again = bytes_of(h);
     Histogram back;
-    if (!detail::histogram::decode(again, back) || bytes_of(back) != again) std::abort();
+    if (!core::histogram::decode(again, back) || bytes_of(back) != again) std::abort();
     return 0;
   }
   simdjson::dom::parser parser;
   simdjson::dom::element e;
   if (parser.parse(body, n).get(e) != simdjson::SUCCESS) return 0;
-  Result<io::HistogramLine> line = io::read_histogram_line(e);
+  Result<store::HistogramLine> line = store::read_histogram_line(e);
   if (!line) return 0;
   check(line->value);
   // What was read writes back to a line that reads the same.
@@ -161,7 +161,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   simdjson::dom::element e2;
   const std::string text = line_of(line->value);
   if (again.parse(text).get(e2) != simdjson::SUCCESS) std::abort();
-  Result<io::HistogramLine> back = io::read_histogram_line(e2);
+  Result<store::HistogramLine> back = store::read_histogram_line(e2);
   if (!back || bytes_of(back->value) != bytes_of(line->value)) std::abort();
   return 0;
 }

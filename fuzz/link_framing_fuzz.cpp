@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
-using namespace chorus::detail;
-namespace b = chorus::detail::basp_bytes;
+using namespace chorus::actors;
+namespace b = chorus::actors::basp_bytes;
 
 namespace {
 

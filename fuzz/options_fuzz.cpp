@@ -18,13 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (const auto eq = line.find('='); eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
     at = nl + 1;
   }
-  const detail::Env env = [&](std::string_view name) -> std::optional<std::string> {
+  const core::Env env = [&](std::string_view name) -> std::optional<std::string> {
     if (auto it = vars.find(name); it != vars.end()) return it->second;
     return std::nullopt;
   };
-  (void)detail::detect_topology(env);
+  (void)core::detect_topology(env);
   Options o;
   o.read_env = true;
-  (void)detail::resolve(o, env);
+  (void)core::resolve(o, env);
   return 0;
 }

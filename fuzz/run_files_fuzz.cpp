@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool group = data[0] & 1u;
   (void)fuzz::write_input(group ? "group.json" : "run.json", data + 1, size - 1);
   if (group) {
-    if (const auto g = io::read_group_file(fuzz::scratch_dir())) (void)io::group_json(*g); // what was read writes back
+    if (const auto g = store::read_group_file(fuzz::scratch_dir())) (void)store::group_json(*g); // what was read writes back
   } else {
     const cli::RunInfo r = cli::read_run(fuzz::scratch_dir());
     (void)r.shown_state();

@@ -14,12 +14,12 @@ namespace chorus::fuzz {
 /// The frames of a small two-rank run, as its host logs them.
 inline std::vector<std::vector<char>> sample_frames() {
   std::vector<std::vector<char>> frames;
-  frames.push_back(wire::run_start(1'700'000'000'000'000, 2, R"({"id":"f1","project":"p","mode":"shared"})"));
-  frames.push_back(wire::rank_joined(0, 1'700'000'000'000'001, 100, "h1"));
-  frames.push_back(wire::rank_joined(1, 1'700'000'000'000'002, 101, "h2"));
+  frames.push_back(core::wire::run_start(1'700'000'000'000'000, 2, R"({"id":"f1","project":"p","mode":"shared"})"));
+  frames.push_back(core::wire::rank_joined(0, 1'700'000'000'000'001, 100, "h1"));
+  frames.push_back(core::wire::rank_joined(1, 1'700'000'000'000'002, 101, "h2"));
   for (std::uint32_t rank = 0; rank < 2; ++rank) {
     std::vector<char> out;
-    wire::BatchWriter b(out, rank);
+    core::wire::BatchWriter b(out, rank);
     std::uint64_t seq = 0;
     b.key(1, "loss");
     b.define(++seq, 1, Reduce::mean);
@@ -43,9 +43,9 @@ inline std::vector<std::vector<char>> sample_frames() {
       b.finish_ended(++seq, RunState::killed, 15, "stopped by SIGTERM");
     frames.push_back(std::move(out));
   }
-  frames.push_back(wire::rank_dead(1, 1'700'000'000'000'200, "heartbeat lost"));
-  frames.push_back(wire::run_end(RunState::finished, 1'700'000'000'000'300));
-  frames.push_back(wire::rank_exit(0, 1'700'000'000'000'400, 3));
+  frames.push_back(core::wire::rank_dead(1, 1'700'000'000'000'200, "heartbeat lost"));
+  frames.push_back(core::wire::run_end(RunState::finished, 1'700'000'000'000'300));
+  frames.push_back(core::wire::rank_exit(0, 1'700'000'000'000'400, 3));
   return frames;
 }
 

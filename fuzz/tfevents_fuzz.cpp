@@ -19,7 +19,7 @@ const std::string& good_file() {
   static const std::string bytes = [] {
     const std::string dir = fuzz::scratch_dir() + "/good";
     std::filesystem::remove_all(dir);
-    auto w = io::TfEventsWriter::create(dir, 1.7e9);
+    auto w = upload::TfEventsWriter::create(dir, 1.7e9);
     if (!w) std::abort();
     for (int s = 0; s < 3; ++s) (*w)->scalar("loss", s, 1.7e9 + s, 1.0 / (s + 1));
     (*w)->text("config", 0, 1.7e9, "| lr | 0.1 |");
@@ -44,14 +44,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* input, std::size_t size) {
   const std::string path = fuzz::write_input("tfevents", input, size);
-  if (!io::scan_events(path)) std::abort(); // content never makes it fail
+  if (!upload::scan_events(path)) std::abort(); // content never makes it fail
   // A good writer's records, then the input: all four events of "loss" and
   // "config" are counted whatever follows.
   std::string both = good_file();
   both.append(reinterpret_cast<const char*>(input), size);
   const std::string joined = fuzz::write_input("tfevents-joined", reinterpret_cast<const std::uint8_t*>(both.data()),
                                                both.size());
-  const auto tags = io::scan_events(joined);
+  const auto tags = upload::scan_events(joined);
   if (!tags) std::abort();
   const auto loss = tags->find("loss");
   const auto config = tags->find("config");

@@ -15,22 +15,22 @@ using namespace chorus;
 namespace {
 
 bool verifies(const std::uint8_t* b, std::size_t size, std::size_t p, std::uint32_t& len) {
-  if (size - p < io::wal_header_size) return false;
+  if (size - p < store::wal_header_size) return false;
   std::uint32_t magic, crc;
   std::memcpy(&magic, b + p, 4);
   std::memcpy(&len, b + p + 4, 4);
   std::memcpy(&crc, b + p + 8, 4);
-  if (magic != io::wal_magic || len > io::wal_max_payload || io::wal_header_size + len > size - p) return false;
-  return io::crc32c(b + p + io::wal_header_size, len, io::crc32c(b + p + 4, 4)) == crc;
+  if (magic != store::wal_magic || len > store::wal_max_payload || store::wal_header_size + len > size - p) return false;
+  return platform::crc32c(b + p + store::wal_header_size, len, platform::crc32c(b + p + 4, 4)) == crc;
 }
 
 // A good frame around `payload`, as WalWriter writes it.
 std::string frame(const std::string& payload) {
-  std::string f(io::wal_header_size, '\0');
+  std::string f(store::wal_header_size, '\0');
   const auto len = static_cast<std::uint32_t>(payload.size());
-  std::memcpy(f.data(), &io::wal_magic, 4);
+  std::memcpy(f.data(), &store::wal_magic, 4);
   std::memcpy(f.data() + 4, &len, 4);
-  const std::uint32_t crc = io::crc32c(payload.data(), payload.size(), io::crc32c(f.data() + 4, 4));
+  const std::uint32_t crc = platform::crc32c(payload.data(), payload.size(), platform::crc32c(f.data() + 4, 4));
   std::memcpy(f.data() + 8, &crc, 4);
   return f + payload;
 }
@@ -41,7 +41,7 @@ std::vector<std::uint64_t> plain_scan(const std::uint8_t* b, std::size_t size) {
     std::uint32_t len = 0;
     if (verifies(b, size, p, len)) {
       out.push_back(p);
-      p += io::wal_header_size + len;
+      p += store::wal_header_size + len;
     } else {
       ++p;
     }
@@ -70,7 +70,7 @@ std::string log_of(const std::uint8_t* data, std::size_t size) {
     case 0: out += frame(bytes); break;
     case 1: out += bytes; break;
     default: {
-      std::string h = frame(bytes).substr(0, io::wal_header_size);
+      std::string h = frame(bytes).substr(0, store::wal_header_size);
       const std::uint32_t claim = static_cast<std::uint32_t>(n) * ((op & 1u) ? 7u : 1u) + (op & 2u);
       std::memcpy(h.data() + 4, &claim, 4);
       out += h + bytes;
@@ -101,23 +101,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* input, std::size_t inp
   const std::size_t size = log.size();
   const std::string path = fuzz::write_input("wal", data, size);
   std::vector<std::uint64_t> offsets;
-  const Result<io::WalScan> scanned = io::scan_wal(
+  const Result<store::WalScan> scanned = store::scan_wal(
       path,
       [&](std::span<const char> payload, std::uint64_t off) {
         std::uint32_t len = 0;
         if (!verifies(data, size, off, len) || len != payload.size() ||
-            std::memcmp(payload.data(), data + off + io::wal_header_size, len) != 0)
+            std::memcmp(payload.data(), data + off + store::wal_header_size, len) != 0)
           std::abort();
         offsets.push_back(off);
       });
   if (!scanned) std::abort();
-  const io::WalScan& s = *scanned;
+  const store::WalScan& s = *scanned;
   // Linear work: each byte summed once, plus at most two partial checkpoint
   // steps (2 x 255 bytes) for each candidate (a magic, so 4 bytes apart at
   // the closest) and each frame start (12 bytes apart).
   if (offsets != plain_scan(data, size) || s.good_end > size || s.summed_bytes > 192 * size + 4096) std::abort();
-  if (!io::truncate_torn_tail(path)) std::abort();
-  const Result<io::WalScan> cut = io::scan_wal(path, {});
+  if (!store::truncate_torn_tail(path)) std::abort();
+  const Result<store::WalScan> cut = store::scan_wal(path, {});
   if (!cut || cut->torn_tail || cut->frames != s.frames) std::abort();
   return 0;
 }

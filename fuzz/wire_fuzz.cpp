@@ -13,10 +13,10 @@ using namespace chorus;
 
 namespace {
 
-class NullSink final : public detail::HistorySink {
+class NullSink final : public core::HistorySink {
 public:
   void run_start(std::string_view, std::int64_t, std::uint32_t) override {}
-  void row(const detail::Row&) override {}
+  void row(const core::Row&) override {}
   void config(int, std::string_view) override {}
   void summary(int, std::string_view) override {}
   void rejected(int, std::uint64_t, std::int64_t, std::span<const std::pair<std::string_view, double>>,
@@ -51,13 +51,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     at += n;
   }
   NullSink sink;
-  detail::Merger merger(sink);
+  core::Merger merger(sink);
   for (const auto& f : frames) {
-    wire::Frame frame;
-    if (wire::decode(f, frame)) {
+    core::wire::Frame frame;
+    if (core::wire::decode(f, frame)) {
       std::size_t events = 0;
-      wire::for_each_event(frame, [&](const wire::RankEvent&) { ++events; });
-      if (frame.type == wire::FrameType::rank_batch && events != frame.events) std::abort();
+      core::wire::for_each_event(frame, [&](const core::wire::RankEvent&) { ++events; });
+      if (frame.type == core::wire::FrameType::rank_batch && events != frame.events) std::abort();
     }
     (void)merger.apply(f);
   }

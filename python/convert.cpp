@@ -97,8 +97,8 @@ std::optional<std::int64_t> to_step(py::handle step) {
 }
 
 Reduce to_reduce(const std::string& name) {
-  if (std::optional<Reduce> r = detail::parse_reduce(name)) return *r;
-  invalid("reduce \"" + name + "\" is not a reduction: give " + std::string(detail::reduce_takes));
+  if (std::optional<Reduce> r = core::parse_reduce(name)) return *r;
+  invalid("reduce \"" + name + "\" is not a reduction: give " + std::string(core::reduce_takes));
 }
 
 int int_arg(py::handle v, const char* what, const char* takes, long long lo, long long hi) {
@@ -114,8 +114,8 @@ int int_arg(py::handle v, const char* what, const char* takes, long long lo, lon
 }
 
 Summary to_summary(const std::string& name) {
-  if (std::optional<Summary> r = detail::parse_summary(name)) return *r;
-  invalid("summary \"" + name + "\" is not a summary: give " + std::string(detail::summary_takes) +
+  if (std::optional<Summary> r = core::parse_summary(name)) return *r;
+  invalid("summary \"" + name + "\" is not a summary: give " + std::string(core::summary_takes) +
           " (the metric's value in the run's summary)");
 }
 
@@ -182,14 +182,14 @@ Options to_options(const py::kwargs& kw) {
       }
     if (known) continue;
     if (name == "mode") {
-      o.mode = to_enum(text_arg(v, "mode"), "mode", &detail::parse_mode, detail::mode_takes);
+      o.mode = to_enum(text_arg(v, "mode"), "mode", &core::parse_mode, core::mode_takes);
     } else if (name == "scope") {
-      o.scope = to_enum(text_arg(v, "scope"), "scope", &detail::parse_scope, detail::scope_takes);
+      o.scope = to_enum(text_arg(v, "scope"), "scope", &core::parse_scope, core::scope_takes);
     } else if (name == "resume") {
       if (PyBool_Check(v.ptr()))
         o.resume = v.cast<bool>() ? Resume::allow : Resume::never;
       else
-        o.resume = to_enum(text_arg(v, "resume"), "resume", &detail::parse_resume, detail::resume_takes);
+        o.resume = to_enum(text_arg(v, "resume"), "resume", &core::parse_resume, core::resume_takes);
     } else if (name == "stall_after") {
       // Seconds; 0 turns stall detection off, so not a timeout (which must be above 0).
       const double secs = number_arg(v, "stall_after");

@@ -131,7 +131,7 @@ struct EventFeed {
 /// completes: on the run host the run's last event (run_finished) is
 /// delivered before it. Nothing where the run is not finishing.
 void end_after_finish(Run& run, const std::shared_ptr<FeedState>& feed) {
-  detail::RunImpl* impl = detail::live(detail::RunAccess::impl(run));
+  client::RunImpl* impl = client::live(client::RunAccess::impl(run));
   if (impl == nullptr) return feed->end();
   if (!impl->finishing()) return;
   // A second finish() returns the first's ticket (chorus.hpp).
@@ -260,7 +260,7 @@ py::tuple event_tuple(const Event& e) {
   return py::make_tuple(std::string(to_string(e.kind)), e.step >= 0 ? py::object(py::int_(e.step)) : none,
                         e.rank >= 0 ? py::object(py::int_(e.rank)) : none, e.key.empty() ? none : text(e.key),
                         static_cast<double>(us) / 1e6, text(e.message), ranks,
-                        io::event_has_state(e.kind) ? py::object(py::str(std::string(to_string(e.state)))) : none,
+                        store::event_has_state(e.kind) ? py::object(py::str(std::string(to_string(e.state)))) : none,
                         text(e.json));
 }
 

@@ -144,21 +144,21 @@ MediaJobMaker media_of(PyObject* v) {
   if (image_type != nullptr && PyObject_TypeCheck(v, image_type)) {
     const PyImage& i = py::reinterpret_borrow<py::object>(v).cast<const PyImage&>();
     return [&i] {
-      if (!i.file.empty()) return detail::image_job(Image::from_file_bytes(i.file, i.caption));
+      if (!i.file.empty()) return client::image_job(Image::from_file_bytes(i.file, i.caption));
       if (!i.u8.empty())
-        return detail::image_job(
+        return client::image_job(
             Image::from_pixels(std::span<const std::uint8_t>(i.u8), i.height, i.width, i.channels, i.caption));
-      return detail::image_job(
+      return client::image_job(
           Image::from_pixels(std::span<const float>(i.f32), i.height, i.width, i.channels, i.caption));
     };
   }
   if (text_type != nullptr && PyObject_TypeCheck(v, text_type)) {
     const PyText& t = py::reinterpret_borrow<py::object>(v).cast<const PyText&>();
-    return [&t] { return detail::text_job(t.text); };
+    return [&t] { return client::text_job(t.text); };
   }
   if (table_type != nullptr && PyObject_TypeCheck(v, table_type)) {
     const PyTable& t = py::reinterpret_borrow<py::object>(v).cast<const PyTable&>();
-    return [&t] { return detail::table_job(t.columns, t.rows); };
+    return [&t] { return client::table_job(t.columns, t.rows); };
   }
   return {};
 }

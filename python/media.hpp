@@ -10,7 +10,7 @@
 #include <functional>
 #include <memory>
 
-namespace chorus::detail {
+namespace chorus::client {
 struct MediaJob; // runtime/client/run_impl.hpp
 }
 
@@ -23,7 +23,7 @@ void bind_media(py::module_& m);
 
 /// What makes the RunImpl::log_media job of a media object: called without
 /// the GIL while the object lives (it views the object's own copy).
-using MediaJobMaker = std::function<std::unique_ptr<chorus::detail::MediaJob>()>;
+using MediaJobMaker = std::function<std::unique_ptr<chorus::client::MediaJob>()>;
 
 /// The job maker of a chorus.Image, Text or Table object; empty for any
 /// other object.

@@ -63,7 +63,7 @@ struct PyRun {
     // the exit (endings.hpp), which ends it as that status says. Finishing
     // it here would record `finished` for a sys.exit(3).
     if (finalizing()) {
-      detail::endings::keep_until_exit(std::move(run));
+      client::endings::keep_until_exit(std::move(run));
       return;
     }
     // Run's destructor finishes a run left unfinished (bounded by
@@ -115,9 +115,9 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
   const DeviceValues d = device_values(v);
   // Device values, and the host values beside them at the same step, go in
   // one log_device call (RunImpl's: the public one takes device values only).
-  detail::RunImpl* impl = d.metrics.empty() ? nullptr : detail::live(detail::RunAccess::impl(run));
+  client::RunImpl* impl = d.metrics.empty() ? nullptr : client::live(client::RunAccess::impl(run));
   // What the conversion refused goes to rejected.jsonl, waited on or not.
-  detail::RunImpl* record = v.refused_n == 0 ? nullptr : detail::live(detail::RunAccess::impl(run));
+  client::RunImpl* record = v.refused_n == 0 ? nullptr : client::live(client::RunAccess::impl(run));
   return released(
       self,
       [&]() -> Pending {
@@ -133,8 +133,8 @@ py::object log_values(py::handle self, Run& run, Writer* writer, py::handle valu
           logged = !v.host.empty();
         }
         if (!v.histograms.empty() || !v.media.empty()) {
-          const auto [into, stream] = writer != nullptr ? detail::RunAccess::writer(*writer)
-                                                        : std::pair(detail::live(detail::RunAccess::impl(run)), 0u);
+          const auto [into, stream] = writer != nullptr ? client::RunAccess::writer(*writer)
+                                                        : std::pair(client::live(client::RunAccess::impl(run)), 0u);
           for (const Values::HistogramValue& h : v.histograms) {
             if (into == nullptr) break; // an inactive run: nothing is logged
             if (h.device != nullptr) { // counted on the GPU (a Writer's were refused)
@@ -277,7 +277,7 @@ py::object reduce_values(py::handle self, Run& run, py::handle values, const std
     v.host.clear();
   }
   const DeviceValues d = device_values(v);
-  detail::RunImpl* record = v.refused_n == 0 ? nullptr : detail::live(detail::RunAccess::impl(run));
+  client::RunImpl* record = v.refused_n == 0 ? nullptr : client::live(client::RunAccess::impl(run));
   return released(
       self,
       [&]() -> Pending {

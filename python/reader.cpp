@@ -31,9 +31,9 @@ py::object optional_int(const std::optional<std::int64_t>& v) {
   return v ? py::object(py::int_(*v)) : py::object(py::none());
 }
 py::object optional_seconds(const std::optional<std::int64_t>& us) {
-  return us ? py::object(py::float_(io::RunRecord::seconds(*us))) : py::object(py::none());
+  return us ? py::object(py::float_(store::RunRecord::seconds(*us))) : py::object(py::none());
 }
-py::dict exit_codes_dict(const io::ExitCodes& codes) {
+py::dict exit_codes_dict(const store::ExitCodes& codes) {
   py::dict d;
   for (const auto& [rank, code] : codes) d[py::int_(rank)] = code;
   return d;
@@ -44,10 +44,10 @@ py::dict exit_codes_dict(const io::ExitCodes& codes) {
 py::dict read_record(const std::string& path) {
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  Result<io::RunRecord> read = [&] {
+  Result<store::RunRecord> read = [&] {
     py::gil_scoped_release unlocked;
-    Result<io::RunRecord> r = io::RunRecord::read(path);
-    if (r) io::apply_liveness(*r, dir, io::detail::unix_now_us());
+    Result<store::RunRecord> r = store::RunRecord::read(path);
+    if (r) store::apply_liveness(*r, dir, platform::unix_now_us());
     return r;
   }();
   if (!read) {
@@ -55,7 +55,7 @@ py::dict read_record(const std::string& path) {
     Error e = read.error();
     raise(e.code() == Errc::invalid_argument ? Error(Errc::io_error, e.message()) : e);
   }
-  const io::RunRecord& r = *read;
+  const store::RunRecord& r = *read;
   if (!r.damage.empty())
     raise(Error(Errc::io_error, path + " is damaged (" + r.damage + "): `chorus recover` rebuilds it from the WAL"));
   py::dict d;
@@ -85,10 +85,10 @@ py::dict read_record(const std::string& path) {
   d["error"] = r.error ? py::object(py::str(*r.error)) : py::object(py::none());
   d["exit_codes"] = r.exit_codes ? py::object(exit_codes_dict(*r.exit_codes)) : py::object(py::none());
   py::list ranks;
-  for (const io::RunRecord::Rank& k : r.ranks) ranks.append(rank_dict(k.rank, k.state, k.last_step, k.host, k.message));
+  for (const store::RunRecord::Rank& k : r.ranks) ranks.append(rank_dict(k.rank, k.state, k.last_step, k.host, k.message));
   d["ranks"] = ranks;
   py::list segments;
-  for (const io::RunRecord::Segment& s : r.segments) {
+  for (const store::RunRecord::Segment& s : r.segments) {
     py::dict sd;
     sd["start_time"] = optional_seconds(s.start_us);
     sd["end_time"] = optional_seconds(s.end_us);
@@ -153,7 +153,7 @@ py::dict with_reading(py::dict out, const cli::JsonLines& read) {
 /// columns. `keys` (None: all) picks the keys kept besides those starting
 /// with '_', as `chorus export --metric` does (cli/series.hpp's
 /// metric_filter): a key and its per-rank columns, a glob, a /REGEX/. With
-/// `history`, each line is read as a row by the store (io::HistoryRow: a line
+/// `history`, each line is read as a row by the store (store::HistoryRow: a line
 /// that is none is skipped, and why is said), and with `counts` a reduced
 /// key's `_count` becomes the column "_count/<key>".
 py::dict read_lines(const std::string& path, const std::optional<std::vector<std::string>>& keys, bool counts,
@@ -182,21 +182,21 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
       if (!history) {
         cols.new_row();
         for (auto [key, value] : line) {
-          if (!io::reserved_key(key) && !wanted(key)) continue;
-          if (std::optional<double> v = io::metric_value(value)) cols.set(cols.column(key), *v);
+          if (!store::reserved_key(key) && !wanted(key)) continue;
+          if (std::optional<double> v = store::metric_value(value)) cols.set(cols.column(key), *v);
         }
         return {};
       }
-      const io::HistoryRow row(line);
+      const store::HistoryRow row(line);
       if (!row) return row.why();
       cols.new_row();
       cols.set(cols.column("_step"), static_cast<double>(row.step()));
       if (const std::optional<double> t = row.timestamp()) cols.set(cols.column("_timestamp"), *t);
       if (const std::optional<double> t = row.runtime()) cols.set(cols.column("_runtime"), *t);
-      for (const io::RowValue& v : row.metrics())
+      for (const store::RowValue& v : row.metrics())
         if (wanted(v.key)) cols.set(cols.column(v.key), v.value);
       if (counts)
-        for (const io::RowValue& n : row.counts())
+        for (const store::RowValue& n : row.counts())
           if (wanted(n.key)) cols.set(cols.column(count_key.assign("_count/").append(n.key)), n.value);
       return {};
     });
@@ -218,19 +218,19 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
 /// _chorus.read_artifacts(path): artifacts.jsonl's entries, in the order
 /// written, each read by the store's reader of the line.
 py::dict read_artifacts(const std::string& path) {
-  std::vector<io::ArtifactRecord> records;
+  std::vector<store::ArtifactRecord> records;
   cli::JsonLines read;
   {
     py::gil_scoped_release unlocked;
     read = cli::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
-      std::optional<io::ArtifactRecord> r = io::artifact_record(line);
+      std::optional<store::ArtifactRecord> r = store::artifact_record(line);
       if (!r) return "no name";
       records.push_back(std::move(*r));
       return {};
     });
   }
   py::list entries;
-  for (const io::ArtifactRecord& r : records) {
+  for (const store::ArtifactRecord& r : records) {
     py::dict e;
     e["name"] = r.name;
     e["type"] = r.type;
@@ -249,7 +249,7 @@ py::dict read_artifacts(const std::string& path) {
 /// _chorus.read_histograms(path, key): histograms.jsonl's keys, in the order
 /// they first appear, and the lines of `key` (every rank's column of it), or
 /// of the one column `key` names ("act/rank-1"); None: the keys only. Each
-/// line is read by the store's reader (io::read_histogram_line): a line it
+/// line is read by the store's reader (store::read_histogram_line): a line it
 /// refuses is skipped, and why is said.
 py::dict read_histograms(const std::string& path, const std::optional<std::string>& key) {
   std::vector<std::string> keys;
@@ -261,7 +261,7 @@ py::dict read_histograms(const std::string& path, const std::optional<std::strin
   cli::JsonLines read;
   {
     py::gil_scoped_release unlocked;
-    read = cli::read_histogram_lines(path, [&](const io::HistogramLine& h) {
+    read = cli::read_histogram_lines(path, [&](const store::HistogramLine& h) {
       if (seen.emplace(std::string(h.key), true).second) keys.emplace_back(h.key);
       if (!key || (*key != h.key && (!key->starts_with(h.key) || *key != h.column()))) return;
       const Histogram& v = h.value;
@@ -304,7 +304,7 @@ py::dict read_histograms(const std::string& path, const std::optional<std::strin
 /// kinds), in the order they first appear, and the lines of `key` that are
 /// of `kind` ("image", "text", "table"; None: any), column by column; a
 /// line's path joined to the run directory. Each line is read by the
-/// store's reader (io::read_media_line): a line it refuses is skipped, and
+/// store's reader (store::read_media_line): a line it refuses is skipped, and
 /// why is said.
 py::dict read_media(const std::string& path, const std::optional<std::string>& key,
                     const std::optional<std::string>& kind) {
@@ -324,7 +324,7 @@ py::dict read_media(const std::string& path, const std::optional<std::string>& k
   cli::JsonLines read;
   {
     py::gil_scoped_release unlocked;
-    read = cli::read_media_lines(path, [&](const io::MediaLine& m) {
+    read = cli::read_media_lines(path, [&](const store::MediaLine& m) {
       if (seen.emplace(std::string(m.key), true).second) keys.emplace_back(m.key, m.kind);
       if (!key || *key != m.key || (kind && *kind != m.kind)) return;
       entries.push_back({m.step, m.timestamp, m.rank, std::string(m.kind), std::string(m.format),
@@ -354,7 +354,7 @@ py::dict read_media(const std::string& path, const std::optional<std::string>& k
 }
 
 /// _chorus.read_events(path): events.jsonl's events, in the order the run
-/// host told them, each line read by its one reader (io::parse_event_line):
+/// host told them, each line read by its one reader (store::parse_event_line):
 /// a line it refuses is skipped, and why is said. Each entry is an event as
 /// Run.on_event gives it (events.hpp's event_tuple).
 py::dict read_events(const std::string& path) {
@@ -362,26 +362,26 @@ py::dict read_events(const std::string& path) {
   cli::JsonLines read;
   {
     py::gil_scoped_release unlocked;
-    const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+    const Result<int> fd = platform::open_regular(path, O_RDONLY);
     if (!fd) {
       read.problem = fd.error();
     } else {
-      io::LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = cli::max_line_bytes});
+      store::LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = cli::max_line_bytes});
       for (std::string_view line;;) {
-        const io::LineReader::Next next = lines.next(line);
-        if (next == io::LineReader::Next::end) {
+        const store::LineReader::Next next = lines.next(line);
+        if (next == store::LineReader::Next::end) {
           const std::string_view rest = lines.rest();
           read.unfinished = rest.find_first_not_of(" \t\r") != std::string_view::npos;
           break;
         }
-        if (next == io::LineReader::Next::too_long || next == io::LineReader::Next::failed) {
+        if (next == store::LineReader::Next::too_long || next == store::LineReader::Next::failed) {
           read.problem = lines.error();
           break;
         }
         while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
           line.remove_suffix(1);
         if (line.empty()) continue;
-        Result<io::EventLine> e = io::parse_event_line(line);
+        Result<store::EventLine> e = store::parse_event_line(line);
         if (!e) {
           if (read.skipped++ == 0) {
             read.first_skipped_line = lines.cursor().lines;
@@ -404,7 +404,7 @@ py::dict read_events(const std::string& path) {
 std::string read_text(const std::string& path, bool missing_ok) {
   Result<std::string> text = [&] {
     py::gil_scoped_release unlocked;
-    return io::detail::read_text(path, missing_ok);
+    return platform::read_text(path, missing_ok);
   }();
   if (!text) raise(text.error());
   return *text;

@@ -151,7 +151,7 @@ std::string value_json(py::handle value) {
     std::string digits = py::str(value).cast<std::string>();
     if (digits.size() <= 200) return digits;
   } else if (PyFloat_Check(v)) {
-    io::append_json_number(out, PyFloat_AS_DOUBLE(v));
+    core::append_json_number(out, PyFloat_AS_DOUBLE(v));
     return out;
   } else if (!PyUnicode_Check(v) && !PyDict_Check(v)) {
     const Kind k = kind_of(Py_TYPE(v));
@@ -159,19 +159,19 @@ std::string value_json(py::handle value) {
       std::string what = "<a ";
       what += type_name(value);
       what += " on a GPU>";
-      io::append_json_string(out, what);
+      core::append_json_string(out, what);
       return out;
     }
     if (k == Kind::number || k == Kind::torch) {
       if (PyObject* f = PyNumber_Float(v)) {
-        io::append_json_number(out, PyFloat_AS_DOUBLE(f));
+        core::append_json_number(out, PyFloat_AS_DOUBLE(f));
         Py_DECREF(f);
         return out;
       }
       PyErr_Clear();
     }
   }
-  io::append_json_string(out, repr_text(value, 200));
+  core::append_json_string(out, repr_text(value, 200));
   return out;
 }
 
@@ -345,7 +345,7 @@ void Values::refuse_device(const std::string& why) {
 void Values::refuse_host(const std::string& why) {
   for (const Metric& m : host) {
     std::string number;
-    io::append_json_number(number, m.value);
+    core::append_json_number(number, m.value);
     refuse(quoted(m.key) + ": " + why, Errc::invalid_argument, std::string(m.key), std::move(number));
   }
 }
@@ -361,14 +361,14 @@ Error Values::refusal() const {
   return Error(refused_code, std::move(m));
 }
 
-void Values::record(detail::RunImpl* run, std::optional<std::int64_t> step) const noexcept {
+void Values::record(client::RunImpl* run, std::optional<std::int64_t> step) const noexcept {
   if (run == nullptr || all_refused.empty()) return;
   try {
     // One call per distinct reason; a reason names its key, so that is
     // mostly one a value (a key refused twice in a call shares its call).
     std::vector<std::size_t> order;
     std::unordered_map<std::string_view, std::size_t> group_of; // why -> index into groups
-    std::vector<std::vector<detail::RefusedValue>> groups;
+    std::vector<std::vector<client::RefusedValue>> groups;
     for (std::size_t i = 0; i < all_refused.size(); ++i) {
       const Refused& r = all_refused[i];
       auto [at, added] = group_of.try_emplace(r.why, groups.size());
@@ -483,7 +483,7 @@ DeviceValues device_values(Values& v) {
   for (Values::Device& d : v.device) {
     // A bad key refuses that value alone, as for host values (log_device
     // itself refuses its whole call: reduce_device's collective needs that).
-    if (Error bad = detail::validate_metric_key(d.key)) {
+    if (Error bad = client::validate_metric_key(d.key)) {
       v.refuse(bad.message(), bad.code(), std::string(d.key), value_json(d.value));
       continue;
     }

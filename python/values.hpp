@@ -47,7 +47,7 @@ struct Values {
   struct Refused {
     Errc code;
     std::string why;
-    detail::RefusedValue value;
+    client::RefusedValue value;
   };
   std::vector<Refused> all_refused;
 
@@ -62,7 +62,7 @@ struct Values {
   /// Hands the refused values to `run` (rejected.jsonl, the run's count of
   /// refused values, one warning per key): one call per distinct reason.
   /// Takes no Python object: may be called with the GIL released.
-  void record(detail::RunImpl* run, std::optional<std::int64_t> step) const noexcept;
+  void record(client::RunImpl* run, std::optional<std::int64_t> step) const noexcept;
 };
 
 /// Sorts the entries of `values` (a dict, or any mapping) into `out`.

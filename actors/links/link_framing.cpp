@@ -5,7 +5,7 @@
 #include <cstring>
 #include <utility>
 
-namespace chorus::detail {
+namespace chorus::actors {
 namespace {
 
 using namespace basp_bytes;
@@ -163,4 +163,4 @@ bool LinkFraming::payload() {
   }
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

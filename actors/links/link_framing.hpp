@@ -55,7 +55,7 @@
 #include <cstdint>
 #include <string>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// The largest BASP payload a link takes. chorus's own messages stay far
 /// below it: frames close at `max_frame_bytes` (actors/rank_proxy.cpp) and a
@@ -140,4 +140,4 @@ private:
   std::size_t seen_have_ = 0;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::actors

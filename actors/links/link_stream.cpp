@@ -24,7 +24,7 @@
 #include <thread>
 #include <utility>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 // The framing spells out CAF 0.17.6's BASP; these are CAF's own.
 namespace {
@@ -430,4 +430,4 @@ bool LinkDoorman::new_connection() {
   return doorman::new_connection(&mx, hdl);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -31,7 +31,7 @@
 #include <memory>
 #include <string>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 class Deadlines;
 
@@ -81,4 +81,4 @@ private:
   std::shared_ptr<LinkShared> shared_;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -10,12 +10,12 @@
 #include <algorithm>
 #include <thread>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// Whether the run's ranks are on several nodes (scope global across nodes).
-bool spans_nodes(const Settings& s) { return s.topo.num_nodes > 1 && s.opts.scope == Scope::global; }
+bool spans_nodes(const core::Settings& s) { return s.topo.num_nodes > 1 && s.opts.scope == Scope::global; }
 
-Result<LinkPlan> plan_links(const Settings& s) {
+Result<LinkPlan> plan_links(const core::Settings& s) {
   LinkPlan plan;
   // Links between nodes carry records from other machines: they are
   // authenticated with the job's credentials, or explicitly allowed not to be.
@@ -23,7 +23,7 @@ Result<LinkPlan> plan_links(const Settings& s) {
   // A job's run hosts report to its group on global rank 0, across nodes too.
   plan.group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
   if ((plan.across_nodes && !s.opts.tls_dir.empty()) || plan.group_tls)
-    if (Error e = io::check_credentials(s.opts.tls_dir, plan.creds)) return e;
+    if (Error e = platform::check_credentials(s.opts.tls_dir, plan.creds)) return e;
   plan.tls = plan.across_nodes && !s.opts.tls_dir.empty();
   if (plan.across_nodes && !plan.tls && !s.opts.insecure)
     return {Errc::invalid_argument,
@@ -36,7 +36,7 @@ Result<LinkPlan> plan_links(const Settings& s) {
 
 /// Whether an orchestrator's actor system can carry the run's links; the
 /// error names what is missing and the fix.
-Error check_orchestrator_system(caf::actor_system& sys, const Settings& s, const LinkPlan& plan) {
+Error check_orchestrator_system(caf::actor_system& sys, const core::Settings& s, const LinkPlan& plan) {
   if (!links_anything(s)) return {};
   const std::string fix = ": call chorus::actors::configure(cfg, opts) on the actor system's configuration before "
                           "constructing the system (<chorus/caf.hpp>)";
@@ -51,7 +51,7 @@ Error check_orchestrator_system(caf::actor_system& sys, const Settings& s, const
   return {};
 }
 
-void configure_links(caf::actor_system_config& cfg, const Settings& s, const LinkPlan& plan) {
+void configure_links(caf::actor_system_config& cfg, const core::Settings& s, const LinkPlan& plan) {
   cfg.load<caf::io::middleman>();
   register_wire_types(cfg);
   if (plan.tls_or_group()) {
@@ -100,10 +100,10 @@ std::vector<caf::actor> Links::actors() const {
   return out;
 }
 
-std::string Links::where(const Settings& s, std::uint16_t port, Link link, const std::string& address) const {
-  if (link == Link::local) return local_socket_path(socket_dir_, port) + " (" + port_name(s, port) + ")";
+std::string Links::where(const core::Settings& s, std::uint16_t port, Link link, const std::string& address) const {
+  if (link == Link::local) return local_socket_path(socket_dir_, port) + " (" + core::port_name(s, port) + ")";
   return (address.empty() ? "port " : address + ":") + std::to_string(port) +
-         (s.port_job.empty() ? std::string() : " (" + port_name(s, port) + ")");
+         (s.port_job.empty() ? std::string() : " (" + core::port_name(s, port) + ")");
 }
 
 caf::io::middleman_actor Links::fresh_connector(Link link) {
@@ -177,10 +177,10 @@ Error Links::dial(const std::string& address, std::uint16_t port, Link link, clo
     if (gone)
       if (std::string over = gone(); !over.empty()) return failed(std::move(over));
     std::this_thread::sleep_for(
-        std::min(jittered(pause), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
+        std::min(core::jittered(pause), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now())));
     pause = std::min(pause * 2, std::chrono::milliseconds(100));
   }
   return failed(why);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// How a link between two of the job's processes travels: a Unix socket
 /// private to this user (processes of one node), or TCP between nodes (TLS
@@ -34,29 +34,29 @@ struct LinkPlan {
   bool across_nodes = false; // the run's ranks are on several nodes
   bool tls = false;          // links between the run's nodes are mutual TLS
   bool group_tls = false;    // so are the links of the job's run hosts to its group
-  io::Credentials creds;     // the job's, where either is
+  platform::Credentials creds;     // the job's, where either is
   [[nodiscard]] bool tls_or_group() const { return tls || group_tls; }
 };
 
 /// Whether the run's ranks are on several nodes (scope global across nodes).
-[[nodiscard]] bool spans_nodes(const Settings& s);
+[[nodiscard]] bool spans_nodes(const core::Settings& s);
 
 /// Whether this process links to others at all: a run of several ranks, or
 /// a run of a job's group. A run of one process alone needs no middleman.
-[[nodiscard]] inline bool links_anything(const Settings& s) { return s.run_world > 1 || s.group_size > 0; }
+[[nodiscard]] inline bool links_anything(const core::Settings& s) { return s.run_world > 1 || s.group_size > 0; }
 
 /// The plan of this process's links; an error where the run spans nodes with
 /// neither credentials nor CHORUS_INSECURE=1, or the credentials are bad.
-[[nodiscard]] Result<LinkPlan> plan_links(const Settings& s);
+[[nodiscard]] Result<LinkPlan> plan_links(const core::Settings& s);
 
 /// What the links between the job's processes need, in any actor system:
 /// the middleman, chorus's message types, OpenSSL where the plan says TLS,
 /// and heartbeats only where this process accepts links.
-void configure_links(caf::actor_system_config& cfg, const Settings& s, const LinkPlan& plan);
+void configure_links(caf::actor_system_config& cfg, const core::Settings& s, const LinkPlan& plan);
 
 /// Whether an orchestrator's actor system can carry the run's links; the
 /// error names what is missing and the fix.
-[[nodiscard]] Error check_orchestrator_system(caf::actor_system& sys, const Settings& s, const LinkPlan& plan);
+[[nodiscard]] Error check_orchestrator_system(caf::actor_system& sys, const core::Settings& s, const LinkPlan& plan);
 
 /// This process's middleman actors, which publish its actors and dial the
 /// job's others.
@@ -89,7 +89,7 @@ public:
 
   /// Names the listener of `port` (at `address`, where it is another
   /// machine's) for an error, and the job it was derived from, if it was.
-  [[nodiscard]] std::string where(const Settings& s, std::uint16_t port, Link link,
+  [[nodiscard]] std::string where(const core::Settings& s, std::uint16_t port, Link link,
                                   const std::string& address = {}) const;
 
   /// Stops the middleman actors (after the actors that use their links).
@@ -124,4 +124,4 @@ private:
   std::vector<caf::io::middleman_actor> dialers_; // see fresh_connector
 };
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -20,7 +20,7 @@
 #include <cstring>
 #include <memory>
 
-namespace chorus::detail {
+namespace chorus::actors {
 namespace {
 
 using caf::io::network::default_multiplexer;
@@ -160,7 +160,7 @@ Result<Found> look(const std::string& path, std::string& why) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return Found::missing;
-    return io::detail::os_error("cannot read the socket directory", path, errno, fix);
+    return platform::os_error("cannot read the socket directory", path, errno, fix);
   }
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
@@ -183,7 +183,7 @@ Result<Found> look(const std::string& path, std::string& why) {
 Result<bool> make_private(const std::string& path) {
   if (::mkdir(path.c_str(), 0700) != 0) {
     if (errno == EEXIST) return false;
-    return io::detail::os_error("cannot make the socket directory", path, errno, fix);
+    return platform::os_error("cannot make the socket directory", path, errno, fix);
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
@@ -279,4 +279,4 @@ caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string d
   return sys.spawn<LocalLinks, caf::hidden>(std::move(broker), std::move(dir), handshake_deadline);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

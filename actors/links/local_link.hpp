@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// The directory of this user's sockets on this node. Every process of the
 /// user that reads the same environment finds the same one:
@@ -53,4 +53,4 @@ namespace chorus::detail {
 caf::io::middleman_actor spawn_local_links(caf::actor_system& sys, std::string dir,
                                            std::chrono::milliseconds handshake_deadline);
 
-} // namespace chorus::detail
+} // namespace chorus::actors

@@ -13,7 +13,7 @@
 
 #include <memory>
 
-namespace chorus::detail {
+namespace chorus::actors {
 namespace {
 
 using caf::io::network::default_multiplexer;
@@ -50,7 +50,7 @@ protected:
     // that does not answer (a node cut off) would hold it for the kernel's
     // whole SYN timeout; the dial tries again.
     int fd = -1;
-    if (Error e = io::detail::tcp_connect(host, port, connect_limit, fd))
+    if (Error e = platform::tcp_connect(host, port, connect_limit, fd))
       return caf::make_error(caf::sec::cannot_connect_to_node, e.message());
     caf::openssl::session_ptr session;
     if (tls_ && !(session = caf::openssl::make_session(system(), fd, false))) {
@@ -90,4 +90,4 @@ caf::io::middleman_actor spawn_node_links(caf::actor_system& sys, bool tls, std:
   return sys.spawn<NodeLinks, caf::hidden>(std::move(broker), tls, deadline);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::actors

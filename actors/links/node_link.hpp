@@ -16,7 +16,7 @@
 
 #include <chrono>
 
-namespace chorus::detail {
+namespace chorus::actors {
 
 /// A middleman actor (CAF's publish_atom and connect_atom) for links between
 /// nodes. `tls`: mutual TLS through CAF's OpenSSL session (the actor system
@@ -25,4 +25,4 @@ namespace chorus::detail {
 caf::io::middleman_actor spawn_node_links(caf::actor_system& sys, bool tls,
                                           std::chrono::milliseconds handshake_deadline);
 
-} // namespace chorus::detail
+} // namespace chorus::actors

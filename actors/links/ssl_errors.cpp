@@ -18,7 +18,7 @@ namespace {
 
 template <class F>
 F real(const char* name) {
-  return chorus::io::detail::dl_symbol<F>(RTLD_NEXT, name);
+  return chorus::platform::dl_symbol<F>(RTLD_NEXT, name);
 }
 
 } // namespace

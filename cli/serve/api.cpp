@@ -38,13 +38,13 @@ constexpr std::size_t listed_summary_values = 6;
 /// The longest path a request may name.
 constexpr std::size_t max_rel_bytes = 1024;
 
-void opt_number(io::JsonWriter& w, std::string_view key, const std::optional<double>& v) {
+void opt_number(core::JsonWriter& w, std::string_view key, const std::optional<double>& v) {
   w.key(key);
   if (v && std::isfinite(*v)) w.number(*v);
   else w.null();
 }
 
-void opt_integer(io::JsonWriter& w, std::string_view key, const std::optional<std::int64_t>& v) {
+void opt_integer(core::JsonWriter& w, std::string_view key, const std::optional<std::int64_t>& v) {
   w.key(key);
   if (v) w.integer(*v);
   else w.null();
@@ -95,11 +95,11 @@ std::string run_files_stamp(const std::string& dir) {
                       stamp_of(dir + "/metrics.json"));
 }
 
-std::string_view host_life_name(io::HostLife h) {
+std::string_view host_life_name(store::HostLife h) {
   switch (h) {
-  case io::HostLife::alive: return "alive";
-  case io::HostLife::gone: return "gone";
-  case io::HostLife::unknown: break;
+  case store::HostLife::alive: return "alive";
+  case store::HostLife::gone: return "gone";
+  case store::HostLife::unknown: break;
   }
   return "unknown";
 }
@@ -117,7 +117,7 @@ Result<std::string> json_file(const std::string& path) {
 
 /// The keys the declarations chart others against (their step metrics):
 /// the history's index keeps every point of them.
-std::vector<std::string> step_metrics(const Result<io::MetricSpecs>& specs) {
+std::vector<std::string> step_metrics(const Result<store::MetricSpecs>& specs) {
   std::vector<std::string> out;
   if (!specs) return out;
   for (const auto& [key, spec] : specs->specs)
@@ -134,12 +134,12 @@ std::string summary_picks(const std::string& dir) {
   const Result<simdjson::dom::element> doc = load_json_file(dir + "/summary.json", parser);
   if (!doc || doc->get(obj) != simdjson::SUCCESS) return "{}";
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   std::size_t n = 0;
   for (auto [key, value] : obj) {
     if (key.starts_with('_')) continue;
-    const std::optional<double> v = io::metric_value(value);
+    const std::optional<double> v = store::metric_value(value);
     if (!v) continue;
     w.key(key).number(*v);
     if (++n == listed_summary_values) break;
@@ -148,7 +148,7 @@ std::string summary_picks(const std::string& dir) {
   return out;
 }
 
-void identity(io::JsonWriter& w, const RunInfo& r) {
+void identity(core::JsonWriter& w, const RunInfo& r) {
   w.key("id").string(r.id).key("name").string(r.name.empty() ? r.id : r.name);
   w.key("project").string(r.project).key("group").string(r.group);
   w.key("job_type").string(r.job_type).key("notes").string(r.notes);
@@ -169,7 +169,7 @@ void identity(io::JsonWriter& w, const RunInfo& r) {
   w.key("crashed_ranks").integer(r.crashed_ranks());
 }
 
-void ranks(io::JsonWriter& w, const RunInfo& r) {
+void ranks(core::JsonWriter& w, const RunInfo& r) {
   w.key("ranks").begin_array();
   for (const RankInfo& k : r.ranks) {
     w.begin_object().key("rank").integer(k.rank).key("state").string(k.state);
@@ -197,15 +197,15 @@ bool behind(std::int64_t step, std::int64_t furthest) {
 
 /// The barriers of barriers.jsonl: the last of them as their lines have
 /// them, and per rank the totals over all.
-void barriers(io::JsonWriter& w, const io::BarrierSummary& b) {
+void barriers(core::JsonWriter& w, const store::BarrierSummary& b) {
   w.key("barriers").begin_object().key("missing").boolean(b.missing).key("total").uinteger(b.total);
   w.key("failed").uinteger(b.failed);
   w.key("skipped").uinteger(b.skipped).key("first_skipped").string(b.first_skipped);
   if (b.problem) w.key("error").string(b.problem.message());
   w.key("records").begin_array();
-  for (const io::BarrierRecord& r : b.records) w.raw(io::barrier_line(r));
+  for (const store::BarrierRecord& r : b.records) w.raw(store::barrier_line(r));
   w.end_array().key("ranks").begin_array();
-  for (const io::BarrierSummary::Rank& k : b.ranks) {
+  for (const store::BarrierSummary::Rank& k : b.ranks) {
     if (k.barriers == 0) continue;
     w.begin_object().key("rank").integer(k.rank).key("barriers").uinteger(k.barriers).key("absent").uinteger(k.absent);
     w.key("last").uinteger(k.last).key("waited").number(k.waited_s).key("caused").number(k.caused_s).end_object();
@@ -213,7 +213,7 @@ void barriers(io::JsonWriter& w, const io::BarrierSummary& b) {
   w.end_array().end_object();
 }
 
-void index_state(io::JsonWriter& w, const IndexState& s) {
+void index_state(core::JsonWriter& w, const IndexState& s) {
   w.key("rows").uinteger(s.rows).key("skipped").uinteger(s.skipped);
   w.key("first_skipped").string(s.first_skipped).key("unfinished").boolean(s.unfinished);
   w.key("missing").boolean(s.missing).key("last_step").integer(s.last_step).key("bytes").uinteger(s.bytes);
@@ -268,7 +268,7 @@ std::string root_may_not_read(const std::string& path, const struct stat& st) {
   if ((st.st_mode & need) == need) return {};
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-  return path + " belongs to " + io::detail::user_named(st.st_uid) + ", and its mode " + mode + " does not let " +
+  return path + " belongs to " + platform::user_named(st.st_uid) + ", and its mode " + mode + " does not let " +
          (group ? "its group" : "other users") +
          " read it: chorus serve runs as root here, and shows only what a run's owner lets other users read "
          "(serve it as its owner, or let others read it: chmod -R go+rX)";
@@ -284,12 +284,12 @@ std::string not_shown(const std::string& path) {
   const int want = R_OK | (S_ISDIR(st.st_mode) ? X_OK : 0);
   if (::faccessat(AT_FDCWD, path.c_str(), want, AT_EACCESS | AT_SYMLINK_NOFOLLOW) == 0) return {};
   if (errno != EACCES && errno != EPERM) return {}; // another trouble: met, and named, where it is read
-  return path + " cannot be read by " + io::detail::user_named(me) + ", whom chorus serve runs as (" + std::strerror(errno) + ")";
+  return path + " cannot be read by " + platform::user_named(me) + ", whom chorus serve runs as (" + std::strerror(errno) + ")";
 }
 
 Reply refusal(int status, std::string_view why) {
   std::string body;
-  io::JsonWriter(body).begin_object().key("error").string(why).end_object();
+  core::JsonWriter(body).begin_object().key("error").string(why).end_object();
   return {status, std::move(body)};
 }
 
@@ -364,7 +364,7 @@ Resolved Api::resolve_group(std::string_view rel) const {
 Resolved Api::resolve_artifact(std::string_view rel, std::string_view name) const {
   Resolved run = resolve_run(rel);
   if (!run) return run;
-  if (Error e = io::validate_artifact_name(name)) return {{}, 400, e.message()};
+  if (Error e = store::validate_artifact_name(name)) return {{}, 400, e.message()};
   const std::string base = real(run.dir + "/artifacts");
   const std::string file = real(run.dir + "/artifacts/" + std::string(name));
   if (base.empty() || file.empty()) return {{}, 404, "run " + std::string(rel) + " has no artifact file " + std::string(name)};
@@ -384,7 +384,7 @@ Resolved Api::resolve_media(std::string_view rel, std::string_view key, std::int
   if (!m)
     return {{}, 404, "run " + std::string(rel) + " has no media of key " + std::string(key) + " at step " +
                          std::to_string(step) + " from rank " + std::to_string(rank)};
-  // The line's path is under media/ (io::read_media_line); no link may lead it out of there.
+  // The line's path is under media/ (store::read_media_line); no link may lead it out of there.
   const std::string base = real(run.dir + "/media");
   const std::string file = real(run.dir + "/" + m->path);
   if (base.empty() || file.empty()) return {{}, 404, "run " + std::string(rel) + " has no file " + m->path};
@@ -413,7 +413,7 @@ std::shared_ptr<Api::RunFiles> Api::files(const std::string& dir, bool history, 
     std::lock_guard lock(f->specs_mutex);
     if (stamp != f->specs_stamp) {
       f->specs_stamp = stamp;
-      const Result<io::MetricSpecs> specs = io::MetricSpecs::read(dir);
+      const Result<store::MetricSpecs> specs = store::MetricSpecs::read(dir);
       f->history.keep_points(step_metrics(specs));
       f->history.count_ranks(specs); // a key declared `first` is left out of _count/min
     }
@@ -457,7 +457,7 @@ Reply Api::runs() {
   const std::string version = runs_version(runs_stamp());
   const std::vector<RunGroup> groups = find_runs(root_);
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("root").string(root_).key("version").string(version).key("groups").begin_array();
   std::size_t count = 0, not_listed = 0;
   std::string first_not_listed;
@@ -499,7 +499,7 @@ Reply Api::runs() {
       }
       const RunInfo r = read_run(d);
       std::string entry;
-      io::JsonWriter e(entry);
+      core::JsonWriter e(entry);
       e.begin_object().key("path").string(rel_of(d));
       identity(e, r);
       if (r.problem) e.key("error").string(r.problem.message());
@@ -518,7 +518,7 @@ Reply Api::runs() {
       if (std::string why = not_shown(g.dir + "/group.json"); !why.empty()) {
         w.key("error").string(why);
       } else if (fs::exists(fs::symlink_status(g.dir + "/group.json", ec))) {
-        if (Result<io::GroupManifest> m = io::read_group_file(g.dir)) {
+        if (Result<store::GroupManifest> m = store::read_group_file(g.dir)) {
           w.key("manifest").begin_object().key("state").string(m->state).key("size").integer(m->size);
           w.key("mode").string(m->mode).key("scope").string(m->scope);
           opt_number(w, "start_time", m->start_time);
@@ -548,7 +548,7 @@ Reply Api::runs() {
 }
 
 std::string runs_version(std::string_view stamp) {
-  const std::uint64_t h = detail::fnv1a64(stamp);
+  const std::uint64_t h = core::fnv1a64(stamp);
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return out;
@@ -592,8 +592,8 @@ std::string Api::runs_stamp() {
     for (std::size_t i = 0; i < looked_.size(); ++i) times[i] = dir_time(looked_[i]);
     looked_times_ = times;
   }
-  std::uint64_t h = detail::fnv1a64_basis;
-  for (const std::uint64_t t : looked_times_) h = detail::fnv1a64_step(h, t);
+  std::uint64_t h = core::fnv1a64_basis;
+  for (const std::uint64_t t : looked_times_) h = core::fnv1a64_step(h, t);
   // Whether each run reads running (its host not known gone): read again
   // where its directory changed, and every running_every while it runs.
   bool live = false;
@@ -607,7 +607,7 @@ std::string Api::runs_stamp() {
     else
       l = {t, read_run(d).reported_state() == "running", now};
     live = live || l.running;
-    h = detail::fnv1a64_step(h, l.running ? 1 : 2);
+    h = core::fnv1a64_step(h, l.running ? 1 : 2);
     seen.emplace(d, l);
   }
   live_ = std::move(seen);
@@ -630,7 +630,7 @@ Reply Api::run(std::string_view rel) {
   std::vector<std::string> errors, warnings;
   if (r.problem) errors.push_back(r.problem.message());
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("path").string(rel).key("stamp").string(stamp);
   identity(w, r);
   ranks(w, r);
@@ -654,7 +654,7 @@ Reply Api::run(std::string_view rel) {
   }
   // Its metrics' declarations (metrics.json): {} where none was declared.
   {
-    const Result<io::MetricSpecs> specs = io::MetricSpecs::read(dir);
+    const Result<store::MetricSpecs> specs = store::MetricSpecs::read(dir);
     w.key("metrics");
     if (specs) {
       w.raw(specs->json());
@@ -673,7 +673,7 @@ Reply Api::run(std::string_view rel) {
   if (fs::exists(fs::symlink_status(artifacts, ec))) {
     const JsonLines lines = read_json_lines(artifacts, [&](const simdjson::dom::object& line) -> std::string_view {
       // A field missing or of another type is shown as its default.
-      const std::optional<io::ArtifactRecord> a = io::artifact_record(line);
+      const std::optional<store::ArtifactRecord> a = store::artifact_record(line);
       if (!a) return "no name";
       w.begin_object().key("name").string(a->name).key("type").string(a->type).key("size").uinteger(a->size);
       w.key("sha256").string(a->sha256).key("rank").integer(a->rank).key("step").integer(a->step);
@@ -687,11 +687,11 @@ Reply Api::run(std::string_view rel) {
   }
   w.end_array();
   // Barriers: how long each rank waited at each, and for whom.
-  const io::BarrierSummary bs = io::BarrierLog::read(dir);
+  const store::BarrierSummary bs = store::BarrierLog::read(dir);
   barriers(w, bs);
   if (bs.problem) errors.push_back(bs.problem.message());
   if (bs.skipped > 0)
-    warnings.push_back(std::string(io::BarrierLog::file_name) + ": " + std::to_string(bs.skipped) +
+    warnings.push_back(std::string(store::BarrierLog::file_name) + ": " + std::to_string(bs.skipped) +
                        " damaged line(s) skipped (" + bs.first_skipped + "); the others are shown");
   const std::shared_ptr<RunFiles> f = files(dir, true, true, true, true);
   // The ranks that hold the others back: those the others waited longest for
@@ -699,7 +699,7 @@ Reply Api::run(std::string_view rel) {
   {
     std::map<std::int64_t, std::string> why;
     double most = 0;
-    for (const io::BarrierSummary::Rank& k : bs.ranks) most = std::max(most, k.caused_s);
+    for (const store::BarrierSummary::Rank& k : bs.ranks) most = std::max(most, k.caused_s);
     // Ranks that keep pace still come last to a barrier now and then, by a
     // step's jitter: milliseconds a barrier, a few to a few tens of
     // milliseconds over a whole run. So a rank is marked only where the wall
@@ -716,9 +716,9 @@ Reply Api::run(std::string_view rel) {
       if (wall <= 0) wall = released - static_cast<double>(bs.records.front().opened_us) / 1e6;
     }
     std::int64_t listed = 0;
-    for (const io::BarrierSummary::Rank& k : bs.ranks) listed += k.barriers > 0 ? 1 : 0;
+    for (const store::BarrierSummary::Rank& k : bs.ranks) listed += k.barriers > 0 ? 1 : 0;
     const double others = static_cast<double>(std::max<std::int64_t>(1, listed - 1));
-    for (const io::BarrierSummary::Rank& k : bs.ranks) {
+    for (const store::BarrierSummary::Rank& k : bs.ranks) {
       if (most <= 0 || k.caused_s * 2 < most || k.last == 0) continue;
       const double lost = k.caused_s / others;
       if (lost < least_lost_s || lost < least_lost_share * wall) continue;
@@ -805,7 +805,7 @@ Reply Api::series(std::string_view rel, FileKind kind, const SeriesRequest& r) {
     // The file could not be read to its end: say so beside what was read.
     out.pop_back();
     out += ",\"problem\":";
-    io::append_json_string(out, s.problem.message());
+    core::append_json_string(out, s.problem.message());
     out += '}';
   }
   return {200, std::move(out)};
@@ -817,7 +817,7 @@ Reply Api::histograms(std::string_view rel, const HistogramRequest& r) {
   const std::shared_ptr<RunFiles> f = files(where.dir, false, false, true, false);
   const IndexState s = f->histograms.state();
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("run").string(rel);
   index_state(w, s);
   const Result<bool> found = f->histograms.column_json(r, w);
@@ -835,7 +835,7 @@ Reply Api::media(std::string_view rel, std::string_view key, std::optional<std::
   const std::shared_ptr<RunFiles> f = files(where.dir, false, false, false, true);
   const IndexState s = f->media.state();
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("run").string(rel);
   index_state(w, s);
   if (key.empty()) {
@@ -862,10 +862,10 @@ Reply Api::group(std::string_view rel) {
   }
   std::erase_if(g.members, [](const GroupMemberView& v) { return !v.run && !v.member; });
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("path").string(rel).key("project").string(g.project).key("name").string(g.name);
   if (g.problem) w.key("error").string(g.problem.message());
-  const io::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
+  const store::GroupManifest* m = g.manifest ? &*g.manifest : nullptr;
   if (m) {
     w.key("manifest").begin_object().key("state").string(m->state).key("size").integer(m->size);
     w.key("mode").string(m->mode).key("scope").string(m->scope).key("launcher").string(m->launcher);
@@ -883,7 +883,7 @@ Reply Api::group(std::string_view rel) {
     if (v.run)
       for (const RankInfo& k : v.run->ranks) last_step = std::max(last_step, k.last_step);
     if (v.member)
-      for (const io::GroupRank& k : v.member->ranks) last_step = std::max(last_step, k.last_step);
+      for (const store::GroupRank& k : v.member->ranks) last_step = std::max(last_step, k.last_step);
     last_steps.push_back(last_step);
   }
   const std::int64_t furthest = last_steps.empty() ? -1 : *std::max_element(last_steps.begin(), last_steps.end());
@@ -927,7 +927,7 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     out += "event: ";
     out += name;
     out += "\ndata: ";
-    io::JsonWriter w(out);
+    core::JsonWriter w(out);
     w.begin_object().key("run").string(rel);
     fill(w);
     w.end_object();
@@ -935,14 +935,14 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
   };
   const IndexState h = f->history.state();
   if (!seen.started || h.rows != seen.history_rows || h.keys != seen.history_keys || h.indexing != seen.history_indexing) {
-    event("history", [&](io::JsonWriter& w) { index_state(w, h), w.key("keys").uinteger(h.keys); });
+    event("history", [&](core::JsonWriter& w) { index_state(w, h), w.key("keys").uinteger(h.keys); });
     seen.history_rows = h.rows;
     seen.history_keys = h.keys;
     seen.history_indexing = h.indexing;
   }
   const IndexState s = f->system.state();
   if (!seen.started || s.rows != seen.system_rows || s.indexing != seen.system_indexing) {
-    event("system", [&](io::JsonWriter& w) { index_state(w, s); });
+    event("system", [&](core::JsonWriter& w) { index_state(w, s); });
     seen.system_rows = s.rows;
     seen.system_indexing = s.indexing;
   }
@@ -950,7 +950,7 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
   auto lines_event = [&](std::string_view name, std::string_view count, const IndexState& st, std::uint64_t& lines,
                          bool& indexing) {
     if (seen.started && st.rows + st.skipped == lines && st.indexing == indexing) return;
-    event(name, [&](io::JsonWriter& w) { index_state(w, st), w.key(count).uinteger(st.keys); });
+    event(name, [&](core::JsonWriter& w) { index_state(w, st), w.key(count).uinteger(st.keys); });
     lines = st.rows + st.skipped;
     indexing = st.indexing;
   };
@@ -965,7 +965,7 @@ std::string Api::changes(std::string_view rel, Seen& seen) {
     const RunInfo r = read_run(where.dir);
     seen.run_looked = now;
     if (changed || r.reported_state() != "running")
-      event("run", [&](io::JsonWriter& w) {
+      event("run", [&](core::JsonWriter& w) {
         w.key("stamp").string(stamp);
         identity(w, r);
         ranks(w, r);

@@ -39,7 +39,7 @@ std::string read_whole(const std::string& name) {
 /// FNV-1a, 64 bits, as 12 hex digits: a name that changes with the content
 /// (not a defence against anyone: the files are the build's own).
 std::string content_hash(std::string_view s) {
-  const std::uint64_t h = chorus::detail::fnv1a64(s);
+  const std::uint64_t h = chorus::core::fnv1a64(s);
   char out[17];
   std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
   return std::string(out, 12);

@@ -19,7 +19,7 @@ namespace {
 /// holds events of another reading asks for them all again.
 std::atomic<std::uint64_t> generations{0};
 
-void file_state(io::JsonWriter& w, const IndexState& s) {
+void file_state(core::JsonWriter& w, const IndexState& s) {
   w.key("rows").uinteger(s.rows).key("skipped").uinteger(s.skipped);
   w.key("first_skipped").string(s.first_skipped).key("unfinished").boolean(s.unfinished);
   w.key("missing").boolean(s.missing).key("last_step").integer(s.last_step).key("bytes").uinteger(s.bytes);
@@ -30,7 +30,7 @@ void file_state(io::JsonWriter& w, const IndexState& s) {
 } // namespace
 
 struct EventsApi::Log {
-  explicit Log(const std::string& dir) : file(dir + "/" + io::events_file), generation(++generations) {}
+  explicit Log(const std::string& dir) : file(dir + "/" + store::events_file), generation(++generations) {}
 
   /// Reads on: the complete lines appended since the last look.
   void refresh() {
@@ -43,7 +43,7 @@ struct EventsApi::Log {
           generation = ++generations;
         },
         [this](std::string_view line, std::uint64_t) -> std::string {
-          const Result<io::EventLine> e = io::parse_event_line(line);
+          const Result<store::EventLine> e = store::parse_event_line(line);
           if (!e) return e.error().message();
           IndexState& s = file.counts();
           if (e->event.step > s.last_step) s.last_step = e->event.step;
@@ -130,7 +130,7 @@ Reply EventsApi::events(std::string_view rel, std::string_view after_text) {
   const std::shared_ptr<Log> l = log(where.dir);
   std::lock_guard lock(l->mutex);
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("run").string(rel);
   file_state(w, l->file.state());
   w.key("generation").uinteger(l->generation).key("after").uinteger(after);
@@ -155,7 +155,7 @@ std::string EventsApi::changes(std::string_view rel, EventsSeen& seen) {
     return {};
   seen = {true, s.rows + s.skipped, l->generation, s.unfinished, s.missing, problem};
   std::string out = "event: events\ndata: ";
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("run").string(rel);
   file_state(w, s);
   w.key("generation").uinteger(l->generation).key("left_out").uinteger(l->left_out);

@@ -5,7 +5,7 @@
 // The file is followed as the other run files are (FollowedFile): each look
 // reads only the complete lines appended since the last one, a line being
 // written is taken once it is whole, and a file replaced or cut is read
-// afresh. Each line is read with io::parse_event_line; one it refuses is
+// afresh. Each line is read with store::parse_event_line; one it refuses is
 // skipped and counted, the first named with its line number. A run keeps
 // its last `max_events` events (and at most `max_bytes` of them); the older
 // ones are counted as left out. The runs' event logs together hold at most

@@ -27,7 +27,7 @@ void FollowedFile::reset() {
 
 FollowedFile::Look FollowedFile::look() {
   Look out;
-  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY, true);
+  const Result<int> fd = platform::open_regular(path_, O_RDONLY, true);
   if (!fd) {
     out.changed = state_.problem.message() != fd.error().message();
     state_.problem = fd.error();
@@ -41,7 +41,7 @@ FollowedFile::Look FollowedFile::look() {
   }
   struct stat st {};
   if (::fstat(*fd, &st) != 0) {
-    io::detail::close_fd(*fd);
+    platform::close_fd(*fd);
     return out;
   }
   out.size = static_cast<std::uint64_t>(st.st_size);
@@ -54,7 +54,7 @@ FollowedFile::Look FollowedFile::look() {
     out.afresh = out.changed = true;
   }
   if (out.size == state_.bytes || (stuck_size_ != 0 && out.size == stuck_size_)) {
-    io::detail::close_fd(*fd);
+    platform::close_fd(*fd);
     if (state_.unfinished && out.size == state_.bytes) {
       state_.unfinished = false;
       out.changed = true;
@@ -69,22 +69,22 @@ FollowedFile::Look FollowedFile::look() {
 void FollowedFile::read(const Look& look, std::uint64_t end,
                         const std::function<std::string(std::string_view, std::uint64_t)>& take) {
   end = std::min(end, look.size);
-  io::LineReader lines(look.fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
+  store::LineReader lines(look.fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
   for (std::string_view line;;) {
-    const io::LineReader::Next next = lines.next(line);
-    if (next == io::LineReader::Next::end) {
+    const store::LineReader::Next next = lines.next(line);
+    if (next == store::LineReader::Next::end) {
       // Where the reading stopped short of the file's end, the rest is for the next call.
       state_.indexing = end < look.size;
       state_.unfinished = !state_.indexing && !blank(lines.rest());
       break;
     }
-    if (next == io::LineReader::Next::too_long) {
+    if (next == store::LineReader::Next::too_long) {
       stuck_size_ = look.size;
       state_.indexing = false;
-      state_.problem = lines.error(); // io::line_too_long: the lines after it are not read
+      state_.problem = lines.error(); // store::line_too_long: the lines after it are not read
       break;
     }
-    if (next == io::LineReader::Next::failed) {
+    if (next == store::LineReader::Next::failed) {
       state_.problem = lines.error();
       break;
     }

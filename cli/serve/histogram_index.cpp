@@ -17,7 +17,7 @@
 namespace chorus::cli::serve {
 namespace {
 
-void rank_json(io::JsonWriter& w, const std::optional<int>& rank) {
+void rank_json(core::JsonWriter& w, const std::optional<int>& rank) {
   w.key("rank");
   if (rank) w.integer(*rank);
   else w.null();
@@ -77,7 +77,7 @@ bool HistogramIndex::refresh() {
   const bool changed = file_.follow(step_bytes_, forget, [&](std::string_view line, std::uint64_t offset) -> std::string {
     simdjson::dom::element doc;
     if (auto e = parser.parse(line.data(), line.size(), false).get(doc)) return simdjson::error_message(e);
-    const Result<io::HistogramLine> h = io::read_histogram_line(doc);
+    const Result<store::HistogramLine> h = store::read_histogram_line(doc);
     if (!h) return h.error().message();
     Point p{.step = h->step,
             .wall = h->timestamp,
@@ -116,7 +116,7 @@ std::size_t HistogramIndex::memory() const {
   return bytes;
 }
 
-void HistogramIndex::columns_json(io::JsonWriter& w) const {
+void HistogramIndex::columns_json(core::JsonWriter& w) const {
   std::shared_lock lock(mutex_);
   // By key, its merged column first, then its ranks in order.
   std::vector<const std::pair<const std::string, Column>*> order;
@@ -136,9 +136,9 @@ void HistogramIndex::columns_json(io::JsonWriter& w) const {
   w.end_array();
 }
 
-Result<io::HistogramLine> HistogramIndex::line_at(const Point& p, const std::string& column,
+Result<store::HistogramLine> HistogramIndex::line_at(const Point& p, const std::string& column,
                                                   simdjson::dom::parser& parser, std::string& text) const {
-  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
+  const Result<int> fd = platform::open_regular(path_, O_RDONLY);
   if (!fd) return fd.error();
   text.assign(p.length + simdjson::SIMDJSON_PADDING, '\0');
   std::size_t got = 0;
@@ -148,16 +148,16 @@ Result<io::HistogramLine> HistogramIndex::line_at(const Point& p, const std::str
     if (n <= 0) break;
     got += static_cast<std::size_t>(n);
   }
-  io::detail::close_fd(*fd);
+  platform::close_fd(*fd);
   const Error changed(Errc::io_error, path_ + " changed while it was read (rewritten by chorus recover?): ask again");
   simdjson::dom::element doc;
   if (got < p.length || parser.parse(text.data(), p.length, false).get(doc) != simdjson::SUCCESS) return changed;
-  Result<io::HistogramLine> line = io::read_histogram_line(doc);
+  Result<store::HistogramLine> line = store::read_histogram_line(doc);
   if (!line || line->step != p.step || line->column() != column) return changed;
   return line;
 }
 
-Result<bool> HistogramIndex::column_json(const HistogramRequest& r, io::JsonWriter& w) const {
+Result<bool> HistogramIndex::column_json(const HistogramRequest& r, core::JsonWriter& w) const {
   std::shared_lock lock(mutex_);
   const auto it = columns_.find(r.column);
   if (it == columns_.end()) return false;
@@ -173,7 +173,7 @@ Result<bool> HistogramIndex::column_json(const HistogramRequest& r, io::JsonWrit
   }
   simdjson::dom::parser parser;
   std::string text;
-  const Result<io::HistogramLine> line = line_at(ps[at], r.column, parser, text);
+  const Result<store::HistogramLine> line = line_at(ps[at], r.column, parser, text);
   if (!line) return line.error();
 
   w.key("column").string(r.column).key("key").string(c.key);
@@ -215,7 +215,7 @@ Result<bool> HistogramIndex::column_json(const HistogramRequest& r, io::JsonWrit
     else w.null();
   }
   w.key("nan").uinteger(h.nan_count()).key("inf").uinteger(h.pos_inf_count()).key("-inf").uinteger(h.neg_inf_count());
-  w.key("buckets").uinteger(detail::HistogramAccess::buckets(h).size());
+  w.key("buckets").uinteger(core::HistogramAccess::buckets(h).size());
   w.key("bins").begin_array();
   for (const Histogram::Bucket& b : rebin(h, r.bins))
     w.begin_array().number(b.lo).number(b.hi).uinteger(b.count).end_array();

@@ -3,7 +3,7 @@
 // draws (seven quantiles, the counts of values, NaN and infinities) and where
 // the step's line lies in the file. The buckets themselves are not kept: a
 // step's are read back from its line when they are asked for, and re-binned
-// for drawing. Lines are read through io::read_histogram_line, the format's
+// for drawing. Lines are read through store::read_histogram_line, the format's
 // one reader; a line it refuses is skipped and counted.
 //
 // The index grows with the file: each refresh reads the complete lines
@@ -71,11 +71,11 @@ public:
   [[nodiscard]] IndexState state() const;
   /// Writes the columns as a JSON array, sorted by key, the merged column
   /// first: column, key, rank (null: merged), steps, first and last step.
-  void columns_json(io::JsonWriter& w) const;
+  void columns_json(core::JsonWriter& w) const;
   /// Writes the answer to `r` into the object `w` is in (docs/DASHBOARD.md,
   /// /api/histograms); false, with nothing written, where the file has no
   /// such column; an error where the chosen step's line could not be read back.
-  [[nodiscard]] Result<bool> column_json(const HistogramRequest& r, io::JsonWriter& w) const;
+  [[nodiscard]] Result<bool> column_json(const HistogramRequest& r, core::JsonWriter& w) const;
   /// The bytes the index holds.
   [[nodiscard]] std::size_t memory() const;
 
@@ -97,7 +97,7 @@ private:
   };
 
   /// Reads a point's line back from the file.
-  [[nodiscard]] Result<io::HistogramLine> line_at(const Point& p, const std::string& column, simdjson::dom::parser& parser,
+  [[nodiscard]] Result<store::HistogramLine> line_at(const Point& p, const std::string& column, simdjson::dom::parser& parser,
                                                   std::string& text) const;
 
   FollowedFile file_;

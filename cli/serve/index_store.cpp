@@ -26,7 +26,7 @@ constexpr std::string_view suffix = ".index";
 
 std::uint64_t word_hash(std::string_view s) noexcept {
   // Four lanes of 8 bytes each, mixed apart (no lane waits for another), then together.
-  std::uint64_t lane[4] = {detail::fnv1a64_basis ^ s.size(), 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
+  std::uint64_t lane[4] = {core::fnv1a64_basis ^ s.size(), 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
                            0x165667b19e3779f9ull};
   std::size_t i = 0;
   for (; i + 32 <= s.size(); i += 32)
@@ -37,8 +37,8 @@ std::uint64_t word_hash(std::string_view s) noexcept {
       lane[k] ^= lane[k] >> 29;
     }
   std::uint64_t h = lane[0];
-  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * detail::fnv1a64_prime;
-  for (; i < s.size(); ++i) h = detail::fnv1a64_step(h, static_cast<unsigned char>(s[i]));
+  for (int k = 1; k < 4; ++k) h = (h ^ lane[k]) * core::fnv1a64_prime;
+  for (; i < s.size(); ++i) h = core::fnv1a64_step(h, static_cast<unsigned char>(s[i]));
   return h ^ (h >> 32);
 }
 
@@ -46,7 +46,7 @@ IndexStore::IndexStore(std::string dir, std::uint64_t max_bytes) : dir_(std::mov
   struct stat st {};
   if (dir_.empty() || dir_[0] != '/') {
     why_ = "no directory to keep indexes in: give --index-dir an absolute path, or --no-index-dir";
-  } else if (Error e = io::make_dirs(dir_, "give --index-dir another directory, or --no-index-dir")) {
+  } else if (Error e = platform::make_dirs(dir_, "give --index-dir another directory, or --no-index-dir")) {
     why_ = e.message();
   } else if (::lstat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     why_ = dir_ + " is not a directory: give --index-dir a directory, or --no-index-dir";
@@ -70,7 +70,7 @@ IndexStore::IndexStore(std::string dir, std::uint64_t max_bytes) : dir_(std::mov
       // Whole or not at all (a full disk leaves the kept file as it was);
       // no fsync: after a crash of the machine an empty or old file is
       // refused, and the index made again.
-      (void)io::write_file_atomic(file, bytes, false);
+      (void)platform::write_file_atomic(file, bytes, false);
       evict();
       lock.lock();
       writing_ = false;
@@ -95,7 +95,7 @@ std::string IndexStore::default_dir() {
 }
 
 std::string IndexStore::file_for(std::string_view data, FileKind kind) const {
-  const std::uint64_t h = detail::fnv1a64(data, detail::fnv1a64(kind == FileKind::history ? "history" : "system"));
+  const std::uint64_t h = core::fnv1a64(data, core::fnv1a64(kind == FileKind::history ? "history" : "system"));
   char name[17];
   std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(h));
   std::string out = dir_;
@@ -112,7 +112,7 @@ IndexStore::Mapped::~Mapped() {
 IndexStore::Mapped IndexStore::read(const std::string& file) const {
   if (!usable()) return {};
   // No link, FIFO or device taken for a kept file.
-  const Result<int> opened = io::detail::open_regular(file, O_RDONLY, true);
+  const Result<int> opened = platform::open_regular(file, O_RDONLY, true);
   if (!opened || *opened < 0) return {};
   const int fd = *opened;
   const char* data = nullptr;
@@ -125,7 +125,7 @@ IndexStore::Mapped IndexStore::read(const std::string& file) const {
     if (p != MAP_FAILED) data = static_cast<const char*>(p), size = static_cast<std::size_t>(st.st_size);
     ::futimens(fd, nullptr); // used now
   }
-  io::detail::close_fd(fd);
+  platform::close_fd(fd);
   return Mapped(data, size);
 }
 

@@ -15,7 +15,7 @@ void put_number(std::string& out, double v) {
     out += std::to_string(static_cast<std::int64_t>(v));
     return;
   }
-  io::append_json_number(out, v);
+  core::append_json_number(out, v);
 }
 
 } // namespace lines
@@ -115,7 +115,7 @@ void LinesIndex::Collector::json(std::string& out) {
   out += "],\"y\":[";
   for (std::size_t i = 0; i < pts.size(); ++i) {
     if (i) out += ',';
-    io::append_json_number(out, pts[i].v);
+    core::append_json_number(out, pts[i].v);
   }
   out += "]";
   if (std::all_of(std::begin(marks_), std::end(marks_), [](const std::vector<double>& m) { return m.empty(); }))

@@ -86,7 +86,7 @@ public:
   std::int64_t step = 0;
   double wall = lines::nan_v, rel = lines::nan_v;
 
-  /// Why the object is no row (io::HistoryRow), or "". `value(key, v,
+  /// Why the object is no row (store::HistoryRow), or "". `value(key, v,
   /// place)` gets each value; `place` is its place among the line's values
   /// (npos for the added keys).
   template <class F>
@@ -96,10 +96,10 @@ public:
       wall = lines::number_or_nan(row, "_timestamp");
       rel = lines::number_or_nan(row, "_runtime");
       std::size_t place = 0;
-      for (const io::RowValue& v : io::RowValues(row)) value(v.key, v.value, place++);
+      for (const store::RowValue& v : store::RowValues(row)) value(v.key, v.value, place++);
       return {};
     }
-    const io::HistoryRow r(row);
+    const store::HistoryRow r(row);
     if (!r) return r.why();
     step = r.step();
     wall = r.timestamp().value_or(lines::nan_v);
@@ -108,13 +108,13 @@ public:
     std::size_t place = 0;
     double fewest = lines::nan_v;
     r.each(
-        [&](const io::RowValue& v) {
+        [&](const store::RowValue& v) {
           value(v.key, v.value, place++);
           if (const std::int64_t k = lines::rank_of(v.key);
               k >= 0 && std::find(ranks_.begin(), ranks_.end(), k) == ranks_.end())
             ranks_.push_back(k);
         },
-        [&](const io::RowValue& n) {
+        [&](const store::RowValue& n) {
           if (uncounted_ && std::binary_search(uncounted_->begin(), uncounted_->end(), n.key, std::less<>()))
             return;
           if (!(n.value >= fewest)) fewest = n.value;

@@ -157,7 +157,7 @@ bool LinesIndex::refresh() {
     LinesIndex& index;
     ~Accounted() { index.account(); }
   } accounted{*this};
-  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY, true);
+  const Result<int> fd = platform::open_regular(path_, O_RDONLY, true);
   if (!fd) {
     const bool changed = state_.problem.message() != fd.error().message();
     state_.problem = fd.error();
@@ -170,7 +170,7 @@ bool LinesIndex::refresh() {
   }
   struct stat st {};
   if (::fstat(*fd, &st) != 0) {
-    io::detail::close_fd(*fd);
+    platform::close_fd(*fd);
     return false;
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -187,7 +187,7 @@ bool LinesIndex::refresh() {
   if (overview_) {
     // Still being built: the overview stands, unless the file was replaced or cut.
     if (st.st_dev == dev_ && st.st_ino == ino_ && size >= overview_->end) {
-      io::detail::close_fd(*fd);
+      platform::close_fd(*fd);
       return changed;
     }
     reset(); // stops the building; the file is read afresh below
@@ -201,7 +201,7 @@ bool LinesIndex::refresh() {
     changed = true;
   }
   if (size == state_.bytes || (stuck_size_ != 0 && size == stuck_size_)) {
-    io::detail::close_fd(*fd);
+    platform::close_fd(*fd);
     if (state_.unfinished && size == state_.bytes) {
       state_.unfinished = false;
       changed = true;
@@ -218,14 +218,14 @@ bool LinesIndex::refresh() {
     if (!kept.bytes().empty() && !take_kept(kept.bytes(), *fd, st.st_dev, st.st_ino, size)) {
       changed = true;
     } else if (start_overview(*fd, size)) {
-      io::detail::close_fd(*fd);
+      platform::close_fd(*fd);
       return true;
     }
   }
   // A long stretch to read (a run opened for the first time) is read by
   // several threads, a piece each.
   if (size - state_.bytes >= parallel_from_ && pieces_ > 1 && read_in_parallel(size, pieces_)) {
-    io::detail::close_fd(*fd);
+    platform::close_fd(*fd);
   } else {
     read_lines(*fd, size);
   }
@@ -272,7 +272,7 @@ void LinesIndex::keep_points(std::vector<std::string> keys) {
   if (lost || overview_) reset();
 }
 
-void LinesIndex::count_ranks(const Result<io::MetricSpecs>& specs) {
+void LinesIndex::count_ranks(const Result<store::MetricSpecs>& specs) {
   std::vector<std::string> uncounted;
   if (specs)
     for (const auto& [key, spec] : specs->specs)

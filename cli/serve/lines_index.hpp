@@ -154,7 +154,7 @@ public:
   /// one rank's by design (rank 0's `lr`), so that their count of 1 is no
   /// sign of missing ranks. Where they change, the index starts over at the
   /// next refresh.
-  void count_ranks(const Result<io::MetricSpecs>& specs);
+  void count_ranks(const Result<store::MetricSpecs>& specs);
   /// Keeps the index of a long file (one indexed in the background) in
   /// `store` once it is built, and again as the file grows by as much; a
   /// long file opened for the first time takes its kept index instead of

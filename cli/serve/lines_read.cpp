@@ -178,11 +178,11 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
       gate_.wait(lock, [this] { return !hold_ || stop_; });
     }
     LinesIndex& n = *next_;
-    const Result<int> in = io::detail::open_regular(path_, O_RDONLY);
+    const Result<int> in = platform::open_regular(path_, O_RDONLY);
     if (!in) {
       n.state_.problem = in.error();
     } else if (end >= parallel_from_ && pieces_ > 1 && n.read_in_parallel(end, pieces_)) {
-      io::detail::close_fd(*in);
+      platform::close_fd(*in);
     } else {
       n.read_lines(*in, end);
     }
@@ -199,7 +199,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
 }
 
 void LinesIndex::read_lines(int fd, std::uint64_t end) {
-  io::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
+  store::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
   simdjson::dom::parser parser;
   RowReader reader(kind_, &uncounted_);
   std::vector<std::uint32_t> ids;
@@ -208,17 +208,17 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
       state_.problem = Error(Errc::io_error, path_ + ": indexing stopped");
       break;
     }
-    const io::LineReader::Next next = lines.next(line);
-    if (next == io::LineReader::Next::end) {
+    const store::LineReader::Next next = lines.next(line);
+    if (next == store::LineReader::Next::end) {
       state_.unfinished = !blank(lines.rest());
       break;
     }
-    if (next == io::LineReader::Next::too_long) {
+    if (next == store::LineReader::Next::too_long) {
       stuck_size_ = end;
-      state_.problem = lines.error(); // io::line_too_long: the lines after it are not read
+      state_.problem = lines.error(); // store::line_too_long: the lines after it are not read
       break;
     }
-    if (next == io::LineReader::Next::failed) {
+    if (next == store::LineReader::Next::failed) {
       state_.problem = lines.error();
       break;
     }
@@ -294,7 +294,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
   // Pieces start just after a newline, at about equal distances.
   std::vector<std::uint64_t> starts{state_.bytes};
   {
-    const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
+    const Result<int> fd = platform::open_regular(path_, O_RDONLY);
     if (!fd) return false;
     const std::uint64_t piece = (end - state_.bytes) / threads;
     char buf[1 << 16];
@@ -303,7 +303,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
       for (bool found = false; !found;) {
         const ssize_t n = ::pread(*fd, buf, sizeof buf, static_cast<off_t>(at));
         if (n <= 0 || at >= end || at - (state_.bytes + piece * i) > max_line_bytes) {
-          io::detail::close_fd(*fd);
+          platform::close_fd(*fd);
           return false;
         }
         if (const void* nl = std::memchr(buf, '\n', static_cast<std::size_t>(n))) {
@@ -316,7 +316,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
       if (at >= end) break;
       starts.push_back(at);
     }
-    io::detail::close_fd(*fd);
+    platform::close_fd(*fd);
   }
   starts.push_back(end);
   // Each piece says what it holds as it grows, to whatever this index says to.
@@ -334,7 +334,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
   std::vector<std::thread> workers;
   for (std::size_t i = 0; i < parts.size(); ++i)
     workers.emplace_back([&, i] {
-      const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
+      const Result<int> fd = platform::open_regular(path_, O_RDONLY);
       if (!fd) {
         parts[i]->state_.problem = fd.error();
         return;

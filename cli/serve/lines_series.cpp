@@ -34,12 +34,12 @@ void put_answer(std::string& out, double lo, double hi, std::uint64_t rows, std:
   out += extra;
   if (problem) {
     out += ",\"error\":";
-    io::append_json_string(out, problem.message());
+    core::append_json_string(out, problem.message());
   }
   out += ",\"series\":{";
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (i) out += ',';
-    io::append_json_string(out, keys[i]);
+    core::append_json_string(out, keys[i]);
     out += ':';
     collectors[i].json(out);
     tail(i);
@@ -156,16 +156,16 @@ Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t 
                              double hi) const {
   std::unordered_map<std::string_view, std::size_t> wanted;
   for (std::size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i], i);
-  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
+  const Result<int> fd = platform::open_regular(path_, O_RDONLY);
   if (!fd) return fd.error();
-  io::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = max_line_bytes, .end = end});
+  store::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = max_line_bytes, .end = end});
   simdjson::dom::parser parser;
   RowReader reader(kind_, &uncounted_);
   std::vector<std::pair<std::size_t, double>> got; // the line's values of the keys wanted
   for (std::string_view line; row < last;) {
-    const io::LineReader::Next next = lines.next(line);
-    if (next == io::LineReader::Next::failed) return lines.error();
-    if (next != io::LineReader::Next::line) break;
+    const store::LineReader::Next next = lines.next(line);
+    if (next == store::LineReader::Next::failed) return lines.error();
+    if (next != store::LineReader::Next::line) break;
     line = trim_line_end(line);
     simdjson::dom::object obj;
     if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) continue;
@@ -395,9 +395,9 @@ void LinesIndex::keys_json(std::string& out) const {
       out += ",\"first_step\":" + std::to_string(first_step) + ",\"last_step\":" + std::to_string(last_step);
     } else {
       out += ",\"first_time\":";
-      io::append_json_number(out, first_time);
+      core::append_json_number(out, first_time);
       out += ",\"last_time\":";
-      io::append_json_number(out, last_time);
+      core::append_json_number(out, last_time);
     }
   };
   if (overview_) {
@@ -408,7 +408,7 @@ void LinesIndex::keys_json(std::string& out) const {
       const Overview::Series& k = o.keys[i];
       if (i) out += ',';
       out += "{\"key\":";
-      io::append_json_string(out, k.name);
+      core::append_json_string(out, k.name);
       out += ",\"points\":" + std::to_string(std::llround(static_cast<double>(k.points.size()) * o.scale()));
       const auto nans = std::count_if(k.nonfinite.begin(), k.nonfinite.end(), [](const auto& p) { return std::isnan(p.second); });
       out += ",\"nan\":" + std::to_string(nans) +
@@ -417,11 +417,11 @@ void LinesIndex::keys_json(std::string& out) const {
         double lo = k.points.front().second, hi = lo;
         for (const auto& p : k.points) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
         out += ",\"min\":";
-        io::append_json_number(out, lo);
+        core::append_json_number(out, lo);
         out += ",\"max\":";
-        io::append_json_number(out, hi);
+        core::append_json_number(out, hi);
         out += ",\"last\":";
-        io::append_json_number(out, k.points.back().second);
+        core::append_json_number(out, k.points.back().second);
         const Overview::Line &a = o.lines[k.points.front().first], &b = o.lines[k.points.back().first];
         put_ends(a.step, b.step, a.wall, b.wall);
       }
@@ -434,16 +434,16 @@ void LinesIndex::keys_json(std::string& out) const {
     const Key& k = keys_[i];
     if (i) out += ',';
     out += "{\"key\":";
-    io::append_json_string(out, k.name);
+    core::append_json_string(out, k.name);
     out += ",\"points\":" + std::to_string(k.points) + ",\"nan\":" + std::to_string(k.nans) +
            ",\"inf\":" + std::to_string(k.infs);
     if (k.points > 0) {
       out += ",\"min\":";
-      io::append_json_number(out, k.min);
+      core::append_json_number(out, k.min);
       out += ",\"max\":";
-      io::append_json_number(out, k.max);
+      core::append_json_number(out, k.max);
       out += ",\"last\":";
-      io::append_json_number(out, k.last);
+      core::append_json_number(out, k.last);
       put_ends(step_[k.first_row], step_[k.last_row], wall_[k.first_row], wall_[k.last_row]);
     }
     out += '}';

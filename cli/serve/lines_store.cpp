@@ -130,21 +130,21 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> end_hashes(int fd, std::u
   std::string buf;
   const std::size_t n = static_cast<std::size_t>(std::min(bytes, end_bytes));
   if (lines::read_at(fd, 0, n, buf).size() != n) return std::nullopt;
-  const std::uint64_t head = detail::fnv1a64(buf);
+  const std::uint64_t head = core::fnv1a64(buf);
   if (lines::read_at(fd, bytes - n, n, buf).size() != n) return std::nullopt;
-  return std::pair{head, detail::fnv1a64(buf)};
+  return std::pair{head, core::fnv1a64(buf)};
 }
 
 } // namespace
 
 std::string LinesIndex::kept_bytes() const {
-  const Result<int> fd = io::detail::open_regular(path_, O_RDONLY);
+  const Result<int> fd = platform::open_regular(path_, O_RDONLY);
   if (!fd) return {};
   struct stat st {};
   const bool same = ::fstat(*fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_ &&
                     static_cast<std::uint64_t>(st.st_size) >= state_.bytes;
   const auto ends = same && state_.bytes > 0 ? end_hashes(*fd, state_.bytes) : std::nullopt;
-  io::detail::close_fd(*fd);
+  platform::close_fd(*fd);
   if (!ends) return {};
   std::size_t size = 256 + step_.size() * 24 + marks_.size() * 60;
   for (const Key& k : keys_)

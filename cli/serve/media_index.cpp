@@ -15,7 +15,7 @@ namespace {
 
 /// Why a line's format does not go with its kind ("" where it does): an
 /// image is a PNG or JPEG file, text markdown, a table JSON.
-std::string misfit(const io::MediaLine& m) {
+std::string misfit(const store::MediaLine& m) {
   const bool fits = m.kind == "image" ? m.format == "png" || m.format == "jpeg"
                     : m.kind == "text" ? m.format == "md"
                                        : m.format == "json";
@@ -48,7 +48,7 @@ bool MediaIndex::refresh() {
   const bool changed = file_.follow(step_bytes_, forget, [&](std::string_view line, std::uint64_t) -> std::string {
     simdjson::dom::element doc;
     if (auto e = parser.parse(line.data(), line.size(), false).get(doc)) return simdjson::error_message(e);
-    const Result<io::MediaLine> m = io::read_media_line(doc);
+    const Result<store::MediaLine> m = store::read_media_line(doc);
     if (!m) return m.error().message();
     if (std::string why = misfit(*m); !why.empty()) return why;
     auto it = keys_.find(m->key);
@@ -98,7 +98,7 @@ std::size_t MediaIndex::memory() const {
   return sizeof *this + keys_.size() * (sizeof(Key) + 96) + entries_ * (sizeof(Entry) + 64);
 }
 
-void MediaIndex::keys_json(io::JsonWriter& w) const {
+void MediaIndex::keys_json(core::JsonWriter& w) const {
   std::shared_lock lock(mutex_);
   w.begin_array();
   for (const auto& [name, k] : keys_) {
@@ -115,7 +115,7 @@ void MediaIndex::keys_json(io::JsonWriter& w) const {
 }
 
 bool MediaIndex::key_json(std::string_view key, std::optional<std::int64_t> step, std::string_view run,
-                          io::JsonWriter& w) const {
+                          core::JsonWriter& w) const {
   std::shared_lock lock(mutex_);
   const auto it = keys_.find(key);
   if (it == keys_.end()) return false;
@@ -135,7 +135,7 @@ bool MediaIndex::key_json(std::string_view key, std::optional<std::int64_t> step
     if (i == 0 || es[i].step != es[i - 1].step) w.integer(es[i].step);
   w.end_array();
   w.key("first_step").integer(es.front().step).key("last_step").integer(es.back().step).key("at").integer(at);
-  const std::string address = "/api/media/file?run=" + io::url_encode(run) + "&key=" + io::url_encode(key) + "&step=";
+  const std::string address = "/api/media/file?run=" + upload::url_encode(run) + "&key=" + upload::url_encode(key) + "&step=";
   w.key("entries").begin_array();
   const auto first =
       std::lower_bound(es.begin(), es.end(), at, [](const Entry& e, std::int64_t s) { return e.step < s; });

@@ -3,7 +3,7 @@
 // file under media/ its line names, with its caption, size and an image's
 // width and height. The files themselves are never read here: the server
 // hands one out only where a line of this index names it (Api::resolve_media).
-// Lines are read through io::read_media_line, the format's one reader; a line
+// Lines are read through store::read_media_line, the format's one reader; a line
 // it refuses, or one whose format does not go with its kind, or whose key
 // holds another kind, is skipped and counted, the first named.
 //
@@ -54,14 +54,14 @@ public:
   /// `rows`: lines taken; `keys`: media keys; `skipped`, `first_skipped`: the lines refused.
   [[nodiscard]] IndexState state() const;
   /// Writes the keys as a JSON array, sorted: key, kind, ranks, steps, entries, first and last step.
-  void keys_json(io::JsonWriter& w) const;
+  void keys_json(core::JsonWriter& w) const;
   /// Writes `key`'s fields into the object `w` is in (docs/DASHBOARD.md,
   /// /api/media): its kind, ranks, every step, and the entries (one a rank)
   /// of step `step` (the key's last step at or before it, or its first; the
   /// last where unset), each with the address of its file under the run
   /// `run`. False, with nothing written, where the file has no such key.
   bool key_json(std::string_view key, std::optional<std::int64_t> step, std::string_view run,
-                io::JsonWriter& w) const;
+                core::JsonWriter& w) const;
   /// The file a line names for `key` at `step` from `rank`; none where no line does.
   [[nodiscard]] std::optional<MediaFile> file(std::string_view key, std::int64_t step, int rank) const;
   /// The bytes the index holds.

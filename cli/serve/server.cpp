@@ -149,7 +149,7 @@ bool is_loopback(const std::string& host) {
   return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
-Result<std::string> random_token() { return io::detail::random_hex(16, "a token"); }
+Result<std::string> random_token() { return platform::random_hex(16, "a token"); }
 
 struct Server::Impl {
   explicit Impl(ServeOptions o)
@@ -281,7 +281,7 @@ struct Server::Impl {
     http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { events(req, res); });
     http.Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
       std::string body = "{\"root\":";
-      io::append_json_string(body, options.root);
+      core::append_json_string(body, options.root);
       body += ",\"streams\":" + std::to_string(streams.load()) + ",\"cached_bytes\":" +
               std::to_string(api.cached_bytes() + run_events.cached_bytes()) + ",\"token\":" + (options.token.empty() ? "false" : "true") + "}";
       put(res, std::move(body), "application/json", Coding::identity);
@@ -379,7 +379,7 @@ struct Server::Impl {
   /// refusal in `res`, where it cannot be read.
   static bool send_file(const httplib::Request& req, httplib::Response& res, const std::string& path,
                         const std::string& type, bool whole) {
-    const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+    const Result<int> fd = platform::open_regular(path, O_RDONLY);
     if (!fd) {
       refuse(res, 404, fd.error().message());
       return false;
@@ -387,7 +387,7 @@ struct Server::Impl {
     struct stat st {};
     if (::fstat(*fd, &st) != 0) {
       const int e = errno;
-      io::detail::close_fd(*fd);
+      platform::close_fd(*fd);
       refuse(res, 500, std::string("cannot read the file: ") + std::strerror(e));
       return false;
     }
@@ -401,7 +401,7 @@ struct Server::Impl {
         if (n <= 0) break;
         got += static_cast<std::size_t>(n);
       }
-      io::detail::close_fd(*fd);
+      platform::close_fd(*fd);
       body.resize(got);
       put_answer(req, res, std::move(body), type);
       return true;
@@ -415,7 +415,7 @@ struct Server::Impl {
           if (n <= 0) return false;
           return sink.write(buf, static_cast<std::size_t>(n));
         },
-        [file](bool) { io::detail::close_fd(*file); });
+        [file](bool) { platform::close_fd(*file); });
     return true;
   }
 

@@ -8,7 +8,7 @@
 #define CHORUS_CRC32C_X86 1
 #endif
 
-namespace chorus::io {
+namespace chorus::platform {
 namespace {
 
 constexpr std::uint32_t poly = 0x82F63B78u; // Castagnoli, reflected
@@ -153,4 +153,4 @@ std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint
   return multmodp(shift, crc_a) ^ crc_b;
 }
 
-} // namespace chorus::io
+} // namespace chorus::platform

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace chorus::io {
+namespace chorus::platform {
 
 /// CRC32C of `n` bytes. Extendable: crc32c(b, nb, crc32c(a, na)) equals the
 /// CRC of a followed by b. crc32c("123456789", 9) == 0xE3069283.
@@ -35,4 +35,4 @@ namespace detail {
 [[nodiscard]] std::uint32_t crc32c_hardware(const void* data, std::size_t n, std::uint32_t crc) noexcept;
 } // namespace detail
 
-} // namespace chorus::io
+} // namespace chorus::platform

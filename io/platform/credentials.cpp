@@ -15,7 +15,7 @@
 #include <functional>
 #include <memory>
 
-namespace chorus::io {
+namespace chorus::platform {
 
 namespace {
 
@@ -167,4 +167,4 @@ Error check_credentials(const std::string& dir, Credentials& out) {
   return {};
 }
 
-} // namespace chorus::io
+} // namespace chorus::platform

@@ -13,7 +13,7 @@
 
 #include <string>
 
-namespace chorus::io {
+namespace chorus::platform {
 
 struct Credentials {
   std::string ca_file, cert_file, key_file;
@@ -28,4 +28,4 @@ struct Credentials {
 /// signed by the CA and valid now. The error names the file and the fix.
 [[nodiscard]] Error check_credentials(const std::string& dir, Credentials& out);
 
-} // namespace chorus::io
+} // namespace chorus::platform

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::platform {
 
 /// mkdir -p: creates `path` and its missing parents with mode 0700 (what
 /// exists already is left as it is). `elsewhere`: how the fix of an error
@@ -66,4 +66,4 @@ private:
   std::uint64_t size_ = 0;
 };
 
-} // namespace chorus::io
+} // namespace chorus::platform

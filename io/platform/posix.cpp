@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace chorus::io::detail {
+namespace chorus::platform {
 
 std::string user_named(unsigned uid) {
   passwd pw{}, *found = nullptr;
@@ -307,4 +307,4 @@ std::string raise_open_files(std::uint64_t want) {
          "` in the job's script, LimitNOFILE= for a service) before the job starts";
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::platform

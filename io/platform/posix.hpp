@@ -11,7 +11,7 @@
 #include <dlfcn.h>
 #include <sys/uio.h>
 
-namespace chorus::io::detail {
+namespace chorus::platform {
 
 /// Errc::io_error "<what> on <path>: <strerror(errnum)>. <fix>", the fix
 /// chosen from errnum; `elsewhere` says how to write somewhere else instead.
@@ -104,4 +104,4 @@ template <class F>
   return reinterpret_cast<F>(::dlsym(lib, symbol));
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::platform

@@ -7,12 +7,12 @@
 
 #include <cstdlib>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 Env process_env() {
   return [](std::string_view name) -> std::optional<std::string> {
     if (name == hydra_proxy) {
-      const std::optional<io::ProcessId> proxy = io::find_ancestor("hydra_pmi_proxy");
+      const std::optional<platform::ProcessId> proxy = platform::find_ancestor("hydra_pmi_proxy");
       if (!proxy) return std::nullopt;
       return std::to_string(proxy->pid) + "-" + std::to_string(proxy->start_ticks);
     }
@@ -22,14 +22,14 @@ Env process_env() {
   };
 }
 
-} // namespace chorus::detail
+} // namespace chorus::core
 
 namespace chorus {
 
 Topology detect_topology(Error& error) {
   // The public form (chorus.hpp): the topology, and the error beside it
   // (where there is one, a single process's).
-  Result<Topology> t = detail::detect_topology(detail::process_env());
+  Result<Topology> t = core::detect_topology(core::process_env());
   error = t.error();
   if (t) return std::move(*t);
   Topology single;

@@ -15,7 +15,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::platform {
 namespace {
 
 // Big enough for /proc/stat of a few hundred CPUs, so that buffers grow
@@ -96,13 +96,13 @@ Error read_whole(const std::string& path, std::string& buf, std::string_view& te
     if (r < 0) {
       if (errno == EINTR) continue;
       const int errnum = errno;
-      detail::close_fd(fd);
+      platform::close_fd(fd);
       return read_error(path, errnum, hint);
     }
     if (r == 0) break;
     n += static_cast<std::size_t>(r);
   }
-  detail::close_fd(fd);
+  platform::close_fd(fd);
   text = std::string_view(buf.data(), n);
   return {};
 }
@@ -534,4 +534,4 @@ Error ProcessSampler::sample(ProcessSample& out, double elapsed_seconds) {
   return {};
 }
 
-} // namespace chorus::io
+} // namespace chorus::platform

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::platform {
 
 // ---------------------------------------------------------------------------
 // Parsers. Each takes a whole file's text and returns std::nullopt when the
@@ -194,4 +194,4 @@ private:
   std::int64_t last_ns_ = 0;
 };
 
-} // namespace chorus::io
+} // namespace chorus::platform

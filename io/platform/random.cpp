@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-namespace chorus::io::detail {
+namespace chorus::platform {
 
 Result<std::string> random_hex(std::size_t bytes, std::string_view what) {
   std::vector<unsigned char> raw(bytes);
@@ -33,4 +33,4 @@ Result<std::string> random_hex(std::size_t bytes, std::string_view what) {
   return out;
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::platform

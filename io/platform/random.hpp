@@ -7,10 +7,10 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io::detail {
+namespace chorus::platform {
 
 /// `bytes` random bytes from getrandom(2), as 2 * bytes lowercase hex
 /// digits; the error names `what` was being made.
 [[nodiscard]] Result<std::string> random_hex(std::size_t bytes, std::string_view what);
 
-} // namespace chorus::io::detail
+} // namespace chorus::platform

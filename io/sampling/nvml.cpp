@@ -8,7 +8,7 @@
 #include <dlfcn.h>
 #include <utility>
 
-namespace chorus::io {
+namespace chorus::sampling {
 namespace {
 
 // The part of NVML's C ABI used here, declared by hand so that chorus builds
@@ -181,7 +181,7 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const char* library) try {
   bool missing = false;
   auto need = [&]<class F>(F& fn, const char* symbol) {
     if (missing) return;
-    fn = detail::dl_symbol<F>(api->lib, symbol);
+    fn = platform::dl_symbol<F>(api->lib, symbol);
     if (fn) return;
     missing = true;
     why_not.assign(lib_name).append(" is not a usable NVML (").append(dl_error(symbol)).append(")");
@@ -204,9 +204,9 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const char* library) try {
   using MigParent = decltype(api->mig_parent);
   using MigCount = decltype(api->mig_count);
   using MigByIndex = decltype(api->mig_by_index);
-  api->mig_parent = detail::dl_symbol<MigParent>(api->lib, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
-  api->mig_count = detail::dl_symbol<MigCount>(api->lib, "nvmlDeviceGetMaxMigDeviceCount");
-  api->mig_by_index = detail::dl_symbol<MigByIndex>(api->lib, "nvmlDeviceGetMigDeviceHandleByIndex");
+  api->mig_parent = platform::dl_symbol<MigParent>(api->lib, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+  api->mig_count = platform::dl_symbol<MigCount>(api->lib, "nvmlDeviceGetMaxMigDeviceCount");
+  api->mig_by_index = platform::dl_symbol<MigByIndex>(api->lib, "nvmlDeviceGetMigDeviceHandleByIndex");
 
   if (const auto r = api->init(); r != nvml_success) {
     why_not.assign("NVML could not start (").append(api->describe(r)).append(")").append(no_metrics);
@@ -357,4 +357,4 @@ std::optional<std::string> rank_gpu_id(const VisibleDevices& visible, unsigned l
   return visible.ids[local_rank % usable];
 }
 
-} // namespace chorus::io
+} // namespace chorus::sampling

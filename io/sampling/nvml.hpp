@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::sampling {
 
 /// One reading of a GPU. A field the device does not report is absent.
 struct GpuSample {
@@ -85,4 +85,4 @@ struct VisibleDevices {
 [[nodiscard]] std::optional<std::string> rank_gpu_id(const VisibleDevices& visible, unsigned local_rank,
                                                      unsigned device_count);
 
-} // namespace chorus::io
+} // namespace chorus::sampling

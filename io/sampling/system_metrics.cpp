@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::sampling {
 
 namespace {
 
@@ -73,7 +73,7 @@ SystemSampler::~SystemSampler() = default;
 
 Error SystemSampler::sample_line(std::string& out, std::int64_t now_us, double runtime_s) {
   out.clear();
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   w.key("_timestamp").number(static_cast<double>(now_us) / 1e6);
   w.key("_runtime").number(runtime_s);
@@ -88,7 +88,7 @@ Error SystemSampler::sample_line(std::string& out, std::int64_t now_us, double r
   };
   Error first;
   if (host_) {
-    HostSample h;
+    platform::HostSample h;
     if (Error e = host_->sample(h)) {
       first = std::move(e);
     } else {
@@ -106,7 +106,7 @@ Error SystemSampler::sample_line(std::string& out, std::int64_t now_us, double r
       put_opt("network.tx_bytes_per_s", node_suffix_, h.net_tx_bytes_per_s);
     }
   }
-  ProcessSample p;
+  platform::ProcessSample p;
   if (Error e = process_.sample(p)) {
     if (!first) first = std::move(e);
   } else {
@@ -134,4 +134,4 @@ Error SystemSampler::sample_line(std::string& out, std::int64_t now_us, double r
   return first;
 }
 
-} // namespace chorus::io
+} // namespace chorus::sampling

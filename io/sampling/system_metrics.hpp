@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-namespace chorus::io {
+namespace chorus::sampling {
 
 struct SystemLabels {
   int node = 0;
@@ -49,8 +49,8 @@ public:
 
 private:
   SystemLabels labels_;
-  std::optional<HostSampler> host_;
-  ProcessSampler process_;
+  std::optional<platform::HostSampler> host_;
+  platform::ProcessSampler process_;
   std::unique_ptr<Nvml> nvml_;
   std::optional<unsigned> gpu_;
   std::string gpu_name_;
@@ -60,4 +60,4 @@ private:
   bool gpu_error_reported_ = false;
 };
 
-} // namespace chorus::io
+} // namespace chorus::sampling

@@ -20,15 +20,15 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
-using detail::os_error;
+using platform::os_error;
 
 namespace {
 
 Error bad_name(std::string_view name, std::string_view rule) {
   std::string m = "artifact name ";
-  append_json_string(m, name.substr(0, 64));
+  core::append_json_string(m, name.substr(0, 64));
   if (name.size() > 64) m.append("...");
   m.push_back(' ');
   m.append(rule);
@@ -44,7 +44,7 @@ bool name_char(char c) noexcept {
 /// directory) unless the disk itself failed.
 Error source_error(const std::string& source, std::string_view why, std::string_view fix, bool callers = true) {
   std::string m = "artifact source ";
-  append_json_string(m, source);
+  core::append_json_string(m, source);
   m.append(" ").append(why).append(": ").append(fix);
   return {callers ? Errc::invalid_argument : Errc::io_error, std::move(m)};
 }
@@ -72,13 +72,13 @@ Error sync_dir(const std::string& dir) {
       break;
     }
   }
-  detail::close_fd(fd);
+  platform::close_fd(fd);
   return err;
 }
 
 struct Fd {
   int fd = -1;
-  ~Fd() { detail::close_fd(fd); }
+  ~Fd() { platform::close_fd(fd); }
 };
 
 struct DigestFree {
@@ -119,7 +119,7 @@ Error stream(int in, const std::string& source, int out, const std::string& tmp,
     if (n == 0) break;
     if (EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(n)) != 1)
       return {Errc::internal, "OpenSSL failed to hash a chunk with SHA-256"};
-    if (Error e = detail::write_all(out, std::string_view(buf.data(), static_cast<std::size_t>(n)), tmp)) return e;
+    if (Error e = platform::write_all(out, std::string_view(buf.data(), static_cast<std::size_t>(n)), tmp)) return e;
     size += static_cast<std::uint64_t>(n);
   }
   unsigned char md[EVP_MAX_MD_SIZE];
@@ -175,7 +175,7 @@ Error validate_artifact_name(std::string_view name) {
 
 std::string artifact_line(const ArtifactRecord& r) {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   w.key("name").string(r.name);
   w.key("type").string(r.type);
@@ -224,19 +224,19 @@ Error copy_hashed(const std::string& source, const std::string& dest, std::uint6
   const auto slash = dest.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : dest.substr(0, slash);
   const std::string base = slash == std::string::npos ? dest : dest.substr(slash + 1);
-  if (Error e = make_dirs(dir)) return e;
+  if (Error e = platform::make_dirs(dir)) return e;
   static std::atomic<std::uint64_t> counter{0};
   // Hidden and unique per process and copy: concurrent copies and readers
   // listing the directory never trip over it.
   std::string tmp = dir;
   tmp.append("/.").append(base).append(".tmp.").append(std::to_string(::getpid())).append(".");
   tmp.append(std::to_string(counter.fetch_add(1, std::memory_order_relaxed)));
-  const Result<int> opened = detail::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
+  const Result<int> opened = platform::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
   if (!opened) return opened.error();
   Fd out{*opened};
   Error err = stream(in.fd, source, out.fd, tmp, size, sha256, stop);
-  if (!err) err = detail::sync_file(out.fd, tmp);
-  detail::close_fd(std::exchange(out.fd, -1));
+  if (!err) err = platform::sync_file(out.fd, tmp);
+  platform::close_fd(std::exchange(out.fd, -1));
   if (!err && ::rename(tmp.c_str(), dest.c_str()) != 0) {
     std::string what = "rename to ";
     what.append(dest);
@@ -260,7 +260,7 @@ Error store_artifact(const std::string& run_dir, const std::string& source, Arti
   const std::string dest = artifacts + "/" + rec.name;
   if (Error e = copy_hashed(source, dest, rec.size, rec.sha256, stop)) {
     std::string m = "artifact ";
-    append_json_string(m, rec.name);
+    core::append_json_string(m, rec.name);
     m.append(" was not stored: ").append(e.message());
     return {e.code(), std::move(m)};
   }
@@ -272,12 +272,12 @@ Error store_artifact(const std::string& run_dir, const std::string& source, Arti
     if (Error e = sync_dir(dir)) return e;
   }
   const std::string manifest = run_dir + "/artifacts.jsonl";
-  const Result<int> opened = detail::open_private(manifest, O_RDWR | O_CREAT | O_APPEND);
+  const Result<int> opened = platform::open_private(manifest, O_RDWR | O_CREAT | O_APPEND);
   if (!opened) return opened.error();
   Fd fd{*opened};
   // One write(2) of a whole line: O_APPEND keeps lines of several processes apart.
-  if (Error e = detail::write_all(fd.fd, artifact_line(rec), manifest)) return e;
-  if (Error e = detail::sync_file(fd.fd, manifest, true)) return e;
+  if (Error e = platform::write_all(fd.fd, artifact_line(rec), manifest)) return e;
+  if (Error e = platform::sync_file(fd.fd, manifest, true)) return e;
   return sync_dir(run_dir);
 }
 
@@ -294,7 +294,7 @@ Error check_run_dir_is_here(const std::string& run_dir) {
   const std::string run_json = run_dir + "/run.json";
   const Result<RunRecord> run = RunRecord::read(run_json);
   if (!run) return not_here(run.error().message());
-  const std::string here = detail::this_host();
+  const std::string here = platform::this_host();
   const std::string& host = run->host;
   if (host.empty() && !here.empty()) return not_here(run_json + " names no host");
   if (host != here)
@@ -305,4 +305,4 @@ Error check_run_dir_is_here(const std::string& run_dir) {
   return {};
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

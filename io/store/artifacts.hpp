@@ -23,7 +23,7 @@ namespace simdjson::dom {
 class object;
 }
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// How much of a file a copy reads and writes at a time.
 inline constexpr std::size_t artifact_chunk = 1u << 20;
@@ -80,4 +80,4 @@ struct ArtifactRecord {
 /// on another node gets an error saying where to log artifacts instead.
 [[nodiscard]] Error check_run_dir_is_here(const std::string& run_dir);
 
-} // namespace chorus::io
+} // namespace chorus::store

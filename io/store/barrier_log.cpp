@@ -12,7 +12,7 @@
 #include <deque>
 #include <fcntl.h>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 using simdjson::SUCCESS;
@@ -31,7 +31,7 @@ bool seconds_us(simdjson::dom::element e, std::int64_t& us) {
 
 std::string barrier_line(const BarrierRecord& r) {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("name").string(r.name).key("index").uinteger(r.index).key("step").integer(r.step);
   w.key("opened").seconds(r.opened_us).key("released").seconds(r.released_us).key("error");
   if (r.error.empty()) w.null();
@@ -92,7 +92,7 @@ BarrierLog::~BarrierLog() = default;
 
 Error BarrierLog::append(const BarrierRecord& r) {
   if (!file_) {
-    Result<std::unique_ptr<AppendFile>> f = AppendFile::open(dir_ + "/" + file_name, /*truncate=*/false);
+    Result<std::unique_ptr<platform::AppendFile>> f = platform::AppendFile::open(dir_ + "/" + file_name, /*truncate=*/false);
     if (!f) return f.error();
     file_ = std::move(*f);
   }
@@ -107,7 +107,7 @@ Error BarrierLog::sync() { return file_ ? file_->sync() : Error{}; }
 BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
   BarrierSummary s;
   const std::string path = dir + "/" + file_name;
-  const Result<int> fd = detail::open_regular(path, O_RDONLY, /*missing_ok=*/true);
+  const Result<int> fd = platform::open_regular(path, O_RDONLY, /*missing_ok=*/true);
   if (!fd) {
     s.missing = false;
     s.problem = fd.error();
@@ -129,7 +129,7 @@ BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
     const LineReader::Next next = lines.next(line);
     if (next == LineReader::Next::end) break;
     if (next == LineReader::Next::too_long || next == LineReader::Next::failed) {
-      s.problem = lines.error(); // a line too long: the lines after it are not read (io::line_too_long)
+      s.problem = lines.error(); // a line too long: the lines after it are not read (store::line_too_long)
       break;
     }
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
@@ -171,4 +171,4 @@ BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
   return s;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -28,9 +28,11 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
-
+namespace chorus::platform {
 class AppendFile;
+}
+
+namespace chorus::store {
 
 struct BarrierRank {
   int rank = 0;
@@ -100,7 +102,7 @@ public:
 
 private:
   std::string dir_;
-  std::unique_ptr<AppendFile> file_;
+  std::unique_ptr<platform::AppendFile> file_;
 };
 
-} // namespace chorus::io
+} // namespace chorus::store

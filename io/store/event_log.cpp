@@ -8,7 +8,7 @@
 #include <array>
 #include <cmath>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 using simdjson::SUCCESS;
@@ -35,9 +35,9 @@ std::optional<EventKind> event_kind(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-std::string event_line(const chorus::detail::EventDraft& d, std::uint64_t seq) {
+std::string event_line(const chorus::core::EventDraft& d, std::uint64_t seq) {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("seq").uinteger(seq).key("kind").string(to_string(d.kind)).key("time").seconds(d.ts_us);
   w.key("rank");
   if (d.rank >= 0) w.integer(d.rank);
@@ -109,4 +109,4 @@ Result<EventLine> parse_event_line(std::string_view line) {
   return l;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -1,7 +1,7 @@
 // events.jsonl: one line per event the run host told (chorus::Event; README,
 // "When something goes wrong"), in the order it told them. The Run actor
 // makes each line here (`event_line`) and logs it through the WAL
-// (wire::HostEvent::event); the RunWriter appends what the WAL holds, so
+// (core::wire::HostEvent::event); the RunWriter appends what the WAL holds, so
 // `chorus recover` and a resume rebuild the file. Its readers (`chorus
 // watch`, `chorus serve`, the webhook target, the Python reader) read it
 // through `parse_event_line`.
@@ -37,12 +37,12 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 inline constexpr const char* events_file = "events.jsonl";
 
 /// The draft's line, numbered `seq`, without its newline.
-[[nodiscard]] std::string event_line(const chorus::detail::EventDraft& draft, std::uint64_t seq);
+[[nodiscard]] std::string event_line(const chorus::core::EventDraft& draft, std::uint64_t seq);
 
 /// An events.jsonl line read back.
 struct EventLine {
@@ -63,4 +63,4 @@ struct EventLine {
 /// run_finished, and a rank's end (rank_failed, rank_killed, rank_lost).
 [[nodiscard]] bool event_has_state(EventKind kind) noexcept;
 
-} // namespace chorus::io
+} // namespace chorus::store

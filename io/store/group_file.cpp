@@ -15,7 +15,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 constexpr std::size_t max_text = 4096;           // a name, host, directory or message
@@ -51,7 +51,7 @@ auto times_of(T& t) {
   return std::array{std::pair{"start_time", &t.start_time}, std::pair{"end_time", &t.end_time}};
 }
 
-void optional_time(JsonWriter& w, std::string_view key, const std::optional<double>& t) {
+void optional_time(core::JsonWriter& w, std::string_view key, const std::optional<double>& t) {
   w.key(key);
   if (t)
     w.number(*t);
@@ -59,7 +59,7 @@ void optional_time(JsonWriter& w, std::string_view key, const std::optional<doub
     w.null();
 }
 
-void write_member(JsonWriter& w, const GroupMember& m, const std::map<std::int64_t, std::int64_t>* codes) {
+void write_member(core::JsonWriter& w, const GroupMember& m, const std::map<std::int64_t, std::int64_t>* codes) {
   w.begin_object();
   for (auto [key, v] : numbers_of_member(m)) w.key(key).integer(*v);
   for (auto [key, v] : texts_of_member(m)) w.key(key).string(*v);
@@ -153,7 +153,7 @@ public:
     }
   }
   ~DirLock() {
-    if (fd_ >= 0) detail::close_fd(fd_); // closing releases the lock
+    if (fd_ >= 0) platform::close_fd(fd_); // closing releases the lock
   }
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
@@ -204,8 +204,8 @@ void GroupManifest::settle() {
 
 std::string member_json(const GroupMember& m) {
   std::string out;
-  JsonWriter w(out);
-  write_member(w, m, nullptr);
+  core::JsonWriter w(out);
+  store::write_member(w, m, nullptr);
   return out;
 }
 
@@ -221,15 +221,15 @@ Result<GroupMember> parse_member(std::string_view json) {
 
 std::string group_json(const GroupManifest& g) {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   for (auto [key, v] : texts_of_group(g)) w.key(key).string(*v);
   w.key("size").integer(g.size);
-  for (auto [key, v] : times_of(g)) optional_time(w, key, *v);
+  for (auto [key, v] : times_of(g)) store::optional_time(w, key, *v);
   w.key("members").begin_array();
   for (const GroupMember& m : g.members) {
     const auto codes = g.exit_codes_of(m);
-    write_member(w, m, &codes);
+    store::write_member(w, m, &codes);
   }
   w.end_array();
   w.key("exit_codes").begin_object();
@@ -242,7 +242,7 @@ std::string group_json(const GroupManifest& g) {
 
 Result<GroupManifest> read_group_file(const std::string& group_dir) {
   const std::string path = group_dir + "/group.json";
-  const Result<std::string> content = detail::read_text(path);
+  const Result<std::string> content = platform::read_text(path);
   if (!content) return content.error();
   simdjson::dom::parser parser;
   simdjson::dom::object o;
@@ -282,12 +282,12 @@ Result<GroupManifest> read_group_file(const std::string& group_dir) {
 
 Error update_group_file(const std::string& group_dir, const std::function<bool(GroupManifest&, bool)>& update) {
   DirLock lock(group_dir);
-  if (!lock.held()) return detail::os_error("open", group_dir, errno);
+  if (!lock.held()) return platform::os_error("open", group_dir, errno);
   Result<GroupManifest> read = read_group_file(group_dir);
   const bool exists = read.has_value();
   GroupManifest g = std::move(read).value_or(GroupManifest{});
   if (!update(g, exists)) return {};
-  return write_file_atomic(group_dir + "/group.json", group_json(g));
+  return platform::write_file_atomic(group_dir + "/group.json", group_json(g));
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// One rank of a member run: its global rank and how far it got.
 struct GroupRank {
@@ -92,4 +92,4 @@ struct GroupManifest {
 [[nodiscard]] Error update_group_file(const std::string& group_dir,
                                       const std::function<bool(GroupManifest& g, bool exists)>& update);
 
-} // namespace chorus::io
+} // namespace chorus::store

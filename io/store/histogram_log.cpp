@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 void append_histogram_line(std::string& out, std::int64_t step, std::int64_t ts_us, std::int64_t runtime_us,
                            std::string_view key, std::int32_t rank, std::uint32_t ranks, const Histogram& h) {
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   w.key("_step").integer(step).key("_timestamp").seconds(ts_us).key("_runtime").seconds(runtime_us);
   w.key("key").string(key).key("rank");
@@ -35,7 +35,7 @@ void append_histogram_line(std::string& out, std::int64_t step, std::int64_t ts_
     w.null();
   w.key("nan").uinteger(h.nan_count()).key("inf").uinteger(h.pos_inf_count()).key("-inf").uinteger(h.neg_inf_count());
   w.key("buckets").begin_array();
-  for (const auto& [i, k] : detail::HistogramAccess::buckets(h)) w.begin_array().integer(i).uinteger(k).end_array();
+  for (const auto& [i, k] : core::HistogramAccess::buckets(h)) w.begin_array().integer(i).uinteger(k).end_array();
   w.end_array().end_object();
   out.push_back('\n');
 }
@@ -47,7 +47,7 @@ std::string HistogramLine::column() const {
 }
 
 namespace {
-using chorus::detail::bytes::put;
+using chorus::core::bytes::put;
 
 Error bad(std::string_view what) {
   return {Errc::invalid_argument, "a histograms.jsonl line " + std::string(what) +
@@ -88,7 +88,7 @@ Result<HistogramLine> read_histogram_line(const simdjson::dom::element& line) {
   simdjson::dom::array buckets;
   if (o["buckets"].get(buckets) != SUCCESS) return bad("has no buckets array");
   std::vector<char> bytes;
-  bytes.reserve(detail::histogram::head_bytes + buckets.size() * detail::histogram::bucket_bytes);
+  bytes.reserve(core::histogram::head_bytes + buckets.size() * core::histogram::bucket_bytes);
   put(bytes, nan);
   put(bytes, pinf);
   put(bytes, ninf);
@@ -106,7 +106,7 @@ Result<HistogramLine> read_histogram_line(const simdjson::dom::element& line) {
     put(bytes, static_cast<std::int32_t>(i));
     put(bytes, k);
   }
-  if (!detail::histogram::decode(bytes, out.value))
+  if (!core::histogram::decode(bytes, out.value))
     return bad("has buckets out of order or outside the layout, or a min or max outside them");
   std::uint64_t count = 0;
   if (o["count"].get(count) != SUCCESS || count != out.value.count())
@@ -114,4 +114,4 @@ Result<HistogramLine> read_histogram_line(const simdjson::dom::element& line) {
   return out;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// Appends one line (with its newline) to `out`.
 void append_histogram_line(std::string& out, std::int64_t step, std::int64_t ts_us, std::int64_t runtime_us,
@@ -49,4 +49,4 @@ struct HistogramLine {
 /// Reads one parsed line; an error names what is wrong with it.
 [[nodiscard]] Result<HistogramLine> read_histogram_line(const simdjson::dom::element& line);
 
-} // namespace chorus::io
+} // namespace chorus::store

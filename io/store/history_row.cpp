@@ -1,7 +1,7 @@
 // A history row: see io/store/history_row.hpp.
 #include "io/store/history_row.hpp"
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 /// Why `row`'s _step is not a step, or "" with `step` set.
@@ -53,4 +53,4 @@ RowValues line_values(const simdjson::dom::object& line, bool history) noexcept 
   return row ? row.metrics() : RowValues();
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <utility>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// A key of a JSON-lines file that is chorus's own, not a metric's: _step,
 /// _timestamp, _runtime, _count (system.jsonl's _node, _rank), and any other
@@ -188,4 +188,4 @@ private:
 /// no row) or of system.jsonl: what the upload backends send of it.
 [[nodiscard]] RowValues line_values(const simdjson::dom::object& line, bool history) noexcept;
 
-} // namespace chorus::io
+} // namespace chorus::store

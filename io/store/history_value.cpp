@@ -4,7 +4,7 @@
 #include <limits>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::store {
 
 std::optional<double> metric_value(const simdjson::dom::element& value) {
   double v = 0;
@@ -17,4 +17,4 @@ std::optional<double> metric_value(const simdjson::dom::element& value) {
   return std::nullopt;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

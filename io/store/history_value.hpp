@@ -8,10 +8,10 @@
 
 #include <optional>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// The value as a number, or nothing for anything else (a string of other
 /// text, an object such as _count, a bool).
 [[nodiscard]] std::optional<double> metric_value(const simdjson::dom::element& value);
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -18,7 +18,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 using simdjson::SUCCESS;
@@ -93,18 +93,18 @@ Liveness on_its_machine(const RunIdentity& run, const std::string& run_dir) {
 } // namespace
 
 Lease lease_now(std::int64_t now_us) {
-  return {detail::this_host(), static_cast<std::int64_t>(::getpid()), now_us,
+  return {platform::this_host(), static_cast<std::int64_t>(::getpid()), now_us,
           now_us + std::chrono::duration_cast<std::chrono::microseconds>(lease_expiry).count()};
 }
 
 Error renew_lease(const std::string& run_dir, const Lease& lease) {
   std::string text;
-  JsonWriter w(text);
+  core::JsonWriter w(text);
   w.begin_object().key("host").string(lease.host).key("pid").integer(lease.pid);
   w.key("renewed").seconds(lease.renewed_us).key("interval").integer(lease_interval.count());
   w.key("expires").seconds(lease.expires_us).end_object();
   text.push_back('\n');
-  return write_file_atomic(lease_path(run_dir), text, /*durable=*/false);
+  return platform::write_file_atomic(lease_path(run_dir), text, /*durable=*/false);
 }
 
 void end_lease(const std::string& run_dir) {
@@ -114,7 +114,7 @@ void end_lease(const std::string& run_dir) {
 
 Result<std::optional<Lease>> read_lease(const std::string& run_dir) {
   const std::string path = lease_path(run_dir);
-  const Result<std::string> text = detail::read_text(path, /*missing_ok=*/true, 1u << 16);
+  const Result<std::string> text = platform::read_text(path, /*missing_ok=*/true, 1u << 16);
   if (!text) return text.error();
   if (text->empty()) {
     // read_text gives "" for a missing file; an empty one that is there is damaged.
@@ -155,7 +155,7 @@ Liveness host_liveness(const RunIdentity& run, const std::string& run_dir, std::
   // A lease of another host or process: an earlier attempt's, not this one's.
   if (lease && !run.host.empty() && run.pid > 0 && (lease->host != run.host || lease->pid != run.pid))
     lease.reset();
-  if (!run.host.empty() && run.host == detail::this_host()) {
+  if (!run.host.empty() && run.host == platform::this_host()) {
     Liveness here = on_its_machine(run, run_dir);
     here.lease = lease;
     if (here.life != HostLife::unknown) return here;
@@ -171,7 +171,7 @@ Liveness host_liveness(const RunIdentity& run, const std::string& run_dir, std::
 }
 
 std::optional<std::int64_t> last_committed_step(const std::string& run_dir) {
-  const Result<std::string> text = detail::read_text(run_dir + "/summary.json", /*missing_ok=*/true);
+  const Result<std::string> text = platform::read_text(run_dir + "/summary.json", /*missing_ok=*/true);
   if (!text || text->empty()) return std::nullopt;
   simdjson::dom::parser parser;
   simdjson::dom::object doc;
@@ -216,8 +216,8 @@ Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t n
 
 Result<RunRecord> read_run_record(const std::string& run_dir) {
   Result<RunRecord> r = RunRecord::read(run_dir + "/run.json");
-  if (r) apply_liveness(*r, run_dir, detail::unix_now_us());
+  if (r) apply_liveness(*r, run_dir, platform::unix_now_us());
   return r;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// How often the run host renews its lease, and how long a lease holds past
 /// its renewal (six renewals missed).
@@ -77,7 +77,7 @@ struct Liveness {
 [[nodiscard]] Liveness host_liveness(const RunIdentity& run, const std::string& run_dir, std::int64_t now_us);
 
 /// The run's last committed step: summary.json's `_step`, which the run
-/// writer rewrites at every flush, read as a row's (io::HistoryRow); none
+/// writer rewrites at every flush, read as a row's (store::HistoryRow); none
 /// before the first row (or where the file cannot be read).
 [[nodiscard]] std::optional<std::int64_t> last_committed_step(const std::string& run_dir);
 
@@ -97,4 +97,4 @@ Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t n
 /// RunRecord::read(run_dir + "/run.json"), then apply_liveness at the current time.
 [[nodiscard]] Result<RunRecord> read_run_record(const std::string& run_dir);
 
-} // namespace chorus::io
+} // namespace chorus::store

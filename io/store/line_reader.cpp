@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::store {
 
 static_assert(LineReader::padding >= simdjson::SIMDJSON_PADDING);
 
@@ -60,7 +60,7 @@ LineReader::LineReader(int fd, std::string path, Cursor from, Limits limits)
   buf_.resize(cap_ + padding);
 }
 
-LineReader::~LineReader() { detail::close_fd(fd_); }
+LineReader::~LineReader() { platform::close_fd(fd_); }
 
 bool LineReader::holds_line() const noexcept {
   const std::size_t from = std::max(start_, scanned_);
@@ -104,7 +104,7 @@ LineReader::Next LineReader::next(std::string_view& line) {
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 || (got == 0 && limits_.end != std::numeric_limits<std::uint64_t>::max())) {
       // A file shorter than the length its caller saw was cut under it.
-      error_ = detail::os_error("cannot read", path_, got < 0 ? errno : EIO);
+      error_ = platform::os_error("cannot read", path_, got < 0 ? errno : EIO);
       return Next::failed;
     }
     if (got == 0) at_end_ = true;
@@ -113,4 +113,4 @@ LineReader::Next LineReader::next(std::string_view& line) {
   }
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// The longest line read from a run's JSON-lines files: chorus writes lines
 /// of a few KiB, so a longer one is damage (or a file that never ends),
@@ -101,4 +101,4 @@ private:
   Error error_;
 };
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-namespace chorus::io {
+namespace chorus::store {
 
 std::string media_path(std::string_view key, int rank, std::int64_t step, std::string_view ext) {
   std::string dir;
@@ -15,20 +15,20 @@ std::string media_path(std::string_view key, int rank, std::int64_t step, std::s
     dir.push_back(ok ? c : '_');
   }
   char hash[9];
-  std::snprintf(hash, sizeof hash, "%08x", static_cast<unsigned>(chorus::detail::fnv1a64(key) & 0xffffffffu));
+  std::snprintf(hash, sizeof hash, "%08x", static_cast<unsigned>(chorus::core::fnv1a64(key) & 0xffffffffu));
   return "media/" + dir + "-" + hash + "/" + std::to_string(step) + "-rank" + std::to_string(rank) + "." +
          std::string(ext);
 }
 
 void append_media_line(std::string& out, std::int64_t step, std::int64_t ts_us, std::int64_t runtime_us,
-                       std::string_view key, int rank, const chorus::detail::Media& m, std::string_view path) {
-  JsonWriter w(out);
+                       std::string_view key, int rank, const chorus::core::Media& m, std::string_view path) {
+  core::JsonWriter w(out);
   w.begin_object();
   w.key("_step").integer(step).key("_timestamp").seconds(ts_us).key("_runtime").seconds(runtime_us);
   w.key("key").string(key).key("rank").integer(rank).key("kind").string(to_string(m.kind));
   w.key("format").string(m.format).key("path").string(path).key("size").uinteger(m.data.size());
   if (!m.caption.empty()) w.key("caption").string(m.caption);
-  if (m.kind == chorus::detail::MediaKind::image) w.key("width").uinteger(m.width).key("height").uinteger(m.height);
+  if (m.kind == chorus::core::MediaKind::image) w.key("width").uinteger(m.width).key("height").uinteger(m.height);
   w.end_object();
   out.push_back('\n');
 }
@@ -66,4 +66,4 @@ Result<MediaLine> read_media_line(const simdjson::dom::element& line) {
   return out;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

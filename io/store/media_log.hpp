@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// Where the run directory keeps the media of `key` from `rank` at `step`:
 /// media/<the key, its characters other than letters, digits, '.', '-',
@@ -33,7 +33,7 @@ namespace chorus::io {
 
 /// Appends one line (with its newline) to `out`.
 void append_media_line(std::string& out, std::int64_t step, std::int64_t ts_us, std::int64_t runtime_us,
-                       std::string_view key, int rank, const chorus::detail::Media& m, std::string_view path);
+                       std::string_view key, int rank, const chorus::core::Media& m, std::string_view path);
 
 /// One line read back. Views point into the parsed document.
 struct MediaLine {
@@ -54,4 +54,4 @@ struct MediaLine {
 /// outside media/ among them).
 [[nodiscard]] Result<MediaLine> read_media_line(const simdjson::dom::element& line);
 
-} // namespace chorus::io
+} // namespace chorus::store

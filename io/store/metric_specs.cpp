@@ -9,13 +9,13 @@
 
 #include <algorithm>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 /// `key` as a JSON string, safe in any message.
 std::string quoted(std::string_view key) {
   std::string out;
-  append_json_string(out, key);
+  core::append_json_string(out, key);
   return out;
 }
 
@@ -43,7 +43,7 @@ void MetricSpecs::set(std::string_view key, MetricSpec spec) {
 
 std::string MetricSpecs::json() const {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   for (const auto& [key, s] : specs) {
     w.key(key).begin_object();
@@ -75,12 +75,12 @@ Result<MetricSpecs> MetricSpecs::parse(std::string_view json) {
     MetricSpec s;
     std::string_view text;
     if (o["reduce"].get(text) == simdjson::SUCCESS) {
-      const std::optional<Reduce> r = chorus::detail::parse_reduce(text);
+      const std::optional<Reduce> r = chorus::core::parse_reduce(text);
       if (!r) return damaged(key, "reduce", text);
       s.reduce = *r;
     }
     if (o["summary"].get(text) == simdjson::SUCCESS) {
-      const std::optional<Summary> m = chorus::detail::parse_summary(text);
+      const std::optional<Summary> m = chorus::core::parse_summary(text);
       if (!m) return damaged(key, "summary", text);
       s.summary = *m;
     }
@@ -92,7 +92,7 @@ Result<MetricSpecs> MetricSpecs::parse(std::string_view json) {
 
 Result<MetricSpecs> MetricSpecs::read(const std::string& run_dir) {
   const std::string path = run_dir + "/metrics.json";
-  Result<std::string> text = detail::read_text(path, true);
+  Result<std::string> text = platform::read_text(path, true);
   if (!text) return text.error();
   if (text->empty()) return MetricSpecs{};
   Result<MetricSpecs> specs = parse(*text);
@@ -102,4 +102,4 @@ Result<MetricSpecs> MetricSpecs::read(const std::string& run_dir) {
   return specs;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 struct MetricSpec {
   Reduce reduce = Reduce::none;
@@ -48,4 +48,4 @@ struct MetricSpecs {
   bool operator==(const MetricSpecs&) const = default;
 };
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -12,7 +12,7 @@
 #include <cmath>
 #include <iterator>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 using simdjson::SUCCESS;
@@ -158,7 +158,7 @@ constexpr std::uint32_t always_written = identity_members | bit("state") | bit("
 
 // Writes members, one the parsed text lacked only once it has a value.
 struct Out {
-  JsonWriter& w;
+  core::JsonWriter& w;
   std::uint32_t lacking;
 
   [[nodiscard]] bool shown(std::string_view key, bool has_value) const { return has_value || (lacking & bit(key)) == 0; }
@@ -250,7 +250,7 @@ Result<RunRecord> RunRecord::parse(std::string_view json) {
 }
 
 Result<RunRecord> RunRecord::read(const std::string& path) {
-  const Result<std::string> text = detail::read_text(path);
+  const Result<std::string> text = platform::read_text(path);
   if (!text) return text.error();
   Result<RunRecord> r = parse(*text);
   if (r) return r;
@@ -282,7 +282,7 @@ std::string RunRecord::json() const { return render(true); }
 
 std::string RunRecord::render(bool whole) const {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   Out o{w, lacking_};
   w.begin_object();
   o.identity(*this);
@@ -335,7 +335,7 @@ std::string RunRecord::render(bool whole) const {
 Error RunRecord::write(const std::string& path, bool durable) const {
   std::string out = json();
   out.push_back('\n');
-  return write_file_atomic(path, out, durable);
+  return platform::write_file_atomic(path, out, durable);
 }
 
 std::optional<RunState> run_state_named(std::string_view name) {
@@ -344,4 +344,4 @@ std::optional<RunState> run_state_named(std::string_view name) {
   return std::nullopt;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

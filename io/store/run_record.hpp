@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 /// The exit codes `chorus launch` records for an attempt: (global rank,
 /// code), in the order written.
@@ -106,7 +106,7 @@ struct RunRecord : RunIdentity {
   [[nodiscard]] static Result<RunRecord> parse(std::string_view json);
 
   /// Reads the run.json at `path`. Fails where it cannot be read
-  /// (Errc::io_error, as detail::read_text says) or is damaged
+  /// (Errc::io_error, as platform::read_text says) or is damaged
   /// (Errc::invalid_argument, naming the file and `chorus recover`).
   [[nodiscard]] static Result<RunRecord> read(const std::string& path);
 
@@ -148,4 +148,4 @@ private:
   std::uint32_t lacking_ = 0;
 };
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
 void append_int(std::string& out, std::int64_t v) {
@@ -108,12 +108,12 @@ struct RunWriter::State {
   Error error;
   std::string kept_error; // keep_error's
 
-  std::unique_ptr<AppendFile> history;
-  std::unique_ptr<AppendFile> rejected_file;
-  std::unique_ptr<AppendFile> histograms; // histograms.jsonl (io/store/histogram_log.hpp)
-  std::unique_ptr<AppendFile> media_file; // media.jsonl, beside media/ (io/store/media_log.hpp)
-  std::unique_ptr<AppendFile> events_file; // events.jsonl (io/store/event_log.hpp)
-  std::unique_ptr<AppendFile> system_file; // opened by the first system line, appended to
+  std::unique_ptr<platform::AppendFile> history;
+  std::unique_ptr<platform::AppendFile> rejected_file;
+  std::unique_ptr<platform::AppendFile> histograms; // histograms.jsonl (io/store/histogram_log.hpp)
+  std::unique_ptr<platform::AppendFile> media_file; // media.jsonl, beside media/ (io/store/media_log.hpp)
+  std::unique_ptr<platform::AppendFile> events_file; // events.jsonl (io/store/event_log.hpp)
+  std::unique_ptr<platform::AppendFile> system_file; // opened by the first system line, appended to
   std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
 
@@ -156,8 +156,8 @@ struct RunWriter::State {
 
   // The append-only file `name`, or nullptr where it cannot be opened (the
   // run's error says why).
-  std::unique_ptr<AppendFile> open_file(const char* name, bool truncate) {
-    Result<std::unique_ptr<AppendFile>> f = AppendFile::open(file(name), truncate);
+  std::unique_ptr<platform::AppendFile> open_file(const char* name, bool truncate) {
+    Result<std::unique_ptr<platform::AppendFile>> f = platform::AppendFile::open(file(name), truncate);
     if (f) return std::move(*f);
     fail(f.error());
     return nullptr;
@@ -168,10 +168,10 @@ struct RunWriter::State {
   static constexpr off_t room = 256 << 10;
   bool holds_room = false;
   void hold_room() {
-    const int fd = detail::open_private(file(".reserve"), O_WRONLY | O_CREAT | O_TRUNC).value_or(-1);
+    const int fd = platform::open_private(file(".reserve"), O_WRONLY | O_CREAT | O_TRUNC).value_or(-1);
     if (fd < 0) return;
     holds_room = ::posix_fallocate(fd, 0, room) == 0;
-    detail::close_fd(fd);
+    platform::close_fd(fd);
     if (!holds_room) ::unlink(file(".reserve").c_str());
   }
   void release_room() {
@@ -188,7 +188,7 @@ struct RunWriter::State {
       s.key = key;
       s.name = std::string(key_name(key));
       if (rank >= 0) s.name.append("/rank-").append(std::to_string(rank));
-      append_json_string(s.quoted, s.name);
+      core::append_json_string(s.quoted, s.name);
       s.quoted.push_back(':');
       series.push_back(std::move(s));
     }
@@ -209,12 +209,12 @@ struct RunWriter::State {
 
   void write_object(const std::string& name, const ObjectMerge& obj, bool durable = true) {
     std::string out;
-    JsonWriter w(out);
+    core::JsonWriter w(out);
     w.begin_object();
     for (const auto& [k, v] : obj.items) w.key(k).raw(v);
     w.end_object();
     out.push_back('\n');
-    fail(write_file_atomic(file(name), out, durable));
+    fail(platform::write_file_atomic(file(name), out, durable));
   }
 
   void write_config(bool durable = true) {
@@ -225,26 +225,26 @@ struct RunWriter::State {
   void write_summary(bool durable = true) {
     std::string out = summary_text();
     out.push_back('\n');
-    fail(write_file_atomic(file("summary.json"), out, durable));
+    fail(platform::write_file_atomic(file("summary.json"), out, durable));
     summary_dirty = false;
   }
 
   /// summary.json's object: the automatic last values, and run.summary over them.
   [[nodiscard]] std::string summary_text() const {
     std::string out;
-    JsonWriter w(out);
+    core::JsonWriter w(out);
     w.begin_object();
     if (rows != 0) {
       // The automatic part: W&B's _step/_runtime/_timestamp and each column's last value.
       std::string t;
       if (!summary.has("_step")) w.key("_step").integer(last_step);
       if (!summary.has("_runtime")) {
-        append_json_seconds(t, last_runtime_us);
+        core::append_json_seconds(t, last_runtime_us);
         w.key("_runtime").raw(t);
       }
       if (!summary.has("_timestamp")) {
         t.clear();
-        append_json_seconds(t, last_ts_us);
+        core::append_json_seconds(t, last_ts_us);
         w.key("_timestamp").raw(t);
       }
       for (const Series& s : series) {
@@ -328,7 +328,7 @@ struct RunWriter::State {
     std::string out;
     for (std::size_t i = 0; i < kinds.size() && i < shown; ++i) {
       if (i != 0) out.append("; ");
-      out.append(chorus::detail::rank_list(kinds[i].second)).append(" ").append(to_string(kinds[i].first.first));
+      out.append(chorus::core::rank_list(kinds[i].second)).append(" ").append(to_string(kinds[i].first.first));
       if (!kinds[i].first.second.empty()) out.append(" (").append(kinds[i].first.second).append(")");
     }
     if (kinds.size() > shown) out.append("; and ").append(std::to_string(kinds.size() - shown)).append(" more kinds (see ranks)");
@@ -341,12 +341,12 @@ struct RunWriter::State {
   void write_rejected(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::size_t n,
                       Values&& values) {
     line.clear();
-    JsonWriter w(line);
+    core::JsonWriter w(line);
     w.begin_object();
     w.key("rank").integer(rank);
     w.key("seq").uinteger(seq);
     w.key("step");
-    if (step == wire::auto_step || step == wire::same_step)
+    if (step == core::wire::auto_step || step == core::wire::same_step)
       w.null();
     else
       w.integer(step);
@@ -363,7 +363,7 @@ struct RunWriter::State {
   void write_metrics() {
     std::string out = metrics.json();
     out.push_back('\n');
-    fail(write_file_atomic(file("metrics.json"), out));
+    fail(platform::write_file_atomic(file("metrics.json"), out));
     metrics_dirty = false;
   }
 
@@ -383,7 +383,7 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
   s_->dir = std::move(dir);
   s_->key_name = std::move(key_name);
   s_->line.reserve(4096);
-  if (Error e = make_dirs(s_->dir)) {
+  if (Error e = platform::make_dirs(s_->dir)) {
     s_->fail(std::move(e));
     return;
   }
@@ -424,7 +424,7 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   s.hold_room();
 }
 
-void RunWriter::row(const chorus::detail::Row& row) {
+void RunWriter::row(const chorus::core::Row& row) {
   State& s = *s_;
   std::string& l = s.line;
   // The rows of earlier steps are out before this step's histograms and
@@ -438,9 +438,9 @@ void RunWriter::row(const chorus::detail::Row& row) {
       const std::string_view key = s.key_name(m.key);
       const std::string path = media_path(key, m.rank, row.step, m.value->extension());
       const std::string full = s.file(path);
-      Error e = make_dirs(full.substr(0, full.rfind('/')));
+      Error e = platform::make_dirs(full.substr(0, full.rfind('/')));
       if (!e)
-        e = write_file_atomic(full, std::string_view(m.value->data.data(), m.value->data.size()), /*durable=*/false);
+        e = platform::write_file_atomic(full, std::string_view(m.value->data.data(), m.value->data.size()), /*durable=*/false);
       if (e) {
         s.fail(std::move(e));
         continue;
@@ -470,16 +470,16 @@ void RunWriter::row(const chorus::detail::Row& row) {
   l.append("{\"_step\":");
   append_int(l, row.step);
   l.append(",\"_timestamp\":");
-  append_json_seconds(l, row.ts_us);
+  core::append_json_seconds(l, row.ts_us);
   l.append(",\"_runtime\":");
-  append_json_seconds(l, row.runtime_us);
+  core::append_json_seconds(l, row.runtime_us);
   s.counts.clear();
   for (const auto& v : row.values) {
     Series& col = s.series_for(v.key, v.rank);
     col.take(v.value);
     l.push_back(',');
     l.append(col.quoted);
-    append_json_number(l, v.value);
+    core::append_json_number(l, v.value);
     if (v.count != 0) s.counts.emplace_back(static_cast<std::uint32_t>(&col - s.series.data()), v.count);
   }
   if (!s.counts.empty()) {
@@ -512,7 +512,7 @@ void RunWriter::summary(int /*rank*/, std::string_view json_object) {
 void RunWriter::rejected(int rank, std::uint64_t seq, std::int64_t step,
                          std::span<const std::pair<std::string_view, double>> values, const Error& why) {
   State& s = *s_;
-  s.write_rejected(rank, seq, step, why, values.size(), [&](JsonWriter& w) {
+  s.write_rejected(rank, seq, step, why, values.size(), [&](core::JsonWriter& w) {
     w.begin_object();
     for (const auto& [k, v] : values) w.key(k).number(v);
     w.end_object();
@@ -522,7 +522,7 @@ void RunWriter::rejected(int rank, std::uint64_t seq, std::int64_t step,
 void RunWriter::refused(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::string_view values,
                         std::uint32_t n) {
   State& s = *s_;
-  s.write_rejected(rank, seq, step, why, n, [&](JsonWriter& w) {
+  s.write_rejected(rank, seq, step, why, n, [&](core::JsonWriter& w) {
     // The rank made the object (its values as JSON); one that is not whole is kept as text.
     simdjson::dom::object checked;
     if (s.parser.parse(values.data(), values.size()).get(checked) == simdjson::SUCCESS)
@@ -625,7 +625,7 @@ void RunWriter::system_line(std::string_view json_line) {
   s.fail(s.system_file->write("\n"));
 }
 
-void RunWriter::event(const wire::EventRecord& event) {
+void RunWriter::event(const core::wire::EventRecord& event) {
   State& s = *s_;
   if (!s.events_file) return;
   s.fail(s.events_file->write(event.json));
@@ -655,8 +655,8 @@ std::uint64_t RunWriter::rows() const noexcept { return s_->rows; }
 std::uint64_t RunWriter::rejected_values() const noexcept { return s_->rejected_values; }
 
 RunWriter::LineEnds RunWriter::written() const noexcept {
-  const auto size = [](const std::unique_ptr<AppendFile>& f) { return f ? f->size() : 0; };
+  const auto size = [](const std::unique_ptr<platform::AppendFile>& f) { return f ? f->size() : 0; };
   return {size(s_->history), size(s_->histograms), size(s_->media_file), size(s_->events_file)};
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

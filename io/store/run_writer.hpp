@@ -15,7 +15,7 @@
 #include <string_view>
 #include <utility>
 
-namespace chorus::io {
+namespace chorus::store {
 
 struct BarrierRecord;
 
@@ -26,7 +26,7 @@ struct BarrierRecord;
 ///
 /// The sink interface returns nothing, so I/O errors are kept: error()
 /// holds the first one, and writing goes on where it still can.
-class RunWriter final : public chorus::detail::HistorySink {
+class RunWriter final : public chorus::core::HistorySink {
 public:
   /// `key_name` maps the key ids of a Row to names (Merger::key_name).
   RunWriter(std::string dir, std::function<std::string_view(std::uint32_t)> key_name);
@@ -36,7 +36,7 @@ public:
   RunWriter& operator=(const RunWriter&) = delete;
 
   void run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) override;
-  void row(const chorus::detail::Row& row) override;
+  void row(const chorus::core::Row& row) override;
   void config(int rank, std::string_view json_object) override;
   void summary(int rank, std::string_view json_object) override;
   void rejected(int rank, std::uint64_t seq, std::int64_t step,
@@ -53,7 +53,7 @@ public:
   void completed(int rank, std::uint64_t seq, const Error* err) override;
   /// Appends the event's line to events.jsonl (io/store/event_log.hpp) and
   /// flushes it at once: its readers (`chorus watch`, the webhook) wait for it.
-  void event(const wire::EventRecord& event) override;
+  void event(const core::wire::EventRecord& event) override;
   /// Flushes everything and rewrites summary.json and run.json with the end state.
   void run_end(RunState state, std::int64_t ts_us) override;
 
@@ -109,4 +109,4 @@ private:
   std::unique_ptr<State> s_;
 };
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -14,10 +14,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
-using detail::os_error;
+using platform::os_error;
 
 constexpr std::size_t read_chunk = 1u << 20;
 constexpr std::size_t max_problems = 64; // a wrecked file should not flood the report
@@ -29,7 +29,7 @@ std::uint32_t load_u32(const char* p) noexcept {
 }
 
 std::uint32_t frame_crc(const char* len_bytes, const char* payload, std::size_t n) noexcept {
-  return crc32c(payload, n, crc32c(len_bytes, 4));
+  return platform::crc32c(payload, n, platform::crc32c(len_bytes, 4));
 }
 
 Error shrank(const std::string& path) {
@@ -126,7 +126,7 @@ public:
     while (n > 0) {
       const std::size_t to_mark = step - static_cast<std::size_t>((end_ - origin_) % step);
       const std::size_t k = std::min(n, to_mark);
-      running_ = crc32c(p, k, running_);
+      running_ = platform::crc32c(p, k, running_);
       end_ += k;
       p += k;
       n -= k;
@@ -153,7 +153,7 @@ public:
     summed_ += n;
     const std::uint32_t mark = marks_[static_cast<std::size_t>(i)];
     if (n == 0) return mark;
-    if (w.resident_from(from) >= n) return crc32c(w.at(from, n), n, mark);
+    if (w.resident_from(from) >= n) return platform::crc32c(w.at(from, n), n, mark);
     std::array<char, step> buf;
     for (std::size_t got = 0; got < n;) {
       const ssize_t r = ::pread(fd_, buf.data() + got, n - got, static_cast<off_t>(from + got));
@@ -164,7 +164,7 @@ public:
       }
       got += static_cast<std::size_t>(r);
     }
-    return crc32c(buf.data(), n, mark);
+    return platform::crc32c(buf.data(), n, mark);
   }
 
 private:
@@ -214,7 +214,7 @@ bool check_header(Window& w, std::uint64_t p, bool explain, Check& c) {
     return false;
   }
   c.stored = load_u32(h + 8);
-  c.len_crc = crc32c(h + 4, 4);
+  c.len_crc = platform::crc32c(h + 4, 4);
   return true;
 }
 
@@ -223,7 +223,7 @@ bool verifies_from(Checkpoints& ck, Window& w, std::uint64_t p, const Check& c) 
   ck.drop_before(c.body(p));
   const std::uint32_t a = ck.at(c.body(p), w);
   const std::uint32_t b = ck.at(c.end(p), w);
-  return !w.failed() && crc32c_combine(c.len_crc ^ a, b, c.len) == c.stored;
+  return !w.failed() && platform::crc32c_combine(c.len_crc ^ a, b, c.len) == c.stored;
 }
 
 // Verifies the frame at p. Its payload is summed into `ck`, which starts
@@ -369,17 +369,17 @@ Result<WalScan> lock_and_cut(int fd, const std::string& path) {
 } // namespace
 
 Result<std::unique_ptr<WalWriter>> WalWriter::open(const std::string& path) {
-  const Result<int> opened = detail::open_private(path, O_RDWR | O_CREAT | O_APPEND);
+  const Result<int> opened = platform::open_private(path, O_RDWR | O_CREAT | O_APPEND);
   if (!opened) return opened.error();
   const Result<WalScan> s = lock_and_cut(*opened, path);
   if (!s) {
-    detail::close_fd(*opened);
+    platform::close_fd(*opened);
     return s.error();
   }
   return std::unique_ptr<WalWriter>(new WalWriter(*opened, path, s->good_end));
 }
 
-WalWriter::~WalWriter() { detail::close_fd(fd_); }
+WalWriter::~WalWriter() { platform::close_fd(fd_); }
 
 Error WalWriter::append(std::span<const char> payload) { return write_frames(std::span(&payload, 1)); }
 
@@ -409,7 +409,7 @@ Error WalWriter::write_frames(std::span<const std::span<const char>> payloads) {
       if (!p.empty()) iov[static_cast<std::size_t>(n++)] = {const_cast<char*>(p.data()), p.size()};
       bytes += wal_header_size + p.size();
     }
-    if (Error e = detail::write_all(fd_, iov.data(), n, path_)) {
+    if (Error e = platform::write_all(fd_, iov.data(), n, path_)) {
       // Best effort: take back a partial frame so the next append starts clean.
       (void)cut(fd_, path_, size_);
       return e;
@@ -419,22 +419,22 @@ Error WalWriter::write_frames(std::span<const std::span<const char>> payloads) {
   return {};
 }
 
-Error WalWriter::sync() { return detail::sync_file(fd_, path_, true); }
+Error WalWriter::sync() { return platform::sync_file(fd_, path_, true); }
 
 Result<WalScan> scan_wal(const std::string& path, const WalFrameFn& on_frame) {
-  const Result<int> fd = detail::open_regular(path, O_RDONLY);
+  const Result<int> fd = platform::open_regular(path, O_RDONLY);
   if (!fd) return fd.error();
   Result<WalScan> s = scan_fd(*fd, path, on_frame);
-  detail::close_fd(*fd);
+  platform::close_fd(*fd);
   return s;
 }
 
 Result<WalScan> truncate_torn_tail(const std::string& path) {
-  const Result<int> opened = detail::open_regular(path, O_RDWR);
+  const Result<int> opened = platform::open_regular(path, O_RDWR);
   if (!opened) return opened.error();
   Result<WalScan> s = lock_and_cut(*opened, path);
-  detail::close_fd(*opened);
+  platform::close_fd(*opened);
   return s;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

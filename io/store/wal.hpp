@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 // Bytes F5 "CHW": 0xF5 never occurs in UTF-8 text, so a resync after damage
 // rarely stops on a false start.
@@ -83,4 +83,4 @@ using WalFrameFn = std::function<void(std::span<const char> payload, std::uint64
 /// returns the scan.
 [[nodiscard]] Result<WalScan> truncate_torn_tail(const std::string& path);
 
-} // namespace chorus::io
+} // namespace chorus::store

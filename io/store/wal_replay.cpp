@@ -3,16 +3,16 @@
 #include <algorithm>
 #include <variant>
 
-namespace chorus::io {
+namespace chorus::store {
 namespace {
 
-std::int64_t frame_time(const wire::Frame& f) {
+std::int64_t frame_time(const core::wire::Frame& f) {
   std::int64_t ts = 0;
-  if (f.type == wire::FrameType::host_event) {
+  if (f.type == core::wire::FrameType::host_event) {
     std::visit([&](const auto& e) { ts = e.ts_us; }, f.host);
   } else {
-    wire::for_each_event(f, [&](const wire::RankEvent& ev) {
-      if (const auto* v = std::get_if<wire::Values>(&ev)) ts = std::max(ts, v->ts_us);
+    core::wire::for_each_event(f, [&](const core::wire::RankEvent& ev) {
+      if (const auto* v = std::get_if<core::wire::Values>(&ev)) ts = std::max(ts, v->ts_us);
     });
   }
   return ts;
@@ -20,13 +20,13 @@ std::int64_t frame_time(const wire::Frame& f) {
 
 } // namespace
 
-Result<WalReplay> replay_wal(const std::string& path, chorus::detail::Merger& merger, const ReplayFrameFn& before) {
+Result<WalReplay> replay_wal(const std::string& path, chorus::core::Merger& merger, const ReplayFrameFn& before) {
   WalReplay out;
   Result<WalScan> scan = scan_wal(
       path,
       [&](std::span<const char> payload, std::uint64_t offset) {
-        wire::Frame f;
-        if (!wire::decode(payload, f)) {
+        core::wire::Frame f;
+        if (!core::wire::decode(payload, f)) {
           ++out.malformed;
           return;
         }
@@ -37,12 +37,12 @@ Result<WalReplay> replay_wal(const std::string& path, chorus::detail::Merger& me
           return;
         }
         out.last_ts = std::max(out.last_ts, ts);
-        if (f.type != wire::FrameType::host_event) return;
+        if (f.type != core::wire::FrameType::host_event) return;
         // Each attempt of a resumed run opens with a run_start and closes with a run_end.
-        if (std::holds_alternative<wire::RunStart>(f.host)) {
+        if (std::holds_alternative<core::wire::RunStart>(f.host)) {
           out.ended = false;
           out.end_state = RunState::crashed;
-        } else if (const auto* e = std::get_if<wire::RunEnd>(&f.host); e && !out.ended) {
+        } else if (const auto* e = std::get_if<core::wire::RunEnd>(&f.host); e && !out.ended) {
           out.ended = true;
           out.end_state = e->state;
         }
@@ -52,14 +52,14 @@ Result<WalReplay> replay_wal(const std::string& path, chorus::detail::Merger& me
   return out;
 }
 
-std::vector<std::vector<char>> closing_frames(const chorus::detail::Merger& merger, std::int64_t ts_us, RunState state,
+std::vector<std::vector<char>> closing_frames(const chorus::core::Merger& merger, std::int64_t ts_us, RunState state,
                                               std::string_view reason) {
   std::vector<std::vector<char>> frames;
   for (int r = 0; r < merger.world_size(); ++r)
     if (merger.rank_state(r) == RunState::running)
-      frames.push_back(wire::rank_dead(static_cast<std::uint32_t>(r), ts_us, reason));
-  frames.push_back(wire::run_end(state, ts_us));
+      frames.push_back(core::wire::rank_dead(static_cast<std::uint32_t>(r), ts_us, reason));
+  frames.push_back(core::wire::run_end(state, ts_us));
   return frames;
 }
 
-} // namespace chorus::io
+} // namespace chorus::store

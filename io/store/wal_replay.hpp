@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::store {
 
 struct WalReplay {
   WalScan scan;
@@ -26,17 +26,17 @@ struct WalReplay {
 
 /// Called with each decoded frame before the Merger applies it, with the
 /// time it carries and its offset in the log.
-using ReplayFrameFn = std::function<void(const wire::Frame&, std::int64_t ts_us, std::uint64_t offset)>;
+using ReplayFrameFn = std::function<void(const core::wire::Frame&, std::int64_t ts_us, std::uint64_t offset)>;
 
 /// Applies every good frame of the log at `path` to `merger`, in order.
 /// An error only where the log cannot be read.
-[[nodiscard]] Result<WalReplay> replay_wal(const std::string& path, chorus::detail::Merger& merger,
+[[nodiscard]] Result<WalReplay> replay_wal(const std::string& path, chorus::core::Merger& merger,
                                            const ReplayFrameFn& before);
 
 /// The frames that close an attempt the log leaves open (its host died):
 /// each rank still running dies with `reason`, then the run ends in `state`,
 /// all at `ts_us`. The caller applies them (and a live host logs them).
-std::vector<std::vector<char>> closing_frames(const chorus::detail::Merger& merger, std::int64_t ts_us, RunState state,
+std::vector<std::vector<char>> closing_frames(const chorus::core::Merger& merger, std::int64_t ts_us, RunState state,
                                               std::string_view reason);
 
-} // namespace chorus::io
+} // namespace chorus::store

@@ -4,7 +4,7 @@
 
 #include "io/upload/registry.hpp"
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 /// Performs `req` with `cap` as its own timeout: a caller's time slice
 /// decides whether a backend call starts, never how long a request may take.
@@ -15,4 +15,4 @@ HttpResponse perform_capped(HttpClient& http, HttpRequest& req, std::chrono::mil
 Sent not_delivered(const HttpResponse& r, std::string_view server, std::string_view what,
                    std::string_view credentials_fix);
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -17,7 +17,7 @@
 #include <memory>
 #include <mutex>
 
-namespace chorus::io {
+namespace chorus::upload {
 namespace {
 
 constexpr std::size_t max_body = 64u << 20; // an answer larger than this is cut (ours are small)
@@ -292,10 +292,10 @@ bool prepare(CURL* c, const HttpRequest& req, Transfer& t, long timeout) {
 
   if (!req.upload_file.empty()) {
     // A run's file: never a FIFO or a link planted where it belongs.
-    const Result<int> fd = detail::open_regular(req.upload_file, O_RDONLY);
+    const Result<int> fd = platform::open_regular(req.upload_file, O_RDONLY);
     if (fd) t.upload = ::fdopen(*fd, "rb");
     if (!t.upload) {
-      if (fd) detail::close_fd(*fd);
+      if (fd) platform::close_fd(*fd);
       res.transport_error = "cannot read " + req.upload_file + ": " + (fd ? std::strerror(errno) : fd.error().message());
       return false;
     }
@@ -457,4 +457,4 @@ std::string url_encode(std::string_view s) {
   return out;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::upload {
 
 struct HttpRequest {
   std::string method = "GET"; // GET, POST, PUT
@@ -150,4 +150,4 @@ private:
 /// Percent-encodes `s` for a URL's query or path segment.
 [[nodiscard]] std::string url_encode(std::string_view s);
 
-} // namespace chorus::io
+} // namespace chorus::upload

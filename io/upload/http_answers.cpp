@@ -2,14 +2,14 @@
 // its own cap, and a Sent for an answer that was not 2xx.
 #include "io/upload/backends.hpp"
 
-namespace chorus::io {
+namespace chorus::upload {
 
-HttpResponse detail::perform_capped(HttpClient& http, HttpRequest& req, std::chrono::milliseconds cap) {
+HttpResponse perform_capped(HttpClient& http, HttpRequest& req, std::chrono::milliseconds cap) {
   req.timeout = cap;
   return http.perform(req);
 }
 
-Sent detail::not_delivered(const HttpResponse& r, std::string_view server, std::string_view what,
+Sent not_delivered(const HttpResponse& r, std::string_view server, std::string_view what,
                            std::string_view credentials_fix) {
   Sent s;
   s.delivery = classify(r);
@@ -20,4 +20,4 @@ Sent detail::not_delivered(const HttpResponse& r, std::string_view server, std::
   return s;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -28,8 +28,7 @@
 
 #include <cstdlib>
 
-namespace chorus::io {
-namespace detail {
+namespace chorus::upload {
 
 MlflowBackend::MlflowBackend(const UploadTarget& target, HttpClient& http) : target_(target), http_(http) {
   if (const char* t = std::getenv("MLFLOW_TRACKING_TOKEN"); t && *t) {
@@ -111,21 +110,19 @@ Sent MlflowBackend::refused(std::string why) {
   return s;
 }
 
-} // namespace detail
-
 namespace backends {
 
 // mlflow://, listed in io/CMakeLists.txt: its log-batches go out a sliding
 // window at a time, and its URL takes no path.
 BackendSpec mlflow() {
-  return {.connections = detail::mlflow_max_window,
+  return {.connections = mlflow_max_window,
           .path = {},
           .path_variable = {},
           .make = [](const BackendContext& c) -> Result<std::unique_ptr<Backend>> {
-            return std::unique_ptr<Backend>(std::make_unique<detail::MlflowBackend>(c.target, *c.http));
+            return std::unique_ptr<Backend>(std::make_unique<MlflowBackend>(c.target, *c.http));
           }};
 }
 
 } // namespace backends
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -17,15 +17,15 @@
 #include <charconv>
 #include <cmath>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 constexpr const char* histograms_tag = "chorus.upload.histograms"; // "<lines>.<bytes>" of histograms.jsonl
 constexpr std::size_t histograms_a_call = 8;
 constexpr std::pair<double, std::string_view> quantiles[] = {{0.5, "/p50"}, {0.9, "/p90"}, {0.99, "/p99"}};
 
-std::optional<Cursor> decode_cursor(std::string_view v) {
-  Cursor c;
+std::optional<store::Cursor> decode_cursor(std::string_view v) {
+  store::Cursor c;
   const char* end = v.data() + v.size();
   auto r = std::from_chars(v.data(), end, c.lines);
   if (r.ec != std::errc() || r.ptr == end || *r.ptr != '.') return std::nullopt;
@@ -38,10 +38,10 @@ std::optional<Cursor> decode_cursor(std::string_view v) {
 double finite_bound(double b) { return std::clamp(b, -DBL_MAX, DBL_MAX); }
 
 /// The artifact of one histogram (docs/UPLOADS.md).
-std::string histogram_artifact(const HistogramLine& line, const std::string& column) {
+std::string histogram_artifact(const store::HistogramLine& line, const std::string& column) {
   const Histogram& h = line.value;
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("step").integer(line.step).key("timestamp").number(line.timestamp);
   w.key("column").string(column).key("count").uinteger(h.count()).key("sum").number(h.sum());
   const bool finite = h.finite_count() != 0;
@@ -60,7 +60,7 @@ std::string histogram_artifact(const HistogramLine& line, const std::string& col
 
 } // namespace
 
-std::string encode_cursor(const Cursor& c) { return std::to_string(c.lines) + "." + std::to_string(c.bytes); }
+std::string encode_cursor(const store::Cursor& c) { return std::to_string(c.lines) + "." + std::to_string(c.bytes); }
 
 std::optional<std::string_view> run_tag(simdjson::dom::element run, std::string_view tag) {
   simdjson::dom::array tags;
@@ -72,13 +72,13 @@ std::optional<std::string_view> run_tag(simdjson::dom::element run, std::string_
   return std::nullopt;
 }
 
-std::optional<Cursor> cursor_tag(simdjson::dom::element run, std::string_view tag) {
+std::optional<store::Cursor> cursor_tag(simdjson::dom::element run, std::string_view tag) {
   const std::optional<std::string_view> v = run_tag(run, tag);
   return v ? decode_cursor(*v) : std::nullopt;
 }
 
-std::size_t lines_stored(simdjson::dom::element run, std::string_view tag, Cursor from, std::span<const Cursor> after) {
-  const std::optional<Cursor> stored = cursor_tag(run, tag);
+std::size_t lines_stored(simdjson::dom::element run, std::string_view tag, store::Cursor from, std::span<const store::Cursor> after) {
+  const std::optional<store::Cursor> stored = cursor_tag(run, tag);
   if (!stored || stored->bytes <= from.bytes) return 0;
   for (std::size_t i = 0; i < after.size(); ++i)
     if (after[i] == *stored) return i + 1;
@@ -165,7 +165,7 @@ Sent MlflowBackend::send_artifact(const RunSnapshot& run, const ArtifactEntry& a
 
 void MlflowBackend::take_up_histograms(simdjson::dom::element run, UploadState& st) {
   // The server stored a log-batch whose answer was lost (or the offsets file is new): take its word.
-  if (const std::optional<Cursor> stored = cursor_tag(run, histograms_tag); stored && stored->bytes > st.histograms.bytes)
+  if (const std::optional<store::Cursor> stored = cursor_tag(run, histograms_tag); stored && stored->bytes > st.histograms.bytes)
     st.histograms = *stored;
 }
 
@@ -181,7 +181,7 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
   // One line a call after a refusal, until past the lines of the refused log-batch.
   const std::size_t most = st.histograms.bytes < one_by_one_until_.bytes ? 1 : histograms_a_call;
   std::string body;
-  JsonWriter w(body);
+  core::JsonWriter w(body);
   w.begin_object().key("run_id").string(st.remote_run).key("metrics").begin_array();
   std::vector<HttpRequest> puts;
   std::vector<std::string> names;
@@ -190,11 +190,11 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
   for (; n < b.histograms.size() && n < most; ++n) {
     simdjson::dom::element doc;
     const std::string_view text = b.histograms[n];
-    Result<HistogramLine> line = Error(Errc::invalid_argument, "a histograms.jsonl line that is not JSON");
-    if (parser_.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) line = read_histogram_line(doc);
+    Result<store::HistogramLine> line = Error(Errc::invalid_argument, "a histograms.jsonl line that is not JSON");
+    if (parser_.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) line = store::read_histogram_line(doc);
     if (!line) {
       std::string bad = "{\"part\":\"histograms\",\"line\":" + std::to_string(b.histograms_from.lines + n) + ",\"why\":";
-      append_json_string(bad, line.error().message());
+      core::append_json_string(bad, line.error().message());
       s.refused.push_back(bad + "}");
       continue;
     }
@@ -212,7 +212,7 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
       w.begin_object().key("key").string(key).key("value").number(v);
       w.key("timestamp").integer(ts).key("step").integer(line->step).end_object();
       std::string m;
-      JsonWriter(m).begin_object().key("part").string("histograms").key("key").string(key).key("step").integer(line->step)
+      core::JsonWriter(m).begin_object().key("part").string("histograms").key("key").string(key).key("step").integer(line->step)
           .key("value").number(v);
       metrics.push_back(std::move(m));
     }
@@ -232,7 +232,7 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
       }
       for (std::string& m : metrics) { // each an object still open
         m += ",\"why\":";
-        append_json_string(m, describe(r));
+        core::append_json_string(m, describe(r));
         s.refused.push_back(m + "}");
       }
       s.refused_points = metrics.size();
@@ -247,4 +247,4 @@ Sent MlflowBackend::send_histograms(const Batch& b, UploadState& st) {
   return s;
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -13,7 +13,7 @@
 #include <map>
 #include <unordered_map>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 inline constexpr std::size_t mlflow_max_params = 100, mlflow_max_tags = 100;
 inline constexpr std::size_t mlflow_max_key = 250, mlflow_max_param_value = 6000, mlflow_max_tag_value = 5000;
@@ -21,15 +21,15 @@ inline constexpr std::size_t mlflow_max_key = 250, mlflow_max_param_value = 6000
 inline constexpr std::chrono::milliseconds mlflow_file_cap{600'000};
 
 /// "<lines>.<bytes>": how far a file is delivered, as a run tag keeps it.
-[[nodiscard]] std::string encode_cursor(const Cursor& c);
+[[nodiscard]] std::string encode_cursor(const store::Cursor& c);
 /// The value of the run's tag `tag` (`run` a runs/get answer), if it has one.
 [[nodiscard]] std::optional<std::string_view> run_tag(simdjson::dom::element run, std::string_view tag);
 /// The cursor the run's tag `tag` holds, if it holds one.
-[[nodiscard]] std::optional<Cursor> cursor_tag(simdjson::dom::element run, std::string_view tag);
+[[nodiscard]] std::optional<store::Cursor> cursor_tag(simdjson::dom::element run, std::string_view tag);
 /// How many of a Batch's lines (from `from`, each ending at `after[i]`) the
 /// run's cursor tag `tag` says the server holds: 0 unless it names one's end.
-[[nodiscard]] std::size_t lines_stored(simdjson::dom::element run, std::string_view tag, Cursor from,
-                                       std::span<const Cursor> after);
+[[nodiscard]] std::size_t lines_stored(simdjson::dom::element run, std::string_view tag, store::Cursor from,
+                                       std::span<const store::Cursor> after);
 
 /// The key as MLflow takes it: unchanged if valid, else cleaned and suffixed
 /// with a hash of the original (so two keys never meet).
@@ -113,11 +113,11 @@ private:
   MlflowPoints points_{*this, http_, target_.id};
   std::unordered_map<std::string, std::string> params_sent_;
   bool histograms_uncertain_ = false; // a histograms log-batch's fate is unknown: read the tags back first
-  Cursor one_by_one_until_;          // histograms go one a call up to here (a log-batch of them was refused)
+  store::Cursor one_by_one_until_;          // histograms go one a call up to here (a log-batch of them was refused)
   bool media_uncertain_ = false;     // a media log-batch's fate is unknown: read the tags back first
   /// mlflow.loggedArtifacts as the server holds it: (path, type) entries.
   std::vector<std::pair<std::string, std::string>> logged_artifacts_;
   int turn_ = 0; // with several waiting, values (0), histograms (1) and media (2) take turns
 };
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -11,7 +11,7 @@
 
 #include <cstdio>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 bool key_char(unsigned char c) {
@@ -52,7 +52,7 @@ std::string mlflow_clean_key(std::string_view key) {
   if (out.empty()) changed = true;
   if (!changed && out.size() <= mlflow_max_key) return out;
   char suffix[10];
-  std::snprintf(suffix, sizeof suffix, "-%08x", chorus::detail::fnv1a32(key));
+  std::snprintf(suffix, sizeof suffix, "-%08x", chorus::core::fnv1a32(key));
   if (out.size() > mlflow_max_key - 9) out.resize(mlflow_max_key - 9);
   while (!out.empty() && out.back() == '/') out.pop_back();
   out += suffix;
@@ -72,7 +72,7 @@ const std::string& MlflowBackend::map_key(std::string_view key) {
 }
 
 void MlflowBackend::load_keys() {
-  const std::string text = read_text(keys_file_, true).value_or(std::string());
+  const std::string text = platform::read_text(keys_file_, true).value_or(std::string());
   if (text.empty()) return;
   simdjson::dom::element doc;
   simdjson::dom::object obj;
@@ -89,12 +89,12 @@ void MlflowBackend::load_keys() {
 void MlflowBackend::save_keys() {
   if (!keys_dirty_) return;
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   for (const auto& [k, v] : mapped_) w.key(k).string(v);
   w.end_object();
   out.push_back('\n');
-  if (!write_file_atomic(keys_file_, out)) keys_dirty_ = false;
+  if (!platform::write_file_atomic(keys_file_, out)) keys_dirty_ = false;
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

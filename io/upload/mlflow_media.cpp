@@ -24,7 +24,7 @@
 #include <cstdio>
 #include <sys/stat.h>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 constexpr const char* media_tag = "chorus.upload.media"; // "<lines>.<bytes>" of media.jsonl
@@ -37,7 +37,7 @@ constexpr std::size_t media_a_call = 8;
 /// makes its own, so that no '%'-escape can start there), the same each time.
 std::string image_id(std::string_view column, std::int64_t step) {
   const std::string seed = std::string(column) + '\n' + std::to_string(step);
-  const std::uint64_t hi = chorus::detail::fnv1a64(seed), lo = chorus::detail::fnv1a64(seed, hi);
+  const std::uint64_t hi = chorus::core::fnv1a64(seed), lo = chorus::core::fnv1a64(seed, hi);
   char hex[33];
   std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(hi), static_cast<unsigned long long>(lo));
   std::string out;
@@ -50,7 +50,7 @@ std::string image_id(std::string_view column, std::int64_t step) {
 }
 
 /// The artifacts of one media line, under its (MLflow-mapped) column.
-std::vector<std::string> artifact_names(const MediaLine& m, const std::string& column) {
+std::vector<std::string> artifact_names(const store::MediaLine& m, const std::string& column) {
   const std::string step = std::to_string(m.step);
   if (m.kind == "table") return {"tables/" + column + "/step_" + step + ".json"};
   if (m.kind == "text") return {"text/" + column + "/step_" + step + ".md"};
@@ -70,9 +70,9 @@ std::string logged_artifacts_value(const std::vector<std::pair<std::string, std:
   for (const auto& [path, type] : entries) {
     if (out.size() > 1) out += ", ";
     out += "{\"path\": ";
-    append_json_string(out, path);
+    core::append_json_string(out, path);
     out += ", \"type\": ";
-    append_json_string(out, type);
+    core::append_json_string(out, type);
     out += '}';
   }
   return out + "]";
@@ -99,7 +99,7 @@ void MlflowBackend::read_logged_artifacts(simdjson::dom::element run) {
 }
 
 void MlflowBackend::take_up_media(simdjson::dom::element run, UploadState& st) {
-  if (const std::optional<Cursor> stored = cursor_tag(run, media_tag); stored && stored->bytes > st.media.bytes)
+  if (const std::optional<store::Cursor> stored = cursor_tag(run, media_tag); stored && stored->bytes > st.media.bytes)
     st.media = *stored;
   read_logged_artifacts(run);
 }
@@ -120,7 +120,7 @@ Sent MlflowBackend::send_media(const RunSnapshot& run, const Batch& b, UploadSta
   bool images = false;
   std::size_t n = 0;
   for (; n < b.media.size() && n < media_a_call; ++n) {
-    const std::optional<MediaLine> line = read_media(parser_, b, n, s.refused);
+    const std::optional<store::MediaLine> line = read_media(parser_, b, n, s.refused);
     if (!line) continue;
     const std::string file = run.dir + "/" + std::string(line->path);
     if (!regular_file(file)) {
@@ -146,7 +146,7 @@ Sent MlflowBackend::send_media(const RunSnapshot& run, const Batch& b, UploadSta
   if (Sent f = put_artifacts(puts, names, mlflow_file_cap); f.delivery != Delivery::ok) return f;
 
   std::string body;
-  JsonWriter w(body);
+  core::JsonWriter w(body);
   w.begin_object().key("run_id").string(st.remote_run).key("tags").begin_array();
   w.begin_object().key("key").string(media_tag).key("value").string(encode_cursor(b.media_after[n - 1])).end_object();
   // As MLflow's client sets it: Python's str(True).
@@ -164,4 +164,4 @@ Sent MlflowBackend::send_media(const RunSnapshot& run, const Batch& b, UploadSta
   return s;
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 void flatten(std::string prefix, simdjson::dom::element e, std::vector<std::pair<std::string, std::string>>& out) {
@@ -31,7 +31,7 @@ void flatten(std::string prefix, simdjson::dom::element e, std::vector<std::pair
 }
 
 /// `pairs` [from, to) as a JSON array of {"key", "value"} objects.
-void write_pairs(JsonWriter& w, const std::vector<std::pair<std::string, std::string>>& pairs, std::size_t from,
+void write_pairs(core::JsonWriter& w, const std::vector<std::pair<std::string, std::string>>& pairs, std::size_t from,
                  std::size_t to) {
   w.begin_array();
   for (std::size_t i = from; i < to; ++i)
@@ -94,12 +94,12 @@ Sent MlflowBackend::log_params_and_tags(const UploadState& st, const Pairs* para
   std::size_t pi = 0, ti = 0;
   while (pi < n || ti < tags.size()) {
     std::string body;
-    JsonWriter w(body);
+    core::JsonWriter w(body);
     w.begin_object().key("run_id").string(st.remote_run);
     const std::size_t pend = std::min(n, pi + mlflow_max_params);
-    if (params) write_pairs(w.key("params"), *params, pi, pend);
+    if (params) upload::write_pairs(w.key("params"), *params, pi, pend);
     const std::size_t tend = std::min(tags.size(), ti + mlflow_max_tags);
-    write_pairs(w.key("tags"), tags, ti, tend);
+    upload::write_pairs(w.key("tags"), tags, ti, tend);
     w.end_object();
     HttpResponse r = call("POST", "runs/log-batch", body);
     if (!r.ok()) return failed(r, what);
@@ -110,4 +110,4 @@ Sent MlflowBackend::log_params_and_tags(const UploadState& st, const Pairs* para
   return {};
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

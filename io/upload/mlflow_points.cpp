@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <cmath>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 constexpr std::uint64_t end_of_line = ~std::uint64_t{0}; // a Point that only moves past its line
 constexpr const char* offset_tag = "chorus.upload.offset"; // one request at a time, before (read only)
 
 /// The whole lines of a file's slice before `at`.
-std::size_t lines_before(std::span<const Cursor> after, const Place& at) {
+std::size_t lines_before(std::span<const store::Cursor> after, const Place& at) {
   std::size_t n = 0;
   while (n < after.size() && after[n].bytes <= at.at.bytes) ++n;
   return n;
@@ -61,8 +61,8 @@ void MlflowPoints::take_up(simdjson::dom::element doc, const std::string& run_di
 
 /// The values of a JSON-lines file from one position (cursor and values
 /// of its line already counted) to another, as gather() counts them.
-std::uint64_t MlflowPoints::values_between(const std::string& path, bool history, Cursor from, std::uint64_t from_part,
-                                           Cursor to, std::uint64_t to_part) {
+std::uint64_t MlflowPoints::values_between(const std::string& path, bool history, store::Cursor from, std::uint64_t from_part,
+                                           store::Cursor to, std::uint64_t to_part) {
   std::uint64_t n = 0;
   LineSlice slice;
   while (from.bytes < to.bytes) {
@@ -82,13 +82,13 @@ std::uint64_t MlflowPoints::values_between(const std::string& path, bool history
 bool MlflowPoints::gather(const Batch& b, GatherAt& at, std::size_t limit, std::vector<Point>& points,
                           std::vector<std::string>& bad) {
   std::size_t metrics = 0; // points to send; the end-of-line markers are not sent and not counted
-  auto take = [&](std::span<const std::string_view> lines, Cursor from, bool history) {
+  auto take = [&](std::span<const std::string_view> lines, store::Cursor from, bool history) {
     std::size_t& line = at.line[history ? 0 : 1];
     std::uint64_t& part = at.part[history ? 0 : 1];
     for (std::size_t i = line; i < lines.size() && metrics < limit; ++i) {
       simdjson::dom::element doc;
       simdjson::dom::object obj;
-      std::optional<HistoryRow> row;
+      std::optional<store::HistoryRow> row;
       std::string_view why;
       if (parser_.parse(lines[i].data(), lines[i].size()).get(doc) != simdjson::SUCCESS ||
           doc.get(obj) != simdjson::SUCCESS)
@@ -99,7 +99,7 @@ bool MlflowPoints::gather(const Batch& b, GatherAt& at, std::size_t limit, std::
         std::string text = "{\"part\":\"";
         text += history ? "history" : "system";
         text += "\",\"line\":" + std::to_string(from.lines + i) + ",\"why\":";
-        append_json_string(text, why);
+        core::append_json_string(text, why);
         text += '}';
         bad.push_back(std::move(text));
         points.push_back(Point{{}, 0, 0, 0, history, i, end_of_line}); // a marker that consumes the line
@@ -111,7 +111,7 @@ bool MlflowPoints::gather(const Batch& b, GatherAt& at, std::size_t limit, std::
       else if (obj["_timestamp"].get(ts) != simdjson::SUCCESS) ts = 0;
       const auto step = row ? row->step() : static_cast<std::int64_t>(from.lines + i);
       std::uint64_t index = 0;
-      for (const RowValue& f : row ? row->metrics() : RowValues(obj)) {
+      for (const store::RowValue& f : row ? row->metrics() : store::RowValues(obj)) {
         const std::uint64_t value_at = index++;
         if (i == line && value_at < part) continue; // sent before, or gathered before
         std::string key;
@@ -140,7 +140,7 @@ bool MlflowPoints::gather(const Batch& b, GatherAt& at, std::size_t limit, std::
 
 /// Where a file stands once `p` is sent.
 Place MlflowPoints::after_point(const Batch& b, const Point& p) {
-  const std::span<const Cursor> after = p.history ? b.history_after : b.system_after;
+  const std::span<const store::Cursor> after = p.history ? b.history_after : b.system_after;
   if (p.index == end_of_line) return {after[p.line], 0};
   return {p.line == 0 ? (p.history ? b.history_from : b.system_from) : after[p.line - 1], p.index + 1};
 }
@@ -149,7 +149,7 @@ Place MlflowPoints::after_point(const Batch& b, const Point& p) {
 std::uint64_t MlflowPoints::count_values(std::string_view line, bool history) {
   simdjson::dom::object obj;
   if (parser_.parse(line.data(), line.size()).get(obj) != simdjson::SUCCESS) return 0;
-  return static_cast<std::uint64_t>(std::ranges::distance(line_values(obj, history)));
+  return static_cast<std::uint64_t>(std::ranges::distance(store::line_values(obj, history)));
 }
 
 /// The spans the run's tags on the server record, and the greatest prefix
@@ -208,7 +208,7 @@ Sent MlflowPoints::reconcile(const Batch& b, UploadState& st) {
     const auto lines = history ? b.history : b.system;
     const auto after = history ? b.history_after : b.system_after;
     const std::size_t n = lines_before(after, at);
-    const Cursor line_start = n > 0 ? after[n - 1] : from.at;
+    const store::Cursor line_start = n > 0 ? after[n - 1] : from.at;
     const std::uint64_t part = line_start.bytes == at.at.bytes ? at.part : 0;
     beyond_slice = beyond_slice || line_start.bytes != at.at.bytes;
     std::uint64_t values = part;
@@ -285,7 +285,7 @@ std::optional<std::size_t> MlflowPoints::free_slot(const Prefix& acked) const {
 HttpRequest MlflowPoints::log_batch(const std::vector<Point>& points, std::size_t lo, std::size_t hi,
                                     std::size_t slot, const Span& span, const Prefix& acked, const UploadState& st) {
   std::string body;
-  JsonWriter w(body);
+  core::JsonWriter w(body);
   w.begin_object().key("run_id").string(st.remote_run).key("metrics").begin_array();
   for (std::size_t i = lo; i < hi; ++i) {
     const Point& p = points[i];
@@ -485,7 +485,7 @@ std::optional<Sent> MlflowPoints::find_refused(const Batch& b, const Planned& p,
       const Point& pt = points[i];
       if (pt.index == end_of_line) continue;
       std::string line;
-      JsonWriter lw(line);
+      core::JsonWriter lw(line);
       lw.begin_object().key("part").string(pt.history ? "history" : "system").key("key").string(pt.key);
       lw.key("step").integer(pt.step).key("value").number(pt.value).key("why").string(describe(r)).end_object();
       s.refused.push_back(std::move(line));
@@ -501,4 +501,4 @@ std::optional<Sent> MlflowPoints::find_refused(const Batch& b, const Planned& p,
   }
   return std::nullopt;
 }
-} // namespace chorus::io::detail
+} // namespace chorus::upload

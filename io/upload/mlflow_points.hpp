@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 /// MLflow log-batch requests in flight at once when an upload starts (and
 /// artifact PUTs at once): MLflow's default gunicorn has 4 workers. From
@@ -89,7 +89,7 @@ private:
               std::vector<std::string>& bad);
   static Place after_point(const Batch& b, const Point& p);
   std::uint64_t count_values(std::string_view line, bool history);
-  std::uint64_t values_between(const std::string& path, bool history, Cursor from, std::uint64_t from_part, Cursor to,
+  std::uint64_t values_between(const std::string& path, bool history, store::Cursor from, std::uint64_t from_part, store::Cursor to,
                                std::uint64_t to_part);
   void read_span_tags(simdjson::dom::element doc, std::vector<Span>& spans, std::optional<Prefix>& prefix);
   Sent reconcile(const Batch& b, UploadState& st);
@@ -111,4 +111,4 @@ private:
   RequestWindow window_{mlflow_window, mlflow_max_window};
 };
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

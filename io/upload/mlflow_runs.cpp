@@ -6,7 +6,7 @@
 
 #include "runtime/core/json.hpp"
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 std::string state_status(const std::string& state) {
@@ -55,7 +55,7 @@ Sent MlflowBackend::find_experiment(const std::string& name, std::string& experi
     }
     if (r.status != 404) return failed(r, "reading experiment '" + name + "'");
     std::string body;
-    JsonWriter(body).begin_object().key("name").string(name).end_object();
+    core::JsonWriter(body).begin_object().key("name").string(name).end_object();
     r = call("POST", "experiments/create", body);
     if (r.ok()) {
       simdjson::dom::element doc;
@@ -73,7 +73,7 @@ Sent MlflowBackend::find_experiment(const std::string& name, std::string& experi
 
 Sent MlflowBackend::create_run(const RunSnapshot& run, const std::string& experiment, UploadState& st) {
   std::string body;
-  JsonWriter w(body);
+  core::JsonWriter w(body);
   w.begin_object().key("experiment_id").string(experiment).key("run_name").string(run.name);
   w.key("start_time").integer(run.start_ms).key("tags").begin_array();
   auto tag = [&](std::string_view k, std::string_view v) {
@@ -117,7 +117,7 @@ Sent MlflowBackend::create_run(const RunSnapshot& run, const std::string& experi
 /// a lost runs/create answer before this check existed), else the oldest.
 Sent MlflowBackend::find_run(const RunSnapshot& run, const std::string& experiment, std::string& found) {
   std::string body;
-  JsonWriter w(body);
+  core::JsonWriter w(body);
   w.begin_object().key("experiment_ids").begin_array().string(experiment).end_array();
   std::string filter = "tags.\"chorus.run_id\" = '";
   for (char c : run.id) filter += c == '\'' ? std::string("\\'") : std::string(1, c);
@@ -163,7 +163,7 @@ Sent MlflowBackend::reopen(const RunSnapshot& run, UploadState& st) {
   if ((!run.ended || st.earlier_end_delivered()) &&
       doc["run"]["info"]["status"].get(status) == simdjson::SUCCESS && status != "RUNNING") {
     std::string body;
-    JsonWriter(body).begin_object().key("run_id").string(st.remote_run).key("status").string("RUNNING").end_object();
+    core::JsonWriter(body).begin_object().key("run_id").string(st.remote_run).key("status").string("RUNNING").end_object();
     if (HttpResponse u = call("POST", "runs/update", body); !u.ok())
       return failed(u, "marking run " + st.remote_run + " RUNNING again for its resumed attempt");
   }
@@ -183,7 +183,7 @@ Sent MlflowBackend::reopen(const RunSnapshot& run, UploadState& st) {
 
 Sent MlflowBackend::send_end(const RunSnapshot& run, const UploadState& st) {
   std::string body;
-  JsonWriter(body)
+  core::JsonWriter(body)
       .begin_object()
       .key("run_id")
       .string(st.remote_run)
@@ -197,4 +197,4 @@ Sent MlflowBackend::send_end(const RunSnapshot& run, const UploadState& st) {
   return {};
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -20,12 +20,12 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 /// A place in a JSON-lines file: the cursor at a line's start, and how many
 /// values of that line are already sent.
 struct Place {
-  Cursor at;
+  store::Cursor at;
   std::uint64_t part = 0;
   bool operator==(const Place&) const = default;
 };
@@ -101,7 +101,7 @@ inline std::optional<Prefix> decode_prefix(std::string_view v) {
 
 inline std::optional<SlotRecord> decode_slot(std::string_view v) {
   SlotRecord r;
-  auto take = [&v](std::string_view lit) { return detail::take(v, lit); };
+  auto take = [&v](std::string_view lit) { return upload::take(v, lit); };
   if (take("s=")) r.span.history = false;
   else if (!take("h=")) return std::nullopt;
   if (!decode_place(v, r.span.from) || !take("-") || !decode_place(v, r.span.to) || !take(" after h=") ||
@@ -126,4 +126,4 @@ inline Place chain_end(const std::vector<Span>& spans, bool history, Place at) {
   return at;
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

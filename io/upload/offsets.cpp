@@ -18,21 +18,21 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::upload {
 namespace {
 
-using detail::os_error;
+using platform::os_error;
 
 // FNV-1a 64 from a basis one digit short of the standard one: upload/<id>.json
 // keeps these digests of what went up, so changing it would send config.json
 // and summary.json again to every target a run already reached.
 constexpr std::uint64_t digest_basis = 1469598103934665603ull;
 
-void write_cursor(JsonWriter& w, std::string_view name, const Cursor& c) {
+void write_cursor(core::JsonWriter& w, std::string_view name, const store::Cursor& c) {
   w.key(name).begin_object().key("lines").uinteger(c.lines).key("bytes").uinteger(c.bytes).end_object();
 }
 
-bool read_cursor(simdjson::dom::element doc, const char* name, Cursor& c) {
+bool read_cursor(simdjson::dom::element doc, const char* name, store::Cursor& c) {
   simdjson::dom::element e;
   if (doc[name].get(e) != simdjson::SUCCESS) return true;
   std::uint64_t lines = 0, bytes = 0;
@@ -43,11 +43,11 @@ bool read_cursor(simdjson::dom::element doc, const char* name, Cursor& c) {
 
 std::string render_state(const UploadState& s) {
   std::string out;
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   w.key("url").string(s.url).key("remote_run").string(s.remote_run).key("experiment").string(s.experiment);
   w.key("entity").string(s.entity).key("project").string(s.project);
-  write_cursor(w, "history", s.history);
+  upload::write_cursor(w, "history", s.history);
   w.key("history_part").uinteger(s.history_part);
   write_cursor(w, "system", s.system);
   w.key("system_part").uinteger(s.system_part);
@@ -71,11 +71,11 @@ std::string render_state(const UploadState& s) {
 Error replace_file(const std::string& path, std::string_view content) {
   const auto slash = path.rfind('/') + 1; // hidden, as write_file_atomic's
   const std::string tmp = path.substr(0, slash) + "." + path.substr(slash) + ".tmp." + std::to_string(::getpid());
-  const Result<int> opened = detail::open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  const Result<int> opened = platform::open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC);
   if (!opened) return opened.error();
   const int fd = *opened;
-  Error err = detail::write_all(fd, content, tmp);
-  detail::close_fd(fd);
+  Error err = platform::write_all(fd, content, tmp);
+  platform::close_fd(fd);
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
   if (err) ::unlink(tmp.c_str());
   return err;
@@ -83,15 +83,15 @@ Error replace_file(const std::string& path, std::string_view content) {
 
 } // namespace
 
-std::string detail::delivered_digest(std::string_view s) {
-  const std::uint64_t h = chorus::detail::fnv1a64(s, digest_basis);
+std::string delivered_digest(std::string_view s) {
+  const std::uint64_t h = chorus::core::fnv1a64(s, digest_basis);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
 }
 
 Error UploadState::load(const std::string& path) {
-  const Result<std::string> read = detail::read_text(path, true);
+  const Result<std::string> read = platform::read_text(path, true);
   if (!read) return read.error();
   const std::string& text = *read;
   if (text.empty()) return {};
@@ -133,9 +133,9 @@ Error UploadState::load(const std::string& path) {
   return {};
 }
 
-Error UploadState::save(const std::string& path) const { return write_file_atomic(path, render_state(*this)); }
+Error UploadState::save(const std::string& path) const { return platform::write_file_atomic(path, render_state(*this)); }
 
-Error detail::OffsetsWriter::save(const UploadState& st) {
+Error upload::OffsetsWriter::save(const UploadState& st) {
   const auto now = std::chrono::steady_clock::now();
   const bool durable = now - durable_at_ >= durable_every || st.remote_run != durable_run_ ||
                        st.final_sent != durable_final_ || st.events != durable_events_;
@@ -152,19 +152,19 @@ Error detail::OffsetsWriter::save(const UploadState& st) {
   return {};
 }
 
-Error detail::OffsetsWriter::flush(const UploadState& st) { return pending_durable_ ? st.save(path_) : Error(); }
+Error upload::OffsetsWriter::flush(const UploadState& st) { return pending_durable_ ? st.save(path_) : Error(); }
 
 std::uint64_t points_pending(const std::string& run_dir, const UploadState& state) {
   std::uint64_t n = 0;
   simdjson::dom::parser parser;
-  auto count = [&](const std::string& path, bool history, Cursor from, std::uint64_t part) {
+  auto count = [&](const std::string& path, bool history, store::Cursor from, std::uint64_t part) {
     LineSlice slice;
     for (;;) {
       if (read_lines(path, from, 4u << 20, slice) || slice.lines.empty()) return;
       for (std::string_view line : slice.lines) {
         simdjson::dom::object obj;
         if (parser.parse(line.data(), line.size()).get(obj) != simdjson::SUCCESS) continue;
-        const auto values = static_cast<std::uint64_t>(std::ranges::distance(line_values(obj, history)));
+        const auto values = static_cast<std::uint64_t>(std::ranges::distance(store::line_values(obj, history)));
         n += values - std::min(values, part);
         part = 0;
       }
@@ -191,4 +191,4 @@ std::vector<std::pair<std::string, std::string>> upload_targets(const std::strin
   return out;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

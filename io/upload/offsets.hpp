@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 /// The digest UploadState keeps of a delivered config.json or summary.json.
 [[nodiscard]] std::string delivered_digest(std::string_view content);
@@ -38,8 +38,8 @@ private:
   std::string path_;
   SteadyTime durable_at_{};
   std::string durable_run_, durable_final_;
-  Cursor durable_events_;
+  store::Cursor durable_events_;
   bool pending_durable_ = false;
 };
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-namespace chorus::io {
+namespace chorus::upload {
 namespace {
 
 Error bad_url(std::string_view url, std::string_view why) {
@@ -20,7 +20,7 @@ Error bad_url(std::string_view url, std::string_view why) {
   m.append(url);
   m += "' ";
   m.append(why);
-  m += ": use " + chorus::detail::upload_url_forms(true);
+  m += ": use " + chorus::core::upload_url_forms(true);
   return Error(Errc::invalid_argument, std::move(m));
 }
 
@@ -50,7 +50,7 @@ std::string path_hash(std::string_view s) {
 /// The target of a backend whose URL's path is a secret (BackendSpec::secret_path):
 /// NAME://HOST[:PORT][/PATH][?QUERY], the path and query whatever they are.
 /// Its errors show the URL without them.
-Result<UploadTarget> secret_path_target(std::string_view url, const chorus::detail::UploadUrl& u) {
+Result<UploadTarget> secret_path_target(std::string_view url, const chorus::core::UploadUrl& u) {
   // The host ends at the first '/', '?' or '#' (UploadUrl looks for '/' only).
   const std::string_view rest = url.substr(u.scheme.size() + 3);
   const std::size_t cut = rest.find_first_of("/?#");
@@ -59,7 +59,7 @@ Result<UploadTarget> secret_path_target(std::string_view url, const chorus::deta
   path = path.substr(0, path.find('#')); // a fragment is the browser's, never sent
   UploadTarget t;
   t.backend = std::string(u.backend->name);
-  t.url = chorus::detail::shown_upload_url(url); // credentials masked, the path cut
+  t.url = chorus::core::shown_upload_url(url); // credentials masked, the path cut
   if (authority.find('@') != std::string_view::npos)
     return Error(Errc::invalid_argument, "upload target '" + t.url +
                                              "' has credentials before its host: they would be written into the "
@@ -94,26 +94,26 @@ std::optional<BackendSpec> find_backend(std::string_view name) {
 }
 
 Result<UploadTarget> UploadTarget::parse(std::string_view url) {
-  chorus::detail::UploadUrl u;
-  using Problem = chorus::detail::UploadUrl::Problem;
-  const Problem problem = chorus::detail::UploadUrl::parse(url, u);
+  chorus::core::UploadUrl u;
+  using Problem = chorus::core::UploadUrl::Problem;
+  const Problem problem = chorus::core::UploadUrl::parse(url, u);
   const std::optional<BackendSpec> spec = u.backend ? find_backend(u.backend->name) : std::nullopt;
   if (spec && spec->secret_path) return secret_path_target(url, u);
   switch (problem) {
   case Problem::none: break;
   // A URL whose scheme is mistyped may be a webhook's: its path is not shown.
-  case Problem::no_scheme: return bad_url(chorus::detail::shown_upload_url(url), "has no scheme");
-  case Problem::unknown_scheme: return bad_url(chorus::detail::shown_upload_url(url), "has an unknown scheme");
+  case Problem::no_scheme: return bad_url(chorus::core::shown_upload_url(url), "has no scheme");
+  case Problem::unknown_scheme: return bad_url(chorus::core::shown_upload_url(url), "has an unknown scheme");
   case Problem::credentials:
     return Error(Errc::invalid_argument, "upload target '" + u.masked() +
                                              "' has credentials in it: they would be written into the run's files. "
                                              "Put the key where its backend reads it: " +
-                                             chorus::detail::upload_credentials());
+                                             chorus::core::upload_credentials());
   case Problem::empty:
     return bad_url(url, u.backend && u.backend->local ? "names no directory" : "has no host");
   case Problem::no_host: return bad_url(url, "has no host");
   }
-  if (!spec) return bad_url(chorus::detail::shown_upload_url(url), "has an unknown scheme");
+  if (!spec) return bad_url(chorus::core::shown_upload_url(url), "has an unknown scheme");
   if (u.backend->local) {
     // A directory: made absolute here, so that a rank and a later `chorus
     // sync` from another working directory name the same target.
@@ -130,7 +130,7 @@ Result<UploadTarget> UploadTarget::parse(std::string_view url) {
     if (t.id.size() > max_id) {
       // A deep directory: its end, and a hash of the whole, keep the file names short and apart.
       char hash[17];
-      std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(chorus::detail::fnv1a64(t.dir)));
+      std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(chorus::core::fnv1a64(t.dir)));
       t.id = t.backend + "-" + hash + "-" + t.id.substr(t.id.size() - (max_id - t.backend.size() - 18));
     }
     return t;
@@ -155,4 +155,4 @@ Result<UploadTarget> UploadTarget::parse(std::string_view url) {
   return t;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

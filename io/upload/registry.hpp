@@ -1,5 +1,5 @@
 // The upload backends, found by the name of their URL scheme. A backend is
-// its own source file, which defines chorus::io::backends::NAME() (its
+// its own source file, which defines chorus::upload::backends::NAME() (its
 // BackendSpec below), and its chorus_upload_backend line in
 // io/CMakeLists.txt, from which the tables of backends are generated: the
 // factory, the URL grammar, `chorus sync --help` and the Uploader name no
@@ -12,7 +12,7 @@
 #include <span>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::upload {
 
 /// What a backend is made from.
 struct BackendContext {
@@ -53,4 +53,4 @@ struct RegisteredBackend {
 [[nodiscard]] std::span<const RegisteredBackend> registered_backends() noexcept;
 
 } // namespace detail
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <optional>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 class RequestWindow {
 public:
@@ -49,4 +49,4 @@ private:
   std::optional<std::chrono::nanoseconds> base_;
 };
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace chorus::io {
+namespace chorus::upload {
 namespace {
 
 std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llround(s * 1000.0)); }
@@ -17,7 +17,7 @@ std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llr
 
 Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   const std::string path = run_dir + "/run.json";
-  const Result<RunRecord> run = read_run_record(run_dir);
+  const Result<store::RunRecord> run = store::read_run_record(run_dir);
   if (!run) {
     const Error e = run.error();
     // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.
@@ -27,12 +27,12 @@ Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   if (run->id.empty())
     return Error(Errc::io_error, path + " has no run id: run `chorus recover " + run_dir + "` to rebuild it from the WAL");
   RunSnapshot r;
-  static_cast<RunIdentity&>(r) = *run;
+  static_cast<store::RunIdentity&>(r) = *run;
   r.dir = run_dir;
   if (r.name.empty()) r.name = r.id;
   r.state = run->state;
-  if (run->start_us) r.start_ms = seconds_to_ms(RunRecord::seconds(*run->start_us));
-  if (run->end_us) r.end_ms = seconds_to_ms(RunRecord::seconds(*run->end_us));
+  if (run->start_us) r.start_ms = seconds_to_ms(store::RunRecord::seconds(*run->start_us));
+  if (run->end_us) r.end_ms = seconds_to_ms(store::RunRecord::seconds(*run->end_us));
   r.attempts = run->segments.empty() ? 1 : run->segments.size();
   r.world_size = std::max<std::int64_t>(run->world_size.value_or(1), 1);
   r.ended = !r.state.empty() && r.state != "running";
@@ -47,4 +47,4 @@ Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   return r;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

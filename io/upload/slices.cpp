@@ -18,15 +18,15 @@
 #include <limits>
 #include <sys/stat.h>
 
-namespace chorus::io {
+namespace chorus::upload {
 
-Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out, std::uint64_t limit) {
+Error read_lines(const std::string& path, store::Cursor from, std::size_t max_bytes, LineSlice& out, std::uint64_t limit) {
   out.buf.clear();
   out.lines.clear();
   out.after.clear();
   out.damaged = {};
   // Never blocks on a FIFO planted there; a file not yet made has no lines.
-  const Result<int> opened = detail::open_regular(path, O_RDONLY, /*missing_ok=*/true);
+  const Result<int> opened = platform::open_regular(path, O_RDONLY, /*missing_ok=*/true);
   if (!opened) return opened.error();
   const int fd = *opened;
   out.to_end = fd < 0;
@@ -34,18 +34,18 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
-    detail::close_fd(fd);
-    return detail::os_error("cannot stat", path, e);
+    platform::close_fd(fd);
+    return platform::os_error("cannot stat", path, e);
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (limit < from.bytes) {
     // A live run's bound not yet past what was uploaded (a resumed run's first moments): nothing to read now.
-    detail::close_fd(fd);
+    platform::close_fd(fd);
     out.to_end = true;
     return {};
   }
   if (size < from.bytes) {
-    detail::close_fd(fd);
+    platform::close_fd(fd);
     return Error(Errc::io_error, path + " is shorter (" + std::to_string(size) + " bytes) than what was already uploaded (" +
                                      std::to_string(from.bytes) +
                                      " bytes): it was rewritten. Remove the target's file in upload/ to upload the run "
@@ -54,26 +54,26 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   // Whole lines, read max_bytes (at least 64 KiB) at a time: those of the
   // first read that holds a newline, and of the reads before it; none
   // longer than the bound every reader of a run's lines keeps.
-  LineReader lines(fd, path, from,
-                   {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = max_line_bytes,
+  store::LineReader lines(fd, path, from,
+                   {.chunk = std::max<std::size_t>(max_bytes, 1u << 16), .max_line = store::max_line_bytes,
                     .end = std::min(size, limit)});
   std::vector<std::size_t> starts;
   out.to_end = false;
   for (std::string_view line;;) {
     if (lines.cursor() != from && lines.read_to() - from.bytes >= max_bytes && !lines.holds_line()) break;
-    const LineReader::Next next = lines.next(line);
-    if (next == LineReader::Next::failed) {
+    const store::LineReader::Next next = lines.next(line);
+    if (next == store::LineReader::Next::failed) {
       out.buf.clear();
       out.after.clear();
       return lines.error();
     }
-    if (next == LineReader::Next::too_long) {
+    if (next == store::LineReader::Next::too_long) {
       // As at the file's end: the lines before it go, nothing after it is read.
       out.damaged = lines.error();
       out.to_end = true;
       break;
     }
-    if (next != LineReader::Next::line) {
+    if (next != store::LineReader::Next::line) {
       out.to_end = true;
       break;
     }
@@ -89,7 +89,7 @@ Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, Li
   return {};
 }
 
-Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after,
+Error upload::KeptSlice::refresh(const std::string& path, store::Cursor at, std::size_t read_bytes, SteadyTime fresh_after,
                                  std::uint64_t limit) {
   // A slice that ends at a line too long holds all that can be read of
   // the file: it is kept while any of it is left, and read again only where
@@ -99,7 +99,7 @@ Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t
     std::size_t i = 0;
     if (at != from) {
       const auto it = std::lower_bound(after.begin(), after.end(), at.bytes,
-                                       [](const Cursor& c, std::uint64_t b) { return c.bytes < b; });
+                                       [](const store::Cursor& c, std::uint64_t b) { return c.bytes < b; });
       i = it == after.end() || *it != at ? after.size() + 1 : static_cast<std::size_t>(it - after.begin()) + 1;
     }
     if (i <= after.size() && (slice.damaged || after.back().bytes - at.bytes >= read_bytes / 2)) {
@@ -114,7 +114,7 @@ Error detail::KeptSlice::refresh(const std::string& path, Cursor at, std::size_t
   return read_lines(path, at, read_bytes, slice, limit);
 }
 
-void detail::KeptSlice::index_steps(Lines kind) {
+void KeptSlice::index_steps(Lines kind) {
   if (steps.size() == slice.lines.size()) return;
   steps.clear();
   simdjson::dom::parser parser;
@@ -124,24 +124,24 @@ void detail::KeptSlice::index_steps(Lines kind) {
     simdjson::dom::object row;
     if (parser.parse(line.data(), line.size()).get(doc) == simdjson::SUCCESS) {
       if (kind == Lines::histograms) {
-        if (const Result<HistogramLine> h = read_histogram_line(doc)) step = h->step;
+        if (const Result<store::HistogramLine> h = store::read_histogram_line(doc)) step = h->step;
       } else if (kind == Lines::media) {
-        if (const Result<MediaLine> m = read_media_line(doc)) step = m->step;
+        if (const Result<store::MediaLine> m = store::read_media_line(doc)) step = m->step;
       } else if (doc.get(row) == simdjson::SUCCESS) {
-        if (const HistoryRow r(row); r) step = r.step();
+        if (const store::HistoryRow r(row); r) step = r.step();
       }
     }
     steps.push_back(step);
   }
 }
 
-std::int64_t detail::last_step(const KeptSlice& k) {
+std::int64_t last_step(const KeptSlice& k) {
   for (std::size_t i = k.steps.size(); i-- > 0;)
     if (k.steps[i] != KeptSlice::no_step) return k.steps[i];
   return KeptSlice::no_step;
 }
 
-detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice& histograms, const KeptSlice* media,
+WholeSteps whole_steps(const KeptSlice& history, const KeptSlice& histograms, const KeptSlice* media,
                                        StepsBefore before, std::optional<SteadyTime> ended_at) {
   constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min(), all = std::numeric_limits<std::int64_t>::max();
   const auto last = [](const KeptSlice& k) {
@@ -181,14 +181,14 @@ detail::WholeSteps detail::whole_steps(const KeptSlice& history, const KeptSlice
   return {prefix(history), prefix(histograms), media ? prefix(*media) : 0};
 }
 
-void detail::read_artifacts(std::span<const std::string_view> lines, std::vector<ArtifactEntry>& out) {
+void read_artifacts(std::span<const std::string_view> lines, std::vector<ArtifactEntry>& out) {
   out.clear();
   simdjson::dom::parser parser;
   for (std::string_view line : lines) {
     ArtifactEntry a;
     simdjson::dom::object doc;
     if (parser.parse(line.data(), line.size()).get(doc) == simdjson::SUCCESS) {
-      if (std::optional<ArtifactRecord> r = artifact_record(doc)) {
+      if (std::optional<store::ArtifactRecord> r = store::artifact_record(doc)) {
         a.name = std::move(r->name);
         a.type = std::move(r->type);
         a.sha256 = std::move(r->sha256);
@@ -199,4 +199,4 @@ void detail::read_artifacts(std::span<const std::string_view> lines, std::vector
   }
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 /// A history or system slice, kept while the backend takes it a request at
 /// a time (MLflow takes ~100 lines of a 4 MiB slice a request), from its
@@ -19,7 +19,7 @@ namespace chorus::io::detail {
 /// it: each byte is read at most about twice, not once a request.
 struct KeptSlice {
   LineSlice slice;
-  Cursor from;          // where the slice starts in the file
+  store::Cursor from;          // where the slice starts in the file
   std::size_t next = 0; // its first line not consumed
   SteadyTime read_at{}; // when the slice was read
   /// Each line's step, once index_steps() ran (no_step: a line that has none).
@@ -30,10 +30,10 @@ struct KeptSlice {
   /// start of one of its lines, at least half of `read_bytes` is left, and
   /// it was read no earlier than `fresh_after`.
   /// `limit`: read_lines'.
-  [[nodiscard]] Error refresh(const std::string& path, Cursor at, std::size_t read_bytes, SteadyTime fresh_after = {},
+  [[nodiscard]] Error refresh(const std::string& path, store::Cursor at, std::size_t read_bytes, SteadyTime fresh_after = {},
                               std::uint64_t limit = UINT64_MAX);
   [[nodiscard]] std::span<const std::string_view> lines() const { return std::span(slice.lines).subspan(next); }
-  [[nodiscard]] std::span<const Cursor> after() const { return std::span(slice.after).subspan(next); }
+  [[nodiscard]] std::span<const store::Cursor> after() const { return std::span(slice.after).subspan(next); }
   /// What a slice's lines are, for index_steps.
   enum class Lines { history, histograms, media };
   /// Reads each line's step (history.jsonl's rows, histograms.jsonl's or
@@ -71,4 +71,4 @@ struct StepsBefore {
 /// without a name, which a backend skips.
 void read_artifacts(std::span<const std::string_view> lines, std::vector<ArtifactEntry>& out);
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

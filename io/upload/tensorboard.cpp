@@ -31,7 +31,7 @@
 
 #include <filesystem>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 class TensorBoardBackend final : public Backend {
@@ -62,7 +62,7 @@ public:
     simdjson::dom::element line;
     for (const std::string_view text : b.histograms) {
       if (parser_.parse(text.data(), text.size()).get(line)) continue;
-      if (const Result<HistogramLine> h = read_histogram_line(line)) tb_->histogram(*h, nullptr);
+      if (const Result<store::HistogramLine> h = store::read_histogram_line(line)) tb_->histogram(*h, nullptr);
     }
     // Media files are read whole: a call takes the lines of about
     // media_bytes of them (one at least), and the next call the rest. A
@@ -70,7 +70,7 @@ public:
     // upload/<id>.refused.jsonl.
     std::uint64_t media_read = 0;
     for (; s.media < b.media.size() && (s.media == 0 || media_read < media_bytes); ++s.media) {
-      const std::optional<MediaLine> m = read_media(parser_, b, s.media, s.refused);
+      const std::optional<store::MediaLine> m = read_media(parser_, b, s.media, s.refused);
       if (!m) continue;
       media_read += m->size;
       if (Error e = tb_->media(*m, run.dir, nullptr)) s.refused.push_back(refused_media(*m, e.message()));
@@ -152,12 +152,12 @@ Result<std::unique_ptr<Backend>> make_tensorboard_backend(const BackendContext& 
 }
 
 } // namespace
-} // namespace chorus::io::detail
+} // namespace chorus::upload
 
-namespace chorus::io::backends {
+namespace chorus::upload::backends {
 
 BackendSpec tensorboard() {
-  return {.connections = 0, .path = {}, .path_variable = {}, .make = detail::make_tensorboard_backend};
+  return {.connections = 0, .path = {}, .path_variable = {}, .make = make_tensorboard_backend};
 }
 
-} // namespace chorus::io::backends
+} // namespace chorus::upload::backends

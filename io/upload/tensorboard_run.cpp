@@ -11,7 +11,7 @@
 #include <limits>
 #include <tuple>
 
-namespace chorus::io {
+namespace chorus::upload {
 namespace fs = std::filesystem;
 namespace {
 
@@ -63,7 +63,7 @@ Error table_cells(const simdjson::dom::element& table, StringTensor& cells, std:
     case element_type::STRING: cells.add(std::string_view(v)); return;
     case element_type::INT64: text = std::to_string(std::int64_t(v)); break;
     case element_type::UINT64: text = std::to_string(std::uint64_t(v)); break;
-    case element_type::DOUBLE: append_json_number(text, double(v)); break;
+    case element_type::DOUBLE: core::append_json_number(text, double(v)); break;
     case element_type::BOOL: text = bool(v) ? "true" : "false"; break;
     case element_type::NULL_VALUE: break;
     default: text = simdjson::minify(v);
@@ -120,7 +120,7 @@ namespace {
 double wall_time_of(const simdjson::dom::object& row) {
   simdjson::dom::element t;
   if (row["_timestamp"].get(t)) return 0;
-  return metric_value(t).value_or(0);
+  return store::metric_value(t).value_or(0);
 }
 
 } // namespace
@@ -132,9 +132,9 @@ TagExtent& TensorBoardRun::extent(std::string_view sub, std::string_view tag) {
 }
 
 template <class Step>
-void TensorBoardRun::scalars_of(const RowValues& values, const KeyPicker& wanted, double wall_time, bool history,
+void TensorBoardRun::scalars_of(const store::RowValues& values, const KeyPicker& wanted, double wall_time, bool history,
                                 const Step& step) {
-  for (const RowValue& v : values) {
+  for (const store::RowValue& v : values) {
     const std::string_view key = v.key;
     if (wanted && !wanted(key)) continue;
     auto [tag, sub] = split_column(key);
@@ -156,7 +156,7 @@ void TensorBoardRun::extend(TagExtent& e, std::int64_t step, double wall_time) {
   ++e.events;
 }
 
-void TensorBoardRun::histogram(const HistogramLine& line, const KeyPicker& wanted) {
+void TensorBoardRun::histogram(const store::HistogramLine& line, const KeyPicker& wanted) {
   if (wanted && !wanted(line.column())) return;
   const std::string sub = line.rank ? "rank-" + std::to_string(*line.rank) : std::string();
   TagExtent& e = extent(sub, line.key);
@@ -168,7 +168,7 @@ void TensorBoardRun::histogram(const HistogramLine& line, const KeyPicker& wante
   }
 }
 
-Error TensorBoardRun::media(const MediaLine& line, const std::string& run_dir, const KeyPicker& wanted) {
+Error TensorBoardRun::media(const store::MediaLine& line, const std::string& run_dir, const KeyPicker& wanted) {
   const std::string sub = one_rank_ ? std::string() : "rank-" + std::to_string(line.rank);
   if (wanted && !wanted(sub.empty() ? std::string(line.key) : std::string(line.key) + "/" + sub)) return {};
   TagExtent& e = extent(sub, line.key);
@@ -179,7 +179,7 @@ Error TensorBoardRun::media(const MediaLine& line, const std::string& run_dir, c
                                              ": it is left out of TensorBoard's files; `chorus recover RUN` writes "
                                              "the run's media again from its WAL"};
   };
-  const Result<std::string> file = detail::read_text(path, false, chorus::detail::max_media_bytes);
+  const Result<std::string> file = platform::read_text(path, false, core::max_media_bytes);
   if (!file) {
     std::error_code ec;
     return damaged(fs::exists(fs::symlink_status(path, ec)) ? "cannot be read (" + file.error().message() + ")"
@@ -187,11 +187,11 @@ Error TensorBoardRun::media(const MediaLine& line, const std::string& run_dir, c
   }
   if (file->size() != line.size)
     return damaged("is " + std::to_string(file->size()) + " bytes, but media.jsonl says " + std::to_string(line.size));
-  chorus::detail::media::ImageHeader image;
+  chorus::core::media::ImageHeader image;
   StringTensor cells;
   std::uint64_t rows = 0, columns = 0;
   if (line.kind == "image") {
-    if (Error err = chorus::detail::media::image_header(*file, image))
+    if (Error err = chorus::core::media::image_header(*file, image))
       return damaged("is no image (" + err.message() + ")");
   } else if (line.kind == "table") {
     simdjson::dom::element table;
@@ -213,7 +213,7 @@ Error TensorBoardRun::media(const MediaLine& line, const std::string& run_dir, c
 }
 
 std::string_view TensorBoardRun::history_row(const simdjson::dom::object& line, const KeyPicker& wanted) {
-  const HistoryRow row(line);
+  const store::HistoryRow row(line);
   if (!row) return row.why();
   const std::int64_t step = row.step();
   scalars_of(row.metrics(), wanted, row.timestamp().value_or(0), true,
@@ -223,7 +223,7 @@ std::string_view TensorBoardRun::history_row(const simdjson::dom::object& line, 
 
 void TensorBoardRun::system_row(const simdjson::dom::object& row, const KeyPicker& wanted) {
   const double wall = wall_time_of(row);
-  scalars_of(RowValues(row), wanted, wall, false, [wall](const TagExtent& e) {
+  scalars_of(store::RowValues(row), wanted, wall, false, [wall](const TagExtent& e) {
     return e.events == 0 || wall > e.max_wall_time ? static_cast<std::int64_t>(e.events) : std::int64_t{-1};
   });
 }
@@ -294,4 +294,4 @@ Error TensorBoardRun::close() { return each_writer(&TfEventsWriter::close); }
 
 std::vector<std::string> TensorBoardRun::files() const { return opened_; }
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -43,7 +43,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::upload {
 
 /// Which keys to take; null takes every key.
 using KeyPicker = std::function<bool(std::string_view)>;
@@ -61,25 +61,25 @@ public:
   /// where one cannot be read; a torn tail counts up to its last whole record.
   [[nodiscard]] Error resume();
 
-  /// A history.jsonl row (io::HistoryRow): each metric value whose key
+  /// A history.jsonl row (store::HistoryRow): each metric value whose key
   /// `wanted` takes, a scalar at the row's _step and _timestamp. Why the
   /// line is no row (nothing is written), or "".
   std::string_view history_row(const simdjson::dom::object& row, const KeyPicker& wanted);
-  /// A histograms.jsonl line (io::read_histogram_line), where `wanted`
+  /// A histograms.jsonl line (store::read_histogram_line), where `wanted`
   /// takes its column (`key` or `key/rank-N`): a HistogramProto at its _step
   /// and _timestamp, as tag `key` of the run's own files or of rank-N/.
-  void histogram(const HistogramLine& line, const KeyPicker& wanted);
+  void histogram(const store::HistogramLine& line, const KeyPicker& wanted);
   /// The run's ranks (run.json's world_size): a run of one keeps its media
   /// in its own files, beside its scalars and histograms; a run of several
   /// keeps rank N's in rank-N/, whichever ranks log the key. One until set.
   void world_size(std::int64_t ranks) noexcept { one_rank_ = ranks == 1; }
-  /// A media.jsonl line (io::read_media_line) whose column (`key`; in a run
+  /// A media.jsonl line (store::read_media_line) whose column (`key`; in a run
   /// of several ranks `key/rank-N`) `wanted` takes: its file, read from
   /// `run_dir`, at the line's _step and _timestamp as tag `key`, an image as
   /// Summary.Image, a text as the text plugin's string, a table as the text
   /// plugin's 2-D string tensor (table_cells). An error names the file where
   /// it cannot be read or is not what its line says: nothing is written.
-  [[nodiscard]] Error media(const MediaLine& line, const std::string& run_dir, const KeyPicker& wanted);
+  [[nodiscard]] Error media(const store::MediaLine& line, const std::string& run_dir, const KeyPicker& wanted);
   /// A system.jsonl row: `KEY/node-N` goes to node-N/, `KEY/rank-N` to
   /// rank-N/, each at its series' next sample.
   void system_row(const simdjson::dom::object& row, const KeyPicker& wanted);
@@ -120,7 +120,7 @@ private:
   /// Each of `values` that `wanted` takes, to the subdirectory and tag its
   /// key names, at the step `step(extent)` gives (nothing where it gives -1).
   template <class Step>
-  void scalars_of(const RowValues& values, const KeyPicker& wanted, double wall_time, bool history, const Step& step);
+  void scalars_of(const store::RowValues& values, const KeyPicker& wanted, double wall_time, bool history, const Step& step);
 
   std::string dir_;
   std::map<std::string, std::unique_ptr<TfEventsWriter>, std::less<>> writers_;
@@ -152,4 +152,4 @@ private:
 /// is left out (the HParams plugin takes scalars only).
 [[nodiscard]] std::vector<HParam> hparams_of(const simdjson::dom::object& config);
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -16,22 +16,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace chorus::io {
+namespace chorus::upload {
 
 std::uint32_t crc32c(std::span<const char> data, std::uint32_t crc) noexcept {
-  return crc32c(data.data(), data.size(), crc);
+  return platform::crc32c(data.data(), data.size(), crc);
 }
 
-std::uint32_t masked_crc32c(std::span<const char> data) noexcept { return mask_crc32c(crc32c(data)); }
+std::uint32_t masked_crc32c(std::span<const char> data) noexcept { return platform::mask_crc32c(crc32c(data)); }
 
 namespace {
 
-using namespace detail::proto;
+using namespace proto;
 
 constexpr std::string_view elsewhere = "write the events to another directory";
 
 Error file_error(std::string_view what, const std::string& path, int errnum) {
-  return detail::os_error(what, path, errnum, elsewhere);
+  return platform::os_error(what, path, errnum, elsewhere);
 }
 
 // mkdir -p, each new directory 0700 whatever the umask.
@@ -39,7 +39,7 @@ Error make_event_dir(const std::string& dir) {
   if (dir.empty())
     return Error{Errc::invalid_argument,
                  "the directory for TensorBoard events is empty: name one (it is created if missing)"};
-  return make_dirs(dir, elsewhere);
+  return platform::make_dirs(dir, elsewhere);
 }
 
 // Writes all of `data`, retrying after EINTR and short writes; 0 or the errno.
@@ -58,7 +58,7 @@ int write_fully(int fd, std::string_view data) {
 // The host name as a file name part: what is not a letter, digit, '.', '-'
 // or '_' becomes '_'.
 std::string host_part() {
-  std::string host = detail::this_host();
+  std::string host = platform::this_host();
   for (char& c : host) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
                     c == '-' || c == '_';
@@ -84,7 +84,7 @@ Result<std::unique_ptr<TfEventsWriter>> TfEventsWriter::create(const std::string
   if (Error e = make_event_dir(dir)) return e;
   const std::int64_t seconds = std::isfinite(wall_time_s) && wall_time_s >= 0 && wall_time_s < 9.2e18
                                    ? static_cast<std::int64_t>(wall_time_s)
-                                   : detail::unix_now_us() / 1000000;
+                                   : platform::unix_now_us() / 1000000;
   const std::string stem = (dir.back() == '/' ? dir : dir + "/") + "events.out.tfevents." + std::to_string(seconds) +
                            "." + host_part() + "." + std::to_string(::getpid()) + ".";
   // A new file, never one already there: a name taken (by a writer of
@@ -118,7 +118,7 @@ Result<std::unique_ptr<TfEventsWriter>> TfEventsWriter::create(const std::string
 TfEventsWriter::~TfEventsWriter() {
   if (closed_) return;
   (void)write_out();
-  detail::close_fd(fd_);
+  platform::close_fd(fd_);
 }
 
 bool TfEventsWriter::take(std::string_view tag, std::int64_t step) {
@@ -347,8 +347,8 @@ Error TfEventsWriter::close() {
     buf_.clear();
     buffered_records_ = 0;
   }
-  if (Error s = detail::sync_file(fd_, path_); s && !err) err = std::move(s);
-  detail::close_fd(fd_);
+  if (Error s = platform::sync_file(fd_, path_); s && !err) err = std::move(s);
+  platform::close_fd(fd_);
   fd_ = -1;
   closed_ = true;
   return err;
@@ -357,7 +357,7 @@ Error TfEventsWriter::close() {
 Error TfEventsWriter::sync() {
   if (closed_) return left_out();
   Error err = flush();
-  if (Error e = detail::sync_file(fd_, path_, true); e && !err) err = std::move(e);
+  if (Error e = platform::sync_file(fd_, path_, true); e && !err) err = std::move(e);
   return err;
 }
 
@@ -410,7 +410,7 @@ bool each_field(std::string_view msg, const Field& field) {
 } // namespace
 
 Result<std::map<std::string, TagExtent, std::less<>>> scan_events(const std::string& path) {
-  Result<int> fd = detail::open_regular(path, O_RDONLY);
+  Result<int> fd = platform::open_regular(path, O_RDONLY);
   if (!fd) return fd.error();
   std::map<std::string, TagExtent, std::less<>> tags;
   std::string record;
@@ -469,9 +469,9 @@ Result<std::map<std::string, TagExtent, std::less<>>> scan_events(const std::str
       ++it->second.events;
     }
   }
-  detail::close_fd(*fd);
+  platform::close_fd(*fd);
   if (err) return err;
   return tags;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -18,7 +18,7 @@
 #include <utility>
 #include <variant>
 
-namespace chorus::io {
+namespace chorus::upload {
 
 /// One hyperparameter of a session, as TensorBoard's HParams plugin shows it:
 /// a number, a boolean or a string.
@@ -210,4 +210,4 @@ struct TagExtent {
 /// where the file cannot be read.
 [[nodiscard]] Result<std::map<std::string, TagExtent, std::less<>>> scan_events(const std::string& path);
 
-} // namespace chorus::io
+} // namespace chorus::upload

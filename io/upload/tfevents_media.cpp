@@ -5,9 +5,9 @@
 
 #include <cstring>
 
-namespace chorus::io {
+namespace chorus::upload {
 
-using namespace detail::proto;
+using namespace proto;
 
 namespace {
 
@@ -130,4 +130,4 @@ void TfEventsWriter::image(std::string_view tag, std::int64_t step, double wall_
   add_summary(tag, {val, file}, step, wall_time_s);
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io::detail::proto {
+namespace chorus::upload::proto {
 
 // The protobuf wire format (protobuf.dev/programming-guides/encoding): a key
 // is (field number << 3) | wire type, then the value.
@@ -111,4 +111,4 @@ namespace proto_value {
 inline constexpr std::uint32_t number_value = 2, string_value = 3, bool_value = 4;
 }
 
-} // namespace chorus::io::detail::proto
+} // namespace chorus::upload::proto

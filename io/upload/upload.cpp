@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <sys/stat.h>
 
-namespace chorus::io {
+namespace chorus::upload {
 
-using detail::delivered_digest;
+using upload::delivered_digest;
 
 struct Uploader::Impl {
   std::string dir;
@@ -27,7 +27,7 @@ struct Uploader::Impl {
   std::unique_ptr<HttpClient> http; // for a backend that speaks HTTP
   std::unique_ptr<Backend> backend;
   UploadState st;
-  detail::OffsetsWriter offsets;
+  upload::OffsetsWriter offsets;
   Backoff backoff;
   bool remote_open = false;
   int lock_fd = -1;
@@ -37,13 +37,13 @@ struct Uploader::Impl {
   bool resume_checked = false; // whether a delivered end was checked against a resumed run
   std::string stop_reason;
 
-  detail::KeptSlice history, system, histograms, media, events;
+  upload::KeptSlice history, system, histograms, media, events;
   std::optional<SteadyTime> ended_at; // when run.json was first seen to hold the run's end
-  detail::StepsBefore before; // histograms.jsonl's and media.jsonl's last steps as read before history.jsonl
+  upload::StepsBefore before; // histograms.jsonl's and media.jsonl's last steps as read before history.jsonl
   LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
   std::string config, summary;
-  /// A file of the run read up to a line too long (io::line_too_long), the
+  /// A file of the run read up to a line too long (store::line_too_long), the
   /// first met: what it holds after that line cannot be uploaded, so the run's
   /// end is not sent, and the upload stops once the rest has gone.
   Error damaged;
@@ -57,7 +57,7 @@ struct Uploader::Impl {
   }
   ~Impl() {
     if (lock_fd >= 0) (void)offsets.flush(st);
-    if (lock_fd >= 0) detail::close_fd(lock_fd);
+    if (lock_fd >= 0) platform::close_fd(lock_fd);
   }
 
   void report(const std::string& what) {
@@ -72,7 +72,7 @@ struct Uploader::Impl {
 
   void record_refused(const std::vector<std::string>& lines) {
     if (lines.empty()) return;
-    const Result<std::unique_ptr<AppendFile>> f = AppendFile::open(refused_file);
+    const Result<std::unique_ptr<platform::AppendFile>> f = platform::AppendFile::open(refused_file);
     if (!f) return report(f.error().message());
     for (const std::string& l : lines) {
       (void)(*f)->write(l);
@@ -83,7 +83,7 @@ struct Uploader::Impl {
 
   Error read_parts() {
     // What histograms.jsonl and media.jsonl held as read before history.jsonl now is.
-    before = {detail::last_step(histograms), detail::last_step(media)};
+    before = {upload::last_step(histograms), upload::last_step(media)};
     // A live run's files are read as far as its synced WAL backs them
     // (DurableBounds), history.jsonl's bound first: the others' are as new.
     const auto bound = [d = settings.durable.get()](const std::atomic<std::uint64_t> DurableBounds::* b) {
@@ -99,7 +99,7 @@ struct Uploader::Impl {
     // rows read are whole (whole_steps).
     const bool by_step = use == HistogramUse::by_step;
     const SteadyTime fresh_after = by_step ? SteadyTime::max() : SteadyTime{};
-    using Lines = detail::KeptSlice::Lines;
+    using Lines = upload::KeptSlice::Lines;
     if (use != HistogramUse::none) {
       if (Error e = histograms.refresh(dir + "/histograms.jsonl", st.histograms, settings.read_bytes, fresh_after,
                                        bound(&DurableBounds::histograms)))
@@ -124,13 +124,13 @@ struct Uploader::Impl {
                                    bound(&DurableBounds::events)))
         return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
-    detail::read_artifacts(artifacts.lines, entries);
+    upload::read_artifacts(artifacts.lines, entries);
     damaged = {};
     for (const LineSlice* l : {&history.slice, &system.slice, &histograms.slice, &media.slice, &events.slice, &artifacts})
       if (l->damaged && !damaged) damaged = l->damaged;
-    Result<std::string> c = detail::read_text(dir + "/config.json", true);
+    Result<std::string> c = platform::read_text(dir + "/config.json", true);
     if (!c) return c.error();
-    Result<std::string> s = detail::read_text(dir + "/summary.json", true);
+    Result<std::string> s = platform::read_text(dir + "/summary.json", true);
     if (!s) return s.error();
     config = std::move(*c);
     summary = std::move(*s);
@@ -177,8 +177,8 @@ struct Uploader::Impl {
     }
     bool left_out = false; // lines of steps not yet whole
     if (use == HistogramUse::by_step) {
-      const detail::WholeSteps whole =
-          detail::whole_steps(history, histograms, backend->media() ? &media : nullptr, before, ended_at);
+      const upload::WholeSteps whole =
+          upload::whole_steps(history, histograms, backend->media() ? &media : nullptr, before, ended_at);
       left_out = whole.history < b.history.size() || whole.histograms < b.histograms.size() ||
                  whole.media < b.media.size();
       b.history = b.history.first(whole.history);
@@ -326,8 +326,8 @@ Uploader::~Uploader() = default;
 
 Error Uploader::open() {
   Impl& s = *impl_;
-  if (Error e = make_dirs(s.upload_dir)) return e;
-  const Result<int> lock = detail::take_upload_lock(s.lock_file, s.dir + " to " + s.target.url);
+  if (Error e = platform::make_dirs(s.upload_dir)) return e;
+  const Result<int> lock = upload::take_upload_lock(s.lock_file, s.dir + " to " + s.target.url);
   if (!lock) return lock.error();
   s.lock_fd = *lock;
   if (Error e = s.st.load(s.offsets.path())) return e;
@@ -366,7 +366,7 @@ const UploadState& Uploader::state() const noexcept { return impl_->st; }
 const UploadTarget& Uploader::target() const noexcept { return impl_->target; }
 std::string Uploader::state_path() const { return impl_->offsets.path(); }
 
-std::uint64_t Uploader::points_pending() const { return io::points_pending(impl_->dir, impl_->st); }
+std::uint64_t Uploader::points_pending() const { return upload::points_pending(impl_->dir, impl_->st); }
 
 std::uint64_t Uploader::bytes_pending() const {
   std::uint64_t n = 0;
@@ -386,4 +386,4 @@ std::uint64_t Uploader::bytes_pending() const {
   return n;
 }
 
-} // namespace chorus::io
+} // namespace chorus::upload

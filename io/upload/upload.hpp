@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io {
+namespace chorus::upload {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
@@ -55,22 +55,22 @@ struct UploadTarget {
 };
 
 /// Complete lines of an append-only file from `from`: at most `max_bytes`
-/// of them (but at least one whole line, of at most io::max_line_bytes). A
+/// of them (but at least one whole line, of at most store::max_line_bytes). A
 /// partial last line (a writer mid-append) is left for later. A missing file
 /// reads as empty. A line longer than the bound ends the reading as every
-/// reader of a run's lines ends it (io::line_too_long): the lines before it
+/// reader of a run's lines ends it (store::line_too_long): the lines before it
 /// are in the slice, then `damaged` says why nothing more of the file is
 /// read, and `to_end` holds (nothing after it can be taken).
 struct LineSlice {
   std::string buf;
   std::vector<std::string_view> lines; // without '\n'
-  std::vector<Cursor> after;           // after[i]: the cursor just past lines[i]
+  std::vector<store::Cursor> after;           // after[i]: the cursor just past lines[i]
   bool to_end = false; // every complete line the file held was read (not cut at max_bytes), or up to `damaged`
-  Error damaged;       // the line after the last one read runs past io::max_line_bytes
+  Error damaged;       // the line after the last one read runs past store::max_line_bytes
 };
 /// `limit`: read no byte past it (a live run's DurableBounds); a slice that
 /// reaches it is `to_end`, as one that reaches the file's end.
-[[nodiscard]] Error read_lines(const std::string& path, Cursor from, std::size_t max_bytes, LineSlice& out,
+[[nodiscard]] Error read_lines(const std::string& path, store::Cursor from, std::size_t max_bytes, LineSlice& out,
                                std::uint64_t limit = UINT64_MAX);
 
 /// What a target has received from a run, persisted in
@@ -80,9 +80,9 @@ struct UploadState {
   std::string remote_run;  // MLflow run id / W&B run name
   std::string experiment;  // MLflow experiment id
   std::string entity, project; // W&B, as the server named them
-  Cursor history, system, artifacts, histograms;
-  Cursor media; // media.jsonl, for a backend that takes it (Backend::media)
-  Cursor events; // events.jsonl, for a backend that takes it (Backend::events)
+  store::Cursor history, system, artifacts, histograms;
+  store::Cursor media; // media.jsonl, for a backend that takes it (Backend::media)
+  store::Cursor events; // events.jsonl, for a backend that takes it (Backend::events)
   // Values of the next history/system line already delivered, when one line
   // holds more values than one request takes.
   std::uint64_t history_part = 0, system_part = 0;
@@ -119,7 +119,7 @@ struct UploadState {
 
 /// run.json, as the backends need it: its identity (`dir` the run directory
 /// read, `name` the id where it has none) and how it stands.
-struct RunSnapshot : RunIdentity {
+struct RunSnapshot : store::RunIdentity {
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;   // 0 while running
   std::string state;         // "running", "finished", "failed", "killed", "crashed"
@@ -140,7 +140,7 @@ struct ArtifactEntry {
 };
 
 /// Values in the run's history.jsonl and system.jsonl past `state`'s
-/// offsets (not yet delivered nor refused), as io::line_values counts
+/// offsets (not yet delivered nor refused), as store::line_values counts
 /// them; reads the files.
 [[nodiscard]] std::uint64_t points_pending(const std::string& run_dir, const UploadState& state);
 
@@ -165,8 +165,8 @@ struct Batch {
   std::span<const std::string_view> media;      // media.jsonl lines (none unless Backend::media)
   std::span<const std::string_view> events;     // events.jsonl lines (none unless Backend::events)
   // Where the slices start, and the cursor just past each line.
-  Cursor history_from, system_from, histograms_from, media_from, events_from;
-  std::span<const Cursor> history_after, system_after, histograms_after, media_after, events_after;
+  store::Cursor history_from, system_from, histograms_from, media_from, events_from;
+  std::span<const store::Cursor> history_after, system_after, histograms_after, media_after, events_after;
   const std::string* config = nullptr;       // config.json, if it changed since delivered
   const std::string* summary = nullptr;      // summary.json, if it changed
   std::span<const ArtifactEntry> artifacts;
@@ -314,4 +314,4 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-} // namespace chorus::io
+} // namespace chorus::upload

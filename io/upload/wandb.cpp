@@ -39,7 +39,7 @@
 #include <cmath>
 #include <cstdlib>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 constexpr std::size_t max_request = 8u << 20; // under the ~10 MiB the server takes
@@ -94,7 +94,7 @@ void wandb_histogram(std::string& out, const Histogram& h) {
     edges = std::move(merged_edges);
     counts = std::move(merged);
   }
-  JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object().key("_type").string("histogram").key("values").begin_array();
   for (const std::uint64_t c : counts) w.uinteger(c);
   w.end_array().key("bins").begin_array();
@@ -108,7 +108,7 @@ public:
       : target_(target), http_(http), key_(std::move(key)), interval_(interval) {}
 
   Sent open(const RunSnapshot& run, UploadState& st) override {
-    const std::string config = read_text(run.dir + "/config.json", true).value_or(std::string());
+    const std::string config = platform::read_text(run.dir + "/config.json", true).value_or(std::string());
     std::int64_t lines = 0;
     // A resumed run (Options::resume) trains again after an earlier
     // attempt's end went up, and W&B keeps the state that end set: so the
@@ -146,7 +146,7 @@ public:
 
     Sent s;
     std::string body;
-    JsonWriter w(body);
+    core::JsonWriter w(body);
     w.begin_object().key("files").begin_object();
     // History: the rows the server already has (after a rewind) are skipped.
     Rows rows = history_rows(run, b, st, w, body);
@@ -247,7 +247,7 @@ private:
   /// where no row goes): as many as fit in one request after the rows the
   /// server has. A histogram or media that would make its row too long for
   /// one request is left out and recorded as refused.
-  Rows history_rows(const RunSnapshot& run, const Batch& b, const UploadState& st, JsonWriter& w,
+  Rows history_rows(const RunSnapshot& run, const Batch& b, const UploadState& st, core::JsonWriter& w,
                     const std::string& body) {
     Rows out;
     Consumed at; // what the rows so far consume
@@ -264,10 +264,10 @@ private:
       if (history_left) {
         const std::string_view text = b.history[after.history];
         if (history_parser_.parse(text.data(), text.size()).get(obj) == simdjson::SUCCESS)
-          if (const HistoryRow r(obj); r) row_step = r.step();
+          if (const store::HistoryRow r(obj); r) row_step = r.step();
       }
-      const std::optional<HistogramLine> first = next_histogram(b, after);
-      std::optional<MediaLine> media = next_media(b, after);
+      const std::optional<store::HistogramLine> first = next_histogram(b, after);
+      std::optional<store::MediaLine> media = next_media(b, after);
       // The row's step: the least of the files' next steps (a history line without one goes alone).
       std::optional<std::int64_t> step = row_step;
       if (!history_left || row_step) {
@@ -286,9 +286,9 @@ private:
         }
       } else {
         row = "{\"_step\":" + std::to_string(*step) + ",\"_timestamp\":";
-        append_json_number(row, take_histograms ? first->timestamp : media->timestamp);
+        core::append_json_number(row, take_histograms ? first->timestamp : media->timestamp);
         row += ",\"_runtime\":";
-        append_json_number(row, take_histograms ? first->runtime : media->runtime);
+        core::append_json_number(row, take_histograms ? first->runtime : media->runtime);
         ++after.histogram_rows;
       }
       std::vector<std::string> columns;
@@ -296,13 +296,13 @@ private:
       // Appends `value` under `column` to the row, or records why it cannot go.
       const auto add = [&](std::string column, std::string_view part_name, std::string_view value) {
         std::string part = ",";
-        append_json_string(part, column);
+        core::append_json_string(part, column);
         part += ':';
         part += value;
         const bool again = std::find(columns.begin(), columns.end(), column) != columns.end();
         if (again || row.size() + part.size() + 1 > max_row) {
           std::string why = "{\"part\":\"" + std::string(part_name) + "\",\"step\":" + std::to_string(*step) + ",\"column\":";
-          append_json_string(why, column);
+          core::append_json_string(why, column);
           after.refused.push_back(why + (again ? ",\"why\":\"a second value of its column at its step\"}"
                                                : ",\"why\":\"its W&B history row would pass the " +
                                                      std::to_string(max_row >> 10) + " KiB a request takes\"}"));
@@ -314,7 +314,7 @@ private:
       };
       if (take_histograms) {
         std::string value;
-        for (std::optional<HistogramLine> line = first; line && line->step == *step; line = next_histogram(b, after)) {
+        for (std::optional<store::HistogramLine> line = first; line && line->step == *step; line = next_histogram(b, after)) {
           ++after.histograms;
           value.clear();
           wandb_histogram(value, line->value);
@@ -358,15 +358,15 @@ private:
 
   /// The histogram at `at.histograms` on, passing over (and recording as
   /// refused) lines that are no histogram; nothing past the Batch's.
-  std::optional<HistogramLine> next_histogram(const Batch& b, Consumed& at) {
+  std::optional<store::HistogramLine> next_histogram(const Batch& b, Consumed& at) {
     for (; at.histograms < b.histograms.size(); ++at.histograms) {
       const std::string_view text = b.histograms[at.histograms];
       simdjson::dom::element doc;
-      Result<HistogramLine> line = Error(Errc::invalid_argument, "a histograms.jsonl line that is not JSON");
-      if (histogram_parser_.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) line = read_histogram_line(doc);
+      Result<store::HistogramLine> line = Error(Errc::invalid_argument, "a histograms.jsonl line that is not JSON");
+      if (histogram_parser_.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) line = store::read_histogram_line(doc);
       if (line) return std::move(*line);
       std::string bad = "{\"part\":\"histograms\",\"line\":" + std::to_string(b.histograms_from.lines + at.histograms) + ",\"why\":";
-      append_json_string(bad, line.error().message());
+      core::append_json_string(bad, line.error().message());
       at.refused.push_back(bad + "}");
     }
     return std::nullopt;
@@ -374,9 +374,9 @@ private:
 
   /// The media line at `at.media` on, as next_histogram; its views live
   /// until the next call.
-  std::optional<MediaLine> next_media(const Batch& b, Consumed& at) {
+  std::optional<store::MediaLine> next_media(const Batch& b, Consumed& at) {
     for (; at.media < b.media.size(); ++at.media)
-      if (std::optional<MediaLine> line = read_media(media_parser_, b, at.media, at.refused)) return line;
+      if (std::optional<store::MediaLine> line = read_media(media_parser_, b, at.media, at.refused)) return line;
     return std::nullopt;
   }
 
@@ -416,7 +416,7 @@ private:
     simdjson::dom::element doc;
     simdjson::dom::object obj;
     std::string out;
-    JsonWriter w(out);
+    core::JsonWriter w(out);
     w.begin_object();
     if (parser_.parse(config).get(doc) == simdjson::SUCCESS && doc.get(obj) == simdjson::SUCCESS)
       for (auto f : obj) w.key(f.key).begin_object().key("value").raw(simdjson::minify(f.value)).end_object();
@@ -442,7 +442,7 @@ private:
   Sent upsert(const RunSnapshot& run, UploadState& st, const std::string* config,
               std::int64_t* history_lines, bool running = false) {
     std::string body;
-    JsonWriter w(body);
+    core::JsonWriter w(body);
     w.begin_object().key("query").string(upsert_query).key("variables").begin_object();
     w.key("name").string(run.id).key("project").string(run.project);
     if (!target_.entity.empty()) w.key("entity").string(target_.entity);
@@ -524,14 +524,14 @@ Result<std::unique_ptr<Backend>> make_wandb_backend(const BackendContext& contex
 
 } // namespace
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload
 
-namespace chorus::io::backends {
+namespace chorus::upload::backends {
 
 // wandb://, listed in io/CMakeLists.txt: one request at a time, and the URL
 // may name the entity (else WANDB_ENTITY does, else the key's own).
 BackendSpec wandb() {
-  return {.connections = 1, .path = "a W&B entity", .path_variable = "WANDB_ENTITY", .make = detail::make_wandb_backend};
+  return {.connections = 1, .path = "a W&B entity", .path_variable = "WANDB_ENTITY", .make = make_wandb_backend};
 }
 
-} // namespace chorus::io::backends
+} // namespace chorus::upload::backends

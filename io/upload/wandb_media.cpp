@@ -27,7 +27,7 @@
 #include <memory>
 #include <unistd.h>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 constexpr std::chrono::milliseconds graphql_cap{30'000}, file_cap{600'000};
@@ -53,7 +53,7 @@ Result<std::string> sha256_hex(const std::string* bytes, const std::string& path
       return Error(Errc::internal, "OpenSSL failed a SHA-256 digest");
     size = bytes->size();
   } else {
-    const Result<int> opened = open_regular(path, O_RDONLY, /*missing_ok=*/false);
+    const Result<int> opened = platform::open_regular(path, O_RDONLY, /*missing_ok=*/false);
     if (!opened) return opened.error();
     std::string buf(1u << 20, '\0');
     for (;;) {
@@ -61,17 +61,17 @@ Result<std::string> sha256_hex(const std::string* bytes, const std::string& path
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         const int e = errno;
-        close_fd(*opened);
-        return os_error("cannot read", path, e);
+        platform::close_fd(*opened);
+        return platform::os_error("cannot read", path, e);
       }
       if (n == 0) break;
       size += static_cast<std::uint64_t>(n);
       if (EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(n)) != 1) {
-        close_fd(*opened);
+        platform::close_fd(*opened);
         return Error(Errc::internal, "OpenSSL failed a SHA-256 digest");
       }
     }
-    close_fd(*opened);
+    platform::close_fd(*opened);
   }
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
@@ -100,7 +100,7 @@ std::string upload_safe(std::string_view column) {
 
 /// A table's columns and rows, from its JSON; nothing where it is not {"columns": [...], "data": [...]}.
 std::optional<std::pair<std::size_t, std::size_t>> table_shape(simdjson::dom::parser& parser, const std::string& path) {
-  const Result<std::string> text = read_text(path, false, chorus::detail::max_media_bytes);
+  const Result<std::string> text = platform::read_text(path, false, core::max_media_bytes);
   simdjson::dom::array columns, data;
   simdjson::dom::element doc;
   if (!text || parser.parse(*text).get(doc) != simdjson::SUCCESS || doc["columns"].get(columns) != simdjson::SUCCESS ||
@@ -111,18 +111,18 @@ std::optional<std::pair<std::size_t, std::size_t>> table_shape(simdjson::dom::pa
 
 } // namespace
 
-Result<WandbMedia> wandb_media(const std::string& run_dir, std::int64_t world_size, const MediaLine& m,
+Result<WandbMedia> wandb_media(const std::string& run_dir, std::int64_t world_size, const store::MediaLine& m,
                                simdjson::dom::parser& parser) {
   WandbMedia out;
   out.column = media_column(m, world_size);
   const std::string path = run_dir + "/" + std::string(m.path);
   std::size_t ncols = 1, nrows = 1;
   if (m.kind == "text") {
-    const Result<std::string> text = read_text(path, false, chorus::detail::max_media_bytes);
+    const Result<std::string> text = platform::read_text(path, false, core::max_media_bytes);
     if (!text) return text.error();
     // As Python's json.dump writes W&B's own table files.
     out.body = "{\"columns\": [\"text\"], \"data\": [[";
-    append_json_string(out.body, *text);
+    core::append_json_string(out.body, *text);
     out.body += "]]}";
   } else if (m.kind == "table") {
     const auto shape = table_shape(parser, path);
@@ -136,7 +136,7 @@ Result<WandbMedia> wandb_media(const std::string& run_dir, std::int64_t world_si
   const std::string ext = m.path.substr(m.path.rfind('.') + 1) == "jpg" ? "jpg" : "png";
   const std::string stem = upload_safe(out.column) + "_" + std::to_string(m.step) + "_" + sha->substr(0, 20);
   out.name = m.kind == "image" ? "media/images/" + stem + "." + ext : "media/table/" + stem + ".table.json";
-  JsonWriter w(out.value);
+  core::JsonWriter w(out.value);
   w.begin_object().key("_type").string(m.kind == "image" ? "image-file" : "table-file");
   w.key("path").string(out.name).key("sha256").string(*sha).key("size").uinteger(size);
   if (m.kind == "image") {
@@ -161,7 +161,7 @@ Sent upload_wandb_files(HttpClient& http, const UploadTarget& target, const std:
   req.headers.emplace_back("Content-Type: application/json");
   req.user = "api";
   req.password = api_key;
-  JsonWriter w(req.body);
+  core::JsonWriter w(req.body);
   w.begin_object().key("query").string(create_run_files_query).key("variables").begin_object();
   w.key("entity").string(st.entity).key("project").string(st.project).key("run").string(st.remote_run);
   w.key("files").begin_array();
@@ -219,4 +219,4 @@ Sent upload_wandb_files(HttpClient& http, const UploadTarget& target, const std:
   return {};
 }
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

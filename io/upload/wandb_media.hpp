@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 
 /// A media line as it goes to W&B.
 struct WandbMedia {
@@ -25,7 +25,7 @@ struct WandbMedia {
 
 /// What W&B gets of `m`, a line of the run in `run_dir` of `world_size`
 /// ranks, or why it cannot (its file is gone or unreadable). `parser` reads a table.
-[[nodiscard]] Result<WandbMedia> wandb_media(const std::string& run_dir, std::int64_t world_size, const MediaLine& m,
+[[nodiscard]] Result<WandbMedia> wandb_media(const std::string& run_dir, std::int64_t world_size, const store::MediaLine& m,
                                              simdjson::dom::parser& parser);
 
 /// Uploads the files `media` name to the run `st` names as W&B's client
@@ -36,4 +36,4 @@ struct WandbMedia {
                                       const UploadState& st, std::span<const WandbMedia> media,
                                       simdjson::dom::parser& parser);
 
-} // namespace chorus::io::detail
+} // namespace chorus::upload

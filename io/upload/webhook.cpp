@@ -5,7 +5,7 @@
 // Mattermost's incoming webhooks show.
 //
 //   open    nothing to ask the server: the offsets say which events went;
-//   send    one event a call, read through io::parse_event_line, then its
+//   send    one event a call, read through store::parse_event_line, then its
 //           POST; the Uploader saves the offsets after each answer. The
 //           rest of the run directory (history, system metrics, config,
 //           summary, artifacts) is passed over: consumed, never sent.
@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::io::detail {
+namespace chorus::upload {
 namespace {
 
 constexpr std::chrono::milliseconds request_cap{30'000};
@@ -50,20 +50,20 @@ constexpr std::chrono::milliseconds end_poll{100};
 /// Whether the line of `dir`'s events.jsonl that ends at `at` (the last one
 /// consumed) is a run_finished; nothing where the run has no events.jsonl
 /// (made before chorus wrote one).
-std::optional<bool> ends_finished(const std::string& dir, Cursor at) {
-  const Result<int> fd = open_regular(dir + "/" + events_file, O_RDONLY, /*missing_ok=*/true);
+std::optional<bool> ends_finished(const std::string& dir, store::Cursor at) {
+  const Result<int> fd = platform::open_regular(dir + "/" + store::events_file, O_RDONLY, /*missing_ok=*/true);
   if (!fd) return false; // unreadable: as a line not there yet
   if (*fd < 0) return std::nullopt;
   // An event's line is short: the last 64 KiB before `at` hold it whole.
   const std::uint64_t from = at.bytes > (64u << 10) ? at.bytes - (64u << 10) : 0;
   std::string tail(at.bytes - from, '\0');
   const ssize_t n = tail.empty() ? 0 : ::pread(*fd, tail.data(), tail.size(), static_cast<off_t>(from));
-  close_fd(*fd);
+  platform::close_fd(*fd);
   if (n != static_cast<ssize_t>(tail.size()) || tail.empty() || tail.back() != '\n') return false;
   tail.pop_back();
   const std::size_t start = tail.rfind('\n');
   if (start == std::string::npos && from > 0) return false; // longer than 64 KiB: no event line
-  const Result<EventLine> last = parse_event_line(std::string_view(tail).substr(start == std::string::npos ? 0 : start + 1));
+  const Result<store::EventLine> last = store::parse_event_line(std::string_view(tail).substr(start == std::string::npos ? 0 : start + 1));
   return last && last->event.kind == EventKind::run_finished;
 }
 
@@ -74,7 +74,7 @@ void cut_out(std::string& s, std::string_view part) {
 }
 
 /// What the event is, in a few words: "rank 3 stalled at step 12".
-std::string what_happened(const EventLine& line) {
+std::string what_happened(const store::EventLine& line) {
   const Event& e = line.event;
   const std::string rank = "rank " + std::to_string(e.rank);
   const std::string at = e.step >= 0 ? " at step " + std::to_string(e.step) : std::string();
@@ -117,7 +117,7 @@ void append_shown(std::string& out, std::string_view s) {
 }
 
 /// "chorus: run NAME (ID) in PROJECT: rank 3 stalled at step 12 — <message>".
-std::string event_text(const RunSnapshot& run, const EventLine& line) {
+std::string event_text(const RunSnapshot& run, const store::EventLine& line) {
   std::string t = "chorus: run ";
   append_shown(t, run.name);
   if (run.name != run.id) {
@@ -163,11 +163,11 @@ public:
     Sent s;
     if (!b.events.empty()) {
       const std::string_view line = b.events.front();
-      const Result<EventLine> event = parse_event_line(line);
+      const Result<store::EventLine> event = store::parse_event_line(line);
       if (!event) {
         // A damaged line (a torn write, an edit): left out, listed, and the next one goes.
         std::string why = "{\"part\":\"events\",\"line\":" + std::to_string(b.events_from.lines) + ",\"why\":";
-        append_json_string(why, "not an event line: " + event.error().message());
+        core::append_json_string(why, "not an event line: " + event.error().message());
         s.refused.push_back(why + "}");
         s.refused_points = 1;
         s.message = "events.jsonl holds a line that is no event; it is left out and listed in upload/" + target_.id +
@@ -215,11 +215,11 @@ private:
   /// The event's line with `text` added as its last field. The line is the
   /// run host's own JSON object (parse_event_line read it whole): its
   /// closing brace, past any trailing space, is where the field goes.
-  static std::string body(std::string_view line, const RunSnapshot& run, const EventLine& event) {
+  static std::string body(std::string_view line, const RunSnapshot& run, const store::EventLine& event) {
     while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t')) line.remove_suffix(1);
     std::string out(line.substr(0, line.size() - 1)); // without its '}'
     out += ",\"text\":";
-    append_json_string(out, event_text(run, event));
+    core::append_json_string(out, event_text(run, event));
     out += "}";
     return out;
   }
@@ -227,7 +227,7 @@ private:
   /// The Sent for an answer that was not 2xx: retried (no answer, 408, 425,
   /// 429, 5xx) or stopped, with what to check; nothing consumed, so the
   /// same event goes next.
-  Sent not_posted(const HttpResponse& r, const EventLine& event) const {
+  Sent not_posted(const HttpResponse& r, const store::EventLine& event) const {
     Sent s;
     s.delivery = classify(r);
     s.retry_after = r.retry_after;
@@ -263,12 +263,12 @@ Result<std::unique_ptr<Backend>> make_webhook_backend(const BackendContext& cont
 }
 
 } // namespace
-} // namespace chorus::io::detail
+} // namespace chorus::upload
 
-namespace chorus::io::backends {
+namespace chorus::upload::backends {
 
 BackendSpec webhook() {
-  return {.connections = 1, .path = {}, .path_variable = {}, .secret_path = true, .make = detail::make_webhook_backend};
+  return {.connections = 1, .path = {}, .path_variable = {}, .secret_path = true, .make = make_webhook_backend};
 }
 
-} // namespace chorus::io::backends
+} // namespace chorus::upload::backends

@@ -5,7 +5,7 @@
 
 #include <new>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 ArtifactCopier::~ArtifactCopier() {
   {
@@ -52,20 +52,20 @@ Error ArtifactCopier::copy(const Job& job) {
   try {
     if (abandon_.load(std::memory_order_relaxed)) {
       std::string m = "artifact ";
-      io::append_json_string(m, job.name);
+      core::append_json_string(m, job.name);
       m.append(" was not copied: the run finished before its copy started (finish_timeout ran out); wait for "
                "log_artifact's ticket before finishing, or raise CHORUS_FINISH_TIMEOUT");
       return {Errc::timeout, std::move(m)};
     }
     if (job.check_here)
-      if (Error e = io::check_run_dir_is_here(job.run_dir)) return e;
-    io::ArtifactRecord rec;
+      if (Error e = store::check_run_dir_is_here(job.run_dir)) return e;
+    store::ArtifactRecord rec;
     rec.name = job.name;
     rec.type = job.type;
     rec.rank = job.rank;
     rec.step = job.step;
     rec.ts_us = job.ts_us;
-    return io::store_artifact(job.run_dir, job.source, rec, &abandon_);
+    return store::store_artifact(job.run_dir, job.source, rec, &abandon_);
   } catch (const std::bad_alloc&) {
     return {Errc::internal, "out of memory while copying an artifact"};
   }
@@ -86,4 +86,4 @@ void ArtifactCopier::loop() {
   }
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

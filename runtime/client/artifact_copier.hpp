@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 class ArtifactCopier {
 public:
@@ -67,4 +67,4 @@ private:
   std::atomic<bool> abandon_{false};
 };
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -3,7 +3,7 @@
 #include <deque>
 #include <thread>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 // ---------------------------------------------------------------------------
 // CompletionThread
@@ -172,4 +172,4 @@ void Channel::wake_slow() noexcept {
   }
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <optional>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 /// Immediate errors (nothing was enqueued) get ids in their own space.
 inline constexpr std::uint64_t immediate_bit = 1ull << 63;
@@ -132,4 +132,4 @@ struct FinishState {
   FinishResult result;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -15,7 +15,7 @@
 #include <nvrtc.h>
 #endif
 
-namespace chorus::detail::cuda {
+namespace chorus::client::cuda {
 
 namespace {
 
@@ -41,7 +41,7 @@ void* open_first(std::initializer_list<const char*> names, std::string& tried) {
 /// Fills a function pointer from `lib`; false (naming it in `missing`) if absent.
 template <class F>
 bool bind(void* lib, F& fn, const char* name, std::string& missing) {
-  fn = io::detail::dl_symbol<F>(lib, name);
+  fn = platform::dl_symbol<F>(lib, name);
   if (fn == nullptr && missing.empty()) missing = name;
   return fn != nullptr;
 }
@@ -250,4 +250,4 @@ Result<const Nccl*> nccl() {
   return &the_nccl;
 }
 
-} // namespace chorus::detail::cuda
+} // namespace chorus::client::cuda

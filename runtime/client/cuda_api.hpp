@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <string>
 
-namespace chorus::detail::cuda {
+namespace chorus::client::cuda {
 
 using Stream = void*; // cudaStream_t
 using Event = void*;  // cudaEvent_t
@@ -165,4 +165,4 @@ struct Nccl {
 /// an error saying what is missing.
 [[nodiscard]] Result<const Nccl*> nccl();
 
-} // namespace chorus::detail::cuda
+} // namespace chorus::client::cuda

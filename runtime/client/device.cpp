@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <thread>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 namespace {
 
@@ -304,4 +304,4 @@ Result<Capture*> DeviceReducer::reduce(std::span<const float* const> values, Red
   return capture_.capture(results, stream_);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

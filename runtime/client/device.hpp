@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 /// One device log call in flight: where its values land on the host, and the
 /// event that fires once they have.
@@ -113,4 +113,4 @@ private:
   std::size_t capacity_ = 0;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::client

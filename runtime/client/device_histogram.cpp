@@ -6,7 +6,7 @@
 #include <bit>
 #include <cstring>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 namespace {
 
@@ -15,7 +15,7 @@ namespace {
 // and the largest key of the finite values, where a key orders floats as
 // unsigned integers do. All start at zero (the memset).
 constexpr std::size_t stats_words = 4; // u64 words before the two u32
-constexpr std::size_t job_bytes = histogram::dense_keys * 4 + stats_words * 8 + 8;
+constexpr std::size_t job_bytes = core::histogram::dense_keys * 4 + stats_words * 8 + 8;
 
 // The kernel: one grid-stride pass over the values, a warp at a time, so
 // that the lanes of a warp that count into one bucket add once
@@ -300,10 +300,10 @@ Histogram DeviceBuckets::take(DeviceHistogramJob& job) {
   std::uint32_t* counts = job.pinned;
   std::uint64_t stats[stats_words];
   std::uint32_t ext[2];
-  std::memcpy(stats, counts + histogram::dense_keys, sizeof stats);
-  std::memcpy(ext, counts + histogram::dense_keys + stats_words * 2, sizeof ext);
+  std::memcpy(stats, counts + core::histogram::dense_keys, sizeof stats);
+  std::memcpy(ext, counts + core::histogram::dense_keys + stats_words * 2, sizeof ext);
   const double sum = std::bit_cast<double>(stats[3]);
-  return histogram::from_dense(counts, stats[0], stats[1], stats[2], sum, from_key(~ext[0]), from_key(ext[1]));
+  return core::histogram::from_dense(counts, stats[0], stats[1], stats[2], sum, from_key(~ext[0]), from_key(ext[1]));
 }
 
 void DeviceBuckets::release(DeviceHistogramJob* job) {
@@ -317,4 +317,4 @@ void DeviceBuckets::abandon(DeviceHistogramJob* job) {
   abandoned_.push_back(job);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

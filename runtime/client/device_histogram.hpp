@@ -7,7 +7,7 @@
 //               sum, min, max) ; cudaMemcpyAsync(pinned <- scratch) ; event,
 //               then a device_histogram slot in the ring
 //   proxy:    polls the event in ring order; once it has fired, the pinned
-//             counts become a chorus::Histogram (detail::histogram::from_dense)
+//             counts become a chorus::Histogram (core::histogram::from_dense)
 //             and go out as log_histogram's do
 //
 // The kernel is chorus's own source, compiled by NVRTC once per process for
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 /// One histogram in flight: the GPU's counts land in `pinned`, then `event` fires.
 struct DeviceHistogramJob {
@@ -84,4 +84,4 @@ private:
 [[nodiscard]] const char* device_histogram_source() noexcept;
 [[nodiscard]] Result<std::string> device_histogram_ptx(int arch);
 
-} // namespace chorus::detail
+} // namespace chorus::client

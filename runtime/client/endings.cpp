@@ -20,7 +20,7 @@
 #include <typeinfo>
 #include <vector>
 
-namespace chorus::detail::endings {
+namespace chorus::client::endings {
 namespace {
 
 /// The signals that stop a job: launchers (torchrun, Slurm, mpirun, chorus
@@ -270,4 +270,4 @@ void forget_wal(int fd) noexcept {
   }
 }
 
-} // namespace chorus::detail::endings
+} // namespace chorus::client::endings

@@ -17,7 +17,7 @@
 #include <chorus/chorus.hpp>
 
 
-namespace chorus::detail {
+namespace chorus::client {
 
 class RunImpl;
 
@@ -40,4 +40,4 @@ void note_wal(int fd) noexcept;
 void forget_wal(int fd) noexcept;
 
 } // namespace endings
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -1,6 +1,6 @@
 #include "runtime/client/events.hpp"
 
-namespace chorus::detail {
+namespace chorus::client {
 namespace {
 
 /// One callback's call, posted to the trainer's executor as a coroutine
@@ -146,7 +146,7 @@ std::uint64_t EventHub::dropped() const {
   return dropped_;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client
 
 namespace chorus {
 

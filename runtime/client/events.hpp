@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 class EventHub {
 public:
@@ -76,4 +76,4 @@ private:
   std::map<const void*, std::optional<Event>> handed_;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -12,7 +12,7 @@
 #include <new>
 #include <type_traits>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 namespace {
 
@@ -68,11 +68,11 @@ template <class T>
 inline std::uint64_t hash_key(std::string_view s) noexcept {
   const char* p = s.data();
   const std::size_t n = s.size();
-  std::uint64_t h = fnv1a64_basis ^ n;
+  std::uint64_t h = core::fnv1a64_basis ^ n;
   std::uint64_t tail = 0;
   if (n >= 8) {
     for (std::size_t i = 0; i + 8 < n; i += 8) {
-      h = fnv1a64_step(h, load<std::uint64_t>(p + i));
+      h = core::fnv1a64_step(h, load<std::uint64_t>(p + i));
       h ^= h >> 29;
     }
     tail = load<std::uint64_t>(p + n - 8);
@@ -82,7 +82,7 @@ inline std::uint64_t hash_key(std::string_view s) noexcept {
     tail = static_cast<unsigned char>(p[0]) | static_cast<unsigned char>(p[n / 2]) << 8 |
            static_cast<unsigned char>(p[n - 1]) << 16;
   }
-  h = fnv1a64_step(h, tail);
+  h = core::fnv1a64_step(h, tail);
   return h ^ (h >> 32);
 }
 
@@ -119,7 +119,7 @@ KnownKey known_keys[known_size];
 
 std::string quoted(std::string_view s) {
   std::string out;
-  io::append_json_string(out, s);
+  core::append_json_string(out, s);
   return out;
 }
 
@@ -130,7 +130,7 @@ Error validate_metric_key(std::string_view key) {
     return {Errc::invalid_key, "metric key of " + std::to_string(key.size()) + " bytes starting " +
                                    quoted(key.substr(0, 32)) + " is too long: keys take at most " +
                                    std::to_string(KeyTable::max_key_bytes) + " bytes; shorten it"};
-  if (!io::valid_utf8(key))
+  if (!core::valid_utf8(key))
     return {Errc::invalid_key, "metric key " + quoted(key) +
                                    " is not valid UTF-8: keys must be UTF-8 text; re-encode it"};
   for (char c : key)
@@ -226,4 +226,4 @@ std::string_view KeyTable::name(std::uint32_t id) const {
   return id < names_.size() ? std::string_view(names_[id]) : std::string_view();
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

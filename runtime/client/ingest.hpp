@@ -15,7 +15,7 @@
 #include <string_view>
 #include <unordered_map>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 enum class SlotKind : std::uint8_t {
   values_head, // first value of one log call; count = values in the call
@@ -34,7 +34,7 @@ enum class SlotKind : std::uint8_t {
   stream_open,  // key = stream id (Run::writer)
   stream_close, // key = stream id (Writer::close)
   refused,      // refusal = values refused before the ring (owned, freed by the consumer); step = the call's
-  metric_view,  // key = metric, count = Summary or wire::unchanged_summary, step = step metric's key or -1
+  metric_view,  // key = metric, count = Summary or core::wire::unchanged_summary, step = step metric's key or -1
   histogram,    // key = metric, count = stream id (0: the default stream), step, histogram (owned, freed by the consumer)
   media,        // as histogram, with a MediaJob (owned): sent once it is ready (runtime/client/media_encoder.hpp)
   device_histogram, // as histogram, with a DeviceHistogramJob (the DeviceBuckets' pool's): sent once its event fires
@@ -179,4 +179,4 @@ Error validate_metric_key(std::string_view key);
 /// `s` as a quoted, escaped JSON string: safe to put in any message.
 std::string quoted(std::string_view s);
 
-} // namespace chorus::detail
+} // namespace chorus::client

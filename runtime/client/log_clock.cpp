@@ -7,7 +7,7 @@
 #include <cpuid.h>
 #endif
 
-namespace chorus::detail {
+namespace chorus::client {
 
 namespace {
 
@@ -117,4 +117,4 @@ std::int64_t StampConverter::unix_us(std::uint64_t stamp) noexcept {
   return us;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

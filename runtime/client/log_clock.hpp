@@ -14,7 +14,7 @@
 #define CHORUS_HAS_TSC 0
 #endif
 
-namespace chorus::detail {
+namespace chorus::client {
 
 /// Stamps keep 63 bits: a ring slot's word keeps the last bit for itself (ingest.hpp).
 inline constexpr std::uint64_t stamp_mask = ~std::uint64_t{0} >> 1;
@@ -90,4 +90,4 @@ private:
   bool converted_ = false;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::client

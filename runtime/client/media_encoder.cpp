@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-namespace chorus::detail {
+namespace chorus::client {
 namespace {
 
 struct PngOut {
@@ -97,7 +97,7 @@ void MediaEncoder::loop() {
       jobs_.pop_front();
     }
     Error e = encode_png(job->pixels.data(), job->height, job->width, job->channels, job->media.data);
-    if (!e && job->media.data.size() > max_media_bytes)
+    if (!e && job->media.data.size() > core::max_media_bytes)
       e = Error(Errc::invalid_argument, "the image's PNG is " + std::to_string(job->media.data.size() >> 20) +
                                             " MiB, over the 64 MiB chorus takes: scale it down");
     std::vector<std::uint8_t>().swap(job->pixels);
@@ -111,4 +111,4 @@ void MediaEncoder::loop() {
   }
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 struct MediaJob {
   enum State : int { pending = 0, ready = 1, failed = 2 };
   std::atomic<int> state{pending};
-  Media media; // ready: what travels
+  core::Media media; // ready: what travels
   Error error; // failed: why (the ticket's error)
   // Pixels to encode (HWC, 8 bits a channel), while pending.
   std::vector<std::uint8_t> pixels;
@@ -54,4 +54,4 @@ private:
   std::thread thread_;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -16,7 +16,7 @@
 #include <string>
 #include <unordered_set>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 namespace {
 
@@ -75,7 +75,7 @@ void warn_refusal(int rank, std::string_view key, const Error& why) noexcept {
 
 std::string refused_values_json(std::span<const RefusedValue> values) {
   std::string out;
-  io::JsonWriter w(out);
+  core::JsonWriter w(out);
   w.begin_object();
   for (std::size_t i = 0; i < values.size() && i < max_listed; ++i) {
     w.key(std::string_view(values[i].key).substr(0, max_key_text));
@@ -87,7 +87,7 @@ std::string refused_values_json(std::span<const RefusedValue> values) {
 
 std::string number_json(double v) {
   std::string out;
-  io::append_json_number(out, v);
+  core::append_json_number(out, v);
   return out;
 }
 
@@ -111,7 +111,7 @@ bool RunImpl::refuse_values(std::optional<std::int64_t> step, const Error& why, 
     (void)push_control(
         SlotKind::refused,
         [&](Slot& s) {
-          s.step = step ? *step : wire::auto_step;
+          s.step = step ? *step : core::wire::auto_step;
           s.refusal = refusal.release();
         },
         room, &no_room);
@@ -156,4 +156,4 @@ void RunImpl::note_after_finish(const char* call) noexcept {
                settings_.topo.rank, call);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

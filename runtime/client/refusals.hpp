@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::detail {
+namespace chorus::client {
 
 /// "chorus: rank R: a value was refused: <why>" on stderr, in one write;
 /// `once_per_key` adds that later refusals of the key are not printed.
@@ -27,4 +27,4 @@ void warn_refusal(int rank, std::string_view key, const Error& why) noexcept;
 /// `v` as JSON ("NaN" and the infinities as strings).
 [[nodiscard]] std::string number_json(double v);
 
-} // namespace chorus::detail
+} // namespace chorus::client

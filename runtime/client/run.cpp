@@ -26,7 +26,7 @@
 #endif
 
 namespace chorus {
-namespace detail {
+namespace client {
 
 namespace {
 /// The JSON of one config or summary call: a frame must fit a link (actors/links/link_framing.hpp).
@@ -36,7 +36,7 @@ void count_fork_in_child() { fork_count.fetch_add(1, std::memory_order_relaxed);
 
 std::atomic<unsigned> fork_count{0};
 
-RunImpl::RunImpl(Settings settings) : settings_(std::move(settings)), ring_(settings_.opts.queue_capacity) {
+RunImpl::RunImpl(core::Settings settings) : settings_(std::move(settings)), ring_(settings_.opts.queue_capacity) {
   // Once per process: a fork's child must know that its inherited runs are not its own.
   static const int registered = ::pthread_atfork(nullptr, nullptr, count_fork_in_child);
   (void)registered;
@@ -192,7 +192,7 @@ template <bool ToWriter, Room R>
     }
     return channel_.failed() ? host_gone() : Pending(&channel_, immediate_bit, false);
   }
-  const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
+  const std::int64_t step = opts.step ? *opts.step : core::wire::auto_step;
   if (!ToWriter || opts.step) note_step(opts.step); // a writer's automatic steps are its own
   if constexpr (ToWriter) {
     Slot& s = ring_.at(pos);
@@ -248,7 +248,7 @@ std::uint32_t RunImpl::take_stream_id() noexcept {
     free_streams_.pop_back();
     return id;
   }
-  return next_stream_ <= wire::max_streams ? next_stream_++ : 0;
+  return next_stream_ <= core::wire::max_streams ? next_stream_++ : 0;
 }
 
 std::uint32_t RunImpl::open_stream() noexcept {
@@ -283,7 +283,7 @@ bool RunImpl::open_stream_in(Room room, std::uint32_t& stream) noexcept {
 Pending RunImpl::refuse_no_stream(const char* what) noexcept {
   try {
     return refuse({Errc::invalid_argument,
-                   std::string(what) + " could not open: " + std::to_string(wire::max_streams) +
+                   std::string(what) + " could not open: " + std::to_string(core::wire::max_streams) +
                        " writers of this process are open at once, the most a rank may have; close() the writers "
                        "of producers that are done (or let them go out of scope), and let actors that are done "
                        "logging leave"});
@@ -374,13 +374,13 @@ Pending RunImpl::define_metric(std::string_view key, const MetricOptions& opts) 
     return refuse({Errc::finished, "define_metric after finish: define metrics before calling finish()"});
   const std::uint32_t id = KeyTable::instance().intern_metric(key);
   if (id == KeyTable::invalid) return refuse(validate_metric_key(key));
-  if (opts.reduce && !wire::known(*opts.reduce))
+  if (opts.reduce && !core::wire::known(*opts.reduce))
     return refuse({Errc::invalid_argument, "unknown Reduce value " + std::to_string(static_cast<int>(*opts.reduce)) +
                                                ": use none, mean, sum, min, max, first or merge (histograms)"});
-  if (opts.summary && !wire::known(*opts.summary))
+  if (opts.summary && !core::wire::known(*opts.summary))
     return refuse({Errc::invalid_argument, "unknown Summary value " + std::to_string(static_cast<int>(*opts.summary)) +
                                                ": use last, min, max or mean"});
-  std::uint32_t step_id = wire::no_step_metric;
+  std::uint32_t step_id = core::wire::no_step_metric;
   if (!opts.step_metric.empty()) {
     step_id = KeyTable::instance().intern_metric(opts.step_metric);
     if (step_id == KeyTable::invalid) {
@@ -394,11 +394,11 @@ Pending RunImpl::define_metric(std::string_view key, const MetricOptions& opts) 
       s.key = id;
       s.reduce = *opts.reduce;
     });
-  if (opts.summary || step_id != wire::no_step_metric)
+  if (opts.summary || step_id != core::wire::no_step_metric)
     p = push_control(SlotKind::metric_view, [&](Slot& s) {
       s.key = id;
-      s.count = opts.summary ? static_cast<std::uint16_t>(*opts.summary) : wire::unchanged_summary;
-      s.step = step_id == wire::no_step_metric ? std::int64_t{-1} : std::int64_t{step_id};
+      s.count = opts.summary ? static_cast<std::uint16_t>(*opts.summary) : core::wire::unchanged_summary;
+      s.step = step_id == core::wire::no_step_metric ? std::int64_t{-1} : std::int64_t{step_id};
     });
   return p;
 }
@@ -430,10 +430,10 @@ Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, std::string(what) + " after finish: set it before calling finish()"});
   for (const Field& f : fields)
-    if (f.key.empty() || !io::valid_utf8(f.key))
+    if (f.key.empty() || !core::valid_utf8(f.key))
       return refuse({Errc::invalid_key, std::string(what) + " key " + quoted(f.key) +
                                             " is empty or not UTF-8: use a non-empty UTF-8 key"});
-  auto json = std::make_unique<std::string>(io::fields_to_json(fields));
+  auto json = std::make_unique<std::string>(core::fields_to_json(fields));
   if (json->size() > max_text_bytes)
     return refuse({Errc::invalid_argument, std::string(what) + " of " + std::to_string(json->size() >> 20) +
                                                " MiB is over the 16 MiB a call takes: split it over several calls, "
@@ -444,7 +444,7 @@ Pending RunImpl::text(SlotKind kind, std::span<const Field> fields) {
 Pending RunImpl::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
   if (closed_.load(std::memory_order_relaxed))
     return refuse({Errc::finished, "barrier after finish: reach barriers before calling finish()"});
-  if (name.empty() || name.size() > KeyTable::max_key_bytes || !io::valid_utf8(name))
+  if (name.empty() || name.size() > KeyTable::max_key_bytes || !core::valid_utf8(name))
     return refuse({Errc::invalid_argument, "barrier name must be non-empty UTF-8 of at most 250 bytes, such as "
                                            "\"epoch-3\""});
   if (timeout.count() < 0) return refuse({Errc::invalid_argument, "barrier timeout is negative"});
@@ -462,8 +462,8 @@ Pending RunImpl::barrier(std::string_view name, std::chrono::milliseconds timeou
 
 Pending RunImpl::log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept {
   try {
-    if (Error e = io::validate_artifact_name(name)) return refuse(std::move(e));
-    if (type.empty() || type.size() > KeyTable::max_key_bytes || !io::valid_utf8(type))
+    if (Error e = store::validate_artifact_name(name)) return refuse(std::move(e));
+    if (type.empty() || type.size() > KeyTable::max_key_bytes || !core::valid_utf8(type))
       return refuse({Errc::invalid_argument,
                      std::string("artifact type ")
                          .append(quoted(type))
@@ -481,7 +481,7 @@ Pending RunImpl::log_artifact(std::string_view name, std::string_view path, std:
     job.run_dir = artifact_run_dir_;
     job.rank = settings_.topo.rank;
     job.step = step_.load(std::memory_order_relaxed);
-    job.ts_us = io::detail::unix_now_us();
+    job.ts_us = platform::unix_now_us();
     job.check_here = !settings_.is_host;
     return artifacts_.push(std::move(job));
   } catch (...) {
@@ -499,7 +499,7 @@ FinishPending RunImpl::finish(const FinishOptions& opts) noexcept {
   std::string* why = nullptr;
   if (state != RunState::finished && !opts.message.empty()) {
     try {
-      why = new std::string(opts.message.substr(0, wire::max_end_message));
+      why = new std::string(opts.message.substr(0, core::wire::max_end_message));
     } catch (...) {
       // Out of memory: the rank still ends as it should, without its message.
     }
@@ -522,9 +522,9 @@ void RunImpl::report_exit(int status) noexcept {
 
 Result<Run> RunAccess::start(const Options& opts, caf::actor_system* actors) noexcept {
   try {
-    Result<Settings> resolved = resolve(opts, process_env());
+    Result<core::Settings> resolved = core::resolve(opts, core::process_env());
     if (!resolved) return resolved.error();
-    Settings& s = *resolved;
+    core::Settings& s = *resolved;
     if (!s.active) {
       // Logs nothing, but knows where this process sits.
       Run inactive;
@@ -542,7 +542,7 @@ Result<Run> RunAccess::start(const Options& opts, caf::actor_system* actors) noe
   }
 }
 
-} // namespace detail
+} // namespace client
 
 // ---------------------------------------------------------------------------
 // Run
@@ -553,7 +553,7 @@ namespace {
 /// copy is let go unfreed instead: freeing it would join actor threads that
 /// do not exist in the child, and its finish belongs to the parent. A handle
 /// destroyed by an exception's unwinding ends its rank failed.
-void close(std::unique_ptr<detail::RunImpl>& impl, bool unwinding = false) noexcept {
+void close(std::unique_ptr<client::RunImpl>& impl, bool unwinding = false) noexcept {
   if (!impl) return;
   if (impl->forked()) {
     (void)impl.release();
@@ -571,7 +571,7 @@ void close(std::unique_ptr<detail::RunImpl>& impl, bool unwinding = false) noexc
 } // namespace
 
 Run::Run() noexcept = default;
-Run::Run(std::unique_ptr<detail::RunImpl> impl) noexcept : impl_(std::move(impl)) {}
+Run::Run(std::unique_ptr<client::RunImpl> impl) noexcept : impl_(std::move(impl)) {}
 Run::Run(Run&&) noexcept = default;
 Run& Run::operator=(Run&& o) noexcept {
   if (this != &o) {
@@ -583,61 +583,61 @@ Run& Run::operator=(Run&& o) noexcept {
 }
 Run::~Run() { close(impl_, std::uncaught_exceptions() > uncaught_at_start_); }
 
-Run::operator bool() const noexcept { return detail::live(impl_) != nullptr; }
+Run::operator bool() const noexcept { return client::live(impl_) != nullptr; }
 
 Pending Run::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->log(values, opts) : Pending{};
 }
 Writer Run::writer() noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? Writer(impl, impl->open_stream()) : Writer{};
 }
 Pending Writer::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->log_stream(id_, values, opts) : Pending{};
 }
 Pending Writer::close() noexcept {
-  auto* impl = detail::live(std::exchange(impl_, nullptr));
+  auto* impl = client::live(std::exchange(impl_, nullptr));
   return impl ? impl->close_stream(std::exchange(id_, 0)) : Pending{};
 }
 Pending Run::define_metric(std::string_view key, Reduce reduce) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->define_metric(key, reduce) : Pending{};
 }
 Pending Run::define_metric(std::string_view key, const MetricOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->define_metric(key, opts) : Pending{};
 }
 Pending Run::alert_when(std::string_view key, AlertRule rule) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->alert_when(key, rule) : Pending{};
 }
 void Run::on_event(std::function<void(const Event&)> fn, Executor& executor) {
-  if (auto* impl = detail::live(impl_)) impl->events().on_event(std::move(fn), executor);
+  if (auto* impl = client::live(impl_)) impl->events().on_event(std::move(fn), executor);
 }
 EventPending Run::next_event() noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return EventPending(impl ? &impl->events() : nullptr);
 }
 Pending Run::config(std::span<const Field> fields) {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->text(detail::SlotKind::config, fields) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->text(client::SlotKind::config, fields) : Pending{};
 }
 Pending Run::summary(std::span<const Field> fields) {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->text(detail::SlotKind::summary, fields) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->text(client::SlotKind::summary, fields) : Pending{};
 }
 Pending Run::barrier(std::string_view name, std::chrono::milliseconds timeout) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->barrier(name, timeout) : Pending{};
 }
 Pending Run::log_artifact(std::string_view name, std::string_view path, std::string_view type) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->log_artifact(name, path, type) : Pending{};
 }
 FinishPending Run::finish(FinishOptions opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->finish(opts) : FinishPending{};
 }
 
@@ -657,7 +657,7 @@ std::string_view Run::dir() const noexcept { return impl_ ? std::string_view(imp
 bool Run::is_host() const noexcept { return impl_ && impl_->settings().is_host; }
 std::uint64_t Run::dropped() const noexcept { return impl_ ? impl_->dropped() : 0; }
 
-Run init(const Options& opts, Error& error) noexcept { return detail::RunAccess::init(opts, error, nullptr); }
+Run init(const Options& opts, Error& error) noexcept { return client::RunAccess::init(opts, error, nullptr); }
 
 Run init(const Options& opts) {
   Error error;

@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace chorus {
-namespace detail {
+namespace client {
 
 Error RunImpl::make_device() {
   if (!device_ && !device_error_) {
@@ -73,7 +73,7 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
     std::lock_guard lock(device_mu_);
     if (Error e = make_device()) return refuse(std::move(e));
 
-    const std::int64_t step = opts.step ? *opts.step : wire::auto_step;
+    const std::int64_t step = opts.step ? *opts.step : core::wire::auto_step;
     Capture* captured = nullptr;
     if (reduce) {
       if (!reducer_)
@@ -135,15 +135,15 @@ Pending RunImpl::log_device(std::span<const DeviceMetric> values, CudaStream str
   }
 }
 
-} // namespace detail
+} // namespace client
 
 Pending Run::log_device(std::span<const DeviceMetric> values, CudaStream stream, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->log_device(values, stream, opts, std::nullopt) : Pending{};
 }
 Pending Run::reduce_device(std::span<const DeviceMetric> values, Reduce op, CudaStream stream,
                            const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->log_device(values, stream, opts, op) : Pending{};
 }
 

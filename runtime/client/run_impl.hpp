@@ -27,7 +27,7 @@ namespace caf {
 class actor_system;
 }
 
-namespace chorus::detail {
+namespace chorus::client {
 
 class System;
 
@@ -64,7 +64,7 @@ enum class Room : std::uint8_t {
 
 class RunImpl {
 public:
-  explicit RunImpl(Settings settings);
+  explicit RunImpl(core::Settings settings);
   ~RunImpl();
 
   /// Starts the actors and joins the run; bounded by init_timeout. They run
@@ -77,7 +77,7 @@ public:
   /// (run.cpp, where it is defined): the trainer's call is one call deep.
   [[gnu::always_inline]] inline Pending log(std::span<const Metric> values, const LogOptions& opts) noexcept;
   /// Opens a writer stream: its id, or 0 (the writer's calls then say why)
-  /// after finish or with wire::max_streams open already.
+  /// after finish or with core::wire::max_streams open already.
   std::uint32_t open_stream() noexcept;
   /// A Writer's log call: as log(), or the reason stream 0 was handed out.
   Pending log_stream(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts) noexcept;
@@ -139,7 +139,7 @@ public:
   Pending log_media(std::uint32_t stream, bool writer, std::string_view key, std::unique_ptr<MediaJob> job,
                     const LogOptions& opts, bool same_step = false) noexcept;
 
-  const Settings& settings() const noexcept { return settings_; }
+  const core::Settings& settings() const noexcept { return settings_; }
   Ring& ring() noexcept { return ring_; }
   /// Where this run's stamps come from (the RankProxy converts them).
   LogClock clock() const noexcept { return clock_; }
@@ -234,7 +234,7 @@ private:
     step_.store(step ? std::max(last, *step) : last + 1, std::memory_order_relaxed);
   }
 
-  Settings settings_;
+  core::Settings settings_;
   const unsigned forks_at_start_ = fork_count.load(std::memory_order_relaxed);
   const LogClock clock_{LogClock::process_source()};
   Ring ring_;
@@ -244,7 +244,7 @@ private:
   std::atomic<bool> closed_{false};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::int64_t> step_{-1}; // the rank's step; -1 before its first log call
-  // Writer stream ids in use are 1..wire::max_streams; freed ids are reused.
+  // Writer stream ids in use are 1..core::wire::max_streams; freed ids are reused.
   std::mutex streams_mu_;
   std::vector<std::uint32_t> free_streams_;
   std::uint32_t next_stream_ = 1;
@@ -320,4 +320,4 @@ Pending RunImpl::push_control(SlotKind kind, Fill&& fill, Room room, bool* no_ro
   return Pending(&channel_, pos + 1, false);
 }
 
-} // namespace chorus::detail
+} // namespace chorus::client

@@ -13,7 +13,7 @@
 #include <new>
 
 namespace chorus {
-namespace detail {
+namespace client {
 
 Pending RunImpl::refuse_kind(std::string_view key, const LogOptions& opts, const Error& why,
                              std::string refused_json) noexcept {
@@ -50,7 +50,7 @@ Pending RunImpl::push_kind(SlotKind kind, std::uint32_t stream, bool writer, std
     s.kind = kind;
     s.key = id;
     s.count = static_cast<std::uint16_t>(stream);
-    s.step = opts.step ? *opts.step : same_step ? wire::same_step : wire::auto_step;
+    s.step = opts.step ? *opts.step : same_step ? core::wire::same_step : core::wire::auto_step;
     fill(s); // the slot takes what it carries; the RankProxy frees it
     ring_.publish(s, pos, clock_.now());
     channel_.wake();
@@ -168,7 +168,7 @@ Error table_json(std::span<const std::string> columns, std::span<const std::vect
                                           std::to_string(rows[i].size()) + " cells, but the table has " +
                                           std::to_string(columns.size()) + " columns: give every row one cell a column"};
   std::string json;
-  io::JsonWriter w(json);
+  core::JsonWriter w(json);
   w.begin_object().key("columns").begin_array();
   for (const std::string& c : columns) w.string(c);
   w.end_array().key("data").begin_array();
@@ -176,10 +176,10 @@ Error table_json(std::span<const std::string> columns, std::span<const std::vect
     w.begin_array();
     for (const Value& v : row) w.value(v);
     w.end_array();
-    if (json.size() > max_media_bytes) break;
+    if (json.size() > core::max_media_bytes) break;
   }
   w.end_array().end_object();
-  if (json.size() > max_media_bytes)
+  if (json.size() > core::max_media_bytes)
     return {Errc::invalid_argument, "the table is over the 64 MiB chorus takes as one value: split it, or log it "
                                     "as an artifact (log_artifact)"};
   out.assign(json.begin(), json.end());
@@ -191,24 +191,24 @@ Error table_json(std::span<const std::string> columns, std::span<const std::vect
 std::unique_ptr<MediaJob> image_job(const Image& image) noexcept {
   try {
     auto job = std::make_unique<MediaJob>();
-    job->media.kind = MediaKind::image;
+    job->media.kind = core::MediaKind::image;
     auto fail = [&](Error e) {
       job->error = std::move(e);
       job->state.store(MediaJob::failed, std::memory_order_relaxed);
       return std::move(job);
     };
-    if (image.caption().size() > max_caption_bytes || !io::valid_utf8(image.caption()))
+    if (image.caption().size() > core::max_caption_bytes || !core::valid_utf8(image.caption()))
       return fail({Errc::invalid_argument, "an image's caption is UTF-8 of at most 4096 bytes"});
     job->media.caption = image.caption();
     const std::size_t sources = !image.u8().empty() + !image.f32().empty() + !image.file_bytes().empty();
     if (sources == 0) return fail({Errc::invalid_argument, "the image is empty: pass its pixels or a PNG or JPEG file's bytes"});
     if (!image.file_bytes().empty()) {
       const auto bytes = image.file_bytes();
-      if (bytes.size() > max_media_bytes)
+      if (bytes.size() > core::max_media_bytes)
         return fail({Errc::invalid_argument, "the image file is " + std::to_string(bytes.size() >> 20) +
                                                  " MiB, over the 64 MiB chorus takes: scale it down"});
-      media::ImageHeader header;
-      if (Error e = media::image_header(bytes, header)) return fail(std::move(e));
+      core::media::ImageHeader header;
+      if (Error e = core::media::image_header(bytes, header)) return fail(std::move(e));
       job->media.format = header.format;
       job->media.width = header.width;
       job->media.height = header.height;
@@ -223,7 +223,7 @@ std::unique_ptr<MediaJob> image_job(const Image& image) noexcept {
     if (h <= 0 || w <= 0)
       return fail({Errc::invalid_argument, "the image is empty (" + std::to_string(h) + " x " + std::to_string(w) +
                                                " pixels): log an image with pixels"});
-    if (h > max_image_side || w > max_image_side)
+    if (h > core::max_image_side || w > core::max_image_side)
       return fail({Errc::invalid_argument, "the image is " + std::to_string(h) + " x " + std::to_string(w) +
                                                " pixels, over the 16384 a side chorus takes: scale it down"});
     const std::size_t n = static_cast<std::size_t>(h) * static_cast<std::size_t>(w) * static_cast<std::size_t>(c);
@@ -258,12 +258,12 @@ std::unique_ptr<MediaJob> image_job(const Image& image) noexcept {
 std::unique_ptr<MediaJob> text_job(std::string_view text) noexcept {
   try {
     auto job = std::make_unique<MediaJob>();
-    job->media.kind = MediaKind::text;
+    job->media.kind = core::MediaKind::text;
     job->media.format = "md";
     Error e;
-    if (text.size() > max_media_bytes)
+    if (text.size() > core::max_media_bytes)
       e = Error(Errc::invalid_argument, "the text is over the 64 MiB chorus takes as one value: split it");
-    else if (!io::valid_utf8(text))
+    else if (!core::valid_utf8(text))
       e = Error(Errc::invalid_argument, "the text is not valid UTF-8: log UTF-8 text (markdown)");
     if (e) {
       job->error = std::move(e);
@@ -281,7 +281,7 @@ std::unique_ptr<MediaJob> text_job(std::string_view text) noexcept {
 std::unique_ptr<MediaJob> table_job(std::span<const std::string> columns, std::span<const std::vector<Value>> rows) noexcept {
   try {
     auto job = std::make_unique<MediaJob>();
-    job->media.kind = MediaKind::table;
+    job->media.kind = core::MediaKind::table;
     job->media.format = "json";
     if (Error e = table_json(columns, rows, job->media.data)) {
       job->error = std::move(e);
@@ -313,49 +313,49 @@ std::unique_ptr<Histogram> copied(const Histogram& h) noexcept {
 }
 } // namespace
 
-} // namespace detail
+} // namespace client
 
 Pending Run::log_image(std::string_view key, const Image& image, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_media(0, false, key, detail::image_job(image), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_media(0, false, key, client::image_job(image), opts) : Pending{};
 }
 Pending Run::log_text(std::string_view key, std::string_view text, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_media(0, false, key, detail::text_job(text), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_media(0, false, key, client::text_job(text), opts) : Pending{};
 }
 Pending Run::log_table(std::string_view key, std::span<const std::string> columns,
                        std::span<const std::vector<Value>> rows, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_media(0, false, key, detail::table_job(columns, rows), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_media(0, false, key, client::table_job(columns, rows), opts) : Pending{};
 }
 Pending Run::log_histogram(std::string_view key, std::span<const double> values, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_histogram(0, false, key, detail::bucketed(values), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_histogram(0, false, key, client::bucketed(values), opts) : Pending{};
 }
 Pending Run::log_histogram(std::string_view key, std::span<const float> values, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_histogram(0, false, key, detail::bucketed(values), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_histogram(0, false, key, client::bucketed(values), opts) : Pending{};
 }
 Pending Run::log_histogram(std::string_view key, const Histogram& histogram, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_histogram(0, false, key, detail::copied(histogram), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_histogram(0, false, key, client::copied(histogram), opts) : Pending{};
 }
 Pending Run::log_histogram(std::string_view key, const void* device_values, std::size_t count, DeviceDtype dtype,
                            CudaStream stream, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
+  auto* impl = client::live(impl_);
   return impl ? impl->log_histogram_device(0, false, key, device_values, count, dtype, stream, opts) : Pending{};
 }
 Pending Writer::log_histogram(std::string_view key, std::span<const double> values, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_histogram(id_, true, key, detail::bucketed(values), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_histogram(id_, true, key, client::bucketed(values), opts) : Pending{};
 }
 Pending Writer::log_histogram(std::string_view key, std::span<const float> values, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_histogram(id_, true, key, detail::bucketed(values), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_histogram(id_, true, key, client::bucketed(values), opts) : Pending{};
 }
 Pending Writer::log_histogram(std::string_view key, const Histogram& histogram, const LogOptions& opts) noexcept {
-  auto* impl = detail::live(impl_);
-  return impl ? impl->log_histogram(id_, true, key, detail::copied(histogram), opts) : Pending{};
+  auto* impl = client::live(impl_);
+  return impl ? impl->log_histogram(id_, true, key, client::copied(histogram), opts) : Pending{};
 }
 
 } // namespace chorus

@@ -13,7 +13,7 @@ class actor;
 class actor_system;
 } // namespace caf
 
-namespace chorus::detail {
+namespace chorus::client {
 
 class RunImpl;
 
@@ -54,4 +54,4 @@ void set_system_factory(SystemFactory factory) noexcept;
 /// The factory registered, or null where no actor layer is linked.
 [[nodiscard]] SystemFactory system_factory() noexcept;
 
-} // namespace chorus::detail
+} // namespace chorus::client

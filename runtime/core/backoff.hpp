@@ -7,7 +7,7 @@
 #include <random>
 #include <unistd.h>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// A pause drawn uniformly from [d/2, d] ("equal jitter"): retries spread
 /// over half their interval, and none comes sooner than half of it.
@@ -19,4 +19,4 @@ inline std::chrono::milliseconds jittered(std::chrono::milliseconds d) {
   return std::chrono::milliseconds(d.count() - half(engine));
 }
 
-} // namespace chorus::detail
+} // namespace chorus::core

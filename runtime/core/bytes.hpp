@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::detail::bytes {
+namespace chorus::core::bytes {
 
 template <class T>
 inline void put(std::vector<char>& out, T v) {
@@ -21,4 +21,4 @@ inline void put_bytes(std::vector<char>& out, std::string_view s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
-} // namespace chorus::detail::bytes
+} // namespace chorus::core::bytes

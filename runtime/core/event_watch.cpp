@@ -66,7 +66,7 @@
 #include <unordered_set>
 #include <utility>
 
-namespace chorus::detail {
+namespace chorus::core {
 namespace {
 
 constexpr std::int64_t never = std::numeric_limits<std::int64_t>::min();
@@ -813,4 +813,4 @@ std::vector<EventDraft> EventWatch::take() {
 
 bool EventWatch::has_drafts() const noexcept { return !s_->drafts.empty(); }
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -4,7 +4,7 @@
 // CAF-free and deterministic in its input, clock included, so that its
 // rules are tested without processes. The Run actor feeds it and turns each
 // draft into an events.jsonl line (io/store/event_log.hpp) that goes
-// through the WAL (wire::HostEvent::event): a replay (resume, `chorus
+// through the WAL (core::wire::HostEvent::event): a replay (resume, `chorus
 // recover`) writes the lines again and never detects anew.
 //
 // Rules (times are the run host's clock, unix microseconds):
@@ -52,7 +52,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// An event as the watch drafts it; io/store/event_log.hpp writes its line.
 /// The fields past `ranks` are the kind's details (left at their defaults
@@ -125,4 +125,4 @@ private:
   std::unique_ptr<State> s_;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 inline constexpr std::uint64_t fnv1a64_basis = 0xcbf29ce484222325ull;
 inline constexpr std::uint64_t fnv1a64_prime = 0x100000001b3ull;
@@ -40,4 +40,4 @@ inline constexpr std::uint32_t fnv1a32_prime = 16777619u;
 static_assert(fnv1a64("") == fnv1a64_basis && fnv1a64("a") == 0xaf63dc4c8601ec8cull);
 static_assert(fnv1a32("") == fnv1a32_basis && fnv1a32("a") == 0xe40c292cu);
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -14,7 +14,7 @@
 
 namespace chorus {
 
-using detail::histogram::max_index;
+using core::histogram::max_index;
 
 namespace {
 
@@ -256,15 +256,15 @@ std::uint64_t count_keys(const float* x, std::size_t n, std::uint32_t* c) {
 
 /// Adds what a bulk add counted to `h`.
 void take(Histogram& h, const Buckets& fresh, const Stats& st) {
-  merge_sorted(detail::HistogramAccess::buckets(h), fresh);
+  merge_sorted(core::HistogramAccess::buckets(h), fresh);
   const std::uint64_t had = h.finite_count();
   const double lo = had == 0 ? st.min : std::min(h.min(), st.min);
   const double hi = had == 0 ? st.max : std::max(h.max(), st.max);
   if (st.finite == 0)
-    detail::HistogramAccess::set(h, had, h.nan_count() + st.nan, h.pos_inf_count() + st.pos_inf,
+    core::HistogramAccess::set(h, had, h.nan_count() + st.nan, h.pos_inf_count() + st.pos_inf,
                                  h.neg_inf_count() + st.neg_inf, h.sum(), had ? h.min() : 0.0, had ? h.max() : 0.0);
   else
-    detail::HistogramAccess::set(h, had + st.finite, h.nan_count() + st.nan, h.pos_inf_count() + st.pos_inf,
+    core::HistogramAccess::set(h, had + st.finite, h.nan_count() + st.nan, h.pos_inf_count() + st.pos_inf,
                                  h.neg_inf_count() + st.neg_inf, h.sum() + st.sum, lo, hi);
 }
 
@@ -413,7 +413,7 @@ std::vector<Histogram::Bucket> Histogram::buckets() const {
   return out;
 }
 
-namespace detail::histogram {
+namespace core::histogram {
 
 Histogram from_dense(std::uint32_t* counts, std::uint64_t nan, std::uint64_t pos_inf, std::uint64_t neg_inf, double sum,
                      double min, double max) {
@@ -428,7 +428,7 @@ Histogram from_dense(std::uint32_t* counts, std::uint64_t nan, std::uint64_t pos
   return h;
 }
 
-} // namespace detail::histogram
+} // namespace core::histogram
 
 std::int32_t Histogram::bucket_index(double value) noexcept {
   if (!std::isfinite(value)) return std::numeric_limits<std::int32_t>::min();
@@ -446,7 +446,7 @@ Histogram::Bucket Histogram::bucket_bounds(std::int32_t index) noexcept {
   return index > 0 ? Bucket{lo, hi, 0} : Bucket{-hi, -lo, 0};
 }
 
-namespace detail::histogram {
+namespace core::histogram {
 
 namespace {
 using bytes::put;
@@ -525,5 +525,5 @@ bool read(std::span<const char> body, Histogram* out) {
 bool valid(std::span<const char> body) { return read(body, nullptr); }
 bool decode(std::span<const char> body, Histogram& out) { return read(body, &out); }
 
-} // namespace detail::histogram
+} // namespace core::histogram
 } // namespace chorus

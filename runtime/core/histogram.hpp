@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 struct HistogramAccess {
   static std::vector<std::pair<std::int32_t, std::uint64_t>>& buckets(Histogram& h) noexcept { return h.buckets_; }
@@ -69,4 +69,4 @@ void encode(const Histogram& h, std::vector<char>& out);
 inline constexpr std::size_t dense_keys = 65536;
 
 } // namespace histogram
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -11,11 +11,11 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::wire {
+namespace chorus::core::wire {
 struct EventRecord;
 }
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// One value of a committed row. `rank` is -1 when the value is stored under
 /// its plain key (a key with a reduction, or any key in a run of one rank);
@@ -80,7 +80,7 @@ public:
                         const Error& why) = 0;
   /// Values `rank` refused before they reached the run (a bad key, a value
   /// that is no number): `n` of them, `values` a JSON object of them (key ->
-  /// value as JSON); they go to rejected.jsonl too. `step`: wire::auto_step
+  /// value as JSON); they go to rejected.jsonl too. `step`: core::wire::auto_step
   /// where the call gave none.
   virtual void refused(int /*rank*/, std::uint64_t /*seq*/, std::int64_t /*step*/, const Error& /*why*/,
                        std::string_view /*values*/, std::uint32_t /*n*/) {}
@@ -91,9 +91,9 @@ public:
   virtual void metric(std::uint32_t /*key*/, Reduce /*reduce*/, Summary /*summary*/, std::uint32_t /*step_key*/) {}
   /// A rule of Run::alert_when on `key` (a key id as in a Row), from `rank`.
   virtual void alert_rule(int /*rank*/, std::uint32_t /*key*/, AlertRule /*rule*/) {}
-  /// An event the run host told (wire::HostEvent::event), in WAL order; its
+  /// An event the run host told (core::wire::HostEvent::event), in WAL order; its
   /// strings live as long as the call.
-  virtual void event(const wire::EventRecord& /*event*/) {}
+  virtual void event(const core::wire::EventRecord& /*event*/) {}
   /// `rank` joined the current attempt at `ts_us` (the run host's clock,
   /// unix microseconds, as its rank_joined event says): once a rank an
   /// attempt, before the rank_state that says it runs.
@@ -120,4 +120,4 @@ public:
                                 const Error* /*err*/) {}
 };
 
-} // namespace chorus::detail
+} // namespace chorus::core

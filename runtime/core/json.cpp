@@ -6,7 +6,7 @@
 #include <cstring>
 #include <variant>
 
-namespace chorus::io {
+namespace chorus::core {
 namespace {
 
 // How many bytes the UTF-8 sequence at p spans when well-formed (`ok`), or
@@ -252,4 +252,4 @@ std::string fields_to_json(std::span<const Field> fields) {
   return out;
 }
 
-} // namespace chorus::io
+} // namespace chorus::core

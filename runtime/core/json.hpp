@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::io {
+namespace chorus::core {
 
 /// True if `s` is well-formed UTF-8: no overlong forms, no surrogates,
 /// nothing above U+10FFFF, no truncated sequence.
@@ -88,4 +88,4 @@ private:
 /// `{"key": value, ...}` for config and summary fields, as one JSON object.
 [[nodiscard]] std::string fields_to_json(std::span<const Field> fields);
 
-} // namespace chorus::io
+} // namespace chorus::core

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 std::string_view to_string(MediaKind k) noexcept {
   switch (k) {
@@ -156,4 +156,4 @@ Error image_header(std::span<const char> file, ImageHeader& out) {
 }
 
 } // namespace media
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 enum class MediaKind : std::uint8_t { image = 1, text = 2, table = 3 };
 std::string_view to_string(MediaKind k) noexcept;
@@ -59,4 +59,4 @@ struct ImageHeader {
 [[nodiscard]] Error image_header(std::span<const char> file, ImageHeader& out);
 
 } // namespace media
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -8,7 +8,7 @@
 //   step + 1 (0 first); an explicit lower step is rejected (backwards_step).
 //   A rank's producers are its default stream (live from its first values)
 //   and the writer streams it opens (live from their open, at the last
-//   committed step, to their close; at most wire::max_streams at once);
+//   committed step, to their close; at most core::wire::max_streams at once);
 // - a rank stands at the minimum over its live streams (with none live, at
 //   the furthest any got); a row for step s commits once every live rank is
 //   past s: a rank is past s when it stands > s, or it waits at a barrier,
@@ -86,7 +86,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 class Merger {
 public:
@@ -106,8 +106,8 @@ public:
   /// changing nothing the run shows; false if apply() would refuse it. A
   /// true answer is followed by apply(out), before any other frame, while
   /// the bytes `out` points into live.
-  [[nodiscard]] bool admit(std::span<const char> frame, wire::Frame& out);
-  void apply(const wire::Frame& admitted);
+  [[nodiscard]] bool admit(std::span<const char> frame, core::wire::Frame& out);
+  void apply(const core::wire::Frame& admitted);
 
   /// The name of a key id that appears in a Row.
   [[nodiscard]] std::string_view key_name(std::uint32_t key) const;
@@ -145,4 +145,4 @@ private:
   std::unique_ptr<State> s_;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::core

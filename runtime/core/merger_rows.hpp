@@ -14,7 +14,7 @@
 #include <queue>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// Pending rows by step: open addressing with linear probing, so that a new
 /// row costs no allocation once the table has grown to the run's spread.
@@ -256,4 +256,4 @@ private:
   std::vector<std::int64_t> tree_;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::core

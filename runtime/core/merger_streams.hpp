@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 class RankStreams {
 public:
@@ -28,7 +28,7 @@ public:
 
   /// Applies a stream event to what is named; false if it opens a stream
   /// already open or closes one that is not.
-  bool name(const wire::Stream& e) {
+  bool name(const core::wire::Stream& e) {
     Stream& s = at(e.id);
     if (s.named == e.open) return false;
     s.named = e.open;
@@ -48,7 +48,7 @@ public:
 
   // ---- while events are processed -----------------------------------------
 
-  /// Stream `id`; ids are bounded by wire::max_streams, so this stays small.
+  /// Stream `id`; ids are bounded by core::wire::max_streams, so this stays small.
   Stream& at(std::uint32_t id) {
     if (id >= streams_.size()) streams_.resize(std::size_t{id} + 1);
     return streams_[id];
@@ -128,4 +128,4 @@ private:
   std::int64_t min_ = no_step;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -13,7 +13,7 @@
 #include <iterator>
 #include <system_error>
 
-namespace chorus::detail {
+namespace chorus::core {
 namespace {
 
 constexpr std::size_t max_name_bytes = 128;
@@ -274,7 +274,7 @@ Error check_options(const Options& o, const Options& given) {
                "seconds, 0 (off) or at least 0.1");
   if (!o.upload.empty()) {
     // The scheme and the credentials are checked here; the rest of the URL
-    // where the upload starts (io::UploadTarget::parse), which names it.
+    // where the upload starts (upload::UploadTarget::parse), which names it.
     const Origin where = o.upload != given.upload ? variable("CHORUS_UPLOAD") : option("upload");
     UploadUrl url;
     switch (UploadUrl::parse(o.upload, url)) {
@@ -594,4 +594,4 @@ std::string job_disagreement(std::string_view theirs, std::string_view ours) {
   return out;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::core

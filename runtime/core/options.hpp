@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// Looks up an environment variable; tests pass their own.
 using Env = std::function<std::optional<std::string>(std::string_view name)>;
@@ -100,4 +100,4 @@ std::string job_text(std::string_view identity);
 /// ...)"); "" where they are different jobs.
 std::string job_disagreement(std::string_view theirs, std::string_view ours);
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -109,7 +109,7 @@ std::string_view to_string(Errc e) noexcept {
   return "unknown";
 }
 
-namespace detail {
+namespace core {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
@@ -139,5 +139,5 @@ std::string signal_name(int sig) {
   return out;
 }
 
-} // namespace detail
+} // namespace core
 } // namespace chorus

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// "rank 3" or "ranks 0-2, 5": short even for a thousand ranks (`ranks` in order).
 [[nodiscard]] std::string rank_list(const std::vector<int>& ranks);
@@ -12,4 +12,4 @@ namespace chorus::detail {
 /// A signal's name: "SIGTERM" for 15, "signal 64" for one without a name here.
 [[nodiscard]] std::string signal_name(int sig);
 
-} // namespace chorus::detail
+} // namespace chorus::core

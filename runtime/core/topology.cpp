@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 namespace {
 
@@ -388,4 +388,4 @@ Result<Topology> detect_topology(const Env& env) {
   return found;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 std::string UploadScheme::usage(bool other_protocol) const {
   std::string out(name);
@@ -125,4 +125,4 @@ std::string UploadUrl::masked() const {
   return out;
 }
 
-} // namespace chorus::detail
+} // namespace chorus::core

@@ -13,14 +13,14 @@
 // adds it to upload_schemes(), a table generated into chorus_core, so that
 // this layer knows every backend without depending on the layer that holds
 // them. What a path after the host means is the backend's to say
-// (io::UploadTarget::parse).
+// (upload::UploadTarget::parse).
 #pragma once
 
 #include <span>
 #include <string>
 #include <string_view>
 
-namespace chorus::detail {
+namespace chorus::core {
 
 /// One upload backend as a URL names it (generated from io/CMakeLists.txt).
 struct UploadScheme {
@@ -86,4 +86,4 @@ struct UploadUrl {
   [[nodiscard]] std::string masked() const;
 };
 
-} // namespace chorus::detail
+} // namespace chorus::core

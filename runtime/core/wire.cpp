@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace chorus::wire {
+namespace chorus::core::wire {
 
 namespace {
 
@@ -139,7 +139,7 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       if (!in.get(h.seq) || !in.get(h.stream) || !in.get(h.step) || !in.get(h.ts_us) || !in.get(h.key) ||
           !in.bytes(body))
         return false;
-      if (h.stream > max_streams || !chorus::detail::histogram::valid(body)) return false;
+      if (h.stream > max_streams || !chorus::core::histogram::valid(body)) return false;
       h.body = std::span<const char>(body.data(), body.size());
       ev = h;
       return true;
@@ -150,7 +150,7 @@ bool read_event(Reader& in, RankEvent& ev) noexcept {
       if (!in.get(m.seq) || !in.get(m.stream) || !in.get(m.step) || !in.get(m.ts_us) || !in.get(m.key) ||
           !in.bytes(body))
         return false;
-      if (m.stream > max_streams || !chorus::detail::media::valid(std::span<const char>(body.data(), body.size())))
+      if (m.stream > max_streams || !chorus::core::media::valid(std::span<const char>(body.data(), body.size())))
         return false;
       m.body = std::span<const char>(body.data(), body.size());
       ev = m;
@@ -382,4 +382,4 @@ void for_each_event(const Frame& frame, const std::function<void(const RankEvent
   while (reader.next(ev)) f(ev);
 }
 
-} // namespace chorus::wire
+} // namespace chorus::core::wire

@@ -26,7 +26,7 @@
 
 static_assert(std::endian::native == std::endian::little, "chorus frames assume little-endian hosts");
 
-namespace chorus::wire {
+namespace chorus::core::wire {
 
 enum class FrameType : std::uint8_t { rank_batch = 1, host_event = 2 };
 
@@ -125,8 +125,8 @@ inline constexpr std::size_t value_size = 12; // u32 key + f64
 // Encoding
 
 namespace detail {
-using chorus::detail::bytes::put;
-using chorus::detail::bytes::put_bytes;
+using chorus::core::bytes::put;
+using chorus::core::bytes::put_bytes;
 } // namespace detail
 
 /// Appends one rank_batch frame to `out` (which may already hold bytes).
@@ -214,19 +214,19 @@ public:
     detail::put(out_, step);
     detail::put(out_, ts_us);
     detail::put(out_, key);
-    detail::put(out_, static_cast<std::uint32_t>(chorus::detail::histogram::encoded_size(h)));
-    chorus::detail::histogram::encode(h, out_);
+    detail::put(out_, static_cast<std::uint32_t>(chorus::core::histogram::encoded_size(h)));
+    chorus::core::histogram::encode(h, out_);
   }
   void media(std::uint64_t seq, std::uint32_t stream, std::int64_t step, std::int64_t ts_us, std::uint32_t key,
-             const chorus::detail::Media& m) {
+             const chorus::core::Media& m) {
     begin(Tag::media);
     detail::put(out_, seq);
     detail::put(out_, stream);
     detail::put(out_, step);
     detail::put(out_, ts_us);
     detail::put(out_, key);
-    detail::put(out_, static_cast<std::uint32_t>(chorus::detail::media::encoded_size(m)));
-    chorus::detail::media::encode(m, out_);
+    detail::put(out_, static_cast<std::uint32_t>(chorus::core::media::encoded_size(m)));
+    chorus::core::media::encode(m, out_);
   }
   void metric_view(std::uint64_t seq, std::uint32_t key, std::uint8_t summary, std::uint32_t step_key) {
     begin(Tag::metric_view);
@@ -469,4 +469,4 @@ private:
   std::size_t pos_ = 0;
 };
 
-} // namespace chorus::wire
+} // namespace chorus::core::wire

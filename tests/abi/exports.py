@@ -5,8 +5,9 @@ nothing of its internals. Usage: exports.py LIBCHORUS INCLUDE_DIR
 Every defined dynamic symbol (nm -D) is demangled and judged:
   - a name of namespace chorus must be declared in a public header: the
     first name after chorus:: (and after detail:: or actors::) appears there
-    as a class, struct, function or alias; an internal namespace (io, wire,
-    merging, detail but the few the headers name) fails;
+    as a class, struct, function or alias; a layer's namespace (core,
+    platform, store, sampling, upload, client: docs/ARCHITECTURE.md,
+    "Layers"), and detail but for the few names the headers give it, fails;
   - std:: template code instantiated for public types (and the RTTI of
     std's polymorphic templates, whatever their arguments), the linker's own
     symbols and the four SSL_ calls libchorus interposes are allowed;
@@ -37,7 +38,7 @@ prefixes = ("typeinfo for ", "typeinfo name for ", "vtable for ", "VTT for ", "g
 # In the mangling, namespace std is "St" where a name begins (and __gnu_cxx
 # is spelled out): template code the library instantiated for its own use.
 std_code = re.compile(r"_Z(?:T[ISV]|GV|Z)*N?K?(?:St|9__gnu_cxx)")
-internal = re.compile(r"chorus::(?:io|wire|merging|links)::|caf::|simdjson::")
+internal = re.compile(r"chorus::(?:core|platform|store|sampling|upload|client|python|cli)::|caf::|simdjson::")
 bad, ok = [], 0
 for raw, name in zip(mangled, demangled):
     if name in linker:

@@ -6,9 +6,9 @@
 
 #include <boost/test/unit_test.hpp>
 
-using chorus::detail::AckErrors;
-using chorus::detail::AckWindow;
-using chorus::detail::bad_ack;
+using chorus::actors::AckErrors;
+using chorus::actors::AckWindow;
+using chorus::actors::bad_ack;
 
 namespace {
 

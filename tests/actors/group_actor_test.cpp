@@ -12,7 +12,7 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::detail;
+using namespace chorus::actors;
 using namespace std::chrono_literals;
 
 namespace {
@@ -43,7 +43,7 @@ struct GroupFixture : test::ActorFixture {
 
   /// What the run at place `index` says of itself.
   static std::string report(std::int64_t index, const std::string& state, std::int64_t rows = 0) {
-    io::GroupMember m;
+    store::GroupMember m;
     m.index = index;
     m.id = "run-" + std::to_string(index);
     m.name = m.id;
@@ -52,7 +52,7 @@ struct GroupFixture : test::ActorFixture {
     m.start_time = 1'700'000'000.0;
     if (state != "running") m.end_time = 1'700'000'100.0;
     m.ranks.push_back({index, state, rows - 1});
-    return io::member_json(m);
+    return store::member_json(m);
   }
 
   /// `sender` sends report `seq`, naming `named` as the run it describes.
@@ -67,14 +67,14 @@ struct GroupFixture : test::ActorFixture {
     expect((member_ok_atom, std::int64_t), from(group).to(members[i]).with(_, seq));
   }
 
-  io::GroupManifest manifest() {
-    Result<io::GroupManifest> g = io::read_group_file(host.dir);
+  store::GroupManifest manifest() {
+    Result<store::GroupManifest> g = store::read_group_file(host.dir);
     BOOST_TEST_REQUIRE(g.has_value(), g.error().message());
     return std::move(*g);
   }
   /// A member of group.json, which must be there.
-  static io::GroupMember member(const io::GroupManifest& g, std::int64_t index) {
-    const io::GroupMember* m = g.member(index);
+  static store::GroupMember member(const store::GroupManifest& g, std::int64_t index) {
+    const store::GroupMember* m = g.member(index);
     BOOST_TEST_REQUIRE(m != nullptr, "no member " << index << " in group.json");
     return *m;
   }
@@ -133,7 +133,7 @@ BOOST_AUTO_TEST_CASE(a_member_that_goes_down_is_recorded_crashed) {
   expect((flush_atom), from(group).to(group).with(_));
 
   const auto g = manifest();
-  const io::GroupMember m = member(g, 1);
+  const store::GroupMember m = member(g, 1);
   BOOST_TEST(m.state == "crashed");
   BOOST_TEST(contains(m.message, "its run host exited or its connection was lost"), m.message);
   BOOST_TEST_REQUIRE(m.ranks.size() == 1u);
@@ -173,10 +173,10 @@ BOOST_AUTO_TEST_CASE(finish_gives_up_after_finish_timeout_and_records_the_places
   expect((caf::ok_atom), from(group).to(self).with(_));
 
   const auto g = manifest();
-  const io::GroupMember still = member(g, 0);
+  const store::GroupMember still = member(g, 0);
   BOOST_TEST(still.state == "unknown");
   BOOST_TEST(contains(still.message, "finish_timeout"), still.message);
-  const io::GroupMember missing = member(g, 1);
+  const store::GroupMember missing = member(g, 1);
   BOOST_TEST(missing.state == "missing");
   BOOST_TEST(contains(missing.message, "never registered with the group within init_timeout"), missing.message);
   BOOST_TEST_REQUIRE(missing.ranks.size() == 1u);

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-using namespace chorus::detail;
+using namespace chorus::actors;
 namespace basp = caf::io::basp;
 using Verdict = LinkFraming::Verdict;
 using Side = LinkFraming::Side;

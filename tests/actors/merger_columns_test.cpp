@@ -42,7 +42,7 @@ Names columns(const Rig& rig, std::optional<std::int64_t> step = std::nullopt) {
 Names summary_keys(const Rig& rig) {
   chorus::test::TempDir tmp;
   const Merger* replay = nullptr;
-  io::RunWriter writer(tmp / "run", [&](std::uint32_t key) { return replay->key_name(key); });
+  store::RunWriter writer(tmp / "run", [&](std::uint32_t key) { return replay->key_name(key); });
   Merger m(writer);
   replay = &m;
   for (const std::vector<char>& f : rig.frames) BOOST_REQUIRE(m.apply(f));

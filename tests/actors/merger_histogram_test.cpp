@@ -58,9 +58,9 @@ struct ReadLine {
 /// histograms.jsonl's lines read back.
 std::vector<ReadLine> replay(const Rig& rig, const TempDir& dir) {
   {
-    detail::Merger* mp = nullptr;
-    io::RunWriter w(dir.str(), [&](std::uint32_t k) { return mp->key_name(k); });
-    detail::Merger m(w);
+    core::Merger* mp = nullptr;
+    store::RunWriter w(dir.str(), [&](std::uint32_t k) { return mp->key_name(k); });
+    core::Merger m(w);
     mp = &m;
     for (const auto& f : rig.frames) BOOST_REQUIRE(m.apply(f));
   }
@@ -70,7 +70,7 @@ std::vector<ReadLine> replay(const Rig& rig, const TempDir& dir) {
   for (std::string line; std::getline(in, line);) {
     simdjson::dom::element e;
     BOOST_REQUIRE(parser.parse(line).get(e) == simdjson::SUCCESS);
-    Result<io::HistogramLine> h = io::read_histogram_line(e);
+    Result<store::HistogramLine> h = store::read_histogram_line(e);
     BOOST_TEST_REQUIRE(h.has_value(), (h ? "" : h.error().message()));
     out.push_back({h->step, h->column(), h->ranks, h->value});
   }

@@ -28,7 +28,7 @@
 #include <tuple>
 
 using namespace chorus;
-namespace w = chorus::wire;
+namespace w = chorus::core::wire;
 
 namespace {
 
@@ -630,7 +630,7 @@ CaseResult run_case(std::uint64_t seed) {
   const std::int64_t start = 1'000'000 + pick(rng, 1000);
 
   test::RecordingSink sink;
-  detail::Merger merger(sink);
+  core::Merger merger(sink);
   sink.merger = &merger;
   Reference ref;
   std::vector<std::vector<char>> applied;
@@ -785,7 +785,7 @@ CaseResult run_case(std::uint64_t seed) {
 
   // A replay of the same frames tells a new sink the same story.
   test::RecordingSink again;
-  detail::Merger replay(again);
+  core::Merger replay(again);
   again.merger = &replay;
   for (const auto& f : applied) replay.apply(f);
   if (again.log != sink.log) fail("a replay of the same frames differs");

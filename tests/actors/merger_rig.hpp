@@ -16,8 +16,8 @@
 
 namespace chorus::test {
 
-namespace w = chorus::wire;
-using chorus::detail::Merger;
+namespace w = chorus::core::wire;
+using chorus::core::Merger;
 
 constexpr std::int64_t start_ts = 1'000'000;
 constexpr std::int64_t auto_step = w::auto_step;

@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(a_key_a_rank_logs_again_at_a_step_after_other_steps_keeps_t
 }
 
 // A frame is checked whole before any of it counts, so a hostile one cannot
-// leave streams half open, nor name more than wire::max_streams.
+// leave streams half open, nor name more than core::wire::max_streams.
 BOOST_AUTO_TEST_CASE(malformed_stream_events_change_nothing) {
   Rig rig(1);
   rig.log(0, {{"a", 0}}, 0); // names "a" in a good frame: the bad ones below must fail for their streams only

@@ -14,8 +14,8 @@
 #include <random>
 
 using namespace chorus;
-using chorus::detail::Merger;
-namespace w = chorus::wire;
+using chorus::core::Merger;
+namespace w = chorus::core::wire;
 
 namespace {
 
@@ -710,11 +710,11 @@ BOOST_AUTO_TEST_CASE(a_resumed_attempt_goes_on_after_the_last_committed_step) {
 namespace {
 
 /// Counts what arrives and keeps nothing: the merge's own cost, measured.
-class CountingSink final : public detail::HistorySink {
+class CountingSink final : public core::HistorySink {
 public:
   std::uint64_t rows = 0, values = 0, done = 0;
   void run_start(std::string_view, std::int64_t, std::uint32_t) override {}
-  void row(const detail::Row& r) override {
+  void row(const core::Row& r) override {
     ++rows;
     values += r.values.size();
   }

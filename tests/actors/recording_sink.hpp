@@ -100,9 +100,9 @@ inline std::string format_state(int rank, RunState state, std::int64_t last_step
          std::to_string(last_step) + " host=" + std::string(host) + (has_reason ? " (reason)" : "");
 }
 
-class RecordingSink final : public detail::HistorySink {
+class RecordingSink final : public core::HistorySink {
 public:
-  const detail::Merger* merger = nullptr; // names the keys of rows
+  const core::Merger* merger = nullptr; // names the keys of rows
 
   std::vector<std::string> log;
   std::string run_json;
@@ -130,7 +130,7 @@ public:
     last_seq_.assign(world_size, 0);
     log.push_back("start " + std::to_string(ts_us) + " " + std::to_string(world_size) + " " + run_json);
   }
-  void row(const detail::Row& row) override {
+  void row(const core::Row& row) override {
     RecordedRow r{row.step, row.ts_us, row.runtime_us, {}, {}};
     for (const auto& v : row.values)
       r.values.push_back({std::string(merger->key_name(v.key)), v.rank, v.value, v.count});
@@ -167,7 +167,7 @@ public:
   void refused(int rank, std::uint64_t seq, std::int64_t step, const Error& why, std::string_view values,
                std::uint32_t n) override {
     std::string line = std::to_string(rank) + " " + std::to_string(seq) + " " +
-                       (step == wire::auto_step ? std::string("auto") : std::to_string(step)) + " " +
+                       (step == core::wire::auto_step ? std::string("auto") : std::to_string(step)) + " " +
                        std::string(to_string(why.code())) + " " + std::to_string(n) + " " + std::string(values);
     if (!why || why.message().empty()) violations.push_back("refusal without a reason");
     log.push_back("refused " + line);

@@ -31,7 +31,8 @@ inline std::ostream& operator<<(std::ostream& out, EventKind k) { return out << 
 } // namespace chorus
 
 using namespace chorus;
-using namespace chorus::detail;
+using namespace chorus::client;
+using namespace chorus::actors;
 using namespace std::chrono_literals;
 using chorus::test::recorded;
 
@@ -60,7 +61,7 @@ struct RunActorFixture : test::ActorFixture {
     host->run_id = "run-1";
     host->run_dir = tmp / "run";
     std::filesystem::create_directories(host->run_dir);
-    auto wal = io::WalWriter::open(host->run_dir + "/wal");
+    auto wal = store::WalWriter::open(host->run_dir + "/wal");
     BOOST_TEST_REQUIRE(wal.has_value(), wal.error().message());
     host->wal = std::move(*wal);
     host->run_json = R"({"id":"run-1","project":"proj"})";
@@ -155,7 +156,7 @@ struct RunActorFixture : test::ActorFixture {
   std::vector<std::pair<std::string, std::string>> rank_states() {
     simdjson::dom::parser parser;
     simdjson::dom::array arr;
-    const std::string json = io::test::slurp(host->run_dir + "/run.json");
+    const std::string json = test::files::slurp(host->run_dir + "/run.json");
     BOOST_TEST_REQUIRE(!parser.parse(json)["ranks"].get(arr), json);
     std::vector<std::pair<std::string, std::string>> out;
     for (simdjson::dom::element r : arr) {
@@ -171,7 +172,7 @@ struct RunActorFixture : test::ActorFixture {
   std::vector<std::map<std::string, double>> history() {
     std::vector<std::map<std::string, double>> out;
     simdjson::dom::parser parser;
-    for (const std::string& line : io::test::lines_of(host->run_dir + "/history.jsonl")) {
+    for (const std::string& line : test::files::lines_of(host->run_dir + "/history.jsonl")) {
       simdjson::dom::object row;
       BOOST_TEST_REQUIRE(!parser.parse(line).get(row), line);
       auto& values = out.emplace_back();
@@ -272,13 +273,13 @@ BOOST_AUTO_TEST_CASE(a_process_without_the_jobs_secret_takes_no_ranks_place) {
 }
 
 BOOST_AUTO_TEST_CASE(run_json_records_when_each_rank_joined_and_a_repeated_join_moves_nothing) {
-  using io::RunRecord;
-  const std::int64_t before = io::detail::unix_now_us();
+  using store::RunRecord;
+  const std::int64_t before = platform::unix_now_us();
   join(0);
   std::this_thread::sleep_for(50ms);
-  const std::int64_t between = io::detail::unix_now_us();
+  const std::int64_t between = platform::unix_now_us();
   join(1);
-  const std::int64_t after = io::detail::unix_now_us();
+  const std::int64_t after = platform::unix_now_us();
   std::this_thread::sleep_for(50ms);
   join_as(ranks[0], 0, host->job);
   expect((joined_atom, bool, std::string, std::string, caf::actor),
@@ -488,9 +489,9 @@ std::vector<Event> told(const caf::actor& proxy) {
   std::vector<Event> out;
   for (const caf::message& m : recorded(proxy)) {
     if (!m.match_elements<event_atom, std::vector<char>>()) continue;
-    wire::Frame f;
-    BOOST_TEST_REQUIRE(wire::decode(m.get_as<std::vector<char>>(1), f));
-    const auto* e = std::get_if<wire::EventRecord>(&f.host);
+    core::wire::Frame f;
+    BOOST_TEST_REQUIRE(core::wire::decode(m.get_as<std::vector<char>>(1), f));
+    const auto* e = std::get_if<core::wire::EventRecord>(&f.host);
     BOOST_TEST_REQUIRE(e != nullptr);
     out.push_back(e->to_event());
   }
@@ -536,7 +537,7 @@ BOOST_AUTO_TEST_CASE(events_reach_every_rank_and_a_subscriber_as_typed_messages)
   BOOST_TEST(events[2].kind == EventKind::run_finished);
   BOOST_TEST(events[2].state == RunState::crashed);
   // events.jsonl holds the same, numbered.
-  const auto lines = io::test::lines_of(host->run_dir + "/events.jsonl");
+  const auto lines = test::files::lines_of(host->run_dir + "/events.jsonl");
   BOOST_TEST_REQUIRE(lines.size() == 3u);
   for (std::size_t i = 0; i < lines.size(); ++i) BOOST_TEST(lines[i] == events[i].json);
 

@@ -22,7 +22,7 @@
 
 namespace fs = std::filesystem;
 using chorus::test::TempDir;
-using chorus::detail::local_socket_dir;
+using chorus::actors::local_socket_dir;
 
 namespace {
 

@@ -30,10 +30,10 @@ BOOST_AUTO_TEST_CASE(a_helper_whose_parent_ended_before_it_started_stops_at_once
   for (int i = 0; i < 10000 && caf::actor_cast<caf::strong_actor_ptr>(gone); ++i) std::this_thread::sleep_for(1ms);
   BOOST_REQUIRE(!caf::actor_cast<caf::strong_actor_ptr>(gone));
 
-  caf::actor helper = chorus::detail::spawn_guarded(
+  caf::actor helper = chorus::actors::spawn_guarded(
       sys,
       [](caf::event_based_actor* self, caf::actor_addr parent) -> caf::behavior {
-        chorus::detail::stop_with(self, parent);
+        chorus::actors::stop_with(self, parent);
         return {[](int) {}};
       },
       gone);

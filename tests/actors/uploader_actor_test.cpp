@@ -3,7 +3,7 @@
 // (Blocking::scheduled_for_tests), so each poke and the drain run on the
 // test's thread, one message at a time, while the server answers on its own.
 //
-// Whether a backoff has passed is io::Uploader's to decide, by the steady
+// Whether a backoff has passed is upload::Uploader's to decide, by the steady
 // clock, which the test clock does not move: a backoff of the live upload
 // here is none (the retry comes within the same poke) or an hour (its timer
 // is due long after the test); only the drain, which waits out backoffs
@@ -20,7 +20,7 @@
 #include <tuple>
 
 using namespace chorus;
-using namespace chorus::detail;
+using namespace chorus::actors;
 using namespace std::chrono_literals;
 
 namespace {
@@ -35,7 +35,7 @@ struct UploaderFixture : test::ActorFixture {
   UploaderFixture() { dir.history(0, 20); }
 
   void start(std::chrono::milliseconds backoff) {
-    io::UploadSettings settings;
+    upload::UploadSettings settings;
     settings.backoff_base = settings.backoff_max = backoff;
     uploader = keep(spawn_uploader(sys, dir.dir(), test::mlflow_url(server), settings, Blocking::scheduled_for_tests));
     BOOST_TEST_REQUIRE(static_cast<bool>(uploader));

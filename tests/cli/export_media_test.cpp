@@ -27,7 +27,7 @@ namespace tb = chorus::test::tfevents;
 namespace {
 
 namespace mf = chorus::test::media_files;
-using chorus::detail::MediaKind;
+using chorus::core::MediaKind;
 
 /// What a media's event should hold: an image's bytes and sides, or a
 /// string tensor's shape and cells.
@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(a_media_file_that_cannot_be_read_is_named_and_the_rest_expo
   TempDir root;
   MediaWants want;
   const fs::path dir = media_run(root.path, want);
-  const std::string gone = chorus::io::media_path("notes", 1, 1, "md");
+  const std::string gone = chorus::store::media_path("notes", 1, 1, "md");
   fs::remove(dir / gone);
   want.erase({"rank-1", "notes", 1});
   const Output o = run_chorus({"export", dir.string(), "--tensorboard", (root.path / "tb").string()});

@@ -281,14 +281,14 @@ namespace {
 /// `state`, hosted by rank 0.
 void write_run(const std::filesystem::path& dir, const std::string& state, const std::string& file = "run.json") {
   std::filesystem::create_directories(dir);
-  chorus::io::RunRecord r;
+  chorus::store::RunRecord r;
   r.id = dir.filename().string();
   r.name = r.id;
   r.host = "node-a";
   r.pid = 4242;
   r.dir = dir.string();
   r.state = state;
-  r.start_us = chorus::io::detail::unix_now_us();
+  r.start_us = chorus::platform::unix_now_us();
   r.segments.push_back({r.start_us, std::nullopt, state, std::nullopt});
   r.world_size = 3;
   for (int k = 0; k < 3; ++k) r.ranks.push_back({k, state, 12, "node-a", "", std::nullopt});
@@ -297,9 +297,9 @@ void write_run(const std::filesystem::path& dir, const std::string& state, const
 
 /// An events.jsonl line the run host tells, `ago_s` seconds ago.
 std::string event(chorus::EventKind kind, int rank, std::uint64_t seq, double ago_s = 0) {
-  chorus::detail::EventDraft d;
+  chorus::core::EventDraft d;
   d.kind = kind;
-  d.ts_us = chorus::io::detail::unix_now_us() - static_cast<std::int64_t>(ago_s * 1e6);
+  d.ts_us = chorus::platform::unix_now_us() - static_cast<std::int64_t>(ago_s * 1e6);
   d.rank = rank;
   d.step = 12;
   d.message = "rank " + std::to_string(rank) + " " + std::string(to_string(kind));
@@ -309,7 +309,7 @@ std::string event(chorus::EventKind kind, int rank, std::uint64_t seq, double ag
     d.others_step = 40;
     d.seconds_us = 300'000'000;
   }
-  return chorus::io::event_line(d, seq) + "\n";
+  return chorus::store::event_line(d, seq) + "\n";
 }
 
 void append(const std::filesystem::path& dir, const std::string& lines) {

@@ -35,7 +35,7 @@ std::string identity(const fs::path& dir) {
 // at steps [from, to), ids 1 and 2 interned in the first batch.
 std::vector<char> batch(std::uint32_t rank, int from, int to, std::uint64_t& seq, bool first, bool finish) {
   std::vector<char> out;
-  wire::BatchWriter b(out, rank);
+  core::wire::BatchWriter b(out, rank);
   if (first) {
     b.key(1, "loss");
     b.key(2, "acc");
@@ -53,12 +53,12 @@ std::vector<char> batch(std::uint32_t rank, int from, int to, std::uint64_t& seq
 
 struct Wal {
   fs::path path;
-  std::unique_ptr<io::WalWriter> writer;
+  std::unique_ptr<store::WalWriter> writer;
   std::vector<std::uint64_t> offsets; // where each frame starts
 
   explicit Wal(fs::path p) : path(std::move(p)) {
     fs::create_directories(path.parent_path());
-    auto opened = io::WalWriter::open(path.string());
+    auto opened = store::WalWriter::open(path.string());
     BOOST_REQUIRE_MESSAGE(opened, opened.error().message());
     writer = std::move(*opened);
   }
@@ -73,22 +73,22 @@ struct Wal {
 // A two-rank shared run: rank 0 finishes, rank 1 is still at step 9 when the host dies.
 void write_run(Wal& w, const fs::path& dir, bool with_end) {
   std::uint64_t seq0 = 0, seq1 = 0;
-  w.add(wire::run_start(t0, 2, identity(dir)));
-  w.add(wire::rank_joined(0, t0 + 1, 100, "h1"));
-  w.add(wire::rank_joined(1, t0 + 2'400, 101, "h2"));
+  w.add(core::wire::run_start(t0, 2, identity(dir)));
+  w.add(core::wire::rank_joined(0, t0 + 1, 100, "h1"));
+  w.add(core::wire::rank_joined(1, t0 + 2'400, 101, "h2"));
   w.add(batch(0, 0, 5, seq0, true, false));
   w.add(batch(1, 0, 5, seq1, true, false));
   w.add(batch(0, 5, steps, seq0, false, true));
   w.add(batch(1, 5, steps, seq1, false, false));
   if (with_end) {
-    w.add(wire::rank_dead(1, t0 + 50'000, "heartbeat lost"));
-    w.add(wire::run_end(RunState::finished, t0 + 60'000));
+    w.add(core::wire::rank_dead(1, t0 + 50'000, "heartbeat lost"));
+    w.add(core::wire::run_end(RunState::finished, t0 + 60'000));
   }
 }
 
 void append_torn_tail(const fs::path& wal) {
   std::string tail(12 + 7, '\0');
-  const std::uint32_t magic = io::wal_magic, len = 500;
+  const std::uint32_t magic = store::wal_magic, len = 500;
   std::memcpy(tail.data(), &magic, 4);
   std::memcpy(tail.data() + 4, &len, 4);
   std::ofstream(wal, std::ios::binary | std::ios::app) << tail;
@@ -226,7 +226,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_frame_is_skipped_and_reported) {
   const fs::path dir = root.path / "p" / "g" / "rec1";
   Wal w(dir / "wal");
   write_run(w, dir, true);
-  const std::uint64_t at = w.offsets[6] + io::wal_header_size + 9; // inside rank 1's last batch
+  const std::uint64_t at = w.offsets[6] + store::wal_header_size + 9; // inside rank 1's last batch
   w.close();
   {
     std::fstream f(dir / "wal", std::ios::in | std::ios::out | std::ios::binary);
@@ -272,7 +272,7 @@ BOOST_AUTO_TEST_CASE(recover_refuses_a_live_host_and_a_missing_log) {
   const fs::path nostart = root.path / "p" / "g" / "nostart";
   {
     Wal n(nostart / "wal");
-    n.add(wire::rank_joined(0, t0, 1, "h"));
+    n.add(core::wire::rank_joined(0, t0, 1, "h"));
   }
   const Output no_start = run_chorus({"recover", nostart.string()});
   BOOST_TEST(no_start.code == 1);

@@ -20,7 +20,7 @@
 
 using namespace chorus::test;
 using chorus::EventKind;
-using chorus::detail::EventDraft;
+using chorus::core::EventDraft;
 namespace fs = std::filesystem;
 
 namespace {
@@ -49,7 +49,7 @@ std::string line(std::uint64_t seq, EventKind kind = EventKind::stalled, std::st
     d.others_step = d.step + 30;
     d.seconds_us = 301'500'000;
   }
-  return chorus::io::event_line(d, seq) + "\n";
+  return chorus::store::event_line(d, seq) + "\n";
 }
 
 /// The `seq` of each event of an answer.
@@ -62,7 +62,7 @@ std::vector<std::uint64_t> seqs(const Json& j) {
 fs::path events_run(const fs::path& root, const std::string& lines) {
   const fs::path dir = make_run(root, "proj", "grp", {.id = "r1", .state = "running", .ended = false});
   write_text(dir / "history.jsonl", history(20, 2));
-  if (!lines.empty()) write_text(dir / chorus::io::events_file, lines);
+  if (!lines.empty()) write_text(dir / chorus::store::events_file, lines);
   return dir;
 }
 
@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(events_are_answered_as_the_file_has_them_and_those_appended
   BOOST_TEST(std::string_view(last["message"]) == "the run <b>ended</b> finished");
 
   // Two more while it serves: both in the next answer; with `after`, only they.
-  append_text(dir / chorus::io::events_file, line(3, EventKind::threshold) + line(4, EventKind::rank_failed));
+  append_text(dir / chorus::store::events_file, line(3, EventKind::threshold) + line(4, EventKind::rank_failed));
   const Json all(s.get(events_path).second);
   BOOST_TEST(seqs(all) == (std::vector<std::uint64_t>{0, 1, 2, 3, 4}), boost::test_tools::per_element());
   BOOST_TEST(std::uint64_t(all["generation"]) == std::uint64_t(j["generation"]));
@@ -122,16 +122,16 @@ BOOST_AUTO_TEST_CASE(a_line_being_written_is_served_once_it_is_whole) {
   Serve s(root.path);
   BOOST_TEST(seqs(Json(s.get(events_path).second)).size() == 1u);
   const std::string torn = line(1, EventKind::straggler);
-  append_text(dir / chorus::io::events_file, torn.substr(0, torn.size() / 2));
+  append_text(dir / chorus::store::events_file, torn.substr(0, torn.size() / 2));
   const Json half(s.get(events_path).second);
   BOOST_TEST(seqs(half) == (std::vector<std::uint64_t>{0}), boost::test_tools::per_element());
   BOOST_TEST(std::uint64_t(half["rows"]) == 1u);
   BOOST_TEST(std::uint64_t(half["skipped"]) == 0u);
   BOOST_TEST(bool(half["unfinished"]));
   // Its end, but no newline yet: still not.
-  append_text(dir / chorus::io::events_file, torn.substr(torn.size() / 2, torn.size() - 1 - torn.size() / 2));
+  append_text(dir / chorus::store::events_file, torn.substr(torn.size() / 2, torn.size() - 1 - torn.size() / 2));
   BOOST_TEST(seqs(Json(s.get(events_path).second)).size() == 1u);
-  append_text(dir / chorus::io::events_file, "\n");
+  append_text(dir / chorus::store::events_file, "\n");
   const Json whole(s.get(events_path).second);
   BOOST_TEST(seqs(whole) == (std::vector<std::uint64_t>{0, 1}), boost::test_tools::per_element());
   BOOST_TEST(!bool(whole["unfinished"]));
@@ -168,7 +168,7 @@ BOOST_AUTO_TEST_CASE(a_run_keeps_its_last_ten_thousand_events_and_counts_the_oth
   BOOST_TEST(got.front() == 50u);
   BOOST_TEST(got.back() == 10'049u);
   // One more pushes out the oldest kept.
-  append_text(dir / chorus::io::events_file, line(10'050));
+  append_text(dir / chorus::store::events_file, line(10'050));
   const Json more(s.get(events_path + "&after=10040").second);
   BOOST_TEST(std::uint64_t(more["left_out"]) == 51u);
   BOOST_TEST(seqs(more).size() == 11u);
@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(a_file_rewritten_is_read_afresh) {
   const Json before(s.get(events_path).second);
   BOOST_TEST(seqs(before).size() == 3u);
   // chorus recover writes the file anew: shorter here, so that it reads as another file.
-  write_text(dir / chorus::io::events_file, line(0, EventKind::rank_lost));
+  write_text(dir / chorus::store::events_file, line(0, EventKind::rank_lost));
   const Json after(s.get(events_path + "&after=3").second);
   BOOST_TEST(std::uint64_t(after["generation"]) != std::uint64_t(before["generation"]));
   BOOST_TEST(std::uint64_t(after["rows"]) == 1u);
@@ -197,7 +197,7 @@ BOOST_AUTO_TEST_CASE(a_run_without_events_has_none_and_says_its_file_is_missing)
   const Json j(s.get(events_path).second);
   BOOST_TEST(bool(j["missing"]));
   BOOST_TEST(seqs(j).empty());
-  write_text(dir / chorus::io::events_file, line(0));
+  write_text(dir / chorus::store::events_file, line(0));
   const Json now(s.get(events_path).second);
   BOOST_TEST(!bool(now["missing"]));
   BOOST_TEST(seqs(now).size() == 1u);
@@ -210,7 +210,7 @@ BOOST_AUTO_TEST_CASE(events_appended_reach_the_event_stream) {
   const std::string prefix = "event: events\ndata: {\"run\":\"" + run + "\",\"rows\":";
   const std::string seen = s.events(
       encode(run), prefix + "2,",
-      [&] { append_text(dir / chorus::io::events_file, line(2, EventKind::resumed) + line(3).substr(0, 20)); },
+      [&] { append_text(dir / chorus::store::events_file, line(2, EventKind::resumed) + line(3).substr(0, 20)); },
       prefix + "3,");
   BOOST_TEST_INFO(seen);
   BOOST_TEST(contains(seen, prefix + "2,"));

@@ -663,7 +663,7 @@ BOOST_AUTO_TEST_CASE(the_fewest_ranks_of_a_row_leave_out_keys_one_rank_logs_by_d
   BOOST_TEST(fewest() == std::vector<double>({2, 2, 2, 2, 1, 2, 2, 2}));
   // An index being built in the background, and its overview, count the same way.
   LinesIndex index((run / "history.jsonl").string(), FileKind::history, 1u << 20, 2, 1024);
-  index.count_ranks(chorus::io::MetricSpecs::read(run.string()));
+  index.count_ranks(chorus::store::MetricSpecs::read(run.string()));
   index.hold_indexing(true);
   BOOST_TEST(index.refresh());
   BOOST_TEST(index.state().indexing);

@@ -177,11 +177,11 @@ BOOST_AUTO_TEST_CASE(a_kept_index_that_is_not_the_files_is_refused_and_made_anew
   {
     auto index = std::make_unique<LinesIndex>(run.file.string(), FileKind::history, 1u << 20, 2, 1u << 16);
     index->keep_in(run.store);
-    chorus::io::MetricSpecs specs;
-    chorus::io::MetricSpec first;
+    chorus::store::MetricSpecs specs;
+    chorus::store::MetricSpec first;
     first.reduce = chorus::Reduce::first;
     specs.specs.emplace_back("dense", first);
-    index->count_ranks(chorus::Result<chorus::io::MetricSpecs>(specs));
+    index->count_ranks(chorus::Result<chorus::store::MetricSpecs>(specs));
     index->hold_indexing(true);
     index->refresh();
     BOOST_TEST(index->state().indexing);

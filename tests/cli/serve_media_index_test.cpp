@@ -16,7 +16,7 @@ using namespace chorus::test;
 using chorus::cli::serve::IndexState;
 using chorus::cli::serve::MediaFile;
 using chorus::cli::serve::MediaIndex;
-using chorus::detail::MediaKind;
+using chorus::core::MediaKind;
 namespace fs = std::filesystem;
 
 namespace {
@@ -30,14 +30,14 @@ struct Written {
 };
 
 void keys_of(const MediaIndex& index, Written& out) {
-  chorus::io::JsonWriter w(out.text);
+  chorus::core::JsonWriter w(out.text);
   index.keys_json(w);
   out.parse();
 }
 
 /// key_json's answer for `key` at `step`; false where the index has no such key.
 bool key_of(const MediaIndex& index, const std::string& key, std::optional<std::int64_t> step, Written& out) {
-  chorus::io::JsonWriter w(out.text);
+  chorus::core::JsonWriter w(out.text);
   w.begin_object();
   if (!index.key_json(key, step, "proj/grp/r 1", w)) return false;
   w.end_object();

@@ -17,7 +17,7 @@ struct MediaSpec {
   std::string key;
   int rank = 0;
   std::int64_t step = 0;
-  detail::MediaKind kind = detail::MediaKind::image;
+  core::MediaKind kind = core::MediaKind::image;
   std::string format = "png";
   std::string data;
   std::string caption;
@@ -26,14 +26,14 @@ struct MediaSpec {
 
 /// Where the file of `m` lies, relative to the run directory.
 inline std::string media_file_path(const MediaSpec& m) {
-  detail::Media media;
+  core::Media media;
   media.format = m.format;
-  return io::media_path(m.key, m.rank, m.step, media.extension());
+  return store::media_path(m.key, m.rank, m.step, media.extension());
 }
 
 /// The media.jsonl line of `m` (with its newline), as the RunWriter writes it.
 inline std::string media_line(const MediaSpec& m) {
-  detail::Media media;
+  core::Media media;
   media.kind = m.kind;
   media.format = m.format;
   media.caption = m.caption;
@@ -41,7 +41,7 @@ inline std::string media_line(const MediaSpec& m) {
   media.height = m.height;
   media.data.assign(m.data.begin(), m.data.end());
   std::string out;
-  io::append_media_line(out, m.step, (1'700'000'000 + m.step) * 1'000'000, m.step * 1'000'000, m.key, m.rank, media,
+  store::append_media_line(out, m.step, (1'700'000'000 + m.step) * 1'000'000, m.step * 1'000'000, m.key, m.rank, media,
                         media_file_path(m));
   return out;
 }

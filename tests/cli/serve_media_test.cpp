@@ -12,7 +12,7 @@
 #include "tests/cli/serve_media_run.hpp"
 
 using namespace chorus::test;
-using chorus::detail::MediaKind;
+using chorus::core::MediaKind;
 namespace fs = std::filesystem;
 
 namespace {

@@ -822,11 +822,11 @@ chorus::Histogram spread(std::int64_t step, int column, int n = 1000, bool odd =
   return h;
 }
 
-/// histograms.jsonl's line of `h` (written by io::append_histogram_line, the format's one writer).
+/// histograms.jsonl's line of `h` (written by store::append_histogram_line, the format's one writer).
 std::string histogram_line(std::int64_t step, std::string_view key, int rank, std::uint32_t ranks,
                            const chorus::Histogram& h) {
   std::string out;
-  chorus::io::append_histogram_line(out, step, (1'700'000'000 + step) * 1'000'000, step * 1'000'000, key, rank, ranks, h);
+  chorus::store::append_histogram_line(out, step, (1'700'000'000 + step) * 1'000'000, step * 1'000'000, key, rank, ranks, h);
   return out;
 }
 

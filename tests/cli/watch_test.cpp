@@ -1,6 +1,6 @@
 // `chorus watch`, run for real over run directories written here as a run
-// host leaves them: run.json (io::RunRecord), its lease (io/store/lease.hpp)
-// so that the run reads live, events.jsonl (io::event_line), group.json
+// host leaves them: run.json (store::RunRecord), its lease (io/store/lease.hpp)
+// so that the run reads live, events.jsonl (store::event_line), group.json
 // (io/store/group_file.hpp). Lines are appended while the watch runs. The
 // last cases watch real jobs under `chorus launch`, whose run host tells
 // the events itself.
@@ -29,13 +29,13 @@ namespace {
 
 constexpr std::int64_t host_pid = 2147483000; // no process of this machine
 
-std::int64_t now_us() { return io::detail::unix_now_us(); }
+std::int64_t now_us() { return platform::unix_now_us(); }
 
 /// run.json of a run hosted on `host`, in `state`.
 void write_run(const fs::path& dir, const std::string& state, const std::string& host = other_host,
                std::optional<std::int64_t> group_index = std::nullopt) {
   fs::create_directories(dir);
-  io::RunRecord r;
+  store::RunRecord r;
   r.id = dir.filename().string();
   r.name = dir.parent_path().filename().string() + "-" + r.id;
   r.project = "proj";
@@ -64,7 +64,7 @@ void write_run(const fs::path& dir, const std::string& state, const std::string&
 /// The host's lease, renewed `age_s` seconds ago (it holds for 30 s).
 void write_lease(const fs::path& dir, double age_s, const std::string& host = other_host) {
   const std::int64_t renewed = now_us() - static_cast<std::int64_t>(age_s * 1e6);
-  BOOST_REQUIRE(!io::renew_lease(dir.string(), {host, host_pid, renewed, renewed + 30'000'000}));
+  BOOST_REQUIRE(!store::renew_lease(dir.string(), {host, host_pid, renewed, renewed + 30'000'000}));
 }
 
 /// A live run: running, its host's lease just renewed.
@@ -74,8 +74,8 @@ fs::path live_run(const fs::path& dir, std::optional<std::int64_t> group_index =
   return dir;
 }
 
-detail::EventDraft draft(EventKind kind, int rank, std::int64_t step, std::string message) {
-  detail::EventDraft d;
+core::EventDraft draft(EventKind kind, int rank, std::int64_t step, std::string message) {
+  core::EventDraft d;
   d.kind = kind;
   d.ts_us = now_us();
   d.rank = rank;
@@ -84,8 +84,8 @@ detail::EventDraft draft(EventKind kind, int rank, std::int64_t step, std::strin
   return d;
 }
 
-detail::EventDraft stalled(int rank, std::int64_t step) {
-  detail::EventDraft d = draft(EventKind::stalled, rank, step,
+core::EventDraft stalled(int rank, std::int64_t step) {
+  core::EventDraft d = draft(EventKind::stalled, rank, step,
                                "rank " + std::to_string(rank) + " (process 4242 on node-a) has not moved past step " +
                                    std::to_string(step) + " for 301 s while the others reached 40");
   d.host = "node-a";
@@ -95,17 +95,17 @@ detail::EventDraft stalled(int rank, std::int64_t step) {
   return d;
 }
 
-detail::EventDraft finished(RunState state) {
-  detail::EventDraft d = draft(EventKind::run_finished, -1, 11, "the run ended " + std::string(to_string(state)));
+core::EventDraft finished(RunState state) {
+  core::EventDraft d = draft(EventKind::run_finished, -1, 11, "the run ended " + std::string(to_string(state)));
   d.state = state;
   return d;
 }
 
 /// Appends the drafts' lines to DIR/events.jsonl, numbered from `seq`, in one write.
-std::string append(const fs::path& dir, std::uint64_t seq, const std::vector<detail::EventDraft>& drafts) {
+std::string append(const fs::path& dir, std::uint64_t seq, const std::vector<core::EventDraft>& drafts) {
   std::string text;
-  for (const detail::EventDraft& d : drafts) text += io::event_line(d, seq++) + "\n";
-  std::ofstream f(dir / io::events_file, std::ios::binary | std::ios::app);
+  for (const core::EventDraft& d : drafts) text += store::event_line(d, seq++) + "\n";
+  std::ofstream f(dir / store::events_file, std::ios::binary | std::ios::app);
   f << text;
   f.flush();
   return text;
@@ -231,7 +231,7 @@ BOOST_AUTO_TEST_CASE(json_prints_the_lines_as_they_are) {
   BOOST_TEST(o.code == 3, o.err);
   BOOST_TEST(o.out == written);
   // Each is an event line as chorus reads them.
-  for (const std::string& l : lines_of(o.out)) BOOST_TEST(bool(io::parse_event_line(l)), l);
+  for (const std::string& l : lines_of(o.out)) BOOST_TEST(bool(store::parse_event_line(l)), l);
 }
 
 BOOST_AUTO_TEST_CASE(kinds_picks_the_events_printed) {
@@ -263,7 +263,7 @@ BOOST_AUTO_TEST_CASE(a_group_is_watched_until_every_run_has_ended) {
   const fs::path group = tmp.path / "proj" / "job-7";
   const fs::path a = live_run(group / "aaaa", 0);
   const auto member = [](const fs::path& dir, std::int64_t index) {
-    io::GroupMember m;
+    store::GroupMember m;
     m.index = index;
     m.id = dir.filename().string();
     m.name = "job-7-rank-" + std::to_string(index);
@@ -273,12 +273,12 @@ BOOST_AUTO_TEST_CASE(a_group_is_watched_until_every_run_has_ended) {
     m.ranks.push_back({index, "running", -1});
     return m;
   };
-  io::GroupManifest g;
+  store::GroupManifest g;
   g.group = "job-7";
   g.project = "proj";
   g.size = 2;
   g.members.push_back(member(a, 0));
-  write_text(group / "group.json", io::group_json(g) + "\n");
+  write_text(group / "group.json", store::group_json(g) + "\n");
   append(a, 0, {stalled(0, 3)});
 
   auto c = watch({group.string()});
@@ -286,7 +286,7 @@ BOOST_AUTO_TEST_CASE(a_group_is_watched_until_every_run_has_ended) {
   // The second run joins later.
   const fs::path b = live_run(group / "bbbb", 1);
   g.members.push_back(member(b, 1));
-  write_text(group / "group.json", io::group_json(g) + "\n");
+  write_text(group / "group.json", store::group_json(g) + "\n");
   append(b, 0, {draft(EventKind::nonfinite, -1, 4, "loss is NaN at step 4")});
   wait_lines(*c, 2);
   append(a, 1, {finished(RunState::finished)});
@@ -363,7 +363,7 @@ BOOST_AUTO_TEST_CASE(a_line_that_is_no_event_is_named_and_passed_over) {
   const fs::path dir = live_run(tmp.path / "proj" / "grp" / "run1");
   append(dir, 0, {stalled(3, 12)});
   {
-    std::ofstream f(dir / io::events_file, std::ios::app);
+    std::ofstream f(dir / store::events_file, std::ios::app);
     f << "{not json\n";
   }
   append(dir, 1, {finished(RunState::finished)});

@@ -17,12 +17,12 @@
 #include <thread>
 
 using namespace e2e;
-using chorus::io::test::has_temp_files;
-using chorus::io::test::ManifestEntry;
-using chorus::io::test::mode_of;
-using chorus::io::test::random_bytes;
-using chorus::io::test::read_manifest;
-using chorus::io::test::spit;
+using chorus::test::files::has_temp_files;
+using chorus::test::files::ManifestEntry;
+using chorus::test::files::mode_of;
+using chorus::test::files::random_bytes;
+using chorus::test::files::read_manifest;
+using chorus::test::files::spit;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 

@@ -36,7 +36,7 @@ BOOST_AUTO_TEST_CASE(released_barriers_are_logged_with_each_ranks_wait) {
   struct stat st {};
   BOOST_REQUIRE(::stat((run_dir / "barriers.jsonl").c_str(), &st) == 0);
   BOOST_TEST((st.st_mode & 0777) == 0600u);
-  const chorus::io::BarrierSummary b = chorus::io::BarrierLog::read(run_dir.string());
+  const chorus::store::BarrierSummary b = chorus::store::BarrierLog::read(run_dir.string());
   BOOST_TEST(!b.problem);
   BOOST_TEST(b.skipped == 0u);
   BOOST_TEST(b.total == 2u);
@@ -44,7 +44,7 @@ BOOST_AUTO_TEST_CASE(released_barriers_are_logged_with_each_ranks_wait) {
   BOOST_REQUIRE_EQUAL(b.records.size(), 2u);
 
   // epoch-0: every rank came; rank 1 last, the others waited for it at least as long as it slept.
-  const chorus::io::BarrierRecord& e0 = b.records[0];
+  const chorus::store::BarrierRecord& e0 = b.records[0];
   BOOST_TEST(e0.name == "epoch-0");
   BOOST_TEST(e0.index == 0u);
   BOOST_TEST(e0.error.empty(), e0.error);
@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(released_barriers_are_logged_with_each_ranks_wait) {
   }
 
   // epoch-1 timed out: rank 2 never came, the error names it, the others waited out the timeout.
-  const chorus::io::BarrierRecord& e1 = b.records[1];
+  const chorus::store::BarrierRecord& e1 = b.records[1];
   BOOST_TEST(e1.name == "epoch-1");
   BOOST_TEST(e1.index == 1u);
   BOOST_TEST(e1.released_us >= e0.released_us);

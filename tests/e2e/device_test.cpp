@@ -23,7 +23,7 @@
 #include <vector>
 
 using namespace e2e;
-namespace cuda = chorus::detail::cuda;
+namespace cuda = chorus::client::cuda;
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace cuda = chorus::detail::cuda;
+namespace cuda = chorus::client::cuda;
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 20;

@@ -107,14 +107,14 @@ std::string wal_tail;
 std::map<int, std::set<long>> in_wal(const fs::path& wal) {
   std::map<int, std::set<long>> out;
   std::vector<std::string> frames;
-  const chorus::Result<chorus::io::WalScan> scan = chorus::io::scan_wal(
+  const chorus::Result<chorus::store::WalScan> scan = chorus::store::scan_wal(
       wal.string(),
       [&](std::span<const char> payload, std::uint64_t) {
-        chorus::wire::Frame f;
-        if (!chorus::wire::decode(payload, f)) return;
+        chorus::core::wire::Frame f;
+        if (!chorus::core::wire::decode(payload, f)) return;
         std::string line = std::to_string(f.rank) + ":";
-        chorus::wire::for_each_event(f, [&](const chorus::wire::RankEvent& ev) {
-          if (const auto* v = std::get_if<chorus::wire::Values>(&ev); v && v->n > 0) {
+        chorus::core::wire::for_each_event(f, [&](const chorus::core::wire::RankEvent& ev) {
+          if (const auto* v = std::get_if<chorus::core::wire::Values>(&ev); v && v->n > 0) {
             out[static_cast<int>(f.rank)].insert(static_cast<long>(v->step));
             line += std::to_string(v->step) + ",";
           }

@@ -53,7 +53,7 @@ void note(Seen s) {
 /// libc's own `name`, the one these take the place of.
 template <class F>
 F* next(const char* name) {
-  return chorus::io::detail::dl_symbol<F*>(RTLD_NEXT, name);
+  return chorus::platform::dl_symbol<F*>(RTLD_NEXT, name);
 }
 
 void mark(const std::string& name) { note({"mark", name, ""}); }

@@ -31,26 +31,26 @@ std::string launch_events(const TempDir& dir, int ranks, int port, const std::st
          " " + args;
 }
 
-std::vector<chorus::io::EventLine> read_events(const fs::path& run_dir) {
-  std::vector<chorus::io::EventLine> out;
-  std::ifstream in(run_dir / chorus::io::events_file);
+std::vector<chorus::store::EventLine> read_events(const fs::path& run_dir) {
+  std::vector<chorus::store::EventLine> out;
+  std::ifstream in(run_dir / chorus::store::events_file);
   std::string line;
   while (std::getline(in, line)) {
-    auto e = chorus::io::parse_event_line(line);
+    auto e = chorus::store::parse_event_line(line);
     BOOST_TEST_REQUIRE(e.has_value(), line);
     out.push_back(std::move(*e));
   }
   return out;
 }
 
-std::size_t count(const std::vector<chorus::io::EventLine>& events, chorus::EventKind kind, int rank = -2) {
+std::size_t count(const std::vector<chorus::store::EventLine>& events, chorus::EventKind kind, int rank = -2) {
   std::size_t n = 0;
   for (const auto& e : events)
     if (e.event.kind == kind && (rank == -2 || e.event.rank == rank)) ++n;
   return n;
 }
 
-const chorus::io::EventLine* first(const std::vector<chorus::io::EventLine>& events, chorus::EventKind kind) {
+const chorus::store::EventLine* first(const std::vector<chorus::store::EventLine>& events, chorus::EventKind kind) {
   for (const auto& e : events)
     if (e.event.kind == kind) return &e;
   return nullptr;
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(a_rank_that_stops_logging_is_stalled_then_resumed) {
   BOOST_TEST(has(watch.text, "stalled"));
   BOOST_TEST(has(watch.text, "resumed"));
   // A rebuild from the WAL writes the same events, with the file gone.
-  const fs::path events_path = ended.dir / chorus::io::events_file;
+  const fs::path events_path = ended.dir / chorus::store::events_file;
   const std::string before = slurp(events_path);
   fs::rename(events_path, ended.dir / "events.before");
   const Output recover = run(bin("chorus") + " recover " + ended.dir.string());

@@ -1,4 +1,4 @@
-// histograms.jsonl read back through its one reader (io::read_histogram_line),
+// histograms.jsonl read back through its one reader (store::read_histogram_line),
 // for the end-to-end tests of histograms.
 #pragma once
 
@@ -29,7 +29,7 @@ inline std::vector<HistogramLineRead> read_histograms(const std::filesystem::pat
   for (std::string line; std::getline(in, line);) {
     simdjson::dom::element e;
     BOOST_REQUIRE(parser.parse(line).get(e) == simdjson::SUCCESS);
-    chorus::Result<chorus::io::HistogramLine> h = chorus::io::read_histogram_line(e);
+    chorus::Result<chorus::store::HistogramLine> h = chorus::store::read_histogram_line(e);
     BOOST_TEST_REQUIRE(h.has_value(), (h ? "" : h.error().message()));
     out.push_back({h->step, h->column(), h->ranks, h->value});
   }

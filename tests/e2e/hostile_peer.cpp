@@ -42,8 +42,9 @@
 #include <thread>
 #include <vector>
 
-using namespace chorus::detail;
-namespace wire = chorus::wire;
+using namespace chorus::core;
+using namespace chorus::actors;
+namespace wire = chorus::core::wire;
 namespace basp = caf::io::basp;
 
 namespace {
@@ -83,7 +84,7 @@ int knock(const std::string& dir, std::uint16_t port) {
 
 std::vector<char> frame_at(std::uint32_t rank, std::uint64_t seq, std::int64_t step, const char* key) {
   std::vector<char> out;
-  wire::BatchWriter w(out, rank);
+  core::wire::BatchWriter w(out, rank);
   w.key(900, key);
   w.values(seq, step, 1, 1);
   w.value(900, 1e6);

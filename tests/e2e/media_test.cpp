@@ -33,7 +33,7 @@ std::vector<Line> read_media(const fs::path& run_dir) {
   for (std::string line; std::getline(in, line);) {
     simdjson::dom::element e;
     BOOST_REQUIRE(parser.parse(line).get(e) == simdjson::SUCCESS);
-    chorus::Result<chorus::io::MediaLine> m = chorus::io::read_media_line(e);
+    chorus::Result<chorus::store::MediaLine> m = chorus::store::read_media_line(e);
     BOOST_TEST_REQUIRE(m.has_value(), (m ? "" : m.error().message()));
     out.push_back({m->step, std::string(m->key), std::string(m->kind), std::string(m->format), std::string(m->path),
                    std::string(m->caption), m->rank, m->width, m->height, m->size});
@@ -119,8 +119,8 @@ BOOST_AUTO_TEST_CASE(images_text_and_tables_land_as_files_named_by_media_jsonl) 
   for (const char* k : {"samples@0", "grey@0"}) {
     const Line& l = *by.at(k);
     const std::string bytes = slurp(rd / l.path);
-    chorus::detail::media::ImageHeader h;
-    BOOST_TEST(!chorus::detail::media::image_header(std::span<const char>(bytes.data(), bytes.size()), h));
+    chorus::core::media::ImageHeader h;
+    BOOST_TEST(!chorus::core::media::image_header(std::span<const char>(bytes.data(), bytes.size()), h));
     BOOST_TEST(h.format == "png");
     BOOST_TEST(h.width == l.width);
     BOOST_TEST(h.height == l.height);

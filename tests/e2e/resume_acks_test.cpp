@@ -49,7 +49,7 @@ std::uintmax_t run_end_at(const fs::path& wal) {
 } // namespace
 
 extern "C" int fdatasync(int fd) {
-  static auto* real = chorus::io::detail::dl_symbol<int (*)(int)>(RTLD_NEXT, "fdatasync");
+  static auto* real = chorus::platform::dl_symbol<int (*)(int)>(RTLD_NEXT, "fdatasync");
   if (slow_syncs) std::this_thread::sleep_for(std::chrono::milliseconds(300));
   return real(fd);
 }

@@ -87,8 +87,8 @@ BOOST_AUTO_TEST_CASE(certs_makes_private_credentials_once) {
     BOOST_REQUIRE(::stat((creds / f).c_str(), &st) == 0);
     BOOST_TEST((st.st_mode & 0777) == 0600u, f);
   }
-  chorus::io::Credentials c;
-  chorus::Error e = chorus::io::check_credentials(creds.string(), c);
+  chorus::platform::Credentials c;
+  chorus::Error e = chorus::platform::check_credentials(creds.string(), c);
   BOOST_TEST(!e, e.message());
   // Not replaced without --force.
   Output again = run(bin("chorus") + " certs " + creds.string());
@@ -98,14 +98,14 @@ BOOST_AUTO_TEST_CASE(certs_makes_private_credentials_once) {
   const fs::path other = dir.path / "other";
   certs(other);
   fs::copy_file(other / "key.pem", creds / "key.pem", fs::copy_options::overwrite_existing);
-  e = chorus::io::check_credentials(creds.string(), c);
+  e = chorus::platform::check_credentials(creds.string(), c);
   BOOST_TEST(e.message().find("is not the key of") != std::string::npos, e.message());
   // A certificate of another CA does not verify.
   fs::copy_file(other / "key.pem", creds / "key.pem", fs::copy_options::overwrite_existing);
   fs::copy_file(other / "cert.pem", creds / "cert.pem", fs::copy_options::overwrite_existing);
-  e = chorus::io::check_credentials(creds.string(), c);
+  e = chorus::platform::check_credentials(creds.string(), c);
   BOOST_TEST(e.message().find("does not verify against") != std::string::npos, e.message());
-  e = chorus::io::check_credentials((dir.path / "none").string(), c);
+  e = chorus::platform::check_credentials((dir.path / "none").string(), c);
   BOOST_TEST(e.message().find("chorus certs") != std::string::npos, e.message());
 }
 

@@ -83,7 +83,7 @@ void note_wal_write(const std::string& wal) {
 } // namespace
 
 extern "C" ssize_t writev(int fd, const struct iovec* iov, int n) {
-  static auto* real = chorus::io::detail::dl_symbol<ssize_t (*)(int, const struct iovec*, int)>(RTLD_NEXT, "writev");
+  static auto* real = chorus::platform::dl_symbol<ssize_t (*)(int, const struct iovec*, int)>(RTLD_NEXT, "writev");
   if (const std::string p = path_of(fd); p.ends_with("/wal")) note_wal_write(p);
   return real(fd, iov, n);
 }

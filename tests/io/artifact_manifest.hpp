@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace chorus::io::test {
+namespace chorus::test::files {
 
 struct ManifestEntry {
   std::string name, type, sha256;
@@ -58,4 +58,4 @@ inline bool has_temp_files(const std::string& dir) {
   return false;
 }
 
-} // namespace chorus::io::test
+} // namespace chorus::test::files

@@ -19,8 +19,9 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
-using namespace chorus::io::test;
+using namespace chorus::platform;
+using namespace chorus::store;
+using namespace chorus::test::files;
 using namespace std::string_literals;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
@@ -54,7 +55,7 @@ ArtifactRecord record(std::string name, std::string type = "file", int rank = 0,
   r.type = std::move(type);
   r.rank = rank;
   r.step = step;
-  r.ts_us = io::detail::unix_now_us();
+  r.ts_us = platform::unix_now_us();
   return r;
 }
 
@@ -297,7 +298,7 @@ BOOST_AUTO_TEST_CASE(the_run_dir_must_be_on_this_machine) {
              e.message());
   BOOST_TEST(e.message().find("does not exist here") != std::string::npos, e.message());
 
-  const std::string here = io::detail::this_host();
+  const std::string here = platform::this_host();
   {
     const std::string rd = make_run_dir(tmp, "some-other-node-" + here);
     e = check_run_dir_is_here(rd);

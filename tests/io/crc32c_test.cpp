@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-using namespace chorus::io;
+using namespace chorus::platform;
 
 namespace {
 std::vector<unsigned char> bytes(std::size_t n, int (*gen)(std::size_t)) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace chorus::io::test {
+namespace chorus::test::files {
 
 using chorus::test::slurp;
 using chorus::test::TempDir;
@@ -45,4 +45,4 @@ inline std::vector<std::string> lines_of(const std::string& path) {
   return out;
 }
 
-} // namespace chorus::io::test
+} // namespace chorus::test::files

@@ -17,8 +17,8 @@ using chorus::test::TempDir;
 
 namespace {
 
-io::GroupMember member(std::int64_t index, std::string state = "finished") {
-  io::GroupMember m;
+store::GroupMember member(std::int64_t index, std::string state = "finished") {
+  store::GroupMember m;
   m.index = index;
   m.id = "run" + std::to_string(index);
   m.name = "job-rank-" + std::to_string(index);
@@ -35,8 +35,8 @@ io::GroupMember member(std::int64_t index, std::string state = "finished") {
   return m;
 }
 
-io::GroupManifest manifest(std::int64_t size) {
-  io::GroupManifest g;
+store::GroupManifest manifest(std::int64_t size) {
+  store::GroupManifest g;
   g.group = "job";
   g.project = "p";
   g.mode = "new";
@@ -57,10 +57,10 @@ std::string write(const std::string& path, const std::string& text) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_member_report_reads_back_as_it_was_written) {
-  const io::GroupMember m = member(3, "crashed");
-  const Result<io::GroupMember> parsed = io::parse_member(io::member_json(m));
+  const store::GroupMember m = member(3, "crashed");
+  const Result<store::GroupMember> parsed = store::parse_member(store::member_json(m));
   BOOST_REQUIRE_MESSAGE(parsed, parsed.error().message());
-  io::GroupMember back = *parsed;
+  store::GroupMember back = *parsed;
   BOOST_TEST(back.index == 3);
   BOOST_TEST(back.id == m.id);
   BOOST_TEST(back.host == m.host);
@@ -73,8 +73,8 @@ BOOST_AUTO_TEST_CASE(a_member_report_reads_back_as_it_was_written) {
   BOOST_TEST(back.ranks[0].last_step == 39);
   BOOST_TEST(back.summary == m.summary);
   // A report without an end is still running.
-  io::GroupMember running = member(1, "running");
-  const Result<io::GroupMember> parsed_running = io::parse_member(io::member_json(running));
+  store::GroupMember running = member(1, "running");
+  const Result<store::GroupMember> parsed_running = store::parse_member(store::member_json(running));
   BOOST_REQUIRE(parsed_running);
   back = *parsed_running;
   BOOST_TEST(!back.ended());
@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(a_member_report_reads_back_as_it_was_written) {
 }
 
 BOOST_AUTO_TEST_CASE(a_malformed_report_is_refused_and_names_the_field) {
-  const Error not_object = io::parse_member("[1,2]").error();
+  const Error not_object = store::parse_member("[1,2]").error();
   BOOST_TEST((not_object.code() == Errc::invalid_argument));
   BOOST_TEST(not_object.message().find("not a JSON object") != std::string::npos);
   const std::pair<const char*, const char*> bad[] = {
@@ -95,25 +95,25 @@ BOOST_AUTO_TEST_CASE(a_malformed_report_is_refused_and_names_the_field) {
       {R"({"index":1,"end_time":"soon"})", "end_time"},
   };
   for (auto [json, field] : bad) {
-    const Result<io::GroupMember> parsed = io::parse_member(json);
+    const Result<store::GroupMember> parsed = store::parse_member(json);
     BOOST_TEST(!parsed, json);
     BOOST_TEST(parsed.error().message().find(field) != std::string::npos, json << ": " << parsed.error().message());
   }
   const std::string long_name = R"({"index":1,"name":")" + std::string(5000, 'x') + "\"}";
-  BOOST_TEST(!io::parse_member(long_name));
+  BOOST_TEST(!store::parse_member(long_name));
 }
 
 BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
   TempDir dir;
-  io::GroupManifest g = manifest(2);
+  store::GroupManifest g = manifest(2);
   g.members = {member(0), member(1, "crashed")};
   g.exit_codes = {{0, 0}, {1, 137}};
   g.settle();
-  std::ofstream(dir / "group.json") << io::group_json(g);
+  std::ofstream(dir / "group.json") << store::group_json(g);
 
-  const Result<io::GroupManifest> read = io::read_group_file(dir.str());
+  const Result<store::GroupManifest> read = store::read_group_file(dir.str());
   BOOST_REQUIRE_MESSAGE(read, read.error().message());
-  const io::GroupManifest& back = *read;
+  const store::GroupManifest& back = *read;
   BOOST_TEST(back.group == "job");
   BOOST_TEST(back.mode == "new");
   BOOST_TEST(back.size == 2);
@@ -123,18 +123,18 @@ BOOST_AUTO_TEST_CASE(group_json_reads_back_with_each_members_exit_codes) {
   BOOST_TEST(back.exit_codes.at(1) == 137);
   BOOST_TEST((back.exit_codes_of(back.members[1]) == std::map<std::int64_t, std::int64_t>{{1, 137}}));
   // The member objects carry their own codes for a reader of one member.
-  BOOST_TEST(io::group_json(g).find(R"("exit_codes":{"1":137})") != std::string::npos);
+  BOOST_TEST(store::group_json(g).find(R"("exit_codes":{"1":137})") != std::string::npos);
 
   write(dir / "group.json", R"({"group":"job","size":2,"exit_codes":{"one":1}})");
-  BOOST_TEST(!io::read_group_file(dir.str()));
+  BOOST_TEST(!store::read_group_file(dir.str()));
   write(dir / "group.json", R"({"group":"job","members":[{"index":0,"state":"gone"}]})");
-  const Error bad = io::read_group_file(dir.str()).error();
+  const Error bad = store::read_group_file(dir.str()).error();
   BOOST_TEST(bad.message().find("state") != std::string::npos);
-  BOOST_TEST((io::read_group_file(dir / "nowhere").error().code() == Errc::io_error));
+  BOOST_TEST((store::read_group_file(dir / "nowhere").error().code() == Errc::io_error));
 }
 
 BOOST_AUTO_TEST_CASE(a_group_settles_once_every_member_has_ended) {
-  io::GroupManifest g = manifest(3);
+  store::GroupManifest g = manifest(3);
   g.members = {member(2), member(0, "running")};
   g.settle();
   BOOST_TEST(g.state == "running");
@@ -164,7 +164,7 @@ BOOST_AUTO_TEST_CASE(a_group_settles_once_every_member_has_ended) {
 
 BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
   TempDir dir;
-  BOOST_TEST(!io::update_group_file(dir.str(), [](io::GroupManifest& g, bool exists) {
+  BOOST_TEST(!store::update_group_file(dir.str(), [](store::GroupManifest& g, bool exists) {
     BOOST_TEST(!exists);
     g = manifest(64);
     return true;
@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
     if (pid == 0) {
       bool ok = true;
       for (int i = 0; i < each; ++i)
-        ok = !io::update_group_file(dir.str(), [&](io::GroupManifest& g, bool exists) {
+        ok = !store::update_group_file(dir.str(), [&](store::GroupManifest& g, bool exists) {
           g.exit_codes[p * each + i] = p;
           return exists;
         }) && ok;
@@ -194,16 +194,16 @@ BOOST_AUTO_TEST_CASE(updates_from_several_processes_lose_nothing) {
     ::waitpid(k, &status, 0);
     BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   }
-  Result<io::GroupManifest> g = io::read_group_file(dir.str());
+  Result<store::GroupManifest> g = store::read_group_file(dir.str());
   BOOST_REQUIRE(g);
   BOOST_TEST(g->exit_codes.size() == static_cast<std::size_t>(procs * each));
   BOOST_TEST(g->size == 64);
   // An update that declines writes nothing.
-  BOOST_TEST(!io::update_group_file(dir.str(), [](io::GroupManifest& m, bool) {
+  BOOST_TEST(!store::update_group_file(dir.str(), [](store::GroupManifest& m, bool) {
     m.size = 1;
     return false;
   }));
-  g = io::read_group_file(dir.str());
+  g = store::read_group_file(dir.str());
   BOOST_REQUIRE(g);
   BOOST_TEST(g->size == 64);
 }

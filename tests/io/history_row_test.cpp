@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-using namespace chorus::io;
+using namespace chorus::store;
 
 namespace {
 

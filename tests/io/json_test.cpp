@@ -14,7 +14,7 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
+using namespace chorus::core;
 
 namespace {
 

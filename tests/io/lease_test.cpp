@@ -16,12 +16,13 @@
 #include <string>
 
 using namespace chorus;
-using namespace chorus::io;
-using chorus::io::test::mode_of;
-using chorus::io::test::spit;
+using namespace chorus::platform;
+using namespace chorus::store;
+using chorus::test::files::mode_of;
+using chorus::test::files::spit;
 using chorus::test::TempDir;
 
-BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::io::HostLife)
+BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::store::HostLife)
 
 namespace {
 
@@ -55,7 +56,7 @@ BOOST_AUTO_TEST_CASE(a_lease_round_trips_privately_and_ends) {
   TempDir dir;
   BOOST_TEST(!read_lease(dir.str()).value().has_value()); // none yet
   const Lease l = lease_now(now);
-  BOOST_TEST(l.host == chorus::io::detail::this_host());
+  BOOST_TEST(l.host == chorus::platform::this_host());
   BOOST_TEST(l.pid == static_cast<std::int64_t>(::getpid()));
   BOOST_TEST(l.expires_us - l.renewed_us == expiry);
   BOOST_REQUIRE(!renew_lease(dir.str(), l));
@@ -103,7 +104,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_lease_is_an_error_naming_the_file) {
 BOOST_AUTO_TEST_CASE(an_expired_lease_on_another_host_reads_crashed_at_the_last_committed_step) {
   TempDir dir;
   const std::string other = "another-host-of-the-test";
-  BOOST_REQUIRE(other != chorus::io::detail::this_host());
+  BOOST_REQUIRE(other != chorus::platform::this_host());
   BOOST_REQUIRE(!renew_lease(dir.str(), lease_of(other, now - 100 * second)));
   spit(dir / "summary.json", R"({"loss":0.5,"_step":41,"_runtime":12.5})");
 
@@ -162,7 +163,7 @@ BOOST_AUTO_TEST_CASE(a_fresh_lease_or_none_leaves_a_running_run_as_it_is) {
 
 BOOST_AUTO_TEST_CASE(on_its_own_machine_the_wal_lock_decides) {
   TempDir dir;
-  const std::string here = chorus::io::detail::this_host();
+  const std::string here = chorus::platform::this_host();
   spit(dir / "summary.json", R"({"_step":7})");
   spit(dir / "wal", "");
   // A fresh lease does not keep alive a host that no longer holds its WAL.
@@ -220,7 +221,7 @@ BOOST_AUTO_TEST_CASE(read_run_record_reads_run_json_as_readers_report_it) {
   BOOST_REQUIRE(!r.write(dir / "run.json"));
   spit(dir / "summary.json", R"({"_step":12})");
   // The lease's times are its host's clock: one renewed an hour ago has expired by any reader's.
-  BOOST_REQUIRE(!renew_lease(dir.str(), lease_of(other, chorus::io::detail::unix_now_us() - 3600 * second)));
+  BOOST_REQUIRE(!renew_lease(dir.str(), lease_of(other, chorus::platform::unix_now_us() - 3600 * second)));
   const Result<RunRecord> read = read_run_record(dir.str());
   BOOST_REQUIRE(read.has_value());
   BOOST_TEST(read->state == "crashed");

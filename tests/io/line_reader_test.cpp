@@ -12,8 +12,9 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
-using chorus::io::test::spit;
+using namespace chorus::platform;
+using namespace chorus::store;
+using chorus::test::files::spit;
 using chorus::test::TempDir;
 using Next = LineReader::Next;
 
@@ -22,7 +23,7 @@ BOOST_TEST_DONT_PRINT_LOG_VALUE(Next)
 namespace {
 
 int open_file(const std::string& path) {
-  const Result<int> fd = io::detail::open_regular(path, O_RDONLY);
+  const Result<int> fd = platform::open_regular(path, O_RDONLY);
   BOOST_TEST_REQUIRE(fd.has_value(), fd.error().message());
   return *fd;
 }

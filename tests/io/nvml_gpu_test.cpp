@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-using namespace chorus::io;
+using namespace chorus::sampling;
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-using namespace chorus::io;
+using namespace chorus::sampling;
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 using Ids = std::vector<std::string>;
 
@@ -129,6 +129,6 @@ BOOST_AUTO_TEST_CASE(the_default_library_loads_or_says_why_not) {
   const auto not_found = nvml->find("not-a-device");
   BOOST_TEST(!not_found);
   BOOST_TEST(!not_found.error().message().empty());
-  chorus::io::GpuSample s;
+  chorus::sampling::GpuSample s;
   BOOST_TEST(nvml->sample(nvml->device_count(), s).code() == chorus::Errc::invalid_argument);
 }

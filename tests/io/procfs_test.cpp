@@ -20,7 +20,7 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
+using namespace chorus::platform;
 using chorus::test::TempDir;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)

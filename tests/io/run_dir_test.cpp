@@ -20,14 +20,15 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
+using namespace chorus::platform;
+using namespace chorus::store;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
-using chorus::detail::Row;
-using chorus::detail::RowValue;
-using chorus::io::test::lines_of;
-using chorus::io::test::mode_of;
-using chorus::io::test::slurp;
+using chorus::core::Row;
+using chorus::core::RowValue;
+using chorus::test::files::lines_of;
+using chorus::test::files::mode_of;
+using chorus::test::files::slurp;
 using chorus::test::TempDir;
 
 namespace {
@@ -194,7 +195,7 @@ BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
     w.summary(0, R"({"best":0.95,"loss":1.5})");
     const std::pair<std::string_view, double> vals[] = {{"loss", 1.0}, {"acc", nan}};
     w.rejected(1, 7, 3, vals, Error{Errc::backwards_step, "step 3 is below the rank's last step 5"});
-    w.rejected(1, 8, wire::auto_step, std::span(vals, 1), Error{Errc::step_committed, "already committed"});
+    w.rejected(1, 8, core::wire::auto_step, std::span(vals, 1), Error{Errc::step_committed, "already committed"});
     w.rank_state(1, RunState::crashed, 5, "h1", "no heartbeat for 10 s");
     w.flush();
     BOOST_TEST(!w.error(), w.error().message());
@@ -578,7 +579,7 @@ BOOST_AUTO_TEST_CASE(declared_summaries_metrics_json_and_refusals_made_on_the_ra
     RunWriter w(dir, name_of);
     w.run_start(R"({"id":"run-2","project":"proj"})", t0, 2);
     // loss: min over the run; acc: mean, per rank; lr: the default, its last.
-    w.metric(0, Reduce::mean, Summary::min, chorus::detail::HistorySink::no_step_key);
+    w.metric(0, Reduce::mean, Summary::min, chorus::core::HistorySink::no_step_key);
     w.metric(1, Reduce::none, Summary::mean, 2);
     const double losses[] = {3.0, 1.0, nan, 2.0};
     for (int s = 0; s < 4; ++s) {
@@ -589,7 +590,7 @@ BOOST_AUTO_TEST_CASE(declared_summaries_metrics_json_and_refusals_made_on_the_ra
                   RowValue{2, -1, 0.1 * (s + 1), 0}};
       w.row(r);
     }
-    w.refused(1, 9, wire::auto_step, Error{Errc::invalid_key, "metric key \"\" is empty: name it"}, R"({"":1.5})", 1);
+    w.refused(1, 9, core::wire::auto_step, Error{Errc::invalid_key, "metric key \"\" is empty: name it"}, R"({"":1.5})", 1);
     w.refused(0, 4, 7, Error{Errc::invalid_argument, "a value is no number"}, R"({"x": not json)", 3);
     w.rank_state(0, RunState::failed, 3, "h0", "ended its run with exit code 1: ValueError: boom");
     w.rank_state(1, RunState::killed, 3, "h1", "stopped by SIGTERM");

@@ -11,15 +11,15 @@
 #include <string>
 
 using namespace chorus;
-using namespace chorus::io;
-using chorus::io::test::mode_of;
-using chorus::io::test::slurp;
-using chorus::io::test::spit;
+using namespace chorus::store;
+using chorus::test::files::mode_of;
+using chorus::test::files::slurp;
+using chorus::test::files::spit;
 using chorus::test::TempDir;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::RunState)
-BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::io::RunRecord)
+BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::store::RunRecord)
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <set>
 #include <string>
 
-using chorus::io::SystemLabels;
-using chorus::io::SystemSampler;
+using chorus::sampling::SystemLabels;
+using chorus::sampling::SystemSampler;
 
 namespace {
 

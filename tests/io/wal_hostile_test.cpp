@@ -17,10 +17,11 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
-using chorus::io::test::slurp;
-using chorus::io::test::spit;
-using chorus::io::test::read_all;
+using namespace chorus::platform;
+using namespace chorus::store;
+using chorus::test::files::slurp;
+using chorus::test::files::spit;
+using chorus::test::files::read_all;
 using chorus::test::TempDir;
 
 namespace {

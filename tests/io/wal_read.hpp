@@ -8,17 +8,17 @@
 #include <string>
 #include <vector>
 
-namespace chorus::io::test {
+namespace chorus::test::files {
 
 struct Read {
-  WalScan scan;
+  store::WalScan scan;
   std::vector<std::string> payloads;
   std::vector<std::uint64_t> offsets;
 };
 
 inline Read read_all(const std::string& path) {
   Read r;
-  Result<WalScan> scan = scan_wal(path, [&](std::span<const char> p, std::uint64_t off) {
+  Result<store::WalScan> scan = store::scan_wal(path, [&](std::span<const char> p, std::uint64_t off) {
     r.payloads.emplace_back(p.data(), p.size());
     r.offsets.push_back(off);
   });
@@ -27,4 +27,4 @@ inline Read read_all(const std::string& path) {
   return r;
 }
 
-} // namespace chorus::io::test
+} // namespace chorus::test::files

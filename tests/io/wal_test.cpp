@@ -18,11 +18,11 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::io;
+using namespace chorus::store;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
-using chorus::io::test::Read;
-using chorus::io::test::read_all;
+using chorus::test::files::Read;
+using chorus::test::files::read_all;
 using chorus::test::slurp;
 using chorus::test::TempDir;
 

@@ -10,7 +10,7 @@
 #include <thread>
 
 using namespace chorus;
-using chorus::detail::Channel;
+using chorus::client::Channel;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(chorus::Errc)
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 using namespace chorus;
-using detail::histogram::dense_keys;
+using core::histogram::dense_keys;
 
 namespace {
 
@@ -41,7 +41,7 @@ Histogram as_the_gpu_counts(const std::vector<float>& x) {
     lo = std::min<double>(lo, v);
     hi = std::max<double>(hi, v);
   }
-  Histogram h = detail::histogram::from_dense(counts.data(), nan, pinf, ninf, sum, lo, hi);
+  Histogram h = core::histogram::from_dense(counts.data(), nan, pinf, ninf, sum, lo, hi);
   for (std::uint32_t c : counts) BOOST_REQUIRE_EQUAL(c, 0u); // left zero
   return h;
 }
@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_CASE(no_finite_value_and_no_value) {
 }
 
 BOOST_AUTO_TEST_CASE(nvrtc_compiles_the_kernel_where_it_is_installed) {
-  Result<std::string> ptx = detail::device_histogram_ptx(0);
+  Result<std::string> ptx = client::device_histogram_ptx(0);
   if (!ptx && ptx.error().message().find("could not be loaded") != std::string::npos) {
     BOOST_TEST_MESSAGE("skipped: " << ptx.error().message());
     return;
@@ -102,10 +102,10 @@ BOOST_AUTO_TEST_CASE(nvrtc_compiles_the_kernel_where_it_is_installed) {
   BOOST_TEST(ptx->find(".entry chorus_histogram") != std::string::npos);
   BOOST_TEST(ptx->find("match.any.sync") != std::string::npos); // lanes of one bucket add once
   // An H200's architecture (9.0), and one older than any NVRTC takes.
-  Result<std::string> hopper = detail::device_histogram_ptx(90);
+  Result<std::string> hopper = client::device_histogram_ptx(90);
   BOOST_REQUIRE(hopper.has_value());
   BOOST_TEST(hopper->find(".target sm_90") != std::string::npos);
-  Result<std::string> ancient = detail::device_histogram_ptx(20);
+  Result<std::string> ancient = client::device_histogram_ptx(20);
   BOOST_REQUIRE(!ancient.has_value());
   BOOST_TEST(ancient.error().message().find("older than every architecture") != std::string::npos);
 }

@@ -1,5 +1,5 @@
 // A launcher's environment for the tests of topology detection and options:
-// a map of variables behind the lookup that detail::resolve reads.
+// a map of variables behind the lookup that core::resolve reads.
 #pragma once
 
 #include "runtime/core/options.hpp"
@@ -13,7 +13,7 @@ namespace chorus::test {
 
 using Vars = std::map<std::string, std::string, std::less<>>;
 
-inline detail::Env env_of(Vars vars) {
+inline core::Env env_of(Vars vars) {
   return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;

@@ -15,7 +15,7 @@
 #include <vector>
 
 using namespace chorus;
-using chorus::detail::EventHub;
+using chorus::client::EventHub;
 using namespace std::chrono_literals;
 
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 using namespace chorus;
-using namespace chorus::detail;
+using namespace chorus::core;
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 using chorus::Histogram;
-namespace hg = chorus::detail::histogram;
+namespace hg = chorus::core::histogram;
 
 namespace {
 
@@ -242,10 +242,10 @@ BOOST_AUTO_TEST_CASE(codec_round_trips_and_refuses_what_it_did_not_write) {
   // Out of order, an empty bucket, an index outside the layout, a min outside its bucket.
   auto with = [](std::vector<std::pair<std::int32_t, std::uint64_t>> buckets, double lo, double hi) {
     Histogram h;
-    chorus::detail::HistogramAccess::buckets(h) = buckets;
+    chorus::core::HistogramAccess::buckets(h) = buckets;
     std::uint64_t n = 0;
     for (auto& b : buckets) n += b.second;
-    chorus::detail::HistogramAccess::set(h, n, 0, 0, 0, 0.0, lo, hi);
+    chorus::core::HistogramAccess::set(h, n, 0, 0, 0, 0.0, lo, hi);
     std::vector<char> out;
     hg::encode(h, out);
     Histogram back;

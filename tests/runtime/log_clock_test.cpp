@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-using chorus::detail::LogClock;
-using chorus::detail::StampConverter;
+using chorus::client::LogClock;
+using chorus::client::StampConverter;
 
 namespace {
 

@@ -22,15 +22,15 @@ namespace {
 using test::env_of;
 using test::Vars;
 
-detail::Settings resolve_ok(const Options& o, const Vars& vars = {}) {
-  Result<detail::Settings> s = detail::resolve(o, env_of(vars));
+core::Settings resolve_ok(const Options& o, const Vars& vars = {}) {
+  Result<core::Settings> s = core::resolve(o, env_of(vars));
   BOOST_TEST_REQUIRE(s.has_value(), "unexpected error: " << s.error().message());
   return std::move(*s);
 }
 
 /// The error for `o` in `vars`: `code`, and every one of `words` in the message.
 std::string resolve_error(const Options& o, const Vars& vars, Errc code, const std::vector<std::string>& words) {
-  const Error error = detail::resolve(o, env_of(vars)).error();
+  const Error error = core::resolve(o, env_of(vars)).error();
   BOOST_TEST(bool(error), "no error");
   BOOST_TEST((error.code() == code), "code: " << to_string(error.code()) << ", message: " << error.message());
   for (const std::string& w : words)
@@ -89,7 +89,7 @@ Vars hydra(int r, int per_node, const std::string& proxy) {
           {"PMI_FD", "5"},
           {"MPI_LOCALRANKID", std::to_string(r % per_node)},
           {"MPI_LOCALNRANKS", std::to_string(per_node)},
-          {std::string(detail::hydra_proxy), proxy}};
+          {std::string(core::hydra_proxy), proxy}};
 }
 
 Vars with(Vars base, const Vars& more) {
@@ -128,7 +128,7 @@ Vars all_chorus() {
 // --- Defaults and the environment -------------------------------------------
 
 BOOST_AUTO_TEST_CASE(defaults_for_one_process) {
-  const detail::Settings s = resolve_ok(Options{});
+  const core::Settings s = resolve_ok(Options{});
   BOOST_TEST(s.opts.project == "uncategorized");
   BOOST_TEST(s.opts.group == "default");
   BOOST_TEST(s.opts.run_id.empty());
@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(environment_overrides_options) {
   o.finish_timeout = std::chrono::seconds(6);
   o.system_interval = 3;
   o.upload = "wandb://api.example";
-  const detail::Settings s = resolve_ok(o, all_chorus());
+  const core::Settings s = resolve_ok(o, all_chorus());
   BOOST_TEST(s.opts.dir == "/tmp/chorus-env");
   BOOST_TEST(s.opts.project == "proj");
   BOOST_TEST(s.opts.group == "grp");
@@ -189,7 +189,7 @@ BOOST_AUTO_TEST_CASE(read_env_false_ignores_chorus_variables) {
   o.dir = "/from/code";
   // Even malformed values are not read.
   Vars env = with(all_chorus(), {{"CHORUS_MODE", "sideways"}, {"CHORUS_PORT", "70000"}, {"CHORUS_RUN_ID", "../x"}});
-  const detail::Settings s = resolve_ok(o, env);
+  const core::Settings s = resolve_ok(o, env);
   BOOST_TEST(s.opts.project == "from-code");
   BOOST_TEST(s.opts.dir == "/from/code");
   BOOST_TEST(s.opts.run_id.empty());
@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(read_env_false_ignores_chorus_variables) {
   BOOST_TEST(!s.opts.insecure);
   BOOST_TEST(s.opts.init_timeout.count() == 30'000);
   // The launcher's variables are still where this process sits.
-  const detail::Settings r = resolve_ok(o, with(env, torchrun(1, 2, 2)));
+  const core::Settings r = resolve_ok(o, with(env, torchrun(1, 2, 2)));
   BOOST_TEST(r.topo.rank == 1);
   BOOST_TEST(!r.active);
 }
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(empty_chorus_variables_count_as_unset) {
   o.project = "kept";
   Vars env;
   for (const auto& [k, v] : all_chorus()) env[k] = "";
-  const detail::Settings s = resolve_ok(o, env);
+  const core::Settings s = resolve_ok(o, env);
   BOOST_TEST(s.opts.project == "kept");
   BOOST_TEST((s.opts.mode == Mode::automatic));
   BOOST_TEST(s.port == 29501);
@@ -345,7 +345,7 @@ BOOST_AUTO_TEST_CASE(run_directory_stays_inside_dir) {
       Options o;
       o.dir = "/data/runs";
       o.run_id = "r";
-      const detail::Settings s = resolve_ok(o, torchrun(0, 2, 2, job));
+      const core::Settings s = resolve_ok(o, torchrun(0, 2, 2, job));
       const fs::path run = fs::path(s.opts.dir) / s.opts.project / s.opts.group / s.opts.run_id;
       BOOST_TEST(run.lexically_normal().parent_path().parent_path().parent_path() == fs::path("/data/runs"),
                  run.string());
@@ -403,7 +403,7 @@ BOOST_AUTO_TEST_CASE(given_topology_replaces_the_launcher) {
   t.master_addr = "h0";
   o.topology = t;
   o.mode = Mode::shared;
-  const detail::Settings s = resolve_ok(o, torchrun(0, 8, 4));
+  const core::Settings s = resolve_ok(o, torchrun(0, 8, 4));
   BOOST_TEST(s.topo.rank == 2);
   BOOST_TEST(s.topo.launcher == "custom");
   BOOST_TEST(s.opts.group == "custom-j");
@@ -456,7 +456,7 @@ BOOST_AUTO_TEST_CASE(mode_by_scope_matrix) {
           Options o = with_mode(m, sc);
           o.run_id = "exp";
           o.name = "nm";
-          const detail::Settings s = resolve_ok(o, torchrun(r, 4, 2));
+          const core::Settings s = resolve_ok(o, torchrun(r, 4, 2));
           const Expect e = expect(m, sc, r);
           BOOST_TEST(s.active == e.active);
           BOOST_TEST(s.is_host == e.host);
@@ -481,7 +481,7 @@ BOOST_AUTO_TEST_CASE(names_of_node_and_rank_runs_without_a_name) {
 }
 
 BOOST_AUTO_TEST_CASE(mode_and_scope_from_the_environment_place_the_rank) {
-  const detail::Settings s =
+  const core::Settings s =
       resolve_ok(Options{}, with(torchrun(3, 4, 2), {{"CHORUS_MODE", "shared"}, {"CHORUS_SCOPE", "worker"}}));
   BOOST_TEST(s.active);
   BOOST_TEST(!s.is_host);
@@ -596,10 +596,10 @@ BOOST_AUTO_TEST_CASE(without_a_port_named_every_rank_derives_the_same_from_the_j
     BOOST_TEST_CONTEXT(l.what) {
       std::set<int> ports;
       for (int r = 0; r < 4; ++r) {
-        const detail::Settings s = resolve_ok(Options{}, l.env(r, "j-1"));
+        const core::Settings s = resolve_ok(Options{}, l.env(r, "j-1"));
         ports.insert(s.port);
         BOOST_TEST(s.port_job == l.named);
-        BOOST_TEST(detail::port_name(s, s.port) == "CHORUS_PORT " + std::to_string(s.port) + ", derived from the " + l.named);
+        BOOST_TEST(core::port_name(s, s.port) == "CHORUS_PORT " + std::to_string(s.port) + ", derived from the " + l.named);
       }
       BOOST_REQUIRE(ports.size() == 1u);
       // Below the kernel's ephemeral range (from 32768 by default) and torchrun's 29400 and 29500.
@@ -641,10 +641,10 @@ BOOST_AUTO_TEST_CASE(a_named_port_wins_over_the_job_id) {
   for (const auto& [vars, port] : {std::pair{with(job, {{"MASTER_PORT", "6000"}}), 6001},
                                    std::pair{with(job, {{"CHORUS_PORT", "7000"}}), 7000},
                                    std::pair{with(job, {{"MASTER_PORT", "6000"}, {"CHORUS_PORT", "7000"}}), 7000}}) {
-    const detail::Settings s = resolve_ok(Options{}, vars);
+    const core::Settings s = resolve_ok(Options{}, vars);
     BOOST_TEST(s.port == port);
     BOOST_TEST(s.port_job.empty());
-    BOOST_TEST(detail::port_name(s, s.port) == "CHORUS_PORT " + std::to_string(port));
+    BOOST_TEST(core::port_name(s, s.port) == "CHORUS_PORT " + std::to_string(port));
   }
   Options o;
   o.port = 8000;
@@ -714,11 +714,11 @@ BOOST_AUTO_TEST_CASE(two_hydra_jobs_on_one_node_derive_their_own_port_and_identi
   const auto job = [](const std::string& proxy) {
     std::set<int> ports;
     std::set<std::string> identities;
-    detail::Settings s;
+    core::Settings s;
     for (int r = 0; r < 4; ++r) {
       s = resolve_ok(with_mode(Mode::shared, Scope::global), hydra(r, 4, proxy));
       ports.insert(s.port);
-      identities.insert(detail::job_identity(s));
+      identities.insert(core::job_identity(s));
     }
     BOOST_TEST(ports.size() == 1u);
     BOOST_TEST(identities.size() == 1u);
@@ -727,9 +727,9 @@ BOOST_AUTO_TEST_CASE(two_hydra_jobs_on_one_node_derive_their_own_port_and_identi
     BOOST_TEST((s.port >= job_ports_first && s.port < job_ports_end));
     return s;
   };
-  const detail::Settings a = job("4321-987654"), b = job("4388-987700");
+  const core::Settings a = job("4321-987654"), b = job("4388-987700");
   BOOST_TEST(a.port != b.port);
-  BOOST_TEST(detail::job_identity(a) != detail::job_identity(b));
+  BOOST_TEST(core::job_identity(a) != core::job_identity(b));
   // A port named still wins.
   BOOST_TEST(resolve_ok(Options{}, with(hydra(1, 4, "4321-987654"), {{"CHORUS_PORT", "7000"}})).port == 7000);
 }
@@ -826,12 +826,12 @@ BOOST_AUTO_TEST_CASE(any_environment_resolves_to_usable_settings_or_an_error) {
     Vars v = next(4) == 0 ? Vars{} : torchrun(rank, world, per_node, "");
     for (const auto& [name, values] : choices)
       if (next(2) == 0) v[name] = values[next(values.size())];
-    const Result<detail::Settings> outcome = detail::resolve(Options{}, env_of(v));
+    const Result<core::Settings> outcome = core::resolve(Options{}, env_of(v));
     if (!outcome) {
       BOOST_TEST((outcome.error().code() == Errc::bad_environment), outcome.error().message());
       continue;
     }
-    const detail::Settings& s = *outcome;
+    const core::Settings& s = *outcome;
     ++resolved;
     std::string env;
     for (const auto& [k, val] : v) env += k + "=" + val + " ";
@@ -904,8 +904,8 @@ BOOST_AUTO_TEST_CASE(a_mistyped_upload_url_is_named_without_its_path) {
       BOOST_TEST(e.find("pw") == std::string::npos, e);
     }
   }
-  BOOST_TEST(detail::shown_upload_url("webhook://hooks.example.com/services/" + secret) ==
+  BOOST_TEST(core::shown_upload_url("webhook://hooks.example.com/services/" + secret) ==
              "webhook://hooks.example.com/\u2026");
-  BOOST_TEST(detail::shown_upload_url("mlflow://tracking:5000") == "mlflow://tracking:5000");
-  BOOST_TEST(detail::shown_upload_url("webhook://a:b@host:8443?x=1") == "webhook://***@host:8443/\u2026");
+  BOOST_TEST(core::shown_upload_url("mlflow://tracking:5000") == "mlflow://tracking:5000");
+  BOOST_TEST(core::shown_upload_url("webhook://a:b@host:8443?x=1") == "webhook://***@host:8443/\u2026");
 }

@@ -19,7 +19,7 @@ using test::Vars;
 
 /// The topology `vars` give, and the error beside it (a default Topology where there is one).
 Topology detect(const Vars& vars, Error& error) {
-  Result<Topology> t = detail::detect_topology(env_of(vars));
+  Result<Topology> t = core::detect_topology(env_of(vars));
   error = t.error();
   return std::move(t).value_or(Topology{});
 }
@@ -342,7 +342,7 @@ Vars hydra(int rank, int world, int per_node, const std::string& proxy) {
          {"PMI_FD", "5"},
          {"MPI_LOCALRANKID", std::to_string(rank % per_node)},
          {"MPI_LOCALNRANKS", std::to_string(per_node)}};
-  if (!proxy.empty()) v[std::string(detail::hydra_proxy)] = proxy;
+  if (!proxy.empty()) v[std::string(core::hydra_proxy)] = proxy;
   return v;
 }
 
@@ -359,7 +359,7 @@ BOOST_AUTO_TEST_CASE(hydra_on_one_node_is_named_by_its_proxy) {
   BOOST_TEST(detect_ok(hydra(0, 4, 4, "4322-987700")).job_id == "hydra-4322-987700");
   BOOST_TEST(detect_ok(hydra(0, 4, 4, "4321-990000")).job_id == "hydra-4321-990000");
   // Without local counts a PMI job is on one node, and the proxy names it too.
-  BOOST_TEST(detect_ok({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {std::string(detail::hydra_proxy), "7-8"}}).job_id ==
+  BOOST_TEST(detect_ok({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {std::string(core::hydra_proxy), "7-8"}}).job_id ==
              "hydra-7-8");
   // No proxy found (started by hand, or another process manager): no id, as before.
   BOOST_TEST(detect_ok(hydra(1, 4, 4, "")).job_id.empty());
@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(a_job_id_the_launcher_names_comes_before_the_proxy) {
   BOOST_TEST(detect_ok(with(hydra(1, 2, 2, "100-5000"), {{"PMI_JOBID", "8131.pbs01"}})).job_id == "8131.pbs01");
   BOOST_TEST(detect_ok(with(hydra(1, 2, 2, "100-5000"), {{"PMIX_NAMESPACE", "mpiexec-7@0"}})).job_id == "mpiexec-7@0");
   // Other launchers do not look at it.
-  const Vars proxy{{std::string(detail::hydra_proxy), "100-5000"}};
+  const Vars proxy{{std::string(core::hydra_proxy), "100-5000"}};
   BOOST_TEST(detect_ok(with(torchrun(1, 2, 1, 2, 0), proxy)).job_id.empty());
   BOOST_TEST(detect_ok(with(slurm_step(), proxy)).job_id == "4242");
   BOOST_TEST(detect_ok(proxy).launcher == "none");
@@ -708,7 +708,7 @@ BOOST_FIXTURE_TEST_CASE(public_detect_reads_the_process_environment, CleanLaunch
 }
 
 BOOST_FIXTURE_TEST_CASE(process_env_reads_set_unset_and_empty, CleanLauncherEnv) {
-  const detail::Env env = detail::process_env();
+  const core::Env env = core::process_env();
   BOOST_TEST(!env("RANK").has_value());
   ::setenv("RANK", "", 1);
   BOOST_TEST((env("RANK") == std::optional<std::string>("")));
@@ -719,9 +719,9 @@ BOOST_FIXTURE_TEST_CASE(process_env_reads_set_unset_and_empty, CleanLauncherEnv)
 BOOST_FIXTURE_TEST_CASE(process_env_reads_the_hydra_proxy_from_proc_only, CleanLauncherEnv) {
   // No hydra_pmi_proxy above this test (tests/e2e/two_jobs_test.cpp runs
   // ranks under one); a variable of that name is not read.
-  const std::string name(detail::hydra_proxy);
+  const std::string name(core::hydra_proxy);
   ::setenv(name.c_str(), "1-2", 1);
-  BOOST_TEST(!detail::process_env()(detail::hydra_proxy).has_value());
+  BOOST_TEST(!core::process_env()(core::hydra_proxy).has_value());
   ::setenv("PMI_RANK", "0", 1);
   ::setenv("PMI_SIZE", "1", 1);
   Error error;

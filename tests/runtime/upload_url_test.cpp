@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-using chorus::detail::UploadUrl;
+using chorus::core::UploadUrl;
 using Problem = UploadUrl::Problem;
 
 BOOST_TEST_DONT_PRINT_LOG_VALUE(Problem)
@@ -72,7 +72,7 @@ BOOST_AUTO_TEST_CASE(each_problem_is_named_in_order) {
   BOOST_TEST((problem_of("wandb://user:secret@h") == Problem::credentials));
   BOOST_TEST((problem_of("mlflow:///x") == Problem::no_host));
   BOOST_TEST((problem_of("mlflow://u@h/x") == Problem::credentials));
-  // What a path may be is the backend's to say (io::UploadTarget::parse).
+  // What a path may be is the backend's to say (upload::UploadTarget::parse).
   BOOST_TEST(parse_ok("wandb://h/a/b").path == "a/b");
   BOOST_TEST(parse_ok("mlflow://h:1/x").path == "x");
 }
@@ -94,15 +94,15 @@ BOOST_AUTO_TEST_CASE(a_backend_that_writes_files_takes_a_directory) {
 }
 
 BOOST_AUTO_TEST_CASE(the_usage_names_every_backend_and_both_protocols) {
-  BOOST_TEST(chorus::detail::upload_url_forms(false) ==
+  BOOST_TEST(chorus::core::upload_url_forms(false) ==
              "mlflow://HOST:PORT, wandb://HOST[/ENTITY], tensorboard:DIR or webhook://HOST[:PORT]/PATH");
   // A backend that writes files has no other protocol.
-  BOOST_TEST(chorus::detail::upload_url_forms(true) == "mlflow://HOST:PORT, mlflow+https://HOST:PORT, "
+  BOOST_TEST(chorus::core::upload_url_forms(true) == "mlflow://HOST:PORT, mlflow+https://HOST:PORT, "
                                                        "wandb://HOST[/ENTITY], wandb+http://HOST[/ENTITY], "
                                                        "tensorboard:DIR, webhook://HOST[:PORT]/PATH or "
                                                        "webhook+http://HOST[:PORT]/PATH");
-  BOOST_TEST(chorus::detail::upload_other_protocols() == "mlflow+https://, wandb+http://, webhook+http://");
-  BOOST_TEST(chorus::detail::upload_credentials().find("W&B's in WANDB_API_KEY") != std::string::npos);
+  BOOST_TEST(chorus::core::upload_other_protocols() == "mlflow+https://, wandb+http://, webhook+http://");
+  BOOST_TEST(chorus::core::upload_credentials().find("W&B's in WANDB_API_KEY") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(masked_hides_the_credentials_only) {

@@ -8,7 +8,7 @@
 #include <string>
 
 using namespace chorus;
-namespace w = chorus::wire;
+namespace w = chorus::core::wire;
 
 namespace {
 
@@ -419,8 +419,8 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               break;
             }
             case w::Tag::media: {
-              chorus::detail::Media m;
-              m.kind = chorus::detail::MediaKind::text;
+              chorus::core::Media m;
+              m.kind = chorus::core::MediaKind::text;
               m.format = "md";
               m.caption = std::string(seq % 20, 'c');
               m.data.assign(seq % 300, 't');
@@ -473,13 +473,13 @@ BOOST_AUTO_TEST_CASE(random_batches_round_trip) {
               if constexpr (std::is_same_v<T, w::Values>) got_streams.push_back(x.stream);
               if constexpr (std::is_same_v<T, w::MediaValue>) {
                 got_streams.push_back(x.stream);
-                chorus::detail::Media m;
-                BOOST_TEST(chorus::detail::media::decode(x.body, m));
+                chorus::core::Media m;
+                BOOST_TEST(chorus::core::media::decode(x.body, m));
                 got_media.emplace_back(m.data.begin(), m.data.end());
               }
               if constexpr (std::is_same_v<T, w::HistogramValue>) {
                 got_streams.push_back(x.stream);
-                BOOST_TEST(chorus::detail::histogram::decode(x.body, got_histograms.emplace_back()));
+                BOOST_TEST(chorus::core::histogram::decode(x.body, got_histograms.emplace_back()));
               }
               if constexpr (std::is_same_v<T, w::Values>)
                 for (std::uint32_t j = 0; j < x.n; ++j)

@@ -66,7 +66,7 @@ std::vector<std::int64_t> steps_of(const fs::path& run_dir, const std::string& t
 } // namespace
 
 extern "C" int fdatasync(int fd) {
-  static auto* real = chorus::io::detail::dl_symbol<int (*)(int)>(RTLD_NEXT, "fdatasync");
+  static auto* real = chorus::platform::dl_symbol<int (*)(int)>(RTLD_NEXT, "fdatasync");
   if (is_wal(fd)) {
     std::unique_lock lock(gate_mutex);
     ++waiting;

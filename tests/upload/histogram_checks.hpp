@@ -32,15 +32,15 @@ struct LoggedHistogram {
   Histogram value;
 };
 
-/// histograms.jsonl of `run_dir`, each line read through io::read_histogram_line.
+/// histograms.jsonl of `run_dir`, each line read through store::read_histogram_line.
 inline std::vector<LoggedHistogram> read_histograms(const std::string& run_dir) {
   std::vector<LoggedHistogram> out;
   simdjson::dom::parser parser;
-  std::istringstream in(io::test::slurp(run_dir + "/histograms.jsonl"));
+  std::istringstream in(test::files::slurp(run_dir + "/histograms.jsonl"));
   for (std::string line; std::getline(in, line);) {
     simdjson::dom::element e;
     BOOST_REQUIRE(parser.parse(line).get(e) == simdjson::SUCCESS);
-    const Result<io::HistogramLine> h = io::read_histogram_line(e);
+    const Result<store::HistogramLine> h = store::read_histogram_line(e);
     BOOST_REQUIRE_MESSAGE(h.has_value(), (h ? "" : h.error().message()));
     out.push_back({h->step, h->timestamp, h->column(), h->value});
   }
@@ -60,13 +60,13 @@ inline void histograms(RunFixture& run, std::int64_t first, std::int64_t n) {
       for (int rank = 0; rank < 2; ++rank) {
         Histogram h;
         for (int i = 1; i <= 20; ++i) h.add(static_cast<double>(i * i) * static_cast<double>(s + 1 + rank));
-        io::append_histogram_line(out, s, ts_us, runtime_us, "act", rank, 0, h);
+        store::append_histogram_line(out, s, ts_us, runtime_us, "act", rank, 0, h);
       }
     }
     if (s == 6) {
       Histogram h;
       for (int i = 0; i < 3; ++i) h.add(std::numeric_limits<double>::quiet_NaN());
-      io::append_histogram_line(out, s, ts_us, runtime_us, "dead", -1, 0, h);
+      store::append_histogram_line(out, s, ts_us, runtime_us, "dead", -1, 0, h);
     }
     if (s % 2 == 0) {
       Histogram h;
@@ -76,7 +76,7 @@ inline void histograms(RunFixture& run, std::int64_t first, std::int64_t n) {
         h.add(std::numeric_limits<double>::infinity());
         h.add(-std::numeric_limits<double>::infinity());
       }
-      io::append_histogram_line(out, s, ts_us, runtime_us, "grad", -1, 2, h);
+      store::append_histogram_line(out, s, ts_us, runtime_us, "grad", -1, 2, h);
     }
   }
   run.append("histograms.jsonl", out);
@@ -155,7 +155,7 @@ inline void check_wandb_histograms(const WandbRun& remote, const std::string& ru
   simdjson::dom::parser parser, line_parser;
   std::map<std::int64_t, std::string> rows = rows_by_step(remote);
   std::set<std::int64_t> steps;
-  std::istringstream history(io::test::slurp(run_dir + "/history.jsonl"));
+  std::istringstream history(test::files::slurp(run_dir + "/history.jsonl"));
   for (std::string line; std::getline(history, line);) {
     simdjson::dom::element doc;
     BOOST_REQUIRE(line_parser.parse(line).get(doc) == simdjson::SUCCESS);

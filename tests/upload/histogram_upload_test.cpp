@@ -64,7 +64,7 @@ BOOST_AUTO_TEST_CASE(wandb_gets_each_histogram_in_the_row_of_its_step) {
   Env interval("CHORUS_WANDB_INTERVAL", "0");
   RunFixture run;
   ended_histogram_run(run);
-  const io::UploadState st = upload_all(run.dir(), wandb_url(server));
+  const upload::UploadState st = upload_all(run.dir(), wandb_url(server));
   const auto r = server.wandb_run("chorus-user", "proj", "run");
   BOOST_REQUIRE(r);
   check_wandb_histograms(*r, run.dir());
@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(wandb_live_run_sends_each_step_as_one_row) {
   Env key("WANDB_API_KEY", "chorus-test-key");
   Env interval("CHORUS_WANDB_INTERVAL", "0");
   RunFixture run;
-  io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+  upload::Uploader up(run.dir(), target(wandb_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   for (std::int64_t s = 0; s <= 30; ++s) {
     histograms(run, s, 1);
@@ -135,7 +135,7 @@ BOOST_AUTO_TEST_CASE(mlflow_refused_quantiles_are_listed_and_the_rest_delivered)
   RunFixture run;
   ended_histogram_run(run);
   server.refuse_key("act/rank-1/p90");
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   const auto r = only_run(server);

@@ -41,19 +41,19 @@ struct LoggedMedia {
   }
 };
 
-/// media.jsonl of `run_dir`, each line read through io::read_media_line, with its file.
+/// media.jsonl of `run_dir`, each line read through store::read_media_line, with its file.
 inline std::vector<LoggedMedia> read_media(const std::string& run_dir) {
   std::vector<LoggedMedia> out;
   simdjson::dom::parser parser;
-  std::istringstream in(io::test::slurp(run_dir + "/media.jsonl"));
+  std::istringstream in(test::files::slurp(run_dir + "/media.jsonl"));
   for (std::string line; std::getline(in, line);) {
     simdjson::dom::element e;
     BOOST_REQUIRE(parser.parse(line).get(e) == simdjson::SUCCESS);
-    const Result<io::MediaLine> m = io::read_media_line(e);
+    const Result<store::MediaLine> m = store::read_media_line(e);
     BOOST_REQUIRE_MESSAGE(m.has_value(), (m ? "" : m.error().message()));
     out.push_back({m->step, m->timestamp, std::string(m->key), std::string(m->kind), std::string(m->format),
                    std::string(m->path), std::string(m->caption), m->rank, m->width, m->height,
-                   io::test::slurp(run_dir + "/" + std::string(m->path))});
+                   test::files::slurp(run_dir + "/" + std::string(m->path))});
   }
   return out;
 }
@@ -78,7 +78,7 @@ inline std::string sha256_hex(const std::string& bytes) {
 /// steps divisible by 5 "notes", the last rank's markdown (quotes, a
 /// newline, a non-ASCII character); at step 7 "photo", rank 0's JPEG.
 inline void media(RunFixture& run, std::int64_t first, std::int64_t n, int ranks) {
-  using chorus::detail::MediaKind;
+  using chorus::core::MediaKind;
   using media_files::add_media;
   for (std::int64_t s = first; s < first + n; ++s) {
     if (s % 5 == 0)

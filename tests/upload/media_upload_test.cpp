@@ -54,7 +54,7 @@ BOOST_AUTO_TEST_CASE(mlflow_gets_each_image_text_and_table_as_its_client_lays_th
   TrackingServer server;
   RunFixture run;
   ended_media_run(run, 2);
-  const io::UploadState st = upload_all(run.dir(), mlflow_url(server));
+  const upload::UploadState st = upload_all(run.dir(), mlflow_url(server));
   BOOST_TEST(st.media.lines == read_media(run.dir()).size());
   const auto r = only_run(server);
   check_history(server, r.id, 40);
@@ -88,7 +88,7 @@ BOOST_AUTO_TEST_CASE(wandb_gets_each_media_in_the_row_of_its_step) {
   Env interval("CHORUS_WANDB_INTERVAL", "0");
   RunFixture run;
   ended_media_run(run, 2);
-  const io::UploadState st = upload_all(run.dir(), wandb_url(server));
+  const upload::UploadState st = upload_all(run.dir(), wandb_url(server));
   const auto r = server.wandb_run("chorus-user", "proj", "run");
   BOOST_REQUIRE(r);
   check_once(server, true, run);
@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(a_live_run_and_a_restarted_uploader_send_each_media_once) {
     run.world_size = 2;
     run.write_run_json("running");
     const std::string url = wandb ? wandb_url(server) : mlflow_url(server);
-    auto up = std::make_unique<io::Uploader>(run.dir(), target(url), quick());
+    auto up = std::make_unique<upload::Uploader>(run.dir(), target(url), quick());
     BOOST_REQUIRE(!up->open());
     for (std::int64_t s = 0; s <= 44; ++s) {
       media(run, s, 1, 2);
@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(a_live_run_and_a_restarted_uploader_send_each_media_once) {
       drain(*up, 5s);
       if (s == 20) { // a new process takes the upload up from the offsets
         up.reset();
-        up = std::make_unique<io::Uploader>(run.dir(), target(url), quick());
+        up = std::make_unique<upload::Uploader>(run.dir(), target(url), quick());
         BOOST_REQUIRE(!up->open());
       }
     }
@@ -209,9 +209,9 @@ BOOST_AUTO_TEST_CASE(sync_after_a_stopped_upload_sends_every_media_once) {
 // are); W&B's signed upload URL takes no credentials.
 BOOST_AUTO_TEST_CASE(the_doubles_take_file_paths_as_the_servers_do) {
   TrackingServer server;
-  io::HttpClient http;
+  upload::HttpClient http;
   const auto put = [&](const std::string& url, std::vector<std::string> headers = {}) {
-    io::HttpRequest req;
+    upload::HttpRequest req;
     req.method = "PUT";
     req.url = url;
     req.body = "x";

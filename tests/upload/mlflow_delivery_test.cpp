@@ -30,9 +30,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// Pumps as `chorus sync` does: a 250 ms slice at a time, sleeping through waits.
-io::Uploader::Progress pump_in_slices(io::Uploader& up, std::chrono::milliseconds limit) {
+upload::Uploader::Progress pump_in_slices(upload::Uploader& up, std::chrono::milliseconds limit) {
   const auto end = Clock::now() + limit;
-  io::Uploader::Progress p;
+  upload::Uploader::Progress p;
   while (Clock::now() < end) {
     p = up.pump(std::min(end, Clock::now() + 250ms));
     if (p.done || p.stopped) break;
@@ -42,10 +42,10 @@ io::Uploader::Progress pump_in_slices(io::Uploader& up, std::chrono::millisecond
 }
 
 /// `rows` history rows and the end state; an Uploader of it to `url`, opened.
-std::unique_ptr<io::Uploader> finished_run(RunFixture& run, int rows, const std::string& url) {
+std::unique_ptr<upload::Uploader> finished_run(RunFixture& run, int rows, const std::string& url) {
   run.history(0, rows);
   run.write_run_json("finished", 1'700'000'000.0 + rows);
-  auto up = std::make_unique<io::Uploader>(run.dir(), target(url), quick());
+  auto up = std::make_unique<upload::Uploader>(run.dir(), target(url), quick());
   BOOST_REQUIRE(!up->open());
   return up;
 }
@@ -54,7 +54,7 @@ std::unique_ptr<io::Uploader> finished_run(RunFixture& run, int rows, const std:
 /// unless ""), a new Uploader delivers the rest: every point once, one run.
 void upload_again(TrackingServer& server, RunFixture& run, const std::string& lost, int rows) {
   if (!lost.empty()) std::filesystem::remove(lost);
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   const auto p = drain(up);
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
@@ -84,7 +84,7 @@ BOOST_AUTO_TEST_CASE(a_slow_server_gets_every_request_its_own_time) {
   run.append("artifacts.jsonl", "{\"name\":\"model.bin\",\"type\":\"model\",\"size\":2097152,\"sha256\":\"x\"}\n");
   run.write_run_json("finished", 1'700'000'300.0);
   server.set_delay(600ms);
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   const auto p = pump_in_slices(up, 90s);
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(cut_requests_at_bounds_the_requests_in_flight) {
   BOOST_TEST(up->state().points == 0u);
   std::this_thread::sleep_for(1800ms); // the server stores the batches it was sent
   server.clear_faults();
-  up->cut_requests_at(io::SteadyTime::max());
+  up->cut_requests_at(upload::SteadyTime::max());
   const auto done = drain(*up);
   BOOST_REQUIRE_MESSAGE(done.done, done.error);
   check_history(server, only_run(server).id, 1500);
@@ -166,13 +166,13 @@ BOOST_AUTO_TEST_CASE(the_same_server_spelled_another_way_is_the_same_run) {
   RunFixture run;
   run.history(0, 600);
   {
-    io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     BOOST_REQUIRE(drain(up).caught_up);
   }
   run.history(600, 600);
   run.write_run_json("finished", 1'700'000'300.0);
-  io::Uploader up(run.dir(), target("mlflow://localhost:" + std::to_string(server.port())), quick());
+  upload::Uploader up(run.dir(), target("mlflow://localhost:" + std::to_string(server.port())), quick());
   BOOST_REQUIRE(!up.open());
   const auto p = drain(up);
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(limit_silence_spares_a_server_that_answers_and_gives_up_on_
   TrackingServer server;
   RunFixture run;
   run.history(0, 3);
-  auto up = std::make_unique<io::Uploader>(run.dir(), target(mlflow_url(server)), quick());
+  auto up = std::make_unique<upload::Uploader>(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up->open());
   auto p = up->pump(Clock::now() + 30s); // answered at once: the remote run is made, the rows sent
   BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
@@ -283,7 +283,7 @@ BOOST_AUTO_TEST_CASE(the_window_grows_while_the_server_keeps_up_and_halves_when_
   TrackingServer server(o);
   RunFixture run;
   run.history(0, 16000); // 48 log-batches
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   server.set_delay(300ms, "log-batch");
   BOOST_REQUIRE(drain(up, 120s).caught_up);

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-using chorus::io::detail::RequestWindow;
+using chorus::upload::RequestWindow;
 using namespace std::chrono_literals;
 
 namespace {

@@ -47,7 +47,7 @@ public:
 
   void write_run_json(const std::string& state, double end = 0) {
     std::string out;
-    io::JsonWriter w(out);
+    core::JsonWriter w(out);
     w.begin_object().key("id").string(id_).key("name").string(id_ + "-rank-3").key("project").string(project);
     w.key("group").string(group).key("job_type").string("train").key("notes").string("");
     w.key("mode").string("per_rank").key("scope").string("global").key("host").string("node7");
@@ -73,7 +73,7 @@ public:
   void history(std::int64_t first, std::int64_t n, int keys = 3) {
     std::string out;
     for (std::int64_t s = first; s < first + n; ++s) {
-      io::JsonWriter w(out);
+      core::JsonWriter w(out);
       w.begin_object().key("_step").integer(s).key("_timestamp").number(start + static_cast<double>(s) * 0.25);
       w.key("_runtime").number(static_cast<double>(s) * 0.25);
       for (int k = 0; k < keys; ++k) w.key("k" + std::to_string(k)).number(static_cast<double>(s * 10 + k));
@@ -88,9 +88,9 @@ public:
     f << text;
   }
   void write(const std::string& file, const std::string& text) {
-    BOOST_REQUIRE(!io::write_file_atomic(dir_ + "/" + file, text));
+    BOOST_REQUIRE(!platform::write_file_atomic(dir_ + "/" + file, text));
   }
-  [[nodiscard]] std::string read(const std::string& file) const { return io::test::slurp(dir_ + "/" + file); }
+  [[nodiscard]] std::string read(const std::string& file) const { return test::files::slurp(dir_ + "/" + file); }
 
 private:
   std::string root_, dir_, id_;

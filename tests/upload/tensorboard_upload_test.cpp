@@ -274,7 +274,7 @@ BOOST_AUTO_TEST_CASE(a_directory_that_cannot_be_written_loses_nothing_and_sync_d
 namespace {
 
 namespace mf = chorus::test::media_files;
-using chorus::detail::MediaKind;
+using chorus::core::MediaKind;
 
 /// (subdirectory, tag, step) -> the bytes each media of the run should be in the event files.
 using MediaBytes = std::map<tb::TagStep, std::string>;
@@ -315,8 +315,8 @@ void check_media_once(const fs::path& tb_run, const MediaBytes& want) {
 }
 
 /// Pumps until nothing is left now; what the last pump said.
-chorus::io::Uploader::Progress pump_all(chorus::io::Uploader& up) {
-  chorus::io::Uploader::Progress p;
+chorus::upload::Uploader::Progress pump_all(chorus::upload::Uploader& up) {
+  chorus::upload::Uploader::Progress p;
   for (int i = 0; i < 100 && !p.caught_up && !p.stopped; ++i) {
     p = up.pump(std::chrono::steady_clock::now() + 10s);
     if (p.wait_until) std::this_thread::sleep_until(*p.wait_until);
@@ -324,13 +324,13 @@ chorus::io::Uploader::Progress pump_all(chorus::io::Uploader& up) {
   return p;
 }
 
-chorus::io::UploadTarget tensorboard_target(const fs::path& dir) {
-  const auto t = chorus::io::UploadTarget::parse("tensorboard:" + dir.string());
+chorus::upload::UploadTarget tensorboard_target(const fs::path& dir) {
+  const auto t = chorus::upload::UploadTarget::parse("tensorboard:" + dir.string());
   BOOST_TEST_REQUIRE(t.has_value(), t.error().message());
   return *t;
 }
 
-const chorus::io::UploadSettings quick{.backoff_base = 10ms, .backoff_max = 50ms};
+const chorus::upload::UploadSettings quick{.backoff_base = 10ms, .backoff_max = 50ms};
 
 /// A run of two ranks that trains, where its TensorBoard target writes it,
 /// and what its media should be there.
@@ -355,7 +355,7 @@ BOOST_FIXTURE_TEST_CASE(media_go_once_each_as_they_come_through_a_restart_and_lo
   // A media whose file is gone is left out; the rest goes on.
   fs::remove(fs::path(fixture.dir()) / mf::add_media(fixture.dir(), 2, "gone", 0, MediaKind::text, "md", "x"));
   {
-    chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+    chorus::upload::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
     BOOST_REQUIRE(!up.open());
     auto p = pump_all(up);
     BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
@@ -379,7 +379,7 @@ BOOST_FIXTURE_TEST_CASE(media_go_once_each_as_they_come_through_a_restart_and_lo
       for (const auto& e : fs::directory_iterator(fs::path(fixture.dir()) / "upload"))
         if (e.path().filename().string().starts_with("tensorboard-") && e.path().extension() == ".json")
           fs::remove(e.path());
-    chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+    chorus::upload::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
     BOOST_REQUIRE(!up.open());
     const auto p = pump_all(up);
     BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);
@@ -392,7 +392,7 @@ BOOST_FIXTURE_TEST_CASE(media_go_once_each_as_they_come_through_a_restart_and_lo
     want[{"rank-0", "big" + std::to_string(i), 6}] = std::move(big);
   }
   fixture.write_run_json("finished", fixture.start + 10);
-  chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+  chorus::upload::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
   BOOST_REQUIRE(!up.open());
   const auto p = pump_all(up);
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
@@ -404,7 +404,7 @@ BOOST_FIXTURE_TEST_CASE(a_directory_that_cannot_be_made_for_a_while_loses_no_med
   fixture.history(0, 1);
   mf::add_media(fixture.dir(), 0, "first", 0, MediaKind::text, "md", "rank 0's");
   want[{"rank-0", "first", 0}] = "rank 0's";
-  chorus::io::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
+  chorus::upload::Uploader up(fixture.dir(), tensorboard_target(tb_dir), quick);
   BOOST_REQUIRE(!up.open());
   auto p = pump_all(up);
   BOOST_REQUIRE_MESSAGE(p.caught_up, p.error);

@@ -121,21 +121,21 @@ inline std::string jpeg_file(int components) {
 /// file under media/, then its media.jsonl line, as the run host does);
 /// returns the line's path.
 inline std::string add_media(const std::filesystem::path& run_dir, std::int64_t step, std::string_view key, int rank,
-                             chorus::detail::MediaKind kind, std::string_view format, const std::string& bytes,
+                             chorus::core::MediaKind kind, std::string_view format, const std::string& bytes,
                              std::string_view caption = {}, std::uint32_t width = 0, std::uint32_t height = 0) {
-  chorus::detail::Media m;
+  chorus::core::Media m;
   m.kind = kind;
   m.format = format;
   m.caption = caption;
   m.width = width;
   m.height = height;
   m.data.assign(bytes.begin(), bytes.end());
-  const std::string path = io::media_path(key, rank, step, m.extension());
+  const std::string path = store::media_path(key, rank, step, m.extension());
   std::filesystem::create_directories((run_dir / path).parent_path());
   std::ofstream(run_dir / path, std::ios::binary | std::ios::trunc) << bytes;
   std::string line;
   const std::int64_t ts_us = 1'700'000'000'000'000 + step * 250'000 + rank * 1000;
-  io::append_media_line(line, step, ts_us, step * 250'000, key, rank, m, path);
+  store::append_media_line(line, step, ts_us, step * 250'000, key, rank, m, path);
   std::ofstream(run_dir / "media.jsonl", std::ios::binary | std::ios::app) << line;
   return path;
 }

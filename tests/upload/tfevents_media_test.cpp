@@ -25,33 +25,33 @@ using chorus::test::slurp;
 using chorus::test::TempDir;
 using namespace chorus::test::tfevents;
 using namespace chorus::test::media_files;
-using chorus::detail::MediaKind;
+using chorus::core::MediaKind;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<io::TfEventsWriter> make_writer(const std::string& dir) {
-  auto w = io::TfEventsWriter::create(dir, 1700000000.25);
+std::unique_ptr<upload::TfEventsWriter> make_writer(const std::string& dir) {
+  auto w = upload::TfEventsWriter::create(dir, 1700000000.25);
   BOOST_TEST_REQUIRE(w.has_value(), w.error().message());
   return std::move(w).value();
 }
 
-/// Hands each line of the run's media.jsonl, read by io::read_media_line, to `tb`.
-std::vector<Error> feed_media(io::TensorBoardRun& tb, const fs::path& run_dir, const io::KeyPicker& wanted = nullptr) {
+/// Hands each line of the run's media.jsonl, read by store::read_media_line, to `tb`.
+std::vector<Error> feed_media(upload::TensorBoardRun& tb, const fs::path& run_dir, const upload::KeyPicker& wanted = nullptr) {
   std::vector<Error> problems;
   simdjson::dom::parser parser;
   std::ifstream in(run_dir / "media.jsonl");
   for (std::string text; std::getline(in, text);) {
     simdjson::dom::element e;
     BOOST_TEST_REQUIRE(!parser.parse(text).get(e));
-    const Result<io::MediaLine> line = io::read_media_line(e);
+    const Result<store::MediaLine> line = store::read_media_line(e);
     BOOST_TEST_REQUIRE(line.has_value(), text);
     if (Error err = tb.media(*line, run_dir.string(), wanted)) problems.push_back(err);
   }
   return problems;
 }
 
-std::vector<std::string> cells_of(const io::StringTensor& t, std::uint64_t rows, std::uint64_t columns) {
+std::vector<std::string> cells_of(const upload::StringTensor& t, std::uint64_t rows, std::uint64_t columns) {
   TempDir tmp;
   auto w = make_writer(tmp.str());
   w->table("t", 0, 0, rows, columns, t);
@@ -88,10 +88,10 @@ BOOST_AUTO_TEST_CASE(images_round_trip_byte_exact_with_their_colorspace) {
   auto w = make_writer(tmp.str());
   std::int64_t step = 0;
   for (const Case& c : cases) {
-    BOOST_TEST(io::image_colorspace(c.file) == c.colorspace, c.name);
+    BOOST_TEST(upload::image_colorspace(c.file) == c.colorspace, c.name);
     const auto side = static_cast<std::uint32_t>(step);
     w->image("samples/" + c.name, step, 1700000300.5 + static_cast<double>(step), c.file, 10 + side, 20 + side,
-             io::image_colorspace(c.file));
+             upload::image_colorspace(c.file));
     ++step;
   }
   BOOST_TEST(!w->close());
@@ -122,7 +122,7 @@ BOOST_AUTO_TEST_CASE(images_round_trip_byte_exact_with_their_colorspace) {
 BOOST_AUTO_TEST_CASE(tables_round_trip_as_the_text_plugins_2d_string_tensors) {
   TempDir tmp;
   auto w = make_writer(tmp.str());
-  io::StringTensor cells;
+  upload::StringTensor cells;
   const std::vector<std::string> want = {"id", "label", "1", "cat", "2", std::string("d\0g|*x*", 7)};
   for (const std::string& c : want) cells.add(c);
   w->table("preds", 4, 1700000400.0, 3, 2, cells);
@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(tables_round_trip_as_the_text_plugins_2d_string_tensors) {
   BOOST_TEST(v.string_val == want, boost::test_tools::per_element());
   BOOST_TEST(events[2].values.at(0).tag == "wide");
   BOOST_TEST(events[2].values.at(0).dim_sizes == (std::vector<std::int64_t>{1, 6}), boost::test_tools::per_element());
-  BOOST_TEST(cells_of(io::StringTensor(), 1, 0).empty()); // no columns: shape [1, 0]
+  BOOST_TEST(cells_of(upload::StringTensor(), 1, 0).empty()); // no columns: shape [1, 0]
 }
 
 BOOST_AUTO_TEST_CASE(table_cells_are_the_columns_then_each_row_each_cell_as_json_writes_it) {
@@ -153,9 +153,9 @@ BOOST_AUTO_TEST_CASE(table_cells_are_the_columns_then_each_row_each_cell_as_json
                                        R"([-9223372036854775808,"dög ✓",1e+300,false,null,{}],)"
                                        R"([18446744073709551615,"",-0.0,true,null,"NaN"]])")))
                           .get(table));
-  io::StringTensor cells;
+  upload::StringTensor cells;
   std::uint64_t rows = 0, columns = 0;
-  BOOST_TEST_REQUIRE(!io::table_cells(table, cells, rows, columns));
+  BOOST_TEST_REQUIRE(!upload::table_cells(table, cells, rows, columns));
   BOOST_TEST(rows == 4u);
   BOOST_TEST(columns == 6u);
   const std::vector<std::string> want = {
@@ -168,8 +168,8 @@ BOOST_AUTO_TEST_CASE(table_cells_are_the_columns_then_each_row_each_cell_as_json
   for (const char* bad : {R"({"columns":["a"]})", R"({"columns":["a","b"],"data":[[1,2],[3]]})",
                           R"({"columns":["a"],"data":[5]})", R"([1,2])"}) {
     BOOST_TEST_REQUIRE(!parser.parse(std::string_view(bad)).get(table));
-    io::StringTensor none;
-    BOOST_TEST((io::table_cells(table, none, rows, columns).code() == Errc::invalid_argument), bad);
+    upload::StringTensor none;
+    BOOST_TEST((upload::table_cells(table, none, rows, columns).code() == Errc::invalid_argument), bad);
   }
 }
 
@@ -194,7 +194,7 @@ BOOST_AUTO_TEST_CASE(a_runs_media_go_to_their_ranks_once_each) {
 
   const fs::path out = tmp.path / "tb";
   {
-    io::TensorBoardRun tb(out.string());
+    upload::TensorBoardRun tb(out.string());
     tb.world_size(4);
     BOOST_TEST(feed_media(tb, run).empty());
     BOOST_TEST(!tb.close());
@@ -230,7 +230,7 @@ BOOST_AUTO_TEST_CASE(a_runs_media_go_to_their_ranks_once_each) {
   // Written again from the start (lost offsets), with a step more: only that step is new.
   add_media(run, 3, "notes", 1, MediaKind::text, "md", "later");
   {
-    io::TensorBoardRun tb(out.string());
+    upload::TensorBoardRun tb(out.string());
     tb.world_size(4);
     BOOST_TEST_REQUIRE(!tb.resume());
     BOOST_TEST(feed_media(tb, run).empty());
@@ -251,7 +251,7 @@ BOOST_AUTO_TEST_CASE(a_run_of_one_rank_keeps_its_media_in_its_own_files_and_want
   const fs::path run = tmp.path / "run";
   add_media(run, 0, "samples", 0, MediaKind::image, "png", png_file(2, 2, 0), "", 2, 2);
   add_media(run, 0, "notes", 0, MediaKind::text, "md", "hi");
-  io::TensorBoardRun one((tmp.path / "one").string());
+  upload::TensorBoardRun one((tmp.path / "one").string());
   BOOST_TEST(feed_media(one, run).empty());
   BOOST_TEST(!one.close());
   const auto got = values_under(tmp.path / "one");
@@ -259,7 +259,7 @@ BOOST_AUTO_TEST_CASE(a_run_of_one_rank_keeps_its_media_in_its_own_files_and_want
   BOOST_TEST(got.count({"", "samples", 0}) == 1u);
   BOOST_TEST(got.count({"", "notes", 0}) == 1u);
 
-  io::TensorBoardRun picked((tmp.path / "picked").string());
+  upload::TensorBoardRun picked((tmp.path / "picked").string());
   picked.world_size(2);
   BOOST_TEST(feed_media(picked, run, [](std::string_view column) { return column == "notes/rank-0"; }).empty());
   BOOST_TEST(!picked.close());
@@ -282,7 +282,7 @@ BOOST_AUTO_TEST_CASE(a_media_file_unlike_its_line_is_an_error_naming_it) {
   const std::string table =
       add_media(run, 0, "table", 0, MediaKind::table, "json", R"({"columns":["a"],"data":[[1,2]]})");
   add_media(run, 0, "fine", 0, MediaKind::text, "md", "still here");
-  io::TensorBoardRun tb((tmp.path / "tb").string());
+  upload::TensorBoardRun tb((tmp.path / "tb").string());
   const std::vector<Error> problems = feed_media(tb, run);
   BOOST_TEST(!tb.close());
   BOOST_TEST_REQUIRE(problems.size() == 4u);

@@ -37,8 +37,8 @@ using namespace chorus::test::tfevents;
 
 namespace {
 
-std::unique_ptr<io::TfEventsWriter> make_writer(const std::string& dir, double wall_time_s = 1700000000.25) {
-  auto w = io::TfEventsWriter::create(dir, wall_time_s);
+std::unique_ptr<upload::TfEventsWriter> make_writer(const std::string& dir, double wall_time_s = 1700000000.25) {
+  auto w = upload::TfEventsWriter::create(dir, wall_time_s);
   BOOST_TEST_REQUIRE(w.has_value(), w.error().message());
   return std::move(w).value();
 }
@@ -52,14 +52,14 @@ std::string file_name(const std::string& path) { return std::filesystem::path(pa
 BOOST_AUTO_TEST_CASE(crc32c_known_vector_both_implementations) {
   const std::string check = "123456789";
   BOOST_TEST(bitwise_crc32c(check) == 0xE3069283u);
-  BOOST_TEST(io::crc32c(std::span<const char>(check)) == 0xE3069283u);
-  BOOST_TEST(io::masked_crc32c(std::span<const char>(check)) == masked(0xE3069283u));
+  BOOST_TEST(chorus::upload::crc32c(std::span<const char>(check)) == 0xE3069283u);
+  BOOST_TEST(chorus::upload::masked_crc32c(std::span<const char>(check)) == masked(0xE3069283u));
   BOOST_TEST(bitwise_crc32c("") == 0u);
-  BOOST_TEST(io::crc32c(std::span<const char>()) == 0u);
+  BOOST_TEST(chorus::upload::crc32c(std::span<const char>()) == 0u);
   // 32 zero bytes: the iSCSI test vector (RFC 3720, B.4).
   const std::string zeros(32, '\0');
   BOOST_TEST(bitwise_crc32c(zeros) == 0x8A9136AAu);
-  BOOST_TEST(io::crc32c(std::span<const char>(zeros)) == 0x8A9136AAu);
+  BOOST_TEST(chorus::upload::crc32c(std::span<const char>(zeros)) == 0x8A9136AAu);
 
   // Every length up to 300 at every alignment of 8, and extension.
   std::mt19937 rng(7);
@@ -69,9 +69,9 @@ BOOST_AUTO_TEST_CASE(crc32c_known_vector_both_implementations) {
     for (std::size_t n = 0; n <= 300; ++n) {
       const std::span<const char> s(buf.data() + off, n);
       const std::uint32_t expected = bitwise_crc32c(std::string_view(s.data(), s.size()));
-      BOOST_TEST_REQUIRE(io::crc32c(s) == expected, "offset " << off << " length " << n);
+      BOOST_TEST_REQUIRE(chorus::upload::crc32c(s) == expected, "offset " << off << " length " << n);
       const std::size_t half = n / 2;
-      BOOST_TEST_REQUIRE(io::crc32c(s.subspan(half), io::crc32c(s.first(half))) == expected);
+      BOOST_TEST_REQUIRE(chorus::upload::crc32c(s.subspan(half), chorus::upload::crc32c(s.first(half))) == expected);
     }
 }
 
@@ -268,7 +268,7 @@ BOOST_AUTO_TEST_CASE(histograms_round_trip_as_histogram_protos) {
 BOOST_AUTO_TEST_CASE(hparams_round_trip_as_the_hparams_plugins_session_start) {
   TempDir tmp;
   auto w = make_writer(tmp.str());
-  const std::vector<io::HParam> values = {
+  const std::vector<upload::HParam> values = {
       {"lr", 0.001}, {"layers", 3.0}, {"zero", 0.0}, {"amp", false}, {"ema", true}, {"optimizer", std::string("adam")},
       {"empty", std::string()}};
   w->hparams(values, 1700000000.5, 1700000001.25);
@@ -372,13 +372,13 @@ BOOST_AUTO_TEST_CASE(a_directory_that_is_a_file_is_an_error_naming_it) {
   const std::string file = tmp / "plain";
   { std::ofstream(file) << "x"; }
   for (const std::string& dir : {file, file + "/run"}) {
-    auto w = io::TfEventsWriter::create(dir, 1.0);
+    auto w = upload::TfEventsWriter::create(dir, 1.0);
     BOOST_TEST_REQUIRE(!w.has_value());
     BOOST_TEST(w.error().code() == Errc::io_error);
     BOOST_TEST(w.error().message().find(file) != std::string::npos, w.error().message());
     BOOST_TEST(w.error().message().find("Not a directory") != std::string::npos, w.error().message());
   }
-  auto empty = io::TfEventsWriter::create("", 1.0);
+  auto empty = upload::TfEventsWriter::create("", 1.0);
   BOOST_TEST_REQUIRE(!empty.has_value());
   BOOST_TEST(empty.error().code() == Errc::invalid_argument);
 }
@@ -398,7 +398,7 @@ BOOST_AUTO_TEST_CASE(records_are_buffered_until_flush_or_a_mebibyte) {
   const std::uint64_t before = w->bytes_written();
   const std::string chunk(8192, 'y');
   for (int i = 0; i < 200; ++i) w->text("big", i, 1.0, chunk);
-  BOOST_TEST(w->bytes_written() > before + (io::TfEventsWriter::buffer_limit / 2));
+  BOOST_TEST(w->bytes_written() > before + (upload::TfEventsWriter::buffer_limit / 2));
   BOOST_TEST(std::filesystem::file_size(w->path()) == w->bytes_written());
   BOOST_TEST(!w->close());
   BOOST_TEST(read_events(w->path()).size() == 202u);
@@ -467,7 +467,7 @@ BOOST_AUTO_TEST_CASE(a_configs_keys_become_hyperparameters) {
   BOOST_TEST_REQUIRE(!parser.parse(std::string_view(
                                        R"({"lr":0.001,"steps":100,"amp":true,"name":"x","layers":[1,2],"opt":{"b":0.9},"none":null})"))
                           .get(config));
-  const std::vector<io::HParam> h = io::hparams_of(config);
+  const std::vector<upload::HParam> h = upload::hparams_of(config);
   BOOST_TEST_REQUIRE(h.size() == 6u); // the null left out
   BOOST_TEST(std::get<double>(h[0].value) == 0.001);
   BOOST_TEST(std::get<double>(h[1].value) == 100.0);

@@ -39,11 +39,11 @@ BOOST_AUTO_TEST_CASE(target_urls) {
   BOOST_TEST(target("wandb+http://h:8080/team").entity == "team");
   BOOST_TEST(target("mlflow://127.0.0.1:5000").id == "mlflow-127.0.0.1-5000");
   for (const char* bad : {"http://h", "mlflow:/h", "mlflow://", "mlflow://h:1/x", "wandb://h/a/b"}) {
-    const auto t = io::UploadTarget::parse(bad);
+    const auto t = upload::UploadTarget::parse(bad);
     BOOST_TEST(!t, bad);
     BOOST_TEST(t.error().message().find("mlflow://HOST:PORT") != std::string::npos, t.error().message());
   }
-  const Error e = io::UploadTarget::parse("wandb://user:secret@h").error();
+  const Error e = upload::UploadTarget::parse("wandb://user:secret@h").error();
   BOOST_TEST((e.code() == Errc::invalid_argument));
   BOOST_TEST(e.message().find("WANDB_API_KEY") != std::string::npos);
   BOOST_TEST(e.message().find("secret") == std::string::npos, e.message()); // never echoed
@@ -52,40 +52,40 @@ BOOST_AUTO_TEST_CASE(target_urls) {
 BOOST_AUTO_TEST_CASE(read_lines_takes_whole_lines_only) {
   RunFixture run;
   run.append("history.jsonl", "{\"a\":1}\n{\"b\":2}\n{\"c\":");
-  io::LineSlice s;
-  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 1 << 20, s));
+  upload::LineSlice s;
+  BOOST_REQUIRE(!upload::read_lines(run.dir() + "/history.jsonl", {}, 1 << 20, s));
   BOOST_REQUIRE_EQUAL(s.lines.size(), 2u);
   BOOST_TEST(s.lines[1] == "{\"b\":2}");
   BOOST_TEST(s.after[1].lines == 2u);
   BOOST_TEST(s.after[1].bytes == 16u);
   // A small budget still gives at least one line.
-  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 3, s));
+  BOOST_REQUIRE(!upload::read_lines(run.dir() + "/history.jsonl", {}, 3, s));
   BOOST_TEST(s.lines.size() >= 1u);
   // From the middle.
-  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {1, 8}, 1 << 20, s));
+  BOOST_REQUIRE(!upload::read_lines(run.dir() + "/history.jsonl", {1, 8}, 1 << 20, s));
   BOOST_REQUIRE_EQUAL(s.lines.size(), 1u);
   BOOST_TEST(s.lines[0] == "{\"b\":2}");
   // A file shorter than the offset was rewritten: an error that says what to do.
-  Error e = io::read_lines(run.dir() + "/history.jsonl", {9, 1000}, 1 << 20, s);
+  Error e = upload::read_lines(run.dir() + "/history.jsonl", {9, 1000}, 1 << 20, s);
   BOOST_TEST(static_cast<bool>(e));
   BOOST_TEST(e.message().find("upload/") != std::string::npos);
   // A missing file is empty.
-  BOOST_TEST(!io::read_lines(run.dir() + "/nothing.jsonl", {}, 1 << 20, s));
+  BOOST_TEST(!upload::read_lines(run.dir() + "/nothing.jsonl", {}, 1 << 20, s));
   BOOST_TEST(s.lines.empty());
 }
 
-// A line past the bound every reader of a run's lines keeps (io::max_line_bytes):
+// A line past the bound every reader of a run's lines keeps (store::max_line_bytes):
 // the lines before it are read, then nothing more of the file, and why.
 BOOST_AUTO_TEST_CASE(read_lines_stops_at_a_line_past_the_bound) {
   RunFixture run;
   run.append("history.jsonl", "{\"a\":1}\n{\"b\":2}\n{\"c\":\"" + std::string(17u << 20, 'x') + "\"}\n{\"d\":4}\n");
-  io::LineSlice s;
+  upload::LineSlice s;
   // A budget that the long line's first bytes fill: the lines before it.
-  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 1 << 20, s));
+  BOOST_REQUIRE(!upload::read_lines(run.dir() + "/history.jsonl", {}, 1 << 20, s));
   BOOST_REQUIRE_EQUAL(s.lines.size(), 2u);
   // From the long line on: nothing, and why.
-  const io::Cursor at = s.after[1];
-  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", at, 1 << 20, s));
+  const store::Cursor at = s.after[1];
+  BOOST_REQUIRE(!upload::read_lines(run.dir() + "/history.jsonl", at, 1 << 20, s));
   BOOST_TEST(s.lines.empty());
   BOOST_TEST(s.to_end);
   BOOST_REQUIRE(static_cast<bool>(s.damaged));
@@ -93,14 +93,14 @@ BOOST_AUTO_TEST_CASE(read_lines_stops_at_a_line_past_the_bound) {
              s.damaged.message());
   BOOST_TEST(s.damaged.message().find("That line and every line after it are not read") != std::string::npos);
   // A budget larger than the bound: the lines before it, and why the reading stops there.
-  BOOST_REQUIRE(!io::read_lines(run.dir() + "/history.jsonl", {}, 64u << 20, s));
+  BOOST_REQUIRE(!upload::read_lines(run.dir() + "/history.jsonl", {}, 64u << 20, s));
   BOOST_REQUIRE_EQUAL(s.lines.size(), 2u);
   BOOST_TEST(s.to_end);
   BOOST_TEST(s.damaged.message().find("line 3 runs past 16 MiB") != std::string::npos);
   // A bound's worth of line is not taken either.
   RunFixture exact;
   exact.append("history.jsonl", std::string(16u << 20, 'y') + "\n");
-  BOOST_REQUIRE(!io::read_lines(exact.dir() + "/history.jsonl", {}, 1 << 20, s));
+  BOOST_REQUIRE(!upload::read_lines(exact.dir() + "/history.jsonl", {}, 1 << 20, s));
   BOOST_TEST(s.lines.empty());
   BOOST_TEST(static_cast<bool>(s.damaged));
 }
@@ -116,9 +116,9 @@ BOOST_AUTO_TEST_CASE(a_line_past_the_bound_stops_the_upload_after_the_rows_befor
     run.history(4, 2);
     run.write_run_json("finished", 1'700'000'100.0);
     const std::string url = wandb ? wandb_url(server) + "/team" : mlflow_url(server);
-    io::Uploader up(run.dir(), target(url), quick());
+    upload::Uploader up(run.dir(), target(url), quick());
     BOOST_REQUIRE(!up.open());
-    const io::Uploader::Progress p = drain(up);
+    const upload::Uploader::Progress p = drain(up);
     BOOST_TEST(p.stopped);
     BOOST_TEST(!p.done);
     BOOST_TEST(p.error.find(run.dir() + "/history.jsonl: line 4 runs past 16 MiB without a newline") != std::string::npos,
@@ -152,7 +152,7 @@ BOOST_AUTO_TEST_CASE(mlflow_whole_run) {
   run.write_run_json("finished", 1'700'000'700.0);
 
   {
-    io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     BOOST_TEST(up.points_pending() == 7502u);
     auto p = drain(up);
@@ -191,7 +191,7 @@ BOOST_AUTO_TEST_CASE(mlflow_whole_run) {
 BOOST_AUTO_TEST_CASE(mlflow_live_run_grows_while_uploading) {
   TrackingServer server;
   RunFixture run;
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   for (int i = 0; i < 5; ++i) {
     run.history(i * 100, 100);
@@ -232,7 +232,7 @@ BOOST_AUTO_TEST_CASE(mlflow_faults_every_point_once) {
       run.history(0, 1200);
       run.write_run_json("finished", 1'700'000'300.0);
       f.inject(server);
-      io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+      upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
       BOOST_REQUIRE(!up.open());
       auto p = drain(up);
       BOOST_REQUIRE_MESSAGE(p.done, p.error);
@@ -253,14 +253,14 @@ BOOST_AUTO_TEST_CASE(mlflow_resumes_after_a_crash_between_answer_and_offsets) {
   run.write_run_json("finished", 1'700'000'400.0);
   {
     server.reset_next(1, test::ResetPoint::after_handling, "log-batch");
-    io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     auto p = up.pump(std::chrono::steady_clock::now() + 10s); // open, then the first batch: reset
     BOOST_TEST(!p.done);
     BOOST_TEST(p.wait_until.has_value());
     BOOST_TEST(up.state().points < 4500u); // the batch whose answer was lost is not known to be delivered here
   } // "killed": its offsets say nothing was delivered
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   check_history(server, only_run(server).id, 1500);
@@ -273,7 +273,7 @@ BOOST_AUTO_TEST_CASE(mlflow_refused_key_is_reported_and_the_rest_delivered) {
   run.append("history.jsonl", "{\"_step\":300,\"_timestamp\":1700000075,\"k0\":3000,\"k1\":3001,\"k2\":3002,\"bad\":1}\n");
   run.write_run_json("finished", 1'700'000'100.0);
   server.refuse_key("bad");
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   const auto r = only_run(server);
@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(mlflow_keys_it_would_refuse_are_mapped_and_recorded) {
   line += long_key + "\":5,\"caf\\u00e9\":6}\n";
   run.append("history.jsonl", line);
   run.write_run_json("finished", 1'700'000'001.0);
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   const auto r = only_run(server);
@@ -325,7 +325,7 @@ BOOST_AUTO_TEST_CASE(mlflow_artifacts_streamed) {
   run.append("artifacts.jsonl", "{\"name\":\"ckpt/model.bin\",\"type\":\"model\",\"size\":3145728,\"sha256\":\"x\",\"rank\":0}\n");
   run.history(0, 10);
   run.write_run_json("finished", 1'700'000'010.0);
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   const auto arts = server.artifacts(only_run(server).id);
@@ -338,7 +338,7 @@ BOOST_AUTO_TEST_CASE(mlflow_bad_credentials_stop_once) {
   RunFixture run;
   run.history(0, 10);
   server.fail_next(1, {401, "{\"error_code\":\"UNAUTHENTICATED\",\"message\":\"no token\"}", "", "experiments"});
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   auto p = drain(up);
   BOOST_TEST(p.stopped);
@@ -349,9 +349,9 @@ BOOST_AUTO_TEST_CASE(mlflow_bad_credentials_stop_once) {
 BOOST_AUTO_TEST_CASE(one_uploader_per_run_and_target) {
   TrackingServer server;
   RunFixture run;
-  io::Uploader a(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader a(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!a.open());
-  io::Uploader b(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader b(run.dir(), target(mlflow_url(server)), quick());
   Error e = b.open();
   BOOST_TEST(static_cast<bool>(e));
   BOOST_TEST(e.message().find("pid " + std::to_string(::getpid())) != std::string::npos, e.message());
@@ -367,7 +367,7 @@ BOOST_AUTO_TEST_CASE(wandb_whole_run) {
   run.write("config.json", "{\"lr\":0.001,\"layers\":[1,2]}");
   run.write("summary.json", "{\"_step\":399,\"best\":0.93}");
   run.write_run_json("finished", 1'700'000'100.0);
-  io::Uploader up(run.dir(), target(wandb_url(server) + "/team"), quick());
+  upload::Uploader up(run.dir(), target(wandb_url(server) + "/team"), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   auto r = server.wandb_run("team", "proj", "run");
@@ -416,7 +416,7 @@ BOOST_AUTO_TEST_CASE(wandb_resumed_run_runs_again_then_ends_with_one_history) {
   run.write("summary.json", "{\"_step\":299,\"k0\":2990}");
   run.write_run_json("crashed", 1'700'000'075.0);
   {
-    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    upload::Uploader up(run.dir(), target(wandb_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     auto p = drain(up);
     BOOST_REQUIRE_MESSAGE(p.done, p.error);
@@ -429,7 +429,7 @@ BOOST_AUTO_TEST_CASE(wandb_resumed_run_runs_again_then_ends_with_one_history) {
   run.resume();
   run.history(300, 200);
   run.write("summary.json", "{\"_step\":499,\"k0\":4990}");
-  io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+  upload::Uploader up(run.dir(), target(wandb_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   auto p = drain(up);
   BOOST_REQUIRE_MESSAGE(p.caught_up && !p.done && !p.stopped, p.error);
@@ -473,13 +473,13 @@ void resumed_attempt_ended_before_its_upload(TrackingServer& server, const Remot
   run.history(0, 300);
   run.write_run_json("crashed", 1'700'000'075.0);
   const auto upload = [&] {
-    io::Uploader up(run.dir(), target(remote.url), quick());
+    upload::Uploader up(run.dir(), target(remote.url), quick());
     BOOST_REQUIRE(!up.open());
     const auto p = drain(up);
     BOOST_REQUIRE_MESSAGE(p.done, p.error);
     return up.state();
   };
-  const io::UploadState first = upload();
+  const upload::UploadState first = upload();
   BOOST_TEST(first.final_sent == "crashed");
   BOOST_TEST(first.final_attempt == 1u);
   BOOST_TEST(remote.state() == remote.failed);
@@ -487,11 +487,11 @@ void resumed_attempt_ended_before_its_upload(TrackingServer& server, const Remot
 
   // The offsets file as chorus wrote it before final_attempt: still done.
   const std::string offsets = run.dir() + "/upload/" + target(remote.url).id + ".json";
-  std::string text = io::test::slurp(offsets);
+  std::string text = test::files::slurp(offsets);
   const std::size_t key = text.find("\"final_attempt\":");
   BOOST_REQUIRE(key != std::string::npos);
   text.erase(key, text.find(',', key) + 1 - key);
-  BOOST_REQUIRE(!io::write_file_atomic(offsets, text));
+  BOOST_REQUIRE(!platform::write_file_atomic(offsets, text));
   auto before = server.stats().requests;
   BOOST_TEST(upload().final_sent == "crashed");
   BOOST_TEST(server.stats().requests == before); // nothing sent again
@@ -500,13 +500,13 @@ void resumed_attempt_ended_before_its_upload(TrackingServer& server, const Remot
   run.resume();
   run.history(300, 200);
   run.write_run_json("finished", 1'700'000'130.0);
-  io::UploadState st;
+  upload::UploadState st;
   BOOST_REQUIRE(!st.load(offsets));
   BOOST_TEST(!st.end_delivered(run.attempts)); // what `chorus sync --status` shows
   BOOST_TEST(st.end_delivered(1));
 
   const std::size_t seen = server.requests().size();
-  const io::UploadState second = upload();
+  const upload::UploadState second = upload();
   BOOST_TEST(second.final_sent == "finished");
   BOOST_TEST(second.final_attempt == 2u);
   BOOST_TEST(second.points == 500u * 3); // no line sent twice
@@ -577,7 +577,7 @@ BOOST_AUTO_TEST_CASE(wandb_faults_every_line_once) {
     BOOST_TEST_CONTEXT(f.name) {
       TrackingServer server;
       RunFixture run;
-      io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+      upload::Uploader up(run.dir(), target(wandb_url(server)), quick());
       BOOST_REQUIRE(!up.open());
       f.inject(server);
       for (int i = 0; i < 4; ++i) {
@@ -605,7 +605,7 @@ BOOST_AUTO_TEST_CASE(wandb_wrong_key_and_stopped_run_stop) {
   run.history(0, 5);
   {
     Env key("WANDB_API_KEY", "wrong");
-    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    upload::Uploader up(run.dir(), target(wandb_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     auto p = drain(up);
     BOOST_TEST(p.stopped);
@@ -614,7 +614,7 @@ BOOST_AUTO_TEST_CASE(wandb_wrong_key_and_stopped_run_stop) {
   }
   {
     Env key("WANDB_API_KEY", "chorus-test-key");
-    io::Uploader up(run.dir(), target(wandb_url(server)), quick());
+    upload::Uploader up(run.dir(), target(wandb_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     BOOST_TEST(drain(up).caught_up);
     BOOST_REQUIRE(server.stop_wandb_run("chorus-user", "proj", "run"));
@@ -625,7 +625,7 @@ BOOST_AUTO_TEST_CASE(wandb_wrong_key_and_stopped_run_stop) {
   }
   Error e;
   ::unsetenv("WANDB_API_KEY");
-  io::Uploader none(run.dir(), target(wandb_url(server) + "/x"), quick());
+  upload::Uploader none(run.dir(), target(wandb_url(server) + "/x"), quick());
   e = none.open();
   BOOST_TEST(e.message().find("WANDB_API_KEY") != std::string::npos, e.message());
 }
@@ -646,7 +646,7 @@ BOOST_AUTO_TEST_CASE(wandb_https_verifies_the_certificate) {
   const std::string url = "wandb://127.0.0.1:" + std::to_string(server.port());
   {
     Env ca("CURL_CA_BUNDLE", other.ca);
-    io::Uploader up(run.dir(), target(url), quick());
+    upload::Uploader up(run.dir(), target(url), quick());
     BOOST_REQUIRE(!up.open());
     auto p = drain(up);
     BOOST_TEST(p.stopped); // a certificate that does not verify is not retried
@@ -654,7 +654,7 @@ BOOST_AUTO_TEST_CASE(wandb_https_verifies_the_certificate) {
     BOOST_TEST(!server.wandb_run("chorus-user", "proj", "run"));
   }
   Env ca("CURL_CA_BUNDLE", good.ca);
-  io::Uploader up(run.dir(), target(url), quick());
+  upload::Uploader up(run.dir(), target(url), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(drain(up).done);
   auto r = server.wandb_run("chorus-user", "proj", "run");
@@ -676,10 +676,10 @@ BOOST_AUTO_TEST_CASE(mlflow_runs_racing_for_one_experiment) {
   }
   std::vector<std::thread> threads;
   std::atomic<int> done{0};
-  const io::UploadTarget to = target(mlflow_url(server)); // Boost.Test's checks stay on this thread
+  const upload::UploadTarget to = target(mlflow_url(server)); // Boost.Test's checks stay on this thread
   for (auto& run : runs)
     threads.emplace_back([&, dir = run->dir()] {
-      io::Uploader up(dir, to, quick());
+      upload::Uploader up(dir, to, quick());
       if (!up.open() && drain(up).done) ++done;
     });
   for (auto& t : threads) t.join();
@@ -699,7 +699,7 @@ BOOST_AUTO_TEST_CASE(mlflow_non_finite_values_and_a_changed_config) {
   RunFixture run;
   run.append("history.jsonl", "{\"_step\":0,\"_timestamp\":1700000000,\"a\":\"NaN\",\"b\":\"Infinity\",\"c\":\"-Infinity\",\"d\":1}\n");
   run.write("config.json", "{\"lr\":0.1}");
-  io::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_TEST(drain(up).caught_up);
   run.write("config.json", "{\"lr\":0.2,\"wd\":0.01}"); // lr changed after upload; wd new
@@ -717,8 +717,8 @@ BOOST_AUTO_TEST_CASE(mlflow_non_finite_values_and_a_changed_config) {
 
 namespace {
 /// A slice of lines at `steps`, as read (not to the file's end).
-io::detail::KeptSlice slice_of(std::vector<std::int64_t> steps) {
-  io::detail::KeptSlice k;
+upload::KeptSlice slice_of(std::vector<std::int64_t> steps) {
+  upload::KeptSlice k;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     k.slice.lines.emplace_back("{}");
     k.slice.after.push_back({});
@@ -734,13 +734,13 @@ io::detail::KeptSlice slice_of(std::vector<std::int64_t> steps) {
 // history read): step 5's histograms wait. Read before history.jsonl, it
 // does: step 5 then has no row (histograms only).
 BOOST_AUTO_TEST_CASE(a_step_of_histograms_read_after_the_history_says_nothing_of_its_rows) {
-  const io::detail::KeptSlice history = slice_of({1, 2, 3, 4});
-  const io::detail::KeptSlice histograms = slice_of({2, 5, 6});
-  const io::detail::WholeSteps after = io::detail::whole_steps(history, histograms, nullptr, {}, std::nullopt);
+  const upload::KeptSlice history = slice_of({1, 2, 3, 4});
+  const upload::KeptSlice histograms = slice_of({2, 5, 6});
+  const upload::WholeSteps after = upload::whole_steps(history, histograms, nullptr, {}, std::nullopt);
   BOOST_TEST(after.history == 4u);
   BOOST_TEST(after.histograms == 1u); // step 2; 5 waits for its row, or for a later step read before the rows
-  const io::detail::WholeSteps before =
-      io::detail::whole_steps(history, histograms, nullptr, {.histograms = 6}, std::nullopt);
+  const upload::WholeSteps before =
+      upload::whole_steps(history, histograms, nullptr, {.histograms = 6}, std::nullopt);
   BOOST_TEST(before.history == 4u);
   BOOST_TEST(before.histograms == 2u); // 2 and 5; 6 is the file's last step: more of it may come
 }

@@ -24,15 +24,15 @@ namespace chorus::test {
 
 using namespace std::chrono_literals;
 
-inline io::UploadSettings quick() {
-  io::UploadSettings s;
+inline upload::UploadSettings quick() {
+  upload::UploadSettings s;
   s.backoff_base = 50ms;
   s.backoff_max = 400ms;
   return s;
 }
 
-inline io::UploadTarget target(const std::string& url) {
-  auto t = io::UploadTarget::parse(url);
+inline upload::UploadTarget target(const std::string& url) {
+  auto t = upload::UploadTarget::parse(url);
   BOOST_REQUIRE_MESSAGE(t, t.error().message());
   return *t;
 }
@@ -41,9 +41,9 @@ inline std::string mlflow_url(const TrackingServer& s) { return "mlflow://127.0.
 inline std::string wandb_url(const TrackingServer& s) { return "wandb+http://127.0.0.1:" + std::to_string(s.port()); }
 
 /// Pumps until done or stopped (or `limit`), sleeping through waits.
-inline io::Uploader::Progress drain(io::Uploader& up, std::chrono::milliseconds limit = 30s) {
+inline upload::Uploader::Progress drain(upload::Uploader& up, std::chrono::milliseconds limit = 30s) {
   const auto end = std::chrono::steady_clock::now() + limit;
-  io::Uploader::Progress p;
+  upload::Uploader::Progress p;
   while (std::chrono::steady_clock::now() < end) {
     p = up.pump(end);
     if (p.done || p.stopped) break;
@@ -61,11 +61,11 @@ struct Env {
 };
 
 /// Uploads the run in `run_dir` to `url` until done; the offsets it ends with.
-inline io::UploadState upload_all(const std::string& run_dir, const std::string& url,
+inline upload::UploadState upload_all(const std::string& run_dir, const std::string& url,
                                   std::chrono::milliseconds limit = 30s) {
-  io::Uploader up(run_dir, target(url), quick());
+  upload::Uploader up(run_dir, target(url), quick());
   BOOST_REQUIRE(!up.open());
-  const io::Uploader::Progress p = drain(up, limit);
+  const upload::Uploader::Progress p = drain(up, limit);
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
   return up.state();
 }
@@ -93,8 +93,8 @@ inline void for_each_backend(const std::function<void(TrackingServer& server, bo
 /// As if the uploading process was killed after its requests were stored,
 /// before it saved any offsets but the remote run's: the offsets file of
 /// `url` holds the remote run of `delivered` alone.
-inline void forget_offsets(const std::string& run_dir, const std::string& url, const io::UploadState& delivered) {
-  io::UploadState opened;
+inline void forget_offsets(const std::string& run_dir, const std::string& url, const upload::UploadState& delivered) {
+  upload::UploadState opened;
   opened.url = delivered.url;
   opened.remote_run = delivered.remote_run;
   opened.experiment = delivered.experiment;
@@ -127,7 +127,7 @@ inline void through_each_fault(const std::function<void(RunFixture&, int half)>&
       for_each_backend([&](TrackingServer& server, bool wandb) {
         RunFixture run;
         grow(run, -1); // its run.json, before an Uploader reads it
-        io::Uploader up(run.dir(), target(wandb ? wandb_url(server) : mlflow_url(server)), quick());
+        upload::Uploader up(run.dir(), target(wandb ? wandb_url(server) : mlflow_url(server)), quick());
         BOOST_REQUIRE(!up.open());
         grow(run, 0);
         drain(up, 10s);

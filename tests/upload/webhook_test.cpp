@@ -118,8 +118,8 @@ std::string hook_url(const WebhookServer& s, const std::string& scheme = "webhoo
 }
 
 /// The event of seq `seq`: a stalled rank, a NaN, a threshold, in turn.
-chorus::detail::EventDraft draft(std::uint64_t seq) {
-  chorus::detail::EventDraft d;
+chorus::core::EventDraft draft(std::uint64_t seq) {
+  chorus::core::EventDraft d;
   d.ts_us = 1'700'000'000'250'000 + static_cast<std::int64_t>(seq) * 1'000'000;
   d.step = 12 + static_cast<std::int64_t>(seq);
   switch (seq % 3) {
@@ -158,7 +158,7 @@ std::vector<std::string> add_events(RunFixture& run, std::uint64_t first, std::u
   std::vector<std::string> lines;
   std::string out;
   for (std::uint64_t seq = first; seq < first + n; ++seq) {
-    lines.push_back(io::event_line(draft(seq), seq));
+    lines.push_back(store::event_line(draft(seq), seq));
     out += lines.back() + "\n";
   }
   run.append("events.jsonl", out);
@@ -167,12 +167,12 @@ std::vector<std::string> add_events(RunFixture& run, std::uint64_t first, std::u
 
 /// The run ends: its last event (run_finished), then run.json's end.
 std::string finish(RunFixture& run, std::uint64_t seq, RunState state = RunState::finished) {
-  chorus::detail::EventDraft d;
+  chorus::core::EventDraft d;
   d.kind = EventKind::run_finished;
   d.ts_us = 1'700'000'100'000'000;
   d.state = state;
   d.message = "the run ended " + std::string(to_string(state));
-  const std::string line = io::event_line(d, seq);
+  const std::string line = store::event_line(d, seq);
   run.append("events.jsonl", line + "\n");
   run.write_run_json(std::string(to_string(state)), 1'700'000'100.0);
   return line;
@@ -197,9 +197,9 @@ std::vector<std::uint64_t> iota(std::uint64_t from, std::uint64_t to) {
 }
 
 /// Pumps until caught up (or done, stopped, `limit`), sleeping through waits.
-io::Uploader::Progress catch_up(io::Uploader& up, std::chrono::milliseconds limit = 20s) {
+upload::Uploader::Progress catch_up(upload::Uploader& up, std::chrono::milliseconds limit = 20s) {
   const auto end = std::chrono::steady_clock::now() + limit;
-  io::Uploader::Progress p;
+  upload::Uploader::Progress p;
   while (std::chrono::steady_clock::now() < end) {
     p = up.pump(end);
     if (p.done || p.stopped || p.caught_up) break;
@@ -256,7 +256,7 @@ void check_run_dir_clean(const std::string& dir) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(url_keeps_its_path_secret) {
-  const io::UploadTarget t = target("webhook://hooks.example.com" + secret_path + "?thread=a#frag");
+  const upload::UploadTarget t = target("webhook://hooks.example.com" + secret_path + "?thread=a#frag");
   BOOST_TEST(t.backend == "webhook");
   BOOST_TEST(t.base_url == "https://hooks.example.com"); // HTTPS unless webhook+http:// says otherwise
   BOOST_TEST(t.path == secret_path + "?thread=a");       // the query goes, the fragment does not
@@ -279,7 +279,7 @@ BOOST_AUTO_TEST_CASE(url_keeps_its_path_secret) {
       {"hooks.example.com" + secret_path, "has no scheme"},
   };
   for (const auto& [url, why] : bad) {
-    const auto parsed = io::UploadTarget::parse(url);
+    const auto parsed = upload::UploadTarget::parse(url);
     BOOST_REQUIRE(!parsed);
     BOOST_TEST(parsed.error().message().find(why) != std::string::npos, parsed.error().message());
     check_no_secret(parsed.error().message(), "the error for " + why);
@@ -292,9 +292,9 @@ BOOST_AUTO_TEST_CASE(each_event_posted_once_in_order_with_its_text) {
   run.history(0, 50);
   std::vector<std::string> lines = add_events(run, 0, 3);
   StderrCapture err;
-  io::Uploader up(run.dir(), target(hook_url(server)), quick());
+  upload::Uploader up(run.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!up.open());
-  io::Uploader::Progress p = catch_up(up);
+  upload::Uploader::Progress p = catch_up(up);
   BOOST_REQUIRE_MESSAGE(p.caught_up && !p.done, p.error);
 
   const std::vector<Received> got = server.received();
@@ -360,11 +360,11 @@ BOOST_AUTO_TEST_CASE(server_errors_and_429_are_retried_without_duplicates) {
   add_events(run, 0, 4);
   server.script({{500, "", "internal error"}, {429, "1", "rate limited"}, {503, "", ""}});
   StderrCapture err;
-  io::Uploader up(run.dir(), target(hook_url(server)), quick());
+  upload::Uploader up(run.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!up.open());
 
   // The 500: backed off (quick(): 50 ms to begin with).
-  io::Uploader::Progress p = up.pump(std::chrono::steady_clock::now() + 10s);
+  upload::Uploader::Progress p = up.pump(std::chrono::steady_clock::now() + 10s);
   BOOST_REQUIRE(p.wait_until.has_value());
   BOOST_TEST(p.error.find("HTTP 500") != std::string::npos, p.error);
   std::this_thread::sleep_until(*p.wait_until);
@@ -393,9 +393,9 @@ BOOST_AUTO_TEST_CASE(refusals_stop_with_the_status_and_no_retry) {
       server.script({{status, "", ""}});
       StderrCapture err;
       {
-        io::Uploader up(run.dir(), target(hook_url(server)), quick());
+        upload::Uploader up(run.dir(), target(hook_url(server)), quick());
         BOOST_REQUIRE(!up.open());
-        io::Uploader::Progress p = catch_up(up);
+        upload::Uploader::Progress p = catch_up(up);
         BOOST_REQUIRE(p.stopped);
         BOOST_TEST(p.error.find("HTTP " + std::to_string(status)) != std::string::npos, p.error);
         BOOST_TEST(p.error.find("event 0 (stalled)") != std::string::npos, p.error);
@@ -414,7 +414,7 @@ BOOST_AUTO_TEST_CASE(refusals_stop_with_the_status_and_no_retry) {
       check_no_secret(err.text(), "stderr");
       check_run_dir_clean(run.dir());
       // Once the webhook is fixed, the next upload sends each event once, the refused one first.
-      io::Uploader again(run.dir(), target(hook_url(server)), quick());
+      upload::Uploader again(run.dir(), target(hook_url(server)), quick());
       BOOST_REQUIRE(!again.open());
       BOOST_REQUIRE(catch_up(again).caught_up);
       BOOST_TEST(seqs(server.delivered()) == iota(0, 2), boost::test_tools::per_element());
@@ -427,27 +427,27 @@ BOOST_AUTO_TEST_CASE(a_restart_posts_nothing_twice) {
   RunFixture run;
   add_events(run, 0, 3);
   {
-    io::Uploader up(run.dir(), target(hook_url(server)), quick());
+    upload::Uploader up(run.dir(), target(hook_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     BOOST_REQUIRE(catch_up(up).caught_up);
   }
   add_events(run, 3, 2);
   {
     // Another process, from the offsets file alone.
-    io::Uploader up(run.dir(), target(hook_url(server, "webhook+http")), quick());
+    upload::Uploader up(run.dir(), target(hook_url(server, "webhook+http")), quick());
     BOOST_REQUIRE(!up.open());
     BOOST_REQUIRE(catch_up(up).caught_up);
   }
   finish(run, 5);
   {
-    io::Uploader up(run.dir(), target(hook_url(server)), quick());
+    upload::Uploader up(run.dir(), target(hook_url(server)), quick());
     BOOST_REQUIRE(!up.open());
     BOOST_REQUIRE(drain(up).done);
   }
   BOOST_TEST(seqs(server.delivered()) == iota(0, 6), boost::test_tools::per_element());
   BOOST_TEST(server.received().size() == 6u);
   // Done: a later upload sends nothing.
-  io::Uploader later(run.dir(), target(hook_url(server)), quick());
+  upload::Uploader later(run.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!later.open());
   BOOST_REQUIRE(drain(later).done);
   BOOST_TEST(server.received().size() == 6u);
@@ -459,11 +459,11 @@ BOOST_AUTO_TEST_CASE(the_end_waits_for_the_last_event) {
   WebhookServer server;
   RunFixture run;
   add_events(run, 0, 2);
-  io::Uploader up(run.dir(), target(hook_url(server)), quick());
+  upload::Uploader up(run.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(catch_up(up).caught_up);
   run.write_run_json("finished", 1'700'000'100.0);
-  io::Uploader::Progress p = up.pump(std::chrono::steady_clock::now() + 10s);
+  upload::Uploader::Progress p = up.pump(std::chrono::steady_clock::now() + 10s);
   BOOST_TEST(!p.done);
   BOOST_TEST(p.wait_until.has_value());
   finish(run, 2); // its line now (and run.json again)
@@ -475,7 +475,7 @@ BOOST_AUTO_TEST_CASE(the_end_waits_for_the_last_event) {
   RunFixture crashed("crashed");
   add_events(crashed, 0, 1);
   crashed.write_run_json("crashed", 1'700'000'100.0);
-  io::Uploader c(crashed.dir(), target(hook_url(server)), quick());
+  upload::Uploader c(crashed.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!c.open());
   p = c.pump(std::chrono::steady_clock::now() + 10s);
   BOOST_TEST(p.done);
@@ -484,7 +484,7 @@ BOOST_AUTO_TEST_CASE(the_end_waits_for_the_last_event) {
   RunFixture lost("lost");
   add_events(lost, 0, 1);
   lost.write_run_json("failed", 1'700'000'100.0);
-  io::Uploader l(lost.dir(), target(hook_url(server)), quick());
+  upload::Uploader l(lost.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!l.open());
   p = drain(l);
   BOOST_TEST(p.done);
@@ -497,7 +497,7 @@ BOOST_AUTO_TEST_CASE(a_damaged_line_is_listed_and_passed_over) {
   add_events(run, 0, 1);
   run.append("events.jsonl", "{\"seq\":1,\"kind\":\"stalled\",\"ti\n"); // torn
   add_events(run, 2, 1);
-  io::Uploader up(run.dir(), target(hook_url(server)), quick());
+  upload::Uploader up(run.dir(), target(hook_url(server)), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE(catch_up(up).caught_up);
   BOOST_TEST(seqs(server.delivered()) == (std::vector<std::uint64_t>{0, 2}), boost::test_tools::per_element());
@@ -547,15 +547,15 @@ BOOST_AUTO_TEST_CASE(https_with_the_servers_ca) {
   {
     // A CA that did not sign the server's certificate: refused, never sent in the clear, not retried.
     Env ca("CURL_CA_BUNDLE", other.ca);
-    io::Uploader up(run.dir(), target(hook_url(server, "webhook")), quick());
+    upload::Uploader up(run.dir(), target(hook_url(server, "webhook")), quick());
     BOOST_REQUIRE(!up.open());
-    const io::Uploader::Progress p = catch_up(up);
+    const upload::Uploader::Progress p = catch_up(up);
     BOOST_REQUIRE(p.stopped);
     BOOST_TEST(p.error.find("certificate") != std::string::npos, p.error);
     BOOST_TEST(server.received().empty());
   }
   Env ca("CURL_CA_BUNDLE", tls.ca);
-  io::Uploader up(run.dir(), target(hook_url(server, "webhook")), quick());
+  upload::Uploader up(run.dir(), target(hook_url(server, "webhook")), quick());
   BOOST_REQUIRE(!up.open());
   BOOST_REQUIRE_MESSAGE(catch_up(up).caught_up, up.state().last_error);
   BOOST_TEST(seqs(server.delivered()) == iota(0, 2), boost::test_tools::per_element());
@@ -578,7 +578,7 @@ BOOST_AUTO_TEST_CASE(a_live_run_posts_its_events) {
   BOOST_REQUIRE(!lines.empty());
   std::vector<std::string> kinds;
   for (const std::string& l : lines) {
-    const auto e = io::parse_event_line(l);
+    const auto e = store::parse_event_line(l);
     BOOST_REQUIRE_MESSAGE(e, l);
     kinds.emplace_back(to_string(e->event.kind));
   }
@@ -629,7 +629,7 @@ BOOST_AUTO_TEST_CASE(chorus_sync_goes_on_from_the_live_upload) {
   RunFixture run;
   add_events(run, 0, 3);
   {
-    io::Uploader live(run.dir(), target(hook_url(server)), quick());
+    upload::Uploader live(run.dir(), target(hook_url(server)), quick());
     BOOST_REQUIRE(!live.open());
     BOOST_REQUIRE(catch_up(live).caught_up);
   }

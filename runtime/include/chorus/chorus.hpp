@@ -41,9 +41,9 @@
 
 namespace chorus {
 
-namespace detail {
-struct HistogramAccess;
-} // namespace detail
+namespace core {
+struct HistogramAccess; // runtime/core/histogram.hpp
+} // namespace core
 
 // ---------------------------------------------------------------------------
 // Settings
@@ -285,7 +285,7 @@ public:
   friend bool operator==(const Histogram&, const Histogram&) = default;
 
 private:
-  friend struct detail::HistogramAccess;
+  friend struct core::HistogramAccess;
   std::vector<std::pair<std::int32_t, std::uint64_t>> buckets_; // non-empty, by index
   std::uint64_t finite_ = 0;
   std::uint64_t nan_ = 0;
@@ -449,12 +449,13 @@ struct Options {
   std::optional<Topology> topology;
 };
 
-namespace detail {
+// What the client layer (runtime/client) keeps behind these handles.
+namespace client {
 class Channel;
 class RunImpl;
 struct RunAccess;
 struct FinishState;
-} // namespace detail
+} // namespace client
 
 // ---------------------------------------------------------------------------
 // Tickets
@@ -467,7 +468,7 @@ struct FinishState;
 class CHORUS_API Pending {
 public:
   Pending() noexcept = default;
-  Pending(detail::Channel* ch, std::uint64_t seq, bool has_error) noexcept
+  Pending(client::Channel* ch, std::uint64_t seq, bool has_error) noexcept
       : ch_(ch), seq_(seq), has_error_(has_error) {}
 
   /// True once complete (never blocks).
@@ -492,7 +493,7 @@ private:
   void suspend(std::coroutine_handle<> h, Executor* ex) const;
   Error result() const;
 
-  detail::Channel* ch_ = nullptr;
+  client::Channel* ch_ = nullptr;
   std::uint64_t seq_ = 0;
   bool has_error_ = false;
 };
@@ -549,7 +550,7 @@ struct FinishResult {
 class CHORUS_API FinishPending {
 public:
   FinishPending() noexcept = default;
-  FinishPending(Pending p, detail::FinishState* st) noexcept : p_(p), st_(st) {}
+  FinishPending(Pending p, client::FinishState* st) noexcept : p_(p), st_(st) {}
 
   [[nodiscard]] bool ready() const noexcept { return p_.ready(); }
   FinishResult wait() const;
@@ -569,7 +570,7 @@ public:
 private:
   FinishResult result() const;
   Pending p_;
-  detail::FinishState* st_ = nullptr;
+  client::FinishState* st_ = nullptr;
 };
 static_assert(std::is_trivially_destructible_v<FinishPending>);
 
@@ -632,7 +633,7 @@ constexpr AlertRule no_change(std::chrono::duration<double> d) noexcept {
   return {AlertRule::Kind::no_change, d.count()};
 }
 
-namespace detail {
+namespace client {
 class EventHub;
 }
 
@@ -643,7 +644,7 @@ class EventHub;
 class CHORUS_API EventPending {
 public:
   EventPending() noexcept = default;
-  explicit EventPending(detail::EventHub* hub) noexcept : hub_(hub) {}
+  explicit EventPending(client::EventHub* hub) noexcept : hub_(hub) {}
 
   /// Blocks the calling thread until there is an event, or the end.
   std::optional<Event> wait() const;
@@ -659,7 +660,7 @@ public:
 
 private:
   void suspend(std::coroutine_handle<> h, Executor* ex) const;
-  detail::EventHub* hub_ = nullptr;
+  client::EventHub* hub_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------
@@ -714,9 +715,9 @@ public:
 
 private:
   friend class Run;
-  friend struct detail::RunAccess;
-  Writer(detail::RunImpl* impl, std::uint32_t id) noexcept : impl_(impl), id_(id) {}
-  detail::RunImpl* impl_ = nullptr;
+  friend struct client::RunAccess;
+  Writer(client::RunImpl* impl, std::uint32_t id) noexcept : impl_(impl), id_(id) {}
+  client::RunImpl* impl_ = nullptr;
   std::uint32_t id_ = 0; // 0: could not open (its calls say why)
 };
 
@@ -736,7 +737,7 @@ private:
 class CHORUS_API Run {
 public:
   Run() noexcept;
-  explicit Run(std::unique_ptr<detail::RunImpl> impl) noexcept;
+  explicit Run(std::unique_ptr<client::RunImpl> impl) noexcept;
   Run(Run&&) noexcept;
   Run& operator=(Run&&) noexcept;
   Run(const Run&) = delete;
@@ -912,9 +913,9 @@ public:
   [[nodiscard]] std::uint64_t dropped() const noexcept;
 
 private:
-  friend struct detail::RunAccess;
+  friend struct client::RunAccess;
 
-  std::unique_ptr<detail::RunImpl> impl_;
+  std::unique_ptr<client::RunImpl> impl_;
   std::unique_ptr<const Topology> inactive_topology_; // where an inactive handle's process sits
   /// Exceptions in flight when the handle was made: more at its destruction
   /// means an exception is unwinding its scope, which ends the rank failed.
