@@ -114,25 +114,45 @@ using event_atom = caf::atom_constant<caf::atom("event")>;
   return {static_cast<Errc>(code), std::move(message)};
 }
 
+/// An Error as a message carries it, to an actor of this process or of
+/// another: its code (an Errc, 0 where there is no error) and its message.
+/// Every reply and message that can say why something failed says it so.
+struct WireError {
+  std::uint8_t code = 0;
+  std::string message;
+
+  WireError() = default;
+  WireError(const Error& e) // NOLINT: an Error goes into a message as it is
+      : code(e ? static_cast<std::uint8_t>(e.code()) : std::uint8_t{0}), message(e ? e.message() : std::string()) {}
+  /// The Error; empty where there is none, and a code this build does not
+  /// know reads as internal (error_from_peer).
+  [[nodiscard]] Error error() const { return code == 0 ? Error{} : error_from_peer(code, message); }
+  explicit operator bool() const noexcept { return code != 0; }
+  friend bool operator==(const WireError&, const WireError&) = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireError& x) {
+  return f(caf::meta::type_name("chorus.error"), x.code, x.message);
+}
+
 /// A call that an ack answers with an error: its ticket's seq, and the error.
 struct AckError {
   std::uint64_t seq = 0;
-  std::uint8_t code = 0; // an Errc
-  std::string message;
+  WireError failure;
   /// The call's values were refused, and a key of them for the first time
   /// on this rank: the rank prints the message as a warning (once a key).
   bool warn = false;
 
   AckError() = default;
-  AckError(std::uint64_t s, const Error& e, bool w = false)
-      : seq(s), code(static_cast<std::uint8_t>(e.code())), message(e.message()), warn(w) {}
-  [[nodiscard]] Error error() const { return error_from_peer(code, message); }
+  AckError(std::uint64_t s, const Error& e, bool w = false) : seq(s), failure(e), warn(w) {}
+  [[nodiscard]] Error error() const { return error_from_peer(failure.code, failure.message); }
   friend bool operator==(const AckError&, const AckError&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, AckError& x) {
-  return f(caf::meta::type_name("chorus.ack_error"), x.seq, x.code, x.message, x.warn);
+  return f(caf::meta::type_name("chorus.ack_error"), x.seq, x.failure, x.warn);
 }
 
 /// The errors of one ack. CAF's binary deserializer reads it from a peer
@@ -142,6 +162,7 @@ using AckErrors = std::vector<AckError>;
 
 /// Registers what travels between processes beyond CAF's built-in types.
 inline void register_wire_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<WireError>("chorus.error");
   cfg.add_message_type<AckErrors>("chorus.ack_errors");
 }
 
@@ -155,17 +176,18 @@ using beacon_actor = caf::typed_actor<ping_sig>;
 
 /// A RankProxy as its Run actor reaches it.
 using proxy_actor = caf::typed_actor<
-    // (ok, run id | why it was refused, run dir, the run's Beacon or none):
-    // the join's answer
-    caf::reacts_to<joined_atom, bool, std::string, std::string, caf::actor>,
+    // (refusal, run id, run dir, the run's Beacon or none): the join's
+    // answer; `refusal` says why the rank may not join, and is empty where
+    // it joined
+    caf::reacts_to<joined_atom, WireError, std::string, std::string, caf::actor>,
     // (frames, completed, errors): sent once the WAL holding them is on
     // disk; `frames`: how many of the rank's frames it answers; `completed`:
     // the rank's seq done up to; `errors`: the calls among them that failed.
     caf::reacts_to<ack_atom, std::uint32_t, std::uint64_t, AckErrors>,
-    // (Errc, message): the run cannot keep what it is sent (its WAL failed,
+    // (error): the run cannot keep what it is sent (its WAL failed,
     // or it ended): every ticket not acknowledged, and every later one,
     // fails with this error.
-    caf::reacts_to<fail_atom, std::uint8_t, std::string>,
+    caf::reacts_to<fail_atom, WireError>,
     // (frame): an event the run told (a wire.hpp HostEvent::event frame, as
     // its WAL holds it), for the rank's Run::on_event and next_event
     caf::reacts_to<event_atom, std::vector<char>>,
@@ -238,8 +260,8 @@ using run_host_actor = run_actor::extend_with<member_actor>::extend<
     caf::replies_to<group_atom, group_actor>::with<caf::ok_atom>,
     // answered once the run's final report is acknowledged
     caf::replies_to<group_atom>::with<caf::ok_atom>,
-    // a resumed run's attempt started: "", or why it was refused
-    caf::replies_to<resume_atom>::with<std::string>>;
+    // a resumed run's attempt started: no error, or why it was refused
+    caf::replies_to<resume_atom>::with<WireError>>;
 /// Its timers: the files' flush (each second), a barrier's bound (its
 /// index), the ranks' join bound, finish's bound, the retry of a report to
 /// the Group and the keepalive of a Group in another process.
@@ -247,16 +269,17 @@ using run_self = run_host_actor::extend<caf::reacts_to<flush_atom>, caf::reacts_
                                         caf::reacts_to<join_tmo_atom>, caf::reacts_to<finish_tmo_atom>,
                                         caf::reacts_to<member_retry_atom>, caf::reacts_to<keepalive_atom>>;
 
-/// The Run's WAL syncer: fdatasync of the WAL; "" once done, else why it failed.
-using syncer_actor = caf::typed_actor<caf::replies_to<sync_atom>::with<std::string>>;
+/// The Run's WAL syncer: fdatasync of the WAL; no error once done, else why it failed.
+using syncer_actor = caf::typed_actor<caf::replies_to<sync_atom>::with<WireError>>;
 
 /// The Uploader (actors/uploader.hpp), and its sender behind it.
 using uploader_actor = caf::typed_actor<
     // new data was flushed: send what there is (the sender's own timer too,
     // when a backoff or a rate limit ends)
     caf::reacts_to<upload_atom>,
-    // (ms) -> (done, bytes left, why): the run ended: send everything
-    caf::replies_to<upload_drain_atom, std::int64_t>::with<bool, std::uint64_t, std::string>>;
+    // (ms) -> (bytes left, error): the run ended: send everything; an
+    // upload_incomplete error says what is left and how to send it later
+    caf::replies_to<upload_drain_atom, std::int64_t>::with<std::uint64_t, WireError>>;
 
 /// A SystemMonitor: its sampling timer is all it takes.
 using system_monitor_actor = caf::typed_actor<caf::reacts_to<sample_atom>>;

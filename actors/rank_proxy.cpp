@@ -252,7 +252,7 @@ void offer_actor_calls(proxy_ptr self) {
 void ensure_key(ProxyState& st, core::wire::BatchWriter& w, std::uint32_t id) {
   if (id >= st.key_sent.size()) st.key_sent.resize(std::max<std::size_t>(id + 1, st.key_sent.size() * 2), false);
   if (!st.key_sent[id]) {
-    w.key(id, KeyTable::instance().name(id));
+    w.key(id, client::KeyTable::instance().name(id));
     st.key_sent[id] = true;
   }
 }
@@ -332,52 +332,52 @@ bool drain(proxy_ptr self) {
         pos += n;
         break;
       }
-      case SlotKind::step_mark:
+      case client::SlotKind::step_mark:
         w.values(pos + 1, s->step, ts, 0);
         pos += 1;
         break;
-      case SlotKind::value: // a value slot is always consumed with its head
+      case client::SlotKind::value: // a value slot is always consumed with its head
         pos += 1;
         break;
-      case SlotKind::define:
+      case client::SlotKind::define:
         ensure_key(st, w, s->key);
         w.define(pos + 1, s->key, s->reduce);
         pos += 1;
         break;
-      case SlotKind::barrier:
+      case client::SlotKind::barrier:
         ensure_key(st, w, s->key);
         w.barrier(pos + 1, s->key, s->step);
         pos += 1;
         break;
-      case SlotKind::config:
-      case SlotKind::summary: {
+      case client::SlotKind::config:
+      case client::SlotKind::summary: {
         std::unique_ptr<std::string> text(s->text);
-        if (s->kind == SlotKind::config)
+        if (s->kind == client::SlotKind::config)
           w.config(pos + 1, *text);
         else
           w.summary(pos + 1, *text);
         pos += 1;
         break;
       }
-      case SlotKind::refused: {
-        std::unique_ptr<Refusal> r(s->refusal);
+      case client::SlotKind::refused: {
+        std::unique_ptr<client::Refusal> r(s->refusal);
         w.refused(pos + 1, s->step, r->code, r->n, r->message, r->values);
         pos += 1;
         break;
       }
-      case SlotKind::histogram: {
+      case client::SlotKind::histogram: {
         std::unique_ptr<Histogram> h(s->histogram);
         ensure_key(st, w, s->key);
         w.histogram(pos + 1, s->count, s->step, ts, s->key, *h);
         pos += 1;
         break;
       }
-      case SlotKind::media: {
+      case client::SlotKind::media: {
         // An image waits, in order, for its PNG (runtime/client/media_encoder.hpp).
         const int state = s->media->state.load(std::memory_order_acquire);
-        if (state == MediaJob::pending) goto full;
-        std::unique_ptr<MediaJob> job(s->media);
-        if (state == MediaJob::ready) {
+        if (state == client::MediaJob::pending) goto full;
+        std::unique_ptr<client::MediaJob> job(s->media);
+        if (state == client::MediaJob::ready) {
           ensure_key(st, w, s->key);
           w.media(pos + 1, s->count, s->step, ts, s->key, job->media);
         } else {
@@ -531,24 +531,25 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
   st.join_deadline = join_deadline;
   send_join(self);
   return {
-      [self](joined_atom, bool ok, const std::string& id_or_error, const std::string& dir, const caf::actor& beacon) {
+      [self](joined_atom, const WireError& refusal, const std::string& id, const std::string& dir,
+             const caf::actor& beacon) {
         auto& st = self->state;
         if (!from(self, st.host)) return;
         if (st.keepalive) st.keepalive->heard();
         if (beacon) st.beacon = caf::actor_cast<beacon_actor>(beacon);
         if (!st.on_join) return; // an answer to a repeated join
-        if (!ok) {
-          joined(self, JoinResult{Error(Errc::connect_failed,
-                                        "the run host at " + st.host_label + " refused rank " +
-                                            std::to_string(st.rank) + ": " + id_or_error),
+        if (refusal) {
+          const Error why = refusal.error();
+          joined(self, JoinResult{Error(why.code(), "the run host at " + st.host_label + " refused rank " +
+                                                        std::to_string(st.rank) + ": " + why.message()),
                                   {},
                                   {}});
           self->quit();
           return;
         }
-        st.run->run_id = id_or_error;
+        st.run->run_id = id;
         st.run->run_dir = dir;
-        joined(self, JoinResult{{}, id_or_error, dir});
+        joined(self, JoinResult{{}, id, dir});
         self->send(self, drain_atom::value, st.loop);
       },
       [self](join_retry_atom) {
@@ -630,7 +631,7 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
         st.in_flight -= static_cast<int>(std::min<std::uint32_t>(frames, static_cast<std::uint32_t>(st.in_flight)));
         for (const AckError& e : errors) {
           st.run->channel().set_error(e.seq, e.error());
-          if (e.warn) print_refusal(st.run->settings().topo.rank, e.error(), true);
+          if (e.warn) client::print_refusal(st.run->settings().topo.rank, e.error(), true);
         }
         if (st.finish_seq != 0 && completed >= st.finish_seq) {
           st.run->channel().complete(st.finish_seq - 1);
@@ -685,9 +686,9 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
       },
       // The run's end asks: what it sent before has arrived (acks and events are handled in order).
       [](ping_atom) { return caf::ok_atom::value; },
-      [self](fail_atom, std::uint8_t code, const std::string& why) {
+      [self](fail_atom, const WireError& why) {
         // The run keeps nothing more (its WAL failed, or it ended): every ticket learns why.
-        if (from(self, self->state.host)) lose_host(self, error_from_peer(code, why));
+        if (from(self, self->state.host)) lose_host(self, error_from_peer(why.code, why.message));
       },
       [self](keepalive_atom) {
         auto& st = self->state;

@@ -110,12 +110,12 @@ void fail_wal(run_ptr self, const Error& e) {
   // Nothing more will be synced: the files hold what the run has, and the upload may take it all.
   st.durable->lift();
   for (const auto& proxy : st.proxies)
-    if (proxy) self->send(proxy, fail_atom::value, static_cast<std::uint8_t>(st.wal_error.code()), st.wal_error.message());
+    if (proxy) self->send(proxy, fail_atom::value, WireError(st.wal_error));
   // The run is over: its state (failed) and the reason go to run.json where the disk still takes them.
   end_run(self);
 }
 
-void synced(run_ptr self, const std::string& failure);
+void synced(run_ptr self, const Error& failure);
 
 /// The run host's lease (io/store/lease.hpp), renewed every lease_interval
 /// while the run is live, so that readers anywhere can tell a live host
@@ -149,8 +149,10 @@ void request_sync(run_ptr self) {
   st.syncing_ends = st.sink->writer.written();
   for (auto& p : st.sink->progress) p.acked();
   self->request(st.syncer, caf::infinite, sync_atom::value)
-      .then([self](const std::string& failure) { synced(self, failure); },
-            [self](caf::error& e) { synced(self, "the WAL's syncer stopped: " + self->system().render(e)); });
+      .then([self](const WireError& failure) { synced(self, failure.error()); },
+            [self](caf::error& e) {
+              synced(self, Error(Errc::io_error, "the WAL's syncer stopped: " + self->system().render(e)));
+            });
 }
 
 /// Appends a frame to the WAL, then applies it; false if it was refused (a
@@ -207,10 +209,10 @@ void send_acks(run_ptr self, std::vector<HostSink::Progress>& acks) {
 }
 
 /// The syncer's answer: what it synced is acknowledged, and the next round starts.
-void synced(run_ptr self, const std::string& failure) {
+void synced(run_ptr self, const Error& failure) {
   auto& st = self->state;
   st.sync_in_flight = false;
-  if (!failure.empty()) return fail_wal(self, Error(Errc::io_error, failure));
+  if (failure) return fail_wal(self, failure);
   send_acks(self, st.syncing);
   durable_to(self, st.syncing_ends);
   durable_if_synced(self); // nothing appended since this round was asked for
@@ -313,25 +315,27 @@ void drain_uploads(run_ptr self) {
   };
   if (!st.uploader) return done();
   // What the upload left for `chorus sync` goes in the finish's result.
-  auto left = [self](std::uint64_t bytes, std::string why) {
+  auto left = [self](std::uint64_t bytes, Error why) {
     client::FinishState* fs = self->state.host->finish;
     if (!fs) return;
     std::lock_guard lock(fs->mu);
     fs->result.upload_left = bytes;
-    fs->result.upload_error = Error(Errc::upload_incomplete, std::move(why));
+    fs->result.upload_error = std::move(why);
   };
   const auto ms = st.host->settings.opts.upload_timeout;
   self->request(st.uploader, ms + std::chrono::seconds(5), upload_drain_atom::value, static_cast<std::int64_t>(ms.count()))
       .then(
-          [done, left](bool delivered, std::uint64_t bytes, std::string& why) {
-            if (!delivered) left(bytes, std::move(why));
+          [done, left](std::uint64_t bytes, const WireError& failure) {
+            if (failure) left(bytes, failure.error());
             done();
           },
           [self, done, left](caf::error& e) {
             const auto& host = *self->state.host;
-            left(0, "upload to " + core::shown_upload_url(host.settings.opts.upload) + ": the uploader did not say how far it got (" +
-                        caf::to_string(e) + "); what is left stays in the run directory, and `chorus sync " +
-                        host.run_dir + " --to " + core::shown_upload_url(host.settings.opts.upload) + "` sends it");
+            const std::string url = core::shown_upload_url(host.settings.opts.upload);
+            left(0, Error(Errc::upload_incomplete,
+                          "upload to " + url + ": the uploader did not say how far it got (" + caf::to_string(e) +
+                              "); what is left stays in the run directory, and `chorus sync " + host.run_dir +
+                              " --to " + url + "` sends it"));
             done();
           });
 }
@@ -361,23 +365,20 @@ void after_frame(run_ptr self) {
   }
 }
 
-/// Answers each sync_atom once `host`'s WAL is fdatasync'ed: empty, or why it failed.
+/// Answers each sync_atom once `host`'s WAL is fdatasync'ed: no error, or why it failed.
 /// (Its argument is passed, not captured: CAF 0.17 dereferences a null argument
 /// tuple for a function spawned without arguments.)
 syncer_actor::behavior_type wal_syncer(syncer_actor::pointer self, std::shared_ptr<RunHost> host, caf::actor_addr run) {
   stop_with(self, run);
-  return {[host](sync_atom) {
-    const Error e = host->wal->sync();
-    return e ? e.message() : std::string();
-  }};
+  return {[host](sync_atom) { return WireError(host->wal->sync()); }};
 }
 
 /// A resumed run: its WAL replayed through the merge, which rewrites the
 /// readable files from it (bringing up to date what a crashed host left
 /// behind, as `chorus recover` does); an attempt the log leaves open is
 /// closed, in the log too, as its run.json had it (killed, where launch
-/// stopped it) or else crashed. Returns why the new attempt is refused, or "".
-std::string replay_previous(run_ptr self) {
+/// stopped it) or else crashed. Returns why the new attempt is refused, or no error.
+Error replay_previous(run_ptr self) {
   auto& st = self->state;
   const RunHost& h = *st.host;
   const std::optional<RunState> noted = st.sink->writer.carry_over(h.run_dir + "/run.json");
@@ -385,15 +386,18 @@ std::string replay_previous(run_ptr self) {
   const Result<store::WalReplay> replayed = store::replay_wal(h.wal->path(), *st.merger, {});
   st.sink->timing = true;
   if (!replayed)
-    return "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" + replayed.error().message() +
-           "). Fix the disk, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
+    return {Errc::io_error, "cannot resume run " + h.run_id + ": its write-ahead log cannot be read (" +
+                                replayed.error().message() +
+                                "). Fix the disk, or start a new run (another CHORUS_RUN_ID, or leave it unset)"};
   const store::WalReplay& replay = *replayed;
   if (!st.merger->started()) return {}; // its host died before the run began: it starts now
   if (st.merger->world_size() != h.settings.run_world)
-    return "cannot resume run " + h.run_id + " in " + h.run_dir + ": it has " +
-           std::to_string(st.merger->world_size()) + " ranks and this job " + std::to_string(h.settings.run_world) +
-           " (a shared run keeps its world size). Start the job with " + std::to_string(st.merger->world_size()) +
-           " ranks, or start a new run (another CHORUS_RUN_ID, or leave it unset)";
+    return {Errc::invalid_argument,
+            "cannot resume run " + h.run_id + " in " + h.run_dir + ": it has " +
+                std::to_string(st.merger->world_size()) + " ranks and this job " +
+                std::to_string(h.settings.run_world) + " (a shared run keeps its world size). Start the job with " +
+                std::to_string(st.merger->world_size()) +
+                " ranks, or start a new run (another CHORUS_RUN_ID, or leave it unset)"};
   if (!replay.ended) {
     const RunState state = noted && *noted != RunState::running ? *noted : RunState::crashed;
     for (const auto& frame : store::closing_frames(*st.merger, replay.last_ts, state,
@@ -423,11 +427,11 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
   // The Run actor's helpers stop when it does (stop_with).
   st.syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host, self->address());
-  const std::string refusal = host->resumed ? replay_previous(self) : std::string();
-  if (!refusal.empty()) {
+  const Error refusal = host->resumed ? replay_previous(self) : Error();
+  if (refusal) {
     // Nothing of this attempt is logged: the host stops this actor. It
     // answers resume_atom only, which no typed behaviour can say (protocol.hpp).
-    return {run_self::behavior_type::unsafe_init{}, caf::behavior{[refusal](resume_atom) { return refusal; }}};
+    return {run_self::behavior_type::unsafe_init{}, caf::behavior{[refusal](resume_atom) { return WireError(refusal); }}};
   }
   // The lease first: a reader that finds run.json running (a resumed run's
   // again) finds this host's lease beside it.
@@ -468,9 +472,12 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         // repeated by its proxy: only one that names its sender is taken.
         auto proxy = caf::actor_cast<proxy_actor>(self->current_sender());
         if (!proxy) return;
-        auto refuse = [&](std::string why) { self->send(proxy, joined_atom::value, false, why, std::string(), caf::actor()); };
+        auto refuse = [&](std::string why) {
+          self->send(proxy, joined_atom::value, WireError(Error(Errc::connect_failed, std::move(why))), std::string(),
+                     std::string(), caf::actor());
+        };
         auto accept = [&] {
-          self->send(proxy, joined_atom::value, true, st.host->run_id, st.host->run_dir,
+          self->send(proxy, joined_atom::value, WireError(), st.host->run_id, st.host->run_dir,
                      caf::actor_cast<caf::actor>(st.beacon));
         };
         const std::string& ours = st.host->job;
@@ -482,7 +489,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
           if (std::string differ = core::job_disagreement(job, ours); !differ.empty())
             return refuse("rank " + std::to_string(rank) + " and the run host belong to one job but disagree: " +
                           differ + ". Every rank of a job logs into the same run: give every rank the same settings");
-          return refuse("rank " + std::to_string(rank) + " belongs to another job (" + job_text(job) + ") than this run (" +
+          return refuse("rank " + std::to_string(rank) + " belongs to another job (" + core::job_text(job) + ") than this run (" +
                         core::job_text(ours) + "): two jobs on one node met on the same port (" + port +
                         "); give each job its own CHORUS_PORT (or MASTER_PORT), or check that every rank sees the "
                         "same CHORUS_* settings");
@@ -537,18 +544,21 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         if (st.wal_error) return; // the rank was told (fail_atom)
         if (st.ended) {
           // Nothing waits for ever: the proxy learns that its values came too late.
-          return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::host_lost),
-                            "the run ended before these values reached it (this rank is recorded as " +
-                                std::string(to_string(st.merger->rank_state(static_cast<int>(rank)))) +
-                                "); they are not in the run");
+          return self->send(st.proxies[rank], fail_atom::value,
+                            WireError(Error(Errc::host_lost,
+                                            "the run ended before these values reached it (this rank is recorded as " +
+                                                std::string(to_string(st.merger->rank_state(static_cast<int>(rank)))) +
+                                                "); they are not in the run")));
         }
         // Counted before it is recorded: the sync round its append starts acknowledges it.
         ++st.sink->progress[rank].frames;
         if (!record(self, frame)) {
           // Its own proxy sent what the merge cannot read: it is told, rather than left waiting for an ack.
-          return self->send(st.proxies[rank], fail_atom::value, static_cast<std::uint8_t>(Errc::internal),
-                            std::string("the run host refused a malformed frame from this rank (are every rank and "
-                                        "the host built against the same chorus?); its values are not in the run"));
+          return self->send(st.proxies[rank], fail_atom::value,
+                            WireError(Error(Errc::internal,
+                                            "the run host refused a malformed frame from this rank (are every rank "
+                                            "and the host built against the same chorus?); its values are not in "
+                                            "the run")));
         }
         st.events->watch.progress(static_cast<int>(rank), st.merger->rank_last_step(static_cast<int>(rank)),
                                   st.sink->now_us);
@@ -618,7 +628,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         if (from_self(self)) self->state.group.keepalive(self);
       },
       [](ping_atom) { return caf::ok_atom::value; },
-      [](resume_atom) { return std::string(); },
+      [](resume_atom) { return WireError(); },
       [self](exited_atom, std::uint32_t rank, std::int32_t status) -> caf::delegated<caf::ok_atom> {
         auto& st = self->state;
         // Only the rank's own proxy says how its process exits.

@@ -224,21 +224,24 @@ private:
     client::endings::note_wal(wal_fd_);
     run_actor_ = spawn_run_actor(sys_, host);
     if (host->resumed) {
-      std::string refusal;
+      Error refusal;
       caf::scoped_actor self{sys_};
       self->request(run_actor_, caf::infinite, resume_atom::value)
-          .receive([&](std::string& r) { refusal = std::move(r); }, [&](caf::error& e) { refusal = sys_.render(e); });
-      if (!refusal.empty()) {
+          .receive([&](const WireError& r) { refusal = r.error(); },
+                   [&](caf::error& e) {
+                     refusal = Error(Errc::internal, "the run host did not say whether the run resumed: " +
+                                                         sys_.render(e));
+                   });
+      if (refusal) {
         stop_run_actor(); // the run's directory stays: it is the earlier attempts'
-        return {Errc::invalid_argument, refusal};
+        return refusal;
       }
     }
     if (s.run_world > 1) {
       // A connection a rank, beside the run's files and the process's own.
-      if (const std::string short_of = platform::raise_open_files(static_cast<std::uint64_t>(s.run_world) + 256);
-          !short_of.empty())
+      if (const Error short_of = platform::raise_open_files(static_cast<std::uint64_t>(s.run_world) + 256))
         std::fprintf(stderr, "chorus: WARNING: the run host of %d ranks: %s; ranks beyond the limit cannot join\n",
-                     s.run_world, short_of.c_str());
+                     s.run_world, short_of.message().c_str());
       // Only a run that spans nodes listens on the network: a node-scope
       // run's ranks are all on its host's node, and link through its socket.
       const Link link = run_link(s);

@@ -53,9 +53,9 @@ std::string size_text(std::uint64_t bytes) {
 /// unanswered gets no more tries then: the rest waits for `chorus sync`
 /// instead of holding the finish to its bound, while one that answers, however
 /// slowly, keeps the whole bound. Returns what is left: bytes of history
-/// and system metrics, and "" or the line that names what is left and the
-/// command that sends it (also printed).
-std::pair<std::uint64_t, std::string> drain(upload::Uploader& up, upload::SteadyTime deadline) {
+/// and system metrics, and no error, or an upload_incomplete one that names
+/// what is left and the command that sends it (also printed).
+std::pair<std::uint64_t, Error> drain(upload::Uploader& up, upload::SteadyTime deadline) {
   // A target the live upload found down may be back: it gets one try now,
   // not after the rest of its backoff.
   if (up.unreachable()) up.retry_now();
@@ -81,7 +81,7 @@ std::pair<std::uint64_t, std::string> drain(upload::Uploader& up, upload::Steady
   if (p.stopped) line += "once that is changed, ";
   line += "`chorus sync " + run_dir + " --to " + up.target().url + "` sends it";
   std::fprintf(stderr, "chorus: %s\n", line.c_str());
-  return {left, std::move(line)};
+  return {left, Error(Errc::upload_incomplete, std::move(line))};
 }
 
 uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<upload::Uploader> up) {
@@ -91,11 +91,10 @@ uploader_actor::behavior_type upload_sender(sender_ptr self, std::shared_ptr<upl
         if (std::chrono::steady_clock::now() >= self->state.timer_at) self->state.timer_at = upload::SteadyTime::max();
         pump_some(self);
       },
-      [self](upload_drain_atom, std::int64_t ms) -> caf::result<bool, std::uint64_t, std::string> {
+      [self](upload_drain_atom, std::int64_t ms) -> caf::result<std::uint64_t, WireError> {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(ms, 0));
-        auto [left, line] = drain(*self->state.up, deadline);
-        const bool done = line.empty();
-        return {done, left, std::move(line)};
+        auto [left, failure] = drain(*self->state.up, deadline);
+        return {left, WireError(failure)};
       },
   };
 }

@@ -291,7 +291,7 @@ std::string ephemeral_port_note(std::uint16_t port) {
          std::to_string(low) + " is not taken that way.";
 }
 
-std::string raise_open_files(std::uint64_t want) {
+Error raise_open_files(std::uint64_t want) {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return {};
   const auto enough = [want](rlim_t n) { return n == RLIM_INFINITY || n >= want; };
@@ -301,10 +301,11 @@ std::string raise_open_files(std::uint64_t want) {
     if (::setrlimit(RLIMIT_NOFILE, &up) == 0) r = up;
   }
   if (enough(r.rlim_cur)) return {};
-  return "this process may have at most " + std::to_string(r.rlim_cur) + " files open (ulimit -n; its hard limit is " +
-         (r.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_max)) +
-         ") and needs about " + std::to_string(want) + ": raise the limit (`ulimit -n " + std::to_string(want) +
-         "` in the job's script, LimitNOFILE= for a service) before the job starts";
+  return {Errc::bad_environment,
+          "this process may have at most " + std::to_string(r.rlim_cur) + " files open (ulimit -n; its hard limit is " +
+              (r.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_max)) +
+              ") and needs about " + std::to_string(want) + ": raise the limit (`ulimit -n " + std::to_string(want) +
+              "` in the job's script, LimitNOFILE= for a service) before the job starts"};
 }
 
 } // namespace chorus::platform

@@ -90,9 +90,9 @@ void close_fd(int fd) noexcept;
 
 /// Raises this process's soft limit on open files to `want` where it is
 /// lower, as far as its hard limit lets it (a run host keeps a connection a
-/// rank open). "" where the limit is `want` or more now; else a sentence that
-/// says how far short it is and how to raise it.
-[[nodiscard]] std::string raise_open_files(std::uint64_t want);
+/// rank open). No error where the limit is `want` or more now; else one
+/// (bad_environment) that says how far short it is and how to raise it.
+[[nodiscard]] Error raise_open_files(std::uint64_t want);
 
 /// This machine's host name; empty if it cannot be read.
 [[nodiscard]] std::string this_host();

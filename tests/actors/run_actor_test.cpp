@@ -38,7 +38,7 @@ using chorus::test::recorded;
 
 namespace {
 
-using joined_t = std::tuple<joined_atom, bool, std::string, std::string, caf::actor>;
+using joined_t = std::tuple<joined_atom, WireError, std::string, std::string, caf::actor>;
 
 /// A job's identity as its ranks' joins carry it (job_identity's fields).
 std::string identity(const std::string& job, const std::string& project) {
@@ -82,7 +82,7 @@ struct RunActorFixture : test::ActorFixture {
   /// The syncer fdatasyncs the WAL and says so.
   void sync_round() {
     expect((sync_atom), from(run).to(syncer).with(_));
-    expect((std::string), from(syncer).to(run).with(std::string()));
+    expect((WireError), from(syncer).to(run).with(WireError()));
   }
 
   void join_as(const caf::actor& proxy, std::uint32_t rank, const std::string& job,
@@ -95,8 +95,8 @@ struct RunActorFixture : test::ActorFixture {
   /// Rank `r` joins: answered at once, and logged (the syncs that follow run too).
   void join(std::uint32_t r) {
     join_as(ranks[r], r, host->job);
-    expect((joined_atom, bool, std::string, std::string, caf::actor),
-           from(run).to(ranks[r]).with(_, true, host->run_id, host->run_dir, _));
+    expect((joined_atom, WireError, std::string, std::string, caf::actor),
+           from(run).to(ranks[r]).with(_, WireError(), host->run_id, host->run_dir, _));
     expect((sync_atom), from(run).to(syncer).with(_));
     sched.run();
   }
@@ -122,9 +122,11 @@ struct RunActorFixture : test::ActorFixture {
   std::string refusal(const caf::actor& proxy) {
     const auto& got = recorded(proxy);
     BOOST_TEST_REQUIRE(!got.empty());
-    BOOST_TEST_REQUIRE((got.back().match_elements<joined_atom, bool, std::string, std::string, caf::actor>()));
-    BOOST_TEST_REQUIRE(!got.back().get_as<bool>(1));
-    return got.back().get_as<std::string>(2);
+    BOOST_TEST_REQUIRE((got.back().match_elements<joined_atom, WireError, std::string, std::string, caf::actor>()));
+    const Error why = got.back().get_as<WireError>(1).error();
+    BOOST_TEST_REQUIRE(static_cast<bool>(why));
+    BOOST_TEST((why.code() == Errc::connect_failed));
+    return why.message();
   }
 
   /// The acks `proxy` was sent: (frames, completed, errors as "seq: code message").
@@ -195,8 +197,8 @@ BOOST_FIXTURE_TEST_SUITE(run_actor, RunActorFixture)
 BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   // A rank of another job that met this run on its port is refused; nothing is logged.
   join_as(ranks[0], 0, identity("torchrun job 2", "proj"));
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(ranks[0]).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(contains(refusal(ranks[0]), "rank 0 belongs to another job (project proj, group g, 2 ranks, mode shared, "
                                          "scope global; torchrun job 2) than this run (project proj, group g, 2 "
                                          "ranks, mode shared, scope global; torchrun job 1)"),
@@ -204,8 +206,8 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   BOOST_TEST(idle(syncer));
   // A rank of this job whose project differs is told that, not of a port met by chance.
   join_as(ranks[0], 0, identity("torchrun job 1", "other"));
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(ranks[0]).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(contains(refusal(ranks[0]), "rank 0 and the run host belong to one job but disagree: project \"other\" "
                                          "there, \"proj\" on the run host (set by chorus.init(project=...), "
                                          "Options::project or CHORUS_PROJECT)"),
@@ -216,21 +218,21 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   join(0);
   // The same proxy again (its answer was lost): answered again, not logged again.
   join_as(ranks[0], 0, host->job);
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(ranks[0]).with(_, true, host->run_id, host->run_dir, _));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, WireError(), host->run_id, host->run_dir, _));
   BOOST_TEST(idle(syncer));
 
   // Another process that claims the same rank is refused, naming the first.
   const caf::actor other = recorder();
   sched.run();
   join_as(other, 0, host->job);
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(other).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(other).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(contains(refusal(other), "rank 0 already joined this run from process 100 on node-0"), refusal(other));
   // A rank outside the run is refused.
   join_as(other, 2, host->job);
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(other).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(other).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(contains(refusal(other), "rank 2 is outside this run of 2 ranks"), refusal(other));
   // Its frames, claiming rank 0, are dropped unread.
   auto b = frames.batch(0);
@@ -248,14 +250,14 @@ BOOST_AUTO_TEST_CASE(a_process_without_the_jobs_secret_takes_no_ranks_place) {
   const caf::actor outsider = recorder();
   sched.run();
   join_as(outsider, 1, host->job, "a guess");
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(outsider).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(outsider).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(contains(refusal(outsider), "process 101 on node-1 claims rank 1 without this job's secret"),
              refusal(outsider));
   BOOST_TEST(idle(syncer));
   join_as(outsider, 1, host->job, "");
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(outsider).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(outsider).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(idle(syncer));
 
   // The real rank 1 then joins, and so does rank 0.
@@ -263,8 +265,8 @@ BOOST_AUTO_TEST_CASE(a_process_without_the_jobs_secret_takes_no_ranks_place) {
   join(0);
   // Nor can it claim a joined rank's place: refused, the rank keeps it.
   join_as(outsider, 1, host->job, "a guess");
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(outsider).with(_, false, _, std::string(), caf::actor()));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(outsider).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(!contains(refusal(outsider), "already joined"), refusal(outsider)); // it learns nothing of the run
   send_loss(1, 2.0, 0);
   send_loss(0, 1.0, 0);
@@ -282,8 +284,8 @@ BOOST_AUTO_TEST_CASE(run_json_records_when_each_rank_joined_and_a_repeated_join_
   const std::int64_t after = platform::unix_now_us();
   std::this_thread::sleep_for(50ms);
   join_as(ranks[0], 0, host->job);
-  expect((joined_atom, bool, std::string, std::string, caf::actor),
-         from(run).to(ranks[0]).with(_, true, host->run_id, host->run_dir, _));
+  expect((joined_atom, WireError, std::string, std::string, caf::actor),
+         from(run).to(ranks[0]).with(_, WireError(), host->run_id, host->run_dir, _));
   BOOST_TEST(idle(syncer)); // not logged again
   advance_time(1s); // run.json is rewritten at the next flush
   expect((flush_atom), from(run).to(run).with(_));
@@ -630,10 +632,42 @@ BOOST_AUTO_TEST_CASE(ack_errors_cross_processes_and_garbage_is_refused) {
   }
 
   AckError unknown;
-  unknown.code = 200;
-  unknown.message = "from a newer peer";
+  unknown.failure.code = 200;
+  unknown.failure.message = "from a newer peer";
   BOOST_TEST((unknown.error().code() == Errc::internal));
   BOOST_TEST(unknown.error().message().find("from a newer peer") != std::string::npos);
-  unknown.code = 0;
+  unknown.failure.code = 0;
   BOOST_TEST((unknown.error().code() == Errc::internal));
+}
+
+// What a reply says failed crosses processes as a WireError: the Error comes
+// back whole, none reads as none, and a code this build does not know reads
+// as internal, keeping the peer's message.
+BOOST_AUTO_TEST_CASE(a_wire_error_carries_an_error_across_processes) {
+  WireConfig cfg;
+  caf::actor_system sys{cfg};
+  const Error refused(Errc::connect_failed, "rank 3 belongs to another job");
+  caf::message sent = caf::make_message(joined_atom::value, WireError(refused), std::string(), std::string(),
+                                        caf::actor());
+  std::vector<char> bytes;
+  caf::binary_serializer sink{sys, bytes};
+  BOOST_TEST_REQUIRE(!sink(sent));
+  caf::message got;
+  caf::binary_deserializer source{sys, bytes};
+  BOOST_TEST_REQUIRE(!source(got));
+  BOOST_TEST_REQUIRE((got.match_elements<joined_atom, WireError, std::string, std::string, caf::actor>()));
+  const Error back = got.get_as<WireError>(1).error();
+  BOOST_TEST((back.code() == Errc::connect_failed));
+  BOOST_TEST(back.message() == refused.message());
+
+  const WireError none{Error()};
+  BOOST_TEST(!none);
+  BOOST_TEST(!none.error());
+
+  WireError newer;
+  newer.code = 250;
+  newer.message = "from a newer peer";
+  BOOST_TEST(static_cast<bool>(newer));
+  BOOST_TEST((newer.error().code() == Errc::internal));
+  BOOST_TEST(newer.error().message().find("from a newer peer") != std::string::npos);
 }

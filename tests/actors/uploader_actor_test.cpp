@@ -55,7 +55,11 @@ struct UploaderFixture : test::ActorFixture {
     if (!sender) sender = keep(receiver_of<upload_drain_atom, std::int64_t>(self));
     expect((upload_drain_atom, std::int64_t), from(self).to(sender).with(_, ms)); // delegated: the answer goes to the Run
     std::tuple<bool, std::uint64_t, std::string> out;
-    self->receive([&](bool done, std::uint64_t left, std::string& why) { out = {done, left, std::move(why)}; },
+    self->receive(
+        [&](std::uint64_t left, const WireError& why) {
+          BOOST_TEST((!why || why.error().code() == Errc::upload_incomplete));
+          out = {!why, left, why.message};
+        },
                   caf::after(std::chrono::seconds(0)) >> [] { BOOST_ERROR("the drain was not answered"); });
     return out;
   }

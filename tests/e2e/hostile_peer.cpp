@@ -84,7 +84,7 @@ int knock(const std::string& dir, std::uint16_t port) {
 
 std::vector<char> frame_at(std::uint32_t rank, std::uint64_t seq, std::int64_t step, const char* key) {
   std::vector<char> out;
-  core::wire::BatchWriter w(out, rank);
+  wire::BatchWriter w(out, rank);
   w.key(900, key);
   w.values(seq, step, 1, 1);
   w.value(900, 1e6);
@@ -506,8 +506,8 @@ int main(int argc, char** argv) {
              std::string("project other, group other-job, 2 ranks, mode shared, scope global"),
              std::string("not the job's secret"));
   self->receive(
-      [](joined_atom, bool ok, const std::string& why, const std::string&, const caf::actor&) {
-        std::printf("join: %s %s\n", ok ? "accepted" : "refused", why.c_str());
+      [](joined_atom, const WireError& refusal, const std::string&, const std::string&, const caf::actor&) {
+        std::printf("join: %s %s\n", refusal ? "refused" : "accepted", refusal.message.c_str());
       },
       caf::after(std::chrono::seconds(3)) >> [] { std::printf("join: no answer\n"); });
   std::fflush(stdout);

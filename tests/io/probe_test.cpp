@@ -85,16 +85,18 @@ BOOST_AUTO_TEST_CASE(a_run_host_raises_its_open_file_limit_as_far_as_the_hard_li
     rlimit low{256, 4096};
     if (::setrlimit(RLIMIT_NOFILE, &low) != 0) ::_exit(77);
     // Within the hard limit: raised, and nothing to say.
-    if (!chorus::platform::raise_open_files(3000).empty()) failed |= 1;
+    if (chorus::platform::raise_open_files(3000)) failed |= 1;
     rlimit now{};
     ::getrlimit(RLIMIT_NOFILE, &now);
     if (now.rlim_cur != 3000) failed |= 2;
     // Already enough: left as it is.
-    if (!chorus::platform::raise_open_files(100).empty()) failed |= 4;
+    if (chorus::platform::raise_open_files(100)) failed |= 4;
     ::getrlimit(RLIMIT_NOFILE, &now);
     if (now.rlim_cur != 3000) failed |= 8;
     // Beyond it: raised to the hard limit, and the sentence names both limits, the need and the fix.
-    const std::string why = chorus::platform::raise_open_files(10'256);
+    const chorus::Error error = chorus::platform::raise_open_files(10'256);
+    if (error.code() != chorus::Errc::bad_environment) failed |= 64;
+    const std::string why = error.message();
     ::getrlimit(RLIMIT_NOFILE, &now);
     if (now.rlim_cur != 4096) failed |= 16;
     for (const char* part : {"at most 4096 files open", "hard limit is 4096", "about 10256", "ulimit -n 10256"})
