@@ -4,11 +4,11 @@
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
 #include "cli/histogram_lines.hpp"
-#include "cli/json_lines.hpp"
 #include "cli/locate.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
 #include "io/store/history_row.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/upload/tensorboard_run.hpp"
 #include "runtime/core/json.hpp"
 
@@ -233,7 +233,7 @@ void put_csv_field(std::string& out, std::string_view s) {
 }
 
 /// Warns of lines a read skipped; a read that failed is an error.
-Error check_read(const JsonLines& lines, const std::string& path) {
+Error check_read(const store::JsonLines& lines, const std::string& path) {
   if (lines.problem) return lines.problem;
   if (lines.skipped > 0)
     std::fprintf(stderr, "chorus export: %s: skipped %llu damaged line(s), the first at line %llu (%s); the rest is "
@@ -256,7 +256,7 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   // to write (a live run's later rows are left to a later export).
   std::vector<std::string> keys;
   std::map<std::string, std::size_t, std::less<>> column; // looked up by view: no string per value
-  const JsonLines first = read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
+  const store::JsonLines first = store::read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
     const store::HistoryRow row(line_object);
     if (!row) return row.why();
     for (const store::RowValue& v : row.metrics()) {
@@ -279,7 +279,7 @@ Error export_csv(const std::string& run_dir, const ExportArgs& a) {
   std::vector<std::string> cells(keys.size());
   std::uint64_t rows = 0;
   Smoother smooth(a.smooth);
-  read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
+  store::read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
     const store::HistoryRow row(line_object);
     if (rows == first.used || !row) return {};
     ++rows;
@@ -316,7 +316,7 @@ Error export_jsonl(const std::string& run_dir, const ExportArgs& a) {
     core::append_json_string(line, key);
     line += ':';
   };
-  const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
+  const store::JsonLines lines = store::read_json_lines(path, [&](const simdjson::dom::object& line_object) -> std::string_view {
     const store::HistoryRow row(line_object);
     if (!row) return row.why();
     // Not line = "{": GCC 12's -Wrestrict misfires on that in Release builds.
@@ -383,19 +383,19 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   const std::string config = run_dir + "/config.json";
   std::error_code ec;
   if (fs::exists(config, ec)) {
-    const Result<simdjson::dom::element> doc = load_json_file(config, parser);
+    const Result<simdjson::dom::element> doc = store::load_json_file(config, parser);
     if (doc && doc->is_object()) tb.config(doc->get_object().value_unsafe(), start);
     else if (!doc) std::fprintf(stderr, "chorus export: %s; the config is left out\n", doc.error().message().c_str());
   }
   const std::string history = run_dir + "/history.jsonl";
-  const JsonLines rows = read_json_lines(history, [&](const simdjson::dom::object& row) -> std::string_view {
+  const store::JsonLines rows = store::read_json_lines(history, [&](const simdjson::dom::object& row) -> std::string_view {
     return tb.history_row(row, a.wanted);
   });
   if (rows.problem && fs::exists(history, ec)) return rows.problem;
   (void)check_read(rows, history);
   const std::string histograms = run_dir + "/histograms.jsonl";
   if (fs::exists(histograms, ec)) {
-    const JsonLines lines =
+    const store::JsonLines lines =
         read_histogram_lines(histograms, [&](const store::HistogramLine& h) { tb.histogram(h, a.wanted); });
     if (Error e = check_read(lines, histograms)) return e;
   }
@@ -403,7 +403,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   if (fs::exists(media, ec)) {
     std::uint64_t unreadable = 0;
     Error first;
-    const JsonLines lines = read_media_lines(media, [&](const store::MediaLine& m) {
+    const store::JsonLines lines = read_media_lines(media, [&](const store::MediaLine& m) {
       if (Error e = tb.media(m, run_dir, a.wanted); e && unreadable++ == 0) first = std::move(e);
     });
     if (Error e = check_read(lines, media)) return e;
@@ -412,7 +412,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
                    static_cast<unsigned long long>(unreadable), first.message().c_str());
   }
   if (a.system && fs::exists(run_dir + "/system.jsonl", ec)) {
-    const JsonLines samples = read_json_lines(run_dir + "/system.jsonl", [&](const simdjson::dom::object& row) {
+    const store::JsonLines samples = store::read_json_lines(run_dir + "/system.jsonl", [&](const simdjson::dom::object& row) {
       tb.system_row(row, a.wanted);
       return std::string_view();
     });
@@ -420,7 +420,7 @@ Error export_tensorboard_run(const std::string& run_dir, const ExportArgs& a) {
   }
   const std::string summary = run_dir + "/summary.json";
   if (fs::exists(summary, ec)) {
-    const Result<simdjson::dom::element> doc = load_json_file(summary, parser);
+    const Result<simdjson::dom::element> doc = store::load_json_file(summary, parser);
     if (doc && doc->is_object())
       tb.text("summary", upload::markdown_table(doc->get_object().value_unsafe()), info.end_time.value_or(start));
   }

@@ -1,7 +1,7 @@
 #include "cli/group_info.hpp"
 
-#include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/json_lines.hpp"
 
 #include <simdjson.h>
 
@@ -25,7 +25,7 @@ std::string short_label(const std::string& name, const std::string& group) {
 std::string summary_of(const std::string& run_dir) {
   simdjson::dom::parser parser;
   simdjson::dom::object o;
-  const Result<simdjson::dom::element> doc = load_json_file(run_dir + "/summary.json", parser);
+  const Result<simdjson::dom::element> doc = store::load_json_file(run_dir + "/summary.json", parser);
   if (!doc || doc->get(o) != simdjson::SUCCESS) return "{}";
   std::string json = simdjson::minify(o);
   return json.size() <= store::max_member_summary ? json : "{}";

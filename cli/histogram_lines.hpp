@@ -2,11 +2,11 @@
 // one reader (store::read_histogram_line, store::read_media_line): the path
 // `chorus show`, `chorus export` and the Python reader take. Inline, because
 // the Python package's reader (python/reader.cpp) reads through it and links
-// cli/json_lines.cpp only.
+// io/store/json_lines.cpp only.
 #pragma once
 
-#include "cli/json_lines.hpp"
 #include "io/store/histogram_log.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/media_log.hpp"
 
 #include <string>
@@ -21,9 +21,9 @@ namespace chorus::cli {
 /// object, or that `read` refuses, is skipped and counted in the result, the
 /// first with its words (JsonLines::first_skipped_why).
 template <class Read, class Take>
-JsonLines read_store_lines(const std::string& path, Read&& read, Take&& take) {
+store::JsonLines read_store_lines(const std::string& path, Read&& read, Take&& take) {
   std::string why; // read_json_lines copies the words of the first refusal before the next line
-  return read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
+  return store::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
     // An empty JSON pointer is the object itself, as the element the reader takes.
     auto r = read(line.at_pointer("").value_unsafe());
     if (!r) return why = r.error().message();
@@ -34,14 +34,14 @@ JsonLines read_store_lines(const std::string& path, Read&& read, Take&& take) {
 
 /// histograms.jsonl's lines, each through store::read_histogram_line.
 template <class Take>
-JsonLines read_histogram_lines(const std::string& path, Take&& take) {
+store::JsonLines read_histogram_lines(const std::string& path, Take&& take) {
   return read_store_lines(path, [](const simdjson::dom::element& e) { return store::read_histogram_line(e); },
                           std::forward<Take>(take));
 }
 
 /// media.jsonl's lines, each through store::read_media_line.
 template <class Take>
-JsonLines read_media_lines(const std::string& path, Take&& take) {
+store::JsonLines read_media_lines(const std::string& path, Take&& take) {
   return read_store_lines(path, [](const simdjson::dom::element& e) { return store::read_media_line(e); },
                           std::forward<Take>(take));
 }

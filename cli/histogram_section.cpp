@@ -46,7 +46,7 @@ std::string histogram_section(const RunInfo& r, const KeyFilter& wanted, int wid
   std::vector<Column> columns; // in the order they first appear
   std::map<std::string, std::ptrdiff_t, std::less<>> index; // -1: not wanted
   std::uint64_t kept = 0;
-  const JsonLines lines = read_histogram_lines(path, [&](store::HistogramLine& h) {
+  const store::JsonLines lines = read_histogram_lines(path, [&](store::HistogramLine& h) {
     const std::string name = h.column();
     auto it = index.find(name);
     if (it == index.end()) {

@@ -35,7 +35,7 @@ std::string media_section(const RunInfo& r, const KeyFilter& wanted, int width) 
   // Keys in the order they first appear, each its ranks' files.
   std::vector<std::pair<std::string, std::map<int, Files>>> keys;
   std::map<std::string, std::size_t, std::less<>> index;
-  const JsonLines lines = read_media_lines(path, [&](const store::MediaLine& m) {
+  const store::JsonLines lines = read_media_lines(path, [&](const store::MediaLine& m) {
     auto it = index.find(m.key);
     if (it == index.end()) {
       it = index.emplace(std::string(m.key), keys.size()).first;

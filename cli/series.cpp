@@ -1,8 +1,8 @@
 #include "cli/series.hpp"
 
 #include "cli/cli.hpp"
-#include "cli/json_lines.hpp"
 #include "io/store/history_row.hpp"
+#include "io/store/json_lines.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -145,7 +145,7 @@ History read_history(const std::string& path, const std::function<bool(std::stri
                      const HistoryShape& shape) {
   History h;
   Reader reader(h, wanted, shape);
-  const JsonLines lines = read_json_lines(path, [&](const simdjson::dom::object& row) { return reader.take(row); });
+  const store::JsonLines lines = store::read_json_lines(path, [&](const simdjson::dom::object& row) { return reader.take(row); });
   h.bad_lines = lines.skipped;
   if (lines.skipped > 0)
     h.first_bad.append("line ").append(std::to_string(lines.first_skipped_line)).append(": ").append(

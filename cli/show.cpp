@@ -3,14 +3,14 @@
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
 #include "cli/histogram_section.hpp"
-#include "cli/media_section.hpp"
-#include "cli/json_lines.hpp"
 #include "cli/locate.hpp"
+#include "cli/media_section.hpp"
 #include "cli/run_info.hpp"
 #include "cli/series.hpp"
 #include "cli/system_section.hpp"
 #include "io/store/barrier_log.hpp"
 #include "io/store/history_row.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/metric_specs.hpp"
 #include "runtime/core/strings.hpp"
 
@@ -225,7 +225,7 @@ std::string json_section(const std::string& title, const std::string& path, int 
   if (!fs::exists(fs::symlink_status(path, ec))) return {};
   simdjson::dom::parser parser;
   simdjson::dom::object obj;
-  const Result<simdjson::dom::element> doc = load_json_file(path, parser);
+  const Result<simdjson::dom::element> doc = store::load_json_file(path, parser);
   if (!doc) return title + "\n  unreadable: " + doc.error().message() + "\n\n";
   if (doc->get(obj) != simdjson::SUCCESS) return title + "\n  unreadable: " + path + " is not a JSON object\n\n";
   Table t;

@@ -4,8 +4,8 @@
 // another node's disk) is shown from what it reported to group.json.
 #include "cli/cli.hpp"
 #include "cli/group_info.hpp"
-#include "cli/json_lines.hpp"
 #include "cli/series.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/metric_specs.hpp"
 
 #include <simdjson.h>
@@ -43,7 +43,7 @@ Object load_object(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
   simdjson::dom::parser parser;
-  const Result<simdjson::dom::element> doc = load_json_file(path, parser);
+  const Result<simdjson::dom::element> doc = store::load_json_file(path, parser);
   if (!doc) return {};
   return object_of(*doc);
 }

@@ -2,8 +2,8 @@
 
 #include "cli/chart.hpp"
 #include "cli/cli.hpp"
-#include "cli/json_lines.hpp"
 #include "cli/series.hpp"
+#include "io/store/json_lines.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -235,7 +235,7 @@ void add_sparklines(std::vector<std::vector<std::string>>& rows, const Sources& 
 }
 
 // "2 lines skipped: 1 not JSON (first: line 5), 1 unfinished last line (a write cut short)".
-std::string skipped_lines(const JsonLines& lines) {
+std::string skipped_lines(const store::JsonLines& lines) {
   const std::uint64_t other = lines.skipped - lines.not_json, unfinished = lines.unfinished ? 1 : 0;
   const std::uint64_t total = lines.skipped + unfinished;
   if (total == 0) return {};
@@ -266,9 +266,9 @@ std::string system_section(const RunInfo& r, int width, bool ascii) {
   const std::string path = r.dir + "/system.jsonl";
   std::error_code ec;
   Machines m;
-  JsonLines lines;
+  store::JsonLines lines;
   if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
-    lines = read_json_lines(path, [&](const simdjson::dom::object& line) { return m.take(line); });
+    lines = store::read_json_lines(path, [&](const simdjson::dom::object& line) { return m.take(line); });
     if (lines.problem) return "system\n  unreadable: " + lines.problem.message() + "\n\n";
   }
   std::string out;

@@ -1,8 +1,8 @@
 // The JSON-lines reader and the history's series on any bytes, as `chorus
 // show` reads history.jsonl.
-#include "cli/json_lines.hpp"
 #include "cli/series.hpp"
 #include "fuzz/input_file.hpp"
+#include "io/store/json_lines.hpp"
 
 using namespace chorus;
 

@@ -4,12 +4,12 @@
 #include "python/events.hpp"
 
 #include "cli/histogram_lines.hpp"
-#include "cli/json_lines.hpp"
 #include "cli/series.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/artifacts.hpp"
 #include "io/store/event_log.hpp"
 #include "io/store/history_row.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/lease.hpp"
 #include "io/store/line_reader.hpp"
 #include "io/store/run_record.hpp"
@@ -140,7 +140,7 @@ py::bytes column_bytes(const std::vector<T>& v) {
 /// `out`, with how the reading of its JSON-lines file went: the lines
 /// skipped (and the first), an unfinished last line, the problem that
 /// stopped it (an exception object, or None).
-py::dict with_reading(py::dict out, const cli::JsonLines& read) {
+py::dict with_reading(py::dict out, const store::JsonLines& read) {
   out["skipped"] = read.skipped;
   out["first_skipped_line"] = read.first_skipped_line;
   out["first_skipped_why"] = read.first_skipped_why;
@@ -174,11 +174,11 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
     if (it == taken.end()) it = taken.emplace(std::string(key), !filter || filter(key)).first;
     return it->second;
   };
-  cli::JsonLines read;
+  store::JsonLines read;
   {
     py::gil_scoped_release unlocked;
     std::string count_key;
-    read = cli::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
+    read = store::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
       if (!history) {
         cols.new_row();
         for (auto [key, value] : line) {
@@ -219,10 +219,10 @@ py::dict read_lines(const std::string& path, const std::optional<std::vector<std
 /// written, each read by the store's reader of the line.
 py::dict read_artifacts(const std::string& path) {
   std::vector<store::ArtifactRecord> records;
-  cli::JsonLines read;
+  store::JsonLines read;
   {
     py::gil_scoped_release unlocked;
-    read = cli::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
+    read = store::read_json_lines(path, [&](const simdjson::dom::object& line) -> std::string_view {
       std::optional<store::ArtifactRecord> r = store::artifact_record(line);
       if (!r) return "no name";
       records.push_back(std::move(*r));
@@ -258,7 +258,7 @@ py::dict read_histograms(const std::string& path, const std::optional<std::strin
   std::vector<std::optional<int>> ranks;
   std::vector<double> sums, mins, maxs;
   std::vector<std::vector<Histogram::Bucket>> buckets;
-  cli::JsonLines read;
+  store::JsonLines read;
   {
     py::gil_scoped_release unlocked;
     read = cli::read_histogram_lines(path, [&](const store::HistogramLine& h) {
@@ -321,7 +321,7 @@ py::dict read_media(const std::string& path, const std::optional<std::string>& k
     std::uint32_t width, height;
   };
   std::vector<Entry> entries;
-  cli::JsonLines read;
+  store::JsonLines read;
   {
     py::gil_scoped_release unlocked;
     read = cli::read_media_lines(path, [&](const store::MediaLine& m) {
@@ -359,14 +359,14 @@ py::dict read_media(const std::string& path, const std::optional<std::string>& k
 /// Run.on_event gives it (events.hpp's event_tuple).
 py::dict read_events(const std::string& path) {
   std::vector<Event> events;
-  cli::JsonLines read;
+  store::JsonLines read;
   {
     py::gil_scoped_release unlocked;
     const Result<int> fd = platform::open_regular(path, O_RDONLY);
     if (!fd) {
       read.problem = fd.error();
     } else {
-      store::LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = cli::max_line_bytes});
+      store::LineReader lines(*fd, path, {}, {.chunk = 1u << 20, .max_line = store::max_line_bytes});
       for (std::string_view line;;) {
         const store::LineReader::Next next = lines.next(line);
         if (next == store::LineReader::Next::end) {

@@ -3,12 +3,12 @@
 #include "io/platform/posix.hpp"
 
 #include "cli/group_info.hpp"
-#include "cli/json_lines.hpp"
 #include "cli/run_info.hpp"
 #include "io/store/artifacts.hpp"
 #include "io/store/barrier_log.hpp"
+#include "io/store/history_value.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/metric_specs.hpp"
-#include "io/upload/tensorboard_run.hpp"
 #include "runtime/core/fnv.hpp"
 #include "runtime/core/json.hpp"
 
@@ -110,7 +110,7 @@ Result<std::string> json_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return std::string("null");
   simdjson::dom::parser parser;
-  const Result<simdjson::dom::element> doc = load_json_file(path, parser);
+  const Result<simdjson::dom::element> doc = store::load_json_file(path, parser);
   if (!doc) return doc.error();
   return simdjson::minify(*doc);
 }
@@ -131,7 +131,7 @@ std::vector<std::string> step_metrics(const Result<store::MetricSpecs>& specs) {
 std::string summary_picks(const std::string& dir) {
   simdjson::dom::parser parser;
   simdjson::dom::object obj;
-  const Result<simdjson::dom::element> doc = load_json_file(dir + "/summary.json", parser);
+  const Result<simdjson::dom::element> doc = store::load_json_file(dir + "/summary.json", parser);
   if (!doc || doc->get(obj) != simdjson::SUCCESS) return "{}";
   std::string out;
   core::JsonWriter w(out);
@@ -671,7 +671,7 @@ Reply Api::run(std::string_view rel) {
   const std::string artifacts = dir + "/artifacts.jsonl";
   std::error_code ec;
   if (fs::exists(fs::symlink_status(artifacts, ec))) {
-    const JsonLines lines = read_json_lines(artifacts, [&](const simdjson::dom::object& line) -> std::string_view {
+    const store::JsonLines lines = store::read_json_lines(artifacts, [&](const simdjson::dom::object& line) -> std::string_view {
       // A field missing or of another type is shown as its default.
       const std::optional<store::ArtifactRecord> a = store::artifact_record(line);
       if (!a) return "no name";

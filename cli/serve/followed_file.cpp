@@ -1,7 +1,7 @@
 #include "cli/serve/followed_file.hpp"
 
-#include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/line_reader.hpp"
 
 #include <algorithm>
@@ -69,7 +69,7 @@ FollowedFile::Look FollowedFile::look() {
 void FollowedFile::read(const Look& look, std::uint64_t end,
                         const std::function<std::string(std::string_view, std::uint64_t)>& take) {
   end = std::min(end, look.size);
-  store::LineReader lines(look.fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
+  store::LineReader lines(look.fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = store::max_line_bytes, .end = end});
   for (std::string_view line;;) {
     const store::LineReader::Next next = lines.next(line);
     if (next == store::LineReader::Next::end) {

@@ -1,7 +1,7 @@
 #include "cli/serve/histogram_index.hpp"
 
-#include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/json_lines.hpp"
 #include "runtime/core/histogram.hpp"
 
 #include <simdjson.h>
@@ -64,7 +64,7 @@ std::vector<Histogram::Bucket> rebin(const Histogram& h, std::size_t bins) {
 }
 
 HistogramIndex::HistogramIndex(std::string path, std::uint64_t step_bytes_)
-    : file_(path), path_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, max_line_bytes + 1)) {}
+    : file_(path), path_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, store::max_line_bytes + 1)) {}
 
 bool HistogramIndex::refresh() {
   std::unique_lock lock(mutex_);

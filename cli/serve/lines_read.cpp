@@ -8,8 +8,8 @@
 // on the indexes' memory before it is whole.
 #include "cli/serve/lines_detail.hpp"
 
-#include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/line_reader.hpp"
 
 #include <cstring>
@@ -54,7 +54,7 @@ std::optional<std::pair<std::uint64_t, std::string_view>> line_after(int fd, std
   if (at > 0) { // the newline at or after at - 1 ends the line `at` falls in
     std::uint64_t from = at - 1;
     for (;;) {
-      if (from >= end || from - (at - 1) > max_line_bytes) return std::nullopt;
+      if (from >= end || from - (at - 1) > store::max_line_bytes) return std::nullopt;
       const std::string_view b =
           read_at(fd, from, static_cast<std::size_t>(std::min<std::uint64_t>(8192, end - from)), buf);
       if (b.empty()) return std::nullopt;
@@ -70,7 +70,7 @@ std::optional<std::pair<std::uint64_t, std::string_view>> line_after(int fd, std
     const std::string_view b =
         read_at(fd, start, static_cast<std::size_t>(std::min<std::uint64_t>(n, end - start)), buf);
     if (const auto nl = b.find('\n'); nl != std::string_view::npos) return std::pair{start, b.substr(0, nl)};
-    if (b.size() < n || n > max_line_bytes) return std::nullopt; // the line runs past `end`, or too long
+    if (b.size() < n || n > store::max_line_bytes) return std::nullopt; // the line runs past `end`, or too long
   }
 }
 
@@ -82,7 +82,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
   // The complete lines end at the last newline.
   std::uint64_t end = size;
   for (std::uint64_t back = 0;;) {
-    if (end == 0 || back > max_line_bytes) return false;
+    if (end == 0 || back > store::max_line_bytes) return false;
     const std::uint64_t from = end > 65536 ? end - 65536 : 0;
     const std::string_view b = read_at(fd, from, static_cast<std::size_t>(end - from), buf);
     if (b.size() != end - from) return false;
@@ -199,7 +199,7 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
 }
 
 void LinesIndex::read_lines(int fd, std::uint64_t end) {
-  store::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = max_line_bytes, .end = end});
+  store::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = store::max_line_bytes, .end = end});
   simdjson::dom::parser parser;
   RowReader reader(kind_, &uncounted_);
   std::vector<std::uint32_t> ids;
@@ -302,7 +302,7 @@ bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
       std::uint64_t at = std::max(starts.back(), state_.bytes + piece * i);
       for (bool found = false; !found;) {
         const ssize_t n = ::pread(*fd, buf, sizeof buf, static_cast<off_t>(at));
-        if (n <= 0 || at >= end || at - (state_.bytes + piece * i) > max_line_bytes) {
+        if (n <= 0 || at >= end || at - (state_.bytes + piece * i) > store::max_line_bytes) {
           platform::close_fd(*fd);
           return false;
         }

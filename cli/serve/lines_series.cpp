@@ -6,8 +6,8 @@
 // values were NaN or infinite; and the keys' list (keys_json).
 #include "cli/serve/lines_detail.hpp"
 
-#include "cli/json_lines.hpp"
 #include "io/platform/posix.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/line_reader.hpp"
 #include "runtime/core/json.hpp"
 
@@ -158,7 +158,7 @@ Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t 
   for (std::size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i], i);
   const Result<int> fd = platform::open_regular(path_, O_RDONLY);
   if (!fd) return fd.error();
-  store::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = max_line_bytes, .end = end});
+  store::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = store::max_line_bytes, .end = end});
   simdjson::dom::parser parser;
   RowReader reader(kind_, &uncounted_);
   std::vector<std::pair<std::size_t, double>> got; // the line's values of the keys wanted

@@ -1,6 +1,6 @@
 #include "cli/serve/media_index.hpp"
 
-#include "cli/json_lines.hpp"
+#include "io/store/json_lines.hpp"
 #include "io/store/media_log.hpp"
 #include "io/upload/http.hpp"
 
@@ -35,7 +35,7 @@ std::string_view media_content_type(std::string_view format) noexcept {
 }
 
 MediaIndex::MediaIndex(std::string path, std::uint64_t step_bytes_)
-    : file_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, max_line_bytes + 1)) {}
+    : file_(std::move(path)), step_bytes_(std::max<std::uint64_t>(step_bytes_, store::max_line_bytes + 1)) {}
 
 bool MediaIndex::refresh() {
   std::unique_lock lock(mutex_);

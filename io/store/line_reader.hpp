@@ -1,6 +1,6 @@
 // Complete lines of an append-only file (history.jsonl, system.jsonl,
 // events.jsonl, artifacts.jsonl, ...), read a chunk at a time: the one reader
-// under `chorus show`'s sections (cli/json_lines.cpp), `chorus serve`'s
+// under `chorus show`'s sections (io/store/json_lines.cpp), `chorus serve`'s
 // indexes (cli/serve/), the Uploader's slices (io/upload/slices.cpp) and the
 // Python reader. A last line without its newline is being written, or its
 // writer stopped mid-line: it is never handed out, only shown by rest().

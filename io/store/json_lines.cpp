@@ -1,4 +1,4 @@
-#include "cli/json_lines.hpp"
+#include "io/store/json_lines.hpp"
 
 #include "io/platform/posix.hpp"
 #include "io/store/line_reader.hpp"
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <fcntl.h>
 
-namespace chorus::cli {
+namespace chorus::store {
 namespace {
 
 bool blank(std::string_view s) {
@@ -63,4 +63,4 @@ Result<simdjson::dom::element> load_json_file(const std::string& path, simdjson:
   return doc;
 }
 
-} // namespace chorus::cli
+} // namespace chorus::store

@@ -13,11 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace chorus::cli {
-
-/// The longest line read_json_lines takes: the bound of every reader of a
-/// run's lines (io/store/line_reader.hpp).
-using store::max_line_bytes;
+namespace chorus::store {
 
 struct JsonLines {
   std::uint64_t used = 0;     // lines handed over and taken
@@ -27,7 +23,7 @@ struct JsonLines {
   std::string first_skipped_why;        // "TAPE_ERROR: ...", "no _step"
   bool unfinished = false;    // the last line lacks its newline: being written, or its writer stopped mid-line
   Error problem;              // the file could not be read, or was cut off at a line too long
-                              // (store::line_too_long: the lines after it are not read): why
+                              // (line_too_long: the lines after it are not read): why
 };
 
 /// Hands each complete line of `path` that is a JSON object to `take`, which
@@ -43,4 +39,4 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take);
 /// names the path.
 [[nodiscard]] Result<simdjson::dom::element> load_json_file(const std::string& path, simdjson::dom::parser& parser);
 
-} // namespace chorus::cli
+} // namespace chorus::store
