@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
   const fs::path tb_dir = dir.path / "tb";
   auto job = std::async(std::launch::async, [&] {
     return run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_UPLOAD=tensorboard:" + tb_dir.string() + " " +
-               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 5000 --step-us 1000 --histograms 1"));
+               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 20000 --step-us 1000 --histograms 1"));
   });
   const auto [run_dir, pid] = started_run(dir.path / "runs");
   BOOST_REQUIRE(pid > 0);
@@ -210,6 +210,10 @@ BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
     return got.points.size() >= 200 && got.histos.size() >= 30;
   };
   while (!written() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  // The job is long (20 s at the least) so that the host is still running
+  // here even where the upload trails it far (a loaded machine, a sanitizer).
+  BOOST_REQUIRE_MESSAGE(job.wait_for(0s) != std::future_status::ready,
+                        "the job ended before the upload had written 200 rows and 30 histograms: nothing was killed");
   BOOST_REQUIRE_EQUAL(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
   const Output o = job.get();
   BOOST_TEST_INFO_SCOPE(o.text);
