@@ -129,13 +129,15 @@ def check(root):
 
 
 def code_of(text):
-    """`text` with comments, string and character literals blanked (newlines kept)."""
+    """`text` with comments, string and character literals blanked: the same length, newlines kept."""
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
         if text.startswith("//", i):
             j = text.find("\n", i)
-            i = n if j < 0 else j
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
         elif text.startswith("/*", i):
             j = text.find("*/", i + 2)
             j = n if j < 0 else j + 2

@@ -15,7 +15,7 @@ Error configure(caf::actor_system_config& cfg, const Options& opts) noexcept {
     const Result<core::Settings> s = core::resolve(opts, core::process_env());
     if (!s) return s.error();
     if (!s->active) return {}; // an inactive rank links nothing
-    if (Error e = actors::configure_system(cfg, *s)) return e;
+    if (Error e = configure_system(cfg, *s)) return e;
     // Renders the proxy's errors (to_error reads them back).
     cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value, const caf::message& context) {
       std::string out = "chorus error: ";

@@ -204,7 +204,7 @@ using rank_proxy_actor =
     proxy_actor::extend<caf::reacts_to<nudge_atom>,
                         // (status): the process exits with it after the rank finished (the System,
                         // at exit): told to the run host, answered once it has it (or is gone)
-                        caf::replies_to<exited_atom, std::int32_t>::with<caf::ok_atom>>::extend_with<actors::rank_proxy>;
+                        caf::replies_to<exited_atom, std::int32_t>::with<caf::ok_atom>>::extend_with<rank_proxy>;
 /// Its timers: its drain loop (of a generation), the join's retry, the
 /// keepalive of a run host in another process, finish's bound.
 using rank_proxy_self =

@@ -43,7 +43,7 @@ struct ActorCall {
   enum class Kind : std::uint8_t { open, log, leave, gone } kind;
   caf::actor_addr sender;
   std::optional<std::int64_t> step;
-  actors::Values values;
+  Values values;
   caf::response_promise reply; // none for `gone`
 };
 
@@ -54,7 +54,7 @@ struct ActorReply {
 };
 
 caf::error to_caf_error(const Error& e) {
-  return caf::error(static_cast<std::uint8_t>(e.code()), actors::error_category, caf::make_message(e.message()));
+  return caf::error(static_cast<std::uint8_t>(e.code()), error_category, caf::make_message(e.message()));
 }
 
 void deliver(caf::response_promise& reply, const Error& e) {
@@ -477,7 +477,7 @@ void wake(proxy_ptr self) {
 /// A message of <chorus/caf.hpp>'s rank_proxy interface: it is answered once
 /// its ticket completes. Only actors of this process log through the proxy.
 caf::delegated<caf::ok_atom> take_actor_call(proxy_ptr self, ActorCall::Kind kind, std::optional<std::int64_t> step,
-                                             const actors::Values& values) {
+                                             const Values& values) {
   auto& st = self->state;
   // Read before the promise is made: making it takes the sender out of the message.
   const bool ours = from_this_process(self);
@@ -606,14 +606,14 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
         self->delayed_send(self, parked_poll, drain_atom::value, loop);
       },
       [self](nudge_atom) { wake(self); },
-      [self](actors::log_atom, const actors::Values& values) {
+      [self](log_atom, const Values& values) {
         return take_actor_call(self, ActorCall::Kind::log, std::nullopt, values);
       },
-      [self](actors::log_atom, std::int64_t step, const actors::Values& values) {
+      [self](log_atom, std::int64_t step, const Values& values) {
         return take_actor_call(self, ActorCall::Kind::log, step, values);
       },
-      [self](actors::open_atom) { return take_actor_call(self, ActorCall::Kind::open, std::nullopt, {}); },
-      [self](actors::leave_atom) { return take_actor_call(self, ActorCall::Kind::leave, std::nullopt, {}); },
+      [self](open_atom) { return take_actor_call(self, ActorCall::Kind::open, std::nullopt, {}); },
+      [self](leave_atom) { return take_actor_call(self, ActorCall::Kind::leave, std::nullopt, {}); },
       [self](ack_atom, std::uint32_t frames, std::uint64_t completed, const AckErrors& errors) {
         auto& st = self->state;
         if (!from(self, st.host)) return;

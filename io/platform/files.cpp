@@ -44,12 +44,12 @@ Error write_file_atomic(const std::string& path, std::string_view content, bool 
   // readers listing the directory never trip over it.
   const std::string tmp = dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-  const Result<int> opened = platform::open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
+  const Result<int> opened = open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
   if (!opened) return opened.error();
   const int fd = *opened;
-  Error err = platform::write_all(fd, content, tmp);
-  if (!err && durable) err = platform::sync_file(fd, tmp);
-  platform::close_fd(fd);
+  Error err = write_all(fd, content, tmp);
+  if (!err && durable) err = sync_file(fd, tmp);
+  close_fd(fd);
   if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
   if (err) ::unlink(tmp.c_str());
   return err;
@@ -60,7 +60,7 @@ Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bo
   // the first sync() all the same: its content may not be on the disk yet.
   struct stat st {};
   const bool had_content = ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
-  const Result<int> fd = platform::open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
+  const Result<int> fd = open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
   if (!fd) return fd.error();
   struct stat now {};
   const std::uint64_t size = ::fstat(*fd, &now) == 0 ? static_cast<std::uint64_t>(now.st_size) : 0;
@@ -70,7 +70,7 @@ Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bo
 // Writes `data` out; the size follows what reached the file, even part of it.
 Error AppendFile::write_out(std::string_view data) {
   unsynced_ = true;
-  Error e = platform::write_all(fd_, data, path_);
+  Error e = write_all(fd_, data, path_);
   if (!e) {
     size_ += data.size();
   } else if (struct stat now {}; ::fstat(fd_, &now) == 0) {
@@ -81,7 +81,7 @@ Error AppendFile::write_out(std::string_view data) {
 
 AppendFile::~AppendFile() {
   (void)flush();
-  platform::close_fd(fd_);
+  close_fd(fd_);
 }
 
 Error AppendFile::write(std::string_view data) {
@@ -107,7 +107,7 @@ Error AppendFile::flush() {
 Error AppendFile::sync() {
   if (Error e = flush()) return e;
   if (!unsynced_) return {};
-  Error e = platform::sync_file(fd_, path_, true);
+  Error e = sync_file(fd_, path_, true);
   if (!e) unsynced_ = false;
   return e;
 }

@@ -96,13 +96,13 @@ Error read_whole(const std::string& path, std::string& buf, std::string_view& te
     if (r < 0) {
       if (errno == EINTR) continue;
       const int errnum = errno;
-      platform::close_fd(fd);
+      close_fd(fd);
       return read_error(path, errnum, hint);
     }
     if (r == 0) break;
     n += static_cast<std::size_t>(r);
   }
-  platform::close_fd(fd);
+  close_fd(fd);
   text = std::string_view(buf.data(), n);
   return {};
 }

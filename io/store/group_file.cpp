@@ -205,7 +205,7 @@ void GroupManifest::settle() {
 std::string member_json(const GroupMember& m) {
   std::string out;
   core::JsonWriter w(out);
-  store::write_member(w, m, nullptr);
+  write_member(w, m, nullptr);
   return out;
 }
 
@@ -225,11 +225,11 @@ std::string group_json(const GroupManifest& g) {
   w.begin_object();
   for (auto [key, v] : texts_of_group(g)) w.key(key).string(*v);
   w.key("size").integer(g.size);
-  for (auto [key, v] : times_of(g)) store::optional_time(w, key, *v);
+  for (auto [key, v] : times_of(g)) optional_time(w, key, *v);
   w.key("members").begin_array();
   for (const GroupMember& m : g.members) {
     const auto codes = g.exit_codes_of(m);
-    store::write_member(w, m, &codes);
+    write_member(w, m, &codes);
   }
   w.end_array();
   w.key("exit_codes").begin_object();

@@ -22,7 +22,7 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
     out.problem = fd.error();
     return out;
   }
-  store::LineReader lines(*fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
+  LineReader lines(*fd, path, {}, {.chunk = 4u << 20, .max_line = max_line_bytes});
   simdjson::dom::parser parser;
   auto skip = [&](std::string_view why) {
     if (out.skipped++ > 0) return;
@@ -31,10 +31,10 @@ JsonLines read_json_lines(const std::string& path, const TakeLine& take) {
   };
   for (std::string_view line;;) {
     switch (lines.next(line)) {
-    case store::LineReader::Next::line: break;
-    case store::LineReader::Next::end: out.unfinished = !blank(lines.rest()); return out;
-    case store::LineReader::Next::too_long: // the lines after it are not read (store::line_too_long)
-    case store::LineReader::Next::failed: out.problem = lines.error(); return out;
+    case LineReader::Next::line: break;
+    case LineReader::Next::end: out.unfinished = !blank(lines.rest()); return out;
+    case LineReader::Next::too_long: // the lines after it are not read (store::line_too_long)
+    case LineReader::Next::failed: out.problem = lines.error(); return out;
     }
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
     if (line.empty()) continue;

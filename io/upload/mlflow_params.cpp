@@ -97,9 +97,9 @@ Sent MlflowBackend::log_params_and_tags(const UploadState& st, const Pairs* para
     core::JsonWriter w(body);
     w.begin_object().key("run_id").string(st.remote_run);
     const std::size_t pend = std::min(n, pi + mlflow_max_params);
-    if (params) upload::write_pairs(w.key("params"), *params, pi, pend);
+    if (params) write_pairs(w.key("params"), *params, pi, pend);
     const std::size_t tend = std::min(tags.size(), ti + mlflow_max_tags);
-    upload::write_pairs(w.key("tags"), tags, ti, tend);
+    write_pairs(w.key("tags"), tags, ti, tend);
     w.end_object();
     HttpResponse r = call("POST", "runs/log-batch", body);
     if (!r.ok()) return failed(r, what);

@@ -47,7 +47,7 @@ std::string render_state(const UploadState& s) {
   w.begin_object();
   w.key("url").string(s.url).key("remote_run").string(s.remote_run).key("experiment").string(s.experiment);
   w.key("entity").string(s.entity).key("project").string(s.project);
-  upload::write_cursor(w, "history", s.history);
+  write_cursor(w, "history", s.history);
   w.key("history_part").uinteger(s.history_part);
   write_cursor(w, "system", s.system);
   w.key("system_part").uinteger(s.system_part);
@@ -135,7 +135,7 @@ Error UploadState::load(const std::string& path) {
 
 Error UploadState::save(const std::string& path) const { return platform::write_file_atomic(path, render_state(*this)); }
 
-Error upload::OffsetsWriter::save(const UploadState& st) {
+Error OffsetsWriter::save(const UploadState& st) {
   const auto now = std::chrono::steady_clock::now();
   const bool durable = now - durable_at_ >= durable_every || st.remote_run != durable_run_ ||
                        st.final_sent != durable_final_ || st.events != durable_events_;
@@ -152,7 +152,7 @@ Error upload::OffsetsWriter::save(const UploadState& st) {
   return {};
 }
 
-Error upload::OffsetsWriter::flush(const UploadState& st) { return pending_durable_ ? st.save(path_) : Error(); }
+Error OffsetsWriter::flush(const UploadState& st) { return pending_durable_ ? st.save(path_) : Error(); }
 
 std::uint64_t points_pending(const std::string& run_dir, const UploadState& state) {
   std::uint64_t n = 0;

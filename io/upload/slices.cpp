@@ -89,7 +89,7 @@ Error read_lines(const std::string& path, store::Cursor from, std::size_t max_by
   return {};
 }
 
-Error upload::KeptSlice::refresh(const std::string& path, store::Cursor at, std::size_t read_bytes, SteadyTime fresh_after,
+Error KeptSlice::refresh(const std::string& path, store::Cursor at, std::size_t read_bytes, SteadyTime fresh_after,
                                  std::uint64_t limit) {
   // A slice that ends at a line too long holds all that can be read of
   // the file: it is kept while any of it is left, and read again only where

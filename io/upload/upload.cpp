@@ -27,7 +27,7 @@ struct Uploader::Impl {
   std::unique_ptr<HttpClient> http; // for a backend that speaks HTTP
   std::unique_ptr<Backend> backend;
   UploadState st;
-  upload::OffsetsWriter offsets;
+  OffsetsWriter offsets;
   Backoff backoff;
   bool remote_open = false;
   int lock_fd = -1;
@@ -37,9 +37,9 @@ struct Uploader::Impl {
   bool resume_checked = false; // whether a delivered end was checked against a resumed run
   std::string stop_reason;
 
-  upload::KeptSlice history, system, histograms, media, events;
+  KeptSlice history, system, histograms, media, events;
   std::optional<SteadyTime> ended_at; // when run.json was first seen to hold the run's end
-  upload::StepsBefore before; // histograms.jsonl's and media.jsonl's last steps as read before history.jsonl
+  StepsBefore before; // histograms.jsonl's and media.jsonl's last steps as read before history.jsonl
   LineSlice artifacts;
   std::vector<ArtifactEntry> entries;
   std::string config, summary;
@@ -83,7 +83,7 @@ struct Uploader::Impl {
 
   Error read_parts() {
     // What histograms.jsonl and media.jsonl held as read before history.jsonl now is.
-    before = {upload::last_step(histograms), upload::last_step(media)};
+    before = {last_step(histograms), last_step(media)};
     // A live run's files are read as far as its synced WAL backs them
     // (DurableBounds), history.jsonl's bound first: the others' are as new.
     const auto bound = [d = settings.durable.get()](const std::atomic<std::uint64_t> DurableBounds::* b) {
@@ -124,7 +124,7 @@ struct Uploader::Impl {
                                    bound(&DurableBounds::events)))
         return e;
     if (Error e = read_lines(dir + "/artifacts.jsonl", st.artifacts, 1u << 20, artifacts)) return e;
-    upload::read_artifacts(artifacts.lines, entries);
+    read_artifacts(artifacts.lines, entries);
     damaged = {};
     for (const LineSlice* l : {&history.slice, &system.slice, &histograms.slice, &media.slice, &events.slice, &artifacts})
       if (l->damaged && !damaged) damaged = l->damaged;
@@ -177,8 +177,8 @@ struct Uploader::Impl {
     }
     bool left_out = false; // lines of steps not yet whole
     if (use == HistogramUse::by_step) {
-      const upload::WholeSteps whole =
-          upload::whole_steps(history, histograms, backend->media() ? &media : nullptr, before, ended_at);
+      const WholeSteps whole =
+          whole_steps(history, histograms, backend->media() ? &media : nullptr, before, ended_at);
       left_out = whole.history < b.history.size() || whole.histograms < b.histograms.size() ||
                  whole.media < b.media.size();
       b.history = b.history.first(whole.history);
@@ -327,7 +327,7 @@ Uploader::~Uploader() = default;
 Error Uploader::open() {
   Impl& s = *impl_;
   if (Error e = platform::make_dirs(s.upload_dir)) return e;
-  const Result<int> lock = upload::take_upload_lock(s.lock_file, s.dir + " to " + s.target.url);
+  const Result<int> lock = take_upload_lock(s.lock_file, s.dir + " to " + s.target.url);
   if (!lock) return lock.error();
   s.lock_fd = *lock;
   if (Error e = s.st.load(s.offsets.path())) return e;

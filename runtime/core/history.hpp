@@ -93,7 +93,7 @@ public:
   virtual void alert_rule(int /*rank*/, std::uint32_t /*key*/, AlertRule /*rule*/) {}
   /// An event the run host told (core::wire::HostEvent::event), in WAL order; its
   /// strings live as long as the call.
-  virtual void event(const core::wire::EventRecord& /*event*/) {}
+  virtual void event(const wire::EventRecord& /*event*/) {}
   /// `rank` joined the current attempt at `ts_us` (the run host's clock,
   /// unix microseconds, as its rank_joined event says): once a rank an
   /// attempt, before the rank_state that says it runs.

@@ -122,7 +122,7 @@ struct Merger::State {
     return frame_check.run(body, r.keys, r.streams, r.seq, names);
   }
 
-  void define_key(Rank& r, const core::wire::KeyDef& k) {
+  void define_key(Rank& r, const wire::KeyDef& k) {
     LocalKey& lk = r.keys[k.id];
     if (lk.gid != key_in_frame) return; // known already
     lk.gid = names.intern(k.name);
@@ -131,7 +131,7 @@ struct Merger::State {
     lk.canon = r.canon_of.try_emplace(lk.gid, k.id).first->second;
   }
 
-  [[nodiscard]] std::string key_names(const Rank& r, const core::wire::Values& v) const {
+  [[nodiscard]] std::string key_names(const Rank& r, const wire::Values& v) const {
     if (v.n == 0) return "an empty log call";
     std::string out;
     std::vector<std::uint32_t> seen;
@@ -185,15 +185,15 @@ struct Merger::State {
 
   // ---- events of a rank ---------------------------------------------------
 
-  void process(int rank, const core::wire::RankEvent& ev) {
+  void process(int rank, const wire::RankEvent& ev) {
     Rank& r = ranks[rank];
-    if (const auto* v = std::get_if<core::wire::Values>(&ev)) {
+    if (const auto* v = std::get_if<wire::Values>(&ev)) {
       log_values(rank, *v);
-    } else if (const auto* h = std::get_if<core::wire::HistogramValue>(&ev)) {
+    } else if (const auto* h = std::get_if<wire::HistogramValue>(&ev)) {
       log_histogram(rank, *h);
-    } else if (const auto* m = std::get_if<core::wire::MediaValue>(&ev)) {
+    } else if (const auto* m = std::get_if<wire::MediaValue>(&ev)) {
       log_media(rank, *m);
-    } else if (const auto* d = std::get_if<core::wire::Define>(&ev)) {
+    } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
       const std::uint32_t gid = r.keys[d->key].gid;
       if (d->reduce == Reduce::merge) {
         RunKeys::Kind& kind = names.kind(gid);
@@ -211,36 +211,36 @@ struct Merger::State {
       names.reduction(gid) = d->reduce;
       declared(gid);
       sink.completed(rank, d->seq, nullptr);
-    } else if (const auto* m = std::get_if<core::wire::MetricView>(&ev)) {
+    } else if (const auto* m = std::get_if<wire::MetricView>(&ev)) {
       const std::uint32_t gid = r.keys[m->key].gid;
       RunKeys::View& view = names.view(gid);
-      if (m->summary != core::wire::unchanged_summary) view.summary = static_cast<Summary>(m->summary);
-      if (m->step_key != core::wire::no_step_metric) view.step = r.keys[m->step_key].gid;
+      if (m->summary != wire::unchanged_summary) view.summary = static_cast<Summary>(m->summary);
+      if (m->step_key != wire::no_step_metric) view.step = r.keys[m->step_key].gid;
       declared(gid);
       sink.completed(rank, m->seq, nullptr);
-    } else if (const auto* a = std::get_if<core::wire::AlertRuleDef>(&ev)) {
+    } else if (const auto* a = std::get_if<wire::AlertRuleDef>(&ev)) {
       sink.alert_rule(rank, r.keys[a->key].gid, a->rule);
       sink.completed(rank, a->seq, nullptr);
-    } else if (const auto* x = std::get_if<core::wire::Refused>(&ev)) {
+    } else if (const auto* x = std::get_if<wire::Refused>(&ev)) {
       values_rejected += x->n;
       sink.refused(rank, x->seq, x->step, Error(x->code, std::string(x->message)), x->values, x->n);
       sink.completed(rank, x->seq, nullptr);
-    } else if (const auto* b = std::get_if<core::wire::Barrier>(&ev)) {
+    } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
       reach_barrier(rank, *b);
-    } else if (const auto* c = std::get_if<core::wire::Config>(&ev)) {
+    } else if (const auto* c = std::get_if<wire::Config>(&ev)) {
       sink.config(rank, c->json);
       sink.completed(rank, c->seq, nullptr);
-    } else if (const auto* s = std::get_if<core::wire::Summary>(&ev)) {
+    } else if (const auto* s = std::get_if<wire::Summary>(&ev)) {
       sink.summary(rank, s->json);
       sink.completed(rank, s->seq, nullptr);
-    } else if (const auto* st = std::get_if<core::wire::Stream>(&ev)) {
+    } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
       if (st->open)
         r.streams.open(st->id, last_committed);
       else
         r.streams.close(st->id);
       restand(rank);
       sink.completed(rank, st->seq, nullptr);
-    } else if (const auto* f = std::get_if<core::wire::Finish>(&ev)) {
+    } else if (const auto* f = std::get_if<wire::Finish>(&ev)) {
       r.closed = true;
       if (r.state == RunState::running) leave(rank, f->state, end_reason(*f));
       sink.completed(rank, f->seq, nullptr);
@@ -248,7 +248,7 @@ struct Merger::State {
   }
 
   /// Why a rank ended as its finish says: "" for finished.
-  static std::string end_reason(const core::wire::Finish& f) {
+  static std::string end_reason(const wire::Finish& f) {
     std::string why;
     if (f.state == RunState::failed) {
       why = "ended its run with exit code ";
@@ -280,13 +280,13 @@ struct Merger::State {
   bool place_call(int rank, std::uint32_t sid, std::int64_t asked, What&& what, std::int64_t& step, Error& why) {
     Rank& r = ranks[rank];
     RankStreams::Stream& stream = sid == 0 ? r.streams.default_stream(last_committed) : r.streams.at(sid);
-    const bool automatic = asked == core::wire::auto_step || (asked == core::wire::same_step && stream.last_step < 0);
+    const bool automatic = asked == wire::auto_step || (asked == wire::same_step && stream.last_step < 0);
     if (automatic && stream.cursor >= max_step) {
       step = stream.cursor;
       why = {Errc::invalid_argument, producer(rank, sid) + ": the automatic step would pass the largest step"};
       return false;
     }
-    step = automatic ? stream.cursor + 1 : asked == core::wire::same_step ? stream.last_step : asked;
+    step = automatic ? stream.cursor + 1 : asked == wire::same_step ? stream.last_step : asked;
     if (step < 0 || step > max_step) {
       why = {Errc::invalid_argument, producer(rank, sid) + " logged " + what() + " at step " + std::to_string(step) +
                                          ", outside 0.." + std::to_string(max_step) + ": steps start at 0"};
@@ -311,7 +311,7 @@ struct Merger::State {
     return true;
   }
 
-  void log_values(int rank, const core::wire::Values& v) {
+  void log_values(int rank, const wire::Values& v) {
     Rank& r = ranks[rank];
     std::int64_t step = v.step;
     Error why;
@@ -345,7 +345,7 @@ struct Merger::State {
   /// A key holds scalars or histograms, never both: false (and why) when
   /// one of the call's keys holds histograms. The first call of a rank with
   /// a key checks it; later ones pass on a flag of the rank's own.
-  bool scalars_allowed(int rank, const core::wire::Values& v, Error& why) {
+  bool scalars_allowed(int rank, const wire::Values& v, Error& why) {
     LocalKey* keys = ranks[rank].keys.data();
     bool all = true;
     for (std::uint32_t i = 0; i < v.n; ++i) all = all && keys[keys[v.key(i)].canon].scalar;
@@ -382,7 +382,7 @@ struct Merger::State {
     return "nothing";
   }
 
-  void log_media(int rank, const core::wire::MediaValue& m) {
+  void log_media(int rank, const wire::MediaValue& m) {
     Rank& r = ranks[rank];
     const std::uint32_t gid = r.keys[m.key].gid;
     const std::string& name = names[gid];
@@ -410,7 +410,7 @@ struct Merger::State {
       return;
     }
     std::string json;
-    core::JsonWriter w(json);
+    JsonWriter w(json);
     w.begin_object().key(name).begin_object().key(to_string(value.kind)).begin_object();
     w.key("format").string(value.format).key("bytes").uinteger(value.data.size()).end_object().end_object().end_object();
     values_rejected += 1;
@@ -418,7 +418,7 @@ struct Merger::State {
     sink.completed(rank, m.seq, &why);
   }
 
-  void log_histogram(int rank, const core::wire::HistogramValue& h) {
+  void log_histogram(int rank, const wire::HistogramValue& h) {
     Rank& r = ranks[rank];
     const std::uint32_t gid = r.keys[h.key].gid;
     const std::string& name = names[gid];
@@ -442,11 +442,11 @@ struct Merger::State {
     sink.completed(rank, h.seq, nullptr);
   }
 
-  void refuse_histogram(int rank, const core::wire::HistogramValue& h, std::int64_t step, const Error& why) {
+  void refuse_histogram(int rank, const wire::HistogramValue& h, std::int64_t step, const Error& why) {
     Histogram value;
     (void)histogram::decode(h.body, value);
     std::string json;
-    core::JsonWriter w(json);
+    JsonWriter w(json);
     w.begin_object().key(names[ranks[rank].keys[h.key].gid]).begin_object().key("histogram").begin_object();
     w.key("count").uinteger(value.count()).key("min").number(value.min()).key("max").number(value.max());
     w.end_object().end_object().end_object();
@@ -469,7 +469,7 @@ struct Merger::State {
                                       std::to_string(last) + tail};
   }
 
-  void refuse(int rank, const core::wire::Values& v, std::int64_t step, const Error& why) {
+  void refuse(int rank, const wire::Values& v, std::int64_t step, const Error& why) {
     const Rank& r = ranks[rank];
     refused.clear();
     for (std::uint32_t i = 0; i < v.n; ++i) refused.emplace_back(names[r.keys[v.key(i)].gid], v.value(i));
@@ -478,7 +478,7 @@ struct Merger::State {
     sink.completed(rank, v.seq, &why);
   }
 
-  void reach_barrier(int rank, const core::wire::Barrier& b) {
+  void reach_barrier(int rank, const wire::Barrier& b) {
     Rank& r = ranks[rank];
     const std::uint64_t index = r.barriers++;
     const std::uint32_t name = r.keys[b.name_key].gid;
@@ -570,10 +570,10 @@ struct Merger::State {
   void drain(int rank) {
     Rank& r = ranks[rank];
     std::vector<char>& waiting = r.parked_events;
-    core::wire::EventReader in(std::span<const char>(waiting).subspan(r.parked_from));
-    core::wire::RankEvent ev;
+    wire::EventReader in(std::span<const char>(waiting).subspan(r.parked_from));
+    wire::RankEvent ev;
     for (std::size_t at = 0; in.next(ev); at = in.offset()) {
-      if (std::holds_alternative<core::wire::KeyDef>(ev)) continue; // applied when it arrived
+      if (std::holds_alternative<wire::KeyDef>(ev)) continue; // applied when it arrived
       if (r.closed) break;
       if (r.parked) { // keep the rest where it is: a rank far ahead must not cost a copy per barrier
         r.parked_from += at;
@@ -686,7 +686,7 @@ struct Merger::State {
 
   /// Whether a rank batch is taken. Its check marks the keys it defines and
   /// moves the rank's seq on (FrameCheck): a `take` is applied next.
-  Admit admit_batch(const core::wire::Frame& f) {
+  Admit admit_batch(const wire::Frame& f) {
     if (!started || f.rank >= ranks.size()) return Admit::refuse;
     if (ended) return Admit::ignore;
     Rank& r = ranks[f.rank];
@@ -696,37 +696,37 @@ struct Merger::State {
   }
 
   /// Whether host_event() takes `h`: the checks it makes before any change.
-  [[nodiscard]] Admit admit_host_event(const core::wire::HostEventData& h) const {
-    if (const auto* s = std::get_if<core::wire::RunStart>(&h))
+  [[nodiscard]] Admit admit_host_event(const wire::HostEventData& h) const {
+    if (const auto* s = std::get_if<wire::RunStart>(&h))
       return (started && !ended) || s->world_size == 0 || s->world_size > max_world ? Admit::refuse : Admit::take;
     if (!started) return Admit::refuse;
     const auto in_range = [this](std::uint32_t rank) { return rank < ranks.size() ? Admit::take : Admit::refuse; };
-    if (const auto* j = std::get_if<core::wire::RankJoined>(&h)) return in_range(j->rank);
-    if (const auto* d = std::get_if<core::wire::RankDead>(&h)) return in_range(d->rank);
-    if (const auto* x = std::get_if<core::wire::RankExit>(&h)) return in_range(x->rank);
-    if (std::holds_alternative<core::wire::BarrierTimeout>(h) || std::holds_alternative<core::wire::FinishTimeout>(h) ||
-        std::holds_alternative<core::wire::RunEnd>(h) || std::holds_alternative<core::wire::EventRecord>(h))
+    if (const auto* j = std::get_if<wire::RankJoined>(&h)) return in_range(j->rank);
+    if (const auto* d = std::get_if<wire::RankDead>(&h)) return in_range(d->rank);
+    if (const auto* x = std::get_if<wire::RankExit>(&h)) return in_range(x->rank);
+    if (std::holds_alternative<wire::BarrierTimeout>(h) || std::holds_alternative<wire::FinishTimeout>(h) ||
+        std::holds_alternative<wire::RunEnd>(h) || std::holds_alternative<wire::EventRecord>(h))
       return Admit::take;
     return Admit::refuse;
   }
 
-  Admit admit(const core::wire::Frame& f) {
-    return f.type == core::wire::FrameType::host_event ? admit_host_event(f.host) : admit_batch(f);
+  Admit admit(const wire::Frame& f) {
+    return f.type == wire::FrameType::host_event ? admit_host_event(f.host) : admit_batch(f);
   }
 
-  void apply(const core::wire::Frame& f) {
-    if (f.type == core::wire::FrameType::host_event) host_event(f.host);
+  void apply(const wire::Frame& f) {
+    if (f.type == wire::FrameType::host_event) host_event(f.host);
     else rank_batch(f);
   }
 
   // The events of a batch that admit_batch took.
-  void rank_batch(const core::wire::Frame& f) {
+  void rank_batch(const wire::Frame& f) {
     const int rank = static_cast<int>(f.rank);
     Rank& r = ranks[rank];
-    core::wire::EventReader in(f.body);
-    core::wire::RankEvent ev;
+    wire::EventReader in(f.body);
+    wire::RankEvent ev;
     for (std::size_t at = 0; in.next(ev); at = in.offset()) {
-      if (const auto* k = std::get_if<core::wire::KeyDef>(&ev)) {
+      if (const auto* k = std::get_if<wire::KeyDef>(&ev)) {
         define_key(r, *k); // at once, even behind a barrier: it names, it does not happen
         continue;
       }
@@ -734,7 +734,7 @@ struct Merger::State {
       if (r.parked) {
         r.parked_events.insert(r.parked_events.end(), f.body.begin() + static_cast<std::ptrdiff_t>(at),
                                f.body.begin() + static_cast<std::ptrdiff_t>(in.offset()));
-        if (std::holds_alternative<core::wire::Finish>(ev)) r.finish_parked = true;
+        if (std::holds_alternative<wire::Finish>(ev)) r.finish_parked = true;
         continue;
       }
       process(rank, ev);
@@ -743,8 +743,8 @@ struct Merger::State {
   }
 
   // A host event that admit_host_event took.
-  void host_event(const core::wire::HostEventData& h) {
-    if (const auto* s = std::get_if<core::wire::RunStart>(&h)) {
+  void host_event(const wire::HostEventData& h) {
+    if (const auto* s = std::get_if<wire::RunStart>(&h)) {
       // A run_start after run_end is a resumed attempt: fresh ranks, the
       // history, keys and counts go on, and so does the runtime's origin.
       // Its ranks' auto steps start past the last committed step.
@@ -764,7 +764,7 @@ struct Merger::State {
       sink.run_start(s->run_json, s->ts_us, s->world_size);
       return;
     }
-    if (const auto* j = std::get_if<core::wire::RankJoined>(&h)) {
+    if (const auto* j = std::get_if<wire::RankJoined>(&h)) {
       Rank& r = ranks[j->rank];
       if (ended || r.joined || r.state != RunState::running) return;
       r.joined = true;
@@ -773,19 +773,19 @@ struct Merger::State {
       sink.rank_state(static_cast<int>(j->rank), RunState::running, r.last_step, r.host, {});
       return;
     }
-    if (const auto* d = std::get_if<core::wire::RankDead>(&h)) {
+    if (const auto* d = std::get_if<wire::RankDead>(&h)) {
       if (ended || ranks[d->rank].state != RunState::running) return;
       leave(static_cast<int>(d->rank), RunState::crashed, d->reason);
       settle();
       return;
     }
-    if (const auto* b = std::get_if<core::wire::BarrierTimeout>(&h)) {
+    if (const auto* b = std::get_if<wire::BarrierTimeout>(&h)) {
       if (ended || parked == 0 || b->index != released) return; // a stale timer
       release(Release::timeout);
       settle();
       return;
     }
-    if (std::holds_alternative<core::wire::FinishTimeout>(h)) {
+    if (std::holds_alternative<wire::FinishTimeout>(h)) {
       if (ended) return;
       // The run is ending: an open barrier lets its waiters through first, so
       // that a rank that finished while it waited there (interrupted at the
@@ -803,7 +803,7 @@ struct Merger::State {
       settle();
       return;
     }
-    if (const auto* e = std::get_if<core::wire::RunEnd>(&h)) {
+    if (const auto* e = std::get_if<wire::RunEnd>(&h)) {
       if (ended) return;
       // Nothing logged is lost: each open barrier lets its waiters through.
       while (parked > 0) release(parked_live == live ? Release::arrived : Release::run_end);
@@ -814,11 +814,11 @@ struct Merger::State {
       sink.run_end(e->state, e->ts_us);
       return;
     }
-    if (const auto* ev = std::get_if<core::wire::EventRecord>(&h)) {
+    if (const auto* ev = std::get_if<wire::EventRecord>(&h)) {
       sink.event(*ev); // told, not merged: a replay tells it again
       return;
     }
-    if (const auto* x = std::get_if<core::wire::RankExit>(&h)) {
+    if (const auto* x = std::get_if<wire::RankExit>(&h)) {
       Rank& r = ranks[x->rank];
       // Only a finish that said "finished" is taken back: a rank that ended
       // otherwise says so already, and one still running is yet to end.
@@ -838,21 +838,21 @@ struct Merger::State {
 Merger::Merger(HistorySink& sink) : s_(std::make_unique<State>(sink)) {}
 Merger::~Merger() = default;
 
-bool Merger::admit(std::span<const char> frame, core::wire::Frame& out) {
+bool Merger::admit(std::span<const char> frame, wire::Frame& out) {
   s_->admitted = State::Admit::refuse;
-  if (!core::wire::decode(frame, out)) return false;
+  if (!wire::decode(frame, out)) return false;
   s_->admitted = s_->admit(out);
   return s_->admitted != State::Admit::refuse;
 }
 
-void Merger::apply(const core::wire::Frame& admitted) {
+void Merger::apply(const wire::Frame& admitted) {
   assert(s_->admitted != State::Admit::refuse);
   if (s_->admitted == State::Admit::take) s_->apply(admitted);
   s_->admitted = State::Admit::refuse;
 }
 
 bool Merger::apply(std::span<const char> frame) {
-  core::wire::Frame f;
+  wire::Frame f;
   if (!admit(frame, f)) return false;
   apply(f);
   return true;

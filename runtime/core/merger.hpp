@@ -106,8 +106,8 @@ public:
   /// changing nothing the run shows; false if apply() would refuse it. A
   /// true answer is followed by apply(out), before any other frame, while
   /// the bytes `out` points into live.
-  [[nodiscard]] bool admit(std::span<const char> frame, core::wire::Frame& out);
-  void apply(const core::wire::Frame& admitted);
+  [[nodiscard]] bool admit(std::span<const char> frame, wire::Frame& out);
+  void apply(const wire::Frame& admitted);
 
   /// The name of a key id that appears in a Row.
   [[nodiscard]] std::string_view key_name(std::uint32_t key) const;

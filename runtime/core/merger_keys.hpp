@@ -121,8 +121,8 @@ public:
     auto known = [&keys](std::uint32_t id) { return id < keys.size() && keys[id].gid != no_key; };
     bool ok = true;
     std::uint64_t seq = rank_seq;
-    core::wire::EventReader in(body);
-    core::wire::RankEvent ev;
+    wire::EventReader in(body);
+    wire::RankEvent ev;
     while (ok && in.next(ev)) {
       const std::uint64_t next = std::visit(
           [seq](const auto& e) -> std::uint64_t {
@@ -134,8 +134,8 @@ public:
         ok = false;
         break;
       }
-      if (!std::holds_alternative<core::wire::KeyDef>(ev)) seq = next;
-      if (const auto* k = std::get_if<core::wire::KeyDef>(&ev)) {
+      if (!std::holds_alternative<wire::KeyDef>(ev)) seq = next;
+      if (const auto* k = std::get_if<wire::KeyDef>(&ev)) {
         if (k->id >= max_local_key) {
           ok = false;
           break;
@@ -153,20 +153,20 @@ public:
         } else {
           ok = names[lk.gid] == k->name;
         }
-      } else if (const auto* v = std::get_if<core::wire::Values>(&ev)) {
+      } else if (const auto* v = std::get_if<wire::Values>(&ev)) {
         ok = streams.named(v->stream);
         for (std::uint32_t i = 0; ok && i < v->n; ++i) ok = known(v->key(i));
-      } else if (const auto* h = std::get_if<core::wire::HistogramValue>(&ev)) {
+      } else if (const auto* h = std::get_if<wire::HistogramValue>(&ev)) {
         ok = streams.named(h->stream) && known(h->key);
-      } else if (const auto* m = std::get_if<core::wire::MediaValue>(&ev)) {
+      } else if (const auto* m = std::get_if<wire::MediaValue>(&ev)) {
         ok = streams.named(m->stream) && known(m->key);
-      } else if (const auto* st = std::get_if<core::wire::Stream>(&ev)) {
+      } else if (const auto* st = std::get_if<wire::Stream>(&ev)) {
         ok = streams.name(*st);
-      } else if (const auto* d = std::get_if<core::wire::Define>(&ev)) {
+      } else if (const auto* d = std::get_if<wire::Define>(&ev)) {
         ok = known(d->key);
-      } else if (const auto* m = std::get_if<core::wire::MetricView>(&ev)) {
-        ok = known(m->key) && (m->step_key == core::wire::no_step_metric || known(m->step_key));
-      } else if (const auto* b = std::get_if<core::wire::Barrier>(&ev)) {
+      } else if (const auto* m = std::get_if<wire::MetricView>(&ev)) {
+        ok = known(m->key) && (m->step_key == wire::no_step_metric || known(m->step_key));
+      } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
         ok = known(b->name_key);
       }
     }

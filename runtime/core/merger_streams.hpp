@@ -28,7 +28,7 @@ public:
 
   /// Applies a stream event to what is named; false if it opens a stream
   /// already open or closes one that is not.
-  bool name(const core::wire::Stream& e) {
+  bool name(const wire::Stream& e) {
     Stream& s = at(e.id);
     if (s.named == e.open) return false;
     s.named = e.open;
