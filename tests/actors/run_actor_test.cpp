@@ -585,6 +585,22 @@ struct WireConfig : caf::actor_system_config {
   }
 };
 
+/// `m` as CAF's binary serializer writes it for another process.
+std::vector<char> serialized(caf::actor_system& sys, caf::message m) {
+  std::vector<char> bytes;
+  caf::binary_serializer sink{sys, bytes};
+  BOOST_TEST_REQUIRE(!sink(m));
+  return bytes;
+}
+
+/// What a process reads from `bytes`, which must deserialize.
+caf::message deserialized(caf::actor_system& sys, const std::vector<char>& bytes) {
+  caf::message got;
+  caf::binary_deserializer source{sys, bytes};
+  BOOST_TEST_REQUIRE(!source(got));
+  return got;
+}
+
 } // namespace
 
 // An ack's errors cross processes as CAF serializes them; what a peer sends
@@ -595,13 +611,9 @@ BOOST_AUTO_TEST_CASE(ack_errors_cross_processes_and_garbage_is_refused) {
   caf::actor_system sys{cfg};
   const AckErrors errors{{7, Error(Errc::barrier_timeout, "barrier 'epoch' timed out")},
                          {9, Error(Errc::invalid_key, "")}};
-  caf::message sent = caf::make_message(ack_atom::value, std::uint32_t{2}, std::uint64_t{9}, errors);
-  std::vector<char> bytes;
-  caf::binary_serializer sink{sys, bytes};
-  BOOST_TEST_REQUIRE(!sink(sent));
-  caf::message got;
-  caf::binary_deserializer source{sys, bytes};
-  BOOST_TEST_REQUIRE(!source(got));
+  const std::vector<char> bytes =
+      serialized(sys, caf::make_message(ack_atom::value, std::uint32_t{2}, std::uint64_t{9}, errors));
+  const caf::message got = deserialized(sys, bytes);
   BOOST_TEST_REQUIRE((got.match_elements<ack_atom, std::uint32_t, std::uint64_t, AckErrors>()));
   BOOST_TEST((got.get_as<AckErrors>(3) == errors));
   BOOST_TEST(got.get_as<AckErrors>(3)[0].error().message() == "barrier 'epoch' timed out");
@@ -647,14 +659,9 @@ BOOST_AUTO_TEST_CASE(a_wire_error_carries_an_error_across_processes) {
   WireConfig cfg;
   caf::actor_system sys{cfg};
   const Error refused(Errc::connect_failed, "rank 3 belongs to another job");
-  caf::message sent = caf::make_message(joined_atom::value, WireError(refused), std::string(), std::string(),
-                                        caf::actor());
-  std::vector<char> bytes;
-  caf::binary_serializer sink{sys, bytes};
-  BOOST_TEST_REQUIRE(!sink(sent));
-  caf::message got;
-  caf::binary_deserializer source{sys, bytes};
-  BOOST_TEST_REQUIRE(!source(got));
+  const caf::message got = deserialized(
+      sys, serialized(sys, caf::make_message(joined_atom::value, WireError(refused), std::string(), std::string(),
+                                             caf::actor())));
   BOOST_TEST_REQUIRE((got.match_elements<joined_atom, WireError, std::string, std::string, caf::actor>()));
   const Error back = got.get_as<WireError>(1).error();
   BOOST_TEST((back.code() == Errc::connect_failed));
