@@ -55,7 +55,7 @@ public:
   SystemImpl(const core::Settings& s, const LinkPlan& plan, std::string socket_dir, std::string secret,
              std::string group_secret, caf::actor_system* actors)
       : group_tls_(plan.group_tls), secret_(std::move(secret)), group_secret_(std::move(group_secret)),
-        own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s, plan))),
+        own_(actors != nullptr ? nullptr : std::make_unique<caf::actor_system>(configure_own(cfg_, s))),
         sys_(actors != nullptr ? *actors : *own_),
         links_(sys_, plan, std::move(socket_dir), links_anything(s) && s.topo.num_nodes > 1, s.opts.connection_timeout) {}
 
@@ -93,12 +93,11 @@ public:
   caf::actor proxy() const override { return caf::actor_cast<caf::actor>(proxy_); }
 
   /// Chorus's own actor system: what links need, and its scheduler.
-  static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const core::Settings& s,
-                                                 const LinkPlan& plan) {
+  static caf::actor_system_config& configure_own(caf::actor_system_config& cfg, const core::Settings& s) {
     // A run of this process alone starts no middleman (its threads, its
     // multiplexer, its look at the network interfaces): nothing links.
     if (links_anything(s))
-      configure_links(cfg, s, plan);
+      configure_links(cfg, s);
     else
       register_wire_types(cfg);
     cfg.set("scheduler.max-threads", 2);
@@ -391,9 +390,10 @@ private:
 } // namespace
 
 Error configure_system(caf::actor_system_config& cfg, const core::Settings& s) {
+  // The plan's checks (credentials, CHORUS_INSECURE) fail here, before the system exists.
   const Result<LinkPlan> plan = plan_links(s);
   if (!plan) return plan.error();
-  configure_links(cfg, s, *plan);
+  configure_links(cfg, s);
   return {};
 }
 
@@ -403,7 +403,7 @@ Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::
   if (!planned) return planned.error();
   const LinkPlan& plan = *planned;
   if (actors != nullptr)
-    if (Error e = check_orchestrator_system(*actors, s, plan)) return e;
+    if (Error e = check_orchestrator_system(*actors, s)) return e;
   if (plan.across_nodes && !plan.tls && s.topo.rank == 0)
     std::fprintf(stderr, "chorus: WARNING: CHORUS_INSECURE=1: the run host on port %u accepts records from any "
                          "peer that can reach it, unauthenticated; make credentials with `chorus certs DIR` and set "

@@ -22,7 +22,7 @@
 // and the ranks' other output, counted by kind.
 //
 //   bench_multinode [--nodes 8] [--per-node 32] [--steps 20] [--init-timeout 60]
-//                   [--finish-timeout 60] [--limit SECONDS]
+//                   [--finish-timeout 60] [--limit SECONDS] [--tls 1|0]
 //   bench_multinode --rank STEPS BARRIER_S   one rank (what the launches start)
 //
 // Needs root (network namespaces); says so and measures nothing otherwise.
@@ -107,6 +107,7 @@ struct Args {
   int nodes = 8, per_node = 32;
   long steps = 20;
   double init_timeout = 60, finish_timeout = 60, limit = 0;
+  bool tls = true; // links between nodes mutual TLS; plain TCP (CHORUS_INSECURE=1) with --tls 0
 };
 
 /// How long the ranks wait at their start barrier: a rank started last may
@@ -116,7 +117,7 @@ double barrier_s(const Args& a) { return a.init_timeout + 30; }
 Args parse(int argc, char** argv) {
   Args a;
   const char* usage = "usage: bench_multinode [--nodes 8] [--per-node 32] [--steps 20] [--init-timeout 60] "
-                      "[--finish-timeout 60] [--limit SECONDS]\n";
+                      "[--finish-timeout 60] [--limit SECONDS] [--tls 1|0]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--help" || k == "-h") {
@@ -134,6 +135,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--init-timeout") a.init_timeout = v;
     else if (k == "--finish-timeout") a.finish_timeout = v;
     else if (k == "--limit") a.limit = v;
+    else if (k == "--tls") a.tls = v != 0;
     else {
       std::fprintf(stderr, "%s", usage);
       std::exit(2);
@@ -183,33 +185,62 @@ void read_output(const std::string& text, RankOutput& out) {
   }
 }
 
-/// The run host seen from outside: CPU time and peak RSS, last sampled.
+/// The CPU seconds and the name (comm) in a /proc stat file's text; false
+/// where it cannot be read.
+bool cpu_of(const std::string& stat, double& cpu_s, std::string& comm) {
+  const auto open = stat.find('(');
+  const auto close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return false;
+  comm = stat.substr(open + 1, close - open - 1);
+  // After "(comm)": state is field 3, utime 14, stime 15.
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::strtod(f.c_str(), nullptr);
+    if (i == 15) stime = std::strtod(f.c_str(), nullptr);
+  }
+  cpu_s = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return true;
+}
+
+/// The run host seen from outside: CPU time and peak RSS, and its threads'
+/// CPU (the middleman's multiplexer carries every link; chorus.tls makes
+/// the TLS handshakes of the links it accepts), last sampled.
 struct Sampled {
   pid_t pid = -1;
   bool gone = false;
   double cpu_s = 0, hwm_kb = 0;
+  std::map<std::string, std::pair<std::string, double>> threads; // tid -> name, CPU s
 
   void sample() {
     if (pid <= 0 || gone) return;
     const std::string dir = "/proc/" + std::to_string(pid) + "/";
-    const std::string stat = chorus::test::slurp(dir + "stat");
-    const auto close = stat.rfind(')');
-    if (stat.empty() || close == std::string::npos || stat.find("(bench_multinode") == std::string::npos) {
+    std::string comm;
+    if (!cpu_of(chorus::test::slurp(dir + "stat"), cpu_s, comm) || comm != "bench_multinode") {
       gone = true;
       return;
     }
-    // After "(comm)": state is field 3, utime 14, stime 15.
-    std::istringstream fields(stat.substr(close + 2));
-    std::string f;
-    double utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && fields >> f; ++i) {
-      if (i == 14) utime = std::strtod(f.c_str(), nullptr);
-      if (i == 15) stime = std::strtod(f.c_str(), nullptr);
+    std::error_code ec;
+    for (const auto& task : e2e::fs::directory_iterator(dir + "task", ec)) {
+      double cpu = 0;
+      if (cpu_of(chorus::test::slurp(task.path() / "stat"), cpu, comm))
+        threads[task.path().filename().string()] = {comm, cpu};
     }
-    cpu_s = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
     const std::string status = chorus::test::slurp(dir + "status");
     if (const auto at = status.find("VmHWM:"); at != std::string::npos)
       hwm_kb = std::max(hwm_kb, std::strtod(status.c_str() + at + 6, nullptr));
+  }
+
+  /// The `n` busiest threads, as "name CPU-seconds", busiest first.
+  [[nodiscard]] std::string busiest(std::size_t n) const {
+    std::vector<std::pair<std::string, double>> all;
+    for (const auto& [tid, t] : threads) all.push_back(t);
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string out;
+    for (std::size_t i = 0; i < std::min(n, all.size()); ++i)
+      out += (out.empty() ? "" : ", ") + all[i].first + " " + num(all[i].second, 2);
+    return out.empty() ? "-" : out;
   }
 };
 
@@ -229,17 +260,19 @@ int bench_main(const Args& a) {
   }
   const int world = a.nodes * a.per_node;
   std::printf("bench_multinode: %d nodes x %d ranks = %d ranks, network namespaces on this machine (%ld cores), "
-              "mutual TLS between nodes, one shared run hosted by rank 0 on node 0; each rank passes a start "
+              "%s between nodes, one shared run hosted by rank 0 on node 0; each rank passes a start "
               "barrier (timeout %g s) and logs %ld steps. CHORUS_INIT_TIMEOUT=%g, CHORUS_FINISH_TIMEOUT=%g, "
               "launches killed after %g s\n\n",
-              a.nodes, a.per_node, world, ::sysconf(_SC_NPROCESSORS_ONLN), barrier_s(a), a.steps, a.init_timeout,
+              a.nodes, a.per_node, world, ::sysconf(_SC_NPROCESSORS_ONLN), a.tls ? "mutual TLS" : "plain TCP",
+              barrier_s(a), a.steps, a.init_timeout,
               a.finish_timeout, a.limit);
   std::fflush(stdout);
 
   e2e::Cluster c(a.nodes, a.per_node);
   const std::string self = e2e::fs::read_symlink("/proc/self/exe").string();
   const std::string env = "CHORUS_MODE=shared CHORUS_SCOPE=global CHORUS_SYSTEM_INTERVAL=0 CHORUS_INIT_TIMEOUT=" +
-                          num(a.init_timeout, 3) + " CHORUS_FINISH_TIMEOUT=" + num(a.finish_timeout, 3);
+                          num(a.init_timeout, 3) + " CHORUS_FINISH_TIMEOUT=" + num(a.finish_timeout, 3) +
+                          (a.tls ? "" : " CHORUS_TLS_DIR= CHORUS_INSECURE=1");
   const std::string run_id = "bench-multinode-" + std::to_string(::getpid());
 
   const double t_first = static_cast<double>(bench::now_ns());
@@ -404,6 +437,7 @@ int bench_main(const Args& a) {
   t.add({"total wall (first launch start -> last launch end), s", num((t_end - t_first) / 1e9, 2)});
   t.add({"run host (rank 0) CPU, s" + host_how, num(host_cpu, 2)});
   t.add({"run host (rank 0) peak RSS, MiB" + host_how, num(host_rss_kb / 1024, 1)});
+  t.add({"run host's busiest threads, CPU s (sampled every 50 ms)", host.busiest(3)});
   t.add({"other ranks' CPU, s: median / max",
          other_cpu.empty() ? "-" : num(bench::median(other_cpu), 2) + " / " + num(*std::max_element(other_cpu.begin(), other_cpu.end()), 2)});
   t.add({"other ranks' peak RSS, MiB: median", other_rss.empty() ? "-" : num(bench::median(other_rss) / 1024, 1)});

@@ -184,7 +184,7 @@ private:
 };
 
 LinkShared::LinkShared(caf::actor_system& sys, std::chrono::milliseconds handshake_deadline)
-    : sys_(sys), deadlines_(std::make_unique<Deadlines>(handshake_deadline)) {
+    : sys_(sys), handshake_deadline_(handshake_deadline), deadlines_(std::make_unique<Deadlines>(handshake_deadline)) {
   std::vector<char> bytes;
   caf::binary_serializer sink{sys, bytes};
   if (auto err = sink(sys.node())) bytes.clear(); // no handshake will match: every link is refused, saying why
@@ -192,6 +192,11 @@ LinkShared::LinkShared(caf::actor_system& sys, std::chrono::milliseconds handsha
 }
 
 LinkShared::~LinkShared() = default;
+
+TlsHandshakes& LinkShared::handshakes() {
+  if (!handshakes_) handshakes_ = std::make_unique<TlsHandshakes>(TlsHandshakes::default_threads());
+  return *handshakes_;
+}
 
 namespace {
 
@@ -201,17 +206,26 @@ namespace {
 /// accepted connection is settled once its handshake went through.
 class LinkPolicy {
 public:
-  LinkPolicy(caf::openssl::session_ptr session, bool accepted, std::shared_ptr<LinkShared> shared)
+  LinkPolicy(std::unique_ptr<TlsSession> session, bool accepted, std::shared_ptr<LinkShared> shared)
       : session_(std::move(session)), shared_(std::move(shared)),
         framing_(accepted ? LinkFraming::Side::accepted : LinkFraming::Side::dialled, shared_->this_node()),
         accepted_(accepted), pending_(accepted) {}
 
+  /// Who the peer is, for a line; a TLS link's is taken as it opens (a
+  /// failed handshake is said once the peer may have gone).
+  const std::string& peer(native_socket fd) {
+    if (peer_.empty()) peer_ = peer_of(fd);
+    return peer_;
+  }
+
+  void opened(native_socket fd) {
+    if (session_) peer(fd);
+  }
+
   rw_state read_some(std::size_t& result, native_socket fd, void* buf, std::size_t len) {
-    const rw_state state = session_ ? session_->read_some(result, fd, buf, len)
-                                    : caf::policy::tcp::read_some(result, fd, buf, len);
+    const rw_state state = session_ ? tls_read(result, fd, buf, len) : caf::policy::tcp::read_some(result, fd, buf, len);
     read_failed_ = state == rw_state::failure;
     if (state != rw_state::success || result == 0) return state;
-    established_ = true;
     switch (framing_.feed(static_cast<const unsigned char*>(buf), result)) {
     case LinkFraming::Verdict::ok:
       return state;
@@ -229,16 +243,14 @@ public:
 
   rw_state write_some(std::size_t& result, native_socket fd, const void* buf, std::size_t len) {
     if (!session_) return caf::policy::tcp::write_some(result, fd, buf, len);
-    const rw_state state = session_->write_some(result, fd, buf, len);
-    // CAF 0.17's TLS session reports a handshake that waits for the peer
-    // (SSL_ERROR_WANT_READ) as a write of nothing that succeeded. The socket
-    // stays writable, so the multiplexer would call it again at once, a core
-    // spinning for as long as the peer is silent: the stream parks its writes
-    // until the peer speaks (LinkScribe::Stream). Only during the handshake
-    // (no byte went through yet): a socket that cannot take more (its buffer
+    const rw_state state = tls(session_->write(buf, len, result), fd);
+    // A handshake that waits for the peer is a write of nothing that
+    // succeeded, and the socket stays writable: the multiplexer would call
+    // it again at once, a core spinning for as long as the peer is silent.
+    // The stream parks its writes until the peer speaks (LinkScribe::Stream).
+    // Only during the handshake: a socket that cannot take more (its buffer
     // full) is no such case, as it gives no write event.
-    if (state == rw_state::success && result > 0) established_ = true;
-    stalled_ = !established_ && state == rw_state::success && result == 0 && len > 0 && writable(fd);
+    stalled_ = state == rw_state::success && result == 0 && len > 0 && !session_->established() && writable(fd);
     return state;
   }
   /// The last write could not go on until the peer speaks.
@@ -246,8 +258,8 @@ public:
   /// The last read ended the link (an error, the peer gone, or a refusal).
   [[nodiscard]] bool read_failed() const noexcept { return read_failed_; }
 
-  bool must_read_more(native_socket fd, std::size_t threshold) {
-    return session_ && session_->must_read_more(fd, threshold);
+  bool must_read_more(native_socket, std::size_t threshold) {
+    return session_ && session_->buffered() >= threshold;
   }
 
   /// Called as the connection's owner goes, before its socket is closed.
@@ -260,6 +272,26 @@ public:
   Deadlines& deadlines() { return shared_->deadlines(); }
 
 private:
+  rw_state tls_read(std::size_t& result, native_socket fd, void* buf, std::size_t len) {
+    result = 0;
+    return len == 0 ? rw_state::success : tls(session_->read(buf, len, result), fd);
+  }
+
+  /// CAF's state for what the session did; a handshake that failed is said.
+  rw_state tls(TlsSession::Io io, native_socket fd) {
+    switch (io) {
+    case TlsSession::Io::done:
+    case TlsSession::Io::wait:
+      return rw_state::success;
+    case TlsSession::Io::closed:
+      return rw_state::failure;
+    case TlsSession::Io::failed:
+      if (!session_->established()) say_handshake_failed(peer(fd), session_->why());
+      return rw_state::failure;
+    }
+    return rw_state::failure;
+  }
+
   static bool writable(native_socket fd) {
     pollfd p{fd, POLLOUT, 0};
     return ::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) != 0;
@@ -272,29 +304,31 @@ private:
   }
 
   rw_state refuse(native_socket fd, const std::string& why) {
-    std::fprintf(stderr, "chorus: a link's peer (%s) sent %s: link closed\n", peer_of(fd).c_str(), why.c_str());
+    std::fprintf(stderr, "chorus: a link's peer (%s) sent %s: link closed\n", peer(fd).c_str(), why.c_str());
     read_failed_ = true;
     return rw_state::failure;
   }
 
-  caf::openssl::session_ptr session_;
+  std::unique_ptr<TlsSession> session_;
   std::shared_ptr<LinkShared> shared_;
   LinkFraming framing_;
   bool accepted_;
   bool pending_;             // an accepted connection whose handshake deadline runs
-  bool held_ = false;        // its node is in LinkedNodes
-  bool established_ = false; // bytes went through: the TLS handshake is over
+  bool held_ = false; // its node is in LinkedNodes
   bool stalled_ = false;
+  std::string peer_; // peer_of the socket (see peer())
   bool read_failed_ = false;
 };
 
 /// A link's connection, for CAF's BASP broker.
 class LinkScribe final : public caf::io::scribe {
 public:
-  LinkScribe(default_multiplexer& mx, native_socket fd, caf::openssl::session_ptr session, bool accepted,
+  LinkScribe(default_multiplexer& mx, native_socket fd, std::unique_ptr<TlsSession> session, bool accepted,
              std::shared_ptr<LinkShared> shared)
       : scribe(caf::io::network::conn_hdl_from_socket(fd)), stream_(mx, fd, std::move(session), accepted,
-                                                                     std::move(shared)) {}
+                                                                     std::move(shared)) {
+    stream_.policy().opened(fd);
+  }
   ~LinkScribe() override {
     // Before the descriptor is closed, and may be reused by another link.
     stream_.policy().deadlines().settled(stream_.fd());
@@ -405,26 +439,107 @@ private:
 
 } // namespace
 
-caf::io::scribe_ptr make_link_scribe(default_multiplexer& mx, native_socket fd, caf::openssl::session_ptr session,
-                                     bool accepted, const std::shared_ptr<LinkShared>& shared) {
-  if (accepted) shared->deadlines().pending(fd);
+caf::io::scribe_ptr make_link_scribe(default_multiplexer& mx, native_socket fd, std::unique_ptr<TlsSession> session,
+                                     bool accepted, const std::shared_ptr<LinkShared>& shared, clock::time_point due) {
+  if (accepted) {
+    if (due == clock::time_point{})
+      shared->deadlines().pending(fd);
+    else
+      shared->deadlines().due(fd, due);
+  }
   return caf::make_counted<LinkScribe>(mx, fd, std::move(session), accepted, shared);
 }
 
+/// How a handshake thread hands a connection back to its doorman, on the
+/// multiplexer thread, for as long as the doorman takes connections. The
+/// doorman is released on the multiplexer thread (its broker and its loop
+/// run there), which is where the gate is closed and where what was handed
+/// back arrives: a connection that arrives after is closed.
+class LinkDoorman::Gate : public std::enable_shared_from_this<Gate> {
+public:
+  Gate(LinkDoorman* doorman, default_multiplexer& mx) : doorman_(doorman), mx_(mx) {}
+
+  /// On a handshake thread.
+  void pass(native_socket fd, std::unique_ptr<TlsSession> session, clock::time_point due) {
+    auto held = std::make_shared<Held>(fd, std::move(session));
+    std::lock_guard lock(mutex_);
+    // While the doorman is open its multiplexer runs, and takes the post.
+    if (doorman_ != nullptr) mx_.post([gate = shared_from_this(), held, due] { gate->arrive(*held, due); });
+  }
+
+  void close() {
+    std::lock_guard lock(mutex_);
+    doorman_ = nullptr;
+  }
+
+private:
+  /// A connection on its way; closed unless a doorman takes it.
+  struct Held {
+    Held(native_socket f, std::unique_ptr<TlsSession> s) : fd(f), session(std::move(s)) {}
+    ~Held() {
+      session.reset();
+      if (fd >= 0) ::close(fd);
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    native_socket fd;
+    std::unique_ptr<TlsSession> session;
+  };
+
+  /// On the multiplexer thread.
+  void arrive(Held& held, clock::time_point due) {
+    caf::intrusive_ptr<LinkDoorman> doorman;
+    {
+      std::lock_guard lock(mutex_);
+      doorman.reset(doorman_);
+    }
+    if (!doorman) return;
+    const native_socket fd = std::exchange(held.fd, -1);
+    doorman->admitted(fd, std::move(held.session), due);
+  }
+
+  std::mutex mutex_;
+  LinkDoorman* doorman_;
+  default_multiplexer& mx_;
+};
+
 LinkDoorman::LinkDoorman(default_multiplexer& mx, native_socket fd, std::shared_ptr<LinkShared> shared)
-    : doorman_impl(mx, fd), shared_(std::move(shared)) {}
+    : doorman_impl(mx, fd), shared_(std::move(shared)), gate_(std::make_shared<Gate>(this, mx)) {}
+
+LinkDoorman::~LinkDoorman() { gate_->close(); }
+
+void LinkDoorman::graceful_shutdown() {
+  gate_->close();
+  doorman_impl::graceful_shutdown();
+}
 
 bool LinkDoorman::new_connection() {
   if (detached()) return false;
-  auto& mx = acceptor_.backend();
   const native_socket fd = acceptor_.accepted_socket();
   caf::io::network::nonblocking(fd, true);
-  caf::openssl::session_ptr session;
+  std::unique_ptr<TlsSession> session;
   if (!admit(fd, session)) {
     ::close(fd);
     return true; // that connection only; the listener goes on
   }
-  auto scribe = make_link_scribe(mx, fd, std::move(session), true, shared_);
+  if (!session) return admitted(fd, nullptr, {});
+  // Its TLS handshake on a handshake thread; it comes back through the gate,
+  // with what is left of its deadline for its BASP handshake.
+  const auto due = clock::now() + shared_->handshake_deadline();
+  shared_->handshakes().start(fd, std::move(session), peer_of(fd), due,
+                              [gate = gate_, due](int done, std::unique_ptr<TlsSession> s) {
+                                gate->pass(done, std::move(s), due);
+                              });
+  return true;
+}
+
+bool LinkDoorman::admitted(native_socket fd, std::unique_ptr<TlsSession> session, clock::time_point due) {
+  if (detached()) {
+    ::close(fd);
+    return false;
+  }
+  auto& mx = acceptor_.backend();
+  auto scribe = make_link_scribe(mx, fd, std::move(session), true, shared_, due);
   auto hdl = scribe->hdl();
   parent()->add_scribe(std::move(scribe));
   return doorman::new_connection(&mx, hdl);

@@ -5,7 +5,8 @@
 // byte, and a listener that gives each connection it accepts a deadline.
 //
 //  - A connection this process accepted proves itself within a deadline: it
-//    finishes its TLS handshake where it has one, and its BASP handshake
+//    finishes its TLS handshake where it has one (on a handshake thread,
+//    tls_handshakes.hpp, not on the multiplexer's), and its BASP handshake
 //    (which the framing judges), or it is shut down. CAF 0.17's own doormen
 //    wait forever on a peer that never speaks, so a few hundred such
 //    connections would hold a run host at its fd limit. A link that has
@@ -20,12 +21,13 @@
 #pragma once
 
 #include "actors/links/link_framing.hpp"
+#include "actors/links/tls_handshakes.hpp"
+#include "actors/links/tls_session.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/io/network/default_multiplexer.hpp>
 #include <caf/io/network/doorman_impl.hpp>
 #include <caf/io/scribe.hpp>
-#include <caf/openssl/session.hpp>
 
 #include <chrono>
 #include <memory>
@@ -48,37 +50,57 @@ public:
   caf::actor_system& system() const noexcept { return sys_; }
   const std::string& this_node() const noexcept { return this_node_; }
   Deadlines& deadlines() const noexcept { return *deadlines_; }
+  std::chrono::milliseconds handshake_deadline() const noexcept { return handshake_deadline_; }
+  /// The threads that make accepted connections' TLS handshakes, started
+  /// with the first such connection (on the multiplexer thread).
+  TlsHandshakes& handshakes();
 
 private:
   caf::actor_system& sys_;
   std::string this_node_;
+  std::chrono::milliseconds handshake_deadline_;
   std::unique_ptr<Deadlines> deadlines_;
+  std::unique_ptr<TlsHandshakes> handshakes_;
 };
 
 /// A link's connection on socket `fd` (non-blocking), for CAF's BASP broker:
 /// through TLS where `session` is given, with a handshake deadline where the
-/// connection was `accepted`.
+/// connection was `accepted` (`due`, where it was set before, as the TLS
+/// handshake began; else the deadline from now).
 caf::io::scribe_ptr make_link_scribe(caf::io::network::default_multiplexer& mx, caf::io::network::native_socket fd,
-                                     caf::openssl::session_ptr session, bool accepted,
-                                     const std::shared_ptr<LinkShared>& shared);
+                                     std::unique_ptr<TlsSession> session, bool accepted,
+                                     const std::shared_ptr<LinkShared>& shared,
+                                     std::chrono::steady_clock::time_point due = {});
 
 /// A listener whose connections become link scribes (make_link_scribe) with
-/// a deadline to prove themselves; admit() decides first whether one may.
+/// a deadline to prove themselves; admit() decides first whether one may. A
+/// connection with a TLS session makes its handshake on a handshake thread
+/// first, and comes back to the multiplexer once it is over.
 class LinkDoorman : public caf::io::network::doorman_impl {
 public:
   LinkDoorman(caf::io::network::default_multiplexer& mx, caf::io::network::native_socket fd,
               std::shared_ptr<LinkShared> shared);
+  ~LinkDoorman() override;
 
   bool new_connection() override;
+  void graceful_shutdown() override;
 
 protected:
   /// Whether the connection just accepted on `fd` may become a link, and
   /// its TLS session where the links have one. A connection refused here is
   /// closed by the doorman, and the listener goes on.
-  virtual bool admit(caf::io::network::native_socket fd, caf::openssl::session_ptr& session) = 0;
+  virtual bool admit(caf::io::network::native_socket fd, std::unique_ptr<TlsSession>& session) = 0;
 
 private:
+  class Gate;
+  /// On the multiplexer thread: a connection admitted, whose TLS handshake
+  /// (where it has one) is over, becomes a link; false where the doorman's
+  /// broker takes no more.
+  bool admitted(caf::io::network::native_socket fd, std::unique_ptr<TlsSession> session,
+                std::chrono::steady_clock::time_point due);
+
   std::shared_ptr<LinkShared> shared_;
+  std::shared_ptr<Gate> gate_; // how handshake threads hand connections back; closed as the doorman goes
 };
 
 } // namespace chorus::actors

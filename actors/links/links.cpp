@@ -5,8 +5,6 @@
 #include "actors/protocol.hpp"
 #include "runtime/core/backoff.hpp"
 
-#include <caf/openssl/all.hpp>
-
 #include <algorithm>
 #include <thread>
 
@@ -22,8 +20,14 @@ Result<LinkPlan> plan_links(const core::Settings& s) {
   plan.across_nodes = s.run_world > 1 && spans_nodes(s);
   // A job's run hosts report to its group on global rank 0, across nodes too.
   plan.group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
-  if ((plan.across_nodes && !s.opts.tls_dir.empty()) || plan.group_tls)
+  if ((plan.across_nodes && !s.opts.tls_dir.empty()) || plan.group_tls) {
     if (Error e = platform::check_credentials(s.opts.tls_dir, plan.creds)) return e;
+    // A peer is admitted by holding a certificate of the job's own CA, which
+    // only the job's nodes have; no host name is checked.
+    Result<std::shared_ptr<const TlsContext>> ctx = TlsContext::load(plan.creds);
+    if (!ctx) return ctx.error();
+    plan.tls_context = std::move(*ctx);
+  }
   plan.tls = plan.across_nodes && !s.opts.tls_dir.empty();
   if (plan.across_nodes && !plan.tls && !s.opts.insecure)
     return {Errc::invalid_argument,
@@ -36,32 +40,21 @@ Result<LinkPlan> plan_links(const core::Settings& s) {
 
 /// Whether an orchestrator's actor system can carry the run's links; the
 /// error names what is missing and the fix.
-Error check_orchestrator_system(caf::actor_system& sys, const core::Settings& s, const LinkPlan& plan) {
+Error check_orchestrator_system(caf::actor_system& sys, const core::Settings& s) {
   if (!links_anything(s)) return {};
   const std::string fix = ": call chorus::actors::configure(cfg, opts) on the actor system's configuration before "
                           "constructing the system (<chorus/caf.hpp>)";
   if (!sys.has_middleman())
     return {Errc::invalid_argument, "this run links the job's processes, and the actor system has no middleman" + fix};
-  if (plan.tls_or_group() && !sys.has_openssl_manager())
-    return {Errc::invalid_argument, "this run links nodes with the job's credentials (CHORUS_TLS_DIR), and the actor "
-                                    "system has no OpenSSL manager" + fix};
   if (caf::get_or(sys.config(), "middleman.workers", caf::defaults::middleman::workers) != 0)
     return {Errc::invalid_argument, "the actor system's middleman has worker threads (middleman.workers), which "
                                     "CAF 0.17 lets hand a message over before its link is known" + fix};
   return {};
 }
 
-void configure_links(caf::actor_system_config& cfg, const core::Settings& s, const LinkPlan& plan) {
+void configure_links(caf::actor_system_config& cfg, const core::Settings& s) {
   cfg.load<caf::io::middleman>();
   register_wire_types(cfg);
-  if (plan.tls_or_group()) {
-    // CAF checks no host name: a peer is admitted by holding a certificate
-    // of the job's own CA, which only the job's nodes have.
-    cfg.load<caf::openssl::manager>();
-    cfg.openssl_certificate = plan.creds.cert_file;
-    cfg.openssl_key = plan.creds.key_file;
-    cfg.openssl_cafile = plan.creds.ca_file;
-  }
   // Messages from the network are deserialized on the multiplexer thread,
   // in arrival order: CAF 0.17's worker threads can hand a message over
   // before its connection's node is known (a lost sender, a dropped link).
@@ -82,7 +75,7 @@ void configure_links(caf::actor_system_config& cfg, const core::Settings& s, con
 
 Links::Links(caf::actor_system& sys, const LinkPlan& plan, std::string socket_dir, bool nodes,
              std::chrono::milliseconds connection_timeout)
-    : sys_(sys), socket_dir_(std::move(socket_dir)), node_tls_(plan.tls_or_group()),
+    : sys_(sys), socket_dir_(std::move(socket_dir)), node_tls_(plan.tls_context),
       connection_timeout_(connection_timeout) {
   if (!socket_dir_.empty()) local_ = spawn_local_links(sys_, socket_dir_, connection_timeout_);
   if (nodes) node_ = spawn_node_links(sys_, node_tls_, connection_timeout_);

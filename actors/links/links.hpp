@@ -5,6 +5,7 @@
 // through chorus's own middleman actors (local_link.hpp, node_link.hpp).
 #pragma once
 
+#include "actors/links/tls_session.hpp"
 #include "io/platform/credentials.hpp"
 #include "runtime/core/options.hpp"
 #include "runtime/core/result.hpp"
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +37,7 @@ struct LinkPlan {
   bool tls = false;          // links between the run's nodes are mutual TLS
   bool group_tls = false;    // so are the links of the job's run hosts to its group
   platform::Credentials creds;     // the job's, where either is
+  std::shared_ptr<const TlsContext> tls_context; // ... loaded once for every TLS link
   [[nodiscard]] bool tls_or_group() const { return tls || group_tls; }
 };
 
@@ -45,18 +48,19 @@ struct LinkPlan {
 /// a run of a job's group. A run of one process alone needs no middleman.
 [[nodiscard]] inline bool links_anything(const core::Settings& s) { return s.run_world > 1 || s.group_size > 0; }
 
-/// The plan of this process's links; an error where the run spans nodes with
-/// neither credentials nor CHORUS_INSECURE=1, or the credentials are bad.
+/// The plan of this process's links, with the job's credentials loaded where
+/// it has TLS links; an error where the run spans nodes with neither
+/// credentials nor CHORUS_INSECURE=1, or the credentials are bad.
 [[nodiscard]] Result<LinkPlan> plan_links(const core::Settings& s);
 
 /// What the links between the job's processes need, in any actor system:
-/// the middleman, chorus's message types, OpenSSL where the plan says TLS,
-/// and heartbeats only where this process accepts links.
-void configure_links(caf::actor_system_config& cfg, const core::Settings& s, const LinkPlan& plan);
+/// the middleman, chorus's message types, and heartbeats only where this
+/// process accepts links. (TLS is chorus's own: tls_session.hpp.)
+void configure_links(caf::actor_system_config& cfg, const core::Settings& s);
 
 /// Whether an orchestrator's actor system can carry the run's links; the
 /// error names what is missing and the fix.
-[[nodiscard]] Error check_orchestrator_system(caf::actor_system& sys, const core::Settings& s, const LinkPlan& plan);
+[[nodiscard]] Error check_orchestrator_system(caf::actor_system& sys, const core::Settings& s);
 
 /// This process's middleman actors, which publish its actors and dial the
 /// job's others.
@@ -117,7 +121,7 @@ private:
 
   caf::actor_system& sys_;
   std::string socket_dir_;
-  bool node_tls_;
+  std::shared_ptr<const TlsContext> node_tls_; // null: links between nodes are plain TCP
   std::chrono::milliseconds connection_timeout_;
   caf::io::middleman_actor local_; // links within this node (local_link.hpp)
   caf::io::middleman_actor node_;  // links between nodes, TLS or plain (node_link.hpp)

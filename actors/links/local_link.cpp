@@ -96,7 +96,7 @@ public:
   std::string addr() const override { return "local"; }
 
 protected:
-  bool admit(native_socket fd, caf::openssl::session_ptr&) override {
+  bool admit(native_socket fd, std::unique_ptr<TlsSession>&) override {
     ucred peer{};
     socklen_t len = sizeof peer;
     // Not ours: CAF never sees a byte of it.

@@ -7,7 +7,6 @@
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman_actor_impl.hpp>
 #include <caf/io/network/default_multiplexer.hpp>
-#include <caf/openssl/session.hpp>
 
 #include <unistd.h>
 
@@ -25,22 +24,24 @@ constexpr auto connect_limit = std::chrono::milliseconds(1000);
 /// A TCP listener whose connections get a TLS session, where the links have one.
 class NodeDoorman final : public LinkDoorman {
 public:
-  NodeDoorman(default_multiplexer& mx, native_socket fd, bool tls, std::shared_ptr<LinkShared> shared)
-      : LinkDoorman(mx, fd, std::move(shared)), tls_(tls) {}
+  NodeDoorman(default_multiplexer& mx, native_socket fd, std::shared_ptr<const TlsContext> tls,
+              std::shared_ptr<LinkShared> shared)
+      : LinkDoorman(mx, fd, std::move(shared)), tls_(std::move(tls)) {}
 
 protected:
-  bool admit(native_socket fd, caf::openssl::session_ptr& session) override {
-    return !tls_ || (session = caf::openssl::make_session(parent()->system(), fd, true));
+  bool admit(native_socket fd, std::unique_ptr<TlsSession>& session) override {
+    return !tls_ || (session = TlsSession::make(tls_, fd, true));
   }
 
 private:
-  bool tls_;
+  std::shared_ptr<const TlsContext> tls_;
 };
 
 class NodeLinks final : public caf::io::middleman_actor_impl {
 public:
-  NodeLinks(caf::actor_config& cfg, caf::actor broker, bool tls, std::chrono::milliseconds deadline)
-      : middleman_actor_impl(cfg, std::move(broker)), tls_(tls), deadline_(deadline) {}
+  NodeLinks(caf::actor_config& cfg, caf::actor broker, std::shared_ptr<const TlsContext> tls,
+            std::chrono::milliseconds deadline)
+      : middleman_actor_impl(cfg, std::move(broker)), tls_(std::move(tls)), deadline_(deadline) {}
 
   const char* name() const override { return tls_ ? "chorus.tls_links" : "chorus.tcp_links"; }
 
@@ -52,8 +53,8 @@ protected:
     int fd = -1;
     if (Error e = platform::tcp_connect(host, port, connect_limit, fd))
       return caf::make_error(caf::sec::cannot_connect_to_node, e.message());
-    caf::openssl::session_ptr session;
-    if (tls_ && !(session = caf::openssl::make_session(system(), fd, false))) {
+    std::unique_ptr<TlsSession> session;
+    if (tls_ && !(session = TlsSession::make(tls_, fd, false))) {
       ::close(fd);
       return caf::make_error(caf::sec::cannot_connect_to_node, "cannot start a TLS session with the job's credentials");
     }
@@ -78,16 +79,17 @@ private:
     return static_cast<default_multiplexer&>(system().middleman().backend());
   }
 
-  bool tls_;
+  std::shared_ptr<const TlsContext> tls_; // null: plain TCP
   std::chrono::milliseconds deadline_;
   std::shared_ptr<LinkShared> shared_;
 };
 
 } // namespace
 
-caf::io::middleman_actor spawn_node_links(caf::actor_system& sys, bool tls, std::chrono::milliseconds deadline) {
+caf::io::middleman_actor spawn_node_links(caf::actor_system& sys, std::shared_ptr<const TlsContext> tls,
+                                          std::chrono::milliseconds deadline) {
   auto broker = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
-  return sys.spawn<NodeLinks, caf::hidden>(std::move(broker), tls, deadline);
+  return sys.spawn<NodeLinks, caf::hidden>(std::move(broker), std::move(tls), deadline);
 }
 
 } // namespace chorus::actors

@@ -10,19 +10,21 @@
 #pragma once
 
 #include "actors/links/link_framing.hpp"
+#include "actors/links/tls_session.hpp"
 
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>
 
 #include <chrono>
+#include <memory>
 
 namespace chorus::actors {
 
 /// A middleman actor (CAF's publish_atom and connect_atom) for links between
-/// nodes. `tls`: mutual TLS through CAF's OpenSSL session (the actor system
-/// must have loaded caf::openssl::manager with the job's credentials).
-/// `handshake_deadline`: how long an accepted connection has to prove itself.
-caf::io::middleman_actor spawn_node_links(caf::actor_system& sys, bool tls,
+/// nodes. `tls`: the job's credentials for mutual TLS (tls_session.hpp);
+/// null for plain TCP. `handshake_deadline`: how long an accepted connection
+/// has to prove itself.
+caf::io::middleman_actor spawn_node_links(caf::actor_system& sys, std::shared_ptr<const TlsContext> tls,
                                           std::chrono::milliseconds handshake_deadline);
 
 } // namespace chorus::actors

@@ -30,9 +30,7 @@ mangled = [l.split()[-1] for l in subprocess.run(["nm", "-D", "--defined-only", 
                                                  check=True).stdout.splitlines() if len(l.split()) >= 3]
 demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True,
                            check=True).stdout.splitlines()
-linker = {"_init", "_fini", "__bss_start", "_edata", "_end",
-          # Taking the place of libssl's for CAF's OpenSSL module (actors/links/ssl_errors.cpp).
-          "SSL_read", "SSL_write", "SSL_accept", "SSL_connect"}
+linker = {"_init", "_fini", "__bss_start", "_edata", "_end"}
 prefixes = ("typeinfo for ", "typeinfo name for ", "vtable for ", "VTT for ", "guard variable for ",
             "non-virtual thunk to ", "virtual thunk to ", "construction vtable for ")
 # In the mangling, namespace std is "St" where a name begins (and __gnu_cxx

@@ -167,6 +167,11 @@ BOOST_AUTO_TEST_CASE(a_peer_with_another_ca_or_none_cannot_join_or_inject) {
       BOOST_TEST(n1.status != 0);
       BOOST_TEST(n1.text.find("could not reach the run host") != std::string::npos);
       BOOST_TEST(n1.text.find("CHORUS_TLS_DIR") != std::string::npos);
+      // Each side says why the handshake failed, and the fix.
+      BOOST_TEST(n0.text.find("the TLS handshake of a link with") != std::string::npos);
+      BOOST_TEST(n0.text.find("(CHORUS_TLS_DIR, made by `chorus certs`)") != std::string::npos);
+      if (intruder == theirs)
+        BOOST_TEST(n1.text.find("the certificate did not verify") != std::string::npos);
       std::vector<Row> rows;
       auto states = rank_states(runs.path / "node0", rows);
       BOOST_TEST(states == (std::vector<std::string>{"finished", "finished", "crashed", "crashed"}),

@@ -2,8 +2,8 @@
 // caf::actor_system (CAF 0.17.6, the version chorus is built with), and the
 // orchestrator's actors log by typed messages to the rank's proxy, each reply
 // coming once the run host has the values on disk, as a ticket completes.
-// Include it only where CAF is; link CAF (caf_core, caf_io and, for runs
-// across nodes, caf_openssl) yourself. chorus/chorus.hpp stays free of CAF.
+// Include it only where CAF is; link CAF (caf_core and caf_io) yourself; a
+// run's TLS between nodes is chorus's own. chorus/chorus.hpp stays free of CAF.
 //
 //   caf::actor_system_config cfg;
 //   if (chorus::Error e = chorus::actors::configure(cfg)) ...  // before the system exists
