@@ -455,10 +455,14 @@ void HttpServer::serve(Stream& s) {
     const Fault fault = take_fault(req);
     struct Served { // the request leaves in_service_ however it ends
       HttpServer& server;
-      ~Served() {
+      bool left = false;
+      void leave() {
+        if (left) return;
+        left = true;
         std::lock_guard lk(server.mu_);
         --server.in_service_;
       }
+      ~Served() { leave(); }
     } served{*this};
     if (fault.reset == ResetPoint::after_headers) return s.cut();
     const bool has_body = req.chunked || req.content_length.value_or(0) > 0;
@@ -490,6 +494,10 @@ void HttpServer::serve(Stream& s) {
     }
     const Answer answer = fault.answer ? injected(*fault.answer) : service_.answer(req);
     if (fault.reset == ResetPoint::after_handling) return s.cut();
+    // Out of service before the answer goes: a client that sends its next
+    // request the moment it reads this one's answer (on another connection,
+    // to another thread) must not find this one still counted.
+    served.leave();
     if (!s.write_all(render(answer, req.keep_alive)) || !req.keep_alive) return;
   }
 }

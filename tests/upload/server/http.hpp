@@ -159,7 +159,7 @@ private:
   std::string delay_path_;
   std::deque<HoldRule> hold_rules_;
   std::list<Held*> held_;
-  unsigned in_service_ = 0; // requests read and not yet answered (or cut)
+  unsigned in_service_ = 0; // requests read whose answer has not started out (or cut)
 
   ServerStats stats_;
   std::vector<std::string> authorizations_;
