@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -450,67 +451,126 @@ caf::io::scribe_ptr make_link_scribe(default_multiplexer& mx, native_socket fd, 
   return caf::make_counted<LinkScribe>(mx, fd, std::move(session), accepted, shared);
 }
 
-/// How a handshake thread hands a connection back to its doorman, on the
-/// multiplexer thread, for as long as the doorman takes connections. The
-/// doorman is released on the multiplexer thread (its broker and its loop
-/// run there), which is where the gate is closed and where what was handed
-/// back arrives: a connection that arrives after is closed.
-class LinkDoorman::Gate : public std::enable_shared_from_this<Gate> {
+/// How handshake threads hand connections back to their doorman: a queue
+/// and an eventfd that the multiplexer watches (Wakeup). A handshake thread
+/// touches neither CAF nor the doorman: it queues and writes the eventfd,
+/// which never blocks. Closed as the doorman stops taking connections: a
+/// connection handed back after is closed.
+class LinkDoorman::Gate {
 public:
-  Gate(LinkDoorman* doorman, default_multiplexer& mx) : doorman_(doorman), mx_(mx) {}
+  Gate() : efd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~Gate() {
+    close();
+    if (efd_ >= 0) ::close(efd_);
+  }
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  [[nodiscard]] int efd() const noexcept { return efd_; }
 
   /// On a handshake thread.
   void pass(native_socket fd, std::unique_ptr<TlsSession> session, clock::time_point due) {
-    auto held = std::make_shared<Held>(fd, std::move(session));
+    {
+      std::lock_guard lock(mutex_);
+      if (closed_) {
+        session.reset();
+        ::close(fd);
+        return;
+      }
+      ready_.push_back({fd, std::move(session), due});
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(efd_, &one, sizeof one);
+  }
+
+  struct Ready {
+    native_socket fd;
+    std::unique_ptr<TlsSession> session;
+    clock::time_point due;
+  };
+  /// On the multiplexer thread: what was handed back since the last call.
+  std::vector<Ready> take() {
     std::lock_guard lock(mutex_);
-    // While the doorman is open its multiplexer runs, and takes the post.
-    if (doorman_ != nullptr) mx_.post([gate = shared_from_this(), held, due] { gate->arrive(*held, due); });
+    return std::exchange(ready_, {});
   }
 
   void close() {
     std::lock_guard lock(mutex_);
-    doorman_ = nullptr;
+    closed_ = true;
+    for (Ready& r : ready_) {
+      r.session.reset();
+      ::close(r.fd);
+    }
+    ready_.clear();
   }
 
 private:
-  /// A connection on its way; closed unless a doorman takes it.
-  struct Held {
-    Held(native_socket f, std::unique_ptr<TlsSession> s) : fd(f), session(std::move(s)) {}
-    ~Held() {
-      session.reset();
-      if (fd >= 0) ::close(fd);
-    }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-    native_socket fd;
-    std::unique_ptr<TlsSession> session;
-  };
+  const int efd_;
+  std::mutex mutex_;
+  std::vector<Ready> ready_;
+  bool closed_ = false;
+};
 
-  /// On the multiplexer thread.
-  void arrive(Held& held, clock::time_point due) {
-    caf::intrusive_ptr<LinkDoorman> doorman;
-    {
-      std::lock_guard lock(mutex_);
-      doorman.reset(doorman_);
-    }
-    if (!doorman) return;
-    const native_socket fd = std::exchange(held.fd, -1);
-    doorman->admitted(fd, std::move(held.session), due);
+/// The gate's eventfd in the multiplexer's loop (a descriptor of its own,
+/// which CAF closes with the handler). While it is in the loop it holds its
+/// doorman, as CAF's acceptor does.
+class LinkDoorman::Wakeup final : public caf::io::network::event_handler {
+public:
+  Wakeup(default_multiplexer& mx, native_socket fd) : event_handler(mx, fd) {}
+
+  /// On the multiplexer thread, once.
+  void start(LinkDoorman* doorman) {
+    if (owner_ || fd() < 0) return;
+    owner_.reset(doorman);
+    activate();
+  }
+  void stop() {
+    if (owner_) passivate();
   }
 
-  std::mutex mutex_;
-  LinkDoorman* doorman_;
-  default_multiplexer& mx_;
+  void handle_event(operation op) override {
+    if (op != operation::read) return;
+    std::uint64_t count = 0;
+    [[maybe_unused]] const ssize_t n = ::read(fd(), &count, sizeof count);
+    if (owner_) owner_->arrived();
+  }
+  void removed_from_loop(operation op) override {
+    if (op == operation::read) owner_.reset();
+  }
+  void graceful_shutdown() override { stop(); }
+
+private:
+  caf::intrusive_ptr<LinkDoorman> owner_;
 };
 
 LinkDoorman::LinkDoorman(default_multiplexer& mx, native_socket fd, std::shared_ptr<LinkShared> shared)
-    : doorman_impl(mx, fd), shared_(std::move(shared)), gate_(std::make_shared<Gate>(this, mx)) {}
+    : doorman_impl(mx, fd), shared_(std::move(shared)), gate_(std::make_shared<Gate>()),
+      wakeup_(std::make_unique<Wakeup>(mx, gate_->efd() >= 0 ? ::dup(gate_->efd()) : -1)) {}
 
 LinkDoorman::~LinkDoorman() { gate_->close(); }
 
 void LinkDoorman::graceful_shutdown() {
   gate_->close();
+  wakeup_->stop();
   doorman_impl::graceful_shutdown();
+}
+
+void LinkDoorman::remove_from_loop() {
+  gate_->close();
+  wakeup_->stop();
+  doorman_impl::remove_from_loop();
+}
+
+void LinkDoorman::arrived() {
+  bool taking = true;
+  for (Gate::Ready& r : gate_->take()) {
+    if (taking) {
+      taking = admitted(r.fd, std::move(r.session), r.due);
+    } else {
+      r.session.reset();
+      ::close(r.fd);
+    }
+  }
 }
 
 bool LinkDoorman::new_connection() {
@@ -525,6 +585,7 @@ bool LinkDoorman::new_connection() {
   if (!session) return admitted(fd, nullptr, {});
   // Its TLS handshake on a handshake thread; it comes back through the gate,
   // with what is left of its deadline for its BASP handshake.
+  wakeup_->start(this);
   const auto due = clock::now() + shared_->handshake_deadline();
   shared_->handshakes().start(fd, std::move(session), peer_of(fd), due,
                               [gate = gate_, due](int done, std::unique_ptr<TlsSession> s) {

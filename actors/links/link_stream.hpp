@@ -84,6 +84,7 @@ public:
 
   bool new_connection() override;
   void graceful_shutdown() override;
+  void remove_from_loop() override;
 
 protected:
   /// Whether the connection just accepted on `fd` may become a link, and
@@ -93,6 +94,9 @@ protected:
 
 private:
   class Gate;
+  class Wakeup;
+  /// On the multiplexer thread: the connections the handshake threads handed back.
+  void arrived();
   /// On the multiplexer thread: a connection admitted, whose TLS handshake
   /// (where it has one) is over, becomes a link; false where the doorman's
   /// broker takes no more.
@@ -100,7 +104,8 @@ private:
                 std::chrono::steady_clock::time_point due);
 
   std::shared_ptr<LinkShared> shared_;
-  std::shared_ptr<Gate> gate_; // how handshake threads hand connections back; closed as the doorman goes
+  std::shared_ptr<Gate> gate_;     // how handshake threads hand connections back; closed as the doorman goes
+  std::unique_ptr<Wakeup> wakeup_; // the gate in the multiplexer's loop, from the first TLS connection
 };
 
 } // namespace chorus::actors
