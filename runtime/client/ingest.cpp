@@ -160,23 +160,21 @@ namespace {
 }
 } // namespace
 
-std::uint32_t KeyTable::intern_metric(std::string_view key) noexcept {
+[[gnu::always_inline]] inline std::uint32_t KeyTable::metric_id(std::string_view key) noexcept {
   const std::uint64_t h = hash_key(key);
   std::uint32_t id;
-  if (known_id(h, key, id)) return id;
+  if (known_id(h, key, id)) [[likely]]
+    return id;
   return instance().intern_unknown(key, h);
 }
+
+std::uint32_t KeyTable::intern_metric(std::string_view key) noexcept { return metric_id(key); }
 
 std::uint32_t KeyTable::intern_metrics(std::span<const Metric> values, std::uint32_t* ids) noexcept {
   std::uint32_t good = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::string_view key = values[i].key;
-    const std::uint64_t h = hash_key(key);
-    std::uint32_t id;
-    if (!known_id(h, key, id)) [[unlikely]]
-      id = instance().intern_unknown(key, h);
-    ids[i] = id;
-    good += id != invalid;
+    ids[i] = metric_id(values[i].key);
+    good += ids[i] != invalid;
   }
   return good;
 }

@@ -153,7 +153,7 @@ public:
 
   /// The id of a metric key, without a lock once it is known; `invalid`
   /// when the key is not a valid metric key (see validate_metric_key).
-  std::uint32_t intern_metric(std::string_view key) noexcept;
+  static std::uint32_t intern_metric(std::string_view key) noexcept;
   /// intern_metric of each value's key into `ids`, in one call (a log
   /// call's keys): how many are valid. No lock once the keys are known.
   static std::uint32_t intern_metrics(std::span<const Metric> values, std::uint32_t* ids) noexcept;
@@ -162,6 +162,8 @@ public:
   [[nodiscard]] std::string_view name(std::uint32_t id) const;
 
 private:
+  /// intern_metric's body, inlined into both calls (ingest.cpp alone uses it).
+  static std::uint32_t metric_id(std::string_view key) noexcept;
   std::uint32_t intern_slow(std::string_view key, bool metric);
   /// A key not yet known without the lock (`h` its hash): interned, and made known.
   [[gnu::noinline]] std::uint32_t intern_unknown(std::string_view key, std::uint64_t h) noexcept;
