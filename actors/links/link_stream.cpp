@@ -525,7 +525,9 @@ public:
     activate();
   }
   void stop() {
-    if (owner_) passivate();
+    if (!owner_ || stopping_) return;
+    stopping_ = true;
+    passivate();
   }
 
   void handle_event(operation op) override {
@@ -541,6 +543,7 @@ public:
 
 private:
   caf::intrusive_ptr<LinkDoorman> owner_;
+  bool stopping_ = false; // taken out of the loop once
 };
 
 LinkDoorman::LinkDoorman(default_multiplexer& mx, native_socket fd, std::shared_ptr<LinkShared> shared)
