@@ -2,7 +2,8 @@
 // local_link.hpp) or between nodes (TCP, with TLS where the job has
 // credentials, node_link.hpp): a scribe for CAF's BASP broker of our own,
 // whose reads pass through LinkFraming (link_framing.hpp) before CAF sees a
-// byte, and a listener that gives each connection it accepts a deadline.
+// byte, and the deadlines of the connections a listener (link_doorman.hpp)
+// accepts.
 //
 //  - A connection this process accepted proves itself within a deadline: it
 //    finishes its TLS handshake where it has one (on a handshake thread,
@@ -26,7 +27,6 @@
 
 #include <caf/fwd.hpp>
 #include <caf/io/network/default_multiplexer.hpp>
-#include <caf/io/network/doorman_impl.hpp>
 #include <caf/io/scribe.hpp>
 
 #include <chrono>
@@ -72,40 +72,8 @@ caf::io::scribe_ptr make_link_scribe(caf::io::network::default_multiplexer& mx, 
                                      const std::shared_ptr<LinkShared>& shared,
                                      std::chrono::steady_clock::time_point due = {});
 
-/// A listener whose connections become link scribes (make_link_scribe) with
-/// a deadline to prove themselves; admit() decides first whether one may. A
-/// connection with a TLS session makes its handshake on a handshake thread
-/// first, and comes back to the multiplexer once it is over.
-class LinkDoorman : public caf::io::network::doorman_impl {
-public:
-  LinkDoorman(caf::io::network::default_multiplexer& mx, caf::io::network::native_socket fd,
-              std::shared_ptr<LinkShared> shared);
-  ~LinkDoorman() override;
-
-  bool new_connection() override;
-  void graceful_shutdown() override;
-  void remove_from_loop() override;
-
-protected:
-  /// Whether the connection just accepted on `fd` may become a link, and
-  /// its TLS session where the links have one. A connection refused here is
-  /// closed by the doorman, and the listener goes on.
-  virtual bool admit(caf::io::network::native_socket fd, std::unique_ptr<TlsSession>& session) = 0;
-
-private:
-  class Gate;
-  class Wakeup;
-  /// On the multiplexer thread: the connections the handshake threads handed back.
-  void arrived();
-  /// On the multiplexer thread: a connection admitted, whose TLS handshake
-  /// (where it has one) is over, becomes a link; false where the doorman's
-  /// broker takes no more.
-  bool admitted(caf::io::network::native_socket fd, std::unique_ptr<TlsSession> session,
-                std::chrono::steady_clock::time_point due);
-
-  std::shared_ptr<LinkShared> shared_;
-  std::shared_ptr<Gate> gate_;     // how handshake threads hand connections back; closed as the doorman goes
-  std::unique_ptr<Wakeup> wakeup_; // the gate in the multiplexer's loop, from the first TLS connection
-};
+/// Who is at the other end of `fd`, for a line: a process of this user on a
+/// Unix socket, an address and port on TCP.
+[[nodiscard]] std::string peer_of(caf::io::network::native_socket fd);
 
 } // namespace chorus::actors

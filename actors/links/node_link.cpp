@@ -1,4 +1,5 @@
 #include "actors/links/node_link.hpp"
+#include "actors/links/link_doorman.hpp"
 #include "actors/links/link_stream.hpp"
 #include "io/platform/posix.hpp"
 
