@@ -23,8 +23,9 @@ gives each one's median and the ratio of the last to the first. The figures:
             opened before, where a server that keeps indexes on disk
             (--index-dir, in DATA/kept-index-NAME here) takes the one it kept
             (evicted with the run's files for "cold").
-  runs      the runs list of 1,000 runs, from navigation until its table holds
-            every run (a fresh server and browser); a new run's directory made
+  runs      the runs list of 1,000 runs, from navigation until its rows fill
+            the window, and until its table holds every run (a fresh server
+            and browser); a new run's directory made
             while the list is open, until its row is in the table; the CPU the
             server and all of chromium's processes take over --idle-s seconds
             while the list is open and nothing changes (from /proc; on the
@@ -95,13 +96,14 @@ class Serve(dashboard_test.Serve):
 # Runs in every page before its own scripts: window.__bench records (in
 # performance.now() ms, from the start of navigation) when every chart in view
 # was first drawn (`first`), when none of them showed an overview any more
-# (`full`), and when the runs table first held __bench_runs rows (`runs`),
-# each as the time the next frame was painted; it looks every 10 ms until
-# then, and no more after.
+# (`full`), when the runs table's rows first filled the window (`screen`:
+# its last row reaches the window's bottom, or every run is there) and when
+# it first held __bench_runs rows (`runs`), each as the time the next frame
+# was painted; it looks every 10 ms until then, and no more after.
 WATCH = r"""
 (() => {
   if (location.protocol !== 'http:') return;
-  const b = window.__bench = { first: null, full: null, runs: null, charts: 0 };
+  const b = window.__bench = { first: null, full: null, screen: null, runs: null, charts: 0 };
   const inView = (el) => { const r = el.getBoundingClientRect();
     return r.width > 0 && r.height > 0 && r.bottom > 0 && r.top < innerHeight; };
   const painted = (el) => {
@@ -134,8 +136,13 @@ WATCH = r"""
             seen.every(drawn)) once('full', () => { b.fullCharts = seen.length; });
       }
     }
-    if (b.runs === null && (hash === '' || hash === '#/') &&
-        document.querySelectorAll('#runs tr.run').length >= (window.__bench_runs || 1)) once('runs');
+    if (b.runs === null && (hash === '' || hash === '#/')) {
+      const rows = document.querySelectorAll('#runs tr.run');
+      const all = rows.length >= (window.__bench_runs || 1);
+      if (b.screen === null && rows.length && (all || rows[rows.length - 1].getBoundingClientRect().bottom >= innerHeight))
+        once('screen');
+      if (all) once('runs');
+    }
     // Until what this page shows is seen (and never for long): an idle page is left idle.
     const run = hash.startsWith('#/run/'), list = hash === '' || hash === '#/';
     if (((run && b.full === null) || (list && b.runs === null)) && now < 180000) setTimeout(tick, 10);
@@ -454,12 +461,14 @@ def runs(names, binaries, data, tries, idle_s, r):
             b = Browser()
             try:
                 b.open(s.at("127.0.0.1"), runs=MANY)
-                r.add("runs list of 1,000 runs", n, b.wait("runs"))
+                r.add("runs list of 1,000 runs, its first screen", n, b.wait("screen"))
+                r.add("runs list of 1,000 runs, every row", n, b.wait("runs"))
                 end = answered(b, "/api/runs", last=False)
                 if end is not None:
                     r.add("  of which /api/runs answered", n, end)
                 b.open(s.at("127.0.0.1"), runs=MANY)
-                r.add("runs list of 1,000 runs, reopened", n, b.wait("runs"))
+                r.add("runs list of 1,000 runs, reopened, its first screen", n, b.wait("screen"))
+                r.add("runs list of 1,000 runs, reopened, every row", n, b.wait("runs"))
                 # A new run: its directory and run.json, as a run host makes them.
                 time.sleep(1)
                 rel = f"bench/g{t % 10}/new-{n}-{t}"

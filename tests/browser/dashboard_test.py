@@ -565,6 +565,12 @@ def case_runs_live(chorus, root, d):
     runs_live_case.case_runs_live(sys.modules[__name__], chorus, root, d)
 
 
+def case_long_list(chorus, root, d):
+    """A list of more runs than one part of rows: tests/browser/runs_live_case.py."""
+    import runs_live_case
+    runs_live_case.case_long_list(sys.modules[__name__], chorus, root, d)
+
+
 def case_opening(chorus, root, d):
     """How a run's page opens: one read of the run, the charts in view first: tests/browser/opening_case.py."""
     import opening_case
@@ -573,7 +579,7 @@ def case_opening(chorus, root, d):
 
 CASES = {"runs_list": case_runs_list, "run_charts": case_run_charts, "live": case_live, "compare": case_compare,
          "token": case_token, "histograms": case_histograms, "media": case_media, "events": case_events,
-         "runs_live": case_runs_live, "opening": case_opening}
+         "runs_live": case_runs_live, "long_list": case_long_list, "opening": case_opening}
 # What the page says is true of the run: tests/browser/truth_case.py, with this file's helpers and the
 # project's programs that make real runs.
 TRUTH = ["laggards", "contributions", "nonfinite", "ticks", "smooth", "summary", "log_zeros", "last_point"]

@@ -22,6 +22,20 @@ return {runs: all.filter((e) => /\\/api\\/runs(\\?|$)/.test(e.name)).length,
 """
 
 
+# Types 'r1x04' into the runs list's filter as soon as its first row is in the
+# page (a MutationObserver's callback runs before the page's next task).
+FILTER_AT_FIRST_ROWS = """
+new MutationObserver((_, seen) => {
+  if (!document.querySelector('#runs tr.run')) return;
+  seen.disconnect();
+  const f = document.getElementById('filter');
+  f.value = 'r1x04';
+  f.dispatchEvent(new Event('input'));
+  window.__typed = true;
+}).observe(document, {subtree: true, childList: true});
+"""
+
+
 def listed(d, t):
     return [r.get_attribute("data-path") for r in d.find_elements(t.By.CSS_SELECTOR, "#runs tr.run")]
 
@@ -62,4 +76,41 @@ def case_runs_live(t, chorus, root, d):
         errors = t.js_errors(d)
         assert not errors, errors
     finally:
+        s.stop()
+
+
+def case_long_list(t, chorus, root, d):
+    """A list of 300 runs, more than one part of rows (app.js lays out its
+    parts of 40 rows near the screen only): every run is listed once, the
+    newest group first, and a filter typed the moment the first rows are in
+    the page leaves only its runs."""
+    paths = []
+    for g in range(3):
+        for i in range(100):
+            run_id = f"r{g}x{i:03d}"
+            t.make_run(root, "big", f"job-{g}", run_id, name=f"run-{g}-{i}", rows=5, start=t.START + 1000 * g + i)
+            paths.append(f"big/job-{g}/{run_id}")
+    s = t.Serve(chorus, root)
+    # The filter is typed the moment the first rows are in the page, before
+    # the page's next task.
+    typed = d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FILTER_AT_FIRST_ROWS})
+    try:
+        d.get(s.url)
+        want = sorted(f"big/job-1/r1x{i:03d}" for i in range(40, 50))
+        t.wait_until("the filter's ten runs", lambda: sorted(listed(d, t)) == want)
+        time.sleep(1)  # and nothing of the list before the filter comes after it
+        assert sorted(listed(d, t)) == want, listed(d, t)
+        assert d.execute_script("return window.__typed === true"), "the filter was not typed at the first rows"
+        d.execute_script("const f = document.getElementById('filter'); f.value = '';"
+                         "f.dispatchEvent(new Event('input'));")
+        t.wait_until("all 300 runs", lambda: len(listed(d, t)) == 300, timeout=30)
+        got = listed(d, t)
+        assert sorted(got) == sorted(paths), "runs missing or listed twice"
+        # The newest group first.
+        assert got[0].startswith("big/job-2/") and got[-1].startswith("big/job-0/"), (got[0], got[-1])
+        d.save_screenshot("runs_long_list.png")
+        errors = t.js_errors(d)
+        assert not errors, errors
+    finally:
+        d.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": typed["identifier"]})
         s.stop()
