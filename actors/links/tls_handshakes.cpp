@@ -108,13 +108,14 @@ private:
   /// watches it then); false once it is handed over or closed.
   bool step(Connection& c) {
     std::size_t n = 0;
+    // A write of nothing is done once the handshake is over.
     const TlsSession::Io io = c.session->write(nullptr, 0, n);
-    if (io == TlsSession::Io::done && c.session->established()) {
+    if (io == TlsSession::Io::done) {
       forget(c);
       c.done(c.fd, std::move(c.session));
       return false;
     }
-    if (io == TlsSession::Io::done || io == TlsSession::Io::wait) {
+    if (io == TlsSession::Io::wait) {
       watch(c, EPOLLIN | (c.session->wants_write() ? EPOLLOUT : 0u));
       return true;
     }

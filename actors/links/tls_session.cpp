@@ -43,7 +43,7 @@ int socket_write(BIO* b, const char* data, int len) {
 
 int socket_read(BIO* b, char* data, int len) {
   BIO_clear_retry_flags(b);
-  const ssize_t n = ::recv(fd_of(b), data, static_cast<std::size_t>(len), MSG_NOSIGNAL);
+  const ssize_t n = ::recv(fd_of(b), data, static_cast<std::size_t>(len), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
   return static_cast<int>(n);
 }
