@@ -135,6 +135,7 @@ public:
     reaper_.join();
   }
 
+  [[nodiscard]] std::chrono::milliseconds deadline() const noexcept { return deadline_; }
   void pending(native_socket fd) { due(fd, clock::now() + deadline_); }
   /// `fd` is shut down at `when` unless settled before.
   void due(native_socket fd, clock::time_point when) {
@@ -182,7 +183,7 @@ private:
 };
 
 LinkShared::LinkShared(caf::actor_system& sys, std::chrono::milliseconds handshake_deadline)
-    : sys_(sys), handshake_deadline_(handshake_deadline), deadlines_(std::make_unique<Deadlines>(handshake_deadline)) {
+    : sys_(sys), deadlines_(std::make_unique<Deadlines>(handshake_deadline)) {
   std::vector<char> bytes;
   caf::binary_serializer sink{sys, bytes};
   if (auto err = sink(sys.node())) bytes.clear(); // no handshake will match: every link is refused, saying why
@@ -190,6 +191,8 @@ LinkShared::LinkShared(caf::actor_system& sys, std::chrono::milliseconds handsha
 }
 
 LinkShared::~LinkShared() = default;
+
+std::chrono::milliseconds LinkShared::handshake_deadline() const noexcept { return deadlines_->deadline(); }
 
 TlsHandshakes& LinkShared::handshakes() {
   if (!handshakes_) handshakes_ = std::make_unique<TlsHandshakes>(TlsHandshakes::default_threads());

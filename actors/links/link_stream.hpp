@@ -50,7 +50,8 @@ public:
   caf::actor_system& system() const noexcept { return sys_; }
   const std::string& this_node() const noexcept { return this_node_; }
   Deadlines& deadlines() const noexcept { return *deadlines_; }
-  std::chrono::milliseconds handshake_deadline() const noexcept { return handshake_deadline_; }
+  /// How long an accepted connection has to prove itself.
+  std::chrono::milliseconds handshake_deadline() const noexcept;
   /// The threads that make accepted connections' TLS handshakes, started
   /// with the first such connection (on the multiplexer thread).
   TlsHandshakes& handshakes();
@@ -58,7 +59,6 @@ public:
 private:
   caf::actor_system& sys_;
   std::string this_node_;
-  std::chrono::milliseconds handshake_deadline_;
   std::unique_ptr<Deadlines> deadlines_;
   std::unique_ptr<TlsHandshakes> handshakes_;
 };
