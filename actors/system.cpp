@@ -399,8 +399,9 @@ Error configure_system(caf::actor_system_config& cfg, const core::Settings& s) {
 
 Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::actor_system* actors) {
   const core::Settings& s = run.settings();
-  const Result<LinkPlan> planned = plan_links(s);
+  Result<LinkPlan> planned = plan_links(s);
   if (!planned) return planned.error();
+  if (Error e = load_tls(*planned)) return e;
   const LinkPlan& plan = *planned;
   if (actors != nullptr)
     if (Error e = check_orchestrator_system(*actors, s)) return e;

@@ -20,14 +20,8 @@ Result<LinkPlan> plan_links(const core::Settings& s) {
   plan.across_nodes = s.run_world > 1 && spans_nodes(s);
   // A job's run hosts report to its group on global rank 0, across nodes too.
   plan.group_tls = s.is_host && s.group_size > 0 && s.topo.num_nodes > 1 && !s.opts.tls_dir.empty();
-  if ((plan.across_nodes && !s.opts.tls_dir.empty()) || plan.group_tls) {
+  if ((plan.across_nodes && !s.opts.tls_dir.empty()) || plan.group_tls)
     if (Error e = platform::check_credentials(s.opts.tls_dir, plan.creds)) return e;
-    // A peer is admitted by holding a certificate of the job's own CA, which
-    // only the job's nodes have; no host name is checked.
-    Result<std::shared_ptr<const TlsContext>> ctx = TlsContext::load(plan.creds);
-    if (!ctx) return ctx.error();
-    plan.tls_context = std::move(*ctx);
-  }
   plan.tls = plan.across_nodes && !s.opts.tls_dir.empty();
   if (plan.across_nodes && !plan.tls && !s.opts.insecure)
     return {Errc::invalid_argument,
@@ -36,6 +30,16 @@ Result<LinkPlan> plan_links(const core::Settings& s) {
                 "to every node and set CHORUS_TLS_DIR=DIR on every rank (or set CHORUS_INSECURE=1 to accept "
                 "unauthenticated links, on a network you trust)"};
   return plan;
+}
+
+Error load_tls(LinkPlan& plan) {
+  if (!plan.tls_or_group()) return {};
+  // A peer is admitted by holding a certificate of the job's own CA, which
+  // only the job's nodes have; no host name is checked.
+  Result<std::shared_ptr<const TlsContext>> ctx = TlsContext::load(plan.creds);
+  if (!ctx) return ctx.error();
+  plan.tls_context = std::move(*ctx);
+  return {};
 }
 
 /// Whether an orchestrator's actor system can carry the run's links; the

@@ -37,7 +37,7 @@ struct LinkPlan {
   bool tls = false;          // links between the run's nodes are mutual TLS
   bool group_tls = false;    // so are the links of the job's run hosts to its group
   platform::Credentials creds;     // the job's, where either is
-  std::shared_ptr<const TlsContext> tls_context; // ... loaded once for every TLS link
+  std::shared_ptr<const TlsContext> tls_context; // ... loaded once for every TLS link (load_tls)
   [[nodiscard]] bool tls_or_group() const { return tls || group_tls; }
 };
 
@@ -48,10 +48,14 @@ struct LinkPlan {
 /// a run of a job's group. A run of one process alone needs no middleman.
 [[nodiscard]] inline bool links_anything(const core::Settings& s) { return s.run_world > 1 || s.group_size > 0; }
 
-/// The plan of this process's links, with the job's credentials loaded where
-/// it has TLS links; an error where the run spans nodes with neither
-/// credentials nor CHORUS_INSECURE=1, or the credentials are bad.
+/// The plan of this process's links; an error where the run spans nodes with
+/// neither credentials nor CHORUS_INSECURE=1, or the credentials are bad.
 [[nodiscard]] Result<LinkPlan> plan_links(const core::Settings& s);
+
+/// Loads the job's credentials into `plan.tls_context` where the plan has
+/// TLS links, for the links this process makes; the error names the file
+/// and the fix.
+[[nodiscard]] Error load_tls(LinkPlan& plan);
 
 /// What the links between the job's processes need, in any actor system:
 /// the middleman, chorus's message types, and heartbeats only where this
