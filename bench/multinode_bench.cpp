@@ -29,6 +29,7 @@
 // CHORUS_KEEP_TEST_DIRS=1 keeps the nodes' disks and output.
 #include "bench.hpp"
 
+#include "io/platform/procfs.hpp"
 #include "tests/e2e/netns.hpp"
 
 #include <chorus/chorus.hpp>
@@ -188,19 +189,11 @@ void read_output(const std::string& text, RankOutput& out) {
 /// The CPU seconds and the name (comm) in a /proc stat file's text; false
 /// where it cannot be read.
 bool cpu_of(const std::string& stat, double& cpu_s, std::string& comm) {
-  const auto open = stat.find('(');
-  const auto close = stat.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return false;
-  comm = stat.substr(open + 1, close - open - 1);
-  // After "(comm)": state is field 3, utime 14, stime 15.
-  std::istringstream fields(stat.substr(close + 2));
-  std::string f;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i) {
-    if (i == 14) utime = std::strtod(f.c_str(), nullptr);
-    if (i == 15) stime = std::strtod(f.c_str(), nullptr);
-  }
-  cpu_s = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const auto fields = chorus::platform::parse_pid_stat(stat);
+  const auto name = chorus::platform::parse_pid_stat_name(stat);
+  if (!fields || !name) return false;
+  comm = *name;
+  cpu_s = static_cast<double>(fields->utime + fields->stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
   return true;
 }
 
