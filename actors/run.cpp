@@ -241,6 +241,8 @@ void end_run(run_ptr self) {
   st.sink->hold_run_end = true;
   record(self, core::wire::run_end(state, unix_now_us()));
   tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
+  // The WAL's last writes start now; the run's files are synced meanwhile (release_run_end).
+  if (!st.wal_error) st.host->wal->start_sync();
   st.sink->release_run_end();
   st.sink->writer.flush();
   sync_and_ack(self);

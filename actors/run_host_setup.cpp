@@ -136,7 +136,6 @@ Result<std::shared_ptr<RunHost>> prepare_run_host(const core::Settings& s, clien
   if (Error e = find_by_id(s, host->run_id, host->run_dir, group)) return e;
   if (Error e = check_resume(s.opts, *host)) return e;
   if (Error e = platform::make_dirs(host->run_dir)) return e;
-  if (Error e = platform::make_dirs(host->run_dir + "/artifacts")) return e;
   Result<std::unique_ptr<store::WalWriter>> wal = store::WalWriter::open(host->run_dir + "/wal");
   if (!wal) return wal.error();
   host->wal = std::move(*wal);

@@ -309,7 +309,14 @@ Result<std::string> install(const std::string& tmp, const std::string& dir, bool
   for (const char* name : rebuilt_files) {
     const std::string from = tmp + "/" + name, to = dir + "/" + name;
     std::error_code ec;
-    if (!fs::exists(from, ec)) continue;
+    if (!fs::exists(from, ec)) {
+      // The rebuild made no such file (the log holds none of its lines): one
+      // the run had is replaced by an empty one, never left as it was.
+      if (!fs::exists(fs::symlink_status(to, ec))) continue;
+      const Result<int> made = platform::open_private(from, O_WRONLY | O_CREAT | O_TRUNC);
+      if (!made) return made.error();
+      platform::close_fd(*made);
+    }
     // The old file, linked before anything changed, takes NAME.bak's place
     // (the rename below then replaces NAME at once).
     if (const std::string old = tmp + "/.old/" + name; backup && fs::exists(fs::symlink_status(old, ec))) {

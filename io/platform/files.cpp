@@ -3,6 +3,7 @@
 #include "io/platform/posix.hpp"
 
 #include <atomic>
+#include <utility>
 #include <cerrno>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -35,36 +36,107 @@ Error make_dirs(const std::string& path, std::string_view elsewhere) {
   return {};
 }
 
-Error write_file_atomic(const std::string& path, std::string_view content, bool durable) {
+namespace {
+
+// `content` in a new temporary file beside `path`: its descriptor, or why not (nothing left behind).
+Result<int> write_temporary(const std::string& path, std::string_view content, std::string& tmp) {
   static std::atomic<std::uint64_t> counter{0};
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   // Hidden and unique per process and call, so concurrent writers and
   // readers listing the directory never trip over it.
-  const std::string tmp = dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
+  tmp = dir + "." + base + ".tmp." + std::to_string(::getpid()) + "." +
+        std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
   const Result<int> opened = open_private(tmp, O_RDWR | O_CREAT | O_EXCL | O_TRUNC);
   if (!opened) return opened.error();
-  const int fd = *opened;
-  Error err = write_all(fd, content, tmp);
-  if (!err && durable) err = sync_file(fd, tmp);
-  close_fd(fd);
-  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
-  if (err) ::unlink(tmp.c_str());
+  if (Error err = write_all(*opened, content, tmp)) {
+    close_fd(*opened);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  return *opened;
+}
+
+} // namespace
+
+Error write_file_atomic(const std::string& path, std::string_view content, bool durable) {
+  if (durable) {
+    Result<StagedFile> staged = StagedFile::replace(path, content);
+    return staged ? staged->commit() : staged.error();
+  }
+  std::string tmp;
+  const Result<int> fd = write_temporary(path, content, tmp);
+  if (!fd) return fd.error();
+  close_fd(*fd);
+  if (::rename(tmp.c_str(), path.c_str()) == 0) return {};
+  Error err = os_error("rename to " + path, tmp, errno);
+  ::unlink(tmp.c_str());
   return err;
 }
 
-Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bool truncate) {
+Result<StagedFile> StagedFile::replace(const std::string& path, std::string_view content) {
+  StagedFile f;
+  const Result<int> fd = write_temporary(path, content, f.tmp_);
+  if (!fd) return fd.error();
+  f.fd_ = *fd;
+  f.path_ = path;
+  start_writeback(f.fd_);
+  return f;
+}
+
+Result<StagedFile> StagedFile::existing(const std::string& path) {
+  StagedFile f;
+  const Result<int> fd = open_regular(path, O_RDONLY, /*missing_ok=*/true);
+  if (!fd) return fd.error();
+  if (*fd < 0) return f; // nothing there: nothing to commit
+  f.fd_ = *fd;
+  f.path_ = path;
+  start_writeback(f.fd_);
+  return f;
+}
+
+StagedFile::StagedFile(StagedFile&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)) {}
+
+StagedFile::~StagedFile() {
+  if (fd_ < 0) return;
+  close_fd(fd_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str()); // never committed: the old file stays
+}
+
+Error StagedFile::commit() {
+  if (fd_ < 0) return {};
+  const std::string& synced = tmp_.empty() ? path_ : tmp_;
+  Error err = sync_file(fd_, synced);
+  close_fd(std::exchange(fd_, -1));
+  if (tmp_.empty()) return err;
+  if (!err && ::rename(tmp_.c_str(), path_.c_str()) != 0) err = os_error("rename to " + path_, tmp_, errno);
+  if (err) ::unlink(tmp_.c_str());
+  tmp_.clear();
+  return err;
+}
+
+Result<std::unique_ptr<AppendFile>> AppendFile::open_with(const std::string& path, bool truncate, bool create) {
   // A file that held something (or was emptied by this open) is synced at
   // the first sync() all the same: its content may not be on the disk yet.
   struct stat st {};
-  const bool had_content = ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
+  const bool exists = ::lstat(path.c_str(), &st) == 0;
+  if (!exists && !create) return std::unique_ptr<AppendFile>();
+  const bool had_content = exists && st.st_size > 0;
   const Result<int> fd = open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
   if (!fd) return fd.error();
   struct stat now {};
   const std::uint64_t size = ::fstat(*fd, &now) == 0 ? static_cast<std::uint64_t>(now.st_size) : 0;
   return std::unique_ptr<AppendFile>(new AppendFile(*fd, path, had_content, size));
+}
+
+Result<std::unique_ptr<AppendFile>> AppendFile::open(const std::string& path, bool truncate) {
+  return open_with(path, truncate, /*create=*/true);
+}
+
+Result<std::unique_ptr<AppendFile>> AppendFile::open_existing(const std::string& path, bool truncate) {
+  return open_with(path, truncate, /*create=*/false);
 }
 
 // Writes `data` out; the size follows what reached the file, even part of it.
@@ -102,6 +174,12 @@ Error AppendFile::flush() {
   // full disk, and the WAL still holds the data.
   buf_.clear();
   return e;
+}
+
+Error AppendFile::start_sync() {
+  if (Error e = flush()) return e;
+  if (unsynced_) start_writeback(fd_);
+  return {};
 }
 
 Error AppendFile::sync() {

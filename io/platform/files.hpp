@@ -26,6 +26,35 @@ namespace chorus::platform {
 /// means nothing after such a crash, as a run host's lease).
 [[nodiscard]] Error write_file_atomic(const std::string& path, std::string_view content, bool durable = true);
 
+/// A file made durable in two steps, so that several files are made durable
+/// together: each one's writes start when it is staged, and commit() waits
+/// for them (fsync) and, for a replacement, renames it into place. One never
+/// committed leaves the old file as it was.
+class StagedFile {
+public:
+  /// write_file_atomic's first half: `content` in a temporary file beside
+  /// `path`, its writes started.
+  [[nodiscard]] static Result<StagedFile> replace(const std::string& path, std::string_view content);
+  /// The file at `path` as it stands, its writes started; where there is
+  /// none, a StagedFile with nothing to commit.
+  [[nodiscard]] static Result<StagedFile> existing(const std::string& path);
+
+  StagedFile(StagedFile&& o) noexcept;
+  StagedFile& operator=(StagedFile&&) = delete;
+  ~StagedFile();
+  /// Waits for the file's writes (fsync), then renames a replacement into
+  /// place. Once only; nothing after the first call.
+  [[nodiscard]] Error commit();
+  /// Whether there is anything to commit.
+  [[nodiscard]] bool staged() const noexcept { return fd_ >= 0; }
+
+private:
+  StagedFile() = default;
+  int fd_ = -1;
+  std::string path_;
+  std::string tmp_; // a replacement's temporary file; empty for an existing file
+};
+
 /// An append-only file (mode 0600, O_APPEND) written in large pieces: writes
 /// gather in memory up to `buffer_limit` and go out in one write(2).
 class AppendFile {
@@ -34,6 +63,8 @@ public:
 
   /// Opens or creates `path`; `truncate` starts it empty.
   [[nodiscard]] static Result<std::unique_ptr<AppendFile>> open(const std::string& path, bool truncate = false);
+  /// Opens `path` as open() does where it exists; null (no error) where it does not.
+  [[nodiscard]] static Result<std::unique_ptr<AppendFile>> open_existing(const std::string& path, bool truncate);
 
   /// Flushes (an error there is lost: call flush() first to see it).
   ~AppendFile();
@@ -47,6 +78,9 @@ public:
   /// flush(), then fdatasync; nothing where nothing was written since the
   /// file was opened empty or last synced.
   [[nodiscard]] Error sync();
+  /// flush(), and the writes of what sync() would sync started
+  /// (start_writeback): for several files synced together.
+  [[nodiscard]] Error start_sync();
 
   [[nodiscard]] std::size_t buffered() const noexcept { return buf_.size(); }
   /// The bytes in the file, as far as this writer knows: what it held at
@@ -55,6 +89,7 @@ public:
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
 private:
+  static Result<std::unique_ptr<AppendFile>> open_with(const std::string& path, bool truncate, bool create);
   AppendFile(int fd, std::string path, bool unsynced, std::uint64_t size)
       : fd_(fd), path_(std::move(path)), unsynced_(unsynced), size_(size) {}
   Error write_out(std::string_view data);

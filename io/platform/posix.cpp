@@ -184,6 +184,8 @@ Error sync_file(int fd, std::string_view path, bool data_only) {
   return {};
 }
 
+void start_writeback(int fd) noexcept { (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
+
 Result<std::string> read_text(const std::string& path, bool missing_ok, std::size_t max_bytes) {
   const Result<int> opened = open_regular(path, O_RDONLY, missing_ok);
   if (!opened) return opened.error();

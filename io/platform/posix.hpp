@@ -52,6 +52,12 @@ namespace chorus::platform {
 /// reading too, or that check is left out.
 [[nodiscard]] Error sync_file(int fd, std::string_view path, bool data_only = false);
 
+/// Starts writing `fd`'s dirty pages to the device without waiting: where
+/// several files are synced together, each one's sync_file then waits for
+/// its own writes, already under way, rather than starting them one file
+/// after another. Only a hint: what fails shows in sync_file.
+void start_writeback(int fd) noexcept;
+
 /// The largest run file (run.json, config.json, summary.json, group.json, an
 /// offsets file) read_text takes: chorus writes them far smaller, so a bigger
 /// one is damaged or planted, and is refused rather than allocated.

@@ -103,6 +103,7 @@ Error BarrierLog::append(const BarrierRecord& r) {
 
 Error BarrierLog::flush() { return file_ ? file_->flush() : Error{}; }
 Error BarrierLog::sync() { return file_ ? file_->sync() : Error{}; }
+Error BarrierLog::start_sync() { return file_ ? file_->start_sync() : Error{}; }
 
 BarrierSummary BarrierLog::read(const std::string& dir, std::size_t keep) {
   BarrierSummary s;

@@ -96,6 +96,8 @@ public:
   [[nodiscard]] Error flush();
   /// flush(), then fdatasync (where anything was written since the last).
   [[nodiscard]] Error sync();
+  /// flush(), and sync()'s writes started (AppendFile::start_sync).
+  [[nodiscard]] Error start_sync();
 
   /// Reads the barriers.jsonl of the run directory `dir`.
   [[nodiscard]] static BarrierSummary read(const std::string& dir, std::size_t keep = 1000);

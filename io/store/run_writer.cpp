@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -102,6 +103,13 @@ struct RankInfo {
 
 } // namespace
 
+// A line file of the run, opened (made) by its first line.
+struct LineFile {
+  const char* name;
+  std::unique_ptr<platform::AppendFile> f;
+  bool failed = false; // it could not be opened: the run's error says why
+};
+
 struct RunWriter::State {
   std::string dir;
   std::function<std::string_view(std::uint32_t)> key_name;
@@ -109,10 +117,13 @@ struct RunWriter::State {
   std::string kept_error; // keep_error's
 
   std::unique_ptr<platform::AppendFile> history;
-  std::unique_ptr<platform::AppendFile> rejected_file;
-  std::unique_ptr<platform::AppendFile> histograms; // histograms.jsonl (io/store/histogram_log.hpp)
-  std::unique_ptr<platform::AppendFile> media_file; // media.jsonl, beside media/ (io/store/media_log.hpp)
-  std::unique_ptr<platform::AppendFile> events_file; // events.jsonl (io/store/event_log.hpp)
+  // Made by their first line: a run that refuses nothing, and logs no
+  // histogram, media or event, has none of these files (each reader takes a
+  // missing one as empty), and its start makes that many inodes fewer.
+  LineFile rejected_file{"rejected.jsonl"};
+  LineFile histograms{"histograms.jsonl"}; // io/store/histogram_log.hpp
+  LineFile media_file{"media.jsonl"};      // beside media/ (io/store/media_log.hpp)
+  LineFile events_file{store::events_file}; // io/store/event_log.hpp
   std::unique_ptr<platform::AppendFile> system_file; // opened by the first system line, appended to
   std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
@@ -163,6 +174,21 @@ struct RunWriter::State {
     return nullptr;
   }
 
+  // Where an earlier writer of this directory (a resume, `chorus recover`)
+  // left `lf`, it is emptied now, as history.jsonl is: the WAL writes every
+  // line again.
+  void empty_if_there(LineFile& lf) {
+    Result<std::unique_ptr<platform::AppendFile>> f = platform::AppendFile::open_existing(file(lf.name), /*truncate=*/true);
+    if (!f) return fail(f.error()), void(lf.failed = true);
+    lf.f = std::move(*f);
+  }
+
+  // `lf`, made by its first line; nullptr where it cannot be (the run's error says why).
+  platform::AppendFile* lines(LineFile& lf) {
+    if (!lf.f && !lf.failed) lf.failed = !(lf.f = open_file(lf.name, /*truncate=*/false));
+    return lf.f.get();
+  }
+
   // Room held on the run's disk for its last words: where the disk fills up
   // under the run, freeing it lets the end state and the reason reach run.json.
   static constexpr off_t room = 256 << 10;
@@ -207,25 +233,52 @@ struct RunWriter::State {
     return true;
   }
 
-  void write_object(const std::string& name, const ObjectMerge& obj, bool durable = true) {
+  [[nodiscard]] static std::string object_text(const ObjectMerge& obj) {
     std::string out;
     core::JsonWriter w(out);
     w.begin_object();
     for (const auto& [k, v] : obj.items) w.key(k).raw(v);
     w.end_object();
     out.push_back('\n');
-    fail(platform::write_file_atomic(file(name), out, durable));
+    return out;
   }
 
   void write_config(bool durable = true) {
-    write_object("config.json", config, durable);
+    fail(platform::write_file_atomic(file("config.json"), object_text(config), durable));
     config_dirty = false;
   }
 
+  // The JSON file `name` staged to be made durable (platform::StagedFile):
+  // with `text()` where it changed since the start wrote it without a sync;
+  // else as that file stands (no new file, nothing written twice), or with
+  // `text()` if it is gone. Nothing where it cannot be (the run's error says why).
+  template <class Text>
+  std::optional<platform::StagedFile> stage(const char* name, bool changed, Text text) {
+    const std::string path = file(name);
+    if (!changed) {
+      Result<platform::StagedFile> kept = platform::StagedFile::existing(path);
+      if (kept && kept->staged()) return std::move(*kept);
+    }
+    Result<platform::StagedFile> staged = platform::StagedFile::replace(path, text());
+    if (staged) return std::move(*staged);
+    fail(staged.error());
+    return std::nullopt;
+  }
+
+  void commit(std::optional<platform::StagedFile>& staged) {
+    if (staged) fail(staged->commit());
+  }
+
+  // stage() and commit() at once; `dirty` is cleared.
+  template <class Text>
+  void make_durable(const char* name, bool& dirty, Text text) {
+    std::optional<platform::StagedFile> f = stage(name, dirty, text);
+    commit(f);
+    dirty = false;
+  }
+
   void write_summary(bool durable = true) {
-    std::string out = summary_text();
-    out.push_back('\n');
-    fail(platform::write_file_atomic(file("summary.json"), out, durable));
+    fail(platform::write_file_atomic(file("summary.json"), summary_text() + "\n", durable));
     summary_dirty = false;
   }
 
@@ -259,6 +312,12 @@ struct RunWriter::State {
   }
 
   void write_run_json(bool durable = true) {
+    fail(run_record().write(file("run.json"), durable));
+    run_json_dirty = false;
+  }
+
+  /// run.json's record, as things stand.
+  [[nodiscard]] RunRecord run_record() const {
     RunRecord r = identity;
     // The run's times and state: from its first attempt's start to its last's end.
     const Segment none;
@@ -299,8 +358,7 @@ struct RunWriter::State {
           r.ranks.emplace_back(RunRecord::Rank{rank, std::string(to_string(k.state)), k.last_step, k.host, k.message});
       if (const auto at = joined.find(rank); at != joined.end()) out.joined_us = at->second;
     }
-    fail(r.write(file("run.json"), durable));
-    run_json_dirty = false;
+    return r;
   }
 
   /// The ranks that did not finish, those that ended alike together:
@@ -356,7 +414,7 @@ struct RunWriter::State {
     values(w);
     w.end_object();
     line.push_back('\n');
-    if (rejected_file) fail(rejected_file->write(line));
+    if (platform::AppendFile* f = lines(rejected_file)) fail(f->write(line));
     rejected_values += n;
   }
 
@@ -369,12 +427,12 @@ struct RunWriter::State {
 
   /// Writes what the append files buffer.
   void flush_lines() {
-    if (histograms) fail(histograms->flush()); // before history.jsonl, as row() keeps them
-    if (media_file) fail(media_file->flush());
+    if (histograms.f) fail(histograms.f->flush()); // before history.jsonl, as row() keeps them
+    if (media_file.f) fail(media_file.f->flush());
     if (history) fail(history->flush());
     if (barriers) fail(barriers->flush());
     if (system_file) fail(system_file->flush());
-    if (rejected_file) fail(rejected_file->flush());
+    if (rejected_file.f) fail(rejected_file.f->flush());
   }
 };
 
@@ -388,10 +446,7 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
     return;
   }
   s_->history = s_->open_file("history.jsonl", /*truncate=*/true);
-  s_->rejected_file = s_->open_file("rejected.jsonl", /*truncate=*/true);
-  s_->histograms = s_->open_file("histograms.jsonl", /*truncate=*/true);
-  s_->media_file = s_->open_file("media.jsonl", /*truncate=*/true);
-  s_->events_file = s_->open_file(events_file, /*truncate=*/true);
+  for (LineFile* lf : {&s_->rejected_file, &s_->histograms, &s_->media_file, &s_->events_file}) s_->empty_if_there(*lf);
 }
 
 RunWriter::~RunWriter() {
@@ -447,7 +502,7 @@ void RunWriter::row(const chorus::core::Row& row) {
       }
       l.clear();
       append_media_line(l, row.step, row.ts_us, row.runtime_us, key, m.rank, *m.value, path);
-      if (s.media_file) s.fail(s.media_file->write(l)), s.fail(s.media_file->flush());
+      if (platform::AppendFile* f = s.lines(s.media_file)) s.fail(f->write(l)), s.fail(f->flush());
     }
     if (row.values.empty() && row.histograms.empty()) {
       s.last_step = row.step;
@@ -460,7 +515,7 @@ void RunWriter::row(const chorus::core::Row& row) {
       append_histogram_line(l, row.step, row.ts_us, row.runtime_us, s.key_name(h.key), h.rank, h.count, *h.value);
     // Out before the step's history row can be: a reader that joins the two
     // files by step (the W&B upload) never sees the row before its histograms.
-    if (s.histograms) s.fail(s.histograms->write(l)), s.fail(s.histograms->flush());
+    if (platform::AppendFile* f = s.lines(s.histograms)) s.fail(f->write(l)), s.fail(f->flush());
     if (row.values.empty()) { // a step of histograms only has no history row
       s.last_step = row.step;
       return;
@@ -579,17 +634,30 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
     s.write_run_json();
   }
   // summary.json and run.json are written once, below, after the lines they count.
-  s.flush_lines();
-  if (s.config_dirty || s.start_unsynced) s.write_config();
+  // Every line file is synced, each only where something was written since
+  // its last sync (system.jsonl and barriers.jsonl are not in the WAL: only
+  // this makes them durable); their writes all start first, so that each
+  // sync waits for its own, already under way.
+  const std::initializer_list<platform::AppendFile*> line_files = {
+      s.history.get(), s.histograms.f.get(), s.media_file.f.get(), s.rejected_file.f.get(), s.system_file.get()};
+  for (platform::AppendFile* f : line_files)
+    if (f) s.fail(f->start_sync());
+  if (s.barriers) s.fail(s.barriers->start_sync());
   if (s.metrics_dirty) s.write_metrics();
-  s.start_unsynced = false; // summary.json and run.json follow
-  // Every line file, each only where something was written since its last
-  // sync; system.jsonl and barriers.jsonl are not in the WAL: only this makes them durable.
-  for (const auto* f : {&s.history, &s.histograms, &s.media_file, &s.rejected_file, &s.system_file})
-    if (*f) s.fail((*f)->sync());
+  // The JSON files' writes start as well; each is renamed into place once
+  // the lines are synced, run.json last, as readers see the end there.
+  std::optional<platform::StagedFile> config =
+      s.config_dirty || s.start_unsynced ? s.stage("config.json", s.config_dirty, [&] { return s.object_text(s.config); })
+                                         : std::nullopt;
+  std::optional<platform::StagedFile> summary = s.stage("summary.json", true, [&] { return s.summary_text() + "\n"; });
+  std::optional<platform::StagedFile> run = s.stage("run.json", true, [&] { return s.run_record().json() + "\n"; });
+  s.config_dirty = s.summary_dirty = s.run_json_dirty = s.start_unsynced = false;
+  for (platform::AppendFile* f : line_files)
+    if (f) s.fail(f->sync());
   if (s.barriers) s.fail(s.barriers->sync());
-  s.write_summary();
-  s.write_run_json();
+  s.commit(config);
+  s.commit(summary);
+  s.commit(run);
 }
 
 std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {
@@ -627,10 +695,11 @@ void RunWriter::system_line(std::string_view json_line) {
 
 void RunWriter::event(const core::wire::EventRecord& event) {
   State& s = *s_;
-  if (!s.events_file) return;
-  s.fail(s.events_file->write(event.json));
-  s.fail(s.events_file->write("\n"));
-  s.fail(s.events_file->flush());
+  platform::AppendFile* f = s.lines(s.events_file);
+  if (!f) return;
+  s.fail(f->write(event.json));
+  s.fail(f->write("\n"));
+  s.fail(f->flush());
 }
 
 void RunWriter::barrier(const BarrierRecord& record) {
@@ -643,10 +712,10 @@ void RunWriter::flush() {
   State& s = *s_;
   s.flush_lines();
   const bool again = std::exchange(s.start_unsynced, false);
-  if (s.config_dirty || again) s.write_config();
-  if (s.summary_dirty || again) s.write_summary();
+  if (s.config_dirty || again) s.make_durable("config.json", s.config_dirty, [&] { return s.object_text(s.config); });
+  if (s.summary_dirty || again) s.make_durable("summary.json", s.summary_dirty, [&] { return s.summary_text() + "\n"; });
   if (s.metrics_dirty) s.write_metrics();
-  if (s.run_json_dirty || again) s.write_run_json();
+  if (s.run_json_dirty || again) s.write_run_json(); // its counts move without making it dirty
 }
 
 const Error& RunWriter::error() const noexcept { return s_->error; }
@@ -656,7 +725,7 @@ std::uint64_t RunWriter::rejected_values() const noexcept { return s_->rejected_
 
 RunWriter::LineEnds RunWriter::written() const noexcept {
   const auto size = [](const std::unique_ptr<platform::AppendFile>& f) { return f ? f->size() : 0; };
-  return {size(s_->history), size(s_->histograms), size(s_->media_file), size(s_->events_file)};
+  return {size(s_->history), size(s_->histograms.f), size(s_->media_file.f), size(s_->events_file.f)};
 }
 
 } // namespace chorus::store

@@ -23,6 +23,8 @@ struct BarrierRecord;
 /// produces: history.jsonl, config.json, summary.json, rejected.jsonl,
 /// events.jsonl, metrics.json and run.json. It owns those files and starts them afresh, because it is fed
 /// a run's whole stream (live, or replayed from the WAL by `chorus recover`).
+/// rejected.jsonl, histograms.jsonl, media.jsonl and events.jsonl are made
+/// by their first line: a run without such a line has no such file.
 ///
 /// The sink interface returns nothing, so I/O errors are kept: error()
 /// holds the first one, and writing goes on where it still can.

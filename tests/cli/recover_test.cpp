@@ -168,6 +168,8 @@ BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
   // What the crashed host left: a stale run.json and a short history.
   write_text(dir / "run.json", R"({"id":"rec1","state":"running"})");
   write_text(dir / "history.jsonl", "{\"_step\":0,\"loss\":0.5}\n");
+  // ... and a damaged rejected.jsonl, though the log holds no refusal.
+  write_text(dir / "rejected.jsonl", "{\"rank\":0,\"se");
 
   const Output o = run_chorus({"recover", dir.string()});
   BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
@@ -190,6 +192,13 @@ BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
   BOOST_TEST(contains(read_text(dir / "config.json"), "\"optimizer\":\"sgd\""));
   BOOST_TEST(read_text(dir / "history.jsonl.bak") == "{\"_step\":0,\"loss\":0.5}\n");
   BOOST_TEST(contains(read_text(dir / "run.json.bak"), "running"));
+  // A file the rebuild has no line for: the run's is replaced by an empty one
+  // (the old one kept); one the run never had is not made.
+  BOOST_TEST(fs::exists(dir / "rejected.jsonl"));
+  BOOST_TEST(read_text(dir / "rejected.jsonl").empty());
+  BOOST_TEST(read_text(dir / "rejected.jsonl.bak") == "{\"rank\":0,\"se");
+  BOOST_TEST(!fs::exists(dir / "histograms.jsonl"));
+  BOOST_TEST(!fs::exists(dir / "media.jsonl"));
   for (const auto& e : fs::directory_iterator(dir)) BOOST_TEST(!e.path().filename().string().starts_with(".recover"));
 
   // Again: the same rows, and no tail left to cut.

@@ -131,6 +131,47 @@ BOOST_AUTO_TEST_CASE(atomic_rewrite_leaves_no_temp_files) {
   BOOST_TEST(names_in(tmp.str()) == std::vector<std::string>{"summary.json"}, boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(staged_files_change_nothing_until_committed) {
+  TempDir tmp;
+  BOOST_REQUIRE(!write_file_atomic(tmp / "run.json", "old"));
+  {
+    // Staged, never committed: the old file stands, and no temporary file is left.
+    Result<StagedFile> f = StagedFile::replace(tmp / "run.json", "new");
+    BOOST_REQUIRE(f);
+    BOOST_TEST(f->staged());
+    BOOST_TEST(slurp(tmp / "run.json") == "old");
+  }
+  BOOST_TEST(names_in(tmp.str()) == std::vector<std::string>{"run.json"}, boost::test_tools::per_element());
+  // Two staged together: each is in place once committed, and only then.
+  Result<StagedFile> a = StagedFile::replace(tmp / "run.json", "new");
+  Result<StagedFile> b = StagedFile::replace(tmp / "summary.json", "{}");
+  BOOST_REQUIRE(a);
+  BOOST_REQUIRE(b);
+  BOOST_TEST(!std::filesystem::exists(tmp / "summary.json"));
+  BOOST_TEST(!b->commit());
+  BOOST_TEST(slurp(tmp / "summary.json") == "{}");
+  BOOST_TEST(slurp(tmp / "run.json") == "old");
+  BOOST_TEST(!a->commit());
+  BOOST_TEST(!a->commit()); // once only: nothing more
+  BOOST_TEST(slurp(tmp / "run.json") == "new");
+  // A file as it stands is synced where it is; a missing one has nothing to commit.
+  Result<StagedFile> kept = StagedFile::existing(tmp / "run.json");
+  BOOST_REQUIRE(kept);
+  BOOST_TEST(kept->staged());
+  BOOST_TEST(!kept->commit());
+  BOOST_TEST(slurp(tmp / "run.json") == "new");
+  Result<StagedFile> none = StagedFile::existing(tmp / "config.json");
+  BOOST_REQUIRE(none);
+  BOOST_TEST(!none->staged());
+  BOOST_TEST(!none->commit());
+  BOOST_TEST(names_in(tmp.str()) == (std::vector<std::string>{"run.json", "summary.json"}),
+             boost::test_tools::per_element());
+  // Where the temporary file cannot be made, the error names it.
+  const Result<StagedFile> nowhere = StagedFile::replace(tmp / "missing/x.json", "{}");
+  BOOST_REQUIRE(!nowhere);
+  BOOST_TEST(nowhere.error().message().find("missing/.x.json.tmp") != std::string::npos, nowhere.error().message());
+}
+
 BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
   TempDir tmp;
   const std::string path = tmp / "h.jsonl";
@@ -223,8 +264,8 @@ BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
   }
 
   BOOST_TEST(mode_of(dir) == 0700u);
-  const std::vector<std::string> files = {"config.json",    "events.jsonl", "histograms.jsonl", "history.jsonl",
-                                         "media.jsonl",    "rejected.jsonl", "run.json",       "summary.json"};
+  // No histogram, media or event was written: none of their files was made.
+  const std::vector<std::string> files = {"config.json", "history.jsonl", "rejected.jsonl", "run.json", "summary.json"};
   BOOST_TEST(names_in(dir) == files, boost::test_tools::per_element());
   for (const auto& f : files) BOOST_TEST(mode_of(dir + "/" + f) == 0600u, f);
 
@@ -352,6 +393,55 @@ BOOST_AUTO_TEST_CASE(run_writer_starts_files_afresh_and_survives_bad_input) {
   BOOST_TEST(sm.num("loss") == 1.0);
   BOOST_TEST(!sm.root["ok"].get_bool().error());
   for (const auto& n : names_in(dir)) BOOST_TEST(n.front() != '.', "temp file left: " << n);
+}
+
+BOOST_AUTO_TEST_CASE(line_files_are_made_by_their_first_line_and_an_earlier_writers_emptied) {
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  const std::vector<std::string> made_later = {"events.jsonl", "histograms.jsonl", "media.jsonl", "rejected.jsonl"};
+  const auto inode_of = [&](const char* name) {
+    struct stat st {};
+    BOOST_TEST_REQUIRE(::stat((dir + "/" + name).c_str(), &st) == 0, name);
+    return st.st_ino;
+  };
+  ino_t config_at_start = 0;
+  {
+    RunWriter w(dir, name_of);
+    w.run_start(R"({"id":"r"})", t0, 1);
+    config_at_start = inode_of("config.json");
+    Row r;
+    r.step = 1;
+    r.values = {RowValue{0, -1, 1.0, 0}};
+    w.row(r);
+    w.run_end(RunState::finished, t0 + 1);
+    BOOST_TEST(!w.error(), w.error().message());
+  }
+  // A run with no such line has no such file, and no artifacts/ either.
+  for (const auto& n : names_in(dir))
+    BOOST_TEST(!std::count(made_later.begin(), made_later.end(), n), n << " was made empty");
+  BOOST_TEST(lines_of(dir + "/history.jsonl").size() == 1u);
+  // config.json, unchanged since the start wrote it, was synced in place (no new file).
+  BOOST_TEST(inode_of("config.json") == config_at_start);
+  BOOST_TEST(slurp(dir + "/config.json") == "{}\n");
+
+  // An earlier writer's (a resume, recover) are emptied at once: the log writes every line again.
+  for (const auto& n : made_later) BOOST_REQUIRE(!write_file_atomic(dir + "/" + n, "{\"stale\":1}\n"));
+  {
+    RunWriter w(dir, name_of);
+    for (const auto& n : made_later) BOOST_TEST(slurp(dir + "/" + n).empty(), n << " kept an earlier line");
+    w.run_start(R"({"id":"r"})", t0, 1);
+    config_at_start = inode_of("config.json");
+    w.config(0, R"({"lr":0.5})");
+    w.refused(0, 3, 2, Error{Errc::invalid_key, "metric key \"\" is empty: name it"}, R"({"":1.5})", 1);
+    w.run_end(RunState::finished, t0 + 2);
+    BOOST_TEST(!w.error(), w.error().message());
+  }
+  BOOST_TEST(lines_of(dir + "/rejected.jsonl").size() == 1u); // made again by its first line
+  BOOST_TEST(lines_of(dir + "/events.jsonl").empty());
+  // Changed since the start: written anew (its file made while the start's still stood).
+  BOOST_TEST(inode_of("config.json") != config_at_start);
+  Doc cfg(slurp(dir + "/config.json"));
+  BOOST_TEST(cfg.num("lr") == 0.5);
 }
 
 BOOST_AUTO_TEST_CASE(run_writer_reports_an_unwritable_dir) {
