@@ -138,6 +138,7 @@ void send_join(proxy_ptr self) {
 
 void settle_actor_calls(ProxyState& st);
 void bound_finish(proxy_ptr self);
+void request_finish(proxy_ptr self);
 
 /// Fills in the process's FinishResult (`err`, if any, is its error) and,
 /// once the finish ticket was seen, completes it.
@@ -444,7 +445,24 @@ full:
   st.read_pos = pos;
   self->send(st.host, batch_atom::value, st.frame);
   ++st.in_flight;
+  if (st.finish_seq != 0) request_finish(self);
   return true;
+}
+
+/// The run host's own rank asks the Run actor to end the run, once, as soon
+/// as its finish frame is out: the Run actor takes the two in the order they
+/// were sent, and ends the run with one sync that acknowledges the frames as
+/// well (their acks come before the answer). Waiting for the frame's own ack
+/// first would add a sync and a round trip to every finish.
+void request_finish(proxy_ptr self) {
+  auto& st = self->state;
+  if (st.finish_started || !st.run->settings().is_host) return;
+  st.finish_started = true;
+  self->request(st.host, caf::infinite, finish_atom::value)
+      .then([self](caf::ok_atom) { complete_finish(self, {}); },
+            [self](caf::error& err) {
+              complete_finish(self, Error(Errc::internal, "finishing the run failed: " + self->system().render(err)));
+            });
 }
 
 /// Starts finish's bound, once: when the trainer's finish is first seen,
@@ -635,17 +653,8 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
         }
         if (st.finish_seq != 0 && completed >= st.finish_seq) {
           st.run->channel().complete(st.finish_seq - 1);
-          if (!st.run->settings().is_host) {
-            complete_finish(self, {});
-          } else if (!st.finish_started) {
-            st.finish_started = true;
-            self->request(st.host, caf::infinite, finish_atom::value)
-                .then([self](caf::ok_atom) { complete_finish(self, {}); },
-                      [self](caf::error& err) {
-                        complete_finish(self, Error(Errc::internal, "finishing the run failed: " +
-                                                                        self->system().render(err)));
-                      });
-          }
+          // The host's own rank asked for the run's end with its finish frame (request_finish).
+          if (!st.run->settings().is_host) complete_finish(self, {});
         } else {
           st.run->channel().complete(completed);
         }
