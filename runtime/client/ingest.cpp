@@ -9,12 +9,28 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 namespace chorus::client {
 
 namespace {
+
+/// The slots of the last ring that ended wait for the next ring of their
+/// size (one at a time): a process that runs one run after another reuses
+/// them, written through again but faulted in and cleared once.
+struct SpareSlots {
+  std::mutex mu;
+  Slot* slots = nullptr;
+  std::size_t n = 0;
+};
+
+SpareSlots& spare_slots() {
+  static SpareSlots* spare = new SpareSlots; // never destroyed: a ring may end after static destruction began
+  return *spare;
+}
 
 /// `n` slots, each published for no position yet. A ring of 2 MiB or more
 /// (the default queue's size) lies in huge pages where the kernel lends them
@@ -22,14 +38,22 @@ namespace {
 /// so that no log call meets a page fault, it then takes one fault a 2 MiB
 /// instead of 512, several milliseconds of init on a virtual machine.
 Slot* allocate_slots(std::size_t n) {
-  constexpr std::size_t huge_page = std::size_t{2} << 20;
-  const std::size_t bytes = n * sizeof(Slot);
-  const std::size_t align = bytes >= huge_page ? huge_page : alignof(Slot);
-  const std::size_t size = (bytes + align - 1) / align * align;
-  void* memory = std::aligned_alloc(align, size);
-  if (memory == nullptr) throw std::bad_alloc();
-  if (align == huge_page) (void)::madvise(memory, size, MADV_HUGEPAGE); // a hint: without it, small pages
-  auto* slots = static_cast<Slot*>(memory);
+  Slot* slots = nullptr;
+  {
+    SpareSlots& spare = spare_slots();
+    std::lock_guard lock(spare.mu);
+    if (spare.slots != nullptr && spare.n == n) slots = std::exchange(spare.slots, nullptr);
+  }
+  if (slots == nullptr) {
+    constexpr std::size_t huge_page = std::size_t{2} << 20;
+    const std::size_t bytes = n * sizeof(Slot);
+    const std::size_t align = bytes >= huge_page ? huge_page : alignof(Slot);
+    const std::size_t size = (bytes + align - 1) / align * align;
+    void* memory = std::aligned_alloc(align, size);
+    if (memory == nullptr) throw std::bad_alloc();
+    if (align == huge_page) (void)::madvise(memory, size, MADV_HUGEPAGE); // a hint: without it, small pages
+    slots = static_cast<Slot*>(memory);
+  }
   for (std::size_t i = 0; i < n; ++i) { // one pass over the memory
     Slot* slot = ::new (static_cast<void*>(slots + i)) Slot;
     slot->ready.store(0, std::memory_order_relaxed);
@@ -41,12 +65,21 @@ Slot* allocate_slots(std::size_t n) {
 
 void Ring::FreeSlots::operator()(Slot* s) const noexcept {
   static_assert(std::is_trivially_destructible_v<Slot>);
-  std::free(s);
+  SpareSlots& spare = spare_slots();
+  Slot* older = nullptr;
+  {
+    std::lock_guard lock(spare.mu);
+    older = std::exchange(spare.slots, s);
+    spare.n = n;
+  }
+  std::free(older); // one kept at a time: the one kept before goes
+
 }
 
 Ring::Ring(std::size_t capacity)
     : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1),
-      lap_shift_(static_cast<unsigned>(std::countr_zero(mask_ + 1))), slots_(allocate_slots(mask_ + 1)) {}
+      lap_shift_(static_cast<unsigned>(std::countr_zero(mask_ + 1))),
+      slots_(allocate_slots(mask_ + 1), FreeSlots{mask_ + 1}) {}
 
 KeyTable& KeyTable::instance() {
   static KeyTable table;

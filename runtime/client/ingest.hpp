@@ -133,6 +133,7 @@ private:
   [[nodiscard]] std::uint64_t lap_bit(std::uint64_t pos) const noexcept { return ((pos >> lap_shift_) & 1) ^ 1; }
 
   struct FreeSlots {
+    std::size_t n; // slots
     void operator()(Slot* s) const noexcept;
   };
 

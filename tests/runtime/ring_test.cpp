@@ -1,0 +1,58 @@
+// The trainer's queue (client::Ring): slots published lap after lap, and the
+// slots of a ring that ended taken by the next ring of their size, none of
+// them published for its first lap.
+#define BOOST_TEST_MODULE runtime_ring
+#include <boost/test/unit_test.hpp>
+
+#include "runtime/client/ingest.hpp"
+
+#include <cstdint>
+#include <memory>
+
+using chorus::client::Ring;
+using chorus::client::Slot;
+
+namespace {
+
+/// Writes `n` positions through `r` (each slot's step is its position) and reads them back in order.
+void pass(Ring& r, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t pos = 0;
+    BOOST_REQUIRE(r.try_reserve(1, pos));
+    BOOST_TEST(r.peek(pos) == nullptr, "position " << pos << " read as published before it was");
+    r.at(pos).step = static_cast<std::int64_t>(pos);
+    r.publish(r.at(pos), pos);
+    const Slot* s = r.peek(pos);
+    BOOST_REQUIRE(s != nullptr);
+    BOOST_TEST(s->step == static_cast<std::int64_t>(pos));
+    r.release_to(pos + 1);
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(slots_are_published_for_their_own_lap_only) {
+  Ring r(8);
+  BOOST_TEST(r.capacity() == 8u);
+  pass(r, 3 * 8 + 5); // three laps and part of a fourth
+  std::uint64_t pos = 0;
+  BOOST_REQUIRE(r.try_reserve(8, pos));
+  BOOST_TEST(!r.try_reserve(1, pos)); // full until the consumer releases
+}
+
+BOOST_AUTO_TEST_CASE(a_ring_takes_the_slots_of_the_last_ring_of_its_size_afresh) {
+  const Slot* first = nullptr;
+  {
+    Ring r(64);
+    first = &r.at(0);
+    pass(r, 64 + 17); // its slots left published for laps 0 and 1
+  }
+  Ring again(64);
+  BOOST_TEST(&again.at(0) == first); // the same memory, not faulted in again
+  for (std::uint64_t pos = 0; pos < again.capacity(); ++pos)
+    BOOST_TEST(again.peek(pos) == nullptr, "slot " << pos << " kept the last ring's publication");
+  pass(again, 3 * 64);
+  // A ring of another size takes memory of its own; the one kept stays for its size.
+  Ring other(128);
+  BOOST_TEST(&other.at(0) != &again.at(0));
+}
