@@ -9,10 +9,8 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <type_traits>
-#include <utility>
 
 namespace chorus::client {
 
@@ -20,17 +18,10 @@ namespace {
 
 /// The slots of the last ring that ended wait for the next ring of their
 /// size (one at a time): a process that runs one run after another reuses
-/// them, written through again but faulted in and cleared once.
-struct SpareSlots {
-  std::mutex mu;
-  Slot* slots = nullptr;
-  std::size_t n = 0;
-};
-
-SpareSlots& spare_slots() {
-  static SpareSlots* spare = new SpareSlots; // never destroyed: a ring may end after static destruction began
-  return *spare;
-}
+/// them, written through again but faulted in and cleared once. Their count
+/// waits in the first one's step. A pointer swapped atomically, not a lock:
+/// a fork can never leave the child with it held.
+constinit std::atomic<Slot*> spare_slots{nullptr};
 
 /// `n` slots, each published for no position yet. A ring of 2 MiB or more
 /// (the default queue's size) lies in huge pages where the kernel lends them
@@ -38,11 +29,11 @@ SpareSlots& spare_slots() {
 /// so that no log call meets a page fault, it then takes one fault a 2 MiB
 /// instead of 512, several milliseconds of init on a virtual machine.
 Slot* allocate_slots(std::size_t n) {
-  Slot* slots = nullptr;
-  {
-    SpareSlots& spare = spare_slots();
-    std::lock_guard lock(spare.mu);
-    if (spare.slots != nullptr && spare.n == n) slots = std::exchange(spare.slots, nullptr);
+  Slot* slots = spare_slots.exchange(nullptr, std::memory_order_acq_rel);
+  if (slots != nullptr && static_cast<std::size_t>(slots[0].step) != n) {
+    // Not this ring's size: back it goes, for a ring of its own (whatever waited meanwhile goes).
+    std::free(spare_slots.exchange(slots, std::memory_order_acq_rel));
+    slots = nullptr;
   }
   if (slots == nullptr) {
     constexpr std::size_t huge_page = std::size_t{2} << 20;
@@ -65,14 +56,8 @@ Slot* allocate_slots(std::size_t n) {
 
 void Ring::FreeSlots::operator()(Slot* s) const noexcept {
   static_assert(std::is_trivially_destructible_v<Slot>);
-  SpareSlots& spare = spare_slots();
-  Slot* older = nullptr;
-  {
-    std::lock_guard lock(spare.mu);
-    older = std::exchange(spare.slots, s);
-    spare.n = n;
-  }
-  std::free(older); // one kept at a time: the one kept before goes
+  s[0].step = static_cast<std::int64_t>(n);
+  std::free(spare_slots.exchange(s, std::memory_order_acq_rel)); // one kept at a time: the one kept before goes
 
 }
 

@@ -56,3 +56,21 @@ BOOST_AUTO_TEST_CASE(a_ring_takes_the_slots_of_the_last_ring_of_its_size_afresh)
   Ring other(128);
   BOOST_TEST(&other.at(0) != &again.at(0));
 }
+
+BOOST_AUTO_TEST_CASE(slots_kept_for_one_size_wait_through_a_ring_of_another) {
+  const Slot* kept = nullptr;
+  {
+    Ring r(32);
+    kept = &r.at(0);
+    pass(r, 40);
+  }
+  {
+    Ring other(16); // not its size: made afresh, and the kept slots wait on
+    BOOST_TEST(&other.at(0) != kept);
+    pass(other, 16);
+    Ring again(32);
+    BOOST_TEST(&again.at(0) == kept);
+    for (std::uint64_t pos = 0; pos < again.capacity(); ++pos) BOOST_TEST(again.peek(pos) == nullptr);
+    pass(again, 70);
+  }
+}
