@@ -3,11 +3,11 @@
 #include "io/platform/posix.hpp"
 
 #include <atomic>
-#include <utility>
 #include <cerrno>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
 
 namespace chorus::platform {
 
@@ -58,21 +58,23 @@ Result<int> write_temporary(const std::string& path, std::string_view content, s
   return *opened;
 }
 
+// Closes `fd`, the temporary file `tmp` (fsync'ed first where `durable`), and
+// renames it over `path`; where that fails, nothing is left behind.
+Error install_temporary(int fd, const std::string& tmp, const std::string& path, bool durable) {
+  Error err = durable ? sync_file(fd, tmp) : Error{};
+  close_fd(fd);
+  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = os_error("rename to " + path, tmp, errno);
+  if (err) ::unlink(tmp.c_str());
+  return err;
+}
+
 } // namespace
 
 Error write_file_atomic(const std::string& path, std::string_view content, bool durable) {
-  if (durable) {
-    Result<StagedFile> staged = StagedFile::replace(path, content);
-    return staged ? staged->commit() : staged.error();
-  }
   std::string tmp;
   const Result<int> fd = write_temporary(path, content, tmp);
   if (!fd) return fd.error();
-  close_fd(*fd);
-  if (::rename(tmp.c_str(), path.c_str()) == 0) return {};
-  Error err = os_error("rename to " + path, tmp, errno);
-  ::unlink(tmp.c_str());
-  return err;
+  return install_temporary(*fd, tmp, path, durable);
 }
 
 Result<StagedFile> StagedFile::replace(const std::string& path, std::string_view content) {
@@ -107,13 +109,10 @@ StagedFile::~StagedFile() {
 
 Error StagedFile::commit() {
   if (fd_ < 0) return {};
-  const std::string& synced = tmp_.empty() ? path_ : tmp_;
-  Error err = sync_file(fd_, synced);
-  close_fd(std::exchange(fd_, -1));
-  if (tmp_.empty()) return err;
-  if (!err && ::rename(tmp_.c_str(), path_.c_str()) != 0) err = os_error("rename to " + path_, tmp_, errno);
-  if (err) ::unlink(tmp_.c_str());
-  tmp_.clear();
+  const int fd = std::exchange(fd_, -1);
+  if (!tmp_.empty()) return install_temporary(fd, std::exchange(tmp_, std::string()), path_, /*durable=*/true);
+  Error err = sync_file(fd, path_);
+  close_fd(fd);
   return err;
 }
 
