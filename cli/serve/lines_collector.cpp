@@ -64,6 +64,42 @@ void LinesIndex::Collector::mark(double x, double v) {
   if (std::isnan(at) || x < at) at = x;
 }
 
+void LinesIndex::Collector::merge(Collector&& later) {
+  n_ += later.n_;
+  counted_ += later.counted_;
+  if (later.edged_) {
+    if (!edged_ || later.first_.x < first_.x) first_ = later.first_;
+    if (!edged_ || later.last_.x >= last_.x) last_ = later.last_;
+    edged_ = true;
+  }
+  for (int k = 0; k < 3; ++k) {
+    if (later.marks_[k].empty()) continue;
+    if (marks_[k].empty()) marks_[k].assign(width_, lines::nan_v);
+    for (std::size_t i = 0; i < width_; ++i)
+      if (!std::isnan(later.marks_[k][i]) && !(later.marks_[k][i] >= marks_[k][i])) marks_[k][i] = later.marks_[k][i];
+  }
+  if (buckets_.empty() && later.buckets_.empty()) {
+    points_.insert(points_.end(), later.points_.begin(), later.points_.end());
+    if (points_.size() > 2 * width_) bucket();
+    return;
+  }
+  if (buckets_.empty()) bucket();
+  if (later.buckets_.empty()) later.bucket();
+  // A bucket keeps the first of its smallest and of its largest values: this one's, where they tie.
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    const Bucket& l = later.buckets_[i];
+    if (l.n == 0) continue;
+    if (b.n == 0) {
+      b = l;
+      continue;
+    }
+    b.n += l.n;
+    if (l.lo.v < b.lo.v) b.lo = l.lo;
+    if (l.hi.v > b.hi.v) b.hi = l.hi;
+  }
+}
+
 void LinesIndex::Collector::bucket() {
   buckets_.resize(buckets());
   for (const Pt& p : points_) put(p.x, p.v);

@@ -1,6 +1,6 @@
 // What the parts of `chorus serve`'s line index share, and nothing outside
 // them includes: small helpers, the reading of one line as a row (RowReader,
-// which adds the index's own keys), the overview read while a long file is
+// which adds the index's own keys, or reads a few keys only), the overview read while a long file is
 // indexed in the background (Overview), and the downsampling of one key's
 // points for a chart (Collector, cli/serve/lines_collector.cpp). The index
 // itself is in lines_index.cpp, the reading of the file in lines_read.cpp,
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,12 +44,6 @@ inline constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
   return n;
 }
 
-[[nodiscard]] inline double number_or_nan(const simdjson::dom::object& row, std::string_view key) {
-  double v = 0;
-  if (row[key].get_double().get(v) != simdjson::SUCCESS || !std::isfinite(v)) return nan_v;
-  return v;
-}
-
 /// Room for one more element in `v`, grown by a quarter rather than doubled:
 /// the index of a long run grows by little once it is read.
 template <class V>
@@ -64,6 +59,12 @@ void release(V& v) {
 
 /// A number of an answer: whole numbers as integers, the rest as JSON numbers.
 void put_number(std::string& out, double v);
+
+/// Where `pieces` pieces of [from, end) of the file start, each just after a
+/// newline at about equal distances, and `end` last (fewer pieces where the
+/// lines are long); none where the file cannot be read so.
+std::vector<std::uint64_t> piece_starts(const std::string& path, std::uint64_t from, std::uint64_t end,
+                                        unsigned pieces);
 
 /// Reads from `fd` into `buf` the bytes [at, at + n), fewer at the end of the file.
 std::string_view read_at(int fd, std::uint64_t at, std::size_t n, std::string& buf);
@@ -86,38 +87,147 @@ public:
   std::int64_t step = 0;
   double wall = lines::nan_v, rel = lines::nan_v;
 
-  /// Why the object is no row (store::HistoryRow), or "". `value(key, v,
-  /// place)` gets each value; `place` is its place among the line's values
-  /// (npos for the added keys).
+  /// Reads `line` (its end trimmed, not empty, in a buffer with
+  /// simdjson's padding after it): why it is no row (the parser's words,
+  /// or store::HistoryRow's), or "". `value(key, v, place)` gets each
+  /// value; `place` is its place among the line's values (npos for the
+  /// added keys).
   template <class F>
-  std::string_view read(const simdjson::dom::object& row, std::uint64_t row_number, F&& value) {
+  std::string_view read(std::string_view line, std::uint64_t row_number, F&& value) {
+    simdjson::dom::object row;
+    if (auto e = parser_.parse(line.data(), line.size(), false).get(row)) return simdjson::error_message(e);
     if (kind_ == FileKind::system) {
-      step = static_cast<std::int64_t>(row_number);
-      wall = lines::number_or_nan(row, "_timestamp");
-      rel = lines::number_or_nan(row, "_runtime");
-      std::size_t place = 0;
-      for (const store::RowValue& v : store::RowValues(row)) value(v.key, v.value, place++);
+      const auto each = [&](auto&& metric, auto&&) {
+        for (const store::RowValue& v : store::RowValues(row)) metric(v.key, v.value);
+      };
+      take(0, row_number, seconds(row, "_timestamp"), seconds(row, "_runtime"), each, value);
       return {};
     }
     const store::HistoryRow r(row);
     if (!r) return r.why();
-    step = r.step();
-    wall = r.timestamp().value_or(lines::nan_v);
-    rel = r.runtime().value_or(lines::nan_v);
-    ranks_.clear();
+    const auto each = [&](auto&& metric, auto&& count) {
+      r.each([&](const store::RowValue& v) { metric(v.key, v.value); },
+             [&](const store::RowValue& n) { count(n.key, n.value); });
+    };
+    take(r.step(), row_number, r.timestamp(), r.runtime(), each, value);
+    return {};
+  }
+
+  /// Whether read_only() can read `keys`: metric keys only (not the keys
+  /// the index adds, nor any other starting with '_').
+  [[nodiscard]] static bool only_metrics(const std::vector<std::string_view>& keys) {
+    return std::none_of(keys.begin(), keys.end(), [](std::string_view k) { return k.empty() || store::reserved_key(k); });
+  }
+
+  /// read() for a few metric keys (only_metrics) of a line: their values
+  /// alone are converted, the others passed over unread (simdjson's On
+  /// Demand), so a long file is read for a chart's keys several times
+  /// faster. The line's _step and times are read as HistoryRow reads them;
+  /// a value passed over is not checked, so a damaged line that read()
+  /// refuses may give its wanted values here. `value(key, v)` gets each
+  /// value of a key in `keys`.
+  template <class F>
+  std::string_view read_only(std::string_view line, std::uint64_t row_number, const std::vector<std::string_view>& keys,
+                             F&& value) {
+    using namespace simdjson;
+    ondemand::document doc;
+    ondemand::object row;
+    if (auto e = on_demand_.iterate(line.data(), line.size(), line.size() + SIMDJSON_PADDING).get(doc))
+      return error_message(e);
+    if (auto e = doc.get_object().get(row)) return error_message(e);
+    const bool history = kind_ != FileKind::system;
+    bool stepped = false, timed = false, ran = false;
+    std::optional<double> timestamp, runtime;
+    std::int64_t row_step = 0;
+    found_.clear();
+    for (auto member : row) {
+      ondemand::field field;
+      if (auto e = std::move(member).get(field)) return error_message(e);
+      // The key as written, compared without unescaping it: a key written
+      // with escapes (which no wanted key is) is still unescaped.
+      const ondemand::raw_json_string raw = field.key();
+      std::string_view key;
+      if (const char* k = raw.raw(); *k != '_' && *k != '"') {
+        const auto w = std::find_if(keys.begin(), keys.end(), [&](std::string_view x) { return raw.unsafe_is_equal(x); });
+        if (w == keys.end()) {
+          bool plain = true;
+          for (; *k != '"'; ++k) plain = plain && *k != '\\';
+          if (plain) continue; // no key wanted
+        } else {
+          key = *w;
+        }
+      }
+      if (key.empty() && field.unescaped_key().get(key) != SUCCESS) return error_message(STRING_ERROR);
+      ondemand::value& v = field.value();
+      if (!store::reserved_key(key)) {
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+        std::optional<double> m;
+        if (auto e = metric(v, m)) return error_message(e);
+        if (m) found_.emplace_back(key, *m);
+      } else if (key == "_step") {
+        if (stepped || !history) continue; // the first, as HistoryRow reads it
+        stepped = true;
+        ondemand::json_type t{};
+        bool whole = false;
+        if (v.type().get(t) != SUCCESS || t != ondemand::json_type::number) return "a _step that is not a number";
+        if (v.is_integer().get(whole) != SUCCESS || !whole) return "a _step not written as a whole number";
+        if (v.get_int64().get(row_step) != SUCCESS || row_step > store::HistoryRow::max_step)
+          return "a _step above 9223372036854775806";
+        if (row_step < 0) return "a _step below 0";
+      } else if (key == "_timestamp" || key == "_runtime") {
+        bool& seen = key == "_timestamp" ? timed : ran;
+        if (seen) continue; // the first, as HistoryRow reads it
+        seen = true;
+        ondemand::json_type t{};
+        if (double s = 0; v.type().get(t) == SUCCESS && t == ondemand::json_type::number && v.get_double().get(s) == SUCCESS)
+          (key == "_timestamp" ? timestamp : runtime) = s;
+      }
+    }
+    if (line.back() != '}') return error_message(TRAILING_CONTENT);
+    if (history && !stepped) return "no _step";
+    const auto each = [&](auto&& metric, auto&&) {
+      for (const auto& [k, v] : found_) metric(k, v);
+    };
+    take(row_step, row_number, timestamp, runtime, each, [&](std::string_view k, double v, std::size_t place) {
+      if (place != std::string_view::npos) value(k, v);
+    });
+    return {};
+  }
+
+private:
+  [[nodiscard]] static std::optional<double> seconds(const simdjson::dom::object& row, std::string_view key) {
+    double v = 0;
+    if (row[key].get_double().get(v) != simdjson::SUCCESS) return std::nullopt;
+    return v;
+  }
+
+  /// The row's step and times, and its values with the keys the index
+  /// adds; `each(metric, count)` walks its values and counts.
+  template <class Each, class F>
+  void take(std::int64_t row_step, std::uint64_t row_number, std::optional<double> timestamp,
+            std::optional<double> runtime, Each&& each, F&& value) {
+    const auto finite = [](std::optional<double> s) { return s && std::isfinite(*s) ? *s : lines::nan_v; };
+    wall = finite(timestamp);
+    rel = finite(runtime);
     std::size_t place = 0;
+    if (kind_ == FileKind::system) {
+      step = static_cast<std::int64_t>(row_number);
+      each([&](std::string_view key, double v) { value(key, v, place++); }, [](std::string_view, double) {});
+      return;
+    }
+    step = row_step;
+    ranks_.clear();
     double fewest = lines::nan_v;
-    r.each(
-        [&](const store::RowValue& v) {
-          value(v.key, v.value, place++);
-          if (const std::int64_t k = lines::rank_of(v.key);
+    each(
+        [&](std::string_view key, double v) {
+          value(key, v, place++);
+          if (const std::int64_t k = lines::rank_of(key);
               k >= 0 && std::find(ranks_.begin(), ranks_.end(), k) == ranks_.end())
             ranks_.push_back(k);
         },
-        [&](const store::RowValue& n) {
-          if (uncounted_ && std::binary_search(uncounted_->begin(), uncounted_->end(), n.key, std::less<>()))
-            return;
-          if (!(n.value >= fewest)) fewest = n.value;
+        [&](std::string_view key, double n) {
+          if (uncounted_ && std::binary_search(uncounted_->begin(), uncounted_->end(), key, std::less<>())) return;
+          if (!(n >= fewest)) fewest = n;
         });
     if (!std::isnan(fewest)) value(std::string_view("_count/min"), fewest, std::string_view::npos);
     value(std::string_view("_step"), static_cast<double>(step), std::string_view::npos);
@@ -126,12 +236,57 @@ public:
       name_ = "_progress/rank-" + std::to_string(k);
       value(std::string_view(name_), static_cast<double>(step), std::string_view::npos);
     }
-    return {};
   }
 
-private:
+  /// A value as store::metric_value reads it (`out`: a number, or "NaN",
+  /// "Infinity", "-Infinity"; nothing for any other value), or why it
+  /// cannot be read (a number or string the DOM refuses: the line is no row).
+  [[nodiscard]] static simdjson::error_code metric(simdjson::ondemand::value& v, std::optional<double>& out) {
+    using namespace simdjson;
+    out.reset();
+    ondemand::json_type t{};
+    if (auto e = v.type().get(t)) return e;
+    switch (t) {
+    case ondemand::json_type::number: {
+      // As the DOM holds it: a whole number as an integer (-0 is 0), within 64 bits.
+      bool whole = false;
+      if (auto e = v.is_integer().get(whole)) return e;
+      if (whole) {
+        if (std::int64_t i = 0; v.get_int64().get(i) == SUCCESS) {
+          out = static_cast<double>(i);
+          return SUCCESS;
+        }
+        std::uint64_t u = 0;
+        if (auto e = v.get_uint64().get(u)) return e;
+        out = static_cast<double>(u);
+        return SUCCESS;
+      }
+      double d = 0;
+      if (auto e = v.get_double().get(d)) return e;
+      out = d;
+      return SUCCESS;
+    }
+    case ondemand::json_type::string: {
+      std::string_view s;
+      if (auto e = v.get_string().get(s)) return e;
+      if (s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
+      if (s == "Infinity") out = std::numeric_limits<double>::infinity();
+      if (s == "-Infinity") out = -std::numeric_limits<double>::infinity();
+      return SUCCESS;
+    }
+    case ondemand::json_type::boolean: {
+      bool b = false;
+      return v.get_bool().get(b);
+    }
+    default: return SUCCESS;
+    }
+  }
+
   FileKind kind_;
   const std::vector<std::string>* uncounted_;
+  simdjson::dom::parser parser_;
+  simdjson::ondemand::parser on_demand_;
+  std::vector<std::pair<std::string_view, double>> found_;
   std::vector<std::int64_t> ranks_;
   std::string name_;
 };
@@ -193,6 +348,9 @@ public:
   void count(std::uint64_t n) { counted_ = n; }
   [[nodiscard]] std::uint64_t n() const { return counted_ ? counted_ : n_; }
 
+  /// Takes in what `later` collected of the points that follow this one's,
+  /// as if they had been added here in turn.
+  void merge(Collector&& later);
   /// Appends `{"n":..,"full":..,"x":[..],"y":[..]` and, where the range has
   /// any NaN or infinity, `,"nonfinite":{"nan":[x..],"inf":[x..],"-inf":[x..]}`
   /// (a kind only where it has some); the object is left open.

@@ -72,6 +72,9 @@ struct SeriesRequest {
   /// metric, such as `epoch`; `x` is then not used), and a point is drawn
   /// only on the rows that have both.
   std::string x_key;
+  /// While the index is built: the whole run read from the file for these
+  /// keys (each line read for them only), not drawn from the overview.
+  bool exact = false;
 };
 
 /// Where the index stands.
@@ -234,9 +237,23 @@ private:
   Error scan(std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
              const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo, double hi) const;
   /// The same from byte `from` (a line's start, of row `row`) up to byte `end`.
+  /// With `unlock` (the index's lock, held): let go once the reading starts,
+  /// so that a long reading holds no other request up.
   Error scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first, std::size_t last,
                    const std::vector<std::string_view>& keys, const std::vector<Collector*>& into, XAxis x,
-                   std::string_view x_key, double lo, double hi) const;
+                   std::string_view x_key, double lo, double hi,
+                   std::shared_lock<std::shared_mutex>* unlock = nullptr) const;
+  /// scan_lines' reading, with `uncounted` in place of the index's own
+  /// (count_ranks): it reads nothing the index's lock guards.
+  Error read_range(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end, std::size_t row,
+                   std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
+                   const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo, double hi) const;
+  /// Every line of history bytes [from, end) read in pieces_ pieces side by
+  /// side into `into` (one collector per key, `width` wide), as read_range
+  /// would in one.
+  Error read_pieces(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end,
+                    const std::vector<std::string_view>& keys, std::vector<Collector>& into, std::size_t width,
+                    XAxis x, std::string_view x_key, double lo, double hi) const;
 
   /// Reads the overview of the file open as `fd`, `size` bytes long, and
   /// starts the index's building in the background; false where there is
@@ -257,7 +274,8 @@ private:
   /// Stops a background indexing and forgets it and the overview.
   void stop_building();
   /// The answer to `r` while the index is built (series_json's JSON).
-  void overview_json(const SeriesRequest& r, std::string& out) const;
+  /// (`lock`: the index's, held; let go for a reading of the file.)
+  void overview_json(const SeriesRequest& r, std::string& out, std::shared_lock<std::shared_mutex>& lock) const;
   /// Key `k`'s NaN and infinities on rows [first, last) whose x (`x_at`) lies in [lo, hi], to `c`.
   template <class X>
   static void mark_nonfinite(const Key& k, std::size_t first, std::size_t last, double lo, double hi, X&& x_at,

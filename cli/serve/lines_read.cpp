@@ -95,7 +95,6 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
     end = from;
   }
   o->end = end;
-  simdjson::dom::parser parser;
   RowReader reader(kind_, &uncounted_);
   std::uint64_t sampled_bytes = 0, sampled = 0;
   auto take = [&](std::uint64_t start, std::string_view line) {
@@ -103,11 +102,10 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
     ++sampled;
     sampled_bytes += line.size() + 1;
     line = trim_line_end(line);
-    simdjson::dom::object obj;
-    if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) return;
+    if (line.empty()) return;
     const auto at = static_cast<std::uint32_t>(o->lines.size());
     std::vector<std::pair<std::uint32_t, double>> values;
-    const std::string_view why = reader.read(obj, at, [&](std::string_view name, double v, std::size_t) {
+    const std::string_view why = reader.read(line, at, [&](std::string_view name, double v, std::size_t) {
       auto it = o->by_name.find(name);
       if (it == o->by_name.end()) {
         it = o->by_name.emplace(std::string(name), static_cast<std::uint32_t>(o->keys.size())).first;
@@ -200,7 +198,6 @@ bool LinesIndex::start_overview(int fd, std::uint64_t size) {
 
 void LinesIndex::read_lines(int fd, std::uint64_t end) {
   store::LineReader lines(fd, path_, {lines_, state_.bytes}, {.chunk = 4u << 20, .max_line = store::max_line_bytes, .end = end});
-  simdjson::dom::parser parser;
   RowReader reader(kind_, &uncounted_);
   std::vector<std::uint32_t> ids;
   for (std::string_view line;;) {
@@ -235,14 +232,9 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
         state_.first_skipped = std::string(why);
       }
     };
-    simdjson::dom::object obj;
-    if (auto e = parser.parse(line.data(), line.size(), false).get(obj)) {
-      skip(simdjson::error_message(e));
-      continue;
-    }
     const auto row = static_cast<std::uint32_t>(state_.rows);
     ids.clear();
-    const std::string_view why = reader.read(obj, row, [&](std::string_view name, double v, std::size_t place) {
+    const std::string_view why = reader.read(line, row, [&](std::string_view name, double v, std::size_t place) {
       // The keys of a row mostly come in the same order as in the row before.
       Key* k = nullptr;
       if (place != std::string_view::npos && place < guess_.size() && keys_[guess_[place]].name == name) {
@@ -290,35 +282,44 @@ void LinesIndex::read_lines(int fd, std::uint64_t end) {
   lines_ = lines.cursor().lines;
 }
 
+namespace lines {
+
+std::vector<std::uint64_t> piece_starts(const std::string& path, std::uint64_t from, std::uint64_t end,
+                                        unsigned pieces) {
+  std::vector<std::uint64_t> starts{from};
+  const Result<int> fd = platform::open_regular(path, O_RDONLY);
+  if (!fd) return {};
+  const std::uint64_t piece = (end - from) / pieces;
+  char buf[1 << 16];
+  for (unsigned i = 1; i < pieces; ++i) {
+    std::uint64_t at = std::max(starts.back(), from + piece * i);
+    for (bool found = false; !found;) {
+      const ssize_t n = ::pread(*fd, buf, sizeof buf, static_cast<off_t>(at));
+      if (n <= 0 || at >= end || at - (from + piece * i) > store::max_line_bytes) {
+        platform::close_fd(*fd);
+        return {};
+      }
+      if (const void* nl = std::memchr(buf, '\n', static_cast<std::size_t>(n))) {
+        at += static_cast<std::uint64_t>(static_cast<const char*>(nl) - buf) + 1;
+        found = true;
+      } else {
+        at += static_cast<std::uint64_t>(n);
+      }
+    }
+    if (at >= end) break;
+    starts.push_back(at);
+  }
+  platform::close_fd(*fd);
+  starts.push_back(end);
+  return starts;
+}
+
+} // namespace lines
+
 bool LinesIndex::read_in_parallel(std::uint64_t end, unsigned threads) {
   // Pieces start just after a newline, at about equal distances.
-  std::vector<std::uint64_t> starts{state_.bytes};
-  {
-    const Result<int> fd = platform::open_regular(path_, O_RDONLY);
-    if (!fd) return false;
-    const std::uint64_t piece = (end - state_.bytes) / threads;
-    char buf[1 << 16];
-    for (unsigned i = 1; i < threads; ++i) {
-      std::uint64_t at = std::max(starts.back(), state_.bytes + piece * i);
-      for (bool found = false; !found;) {
-        const ssize_t n = ::pread(*fd, buf, sizeof buf, static_cast<off_t>(at));
-        if (n <= 0 || at >= end || at - (state_.bytes + piece * i) > store::max_line_bytes) {
-          platform::close_fd(*fd);
-          return false;
-        }
-        if (const void* nl = std::memchr(buf, '\n', static_cast<std::size_t>(n))) {
-          at += static_cast<std::uint64_t>(static_cast<const char*>(nl) - buf) + 1;
-          found = true;
-        } else {
-          at += static_cast<std::uint64_t>(n);
-        }
-      }
-      if (at >= end) break;
-      starts.push_back(at);
-    }
-    platform::close_fd(*fd);
-  }
-  starts.push_back(end);
+  const std::vector<std::uint64_t> starts = lines::piece_starts(path_, state_.bytes, end, threads);
+  if (starts.empty()) return false;
   // Each piece says what it holds as it grows, to whatever this index says to.
   std::atomic<std::int64_t>* const meter = meter_ != nullptr ? meter_ : &building_;
   std::vector<std::unique_ptr<LinesIndex>> parts;

@@ -2,7 +2,8 @@
 // range spans (by step, wall or run time, or a step metric's value), a
 // chart's series drawn from the index, from its blocks, or read back from
 // the file (series_json), or from the overview while the index is built
-// (overview_json), with the range's first and last point and where its
+// (overview_json; or, asked `exact`, the whole file read for the keys asked,
+// in pieces side by side: read_pieces), with the range's first and last point and where its
 // values were NaN or infinite; and the keys' list (keys_json).
 #include "cli/serve/lines_detail.hpp"
 
@@ -12,6 +13,8 @@
 #include "runtime/core/json.hpp"
 
 #include <fcntl.h>
+
+#include <thread>
 
 namespace chorus::cli::serve {
 
@@ -153,32 +156,82 @@ Error LinesIndex::scan(std::size_t first, std::size_t last, const std::vector<st
 Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first,
                              std::size_t last, const std::vector<std::string_view>& keys,
                              const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo,
-                             double hi) const {
+                             double hi, std::shared_lock<std::shared_mutex>* unlock) const {
+  // What the reading needs of the index, kept by it (path_ and kind_ never change).
+  const std::vector<std::string> uncounted = uncounted_;
+  if (unlock) unlock->unlock();
+  return read_range(uncounted, from, end, row, first, last, keys, into, x, x_key, lo, hi);
+}
+
+Error LinesIndex::read_pieces(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end,
+                              const std::vector<std::string_view>& keys, std::vector<Collector>& into,
+                              std::size_t width, XAxis x, std::string_view x_key, double lo, double hi) const {
+  const auto all = [](std::vector<Collector>& c) {
+    std::vector<Collector*> p;
+    for (Collector& one : c) p.push_back(&one);
+    return p;
+  };
+  constexpr std::size_t every = std::numeric_limits<std::size_t>::max();
+  std::vector<std::uint64_t> starts =
+      pieces_ > 1 && end - from >= parallel_from_ ? lines::piece_starts(path_, from, end, pieces_) : std::vector<std::uint64_t>{};
+  if (starts.size() < 2) starts = {from, end};
+  // The first piece here, each other on a thread of its own (at the
+  // request's priority: the page waits for it), then each piece's points
+  // taken in, in the file's order.
+  std::vector<std::vector<Collector>> parts(starts.size() - 1);
+  std::vector<Error> problems(parts.size());
+  const auto read = [&](std::size_t i) {
+    problems[i] = read_range(uncounted, starts[i], starts[i + 1], 0, 0, every, keys, all(i ? parts[i] : into), x,
+                             x_key, lo, hi);
+  };
+  std::vector<std::thread> workers;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    for (std::size_t k = 0; k < keys.size(); ++k) parts[i].emplace_back(lo, hi, width);
+    workers.emplace_back(read, i);
+  }
+  read(0);
+  for (std::thread& t : workers) t.join();
+  for (std::size_t i = 1; i < parts.size(); ++i)
+    for (std::size_t k = 0; k < keys.size(); ++k) into[k].merge(std::move(parts[i][k]));
+  for (Error& e : problems)
+    if (e) return e;
+  return {};
+}
+
+Error LinesIndex::read_range(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end,
+                             std::size_t row, std::size_t first, std::size_t last,
+                             const std::vector<std::string_view>& keys, const std::vector<Collector*>& into, XAxis x,
+                             std::string_view x_key, double lo, double hi) const {
   std::unordered_map<std::string_view, std::size_t> wanted;
   for (std::size_t i = 0; i < keys.size(); ++i) wanted.emplace(keys[i], i);
   const Result<int> fd = platform::open_regular(path_, O_RDONLY);
   if (!fd) return fd.error();
   store::LineReader lines(*fd, path_, {0, from}, {.chunk = 1u << 20, .max_line = store::max_line_bytes, .end = end});
-  simdjson::dom::parser parser;
-  RowReader reader(kind_, &uncounted_);
+  RowReader reader(kind_, &uncounted);
   std::vector<std::pair<std::size_t, double>> got; // the line's values of the keys wanted
+  // Metric keys alone: each line read for them only (RowReader::read_only).
+  std::vector<std::string_view> read_for(keys);
+  if (!x_key.empty()) read_for.push_back(x_key);
+  const bool only = RowReader::only_metrics(read_for);
   for (std::string_view line; row < last;) {
     const store::LineReader::Next next = lines.next(line);
     if (next == store::LineReader::Next::failed) return lines.error();
     if (next != store::LineReader::Next::line) break;
     line = trim_line_end(line);
-    simdjson::dom::object obj;
-    if (line.empty() || parser.parse(line.data(), line.size(), false).get(obj) != simdjson::SUCCESS) continue;
+    if (line.empty()) continue;
     const bool take = row >= first;
     double at = nan_v;
     got.clear();
-    const std::string_view why = reader.read(obj, row, [&](std::string_view name, double v, std::size_t) {
+    const auto value = [&](std::string_view name, double v) {
       if (!take) return;
       // The x key may come after the keys it is the x of.
       if (!x_key.empty() && name == x_key && std::isfinite(v)) at = v;
       const auto it = wanted.find(name);
       if (it != wanted.end()) got.emplace_back(it->second, v);
-    });
+    };
+    const std::string_view why =
+        only ? reader.read_only(line, row, read_for, value)
+             : reader.read(line, row, [&](std::string_view name, double v, std::size_t) { value(name, v); });
     if (!why.empty()) continue;
     if (x_key.empty())
       at = x == XAxis::step ? static_cast<double>(reader.step) : x == XAxis::wall ? reader.wall : reader.rel;
@@ -189,7 +242,8 @@ Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t 
   return {};
 }
 
-void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
+void LinesIndex::overview_json(const SeriesRequest& r, std::string& out,
+                               std::shared_lock<std::shared_mutex>& lock) const {
   const Overview& o = *overview_;
   // Each overview line's x: its step or time, or the x key's value on it (NaN: none).
   const auto x_key = r.x_key.empty() ? o.by_name.end() : o.by_name.find(r.x_key);
@@ -213,7 +267,7 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
   std::vector<Collector> collectors;
   collectors.reserve(r.keys.size());
   for (std::size_t i = 0; i < r.keys.size(); ++i) collectors.emplace_back(lo, hi, width);
-  const bool whole = !r.from && !r.to;
+  const bool whole = !r.from && !r.to && !r.exact;
   Error problem;
   if (whole) {
     // The whole run: the overview's lines stand for it.
@@ -233,7 +287,8 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
           std::max<std::uint64_t>(n, static_cast<std::uint64_t>(std::llround(static_cast<double>(n) * o.scale()))));
     }
   } else {
-    // A range: every line of the file between the overview's lines around it.
+    // A range (or, `exact`, the whole run): every line of the file between
+    // the overview's lines around it.
     // Lines are in step order and times nearly so, as a step metric (an
     // epoch) mostly is: one overview line more on each side.
     std::size_t before = 0, after = o.lines.size();
@@ -250,21 +305,43 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out) const {
     std::vector<std::string_view> keys(r.keys.begin(), r.keys.end());
     std::vector<Collector*> into;
     for (Collector& c : collectors) into.push_back(&c);
-    problem = scan_lines(from, end, row, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x, r.x_key, lo, hi);
+    // The lock is let go for the reading (the whole file, where `exact`):
+    // what the answer takes of the overview is kept first.
+    const std::uint64_t rows = o.rows;
+    const bool x_known = x_key != o.by_name.end();
+    std::vector<bool> known;
+    for (const std::string& k : r.keys) known.push_back(o.by_name.contains(k));
+    if (r.exact && kind_ == FileKind::history) {
+      // The whole of a history, in pieces read side by side where it is long
+      // (a system sample's step is its line's number: that file is read in one).
+      const std::vector<std::string> uncounted = uncounted_;
+      lock.unlock();
+      problem = read_pieces(uncounted, from, end, keys, collectors, width, r.x, r.x_key, lo, hi);
+    } else {
+      problem = scan_lines(from, end, row, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x, r.x_key, lo,
+                           hi, &lock);
+    }
+    const bool none = std::all_of(collectors.begin(), collectors.end(), [](const Collector& c) { return c.n() == 0; });
+    const std::string extra =
+        std::string(",\"overview\":false") + (!r.x_key.empty() && !x_known && none ? ",\"x_missing\":true" : "");
+    put_answer(out, lo, hi, rows, extra, problem, r.keys, collectors, [&](std::size_t i) {
+      // A key no line of the overview has, nor any line of the range read.
+      if (!known[i] && collectors[i].n() == 0) out += ",\"missing\":true";
+    });
+    return;
   }
-  std::string extra = whole ? ",\"overview\":true" : ",\"overview\":false";
-  const bool none = std::all_of(collectors.begin(), collectors.end(), [](const Collector& c) { return c.n() == 0; });
-  if (!r.x_key.empty() && x_key == o.by_name.end() && (whole || none)) extra += ",\"x_missing\":true";
+  std::string extra = ",\"overview\":true";
+  if (!r.x_key.empty() && x_key == o.by_name.end()) extra += ",\"x_missing\":true";
   put_answer(out, lo, hi, o.rows, extra, problem, r.keys, collectors, [&](std::size_t i) {
-    // A key no line of the overview has, nor any line of the range read.
-    if (!o.by_name.contains(r.keys[i]) && (whole || collectors[i].n() == 0)) out += ",\"missing\":true";
+    // A key no line of the overview has.
+    if (!o.by_name.contains(r.keys[i])) out += ",\"missing\":true";
   });
 }
 
 void LinesIndex::series_json(const SeriesRequest& r, std::string& out) const {
   std::shared_lock lock(mutex_);
   if (overview_) {
-    overview_json(r, out);
+    overview_json(r, out, lock);
     return;
   }
   // Against a key (a step metric): a row's x is that key's value on it, from

@@ -318,6 +318,11 @@ struct Server::Impl {
     }
     // x by a key's values (a declared step metric): it takes x's place.
     r.x_key = param(req, "xkey");
+    // While the history is indexed: every line read for these keys, not the overview.
+    if (const std::string e = param(req, "exact"); !e.empty()) {
+      if (e != "0" && e != "1") return refuse(res, 400, "exact is 0 or 1");
+      r.exact = e == "1";
+    }
     send(req, res, api.series(param(req, "run"), file == "system" ? FileKind::system : FileKind::history, r));
   }
 

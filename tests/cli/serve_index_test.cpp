@@ -242,6 +242,22 @@ BOOST_AUTO_TEST_CASE(a_long_history_is_shown_by_an_overview_until_its_index_is_b
       BOOST_TEST(series_part(index, r) == series_part(plain, r), "steps " << from << " to " << to);
     }
   }
+  // Asked `exact`: the whole run read from the file for the keys asked (metric
+  // keys alone: each line read for them only; with an added key: every line
+  // read whole), the very answer of the plain index over the same range at
+  // a width where it too takes every point.
+  for (const XAxis x : {XAxis::step, XAxis::wall}) {
+    const double at = x == XAxis::wall ? 1'700'000'000 : 0, per = x == XAxis::step ? 1 : 0.5;
+    for (const std::vector<std::string>& asked : {std::vector<std::string>{"dense", "c/rank-2", "sparse"}, keys}) {
+      chorus::cli::serve::SeriesRequest exact{asked, x, std::nullopt, std::nullopt, 8192};
+      exact.exact = true;
+      std::string answer;
+      index.series_json(exact, answer);
+      BOOST_TEST(answer.find("\"overview\":false") != std::string::npos, answer.substr(0, 200));
+      const chorus::cli::serve::SeriesRequest same{asked, x, at, at + 69'999 * per, 8192};
+      BOOST_TEST(series_part(index, exact) == series_part(plain, same), asked.size() << " keys");
+    }
+  }
   // Lines appended meanwhile are read once the index is whole.
   {
     std::ofstream f(file, std::ios::app);
@@ -256,6 +272,61 @@ BOOST_AUTO_TEST_CASE(a_long_history_is_shown_by_an_overview_until_its_index_is_b
   BOOST_TEST((everything(index, keys, 4) == everything(plain, keys, 4)));
   BOOST_TEST(index.state().rows == 71'000u);
   BOOST_TEST(index.state().skipped == 14u);
+}
+
+BOOST_AUTO_TEST_CASE(a_whole_run_read_for_its_keys_takes_what_the_index_takes) {
+  // Among plain rows, lines that a reading of a few keys could take
+  // otherwise than the index: each key's values, and the rows, are the same.
+  TempDir dir;
+  const fs::path file = dir.path / "history.jsonl";
+  const std::vector<std::string> odd = {
+      R"({"_step":S,"dense":-0,"c/rank-2":1})",                       // -0 written as an integer is 0
+      R"({"_step":S,"dense":18446744073709551615})",                  // a uint64
+      R"({"_step":S,"dense":18446744073709551616,"c/rank-2":3})",     // beyond 64 bits: no row
+      R"({"_step":S,"dense":5,"c/rank-2":4})",                   // a key written with an escape
+      R"({"_step":S,"_step":0,"dense":6})",                           // the first _step counts
+      R"({"_count":{"dense":7},"_step":S,"dense":8})",                // the key inside _count first
+      R"({"_step":S,"dense":"NaN","c/rank-2":"Infinity"})",
+      R"({"_step":S,"dense":"text","c/rank-2":{"a":1}})",              // no values
+      R"({"_step":S,"dense":[1,2],"c/rank-2":true})",
+      R"({"_step":S,"dense":tru})",                                   // damaged: no row
+      R"({"_step":"5","dense":9})",                                   // no step: no rows
+      R"({"_step":5.0,"dense":9})",
+      R"({"_step":-1,"dense":9})",
+      R"({"_step":S,"_timestamp":"x","dense":10})",
+      R"({"_step":S,"dense":11}x)",                                   // trailing bytes: no row
+      R"({"_step":S,"dense":1e400})",                                 // beyond the doubles: no row
+      R"({"_step":S,"dense":1.5e-3,"c/rank-2":-2.5E+2})"};
+  std::string text;
+  int step = 0;
+  for (int round = 0; round < 60; ++round) {
+    text += history_rows(step, step + 50);
+    step += 50;
+    for (const std::string& line : odd) {
+      std::string l = line;
+      if (const auto at = l.find(":S,"); at != std::string::npos) l.replace(at + 1, 1, std::to_string(step++));
+      text += l + "\n";
+    }
+  }
+  write_text(file, text);
+  LinesIndex plain(file.string(), FileKind::history, never, 1, never);
+  BOOST_TEST(plain.refresh());
+  BOOST_TEST(plain.state().skipped > 0u);
+  for (const unsigned pieces : {1u, 2u}) {
+    LinesIndex index(file.string(), FileKind::history, 1u << 10, pieces, 1u << 12);
+    index.hold_indexing(true);
+    BOOST_TEST(index.refresh());
+    BOOST_REQUIRE(index.state().indexing);
+    for (const std::vector<std::string>& asked :
+         {std::vector<std::string>{"dense"}, std::vector<std::string>{"dense", "c/rank-2", "sparse"}}) {
+      chorus::cli::serve::SeriesRequest exact{asked, XAxis::step, std::nullopt, std::nullopt, 8192};
+      exact.exact = true;
+      const chorus::cli::serve::SeriesRequest same{asked, XAxis::step, 0.0, double(step - 1), 8192};
+      BOOST_TEST(series_part(index, exact) == series_part(plain, same), pieces << " pieces, " << asked.size() << " keys");
+    }
+    index.hold_indexing(false);
+    wait_indexed(index);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(whoever_asked_is_told_once_when_a_background_index_is_whole) {

@@ -29,6 +29,25 @@ function ema(ys, w) {
 
 // Runs `owner`'s loading one at a time: asked again meanwhile, it runs once
 // more after; a failure is written in owner.status.
+// Series asked `exact` (every point, read from the file for their keys while
+// the history is indexed): the charts that ask within a few milliseconds of
+// each other share one request, so that the file is read once for all of them.
+const exactAsked = new Map();
+function exactSeries(params) {
+  const same = JSON.stringify(Object.assign({}, params, { key: null }));
+  let batch = exactAsked.get(same);
+  if (!batch) {
+    batch = { params: Object.assign({}, params, { key: [], exact: 1 }) };
+    batch.answer = new Promise((resolve) => setTimeout(() => {
+      exactAsked.delete(same);
+      resolve(api('series', batch.params));
+    }, 20));
+    exactAsked.set(same, batch);
+  }
+  for (const k of params.key) if (!batch.params.key.includes(k)) batch.params.key.push(k);
+  return batch.answer;
+}
+
 async function loadOnce(owner, fill) {
   if (owner.loading) { owner.again = true; return; }
   owner.loading = true;
@@ -99,14 +118,15 @@ class Chart {
     });
     const data = new Array(this.sources.length).fill(null);
     const problems = [];
-    let n = 0, full = true, overview = false, xMissing = false;
+    let n = 0, full = true, overview = false, xMissing = false, wantExact = false;
     // The NaN and infinite values in the range: where the answer places them
     // (`nonfinite`: their x by kind), else its counts (`nan`, `inf` of either sign).
     const odd = { nan: 0, inf: 0, '-inf': 0, either: 0 };
     await Promise.all([...byFile.values()].map(async (f) => {
       const params = { run: f.run, file: f.file, key: f.keys, x: choice.key ? 'step' : choice.used, xkey: choice.key, width };
       if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
-      const r = await api('series', params);
+      const r = await (this.exact ? exactSeries(params) : api('series', params));
+      if (r.overview) wantExact = true;
       if (r.error) { problems.push(r.error); return; }
       if (r.problem) problems.push(r.problem);
       if (r.overview) overview = true;
@@ -141,6 +161,13 @@ class Chart {
       (overview ? ' (an overview of lines spread over the file, while it is indexed)' : full ? '' : ' (smallest and largest of each pixel)') +
       (choice.key ? ` against ${choice.key} (its declared step metric), on the rows that have both` : '');
     this.draw();
+    // Drawn from the overview of a history still being indexed, and in view:
+    // once that is painted, every point of its keys is asked for (the server
+    // reads the file for them alone), not left to wait for the whole index.
+    if (wantExact && !this.exact && inView(this.el)) {
+      this.exact = true;
+      requestAnimationFrame(() => setTimeout(() => this.load(), 0));
+    }
   }); }
 
   reset() { this.range = null; if (this.wanted) this.load(); }
@@ -339,11 +366,13 @@ function wantChart(c) {
 // The panels in view of a page just built, asked for at once: a frame
 // sooner than the observer would tell (its layout is the one that frame
 // would make anyway).
+function inView(el) {
+  const r = el.getBoundingClientRect();
+  return r.width > 0 && r.bottom > 0 && r.top < innerHeight;
+}
 function loadPanelsInView() {
   for (const c of panels()) {
-    if (c.wanted) continue;
-    const r = c.el.getBoundingClientRect();
-    if (r.width > 0 && r.bottom > 0 && r.top < innerHeight) wantChart(c);
+    if (!c.wanted && inView(c.el)) wantChart(c);
   }
 }
 function loadNearCharts() {
