@@ -90,6 +90,16 @@ class Serve(dashboard_test.Serve):
     def at(self, address, hash_=""):
         return f"http://{address}:{self.port}/?token={TOKEN}{hash_}"
 
+    def wait_indexed(self, run):
+        """Until the run's history is indexed whole (and kept, where the server keeps indexes)."""
+        import urllib.request
+        req = f"http://127.0.0.1:{self.port}/api/run?run={run}&token={TOKEN}"
+
+        def whole():
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return not json.loads(r.read())["history"].get("indexing", False)
+        wait_until("the history indexed", whole, timeout=120, every=0.05)
+
 
 # ---------- the browser ----------
 
@@ -397,6 +407,9 @@ def paint(names, binaries, data, tries, r):
                     b.open(s.at("127.0.0.1", "#/run/" + BIG_RUN))
                     first = b.wait("first")
                     full = b.wait("full", timeout=120)
+                    # The charts in view may be whole before the index is: the next
+                    # series ("run opened before") takes the index this one kept.
+                    s.wait_indexed(BIG_RUN)
                     charts = b.bench()["charts"]
                     run_end = answered(b, "/api/run?", last=False)
                     series_end = answered(b, "/api/series?", first)
