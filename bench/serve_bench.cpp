@@ -8,9 +8,10 @@
 // answer came in and its size as sent):
 //  - the run's page: /api/run (the first one reads an overview and starts
 //    indexing the history in the background) and the series of its charts
-//    at 700 pixels (first paint); a zoom into 1% while the index is built
-//    (read from the file); the time until the index is whole; then the
-//    page again, warm;
+//    at 700 pixels (first paint); while the index is built, a zoom into 1%
+//    and the two charts in view at full resolution (exact=1), both read
+//    from the file; the time until the index is whole; then the page again,
+//    warm;
 //  - a zoom into 1% and 0.1% of the steps (points read back from the file),
 //    and 10% (from the index);
 //  - 1,000 rows appended, then the charts again (only the new lines read);
@@ -302,6 +303,14 @@ int main(int argc, char** argv) {
       const auto [z, zb] = charts(s, r, k, "&from=" + std::to_string(from) + "&to=" + std::to_string(to));
       row(s, "17 charts, zoom 1%, indexing", z, zb,
           indexing ? "read from the file while the index is built" : "the index was whole already");
+      // The page's two charts in view, asked again at full resolution once
+      // painted (one request for both: exact=1).
+      s.get("/api/run?run=" + r, body);
+      const bool still = body.find("\"indexing\":true") != std::string::npos;
+      const auto [e, eb] = s.get("/api/series?run=" + r + "&key=" + encode(k[0]) + "&key=" + encode(k[1]) +
+                                 "&width=" + std::to_string(chart_width) + "&exact=1");
+      row(s, "2 charts in view, exact, indexing", e, eb,
+          still ? "the whole file read for their keys while the index is built" : "the index was whole already");
     }
     for (std::string body;;) {
       s.get("/api/run?run=" + r, body);
