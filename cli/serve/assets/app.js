@@ -530,6 +530,8 @@ async function runPage(view, path) {
       if (e.rows === rows && e.keys === keyCount && e.indexing === indexing) return;
       rows = e.rows;
       indexing = e.indexing;
+      // The index whole: every chart is drawn from it again (none reads the file any more).
+      if (!indexing) chorus.charts.filter((c) => !c.kind.startsWith('system')).forEach((c) => { c.exact = false; });
       await reloadRun();
       if (run.history.keys.length !== keyCount) {
         keyCount = run.history.keys.length;
@@ -543,6 +545,7 @@ async function runPage(view, path) {
       if (e.rows === sysRows && e.indexing === sysIndexing) return;
       sysRows = e.rows;
       sysIndexing = e.indexing;
+      if (!sysIndexing) chorus.charts.filter((c) => c.kind.startsWith('system')).forEach((c) => { c.exact = false; });
       await reloadRun();
       addSystemCharts();
       chorus.charts.filter((c) => c.kind.startsWith('system')).forEach((c) => c.refresh());

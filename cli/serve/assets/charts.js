@@ -125,8 +125,9 @@ class Chart {
     await Promise.all([...byFile.values()].map(async (f) => {
       const params = { run: f.run, file: f.file, key: f.keys, x: choice.key ? 'step' : choice.used, xkey: choice.key, width };
       if (this.range) { params.from = this.range[0]; params.to = this.range[1]; }
-      const r = await (this.exact ? exactSeries(params) : api('series', params));
-      if (r.overview) wantExact = true;
+      const r = await (this.exact && !this.range ? exactSeries(params) : api('series', params));
+      // (Metric keys only: a key the index adds, `_progress/rank-N`, would have every line read whole.)
+      if (r.overview && f.keys.every((k) => !k.startsWith('_'))) wantExact = true;
       if (r.error) { problems.push(r.error); return; }
       if (r.problem) problems.push(r.problem);
       if (r.overview) overview = true;
