@@ -1,6 +1,8 @@
 // TLS for the links between nodes: see actors/links/tls_session.hpp.
 #include "actors/links/tls_session.hpp"
 
+#include "io/platform/credentials.hpp"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -18,18 +20,6 @@
 
 namespace chorus::actors {
 namespace {
-
-/// OpenSSL's queued errors, oldest first, as one line (the queue emptied).
-std::string ssl_errors() {
-  std::string out;
-  while (const unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out;
-}
 
 // A BIO over the connection's socket: recv, and send without SIGPIPE.
 int fd_of(BIO* b) { return static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(b))); }
@@ -71,7 +61,7 @@ BIO_METHOD* socket_method() {
 
 Error unloadable(const std::string& file, const char* what) {
   std::string m = "cannot load the job's ";
-  m.append(what).append(" ").append(file).append(" for TLS (").append(ssl_errors()).append(
+  m.append(what).append(" ").append(file).append(" for TLS (").append(platform::ssl_errors()).append(
       "): make the job's credentials with `chorus certs DIR`, copy DIR to every node and set CHORUS_TLS_DIR=DIR");
   return {Errc::invalid_argument, std::move(m)};
 }
@@ -81,7 +71,7 @@ Error unloadable(const std::string& file, const char* what) {
 Result<std::shared_ptr<const TlsContext>> TlsContext::load(const platform::Credentials& creds) {
   ERR_clear_error();
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
-  if (ctx == nullptr) return Error{Errc::internal, "cannot make an OpenSSL context: " + ssl_errors()};
+  if (ctx == nullptr) return Error{Errc::internal, "cannot make an OpenSSL context: " + platform::ssl_errors()};
   std::shared_ptr<const TlsContext> out(new TlsContext(ctx));
   if (SSL_CTX_use_certificate_chain_file(ctx, creds.cert_file.c_str()) != 1)
     return unloadable(creds.cert_file, "certificate");
@@ -92,7 +82,7 @@ Result<std::shared_ptr<const TlsContext>> TlsContext::load(const platform::Crede
     return unloadable(creds.ca_file, "CA certificate");
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  if (SSL_CTX_set_cipher_list(ctx, "HIGH:!aNULL:!MD5") != 1) return Error{Errc::internal, "cannot set TLS ciphers: " + ssl_errors()};
+  if (SSL_CTX_set_cipher_list(ctx, "HIGH:!aNULL:!MD5") != 1) return Error{Errc::internal, "cannot set TLS ciphers: " + platform::ssl_errors()};
   // A link connects once: nothing to resume, so no ticket to make.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_num_tickets(ctx, 0);
@@ -175,7 +165,7 @@ TlsSession::Io TlsSession::classify(int ret, std::size_t& n) {
     why_ = "the peer closed the connection";
     return Io::closed;
   case SSL_ERROR_SYSCALL:
-    why_ = ssl_errors();
+    why_ = platform::ssl_errors();
     if (!why_.empty()) return Io::failed;
     if (ret == 0 || saved_errno == 0) {
       why_ = "the peer closed the connection";
@@ -184,7 +174,7 @@ TlsSession::Io TlsSession::classify(int ret, std::size_t& n) {
     why_ = std::strerror(saved_errno);
     return Io::failed;
   default: {
-    why_ = ssl_errors();
+    why_ = platform::ssl_errors();
     if (const long v = SSL_get_verify_result(ssl_); v != X509_V_OK) {
       if (!why_.empty()) why_ += "; ";
       why_.append("the certificate did not verify: ").append(X509_verify_cert_error_string(v));

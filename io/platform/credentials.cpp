@@ -17,6 +17,17 @@
 
 namespace chorus::platform {
 
+std::string ssl_errors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out;
+}
+
 namespace {
 
 template <class T, void (*Free)(T*)>
@@ -29,14 +40,10 @@ using Bio = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
 using Store = std::unique_ptr<X509_STORE, Deleter<X509_STORE, X509_STORE_free>>;
 using StoreCtx = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX, X509_STORE_CTX_free>>;
 
-/// The oldest OpenSSL error, as text (and the queue emptied).
+/// OpenSSL's errors as ssl_errors() says them, or that it gave no reason.
 std::string ssl_error() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
+  const std::string e = ssl_errors();
+  return e.empty() ? "unknown OpenSSL error" : e;
 }
 
 Error failed(std::string what) {

@@ -23,6 +23,10 @@ struct Credentials {
 /// `days`. Refuses to replace existing credentials unless `replace`.
 [[nodiscard]] Error make_credentials(const std::string& dir, int days, bool replace);
 
+/// OpenSSL's queued errors of this thread, oldest first, as one line ("; "
+/// between them), the queue emptied; "" where there were none.
+[[nodiscard]] std::string ssl_errors();
+
 /// Checks the credentials in `dir` before a run uses them: the three files
 /// exist, parse, the key matches the certificate, and the certificate is
 /// signed by the CA and valid now. The error names the file and the fix.

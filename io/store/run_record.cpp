@@ -333,9 +333,7 @@ std::string RunRecord::render(bool whole) const {
 }
 
 Error RunRecord::write(const std::string& path, bool durable) const {
-  std::string out = json();
-  out.push_back('\n');
-  return platform::write_file_atomic(path, out, durable);
+  return platform::write_file_atomic(path, text(), durable);
 }
 
 std::optional<RunState> run_state_named(std::string_view name) {

@@ -119,8 +119,10 @@ struct RunRecord : RunIdentity {
 
   /// The whole of run.json, without its final newline.
   [[nodiscard]] std::string json() const;
+  /// run.json's text as written: json() and a newline.
+  [[nodiscard]] std::string text() const { return json() + '\n'; }
 
-  /// Replaces the file at `path` with json() and a newline, atomically and,
+  /// Replaces the file at `path` with text(), atomically and,
   /// where `durable`, durably (write_file_atomic: a temporary file, fsync, rename).
   [[nodiscard]] Error write(const std::string& path, bool durable = true) const;
 

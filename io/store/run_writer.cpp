@@ -650,7 +650,7 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
       s.config_dirty || s.start_unsynced ? s.stage("config.json", s.config_dirty, [&] { return s.object_text(s.config); })
                                          : std::nullopt;
   std::optional<platform::StagedFile> summary = s.stage("summary.json", true, [&] { return s.summary_text() + "\n"; });
-  std::optional<platform::StagedFile> run = s.stage("run.json", true, [&] { return s.run_record().json() + "\n"; });
+  std::optional<platform::StagedFile> run = s.stage("run.json", true, [&] { return s.run_record().text(); });
   s.config_dirty = s.summary_dirty = s.run_json_dirty = s.start_unsynced = false;
   for (platform::AppendFile* f : line_files)
     if (f) s.fail(f->sync());

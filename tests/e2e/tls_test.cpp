@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(nodes_with_the_jobs_credentials_log_into_one_run) {
   TempDir dir;
   const std::string env = certs(dir.path / "creds");
   // Several links at once, opened and closed: each must survive the others'
-  // handshakes and goodbyes (actors/links/ssl_errors.cpp).
+  // handshakes and goodbyes (OpenSSL's error queue is per thread: platform::ssl_errors).
   for (int round = 0; round < 3; ++round) {
     TempDir runs;
     auto [n0, n1] = two_nodes(runs, 30 + round, env, env);
