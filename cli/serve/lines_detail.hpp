@@ -178,9 +178,12 @@ public:
         bool& seen = key == "_timestamp" ? timed : ran;
         if (seen) continue; // the first, as HistoryRow reads it
         seen = true;
+        // A number (else nothing), read and checked as a metric's value is.
         ondemand::json_type t{};
-        if (double s = 0; v.type().get(t) == SUCCESS && t == ondemand::json_type::number && v.get_double().get(s) == SUCCESS)
-          (key == "_timestamp" ? timestamp : runtime) = s;
+        std::optional<double> s;
+        if (auto e = v.type().get(t)) return error_message(e);
+        if (auto e = metric(v, s)) return error_message(e);
+        if (t == ondemand::json_type::number) (key == "_timestamp" ? timestamp : runtime) = s;
       }
     }
     if (line.back() != '}') return error_message(TRAILING_CONTENT);

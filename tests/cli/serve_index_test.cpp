@@ -294,6 +294,9 @@ BOOST_AUTO_TEST_CASE(a_whole_run_read_for_its_keys_takes_what_the_index_takes) {
       R"({"_step":5.0,"dense":9})",
       R"({"_step":-1,"dense":9})",
       R"({"_step":S,"_timestamp":"x","dense":10})",
+      R"({"_step":S,"_timestamp":1e400,"dense":13})",                // damaged: no row
+      R"({"_step":S,"_runtime":fals,"dense":14})",                    // damaged: no row
+      R"({"_step":S,"_timestamp":17e8,"_runtime":-0,"dense":15})",
       R"({"_step":S,"dense":11}x)",                                   // trailing bytes: no row
       R"({"_step":S,"dense":1e400})",                                 // beyond the doubles: no row
       R"({"_step":S,"dense":1.5e-3,"c/rank-2":-2.5E+2})"};
