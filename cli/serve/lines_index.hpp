@@ -236,15 +236,10 @@ private:
   /// to `into`, at `x` (or, where `x_key` is set, at that key's value on the line).
   Error scan(std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
              const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo, double hi) const;
-  /// The same from byte `from` (a line's start, of row `row`) up to byte `end`.
-  /// With `unlock` (the index's lock, held): let go once the reading starts,
-  /// so that a long reading holds no other request up.
-  Error scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first, std::size_t last,
-                   const std::vector<std::string_view>& keys, const std::vector<Collector*>& into, XAxis x,
-                   std::string_view x_key, double lo, double hi,
-                   std::shared_lock<std::shared_mutex>* unlock = nullptr) const;
-  /// scan_lines' reading, with `uncounted` in place of the index's own
-  /// (count_ranks): it reads nothing the index's lock guards.
+  /// The same from byte `from` (a line's start, of row `row`) up to byte
+  /// `end`, `uncounted` in place of the index's own (count_ranks): it reads
+  /// nothing the index's lock guards, so that a long reading can let the
+  /// lock go and hold no other request up.
   Error read_range(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end, std::size_t row,
                    std::size_t first, std::size_t last, const std::vector<std::string_view>& keys,
                    const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo, double hi) const;

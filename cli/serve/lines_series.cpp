@@ -150,17 +150,7 @@ Error LinesIndex::scan(std::size_t first, std::size_t last, const std::vector<st
   const auto mark = std::partition_point(marks_.begin(), marks_.end(), [&](const Mark& m) { return m.row <= first; });
   if (mark == marks_.begin()) return {};
   const Mark& from = *(mark - 1);
-  return scan_lines(from.byte, state_.bytes, from.row, first, last, keys, into, x, x_key, lo, hi);
-}
-
-Error LinesIndex::scan_lines(std::uint64_t from, std::uint64_t end, std::size_t row, std::size_t first,
-                             std::size_t last, const std::vector<std::string_view>& keys,
-                             const std::vector<Collector*>& into, XAxis x, std::string_view x_key, double lo,
-                             double hi, std::shared_lock<std::shared_mutex>* unlock) const {
-  // What the reading needs of the index, kept by it (path_ and kind_ never change).
-  const std::vector<std::string> uncounted = uncounted_;
-  if (unlock) unlock->unlock();
-  return read_range(uncounted, from, end, row, first, last, keys, into, x, x_key, lo, hi);
+  return read_range(uncounted_, from.byte, state_.bytes, from.row, first, last, keys, into, x, x_key, lo, hi);
 }
 
 Error LinesIndex::read_pieces(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end,
@@ -311,15 +301,16 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out,
     const bool x_known = x_key != o.by_name.end();
     std::vector<bool> known;
     for (const std::string& k : r.keys) known.push_back(o.by_name.contains(k));
+    // What the reading needs of the index besides (path_ and kind_ never change).
+    const std::vector<std::string> uncounted = uncounted_;
+    lock.unlock();
     if (r.exact && kind_ == FileKind::history) {
       // The whole of a history, in pieces read side by side where it is long
       // (a system sample's step is its line's number: that file is read in one).
-      const std::vector<std::string> uncounted = uncounted_;
-      lock.unlock();
       problem = read_pieces(uncounted, from, end, keys, collectors, width, r.x, r.x_key, lo, hi);
     } else {
-      problem = scan_lines(from, end, row, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x, r.x_key, lo,
-                           hi, &lock);
+      problem = read_range(uncounted, from, end, row, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x,
+                           r.x_key, lo, hi);
     }
     const bool none = std::all_of(collectors.begin(), collectors.end(), [](const Collector& c) { return c.n() == 0; });
     const std::string extra =

@@ -27,8 +27,6 @@ function ema(ys, w) {
   });
 }
 
-// Runs `owner`'s loading one at a time: asked again meanwhile, it runs once
-// more after; a failure is written in owner.status.
 // Series asked `exact` (every point, read from the file for their keys while
 // the history is indexed): the charts that ask within a few milliseconds of
 // each other share one request, so that the file is read once for all of them.
@@ -48,6 +46,8 @@ function exactSeries(params) {
   return batch.answer;
 }
 
+// Runs `owner`'s loading one at a time: asked again meanwhile, it runs once
+// more after; a failure is written in owner.status.
 async function loadOnce(owner, fill) {
   if (owner.loading) { owner.again = true; return; }
   owner.loading = true;
@@ -364,13 +364,14 @@ function wantChart(c) {
   panelLoads.busy++;
   Promise.resolve(c.load()).finally(() => { panelLoads.busy--; loadNearCharts(); });
 }
-// The panels in view of a page just built, asked for at once: a frame
-// sooner than the observer would tell (its layout is the one that frame
-// would make anyway).
+// Whether `el` is in the window.
 function inView(el) {
   const r = el.getBoundingClientRect();
   return r.width > 0 && r.bottom > 0 && r.top < innerHeight;
 }
+// The panels in view of a page just built, asked for at once: a frame
+// sooner than the observer would tell (its layout is the one that frame
+// would make anyway).
 function loadPanelsInView() {
   for (const c of panels()) {
     if (!c.wanted && inView(c.el)) wantChart(c);
