@@ -108,6 +108,18 @@ def case_long_list(t, chorus, root, d):
         assert sorted(got) == sorted(paths), "runs missing or listed twice"
         # The newest group first.
         assert got[0].startswith("big/job-2/") and got[-1].startswith("big/job-0/"), (got[0], got[-1])
+        # Read again while scrolled far down (a run changed), the list keeps its place:
+        # the row at the window's top stays there.
+        at = d.execute_script(
+            "const tr = document.querySelectorAll('#runs tr.run')[250]; tr.scrollIntoView();"
+            "return [tr.dataset.path, tr.getBoundingClientRect().top];")
+        d.execute_async_script("window.chorus.page.reload().then(arguments[0]);")
+        time.sleep(0.5)
+        again = d.execute_script(
+            "const tr = document.querySelector(`#runs tr.run[data-path=\"${arguments[0]}\"]`);"
+            "return tr && tr.getBoundingClientRect().top;", at[0])
+        assert again is not None and abs(again - at[1]) < 2, (at, again)
+        assert len(listed(d, t)) == 300, "the list read again lost rows"
         d.save_screenshot("runs_long_list.png")
         errors = t.js_errors(d)
         assert not errors, errors

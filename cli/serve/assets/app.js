@@ -148,6 +148,7 @@ async function runsPage(view) {
   view.replaceChildren(h('h1', { text: 'Runs' }), rootNote, top, table);
   const picked = new Set();
   let data = null;
+  let renders = 0;
   const saved = JSON.parse(sessionStorage.getItem('chorus.filter') || '{}');
   filter.value = saved.text || '';
   state.value = saved.state || '';
@@ -166,47 +167,78 @@ async function runsPage(view) {
     // Runs the server's user may not read are left out: say how many, and why the first.
     if (data.not_shown) rootNote.append(h('span', { id: 'not-shown', title: data.not_shown_why || '',
       text: ` (${data.not_shown} ${data.not_shown === 1 ? 'run' : 'runs'} not shown: ${data.not_shown_why || ''})` }));
-    const rows = [];
+    // What the list shows, in order: a group's line, then its runs.
+    const items = [];
     let shown = 0;
     // Groups by their newest run, the newest first.
     const groups = data.groups.slice().sort((a, b) => (b.runs[0].start_time || 0) - (a.runs[0].start_time || 0));
     for (const g of groups) {
       const runs = g.runs.filter(matches);
       if (!runs.length) continue;
-      const m = g.manifest;
-      rows.push(h('tr', { class: 'group' }, h('td', { colspan: 8 },
-        g.project, g.group ? ' / ' : '', g.group ? h('a', { href: '#/group/' + encodeURI(g.path), text: g.group }) : '',
-        m ? h('span', { class: 'note' }, '  ', badge(m.state), ` ${m.size} runs, ${m.mode}${m.scope ? ', ' + m.scope : ''}`) : '',
-        g.error ? h('span', { class: 'note', text: '  group.json: ' + g.error }) : '')));
-      for (const r of runs) {
-        shown++;
-        const box = h('input', { type: 'checkbox', 'data-path': r.path, checked: picked.has(r.path), onchange: (e) => {
-          if (e.target.checked) picked.add(r.path); else picked.delete(r.path);
-          compare.disabled = picked.size < 2;
-          compare.textContent = 'compare selected' + (picked.size ? ` (${picked.size})` : '');
-        } });
-        const summary = Object.entries(r.summary || {}).map(([k, v]) => `${k}=${fmtValue(k, v)}`).join('  ');
-        rows.push(h('tr', { class: 'run', 'data-path': r.path },
-          h('td', {}, box),
-          h('td', {}, runLink(r.path, r.name || r.id), r.name && r.name !== r.id ? h('span', { class: 'note', text: ' ' + r.id }) : ''),
-          h('td', {}, badge(r.shown_state), r.error || r.host_lost ? h('div', { class: 'note', text: r.error || 'its host was lost', title: r.run_error || '' }) : ''),
-          h('td', { class: 'num', text: (r.world_size ?? '') + (r.crashed_ranks ? ` (${r.crashed_ranks} crashed)` : '') }),
-          h('td', { text: fmtTime(r.start_time) }),
-          h('td', { class: 'num', text: fmtDuration(r.duration) }),
-          h('td', { class: 'num', text: r.rows ?? '' }),
-          h('td', { class: 'summary', text: summary })));
-      }
+      items.push({ g });
+      for (const r of runs) items.push({ r });
+      shown += runs.length;
     }
+    const rowOf = ({ g, r }) => {
+      if (g) {
+        const m = g.manifest;
+        return h('tr', { class: 'group' }, h('td', { colspan: 8 },
+          g.project, g.group ? ' / ' : '', g.group ? h('a', { href: '#/group/' + encodeURI(g.path), text: g.group }) : '',
+          m ? h('span', { class: 'note' }, '  ', badge(m.state), ` ${m.size} runs, ${m.mode}${m.scope ? ', ' + m.scope : ''}`) : '',
+          g.error ? h('span', { class: 'note', text: '  group.json: ' + g.error }) : ''));
+      }
+      const summary = Object.entries(r.summary || {}).map(([k, v]) => `${k}=${fmtValue(k, v)}`).join('  ');
+      return h('tr', { class: 'run', 'data-path': r.path },
+        h('td', {}, h('input', { type: 'checkbox', 'data-path': r.path, checked: picked.has(r.path) })),
+        h('td', {}, runLink(r.path, r.name || r.id), r.name && r.name !== r.id ? h('span', { class: 'note', text: ' ' + r.id }) : ''),
+        h('td', {}, badge(r.shown_state), r.error || r.host_lost ? h('div', { class: 'note', text: r.error || 'its host was lost', title: r.run_error || '' }) : ''),
+        h('td', { class: 'num', text: (r.world_size ?? '') + (r.crashed_ranks ? ` (${r.crashed_ranks} crashed)` : '') }),
+        h('td', { text: fmtTime(r.start_time) }),
+        h('td', { class: 'num', text: fmtDuration(r.duration) }),
+        h('td', { class: 'num', text: r.rows ?? '' }),
+        h('td', { class: 'summary', text: summary }));
+    };
     const part = (trs, head) => h('table', { class: 'runs-part' + (head ? ' runs-head' : '') },
       h('colgroup', {}, runColumns.map(([, w]) => h('col', { style: 'width:' + w }))), trs);
+    const rowsFrom = (i) => h('div', { class: 'runs-rows', style: `contain-intrinsic-size:auto ${Math.min(partRows, items.length - i) * 29}px` },
+      part(items.slice(i, i + partRows).map(rowOf)));
+    // The parts down to the window's bottom (where it is scrolled to: a list
+    // read again keeps its place) are built now; the others after the next
+    // paint, a few milliseconds' worth a task, so that a list of thousands
+    // shows at once. A newer render stops an older one's.
+    const built = ++renders;
+    const now = Math.ceil((window.scrollY + window.innerHeight) / 20 / partRows) * partRows;
     const parts = [part([h('tr', {}, runColumns.map(([t]) => h('th', { text: t })))], true)];
-    for (let i = 0; i < rows.length; i += partRows)
-      parts.push(h('div', { class: 'runs-rows', style: `contain-intrinsic-size:auto ${Math.min(partRows, rows.length - i) * 29}px` },
-        part(rows.slice(i, i + partRows))));
+    let i = 0;
+    for (; i < items.length && i < now; i += partRows) parts.push(rowsFrom(i));
+    // The run at the window's top stays where it was: the parts above it are
+    // new, and until drawn they are as tall as their rows would be at 29 px.
+    const inView = (els) => [...els].find((el) => el.getBoundingClientRect().bottom > 0);
+    const shownPart = window.scrollY > 0 && inView(table.querySelectorAll('.runs-rows'));
+    const anchor = shownPart && inView(shownPart.querySelectorAll('tr.run'));
+    const was = anchor && anchor.getBoundingClientRect().top;
     table.replaceChildren(...parts);
+    const same = anchor && table.querySelector(`tr.run[data-path="${CSS.escape(anchor.dataset.path)}"]`);
+    if (same) window.scrollBy(0, same.getBoundingClientRect().top - was);
+    const more = () => {
+      if (built !== renders) return;
+      const batch = [];
+      for (const t0 = performance.now(); i < items.length && performance.now() - t0 < 8; i += partRows) batch.push(rowsFrom(i));
+      table.append(...batch);
+      if (i < items.length) setTimeout(more, 0);
+    };
+    if (i < items.length) requestAnimationFrame(() => setTimeout(more, 0));
     count.textContent = `${shown} of ${data.count} runs`;
     if (!data.count) table.replaceChildren(h('p', { class: 'note', text: 'no runs under ' + data.root + ' yet' }));
   };
+  // One listener for every row's box.
+  table.addEventListener('change', (e) => {
+    const path = e.target.matches('input[type=checkbox][data-path]') && e.target.dataset.path;
+    if (!path) return;
+    if (e.target.checked) picked.add(path); else picked.delete(path);
+    compare.disabled = picked.size < 2;
+    compare.textContent = 'compare selected' + (picked.size ? ` (${picked.size})` : '');
+  });
   filter.addEventListener('input', render);
   state.addEventListener('change', render);
   compare.addEventListener('click', () => { location.hash = '#/compare/' + [...picked].map(encodeURIComponent).join('|'); });
