@@ -62,16 +62,23 @@ private:
     std::uint32_t slot = npos;
   };
 
+  /// Steps in blocks of 16: a block's place is hashed (spread, whatever the
+  /// steps' stride), its steps lie side by side in it, so that the rows a
+  /// rank logs one after another are found in the same few cache lines.
   [[nodiscard]] std::size_t home(std::int64_t step) const noexcept {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ull) >> shift_);
+    const auto s = static_cast<std::uint64_t>(step);
+    return static_cast<std::size_t>((((s >> block_bits) * 0x9E3779B97F4A7C15ull) >> shift_ << block_bits | (s & block_mask)) &
+                                    mask_);
   }
+  static constexpr int block_bits = 4;
+  static constexpr std::uint64_t block_mask = (1u << block_bits) - 1;
 
   void grow() {
     std::vector<Cell> old = std::move(cells_);
     const std::size_t n = old.empty() ? 64 : old.size() * 2;
     cells_.assign(n, Cell{});
     mask_ = n - 1;
-    shift_ = 64 - std::countr_zero(n);
+    shift_ = 64 - (std::countr_zero(n) - block_bits); // n >= 64: a block's place has bits to spare
     size_ = 0;
     for (const Cell& c : old)
       if (c.slot != npos) insert(c.step, c.slot);

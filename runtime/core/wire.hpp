@@ -15,6 +15,7 @@
 #include "runtime/core/media.hpp"
 
 #include <bit>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -146,18 +147,21 @@ public:
   }
   /// Starts a values event of `stream` (0: the default stream); follow with
   /// exactly `n` calls of value().
+  /// The event is sized at once, and its fields and values written in place.
   void values(std::uint64_t seq, std::int64_t step, std::int64_t ts_us, std::uint32_t n, std::uint32_t stream = 0) {
     begin(stream == 0 ? Tag::values : Tag::stream_values);
-    detail::put(out_, seq);
-    if (stream != 0) detail::put(out_, stream);
-    detail::put(out_, step);
-    detail::put(out_, ts_us);
-    detail::put(out_, n);
-    out_.reserve(out_.size() + n * value_size);
+    at_ = out_.size();
+    out_.resize(at_ + sizeof seq + (stream != 0 ? sizeof stream : 0) + sizeof step + sizeof ts_us + sizeof n +
+                std::size_t{n} * value_size);
+    place(seq);
+    if (stream != 0) place(stream);
+    place(step);
+    place(ts_us);
+    place(n);
   }
   void value(std::uint32_t key, double v) {
-    detail::put(out_, key);
-    detail::put(out_, v);
+    place(key);
+    place(v);
   }
   void define(std::uint64_t seq, std::uint32_t key, Reduce r) {
     begin(Tag::define);
@@ -259,8 +263,17 @@ private:
   }
 
   std::vector<char>& out_;
+  /// Writes `v` at at_, within what values() sized.
+  template <class T>
+  void place(T v) {
+    assert(at_ + sizeof v <= out_.size()); // values() announced fewer values than were given
+    std::memcpy(out_.data() + at_, &v, sizeof v);
+    at_ += sizeof v;
+  }
+
   std::size_t count_at_ = 0;
   std::uint32_t events_ = 0;
+  std::size_t at_ = 0; // where a values event's next field goes
 };
 
 std::vector<char> run_start(std::int64_t ts_us, std::uint32_t world_size, std::string_view run_json);
