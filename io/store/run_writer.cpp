@@ -130,6 +130,9 @@ struct RunWriter::State {
 
   std::vector<Series> series;
   std::unordered_map<std::uint64_t, std::uint32_t> series_of; // key << 32 | rank
+  // The last row's columns in order (key << 32 | rank, series): a row's
+  // columns are mostly the last one's, found without a look-up.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> last_columns;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> counts; // series, count; per row
 
   ObjectMerge config;
@@ -219,6 +222,20 @@ struct RunWriter::State {
       series.push_back(std::move(s));
     }
     return series[it->second];
+  }
+
+  /// The series of a row's `i`-th value: the last row's `i`-th where it is the same.
+  Series& column(std::size_t i, std::uint32_t key, std::int32_t rank) {
+    const std::uint64_t id = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(rank);
+    if (i < last_columns.size() && last_columns[i].first == id) [[likely]]
+      return series[last_columns[i].second];
+    Series& col = series_for(key, rank);
+    const auto at = static_cast<std::uint32_t>(&col - series.data());
+    if (i < last_columns.size())
+      last_columns[i] = {id, at};
+    else
+      last_columns.emplace_back(id, at);
+    return col;
   }
 
   // Merges the members of a JSON object into `into`; false if it is not one.
@@ -529,8 +546,9 @@ void RunWriter::row(const chorus::core::Row& row) {
   l.append(",\"_runtime\":");
   core::append_json_seconds(l, row.runtime_us);
   s.counts.clear();
-  for (const auto& v : row.values) {
-    Series& col = s.series_for(v.key, v.rank);
+  for (std::size_t i = 0; i < row.values.size(); ++i) {
+    const auto& v = row.values[i];
+    Series& col = s.column(i, v.key, v.rank);
     col.take(v.value);
     l.push_back(',');
     l.append(col.quoted);

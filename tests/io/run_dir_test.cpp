@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -503,6 +504,60 @@ BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
     double v = 0;
     BOOST_REQUIRE(!e["acc/rank-3"].get(v));
     BOOST_TEST(v == double(i) / 3);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_rows_columns_may_differ_from_the_last_rows) {
+  // Columns come and go, change places and ranks from one row to the next:
+  // each row holds its own values under its own names, counts included.
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  const std::vector<std::vector<RowValue>> rows = {
+      {{0, -1, 1.5, 2}, {1, 0, 2.5, 0}, {1, 1, 3.5, 0}},
+      {{0, -1, 4.5, 2}, {1, 0, 5.5, 0}, {1, 1, 6.5, 0}},
+      {{0, -1, 7.5, 1}, {1, 1, 8.5, 0}},                 // rank 0's column left out
+      {{1, 0, 9.5, 0}, {2, -1, 10.5, 3}, {3, 1, 11.5, 0}}, // other columns in the same places
+      {{0, -1, 12.5, 2}, {1, 0, 13.5, 0}, {1, 1, 14.5, 0}},
+      {},
+      {{3, 1, 15.5, 0}, {3, 0, 16.5, 0}},
+  };
+  {
+    RunWriter w(dir, name_of);
+    w.run_start("{}", t0, 2);
+    Row r;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      r.step = static_cast<std::int64_t>(i);
+      r.ts_us = t0 + r.step;
+      r.values = rows[i];
+      if (r.values.empty()) continue; // a row of nothing is never committed
+      w.row(r);
+    }
+    BOOST_TEST(!w.error(), w.error().message());
+  }
+  const auto hist = lines_of(dir + "/history.jsonl");
+  BOOST_REQUIRE(hist.size() == rows.size() - 1);
+  simdjson::dom::parser p;
+  std::size_t line = 0;
+  for (const auto& want : rows) {
+    if (want.empty()) continue;
+    simdjson::dom::object o;
+    BOOST_REQUIRE(!p.parse(hist[line++]).get(o));
+    std::map<std::string, double> got, counts;
+    for (auto [k, v] : o) {
+      if (k == "_count") {
+        for (auto [ck, cv] : simdjson::dom::object(v)) counts[std::string(ck)] = double(std::int64_t(cv));
+      } else if (!k.starts_with("_")) {
+        got[std::string(k)] = double(v);
+      }
+    }
+    std::map<std::string, double> expect, expect_counts;
+    for (const RowValue& v : want) {
+      const std::string name = std::string(key_names[v.key]) + (v.rank >= 0 ? "/rank-" + std::to_string(v.rank) : "");
+      expect[name] = v.value;
+      if (v.count != 0) expect_counts[name] = v.count;
+    }
+    BOOST_TEST((got == expect), hist[line - 1]);
+    BOOST_TEST((counts == expect_counts), hist[line - 1]);
   }
 }
 
