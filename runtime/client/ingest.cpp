@@ -3,7 +3,10 @@
 #include "runtime/core/fnv.hpp"
 #include "runtime/core/json.hpp"
 
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <bit>
@@ -53,6 +56,23 @@ Slot* allocate_slots(std::size_t n) {
 }
 
 } // namespace
+
+void Ring::wait_for_room(std::uint32_t n, std::chrono::microseconds at_most) noexcept {
+  waiting_.fetch_add(1, std::memory_order_seq_cst);
+  const std::uint32_t seen = freed_.load(std::memory_order_seq_cst);
+  if (head_.load(std::memory_order_relaxed) + n - tail_.load(std::memory_order_seq_cst) > capacity()) {
+    // Asleep until a release after `seen` (the word moved: no wait at all) or the time is up.
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at_most).count();
+    timespec t{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    ::syscall(SYS_futex, &freed_, FUTEX_WAIT_PRIVATE, seen, &t, nullptr, 0);
+  }
+  waiting_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Ring::wake_waiting() noexcept {
+  freed_.fetch_add(1, std::memory_order_seq_cst);
+  ::syscall(SYS_futex, &freed_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 void Ring::FreeSlots::operator()(Slot* s) const noexcept {
   static_assert(std::is_trivially_destructible_v<Slot>);

@@ -6,6 +6,7 @@
 #include <chorus/chorus.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -124,7 +125,17 @@ public:
   }
   /// The stamp a published slot carries.
   static std::uint64_t stamp(const Slot& s) noexcept { return s.ready.load(std::memory_order_relaxed) >> 1; }
-  void release_to(std::uint64_t pos) noexcept { tail_.store(pos, std::memory_order_release); }
+  /// Frees the slots before `pos`, and wakes the producers that wait for room.
+  void release_to(std::uint64_t pos) noexcept {
+    // Sequentially consistent with wait_for_room's count and look at the
+    // tail: a producer that saw no room is counted here, and woken.
+    tail_.store(pos, std::memory_order_seq_cst);
+    if (waiting_.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+      wake_waiting();
+  }
+  /// A producer's wait until `n` positions may fit, or `at_most` passed
+  /// (Overflow::block): asleep, not spinning, while the consumer frees none.
+  void wait_for_room(std::uint32_t n, std::chrono::microseconds at_most) noexcept;
   [[nodiscard]] std::uint64_t tail() const noexcept { return tail_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t head() const noexcept { return head_.load(std::memory_order_acquire); }
 
@@ -140,8 +151,12 @@ private:
   std::size_t mask_;
   unsigned lap_shift_; // log2(capacity)
   std::unique_ptr<Slot[], FreeSlots> slots_;
+  void wake_waiting() noexcept;
+
   alignas(64) std::atomic<std::uint64_t> head_{0};
   alignas(64) std::atomic<std::uint64_t> tail_{0};
+  std::atomic<std::uint32_t> waiting_{0}; // producers in wait_for_room
+  std::atomic<std::uint32_t> freed_{0};   // bumped by a release that had waiters: their futex word
 };
 
 /// Process-wide key ids. Names live as long as the process; ids are dense.

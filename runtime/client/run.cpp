@@ -98,15 +98,19 @@ bool RunImpl::reserve_slow(std::uint32_t n, std::uint64_t& pos, Room room) noexc
     return false;
   }
   // Overflow::block: wait for the RankProxy to drain, spinning briefly, then
-  // yielding, then sleeping; give up only if the run host is gone.
+  // yielding, then asleep until it frees slots (at most a millisecond at a
+  // time: a proxy that parked is woken again); give up only if the run host
+  // is gone.
   for (unsigned i = 0;; ++i) {
     if (i % 256 == 0 && channel_.nudge) channel_.nudge();
-    if (i < 64)
+    if (i < 64) {
       CHORUS_PAUSE();
-    else if (i < 256)
+    } else if (i < 128) {
       std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      channel_.wake();
+      ring_.wait_for_room(n, std::chrono::milliseconds(1));
+    }
     if (ring_.try_reserve(n, pos)) return true;
     if (channel_.failed()) return false;
   }

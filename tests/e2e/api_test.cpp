@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <vector>
+#include <map>
 #include <thread>
 
 using namespace e2e;
@@ -329,6 +331,33 @@ BOOST_AUTO_TEST_CASE(drop_newest_counts_what_it_drops) {
   BOOST_TEST(run.dropped() == refused);
   BOOST_TEST(r.dropped == refused);
   BOOST_TEST(read_history(r.run_dir).size() == 200'000u - refused);
+}
+
+BOOST_AUTO_TEST_CASE(block_waits_for_room_and_loses_nothing) {
+  // A small queue and four threads logging flat out: they wait (asleep once
+  // spinning gives nothing) until the RankProxy frees room, and every value lands.
+  TempDir dir;
+  auto opt = local_options(dir);
+  opt.queue_capacity = 1024;
+  chorus::Run run = chorus::init(opt);
+  constexpr int threads = 4, calls = 30'000;
+  std::vector<std::thread> producers;
+  for (int t = 0; t < threads; ++t)
+    producers.emplace_back([&run, t] {
+      const std::string key = "t" + std::to_string(t);
+      for (int i = 0; i < calls; ++i) (void)run.log({{key, static_cast<double>(i)}});
+    });
+  for (auto& p : producers) p.join();
+  auto r = run.finish().wait();
+  BOOST_TEST(!r.error, r.error.message());
+  BOOST_TEST(run.dropped() == 0u);
+  const auto rows = read_history(r.run_dir);
+  BOOST_TEST(rows.size() == static_cast<std::size_t>(threads * calls));
+  std::map<std::string, double> sums;
+  for (const auto& row : rows)
+    for (const auto& [k, v] : row.num)
+      if (!k.starts_with("_")) sums[k] += v;
+  for (int t = 0; t < threads; ++t) BOOST_TEST(sums["t" + std::to_string(t)] == double(calls) * (calls - 1) / 2);
 }
 
 BOOST_AUTO_TEST_CASE(environment_errors_name_the_variable) {
