@@ -46,8 +46,8 @@ void check_window(const std::vector<std::int64_t>& steps, std::size_t window, bo
     held.push_back(step);
     ++slot;
     agree(step);
-    agree(step + 1);
-    agree(step - 16);
+    if (step < std::numeric_limits<std::int64_t>::max()) agree(step + 1);
+    if (step > std::numeric_limits<std::int64_t>::min() + 16) agree(step - 16);
   }
   for (const std::int64_t step : held) agree(step);
   for (const std::int64_t step : steps) agree(step);
@@ -75,7 +75,7 @@ BOOST_AUTO_TEST_CASE(steps_one_after_another_strided_and_random_are_found_and_fo
   for (std::int64_t& s : spread) s = static_cast<std::int64_t>(rng() >> 1);
   // The ends of the range, and steps that differ only in their high bits.
   const std::int64_t top = std::numeric_limits<std::int64_t>::max();
-  for (std::int64_t i = 0; i < 40; ++i) spread.insert(spread.end(), {top - i, i << 40, (i << 58) | 3});
+  for (std::int64_t i = 0; i < 32; ++i) spread.insert(spread.end(), {top - i, i << 40, (i << 58) | 3});
   for (const std::size_t window : {std::size_t{3}, std::size_t{1000}, spread.size()}) {
     check_window(spread, window, false, 6);
     check_window(spread, window, true, 7);
