@@ -1,4 +1,5 @@
 #include "runtime/core/json.hpp"
+#include "runtime/core/shortest.hpp"
 
 #include <array>
 #include <charconv>
@@ -142,14 +143,14 @@ void append_json_number(std::string& out, double v) {
   } else if (v == 0 && std::signbit(v)) {
     out.append("-0.0"); // "-0" reads back as the integer 0 and loses the sign
   } else {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    char buf[shortest_room];
+    char* end = shortest(buf, v);
     // Integral text beyond 64 bits is refused by readers that parse integers
     // into 64 bits (simdjson among them): keep such numbers in exponent form.
-    if (std::fabs(v) >= 0x1p63 && std::memchr(buf, 'e', static_cast<std::size_t>(r.ptr - buf)) == nullptr &&
-        std::memchr(buf, '.', static_cast<std::size_t>(r.ptr - buf)) == nullptr)
-      r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-    out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+    if (std::fabs(v) >= 0x1p63 && std::memchr(buf, 'e', static_cast<std::size_t>(end - buf)) == nullptr &&
+        std::memchr(buf, '.', static_cast<std::size_t>(end - buf)) == nullptr)
+      end = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific).ptr;
+    out.append(buf, static_cast<std::size_t>(end - buf));
   }
 }
 

@@ -2,15 +2,18 @@
 #include <boost/test/unit_test.hpp>
 
 #include "runtime/core/json.hpp"
+#include "runtime/core/shortest.hpp"
 
 #include <simdjson.h>
 
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 using namespace chorus;
@@ -123,6 +126,49 @@ BOOST_AUTO_TEST_CASE(numbers_round_trip_exactly) {
   BOOST_TEST(as_string(1e20) == "1e+20");
   BOOST_TEST(as_string(123456789012345678.0) == "123456789012345680");
   BOOST_TEST(as_string(-136742926958265417728.0) == "-1.3674292695826542e+20");
+}
+
+BOOST_AUTO_TEST_CASE(shortest_writes_what_to_chars_writes) {
+  // core::shortest against std::to_chars, byte for byte: random bit
+  // patterns, every binary exponent at its edges, decimal powers and their
+  // neighbours, the subnormals, integers about 2^53, floats made doubles.
+  std::mt19937_64 rng(12);
+  std::size_t checked = 0, differ = 0;
+  const auto same = [&](double v) {
+    if (!std::isfinite(v) || v == 0) return;
+    char want[64], got[chorus::core::shortest_room];
+    const char* w = std::to_chars(want, want + sizeof want, v).ptr;
+    const char* g = chorus::core::shortest(got, v);
+    ++checked;
+    if (std::string_view(want, static_cast<std::size_t>(w - want)) != std::string_view(got, static_cast<std::size_t>(g - got)) &&
+        ++differ <= 5)
+      BOOST_ERROR(std::string(static_cast<const char*>(want), w) << " written as " << std::string(static_cast<const char*>(got), g));
+  };
+  for (int i = 0; i < 1'000'000; ++i) same(std::bit_cast<double>(rng()));
+  for (int e = -1074; e <= 1023; ++e) {
+    const double p = std::ldexp(1.0, e);
+    for (const double v : {p, std::nextafter(p, 0.0), std::nextafter(p, 2 * p), 1.5 * p,
+                           std::ldexp(static_cast<double>((std::uint64_t{1} << 53) - 1), e - 52)}) {
+      same(v);
+      same(-v);
+    }
+  }
+  for (int e = -330; e <= 310; ++e)
+    for (const double m : {1.0, 1.5, 2.0, 5.0, 9.999999999999999, 1.0000000000000002, 0.1, 0.3, 123456789.0}) {
+      const double v = m * std::pow(10.0, e);
+      same(v);
+      same(std::nextafter(v, 0.0));
+      same(std::nextafter(v, 1e308));
+    }
+  for (std::uint64_t t = 1; t < 20'000; ++t) same(std::bit_cast<double>(t));
+  for (std::int64_t i = -20'000; i < 20'000; ++i) {
+    same(static_cast<double>(i));
+    same(static_cast<double>(i) * 0.001);
+    same(static_cast<double>((std::int64_t{1} << 53) + i * 64));
+    same(static_cast<double>(static_cast<float>(std::bit_cast<double>(rng()))));
+  }
+  BOOST_TEST(differ == 0u);
+  BOOST_TEST(checked > 1'100'000u);
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_numbers_are_strings) {
