@@ -237,8 +237,10 @@ std::string finals_section(const std::vector<Column>& cols, int width, std::set<
   for (const Column& c : cols)
     if (c.has_data) with.push_back(&c);
   if (with.empty()) return {};
-  for (const auto& [k, v] : with.front()->finals)
+  for (const auto& final : with.front()->finals) {
+    const std::string& k = final.first; // a name of its own: clang before 16 captures no structured binding
     if (std::all_of(with.begin(), with.end(), [&](const Column* c) { return c->finals.contains(k); })) common.insert(k);
+  }
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
   for (const std::string& k : common) rows.emplace_back(k, cells_of(cols, &Column::finals, k));
   if (rows.empty()) return "final values\n  no metric is common to every member\n\n";
