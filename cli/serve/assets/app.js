@@ -221,7 +221,7 @@ async function runsPage(view) {
     const same = anchor && table.querySelector(`tr.run[data-path="${CSS.escape(anchor.dataset.path)}"]`);
     if (same) window.scrollBy(0, same.getBoundingClientRect().top - was);
     const more = () => {
-      if (built !== renders) return;
+      if (built !== renders || !table.isConnected) return; // a newer render, or another page
       const batch = [];
       for (const t0 = performance.now(); i < items.length && performance.now() - t0 < 8; i += partRows) batch.push(rowsFrom(i));
       table.append(...batch);
