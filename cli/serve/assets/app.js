@@ -130,6 +130,8 @@ function follow(runs, handlers) {
 const runColumns = [['', '30px'], ['run', '22%'], ['state', '10%'], ['ranks', '6%'], ['started', '13%'], ['duration', '7%'],
   ['rows', '7%'], ['summary', 'auto']];
 const partRows = 40;
+// No row of the list is shorter than this (px): the rows down to a place in the window are counted by it.
+const minRowPx = 20;
 
 async function runsPage(view) {
   crumbs(h('span', { text: 'runs' }));
@@ -207,15 +209,15 @@ async function runsPage(view) {
     // paint, a few milliseconds' worth a task, so that a list of thousands
     // shows at once. A newer render stops an older one's.
     const built = ++renders;
-    const now = Math.ceil((window.scrollY + window.innerHeight) / 20 / partRows) * partRows;
+    const now = Math.ceil((window.scrollY + window.innerHeight) / minRowPx / partRows) * partRows;
     const parts = [part([h('tr', {}, runColumns.map(([t]) => h('th', { text: t })))], true)];
     let i = 0;
     for (; i < items.length && i < now; i += partRows) parts.push(rowsFrom(i));
     // The run at the window's top stays where it was: the parts above it are
     // new, and until drawn they are as tall as their rows would be at 29 px.
-    const inView = (els) => [...els].find((el) => el.getBoundingClientRect().bottom > 0);
-    const shownPart = window.scrollY > 0 && inView(table.querySelectorAll('.runs-rows'));
-    const anchor = shownPart && inView(shownPart.querySelectorAll('tr.run'));
+    const firstBelowTop = (els) => [...els].find((el) => el.getBoundingClientRect().bottom > 0);
+    const shownPart = window.scrollY > 0 && firstBelowTop(table.querySelectorAll('.runs-rows'));
+    const anchor = shownPart && firstBelowTop(shownPart.querySelectorAll('tr.run'));
     const was = anchor && anchor.getBoundingClientRect().top;
     table.replaceChildren(...parts);
     const same = anchor && table.querySelector(`tr.run[data-path="${CSS.escape(anchor.dataset.path)}"]`);
