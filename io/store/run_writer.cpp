@@ -209,8 +209,8 @@ struct RunWriter::State {
   }
   [[nodiscard]] std::string file(std::string_view name) const { return dir + "/" + std::string(name); }
 
-  Series& series_for(std::uint32_t key, std::int32_t rank) {
-    const std::uint64_t id = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(rank);
+  /// The series of `key` and `rank` (`id`: key << 32 | rank), made where it is new.
+  Series& series_for(std::uint64_t id, std::uint32_t key, std::int32_t rank) {
     auto [it, fresh] = series_of.try_emplace(id, static_cast<std::uint32_t>(series.size()));
     if (fresh) {
       Series s;
@@ -229,7 +229,7 @@ struct RunWriter::State {
     const std::uint64_t id = (std::uint64_t{key} << 32) | static_cast<std::uint32_t>(rank);
     if (i < last_columns.size() && last_columns[i].first == id) [[likely]]
       return series[last_columns[i].second];
-    Series& col = series_for(key, rank);
+    Series& col = series_for(id, key, rank);
     const auto at = static_cast<std::uint32_t>(&col - series.data());
     if (i < last_columns.size())
       last_columns[i] = {id, at};

@@ -140,6 +140,8 @@ public:
   [[nodiscard]] std::uint64_t head() const noexcept { return head_.load(std::memory_order_acquire); }
 
 private:
+  /// Bumps freed_ and wakes every producer asleep in wait_for_room.
+  void wake_waiting() noexcept;
   /// 1 on even laps (the first is lap 0), 0 on odd ones.
   [[nodiscard]] std::uint64_t lap_bit(std::uint64_t pos) const noexcept { return ((pos >> lap_shift_) & 1) ^ 1; }
 
@@ -151,8 +153,6 @@ private:
   std::size_t mask_;
   unsigned lap_shift_; // log2(capacity)
   std::unique_ptr<Slot[], FreeSlots> slots_;
-  void wake_waiting() noexcept;
-
   alignas(64) std::atomic<std::uint64_t> head_{0};
   alignas(64) std::atomic<std::uint64_t> tail_{0};
   std::atomic<std::uint32_t> waiting_{0}; // producers in wait_for_room
