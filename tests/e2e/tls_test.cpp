@@ -351,6 +351,18 @@ AfterStop stop_host_mid_run(const TempDir& dir, int salt, const std::string& env
   return after;
 }
 
+/// stop_host_mid_run with a connection_timeout of 3 s (times the sanitizer's
+/// slowdown): node 1 must have ended, failed, and named the silent host.
+AfterStop stop_host_until_lost(const TempDir& dir, int salt, const std::string& args) {
+  const std::string env = certs(dir.path / "creds") + " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(3 * sanitizer_slowdown);
+  AfterStop after = stop_host_mid_run(dir, salt, env, args);
+  BOOST_TEST_INFO(after.out);
+  BOOST_REQUIRE_MESSAGE(after.code.has_value(), "node 1 was still running " << after.waited << " s after the host stopped");
+  BOOST_TEST(*after.code != 0, after.out);
+  BOOST_TEST(after.out.find("was not heard from for connection_timeout") != std::string::npos, after.out);
+  return after;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_rank_waiting_for_a_stopped_host_spends_no_cpu_and_gives_up_at_init_timeout) {
@@ -411,13 +423,17 @@ BOOST_AUTO_TEST_CASE(a_host_stopped_mid_run_ends_a_ranks_barrier_at_connection_t
   // rank waits in ends there with host_lost, naming the host, and so does
   // everything after it, at once.
   TempDir dir;
-  const int silence_s = 3 * sanitizer_slowdown;
-  const std::string env = certs(dir.path / "creds") + " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(silence_s);
-  const AfterStop after = stop_host_mid_run(dir, 65, env, "--steps 20 --step-us 10000 --barrier-every 10");
-  BOOST_TEST_INFO(after.out);
-  BOOST_REQUIRE_MESSAGE(after.code.has_value(), "node 1 was still running " << after.waited << " s after the host stopped");
-  BOOST_TEST(*after.code != 0);
+  const AfterStop after = stop_host_until_lost(dir, 65, "--steps 20 --step-us 10000 --barrier-every 10");
   // b9 or b19: whichever the host had not answered yet when it stopped.
-  BOOST_TEST(after.out.find("rank 1 barrier b") != std::string::npos);
-  BOOST_TEST(after.out.find("was not heard from for connection_timeout") != std::string::npos);
+  BOOST_TEST(after.out.find("rank 1 barrier b") != std::string::npos, after.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_blocked_on_its_full_queue_by_a_stopped_host_sleeps_and_ends_at_connection_timeout) {
+  // The run host stops while node 1's rank logs flat out into a queue of 1,024
+  // slots: the queue fills, and the trainer waits for room (Overflow::block)
+  // asleep, not spinning, until the rank's keepalive declares the host lost
+  // at connection_timeout; then its calls are refused at once and it ends.
+  TempDir dir;
+  const AfterStop after = stop_host_until_lost(dir, 66, "--steps 100000000 --queue 1024 --stop-on-error 1");
+  BOOST_TEST(after.cpu < 0.3 * after.waited, "node 1 used " << after.cpu << " s of CPU in " << after.waited << " s");
 }

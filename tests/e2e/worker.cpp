@@ -11,6 +11,7 @@
 // --pause-step: at step P every rank meets at a barrier (which commits every
 // row before P), prints "PAUSED P" and waits there to be killed.
 // --ack-each waits for each step's values to be acknowledged and prints "ACKED S".
+// --stop-on-error stops logging at the first call refused at once (its host lost, say), with why.
 // --hold-until waits before the last step until PATH exists (at most 60 s),
 // so that a test can keep this run going while it starts another.
 // --fork-every forks a child every N steps, as DataLoader workers are forked:
@@ -67,6 +68,7 @@ struct Args {
   long start_step = 0;
   long pause_step = -1;
   bool print_pid = false;
+  bool stop_on_error = false; // a call refused at once (its host lost, say): say why and stop logging
   int throw_rank = -1, exit_rank = -1, unwind_rank = -1;
   long throw_step = -1, exit_step = -1, unwind_step = -1;
   int exit_now = 0;
@@ -131,6 +133,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--queue") a.queue = v;
     else if (k == "--step-us") a.step_us = v;
     else if (k == "--ack-each") a.ack_each = v != 0;
+    else if (k == "--stop-on-error") a.stop_on_error = v != 0;
     else if (k == "--fork-every") a.fork_every = v;
     else if (k == "--artifact") a.artifact = argv[i + 1];
     else if (k == "--uneven") a.uneven = v != 0;
@@ -223,6 +226,12 @@ chorus::task<int> work(Args a) {
     last = run.log({{"loss", r + st * 0.5}, {"tokens", 100.0 + r}, {"lo", st - r}, {"hi", st + r},
                     {"per_rank", r * 1000 + st}},
                    {.step = s});
+    if (a.stop_on_error && last.ready()) {
+      if (const chorus::Error e = last.wait()) {
+        std::fprintf(stderr, "rank %d step %ld: %s\n", rank, s, e.message().c_str());
+        break;
+      }
+    }
     if (a.bad_keys && s > 0) run.log({{"late", st}}, {.step = s - 1}); // backwards: refused by the run host
     chorus::Pending only0;
     if (rank == 0) only0 = run.log({{"only0", st}}, {.step = s});
