@@ -429,6 +429,7 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
   // The Run actor's helpers stop when it does (stop_with).
   st.syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host, self->address());
+  host->helpers->add(caf::actor_cast<caf::actor>(st.syncer));
   const Error refusal = host->resumed ? replay_previous(self) : Error();
   if (refusal) {
     // Nothing of this attempt is logged: the host stops this actor. It
@@ -443,12 +444,15 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
   if (host->settings.run_world > 1) {
     st.beacon = spawn_beacon(self->system(), self->address());
+    host->helpers->add(caf::actor_cast<caf::actor>(st.beacon));
   }
   if (!host->settings.opts.upload.empty()) {
+    caf::actor sender;
     st.uploader = spawn_uploader(self->system(), host->run_dir, host->settings.opts.upload,
                                  upload::UploadSettings{.read_bytes = host->settings.opts.upload_buffer, .durable = st.durable},
-                                 host->blocking,
-                                 self->address());
+                                 host->blocking, self->address(), &sender);
+    host->helpers->add(caf::actor_cast<caf::actor>(st.uploader));
+    host->helpers->add(std::move(sender));
   }
 
   self->set_down_handler([self](caf::down_msg& dm) {

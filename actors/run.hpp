@@ -9,7 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace chorus::store {
 class WalWriter;
@@ -20,6 +23,26 @@ struct FinishState;
 
 namespace chorus::actors {
 
+/// The actors a Run actor starts to help it (the WAL's syncer, the Uploader
+/// and its sender, the beacon), which stop when it does: where the actor
+/// system outlives the run, its System waits for them as well as for the
+/// Run actor, so that nothing of the run is left running once it is freed.
+class Helpers {
+public:
+  void add(caf::actor a) {
+    if (!a) return;
+    std::lock_guard lock(mu_);
+    actors_.push_back(std::move(a));
+  }
+  std::vector<caf::actor> take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(actors_, {});
+  }
+
+private:
+  std::mutex mu_;
+  std::vector<caf::actor> actors_;
+};
 
 struct RunHost {
   core::Settings settings;
@@ -38,6 +61,9 @@ struct RunHost {
   client::FinishState* finish = nullptr; // the host process's; filled when the run ends
   /// The WAL's syncer and the Uploader's sender: detached, but in tests/actors.
   Blocking blocking = Blocking::detached;
+
+  /// The actors the Run actor starts to help it (see Helpers).
+  std::shared_ptr<Helpers> helpers = std::make_shared<Helpers>();
 };
 
 run_host_actor spawn_run_actor(caf::actor_system& sys, std::shared_ptr<RunHost> host);

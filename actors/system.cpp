@@ -24,6 +24,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <mutex>
+
+#include <unistd.h>
 
 namespace chorus::actors {
 
@@ -50,8 +53,10 @@ class SystemImpl final : public client::System {
 public:
   /// `plan`: how this process links to the job's others; `socket_dir`: this
   /// user's socket directory, where anything links within the node.
-  /// `actors`: the orchestrator's actor system (<chorus/caf.hpp>), configured
-  /// by configure_system; null: the System makes its own.
+  /// `actors`: an actor system that outlives the run (an orchestrator's,
+  /// <chorus/caf.hpp>, configured by configure_system; or the one this
+  /// process keeps for its runs that link nothing, kept_system); null: the
+  /// System makes its own.
   SystemImpl(const core::Settings& s, const LinkPlan& plan, std::string socket_dir, std::string secret,
              std::string group_secret, caf::actor_system* actors)
       : group_tls_(plan.group_tls), secret_(std::move(secret)), group_secret_(std::move(group_secret)),
@@ -73,8 +78,9 @@ public:
     }
     links_.stop();
     // Our own system's destructor waits for every actor and stops the
-    // middleman. An orchestrator's lives on: wait for the actors that hold
-    // the Run's state (the proxy, the Run actor) and the rest we spawned.
+    // middleman. One that outlives the run lives on: wait for the actors
+    // that hold the Run's state (the proxy, the Run actor), the rest we
+    // spawned, and the Run actor's helpers.
     if (!own_) {
       std::vector<caf::actor> ours;
       auto add = [&](const auto& a) {
@@ -87,6 +93,11 @@ public:
       for (const auto& m : links_.actors()) add(m);
       caf::scoped_actor self{sys_};
       self->wait_for(ours);
+      // They stop with the Run actor, which has ended: its list is whole.
+      if (helpers_) {
+        const std::vector<caf::actor> helpers = helpers_->take();
+        if (!helpers.empty()) self->wait_for(helpers);
+      }
     }
   }
 
@@ -220,6 +231,7 @@ private:
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
     wal_fd_ = host->wal->fd();
+    helpers_ = host->helpers;
     client::endings::note_wal(wal_fd_);
     run_actor_ = spawn_run_actor(sys_, host);
     if (host->resumed) {
@@ -379,6 +391,7 @@ private:
   run_host_actor run_actor_;
   rank_proxy_actor proxy_;
   run_actor host_; // the Run actor, here or remote
+  std::shared_ptr<Helpers> helpers_; // the Run actor's, where it is here
   system_monitor_actor monitor_;
   group_actor group_; // global rank 0's Group actor
   bool joined_group_ = false;
@@ -386,6 +399,31 @@ private:
   std::chrono::milliseconds finish_timeout_{0};
   std::chrono::milliseconds init_timeout_{0};
 };
+
+/// The actor system of this process's runs that link nothing (a run of
+/// one process): made by the first such run with the configuration it
+/// would have made for itself, and kept for the next, so that a run's start
+/// and end make and join no scheduler threads. Never freed: its threads
+/// stay asleep until the process ends, as a run's still held at exit do
+/// (runtime/client/endings.hpp). A fork's child, which has none of its
+/// threads, makes its own.
+caf::actor_system& kept_system(const core::Settings& s) {
+  struct Kept {
+    pid_t pid = 0;
+    caf::actor_system_config cfg;
+    std::unique_ptr<caf::actor_system> system;
+  };
+  static std::mutex mu;
+  static Kept* kept = nullptr; // leaked on purpose (above)
+  std::lock_guard lock(mu);
+  if (kept == nullptr || kept->pid != ::getpid()) {
+    auto made = std::make_unique<Kept>();
+    made->pid = ::getpid();
+    made->system = std::make_unique<caf::actor_system>(SystemImpl::configure_own(made->cfg, s));
+    kept = made.release(); // a parent's, in a fork's child, is left as it is
+  }
+  return *kept->system;
+}
 
 } // namespace
 
@@ -423,6 +461,7 @@ Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::
   Result<std::string> group_secret =
       s.group_size > 0 ? job_secret(s, group_link(group_spans_nodes(s, plan.group_tls)), socket_dir) : std::string();
   if (!group_secret) return group_secret.error();
+  if (actors == nullptr && !links_anything(s)) actors = &kept_system(s);
   auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, std::move(*secret), std::move(*group_secret), actors);
   // A System that failed to start stops its actors here, while the run
   // they point to is still whole.

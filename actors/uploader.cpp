@@ -125,7 +125,8 @@ uploader_actor::behavior_type uploader(uploader_actor::pointer self, std::shared
 } // namespace
 
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          upload::UploadSettings settings, Blocking blocking, caf::actor_addr run) {
+                          upload::UploadSettings settings, Blocking blocking, caf::actor_addr run,
+                          caf::actor* sender_out) {
   auto target = upload::UploadTarget::parse(url);
   if (!target) {
     std::fprintf(stderr, "chorus: %s; the run is kept locally only\n", target.error().message().c_str());
@@ -139,6 +140,7 @@ uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir
   }
   // Detached: a request blocks its thread for up to its timeout.
   auto sender = spawn_blocking(sys, blocking, upload_sender, up);
+  if (sender_out != nullptr) *sender_out = caf::actor_cast<caf::actor>(sender);
   return spawn_guarded(sys, uploader, std::move(up), std::move(sender), std::move(run));
 }
 

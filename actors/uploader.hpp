@@ -20,7 +20,10 @@ namespace chorus::actors {
 /// read_bytes: how much of each file it reads at a time); an invalid handle
 /// (and a line on stderr naming the cause) if it cannot start, in which case
 /// the run goes on locally. Its sender blocks on requests: see Blocking.
+/// `sender`, where given, gets that sender's handle: it ends a moment after
+/// the Uploader (its request in flight cut short).
 uploader_actor spawn_uploader(caf::actor_system& sys, const std::string& run_dir, const std::string& url,
-                          upload::UploadSettings settings, Blocking blocking, caf::actor_addr run = {});
+                          upload::UploadSettings settings, Blocking blocking, caf::actor_addr run = {},
+                          caf::actor* sender = nullptr);
 
 } // namespace chorus::actors

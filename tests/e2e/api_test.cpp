@@ -6,16 +6,19 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 #include <map>
+#include <set>
 #include <thread>
 
 using namespace e2e;
@@ -118,6 +121,66 @@ BOOST_AUTO_TEST_CASE(a_run_of_one_process_starts_no_network_layer) {
   BOOST_TEST(event_loops() == before);
   BOOST_TEST(!run.log({{"loss", 1.0}}).wait());
   BOOST_TEST(!run.finish().wait().error);
+}
+
+namespace {
+/// The ids of this process's threads named `name`.
+std::set<std::string> threads_named(const std::string& name) {
+  std::set<std::string> out;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(t.path() / "comm");
+    std::string n;
+    if (std::getline(comm, n) && n == name) out.insert(t.path().filename().string());
+  }
+  return out;
+}
+
+/// One value logged into a new run of this process, and the run finished: the rows it holds.
+std::uint64_t one_run(const TempDir& dir, std::set<std::string>* workers = nullptr) {
+  chorus::Run run = chorus::init(local_options(dir));
+  if (!run || run.log({{"loss", 1.0}}).wait()) return 0;
+  if (workers != nullptr) *workers = threads_named("caf.multiplexer"); // CAF's scheduler threads
+  const chorus::FinishResult r = run.finish().wait();
+  return r.error ? 0 : r.rows;
+}
+} // namespace
+
+// The runs of one process share an actor system that the process keeps:
+// after the first, a run's start and end make and join no scheduler thread.
+BOOST_AUTO_TEST_CASE(later_runs_of_one_process_keep_its_scheduler_threads) {
+  TempDir dir;
+  std::set<std::string> first;
+  BOOST_REQUIRE_EQUAL(one_run(dir, &first), 1u);
+  BOOST_REQUIRE(!first.empty());
+  for (int i = 0; i < 3; ++i) {
+    std::set<std::string> now;
+    BOOST_TEST(one_run(dir, &now) == 1u);
+    BOOST_TEST((now == first), "run " << i + 2 << " ran on scheduler threads of its own");
+  }
+}
+
+// A fork's child has none of its parent's threads, so not the actor system
+// its parent keeps: its runs start one of their own, and work.
+BOOST_AUTO_TEST_CASE(a_forked_child_of_a_process_that_ran_runs_starts_runs_of_its_own) {
+  TempDir dir;
+  BOOST_REQUIRE_EQUAL(one_run(dir), 1u); // the parent now keeps its system
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(one_run(dir) == 1 && one_run(dir) == 1 ? 0 : 1);
+  BOOST_REQUIRE(child > 0);
+  // Bounded: a child stuck on its parent's system (no threads) would hang.
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 600 && got == 0; ++i) {
+    got = ::waitpid(child, &status, WNOHANG);
+    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (got == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    BOOST_FAIL("the forked child's runs did not end within 60 s");
+  }
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child's runs failed (status " << status << ")");
+  BOOST_TEST(one_run(dir) == 1u); // and the parent's system still serves the parent
 }
 
 BOOST_AUTO_TEST_CASE(log_wait_finish_writes_the_run_directory) {
