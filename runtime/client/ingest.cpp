@@ -21,9 +21,10 @@ namespace {
 
 /// The slots of the last ring that ended wait for the next ring of their
 /// size (one at a time): a process that runs one run after another reuses
-/// them, written through again but faulted in and cleared once. Their count
-/// waits in the first one's step. A pointer swapped atomically, not a lock:
-/// a fork can never leave the child with it held.
+/// them, faulted in once, and clears again only the ones the last ring
+/// wrote (a short run's few). Their count waits in the first one's step,
+/// and how many of them were written in the second one's. A pointer swapped
+/// atomically, not a lock: a fork can never leave the child with it held.
 constinit std::atomic<Slot*> spare_slots{nullptr};
 
 /// `n` slots, each published for no position yet. A ring of 2 MiB or more
@@ -32,11 +33,15 @@ constinit std::atomic<Slot*> spare_slots{nullptr};
 /// so that no log call meets a page fault, it then takes one fault a 2 MiB
 /// instead of 512, several milliseconds of init on a virtual machine.
 Slot* allocate_slots(std::size_t n) {
+  std::size_t dirty = n; // the first slots that may hold a word other than 0
   Slot* slots = spare_slots.exchange(nullptr, std::memory_order_acq_rel);
   if (slots != nullptr && static_cast<std::size_t>(slots[0].step) != n) {
     // Not this ring's size: back it goes, for a ring of its own (whatever waited meanwhile goes).
     std::free(spare_slots.exchange(slots, std::memory_order_acq_rel));
     slots = nullptr;
+  } else if (slots != nullptr) {
+    // The others still hold the 0 they were cleared to; the two that kept the counts are cleared again.
+    dirty = std::max(static_cast<std::size_t>(slots[1].step), std::size_t{2});
   }
   if (slots == nullptr) {
     constexpr std::size_t huge_page = std::size_t{2} << 20;
@@ -48,7 +53,7 @@ Slot* allocate_slots(std::size_t n) {
     if (align == huge_page) (void)::madvise(memory, size, MADV_HUGEPAGE); // a hint: without it, small pages
     slots = static_cast<Slot*>(memory);
   }
-  for (std::size_t i = 0; i < n; ++i) { // one pass over the memory
+  for (std::size_t i = 0; i < dirty; ++i) { // one pass over the memory
     Slot* slot = ::new (static_cast<void*>(slots + i)) Slot;
     slot->ready.store(0, std::memory_order_relaxed);
   }
@@ -74,11 +79,16 @@ void Ring::wake_waiting() noexcept {
   ::syscall(SYS_futex, &freed_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+Ring::~Ring() {
+  // Every producer is done: the positions below the head are all that was written.
+  slots_.get_deleter().written = static_cast<std::size_t>(std::min<std::uint64_t>(head_.load(), mask_ + 1));
+}
+
 void Ring::FreeSlots::operator()(Slot* s) const noexcept {
   static_assert(std::is_trivially_destructible_v<Slot>);
   s[0].step = static_cast<std::int64_t>(n);
+  s[1].step = static_cast<std::int64_t>(written); // a ring has two slots or more
   std::free(spare_slots.exchange(s, std::memory_order_acq_rel)); // one kept at a time: the one kept before goes
-
 }
 
 Ring::Ring(std::size_t capacity)

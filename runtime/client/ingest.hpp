@@ -89,6 +89,7 @@ static_assert(sizeof(Slot) == 32);
 class Ring {
 public:
   explicit Ring(std::size_t capacity); // rounded up to a power of two
+  ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
 
@@ -146,7 +147,8 @@ private:
   [[nodiscard]] std::uint64_t lap_bit(std::uint64_t pos) const noexcept { return ((pos >> lap_shift_) & 1) ^ 1; }
 
   struct FreeSlots {
-    std::size_t n; // slots
+    std::size_t n;           // slots
+    std::size_t written = n; // how many of the first were ever written (all, once the ring went round)
     void operator()(Slot* s) const noexcept;
   };
 

@@ -74,3 +74,39 @@ BOOST_AUTO_TEST_CASE(slots_kept_for_one_size_wait_through_a_ring_of_another) {
     pass(again, 70);
   }
 }
+
+namespace {
+/// Whether no position of `r`'s first lap reads as published.
+bool none_published(Ring& r) {
+  for (std::uint64_t pos = 0; pos < r.capacity(); ++pos)
+    if (r.peek(pos) != nullptr) return false;
+  return true;
+}
+} // namespace
+
+// A ring clears again only the slots the last one wrote: what a short run
+// wrote, or all of them once it went round. None reads as published.
+BOOST_AUTO_TEST_CASE(a_ring_clears_again_every_slot_the_last_one_wrote) {
+  {
+    Ring r(64);
+    pass(r, 40); // part of one lap
+  }
+  {
+    Ring b(64);
+    BOOST_TEST(none_published(b));
+    pass(b, 10); // fewer than the ring before it
+  }
+  {
+    Ring c(64);
+    BOOST_TEST(none_published(c));
+    pass(c, 64 + 5); // round once and on
+  }
+  {
+    Ring d(64);
+    BOOST_TEST(none_published(d));
+    pass(d, 2);
+  }
+  Ring e(64);
+  BOOST_TEST(none_published(e));
+  pass(e, 3 * 64);
+}
