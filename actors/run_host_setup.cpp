@@ -2,6 +2,7 @@
 #include "actors/run_host_setup.hpp"
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
+#include "io/platform/random.hpp"
 #include "io/store/run_record.hpp"
 #include "io/store/wal.hpp"
 
@@ -11,7 +12,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <random>
 #include <sstream>
 
 namespace chorus::actors {
@@ -21,12 +21,22 @@ using platform::unix_now_us;
 
 namespace {
 
+/// Eight random base-36 digits: from the kernel's random source (one call,
+/// no generator to seed), else from the time and the process id.
 std::string new_run_id() {
   static constexpr char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ static_cast<std::uint64_t>(unix_now_us()));
+  std::uint64_t bits = 0;
+  if (platform::random_bytes(&bits, sizeof bits, "a run id")) {
+    bits = static_cast<std::uint64_t>(unix_now_us()) ^ static_cast<std::uint64_t>(::getpid()) << 40;
+    bits = (bits ^ (bits >> 30)) * 0xbf58476d1ce4e5b9u; // splitmix64's finalizer
+    bits = (bits ^ (bits >> 27)) * 0x94d049bb133111ebu;
+    bits ^= bits >> 31;
+  }
   std::string id(8, '0');
-  for (char& c : id) c = digits[gen() % 36];
+  for (char& c : id) {
+    c = digits[bits % 36];
+    bits /= 36;
+  }
   return id;
 }
 

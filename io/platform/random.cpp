@@ -8,11 +8,11 @@
 
 namespace chorus::platform {
 
-Result<std::string> random_hex(std::size_t bytes, std::string_view what) {
-  std::vector<unsigned char> raw(bytes);
+Error random_bytes(void* out, std::size_t bytes, std::string_view what) {
+  auto* raw = static_cast<unsigned char*>(out);
   std::size_t got = 0;
   while (got < bytes) {
-    const ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
+    const ssize_t n = ::getrandom(raw + got, bytes - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       std::string why = "cannot make ";
@@ -23,6 +23,12 @@ Result<std::string> random_hex(std::size_t bytes, std::string_view what) {
     }
     got += static_cast<std::size_t>(n);
   }
+  return {};
+}
+
+Result<std::string> random_hex(std::size_t bytes, std::string_view what) {
+  std::vector<unsigned char> raw(bytes);
+  if (Error e = random_bytes(raw.data(), bytes, what)) return e;
   static constexpr char hex[] = "0123456789abcdef";
   std::string out;
   out.reserve(2 * bytes);
