@@ -264,10 +264,12 @@ using run_host_actor = run_actor::extend_with<member_actor>::extend<
     caf::replies_to<resume_atom>::with<WireError>>;
 /// Its timers: the files' flush (each second), a barrier's bound (its
 /// index), the ranks' join bound, finish's bound, the retry of a report to
-/// the Group and the keepalive of a Group in another process.
+/// the Group and the keepalive of a Group in another process; and a sync
+/// round put off behind the messages already queued.
 using run_self = run_host_actor::extend<caf::reacts_to<flush_atom>, caf::reacts_to<barrier_tmo_atom, std::int64_t>,
                                         caf::reacts_to<join_tmo_atom>, caf::reacts_to<finish_tmo_atom>,
-                                        caf::reacts_to<member_retry_atom>, caf::reacts_to<keepalive_atom>>;
+                                        caf::reacts_to<member_retry_atom>, caf::reacts_to<keepalive_atom>,
+                                        caf::reacts_to<sync_atom>>;
 
 /// The Run's WAL syncer: fdatasync of the WAL; no error once done, else why it failed.
 using syncer_actor = caf::typed_actor<caf::replies_to<sync_atom>::with<WireError>>;

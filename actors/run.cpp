@@ -51,6 +51,7 @@ struct RunActorState {
   syncer_actor syncer;        // fdatasyncs the WAL on a thread of its own
   bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
   bool unsynced = false;       // appended since the last sync was asked for
+  bool sync_put_off = false;   // a sync_atom to itself is queued (request_sync)
   std::vector<HostSink::Progress> syncing; // the acks the sync in flight will release
   // How far the synced WAL backs the line files: the live upload reads no
   // further (io/upload/upload.hpp). The files' ends when the sync in flight
@@ -137,10 +138,20 @@ void renew_lease(run_ptr self) {
 /// Acks go out once the WAL holding what they acknowledge is on disk. The
 /// syncer fdatasyncs while the actor merges on; what is appended meanwhile
 /// waits for the next round, so one fdatasync serves every frame of a round.
-void request_sync(run_ptr self) {
+/// The run's end syncs everything itself (end_run), so no round starts once
+/// it began; and once every rank has finished, a round waits behind the
+/// messages already queued, where the host's finish comes right behind its
+/// last frames: the end's one sync then covers them (a round of their own
+/// would be a journal commit more before the end's).
+/// `at_once`: the round put off, which waits no more.
+void request_sync(run_ptr self, bool at_once = false) {
   auto& st = self->state;
   // Nothing appended since the last round was asked for: nothing to sync, and no ack waits.
-  if (!st.unsynced || st.sync_in_flight || st.wal_error || !st.syncer) return;
+  if (!st.unsynced || st.sync_in_flight || st.wal_error || !st.syncer || st.ended) return;
+  if (!at_once && st.merger->all_done()) {
+    if (!std::exchange(st.sync_put_off, true)) self->send(self, sync_atom::value);
+    return;
+  }
   st.sync_in_flight = true;
   st.unsynced = false;
   // The acks of what is appended so far, released by this sync; and the
@@ -694,6 +705,12 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         if (!from_self(self) || st.ended) return;
         record(self, core::wire::finish_timeout(unix_now_us()));
         end_run(self);
+      },
+      [self](sync_atom) {
+        // The round put off (request_sync): what the end has not synced meanwhile.
+        if (!from_self(self)) return;
+        self->state.sync_put_off = false;
+        request_sync(self, true);
       },
   };
 }

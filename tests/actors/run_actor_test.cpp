@@ -115,6 +115,16 @@ struct RunActorFixture : test::ActorFixture {
   /// The host's own RankProxy finishes the run.
   void finish() { inject((finish_atom), from(self).to(run).with(finish_atom::value)); }
 
+  /// The host's own rank sends its last frames `b` (its finish frame among
+  /// them) and then finishes, as its RankProxy does: the finish is queued
+  /// right behind them, before the run handles either.
+  void finish_after(const test::Rig::Batch& b) {
+    caf::send_as(ranks[0], run, batch_atom::value, b.bytes());
+    self->send(run, finish_atom::value);
+    expect((batch_atom, std::vector<char>), from(ranks[0]).to(run).with(_, _));
+    expect((finish_atom), from(self).to(run).with(_));
+  }
+
   /// Whether `a` has nothing to handle.
   bool idle(const caf::actor& a) { return !sched.prioritize(a); }
 
@@ -384,6 +394,32 @@ BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) 
   BOOST_TEST(acks(ranks[1]).empty());
 }
 
+// The host's finish comes right behind its rank's last frames: the run's
+// end syncs them with itself, with no round of the syncer of their own
+// (which would be a journal commit more before the end's). Their acks go out.
+BOOST_AUTO_TEST_CASE(the_last_frames_before_the_hosts_finish_are_synced_by_the_end_alone) {
+  join(0);
+  join(1);
+  auto last1 = frames.batch(1);
+  last1.log({{"loss", 1.0}}, 0);
+  last1.finish();
+  send_batch(1, last1);
+  sync_round(); // rank 0 still runs: an ordinary round
+  sched.run();
+  auto last0 = frames.batch(0);
+  last0.log({{"loss", 2.0}}, 0);
+  last0.finish();
+  finish_after(last0);
+  BOOST_TEST(idle(syncer), "the syncer was asked for a round of its own at the run's end");
+  expect((caf::ok_atom), from(run).to(self).with(_));
+  sched.run();
+  BOOST_TEST(idle(syncer));
+  BOOST_TEST(finished.result.state == RunState::finished);
+  BOOST_TEST(finished.result.rows == 1u);
+  BOOST_TEST_REQUIRE(!acks(ranks[0]).empty());
+  BOOST_TEST(acks(ranks[0]).back().frames == 1u); // its last frame, acknowledged by the end's sync
+}
+
 BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
   join(0);
   join(1);
@@ -430,8 +466,7 @@ BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
 
   auto f = frames.batch(0);
   f.finish();
-  send_batch(0, f);
-  finish(); // rank 0 finished and rank 1 is gone: the run ends at once
+  finish_after(f); // rank 0 finished and rank 1 is gone: the run ends at once
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
 
@@ -529,8 +564,7 @@ BOOST_AUTO_TEST_CASE(events_reach_every_rank_and_a_subscriber_as_typed_messages)
   sched.run();
   auto f = frames.batch(0);
   f.finish();
-  send_batch(0, f);
-  finish();
+  finish_after(f);
   sched.run();
   const auto events = told(ranks[0]);
   BOOST_TEST_REQUIRE(events.size() == 3u);
