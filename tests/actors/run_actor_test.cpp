@@ -112,6 +112,14 @@ struct RunActorFixture : test::ActorFixture {
     send_batch(r, b);
   }
 
+  /// Rank `r`'s last frame: `loss` at step 0, and its finish.
+  test::Rig::Batch last_frames(std::uint32_t r, double loss) {
+    auto b = frames.batch(static_cast<int>(r));
+    b.log({{"loss", loss}}, 0);
+    b.finish();
+    return b;
+  }
+
   /// The host's own RankProxy finishes the run.
   void finish() { inject((finish_atom), from(self).to(run).with(finish_atom::value)); }
 
@@ -400,16 +408,10 @@ BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) 
 BOOST_AUTO_TEST_CASE(the_last_frames_before_the_hosts_finish_are_synced_by_the_end_alone) {
   join(0);
   join(1);
-  auto last1 = frames.batch(1);
-  last1.log({{"loss", 1.0}}, 0);
-  last1.finish();
-  send_batch(1, last1);
+  send_batch(1, last_frames(1, 1.0));
   sync_round(); // rank 0 still runs: an ordinary round
   sched.run();
-  auto last0 = frames.batch(0);
-  last0.log({{"loss", 2.0}}, 0);
-  last0.finish();
-  finish_after(last0);
+  finish_after(last_frames(0, 2.0));
   BOOST_TEST(idle(syncer), "the syncer was asked for a round of its own at the run's end");
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
@@ -423,10 +425,7 @@ BOOST_AUTO_TEST_CASE(the_last_frames_before_the_hosts_finish_are_synced_by_the_e
 BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
   join(0);
   join(1);
-  auto b = frames.batch(0);
-  b.log({{"loss", 1.0}}, 0);
-  b.finish();
-  send_batch(0, b);
+  send_batch(0, last_frames(0, 1.0));
   sched.run();
   finish();
   sched.run();
