@@ -673,6 +673,10 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   for (platform::AppendFile* f : line_files)
     if (f) s.fail(f->sync());
   if (s.barriers) s.fail(s.barriers->sync());
+  // Every file synced before any is renamed: a rename between two syncs
+  // would make the second commit the journal once more.
+  for (std::optional<platform::StagedFile>* f : {&config, &summary, &run})
+    if (*f) s.fail((*f)->sync());
   s.commit(config);
   s.commit(summary);
   s.commit(run);

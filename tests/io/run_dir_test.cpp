@@ -152,9 +152,21 @@ BOOST_AUTO_TEST_CASE(staged_files_change_nothing_until_committed) {
   BOOST_TEST(!b->commit());
   BOOST_TEST(slurp(tmp / "summary.json") == "{}");
   BOOST_TEST(slurp(tmp / "run.json") == "old");
+  BOOST_TEST(!a->sync()); // synced, not yet in place
+  BOOST_TEST(!a->sync());
+  BOOST_TEST(slurp(tmp / "run.json") == "old");
   BOOST_TEST(!a->commit());
   BOOST_TEST(!a->commit()); // once only: nothing more
   BOOST_TEST(slurp(tmp / "run.json") == "new");
+  {
+    // Synced, never committed: the old file stands, and no temporary file is left.
+    Result<StagedFile> f = StagedFile::replace(tmp / "run.json", "newer");
+    BOOST_REQUIRE(f);
+    BOOST_TEST(!f->sync());
+  }
+  BOOST_TEST(slurp(tmp / "run.json") == "new");
+  BOOST_TEST(names_in(tmp.str()) == (std::vector<std::string>{"run.json", "summary.json"}),
+             boost::test_tools::per_element());
   // A file as it stands is synced where it is; a missing one has nothing to commit.
   Result<StagedFile> kept = StagedFile::existing(tmp / "run.json");
   BOOST_REQUIRE(kept);
