@@ -412,6 +412,7 @@ caf::actor_system& kept_system(const core::Settings& s) {
     pid_t pid = 0;
     caf::actor_system_config cfg;
     std::unique_ptr<caf::actor_system> system;
+    Kept* parent = nullptr; // in a fork's child, its parent's: left as it is, and reachable
   };
   static std::mutex mu;
   static Kept* kept = nullptr; // leaked on purpose (above)
@@ -420,7 +421,8 @@ caf::actor_system& kept_system(const core::Settings& s) {
     auto made = std::make_unique<Kept>();
     made->pid = ::getpid();
     made->system = std::make_unique<caf::actor_system>(SystemImpl::configure_own(made->cfg, s));
-    kept = made.release(); // a parent's, in a fork's child, is left as it is
+    made->parent = kept;
+    kept = made.release();
   }
   return *kept->system;
 }
