@@ -121,12 +121,17 @@ public:
     cfg.set("logger.console-verbosity", caf::atom("quiet"));
     // CAF's idle scheduler threads poll every 50 us for 500 rounds (25 ms)
     // before they sleep on a condition variable (which an enqueue wakes):
-    // after every timer an idle process would spin for 25 ms. On the run
-    // host, 1 ms of it is enough to catch the next message of a busy
-    // stream; another rank's own work comes from its trainer (which wakes
-    // it) and its host's acks, and hundreds of such ranks polling after
-    // every message would take a small machine's cores from the host.
-    cfg.set("work-stealing.moderate-poll-attempts", s.is_host ? size_t{20} : size_t{0});
+    // after every timer an idle process would spin for 25 ms. On the host
+    // of ranks in other processes, 1 ms of it is enough to catch the next
+    // message of a busy stream; another rank's own work comes from its
+    // trainer (which wakes it) and its host's acks, and hundreds of such
+    // ranks polling after every message would take a small machine's cores
+    // from the host. A run of one process polls not at all: its messages
+    // come from its own trainer's proxy, which wakes a worker, and a worker
+    // polling beside them took a core from the trainer and the proxy
+    // (BENCHMARKS.md, 2026-11-30: one producer thread 1.15x as fast).
+    cfg.set("work-stealing.moderate-poll-attempts",
+            s.is_host && links_anything(s) ? size_t{20} : size_t{0});
     // ... and, asleep, wake every 10 ms to steal work (an enqueue from
     // outside wakes them at once): 200 wake-ups a second, about 1 % of a
     // core in every process that waits, which hundreds of ranks on one
