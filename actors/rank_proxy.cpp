@@ -66,10 +66,15 @@ void deliver(caf::response_promise& reply, const Error& e) {
 }
 
 struct ProxyState {
+  /// Runs as the proxy stops, before anyone waiting for it is told (CAF
+  /// destroys an actor's state before it runs what was attached to it, the
+  /// latest first, a waiter's among them): the Run may be freed right after.
   ~ProxyState() {
     fail_actor_calls(Error(Errc::finished, "the rank's proxy stopped (its run ended) before this call was "
                                            "acknowledged: log before finish(), and keep the Run alive while actors "
                                            "log into it"));
+    // Once the proxy stops, no event reaches this rank any more: its next_event ends.
+    if (run != nullptr) run->events().close();
   }
 
   /// Every actor call not yet answered gets `e` (its ticket's own error where it has one).
@@ -524,8 +529,6 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
   st.host_label = std::move(host_label);
   st.secret = std::move(secret);
   st.rank = static_cast<std::uint32_t>(run->settings().run_rank);
-  // Once the proxy stops, no event reaches this rank any more: its next_event ends.
-  self->attach_functor([run](const caf::error&) { run->events().close(); });
   self->monitor(host);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
