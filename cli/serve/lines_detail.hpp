@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -140,6 +141,8 @@ public:
     std::optional<double> timestamp, runtime;
     std::int64_t row_step = 0;
     found_.clear();
+    // A key written with an escape may read as a wanted one: where the line has no backslash, none is.
+    const bool escapes = std::memchr(line.data(), '\\', line.size()) != nullptr;
     for (auto member : row) {
       ondemand::field field;
       if (auto e = std::move(member).get(field)) return error_message(e);
@@ -147,11 +150,18 @@ public:
       // with escapes (which no wanted key is) is still unescaped.
       const ondemand::raw_json_string raw = field.key();
       std::string_view key;
-      if (const char* k = raw.raw(); *k != '_' && *k != '"') {
+      if (const char* k = raw.raw(); *k == '_' && !escapes) {
+        // A row's own field, or another reserved key, passed over.
+        const auto own = std::find_if(std::begin(own_fields), std::end(own_fields),
+                                      [&](std::string_view x) { return raw.unsafe_is_equal(x); });
+        if (own == std::end(own_fields)) continue;
+        key = *own;
+      } else if (*k != '_' && *k != '"') {
         const auto w = std::find_if(keys.begin(), keys.end(), [&](std::string_view x) { return raw.unsafe_is_equal(x); });
         if (w == keys.end()) {
           bool plain = true;
-          for (; *k != '"'; ++k) plain = plain && *k != '\\';
+          if (escapes)
+            for (; *k != '"'; ++k) plain = plain && *k != '\\';
           if (plain) continue; // no key wanted
         } else {
           key = *w;
@@ -167,6 +177,14 @@ public:
       } else if (key == "_step") {
         if (stepped || !history) continue; // the first, as HistoryRow reads it
         stepped = true;
+        // The common case, the number parsed once: a whole number within 63 bits.
+        if (ondemand::number n{}; v.get_number().get(n) == SUCCESS &&
+                                  n.get_number_type() == ondemand::number_type::signed_integer) {
+          row_step = n.get_int64();
+          if (row_step > store::HistoryRow::max_step) return "a _step above 9223372036854775806";
+          if (row_step < 0) return "a _step below 0";
+          continue;
+        }
         ondemand::json_type t{};
         bool whole = false;
         if (v.type().get(t) != SUCCESS || t != ondemand::json_type::number) return "a _step that is not a number";
@@ -251,22 +269,15 @@ private:
     if (auto e = v.type().get(t)) return e;
     switch (t) {
     case ondemand::json_type::number: {
-      // As the DOM holds it: a whole number as an integer (-0 is 0), within 64 bits.
-      bool whole = false;
-      if (auto e = v.is_integer().get(whole)) return e;
-      if (whole) {
-        if (std::int64_t i = 0; v.get_int64().get(i) == SUCCESS) {
-          out = static_cast<double>(i);
-          return SUCCESS;
-        }
-        std::uint64_t u = 0;
-        if (auto e = v.get_uint64().get(u)) return e;
-        out = static_cast<double>(u);
-        return SUCCESS;
+      // As the DOM holds it: a whole number as an integer (-0 is 0), within
+      // 64 bits; the number parsed once.
+      ondemand::number n{};
+      if (auto e = v.get_number().get(n)) return e;
+      switch (n.get_number_type()) {
+      case ondemand::number_type::signed_integer: out = static_cast<double>(n.get_int64()); break;
+      case ondemand::number_type::unsigned_integer: out = static_cast<double>(n.get_uint64()); break;
+      default: out = n.get_double();
       }
-      double d = 0;
-      if (auto e = v.get_double().get(d)) return e;
-      out = d;
       return SUCCESS;
     }
     case ondemand::json_type::string: {
@@ -284,6 +295,9 @@ private:
     default: return SUCCESS;
     }
   }
+
+  /// A row's own fields that read_only() reads.
+  static constexpr std::string_view own_fields[] = {"_step", "_timestamp", "_runtime"};
 
   FileKind kind_;
   const std::vector<std::string>* uncounted_;

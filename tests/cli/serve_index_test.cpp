@@ -283,7 +283,9 @@ BOOST_AUTO_TEST_CASE(a_whole_run_read_for_its_keys_takes_what_the_index_takes) {
       R"({"_step":S,"dense":-0,"c/rank-2":1})",                       // -0 written as an integer is 0
       R"({"_step":S,"dense":18446744073709551615})",                  // a uint64
       R"({"_step":S,"dense":18446744073709551616,"c/rank-2":3})",     // beyond 64 bits: no row
-      R"({"_step":S,"dense":5,"c/rank-2":4})",                   // a key written with an escape
+      R"({"_step":S,"d\u0065nse":5,"c\/rank-2":4})",         // keys written with escapes
+      R"({"\u005fstep":S,"dense":16})",                        // _step written with an escape
+      R"({"_stepx":1,"_step":S,"_timestampz":"a","_count":{"_step":2},"dense":17})", // reserved keys like a row's own
       R"({"_step":S,"_step":0,"dense":6})",                           // the first _step counts
       R"({"_count":{"dense":7},"_step":S,"dense":8})",                // the key inside _count first
       R"({"_step":S,"dense":"NaN","c/rank-2":"Infinity"})",
