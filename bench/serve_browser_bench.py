@@ -421,6 +421,13 @@ def paint(names, binaries, data, tries, r):
                         r.add(f"  of the first paint, {state}: /api/run answered", n, run_end)
                     if series_end is not None:
                         r.add(f"  of the first paint, {state}: the last series drawn answered", n, series_end)
+                    # The charts in view asked again at full resolution: when, and when answered.
+                    exact = [e for e in b.d.execute_script(RESOURCES)
+                             if e["name"].startswith("/api/series?") and "exact=1" in e["name"]]
+                    if exact:
+                        r.add(f"  of the full resolution, {state}: asked", n, min(e["start"] for e in exact))
+                        r.add(f"  of the full resolution, {state}: its first byte", n, max(e["firstByte"] for e in exact))
+                        r.add(f"  of the full resolution, {state}: answered", n, max(e["end"] for e in exact))
                     if cache == "warm" and before:
                         # The same page again, from the same browser: its files from the browser's cache.
                         time.sleep(1)
