@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 build=build-fuzz
-targets=(wal wire json_lines run_files options tfevents histograms link_framing kept_index)
+targets=(wal wire json_lines run_files options tfevents histograms link_framing kept_index history_lines)
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCHORUS_BUILD_FUZZ=ON -DCHORUS_SANITIZE=address,undefined \
@@ -26,7 +26,7 @@ for t in "${targets[@]}"; do mkdir -p "$run/$t-corpus"; done
 seed() { printf '%b' "$3" >"$run/$1-corpus/$2"; } # TARGET NAME TEXT (printf escapes)
 
 # The WAL and the wire frames: written by the real encoders.
-for t in wal wire tfevents histograms kept_index; do CHORUS_FUZZ_SEEDS="$run/$t-corpus" TMPDIR="$run/tmp" "$build/fuzz/fuzz_$t" -runs=0 >/dev/null; done
+for t in wal wire tfevents histograms kept_index history_lines; do CHORUS_FUZZ_SEEDS="$run/$t-corpus" TMPDIR="$run/tmp" "$build/fuzz/fuzz_$t" -runs=0 >/dev/null; done
 seed json_lines rows '{"_step":0,"_timestamp":1.7e9,"loss":0.5,"acc/rank-0":1}\n{"_step":1,"loss":"NaN"}\n{"_step":2.5,"x":"Infinity"}\n'
 seed json_lines odd '\n  \n{"_step":1e300}\n[1,2]\n{"_step":-3,"a":{"b":1}}\r\n{"_step":4'
 seed run_files run '\x00{"id":"r1","state":"running","pid":4242,"host":"h","start_time":1.7e9,"world_size":2,"ranks":[{"rank":0,"state":"finished","last_step":9},{"rank":1,"state":"crashed"}],"exit_codes":{"0":0,"1":137}}'
