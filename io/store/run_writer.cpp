@@ -5,6 +5,7 @@
 #include "io/store/barrier_log.hpp"
 #include "io/store/event_log.hpp"
 #include "io/store/histogram_log.hpp"
+#include "io/store/history_blocks.hpp"
 #include "io/store/media_log.hpp"
 #include "io/store/metric_specs.hpp"
 #include "io/store/run_record.hpp"
@@ -124,6 +125,11 @@ struct RunWriter::State {
   LineFile histograms{"histograms.jsonl"}; // io/store/histogram_log.hpp
   LineFile media_file{"media.jsonl"};      // beside media/ (io/store/media_log.hpp)
   LineFile events_file{store::events_file}; // io/store/event_log.hpp
+  // A summary of history.jsonl per block of rows, for its readers that draw
+  // a long run at once (io/store/history_blocks.hpp): made by its first block.
+  LineFile blocks_file{store::history_blocks_file};
+  HistoryBlockWriter blocks;
+  std::string block_line;
   std::unique_ptr<platform::AppendFile> system_file; // opened by the first system line, appended to
   std::unique_ptr<BarrierLog> barriers;    // made by the first barrier, appended to
   std::string line; // reused for every line, so rows do not allocate
@@ -447,6 +453,7 @@ struct RunWriter::State {
     if (histograms.f) fail(histograms.f->flush()); // before history.jsonl, as row() keeps them
     if (media_file.f) fail(media_file.f->flush());
     if (history) fail(history->flush());
+    if (blocks_file.f) fail(blocks_file.f->flush()); // after history.jsonl: its blocks' bytes are there
     if (barriers) fail(barriers->flush());
     if (system_file) fail(system_file->flush());
     if (rejected_file.f) fail(rejected_file.f->flush());
@@ -463,7 +470,8 @@ RunWriter::RunWriter(std::string dir, std::function<std::string_view(std::uint32
     return;
   }
   s_->history = s_->open_file("history.jsonl", /*truncate=*/true);
-  for (LineFile* lf : {&s_->rejected_file, &s_->histograms, &s_->media_file, &s_->events_file}) s_->empty_if_there(*lf);
+  for (LineFile* lf : {&s_->rejected_file, &s_->histograms, &s_->media_file, &s_->events_file, &s_->blocks_file})
+    s_->empty_if_there(*lf);
 }
 
 RunWriter::~RunWriter() {
@@ -539,6 +547,9 @@ void RunWriter::row(const chorus::core::Row& row) {
     }
   }
   l.clear();
+  // Where the row's line starts in history.jsonl: what is out, and what is buffered.
+  const std::uint64_t start = s.history ? s.history->size() + s.history->buffered() : 0;
+  s.blocks.row(start, row.step);
   l.append("{\"_step\":");
   append_int(l, row.step);
   l.append(",\"_timestamp\":");
@@ -550,6 +561,7 @@ void RunWriter::row(const chorus::core::Row& row) {
     const auto& v = row.values[i];
     Series& col = s.column(i, v.key, v.rank);
     col.take(v.value);
+    s.blocks.value(static_cast<std::uint32_t>(&col - s.series.data()), col.quoted, v.value);
     l.push_back(',');
     l.append(col.quoted);
     core::append_json_number(l, v.value);
@@ -566,6 +578,10 @@ void RunWriter::row(const chorus::core::Row& row) {
   }
   l.append("}\n");
   if (s.history) s.fail(s.history->write(l));
+  if (s.history && s.blocks.end_row(start + l.size(), s.block_line)) {
+    if (platform::AppendFile* f = s.lines(s.blocks_file)) s.fail(f->write(s.block_line));
+    s.block_line.clear();
+  }
   ++s.rows;
   s.last_step = row.step;
   s.last_ts_us = row.ts_us;

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/platform/files.hpp"
+#include "io/store/history_blocks.hpp"
 #include "io/store/metric_specs.hpp"
 #include "io/store/run_writer.hpp"
 #include "runtime/core/wire.hpp"
@@ -517,6 +518,155 @@ BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
     BOOST_REQUIRE(!e["acc/rank-3"].get(v));
     BOOST_TEST(v == double(i) / 3);
   }
+}
+
+BOOST_AUTO_TEST_CASE(history_blocks_summarize_each_block_of_rows_as_far_as_the_history_holds_them) {
+  // 1,000 rows at every other step: "loss" on every row (NaN, +Inf and -Inf
+  // on some), "acc" per rank on every third row, "we\"ird" once in a block.
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  constexpr std::int64_t rows = 1000;
+  const auto loss = [](std::int64_t i) {
+    if (i % 97 == 5) return std::numeric_limits<double>::quiet_NaN();
+    if (i % 211 == 7) return i % 2 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+    return std::sin(double(i) / 7) * 100 + double(i % 13);
+  };
+  std::map<std::string, std::vector<std::pair<std::int64_t, double>>> fed; // per column: (step, value) by row
+  std::vector<std::int64_t> row_step;
+  {
+    RunWriter w(dir, name_of);
+    w.run_start("{}", t0, 2);
+    Row r;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      r.step = 2 * i;
+      r.ts_us = t0 + i;
+      r.runtime_us = i;
+      r.values.clear();
+      if (i % 3 == 0)
+        for (std::int32_t rank = 0; rank < 2; ++rank) r.values.push_back(RowValue{1, rank, double(i % 17) - rank, 0});
+      r.values.push_back(RowValue{0, -1, loss(i), 2});
+      if (i % 256 == 100) r.values.push_back(RowValue{3, -1, -double(i), 0});
+      for (const RowValue& v : r.values)
+        fed[key_names[v.key] + (v.rank >= 0 ? "/rank-" + std::to_string(v.rank) : "")].emplace_back(r.step, v.value);
+      row_step.push_back(r.step);
+      w.row(r);
+    }
+    w.run_end(RunState::finished, t0 + rows);
+    BOOST_TEST(!w.error(), w.error().message());
+  }
+  // Where each row's line starts in history.jsonl.
+  const auto hist = lines_of(dir + "/history.jsonl");
+  BOOST_REQUIRE(hist.size() == std::size_t(rows));
+  std::vector<std::uint64_t> at{0};
+  for (const std::string& l : hist) at.push_back(at.back() + l.size() + 1);
+  Result<HistoryBlocks> read = read_history_blocks(dir, at.back());
+  BOOST_TEST_REQUIRE(bool(read), read.error().message());
+  const HistoryBlocks& b = *read;
+  BOOST_REQUIRE(b.blocks.size() == std::size_t(rows / HistoryBlockWriter::rows_per_block)); // the last 232 rows: no block
+  for (std::size_t i = 0; i < b.blocks.size(); ++i) {
+    const std::uint64_t first = i * HistoryBlockWriter::rows_per_block, end = first + HistoryBlockWriter::rows_per_block;
+    BOOST_TEST(b.blocks[i].first_row == first);
+    BOOST_TEST(b.blocks[i].rows == HistoryBlockWriter::rows_per_block);
+    BOOST_TEST(b.blocks[i].start == at[first]);
+    BOOST_TEST(b.blocks[i].end == at[end]);
+    BOOST_TEST(b.blocks[i].first_step == row_step[first]);
+    BOOST_TEST(b.blocks[i].last_step == row_step[end - 1]);
+  }
+  // Each column's stats per block, against the values fed.
+  BOOST_TEST(b.stats.size() == fed.size());
+  for (const auto& [name, values] : fed) {
+    BOOST_REQUIRE(b.stats.contains(name));
+    // Worked out here from the values themselves: per block, the finite
+    // values' count, extremes (the first step of each), first and last, and
+    // each kind of non-finite value's count and first and last step.
+    std::vector<std::vector<std::pair<std::int64_t, double>>> in(b.blocks.size());
+    for (const auto& [step, v] : values)
+      if (const std::size_t block = std::size_t(step / 2) / HistoryBlockWriter::rows_per_block; block < in.size())
+        in[block].emplace_back(step, v);
+    std::vector<BlockStat> want(b.blocks.size());
+    std::vector<bool> any(b.blocks.size(), false);
+    for (std::size_t block = 0; block < in.size(); ++block) {
+      BlockStat& w = want[block];
+      any[block] = !in[block].empty();
+      std::vector<std::pair<std::int64_t, double>> finite;
+      for (const auto& [step, v] : in[block]) {
+        if (std::isfinite(v)) {
+          finite.emplace_back(step, v);
+          continue;
+        }
+        BlockStat::Nonfinite& k = w.nonfinite[std::isnan(v) ? 0 : v > 0 ? 1 : 2];
+        if (k.n++ == 0) k.first_step = step;
+        k.last_step = step;
+      }
+      w.n = finite.size();
+      if (finite.empty()) continue;
+      const auto lo = std::min_element(finite.begin(), finite.end(), [](auto& a, auto& c) { return a.second < c.second; });
+      const auto hi = std::max_element(finite.begin(), finite.end(), [](auto& a, auto& c) { return a.second < c.second; });
+      w.min = lo->second, w.min_step = lo->first, w.max = hi->second, w.max_step = hi->first;
+      w.first = finite.front().second, w.first_step = finite.front().first;
+      w.last = finite.back().second, w.last_step = finite.back().first;
+    }
+    std::size_t k = 0;
+    for (std::size_t block = 0; block < want.size(); ++block) {
+      if (!any[block]) continue;
+      BOOST_REQUIRE(k < b.stats.at(name).size());
+      BOOST_TEST(b.block_of.at(name)[k] == block);
+      const BlockStat& got = b.stats.at(name)[k++];
+      const BlockStat& w = want[block];
+      BOOST_TEST(got.n == w.n, name << " block " << block);
+      if (w.n > 0) {
+        BOOST_TEST(got.min == w.min);
+        BOOST_TEST(got.min_step == w.min_step);
+        BOOST_TEST(got.max == w.max);
+        BOOST_TEST(got.max_step == w.max_step);
+        BOOST_TEST(got.first == w.first);
+        BOOST_TEST(got.first_step == w.first_step);
+        BOOST_TEST(got.last == w.last);
+        BOOST_TEST(got.last_step == w.last_step);
+      }
+      for (std::size_t nf = 0; nf < 3; ++nf) {
+        BOOST_TEST(got.nonfinite[nf].n == w.nonfinite[nf].n, name << " block " << block << " kind " << nf);
+        BOOST_TEST(got.nonfinite[nf].first_step == w.nonfinite[nf].first_step);
+        BOOST_TEST(got.nonfinite[nf].last_step == w.nonfinite[nf].last_step);
+      }
+    }
+    BOOST_TEST(k == b.stats.at(name).size());
+  }
+  // The NaN and infinities were among them.
+  BOOST_TEST(b.stats.at("loss")[0].nonfinite[0].n == 3u);
+  // A reader that sees less of the history takes the blocks it holds whole.
+  BOOST_TEST(read_history_blocks(dir, at[512] + 7)->blocks.size() == 2u);
+  BOOST_TEST(read_history_blocks(dir, at[512] - 1)->blocks.size() == 1u);
+  // A history cut by a crash: the blocks past its end are not taken.
+  std::filesystem::resize_file(dir + "/history.jsonl", at[600]);
+  BOOST_TEST(read_history_blocks(dir, at[1000])->blocks.size() == 2u);
+  // A history that is not the summary's (its first row of another step): none taken.
+  {
+    std::string text = slurp(dir + "/history.jsonl");
+    BOOST_REQUIRE(text.starts_with("{\"_step\":0,"));
+    text[9] = '9';
+    std::ofstream(dir + "/history.jsonl", std::ios::trunc) << text;
+    BOOST_TEST(read_history_blocks(dir, at[600])->blocks.empty());
+    text[9] = '0';
+    std::ofstream(dir + "/history.jsonl", std::ios::trunc) << text;
+    BOOST_TEST(read_history_blocks(dir, at[600])->blocks.size() == 2u);
+  }
+  // A damaged line ends the blocks read; lines that do not follow are not taken.
+  std::filesystem::resize_file(dir + "/history.jsonl", at[1000] - 1); // history.jsonl's last newline gone
+  {
+    const auto blocks = lines_of(dir + "/" + history_blocks_file);
+    BOOST_REQUIRE(blocks.size() == 3u);
+    std::ofstream out(dir + "/" + history_blocks_file, std::ios::trunc);
+    out << blocks[0] << "\n" << blocks[2] << "\n"; // the second left out: the third does not follow
+  }
+  BOOST_TEST(read_history_blocks(dir, at[1000])->blocks.size() == 1u);
+  {
+    std::ofstream out(dir + "/" + history_blocks_file, std::ios::trunc);
+    out << hist[0] << "\n";
+  }
+  BOOST_TEST(read_history_blocks(dir, at[1000])->blocks.empty());
+  std::filesystem::remove(dir + "/" + history_blocks_file);
+  BOOST_TEST(read_history_blocks(dir, at[1000])->blocks.empty()); // none: nothing, and no error
 }
 
 BOOST_AUTO_TEST_CASE(a_rows_columns_may_differ_from_the_last_rows) {
