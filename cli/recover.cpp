@@ -12,6 +12,7 @@
 #include "io/platform/files.hpp"
 #include "io/platform/posix.hpp"
 #include "io/store/event_log.hpp"
+#include "io/store/history_blocks.hpp"
 #include "io/store/line_reader.hpp"
 #include "io/store/run_record.hpp"
 #include "io/store/run_writer.hpp"
@@ -38,11 +39,11 @@ const Command recover_command{
     .name = "recover",
     .summary = "rebuild a run's files from its write-ahead log after its host crashed",
     .usage = "[OPTIONS] RUN",
-    .help = R"(Rebuilds a run's readable files (history.jsonl, histograms.jsonl,
-media.jsonl and media/, config.json, summary.json, rejected.jsonl,
-metrics.json, events.jsonl, run.json) from its write-ahead log, after its
-host crashed. Events the run told after its log stopped (a log that could
-not be written) are kept from events.jsonl.
+    .help = R"(Rebuilds a run's readable files (history.jsonl and its block summary
+history_blocks.jsonl, histograms.jsonl, media.jsonl and media/, config.json,
+summary.json, rejected.jsonl, metrics.json, events.jsonl, run.json) from its
+write-ahead log, after its host crashed. Events the run told after its log
+stopped (a log that could not be written) are kept from events.jsonl.
 RUN is a run directory, or a run id looked up under DIR.
 
 The log is read from the start; frames whose checksum fails are skipped (each
@@ -77,8 +78,9 @@ recovered (no log, a live host, a log without a run start, an I/O error),
 namespace {
 
 // run.json last: install() moves them in this order.
-constexpr const char* rebuilt_files[] = {"history.jsonl", "histograms.jsonl", "media.jsonl", "config.json", "summary.json",
-                                         "rejected.jsonl", "metrics.json", "events.jsonl", "run.json"};
+constexpr const char* rebuilt_files[] = {"history.jsonl", store::history_blocks_file, "histograms.jsonl", "media.jsonl",
+                                         "config.json", "summary.json", "rejected.jsonl", "metrics.json", "events.jsonl",
+                                         "run.json"};
 
 struct RecoverArgs {
   std::string run, dir;
@@ -289,6 +291,10 @@ Error keep_old_files(const std::string& dir, const std::string& old) {
 // kept by keep_old_files become NAME.bak.
 Result<std::string> install(const std::string& tmp, const std::string& dir, bool backup) {
   std::string moved;
+  // The old history's block summary goes before the history is replaced: a
+  // reader never takes it for the new one's (the new one follows the history).
+  std::error_code gone;
+  fs::remove(dir + "/" + store::history_blocks_file, gone);
   // media/'s files first (the WAL rebuilds each to the same bytes): then
   // media.jsonl, which names them, never names one that is not there.
   std::error_code ec;

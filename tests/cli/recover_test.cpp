@@ -6,6 +6,7 @@
 
 #include "tests/cli/process.hpp"
 
+#include "io/store/history_blocks.hpp"
 #include "io/store/wal.hpp"
 #include "runtime/core/wire.hpp"
 
@@ -170,6 +171,11 @@ BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
   write_text(dir / "history.jsonl", "{\"_step\":0,\"loss\":0.5}\n");
   // ... and a damaged rejected.jsonl, though the log holds no refusal.
   write_text(dir / "rejected.jsonl", "{\"rank\":0,\"se");
+  // ... and a block summary of that history, which a reader would take.
+  write_text(dir / store::history_blocks_file, R"({"rows":[0,1],"bytes":[0,23],"steps":[0,0],)"
+                                               R"("keys":{"loss":[1,0.5,0,0.5,0,0,0.5,0,0.5]},"nonfinite":{}})"
+                                               "\n");
+  BOOST_TEST(store::read_history_blocks(dir.string(), 23)->blocks.size() == 1u);
 
   const Output o = run_chorus({"recover", dir.string()});
   BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
@@ -199,6 +205,8 @@ BOOST_AUTO_TEST_CASE(recover_rebuilds_a_crashed_run_and_cuts_its_torn_tail) {
   BOOST_TEST(read_text(dir / "rejected.jsonl.bak") == "{\"rank\":0,\"se");
   BOOST_TEST(!fs::exists(dir / "histograms.jsonl"));
   BOOST_TEST(!fs::exists(dir / "media.jsonl"));
+  // The old history's summary is gone with it (10 rows make no block).
+  BOOST_TEST(!fs::exists(dir / store::history_blocks_file));
   for (const auto& e : fs::directory_iterator(dir)) BOOST_TEST(!e.path().filename().string().starts_with(".recover"));
 
   // Again: the same rows, and no tail left to cut.
