@@ -104,6 +104,9 @@ public:
   /// the background, an overview of this many lines answering meanwhile.
   static constexpr std::uint64_t overview_bytes = 32u << 20;
   static constexpr std::size_t overview_lines = 4096;
+  /// The fewest blocks of the writer's summary a pixel for it to stand for
+  /// a whole history's rows (read_blocks).
+  static constexpr std::uint64_t blocks_a_pixel = 4;
 
   /// `parallel_from`: the stretch from which several threads read, `pieces`
   /// of them (0: one a core, at most 4); `overview_from`: the length of a
@@ -249,6 +252,18 @@ private:
   Error read_pieces(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end,
                     const std::vector<std::string_view>& keys, std::vector<Collector>& into, std::size_t width,
                     XAxis x, std::string_view x_key, double lo, double hi) const;
+
+  /// read_pieces of a whole history from its start to `end` against the
+  /// step, for metric keys alone, with the writer's block summary
+  /// (io/store/history_blocks.hpp) standing for the rows it covers: each
+  /// block's smallest and largest value, its first and last, and the first
+  /// and last step of each kind of non-finite value, where there are
+  /// blocks_a_pixel blocks a pixel or more; the rows after the last block
+  /// are read. Nothing where the summary cannot serve (none, too few rows,
+  /// another x): the caller reads the file.
+  std::optional<Error> read_blocks(const std::vector<std::string>& uncounted, std::uint64_t end,
+                                   const std::vector<std::string_view>& keys, std::vector<Collector>& into,
+                                   std::size_t width, XAxis x, std::string_view x_key, double lo, double hi) const;
 
   /// Reads the overview of the file open as `fd`, `size` bytes long, and
   /// starts the index's building in the background; false where there is

@@ -8,6 +8,7 @@
 #include "cli/serve/lines_detail.hpp"
 
 #include "io/platform/posix.hpp"
+#include "io/store/history_blocks.hpp"
 #include "io/store/json_lines.hpp"
 #include "io/store/line_reader.hpp"
 #include "runtime/core/json.hpp"
@@ -188,6 +189,65 @@ Error LinesIndex::read_pieces(const std::vector<std::string>& uncounted, std::ui
   return {};
 }
 
+std::optional<Error> LinesIndex::read_blocks(const std::vector<std::string>& uncounted, std::uint64_t end,
+                                             const std::vector<std::string_view>& keys, std::vector<Collector>& into,
+                                             std::size_t width, XAxis x, std::string_view x_key, double lo,
+                                             double hi) const {
+  if (kind_ != FileKind::history || x != XAxis::step || !x_key.empty() || !RowReader::only_metrics(keys))
+    return std::nullopt;
+  const Result<store::HistoryBlocks> read = store::read_history_blocks(path_.substr(0, path_.rfind('/')), end);
+  // A summary that cannot be read is no loss: the file says the same.
+  if (!read || read->blocks.empty()) return std::nullopt;
+  const store::HistoryBlocks& b = *read;
+  // Four blocks a pixel or more: each block's extremes, drawn where they
+  // are, then stand for its rows within a quarter of a pixel.
+  if (b.rows() / std::max<std::size_t>(width, 1) < blocks_a_pixel * store::HistoryBlockWriter::rows_per_block)
+    return std::nullopt;
+  const auto at = [&](std::int64_t step) { return static_cast<double>(step); };
+  const auto in = [&](std::int64_t step) { return at(step) >= lo && at(step) <= hi; };
+  std::vector<std::uint64_t> counted(keys.size(), 0);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto it = b.stats.find(std::string(keys[i]));
+    if (it == b.stats.end()) continue;
+    Collector& c = into[i];
+    const store::BlockStat* first = nullptr;
+    const store::BlockStat* last = nullptr;
+    for (const store::BlockStat& s : it->second) {
+      if (s.n > 0) {
+        if (first == nullptr) first = &s;
+        last = &s;
+        for (const auto& [step, v] : {std::pair{s.min_step, s.min}, std::pair{s.max_step, s.max}})
+          if (in(step)) c.add(at(step), v);
+        counted[i] += s.n;
+      }
+      constexpr double kinds[] = {lines::nan_v, std::numeric_limits<double>::infinity(),
+                                  -std::numeric_limits<double>::infinity()};
+      for (std::size_t k = 0; k < 3; ++k)
+        if (s.nonfinite[k].n > 0)
+          for (const std::int64_t step : {s.nonfinite[k].first_step, s.nonfinite[k].last_step})
+            if (in(step)) c.mark(at(step), kinds[k]);
+    }
+    // The key's first and last value within the blocks, as the range's edges.
+    if (first != nullptr && in(first->first_step)) c.edge(at(first->first_step), first->first);
+    if (last != nullptr && in(last->last_step)) c.edge(at(last->last_step), last->last);
+  }
+  // The rows after the last block, read; their points follow the blocks'.
+  std::vector<Collector> tail;
+  std::vector<Collector*> tail_into;
+  for (std::size_t i = 0; i < keys.size(); ++i) tail.emplace_back(lo, hi, width);
+  for (Collector& c : tail) tail_into.push_back(&c);
+  Error problem;
+  if (b.covered() < end)
+    problem = read_range(uncounted, b.covered(), end, 0, 0, std::numeric_limits<std::size_t>::max(), keys, tail_into,
+                         x, x_key, lo, hi);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    // Counted: the blocks' values, and the rows read after them.
+    if (counted[i] > 0) into[i].count(counted[i] + tail[i].n());
+    into[i].merge(std::move(tail[i]));
+  }
+  return problem;
+}
+
 Error LinesIndex::read_range(const std::vector<std::string>& uncounted, std::uint64_t from, std::uint64_t end,
                              std::size_t row, std::size_t first, std::size_t last,
                              const std::vector<std::string_view>& keys, const std::vector<Collector*>& into, XAxis x,
@@ -305,9 +365,12 @@ void LinesIndex::overview_json(const SeriesRequest& r, std::string& out,
     const std::vector<std::string> uncounted = uncounted_;
     lock.unlock();
     if (r.exact && kind_ == FileKind::history) {
-      // The whole of a history, in pieces read side by side where it is long
-      // (a system sample's step is its line's number: that file is read in one).
-      problem = read_pieces(uncounted, from, end, keys, collectors, width, r.x, r.x_key, lo, hi);
+      // The whole of a history: from the writer's block summary where it
+      // serves, else in pieces read side by side where it is long (a system
+      // sample's step is its line's number: that file is read in one).
+      std::optional<Error> summed;
+      if (from == 0) summed = read_blocks(uncounted, end, keys, collectors, width, r.x, r.x_key, lo, hi);
+      problem = summed ? *summed : read_pieces(uncounted, from, end, keys, collectors, width, r.x, r.x_key, lo, hi);
     } else {
       problem = read_range(uncounted, from, end, row, 0, std::numeric_limits<std::size_t>::max(), keys, into, r.x,
                            r.x_key, lo, hi);

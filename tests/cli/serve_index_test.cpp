@@ -15,7 +15,10 @@
 
 #include "cli/serve/api.hpp"
 #include "cli/serve/lines_index.hpp"
+#include "io/store/history_blocks.hpp"
 #include "io/store/metric_specs.hpp"
+#include "io/store/run_writer.hpp"
+#include "runtime/core/history.hpp"
 #include "tests/cli/process.hpp"
 #include "tests/cli/run_files.hpp"
 #include "tests/cli/serve_index_rows.hpp"
@@ -26,6 +29,9 @@
 #include <mutex>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
+#include <simdjson.h>
 #include <thread>
 
 using namespace chorus::test;
@@ -332,6 +338,159 @@ BOOST_AUTO_TEST_CASE(a_whole_run_read_for_its_keys_takes_what_the_index_takes) {
     index.hold_indexing(false);
     wait_indexed(index);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_whole_history_against_the_step_is_drawn_from_the_writers_block_summary) {
+  // A history written by chorus's writer, with its block summary beside it
+  // (io/store/history_blocks.hpp), at every third step: "loss" on every row
+  // (an isolated NaN and +Infinity now and then, one spike), "acc/rank-0" on
+  // every third row. Asked `exact` while the index is built, at 4.9 blocks
+  // a pixel, the charts come from the blocks and the rows after the last:
+  // every point drawn is a row's value at its step; each pixel holds the
+  // smallest and largest value of the blocks that lie whole in it, and
+  // nothing beyond its own rows' values; the spike, the first and last
+  // point and the count are there; every NaN and infinity is marked in its
+  // pixel. Without the summary, with a damaged one, or at a width of fewer
+  // blocks a pixel, the file is read: the plain index's very answer.
+  TempDir dir;
+  const fs::path run = dir.path / "run";
+  constexpr int rows = 20'037;     // 78 blocks of 256 rows, and 69 rows after them
+  constexpr std::size_t width = 16; // 1,252 rows a pixel
+  const auto loss = [](int i) {
+    if (i % 1000 == 500) return std::numeric_limits<double>::quiet_NaN();
+    if (i % 3001 == 17) return std::numeric_limits<double>::infinity();
+    if (i == 7777) return 1e6;
+    return std::sin(i * 0.01) * 10 + (i % 11) * 0.1;
+  };
+  std::map<std::string, std::map<std::int64_t, double>> truth;
+  {
+    const std::vector<std::string> names = {"loss", "acc"};
+    chorus::store::RunWriter w(run.string(), [&](std::uint32_t k) { return std::string_view(names.at(k)); });
+    w.run_start("{}", 1'700'000'000'000'000, 1);
+    chorus::core::Row r;
+    for (int i = 0; i < rows; ++i) {
+      r.step = 3 * i;
+      r.ts_us = 1'700'000'000'000'000 + i;
+      r.runtime_us = i;
+      r.values.clear();
+      if (i % 3 == 0) r.values.push_back({1, 0, double(i % 29), 0});
+      r.values.push_back({0, -1, loss(i), 0});
+      for (const chorus::core::RowValue& v : r.values) truth[v.key ? "acc/rank-0" : "loss"][r.step] = v.value;
+      w.row(r);
+    }
+    w.run_end(chorus::RunState::finished, 1'700'000'000'000'000 + rows);
+    BOOST_TEST_REQUIRE(!w.error(), w.error().message());
+  }
+  const fs::path file = run / "history.jsonl", blocks = run / chorus::store::history_blocks_file;
+  BOOST_TEST_REQUIRE(fs::exists(blocks));
+  const std::vector<std::string> asked = {"loss", "acc/rank-0"};
+  LinesIndex plain(file.string(), FileKind::history, never, 1, never);
+  BOOST_TEST(plain.refresh());
+  const double last_step = 3.0 * (rows - 1);
+  const auto exact_answer = [&](std::size_t w) {
+    LinesIndex index(file.string(), FileKind::history, never, 1, 1u << 16);
+    index.hold_indexing(true);
+    BOOST_TEST(index.refresh());
+    BOOST_TEST_REQUIRE(index.state().indexing);
+    SeriesRequest r{asked, XAxis::step, std::nullopt, std::nullopt, w};
+    r.exact = true;
+    std::string out;
+    index.series_json(r, out);
+    return std::pair{out, series_part(index, r)};
+  };
+  const auto plain_answer = [&](std::size_t w) { return series_part(plain, {asked, XAxis::step, 0.0, last_step, w}); };
+
+  const auto [answer, part] = exact_answer(width);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  BOOST_TEST_REQUIRE(!parser.parse(answer).get(doc), answer.substr(0, 300));
+  BOOST_TEST(answer.find("\"overview\":false") != std::string::npos);
+  const double lo = doc["from"].get_double().value(), hi = doc["to"].get_double().value();
+  BOOST_TEST(lo == 0.0);
+  BOOST_TEST(hi == last_step);
+  // Which of `parts` even parts of [lo, hi] a step falls in (the answer's buckets and marks).
+  const auto part_of = [&](double x, std::size_t parts) {
+    const double f = (x - lo) / (hi - lo) * double(parts);
+    return f <= 0 ? std::size_t{0} : std::min(parts - 1, std::size_t(f));
+  };
+  const std::size_t buckets = width - 1;
+  for (const std::string& key : asked) {
+    const std::map<std::int64_t, double>& t = truth.at(key);
+    simdjson::dom::element series = doc["series"][key];
+    std::vector<double> x, y;
+    for (simdjson::dom::element e : series["x"].get_array()) x.push_back(e.get_double().value());
+    for (simdjson::dom::element e : series["y"].get_array()) y.push_back(e.get_double().value());
+    BOOST_TEST_REQUIRE(x.size() == y.size());
+    BOOST_TEST_REQUIRE(!x.empty());
+    std::uint64_t finite = 0;
+    double lowest = INFINITY, highest = -INFINITY;
+    std::int64_t first = -1, last = -1;
+    for (const auto& [step, v] : t)
+      if (std::isfinite(v)) {
+        ++finite, lowest = std::min(lowest, v), highest = std::max(highest, v);
+        if (first < 0) first = step;
+        last = step;
+      }
+    BOOST_TEST(series["n"].get_uint64().value() == finite, key);
+    // Every point a row's value at its step; the first and last, and the extremes, among them.
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const auto it = t.find(std::int64_t(x[i]));
+      BOOST_TEST_REQUIRE((it != t.end() && it->second == y[i]), key << " at " << x[i] << ": " << y[i]);
+    }
+    BOOST_TEST(x.front() == double(first), key);
+    BOOST_TEST(y.front() == t.at(first));
+    BOOST_TEST(x.back() == double(last), key);
+    BOOST_TEST(y.back() == t.at(last));
+    BOOST_TEST(*std::min_element(y.begin(), y.end()) == lowest, key);
+    BOOST_TEST(*std::max_element(y.begin(), y.end()) == highest, key);
+    // Each bucket: its points' range within its rows' values, and reaching
+    // the extremes of the blocks that lie whole in it.
+    std::vector<double> got_lo(buckets, INFINITY), got_hi(buckets, -INFINITY);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t b = part_of(x[i], buckets);
+      got_lo[b] = std::min(got_lo[b], y[i]), got_hi[b] = std::max(got_hi[b], y[i]);
+    }
+    std::vector<double> whole_lo(buckets, INFINITY), whole_hi(buckets, -INFINITY);
+    constexpr int block = int(chorus::store::HistoryBlockWriter::rows_per_block);
+    for (int b0 = 0; b0 + block <= rows; b0 += block) {
+      const std::size_t from = part_of(3.0 * b0, buckets), to = part_of(3.0 * (b0 + block - 1), buckets);
+      if (from != to) continue; // across two buckets
+      for (auto it = t.lower_bound(3 * b0); it != t.end() && it->first < 3 * (b0 + block); ++it)
+        if (std::isfinite(it->second))
+          whole_lo[from] = std::min(whole_lo[from], it->second), whole_hi[from] = std::max(whole_hi[from], it->second);
+    }
+    for (std::size_t b = 0; b < buckets; ++b) {
+      BOOST_TEST(got_lo[b] <= whole_lo[b], key << " bucket " << b);
+      BOOST_TEST(got_hi[b] >= whole_hi[b], key << " bucket " << b);
+    }
+    // Each NaN and infinity marked in its pixel, at its step or before it there.
+    if (key == "loss") {
+      for (const auto& [kind, nonfinite] : {std::pair{"nan", 0}, std::pair{"inf", 1}}) {
+        std::set<std::size_t> want, marked;
+        for (const auto& [step, v] : t)
+          if (nonfinite == 0 ? std::isnan(v) : std::isinf(v)) want.insert(part_of(double(step), width));
+        for (simdjson::dom::element e : series["nonfinite"][kind].get_array()) {
+          const double at = e.get_double().value();
+          BOOST_TEST(!std::isfinite(t.at(std::int64_t(at))), kind << " at " << at);
+          marked.insert(part_of(at, width));
+        }
+        BOOST_TEST(!want.empty());
+        BOOST_TEST((marked == want), kind);
+      }
+    }
+  }
+  // The file read instead, the plain index's very answer: at fewer blocks a
+  // pixel, with no summary, and with a damaged one.
+  BOOST_TEST(exact_answer(64).second == plain_answer(64));
+  const std::string kept = slurp(blocks);
+  fs::remove(blocks);
+  BOOST_TEST(exact_answer(width).second == plain_answer(width));
+  write_text(blocks, "{\"rows\":[0,256],\"bytes\":[0,1]}\n" + kept);
+  BOOST_TEST(exact_answer(width).second == plain_answer(width));
+  // And the summary put back: the blocks again, the same answer as before.
+  write_text(blocks, kept);
+  BOOST_TEST(exact_answer(width).second == part);
+  BOOST_TEST(part != plain_answer(width)); // the blocks' points, not the file's
 }
 
 BOOST_AUTO_TEST_CASE(whoever_asked_is_told_once_when_a_background_index_is_whole) {
