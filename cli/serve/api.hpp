@@ -149,6 +149,8 @@ private:
       system.keep_in(store);
       history.when_built(built);
       system.when_built(built);
+      // Where serve runs as root, a run's summary is read only where its owner lets others read it.
+      history.shown_by([](const std::string& path) { return not_shown(path).empty(); });
     }
     [[nodiscard]] std::size_t memory() const {
       return history.memory() + system.memory() + histograms.memory() + media.memory();

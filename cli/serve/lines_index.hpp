@@ -171,6 +171,11 @@ public:
   /// background is whole, so that the live pages are told at once rather
   /// than at their next look. Set before the first refresh.
   void when_built(std::function<void()> built) { on_built_ = std::move(built); }
+  /// Whether this server may show the file at a path (cli/serve/api.hpp's
+  /// not_shown), asked of a file beside the indexed one before it is read:
+  /// the writer's block summary (read_blocks). Unset: every one. Set before
+  /// the first refresh.
+  void shown_by(std::function<bool(const std::string& path)> shown) { shown_ = std::move(shown); }
 
 private:
   struct Block {
@@ -333,6 +338,7 @@ private:
   std::int64_t reported_ = 0;                  // what this one last added to *meter_
   const std::uint64_t overview_from_;
   std::shared_ptr<IndexStore> store_; // keep_in
+  std::function<bool(const std::string&)> shown_; // shown_by
   std::function<void()> on_built_;    // when_built
   std::uint64_t kept_at_ = 0;         // the bytes indexed when the index was last kept (or taken from the store)
   std::mutex gate_mutex_;

@@ -195,7 +195,10 @@ std::optional<Error> LinesIndex::read_blocks(const std::vector<std::string>& unc
                                              double hi) const {
   if (kind_ != FileKind::history || x != XAxis::step || !x_key.empty() || !RowReader::only_metrics(keys))
     return std::nullopt;
-  const Result<store::HistoryBlocks> read = store::read_history_blocks(path_.substr(0, path_.rfind('/')), end);
+  const std::string dir = path_.substr(0, path_.rfind('/'));
+  // Read only where this server may show it, as any file of the run.
+  if (shown_ && !shown_(dir + "/" + store::history_blocks_file)) return std::nullopt;
+  const Result<store::HistoryBlocks> read = store::read_history_blocks(dir, end);
   // A summary that cannot be read is no loss: the file says the same.
   if (!read || read->blocks.empty()) return std::nullopt;
   const store::HistoryBlocks& b = *read;

@@ -491,6 +491,22 @@ BOOST_AUTO_TEST_CASE(a_whole_history_against_the_step_is_drawn_from_the_writers_
   write_text(blocks, kept);
   BOOST_TEST(exact_answer(width).second == part);
   BOOST_TEST(part != plain_answer(width)); // the blocks' points, not the file's
+  // Where the server may not show the summary (serve as root, a file its
+  // owner keeps from others), the file is read instead.
+  {
+    LinesIndex index(file.string(), FileKind::history, never, 1, 1u << 16);
+    std::vector<std::string> asked_of;
+    index.shown_by([&](const std::string& path) {
+      asked_of.push_back(path);
+      return false;
+    });
+    index.hold_indexing(true);
+    BOOST_TEST(index.refresh());
+    SeriesRequest r{asked, XAxis::step, std::nullopt, std::nullopt, width};
+    r.exact = true;
+    BOOST_TEST(series_part(index, r) == plain_answer(width));
+    BOOST_TEST((asked_of == std::vector<std::string>{blocks.string()}));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(whoever_asked_is_told_once_when_a_background_index_is_whole) {
