@@ -8,7 +8,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,12 +15,6 @@
 
 namespace chorus::store {
 namespace {
-
-void put_int(std::string& out, std::int64_t v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
-}
 
 /// A JSON array of whole numbers, read into `out`; false where it is anything else.
 template <std::size_t N>
@@ -81,17 +74,17 @@ bool HistoryBlockWriter::end_row(std::uint64_t end, std::string& out) {
   ++rows_;
   if (++block_rows_ < rows_per_block) return false;
   out.append("{\"rows\":[");
-  put_int(out, static_cast<std::int64_t>(rows_ - block_rows_));
+  core::append_json_int(out, static_cast<std::int64_t>(rows_ - block_rows_));
   out.push_back(',');
-  put_int(out, static_cast<std::int64_t>(block_rows_));
+  core::append_json_int(out, static_cast<std::int64_t>(block_rows_));
   out.append("],\"bytes\":[");
-  put_int(out, static_cast<std::int64_t>(start_));
+  core::append_json_int(out, static_cast<std::int64_t>(start_));
   out.push_back(',');
-  put_int(out, static_cast<std::int64_t>(end));
+  core::append_json_int(out, static_cast<std::int64_t>(end));
   out.append("],\"steps\":[");
-  put_int(out, first_step_);
+  core::append_json_int(out, first_step_);
   out.push_back(',');
-  put_int(out, last_step_);
+  core::append_json_int(out, last_step_);
   out.append("],\"keys\":{");
   bool first = true;
   for (const std::uint32_t c : seen_) {
@@ -100,16 +93,16 @@ bool HistoryBlockWriter::end_row(std::uint64_t end, std::string& out) {
     if (!first) out.push_back(',');
     first = false;
     out.append(columns_[c].quoted).push_back('[');
-    put_int(out, static_cast<std::int64_t>(s.n));
+    core::append_json_int(out, static_cast<std::int64_t>(s.n));
     for (const auto& [v, step] : {std::pair{s.min, s.min_step}, std::pair{s.max, s.max_step}}) {
       out.push_back(',');
       core::append_json_number(out, v);
       out.push_back(',');
-      put_int(out, step);
+      core::append_json_int(out, step);
     }
     for (const auto& [step, v] : {std::pair{s.first_step, s.first}, std::pair{s.last_step, s.last}}) {
       out.push_back(',');
-      put_int(out, step);
+      core::append_json_int(out, step);
       out.push_back(',');
       core::append_json_number(out, v);
     }
@@ -125,11 +118,11 @@ bool HistoryBlockWriter::end_row(std::uint64_t end, std::string& out) {
     out.append(columns_[c].quoted).push_back('[');
     for (std::size_t k = 0; k < 3; ++k) {
       if (k) out.push_back(',');
-      put_int(out, static_cast<std::int64_t>(s.nonfinite[k].n));
+      core::append_json_int(out, static_cast<std::int64_t>(s.nonfinite[k].n));
       out.push_back(',');
-      put_int(out, s.nonfinite[k].first_step);
+      core::append_json_int(out, s.nonfinite[k].first_step);
       out.push_back(',');
-      put_int(out, s.nonfinite[k].last_step);
+      core::append_json_int(out, s.nonfinite[k].last_step);
     }
     out.push_back(']');
   }

@@ -19,7 +19,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -30,12 +29,6 @@
 
 namespace chorus::store {
 namespace {
-
-void append_int(std::string& out, std::int64_t v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
-}
 
 // A JSON object merged key by key (a later value replaces an earlier one),
 // keeping the order keys first appeared in. Values are kept as JSON text.
@@ -551,7 +544,7 @@ void RunWriter::row(const chorus::core::Row& row) {
   const std::uint64_t start = s.history ? s.history->size() + s.history->buffered() : 0;
   s.blocks.row(start, row.step);
   l.append("{\"_step\":");
-  append_int(l, row.step);
+  core::append_json_int(l, row.step);
   l.append(",\"_timestamp\":");
   core::append_json_seconds(l, row.ts_us);
   l.append(",\"_runtime\":");
@@ -572,7 +565,7 @@ void RunWriter::row(const chorus::core::Row& row) {
     for (std::size_t i = 0; i < s.counts.size(); ++i) {
       if (i != 0) l.push_back(',');
       l.append(s.series[s.counts[i].first].quoted);
-      append_int(l, s.counts[i].second);
+      core::append_json_int(l, s.counts[i].second);
     }
     l.push_back('}');
   }

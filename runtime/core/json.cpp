@@ -135,6 +135,12 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+void append_json_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, static_cast<std::size_t>(r.ptr - buf));
+}
+
 void append_json_number(std::string& out, double v) {
   if (std::isnan(v)) {
     out.append("\"NaN\"");

@@ -24,6 +24,9 @@ void append_json_string(std::string& out, std::string_view s);
 /// or a string for NaN and the infinities.
 void append_json_number(std::string& out, double v);
 
+/// Appends `v` as a JSON integer.
+void append_json_int(std::string& out, std::int64_t v);
+
 /// Appends unix or run-relative microseconds as seconds, exactly (no binary
 /// rounding): "1700000000.25", "12.000001", "3".
 void append_json_seconds(std::string& out, std::int64_t us);
