@@ -215,7 +215,8 @@ std::optional<Error> LinesIndex::read_blocks(const std::vector<std::string>& unc
     Collector& c = into[i];
     const store::BlockStat* first = nullptr;
     const store::BlockStat* last = nullptr;
-    for (const store::BlockStat& s : it->second) {
+    for (const store::HistoryBlocks::KeyBlock& kb : it->second) {
+      const store::BlockStat& s = kb.stat;
       if (s.n > 0) {
         if (first == nullptr) first = &s;
         last = &s;

@@ -139,16 +139,16 @@ Result<HistoryBlocks> read_history_blocks(const std::string& dir, std::uint64_t 
   const Result<int> fd = platform::open_regular(path, O_RDONLY, /*missing_ok=*/true);
   if (!fd) return fd.error();
   if (*fd < 0) return out;
-  // The newline that ends the last block taken must be history.jsonl's own.
+  // The history the blocks must agree with (holds, below).
   const Result<int> history = platform::open_regular(dir + "/history.jsonl", O_RDONLY, /*missing_ok=*/true);
   if (!history) {
     platform::close_fd(*fd);
     return history.error();
   }
-  // The last block taken is checked against history.jsonl itself: its line
-  // at the block's start is a row of the block's first step, and its last
-  // byte a newline. Two reads, where a block each would be thousands of
-  // reads scattered over a file out of the page cache.
+  // The first and last block taken are checked against history.jsonl
+  // itself: the line at a block's start is a row of its first step, and its
+  // last byte a newline. Four reads, where a block each would be thousands
+  // of reads scattered over a file out of the page cache.
   const auto holds = [&](const HistoryBlocks::Block& b) {
     const std::string head = "{\"_step\":" + std::to_string(b.first_step) + ",";
     std::string got(head.size(), '\0');
@@ -196,11 +196,7 @@ Result<HistoryBlocks> read_history_blocks(const std::string& dir, std::uint64_t 
       }
     }
     if (!good) break;
-    for (auto& [k, s] : here) {
-      const std::string key(k);
-      out.stats[key].push_back(s);
-      out.block_of[key].push_back(index);
-    }
+    for (auto& [k, s] : here) out.stats[std::string(k)].push_back({index, s});
     out.blocks.push_back(b);
   }
   const bool whole = out.blocks.empty() || (holds(out.blocks.front()) && holds(out.blocks.back()));

@@ -115,10 +115,14 @@ struct HistoryBlocks {
     std::uint64_t first_row = 0, rows = 0, start = 0, end = 0;
     std::int64_t first_step = 0, last_step = 0;
   };
+  /// A key's values in one block: the block's index in `blocks`, and its stat.
+  struct KeyBlock {
+    std::uint32_t block = 0;
+    BlockStat stat;
+  };
   std::vector<Block> blocks;
-  /// Per key, a stat per block: stats[key][i] belongs to block index block_of[key][i].
-  std::unordered_map<std::string, std::vector<BlockStat>> stats;
-  std::unordered_map<std::string, std::vector<std::uint32_t>> block_of;
+  /// Per key, the blocks it has a value in, in order.
+  std::unordered_map<std::string, std::vector<KeyBlock>> stats;
 
   /// The bytes of history.jsonl the blocks cover: [0, covered()).
   [[nodiscard]] std::uint64_t covered() const { return blocks.empty() ? 0 : blocks.back().end; }

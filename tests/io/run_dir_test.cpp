@@ -610,8 +610,8 @@ BOOST_AUTO_TEST_CASE(history_blocks_summarize_each_block_of_rows_as_far_as_the_h
     for (std::size_t block = 0; block < want.size(); ++block) {
       if (!any[block]) continue;
       BOOST_REQUIRE(k < b.stats.at(name).size());
-      BOOST_TEST(b.block_of.at(name)[k] == block);
-      const BlockStat& got = b.stats.at(name)[k++];
+      BOOST_TEST(b.stats.at(name)[k].block == block);
+      const BlockStat& got = b.stats.at(name)[k++].stat;
       const BlockStat& w = want[block];
       BOOST_TEST(got.n == w.n, name << " block " << block);
       if (w.n > 0) {
@@ -633,7 +633,7 @@ BOOST_AUTO_TEST_CASE(history_blocks_summarize_each_block_of_rows_as_far_as_the_h
     BOOST_TEST(k == b.stats.at(name).size());
   }
   // The NaN and infinities were among them.
-  BOOST_TEST(b.stats.at("loss")[0].nonfinite[0].n == 3u);
+  BOOST_TEST(b.stats.at("loss")[0].stat.nonfinite[0].n == 3u);
   // A reader that sees less of the history takes the blocks it holds whole.
   BOOST_TEST(read_history_blocks(dir, at[512] + 7)->blocks.size() == 2u);
   BOOST_TEST(read_history_blocks(dir, at[512] - 1)->blocks.size() == 1u);
