@@ -33,7 +33,7 @@ void check_acked(const fs::path& run_dir, int r, long last) {
 
 /// A shell line that waits (at most 60 s) until `log` has `line` (a grep pattern).
 std::string wait_for(const fs::path& log, const std::string& line) {
-  return "i=0; until grep -q '" + line + "' " + log.string() + " || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; ";
+  return "i=0; until grep -qs '" + line + "' " + log.string() + " || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; ";
 }
 
 } // namespace
@@ -151,19 +151,20 @@ BOOST_AUTO_TEST_CASE(a_host_killed_without_a_word_reads_crashed_everywhere_witho
   // other rank's finish says the host was lost; run.json still says running,
   // and every reader reports the run crashed, with its last committed step.
   TempDir dir;
-  const fs::path log = dir.path / "ranks.out";
+  // Each rank writes a file of its own: lines from two processes appended
+  // through buffers to one file can be cut into each other.
+  auto out = [&](int r) { return dir.path / ("rank" + std::to_string(r) + ".out"); };
   const int port = test_port(85);
   auto rank = [&](int r) {
     return "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
            " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
            " CHORUS_DIR=" + dir.path.string() + " CHORUS_CONNECTION_TIMEOUT=3 " + bin("chorus_e2e_worker") +
-           " --steps 3000 --step-us 2000 --ack-each 1 --print-pid 1 2>&1 | sed 's/^/[rank " + std::to_string(r) +
-           "] /' >> " + log.string();
+           " --steps 3000 --step-us 2000 --ack-each 1 --print-pid 1 > " + out(r).string() + " 2>&1";
   };
-  const Output o = run("(" + rank(0) + ") & (" + rank(1) + ") & r1=$!; " + wait_for(log, "^\\[rank 1\\] ACKED 40$") +
-                       "pid=$(sed -n 's/^\\[rank 0\\] PID 0 \\([0-9]*\\)$/\\1/p' " + log.string() +
-                       " | head -n 1); kill -KILL $pid; wait $r1; echo DONE");
-  const std::string text = slurp(log);
+  const Output o = run(rank(0) + " & " + rank(1) + " & r1=$!; " + wait_for(out(0), "^PID 0 [0-9]*$") +
+                       wait_for(out(1), "^ACKED 40$") + "pid=$(sed -n 's/^PID 0 \\([0-9]*\\)$/\\1/p' " +
+                       out(0).string() + " | head -n 1); kill -KILL $pid; wait $r1; echo DONE");
+  const std::string text = "[rank 0]\n" + slurp(out(0)) + "[rank 1]\n" + slurp(out(1));
   BOOST_TEST_INFO(o.text + text);
   BOOST_TEST(has(text, "rank 1 finish:"));
   BOOST_TEST((has(text, "went away") || has(text, "was not heard from")), text);
