@@ -1,6 +1,8 @@
 // The connection under every link: see actors/links/link_stream.hpp.
 #include "actors/links/link_stream.hpp"
 
+#include "runtime/core/immortal.hpp"
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/io/basp/header.hpp>
@@ -64,8 +66,10 @@ constexpr auto linger = std::chrono::seconds(1);
 class LinkedNodes {
 public:
   static LinkedNodes& get() {
-    static LinkedNodes nodes;
-    return nodes;
+    // The multiplexer releases a link that closes while the process exits
+    // (its run still held): after the static destructors.
+    static core::Immortal<LinkedNodes> nodes;
+    return *nodes;
   }
   /// A link with `node` begins; false (and nothing held) where it is a
   /// connection this process accepted and another link is with the node.

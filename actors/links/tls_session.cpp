@@ -2,6 +2,7 @@
 #include "actors/links/tls_session.hpp"
 
 #include "io/platform/credentials.hpp"
+#include "runtime/core/immortal.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -139,10 +140,10 @@ bool TlsSession::wants_write() const { return SSL_want_write(ssl_) != 0; }
 
 void say_handshake_failed(const std::string& peer, const std::string& why) {
   static std::mutex mutex;
-  static std::set<std::string> said;
+  static core::Immortal<std::set<std::string>> said; // a handshake can fail while the process exits
   {
     std::lock_guard lock(mutex);
-    if (said.size() >= 64 || !said.insert(why).second) return;
+    if (said->size() >= 64 || !said->insert(why).second) return;
   }
   std::fprintf(stderr,
                "chorus: the TLS handshake of a link with %s failed (%s): is the peer a node of this job, with the "

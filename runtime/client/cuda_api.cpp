@@ -1,6 +1,7 @@
 #include "runtime/client/cuda_api.hpp"
 
 #include "io/platform/posix.hpp"
+#include "runtime/core/immortal.hpp"
 
 #include <dlfcn.h>
 
@@ -52,14 +53,16 @@ struct Loaded {
   std::string why_not;
 };
 
+// Never destroyed: a device call on another thread may ask while the process exits.
+core::Immortal<Loaded> loaded[4];
 Runtime the_runtime;
-Loaded runtime_state;
+Loaded& runtime_state = *loaded[0];
 Driver the_driver;
-Loaded driver_state;
+Loaded& driver_state = *loaded[1];
 Nvrtc the_nvrtc;
-Loaded nvrtc_state;
+Loaded& nvrtc_state = *loaded[2];
 Nccl the_nccl;
-Loaded nccl_state;
+Loaded& nccl_state = *loaded[3];
 
 /// Binds the entry points of `lib` into `state` with `bind_all(lib,
 /// missing)`; else says why not: `lib` not found (`what`, with what was

@@ -1,6 +1,7 @@
 #include "runtime/client/ingest.hpp"
 
 #include "runtime/core/fnv.hpp"
+#include "runtime/core/immortal.hpp"
 #include "runtime/core/json.hpp"
 
 #include <linux/futex.h>
@@ -97,8 +98,8 @@ Ring::Ring(std::size_t capacity)
       slots_(allocate_slots(mask_ + 1), FreeSlots{mask_ + 1}) {}
 
 KeyTable& KeyTable::instance() {
-  static KeyTable table;
-  return table;
+  static core::Immortal<KeyTable> table; // a run's threads read names while the process exits
+  return *table;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 #include "runtime/client/system.hpp"
+#include "runtime/core/immortal.hpp"
 #include "runtime/core/wire.hpp"
 
 #include "io/platform/posix.hpp"
@@ -649,12 +650,12 @@ const Topology& Run::topology() const noexcept {
   if (impl_) return impl_->settings().topo;
   if (inactive_topology_) return *inactive_topology_;
   // A handle init did not make: the launcher's view of this process.
-  static const Topology detected = [] {
+  static const core::Immortal<Topology> detected([] {
     Error ignored;
     Topology t = detect_topology(ignored);
     return ignored ? Topology{} : t;
-  }();
-  return detected;
+  }());
+  return *detected;
 }
 std::string_view Run::id() const noexcept { return impl_ ? std::string_view(impl_->run_id) : std::string_view(); }
 std::string_view Run::dir() const noexcept { return impl_ ? std::string_view(impl_->run_dir) : std::string_view(); }

@@ -1,5 +1,6 @@
 #include "runtime/core/merger.hpp"
 
+#include "runtime/core/immortal.hpp"
 #include "runtime/core/json.hpp"
 #include "runtime/core/merger_keys.hpp"
 #include "runtime/core/merger_rows.hpp"
@@ -889,8 +890,9 @@ RunState Merger::end_state() const noexcept {
 }
 
 const std::string& Merger::rank_message(int rank) const {
-  static const std::string none;
-  return rank >= 0 && rank < world_size() ? s_->ranks[rank].end_message : none;
+  static const Immortal<std::string> none; // the Run actor may ask while the process exits
+  if (rank >= 0 && rank < world_size()) return s_->ranks[rank].end_message;
+  return *none;
 }
 bool Merger::finish_waiting(int rank) const {
   return rank >= 0 && rank < world_size() && s_->ranks[rank].parked && s_->ranks[rank].finish_parked &&

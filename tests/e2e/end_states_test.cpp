@@ -3,7 +3,8 @@
 // nothing catches (std::terminate), exit(3) without a finish, a Run unwound
 // by an exception, a run host SIGKILLed without a word (no launcher to
 // rebuild the run: every reader reports it crashed), and values refused with
-// their tickets dropped (rejected.jsonl, the count, one warning a key).
+// their tickets dropped (rejected.jsonl, the count, one warning a key), and
+// ranks that exit with their runs held while the others' links close.
 #define BOOST_TEST_MODULE e2e_end_states
 #include "harness.hpp"
 
@@ -131,6 +132,25 @@ BOOST_AUTO_TEST_CASE(exit_with_a_status_before_finish_fails_the_rank_with_it) {
              run.rank_field(1, "message"));
   BOOST_TEST(run.rank_field(0, "state") == "finished");
   check_acked(run.dir, 1, 19);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_that_exit_holding_their_run_while_the_links_close_all_end_cleanly) {
+  // Every rank finishes, then exits through exit() with its Run still held
+  // (as a Python interpreter does); rank 0's exit is slowed by another
+  // library's exit handler (a GPU library's, say) while the other ranks'
+  // links close. The threads that close them must not reach what the
+  // static destructors freed: memory freed at exit is overwritten at once
+  // (glibc's perturb, no thread cache), so that a read of it crashes.
+  TempDir dir;
+  const Output o = run("GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 " +
+                       launch_worker(dir.path, 4, test_port(89), "--steps 50 --slow-exit-ms 500"));
+  BOOST_TEST_INFO(o.text);
+  BOOST_TEST(o.status == 0);
+  BOOST_TEST(!has(o.text, "signal"));
+  BOOST_TEST(!has(o.text, "AddressSanitizer"));
+  Ended run(dir);
+  BOOST_TEST(run.text("state") == "finished");
+  for (int r = 0; r < 4; ++r) BOOST_TEST(run.rank_field(r, "state") == "finished", "rank " << r);
 }
 
 BOOST_AUTO_TEST_CASE(an_exception_that_unwinds_the_run_fails_the_rank) {

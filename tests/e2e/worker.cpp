@@ -27,6 +27,11 @@
 // (main catches it and returns 5).
 // --bad-keys: every step also logs values under the keys "" and "_x" and a
 // 300-byte key beside "good", and "late" at the step before, its tickets dropped.
+// --slow-exit-ms: after its finish each rank exits through exit() with its
+// Run still held (as an interpreter that ends does). On rank 0 an exit
+// handler registered before the run started (as a GPU library's is) takes
+// M ms; the other ranks wait M/2 ms first, so that their links close while
+// rank 0 is exiting.
 // --uneven: rank 0 logs the undeclared key "uneven" (rank * 1000 + step) at
 // every step, the other ranks at even steps only.
 #include <chorus/chorus.hpp>
@@ -72,6 +77,7 @@ struct Args {
   int throw_rank = -1, exit_rank = -1, unwind_rank = -1;
   long throw_step = -1, exit_step = -1, unwind_step = -1;
   int exit_now = 0;
+  long slow_exit_ms = -1;
   bool bad_keys = false;
   bool histograms = false; // each step: "grad" (merged) and "act" (per rank) of histogram_values()
 };
@@ -146,6 +152,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--exit-rank") a.exit_rank = static_cast<int>(v);
     else if (k == "--exit-step") a.exit_step = v;
     else if (k == "--exit-now") a.exit_now = static_cast<int>(v);
+    else if (k == "--slow-exit-ms") a.slow_exit_ms = v;
     else if (k == "--unwind-rank") a.unwind_rank = static_cast<int>(v);
     else if (k == "--unwind-step") a.unwind_step = v;
     else if (k == "--bad-keys") a.bad_keys = v != 0;
@@ -277,14 +284,27 @@ chorus::task<int> work(Args a) {
   if (r.error) std::fprintf(stderr, "rank %d finish: %s\n", rank, r.error.message().c_str());
   std::printf("FINISH_STATE %d %s\n", rank, std::string(chorus::to_string(r.state)).c_str());
   if (run.is_host()) std::printf("RUN_DIR=%s\n", r.run_dir.c_str());
+  if (a.slow_exit_ms >= 0) {
+    std::fflush(stdout);
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.slow_exit_ms / 2));
+    std::exit(r.error ? 4 : a.exit_code); // the Run held: nothing unwinds
+  }
   co_return r.error ? 4 : a.exit_code;
 }
 
 } // namespace
 
+long slow_exit_ms = 0;
+
 int main(int argc, char** argv) {
   try {
-    return chorus::sync_wait(work(parse(argc, argv)));
+    Args a = parse(argc, argv);
+    if (const char* r = std::getenv("RANK"); a.slow_exit_ms > 0 && r != nullptr && std::string_view(r) == "0") {
+      // Registered before the run makes anything static: it runs after their destructors.
+      slow_exit_ms = a.slow_exit_ms;
+      std::atexit([] { std::this_thread::sleep_for(std::chrono::milliseconds(slow_exit_ms)); });
+    }
+    return chorus::sync_wait(work(std::move(a)));
   } catch (const std::exception& e) {
     std::printf("CAUGHT %s\n", e.what());
     return 5;
