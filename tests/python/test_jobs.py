@@ -1,7 +1,8 @@
 """Jobs of real processes logging into one shared run: Python ranks under
 `chorus launch`, Python and C++ ranks together, a Python rank SIGKILLed,
-and a PyTorch DDP job under torchrun. Every value is checked once, and
-every reduction exactly, reading history.jsonl with json."""
+a PyTorch DDP job under torchrun, and ranks that exit cleanly while rank
+0's exit is slow. Every value is checked once, and every reduction exactly,
+reading history.jsonl with json."""
 
 import os
 import re
@@ -145,6 +146,24 @@ def test_four_python_ranks_under_torchrun_share_a_run(runs_dir, tmp_path):
     rec = record(d)
     assert rec["state"] == "finished" and rec["launcher"] == "torchrun" and rec["world_size"] == 4
     check_shared_run(d, 4, 150)
+
+
+def test_python_ranks_exit_cleanly_while_rank_0s_exit_is_slow(runs_dir, tmp_path):
+    # Each Python rank exits holding its run (the interpreter lets go of it
+    # only as it ends). Rank 0's exit is slowed by another library's exit
+    # handler (preloaded, so that it runs after every static destructor)
+    # while the other ranks' links close, and memory freed at exit is
+    # overwritten at once: nothing the run's threads reach may be freed.
+    pytest.importorskip("torch")
+    shim = os.path.normpath(os.path.join(BIN, "..", "tests", "python", "libslow_exit.so"))
+    assert os.access(shim, os.R_OK), shim
+    env = job_env(runs_dir, STEPS=150, LD_PRELOAD=shim,
+                  GLIBC_TUNABLES="glibc.malloc.tcache_count=0:glibc.malloc.perturb=165")
+    p = torchrun(4, [WORKER], env, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rec = record(the_run(runs_dir))
+    assert rec["state"] == "finished" and all(r["state"] == "finished" for r in rec["ranks"]), rec
+    check_shared_run(the_run(runs_dir), 4, 150)
 
 
 def test_torchrun_ddp_sample(runs_dir, tmp_path):
