@@ -3,7 +3,7 @@
 // the server down, with the uploading host killed, and afterwards through
 // `chorus sync`. The run directory is the truth: the server must hold every
 // value of history.jsonl (and system.jsonl) once, in step order, with the
-// run's end state.
+// run's end state, also when a rank ends its run by exit() over HTTPS.
 #define BOOST_TEST_MODULE upload_e2e
 #include "tests/cli/process.hpp"
 #include "tests/e2e/harness.hpp"
@@ -380,6 +380,36 @@ BOOST_AUTO_TEST_CASE(live_upload_to_mlflow_holds_every_point_once) {
     if (line.find(rj.id) != std::string::npos && line.find(mlflow_url(server.port())) != std::string::npos)
       listed = line.find("done (finished)") != std::string::npos;
   BOOST_TEST(listed);
+}
+
+// 1a. A rank that calls exit() before its finish, its run uploading over
+// HTTPS: the exit ends the run (runtime/client/endings.hpp), and its last
+// values and its end still reach the server, through a TLS library that
+// exit() must not have cleaned up first. Memory freed at the exit is
+// overwritten at once (glibc's perturb, no thread cache), so that a use of
+// what was cleaned up fails.
+BOOST_AUTO_TEST_CASE(a_run_ended_by_exit_sends_its_end_over_https) {
+  chorus::test::TempDir certs;
+  const chorus::test::TlsFiles files = chorus::test::write_test_certificates(certs.path.string());
+  TrackingServer server({.tls = files});
+  chorus::test::TempDir dir;
+  // The job's environment is this process's, with the launch's added after
+  // it: the CA is set here, so that it comes first.
+  const char* had = std::getenv("CURL_CA_BUNDLE");
+  const std::optional<std::string> kept = had ? std::optional<std::string>(had) : std::nullopt;
+  ::setenv("CURL_CA_BUNDLE", files.ca.c_str(), 1);
+  auto job = launch(dir.path, 1, {"--steps", "100", "--exit-rank", "0", "--exit-step", "99", "--exit-now", "0"},
+                    {"CHORUS_UPLOAD=mlflow+https://127.0.0.1:" + std::to_string(server.port()),
+                     "CHORUS_UPLOAD_TIMEOUT=30",
+                     "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165"});
+  if (kept) ::setenv("CURL_CA_BUNDLE", kept->c_str(), 1);
+  else ::unsetenv("CURL_CA_BUNDLE");
+  const auto out = job->finish(120s);
+  BOOST_TEST_INFO_SCOPE(both(out));
+  BOOST_REQUIRE_EQUAL(out.code, 0);
+  const fs::path run_dir = only_run_dir(dir.path);
+  BOOST_TEST(read_run_json(run_dir).state == "finished");
+  check_mlflow(server, run_dir); // every value once, FINISHED
 }
 
 // 1b. A server that takes longer to answer a log-batch (3.5 s) than the live
