@@ -3,6 +3,7 @@
 #include "io/platform/files.hpp"
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -143,7 +144,13 @@ Error make_credentials(const std::string& dir, int days, bool replace) {
   return write_file_atomic(dir + "/ca.pem", ca_pem);
 }
 
+void keep_tls_library_until_exit() noexcept {
+  // Only the first initialisation decides whether OpenSSL registers its exit handler.
+  (void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+}
+
 Error check_credentials(const std::string& dir, Credentials& out) {
+  keep_tls_library_until_exit();
   out = {dir + "/ca.pem", dir + "/cert.pem", dir + "/key.pem"};
   Bio ca_bio = open_file(out.ca_file);
   Cert ca(ca_bio ? PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr) : nullptr);

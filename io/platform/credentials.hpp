@@ -27,6 +27,15 @@ struct Credentials {
 /// between them), the queue emptied; "" where there were none.
 [[nodiscard]] std::string ssl_errors();
 
+/// Keeps OpenSSL's tables for as long as the process lives. OpenSSL frees
+/// them at exit, from an exit handler its first use registers, while a run
+/// still uses TLS: its links, and the upload that chorus's own exit handler
+/// drains (runtime/client/endings.hpp). Called before chorus's first use of
+/// OpenSSL (directly or through libcurl): where chorus is the first to use
+/// it, that handler is never registered; where the program used it before,
+/// its handler was registered before chorus's and runs after it.
+void keep_tls_library_until_exit() noexcept;
+
 /// Checks the credentials in `dir` before a run uses them: the three files
 /// exist, parse, the key matches the certificate, and the certificate is
 /// signed by the CA and valid now. The error names the file and the fix.

@@ -1,5 +1,6 @@
 #include "io/upload/http.hpp"
 
+#include "io/platform/credentials.hpp"
 #include "io/platform/posix.hpp"
 
 #include <curl/curl.h>
@@ -159,7 +160,10 @@ std::int64_t req_timeout(const HttpRequest& r) { return static_cast<std::int64_t
 
 void global_init() {
   static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  std::call_once(once, [] {
+    platform::keep_tls_library_until_exit(); // before libcurl initialises OpenSSL
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+  });
 }
 
 } // namespace

@@ -2,6 +2,8 @@
 #include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 
+#include "io/platform/credentials.hpp"
+
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -197,6 +199,10 @@ void install(Registry& r) {
   if (r.installed) return;
   r.installed = true;
   installed_in = ::getpid();
+  // OpenSSL's own exit handler, where a later use would register it, would
+  // run before this one and free what the finish below still uses (an upload
+  // over HTTPS): it is never registered (io/platform/credentials.hpp).
+  platform::keep_tls_library_until_exit();
   ::on_exit(on_process_exit, nullptr);
   previous_terminate = std::set_terminate(on_terminate);
   if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return; // no signal thread: the signals keep their default

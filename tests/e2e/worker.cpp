@@ -32,6 +32,8 @@
 // handler registered before the run started (as a GPU library's is) takes
 // M ms; the other ranks wait M/2 ms first, so that their links close while
 // rank 0 is exiting.
+// --local-run-first: before its run, the process makes and finishes a run of
+// its own under CHORUS_DIR/local, read from no environment (no upload).
 // --uneven: rank 0 logs the undeclared key "uneven" (rank * 1000 + step) at
 // every step, the other ranks at even steps only.
 #include <chorus/chorus.hpp>
@@ -78,6 +80,7 @@ struct Args {
   long throw_step = -1, exit_step = -1, unwind_step = -1;
   int exit_now = 0;
   long slow_exit_ms = -1;
+  bool local_run_first = false;
   bool bad_keys = false;
   bool histograms = false; // each step: "grad" (merged) and "act" (per rank) of histogram_values()
 };
@@ -153,6 +156,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--exit-step") a.exit_step = v;
     else if (k == "--exit-now") a.exit_now = static_cast<int>(v);
     else if (k == "--slow-exit-ms") a.slow_exit_ms = v;
+    else if (k == "--local-run-first") a.local_run_first = v != 0;
     else if (k == "--unwind-rank") a.unwind_rank = static_cast<int>(v);
     else if (k == "--unwind-step") a.unwind_step = v;
     else if (k == "--bad-keys") a.bad_keys = v != 0;
@@ -173,6 +177,22 @@ chorus::task<int> work(Args a) {
   chorus::Error err;
   if (const char* r = std::getenv("RANK"); r != nullptr && a.abort_rank >= 0 && std::atoi(r) == a.abort_rank)
     std::abort();
+  if (a.local_run_first) {
+    chorus::Options local;
+    local.read_env = false;
+    local.topology = chorus::Topology{};
+    const char* dir = std::getenv("CHORUS_DIR");
+    local.dir = std::string(dir ? dir : ".") + "/local";
+    local.project = "local";
+    local.system_interval = 0;
+    chorus::Run first = chorus::init(local, err);
+    if (err) {
+      std::fprintf(stderr, "the local run's init failed: %s\n", err.message().c_str());
+      co_return 3;
+    }
+    (void)first.log({{"x", 1.0}});
+    std::printf("LOCAL_RUN %s\n", std::string(chorus::to_string(first.finish().wait().state)).c_str());
+  }
   chorus::Run run = chorus::init(opt, err);
   if (err) {
     std::fprintf(stderr, "init failed: %s\n", err.message().c_str());

@@ -398,7 +398,9 @@ BOOST_AUTO_TEST_CASE(a_run_ended_by_exit_sends_its_end_over_https) {
   const char* had = std::getenv("CURL_CA_BUNDLE");
   const std::optional<std::string> kept = had ? std::optional<std::string>(had) : std::nullopt;
   ::setenv("CURL_CA_BUNDLE", files.ca.c_str(), 1);
-  auto job = launch(dir.path, 1, {"--steps", "100", "--exit-rank", "0", "--exit-step", "99", "--exit-now", "0"},
+  // A run of the process's own first, which uploads nothing: the process's
+  // exit handler comes before anything the upload's libraries register.
+  auto job = launch(dir.path, 1, {"--local-run-first", "1", "--steps", "100", "--exit-rank", "0", "--exit-step", "99", "--exit-now", "0"},
                     {"CHORUS_UPLOAD=mlflow+https://127.0.0.1:" + std::to_string(server.port()),
                      "CHORUS_UPLOAD_TIMEOUT=30",
                      "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165"});
@@ -407,7 +409,8 @@ BOOST_AUTO_TEST_CASE(a_run_ended_by_exit_sends_its_end_over_https) {
   const auto out = job->finish(120s);
   BOOST_TEST_INFO_SCOPE(both(out));
   BOOST_REQUIRE_EQUAL(out.code, 0);
-  const fs::path run_dir = only_run_dir(dir.path);
+  const fs::path run_dir = only_run_dir(dir.path / "e2e"); // not the local run (dir/local)
+  BOOST_TEST(out.out.find("LOCAL_RUN finished") != std::string::npos);
   BOOST_TEST(read_run_json(run_dir).state == "finished");
   check_mlflow(server, run_dir); // every value once, FINISHED
 }
