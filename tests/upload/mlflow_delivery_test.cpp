@@ -283,7 +283,11 @@ BOOST_AUTO_TEST_CASE(the_window_grows_while_the_server_keeps_up_and_halves_when_
   TrackingServer server(o);
   RunFixture run;
   run.history(0, 16000); // 48 log-batches
-  upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+  // The pause after the 503 outlasts the window's other answers however slow
+  // the machine: the retry, and the window after it, come only after the first pump.
+  upload::UploadSettings patient = quick();
+  patient.backoff_base = patient.backoff_max = 4s;
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), patient);
   BOOST_REQUIRE(!up.open());
   server.set_delay(300ms, "log-batch");
   BOOST_REQUIRE(drain(up, 120s).caught_up);

@@ -253,7 +253,11 @@ BOOST_AUTO_TEST_CASE(mlflow_resumes_after_a_crash_between_answer_and_offsets) {
   run.write_run_json("finished", 1'700'000'400.0);
   {
     server.reset_next(1, test::ResetPoint::after_handling, "log-batch");
-    upload::Uploader up(run.dir(), target(mlflow_url(server)), quick());
+    // Its pause after the lost answer outlasts the other batches in flight
+    // however slow the machine, so that this process "dies" before retrying.
+    upload::UploadSettings patient = quick();
+    patient.backoff_base = patient.backoff_max = 6s;
+    upload::Uploader up(run.dir(), target(mlflow_url(server)), patient);
     BOOST_REQUIRE(!up.open());
     auto p = up.pump(std::chrono::steady_clock::now() + 10s); // open, then the first batch: reset
     BOOST_TEST(!p.done);
