@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -15,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <poll.h>
 #include <sstream>
 #include <string>
@@ -31,18 +34,64 @@ struct Output {
   std::string out;
   std::string err;
   int code = -1; // exit status, 128 + signal, or -1 if it had to be killed for running too long
+  std::string left; // where it ran too long: the processes it left, as ps showed them before they were killed
   long max_rss_kb = -1; // the process's peak resident memory (getrusage's ru_maxrss, of it alone)
 };
 
-/// One running `chorus` process.
+/// The processes of group `pgid` and every descendant of it, as ps shows
+/// them, their ids added to `pids`: what a command that did not end left running.
+inline std::string processes_of(pid_t pgid, std::vector<pid_t>& pids) {
+  struct Proc {
+    long pid, ppid, group;
+    std::string line;
+  };
+  std::vector<Proc> all;
+  std::map<long, long> parent;
+  if (FILE* p = ::popen("ps -e -o pid=,ppid=,pgid=,stat=,etime=,args=", "r")) {
+    char line[1024];
+    Proc proc{};
+    while (std::fgets(line, sizeof line, p))
+      if (std::sscanf(line, "%ld %ld %ld", &proc.pid, &proc.ppid, &proc.group) == 3) {
+        proc.line = line;
+        parent[proc.pid] = proc.ppid;
+        all.push_back(proc);
+      }
+    ::pclose(p);
+  }
+  auto descends = [&](long pid) {
+    for (auto it = parent.find(pid); it != parent.end() && it->second > 1; it = parent.find(it->second))
+      if (it->second == pgid) return true;
+    return false;
+  };
+  std::string table;
+  for (const Proc& proc : all)
+    if (proc.group == pgid || descends(proc.pid)) {
+      pids.push_back(static_cast<pid_t>(proc.pid));
+      table += "    " + proc.line;
+    }
+  return table;
+}
+
+/// One running process: `chorus`, or a program of the test's choosing.
 class Child {
 public:
-  /// `as_user` >= 0: the process runs as that user and group (the test must be root).
-  explicit Child(const std::vector<std::string>& args, const std::vector<std::string>& env = {}, int as_user = -1) {
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  /// `chorus ARGS...`. `as_user` >= 0: the process runs as that user and group (the test must be root).
+  explicit Child(const std::vector<std::string>& args, const std::vector<std::string>& env = {}, int as_user = -1)
+      : Child(with_chorus(args), env, as_user, 0) {}
+  /// `argv` as given: argv[0] is the program's path.
+  static std::unique_ptr<Child> program(std::vector<std::string> argv, const std::vector<std::string>& env = {}) {
+    return std::unique_ptr<Child>(new Child(std::move(argv), env, -1, 0));
+  }
+
+private:
+  static std::vector<std::string> with_chorus(const std::vector<std::string>& args) {
     std::vector<std::string> words{chorus_binary};
     words.insert(words.end(), args.begin(), args.end());
+    return words;
+  }
+  Child(std::vector<std::string> words, const std::vector<std::string>& env, int as_user, int) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
     std::vector<char*> argv;
     for (std::string& w : words) argv.push_back(w.data());
     argv.push_back(nullptr);
@@ -76,6 +125,8 @@ public:
     out_fd_ = out[0];
     err_fd_ = err[0];
   }
+
+public:
   ~Child() {
     if (pid_ > 0) {
       ::kill(-pid_, SIGKILL);
@@ -103,13 +154,18 @@ public:
     return true;
   }
 
-  /// Reads everything and waits for the exit; kills the process group after `timeout`.
+  /// Reads everything and waits for the exit. After `timeout`, kills the
+  /// process group and every descendant (a process that left the group still
+  /// holds the output), saying in Output::left which they were.
   Output finish(std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
     const auto until = std::chrono::steady_clock::now() + timeout;
     bool timed_out = false;
     while (out_fd_ >= 0 || err_fd_ >= 0) {
       if (std::chrono::steady_clock::now() >= until) {
+        std::vector<pid_t> pids;
+        o_.left = processes_of(pid_, pids);
         ::kill(-pid_, SIGKILL);
+        for (pid_t pid : pids) ::kill(pid, SIGKILL);
         timed_out = true;
         until_eof();
         break;

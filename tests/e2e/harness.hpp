@@ -6,18 +6,15 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "tests/cli/process.hpp"
 #include "tests/socket.hpp"
 #include "tests/temp_dir.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -59,96 +56,19 @@ inline constexpr int sanitizer_slowdown = 1;
 /// a test, so that a hang fails its own case with what it printed.
 inline constexpr std::chrono::seconds run_limit{120 * sanitizer_slowdown};
 
-/// The processes of group `pgid` and every descendant of `root`, as ps shows
-/// them, their ids added to `pids`: what a command that did not end left running.
-inline std::string processes_of(pid_t root, pid_t pgid, std::vector<pid_t>& pids) {
-  struct Proc {
-    long pid, ppid, group;
-    std::string line;
-  };
-  std::vector<Proc> all;
-  std::map<long, long> parent;
-  if (FILE* p = ::popen("ps -e -o pid=,ppid=,pgid=,stat=,etime=,args=", "r")) {
-    char line[1024];
-    Proc proc{};
-    while (std::fgets(line, sizeof line, p))
-      if (std::sscanf(line, "%ld %ld %ld", &proc.pid, &proc.ppid, &proc.group) == 3) {
-        proc.line = line;
-        parent[proc.pid] = proc.ppid;
-        all.push_back(proc);
-      }
-    ::pclose(p);
-  }
-  auto descends = [&](long pid) {
-    for (auto it = parent.find(pid); it != parent.end() && it->second > 1; it = parent.find(it->second))
-      if (it->second == root) return true;
-    return false;
-  };
-  std::string table;
-  for (const Proc& proc : all)
-    if (proc.pid == root || proc.group == pgid || descends(proc.pid)) {
-      pids.push_back(static_cast<pid_t>(proc.pid));
-      table += "    " + proc.line;
-    }
-  return table;
-}
-
 /// Runs `cmd` through sh with stderr merged into stdout, in a process group
 /// of its own. A command still running after `limit` fails the test case
-/// that ran it, naming the processes it left, which are then killed: a hung
-/// child never stalls the whole test silently until ctest's timeout.
+/// that ran it, naming the processes it left, which are then killed
+/// (chorus::test::Child::finish): a hung child never stalls the whole test
+/// silently until ctest's timeout. Its status is then 124.
 inline Output run(const std::string& cmd, std::chrono::seconds limit = run_limit) {
-  Output out;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return out;
-  const pid_t child = ::fork();
-  if (child < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return out;
-  }
-  if (child == 0) {
-    ::setpgid(0, 0);
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::setpgid(child, child); // as the child does: whichever runs first
-  ::close(fds[1]);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  bool hung = false;
-  char buf[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      hung = true;
-      break;
-    }
-    pollfd pfd{fds[0], POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  if (hung) {
-    std::vector<pid_t> pids;
-    const std::string left = processes_of(child, child, pids);
-    ::kill(-child, SIGKILL);
-    for (pid_t pid : pids) ::kill(pid, SIGKILL);
+  const auto child = chorus::test::Child::program({"/bin/sh", "-c", cmd + " 2>&1"});
+  const chorus::test::Output o = child->finish(limit);
+  if (o.code == -1)
     BOOST_ERROR("still running after " << limit.count() << " s, killed: " << cmd << "\n  what it left running:\n"
-                                       << left << "  what it printed:\n"
-                                       << out.text);
-  }
-  int st = 0;
-  while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
-  }
-  out.status = hung ? 124 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return out;
+                                       << o.left << "  what it printed:\n"
+                                       << o.out << o.err);
+  return {o.code == -1 ? 124 : o.code, o.out + o.err};
 }
 
 /// Whether ports [first, first + count) can be listened on now (on every

@@ -46,7 +46,7 @@ BOOST_AUTO_TEST_CASE(a_foreign_process_on_the_socket_changes_nothing_in_the_run)
   const fs::path sockets = dir.path / "sockets";
   const int port = test_port(41);
   const std::string args = "--steps 300 --step-us 10000";
-  const Output out = run("(" + rank_cmd(dir.path, sockets, port, 0, args) + " & p0=$!; " +
+  const e2e::Output out = run("(" + rank_cmd(dir.path, sockets, port, 0, args) + " & p0=$!; " +
                          rank_cmd(dir.path, sockets, port, 1, args) + " & p1=$!; " + bin("chorus_hostile_peer") + " " +
                          sockets.string() + " " + std::to_string(port) + "; wait $p0; s0=$?; wait $p1; s1=$?; " +
                          "echo \"STATUS $s0 $s1\")");
@@ -75,7 +75,7 @@ BOOST_AUTO_TEST_CASE(another_user_cannot_reach_the_run_host) {
   const int port = test_port(42);
   fs::permissions(dir.path, fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
   const std::string args = "--steps 200 --step-us 10000";
-  const Output out = run("(" + rank_cmd(dir.path, sockets, port, 0, args) + " & p0=$!; " +
+  const e2e::Output out = run("(" + rank_cmd(dir.path, sockets, port, 0, args) + " & p0=$!; " +
                          rank_cmd(dir.path, sockets, port, 1, args) + " & p1=$!; sleep 0.7; " +
                          bin("chorus_hostile_peer") + " " + sockets.string() + " " + std::to_string(port) +
                          " --as-nobody; wait $p0; s0=$?; wait $p1; s1=$?; echo \"STATUS $s0 $s1\")");
@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(forged_basp_on_the_socket_is_cut_and_the_run_is_whole) {
                           std::to_string(port + 1) + " CHORUS_CONNECTION_TIMEOUT=" + std::to_string(patience) +
                           " CHORUS_HEARTBEAT_INTERVAL=0.5";
   const std::string args = "--steps 100 --step-us 2000 --print-pid 1 --hold-until " + (dir.path / "go").string();
-  const Output out = run("(" + start_rank(dir.path, 0, env + " LOCAL_RANK=0", args) +
+  const e2e::Output out = run("(" + start_rank(dir.path, 0, env + " LOCAL_RANK=0", args) +
                          start_rank(dir.path, 1, env + " LOCAL_RANK=1", args) +
                          attack_run(dir.path, bin("chorus_hostile_peer") + " " + sockets.string() + " " +
                                                   std::to_string(port) + " --forge $p0 $p1 --silent 32") +
@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE(forged_basp_over_insecure_tcp_is_cut_and_the_run_is_whole) 
                           "MASTER_PORT=" + std::to_string(port + 1) + " CHORUS_INIT_TIMEOUT=" +
                           std::to_string(20 * sanitizer_slowdown);
   const std::string args = "--steps 100 --step-us 2000 --print-pid 1 --hold-until " + (dir.path / "go").string();
-  const Output out = run("(" + start_rank(dir.path, 0, env + " GROUP_RANK=0 CHORUS_DIR=" + (dir.path / "node0").string(), args) +
+  const e2e::Output out = run("(" + start_rank(dir.path, 0, env + " GROUP_RANK=0 CHORUS_DIR=" + (dir.path / "node0").string(), args) +
                          start_rank(dir.path, 1, env + " GROUP_RANK=1 CHORUS_DIR=" + (dir.path / "node1").string(), args) +
                          attack_run(dir.path, bin("chorus_hostile_peer") + " none " + std::to_string(port) +
                                                   " --forge $p0 $p1 --tcp 127.0.0.1") +
@@ -242,7 +242,7 @@ BOOST_AUTO_TEST_CASE(a_socket_directory_another_user_made_first_blocks_nothing) 
                             "LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                             std::to_string(port + 1);
     const std::string args = "--steps 50 --print-pid 1";
-    const Output out = run("(" + start_rank(runs.path, 0, env + " LOCAL_RANK=0", args) +
+    const e2e::Output out = run("(" + start_rank(runs.path, 0, env + " LOCAL_RANK=0", args) +
                            start_rank(runs.path, 1, env + " LOCAL_RANK=1", args) + attack_run(runs.path, "true") + ")");
     BOOST_TEST_INFO(where << "\n" << out.text);
     BOOST_TEST(out.text.find("STATUS 0 0") != std::string::npos);
