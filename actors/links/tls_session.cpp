@@ -70,7 +70,6 @@ Error unloadable(const std::string& file, const char* what) {
 } // namespace
 
 Result<std::shared_ptr<const TlsContext>> TlsContext::load(const platform::Credentials& creds) {
-  platform::keep_tls_library_until_exit();
   ERR_clear_error();
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
   if (ctx == nullptr) return Error{Errc::internal, "cannot make an OpenSSL context: " + platform::ssl_errors()};

@@ -31,7 +31,8 @@ struct Credentials {
 /// them at exit, from an exit handler its first use registers, while a run
 /// still uses TLS: its links, and the upload that chorus's own exit handler
 /// drains (runtime/client/endings.hpp). Called before chorus's first use of
-/// OpenSSL (directly or through libcurl): where chorus is the first to use
+/// OpenSSL (check_credentials, which comes before the links' TLS; libcurl's
+/// initialisation; the exit handler's): where chorus is the first to use
 /// it, that handler is never registered; where the program used it before,
 /// its handler was registered before chorus's and runs after it.
 void keep_tls_library_until_exit() noexcept;
