@@ -231,6 +231,7 @@ struct MlflowPoints::Planned {
   std::size_t slot = 0;
   std::optional<HttpRequest> request; // once sent
   std::chrono::steady_clock::time_point sent_at;
+  std::uint64_t sent_in = 0; // the window's epoch when it was sent
   std::optional<HttpResponse> answer; // once answered
 };
 
@@ -376,6 +377,7 @@ Sent MlflowPoints::send(const Batch& b, UploadState& st) {
       p.slot = *slot;
       p.request = log_batch(*p.points, p.lo, p.hi, p.slot, p.span, acked, st);
       p.sent_at = std::chrono::steady_clock::now();
+      p.sent_in = window_.epoch();
       const std::optional<std::size_t> ticket = http_.start(*p.request);
       if (!ticket) break; // cannot happen: the window is within the client's connections
       by_ticket[*ticket] = &p;
@@ -391,7 +393,7 @@ Sent MlflowPoints::send(const Batch& b, UploadState& st) {
     Planned& p = *by_ticket[answer->first];
     p.answer = std::move(answer->second);
     if (p.answer->ok()) {
-      window_.answered(std::chrono::steady_clock::now() - p.sent_at, p.values * 2 >= mlflow_max_metrics);
+      window_.answered(std::chrono::steady_clock::now() - p.sent_at, p.values * 2 >= mlflow_max_metrics, p.sent_in);
     } else {
       if (classify(*p.answer) == Delivery::retry) window_.backed_off();
       stop_sending = true; // settled in order below, once the rest is answered

@@ -314,8 +314,15 @@ BOOST_AUTO_TEST_CASE(the_window_grows_while_the_server_keeps_up_and_halves_when_
   const auto p = drain(up, 120s);
   BOOST_REQUIRE_MESSAGE(p.done, p.error);
   const std::vector<unsigned> halved = in_flight(after_503);
-  BOOST_REQUIRE(halved.size() >= 3u);
-  for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(halved[i] <= (peak + 1) / 2, "request " << i);
+  // The window after the 503 goes out at once: its requests arrive with 1,
+  // 2, ... in flight, recorded in any order (counted when their headers are
+  // read, recorded once their body is). Half the peak and one more: a window
+  // wider than half shows more than half among them, whatever the order.
+  const std::size_t looked_at = (peak + 1) / 2 + 1;
+  BOOST_REQUIRE(halved.size() >= looked_at);
+  const unsigned widest = *std::max_element(halved.begin(), halved.begin() + static_cast<std::ptrdiff_t>(looked_at));
+  BOOST_TEST(widest <= (peak + 1) / 2, "the first " << looked_at << " requests after the 503 went with up to " << widest
+                                                    << " in flight; the peak before it was " << peak);
   check_history(server, only_run(server).id, 24000);
   BOOST_TEST(up.state().points == 72000u);
 }
