@@ -14,11 +14,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 #include <type_traits>
 
 namespace chorus::client {
 
 namespace {
+
+inline void pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 /// The slots of the last ring that ended wait for the next ring of their
 /// size (one at a time): a process that runs one run after another reuses
@@ -80,6 +87,30 @@ void Ring::wake_waiting() noexcept {
   ::syscall(SYS_futex, &freed_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+bool Ring::claim() noexcept {
+  if (platform::asymmetric_fences()) {
+    const void* none = nullptr;
+    if (owner_.compare_exchange_strong(none, thread_token(), std::memory_order_acq_rel)) return true;
+  }
+  // A second producer (or no fence to hand the ring over with): every
+  // reservation from now on is a CAS. The owner may be between its look at
+  // shared_ and its store of the head; once it is out, the CAS starts from
+  // its head. Every thread that comes before the handover is done waits
+  // here as well.
+  shared_.store(true, std::memory_order_seq_cst);
+  if (platform::asymmetric_fences()) { // else no thread ever owned the ring
+    platform::heavy_fence();
+    for (unsigned i = 0; busy_.load(std::memory_order_seq_cst); ++i) {
+      if (i < 64)
+        pause();
+      else
+        std::this_thread::yield(); // the owner was switched out inside its few instructions
+    }
+  }
+  handed_over_.store(true, std::memory_order_release);
+  return false;
+}
+
 Ring::~Ring() {
   // Every producer is done: the positions below the head are all that was written.
   slots_.get_deleter().written = static_cast<std::size_t>(std::min<std::uint64_t>(head_.load(), mask_ + 1));
@@ -102,69 +133,9 @@ KeyTable& KeyTable::instance() {
   return *table;
 }
 
-namespace {
-
-template <class T>
-[[gnu::always_inline]] inline std::uint64_t load(const char* p) noexcept {
-  T v;
-  std::memcpy(&v, p, sizeof v); // a fixed size: one load, no call
-  return v;
-}
-
-// FNV-1a over 8-byte words: keys are short, and this is on the hot path. A
-// key's last bytes are read as whole words that may overlap the ones before
-// (never a copy of a few bytes, which costs a call and a stalled load).
-inline std::uint64_t hash_key(std::string_view s) noexcept {
-  const char* p = s.data();
-  const std::size_t n = s.size();
-  std::uint64_t h = core::fnv1a64_basis ^ n;
-  std::uint64_t tail = 0;
-  if (n >= 8) {
-    for (std::size_t i = 0; i + 8 < n; i += 8) {
-      h = core::fnv1a64_step(h, load<std::uint64_t>(p + i));
-      h ^= h >> 29;
-    }
-    tail = load<std::uint64_t>(p + n - 8);
-  } else if (n >= 4) {
-    tail = load<std::uint32_t>(p) | load<std::uint32_t>(p + n - 4) << 32;
-  } else if (n > 0) { // an empty key may have no data
-    tail = static_cast<unsigned char>(p[0]) | static_cast<unsigned char>(p[n / 2]) << 8 |
-           static_cast<unsigned char>(p[n - 1]) << 16;
-  }
-  h = core::fnv1a64_step(h, tail);
-  return h ^ (h >> 32);
-}
-
-/// Whether the `n` bytes at `a` and `b` are equal, read as hash_key reads them.
-inline bool same_bytes(const char* a, const char* b, std::size_t n) noexcept {
-  if (n >= 8) {
-    for (std::size_t i = 0; i + 8 < n; i += 8)
-      if (load<std::uint64_t>(a + i) != load<std::uint64_t>(b + i)) return false;
-    return load<std::uint64_t>(a + n - 8) == load<std::uint64_t>(b + n - 8);
-  }
-  if (n >= 4)
-    return load<std::uint32_t>(a) == load<std::uint32_t>(b) && load<std::uint32_t>(a + n - 4) == load<std::uint32_t>(b + n - 4);
-  for (std::size_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
-// The keys already interned, readable without a lock by every thread: the
-// steady state of a training loop logs the same few keys, found here. Entries
-// are only added (under KeyTable's mutex), each published by its `data`, and
-// never changed: a reader that sees `data` sees the rest. No thread-local
-// storage, whose look-up is a call in a shared library.
-struct KnownKey {
-  std::atomic<const char*> data{nullptr}; // the name in the table
-  std::uint64_t hash = 0;
-  std::uint32_t size = 0;
-  std::uint32_t id = KeyTable::invalid; // invalid: not a valid metric key
-};
-constexpr std::size_t known_size = 16384; // 384 KiB of zeros, touched where keys land
-constexpr std::size_t known_probes = 16;  // a key that finds no room is looked up under the lock
-KnownKey known_keys[known_size];
-
-} // namespace
+namespace known {
+KnownKey keys[size];
+} // namespace known
 
 std::string quoted(std::string_view s) {
   std::string out;
@@ -193,40 +164,7 @@ Error validate_metric_key(std::string_view key) {
   return {};
 }
 
-namespace {
-/// The id of `key` (hash `h`) where it is known, else false.
-[[gnu::always_inline]] inline bool known_id(std::uint64_t h, std::string_view key, std::uint32_t& id) noexcept {
-  for (std::size_t probe = 0; probe < known_probes; ++probe) {
-    const KnownKey& e = known_keys[(h + probe) & (known_size - 1)];
-    const char* data = e.data.load(std::memory_order_acquire);
-    if (data == nullptr) return false;
-    if (e.hash == h && e.size == key.size() && same_bytes(data, key.data(), key.size())) {
-      id = e.id;
-      return true;
-    }
-  }
-  return false;
-}
-} // namespace
-
-[[gnu::always_inline]] inline std::uint32_t KeyTable::metric_id(std::string_view key) noexcept {
-  const std::uint64_t h = hash_key(key);
-  std::uint32_t id;
-  if (known_id(h, key, id)) [[likely]]
-    return id;
-  return instance().intern_unknown(key, h);
-}
-
 std::uint32_t KeyTable::intern_metric(std::string_view key) noexcept { return metric_id(key); }
-
-std::uint32_t KeyTable::intern_metrics(std::span<const Metric> values, std::uint32_t* ids) noexcept {
-  std::uint32_t good = 0;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    ids[i] = metric_id(values[i].key);
-    good += ids[i] != invalid;
-  }
-  return good;
-}
 
 std::uint32_t KeyTable::intern_unknown(std::string_view key, std::uint64_t h) noexcept {
   std::uint32_t id;
@@ -237,10 +175,10 @@ std::uint32_t KeyTable::intern_unknown(std::string_view key, std::uint64_t h) no
   }
   std::lock_guard lock(mu_);
   std::uint32_t found;
-  if (known_id(h, key, found)) return id; // another thread made it known meanwhile
+  if (known::find(h, key, found)) return id; // another thread made it known meanwhile
   const std::string_view stored = names_[ids_.find(key)->second];
-  for (std::size_t probe = 0; probe < known_probes; ++probe) {
-    KnownKey& e = known_keys[(h + probe) & (known_size - 1)];
+  for (std::size_t probe = 0; probe < known::probes; ++probe) {
+    known::KnownKey& e = known::keys[(h + probe) & (known::size - 1)];
     if (e.data.load(std::memory_order_relaxed) != nullptr) continue;
     e.hash = h;
     e.size = static_cast<std::uint32_t>(stored.size());

@@ -5,6 +5,9 @@
 
 #include <chorus/chorus.hpp>
 
+#include "io/platform/fences.hpp"
+#include "runtime/client/known_keys.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -77,9 +80,23 @@ struct alignas(32) Slot {
 };
 static_assert(sizeof(Slot) == 32);
 
-/// Bounded MPSC ring. Producers reserve a run of slots with one CAS, fill and
-/// publish them; the single consumer (the RankProxy) reads them in position
-/// order and releases them in bulk.
+/// Bounded MPSC ring. Producers reserve a run of slots, fill and publish
+/// them; the single consumer (the RankProxy) reads them in position order and
+/// releases them in bulk.
+///
+/// The owner. The first thread to reserve owns the ring, and while it is the
+/// only producer it moves the head with a plain store: no locked instruction
+/// on the trainer's call. The first other thread to reserve makes the ring
+/// shared for good: it raises `shared_`, passes a heavy fence
+/// (io/platform/fences.hpp) and waits out a reservation the owner may be in
+/// (`busy_`); then it raises `handed_over_`, and from then on every
+/// producer, the owner too, reserves with a CAS. The owner raises `busy_`
+/// before it looks at `shared_` (a light fence between), so that either it
+/// sees the ring shared or the other thread sees it busy. Other threads
+/// wait for `handed_over_`, not `shared_`: a CAS that came before the
+/// owner's last plain store would be lost under it. A process where the
+/// kernel has no such fence has rings handed over at their first
+/// reservation, before anyone owns them.
 ///
 /// A slot is published for position p when its lap bit is p's: a producer
 /// writes p only once p - capacity was consumed (try_reserve), and the
@@ -97,6 +114,21 @@ public:
 
   /// Reserves n consecutive positions; false if they do not fit now.
   bool try_reserve(std::uint32_t n, std::uint64_t& pos) noexcept {
+    if (owner_.load(std::memory_order_relaxed) == thread_token()) [[likely]] {
+      busy_.store(true, platform::light_order);
+      platform::light_fence();
+      if (!shared_.load(platform::light_order)) [[likely]] {
+        const std::uint64_t h = head_.load(std::memory_order_relaxed);
+        const bool fits = h + n - tail_.load(std::memory_order_acquire) <= capacity();
+        if (fits) head_.store(h + n, std::memory_order_relaxed);
+        busy_.store(false, std::memory_order_release);
+        pos = h;
+        return fits;
+      }
+      busy_.store(false, std::memory_order_release);
+    } else if (!handed_over_.load(std::memory_order_acquire)) [[unlikely]] {
+      if (claim()) return try_reserve(n, pos);
+    }
     std::uint64_t h = head_.load(std::memory_order_relaxed);
     for (;;) {
       if (h + n - tail_.load(std::memory_order_acquire) > capacity()) return false;
@@ -140,7 +172,16 @@ public:
   [[nodiscard]] std::uint64_t tail() const noexcept { return tail_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t head() const noexcept { return head_.load(std::memory_order_acquire); }
 
+  /// Whether every producer reserves with a CAS now (a second thread has reserved).
+  [[nodiscard]] bool shared() const noexcept { return handed_over_.load(std::memory_order_acquire); }
+
 private:
+  /// This thread's identity: its thread pointer, one register read.
+  static const void* thread_token() noexcept { return __builtin_thread_pointer(); }
+  /// A reservation by a thread that is not the owner while the ring is not
+  /// shared: true where it became the owner (the first to reserve), false
+  /// where it made the ring shared.
+  [[gnu::cold, gnu::noinline]] bool claim() noexcept;
   /// Bumps freed_ and wakes every producer asleep in wait_for_room.
   void wake_waiting() noexcept;
   /// 1 on even laps (the first is lap 0), 0 on odd ones.
@@ -155,7 +196,12 @@ private:
   std::size_t mask_;
   unsigned lap_shift_; // log2(capacity)
   std::unique_ptr<Slot[], FreeSlots> slots_;
+  // The producers' line: the owner reads and writes only these.
   alignas(64) std::atomic<std::uint64_t> head_{0};
+  std::atomic<const void*> owner_{nullptr}; // the thread that reserved first (thread_token)
+  std::atomic<bool> busy_{false};           // the owner is inside a reservation
+  std::atomic<bool> shared_{false};         // a second thread reserved: the owner uses the CAS
+  std::atomic<bool> handed_over_{false};    // and the owner is out of its last plain reservation
   alignas(64) std::atomic<std::uint64_t> tail_{0};
   std::atomic<std::uint32_t> waiting_{0}; // producers in wait_for_room
   std::atomic<std::uint32_t> freed_{0};   // bumped by a release that had waiters: their futex word
@@ -172,16 +218,30 @@ public:
   /// The id of a metric key, without a lock once it is known; `invalid`
   /// when the key is not a valid metric key (see validate_metric_key).
   static std::uint32_t intern_metric(std::string_view key) noexcept;
-  /// intern_metric of each value's key into `ids`, in one call (a log
-  /// call's keys): how many are valid. No lock once the keys are known.
-  static std::uint32_t intern_metrics(std::span<const Metric> values, std::uint32_t* ids) noexcept;
+  /// intern_metric of each value's key into `ids`, inline in a log call
+  /// (the call's keys): how many are valid. No lock once the keys are known.
+  [[gnu::always_inline]] static std::uint32_t intern_metrics(std::span<const Metric> values,
+                                                             std::uint32_t* ids) noexcept {
+    std::uint32_t good = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      ids[i] = metric_id(values[i].key);
+      good += ids[i] != invalid;
+    }
+    return good;
+  }
   /// The id of any name (barrier names); no validation.
   std::uint32_t intern(std::string_view name);
   [[nodiscard]] std::string_view name(std::uint32_t id) const;
 
 private:
-  /// intern_metric's body, inlined into both calls (ingest.cpp alone uses it).
-  static std::uint32_t metric_id(std::string_view key) noexcept;
+  /// intern_metric's body, inlined into both calls.
+  [[gnu::always_inline]] static std::uint32_t metric_id(std::string_view key) noexcept {
+    const std::uint64_t h = known::hash_key(key);
+    std::uint32_t id;
+    if (known::find(h, key, id)) [[likely]]
+      return id;
+    return instance().intern_unknown(key, h);
+  }
   std::uint32_t intern_slow(std::string_view key, bool metric);
   /// A key not yet known without the lock (`h` its hash): interned, and made known.
   [[gnu::noinline]] std::uint32_t intern_unknown(std::string_view key, std::uint64_t h) noexcept;
