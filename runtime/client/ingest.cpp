@@ -35,30 +35,75 @@ inline void pause() noexcept {
 /// atomically, not a lock: a fork can never leave the child with it held.
 constinit std::atomic<Slot*> spare_slots{nullptr};
 
+constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+/// Whether a ring of `n` slots lies in memory mapped for it alone (2 MiB or
+/// more: the default queue's size), and how many bytes.
+bool mapped(std::size_t n) noexcept { return n * sizeof(Slot) >= huge_page; }
+std::size_t mapped_bytes(std::size_t n) noexcept { return (n * sizeof(Slot) + huge_page - 1) / huge_page * huge_page; }
+
+/// Gives back slots made by allocate_slots, their count in the first one's step.
+void release_slots(Slot* slots) noexcept {
+  if (slots == nullptr) return;
+  const auto n = static_cast<std::size_t>(slots[0].step);
+  if (mapped(n))
+    (void)::munmap(slots, mapped_bytes(n));
+  else
+    std::free(slots);
+}
+
+/// `bytes` (a multiple of 2 MiB) of zeroed memory on a 2 MiB boundary, in
+/// transparent huge pages where the kernel lends them ("madvise"), each
+/// page faulted in here so that no log call meets a fault: one fault a
+/// 2 MiB, or one a 4 KiB page where no huge page was lent.
+void* map_zeroed(std::size_t bytes) {
+  void* raw = ::mmap(nullptr, bytes + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto at = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t start = (at + huge_page - 1) / huge_page * huge_page;
+  if (start != at) (void)::munmap(raw, start - at);
+  if (const std::size_t tail = at + bytes + huge_page - (start + bytes); tail != 0)
+    (void)::munmap(reinterpret_cast<void*>(start + bytes), tail);
+  auto* memory = reinterpret_cast<char*>(start);
+  (void)::madvise(memory, bytes, MADV_HUGEPAGE); // a hint: without it, small pages
+  const long small = ::sysconf(_SC_PAGESIZE);
+  const std::size_t page = small > 0 ? static_cast<std::size_t>(small) : 4096;
+  for (std::size_t off = 0; off < bytes; off += huge_page) {
+    static_cast<volatile char*>(memory)[off] = 0;
+    unsigned char resident = 0;
+    // A huge page made the whole 2 MiB resident with that one write; else each small page is written.
+    if (::mincore(memory + off + page, page, &resident) == 0 && (resident & 1) != 0) continue;
+    for (std::size_t p = off + page; p < off + huge_page; p += page) static_cast<volatile char*>(memory)[p] = 0;
+  }
+  return memory;
+}
+
 /// `n` slots, each published for no position yet. A ring of 2 MiB or more
-/// (the default queue's size) lies in huge pages where the kernel lends them
-/// on request (transparent huge pages, "madvise"): written through once here,
-/// so that no log call meets a page fault, it then takes one fault a 2 MiB
-/// instead of 512, several milliseconds of init on a virtual machine.
+/// (the default queue's size) is memory mapped for it, which the kernel
+/// hands out zeroed (a slot of zeros is published for no position): only
+/// faulted in, not written through, which halves what it costs an init.
+/// A smaller ring is written through.
 Slot* allocate_slots(std::size_t n) {
   std::size_t dirty = n; // the first slots that may hold a word other than 0
   Slot* slots = spare_slots.exchange(nullptr, std::memory_order_acq_rel);
   if (slots != nullptr && static_cast<std::size_t>(slots[0].step) != n) {
     // Not this ring's size: back it goes, for a ring of its own (whatever waited meanwhile goes).
-    std::free(spare_slots.exchange(slots, std::memory_order_acq_rel));
+    release_slots(spare_slots.exchange(slots, std::memory_order_acq_rel));
     slots = nullptr;
   } else if (slots != nullptr) {
     // The others still hold the 0 they were cleared to; the two that kept the counts are cleared again.
     dirty = std::max(static_cast<std::size_t>(slots[1].step), std::size_t{2});
   }
+  if (slots == nullptr && mapped(n)) {
+    // Zeroed by the kernel: Slot is trivially destructible and all its
+    // fields are plain integers (the atomic's too), so zero bytes are a
+    // slot whose word reads 0.
+    static_assert(std::is_trivially_destructible_v<Slot> && sizeof(std::atomic<std::uint64_t>) == 8);
+    return static_cast<Slot*>(map_zeroed(mapped_bytes(n)));
+  }
   if (slots == nullptr) {
-    constexpr std::size_t huge_page = std::size_t{2} << 20;
-    const std::size_t bytes = n * sizeof(Slot);
-    const std::size_t align = bytes >= huge_page ? huge_page : alignof(Slot);
-    const std::size_t size = (bytes + align - 1) / align * align;
-    void* memory = std::aligned_alloc(align, size);
+    void* memory = std::aligned_alloc(alignof(Slot), n * sizeof(Slot));
     if (memory == nullptr) throw std::bad_alloc();
-    if (align == huge_page) (void)::madvise(memory, size, MADV_HUGEPAGE); // a hint: without it, small pages
     slots = static_cast<Slot*>(memory);
   }
   for (std::size_t i = 0; i < dirty; ++i) { // one pass over the memory
@@ -120,7 +165,7 @@ void Ring::FreeSlots::operator()(Slot* s) const noexcept {
   static_assert(std::is_trivially_destructible_v<Slot>);
   s[0].step = static_cast<std::int64_t>(n);
   s[1].step = static_cast<std::int64_t>(written); // a ring has two slots or more
-  std::free(spare_slots.exchange(s, std::memory_order_acq_rel)); // one kept at a time: the one kept before goes
+  release_slots(spare_slots.exchange(s, std::memory_order_acq_rel)); // one kept at a time: the one kept before goes
 }
 
 Ring::Ring(std::size_t capacity)

@@ -223,3 +223,28 @@ BOOST_AUTO_TEST_CASE(producers_that_join_an_owner_switched_out_inside_a_reservat
   for (unsigned round = 0; round < 40; ++round) handoff_round(2 + round % 2, 1'500'000, 2000);
   BOOST_REQUIRE(::sched_setaffinity(0, sizeof all, &all) == 0);
 }
+
+// A queue of the default size (2 MiB) is memory mapped for it and handed
+// out zeroed by the kernel, not written through: fresh, and again when the
+// next ring of its size takes it, no slot reads as published.
+BOOST_AUTO_TEST_CASE(a_ring_of_the_default_size_starts_with_no_slot_published) {
+  constexpr std::size_t n = std::size_t{1} << 16; // 2 MiB of slots
+  const Slot* first = nullptr;
+  {
+    Ring r(n);
+    first = &r.at(0);
+    BOOST_TEST(reinterpret_cast<std::uintptr_t>(first) % (std::size_t{2} << 20) == 0u); // on a huge page's boundary
+    BOOST_TEST(first_published(r) == r.capacity(), "slot " << first_published(r) << " read as published");
+    pass(r, n + 100); // round once and on
+  }
+  Ring again(n);
+  BOOST_TEST(&again.at(0) == first);
+  BOOST_TEST(first_published(again) == again.capacity());
+  pass(again, 2 * n);
+  {
+    Ring other(n / 2); // 1 MiB: its own memory, written through
+    BOOST_TEST(first_published(other) == other.capacity());
+  }
+  Ring third(n); // the kept one went back for the smaller ring's: fresh memory again
+  BOOST_TEST(first_published(third) == third.capacity());
+}
