@@ -96,7 +96,10 @@ static_assert(sizeof(Slot) == 32);
 /// wait for `handed_over_`, not `shared_`: a CAS that came before the
 /// owner's last plain store would be lost under it. A process where the
 /// kernel has no such fence has rings handed over at their first
-/// reservation, before anyone owns them.
+/// reservation, before anyone owns them. The owner's reservation is not
+/// reentrant: a signal handler that logged on the owner's thread, inside its
+/// reservation, would take the same position (no Run call is
+/// async-signal-safe: chorus.hpp, "Thread safety").
 ///
 /// A slot is published for position p when its lap bit is p's: a producer
 /// writes p only once p - capacity was consumed (try_reserve), and the

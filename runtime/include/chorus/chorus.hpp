@@ -733,7 +733,9 @@ private:
 /// `writer()`. `reduce_device` is a collective whose calls must come in the
 /// same order on every rank: make them from one thread. Moving or assigning
 /// the handle itself is not thread-safe, nor is destroying it while another
-/// thread still calls it.
+/// thread still calls it. No call is async-signal-safe: a signal handler
+/// must not call the run (let it set a flag that the trainer's loop reads,
+/// or use the stop signals chorus handles itself, README "How a run ends").
 class CHORUS_API Run {
 public:
   Run() noexcept;
