@@ -6,7 +6,8 @@ nothing (no request for the list in 7 s, where the page used to read it every
 5 s); a run made while the page is open is listed (the page reads the list
 once more, told by the stream); a run's new state shows. The page's own files
 come by their content's names and are kept by the browser: opening the page
-again fetches none of them. `t` is dashboard_test.py itself: its run files,
+again fetches none of them. The charts' library is fetched only once a page
+with charts opens (a run's, from the list), and its charts draw. `t` is dashboard_test.py itself: its run files,
 server and browser helpers.
 """
 import json
@@ -49,9 +50,11 @@ def case_runs_live(t, chorus, root, d):
         t.wait_until("the list's stream open", lambda: d.execute_script(REQUESTS)["stream"] >= 1
                      or "live" in d.find_element(t.By.ID, "live").get_attribute("title") + d.find_element(t.By.ID, "live").text)
         first = d.execute_script(REQUESTS)
-        # The page's scripts and styles came by their content's names.
+        # The page's scripts and styles came by their content's names; the
+        # charts' library is not fetched for the list, which draws none.
         names = [f["name"] for f in first["files"]]
-        assert any("/app." in n for n in names) and any("/dygraph.min." in n for n in names), names
+        assert any("/app." in n for n in names) and any("/style." in n for n in names), names
+        assert not any("/dygraph" in n for n in names), f"the runs list fetched the charts' library: {names}"
         # Nothing changes for 7 s: the list is not asked for again.
         time.sleep(7)
         quiet = d.execute_script(REQUESTS)
@@ -73,6 +76,12 @@ def case_runs_live(t, chorus, root, d):
         again = d.execute_script(REQUESTS)
         sent = [f for f in again["files"] if f["size"] > 0]
         assert not sent, f"the page's files were fetched again: {sent}"
+        # A run's page, from the list: the charts' library comes then, by its content's name, and its chart draws.
+        d.execute_script("location.hash = '#/run/mnist/job-1/aaa111';")
+        t.wait_until("the charts' library fetched for a run's page", lambda: any(
+            "/dygraph.min." in f["name"] for f in d.execute_script(REQUESTS)["files"]))
+        t.wait_until("a chart drawn", lambda: d.execute_script(
+            "return !!document.querySelector('.dygraph-axis-label-y, .chart .empty')"))
         errors = t.js_errors(d)
         assert not errors, errors
     finally:

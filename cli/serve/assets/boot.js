@@ -4,6 +4,22 @@
 // other scripts load; app.js's api() takes that answer instead of asking again.
 'use strict';
 
+// dygraphs, the charts' library (128 KB), is loaded where a page draws
+// charts: at once on a page that opens with them (a run's, a group's, a
+// comparison), else when the first chart is made. The runs list neither
+// fetches nor compiles it. chartsLibrary.load() is its promise.
+const chartsLibrary = (() => {
+  let loading = null;
+  const load = () => loading || (loading = new Promise((resolve, reject) => {
+    const script = document.createElement('script');
+    script.src = document.querySelector('meta[name="chorus-charts"]').content;
+    script.onload = () => resolve();
+    script.onerror = () => reject(new Error('the charts\' library (dygraph.min.js) did not load: reload the page'));
+    document.head.appendChild(script);
+  }));
+  return { load };
+})();
+
 // The page an address's # names: {kind: 'runs' | 'run' | 'group' | 'compare', path, paths}.
 function pageOf(hash) {
   const at = hash.replace(/^#/, '') || '/';
@@ -29,3 +45,5 @@ const early = (() => {
   const url = page.kind === 'run' ? apiUrl('run', { run: page.path }) : page.kind === 'runs' ? apiUrl('runs') : null;
   return url ? { url, answer: fetch(url, { credentials: 'same-origin' }) } : null;
 })();
+
+if (pageOf(location.hash).kind !== 'runs') chartsLibrary.load();

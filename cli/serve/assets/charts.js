@@ -6,6 +6,15 @@
 
 // ---------- charts ----------
 
+// A chart asked to draw before dygraphs has loaded (boot.js's chartsLibrary)
+// draws once it has; asked again meanwhile, still once.
+function drawWhenLoaded(chart) {
+  if (chart.waitsForLibrary) return;
+  chart.waitsForLibrary = true;
+  chartsLibrary.load().then(() => { chart.waitsForLibrary = false; chart.draw(); },
+    (e) => { chart.plot.replaceChildren(h('div', { class: 'empty', text: e.message })); });
+}
+
 const palette = ['#2f5fd0', '#d0502f', '#24824a', '#8e44ad', '#c49a00', '#0f8a9d', '#c2185b', '#5d6d7e',
   '#7cb342', '#ef6c00', '#3949ab', '#00897b'];
 
@@ -184,6 +193,7 @@ class Chart {
   // Draws what was loaded, smoothed and scaled as the controls say.
   draw() {
     if (!this.data) return;
+    if (!window.Dygraph) { drawWhenLoaded(this); return; }
     const wall = this.axisUsed === 'wall';
     const rows = new Map();
     const cols = this.sources.length;

@@ -86,6 +86,7 @@ class HistogramPanel {
 
   draw() {
     if (!this.data) return;
+    if (!window.Dygraph) { drawWhenLoaded(this); return; }
     this.drawBands();
     this.drawBars();
   }
