@@ -39,12 +39,14 @@ void* open_first(std::initializer_list<const char*> names, std::string& tried) {
   return nullptr;
 }
 
-/// Fills a function pointer from `lib`; false (naming it in `missing`) if absent.
+/// Fills a function pointer from `lib`; 0 (naming it in `missing`) if
+/// absent, else 1. A number, so that a table's binds join with `&`: every
+/// one is made, none skipped after the first missing.
 template <class F>
-bool bind(void* lib, F& fn, const char* name, std::string& missing) {
+unsigned bind(void* lib, F& fn, const char* name, std::string& missing) {
   fn = platform::dl_symbol<F>(lib, name);
   if (fn == nullptr && missing.empty()) missing = name;
-  return fn != nullptr;
+  return fn != nullptr ? 1u : 0u;
 }
 
 struct Loaded {
