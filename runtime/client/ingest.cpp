@@ -1,6 +1,5 @@
 #include "runtime/client/ingest.hpp"
 
-#include "runtime/core/fnv.hpp"
 #include "runtime/core/immortal.hpp"
 #include "runtime/core/json.hpp"
 
@@ -12,7 +11,6 @@
 #include <atomic>
 #include <bit>
 #include <cstdlib>
-#include <cstring>
 #include <new>
 #include <thread>
 #include <type_traits>
@@ -20,12 +18,6 @@
 namespace chorus::client {
 
 namespace {
-
-inline void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 /// The slots of the last ring that ended wait for the next ring of their
 /// size (one at a time): a process that runs one run after another reuses
@@ -147,7 +139,7 @@ bool Ring::claim() noexcept {
     platform::heavy_fence();
     for (unsigned i = 0; busy_.load(std::memory_order_seq_cst); ++i) {
       if (i < 64)
-        pause();
+        cpu_pause();
       else
         std::this_thread::yield(); // the owner was switched out inside its few instructions
     }

@@ -80,6 +80,15 @@ struct alignas(32) Slot {
 };
 static_assert(sizeof(Slot) == 32);
 
+/// A spinning thread's hint to the CPU (x86's `pause`) between its looks at
+/// a word another thread will change: a producer waiting for room, or for
+/// the ring's owner to leave its reservation.
+inline void cpu_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 /// Bounded MPSC ring. Producers reserve a run of slots, fill and publish
 /// them; the single consumer (the RankProxy) reads them in position order and
 /// releases them in bulk.

@@ -19,13 +19,6 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define CHORUS_PAUSE() _mm_pause()
-#else
-#define CHORUS_PAUSE() ((void)0)
-#endif
-
 namespace chorus {
 namespace client {
 
@@ -105,7 +98,7 @@ bool RunImpl::reserve_slow(std::uint32_t n, std::uint64_t& pos, Room room) noexc
   for (unsigned i = 0;; ++i) {
     if (i % 256 == 0 && channel_.nudge) channel_.nudge();
     if (i < 64) {
-      CHORUS_PAUSE();
+      cpu_pause();
     } else if (i < 128) {
       std::this_thread::yield();
     } else {
