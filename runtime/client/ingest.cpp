@@ -137,11 +137,17 @@ bool Ring::claim() noexcept {
   shared_.store(true, std::memory_order_seq_cst);
   if (platform::asymmetric_fences()) { // else no thread ever owned the ring
     platform::heavy_fence();
+    // The owner is out within a few instructions unless it was switched
+    // out inside them: spin briefly, then yield, then sleep, so that an
+    // owner held off its CPU for long (a debugger, a starved machine) is
+    // not waited for with a core.
     for (unsigned i = 0; busy_.load(std::memory_order_seq_cst); ++i) {
       if (i < 64)
         cpu_pause();
+      else if (i < 1024)
+        std::this_thread::yield();
       else
-        std::this_thread::yield(); // the owner was switched out inside its few instructions
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
   handed_over_.store(true, std::memory_order_release);
