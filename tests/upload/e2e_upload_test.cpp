@@ -593,7 +593,7 @@ BOOST_AUTO_TEST_CASE(sigkill_after_a_stored_batch_lost_its_answer_then_sync_send
 namespace {
 
 struct ProcState {
-  char state = 0; // 'Z' for a zombie, which holds no file and no lock any more
+  char state = 0; // 'Z' for a zombie
   pid_t ppid = 0;
 };
 
@@ -606,6 +606,20 @@ std::optional<ProcState> proc_state(const fs::path& proc_dir) {
   ProcState p;
   if (!(fields >> p.state >> p.ppid)) return std::nullopt;
   return p;
+}
+
+/// Whether any thread of process `pid` is still alive. A killed process's
+/// leader shows 'Z' as soon as it has exited, while its other threads may
+/// still be on their way out (one inside fdatasync finishes the call first),
+/// and the files they share, the WAL's lock with them, close only with the
+/// last of them; so every thread is looked at, not the leader alone.
+bool has_a_live_thread(pid_t pid) {
+  std::error_code ec;
+  for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    const auto s = proc_state(t.path());
+    if (s && s->state != 'Z' && s->state != 'X') return true;
+  }
+  return false; // gone, or every thread of it exited
 }
 
 /// Kills a job for real, as a lost node's processes die: SIGKILL at once to
@@ -626,14 +640,7 @@ void kill_job(pid_t launch) {
   // their exit codes.
   ::kill(-launch, SIGSTOP);
   for (auto p = pids.rbegin(); p != pids.rend(); ++p) ::kill(-*p, SIGKILL);
-  BOOST_REQUIRE(eventually(
-      [&] {
-        return std::none_of(pids.begin(), pids.end(), [](pid_t p) {
-          const auto s = proc_state("/proc/" + std::to_string(p));
-          return s && s->state != 'Z';
-        });
-      },
-      30s));
+  BOOST_REQUIRE(eventually([&] { return std::none_of(pids.begin(), pids.end(), has_a_live_thread); }, 60s));
 }
 
 /// Case 4c: a 4-rank job uploading live is killed for real (SIGKILL to
