@@ -122,10 +122,10 @@ RunInfo read_run(const std::string& dir) {
 
 bool is_run_dir(const std::string& dir) { return present(dir + "/run.json") || present(dir + "/wal"); }
 
-std::vector<RunGroup> find_runs(const std::string& root, std::vector<std::string>* looked) {
+std::vector<RunGroup> find_runs(const std::string& root, const std::function<void(const std::string&)>& looked) {
   std::vector<RunGroup> groups;
-  const auto look = [looked](const std::string& dir) {
-    if (looked != nullptr) looked->push_back(dir);
+  const auto look = [&looked](const std::string& dir) {
+    if (looked) looked(dir);
   };
   look(root);
   for (const std::string& project_dir : subdirs(root)) {

@@ -7,6 +7,7 @@
 #include "io/store/run_record.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -85,12 +86,13 @@ struct RunGroup {
   std::vector<std::string> run_dirs;
   std::string dir;   // the group's directory (empty for runs directly under the project)
 };
-/// `looked`, where given, gets every directory looked into or at on the way:
-/// the root, its projects, their groups, and the directories below those
-/// (runs, and those not yet runs), so that a caller can tell from their
-/// times whether another look would find anything new (a run's files are
-/// replaced by rename, which changes its directory's time).
-std::vector<RunGroup> find_runs(const std::string& root, std::vector<std::string>* looked = nullptr);
+/// `look`, where given, is called with every directory looked into or at on
+/// the way, before it is read: the root, its projects, their groups, and the
+/// directories below those (runs, and those not yet runs), so that a caller
+/// can tell from their times, taken then, whether another look would find
+/// anything new (a run's files are replaced by rename, which changes its
+/// directory's time), or watch them from then on.
+std::vector<RunGroup> find_runs(const std::string& root, const std::function<void(const std::string&)>& look = {});
 
 /// The run directories under `root` whose directory name is `id` or, when
 /// none is, starts with it.

@@ -573,27 +573,39 @@ std::string Api::runs_stamp() {
   // The times of the directories the last listing looked at: where none
   // changed, nothing was added, removed or replaced below the root (a run's
   // run.json, summary.json and lease.json are replaced by rename), and the
-  // runs need no listing again. One stat a directory.
-  std::vector<std::uint64_t> times(looked_.size());
-  bool same = !looked_.empty();
-  for (std::size_t i = 0; i < looked_.size(); ++i) {
-    times[i] = dir_time(looked_[i]);
-    same = same && times[i] == looked_times_[i];
+  // runs need no listing again. Where the watch answers for all of them and
+  // tells of no change, not one is looked at; else one stat a directory.
+  const bool quiet = !looked_.empty() && !watch_.changed();
+  if (quiet && !live_now_) {
+    stamp_at_ = now; // nothing changed, and no run is running: the stamp stands
+    return stamp_;
   }
-  if (!same) {
-    looked_.clear();
-    run_dirs_.clear();
-    const std::vector<RunGroup> groups = find_runs(root_, &looked_);
-    std::unordered_map<std::string_view, std::size_t> at;
-    for (std::size_t i = 0; i < looked_.size(); ++i) at.emplace(looked_[i], i);
-    for (const RunGroup& g : groups)
-      for (const std::string& d : g.run_dirs) run_dirs_.emplace_back(d, at.at(d));
-    times.resize(looked_.size());
-    for (std::size_t i = 0; i < looked_.size(); ++i) times[i] = dir_time(looked_[i]);
-    looked_times_ = times;
+  if (!quiet) {
+    bool same = !looked_.empty();
+    for (std::size_t i = 0; i < looked_.size() && same; ++i) same = dir_time(looked_[i]) == looked_times_[i];
+    if (!same) {
+      // Each directory watched and its time taken before it is read: a
+      // change made after that is seen by the next look.
+      looked_.clear();
+      looked_times_.clear();
+      run_dirs_.clear();
+      // A complete watch keeps its watches (adding one twice is harmless; a
+      // removed directory's goes with it); an incomplete one tries afresh.
+      if (!watch_.complete()) watch_.restart();
+      const std::vector<RunGroup> groups = find_runs(root_, [this](const std::string& dir) {
+        watch_.add(dir);
+        looked_times_.push_back(dir_time(dir));
+        looked_.push_back(dir);
+      });
+      std::unordered_map<std::string_view, std::size_t> at;
+      for (std::size_t i = 0; i < looked_.size(); ++i) at.emplace(looked_[i], i);
+      for (const RunGroup& g : groups)
+        for (const std::string& d : g.run_dirs) run_dirs_.emplace_back(d, at.at(d));
+    }
   }
+  const std::vector<std::uint64_t>& times = looked_times_;
   std::uint64_t h = core::fnv1a64_basis;
-  for (const std::uint64_t t : looked_times_) h = core::fnv1a64_step(h, t);
+  for (const std::uint64_t t : times) h = core::fnv1a64_step(h, t);
   // Whether each run reads running (its host not known gone): read again
   // where its directory changed, and every running_every while it runs.
   bool live = false;
@@ -611,6 +623,7 @@ std::string Api::runs_stamp() {
     seen.emplace(d, l);
   }
   live_ = std::move(seen);
+  live_now_ = live;
   stamp_ = runs_version(std::string_view(reinterpret_cast<const char*>(&h), sizeof h));
   if (live) {
     const auto since = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());

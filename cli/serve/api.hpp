@@ -7,6 +7,7 @@
 #include "cli/serve/histogram_index.hpp"
 #include "cli/serve/lines_index.hpp"
 #include "cli/serve/media_index.hpp"
+#include "io/platform/dir_watch.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -100,7 +101,10 @@ public:
   /// also the time in steps of `running_every`, so that its progress is
   /// shown again that often, and a lease that ran out is seen. Looked at afresh at most once
   /// per `stamp_every`, for any number of pages following the list
-  /// (GET /api/runs/stream).
+  /// (GET /api/runs/stream). On a local filesystem the directories are
+  /// watched (inotify), and a look finds nothing changed without one stat;
+  /// elsewhere (NFS, where other hosts' changes raise no event) each look
+  /// stats them.
   std::string runs_stamp();
   static constexpr std::chrono::milliseconds stamp_every{250};
   static constexpr std::chrono::seconds running_every{5};
@@ -203,6 +207,8 @@ private:
   std::vector<std::uint64_t> looked_times_; // and their times then
   std::vector<std::pair<std::string, std::size_t>> run_dirs_; // the runs it found, and where in looked_
   std::map<std::string, Liveness> live_;
+  bool live_now_ = false;     // whether a run read running at the last look
+  platform::DirWatch watch_;  // of looked_, where it can answer for them all
 };
 
 } // namespace chorus::cli::serve

@@ -109,12 +109,14 @@ std::string outside_address() {
   return found;
 }
 
-/// The runs list's stream read until `done` says so of what came, or until
-/// it is silent for `quiet` (then `done` was not met).
-std::string runs_stream(const Serve& s, const std::string& since, std::chrono::seconds quiet,
+/// The runs list's stream read until `done` says so of what came, or for
+/// `limit` (then `done` was not met; the stream's pings keep it from ever
+/// going silent).
+std::string runs_stream(const Serve& s, const std::string& since, std::chrono::seconds limit,
                         const std::function<bool(const std::string&)>& done, const std::function<void()>& then = {}) {
   httplib::Client c = s.client();
-  c.set_read_timeout(quiet.count(), 0);
+  c.set_read_timeout(limit.count(), 0);
+  const auto until = std::chrono::steady_clock::now() + limit;
   std::string seen;
   bool started = false;
   c.Get("/api/runs/stream?since=" + since, [&](const char* data, std::size_t n) {
@@ -123,7 +125,7 @@ std::string runs_stream(const Serve& s, const std::string& since, std::chrono::s
       started = true;
       then();
     }
-    return !done(seen);
+    return !done(seen) && std::chrono::steady_clock::now() < until;
   });
   return seen;
 }
@@ -247,7 +249,7 @@ BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_a_new_run_and_is_silent_while_noth
   Serve s(root.path);
   const std::string version = version_of(s);
   const auto changed = [](const std::string& seen) { return seen.find("event: changed") != std::string::npos; };
-  // Nothing changes: no event (the stream is read until silent for 3 s).
+  // Nothing changes: no event (the stream is read for 3 s).
   const std::string quiet = runs_stream(s, version, std::chrono::seconds(3), changed);
   BOOST_TEST(!changed(quiet), quiet);
   BOOST_TEST(quiet.find("retry:") != std::string::npos, quiet);
@@ -267,4 +269,44 @@ BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_a_new_run_and_is_silent_while_noth
   // A page whose list is older than the stream is told at once.
   const std::string stale = runs_stream(s, version, std::chrono::seconds(30), changed);
   BOOST_TEST(changed(stale), stale);
+}
+
+// Each change below the root a list shows, told however the runs' directories
+// are followed (watched on a local filesystem; looked at elsewhere), and
+// nothing told while nothing changes.
+BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_each_change_below_the_root) {
+  TempDir root;
+  const fs::path old_run = make_run(root.path, "proj", "grp", {.id = "old"});
+  make_run(root.path, "proj", "grp", {.id = "gone"});
+  Serve s(root.path);
+  const auto changed = [](const std::string& seen) { return seen.find("event: changed") != std::string::npos; };
+  const auto told_of = [&](const char* what, const std::function<void()>& change) {
+    const std::string since = version_of(s);
+    // Settled first: nothing for 2 s, then the change.
+    const std::string quiet = runs_stream(s, since, std::chrono::seconds(2), changed);
+    BOOST_TEST(!changed(quiet), what << ", before: " << quiet);
+    std::thread maker;
+    const std::string told = runs_stream(s, since, std::chrono::seconds(30), changed, [&] {
+      maker = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        change();
+      });
+    });
+    if (maker.joinable()) maker.join();
+    BOOST_TEST(changed(told), what << ": " << told);
+    BOOST_TEST(version_of(s) != since, what);
+  };
+  // A new run in a group that is there already (its group's directory changes).
+  told_of("a run in a known group", [&] { make_run(root.path, "proj", "grp", {.id = "new"}); });
+  // A run's run.json replaced by rename, as its host writes it: its own directory changes.
+  told_of("a run's state", [&] {
+    RunSpec r{.id = "old", .state = "failed"};
+    write_text(old_run / "run.json.tmp", run_json(r, old_run));
+    fs::rename(old_run / "run.json.tmp", old_run / "run.json");
+  });
+  // A run removed.
+  told_of("a run removed", [&] { fs::remove_all(root.path / "proj" / "grp" / "gone"); });
+  const auto [status, body] = s.get("/api/runs");
+  BOOST_TEST(body.find("\"gone\"") == std::string::npos, body);
+  BOOST_TEST(body.find("\"failed\"") != std::string::npos, body);
 }
