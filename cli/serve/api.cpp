@@ -454,7 +454,20 @@ std::size_t Api::cached_bytes() {
 Reply Api::runs() {
   std::lock_guard one(list_mutex_);
   // Taken first: a change while the list is read is told to the page again.
-  const std::string version = runs_version(runs_stamp());
+  // A fresh look (with the watch, one read of its events): a change made
+  // before this request is in this answer.
+  const std::string version = runs_version(runs_stamp(/*fresh=*/true));
+  std::uint64_t changes = 0;
+  bool still = false; // nothing below the root can have changed unseen, and nothing runs
+  {
+    std::lock_guard look(stamp_mutex_);
+    changes = changes_;
+    still = watch_.complete() && !live_now_;
+  }
+  // The last answer stands where the watch saw nothing at all change since
+  // (a run added or removed, a file of one replaced, or who may read it),
+  // and no run is running (its duration and host move with time).
+  if (still && !last_list_.empty() && last_list_changes_ == changes) return {200, last_list_};
   const std::vector<RunGroup> groups = find_runs(root_);
   std::string out;
   core::JsonWriter w(out);
@@ -544,6 +557,8 @@ Reply Api::runs() {
     std::lock_guard lock(mutex_);
     listed_ = std::move(listed);
   }
+  last_list_ = still ? out : std::string();
+  last_list_changes_ = changes;
   return {200, std::move(out)};
 }
 
@@ -566,16 +581,17 @@ std::uint64_t dir_time(const std::string& dir) {
 
 } // namespace
 
-std::string Api::runs_stamp() {
+std::string Api::runs_stamp(bool fresh) {
   std::lock_guard look(stamp_mutex_);
   const auto now = std::chrono::steady_clock::now();
-  if (!stamp_.empty() && now - stamp_at_ < stamp_every) return stamp_;
+  if (!fresh && !stamp_.empty() && now - stamp_at_ < stamp_every) return stamp_;
   // The times of the directories the last listing looked at: where none
   // changed, nothing was added, removed or replaced below the root (a run's
   // run.json, summary.json and lease.json are replaced by rename), and the
   // runs need no listing again. Where the watch answers for all of them and
   // tells of no change, not one is looked at; else one stat a directory.
   const bool quiet = !looked_.empty() && !watch_.changed();
+  if (!quiet) ++changes_;
   if (quiet && !live_now_) {
     stamp_at_ = now; // nothing changed, and no run is running: the stamp stands
     return stamp_;

@@ -92,7 +92,9 @@ public:
 
   /// GET /api/runs: every run by project and group, the newest first.
   /// One listing at a time: a second waits, then finds the runs the first
-  /// read (those not running) in its cache, a stat or two each.
+  /// read (those not running) in its cache, a stat or two each. Where the
+  /// runs' directories are watched (runs_stamp) and saw no change at all
+  /// since the last answer, and no run is running, that answer is given again.
   Reply runs();
   /// What tells whether GET /api/runs would answer anything new: the times
   /// of the directories down to the runs' own (a run's run.json,
@@ -101,11 +103,11 @@ public:
   /// also the time in steps of `running_every`, so that its progress is
   /// shown again that often, and a lease that ran out is seen. Looked at afresh at most once
   /// per `stamp_every`, for any number of pages following the list
-  /// (GET /api/runs/stream). On a local filesystem the directories are
-  /// watched (inotify), and a look finds nothing changed without one stat;
-  /// elsewhere (NFS, where other hosts' changes raise no event) each look
-  /// stats them.
-  std::string runs_stamp();
+  /// (GET /api/runs/stream); `fresh`: looked at now, whatever the last look's age.
+  /// On a local filesystem the directories are watched (inotify), and a look
+  /// finds nothing changed without one stat; elsewhere (NFS, where other
+  /// hosts' changes raise no event) each look stats them.
+  std::string runs_stamp(bool fresh = false);
   static constexpr std::chrono::milliseconds stamp_every{250};
   static constexpr std::chrono::seconds running_every{5};
   /// GET /api/run?run=REL: a run's identity, ranks, config, summary,
@@ -193,7 +195,9 @@ private:
   std::mutex mutex_; // guards the maps below
   std::map<std::string, std::shared_ptr<RunFiles>> files_;
   std::map<std::string, ListEntry> listed_;
-  std::mutex list_mutex_; // one runs() at a time
+  std::mutex list_mutex_; // one runs() at a time; guards the two below
+  std::string last_list_;  // runs()'s last answer, where it may stand (else empty)
+  std::uint64_t last_list_changes_ = 0; // changes_ when it was made
   std::atomic<std::uint64_t> clock_{0};
   struct Liveness {
     std::uint64_t dir_time = 0; // the run directory's time when it was read
@@ -208,6 +212,7 @@ private:
   std::vector<std::pair<std::string, std::size_t>> run_dirs_; // the runs it found, and where in looked_
   std::map<std::string, Liveness> live_;
   bool live_now_ = false;     // whether a run read running at the last look
+  std::uint64_t changes_ = 0; // looks that found (or could not rule out) a change
   platform::DirWatch watch_;  // of looked_, where it can answer for them all
 };
 

@@ -14,9 +14,10 @@ namespace chorus::platform {
 namespace {
 
 // What changes a directory's time (an entry created, removed or renamed in
-// it), its identity (it moved or was removed), or what a reader shows of it
-// (the attributes of it or of an entry: who may read them).
-constexpr std::uint32_t watched_events = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB |
+// it), its identity (it moved or was removed), or what a reader shows of it:
+// an entry's content written in place, the attributes of it or of an entry
+// (who may read them). Writes to one file come as one event until read.
+constexpr std::uint32_t watched_events = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_MODIFY |
                                          IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW;
 
 } // namespace

@@ -6,9 +6,9 @@
 
 namespace chorus::platform {
 
-/// Watches directories for what changes a directory's time or identity: an
-/// entry added, removed or renamed in it, its or an entry's attributes, it
-/// moved or removed. It answers only where it can answer for every directory
+/// Watches directories for any change of them or their entries: an entry
+/// added, removed, renamed or written to, its or an entry's attributes, the
+/// directory moved or removed. It answers only where it can answer for every directory
 /// it was given: a filesystem whose changes may come from another host (NFS,
 /// CIFS, FUSE, Lustre, ...) tells inotify only of this host's, and the
 /// per-user limit on watches (fs.inotify.max_user_watches) may run out; there

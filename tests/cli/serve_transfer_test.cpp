@@ -310,3 +310,32 @@ BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_each_change_below_the_root) {
   BOOST_TEST(body.find("\"gone\"") == std::string::npos, body);
   BOOST_TEST(body.find("\"failed\"") != std::string::npos, body);
 }
+
+// The list's answer stands while nothing below the root changes; anything
+// that does is in the next answer at once: a summary written in place (no
+// rename), a run renamed, a run made unreadable to the user serve runs as.
+BOOST_AUTO_TEST_CASE(the_runs_list_is_answered_afresh_after_any_change) {
+  TempDir root;
+  const fs::path run = make_run(root.path, "proj", "grp", {.id = "r1"});
+  write_text(run / "summary.json", R"({"loss":0.5})");
+  Serve s(root.path);
+  const auto list = [&] {
+    const auto [status, body] = s.get("/api/runs");
+    BOOST_TEST_REQUIRE(status == 200, body);
+    return body;
+  };
+  const std::string first = list();
+  BOOST_TEST(first.find(R"("loss":0.5)") != std::string::npos, first);
+  BOOST_TEST(list() == first); // nothing changed: the same answer
+  // In place: the file's content, not its directory's.
+  {
+    std::ofstream f(run / "summary.json", std::ios::trunc);
+    f << R"({"loss":0.125})";
+  }
+  const std::string edited = list();
+  BOOST_TEST(edited.find(R"("loss":0.125)") != std::string::npos, edited);
+  fs::rename(run, root.path / "proj" / "grp" / "r2");
+  const std::string renamed = list();
+  BOOST_TEST(renamed.find("proj/grp/r2") != std::string::npos, renamed);
+  BOOST_TEST(renamed.find("proj/grp/r1") == std::string::npos, renamed);
+}
