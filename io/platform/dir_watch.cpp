@@ -63,8 +63,13 @@ void DirWatch::restart() {
 bool DirWatch::add(const std::string& dir) {
   if (!complete_) return false;
   // Checked first: a watch on a network filesystem would be armed, and silent.
-  if (!changes_all_seen_here(dir) || ::inotify_add_watch(fd_, dir.c_str(), watched_events) < 0) complete_ = false;
-  return complete_;
+  if (changes_all_seen_here(dir) && ::inotify_add_watch(fd_, dir.c_str(), watched_events) >= 0) return true;
+  // An incomplete watch answers nothing: its watches go at once, back to
+  // the user's limit (fs.inotify.max_user_watches), which others share.
+  close_fd(fd_);
+  fd_ = -1;
+  complete_ = false;
+  return false;
 }
 
 bool DirWatch::changed() {

@@ -19,6 +19,16 @@ namespace {
 
 void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
+/// How many inotify instances this process holds open.
+int inotify_instances() {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(e.path(), ec).string() == "anon_inode:inotify") ++n;
+  }
+  return n;
+}
+
 /// A watch of `dirs`, or none where the test's directory is on a filesystem
 /// the watch does not answer for (then each case says so and checks that).
 bool watched(DirWatch& w, std::initializer_list<fs::path> dirs) {
@@ -95,12 +105,16 @@ BOOST_AUTO_TEST_CASE(each_change_of_a_watched_directory_is_told_once) {
 
 BOOST_AUTO_TEST_CASE(a_directory_it_cannot_answer_for_makes_the_watch_incomplete_until_restarted) {
   TempDir root;
+  const int before = inotify_instances();
   DirWatch w;
+  BOOST_TEST(inotify_instances() == before + 1);
   // /proc is no local filesystem of files; a missing directory cannot be watched.
   BOOST_TEST(!changes_all_seen_here("/proc"));
   BOOST_TEST(!changes_all_seen_here((root.path / "missing").string()));
   BOOST_TEST(!w.add("/proc"));
   BOOST_TEST(!w.complete());
+  // Its watches are given back at once: the user's limit is shared.
+  BOOST_TEST(inotify_instances() == before);
   BOOST_TEST(w.changed());
   BOOST_TEST(w.changed()); // and keeps saying so
   if (!changes_all_seen_here(root.path.string())) {
