@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
+#include <vector>
 
 namespace chorus::platform {
 
@@ -16,6 +17,46 @@ using platform::os_error;
 Error make_dirs(const std::string& path, std::string_view elsewhere) {
   if (path.empty())
     return Error{Errc::invalid_argument, "make_dirs: the directory path is empty. Set CHORUS_DIR or Options::dir."};
+  // mkdir's mode passes through the umask; the run dir promises 0700.
+  const auto made = [&](const std::string& dir) {
+    return ::chmod(dir.c_str(), 0700) == 0 ? Error{} : os_error("chmod 0700", dir, errno, elsewhere);
+  };
+  const auto is_dir = [](const std::string& dir) {
+    struct stat st {};
+    return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  };
+  // From the deepest directory up, as far as they are missing, then made
+  // down again: a directory that is there costs one call (and a stat), one
+  // whose parent is there two, where a walk from the root costs two a part.
+  // Anything else (a part that is no directory, no permission) is left to
+  // the walk below, which names the part at fault.
+  std::vector<std::string> missing; // deepest first
+  bool walk = false;
+  for (std::string p = path;;) {
+    if (::mkdir(p.c_str(), 0700) == 0) {
+      if (Error e = made(p)) return e;
+      break;
+    }
+    const int e = errno;
+    if (e == EEXIST && is_dir(p)) break;
+    const std::size_t end = p.find_last_not_of('/');
+    const std::size_t slash = end == std::string::npos ? std::string::npos : p.rfind('/', end);
+    if (e != ENOENT || slash == std::string::npos || slash == 0) {
+      walk = true;
+      break;
+    }
+    missing.push_back(p);
+    p.resize(slash);
+  }
+  for (; !walk && !missing.empty(); missing.pop_back()) {
+    const std::string& d = missing.back();
+    if (::mkdir(d.c_str(), 0700) == 0) {
+      if (Error e = made(d)) return e;
+    } else if (!(errno == EEXIST && is_dir(d))) {
+      walk = true; // made meanwhile as something else, say
+    }
+  }
+  if (!walk) return {};
   // Each prefix that ends a component, shortest first.
   std::size_t pos = 0;
   while (pos != std::string::npos) {
@@ -23,8 +64,7 @@ Error make_dirs(const std::string& path, std::string_view elsewhere) {
     const std::string part = path.substr(0, pos);
     if (part.empty() || part.back() == '/') continue; // "//" or the root
     if (::mkdir(part.c_str(), 0700) == 0) {
-      // mkdir's mode passes through the umask; the run dir promises 0700.
-      if (::chmod(part.c_str(), 0700) != 0) return os_error("chmod 0700", part, errno, elsewhere);
+      if (Error e = made(part)) return e;
       continue;
     }
     const int e = errno;
