@@ -619,15 +619,14 @@ std::string Api::runs_stamp(bool fresh) {
         for (const std::string& d : g.run_dirs) run_dirs_.emplace_back(d, at.at(d));
     }
   }
-  const std::vector<std::uint64_t>& times = looked_times_;
   std::uint64_t h = core::fnv1a64_basis;
-  for (const std::uint64_t t : times) h = core::fnv1a64_step(h, t);
+  for (const std::uint64_t t : looked_times_) h = core::fnv1a64_step(h, t);
   // Whether each run reads running (its host not known gone): read again
   // where its directory changed, and every running_every while it runs.
   bool live = false;
   std::map<std::string, Liveness> seen;
   for (const auto& [d, i] : run_dirs_) {
-    const std::uint64_t t = times[i];
+    const std::uint64_t t = looked_times_[i];
     Liveness l;
     if (const auto it = live_.find(d);
         it != live_.end() && it->second.dir_time == t && !(it->second.running && now - it->second.looked >= running_every))

@@ -130,6 +130,9 @@ std::string runs_stream(const Serve& s, const std::string& since, std::chrono::s
   return seen;
 }
 
+/// Whether what a runs stream sent holds a `changed` event.
+bool told_changed(const std::string& seen) { return seen.find("event: changed") != std::string::npos; }
+
 std::string version_of(const Serve& s) {
   const auto [status, body] = s.get("/api/runs");
   BOOST_TEST_REQUIRE(status == 200, body);
@@ -248,27 +251,26 @@ BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_a_new_run_and_is_silent_while_noth
   make_run(root.path, "proj", "grp", {.id = "old"});
   Serve s(root.path);
   const std::string version = version_of(s);
-  const auto changed = [](const std::string& seen) { return seen.find("event: changed") != std::string::npos; };
   // Nothing changes: no event (the stream is read for 3 s).
-  const std::string quiet = runs_stream(s, version, std::chrono::seconds(3), changed);
-  BOOST_TEST(!changed(quiet), quiet);
+  const std::string quiet = runs_stream(s, version, std::chrono::seconds(3), told_changed);
+  BOOST_TEST(!told_changed(quiet), quiet);
   BOOST_TEST(quiet.find("retry:") != std::string::npos, quiet);
   // A new run: told, and then in the list, with a new version.
   std::thread maker;
-  const std::string told = runs_stream(s, version, std::chrono::seconds(30), changed, [&] {
+  const std::string told = runs_stream(s, version, std::chrono::seconds(30), told_changed, [&] {
     maker = std::thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       make_run(root.path, "proj", "grp2", {.id = "new", .state = "running", .ended = false});
     });
   });
   if (maker.joinable()) maker.join();
-  BOOST_TEST(changed(told), told);
+  BOOST_TEST(told_changed(told), told);
   const auto [status, body] = s.get("/api/runs");
   BOOST_TEST(body.find("\"new\"") != std::string::npos);
   BOOST_TEST(version_of(s) != version);
   // A page whose list is older than the stream is told at once.
-  const std::string stale = runs_stream(s, version, std::chrono::seconds(30), changed);
-  BOOST_TEST(changed(stale), stale);
+  const std::string stale = runs_stream(s, version, std::chrono::seconds(30), told_changed);
+  BOOST_TEST(told_changed(stale), stale);
 }
 
 // Each change below the root a list shows, told however the runs' directories
@@ -279,21 +281,20 @@ BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_each_change_below_the_root) {
   const fs::path old_run = make_run(root.path, "proj", "grp", {.id = "old"});
   make_run(root.path, "proj", "grp", {.id = "gone"});
   Serve s(root.path);
-  const auto changed = [](const std::string& seen) { return seen.find("event: changed") != std::string::npos; };
   const auto told_of = [&](const char* what, const std::function<void()>& change) {
     const std::string since = version_of(s);
     // Settled first: nothing for 2 s, then the change.
-    const std::string quiet = runs_stream(s, since, std::chrono::seconds(2), changed);
-    BOOST_TEST(!changed(quiet), what << ", before: " << quiet);
+    const std::string quiet = runs_stream(s, since, std::chrono::seconds(2), told_changed);
+    BOOST_TEST(!told_changed(quiet), what << ", before: " << quiet);
     std::thread maker;
-    const std::string told = runs_stream(s, since, std::chrono::seconds(30), changed, [&] {
+    const std::string told = runs_stream(s, since, std::chrono::seconds(30), told_changed, [&] {
       maker = std::thread([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         change();
       });
     });
     if (maker.joinable()) maker.join();
-    BOOST_TEST(changed(told), what << ": " << told);
+    BOOST_TEST(told_changed(told), what << ": " << told);
     BOOST_TEST(version_of(s) != since, what);
   };
   // A new run in a group that is there already (its group's directory changes).
@@ -313,7 +314,8 @@ BOOST_AUTO_TEST_CASE(the_runs_stream_tells_of_each_change_below_the_root) {
 
 // The list's answer stands while nothing below the root changes; anything
 // that does is in the next answer at once: a summary written in place (no
-// rename), a run renamed, a run made unreadable to the user serve runs as.
+// rename), a run renamed. (A run made readable to the user serve runs as:
+// serve_test, served_as_root_another_users_private_run_is_not_shown.)
 BOOST_AUTO_TEST_CASE(the_runs_list_is_answered_afresh_after_any_change) {
   TempDir root;
   const fs::path run = make_run(root.path, "proj", "grp", {.id = "r1"});

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "io/platform/dir_watch.hpp"
+#include "tests/io/files.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <filesystem>
@@ -13,11 +14,10 @@
 using chorus::platform::changes_all_seen_here;
 using chorus::platform::DirWatch;
 using chorus::test::TempDir;
+using chorus::test::files::spit;
 namespace fs = std::filesystem;
 
 namespace {
-
-void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 /// How many inotify instances this process holds open.
 int inotify_instances() {
@@ -55,7 +55,7 @@ BOOST_AUTO_TEST_CASE(each_change_of_a_watched_directory_is_told_once) {
   BOOST_TEST(!w.changed()); // nothing yet
 
   // A run's files replaced by rename (run.json), one created, one removed.
-  write(run / "run.json.tmp", "{}");
+  spit(run / "run.json.tmp", "{}");
   BOOST_TEST(w.changed());
   BOOST_TEST(!w.changed()); // told once
   fs::rename(run / "run.json.tmp", run / "run.json");
@@ -64,7 +64,7 @@ BOOST_AUTO_TEST_CASE(each_change_of_a_watched_directory_is_told_once) {
   BOOST_TEST(w.changed());
 
   // A file written in place, as by hand: told, many writes as one change.
-  write(run / "history.jsonl", "{}\n");
+  spit(run / "history.jsonl", "{}\n");
   BOOST_TEST(w.changed());
   {
     std::ofstream f(run / "history.jsonl", std::ios::app);
@@ -96,10 +96,10 @@ BOOST_AUTO_TEST_CASE(each_change_of_a_watched_directory_is_told_once) {
   // restart(): the old directories are no longer watched.
   w.restart();
   BOOST_REQUIRE(watched(w, {root.path / "proj" / "run-2"}));
-  write(root.path / "elsewhere" / "x", "");
+  spit(root.path / "elsewhere" / "x", "");
   fs::create_directory(root.path / "proj" / "run-3");
   BOOST_TEST(!w.changed());
-  write(root.path / "proj" / "run-2" / "run.json", "{}");
+  spit(root.path / "proj" / "run-2" / "run.json", "{}");
   BOOST_TEST(w.changed());
 }
 
