@@ -42,10 +42,11 @@ upload::Uploader::Progress pump_in_slices(upload::Uploader& up, std::chrono::mil
 }
 
 /// `rows` history rows and the end state; an Uploader of it to `url`, opened.
-std::unique_ptr<upload::Uploader> finished_run(RunFixture& run, int rows, const std::string& url) {
+std::unique_ptr<upload::Uploader> finished_run(RunFixture& run, int rows, const std::string& url,
+                                               const upload::UploadSettings& settings = quick()) {
   run.history(0, rows);
   run.write_run_json("finished", 1'700'000'000.0 + rows);
-  auto up = std::make_unique<upload::Uploader>(run.dir(), target(url), quick());
+  auto up = std::make_unique<upload::Uploader>(run.dir(), target(url), settings);
   BOOST_REQUIRE(!up->open());
   return up;
 }
@@ -149,7 +150,9 @@ BOOST_AUTO_TEST_CASE(a_window_with_lost_answers_then_a_crash_sends_nothing_twice
         RunFixture run;
         std::string state_file;
         {
-          auto first = finished_run(run, 4000, mlflow_url(server));
+          // Its pause after the failures outlasts the window's other answers,
+          // so that it "dies" in that wait, before any retry.
+          auto first = finished_run(run, 4000, mlflow_url(server), test::patient(6s));
           state_file = first->state_path();
           server.reset_next(2, test::ResetPoint::after_handling, "log-batch");
           server.fail_next(1, {503, "", "", "log-batch"});
@@ -285,9 +288,7 @@ BOOST_AUTO_TEST_CASE(the_window_grows_while_the_server_keeps_up_and_halves_when_
   run.history(0, 16000); // 48 log-batches
   // The pause after the 503 outlasts the window's other answers however slow
   // the machine: the retry, and the window after it, come only after the first pump.
-  upload::UploadSettings patient = quick();
-  patient.backoff_base = patient.backoff_max = 4s;
-  upload::Uploader up(run.dir(), target(mlflow_url(server)), patient);
+  upload::Uploader up(run.dir(), target(mlflow_url(server)), test::patient(4s));
   BOOST_REQUIRE(!up.open());
   server.set_delay(300ms, "log-batch");
   BOOST_REQUIRE(drain(up, 120s).caught_up);

@@ -255,9 +255,7 @@ BOOST_AUTO_TEST_CASE(mlflow_resumes_after_a_crash_between_answer_and_offsets) {
     server.reset_next(1, test::ResetPoint::after_handling, "log-batch");
     // Its pause after the lost answer outlasts the other batches in flight
     // however slow the machine, so that this process "dies" before retrying.
-    upload::UploadSettings patient = quick();
-    patient.backoff_base = patient.backoff_max = 6s;
-    upload::Uploader up(run.dir(), target(mlflow_url(server)), patient);
+    upload::Uploader up(run.dir(), target(mlflow_url(server)), test::patient(6s));
     BOOST_REQUIRE(!up.open());
     auto p = up.pump(std::chrono::steady_clock::now() + 10s); // open, then the first batch: reset
     BOOST_TEST(!p.done);

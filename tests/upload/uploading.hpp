@@ -31,6 +31,15 @@ inline upload::UploadSettings quick() {
   return s;
 }
 
+/// quick(), but a pause of `pause` after every failure: longer than the other
+/// answers of a window take however slow the machine, so that a pump ends
+/// in that wait instead of retrying within it.
+inline upload::UploadSettings patient(std::chrono::milliseconds pause) {
+  upload::UploadSettings s = quick();
+  s.backoff_base = s.backoff_max = pause;
+  return s;
+}
+
 inline upload::UploadTarget target(const std::string& url) {
   auto t = upload::UploadTarget::parse(url);
   BOOST_REQUIRE_MESSAGE(t, t.error().message());
