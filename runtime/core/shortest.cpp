@@ -122,6 +122,32 @@ inline int digits_of(std::uint64_t f, char* end) {
   return 16 + small_digits(static_cast<std::uint32_t>(top), end - 16);
 }
 
+/// f / P and e + N where P (10^N) divides f.
+template <std::uint64_t P, int N>
+inline void drop_if_divides(std::uint64_t& f, int& e) {
+  if (f % P == 0) {
+    f /= P;
+    e += N;
+  }
+}
+
+/// f (a multiple of 10) without its trailing zeros, e raised by as many.
+/// Most often there is one (the interval held a decimal of 16 digits); a
+/// short decimal (0.85, 0.001) comes out of the interval's arithmetic with
+/// 14 or 15, taken here in at most five divisions rather than one each.
+inline void drop_zeros(std::uint64_t& f, int& e) {
+  f /= 10;
+  ++e;
+  if (f % 10 != 0) return;
+  while (f % 100000000 == 0) {
+    f /= 100000000;
+    e += 8;
+  }
+  drop_if_divides<10000, 4>(f, e);
+  drop_if_divides<100, 2>(f, e);
+  drop_if_divides<10, 1>(f, e);
+}
+
 char* shortest(char* out, double v) noexcept {
   const std::uint64_t bits = std::bit_cast<std::uint64_t>(v);
   char* o = out;
@@ -143,10 +169,7 @@ char* shortest(char* out, double v) noexcept {
     return o;
   }
   if (d.f % 10 == 0) [[unlikely]]
-    do {
-      d.f /= 10;
-      ++d.e;
-    } while (d.f % 10 == 0);
+    drop_zeros(d.f, d.e);
   char buf[48]; // the digits end at buf + 24; up to 17 bytes after the first are read at once
   const int n = digits_of(d.f, buf + 24);
   const char* digits = buf + 24 - n;
