@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     launched.v.push_back((last - static_cast<double>(t_launch)) / 1e6);
   }
 
-  // DESIGN's targets: init -> first log <= 2 ms, 8 ranks connected <= 100 ms, finish <= one fdatasync + 1 ms.
+  // The targets (BENCHMARKS.md): init -> first log <= 2 ms, 8 ranks connected <= 100 ms, finish <= one fdatasync + 1 ms.
   double sync_ms = -1;
   {
     bench::TempDir dir;
