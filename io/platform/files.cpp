@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
-#include <vector>
 
 namespace chorus::platform {
 
@@ -25,40 +24,30 @@ Error make_dirs(const std::string& path, std::string_view elsewhere) {
     struct stat st {};
     return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   };
-  // From the deepest directory up, as far as they are missing, then made
-  // down again: a directory that is there costs one call (and a stat), one
-  // whose parent is there two, where a walk from the root costs two a part.
-  // Anything else (a part that is no directory, no permission) is left to
-  // the walk below, which names the part at fault.
-  std::vector<std::string> missing; // deepest first
-  bool walk = false;
+  // From the deepest directory up, as far as they are missing; the walk
+  // below then makes them down from the deepest that is there. A directory
+  // that is there costs one call (and a stat), one whose parent is there
+  // two, where a walk from the root costs two a part. Anything else (a part
+  // that is no directory, no permission) walks from the root, which names
+  // the part at fault.
+  std::size_t pos = 0; // where the walk starts: after the deepest directory that is there
   for (std::string p = path;;) {
     if (::mkdir(p.c_str(), 0700) == 0) {
       if (Error e = made(p)) return e;
-      break;
+    } else if (const int e = errno; !(e == EEXIST && is_dir(p))) {
+      const std::size_t end = p.find_last_not_of('/');
+      const std::size_t slash = end == std::string::npos ? std::string::npos : p.rfind('/', end);
+      if (e == ENOENT && slash != std::string::npos && slash != 0) {
+        p.resize(slash);
+        continue;
+      }
+      break; // from the root
     }
-    const int e = errno;
-    if (e == EEXIST && is_dir(p)) break;
-    const std::size_t end = p.find_last_not_of('/');
-    const std::size_t slash = end == std::string::npos ? std::string::npos : p.rfind('/', end);
-    if (e != ENOENT || slash == std::string::npos || slash == 0) {
-      walk = true;
-      break;
-    }
-    missing.push_back(p);
-    p.resize(slash);
+    if (p.size() == path.size()) return {}; // the directory itself
+    pos = p.size();
+    break;
   }
-  for (; !walk && !missing.empty(); missing.pop_back()) {
-    const std::string& d = missing.back();
-    if (::mkdir(d.c_str(), 0700) == 0) {
-      if (Error e = made(d)) return e;
-    } else if (!(errno == EEXIST && is_dir(d))) {
-      walk = true; // made meanwhile as something else, say
-    }
-  }
-  if (!walk) return {};
   // Each prefix that ends a component, shortest first.
-  std::size_t pos = 0;
   while (pos != std::string::npos) {
     pos = path.find('/', pos + 1);
     const std::string part = path.substr(0, pos);
