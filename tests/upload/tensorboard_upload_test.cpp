@@ -199,7 +199,8 @@ BOOST_AUTO_TEST_CASE(a_killed_host_then_recover_and_sync_every_row_once) {
   const fs::path tb_dir = dir.path / "tb";
   auto job = std::async(std::launch::async, [&] {
     return run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_UPLOAD=tensorboard:" + tb_dir.string() + " " +
-               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 20000 --step-us 1000 --histograms 1"));
+               launch_worker(dir.path / "runs", 2, test_port(72), "--steps 20000 --step-us 1000 --histograms 1",
+                             "--fail-fast")); // rank 1 stopped when its host is killed, not left to log its 20 s
   });
   const auto [run_dir, pid] = started_run(dir.path / "runs");
   BOOST_REQUIRE(pid > 0);
@@ -258,7 +259,9 @@ BOOST_AUTO_TEST_CASE(a_directory_that_cannot_be_written_loses_nothing_and_sync_d
   chorus::test::TempDir dir;
   const fs::path blocker = dir.path / "file";
   { std::ofstream(blocker) << "x"; }
-  const Output o = run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_FINISH_TIMEOUT=3 CHORUS_UPLOAD=tensorboard:" +
+  // The finish drains the upload for CHORUS_UPLOAD_TIMEOUT (30 s unless set)
+  // and then names what it left: 2 s is enough to see the directory refused.
+  const Output o = run("CHORUS_SYSTEM_INTERVAL=0 CHORUS_UPLOAD_TIMEOUT=2 CHORUS_UPLOAD=tensorboard:" +
                        (blocker / "tb").string() + " " +
                        launch_worker(dir.path / "runs", 2, test_port(74), "--steps 100"));
   BOOST_TEST_INFO_SCOPE(o.text);
