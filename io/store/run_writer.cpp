@@ -14,6 +14,7 @@
 #include "runtime/core/wire.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <simdjson.h>
@@ -205,6 +206,14 @@ struct RunWriter::State {
   void release_room() {
     if (holds_room) ::unlink(file(".reserve").c_str());
     holds_room = false;
+  }
+  // Whether the run's disk has room to spare for the end's writes with the
+  // reserve still held: then it is freed after them (its removal, which
+  // discards its blocks on a disk mounted so, is off the finish's path).
+  [[nodiscard]] bool room_to_spare() const {
+    struct statvfs fs {};
+    if (!holds_room || ::statvfs(dir.c_str(), &fs) != 0) return false;
+    return static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize >= 64ull * room;
   }
   [[nodiscard]] std::string file(std::string_view name) const { return dir + "/" + std::string(name); }
 
@@ -654,7 +663,10 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
     s.segments.back().state = state;
     s.segments.back().end_us = ts_us;
   }
-  s.release_room();
+  // The room is freed first where the disk may not take the end (it failed,
+  // or is nearly full), else once the end is written (or failed for room).
+  const bool spare = s.error.code() != Errc::io_error && s.room_to_spare();
+  if (!spare) s.release_room();
   if (s.error.code() == Errc::io_error) {
     // The disk is failing: the end state and the reason take the room first.
     s.write_summary();
@@ -689,6 +701,13 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   s.commit(config);
   s.commit(summary);
   s.commit(run);
+  if (spare && s.error.code() == Errc::io_error) {
+    // The disk filled under the end's own writes: the end state and the reason again, in the room.
+    s.release_room();
+    s.write_summary();
+    s.write_run_json();
+  }
+  // Otherwise the room goes with the writer (~RunWriter), after the run's end is answered.
 }
 
 std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {

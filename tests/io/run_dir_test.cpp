@@ -18,7 +18,9 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 using namespace chorus;
@@ -484,6 +486,47 @@ BOOST_AUTO_TEST_CASE(run_json_records_the_runs_error_and_the_reserve_goes_at_the
   BOOST_TEST(run.str("state") == "failed");
   BOOST_TEST(run.str("error").find("could not be written (test)") != std::string::npos);
   BOOST_TEST(!std::filesystem::exists(dir + "/.reserve"));
+}
+
+BOOST_AUTO_TEST_CASE(on_a_disk_with_room_the_reserve_outlives_the_end_and_goes_with_the_writer) {
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  {
+    RunWriter w(dir, name_of);
+    w.run_start("{}", t0, 1);
+    w.run_end(RunState::finished, t0 + 1);
+    BOOST_TEST(w.error().code() == Errc::ok, w.error().message());
+    BOOST_TEST(Doc(slurp(dir + "/run.json")).str("state") == "finished");
+    // Freed after the end's writes, not before them: the end is answered without waiting for it.
+    BOOST_TEST(std::filesystem::exists(dir + "/.reserve"));
+  }
+  BOOST_TEST(!std::filesystem::exists(dir + "/.reserve"));
+}
+
+BOOST_AUTO_TEST_CASE(on_a_nearly_full_disk_the_reserve_is_freed_before_the_end_is_written) {
+  if (::geteuid() != 0) {
+    BOOST_TEST_MESSAGE("skipped: mounting a small file system needs root");
+    return;
+  }
+  TempDir tmp;
+  const std::string at = tmp / "mnt";
+  std::filesystem::create_directory(at);
+  if (::mount("tmpfs", at.c_str(), "tmpfs", 0, "size=2m") != 0) {
+    BOOST_TEST_MESSAGE("skipped: no tmpfs could be mounted here");
+    return;
+  }
+  struct Unmount {
+    std::string at;
+    ~Unmount() { ::umount2(at.c_str(), MNT_DETACH); }
+  } unmount{at};
+  const std::string dir = at + "/run";
+  RunWriter w(dir, name_of);
+  w.run_start("{}", t0, 1);
+  BOOST_REQUIRE(std::filesystem::exists(dir + "/.reserve"));
+  w.run_end(RunState::finished, t0 + 1);
+  BOOST_TEST(w.error().code() == Errc::ok, w.error().message());
+  BOOST_TEST(!std::filesystem::exists(dir + "/.reserve")); // 2 MiB is not room to spare
+  BOOST_TEST(Doc(slurp(dir + "/run.json")).str("state") == "finished");
 }
 
 BOOST_AUTO_TEST_CASE(many_rows_reach_the_file_in_order) {
