@@ -71,9 +71,10 @@ case "${1:-}" in
       -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_SAMPLES=OFF -DCMAKE_CXX_FLAGS=-O1
     # CAF's own shutdown leaks (a peer gone) are named in tests/lsan.supp. A
     # leak under OpenSSL is seen through libcrypto only by the slow unwinder
-    # (libcrypto keeps no frame pointers): without it, a TLS session CAF left
-    # at shutdown shows two libcrypto frames and no libcaf_io to match.
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 \
+    # (libcrypto keeps no frame pointers): the tests whose processes make TLS
+    # links add it (TLS_LINKS in tests/CMakeLists.txt), the others keep the
+    # fast one.
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
       LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
       UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan
     ;;
