@@ -215,6 +215,12 @@ struct RunWriter::State {
     if (!holds_room || ::statvfs(dir.c_str(), &fs) != 0) return false;
     return static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize >= 64ull * room;
   }
+  // The disk failed: the end state and the reason go into the room the run held.
+  void end_in_room() {
+    release_room();
+    write_summary();
+    write_run_json();
+  }
   [[nodiscard]] std::string file(std::string_view name) const { return dir + "/" + std::string(name); }
 
   /// The series of `key` and `rank` (`id`: key << 32 | rank), made where it is new.
@@ -667,11 +673,7 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   // or is nearly full), else once the end is written (or failed for room).
   const bool spare = s.error.code() != Errc::io_error && s.room_to_spare();
   if (!spare) s.release_room();
-  if (s.error.code() == Errc::io_error) {
-    // The disk is failing: the end state and the reason take the room first.
-    s.write_summary();
-    s.write_run_json();
-  }
+  if (s.error.code() == Errc::io_error) s.end_in_room(); // the disk is failing: the end takes the room first
   // summary.json and run.json are written once, below, after the lines they count.
   // Every line file is synced, each only where something was written since
   // its last sync (system.jsonl and barriers.jsonl are not in the WAL: only
@@ -701,12 +703,7 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   s.commit(config);
   s.commit(summary);
   s.commit(run);
-  if (spare && s.error.code() == Errc::io_error) {
-    // The disk filled under the end's own writes: the end state and the reason again, in the room.
-    s.release_room();
-    s.write_summary();
-    s.write_run_json();
-  }
+  if (spare && s.error.code() == Errc::io_error) s.end_in_room(); // the disk filled under the end's own writes
   // Otherwise the room goes with the writer (~RunWriter), after the run's end is answered.
 }
 
