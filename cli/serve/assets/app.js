@@ -155,12 +155,16 @@ async function runsPage(view) {
   filter.value = saved.text || '';
   state.value = saved.state || '';
 
-  const matches = (r) => {
+  // The filter's test of a run, made once a render (a list of thousands is not filtered by nothing).
+  const matcher = () => {
     const st = state.value;
-    if (st && !(r.shown_state || '').startsWith(st) && r.state !== st) return false;
     const words = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
-    const hay = [r.name, r.id, r.project, r.group, r.job_type, r.notes, r.host, r.mode, r.path].join(' ').toLowerCase();
-    return words.every((w) => hay.includes(w));
+    if (!st && !words.length) return null;
+    return (r) => {
+      if (st && !(r.shown_state || '').startsWith(st) && r.state !== st) return false;
+      const hay = [r.name, r.id, r.project, r.group, r.job_type, r.notes, r.host, r.mode, r.path].join(' ').toLowerCase();
+      return words.every((w) => hay.includes(w));
+    };
   };
   const render = () => {
     sessionStorage.setItem('chorus.filter', JSON.stringify({ text: filter.value, state: state.value }));
@@ -174,8 +178,9 @@ async function runsPage(view) {
     let shown = 0;
     // Groups by their newest run, the newest first.
     const groups = data.groups.slice().sort((a, b) => (b.runs[0].start_time || 0) - (a.runs[0].start_time || 0));
+    const matches = matcher();
     for (const g of groups) {
-      const runs = g.runs.filter(matches);
+      const runs = matches ? g.runs.filter(matches) : g.runs;
       if (!runs.length) continue;
       items.push({ g });
       for (const r of runs) items.push({ r });
