@@ -4,7 +4,9 @@
 // shared run; the run host commits every value to the run directory. The
 // clock runs from the first log of any rank (all ranks start together,
 // after a barrier) to the return of the run host's finish, which returns
-// once every rank has finished and everything is on disk. Afterwards
+// once every rank has finished and everything is on disk. Over that time
+// the machine's idle share is taken from /proc/stat (a pipeline that waits
+// leaves cores idle; one bound by its CPU does not). Afterwards
 // history.jsonl is read back to check that nothing was lost.
 //
 // With --histograms, the same job runs in turns with and without histograms:
@@ -28,10 +30,13 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <fstream>
 #include <random>
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -287,7 +292,58 @@ HistogramCheck check_histograms(const bench::fs::path& run_dir, std::int64_t str
   return c;
 }
 
+/// The machine's CPU ticks from /proc/stat's first line: idle (idle + iowait) and all.
+struct Ticks {
+  std::int64_t at_ns = 0;
+  double idle = 0, all = 0;
+};
+Ticks cpu_ticks() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  in >> cpu;
+  for (double& x : v) in >> x;
+  Ticks t{bench::now_ns(), v[3] + v[4], 0};
+  for (double x : v) t.all += x;
+  return t;
+}
+
+/// /proc/stat every 10 ms on a thread of its own, while a job runs: the
+/// machine's idle share over a stretch of it (the job's timed part).
+class IdleSampler {
+public:
+  IdleSampler() : thread_([this] {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      samples_.push_back(cpu_ticks());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    samples_.push_back(cpu_ticks());
+  }) {}
+  ~IdleSampler() { stop(); }
+  void stop() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+  }
+  /// The idle share between the last sample at or before `from_ns` and the first at or after `to_ns`.
+  [[nodiscard]] double idle(double from_ns, double to_ns) const {
+    const Ticks* a = nullptr;
+    const Ticks* b = nullptr;
+    for (const Ticks& t : samples_) {
+      if (t.at_ns <= from_ns) a = &t;
+      if (!b && t.at_ns >= to_ns) b = &t;
+    }
+    if (!a || !b || b->all <= a->all) return 0;
+    return (b->idle - a->idle) / (b->all - a->all);
+  }
+
+private:
+  std::atomic<bool> stop_{false};
+  std::vector<Ticks> samples_;
+  std::thread thread_;
+};
+
 struct Result {
+  double idle = 0;         // the machine's idle share over `seconds` (/proc/stat every 10 ms)
   double seconds = 0;      // first log of any rank to the run host's finish
   double enqueue_s = 0;    // the slowest rank's log loop
   double host_finish_ms = 0;
@@ -307,6 +363,7 @@ struct Result {
 Result run_job(int steps, std::int64_t histogram_stride) {
   bench::TempDir dir;
   const std::string run_id = "bench-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(bench::now_ns() % 100000);
+  IdleSampler sampler;
   bench::Job job(world, {"--rank", std::to_string(steps), std::to_string(histogram_stride)},
                  {{"CHORUS_DIR", (dir.path / "runs").string()},
                   {"CHORUS_MODE", "shared"},
@@ -319,6 +376,7 @@ Result run_job(int steps, std::int64_t histogram_stride) {
                  dir.path);
   Result res;
   res.ok = job.wait();
+  sampler.stop();
   double first = 1e300, host_end = 0, host_last = 0, slowest = 0;
   double dropped = 0, rejected = 0;
   res.histograms_per_s = 1e300;
@@ -344,6 +402,7 @@ Result run_job(int steps, std::int64_t histogram_stride) {
     }
   }
   res.seconds = (host_end - first) / 1e9;
+  res.idle = sampler.idle(first, host_end);
   res.enqueue_s = slowest / 1e9;
   res.host_finish_ms = (host_end - host_last) / 1e6;
   const bench::fs::path run_dir = bench::find_run_dir(dir.path / "runs");
@@ -443,7 +502,7 @@ int main(int argc, char** argv) {
               "(8 keys reduced, 2 kept per rank) flat out; %d runs\n\n",
               world, steps, keys, repetitions);
   bench::Table t({"run", "values", "seconds", "M values/s", "slowest rank's log loop s",
-                  "host finish after last log ms", "rows", "values in history", "lost or wrong"});
+                  "host finish after last log ms", "machine idle %", "rows", "values in history", "lost or wrong"});
   std::vector<double> rates;
   bool all_ok = true;
   for (int i = 0; i < repetitions; ++i) {
@@ -451,7 +510,7 @@ int main(int argc, char** argv) {
     const double logged = static_cast<double>(world) * steps * keys;
     const std::string problem = r.check.first_problem.empty() ? std::string("a rank failed") : r.check.first_problem;
     t.add({std::to_string(i + 1), num(logged, 0), num(r.seconds, 3), num(r.values_per_s / 1e6, 2),
-           num(r.enqueue_s, 3), num(r.host_finish_ms, 1), std::to_string(r.check.rows),
+           num(r.enqueue_s, 3), num(r.host_finish_ms, 1), num(100 * r.idle, 0), std::to_string(r.check.rows),
            std::to_string(r.check.values), r.ok ? "none" : "YES: " + problem});
     rates.push_back(r.values_per_s);
     all_ok = all_ok && r.ok;
