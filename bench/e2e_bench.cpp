@@ -21,6 +21,9 @@
 //                                      STRIDE > 0: with histograms, the k-th at step k x STRIDE
 #include "bench.hpp"
 
+#include "io/platform/posix.hpp"
+#include "io/platform/procfs.hpp"
+
 #include <chorus/chorus.hpp>
 
 #include <simdjson.h>
@@ -31,7 +34,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <random>
 #include <span>
 #include <string>
@@ -292,20 +294,15 @@ HistogramCheck check_histograms(const bench::fs::path& run_dir, std::int64_t str
   return c;
 }
 
-/// The machine's CPU ticks from /proc/stat's first line: idle (idle + iowait) and all.
+/// The machine's CPU ticks (/proc/stat, as the SystemMonitor reads it), and when.
 struct Ticks {
   std::int64_t at_ns = 0;
-  double idle = 0, all = 0;
+  chorus::platform::CpuTimes cpu;
 };
 Ticks cpu_ticks() {
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double v[8] = {};
-  in >> cpu;
-  for (double& x : v) in >> x;
-  Ticks t{bench::now_ns(), v[3] + v[4], 0};
-  for (double x : v) t.all += x;
-  return t;
+  const chorus::Result<std::string> text = chorus::platform::read_text("/proc/stat");
+  return {bench::now_ns(), text ? chorus::platform::parse_proc_stat(*text).value_or(chorus::platform::CpuTimes{})
+                                : chorus::platform::CpuTimes{}};
 }
 
 /// /proc/stat every 10 ms on a thread of its own, while a job runs: the
@@ -332,8 +329,9 @@ public:
       if (t.at_ns <= from_ns) a = &t;
       if (!b && t.at_ns >= to_ns) b = &t;
     }
-    if (!a || !b || b->all <= a->all) return 0;
-    return (b->idle - a->idle) / (b->all - a->all);
+    if (!a || !b || b->cpu.total <= a->cpu.total) return 0;
+    const double busy = static_cast<double>(b->cpu.busy - a->cpu.busy);
+    return 1 - busy / static_cast<double>(b->cpu.total - a->cpu.total);
   }
 
 private:
