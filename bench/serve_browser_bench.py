@@ -227,14 +227,8 @@ class Browser:
         when the dashboard is opened, does not have. Its cache stays empty."""
         self.d.get("about:blank")
         deadline = time.monotonic() + timeout_s
-        before = {p: cpu_ticks(p) or 0 for p in self.processes()}
-        while time.monotonic() < deadline:
-            time.sleep(every_s)
-            now = {p: cpu_ticks(p) or 0 for p in self.processes()}
-            used = sum(v - before.get(p, 0) for p, v in now.items())
-            before = now
-            if 100 * used / os.sysconf("SC_CLK_TCK") / every_s <= quiet_pct:
-                return
+        while time.monotonic() < deadline and idle_cpu(self.processes, every_s)[0] > quiet_pct:
+            pass
 
     def processes(self):
         """chromedriver's descendants: every process of chromium."""
@@ -554,11 +548,11 @@ def runs(names, binaries, data, tries, idle_s, r):
                     r.add("  of which /api/runs answered", n, end)
                 b.open(s.at("127.0.0.1"), runs=MANY)
                 polled = b.wait("screen")
-                b.wait("runs")
+                every = b.wait("runs")
                 painted = b.screen_painted()
                 r.add("runs list of 1,000 runs, reopened, its first screen", n, polled if painted is None else painted)
                 r.add("  ... reopened, as a look every 10 ms saw it", n, polled)
-                r.add("runs list of 1,000 runs, reopened, every row", n, b.wait("runs"))
+                r.add("runs list of 1,000 runs, reopened, every row", n, every)
                 # A new run: its directory and run.json, as a run host makes them.
                 time.sleep(1)
                 rel = f"bench/g{t % 10}/new-{n}-{t}"
