@@ -231,12 +231,18 @@ void synced(run_ptr self, const Error& failure) {
   if (st.unsynced) request_sync(self);
 }
 
-/// Makes everything appended durable now (the run's end), then acknowledges it.
-void sync_and_ack(run_ptr self) {
+/// Makes everything appended durable now (the run's end), or fails the WAL.
+void sync_now(run_ptr self) {
   auto& st = self->state;
   if (st.wal_error) return;
   if (Error e = st.host->wal->sync()) return fail_wal(self, e);
   st.unsynced = false;
+}
+
+/// Acknowledges what sync_now made durable.
+void ack_synced(run_ptr self) {
+  auto& st = self->state;
+  if (st.wal_error) return;
   send_acks(self, st.syncing);
   send_acks(self, st.sink->progress);
   durable_to(self, st.sink->writer.written());
@@ -252,11 +258,16 @@ void end_run(run_ptr self) {
   st.sink->hold_run_end = true;
   record(self, core::wire::run_end(state, unix_now_us()));
   tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
-  // The WAL's last writes start now; the run's files are synced meanwhile (release_run_end).
-  if (!st.wal_error) st.host->wal->start_sync();
+  // One sync of the WAL makes the end durable, with every frame before it.
+  // Only then are the end's files written: those the WAL holds without a
+  // sync of their own (a crash of the machine that cuts one short is told
+  // by run.json's lengths, and `chorus recover` rebuilds it), run.json last.
+  // A WAL that failed leaves the files to make the end durable themselves.
+  sync_now(self);
+  st.sink->writer.end_backed_by_wal(!st.wal_error);
   st.sink->release_run_end();
   st.sink->writer.flush();
-  sync_and_ack(self);
+  ack_synced(self);
   // The end is synced with all before it (or the WAL failed, and the bounds are lifted): the upload may send it.
   st.durable->ended = true;
   // run.json says how the run ended: readers need no lease any more.

@@ -99,8 +99,10 @@ std::optional<double> started(const GroupInfo& info) {
 }
 
 /// Appends a group's heading (with what its group.json says) and its runs as
-/// a table to `out`; each run whose host is lost to `lost` (for a note).
-void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std::vector<const RunInfo*>& lost) {
+/// a table to `out`; each run whose host is lost to `lost`, and each whose
+/// files a crash cut short after its end to `cut` (for notes).
+void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std::vector<const RunInfo*>& lost,
+                std::vector<const RunInfo*>& cut) {
   out += g.project;
   if (!g.group.empty()) out += " / " + g.group;
   out += group_note(info);
@@ -124,6 +126,7 @@ void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std:
     if (v.run) {
       const RunInfo& r = *v.run;
       if (r.host_lost()) lost.push_back(&r);
+      if (!r.liveness.cut.empty()) cut.push_back(&r);
       const auto d = r.duration();
       // run.json's row count is written at the end: while running it lags.
       const bool rows_known = r.rows && r.state != "running";
@@ -150,15 +153,14 @@ void print_runs(const RunGroup& g, const GroupInfo& info, std::string& out, std:
   out += broken;
 }
 
-/// Under the listing: the runs that read crashed because their host is gone, and why.
-std::string lost_note(const std::vector<const RunInfo*>& lost) {
-  if (lost.empty()) return {};
+/// Under the listing: `heading`, then each of `runs` (the first ten) with what `why` says of it.
+template <class Why>
+std::string note(const std::string& heading, const std::vector<const RunInfo*>& runs, Why why) {
+  if (runs.empty()) return {};
   constexpr std::size_t listed = 10;
-  std::string out = "\ncrashed: run.json says running, but the run's host was lost; 'chorus recover RUN' rebuilds "
-                    "the run's files:\n";
-  for (std::size_t i = 0; i < lost.size() && i < listed; ++i)
-    out += "  " + lost[i]->id + ": " + lost[i]->liveness.why + "\n";
-  if (lost.size() > listed) out += "  ... and " + std::to_string(lost.size() - listed) + " more\n";
+  std::string out = "\n" + heading + ":\n";
+  for (std::size_t i = 0; i < runs.size() && i < listed; ++i) out += "  " + runs[i]->id + ": " + why(*runs[i]) + "\n";
+  if (runs.size() > listed) out += "  ... and " + std::to_string(runs.size() - listed) + " more\n";
   return out;
 }
 
@@ -199,12 +201,17 @@ int ls_main(std::span<char* const> words) {
     return a.start.value_or(0) < b.start.value_or(0);
   });
   std::string out = dir + ": " + std::to_string(n) + (n == 1 ? " run" : " runs") + "\n";
-  std::vector<const RunInfo*> lost;
+  std::vector<const RunInfo*> lost, cut;
   for (const Listed& g : groups) {
     out += '\n';
-    print_runs(g.group, g.info, out, lost);
+    print_runs(g.group, g.info, out, lost, cut);
   }
-  out += lost_note(lost);
+  out += note("crashed: run.json says running, but the run's host was lost; 'chorus recover RUN' rebuilds the run's "
+              "files",
+              lost, [](const RunInfo& r) { return r.liveness.why; });
+  out += note("files cut short: a crash of the machine after the run's end left them shorter than its run.json "
+              "records",
+              cut, [](const RunInfo& r) { return r.liveness.cut; });
   std::fputs(out.c_str(), stdout);
   return exit_ok;
 }

@@ -44,10 +44,11 @@ py::dict exit_codes_dict(const store::ExitCodes& codes) {
 py::dict read_record(const std::string& path) {
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string cut; // files a crash of the machine cut short after the run's end
   Result<store::RunRecord> read = [&] {
     py::gil_scoped_release unlocked;
     Result<store::RunRecord> r = store::RunRecord::read(path);
-    if (r) store::apply_liveness(*r, dir, platform::unix_now_us());
+    if (r) cut = store::apply_liveness(*r, dir, platform::unix_now_us()).cut;
     return r;
   }();
   if (!read) {
@@ -83,6 +84,7 @@ py::dict read_record(const std::string& path) {
   d["rows"] = optional_int(r.rows);
   d["rejected"] = optional_int(r.rejected);
   d["error"] = r.error ? py::object(py::str(*r.error)) : py::object(py::none());
+  d["files_cut"] = cut.empty() ? py::object(py::none()) : py::object(py::str(cut));
   d["exit_codes"] = r.exit_codes ? py::object(exit_codes_dict(*r.exit_codes)) : py::object(py::none());
   py::list ranks;
   for (const store::RunRecord::Rank& k : r.ranks) ranks.append(rank_dict(k.rank, k.state, k.last_step, k.host, k.message));

@@ -159,6 +159,8 @@ void identity(core::JsonWriter& w, const RunInfo& r) {
   w.key("state").string(r.reported_state()).key("shown_state").string(r.shown_state());
   w.key("recorded_state").string(r.state);
   w.key("host_life").string(host_life_name(r.liveness.life)).key("host_lost").boolean(r.host_lost());
+  // Files a crash of the machine cut short after the end (run_error says which).
+  w.key("files_cut").boolean(!r.liveness.cut.empty());
   if (r.error) w.key("run_error").string(*r.error);
   opt_number(w, "start_time", r.start_time);
   opt_number(w, "end_time", r.end_time);

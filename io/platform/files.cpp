@@ -128,7 +128,7 @@ Result<StagedFile> StagedFile::existing(const std::string& path) {
 }
 
 StagedFile::StagedFile(StagedFile&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), synced_(o.synced_), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)) {}
+    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)) {}
 
 StagedFile::~StagedFile() {
   if (fd_ < 0) return;
@@ -136,24 +136,11 @@ StagedFile::~StagedFile() {
   if (!tmp_.empty()) ::unlink(tmp_.c_str()); // never committed: the old file stays
 }
 
-Error StagedFile::sync() {
-  if (fd_ < 0 || synced_) return {};
-  Error err = sync_file(fd_, tmp_.empty() ? path_ : tmp_);
-  if (!err) {
-    synced_ = true;
-    return err;
-  }
-  close_fd(std::exchange(fd_, -1));
-  if (!tmp_.empty()) ::unlink(std::exchange(tmp_, std::string()).c_str()); // not durable: never put in place
-  return err;
-}
-
 Error StagedFile::commit() {
   if (fd_ < 0) return {};
   const int fd = std::exchange(fd_, -1);
-  const bool durable = !std::exchange(synced_, false); // else synced already
-  if (!tmp_.empty()) return install_temporary(fd, std::exchange(tmp_, std::string()), path_, durable);
-  Error err = durable ? sync_file(fd, path_) : Error{};
+  if (!tmp_.empty()) return install_temporary(fd, std::exchange(tmp_, std::string()), path_, /*durable=*/true);
+  Error err = sync_file(fd, path_);
   close_fd(fd);
   return err;
 }

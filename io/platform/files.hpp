@@ -42,13 +42,8 @@ public:
   StagedFile(StagedFile&& o) noexcept;
   StagedFile& operator=(StagedFile&&) = delete;
   ~StagedFile();
-  /// Waits for the file's writes (fsync); commit() then only renames. So
-  /// several files are all synced before any is renamed: a rename between
-  /// two syncs makes the second commit the filesystem's journal once more.
-  /// Where it fails, nothing is left to commit.
-  [[nodiscard]] Error sync();
-  /// Waits for the file's writes (fsync, unless sync() did), then renames a
-  /// replacement into place. Once only; nothing after the first call.
+  /// Waits for the file's writes (fsync), then renames a replacement into
+  /// place. Once only; nothing after the first call.
   [[nodiscard]] Error commit();
   /// Whether there is anything to commit.
   [[nodiscard]] bool staged() const noexcept { return fd_ >= 0; }
@@ -56,7 +51,6 @@ public:
 private:
   StagedFile() = default;
   int fd_ = -1;
-  bool synced_ = false;
   std::string path_;
   std::string tmp_; // a replacement's temporary file; empty for an existing file
 };

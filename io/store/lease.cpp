@@ -7,6 +7,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -181,8 +182,45 @@ std::optional<std::int64_t> last_committed_step(const std::string& run_dir) {
   return last.step();
 }
 
+namespace {
+
+/// The files of an ended run that are shorter than its run.json records
+/// them (or, for a file replaced whole, of another length), and what to do;
+/// "" where none is. Only the files a run's end writes are looked at: never
+/// a path that run.json names.
+std::string cut_files(const RunRecord& r, const std::string& run_dir) {
+  std::string cut;
+  for (const auto& [name, recorded] : r.lengths) {
+    const auto* b = std::find_if(std::begin(backed_files), std::end(backed_files),
+                                 [&](const BackedFile& f) { return f.name == name; });
+    if (b == std::end(backed_files)) continue;
+    struct stat st {};
+    const bool there = ::lstat((run_dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    const auto size = there ? static_cast<std::uint64_t>(st.st_size) : 0;
+    if (there && (b->replaced ? size == recorded : size >= recorded)) continue;
+    cut.append(cut.empty() ? "" : ", ").append(name);
+    if (there)
+      cut.append(" holds ").append(std::to_string(size)).append(" bytes, not the ");
+    else
+      cut.append(" is missing, not ");
+    cut.append(std::to_string(recorded)).append(" the run's end wrote");
+  }
+  if (!cut.empty())
+    cut.append(" (the machine stopped before they reached its disk): `chorus recover ")
+        .append(run_dir)
+        .append("` rebuilds them from the run's write-ahead log");
+  return cut;
+}
+
+} // namespace
+
 Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t now_us) {
-  if (r.state != "running") return {};
+  if (r.state != "running") {
+    Liveness ended;
+    if (!r.lengths.empty()) ended.cut = cut_files(r, run_dir);
+    if (!ended.cut.empty()) r.error = r.error ? *r.error + "; " + ended.cut : ended.cut;
+    return ended;
+  }
   Liveness l = host_liveness(r, run_dir, now_us);
   if (l.life != HostLife::gone) return l;
   const std::optional<std::int64_t> step = last_committed_step(run_dir);

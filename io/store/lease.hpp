@@ -73,6 +73,10 @@ struct Liveness {
   HostLife life = HostLife::unknown;
   std::string why;
   std::optional<Lease> lease; // the run's lease, where it has a readable one
+  /// For a run that has ended: the files its end wrote that are shorter now
+  /// than run.json records them (RunRecord::lengths), and how to rebuild
+  /// them; "" where none is.
+  std::string cut;
 };
 [[nodiscard]] Liveness host_liveness(const RunIdentity& run, const std::string& run_dir, std::int64_t now_us);
 
@@ -88,9 +92,12 @@ struct Liveness {
 /// (summary.json's _step) where theirs is behind it; `error` (unless run.json
 /// has one) says why, names that step and `chorus recover`; the end is the
 /// lease's last renewal, where there is one. A run.json in any other state
-/// is left as it is. The files are left as they are: `chorus recover`
-/// rebuilds them, and a command that writes run.json back (`chorus launch`)
-/// reads it with RunRecord::read, never through here.
+/// is left as it is, except that where a file its end wrote is shorter than
+/// run.json records it (Liveness::cut: the machine stopped before the file
+/// reached its disk), `error` says which and names `chorus recover`. The
+/// files are left as they are: `chorus recover` rebuilds them, and a command
+/// that writes run.json back (`chorus launch`) reads it with
+/// RunRecord::read, never through here.
 /// Returns the liveness it went by (unknown, not asked, for a run not "running").
 Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t now_us);
 

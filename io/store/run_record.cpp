@@ -92,6 +92,14 @@ struct Reader {
     });
   }
 
+  // {"FILE": BYTES, ...}: a length that is no whole number >= 0 is left out.
+  static void lengths(element v, std::vector<std::pair<std::string, std::uint64_t>>& out) {
+    simdjson::dom::object o;
+    if (v.get(o) != SUCCESS) return;
+    for (auto [key, value] : o)
+      if (std::uint64_t n = 0; value.get(n) == SUCCESS) out.emplace_back(std::string(key), n);
+  }
+
   void ranks(element v, std::vector<RunRecord::Rank>& out) {
     objects(v, [&](simdjson::dom::object o) {
       RunRecord::Rank& r = out.emplace_back();
@@ -137,6 +145,7 @@ constexpr Member members[] = {
     {"world_size", [](RunRecord& r, element v, Reader& in) { in.whole(v, "world_size", r.world_size); }},
     {"rows", [](RunRecord& r, element v, Reader& in) { in.whole(v, "rows", r.rows); }},
     {"rejected", [](RunRecord& r, element v, Reader& in) { in.whole(v, "rejected", r.rejected); }},
+    {"lengths", [](RunRecord& r, element v, Reader&) { Reader::lengths(v, r.lengths); }},
     {"error",
      [](RunRecord& r, element v, Reader&) {
        if (std::string_view s; v.get(s) == SUCCESS) r.error = std::string(s);
@@ -269,6 +278,7 @@ RunRecord RunRecord::identity() const {
   r.world_size.reset();
   r.rows.reset();
   r.rejected.reset();
+  r.lengths.clear();
   r.error.reset();
   r.ranks.clear();
   r.damage.clear();
@@ -313,6 +323,11 @@ std::string RunRecord::render(bool whole) const {
   o.whole("world_size", world_size);
   o.whole("rows", rows);
   o.whole("rejected", rejected);
+  if (!lengths.empty()) {
+    w.key("lengths").begin_object();
+    for (const auto& [file, n] : lengths) w.key(file).uinteger(n);
+    w.end_object();
+  }
   if (error) w.key("error").string(*error);
   if (o.shown("ranks", !ranks.empty())) {
     w.key("ranks").begin_array();

@@ -12,7 +12,7 @@
 //    "state":"finished","start_time":S,"end_time":S|null,
 //    "segments":[{"start_time":S,"end_time":S|null,"state":..,["exit_codes":{..}]}],
 //    ["exit_codes":{"RANK":CODE,..},] "world_size":N,"rows":N,"rejected":N,
-//    ["error":..,] "ranks":[{"rank":N,"state":..,"last_step":N,"host":..,"message":..,["joined":S]}]}
+//    ["lengths":{"history.jsonl":N,..},] ["error":..,] "ranks":[{"rank":N,"state":..,"last_step":N,"host":..,"message":..,["joined":S]}]}
 //
 // Times are unix seconds, written exactly to the microsecond; a rank's
 // "joined" (when the run host accepted its join in the last attempt, absent
@@ -37,6 +37,18 @@ using ExitCodes = std::vector<std::pair<std::int64_t, std::int64_t>>;
 /// A finished run fails when a rank's process then exits non-zero: the run's
 /// `error` for the first such rank of `codes`, or "" where every code is 0.
 [[nodiscard]] std::string failure_of_exit_codes(const ExitCodes& codes);
+
+/// The files of a run directory whose every line the WAL holds, which the
+/// run's end writes without waiting for the disk where the WAL's sync makes
+/// it durable (RunRecord::lengths): the line files, which only grow, and
+/// the JSON files, which are replaced whole (`replaced`).
+struct BackedFile {
+  std::string_view name;
+  bool replaced;
+};
+inline constexpr BackedFile backed_files[] = {
+    {"history.jsonl", false}, {"histograms.jsonl", false}, {"media.jsonl", false}, {"rejected.jsonl", false},
+    {"events.jsonl", false},  {"summary.json", true},      {"config.json", true},  {"metrics.json", true}};
 
 /// Who a run is, as its host knew it at the start: run.json's identity.
 struct RunIdentity {
@@ -74,6 +86,12 @@ struct RunRecord : RunIdentity {
   /// The last attempt's exit codes, once launch has recorded them.
   std::optional<ExitCodes> exit_codes;
   std::optional<std::int64_t> world_size, rows, rejected;
+  /// The files the run's end wrote without waiting for the disk (its WAL's
+  /// sync made the end durable; RunWriter::end_backed_by_wal) and their
+  /// lengths in bytes then, in the order written: a reader that finds one
+  /// shorter (a crash of the machine cut it) says so and names `chorus
+  /// recover` (store::apply_liveness). Written only once the run has ended.
+  std::vector<std::pair<std::string, std::uint64_t>> lengths;
   /// Why the run failed, or what of its files could not be written.
   std::optional<std::string> error;
   struct Rank {

@@ -14,6 +14,7 @@
 #include "runtime/core/wire.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -145,9 +146,13 @@ struct RunWriter::State {
   bool metrics_dirty = false;
   bool run_json_dirty = false; // rank states changed since run.json was written
   // run.json, config.json and summary.json as the start wrote them, without
-  // an fsync: the next flush or the run's end writes them durably (the WAL
-  // has what they say meanwhile, for `chorus recover`).
+  // an fsync: the next flush or the run's end writes them durably, or the
+  // WAL's sync covers them (wal_backed); the WAL has what they say
+  // meanwhile, for `chorus recover`.
   bool start_unsynced = false;
+  bool wal_backed = false; // end_backed_by_wal
+  // The lengths run.json records once the run has ended (RunRecord::lengths).
+  std::vector<std::pair<std::string, std::uint64_t>> end_lengths;
 
   std::map<int, RankInfo> ranks; // the current attempt's
   std::map<int, std::int64_t> joined; // the current attempt's: when each rank joined (unix µs)
@@ -342,6 +347,18 @@ struct RunWriter::State {
     return out;
   }
 
+  /// The length of each file the WAL backs that the run has, as it stands
+  /// (RunRecord::lengths); a file that cannot be looked at is left out.
+  [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> lengths() const {
+    std::vector<std::pair<std::string, std::uint64_t>> out;
+    for (const BackedFile& b : backed_files) {
+      struct stat st {};
+      if (::lstat(file(b.name).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        out.emplace_back(std::string(b.name), static_cast<std::uint64_t>(st.st_size));
+    }
+    return out;
+  }
+
   void write_run_json(bool durable = true) {
     fail(run_record().write(file("run.json"), durable));
     run_json_dirty = false;
@@ -373,6 +390,7 @@ struct RunWriter::State {
     r.world_size = world_size;
     r.rows = static_cast<std::int64_t>(rows);
     r.rejected = static_cast<std::int64_t>(rejected_values);
+    r.lengths = end_lengths;
     // What could not be written, where the files are incomplete (the WAL or a
     // file of the run, or as the rebuilt run.json recorded it: keep_error);
     // else why the run did not finish, rank by rank.
@@ -449,10 +467,10 @@ struct RunWriter::State {
     rejected_values += n;
   }
 
-  void write_metrics() {
+  void write_metrics(bool durable = true) {
     std::string out = metrics.json();
     out.push_back('\n');
-    fail(platform::write_file_atomic(file("metrics.json"), out));
+    fail(platform::write_file_atomic(file("metrics.json"), out, durable));
     metrics_dirty = false;
   }
 
@@ -490,6 +508,7 @@ RunWriter::~RunWriter() {
 void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
   State& s = *s_;
   s.segments.push_back(Segment{ts_us, std::nullopt, RunState::running});
+  s.end_lengths.clear(); // an earlier attempt's end
   s.ranks.clear(); // a resumed attempt's ranks join afresh
   s.joined.clear();
   s.world_size = world_size;
@@ -502,7 +521,7 @@ void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::ui
   // Readers find every file from the start, if empty. Not synced: nothing
   // waits on them before the WAL's first sync (which holds the run's start,
   // for `chorus recover`); what changes later is written durably, and the
-  // run's end writes them all durably.
+  // run's end writes them durably, or under the WAL's sync (end_backed_by_wal).
   s.write_run_json(/*durable=*/false);
   s.write_config(/*durable=*/false);
   s.write_summary(/*durable=*/false);
@@ -674,35 +693,36 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   const bool spare = s.error.code() != Errc::io_error && s.room_to_spare();
   if (!spare) s.release_room();
   if (s.error.code() == Errc::io_error) s.end_in_room(); // the disk is failing: the end takes the room first
-  // summary.json and run.json are written once, below, after the lines they count.
-  // Every line file is synced, each only where something was written since
-  // its last sync (system.jsonl and barriers.jsonl are not in the WAL: only
-  // this makes them durable); their writes all start first, so that each
-  // sync waits for its own, already under way.
-  const std::initializer_list<platform::AppendFile*> line_files = {
-      s.history.get(), s.histograms.f.get(), s.media_file.f.get(), s.rejected_file.f.get(), s.system_file.get()};
-  for (platform::AppendFile* f : line_files)
+  // The line files first, then summary.json and the other JSON files, then
+  // run.json, each after the lines it counts. Every line file's writes start
+  // at once, so that each sync waits for its own, already under way. Where
+  // the WAL's sync makes the end durable, only the files it does not hold
+  // are synced (system.jsonl, barriers.jsonl); else every line file is, each
+  // only where something was written since its last sync, and each JSON file.
+  const std::initializer_list<platform::AppendFile*> backed = {s.history.get(), s.histograms.f.get(),
+                                                               s.media_file.f.get(), s.rejected_file.f.get()};
+  for (platform::AppendFile* f : backed)
     if (f) s.fail(f->start_sync());
+  if (s.system_file) s.fail(s.system_file->start_sync());
   if (s.barriers) s.fail(s.barriers->start_sync());
-  if (s.metrics_dirty) s.write_metrics();
-  // The JSON files' writes start as well; each is renamed into place once
-  // the lines are synced, run.json last, as readers see the end there.
-  std::optional<platform::StagedFile> config =
-      s.config_dirty || s.start_unsynced ? s.stage("config.json", s.config_dirty, [&] { return s.object_text(s.config); })
-                                         : std::nullopt;
-  std::optional<platform::StagedFile> summary = s.stage("summary.json", true, [&] { return s.summary_text() + "\n"; });
-  std::optional<platform::StagedFile> run = s.stage("run.json", true, [&] { return s.run_record().text(); });
-  s.config_dirty = s.summary_dirty = s.run_json_dirty = s.start_unsynced = false;
-  for (platform::AppendFile* f : line_files)
-    if (f) s.fail(f->sync());
+  const bool durable = !s.wal_backed;
+  if (durable)
+    for (platform::AppendFile* f : backed)
+      if (f) s.fail(f->sync());
+  if (s.system_file) s.fail(s.system_file->sync());
   if (s.barriers) s.fail(s.barriers->sync());
-  // Every file synced before any is renamed: a rename between two syncs
-  // would make the second commit the journal once more.
-  for (std::optional<platform::StagedFile>* f : {&config, &summary, &run})
-    if (*f) s.fail((*f)->sync());
-  s.commit(config);
-  s.commit(summary);
-  s.commit(run);
+  if (s.metrics_dirty) s.write_metrics(durable);
+  // config.json as the start wrote it stands where the WAL backs it; else it is made durable.
+  if (durable && (s.config_dirty || s.start_unsynced))
+    s.make_durable("config.json", s.config_dirty, [&] { return s.object_text(s.config); });
+  else if (s.config_dirty)
+    s.write_config(/*durable=*/false);
+  s.write_summary(durable);
+  s.start_unsynced = false;
+  // run.json last, as readers see the end there, with the lengths of what
+  // it counts as they stand now.
+  s.end_lengths = s.lengths();
+  s.write_run_json(durable);
   if (spare && s.error.code() == Errc::io_error) s.end_in_room(); // the disk filled under the end's own writes
   // Otherwise the room goes with the writer (~RunWriter), after the run's end is answered.
 }
@@ -722,6 +742,8 @@ std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) 
   }
   return run->run_state();
 }
+
+void RunWriter::end_backed_by_wal(bool backed) noexcept { s_->wal_backed = backed; }
 
 void RunWriter::note_error(const Error& e) {
   s_->error = e; // the run's own failure outranks a file's

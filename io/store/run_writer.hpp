@@ -56,7 +56,8 @@ public:
   /// Appends the event's line to events.jsonl (io/store/event_log.hpp) and
   /// flushes it at once: its readers (`chorus watch`, the webhook) wait for it.
   void event(const core::wire::EventRecord& event) override;
-  /// Flushes everything and rewrites summary.json and run.json with the end state.
+  /// Flushes everything and rewrites summary.json and run.json with the end
+  /// state and the lengths of what it wrote (end_backed_by_wal says which it syncs).
   void run_end(RunState state, std::int64_t ts_us) override;
 
   /// Appends one line (a JSON object) to system.jsonl. System samples are
@@ -85,6 +86,15 @@ public:
 
   /// Records `e` as the run's error (its WAL failed, say): run.json says so.
   void note_error(const Error& e);
+
+  /// Whether a sync of the run's WAL, made once the end is written, makes
+  /// the end durable (the live run host; not `chorus recover`, whose WAL
+  /// is not written, nor a host whose WAL failed). Then run_end() syncs only
+  /// the files the WAL does not hold (system.jsonl, barriers.jsonl): the rest
+  /// are written and their writeback started, and run.json records their
+  /// lengths (RunRecord::lengths), so that a reader can tell a file that a
+  /// crash of the machine cut short, and `chorus recover` rebuilds it.
+  void end_backed_by_wal(bool backed) noexcept;
 
   /// The run's error as the run.json being rebuilt records it, where the
   /// WAL cannot give it: a host whose WAL could not be written ended the run

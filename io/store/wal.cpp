@@ -421,8 +421,6 @@ Error WalWriter::write_frames(std::span<const std::span<const char>> payloads) {
 
 Error WalWriter::sync() { return platform::sync_file(fd_, path_, true); }
 
-void WalWriter::start_sync() noexcept { platform::start_writeback(fd_); }
-
 Result<WalScan> scan_wal(const std::string& path, const WalFrameFn& on_frame) {
   const Result<int> fd = platform::open_regular(path, O_RDONLY);
   if (!fd) return fd.error();

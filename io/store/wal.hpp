@@ -44,9 +44,6 @@ public:
   [[nodiscard]] Error append_many(std::span<const std::span<const char>> payloads);
   /// fdatasync: what was appended survives a crash of the machine.
   [[nodiscard]] Error sync();
-  /// Starts writing what sync() would sync (platform::start_writeback), for a
-  /// sync() that comes after other files' syncs.
-  void start_sync() noexcept;
 
   /// Bytes in the file (after the last good frame at open, plus appends).
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }

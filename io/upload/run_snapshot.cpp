@@ -3,6 +3,7 @@
 // crashed, and its end state goes up with what its files hold.
 #include "io/upload/upload.hpp"
 
+#include "io/platform/posix.hpp"
 #include "io/store/lease.hpp"
 
 #include <algorithm>
@@ -17,7 +18,10 @@ std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llr
 
 Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   const std::string path = run_dir + "/run.json";
-  const Result<store::RunRecord> run = store::read_run_record(run_dir);
+  Result<store::RunRecord> run = store::RunRecord::read(path);
+  const store::Liveness liveness = run ? store::apply_liveness(*run, run_dir, platform::unix_now_us()) : store::Liveness{};
+  // Files a crash of the machine cut short go up once rebuilt, never as they are.
+  if (!liveness.cut.empty()) return Error(Errc::io_error, run_dir + ": " + liveness.cut);
   if (!run) {
     const Error e = run.error();
     // A file that cannot be read at all may be in no run directory; a damaged one says how to rebuild it.

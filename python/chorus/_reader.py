@@ -79,6 +79,9 @@ class RunView:
     gone (its lease expired, or on its own machine nobody holds its
     write-ahead log) reads ``crashed``, as ``chorus ls`` has it: its running
     ranks crashed at the last committed step, and ``record["error"]`` says why.
+    A run whose files a crash of the machine cut short after its end (shorter
+    than its run.json records them) says which in ``record["files_cut"]``, and
+    reading them raises chorus.IoError naming ``chorus recover``.
     """
 
     def __init__(self, path):
@@ -99,14 +102,21 @@ class RunView:
     ranks = property(lambda self: self.record["ranks"])
     start_time = property(lambda self: self.record["start_time"])
 
+    def _whole(self):
+        """Raises where a crash of the machine cut the run's files short after its end."""
+        if self.record.get("files_cut"):
+            raise IoError(f"{self.path}: {self.record['files_cut']}")
+
     @property
     def config(self):
         """config.json as a dict."""
+        self._whole()
         return _load_json(os.path.join(self.path, "config.json"))
 
     @property
     def summary(self):
         """summary.json as a dict: each key's last value, and what the run set."""
+        self._whole()
         return _load_json(os.path.join(self.path, "summary.json"))
 
     def history(self, keys=None, *, counts=False, pandas=None):
@@ -141,6 +151,7 @@ class RunView:
         order): a list of chorus.Event, the same as Run.on_event gives. ``kind`` (a str, or
         several): only those kinds ("nonfinite", ("rank_failed", "rank_lost")). A run
         without events.jsonl has none."""
+        self._whole()
         path = os.path.join(self.path, "events.jsonl")
         if not os.path.lexists(path):
             return []
@@ -217,6 +228,7 @@ class RunView:
         return [{n: r[n] for n in columns} for r in rows]
 
     def _media(self, key, kind):
+        self._whole()
         path = os.path.join(self.path, "media.jsonl")
         if not os.path.lexists(path):
             return {"keys": [], "entries": []}
@@ -225,12 +237,15 @@ class RunView:
         return read
 
     def _histograms(self, key):
+        self._whole()
         path = os.path.join(self.path, "histograms.jsonl")
         if not os.path.lexists(path):
             return {"keys": [], "rows": 0, **{n: b"" if n in _HISTOGRAM_NUMBERS else [] for n in _HISTOGRAM_COLUMNS}}
         return _checked(_chorus.read_histograms(path, key), path, _REBUILD, 3)
 
     def _read(self, name, keys, counts, pandas):
+        if name != "system.jsonl":  # synced at the end: never cut short
+            self._whole()
         path = os.path.join(self.path, name)
         if isinstance(keys, str):
             keys = [keys]  # one pattern, not its characters

@@ -662,6 +662,38 @@ BOOST_AUTO_TEST_CASE(a_run_whose_host_is_lost_reads_crashed_on_the_list_the_page
   BOOST_TEST(contains(seen, R"("state":"crashed","shown_state":"crashed","recorded_state":"running")"));
 }
 
+BOOST_AUTO_TEST_CASE(a_run_whose_files_a_crash_cut_short_is_marked_on_the_list_and_the_page) {
+  TempDir root;
+  const fs::path cut = make_run(root.path, "proj", "grp", {.id = "cut"});
+  const fs::path whole = make_run(root.path, "proj", "grp", {.id = "whole"});
+  // Each run.json records its history's length at the end; the cut one's file holds less.
+  for (const fs::path& dir : {cut, whole}) {
+    write_text(dir / "history.jsonl", history());
+    std::string run = read_text(dir / "run.json");
+    const auto bytes = fs::file_size(dir / "history.jsonl") + (dir == cut ? 100 : 0);
+    run.insert(run.rfind('}'), R"(,"lengths":{"history.jsonl":)" + std::to_string(bytes) + "}");
+    write_text(dir / "run.json", run);
+  }
+  Serve s(root.path);
+  const auto [status, body] = s.get("/api/runs");
+  BOOST_REQUIRE_EQUAL(status, 200);
+  BOOST_TEST_INFO(body);
+  std::map<std::string, bool> marked;
+  const Json runs(body);
+  for (auto g : arr(runs["groups"]))
+    for (auto r : arr(g["runs"].value_unsafe()))
+      marked[std::string(r["path"].get_string().value_unsafe())] = r["files_cut"].get_bool().value_unsafe();
+  BOOST_TEST(marked["proj/grp/cut"]);
+  BOOST_TEST(!marked["proj/grp/whole"]);
+  const auto [run_status, run_body] = s.get("/api/run?run=proj/grp/cut");
+  BOOST_REQUIRE_EQUAL(run_status, 200);
+  const Json j(run_body);
+  BOOST_TEST(j["state"].get_string().value_unsafe() == "finished");
+  const std::string error(j["run_error"].get_string().value_unsafe());
+  BOOST_TEST(contains(error, "history.jsonl holds"), error);
+  BOOST_TEST(contains(error, "chorus recover"), error);
+}
+
 namespace {
 
 /// A run of 100 rows: `loss` and `acc/rank-0..1` every row, `val/loss` and

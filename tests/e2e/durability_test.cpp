@@ -3,16 +3,19 @@
 // (they take the place of libc's for the whole process, and call it).
 //
 // The start syncs none of run.json, config.json and summary.json: nothing
-// waits on them before the WAL's first sync, which holds what they say. Once
-// finish() returns, run.json and summary.json were each renamed into place
-// from a file synced first, config.json (which nothing changed since the
-// start) was synced where it stood, and history.jsonl, system.jsonl (which
-// the WAL does not hold) and the WAL were synced during the finish; files
-// never written were not synced at all.
+// waits on them before the WAL's first sync, which holds what they say. The
+// finish syncs the WAL, which holds every line of the run, and only then
+// writes the end's files: summary.json and run.json (last) renamed into
+// place without a sync of their own, as history.jsonl and config.json stand;
+// run.json records their lengths, so that a crash of the machine that cuts
+// one short is told (store::apply_liveness). system.jsonl, which the WAL
+// does not hold, is synced during the finish; files never written are not
+// synced at all.
 #define BOOST_TEST_MODULE durability
 #include "local_run.hpp"
 
 #include "io/platform/posix.hpp"
+#include "io/store/lease.hpp"
 
 #include <chorus/chorus.hpp>
 
@@ -23,6 +26,7 @@
 #include <climits>
 #include <cstdio>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -93,7 +97,7 @@ int rename(const char* from, const char* to) noexcept {
 }
 }
 
-BOOST_AUTO_TEST_CASE(the_start_syncs_nothing_the_first_log_waits_on_and_finish_leaves_every_file_durable) {
+BOOST_AUTO_TEST_CASE(the_start_syncs_nothing_the_first_log_waits_on_and_finish_syncs_the_wal_before_the_end) {
   e2e::TempDir dir;
   chorus::Options opt = e2e::local_options(dir, "durable");
   opt.system_interval = 0.1; // system.jsonl: lines the WAL does not hold
@@ -102,7 +106,7 @@ BOOST_AUTO_TEST_CASE(the_start_syncs_nothing_the_first_log_waits_on_and_finish_l
   BOOST_REQUIRE(run);
   run.log({{"loss", 1.0}});
   mark("first log");
-  // No config call: config.json is the start's alone, and finish makes it durable all the same.
+  // No config call: config.json is the start's alone.
   for (int s = 1; s < 50; ++s) run.log({{"loss", 1.0 / s}, {"acc", 0.01 * s}});
   std::this_thread::sleep_for(std::chrono::milliseconds(300)); // a few system samples
   mark("finish");
@@ -124,6 +128,10 @@ BOOST_AUTO_TEST_CASE(the_start_syncs_nothing_the_first_log_waits_on_and_finish_l
   const long finish = find(all, "mark", "finish"), finished = find(all, "mark", "finished");
   BOOST_REQUIRE(init >= 0 && first > init && finish > first && finished > finish);
 
+  // The WAL's last sync, during the finish: it makes the end durable.
+  const long wal_synced = find_last(all, "sync", base + "/wal");
+  BOOST_TEST_REQUIRE((wal_synced > finish && wal_synced < finished), "the WAL was not synced during the finish");
+
   for (const std::string name : {"run.json", "config.json", "summary.json"}) {
     const std::string file = base + "/" + name;
     // Written at the start, before the first log returned, and not synced then.
@@ -131,28 +139,37 @@ BOOST_AUTO_TEST_CASE(the_start_syncs_nothing_the_first_log_waits_on_and_finish_l
     BOOST_TEST_REQUIRE((written >= 0 && written < first), name << " is in place before the first log returns");
     BOOST_TEST(find(all, "sync", all[static_cast<std::size_t>(written)].from) == -1,
                name << " was synced at the start");
+    BOOST_TEST(find(all, "sync", file) == -1, name << " was synced in place");
+    const long last = find_last(all, "rename", file);
     if (name == "config.json") {
-      // Unchanged since the start: synced in place during the finish, not written again.
-      const long last = find_last(all, "rename", file);
       BOOST_TEST(last == written, "config.json, unchanged since the start, was written again");
-      const long synced = find(all, "sync", file, static_cast<std::size_t>(finish));
-      BOOST_TEST((synced > finish && synced < finished), "config.json was not synced during the finish");
       continue;
     }
-    // Its last version, renamed from a synced file, during the finish.
-    const long last = find_last(all, "rename", file);
-    BOOST_TEST((last > finish && last < finished), name << " is written again by finish");
-    const long synced = find(all, "sync", all[static_cast<std::size_t>(last)].from);
-    BOOST_TEST((synced >= 0 && synced < last), name << "'s last version was not synced before it took its place");
+    // Its last version, written by the finish once the WAL's sync made the end durable, without a sync of its own.
+    BOOST_TEST((last > wal_synced && last < finished), name << " is written again by finish, after the WAL's sync");
+    BOOST_TEST(find(all, "sync", all[static_cast<std::size_t>(last)].from) == -1,
+               name << "'s last version was synced: the WAL's sync covers it");
   }
-  // The rows, the system samples and the WAL: synced during the finish, after the last log.
-  BOOST_TEST(find(all, "sync", base + "/history.jsonl", static_cast<std::size_t>(finish)) != -1);
+  BOOST_TEST(find_last(all, "rename", base + "/run.json") > find_last(all, "rename", base + "/summary.json"),
+             "run.json is not the last file of the end");
+  // The rows: the WAL holds them, so they are not synced; the system samples
+  // (not in the WAL) are, during the finish.
+  BOOST_TEST(find(all, "sync", base + "/history.jsonl") == -1);
   BOOST_TEST(find(all, "sync", base + "/system.jsonl", static_cast<std::size_t>(finish)) != -1);
   // Files never written (no histogram, no image) are not synced: there is nothing in them to lose.
   BOOST_TEST(find(all, "sync", base + "/histograms.jsonl") == -1);
   BOOST_TEST(find(all, "sync", base + "/media.jsonl") == -1);
-  bool wal_synced = false;
-  for (std::size_t i = static_cast<std::size_t>(finish); i < static_cast<std::size_t>(finished); ++i)
-    if (all[i].what == "sync" && all[i].path == base + "/wal") wal_synced = true;
-  BOOST_TEST(wal_synced, "the WAL was not synced during the finish");
+
+  // run.json holds the end's files to their lengths: as they are now, and
+  // as a reader finds them.
+  const chorus::Result<chorus::store::RunRecord> record = chorus::store::read_run_record(base);
+  BOOST_REQUIRE_MESSAGE(record.has_value(), record.error().message());
+  BOOST_TEST(!record->error.has_value(), record->error.value_or(""));
+  std::vector<std::string> named;
+  for (const auto& [name, bytes] : record->lengths) {
+    named.push_back(name);
+    BOOST_TEST(bytes == std::filesystem::file_size(base + "/" + name), name);
+  }
+  const std::vector<std::string> expected = {"history.jsonl", "events.jsonl", "summary.json", "config.json"};
+  BOOST_TEST(named == expected, boost::test_tools::per_element());
 }

@@ -213,6 +213,45 @@ BOOST_AUTO_TEST_CASE(a_run_that_ended_is_never_touched) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(an_ended_run_whose_files_a_crash_cut_short_says_which_and_names_recover) {
+  TempDir dir;
+  spit(dir / "history.jsonl", std::string(100, 'h'));
+  spit(dir / "events.jsonl", std::string(40, 'e'));
+  spit(dir / "summary.json", R"({"_step":41})");
+  RunRecord ended = running_on("another-host-of-the-test");
+  ended.state = "finished";
+  ended.lengths = {{"history.jsonl", 100}, {"events.jsonl", 30}, {"summary.json", 12}};
+  // As the end left them (a line file may have grown since): nothing to say.
+  RunRecord r = ended;
+  BOOST_TEST(apply_liveness(r, dir.str(), now).cut.empty());
+  BOOST_TEST((r == ended));
+
+  // A line file shorter, a file replaced whole of another length, one gone.
+  spit(dir / "history.jsonl", std::string(60, 'h'));
+  spit(dir / "summary.json", R"({})");
+  ended.lengths.emplace_back("config.json", 2);
+  r = ended;
+  const Liveness l = apply_liveness(r, dir.str(), now);
+  BOOST_TEST(r.state == "finished"); // the run did finish: its files are what is wrong
+  BOOST_TEST(l.cut.find("history.jsonl holds 60 bytes, not the 100 the run's end wrote") != std::string::npos, l.cut);
+  BOOST_TEST(l.cut.find("summary.json holds 2 bytes, not the 12") != std::string::npos, l.cut);
+  BOOST_TEST(l.cut.find("config.json is missing") != std::string::npos, l.cut);
+  BOOST_TEST(l.cut.find("events.jsonl") == std::string::npos, l.cut);
+  BOOST_TEST(l.cut.find("`chorus recover " + dir.str() + "`") != std::string::npos, l.cut);
+  BOOST_REQUIRE(r.error.has_value());
+  BOOST_TEST(*r.error == l.cut);
+
+  // An error the run already had comes first; a name that is no file of
+  // the run's end is never looked at.
+  r = ended;
+  r.error = "rank 1 failed";
+  r.lengths = {{"history.jsonl", 61}, {"../../etc/passwd", 1u << 30}, {"run.json", 1}};
+  const Liveness both = apply_liveness(r, dir.str(), now);
+  BOOST_TEST(*r.error == "rank 1 failed; " + both.cut);
+  BOOST_TEST(both.cut.find("passwd") == std::string::npos, both.cut);
+  BOOST_TEST(both.cut.find("run.json") == std::string::npos, both.cut);
+}
+
 BOOST_AUTO_TEST_CASE(read_run_record_reads_run_json_as_readers_report_it) {
   TempDir dir;
   const std::string other = "another-host-of-the-test";

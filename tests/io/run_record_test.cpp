@@ -52,6 +52,7 @@ RunRecord full_record() {
   r.world_size = 2;
   r.rows = 1234;
   r.rejected = 5;
+  r.lengths = {{"history.jsonl", 123456}, {"events.jsonl", 0}, {"summary.json", 88}};
   r.error = "rank 5 exited with code 3 after the run ended";
   r.ranks = {{4, "finished", 99, "node-0", "", 1'700'000'100'312'000},
              {5, "crashed", -1, "node-1", "the run host died", std::nullopt}};
@@ -104,6 +105,9 @@ BOOST_AUTO_TEST_CASE(the_file_keeps_its_keys_and_types) {
   // Times are exact to the microsecond, not rounded through a double.
   BOOST_TEST(json.find(R"("start_time":1700000000.25,"end_time":1700000105.123456,)") != std::string::npos, json);
   BOOST_TEST(json.find(R"("exit_codes":{"4":0,"5":3})") != std::string::npos, json);
+  BOOST_TEST(json.find(R"("lengths":{"history.jsonl":123456,"events.jsonl":0,"summary.json":88},"error":)") !=
+                 std::string::npos,
+             json);
   BOOST_TEST(json.find(R"("ranks":[{"rank":4,"state":"finished","last_step":99,"host":"node-0","message":"",)"
                        R"("joined":1700000100.312},{"rank":5,"state":"crashed","last_step":-1,"host":"node-1",)"
                        R"("message":"the run host died"}])") != std::string::npos,
@@ -282,4 +286,16 @@ BOOST_AUTO_TEST_CASE(a_ranks_join_time_is_written_to_the_millisecond_and_read_ba
   BOOST_TEST(*odd.ranks[2].joined_us == 1'700'000'000'500'000);
   BOOST_TEST(*odd.ranks[5].joined_us == 1'700'000'001'000'000);
   BOOST_TEST(odd.json().find(R"("message":"","joined":1700000000.5})") != std::string::npos, odd.json());
+}
+
+BOOST_AUTO_TEST_CASE(lengths_keep_whole_byte_counts_and_leave_out_the_rest) {
+  const RunRecord r = parse_ok(R"({"id":"x","state":"finished","lengths":{"history.jsonl":10,"events.jsonl":-1,)"
+                               R"("summary.json":"12","config.json":3.5,"rejected.jsonl":18446744073709551615}})");
+  const std::vector<std::pair<std::string, std::uint64_t>> kept = {{"history.jsonl", 10},
+                                                                   {"rejected.jsonl", 18446744073709551615ull}};
+  BOOST_TEST((r.lengths == kept));
+  // Not an object: none kept. And who the run is says nothing of its files.
+  BOOST_TEST(parse_ok(R"({"id":"x","lengths":[1,2]})").lengths.empty());
+  BOOST_TEST(r.identity().lengths.empty());
+  BOOST_TEST(r.identity().json().find("lengths") == std::string::npos);
 }

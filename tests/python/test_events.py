@@ -382,6 +382,16 @@ def test_the_reader_skips_a_damaged_line_and_a_run_without_events(runs_dir):
         events = chorus.open(d).events()
     assert [e.kind for e in events] == ["run_finished"]  # the unfinished last line is left out
     os.remove(path)
+    # The run's end wrote events.jsonl: gone, it is named with the fix.
+    with pytest.raises(chorus.IoError, match=r"events.jsonl is missing, not \d+ .*chorus recover"):
+        chorus.open(d).events()
+    # A run.json without lengths (an earlier version's) and no events.jsonl: no events.
+    record_path = os.path.join(d, "run.json")
+    with open(record_path) as f:
+        record = json.load(f)
+    del record["lengths"]
+    with open(record_path, "w") as f:
+        json.dump(record, f)
     assert chorus.open(d).events() == []
 
 

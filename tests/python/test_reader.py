@@ -86,10 +86,16 @@ def test_damaged_config_names_the_file(runs_dir):
     d = make_run(steps=1)
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write("{")
-    with pytest.raises(chorus.IoError, match="config.json is not valid JSON"):
+    # The run's end recorded config.json's length: the file and the fix are named before it is parsed.
+    with pytest.raises(chorus.IoError, match=r"config.json holds 1 bytes, not the \d+ .*chorus recover"):
         chorus.open(d).config
-    os.remove(os.path.join(d, "summary.json"))
-    assert chorus.open(d).summary == {}
+    # A run.json without lengths (an earlier version's): the file's own damage is named.
+    h = hand_made_run(runs_dir, "no-lengths", state="finished")
+    with open(os.path.join(h, "config.json"), "w") as f:
+        f.write("{")
+    with pytest.raises(chorus.IoError, match="config.json is not valid JSON"):
+        chorus.open(h).config
+    assert chorus.open(h).summary == {}  # no summary.json: an empty one
 
 
 def test_a_live_run_can_be_read(runs_dir):
@@ -182,6 +188,27 @@ def test_a_run_whose_host_lease_expired_reads_crashed(runs_dir):
                                                             "unleased": "running"}
     # The file says what it said: only the reading changed.
     assert record(lost)["state"] == "running"
+
+
+def test_a_run_whose_files_a_crash_cut_short_after_its_end_says_which_and_raises(runs_dir):
+    with chorus.init(project="reader") as run:
+        for s in range(50):
+            run.log({"x": float(s)})
+    view = chorus.open(run.dir)
+    assert view.state == "finished" and view.record["files_cut"] is None
+    assert len(view.history(pandas=False)) == 50
+    # As a crash of the machine may leave it: the rows' last blocks never reached the disk.
+    history = os.path.join(run.dir, "history.jsonl")
+    size = os.path.getsize(history)
+    os.truncate(history, size // 2)
+    view = chorus.open(run.dir)
+    assert view.state == "finished"  # the run did finish: its files are what is wrong
+    cut = view.record["files_cut"]
+    assert f"history.jsonl holds {size // 2} bytes, not the {size}" in cut and f"chorus recover {run.dir}" in cut
+    assert cut in view.record["error"]
+    for read in (lambda: view.history(), lambda: view.summary, lambda: view.events()):
+        with pytest.raises(chorus.IoError, match="history.jsonl holds"):
+            read()
 
 
 HISTOGRAM_COLUMNS = ["_step", "rank", "count", "sum", "min", "max", "nan", "inf", "-inf", "buckets"]

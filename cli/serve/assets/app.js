@@ -198,7 +198,7 @@ async function runsPage(view) {
       return h('tr', { class: 'run', 'data-path': r.path },
         h('td', {}, h('input', { type: 'checkbox', 'data-path': r.path, checked: picked.has(r.path) })),
         h('td', {}, runLink(r.path, r.name || r.id), r.name && r.name !== r.id ? h('span', { class: 'note', text: ' ' + r.id }) : ''),
-        h('td', {}, badge(r.shown_state), r.error || r.host_lost ? h('div', { class: 'note', text: r.error || 'its host was lost', title: r.run_error || '' }) : ''),
+        h('td', {}, badge(r.shown_state), r.error || r.host_lost || r.files_cut ? h('div', { class: 'note', text: r.error || (r.host_lost ? 'its host was lost' : 'files cut short: chorus recover rebuilds them'), title: r.run_error || '' }) : ''),
         h('td', { class: 'num', text: (r.world_size ?? '') + (r.crashed_ranks ? ` (${r.crashed_ranks} crashed)` : '') }),
         h('td', { text: fmtTime(r.start_time) }),
         h('td', { class: 'num', text: fmtDuration(r.duration) }),
