@@ -46,7 +46,10 @@ refuses it. A run whose host is gone (its lease expired, or on the host's
 own machine nobody holds its write-ahead log) has crashed: sync first
 rebuilds its files from its write-ahead log, as `chorus recover` does (the
 rows the host committed but never wrote to history.jsonl, and the end
-state), keeping the files it replaces as NAME.bak, then uploads them.
+state), keeping the files it replaces as NAME.bak, then uploads them. So
+does a run whose files a crash of the machine cut short after its end
+(shorter than its run.json records them): its files are rebuilt from the
+log, then uploaded; without the log it is not uploaded.
 
 exit codes: 0 everything uploaded (or --status printed), 1 something was
 left (the message says whether syncing again goes on, or what must change
@@ -147,26 +150,17 @@ std::string count(std::uint64_t n) {
   return buf;
 }
 
-/// A run whose host is known to be gone, its files rebuilt from its WAL
-/// before they are uploaded: once the end state is delivered, rows that only
-/// the WAL held would never go up. False (said on stderr) where the rebuild
-/// failed: uploading then would deliver the end without those rows.
-bool rebuild_lost_run(const std::string& dir, const RunInfo& info, const std::string& label) {
-  struct stat st {};
-  if (::lstat((dir + "/wal").c_str(), &st) != 0) {
-    // Copied here without its WAL, say: the files are all there is.
-    std::fprintf(stderr,
-                 "chorus sync: %s crashed: %s; it has no write-ahead log here (%s/wal) to rebuild its files from: "
-                 "uploading what its files hold, then its end state\n",
-                 label.c_str(), info.liveness.why.c_str(), dir.c_str());
-    return true;
-  }
+/// Rebuilds the run in `dir` from its WAL (as `chorus recover` does, the
+/// replaced files kept as NAME.bak) before its files are uploaded: once the
+/// end state is delivered, rows that only the WAL held would never go up.
+/// `what` says why, after the run's label. False (said on stderr) where the
+/// rebuild failed: uploading then would deliver the end without those rows.
+bool rebuild_from_wal(const std::string& dir, const std::string& label, const std::string& what,
+                      const RecoverOptions& o) {
   std::fprintf(stderr,
-               "chorus sync: %s crashed: %s; rebuilding its files from its write-ahead log (as `chorus recover` "
+               "chorus sync: %s %s; rebuilding its files from its write-ahead log (as `chorus recover` "
                "does; the replaced ones kept as NAME.bak), then uploading every committed row and its end state\n",
-               label.c_str(), info.liveness.why.c_str());
-  RecoverOptions o;
-  o.unended_reason = "the run host died before this rank finished (marked by chorus sync, from the write-ahead log)";
+               label.c_str(), what.c_str());
   if (const Result<std::string> report = recover_run(dir, o); !report) {
     std::fprintf(stderr,
                  "chorus sync: %s: its files could not be rebuilt from its write-ahead log: %s. Nothing was uploaded: "
@@ -177,6 +171,41 @@ bool rebuild_lost_run(const std::string& dir, const RunInfo& info, const std::st
     return false;
   }
   return true;
+}
+
+bool has_wal(const std::string& dir) {
+  struct stat st {};
+  return ::lstat((dir + "/wal").c_str(), &st) == 0;
+}
+
+/// A run whose host is known to be gone: rebuilt from its WAL where it has
+/// one here; else its files are all there is, and they go up as they are.
+bool rebuild_lost_run(const std::string& dir, const RunInfo& info, const std::string& label) {
+  if (!has_wal(dir)) {
+    // Copied here without its WAL, say: the files are all there is.
+    std::fprintf(stderr,
+                 "chorus sync: %s crashed: %s; it has no write-ahead log here (%s/wal) to rebuild its files from: "
+                 "uploading what its files hold, then its end state\n",
+                 label.c_str(), info.liveness.why.c_str(), dir.c_str());
+    return true;
+  }
+  RecoverOptions o;
+  o.unended_reason = "the run host died before this rank finished (marked by chorus sync, from the write-ahead log)";
+  return rebuild_from_wal(dir, label, "crashed: " + info.liveness.why, o);
+}
+
+/// A run whose files a crash of the machine cut short after its end:
+/// rebuilt from its WAL, which holds them whole. Without the log nothing
+/// goes up: the end state would close the upload on files that lack rows.
+bool rebuild_cut_run(const std::string& dir, const RunInfo& info, const std::string& label) {
+  if (!has_wal(dir)) {
+    std::fprintf(stderr,
+                 "chorus sync: %s: %s; it has no write-ahead log here (%s/wal) to rebuild them from: nothing was "
+                 "uploaded; sync it where its log is\n",
+                 label.c_str(), info.liveness.cut.c_str(), dir.c_str());
+    return false;
+  }
+  return rebuild_from_wal(dir, label, "has files a crash of the machine cut short: " + info.liveness.cut, {});
 }
 
 /// Uploads one run; true when its end state (or, for a run without one,
@@ -192,6 +221,9 @@ bool sync_run(const std::string& dir, const upload::UploadTarget& target, double
   if (info.host_lost()) {
     if (!rebuild_lost_run(dir, info, label)) return false;
     info = read_run(dir); // run.json now records the end the log gives (or still reads crashed, from its lease)
+  } else if (!info.liveness.cut.empty()) {
+    if (!rebuild_cut_run(dir, info, label)) return false;
+    info = read_run(dir);
   }
   // A run whose host is lost reads crashed here as in the Uploader (upload::RunSnapshot): its end goes up.
   const bool ended = info.readable() && info.reported_state() != "running";

@@ -438,16 +438,17 @@ BOOST_AUTO_TEST_CASE(a_run_a_full_disk_failed_keeps_failed_and_the_disk_error_af
 
 // A real job's run, finished, whose files a crash of the machine cut short
 // after the end (the end syncs only the WAL): every reader says which file
-// and names recover; the upload refuses to send it; recover rebuilds the
-// files to the same bytes.
+// and names recover; sync rebuilds the files from the WAL before it uploads
+// (and, without the WAL, uploads nothing); recover rebuilds them to the same
+// bytes.
 BOOST_AUTO_TEST_CASE(files_a_crash_cut_short_after_the_end_are_named_and_rebuilt_to_the_same_bytes) {
   TempDir tmp;
   const std::string worker = std::string(CHORUS_BINARY_DIR) + "/bin/chorus_e2e_worker";
-  const std::string cmd = "CHORUS_DIR=" + tmp.path.string() + " CHORUS_SYSTEM_INTERVAL=0 timeout -s KILL 60 " + worker +
-                          " --steps 300 >" + (tmp.path / "job.out").string() + " 2>&1";
+  const std::string cmd = "CHORUS_DIR=" + (tmp.path / "runs").string() + " CHORUS_SYSTEM_INTERVAL=0 timeout -s KILL 60 " +
+                          worker + " --steps 300 >" + (tmp.path / "job.out").string() + " 2>&1";
   BOOST_REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, read_text(tmp.path / "job.out").substr(0, 2000));
   fs::path dir;
-  for (const auto& e : fs::recursive_directory_iterator(tmp.path))
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path / "runs"))
     if (e.path().filename() == "wal") dir = e.path().parent_path();
   BOOST_REQUIRE(!dir.empty());
   BOOST_REQUIRE_MESSAGE(run_state(dir) == "finished", read_text(dir / "run.json"));
@@ -457,23 +458,41 @@ BOOST_AUTO_TEST_CASE(files_a_crash_cut_short_after_the_end_are_named_and_rebuilt
 
   // As a crash of the machine may leave them: the rows' last blocks never
   // reached the disk, and summary.json is the start's.
-  fs::resize_file(dir / "history.jsonl", history.size() / 2);
-  write_text(dir / "summary.json", "{}\n");
+  const auto cut_files = [&] {
+    fs::resize_file(dir / "history.jsonl", history.size() / 2);
+    write_text(dir / "summary.json", "{}\n");
+  };
+  cut_files();
   const std::string cut = "history.jsonl holds " + std::to_string(history.size() / 2) + " bytes, not the " +
                           std::to_string(history.size()) + " the run's end wrote";
   for (const std::vector<std::string>& args : {std::vector<std::string>{"show", dir.string()},
-                                               std::vector<std::string>{"ls", tmp.path.string()}}) {
+                                               std::vector<std::string>{"ls", (tmp.path / "runs").string()}}) {
     const Output o = run_chorus(args);
     BOOST_TEST_INFO(args[0] << ": stdout: " << o.out << "\nstderr: " << o.err);
     BOOST_TEST(contains(o.out + o.err, cut));
     BOOST_TEST(contains(o.out + o.err, "summary.json holds 3 bytes"));
     BOOST_TEST(contains(o.out + o.err, "chorus recover"));
   }
-  const Output sync = run_chorus({"sync", dir.string(), "--to", "mlflow://127.0.0.1:9"});
-  BOOST_TEST_INFO("sync: stdout: " << sync.out << "\nstderr: " << sync.err);
-  BOOST_TEST(sync.code != 0);
-  BOOST_TEST(contains(sync.err, cut));
 
+  // Without its WAL, sync sends nothing; with it, sync rebuilds the files first.
+  const std::string board = "tensorboard:" + (tmp.path / "board").string();
+  fs::rename(dir / "wal", tmp.path / "wal");
+  const Output refused = run_chorus({"sync", dir.string(), "--to", board});
+  BOOST_TEST_INFO("sync without the WAL: stdout: " << refused.out << "\nstderr: " << refused.err);
+  BOOST_TEST(refused.code != 0);
+  BOOST_TEST(contains(refused.err, cut));
+  BOOST_TEST(contains(refused.err, "nothing was uploaded"));
+  BOOST_TEST(!fs::exists(tmp.path / "board"));
+  fs::rename(tmp.path / "wal", dir / "wal");
+  const Output synced = run_chorus({"sync", dir.string(), "--to", board});
+  BOOST_TEST_INFO("sync: stdout: " << synced.out << "\nstderr: " << synced.err);
+  BOOST_TEST(synced.code == 0);
+  BOOST_TEST(contains(synced.err, "rebuilding its files from its write-ahead log"));
+  BOOST_TEST(read_text(dir / "history.jsonl") == history);
+  BOOST_TEST(read_text(dir / "summary.json") == summary);
+
+  // recover alone does the same.
+  cut_files();
   const Output o = run_chorus({"recover", dir.string()});
   BOOST_TEST_INFO("recover: stdout: " << o.out << "\nstderr: " << o.err);
   BOOST_TEST(o.code == 0);
