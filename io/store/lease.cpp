@@ -190,7 +190,10 @@ namespace {
 /// a path that run.json names.
 std::string cut_files(const RunRecord& r, const std::string& run_dir) {
   std::string cut;
-  for (const auto& [name, recorded] : r.lengths) {
+  for (const auto& length : r.lengths) {
+    // Named, not bound: clang before 16 cannot capture a structured binding in a lambda.
+    const std::string& name = length.first;
+    const std::uint64_t recorded = length.second;
     const auto* b = std::find_if(std::begin(backed_files), std::end(backed_files),
                                  [&](const BackedFile& f) { return f.name == name; });
     if (b == std::end(backed_files)) continue;
