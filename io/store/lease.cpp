@@ -197,13 +197,11 @@ std::string cut_files(const RunRecord& r, const std::string& run_dir) {
     const auto* b = std::find_if(std::begin(backed_files), std::end(backed_files),
                                  [&](const BackedFile& f) { return f.name == name; });
     if (b == std::end(backed_files)) continue;
-    struct stat st {};
-    const bool there = ::lstat((run_dir + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode);
-    const auto size = there ? static_cast<std::uint64_t>(st.st_size) : 0;
-    if (there && (b->replaced ? size == recorded : size >= recorded)) continue;
+    const std::optional<std::uint64_t> size = file_length(run_dir, name);
+    if (size && (b->replaced ? *size == recorded : *size >= recorded)) continue;
     cut.append(cut.empty() ? "" : ", ").append(name);
-    if (there)
-      cut.append(" holds ").append(std::to_string(size)).append(" bytes, not the ");
+    if (size)
+      cut.append(" holds ").append(std::to_string(*size)).append(" bytes, not the ");
     else
       cut.append(" is missing, not ");
     cut.append(std::to_string(recorded)).append(" the run's end wrote");
@@ -255,9 +253,11 @@ Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t n
   return l;
 }
 
-Result<RunRecord> read_run_record(const std::string& run_dir) {
+Result<RunRecord> read_run_record(const std::string& run_dir, Liveness* liveness) {
   Result<RunRecord> r = RunRecord::read(run_dir + "/run.json");
-  if (r) apply_liveness(*r, run_dir, platform::unix_now_us());
+  if (!r) return r;
+  Liveness l = apply_liveness(*r, run_dir, platform::unix_now_us());
+  if (liveness) *liveness = std::move(l);
   return r;
 }
 

@@ -98,10 +98,12 @@ struct Liveness {
 /// files are left as they are: `chorus recover` rebuilds them, and a command
 /// that writes run.json back (`chorus launch`) reads it with
 /// RunRecord::read, never through here.
-/// Returns the liveness it went by (unknown, not asked, for a run not "running").
+/// Returns the liveness it went by (unknown, not asked, for a run not
+/// "running", with `cut` filled in for one that ended).
 Liveness apply_liveness(RunRecord& r, const std::string& run_dir, std::int64_t now_us);
 
-/// RunRecord::read(run_dir + "/run.json"), then apply_liveness at the current time.
-[[nodiscard]] Result<RunRecord> read_run_record(const std::string& run_dir);
+/// RunRecord::read(run_dir + "/run.json"), then apply_liveness at the
+/// current time; `liveness`, where given, takes what that went by.
+[[nodiscard]] Result<RunRecord> read_run_record(const std::string& run_dir, Liveness* liveness = nullptr);
 
 } // namespace chorus::store

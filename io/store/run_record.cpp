@@ -6,6 +6,8 @@
 
 #include <simdjson.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <charconv>
 #include <climits>
@@ -221,6 +223,13 @@ struct Out {
 };
 
 } // namespace
+
+std::optional<std::uint64_t> file_length(const std::string& run_dir, std::string_view name) {
+  struct stat st {};
+  const std::string path = run_dir + "/" + std::string(name);
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return static_cast<std::uint64_t>(st.st_size);
+}
 
 std::string failure_of_exit_codes(const ExitCodes& codes) {
   for (const auto& [rank, code] : codes)

@@ -50,6 +50,10 @@ inline constexpr BackedFile backed_files[] = {
     {"history.jsonl", false}, {"histograms.jsonl", false}, {"media.jsonl", false}, {"rejected.jsonl", false},
     {"events.jsonl", false},  {"summary.json", true},      {"config.json", true},  {"metrics.json", true}};
 
+/// The length in bytes of the regular file `name` in `run_dir` (a link is
+/// not followed): none where there is no such file.
+[[nodiscard]] std::optional<std::uint64_t> file_length(const std::string& run_dir, std::string_view name);
+
 /// Who a run is, as its host knew it at the start: run.json's identity.
 struct RunIdentity {
   std::string id, name, project, group, job_type, notes;

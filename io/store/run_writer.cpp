@@ -14,7 +14,6 @@
 #include "runtime/core/wire.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -351,11 +350,8 @@ struct RunWriter::State {
   /// (RunRecord::lengths); a file that cannot be looked at is left out.
   [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> lengths() const {
     std::vector<std::pair<std::string, std::uint64_t>> out;
-    for (const BackedFile& b : backed_files) {
-      struct stat st {};
-      if (::lstat(file(b.name).c_str(), &st) == 0 && S_ISREG(st.st_mode))
-        out.emplace_back(std::string(b.name), static_cast<std::uint64_t>(st.st_size));
-    }
+    for (const BackedFile& b : backed_files)
+      if (const std::optional<std::uint64_t> n = file_length(dir, b.name)) out.emplace_back(std::string(b.name), *n);
     return out;
   }
 

@@ -3,7 +3,6 @@
 // crashed, and its end state goes up with what its files hold.
 #include "io/upload/upload.hpp"
 
-#include "io/platform/posix.hpp"
 #include "io/store/lease.hpp"
 
 #include <algorithm>
@@ -18,8 +17,8 @@ std::int64_t seconds_to_ms(double s) { return static_cast<std::int64_t>(std::llr
 
 Result<RunSnapshot> RunSnapshot::read(const std::string& run_dir) {
   const std::string path = run_dir + "/run.json";
-  Result<store::RunRecord> run = store::RunRecord::read(path);
-  const store::Liveness liveness = run ? store::apply_liveness(*run, run_dir, platform::unix_now_us()) : store::Liveness{};
+  store::Liveness liveness;
+  const Result<store::RunRecord> run = store::read_run_record(run_dir, &liveness);
   // Files a crash of the machine cut short go up once rebuilt, never as they are.
   if (!liveness.cut.empty()) return Error(Errc::io_error, run_dir + ": " + liveness.cut);
   if (!run) {
