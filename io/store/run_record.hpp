@@ -90,11 +90,13 @@ struct RunRecord : RunIdentity {
   /// The last attempt's exit codes, once launch has recorded them.
   std::optional<ExitCodes> exit_codes;
   std::optional<std::int64_t> world_size, rows, rejected;
-  /// The files the run's end wrote without waiting for the disk (its WAL's
-  /// sync made the end durable; RunWriter::end_backed_by_wal) and their
-  /// lengths in bytes then, in the order written: a reader that finds one
-  /// shorter (a crash of the machine cut it) says so and names `chorus
-  /// recover` (store::apply_liveness). Written only once the run has ended.
+  /// The files the WAL holds (backed_files) that the run's end left, and
+  /// their lengths in bytes then: the live host's end writes them without
+  /// waiting for the disk (its WAL's sync made the end durable;
+  /// RunWriter::end_backed_by_wal), `chorus recover` and a host whose WAL
+  /// failed sync them. A reader that finds one shorter (a crash of the
+  /// machine cut it) says so and names `chorus recover`
+  /// (store::apply_liveness). Written only once the run has ended.
   std::vector<std::pair<std::string, std::uint64_t>> lengths;
   /// Why the run failed, or what of its files could not be written.
   std::optional<std::string> error;
