@@ -124,6 +124,20 @@ void Ring::wake_waiting() noexcept {
   ::syscall(SYS_futex, &freed_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+bool Ring::try_reserve_shared(std::uint32_t n, std::uint64_t& pos) noexcept {
+  if (owner_.load(std::memory_order_relaxed) != thread_token() && !handed_over_.load(std::memory_order_acquire) &&
+      claim())
+    return try_reserve(n, pos); // the first reservation: this thread owns the ring now
+  std::uint64_t h = head_.load(std::memory_order_relaxed);
+  for (;;) {
+    if (h + n - tail_.load(std::memory_order_acquire) > capacity()) return false;
+    if (head_.compare_exchange_weak(h, h + n, std::memory_order_relaxed, std::memory_order_relaxed)) {
+      pos = h;
+      return true;
+    }
+  }
+}
+
 bool Ring::claim() noexcept {
   if (platform::asymmetric_fences()) {
     const void* none = nullptr;

@@ -124,31 +124,20 @@ public:
 
   [[nodiscard]] std::size_t capacity() const noexcept { return mask_ + 1; }
 
-  /// Reserves n consecutive positions; false if they do not fit now.
-  bool try_reserve(std::uint32_t n, std::uint64_t& pos) noexcept {
-    if (owner_.load(std::memory_order_relaxed) == thread_token()) [[likely]] {
-      busy_.store(true, platform::light_order);
-      platform::light_fence();
-      if (!shared_.load(platform::light_order)) [[likely]] {
-        const std::uint64_t h = head_.load(std::memory_order_relaxed);
-        const bool fits = h + n - tail_.load(std::memory_order_acquire) <= capacity();
-        if (fits) head_.store(h + n, std::memory_order_relaxed);
-        busy_.store(false, std::memory_order_release);
-        pos = h;
-        return fits;
-      }
-      busy_.store(false, std::memory_order_release);
-    } else if (!handed_over_.load(std::memory_order_acquire)) [[unlikely]] {
-      if (claim()) return try_reserve(n, pos);
+  /// Reserves n consecutive positions; false if they do not fit now. The
+  /// owner's path is inline in the trainer's call; the rest is out of line.
+  [[gnu::always_inline]] bool try_reserve(std::uint32_t n, std::uint64_t& pos) noexcept {
+    switch (try_owner(n, pos)) {
+    case Owned::reserved: return true;
+    case Owned::full: return false;
+    case Owned::not_owned: break;
     }
-    std::uint64_t h = head_.load(std::memory_order_relaxed);
-    for (;;) {
-      if (h + n - tail_.load(std::memory_order_acquire) > capacity()) return false;
-      if (head_.compare_exchange_weak(h, h + n, std::memory_order_relaxed, std::memory_order_relaxed)) {
-        pos = h;
-        return true;
-      }
-    }
+    return try_reserve_shared(n, pos);
+  }
+  /// try_reserve's owner path alone: false where the positions do not fit,
+  /// or this thread does not own the ring (or it is shared).
+  [[gnu::always_inline]] bool try_reserve_owned(std::uint32_t n, std::uint64_t& pos) noexcept {
+    return try_owner(n, pos) == Owned::reserved;
   }
   Slot& at(std::uint64_t pos) noexcept { return slots_[pos & mask_]; }
   /// Publishes the slot at `pos` with `stamp` (63 bits; 0 where the slot carries no time).
@@ -188,6 +177,27 @@ public:
   [[nodiscard]] bool shared() const noexcept { return handed_over_.load(std::memory_order_acquire); }
 
 private:
+  enum class Owned : std::uint8_t { reserved, full, not_owned };
+  /// The owner's reservation, with the plain store (see the class comment).
+  [[gnu::always_inline]] Owned try_owner(std::uint32_t n, std::uint64_t& pos) noexcept {
+    if (owner_.load(std::memory_order_relaxed) != thread_token()) [[unlikely]]
+      return Owned::not_owned;
+    busy_.store(true, platform::light_order);
+    platform::light_fence();
+    if (shared_.load(platform::light_order)) [[unlikely]] {
+      busy_.store(false, std::memory_order_release);
+      return Owned::not_owned;
+    }
+    const std::uint64_t h = head_.load(std::memory_order_relaxed);
+    const bool fits = h + n - tail_.load(std::memory_order_acquire) <= capacity();
+    if (fits) head_.store(h + n, std::memory_order_relaxed);
+    busy_.store(false, std::memory_order_release);
+    pos = h;
+    return fits ? Owned::reserved : Owned::full;
+  }
+  /// try_reserve where this thread does not own the ring, or it is shared:
+  /// the first reservation claims it (claim), the others use the CAS.
+  [[gnu::noinline]] bool try_reserve_shared(std::uint32_t n, std::uint64_t& pos) noexcept;
   /// This thread's identity: its thread pointer, one register read.
   static const void* thread_token() noexcept { return __builtin_thread_pointer(); }
   /// A reservation by a thread that is not the owner while the ring is not

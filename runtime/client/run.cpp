@@ -236,8 +236,36 @@ template <bool ToWriter, Room R>
   return Pending(&channel_, seq, false);
 }
 
-Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+Pending RunImpl::log_default(std::span<const Metric> values, const LogOptions& opts) noexcept {
   return log_into<false>(0, values, opts);
+}
+
+[[gnu::always_inline]] inline Pending RunImpl::log_one(const Metric& value, const LogOptions& opts) noexcept {
+  const std::uint64_t stamp = clock_.now();
+  std::uint32_t id;
+  std::uint64_t pos;
+  if (closed_.load(std::memory_order_relaxed) || (opts.step && *opts.step < 0) ||
+      !known::find(known::hash_key(value.key), value.key, id) || id == KeyTable::invalid ||
+      !ring_.try_reserve_owned(1, pos)) [[unlikely]]
+    return log_default({&value, 1}, opts);
+  // As log_with's first slot, for a call of one value.
+  Slot& s = ring_.at(pos);
+  ring_.prefetch(pos + prefetch_ahead);
+  s.key = id;
+  s.value = value.value;
+  s.kind = SlotKind::values_head;
+  s.count = 1;
+  s.step = opts.step ? *opts.step : core::wire::auto_step;
+  note_step(opts.step);
+  ring_.publish(s, pos, stamp);
+  channel_.wake();
+  return Pending(&channel_, pos + 1, false);
+}
+
+Pending RunImpl::log(std::span<const Metric> values, const LogOptions& opts) noexcept {
+  if (values.size() == 1) [[likely]]
+    return log_one(values[0], opts);
+  return log_default(values, opts);
 }
 
 std::uint32_t RunImpl::take_stream_id() noexcept {

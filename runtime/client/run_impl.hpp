@@ -162,7 +162,7 @@ public:
 
 private:
   /// Reserves n slots, as `room` says (reserve_slow waits or drops where the ring is full).
-  bool reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept {
+  [[gnu::always_inline]] bool reserve(std::uint32_t n, std::uint64_t& pos, Room room) noexcept {
     return ring_.try_reserve(n, pos) || reserve_slow(n, pos, room);
   }
   bool reserve_slow(std::uint32_t n, std::uint64_t& pos, Room room) noexcept;
@@ -176,6 +176,13 @@ private:
   template <bool ToWriter, Room R>
   [[gnu::always_inline]] Pending log_with(std::uint32_t stream, std::span<const Metric> values, const LogOptions& opts,
                                           bool* no_room, std::uint32_t* ids) noexcept;
+  /// log()'s call of one value whose key is known, on a ring this thread
+  /// owns with room: straight to its slot. Anything else (finished, a
+  /// negative step, a key not yet known or refused, no room, a shared ring)
+  /// is log_default's, which has every check and makes no change before them.
+  [[gnu::always_inline]] Pending log_one(const Metric& value, const LogOptions& opts) noexcept;
+  /// log() of the default stream, out of line.
+  [[gnu::noinline]] Pending log_default(std::span<const Metric> values, const LogOptions& opts) noexcept;
   /// A call of more than stack_ids values: its ids on the heap, once a thread.
   template <bool ToWriter, Room R>
   [[gnu::cold, gnu::noinline]] Pending log_large(std::uint32_t stream, std::span<const Metric> values,

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,7 +20,9 @@
 #include <vector>
 #include <map>
 #include <set>
+#include <span>
 #include <thread>
+#include <utility>
 
 using namespace e2e;
 
@@ -350,6 +353,47 @@ BOOST_AUTO_TEST_CASE(braced_lists_keep_every_entry_even_after_a_bad_key) {
   BOOST_TEST(rows[0].num.at("a") == 1.0);
   BOOST_TEST(rows[0].num.at("b") == 3.0);
   for (int i = 0; i < 16; ++i) BOOST_TEST(rows[1].num.at("k" + std::to_string(i)) == i);
+}
+
+namespace {
+
+/// A braced list of N entries (each length is a constructor of its own)
+/// gives exactly those entries, in order, for host and device values.
+template <std::size_t N>
+void check_braced_list_of(std::size_t& checked) {
+  static const std::array<std::string, 16> names = {"k0", "k1", "k2",  "k3",  "k4",  "k5",  "k6",  "k7",
+                                                    "k8", "k9", "k10", "k11", "k12", "k13", "k14", "k15"};
+  static const float device[16] = {};
+  std::array<chorus::Metric, N> host;
+  std::array<chorus::DeviceMetric, N> dev;
+  for (std::size_t i = 0; i < N; ++i) {
+    host[i] = {names[i], static_cast<double>(i) + 0.5};
+    dev[i] = {names[i], device + i};
+  }
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const chorus::Metrics list{host[I]...};
+    const chorus::DeviceMetrics device_list{dev[I]...};
+    const std::span<const chorus::Metric> s = list;
+    const std::span<const chorus::DeviceMetric> d = device_list;
+    BOOST_REQUIRE_EQUAL(s.size(), N);
+    BOOST_REQUIRE_EQUAL(d.size(), N);
+    for (std::size_t i = 0; i < N; ++i) {
+      BOOST_TEST(s[i].key == names[i]);
+      BOOST_TEST(s[i].value == static_cast<double>(i) + 0.5);
+      BOOST_TEST(d[i].key == names[i]);
+      BOOST_TEST(d[i].value == device + i);
+    }
+  }(std::make_index_sequence<N>{});
+  ++checked;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_braced_list_of_each_length_gives_its_entries_and_no_more) {
+  std::size_t checked = 0;
+  [&]<std::size_t... N>(std::index_sequence<N...>) { (check_braced_list_of<N + 1>(checked), ...); }(
+      std::make_index_sequence<chorus::Metrics::capacity>{});
+  BOOST_TEST(checked == 16u);
 }
 
 namespace {

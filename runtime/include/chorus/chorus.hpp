@@ -165,33 +165,63 @@ using CudaStream = void*;
 enum class DeviceDtype : std::uint8_t { float32 = 0, float16 = 1, bfloat16 = 2 };
 
 namespace detail {
-/// Marks the entries of a BracedList that a braced list left out: its
-/// address is chorus's own, so no key a caller passes (even an empty or null
-/// one) has it.
-inline constexpr char omitted_metric[1] = {};
-
 /// A braced list of up to 16 entries, `run.log({{"loss", l}, {"lr", lr}})`,
 /// held inline. It stands in for std::initializer_list on purpose: GCC 12
 /// cannot keep an initializer_list's array alive across a `co_await` ("array
 /// used as initializer"), while this is a plain trivially destructible
 /// object. For more values, pass a span (a vector or array you refill).
+/// One constructor per length: a call writes the entries it has and no
+/// more (a list of one value is 24 bytes on the caller's stack, not 384).
 template <class T>
 class BracedList {
 public:
   static constexpr std::size_t capacity = 16;
-  static constexpr T omitted{std::string_view(omitted_metric, 0), {}};
-  // One parameter per element of the braced list.
-  BracedList(T m0, T m1 = omitted, T m2 = omitted, T m3 = omitted, T m4 = omitted, T m5 = omitted, T m6 = omitted,
-             T m7 = omitted, T m8 = omitted, T m9 = omitted, T m10 = omitted, T m11 = omitted, T m12 = omitted,
-             T m13 = omitted, T m14 = omitted, T m15 = omitted) noexcept
-      : items_{m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15} {
-    while (size_ < capacity && items_[size_].key.data() != omitted_metric) ++size_;
+  BracedList(T m0) noexcept { fill(m0); }
+  BracedList(T m0, T m1) noexcept { fill(m0, m1); }
+  BracedList(T m0, T m1, T m2) noexcept { fill(m0, m1, m2); }
+  BracedList(T m0, T m1, T m2, T m3) noexcept { fill(m0, m1, m2, m3); }
+  BracedList(T m0, T m1, T m2, T m3, T m4) noexcept { fill(m0, m1, m2, m3, m4); }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5) noexcept { fill(m0, m1, m2, m3, m4, m5); }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6) noexcept { fill(m0, m1, m2, m3, m4, m5, m6); }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7) noexcept { fill(m0, m1, m2, m3, m4, m5, m6, m7); }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9, T m10) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9, T m10, T m11) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9, T m10, T m11, T m12) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9, T m10, T m11, T m12, T m13) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9, T m10, T m11, T m12, T m13, T m14) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14);
+  }
+  BracedList(T m0, T m1, T m2, T m3, T m4, T m5, T m6, T m7, T m8, T m9, T m10, T m11, T m12, T m13, T m14,
+             T m15) noexcept {
+    fill(m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15);
   }
   operator std::span<const T>() const noexcept { return {items_, size_}; }
 
 private:
-  T items_[capacity];
-  std::size_t size_ = 1;
+  template <class... M>
+  void fill(M... m) noexcept {
+    std::size_t i = 0;
+    ((items_[i++] = m), ...);
+    size_ = sizeof...(M);
+  }
+  union { // left unwritten past size_
+    T items_[capacity];
+  };
+  std::size_t size_;
 };
 } // namespace detail
 
