@@ -29,6 +29,11 @@ constexpr std::size_t max_slots_per_frame = 16384;
 // large), far below what a link takes (actors/links/link_framing.hpp).
 constexpr std::size_t max_frame_bytes = std::size_t{32} << 20;
 constexpr int max_frames_in_flight = 4;
+// A frame's buffer is reserved at once for the slots waiting (this many
+// bytes a slot, about a value's), so that its pages are touched only as
+// bytes are written, never twice by a doubling's copy: a page fault costs
+// several µs on a VM, and a burst's frame is made inside the finish.
+constexpr std::size_t frame_bytes_per_slot = 16;
 // With nothing to send the proxy polls its ring every millisecond, and after
 // a while parks: it polls every 50 ms and producers wake it (Channel::wake).
 // Polling every millisecond for ever would keep CAF's scheduler threads out of
@@ -284,6 +289,8 @@ bool drain(proxy_ptr self) {
   std::uint64_t pos = st.read_pos;
   if (ring.peek(pos) == nullptr) return false;
   st.frame.clear();
+  const auto waiting = static_cast<std::size_t>(std::min<std::uint64_t>(ring.head() - pos, max_slots_per_frame));
+  if (st.frame.capacity() < waiting * frame_bytes_per_slot) st.frame.reserve(waiting * frame_bytes_per_slot);
   core::wire::BatchWriter w(st.frame, st.rank);
   st.stamps.anchor(); // after the first slot was seen: the frame's slots were stamped before it, or barely after
   const std::uint64_t end = pos + max_slots_per_frame;

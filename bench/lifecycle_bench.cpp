@@ -8,7 +8,10 @@
 // - finish after the last log, local store (target <= one fdatasync + 1 ms): a single
 //   process logs 1000 steps x 10 values and calls finish().wait() at once;
 //   the clock runs from the return of the last log to the return of finish,
-//   so it covers committing the tail, the summary, run.json and the fsyncs.
+//   so it covers committing the tail, the summary, run.json and the fsyncs;
+// - the page faults that single process takes in init and in that finish
+//   (every thread's): where a fault costs several µs (a VM), they are much
+//   of both.
 //
 //   bench_lifecycle                 the benchmark
 //   bench_lifecycle --single DIR    one single-process run (what it starts)
@@ -19,6 +22,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <array>
@@ -45,6 +49,14 @@ void log_steps(chorus::Run& run, int rank, int steps) {
   }
 }
 
+/// Page faults the process has taken so far (every thread's): a VM where
+/// one costs several µs spends much of init and finish on them.
+double faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt + u.ru_majflt);
+}
+
 int single_main(const char* dir) {
   chorus::Options opt;
   opt.read_env = false;
@@ -54,9 +66,11 @@ int single_main(const char* dir) {
   opt.mode = chorus::Mode::shared;
   opt.system_interval = 0;
 
+  const double f0 = faults();
   const std::int64_t t0 = bench::now_ns();
   chorus::Run run = chorus::init(opt);
   const std::int64_t t_init = bench::now_ns();
+  const double f_init = faults();
   chorus::Pending first = run.log({{"loss", 1.0}});
   const std::int64_t t_log = bench::now_ns();
   if (chorus::Error e = first.wait()) std::fprintf(stderr, "first log: %s\n", e.message().c_str());
@@ -65,8 +79,10 @@ int single_main(const char* dir) {
   // Finish right after the last log: the tail is still in flight.
   log_steps(run, 0, tail_steps);
   const std::int64_t t_last = bench::now_ns();
+  const double f_last = faults();
   chorus::FinishResult r = run.finish().wait();
   const std::int64_t t_fin = bench::now_ns();
+  const double f_fin = faults();
   if (r.error || r.rows != tail_steps + 1u) {
     std::fprintf(stderr, "finish: %s, %llu rows\n", r.error.message().c_str(), static_cast<unsigned long long>(r.rows));
     return 5;
@@ -75,6 +91,8 @@ int single_main(const char* dir) {
   bench::report("first_log_ms", static_cast<double>(t_log - t0) / 1e6);
   bench::report("first_commit_ms", static_cast<double>(t_commit - t0) / 1e6);
   bench::report("finish_ms", static_cast<double>(t_fin - t_last) / 1e6);
+  bench::report("init_faults", f_init - f0);
+  bench::report("finish_faults", f_fin - f_last);
 
   // Finish with nothing in flight: the fixed cost alone.
   opt.run_id = "idle";
@@ -162,6 +180,7 @@ int main(int argc, char** argv) {
               single_reps, job_reps, job_world);
   bool ok = true;
   Series init, first_log, first_commit, finish, finish_idle, second_init;
+  Series init_faults{{}, 0}, finish_faults{{}, 0};
   for (int i = 0; i < single_reps; ++i) {
     bench::TempDir dir;
     // A single process: the child ignores the environment (read_env = false, one-process topology).
@@ -175,6 +194,8 @@ int main(int argc, char** argv) {
     finish.v.push_back(f["finish_ms"]);
     finish_idle.v.push_back(f["finish_idle_ms"]);
     second_init.v.push_back(f["second_init_ms"]);
+    init_faults.v.push_back(f["init_faults"]);
+    finish_faults.v.push_back(f["finish_faults"]);
   }
 
   Series connected, launched, host_finish, host_init, other_init;
@@ -246,8 +267,9 @@ int main(int argc, char** argv) {
   t.print();
   std::printf("\nfinish's target: one fdatasync of a 4 KiB append here (%.2f ms, median of 7) + 1 ms\n", sync_ms);
   std::printf("for scale: touching 2 MiB of fresh memory (the default queue of 65536 slots is 2 MiB) takes "
-              "%.2f ms here\n",
-              first_touch_ms(std::size_t{2} << 20));
+              "%.2f ms here;\nthe single process took %s page faults in init and %s in the finish after the "
+              "burst (medians, every thread's)\n",
+              first_touch_ms(std::size_t{2} << 20), init_faults.median().c_str(), finish_faults.median().c_str());
   if (failed_jobs > 0)
     std::printf("\n%d of %d %d-rank runs FAILED (see the messages above); the figures are over the others\n",
                 failed_jobs, job_reps, job_world);

@@ -190,7 +190,12 @@ Error AppendFile::write(std::string_view data) {
     // Bigger than the whole buffer: straight out, no copy.
     if (data.size() >= buffer_limit) return write_out(data);
   }
-  if (buf_.capacity() == 0) buf_.reserve(64u << 10);
+  // 64 KiB first; a file that outgrows it takes the whole buffer at once,
+  // whose pages are touched only as bytes come, never again by a doubling's
+  // copy (a page fault costs several µs on a VM, and a finish writes a
+  // burst's lines). Untouched pages cost no memory.
+  if (const std::size_t need = buf_.size() + data.size(); need > buf_.capacity())
+    buf_.reserve(need <= first_buffer ? first_buffer : buffer_limit);
   buf_.append(data);
   return {};
 }

@@ -60,6 +60,7 @@ private:
 class AppendFile {
 public:
   static constexpr std::size_t buffer_limit = 1u << 20;
+  static constexpr std::size_t first_buffer = 64u << 10; // a file's buffer until it outgrows it
 
   /// Opens or creates `path`; `truncate` starts it empty.
   [[nodiscard]] static Result<std::unique_ptr<AppendFile>> open(const std::string& path, bool truncate = false);

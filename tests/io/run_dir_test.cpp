@@ -212,6 +212,39 @@ BOOST_AUTO_TEST_CASE(append_file_buffers_until_flush) {
   BOOST_TEST(slurp(path).empty());
 }
 
+// A file's lines past its first buffer (AppendFile::first_buffer) stay
+// buffered, in order, until the limit: the buffer grows once, to the limit,
+// and what it held moves with it.
+BOOST_AUTO_TEST_CASE(append_file_keeps_every_line_past_its_first_buffer) {
+  TempDir tmp;
+  const std::string path = tmp / "h.jsonl";
+  std::string expected;
+  {
+    auto opened = AppendFile::open(path);
+    BOOST_REQUIRE(opened);
+    auto& f = *opened;
+    std::size_t i = 0;
+    while (expected.size() < AppendFile::first_buffer * 3) {
+      ++i;
+      std::string line = std::to_string(i) + ":" + std::string(1000 + i % 37, static_cast<char>('a' + i % 26)) + "\n";
+      BOOST_REQUIRE(!f->write(line));
+      expected += line;
+    }
+    BOOST_TEST(f->buffered() == expected.size());
+    BOOST_TEST(slurp(path).empty()); // still under buffer_limit: nothing written yet
+    // Up to the limit exactly, then one byte more: out in one piece, in order.
+    const std::string fill(AppendFile::buffer_limit - expected.size(), 'f');
+    BOOST_REQUIRE(!f->write(fill));
+    expected += fill;
+    BOOST_TEST(slurp(path).empty());
+    BOOST_REQUIRE(!f->write("z"));
+    expected += "z";
+    BOOST_TEST(slurp(path).size() == AppendFile::buffer_limit);
+    BOOST_TEST(f->buffered() == 1u);
+  }
+  BOOST_TEST((slurp(path) == expected));
+}
+
 BOOST_AUTO_TEST_CASE(run_writer_writes_every_file) {
   TempDir tmp;
   UmaskGuard g(0);
