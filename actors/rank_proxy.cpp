@@ -109,7 +109,7 @@ struct ProxyState {
   bool finish_bounded = false;  // finish's bound (finish_tmo_atom) is running
   bool host_stalled = false;    // ... and ran out: the host did not confirm in time
   bool done = false;            // the finish ticket completed
-  std::vector<char> frame;
+  std::vector<char> frame; // the frame being made: sent by move, so each frame reserves its own
   // The run's stamps as Unix time (set with `run`).
   client::StampConverter stamps{client::LogClock(client::LogClock::Source::steady)};
   // Joining: repeated until answered or init_timeout runs out.
@@ -455,7 +455,10 @@ full:
   if (pos == st.read_pos) return false;
   ring.release_to(pos);
   st.read_pos = pos;
-  self->send(st.host, batch_atom::value, st.frame);
+  // Moved, not copied: the message takes the buffer, and the next frame
+  // reserves its own (a copy would touch as many fresh pages again).
+  self->send(st.host, batch_atom::value, std::move(st.frame));
+  st.frame = {};
   ++st.in_flight;
   if (st.finish_seq != 0) request_finish(self);
   return true;
