@@ -289,8 +289,9 @@ bool drain(proxy_ptr self) {
   std::uint64_t pos = st.read_pos;
   if (ring.peek(pos) == nullptr) return false;
   st.frame.clear();
-  const auto waiting = static_cast<std::size_t>(std::min<std::uint64_t>(ring.head() - pos, max_slots_per_frame));
-  if (st.frame.capacity() < waiting * frame_bytes_per_slot) st.frame.reserve(waiting * frame_bytes_per_slot);
+  const std::size_t want =
+      static_cast<std::size_t>(std::min<std::uint64_t>(ring.head() - pos, max_slots_per_frame)) * frame_bytes_per_slot;
+  if (st.frame.capacity() < want) st.frame.reserve(want);
   core::wire::BatchWriter w(st.frame, st.rank);
   st.stamps.anchor(); // after the first slot was seen: the frame's slots were stamped before it, or barely after
   const std::uint64_t end = pos + max_slots_per_frame;

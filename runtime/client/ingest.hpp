@@ -251,6 +251,14 @@ public:
     }
     return good;
   }
+  /// The id of a metric key that every thread knows already, without the
+  /// lock (`invalid` for a key known to be refused), else false; `h` is its
+  /// hash either way. intern_metric's look-up, without interning a new key.
+  [[gnu::always_inline]] static bool known_metric(std::string_view key, std::uint64_t& h,
+                                                  std::uint32_t& id) noexcept {
+    h = known::hash_key(key);
+    return known::find(h, key, id);
+  }
   /// The id of any name (barrier names); no validation.
   std::uint32_t intern(std::string_view name);
   [[nodiscard]] std::string_view name(std::uint32_t id) const;
@@ -258,9 +266,9 @@ public:
 private:
   /// intern_metric's body, inlined into both calls.
   [[gnu::always_inline]] static std::uint32_t metric_id(std::string_view key) noexcept {
-    const std::uint64_t h = known::hash_key(key);
+    std::uint64_t h;
     std::uint32_t id;
-    if (known::find(h, key, id)) [[likely]]
+    if (known_metric(key, h, id)) [[likely]]
       return id;
     return instance().intern_unknown(key, h);
   }

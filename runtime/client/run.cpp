@@ -242,11 +242,12 @@ Pending RunImpl::log_default(std::span<const Metric> values, const LogOptions& o
 
 [[gnu::always_inline]] inline Pending RunImpl::log_one(const Metric& value, const LogOptions& opts) noexcept {
   const std::uint64_t stamp = clock_.now();
+  std::uint64_t hash;
   std::uint32_t id;
   std::uint64_t pos;
   if (closed_.load(std::memory_order_relaxed) || (opts.step && *opts.step < 0) ||
-      !known::find(known::hash_key(value.key), value.key, id) || id == KeyTable::invalid ||
-      !ring_.try_reserve_owned(1, pos)) [[unlikely]]
+      !KeyTable::known_metric(value.key, hash, id) || id == KeyTable::invalid || !ring_.try_reserve_owned(1, pos))
+      [[unlikely]]
     return log_default({&value, 1}, opts);
   // As log_with's first slot, for a call of one value.
   Slot& s = ring_.at(pos);
