@@ -579,8 +579,10 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
           self->quit();
           return;
         }
-        st.run->run_id = id;
-        st.run->run_dir = dir;
+        // The host's own rank knew them before it joined, and may be
+        // reading them (its init does not wait for this join: actors/system.cpp).
+        if (st.run->run_id != id) st.run->run_id = id;
+        if (st.run->run_dir != dir) st.run->run_dir = dir;
         joined(self, JoinResult{{}, id, dir});
         self->send(self, drain_atom::value, st.loop);
       },

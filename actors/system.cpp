@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include <unistd.h>
 
@@ -48,6 +49,18 @@ Link run_link(const core::Settings& s) { return spans_nodes(s) ? Link::node : Li
 /// How the job's run hosts reach its group: across nodes (where allowed)
 /// over the network, else through this node's socket.
 Link group_link(bool other_nodes) { return other_nodes ? Link::node : Link::local; }
+
+/// A run whose actors failed after init returned (a run of this process
+/// alone starts them behind init: start_system): its calls, and its end, get `e`.
+void fail_run(client::RunImpl& run, Error e) {
+  {
+    std::lock_guard lock(run.finish_state().mu);
+    FinishResult& r = run.finish_state().result;
+    if (!r.error) r.error = e;
+    r.state = RunState::failed;
+  }
+  run.channel().fail(std::move(e));
+}
 
 class SystemImpl final : public client::System {
 public:
@@ -140,25 +153,47 @@ public:
     return cfg;
   }
 
-  Error start(client::RunImpl& run) {
+  /// Starts this rank's actors and joins the run: on the run host, its Run
+  /// actor over `prepared` (prepare_run_host's) and, for several ranks, its
+  /// port; elsewhere, the dial to the host. Then the RankProxy, which joins.
+  /// `await_join`: returns once the join is answered, with its refusal if
+  /// any. Without it (a run of this process alone, whose own rank nothing
+  /// refuses: start_system), the trainer logs into the ring meanwhile, and
+  /// a join that fails anyway fails the run's calls.
+  Error start(client::RunImpl& run, std::shared_ptr<RunHost> prepared, bool await_join) {
     const core::Settings& s = run.settings();
     run_actor host;
     std::string label = s.host_address + ":" + std::to_string(s.port);
     // One deadline for the whole of init: reaching the host, then the join.
     const auto deadline = clock::now() + s.opts.init_timeout;
     if (s.is_host) {
-      if (Error e = start_host(run, host)) return e;
+      if (Error e = start_host(run, std::move(prepared), host)) return e;
       label = "this process";
     } else {
       if (Error e = dial_run_host(s, host, deadline)) return e;
     }
     host_ = host;
     init_timeout_ = s.opts.init_timeout;
+    if (!await_join) {
+      proxy_ = spawn_rank_proxy(sys_, run, host, label, secret_, deadline, [&run](JoinResult r) {
+        // The statics that the actor system and the run's actors made as
+        // they started (all made by the join's answer) are destroyed at exit
+        // before an exit handler registered earlier, as init's was: the
+        // process's first such run registers it again, after them, so that
+        // the runs end at exit while those are whole.
+        static std::once_flag once;
+        std::call_once(once, [] { client::endings::register_exit_again(); });
+        if (r.error) fail_run(run, std::move(r.error));
+      });
+      run.channel().set_nudge([p = proxy_] { caf::anon_send(p, nudge_atom::value); });
+      if (s.opts.system_interval > 0) start_monitor(run, host);
+      return {};
+    }
     auto joined = std::make_shared<std::promise<JoinResult>>();
     auto future = joined->get_future();
     proxy_ = spawn_rank_proxy(sys_, run, host, label, secret_, deadline,
                               [joined](JoinResult r) { joined->set_value(std::move(r)); });
-    run.channel().nudge = [p = proxy_] { caf::anon_send(p, nudge_atom::value); };
+    run.channel().set_nudge([p = proxy_] { caf::anon_send(p, nudge_atom::value); });
     // The proxy answers by the deadline; the margin is for a scheduler busy elsewhere.
     if (future.wait_until(deadline + std::chrono::milliseconds(500)) != std::future_status::ready)
       return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
@@ -226,15 +261,13 @@ private:
                                     unix_now_us(), labels.node_figures);
   }
 
-  Error start_host(client::RunImpl& run, run_actor& out) {
+  /// The Run actor over `host` (the run's directory and WAL, made by
+  /// prepare_run_host and noted by start_system), listening where ranks of
+  /// other processes join.
+  Error start_host(client::RunImpl& run, std::shared_ptr<RunHost> host, run_actor& out) {
     const core::Settings& s = run.settings();
-    Result<std::shared_ptr<RunHost>> prepared = prepare_run_host(s, run.finish_state());
-    if (!prepared) return prepared.error();
-    std::shared_ptr<RunHost> host = std::move(*prepared);
     host->secret = secret_;
     host->group_secret = group_secret_;
-    run.run_id = host->run_id;
-    run.run_dir = host->run_dir;
     wal_fd_ = host->wal->fd();
     helpers_ = host->helpers;
     client::endings::note_wal(wal_fd_);
@@ -271,7 +304,8 @@ private:
         return e;
       }
     }
-    note_run_for_launcher(s, host->run_dir);
+    // A fresh run of one rank told launch as its directory was made (start_system).
+    if (s.run_world > 1 || host->resumed) note_run_for_launcher(s, host->run_dir);
     out = run_actor_;
     return {};
   }
@@ -411,8 +445,9 @@ private:
 /// and end make and join no scheduler threads. Never freed: its threads
 /// stay asleep until the process ends, as a run's still held at exit do
 /// (runtime/client/endings.hpp). A fork's child, which has none of its
-/// threads, makes its own.
-caf::actor_system& kept_system(const core::Settings& s) {
+/// threads, makes its own. `make`: false only looks for it (null where it
+/// is not made yet).
+caf::actor_system* kept_system(const core::Settings& s, bool make = true) {
   struct Kept {
     pid_t pid = 0;
     caf::actor_system_config cfg;
@@ -423,14 +458,69 @@ caf::actor_system& kept_system(const core::Settings& s) {
   static Kept* kept = nullptr; // leaked on purpose (above)
   std::lock_guard lock(mu);
   if (kept == nullptr || kept->pid != ::getpid()) {
+    if (!make) return nullptr;
     auto made = std::make_unique<Kept>();
     made->pid = ::getpid();
     made->system = std::make_unique<caf::actor_system>(SystemImpl::configure_own(made->cfg, s));
     made->parent = kept;
     kept = made.release();
   }
-  return *kept->system;
+  return kept->system.get();
 }
+
+/// The actor side of a run of this process alone in a process that has
+/// not made its kept actor system yet: making it (its scheduler's threads)
+/// is most of a first init, and nothing the run's calls need before the
+/// RankProxy drains the ring. So a thread of its own makes it and starts
+/// the run's actors (SystemImpl::start without awaiting the join) while
+/// init returns and the trainer logs; the run's directory and WAL were made
+/// before, by init itself, which reported their errors. Whatever needs the
+/// actors (the end, an NCCL id, an exit status) waits for that thread first.
+class StartingSystem final : public client::System {
+public:
+  StartingSystem(client::RunImpl& run, const LinkPlan& plan, std::string secret, std::shared_ptr<RunHost> host)
+      : starter_([this, &run, plan, secret = std::move(secret), host = std::move(host)]() mutable {
+          try {
+            caf::actor_system* actors = kept_system(run.settings());
+            auto sys = std::make_unique<SystemImpl>(run.settings(), plan, std::string(), std::move(secret),
+                                                    std::string(), actors);
+            Error e = sys->start(run, std::move(host), false);
+            if (e) fail_run(run, std::move(e));
+            started_ = std::move(sys);
+          } catch (const std::exception& e) {
+            fail_run(run, Error(Errc::internal, std::string("the run's actors could not start: ") + e.what()));
+          }
+        }) {}
+
+  ~StartingSystem() override {
+    started();
+    started_.reset(); // stops the actors, as a run's own System does
+  }
+
+  caf::actor proxy() const override {
+    started();
+    return started_ ? started_->proxy() : caf::actor();
+  }
+  Error exchange_nccl_id(bool provide, std::vector<char>& id) override {
+    started();
+    if (!started_) return {Errc::host_lost, "the run's actors did not start: no NCCL id to exchange"};
+    return started_->exchange_nccl_id(provide, id);
+  }
+  void report_exit(int status) override {
+    started();
+    if (started_) started_->report_exit(status);
+  }
+
+private:
+  /// Waits for the starter, once; started_ is whole after it.
+  void started() const {
+    std::call_once(joined_, [this] { starter_.join(); });
+  }
+
+  std::unique_ptr<SystemImpl> started_; // set by the starter: read after started()
+  mutable std::thread starter_;
+  mutable std::once_flag joined_;
+};
 
 } // namespace
 
@@ -468,11 +558,32 @@ Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::
   Result<std::string> group_secret =
       s.group_size > 0 ? job_secret(s, group_link(group_spans_nodes(s, plan.group_tls)), socket_dir) : std::string();
   if (!group_secret) return group_secret.error();
-  if (actors == nullptr && !links_anything(s)) actors = &kept_system(s);
+  // The run host's directory and WAL: made here, where their errors are init's.
+  std::shared_ptr<RunHost> host;
+  if (s.is_host) {
+    Result<std::shared_ptr<RunHost>> prepared = prepare_run_host(s, run.finish_state());
+    if (!prepared) return prepared.error();
+    host = std::move(*prepared);
+    run.run_id = host->run_id;
+    run.run_dir = host->run_dir;
+    // A run of several ranks is told once its port is open, a resumed one
+    // once the Run actor took it (SystemImpl::start_host).
+    if (s.run_world == 1 && !host->resumed) note_run_for_launcher(s, host->run_dir);
+  }
+  // A run of this process alone: no other rank joins, and nothing refuses
+  // its own rank's join, so init does not wait for it; a resumed one waits
+  // for the Run actor's word on the run it resumes.
+  const bool alone = actors == nullptr && !links_anything(s);
+  const bool await_join = !alone || host->resumed;
+  if (alone) {
+    actors = kept_system(s, await_join);
+    if (actors == nullptr)
+      return std::unique_ptr<client::System>(std::make_unique<StartingSystem>(run, plan, std::move(*secret), host));
+  }
   auto sys = std::make_unique<SystemImpl>(s, plan, socket_dir, std::move(*secret), std::move(*group_secret), actors);
   // A System that failed to start stops its actors here, while the run
   // they point to is still whole.
-  if (Error e = sys->start(run)) return e;
+  if (Error e = sys->start(run, std::move(host), await_join)) return e;
   return std::unique_ptr<client::System>(std::move(sys));
 }
 

@@ -74,8 +74,10 @@ RunInfo read_run(const std::string& dir) {
   r.id = fs::path(dir).filename().string();
   const std::string path = dir + "/run.json";
   if (!present(path)) {
-    r.problem = Error(Errc::io_error, present(dir + "/wal") ? "no run.json, but a WAL: the host may have died before "
-                                                              "writing it; try chorus recover " + dir
+    r.problem = Error(Errc::io_error, present(dir + "/wal") ? "no run.json yet, but a WAL: the run is starting (its "
+                                                              "host writes run.json a few ms after making the WAL), or "
+                                                              "its host died before writing it; if it stays so, try "
+                                                              "chorus recover " + dir
                                                             : "no run.json");
     return r;
   }

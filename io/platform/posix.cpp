@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -185,6 +186,18 @@ Error sync_file(int fd, std::string_view path, bool data_only) {
 }
 
 void start_writeback(int fd) noexcept { (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
+
+bool populate_for_write(void* at, std::size_t bytes) noexcept {
+  static const std::uintptr_t page = [] {
+    const long p = ::sysconf(_SC_PAGESIZE);
+    return p > 0 ? static_cast<std::uintptr_t>(p) : std::uintptr_t{4096};
+  }();
+  const auto begin = reinterpret_cast<std::uintptr_t>(at);
+  const std::uintptr_t first = (begin + page - 1) / page * page;
+  const std::uintptr_t last = (begin + bytes) / page * page;
+  if (last <= first) return true; // no whole page: nothing worth a call
+  return ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE) == 0;
+}
 
 Result<std::string> read_text(const std::string& path, bool missing_ok, std::size_t max_bytes) {
   const Result<int> opened = open_regular(path, O_RDONLY, missing_ok);

@@ -58,6 +58,13 @@ namespace chorus::platform {
 /// after another. Only a hint: what fails shows in sync_file.
 void start_writeback(int fd) noexcept;
 
+/// Faults in, in one call, the whole pages of [`at`, `at` + `bytes`) that
+/// a buffer is about to be written through, without changing a byte (so a
+/// thread may write the buffer meanwhile): a fault taken page by page costs
+/// a trap each, which a virtual machine can make 10-20 us. False where the
+/// kernel cannot (before Linux 5.14): the pages then fault as they are written.
+bool populate_for_write(void* at, std::size_t bytes) noexcept;
+
 /// The largest run file (run.json, config.json, summary.json, group.json, an
 /// offsets file) read_text takes: chorus writes them far smaller, so a bigger
 /// one is damaged or planted, and is refused rather than allocated.

@@ -85,7 +85,7 @@ std::uint64_t Channel::defer() {
 
 Error Channel::wait(std::uint64_t seq, bool has_error, std::optional<std::chrono::milliseconds> limit) {
   if (!ready(seq)) {
-    if (nudge) nudge();
+    nudge();
     std::unique_lock lock(mu_);
     auto done = [&] { return ready(seq); };
     if (limit) {
@@ -116,7 +116,7 @@ void Channel::run_or_park(std::uint64_t seq, Waiter w) {
     std::lock_guard lock(mu_);
     if (!ready(seq)) {
       waiters_.emplace(seq, std::move(w));
-      if (nudge) nudge();
+      nudge();
       return;
     }
   }
@@ -164,12 +164,22 @@ void Channel::settle(std::uint64_t id, Error e) {
 }
 
 void Channel::wake_slow() noexcept {
-  if (!consumer_parked.exchange(false, std::memory_order_acq_rel) || !nudge) return;
+  if (consumer_parked.exchange(false, std::memory_order_acq_rel)) nudge();
+}
+
+void Channel::nudge() const noexcept {
+  const std::function<void()>* fn = nudge_.load(std::memory_order_acquire);
+  if (fn == nullptr) return;
   try {
-    nudge();
+    (*fn)();
   } catch (...) {
-    // The parked poll picks the values up.
+    // The proxy's own poll picks the values up.
   }
+}
+
+void Channel::set_nudge(std::function<void()> fn) {
+  nudge_fn_ = std::make_unique<const std::function<void()>>(std::move(fn));
+  nudge_.store(nudge_fn_.get(), std::memory_order_release);
 }
 
 } // namespace chorus::client

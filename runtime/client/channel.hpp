@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -76,8 +77,14 @@ public:
     return failure_;
   }
 
-  /// Wakes the consumer of this process's ring (set by the RankProxy).
-  std::function<void()> nudge;
+  /// Wakes the consumer of this process's ring, once its RankProxy said how
+  /// (set_nudge); before, nothing: the proxy drains what the ring holds from
+  /// its start.
+  void nudge() const noexcept;
+  /// How to wake the ring's consumer: set once, by the thread that spawned
+  /// the RankProxy, which may be another than the trainer's (a run of one
+  /// process starts its actors behind init: actors/system.cpp).
+  void set_nudge(std::function<void()> fn);
 
   /// Set while the consumer polls slowly (idle for a while): producers wake
   /// it after publishing. One relaxed load on the hot path; a wake-up that
@@ -114,6 +121,8 @@ private:
   /// Keeps `e` as the error of `seq` (under mu_), forgetting the oldest past a bound.
   void keep_error(std::uint64_t seq, Error e);
 
+  std::unique_ptr<const std::function<void()>> nudge_fn_; // owned here, read through nudge_
+  std::atomic<const std::function<void()>*> nudge_{nullptr};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> completed_{0};

@@ -49,6 +49,7 @@ std::atomic<int> wal_fds[max_wals] = {-1, -1, -1, -1, -1, -1, -1, -1};
 static_assert(max_wals == 8);
 std::atomic<int> ending{0}; // the signal whose finish is under way
 int signal_pipe[2] = {-1, -1};
+std::atomic<bool> exit_registered{false}; // on_process_exit is registered (register_exit_again)
 pid_t installed_in = 0; // a fork's child inherits the handlers, not the thread that serves them
 
 /// Ends the process with `sig`'s usual status (143 for SIGTERM): its default
@@ -175,6 +176,9 @@ void on_terminate() {
 /// gone), so runs still held when the process exits go with it.
 void on_process_exit(int status, void*) {
   if (::getpid() != installed_in) return; // a fork's child: its runs are its parent's
+  // Registered more than once (register_exit_again): the latest, which runs first, does the work.
+  static std::atomic<bool> ran{false};
+  if (ran.exchange(true)) return;
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   std::string why;
@@ -204,6 +208,7 @@ void install(Registry& r) {
   // over HTTPS): it is never registered (io/platform/credentials.hpp).
   platform::keep_tls_library_until_exit();
   ::on_exit(on_process_exit, nullptr);
+  exit_registered.store(true, std::memory_order_release);
   previous_terminate = std::set_terminate(on_terminate);
   if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return; // no signal thread: the signals keep their default
   // The thread takes no signal itself, so that a handler never waits on it.
@@ -239,6 +244,12 @@ void watch(RunImpl& run) {
   std::lock_guard lock(r.mu);
   install(r);
   r.live.push_back(&run);
+}
+
+void register_exit_again() noexcept {
+  // Not under the registry's lock: a stop signal's finish holds it while it
+  // waits for the runs' actors, whose start calls this.
+  if (exit_registered.load(std::memory_order_acquire)) ::on_exit(on_process_exit, nullptr);
 }
 
 void unwatch(RunImpl& run) noexcept {

@@ -26,6 +26,12 @@ namespace endings {
 /// A run of this process started: it is ended as above. The first call
 /// installs the signal handlers, the exit handler and the terminate handler.
 void watch(RunImpl& run);
+/// Registers the exit handler again, where it was installed: exit() runs
+/// the latest first, and destroys the statics made since the first before
+/// that one. A thread that started a run's actors after init had returned
+/// (actors/system.cpp) calls it, so that the runs end at exit while what
+/// their actors made is whole. Only the first of them to run does the work.
+void register_exit_again() noexcept;
 /// The run is being freed.
 void unwatch(RunImpl& run) noexcept;
 

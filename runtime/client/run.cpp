@@ -96,7 +96,7 @@ bool RunImpl::reserve_slow(std::uint32_t n, std::uint64_t& pos, Room room) noexc
   // time: a proxy that parked is woken again); give up only if the run host
   // is gone.
   for (unsigned i = 0;; ++i) {
-    if (i % 256 == 0 && channel_.nudge) channel_.nudge();
+    if (i % 256 == 0) channel_.nudge();
     if (i < 64) {
       cpu_pause();
     } else if (i < 128) {
@@ -538,7 +538,7 @@ FinishPending RunImpl::finish(const FinishOptions& opts) noexcept {
                                     s.text = why;
                                   }),
                      &finish_);
-  if (channel_.nudge) channel_.nudge();
+  channel_.nudge();
   return *finishing_;
 }
 

@@ -99,6 +99,26 @@ BOOST_AUTO_TEST_CASE(sigterm_to_the_run_host_ends_the_run_killed_once_the_others
   }
 }
 
+BOOST_AUTO_TEST_CASE(sigterm_right_after_init_of_a_run_of_one_process_ends_it_killed) {
+  // A run of one process starts its actors behind init (actors/system.cpp),
+  // but not the thread that serves stop signals: a SIGTERM the moment init
+  // returns, while the trainer goes on stepping, ends the run killed, with
+  // what it logged, and the process with 143, at once (a start that waited
+  // for a lock the signal's finish held hung until `timeout` killed it).
+  TempDir dir;
+  const std::string worker = "--steps 200 --step-us 2000 --die-rank 0 --die-step 0 --die-signal 15";
+  const Output o = run("timeout 60 env " + launch_worker(dir.path, 1, test_port(90), worker) + "; echo \"STATUS $?\"");
+  BOOST_TEST_INFO(o.text);
+  BOOST_TEST(has(o.text, "STATUS 143"));
+  Ended run(dir);
+  BOOST_TEST(run.text("state") == "killed");
+  BOOST_TEST(run.rank_field(0, "state") == "killed");
+  BOOST_TEST(has(run.rank_field(0, "message"), "stopped by SIGTERM"), run.rank_field(0, "message"));
+  // What it logged before the signal (its config), and not all its steps.
+  BOOST_TEST(has(slurp(run.dir / "config.json"), "sgd"), slurp(run.dir / "config.json"));
+  BOOST_TEST(read_history(run.dir).size() < 200u);
+}
+
 BOOST_AUTO_TEST_CASE(an_exception_nothing_catches_fails_the_rank_with_its_text) {
   // std::terminate on rank 1 (an exception escaping a thread): the rank is
   // recorded failed with the exception's type and text, and exit code 134,
