@@ -690,18 +690,21 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   if (!spare) s.release_room();
   if (s.error.code() == Errc::io_error) s.end_in_room(); // the disk is failing: the end takes the room first
   // The line files first, then summary.json and the other JSON files, then
-  // run.json, each after the lines it counts. Every line file's writes start
-  // at once, so that each sync waits for its own, already under way. Where
-  // the WAL's sync makes the end durable, only the files it does not hold
-  // are synced (system.jsonl, barriers.jsonl); else every line file is, each
-  // only where something was written since its last sync, and each JSON file.
+  // run.json, each after the lines it counts. Every file to be synced has
+  // its writes started at once, so that each sync waits for its own, already
+  // under way. Where the WAL's sync makes the end durable, only the files it
+  // does not hold are synced (system.jsonl, barriers.jsonl), and the others
+  // are only written out: their writeback started here would be a syscall
+  // and the start of the device's work on the finish's path, for files no
+  // sync waits on. Else every line file is synced, each only where
+  // something was written since its last sync, and each JSON file.
+  const bool durable = !s.wal_backed;
   const std::initializer_list<platform::AppendFile*> backed = {s.history.get(), s.histograms.f.get(),
                                                                s.media_file.f.get(), s.rejected_file.f.get()};
   for (platform::AppendFile* f : backed)
-    if (f) s.fail(f->start_sync());
+    if (f) s.fail(durable ? f->start_sync() : f->flush());
   if (s.system_file) s.fail(s.system_file->start_sync());
   if (s.barriers) s.fail(s.barriers->start_sync());
-  const bool durable = !s.wal_backed;
   if (durable)
     for (platform::AppendFile* f : backed)
       if (f) s.fail(f->sync());
