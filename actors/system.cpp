@@ -25,8 +25,10 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <new>
 #include <thread>
 
+#include <pthread.h>
 #include <unistd.h>
 
 namespace chorus::actors {
@@ -454,9 +456,16 @@ caf::actor_system* kept_system(const core::Settings& s, bool make = true) {
     std::unique_ptr<caf::actor_system> system;
     Kept* parent = nullptr; // in a fork's child, its parent's: left as it is, and reachable
   };
-  static std::mutex mu;
+  // The lock is held while a system is made, which a run's own thread may
+  // do after init returned (StartingSystem): a fork's child, which would
+  // inherit it held, starts with it released.
+  static std::mutex* mu = [] {
+    static std::mutex made;
+    ::pthread_atfork(nullptr, nullptr, [] { new (&made) std::mutex; });
+    return &made;
+  }();
   static Kept* kept = nullptr; // leaked on purpose (above)
-  std::lock_guard lock(mu);
+  std::lock_guard lock(*mu);
   if (kept == nullptr || kept->pid != ::getpid()) {
     if (!make) return nullptr;
     auto made = std::make_unique<Kept>();

@@ -193,6 +193,44 @@ BOOST_AUTO_TEST_CASE(a_forked_child_of_a_process_that_ran_runs_starts_runs_of_it
   BOOST_TEST(one_run(dir) == 1u); // and the parent's system still serves the parent
 }
 
+namespace {
+/// Waits (at most 60 s) for `child`: true where it exited with 0.
+bool exited_cleanly(pid_t child) {
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 600 && got == 0; ++i) {
+    got = ::waitpid(child, &status, WNOHANG);
+    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (got == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+} // namespace
+
+// A process's first run makes its actor system on a thread of its own
+// after init returned, under the lock of the system the process keeps: a
+// child forked the moment init returns (a data loader's worker) must not
+// inherit that lock held, and starts runs of its own.
+BOOST_AUTO_TEST_CASE(a_child_forked_while_the_first_run_starts_its_actors_starts_runs_of_its_own,
+                     *boost::unit_test::enable_if<!under_tsan>()) {
+  TempDir dir;
+  const pid_t child = ::fork(); // a process whose runs have made no actor system yet
+  if (child == 0) {
+    chorus::Error err;
+    chorus::Run run = chorus::init(local_options(dir), err);
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) ::_exit(one_run(dir) == 1 && one_run(dir) == 1 ? 0 : 1);
+    const bool mine = !err && run && !run.log({{"loss", 1.0}}).wait() && run.finish().wait().rows == 1u;
+    ::_exit(grandchild > 0 && exited_cleanly(grandchild) && mine ? 0 : 1);
+  }
+  BOOST_REQUIRE(child > 0);
+  BOOST_TEST(exited_cleanly(child), "the child's or the grandchild's runs failed or hung");
+}
+
 BOOST_AUTO_TEST_CASE(log_wait_finish_writes_the_run_directory) {
   TempDir dir;
   fs::path rd;
