@@ -52,6 +52,13 @@ Link run_link(const core::Settings& s) { return spans_nodes(s) ? Link::node : Li
 /// over the network, else through this node's socket.
 Link group_link(bool other_nodes) { return other_nodes ? Link::node : Link::local; }
 
+/// Whether `chorus launch` hears where the run lives as soon as its
+/// directory is made (start_system): a fresh run of one rank. A run of
+/// several ranks is told once its port is open, a resumed one once its Run
+/// actor took the earlier attempts' (SystemImpl::start_host): a run that
+/// fails there is not launch's to add exit codes to.
+bool launch_told_at_once(const core::Settings& s, const RunHost& host) { return s.run_world == 1 && !host.resumed; }
+
 /// A run whose actors failed after init returned (a run of this process
 /// alone starts them behind init: start_system): its calls, and its end, get `e`.
 void fail_run(client::RunImpl& run, Error e) {
@@ -176,34 +183,32 @@ public:
     }
     host_ = host;
     init_timeout_ = s.opts.init_timeout;
-    if (!await_join) {
-      proxy_ = spawn_rank_proxy(sys_, run, host, label, secret_, deadline, [&run](JoinResult r) {
-        // The statics that the actor system and the run's actors made as
-        // they started (all made by the join's answer) are destroyed at exit
-        // before an exit handler registered earlier, as init's was: the
-        // process's first such run registers it again, after them, so that
-        // the runs end at exit while those are whole.
-        static std::once_flag once;
-        std::call_once(once, [] { client::endings::register_exit_again(); });
-        if (r.error) fail_run(run, std::move(r.error));
-      });
-      run.channel().set_nudge([p = proxy_] { caf::anon_send(p, nudge_atom::value); });
-      if (s.opts.system_interval > 0) start_monitor(run, host);
-      return {};
-    }
-    auto joined = std::make_shared<std::promise<JoinResult>>();
-    auto future = joined->get_future();
-    proxy_ = spawn_rank_proxy(sys_, run, host, label, secret_, deadline,
-                              [joined](JoinResult r) { joined->set_value(std::move(r)); });
+    // Awaited, the join's answer comes back through `joined`.
+    auto joined = await_join ? std::make_shared<std::promise<JoinResult>>() : nullptr;
+    std::future<JoinResult> future = joined ? joined->get_future() : std::future<JoinResult>();
+    proxy_ = spawn_rank_proxy(sys_, run, host, label, secret_, deadline, [&run, joined](JoinResult r) {
+      if (joined) return joined->set_value(std::move(r));
+      // The statics that the actor system and the run's actors made as
+      // they started (all made by the join's answer) are destroyed at exit
+      // before an exit handler registered earlier, as init's was: the
+      // process's first such run registers it again, after them, so that
+      // the runs end at exit while those are whole.
+      static std::once_flag once;
+      std::call_once(once, [] { client::endings::register_exit_again(); });
+      if (r.error) fail_run(run, std::move(r.error));
+    });
     run.channel().set_nudge([p = proxy_] { caf::anon_send(p, nudge_atom::value); });
-    // The proxy answers by the deadline; the margin is for a scheduler busy elsewhere.
-    if (future.wait_until(deadline + std::chrono::milliseconds(500)) != std::future_status::ready)
-      return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
-                                    "join within init_timeout; check the host rank's output"};
-    JoinResult r = future.get();
-    if (r.error) return r.error;
-    // The host's own rank has joined its run first: the group may take up to
-    // init_timeout to reach, and the run host refuses ranks later than that.
+    if (joined) {
+      // The proxy answers by the deadline; the margin is for a scheduler busy elsewhere.
+      if (future.wait_until(deadline + std::chrono::milliseconds(500)) != std::future_status::ready)
+        return {Errc::connect_failed, "the run host at " + label + " accepted the connection but did not answer the "
+                                      "join within init_timeout; check the host rank's output"};
+      JoinResult r = future.get();
+      if (r.error) return r.error;
+    }
+    // The host's own rank has joined its run first (a run with a group
+    // awaits its join): the group may take up to init_timeout to reach, and
+    // the run host refuses ranks later than that.
     if (s.is_host && s.group_size > 0) join_group(run);
     if (s.opts.system_interval > 0) start_monitor(run, host);
     return {};
@@ -306,8 +311,7 @@ private:
         return e;
       }
     }
-    // A fresh run of one rank told launch as its directory was made (start_system).
-    if (s.run_world > 1 || host->resumed) note_run_for_launcher(s, host->run_dir);
+    if (!launch_told_at_once(s, *host)) note_run_for_launcher(s, host->run_dir);
     out = run_actor_;
     return {};
   }
@@ -575,9 +579,7 @@ Result<std::unique_ptr<client::System>> start_system(client::RunImpl& run, caf::
     host = std::move(*prepared);
     run.run_id = host->run_id;
     run.run_dir = host->run_dir;
-    // A run of several ranks is told once its port is open, a resumed one
-    // once the Run actor took it (SystemImpl::start_host).
-    if (s.run_world == 1 && !host->resumed) note_run_for_launcher(s, host->run_dir);
+    if (launch_told_at_once(s, *host)) note_run_for_launcher(s, host->run_dir);
   }
   // A run of this process alone: no other rank joins, and nothing refuses
   // its own rank's join, so init does not wait for it; a resumed one waits

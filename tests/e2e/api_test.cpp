@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <thread>
@@ -138,6 +139,27 @@ std::set<std::string> threads_named(const std::string& name) {
   return out;
 }
 
+/// `child`'s wait status, waited for at most 60 s; none where it had not
+/// ended by then (it is killed).
+std::optional<int> wait_bounded(pid_t child) {
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 600 && got == 0; ++i) {
+    got = ::waitpid(child, &status, WNOHANG);
+    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (got != 0) return status;
+  ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
+  return std::nullopt;
+}
+
+/// Whether `child` exited with 0 within 60 s.
+bool exited_cleanly(pid_t child) {
+  const std::optional<int> status = wait_bounded(child);
+  return status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+}
+
 /// One value logged into a new run of this process, and the run finished: the rows it holds.
 std::uint64_t one_run(const TempDir& dir, std::set<std::string>* workers = nullptr) {
   chorus::Run run = chorus::init(local_options(dir));
@@ -178,38 +200,11 @@ BOOST_AUTO_TEST_CASE(a_forked_child_of_a_process_that_ran_runs_starts_runs_of_it
   if (child == 0) ::_exit(one_run(dir) == 1 && one_run(dir) == 1 ? 0 : 1);
   BOOST_REQUIRE(child > 0);
   // Bounded: a child stuck on its parent's system (no threads) would hang.
-  int status = 0;
-  pid_t got = 0;
-  for (int i = 0; i < 600 && got == 0; ++i) {
-    got = ::waitpid(child, &status, WNOHANG);
-    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (got == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-    BOOST_FAIL("the forked child's runs did not end within 60 s");
-  }
-  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child's runs failed (status " << status << ")");
+  const std::optional<int> status = wait_bounded(child);
+  if (!status) BOOST_FAIL("the forked child's runs did not end within 60 s");
+  BOOST_TEST((WIFEXITED(*status) && WEXITSTATUS(*status) == 0), "the child's runs failed (status " << *status << ")");
   BOOST_TEST(one_run(dir) == 1u); // and the parent's system still serves the parent
 }
-
-namespace {
-/// Waits (at most 60 s) for `child`: true where it exited with 0.
-bool exited_cleanly(pid_t child) {
-  int status = 0;
-  pid_t got = 0;
-  for (int i = 0; i < 600 && got == 0; ++i) {
-    got = ::waitpid(child, &status, WNOHANG);
-    if (got == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (got == 0) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-    return false;
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-} // namespace
 
 // A process's first run makes its actor system on a thread of its own
 // after init returned, under the lock of the system the process keeps: a
