@@ -509,7 +509,8 @@ int main(int argc, char** argv) {
       [](joined_atom, const WireError& refusal, const std::string&, const std::string&, const caf::actor&) {
         std::printf("join: %s %s\n", refusal ? "refused" : "accepted", refusal.message.c_str());
       },
-      caf::after(std::chrono::seconds(3)) >> [] { std::printf("join: no answer\n"); });
+      // Behind 64 MiB of junk on the link: a loaded machine takes seconds to get through it.
+      caf::after(std::chrono::seconds(20)) >> [] { std::printf("join: no answer\n"); });
   std::fflush(stdout);
   caf::anon_send_exit(links, caf::exit_reason::kill);
   return 0;

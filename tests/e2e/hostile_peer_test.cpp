@@ -45,7 +45,9 @@ BOOST_AUTO_TEST_CASE(a_foreign_process_on_the_socket_changes_nothing_in_the_run)
   TempDir dir;
   const fs::path sockets = dir.path / "sockets";
   const int port = test_port(41);
-  const std::string args = "--steps 300 --step-us 10000";
+  // Long enough (9 s) for the run to outlast the attack below on a loaded
+  // machine: a host that ended first answers no join.
+  const std::string args = "--steps 300 --step-us 30000";
   const e2e::Output out = run("(" + rank_cmd(dir.path, sockets, port, 0, args) + " & p0=$!; " +
                          rank_cmd(dir.path, sockets, port, 1, args) + " & p1=$!; " + bin("chorus_hostile_peer") + " " +
                          sockets.string() + " " + std::to_string(port) + "; wait $p0; s0=$?; wait $p1; s1=$?; " +
