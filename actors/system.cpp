@@ -501,7 +501,9 @@ public:
             if (e) fail_run(run, std::move(e));
             started_ = std::move(sys);
           } catch (const std::exception& e) {
-            fail_run(run, Error(Errc::internal, std::string("the run's actors could not start: ") + e.what()));
+            fail_run(run, Error(Errc::internal, std::string("the run's actors could not start (") + e.what() +
+                                                    "): nothing logged since init reached the run; give the process "
+                                                    "the threads and memory it lacks, and start the run again"));
           }
         }) {}
 
