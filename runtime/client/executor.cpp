@@ -20,10 +20,11 @@ Loop::Loop() : state_(std::make_unique<State>()) {}
 Loop::~Loop() = default;
 
 void Loop::post(std::coroutine_handle<> h) {
-  {
-    std::lock_guard lock(state_->mu);
-    state_->ready.push_back(h);
-  }
+  // Told under the lock: once another thread posts the handle that ends
+  // sync_wait's task, this Loop may be gone as soon as the lock is released
+  // (run_until takes it before it returns).
+  std::lock_guard lock(state_->mu);
+  state_->ready.push_back(h);
   state_->cv.notify_one();
 }
 
