@@ -1,20 +1,13 @@
 #include "actors/run.hpp"
-#include "actors/keepalive.hpp"
-#include "actors/host_sink.hpp"
 #include "actors/job_secret.hpp"
-#include "actors/run_events.hpp"
+#include "actors/run_state.hpp"
 #include "io/platform/posix.hpp"
 
-#include "actors/group.hpp"
-#include "actors/uploader.hpp"
 #include "io/store/barrier_log.hpp"
 #include "io/store/lease.hpp"
-#include "io/store/run_writer.hpp"
 #include "io/store/wal.hpp"
 #include "io/store/wal_replay.hpp"
 #include "runtime/client/channel.hpp"
-#include "runtime/core/merger.hpp"
-#include "runtime/core/upload_url.hpp"
 #include "runtime/core/wire.hpp"
 
 #include <algorithm>
@@ -33,90 +26,7 @@ using platform::unix_now_us;
 
 namespace {
 
-struct RunActorState {
-  std::shared_ptr<RunHost> host;
-  std::unique_ptr<HostSink> sink;
-  std::unique_ptr<core::Merger> merger;
-  std::unique_ptr<RunEvents> events;        // what the run tells (stalled ranks, NaN, ends...)
-  std::vector<proxy_actor> proxies;         // by rank
-  std::vector<std::string> joined_from;     // by rank: "process PID on HOST", once it joined
-  std::map<caf::actor_addr, std::uint32_t> rank_of;
-  std::set<caf::actor_addr> unconfirmed; // the ranks the run's end waits for (confirm_told)
-  std::int64_t armed_barrier = -1;
-  bool finishing = false;
-  bool finish_armed = false; // the finish deadline runs before the host's finish is processed
-  bool ended = false;
-  std::int64_t lease_renewed_us = 0; // when the lease was last renewed (io/store/lease.hpp)
-  bool lease_error = false;          // a renewal failed, and said so once
-  syncer_actor syncer;        // fdatasyncs the WAL on a thread of its own
-  bool sync_in_flight = false; // the syncer is at it: what comes meanwhile waits for the next round
-  bool unsynced = false;       // appended since the last sync was asked for
-  bool sync_put_off = false;   // a sync_atom to itself is queued (request_sync)
-  std::vector<HostSink::Progress> syncing; // the acks the sync in flight will release
-  // How far the synced WAL backs the line files: the live upload reads no
-  // further (io/upload/upload.hpp). The files' ends when the sync in flight
-  // was asked for; and whether the Uploader waits for that sync to be poked.
-  std::shared_ptr<upload::DurableBounds> durable = std::make_shared<upload::DurableBounds>();
-  store::RunWriter::LineEnds syncing_ends;
-  bool poke_after_sync = false;
-  Error wal_error;           // the WAL could not be written: nothing more is acknowledged
-  caf::response_promise finish_promise;
-  GroupLink group;                       // where the job has several runs
-  std::uint64_t reported_generation = 0; // the rank states the group last heard
-  uploader_actor uploader; // when the run uploads (Options::upload)
-  beacon_actor beacon;     // answers the ranks' keepalive pings (actors/keepalive.hpp)
-  std::vector<char> nccl_id;                         // from rank 0, once it has made one
-  std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
-  static inline const char* name = "chorus.run";
-
-  ~RunActorState() {
-    if (sink) sink->writer.flush();
-  }
-};
-
-using run_ptr = run_self::stateful_pointer<RunActorState>;
-
-void end_run(run_ptr self);
-void confirm_told(run_ptr self);
-void confirmed(run_ptr self, const caf::actor_addr& proxy);
-void drain_uploads(run_ptr self);
-
-/// The line files up to `ends` hold only what the synced WAL holds: the
-/// live upload may send them.
-void durable_to(run_ptr self, const store::RunWriter::LineEnds& ends) {
-  self->state.durable->raise(ends.history, ends.histograms, ends.media, ends.events);
-}
-
-/// With nothing appended and no sync under way, everything the files hold is
-/// synced: the live upload may send it all. False where a sync must come first.
-bool durable_if_synced(run_ptr self) {
-  auto& st = self->state;
-  if (st.unsynced || st.sync_in_flight || st.wal_error) return false;
-  durable_to(self, st.sink->writer.written());
-  return true;
-}
-
-/// The WAL failed (`e`): the run keeps nothing more. Every rank learns at
-/// once that what it sent since the last ack, and all it sends later, is
-/// lost; run.json and the run's FinishResult carry the reason.
-void fail_wal(run_ptr self, const Error& e) {
-  auto& st = self->state;
-  if (st.wal_error) return;
-  st.wal_error = Error(Errc::io_error, "the run's write-ahead log could not be written (" + e.message() +
-                                           "): values sent since the last acknowledgement, and every later one, are "
-                                           "not kept; everything acknowledged before is on disk (chorus recover " +
-                                           st.host->run_dir + " rebuilds the run's files once the disk is fixed)");
-  std::fprintf(stderr, "chorus: %s\n", st.wal_error.message().c_str());
-  st.sink->writer.note_error(st.wal_error);
-  // Nothing more will be synced: the files hold what the run has, and the upload may take it all.
-  st.durable->lift();
-  for (const auto& proxy : st.proxies)
-    if (proxy) self->send(proxy, fail_atom::value, WireError(st.wal_error));
-  // The run is over: its state (failed) and the reason go to run.json where the disk still takes them.
-  end_run(self);
-}
-
-void synced(run_ptr self, const Error& failure);
+using namespace run_host;
 
 /// The run host's lease (io/store/lease.hpp), renewed every lease_interval
 /// while the run is live, so that readers anywhere can tell a live host
@@ -133,235 +43,6 @@ void renew_lease(run_ptr self) {
                          "the run for crashed; it goes on\n",
                  st.host->run_dir.c_str(), e.message().c_str());
   }
-}
-
-/// Acks go out once the WAL holding what they acknowledge is on disk. The
-/// syncer fdatasyncs while the actor merges on; what is appended meanwhile
-/// waits for the next round, so one fdatasync serves every frame of a round.
-/// The run's end syncs everything itself (end_run), so no round starts once
-/// it began; and once every rank has finished, a round waits behind the
-/// messages already queued, where the host's finish comes right behind its
-/// last frames: the end's one sync then covers them (a round of their own
-/// would be a journal commit more before the end's).
-/// `at_once`: the round put off, which waits no more.
-void request_sync(run_ptr self, bool at_once = false) {
-  auto& st = self->state;
-  // Nothing appended since the last round was asked for: nothing to sync, and no ack waits.
-  if (!st.unsynced || st.sync_in_flight || st.wal_error || !st.syncer || st.ended) return;
-  if (!at_once && st.merger->all_done()) {
-    if (!std::exchange(st.sync_put_off, true)) self->send(self, sync_atom::value);
-    return;
-  }
-  st.sync_in_flight = true;
-  st.unsynced = false;
-  // The acks of what is appended so far, released by this sync; and the
-  // files as they stand, which hold nothing that is not appended (record).
-  st.syncing = st.sink->progress;
-  st.syncing_ends = st.sink->writer.written();
-  for (auto& p : st.sink->progress) p.acked();
-  self->request(st.syncer, caf::infinite, sync_atom::value)
-      .then([self](const WireError& failure) { synced(self, failure.error()); },
-            [self](caf::error& e) {
-              synced(self, Error(Errc::io_error, "the WAL's syncer stopped: " + self->system().render(e)));
-            });
-}
-
-/// Appends a frame to the WAL, then applies it; false if it was refused (a
-/// malformed frame changes nothing and never reaches the WAL). Logged
-/// first, so that whatever a frame brings to the run's files, and so to an
-/// upload, is in the log should the host die a moment later: a replay
-/// (chorus recover) then rebuilds what readers and servers saw. Its ack
-/// waits for the sync.
-bool record(run_ptr self, const std::vector<char>& frame) {
-  auto& st = self->state;
-  st.sink->now_us = unix_now_us();
-  core::wire::Frame admitted;
-  if (!st.merger->admit(frame, admitted)) {
-    std::fprintf(stderr, "chorus: run host refused a malformed frame\n");
-    return false;
-  }
-  Error failed;
-  if (!st.wal_error) {
-    failed = st.host->wal->append(frame);
-    if (!failed) st.unsynced = true;
-  }
-  // A WAL that cannot be written ends the run (fail_wal), which applies
-  // more frames: this one goes first, as it came. What it brings is then in
-  // the files only, and the ranks are told that nothing since their last
-  // ack is kept.
-  st.merger->apply(admitted);
-  if (failed) fail_wal(self, failed);
-  else if (!st.wal_error) request_sync(self);
-  return true;
-}
-
-/// The events the watch drafted go into the WAL (and so events.jsonl), and
-/// to every rank's proxy, for its Run::on_event and next_event.
-void tell_events(run_ptr self) {
-  auto& st = self->state;
-  if (!st.events || !st.events->watch.has_drafts()) return;
-  for (const std::vector<char>& frame : st.events->frames(st.sink->events_told)) {
-    if (!record(self, frame)) continue;
-    for (const auto& proxy : st.proxies)
-      if (proxy) self->send(proxy, event_atom::value, frame);
-  }
-}
-
-/// Sends the acks of `acks` (per rank) and clears them.
-void send_acks(run_ptr self, std::vector<HostSink::Progress>& acks) {
-  auto& st = self->state;
-  if (st.wal_error) return;
-  for (std::size_t r = 0; r < acks.size(); ++r) {
-    auto& p = acks[r];
-    if ((!p.changed && p.frames == 0) || r >= st.proxies.size() || !st.proxies[r]) continue;
-    self->send(st.proxies[r], ack_atom::value, p.frames, p.completed, p.errors);
-    p.acked();
-  }
-}
-
-/// The syncer's answer: what it synced is acknowledged, and the next round starts.
-void synced(run_ptr self, const Error& failure) {
-  auto& st = self->state;
-  st.sync_in_flight = false;
-  if (failure) return fail_wal(self, failure);
-  send_acks(self, st.syncing);
-  durable_to(self, st.syncing_ends);
-  durable_if_synced(self); // nothing appended since this round was asked for
-  if (std::exchange(st.poke_after_sync, false) && st.uploader) self->send(st.uploader, upload_atom::value);
-  if (st.unsynced) request_sync(self);
-}
-
-/// Makes everything appended durable now (the run's end), or fails the WAL.
-void sync_now(run_ptr self) {
-  auto& st = self->state;
-  if (st.wal_error) return;
-  if (Error e = st.host->wal->sync()) return fail_wal(self, e);
-  st.unsynced = false;
-}
-
-/// Acknowledges what sync_now made durable.
-void ack_synced(run_ptr self) {
-  auto& st = self->state;
-  if (st.wal_error) return;
-  send_acks(self, st.syncing);
-  send_acks(self, st.sink->progress);
-  durable_to(self, st.sink->writer.written());
-}
-
-void end_run(run_ptr self) {
-  auto& st = self->state;
-  if (st.ended) return;
-  st.ended = true;
-  const int world = st.merger->world_size();
-  // How the ranks ended names the run (Merger::end_state): failed, crashed, killed or finished.
-  const RunState state = st.wal_error ? RunState::failed : st.merger->end_state();
-  st.sink->hold_run_end = true;
-  record(self, core::wire::run_end(state, unix_now_us()));
-  tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
-  // One sync of the WAL makes the end durable, with every frame before it.
-  // Only then are the end's files written: those the WAL holds without a
-  // sync of their own (a crash of the machine that cuts one short is told
-  // by run.json's lengths, and `chorus recover` rebuilds it), run.json last.
-  // A WAL that failed leaves the files to make the end durable themselves.
-  sync_now(self);
-  st.sink->writer.end_backed_by_wal(!st.wal_error);
-  st.sink->release_run_end();
-  st.sink->writer.flush();
-  ack_synced(self);
-  // The end is synced with all before it (or the WAL failed, and the bounds are lifted): the upload may send it.
-  st.durable->ended = true;
-  // run.json says how the run ended: readers need no lease any more.
-  store::end_lease(st.host->run_dir);
-  if (client::FinishState* fs = st.host->finish) {
-    std::lock_guard lock(fs->mu);
-    FinishResult& r = fs->result;
-    r.state = st.wal_error ? RunState::failed : state;
-    // What could not be written is the run's error: the WAL's, else the first of its files'.
-    if (!r.error && st.wal_error) r.error = st.wal_error;
-    if (!r.error && st.sink->writer.error().code() == Errc::io_error) r.error = st.sink->writer.error();
-    r.rows = st.merger->rows_committed();
-    r.rejected = st.merger->values_rejected();
-    r.ranks.clear();
-    for (int rank = 0; rank < world; ++rank) {
-      RankResult rr;
-      rr.rank = rank;
-      rr.state = st.merger->rank_state(rank);
-      rr.last_step = st.merger->rank_last_step(rank);
-      if (static_cast<std::size_t>(rank) < st.sink->hosts.size()) rr.host = st.sink->hosts[rank];
-      rr.message = st.merger->rank_message(rank);
-      r.ranks.push_back(std::move(rr));
-    }
-  }
-  if (st.host->settings.group_size > 0)
-    st.group.report(self, member_report(*st.host, *st.merger, state, st.sink->writer.summary_json()));
-  // The run's end is on disk, and every rank told: the Uploader sends what
-  // is left (bounded), then finish returns. What it could not send stays
-  // for `chorus sync`.
-  confirm_told(self);
-}
-
-/// Finish returns once every rank in another process has what the run's
-/// end sent it (its last acks and events), or is gone, or
-/// connection_timeout passed: the host's process would otherwise stop its
-/// network layer with those messages still queued, and a rank waiting for
-/// its last ack would read a normal end as its host lost. A ping sent after
-/// them is answered after them (messages between two actors keep their
-/// order); a rank whose process ended first answers with its down message.
-void confirm_told(run_ptr self) {
-  auto& st = self->state;
-  const auto bound = std::min(st.host->settings.opts.connection_timeout, st.host->settings.opts.finish_timeout);
-  for (const auto& proxy : st.proxies) {
-    if (!proxy || !is_remote(self, proxy)) continue;
-    const caf::actor_addr addr = proxy.address();
-    st.unconfirmed.insert(addr);
-    self->request(proxy, bound, ping_atom::value)
-        .then([self, addr](caf::ok_atom) { confirmed(self, addr); },
-              [self, addr](caf::error&) { confirmed(self, addr); });
-  }
-  if (st.unconfirmed.empty()) drain_uploads(self);
-}
-
-/// `proxy` has what the run's end sent it, or is gone.
-void confirmed(run_ptr self, const caf::actor_addr& proxy) {
-  auto& st = self->state;
-  if (st.unconfirmed.erase(proxy) != 0 && st.unconfirmed.empty()) drain_uploads(self);
-}
-
-/// The run's last step before finish returns: what the Uploader has left
-/// goes out, within upload_timeout.
-void drain_uploads(run_ptr self) {
-  auto& st = self->state;
-  auto done = [self] {
-    auto& st = self->state;
-    if (st.uploader) self->send_exit(st.uploader, caf::exit_reason::user_shutdown);
-    st.uploader = nullptr;
-    if (st.finish_promise.pending()) st.finish_promise.deliver(caf::ok_atom::value);
-  };
-  if (!st.uploader) return done();
-  // What the upload left for `chorus sync` goes in the finish's result.
-  auto left = [self](std::uint64_t bytes, Error why) {
-    client::FinishState* fs = self->state.host->finish;
-    if (!fs) return;
-    std::lock_guard lock(fs->mu);
-    fs->result.upload_left = bytes;
-    fs->result.upload_error = std::move(why);
-  };
-  const auto ms = st.host->settings.opts.upload_timeout;
-  self->request(st.uploader, ms + std::chrono::seconds(5), upload_drain_atom::value, static_cast<std::int64_t>(ms.count()))
-      .then(
-          [done, left](std::uint64_t bytes, const WireError& failure) {
-            if (failure) left(bytes, failure.error());
-            done();
-          },
-          [self, done, left](caf::error& e) {
-            const auto& host = *self->state.host;
-            const std::string url = core::shown_upload_url(host.settings.opts.upload);
-            left(0, Error(Errc::upload_incomplete,
-                          "upload to " + url + ": the uploader did not say how far it got (" + caf::to_string(e) +
-                              "); what is left stays in the run directory, and `chorus sync " + host.run_dir +
-                              " --to " + url + "` sends it"));
-            done();
-          });
 }
 
 /// After every applied frame: acks (once synced), barrier timers, the end of the run.
@@ -423,7 +104,9 @@ Error replay_previous(run_ptr self) {
                 std::to_string(st.merger->world_size()) +
                 " ranks, or start a new run (another CHORUS_RUN_ID, or leave it unset)"};
   if (!replay.ended) {
-    const RunState state = noted && *noted != RunState::running ? *noted : RunState::crashed;
+    // Every rank's end in the log makes the run's (store::derived_end); else its host died.
+    const RunState state = store::derived_end(*st.merger).value_or(
+        noted && *noted != RunState::running ? *noted : RunState::crashed);
     for (const auto& frame : store::closing_frames(*st.merger, replay.last_ts, state,
                                                 "the run host died before this rank finished (found when the run "
                                                 "resumed)"))
@@ -432,7 +115,7 @@ Error replay_previous(run_ptr self) {
   // What the replay completed belongs to the earlier attempt, whose ranks
   // are gone: the sync in flight acknowledges none of it to this attempt's
   // ranks, which number their calls afresh (and would refuse such an ack).
-  st.syncing.clear();
+  for (SyncRounds::Round& r : st.rounds.under_way()) r.acks.clear();
   return {};
 }
 
@@ -450,8 +133,10 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   st.joined_from.resize(host->settings.run_world);
   // fdatasync blocks: it runs on a thread of its own, beside the merge.
   // The Run actor's helpers stop when it does (stop_with).
-  st.syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host, self->address());
-  host->helpers->add(caf::actor_cast<caf::actor>(st.syncer));
+  for (syncer_actor& syncer : st.syncers) {
+    syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host, self->address());
+    host->helpers->add(caf::actor_cast<caf::actor>(syncer));
+  }
   const Error refusal = host->resumed ? replay_previous(self) : Error();
   if (refusal) {
     // Nothing of this attempt is logged: the host stops this actor. It
@@ -480,7 +165,12 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.group.down(dm)) return;
-    if (st.ended) return confirmed(self, dm.source);
+    if (st.ended) {
+      // A rank gone while the end waits for its sync: the end's last acks
+      // and pings (confirm_told) pass it by, rather than wait on it.
+      if (auto gone = st.rank_of.find(dm.source); gone != st.rank_of.end()) st.proxies[gone->second] = nullptr;
+      return confirmed(self, dm.source);
+    }
     auto it = st.rank_of.find(dm.source);
     if (it == st.rank_of.end()) return;
     const std::uint32_t rank = it->second;
@@ -616,7 +306,10 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         st.events->watch.tick(unix_now_us());
         tell_events(self);
         // What the flush wrote is the upload's once the WAL that holds it is synced: now, or after the round under way.
-        if (!durable_if_synced(self)) st.poke_after_sync = true;
+        if (!durable_if_synced(self)) {
+          st.poke_after_sync = true;
+          request_sync(self, true);
+        }
         if (st.uploader) self->send(st.uploader, upload_atom::value);
         self->delayed_send(self, std::chrono::seconds(1), flush_atom::value);
       },

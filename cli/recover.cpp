@@ -48,13 +48,16 @@ RUN is a run directory, or a run id looked up under DIR.
 
 The log is read from the start; frames whose checksum fails are skipped (each
 damaged stretch is reported), and a torn tail, a frame the crash cut short, is
-cut off the file. If the log ends without the run's end, its host died: every
-rank still running is marked crashed, and so is the run, at the time of the
-last frame. But where run.json records that the host ended the run failed,
-with an error (its write-ahead log could not be written: a full disk, a
-failing device), the run keeps that end and that error. The files are rebuilt
-in a directory inside the run and then moved into place; the files they
-replace are kept as NAME.bak.
+cut off the file. If the log ends without the run's end but holds every
+rank's end, the run ended as its ranks did (failed where one failed, else
+crashed, killed or finished): its host answered finish once those were on
+disk, before its own record of the end was. If a rank still runs in the log,
+its host died: every rank still running is marked crashed, and so is the
+run, at the time of the last frame. But where run.json records that the host
+ended the run failed, with an error (its write-ahead log could not be
+written: a full disk, a failing device), the run keeps that end and that
+error. The files are rebuilt in a directory inside the run and then moved
+into place; the files they replace are kept as NAME.bak.
 
 Recover refuses a run whose log a process still holds (its host is alive).
 Before it changes anything it checks what could stop it half way: a log or
@@ -445,7 +448,10 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
   // run keeps that end and that error; else its host died (a.unended).
   const bool kept_failure = !ended && recorded && recorded->state == to_string(RunState::failed) && recorded->error &&
                             !recorded->error->empty();
-  const RunState unended = kept_failure ? RunState::failed : a.unended;
+  // The log holds every rank's end: the run's end follows from them
+  // (store::derived_end), whatever became of the end's own frame.
+  const bool derived = !ended && !kept_failure && store::derived_end(merger).has_value();
+  const RunState unended = kept_failure ? RunState::failed : derived ? *store::derived_end(merger) : a.unended;
   if (!ended) {
     std::int64_t at = replay.last_ts;
     std::string reason = a.unended_reason;
@@ -456,7 +462,7 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
       writer.keep_error(*recorded->error);
     }
     sink.stopped = unended;
-    sink.stopping = unended != RunState::crashed;
+    sink.stopping = !derived && unended != RunState::crashed; // a derived end marks no rank
     const auto closing = store::closing_frames(merger, at, unended, reason);
     marked = static_cast<int>(closing.size()) - 1; // a rank_dead for each, then the run_end
     for (const auto& frame : closing) merger.apply(frame);
@@ -491,6 +497,9 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
       std::to_string(marked) + (marked == 1 ? " rank" : " ranks") + " marked " + std::string(to_string(unended));
   if (ended)
     report += "  state      " + std::string(to_string(end_state)) + ", as the log records\n";
+  else if (derived)
+    report += "  state      " + std::string(to_string(unended)) +
+              ", as every rank's end in the log makes it: the log stops before the run's own end record\n";
   else if (kept_failure)
     report += "  state      failed, as run.json records: the log stops before the run's end, which its host could "
               "record in run.json only; " + ranks_marked + "\n  error      " + *recorded->error + "\n";

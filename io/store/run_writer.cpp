@@ -150,6 +150,9 @@ struct RunWriter::State {
   // meanwhile, for `chorus recover`.
   bool start_unsynced = false;
   bool wal_backed = false; // end_backed_by_wal
+  bool end_files_written = false; // end_files() wrote the end's files but run.json
+  bool end_files_durable = false; // and synced them
+  bool end_spare = false;         // and the disk had room to spare then
   // The lengths run.json records once the run has ended (RunRecord::lengths).
   std::vector<std::pair<std::string, std::uint64_t>> end_lengths;
 
@@ -678,12 +681,12 @@ void RunWriter::completed(int, std::uint64_t, const Error*) {}
 
 std::string RunWriter::summary_json() const { return s_->summary_text(); }
 
-void RunWriter::run_end(RunState state, std::int64_t ts_us) {
+void RunWriter::end_files() {
   State& s = *s_;
-  if (!s.segments.empty()) {
-    s.segments.back().state = state;
-    s.segments.back().end_us = ts_us;
-  }
+  // Written once, but again where the WAL no longer backs them (it failed meanwhile): then they are synced.
+  if (s.end_files_written && (s.end_files_durable || s.wal_backed)) return;
+  s.end_files_written = true;
+  s.end_files_durable = !s.wal_backed;
   // The room is freed first where the disk may not take the end (it failed,
   // or is nearly full), else once the end is written (or failed for room).
   const bool spare = s.error.code() != Errc::io_error && s.room_to_spare();
@@ -718,11 +721,22 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
     s.write_config(/*durable=*/false);
   s.write_summary(durable);
   s.start_unsynced = false;
+  s.end_spare = spare;
+}
+
+void RunWriter::run_end(RunState state, std::int64_t ts_us) {
+  State& s = *s_;
+  if (!s.segments.empty()) {
+    s.segments.back().state = state;
+    s.segments.back().end_us = ts_us;
+  }
+  end_files();
+  s.end_files_written = false; // a later attempt's end writes its own
   // run.json last, as readers see the end there, with the lengths of what
   // it counts as they stand now.
   s.end_lengths = s.lengths();
-  s.write_run_json(durable);
-  if (spare && s.error.code() == Errc::io_error) s.end_in_room(); // the disk filled under the end's own writes
+  s.write_run_json(!s.wal_backed);
+  if (s.end_spare && s.error.code() == Errc::io_error) s.end_in_room(); // the disk filled under the end's own writes
   // Otherwise the room goes with the writer (~RunWriter), after the run's end is answered.
 }
 

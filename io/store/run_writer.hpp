@@ -59,6 +59,12 @@ public:
   /// Flushes everything and rewrites summary.json and run.json with the end
   /// state and the lengths of what it wrote (end_backed_by_wal says which it syncs).
   void run_end(RunState state, std::int64_t ts_us) override;
+  /// The first half of run_end(), which it makes unless called before:
+  /// every file of the end but run.json (the line files out, the files the
+  /// WAL does not hold synced, config.json, metrics.json and summary.json).
+  /// The Run actor writes them while the WAL's sync runs, and run.json once
+  /// it returned.
+  void end_files();
 
   /// Appends one line (a JSON object) to system.jsonl. System samples are
   /// not in the WAL: `chorus recover` leaves the file as it is.

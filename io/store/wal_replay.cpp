@@ -52,6 +52,11 @@ Result<WalReplay> replay_wal(const std::string& path, chorus::core::Merger& merg
   return out;
 }
 
+std::optional<RunState> derived_end(const chorus::core::Merger& merger) {
+  if (!merger.started() || !merger.all_done()) return std::nullopt;
+  return merger.end_state();
+}
+
 std::vector<std::vector<char>> closing_frames(const chorus::core::Merger& merger, std::int64_t ts_us, RunState state,
                                               std::string_view reason) {
   std::vector<std::vector<char>> frames;

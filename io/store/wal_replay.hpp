@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,13 @@ using ReplayFrameFn = std::function<void(const core::wire::Frame&, std::int64_t 
 /// An error only where the log cannot be read.
 [[nodiscard]] Result<WalReplay> replay_wal(const std::string& path, chorus::core::Merger& merger,
                                            const ReplayFrameFn& before);
+
+/// The end state of an attempt the log leaves open whose every rank has
+/// ended in it: the run's end follows from how they ended
+/// (Merger::end_state). Its host synced the log up to the last rank's end
+/// before it answered finish, and the end's own frame after it may not have
+/// reached the disk. None while a rank still runs.
+[[nodiscard]] std::optional<RunState> derived_end(const chorus::core::Merger& merger);
 
 /// The frames that close an attempt the log leaves open (its host died):
 /// each rank still running dies with `reason`, then the run ends in `state`,

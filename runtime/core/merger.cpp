@@ -102,6 +102,7 @@ struct Merger::State {
   // that frame changed anything: refused, taken without effect (late), or taken.
   enum class Admit { refuse, ignore, take };
   Admit admitted = Admit::refuse;
+  bool admitted_ends = false; // and it is a rank's batch that holds the rank's end
 
   RunKeys names; // the run's keys: global ids in order of first sight
 
@@ -843,6 +844,8 @@ bool Merger::admit(std::span<const char> frame, wire::Frame& out) {
   s_->admitted = State::Admit::refuse;
   if (!wire::decode(frame, out)) return false;
   s_->admitted = s_->admit(out);
+  s_->admitted_ends = s_->admitted == State::Admit::take && out.type == wire::FrameType::rank_batch &&
+                      s_->frame_check.ends_rank();
   return s_->admitted != State::Admit::refuse;
 }
 
@@ -850,6 +853,11 @@ void Merger::apply(const wire::Frame& admitted) {
   assert(s_->admitted != State::Admit::refuse);
   if (s_->admitted == State::Admit::take) s_->apply(admitted);
   s_->admitted = State::Admit::refuse;
+  s_->admitted_ends = false;
+}
+
+bool Merger::admitted_ends_rank() const noexcept {
+  return s_->admitted_ends;
 }
 
 bool Merger::apply(std::span<const char> frame) {

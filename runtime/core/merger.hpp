@@ -108,6 +108,9 @@ public:
   /// the bytes `out` points into live.
   [[nodiscard]] bool admit(std::span<const char> frame, wire::Frame& out);
   void apply(const wire::Frame& admitted);
+  /// The frame admit() took last (before its apply) holds a rank's end:
+  /// its finish, of any kind. The Run actor syncs such a frame at once.
+  [[nodiscard]] bool admitted_ends_rank() const noexcept;
 
   /// The name of a key id that appears in a Row.
   [[nodiscard]] std::string_view key_name(std::uint32_t key) const;

@@ -118,6 +118,7 @@ public:
            const RunKeys& names) {
     fresh_ids_.clear();
     fresh_names_.clear();
+    ends_rank_ = false;
     auto known = [&keys](std::uint32_t id) { return id < keys.size() && keys[id].gid != no_key; };
     bool ok = true;
     std::uint64_t seq = rank_seq;
@@ -168,6 +169,8 @@ public:
         ok = known(m->key) && (m->step_key == wire::no_step_metric || known(m->step_key));
       } else if (const auto* b = std::get_if<wire::Barrier>(&ev)) {
         ok = known(b->name_key);
+      } else if (std::holds_alternative<wire::Finish>(ev)) {
+        ends_rank_ = true;
       }
     }
     streams.checked(ok);
@@ -178,7 +181,11 @@ public:
     return ok;
   }
 
+  /// The frame run() last checked holds its rank's end (a finish, of any kind).
+  [[nodiscard]] bool ends_rank() const noexcept { return ends_rank_; }
+
 private:
+  bool ends_rank_ = false;
   std::vector<std::uint32_t> fresh_ids_;
   std::vector<std::string_view> fresh_names_;
 };

@@ -1,6 +1,6 @@
 // The Run actor (actors/run.cpp) driven message by message on CAF's test
-// coordinator: two ranks' RankProxies are recorders, the WAL's syncer runs
-// as a scheduled actor (Blocking::scheduled_for_tests), and its timers wait
+// coordinator: two ranks' RankProxies are recorders, the WAL's syncers run
+// as scheduled actors (Blocking::scheduled_for_tests), and its timers wait
 // on the test clock.
 #define BOOST_TEST_MODULE actors_run
 #include "tests/actors/caf_dsl.hpp"
@@ -10,15 +10,18 @@
 #include "io/platform/posix.hpp"
 #include "io/store/run_record.hpp"
 #include "io/store/wal.hpp"
+#include "io/store/wal_replay.hpp"
 #include "runtime/client/channel.hpp"
 #include "runtime/client/events.hpp"
 #include "io/store/event_log.hpp"
 #include "tests/actors/merger_rig.hpp"
+#include "tests/actors/recording_sink.hpp"
 #include "tests/io/files.hpp"
 #include "tests/temp_dir.hpp"
 
 #include <simdjson.h>
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -45,13 +48,13 @@ std::string identity(const std::string& job, const std::string& project) {
   return "job=" + job + "\nproject=" + project + "\ngroup=g\nranks=2\nmode=shared\nscope=global\nrun id=";
 }
 
-/// A run of two ranks hosted in a temporary directory, its syncer known.
+/// A run of two ranks hosted in a temporary directory, its syncers known.
 struct RunActorFixture : test::ActorFixture {
   chorus::test::TempDir tmp;
   FinishState finished;
   std::shared_ptr<RunHost> host = std::make_shared<RunHost>();
   run_host_actor run;
-  caf::actor syncer;
+  std::array<caf::actor, 2> syncers; // the WAL's: the second syncs a frame that ends a rank while the first is at it
   std::vector<caf::actor> ranks; // their RankProxies
   test::Rig frames{2};           // frames as the ranks' proxies build them
 
@@ -72,17 +75,26 @@ struct RunActorFixture : test::ActorFixture {
     host->blocking = Blocking::scheduled_for_tests;
     run = keep(spawn_run_actor(sys, host));
     BOOST_TEST_REQUIRE(sched.prioritize(run));
-    sched.run_once(); // it starts: run_start goes to the WAL, whose syncer is asked at once
-    syncer = keep(receiver_of<sync_atom>(run));
-    sync_round();
+    sched.run_once(); // it starts: run_start goes to the WAL (no rank waits for it: no round)
+    // Its helpers: the two syncers first.
+    const std::vector<caf::actor> helpers = host->helpers->take();
+    BOOST_TEST_REQUIRE(helpers.size() >= 2u);
+    syncers = {keep(helpers[0]), keep(helpers[1])};
+    for (const caf::actor& a : helpers) host->helpers->add(a);
     for (int r = 0; r < 2; ++r) ranks.push_back(recorder());
     sched.run();
   }
 
-  /// The syncer fdatasyncs the WAL and says so.
-  void sync_round() {
-    expect((sync_atom), from(run).to(syncer).with(_));
-    expect((WireError), from(syncer).to(run).with(WireError()));
+  /// Syncer `k` fdatasyncs the WAL and says so.
+  void sync_round(std::size_t k = 0) {
+    expect((sync_atom), from(run).to(syncers[k]).with(_));
+    expect((WireError), from(syncers[k]).to(run).with(WireError()));
+  }
+  /// Every round asked for, and those that their answers start, run.
+  void sync_all() {
+    while (!syncers_idle())
+      for (std::size_t k = 0; k < syncers.size(); ++k)
+        if (!idle(syncers[k])) sync_round(k);
   }
 
   void join_as(const caf::actor& proxy, std::uint32_t rank, const std::string& job,
@@ -92,13 +104,13 @@ struct RunActorFixture : test::ActorFixture {
                                     std::int64_t{100} + rank, job, secret));
   }
 
-  /// Rank `r` joins: answered at once, and logged (the syncs that follow run too).
+  /// Rank `r` joins: answered at once, and logged (no round: no rank waits for it).
   void join(std::uint32_t r) {
     join_as(ranks[r], r, host->job);
     expect((joined_atom, WireError, std::string, std::string, caf::actor),
            from(run).to(ranks[r]).with(_, WireError(), host->run_id, host->run_dir, _));
-    expect((sync_atom), from(run).to(syncer).with(_));
     sched.run();
+    BOOST_TEST(syncers_idle());
   }
 
   void send_batch(std::uint32_t r, const test::Rig::Batch& b) {
@@ -135,6 +147,7 @@ struct RunActorFixture : test::ActorFixture {
 
   /// Whether `a` has nothing to handle.
   bool idle(const caf::actor& a) { return !sched.prioritize(a); }
+  bool syncers_idle() { return idle(syncers[0]) && idle(syncers[1]); }
 
   /// The last message `proxy` was sent, which must be a refused join: its reason.
   std::string refusal(const caf::actor& proxy) {
@@ -221,7 +234,7 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
                                          "scope global; torchrun job 2) than this run (project proj, group g, 2 "
                                          "ranks, mode shared, scope global; torchrun job 1)"),
              refusal(ranks[0]));
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle());
   // A rank of this job whose project differs is told that, not of a port met by chance.
   join_as(ranks[0], 0, identity("torchrun job 1", "other"));
   expect((joined_atom, WireError, std::string, std::string, caf::actor),
@@ -231,14 +244,14 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
                                          "Options::project or CHORUS_PROJECT)"),
              refusal(ranks[0]));
   BOOST_TEST(!contains(refusal(ranks[0]), "port"), refusal(ranks[0]));
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle());
 
   join(0);
   // The same proxy again (its answer was lost): answered again, not logged again.
   join_as(ranks[0], 0, host->job);
   expect((joined_atom, WireError, std::string, std::string, caf::actor),
          from(run).to(ranks[0]).with(_, WireError(), host->run_id, host->run_dir, _));
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle());
 
   // Another process that claims the same rank is refused, naming the first.
   const caf::actor other = recorder();
@@ -256,7 +269,7 @@ BOOST_AUTO_TEST_CASE(joins_are_checked_and_a_repeated_join_is_answered_again) {
   auto b = frames.batch(0);
   b.log({{"loss", 9.0}}, 0);
   inject((batch_atom, std::vector<char>), from(other).to(run).with(batch_atom::value, b.bytes()));
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle());
   BOOST_TEST(idle(other));
 }
 
@@ -272,11 +285,11 @@ BOOST_AUTO_TEST_CASE(a_process_without_the_jobs_secret_takes_no_ranks_place) {
          from(run).to(outsider).with(_, _, _, std::string(), caf::actor()));
   BOOST_TEST(contains(refusal(outsider), "process 101 on node-1 claims rank 1 without this job's secret"),
              refusal(outsider));
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle());
   join_as(outsider, 1, host->job, "");
   expect((joined_atom, WireError, std::string, std::string, caf::actor),
          from(run).to(outsider).with(_, _, _, std::string(), caf::actor()));
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle());
 
   // The real rank 1 then joins, and so does rank 0.
   join(1);
@@ -304,7 +317,7 @@ BOOST_AUTO_TEST_CASE(run_json_records_when_each_rank_joined_and_a_repeated_join_
   join_as(ranks[0], 0, host->job);
   expect((joined_atom, WireError, std::string, std::string, caf::actor),
          from(run).to(ranks[0]).with(_, WireError(), host->run_id, host->run_dir, _));
-  BOOST_TEST(idle(syncer)); // not logged again
+  BOOST_TEST(syncers_idle()); // not logged again
   advance_time(1s); // run.json is rewritten at the next flush
   expect((flush_atom), from(run).to(run).with(_));
   sched.run();
@@ -351,13 +364,18 @@ BOOST_AUTO_TEST_CASE(frames_of_two_ranks_merge_into_rows_acknowledged_once_the_w
 
   auto f0 = frames.batch(0);
   f0.finish();
-  send_batch(0, f0);
+  send_batch(0, f0); // a rank's end: its round starts at once
   auto f1 = frames.batch(1);
   f1.finish();
-  send_batch(1, f1);
-  finish(); // every rank finished: the run ends at once
+  send_batch(1, f1); // the other's, beside it, on the second syncer
+  finish(); // every rank finished: the run ends once their rounds are done
+  BOOST_TEST(idle(self));
+  sync_round(0);
+  BOOST_TEST(idle(self));
+  sync_round(1);
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
+  BOOST_TEST(syncers_idle());
 
   const auto rows = history();
   BOOST_TEST_REQUIRE(rows.size() == 2u);
@@ -377,7 +395,7 @@ BOOST_AUTO_TEST_CASE(one_frame_on_an_idle_run_costs_one_sync) {
   sync_round();
   expect((ack_atom, std::uint32_t, std::uint64_t, AckErrors),
          from(run).to(ranks[0]).with(_, std::uint32_t{1}, std::uint64_t{1}, AckErrors()));
-  disallow((sync_atom), from(run).to(syncer));
+  BOOST_TEST(syncers_idle());
 }
 
 BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) {
@@ -402,24 +420,67 @@ BOOST_AUTO_TEST_CASE(a_barrier_times_out_naming_the_rank_that_did_not_reach_it) 
   BOOST_TEST(acks(ranks[1]).empty());
 }
 
-// The host's finish comes right behind its rank's last frames: the run's
-// end syncs them with itself, with no round of the syncer of their own
-// (which would be a journal commit more before the end's). Their acks go out.
-BOOST_AUTO_TEST_CASE(the_last_frames_before_the_hosts_finish_are_synced_by_the_end_alone) {
+// The host's finish comes right behind its rank's last frames, whose round
+// starts as they arrive (they hold the rank's end), beside their merge. The
+// run's end waits for that round alone: it asks for none of its own, not
+// even for its own frame, which follows from the ranks' ends in the WAL
+// (store::derived_end). Their acks go out, and the WAL holds the end.
+BOOST_AUTO_TEST_CASE(the_run_ends_on_the_round_that_its_last_ranks_end_started) {
   join(0);
   join(1);
   send_batch(1, last_frames(1, 1.0));
-  sync_round(); // rank 0 still runs: an ordinary round
+  sync_round(); // rank 1's end
   sched.run();
   finish_after(last_frames(0, 2.0));
-  BOOST_TEST(idle(syncer), "the syncer was asked for a round of its own at the run's end");
+  sync_round(); // rank 0's end, asked for as its frame came
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
-  BOOST_TEST(idle(syncer));
+  BOOST_TEST(syncers_idle(), "a round more was asked for at the run's end");
   BOOST_TEST(finished.result.state == RunState::finished);
   BOOST_TEST(finished.result.rows == 1u);
   BOOST_TEST_REQUIRE(!acks(ranks[0]).empty());
-  BOOST_TEST(acks(ranks[0]).back().frames == 1u); // its last frame, acknowledged by the end's sync
+  BOOST_TEST(acks(ranks[0]).back().frames == 1u); // its last frame, acknowledged by that round
+  BOOST_TEST(rank_states() == (std::vector<std::pair<std::string, std::string>>{{"finished", ""}, {"finished", ""}}));
+  // The WAL holds the end after the ranks' ends, as a replay finds it.
+  test::RecordingSink sink;
+  core::Merger replayed(sink);
+  sink.merger = &replayed;
+  const auto replay = store::replay_wal(host->run_dir + "/wal", replayed, {});
+  BOOST_TEST_REQUIRE(replay.has_value(), replay.error().message());
+  BOOST_TEST(replay->ended);
+  BOOST_TEST(replay->end_state == RunState::finished);
+}
+
+// A round's answer releases the rounds asked for before it too: a later
+// fdatasync makes durable all that an earlier one would. Rank 1's frame is
+// in a round when rank 0's end comes: that one starts beside it, on the
+// second syncer, and answers first.
+BOOST_AUTO_TEST_CASE(a_frame_that_ends_a_rank_is_synced_beside_the_round_under_way) {
+  join(0);
+  join(1);
+  send_loss(1, 1.0, 0); // an ordinary round, on the first syncer
+  auto f1 = frames.batch(1);
+  f1.finish();
+  send_batch(1, f1); // rank 1's end: its round starts beside it
+  BOOST_TEST(!idle(syncers[0]));
+  BOOST_TEST(!idle(syncers[1]));
+  finish_after(last_frames(0, 2.0)); // both syncers at it: the end waits for a free one
+  BOOST_TEST(acks(ranks[1]).empty()); // nothing acknowledged yet
+  expect((event_atom, std::vector<char>), from(run).to(ranks[1]).with(_, _)); // run_finished, told as the end began
+  sync_round(1); // the later round answers first: both rounds are done, in order
+  expect((ack_atom, std::uint32_t, std::uint64_t, AckErrors),
+         from(run).to(ranks[1]).with(_, std::uint32_t{1}, std::uint64_t{1}, AckErrors())); // its value
+  expect((ack_atom, std::uint32_t, std::uint64_t, AckErrors),
+         from(run).to(ranks[1]).with(_, std::uint32_t{1}, std::uint64_t{2}, AckErrors())); // its finish
+  BOOST_TEST(idle(self));
+  sync_round(1); // the end's own round, for rank 0's last frame
+  expect((caf::ok_atom), from(run).to(self).with(_));
+  sync_round(0); // the first round's answer, late: it changes nothing
+  sched.run();
+  BOOST_TEST(acks(ranks[1]).size() == 2u);
+  BOOST_TEST(acks(ranks[0]).back().frames == 1u);
+  BOOST_TEST(finished.result.state == RunState::finished);
+  BOOST_TEST(finished.result.rows == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
@@ -434,6 +495,7 @@ BOOST_AUTO_TEST_CASE(finish_gives_up_on_a_rank_after_finish_timeout) {
   advance_time(host->settings.opts.finish_timeout); // the flush timer's second comes first
   allow((flush_atom), from(run).to(run).with(_));
   expect((finish_tmo_atom), from(run).to(run).with(_));
+  sync_all(); // the end's round
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
 
@@ -460,12 +522,13 @@ BOOST_AUTO_TEST_CASE(a_rank_whose_proxy_goes_down_is_recorded_crashed) {
   caf::anon_send_exit(ranks[1], caf::exit_reason::kill);
   expect((caf::exit_msg), from(_).to(ranks[1]).with(_));
   expect((caf::down_msg), from(_).to(run).with(_));
-  sync_round();
   sched.run();
+  BOOST_TEST(syncers_idle()); // rank 1's death waits for the next round: no rank waits for it
 
   auto f = frames.batch(0);
   f.finish();
-  finish_after(f); // rank 0 finished and rank 1 is gone: the run ends at once
+  finish_after(f); // rank 0 finished and rank 1 is gone: the run ends once that is synced
+  sync_round();
   expect((caf::ok_atom), from(run).to(self).with(_));
   sched.run();
 

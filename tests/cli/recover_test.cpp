@@ -238,6 +238,39 @@ BOOST_AUTO_TEST_CASE(a_log_with_the_runs_end_keeps_its_states) {
   BOOST_TEST(!fs::exists(dir / "run.json.bak"));
 }
 
+// The run host answers finish once the log holds every rank's end, synced;
+// the end's own frame after it may be lost with the machine (here it is
+// torn). The run's end follows from how the ranks ended: recover finds it
+// there, a failure as well, and marks no rank.
+BOOST_AUTO_TEST_CASE(a_log_with_every_ranks_end_but_not_the_runs_ends_as_its_ranks_did) {
+  for (const bool failed : {false, true}) {
+    BOOST_TEST_CONTEXT("rank 1 " << (failed ? "failed" : "finished")) {
+      TempDir root;
+      const fs::path dir = root.path / "p" / "g" / "rec1";
+      Wal w(dir / "wal");
+      write_run(w, dir, false);
+      std::vector<char> last;
+      core::wire::BatchWriter b(last, 1);
+      b.finish(12, failed ? 3 : 0); // rank 1's calls so far: its definition and 10 rows
+      w.add(last);
+      const std::uint64_t good = w.writer->size();
+      w.close();
+      append_torn_tail(dir / "wal"); // the end's own frame, cut short
+      const Output o = run_chorus({"recover", "--no-backup", dir.string()});
+      BOOST_TEST_INFO("stdout: " << o.out << "\nstderr: " << o.err);
+      BOOST_TEST(o.code == 0);
+      BOOST_TEST(contains(o.out, "torn tail  19 bytes at offset " + std::to_string(good) + " cut"));
+      const std::string state = failed ? "failed" : "finished";
+      BOOST_TEST(contains(o.out, "state      " + state + ", as every rank's end in the log makes it"));
+      BOOST_TEST(!contains(o.out, "marked"));
+      check_rows(dir);
+      BOOST_TEST(run_state(dir) == state);
+      BOOST_TEST(run_state(dir, 0) == "finished");
+      BOOST_TEST(run_state(dir, 1) == state);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_damaged_frame_is_skipped_and_reported) {
   TempDir root;
   const fs::path dir = root.path / "p" / "g" / "rec1";
