@@ -4,7 +4,12 @@
 #define BOOST_TEST_MODULE e2e_resume
 #include "harness.hpp"
 
+#include "io/store/wal.hpp"
+#include "runtime/core/wire.hpp"
+
 #include <boost/test/unit_test.hpp>
+
+#include <variant>
 
 using namespace e2e;
 
@@ -98,6 +103,49 @@ BOOST_AUTO_TEST_CASE(a_killed_job_resumed_from_its_checkpoint_has_one_history_wi
   BOOST_TEST(show.status == 0);
   BOOST_TEST(show.text.find("attempt 1") != std::string::npos);
   BOOST_TEST(show.text.find("attempt 2") != std::string::npos);
+}
+
+// The run host answers finish once the log holds every rank's end, synced,
+// before its own record of the run's end is on disk. A machine that crashed
+// then leaves a log that ends with the ranks' ends (here: cut where the end's
+// record starts) and a run.json that says running. Resumed, that attempt
+// ends as its ranks did, finished, and not crashed.
+BOOST_AUTO_TEST_CASE(an_attempt_whose_log_lost_its_end_after_every_ranks_end_resumes_as_finished) {
+  TempDir dir;
+  Output out = run(job(dir, 2, "", "--steps 10"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  const fs::path wal = run_dir(dir) / "wal";
+  std::uint64_t end_at = 0;
+  bool found = false;
+  const auto scanned = chorus::store::scan_wal(wal.string(), [&](std::span<const char> payload, std::uint64_t at) {
+    chorus::core::wire::Frame f;
+    if (!found && chorus::core::wire::decode(payload, f) && f.type == chorus::core::wire::FrameType::host_event &&
+        std::holds_alternative<chorus::core::wire::RunEnd>(f.host)) {
+      end_at = at;
+      found = true;
+    }
+  });
+  BOOST_REQUIRE(scanned.has_value());
+  BOOST_REQUIRE_MESSAGE(found, "the log has no run end");
+  fs::resize_file(wal, end_at);
+  std::string json = slurp(run_dir(dir) / "run.json");
+  const std::string finished = "\"state\":\"finished\"";
+  const std::size_t state = json.find(finished);
+  BOOST_REQUIRE(state != std::string::npos);
+  json.replace(state, finished.size(), "\"state\":\"running\"");
+  std::ofstream(run_dir(dir) / "run.json", std::ios::trunc) << json;
+
+  out = run(job(dir, 2, "CHORUS_RESUME=must", "--steps 20 --start-step 10"));
+  BOOST_TEST_INFO(out.text);
+  BOOST_REQUIRE_EQUAL(out.status, 0);
+  simdjson::dom::parser parser;
+  const auto doc = read_run_json(parser, run_dir(dir));
+  const simdjson::dom::array segments = doc["segments"].get_array();
+  BOOST_REQUIRE_EQUAL(segments.size(), 2u);
+  BOOST_TEST(std::string_view(segments.at(0)["state"].get_string()) == "finished");
+  BOOST_TEST(std::string_view(segments.at(1)["state"].get_string()) == "finished");
+  check_worker_history(run_dir(dir), {0, 1}, 20);
 }
 
 BOOST_AUTO_TEST_CASE(a_reused_run_id_is_refused_unless_resume_allows_it_and_each_refusal_names_the_fix) {
