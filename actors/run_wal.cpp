@@ -92,11 +92,11 @@ static void take_round(run_ptr self, SyncRounds::Round& r) {
 /// Acks go out once the WAL holding what they acknowledge is on disk. The
 /// syncer fdatasyncs while the actor merges on; what is appended meanwhile
 /// waits for the next round, so one fdatasync serves every frame of a round.
-/// The run's end syncs what it needs itself (end_run), so no round starts once
-/// it began; and once every rank has finished, a round waits behind the
-/// messages already queued, where the host's finish comes right behind its
-/// last frames: the end's round then covers them (a round of their own
-/// would be a journal commit more before the end's).
+/// The run's end asks for what it needs itself (end_run), so no round starts
+/// here once it began; and once every rank has finished, a round waits
+/// behind the messages already queued, where the host's finish comes right
+/// behind its last frames: the end then waits for the round that the frame
+/// ending the last rank started as it came (record), which covers them.
 /// Nor does a round start for the host's own frames alone (the run's start,
 /// a rank's join, the events): no rank waits for them, and the next round,
 /// or the flush's every second, covers them.
