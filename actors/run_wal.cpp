@@ -225,16 +225,15 @@ void end_run(run_ptr self) {
   // How the ranks ended names the run (Merger::end_state): failed, crashed, killed or finished.
   const RunState state = st.wal_error ? RunState::failed : st.merger->end_state();
   st.sink->hold_run_end = true;
-  st.end_needs = st.host->wal->size();
-  st.end_ends = st.sink->writer.written();
+  const std::uint64_t wal_before_end = st.host->wal->size();
+  const store::RunWriter::LineEnds files_before_end = st.sink->writer.written();
   record(self, core::wire::run_end(state, unix_now_us()));
   tell_events(self); // run_finished, the last, and what the end brought (ranks lost at finish_timeout)
+  // What the end waits for: the WAL up to its own frame, or, for a run that uploads, with it and its events.
+  st.end_needs = st.uploader ? st.host->wal->size() : wal_before_end;
+  st.end_ends = st.uploader ? st.sink->writer.written() : files_before_end;
   st.end_waits = true;
   if (st.wal_error) return finish_end(self);
-  if (st.uploader) {
-    st.end_needs = st.host->wal->size();
-    st.end_ends = st.sink->writer.written();
-  }
   st.sink->writer.end_backed_by_wal(true);
   st.sink->writer.end_files();
   if (st.rounds.synced() >= st.end_needs) return finish_end(self);

@@ -41,7 +41,6 @@ public:
     return std::nullopt;
   }
   [[nodiscard]] bool in_flight() const noexcept { return !rounds_.empty(); }
-  [[nodiscard]] std::size_t count() const noexcept { return rounds_.size(); }
 
   /// Opens a round on syncer `k` (free_syncer()) over the WAL's first `wal_end` bytes.
   Round& open(int k, std::uint64_t wal_end) {

@@ -450,8 +450,9 @@ Result<std::string> recover_run(const std::string& dir, const RecoverOptions& a)
                             !recorded->error->empty();
   // The log holds every rank's end: the run's end follows from them
   // (store::derived_end), whatever became of the end's own frame.
-  const bool derived = !ended && !kept_failure && store::derived_end(merger).has_value();
-  const RunState unended = kept_failure ? RunState::failed : derived ? *store::derived_end(merger) : a.unended;
+  const std::optional<RunState> ranks_end = ended || kept_failure ? std::nullopt : store::derived_end(merger);
+  const bool derived = ranks_end.has_value();
+  const RunState unended = kept_failure ? RunState::failed : ranks_end.value_or(a.unended);
   if (!ended) {
     std::int64_t at = replay.last_ts;
     std::string reason = a.unended_reason;
