@@ -67,9 +67,14 @@
 #include <caf/io/all.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace chorus::store {
+class WalWriter;
+}
 
 namespace chorus::actors {
 
@@ -271,8 +276,16 @@ using run_self = run_host_actor::extend<caf::reacts_to<flush_atom>, caf::reacts_
                                         caf::reacts_to<member_retry_atom>, caf::reacts_to<keepalive_atom>,
                                         caf::reacts_to<sync_atom>>;
 
-/// The Run's WAL syncer: fdatasync of the WAL; no error once done, else why it failed.
-using syncer_actor = caf::typed_actor<caf::replies_to<sync_atom>::with<WireError>>;
+/// The WAL a syncer makes durable: held by the request until its fdatasync
+/// returns, so that a run that ends meanwhile leaves it open. A message of
+/// this process only: it cannot cross to another (nothing can read it).
+struct WalToSync {
+  std::shared_ptr<store::WalWriter> wal;
+};
+
+/// A WAL syncer (actors/wal_syncers.hpp): fdatasync of the WAL it is given;
+/// no error once done, else why it failed.
+using syncer_actor = caf::typed_actor<caf::replies_to<sync_atom, WalToSync>::with<WireError>>;
 
 /// The Uploader (actors/uploader.hpp), and its sender behind it.
 using uploader_actor = caf::typed_actor<
@@ -328,3 +341,5 @@ caf::delegated<Ts...> drop_request(caf::local_actor* self) {
 }
 
 } // namespace chorus::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(chorus::actors::WalToSync)

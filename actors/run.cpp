@@ -70,14 +70,6 @@ void after_frame(run_ptr self) {
   }
 }
 
-/// Answers each sync_atom once `host`'s WAL is fdatasync'ed: no error, or why it failed.
-/// (Its argument is passed, not captured: CAF 0.17 dereferences a null argument
-/// tuple for a function spawned without arguments.)
-syncer_actor::behavior_type wal_syncer(syncer_actor::pointer self, std::shared_ptr<RunHost> host, caf::actor_addr run) {
-  stop_with(self, run);
-  return {[host](sync_atom) { return WireError(host->wal->sync()); }};
-}
-
 /// A resumed run: its WAL replayed through the merge, which rewrites the
 /// readable files from it (bringing up to date what a crashed host left
 /// behind, as `chorus recover` does); an attempt the log leaves open is
@@ -131,11 +123,16 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   st.sink->events = st.events.get();
   st.proxies.resize(host->settings.run_world);
   st.joined_from.resize(host->settings.run_world);
-  // fdatasync blocks: it runs on a thread of its own, beside the merge.
-  // The Run actor's helpers stop when it does (stop_with).
-  for (syncer_actor& syncer : st.syncers) {
-    syncer = spawn_blocking(self->system(), host->blocking, wal_syncer, host, self->address());
-    host->helpers->add(caf::actor_cast<caf::actor>(syncer));
+  // fdatasync blocks: it runs on a thread of its own, beside the merge. The
+  // process's kept system lends its syncers (taken as the rounds come,
+  // open_round); else the actor makes its own, helpers that stop when it does.
+  st.lent_syncers = host->syncers;
+  if (!st.lent_syncers) {
+    WalSyncers own(self->system(), host->blocking, self->address());
+    for (syncer_actor& syncer : st.syncers) {
+      syncer = own.take();
+      host->helpers->add(caf::actor_cast<caf::actor>(syncer));
+    }
   }
   const Error refusal = host->resumed ? replay_previous(self) : Error();
   if (refusal) {

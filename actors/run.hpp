@@ -23,7 +23,9 @@ struct FinishState;
 
 namespace chorus::actors {
 
-/// The actors a Run actor starts to help it (the WAL's syncer, the Uploader
+class WalSyncers;
+
+/// The actors a Run actor starts to help it (the WAL's own syncers, the Uploader
 /// and its sender, the beacon), which stop when it does: where the actor
 /// system outlives the run, its System waits for them as well as for the
 /// Run actor, so that nothing of the run is left running once it is freed.
@@ -57,10 +59,13 @@ struct RunHost {
   /// replayed before the new attempt starts. The Run actor answers
   /// resume_atom with "" once the attempt started, or why it was refused.
   bool resumed = false;
-  std::unique_ptr<store::WalWriter> wal;
+  std::shared_ptr<store::WalWriter> wal; // shared with a sync under way (WalToSync)
   client::FinishState* finish = nullptr; // the host process's; filled when the run ends
-  /// The WAL's syncer and the Uploader's sender: detached, but in tests/actors.
+  /// The WAL's syncers and the Uploader's sender: detached, but in tests/actors.
   Blocking blocking = Blocking::detached;
+  /// The syncers kept by the process's own actor system (actors/wal_syncers.hpp);
+  /// null: the Run actor makes its own, which stop when it does.
+  std::shared_ptr<WalSyncers> syncers;
 
   /// The actors the Run actor starts to help it (see Helpers).
   std::shared_ptr<Helpers> helpers = std::make_shared<Helpers>();

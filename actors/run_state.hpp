@@ -12,6 +12,7 @@
 #include "actors/run_events.hpp"
 #include "actors/sync_rounds.hpp"
 #include "actors/uploader.hpp"
+#include "actors/wal_syncers.hpp"
 #include "io/store/run_writer.hpp"
 #include "runtime/core/merger.hpp"
 
@@ -41,6 +42,7 @@ struct RunActorState {
   std::int64_t lease_renewed_us = 0; // when the lease was last renewed (io/store/lease.hpp)
   bool lease_error = false;          // a renewal failed, and said so once
   std::array<syncer_actor, SyncRounds::syncers> syncers; // fdatasync the WAL, each on a thread of its own
+  std::shared_ptr<WalSyncers> lent_syncers; // whose syncers they are, where the actor system lent them
   SyncRounds rounds;         // their rounds under way (actors/sync_rounds.hpp)
   bool unsynced = false;     // appended since the last round was asked for
   bool sync_put_off = false; // a sync_atom to itself is queued (request_sync)
@@ -67,6 +69,13 @@ struct RunActorState {
 
   ~RunActorState() {
     if (sink) sink->writer.flush();
+    // Lent syncers still held (a run stopped before its end was durable)
+    // serve the system's next run: at once where idle, and a new one in the
+    // place of one still at a sync of this run.
+    if (lent_syncers)
+      for (std::size_t k = 0; k < syncers.size(); ++k)
+        if (syncers[k])
+          rounds.busy(static_cast<int>(k)) ? lent_syncers->retire(syncers[k]) : lent_syncers->give_back(syncers[k]);
   }
 };
 

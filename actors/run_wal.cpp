@@ -67,12 +67,17 @@ static void synced(run_ptr self, std::uint64_t round, int syncer, const Error& f
 static SyncRounds::Round* open_round(run_ptr self) {
   auto& st = self->state;
   const std::optional<int> k = st.rounds.free_syncer();
-  if (!k || !st.syncers[static_cast<std::size_t>(*k)]) return nullptr;
+  if (!k) return nullptr;
+  // A lent syncer is taken as its first round comes (the system's own
+  // threads may still be starting it: StartingSystem), and given back at the end.
+  syncer_actor& s = st.syncers[static_cast<std::size_t>(*k)];
+  if (!s && st.lent_syncers) s = st.lent_syncers->take();
+  if (!s) return nullptr;
   SyncRounds::Round& r = st.rounds.open(*k, st.host->wal->size());
   st.unsynced = false;
   const std::uint64_t id = r.id;
   const int syncer = *k;
-  self->request(st.syncers[static_cast<std::size_t>(syncer)], caf::infinite, sync_atom::value)
+  self->request(st.syncers[static_cast<std::size_t>(syncer)], caf::infinite, sync_atom::value, WalToSync{st.host->wal})
       .then([self, id, syncer](const WireError& failure) { synced(self, id, syncer, failure.error()); },
             [self, id, syncer](caf::error& e) {
               synced(self, id, syncer, Error(Errc::io_error, "the WAL's syncer stopped: " + self->system().render(e)));
@@ -175,6 +180,16 @@ static void send_acks(run_ptr self, std::vector<HostSink::Progress>& acks) {
 
 static void finish_end(run_ptr self);
 
+/// Once the run's end is durable, no round starts again: the syncers lent
+/// to it serve the system's next run, each once it has answered its last.
+static void give_back_syncers(run_ptr self) {
+  auto& st = self->state;
+  if (!st.lent_syncers) return;
+  for (std::size_t k = 0; k < st.syncers.size(); ++k)
+    if (st.syncers[k] && !st.rounds.busy(static_cast<int>(k)))
+      st.lent_syncers->give_back(std::exchange(st.syncers[k], nullptr));
+}
+
 /// A syncer's answer: what its round and those before it synced is
 /// acknowledged, the run's end goes on if it waited for it, and the next round starts.
 static void synced(run_ptr self, std::uint64_t round, int syncer, const Error& failure) {
@@ -184,6 +199,7 @@ static void synced(run_ptr self, std::uint64_t round, int syncer, const Error& f
     send_acks(self, r.acks);
     durable_to(self, r.ends);
   });
+  if (st.ended && !st.end_waits) give_back_syncers(self);
   if (failure) {
     fail_wal(self, failure);
     return finish_end(self); // where the end waited for this round
@@ -261,6 +277,7 @@ static void finish_end(run_ptr self) {
   } else {
     durable_to(self, st.end_ends);
   }
+  give_back_syncers(self);
   // run.json says how the run ended: readers need no lease any more.
   store::end_lease(st.host->run_dir);
   if (client::FinishState* fs = st.host->finish) {

@@ -41,6 +41,8 @@ public:
     return std::nullopt;
   }
   [[nodiscard]] bool in_flight() const noexcept { return !rounds_.empty(); }
+  /// Whether syncer `k` has a round it has not answered.
+  [[nodiscard]] bool busy(int k) const noexcept { return busy_[static_cast<std::size_t>(k)]; }
 
   /// Opens a round on syncer `k` (free_syncer()) over the WAL's first `wal_end` bytes.
   Round& open(int k, std::uint64_t wal_end) {

@@ -12,7 +12,9 @@
 #include "actors/rank_proxy.hpp"
 #include "actors/run.hpp"
 #include "actors/run_host_setup.hpp"
+#include "actors/sync_rounds.hpp"
 #include "actors/system_monitor.hpp"
+#include "actors/wal_syncers.hpp"
 #include "io/platform/posix.hpp"
 #include "io/sampling/system_metrics.hpp"
 #include "io/store/wal.hpp"
@@ -70,6 +72,10 @@ void fail_run(client::RunImpl& run, Error e) {
   }
   run.channel().fail(std::move(e));
 }
+
+/// The WAL syncers of the actor system this process keeps for its runs
+/// (kept_system), where `sys` is that system; else null.
+std::shared_ptr<WalSyncers> kept_syncers(const caf::actor_system& sys);
 
 class SystemImpl final : public client::System {
 public:
@@ -277,6 +283,7 @@ private:
     host->group_secret = group_secret_;
     wal_fd_ = host->wal->fd();
     helpers_ = host->helpers;
+    host->syncers = kept_syncers(sys_);
     client::endings::note_wal(wal_fd_);
     run_actor_ = spawn_run_actor(sys_, host);
     if (host->resumed) {
@@ -445,40 +452,60 @@ private:
   std::chrono::milliseconds init_timeout_{0};
 };
 
-/// The actor system of this process's runs that link nothing (a run of
-/// one process): made by the first such run with the configuration it
-/// would have made for itself, and kept for the next, so that a run's start
-/// and end make and join no scheduler threads. Never freed: its threads
-/// stay asleep until the process ends, as a run's still held at exit do
-/// (runtime/client/endings.hpp). A fork's child, which has none of its
-/// threads, makes its own. `make`: false only looks for it (null where it
-/// is not made yet).
-caf::actor_system* kept_system(const core::Settings& s, bool make = true) {
-  struct Kept {
-    pid_t pid = 0;
-    caf::actor_system_config cfg;
-    std::unique_ptr<caf::actor_system> system;
-    Kept* parent = nullptr; // in a fork's child, its parent's: left as it is, and reachable
-  };
-  // The lock is held while a system is made, which a run's own thread may
-  // do after init returned (StartingSystem): a fork's child, which would
-  // inherit it held, starts with it released.
+/// The actor system kept for this process's runs that link nothing (kept_system).
+struct Kept {
+  pid_t pid = 0;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::shared_ptr<WalSyncers> syncers; // its runs' WAL syncers, kept as it is
+  Kept* parent = nullptr; // in a fork's child, its parent's: left as it is, and reachable
+};
+
+/// The lock over the kept system. It is held while a system is made, which
+/// a run's own thread may do after init returned (StartingSystem): a fork's
+/// child, which would inherit it held, starts with it released.
+std::mutex& kept_mutex() {
   static std::mutex* mu = [] {
     static std::mutex made;
     ::pthread_atfork(nullptr, nullptr, [] { new (&made) std::mutex; });
     return &made;
   }();
+  return *mu;
+}
+
+Kept*& kept_slot() {
   static Kept* kept = nullptr; // leaked on purpose (above)
-  std::lock_guard lock(*mu);
+  return kept;
+}
+
+/// The actor system of this process's runs that link nothing (a run of
+/// one process): made by the first such run with the configuration it
+/// would have made for itself, and kept for the next, so that a run's start
+/// and end make and join no scheduler threads, and its WAL's syncers with
+/// it. Never freed: its threads stay asleep until the process ends, as a
+/// run's still held at exit do (runtime/client/endings.hpp). A fork's child,
+/// which has none of its threads, makes its own. `make`: false only looks
+/// for it (null where it is not made yet).
+caf::actor_system* kept_system(const core::Settings& s, bool make = true) {
+  std::lock_guard lock(kept_mutex());
+  Kept*& kept = kept_slot();
   if (kept == nullptr || kept->pid != ::getpid()) {
     if (!make) return nullptr;
     auto made = std::make_unique<Kept>();
     made->pid = ::getpid();
     made->system = std::make_unique<caf::actor_system>(SystemImpl::configure_own(made->cfg, s));
+    made->syncers = std::make_shared<WalSyncers>(*made->system, Blocking::detached);
     made->parent = kept;
     kept = made.release();
   }
   return kept->system.get();
+}
+
+std::shared_ptr<WalSyncers> kept_syncers(const caf::actor_system& sys) {
+  std::lock_guard lock(kept_mutex());
+  const Kept* kept = kept_slot();
+  if (kept == nullptr || kept->pid != ::getpid() || kept->system.get() != &sys) return nullptr;
+  return kept->syncers;
 }
 
 /// The actor side of a run of this process alone in a process that has
@@ -500,6 +527,11 @@ public:
             Error e = sys->start(run, std::move(host), false);
             if (e) fail_run(run, std::move(e));
             started_ = std::move(sys);
+            // The run's WAL syncers start here, beside its actors: not on the
+            // Run actor's thread, as its first round comes (open_round).
+            if (!e)
+              if (const std::shared_ptr<WalSyncers> syncers = kept_syncers(*actors))
+                syncers->fill(SyncRounds::syncers);
           } catch (const std::exception& e) {
             fail_run(run, Error(Errc::internal, std::string("the run's actors could not start (") + e.what() +
                                                     "): nothing logged since init reached the run; give the process "

@@ -6,6 +6,7 @@
 #include "tests/actors/caf_dsl.hpp"
 
 #include "actors/run.hpp"
+#include "actors/wal_syncers.hpp"
 #include <chorus/caf.hpp>
 #include "io/platform/posix.hpp"
 #include "io/store/run_record.hpp"
@@ -58,7 +59,9 @@ struct RunActorFixture : test::ActorFixture {
   std::vector<caf::actor> ranks; // their RankProxies
   test::Rig frames{2};           // frames as the ranks' proxies build them
 
-  RunActorFixture() {
+  /// `lend`: the run's syncers are lent by a pool (actors/wal_syncers.hpp),
+  /// as the process's kept actor system lends them; else the run makes its own.
+  explicit RunActorFixture(bool lend = false) {
     host->settings.run_world = 2;
     host->settings.opts.finish_timeout = 5s;
     host->run_id = "run-1";
@@ -73,21 +76,34 @@ struct RunActorFixture : test::ActorFixture {
     host->start_us = 1'700'000'000'000'000;
     host->finish = &finished;
     host->blocking = Blocking::scheduled_for_tests;
+    if (lend) {
+      // Two idle, the first to be taken (the last given back) known as syncers[0].
+      host->syncers = std::make_shared<WalSyncers>(sys, Blocking::scheduled_for_tests);
+      host->syncers->fill(2);
+      BOOST_TEST_REQUIRE(host->syncers->idle() == 2u);
+      const syncer_actor first = host->syncers->take();
+      const syncer_actor second = host->syncers->take();
+      host->syncers->give_back(second);
+      host->syncers->give_back(first);
+      syncers = {keep(caf::actor_cast<caf::actor>(first)), keep(caf::actor_cast<caf::actor>(second))};
+    }
     run = keep(spawn_run_actor(sys, host));
     BOOST_TEST_REQUIRE(sched.prioritize(run));
     sched.run_once(); // it starts: run_start goes to the WAL (no rank waits for it: no round)
-    // Its helpers: the two syncers first.
-    const std::vector<caf::actor> helpers = host->helpers->take();
-    BOOST_TEST_REQUIRE(helpers.size() >= 2u);
-    syncers = {keep(helpers[0]), keep(helpers[1])};
-    for (const caf::actor& a : helpers) host->helpers->add(a);
+    if (!lend) {
+      // Its helpers: the two syncers first.
+      const std::vector<caf::actor> helpers = host->helpers->take();
+      BOOST_TEST_REQUIRE(helpers.size() >= 2u);
+      syncers = {keep(helpers[0]), keep(helpers[1])};
+      for (const caf::actor& a : helpers) host->helpers->add(a);
+    }
     for (int r = 0; r < 2; ++r) ranks.push_back(recorder());
     sched.run();
   }
 
   /// Syncer `k` fdatasyncs the WAL and says so.
   void sync_round(std::size_t k = 0) {
-    expect((sync_atom), from(run).to(syncers[k]).with(_));
+    expect((sync_atom, WalToSync), from(run).to(syncers[k]).with(_, _));
     expect((WireError), from(syncers[k]).to(run).with(WireError()));
   }
   /// Every round asked for, and those that their answers start, run.
@@ -216,6 +232,11 @@ struct RunActorFixture : test::ActorFixture {
     }
     return out;
   }
+};
+
+/// A run whose syncers a pool lends, as the process's kept actor system does.
+struct LentSyncersFixture : RunActorFixture {
+  LentSyncersFixture() : RunActorFixture(true) {}
 };
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
@@ -455,6 +476,34 @@ BOOST_AUTO_TEST_CASE(the_run_ends_on_the_round_that_its_last_ranks_end_started) 
 // fdatasync makes durable all that an earlier one would. Rank 1's frame is
 // in a round when rank 0's end comes: that one starts beside it, on the
 // second syncer, and answers first.
+// A run of the process's kept actor system borrows its syncers: it takes
+// one as its first round comes (its start and the joins take none), and
+// gives them back once its end is durable, not when its handle is freed,
+// so that the next run starts no thread. A syncer still at a round when the
+// run stops is not given back (WalSyncers::retire).
+BOOST_FIXTURE_TEST_CASE(lent_syncers_are_taken_as_rounds_come_and_given_back_at_the_end, LentSyncersFixture) {
+  BOOST_TEST(host->syncers->idle() == 2u);
+  join(0);
+  join(1);
+  BOOST_TEST(host->syncers->idle() == 2u, "a round was asked for with no rank waiting");
+  send_loss(1, 0.5, 0);
+  BOOST_TEST(host->syncers->idle() == 1u);
+  sync_round(0);
+  sched.run();
+  send_batch(1, last_frames(1, 1.0));
+  sync_round(0); // rank 1's end: the syncer it holds
+  sched.run();
+  BOOST_TEST(host->syncers->idle() == 1u, "a run gave back a syncer before its end");
+  finish_after(last_frames(0, 2.0));
+  sync_round(0);
+  expect((caf::ok_atom), from(run).to(self).with(_));
+  sched.run();
+  BOOST_TEST(finished.result.state == RunState::finished);
+  // Back in the pool while the Run actor lives on (its handle is held): the next run takes it.
+  BOOST_TEST(host->syncers->idle() == 2u);
+  BOOST_TEST((caf::actor_cast<caf::actor>(host->syncers->take()) == syncers[0]));
+}
+
 BOOST_AUTO_TEST_CASE(a_frame_that_ends_a_rank_is_synced_beside_the_round_under_way) {
   join(0);
   join(1);
