@@ -28,7 +28,15 @@ constexpr std::size_t max_slots_per_frame = 16384;
 // A frame closes once it holds this many bytes (a few config texts can be
 // large), far below what a link takes (actors/links/link_framing.hpp).
 constexpr std::size_t max_frame_bytes = std::size_t{32} << 20;
-constexpr int max_frames_in_flight = 4;
+// The window: frames sent and not yet acknowledged (the host acks what its
+// WAL holds synced), at most this many, and this many bytes, but for one.
+// A burst's first frames are small (the proxy drains as the trainer logs):
+// counted in frames alone, four of them would hold the next, the trainer's
+// finish among them, until a sync returned, and the end would wait for two.
+// The bytes bound what a rank leaves in the host's mailbox, as four full
+// frames did.
+constexpr int max_frames_in_flight = 16;
+constexpr std::size_t max_bytes_in_flight = std::size_t{1} << 20;
 // A frame's buffer is reserved at once for the slots waiting (this many
 // bytes a slot, about a value's), so that its pages are touched only as
 // bytes are written, never twice by a doubling's copy: a page fault costs
@@ -98,6 +106,8 @@ struct ProxyState {
   std::uint64_t read_pos = 0;
   std::vector<bool> key_sent;
   int in_flight = 0;
+  std::deque<std::size_t> in_flight_sizes; // their sizes, oldest first
+  std::size_t in_flight_bytes = 0;
   bool window_full = false; // the drain loop stopped on a full window; an ack starts it again
   int idle_polls = 0;
   bool parked = false;
@@ -280,11 +290,16 @@ void write_call(ProxyState& st, core::wire::BatchWriter& w, client::Ring& ring, 
   for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(first + i).key, value_of(i));
 }
 
+/// Whether the window takes another frame.
+bool window_open(const ProxyState& st) {
+  return st.in_flight == 0 || (st.in_flight < max_frames_in_flight && st.in_flight_bytes < max_bytes_in_flight);
+}
+
 /// Moves what the ring holds into one frame and sends it; false if nothing was sent.
 bool drain(proxy_ptr self) {
   auto& st = self->state;
   if (!st.held.empty() && st.host) offer_actor_calls(self);
-  if (st.in_flight >= max_frames_in_flight || !st.host) return false;
+  if (!window_open(st) || !st.host) return false;
   client::Ring& ring = st.run->ring();
   std::uint64_t pos = st.read_pos;
   if (ring.peek(pos) == nullptr) return false;
@@ -458,6 +473,8 @@ full:
   st.read_pos = pos;
   // Moved, not copied: the message takes the buffer, and the next frame
   // reserves its own (a copy would touch as many fresh pages again).
+  st.in_flight_sizes.push_back(st.frame.size());
+  st.in_flight_bytes += st.frame.size();
   self->send(st.host, batch_atom::value, std::move(st.frame));
   st.frame = {};
   ++st.in_flight;
@@ -617,7 +634,7 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
         }
         // A full window waits for the host's ack, which starts the loop
         // again: no poll meanwhile (a stalled host would keep it spinning).
-        if (st.in_flight >= max_frames_in_flight && st.host) {
+        if (!window_open(st) && st.host) {
           st.window_full = true;
           return;
         }
@@ -662,7 +679,10 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
                                                                   "are reported lost; check that every rank runs the "
                                                                   "same chorus as the host"));
         st.acked = completed;
-        st.in_flight -= static_cast<int>(std::min<std::uint32_t>(frames, static_cast<std::uint32_t>(st.in_flight)));
+        for (std::uint32_t k = 0; k < frames && st.in_flight > 0; ++k, --st.in_flight) {
+          st.in_flight_bytes -= st.in_flight_sizes.front();
+          st.in_flight_sizes.pop_front();
+        }
         for (const AckError& e : errors) {
           st.run->channel().set_error(e.seq, e.error());
           if (e.warn) client::print_refusal(st.run->settings().topo.rank, e.error(), true);
