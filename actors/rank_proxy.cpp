@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <optional>
 
@@ -28,15 +27,6 @@ constexpr std::size_t max_slots_per_frame = 16384;
 // A frame closes once it holds this many bytes (a few config texts can be
 // large), far below what a link takes (actors/links/link_framing.hpp).
 constexpr std::size_t max_frame_bytes = std::size_t{32} << 20;
-// The window: frames sent and not yet acknowledged (the host acks what its
-// WAL holds synced), at most this many, and this many bytes, but for one.
-// A burst's first frames are small (the proxy drains as the trainer logs):
-// counted in frames alone, four of them would hold the next, the trainer's
-// finish among them, until a sync returned, and the end would wait for two.
-// The bytes bound what a rank leaves in the host's mailbox, as four full
-// frames did.
-constexpr int max_frames_in_flight = 16;
-constexpr std::size_t max_bytes_in_flight = std::size_t{1} << 20;
 // A frame's buffer is reserved at once for the slots waiting (this many
 // bytes a slot, about a value's), so that its pages are touched only as
 // bytes are written, never twice by a doubling's copy: a page fault costs
@@ -105,9 +95,7 @@ struct ProxyState {
   std::uint32_t rank = 0;
   std::uint64_t read_pos = 0;
   std::vector<bool> key_sent;
-  int in_flight = 0;
-  std::deque<std::size_t> in_flight_sizes; // their sizes, oldest first
-  std::size_t in_flight_bytes = 0;
+  FrameWindow window; // the frames sent and not yet acknowledged
   bool window_full = false; // the drain loop stopped on a full window; an ack starts it again
   int idle_polls = 0;
   bool parked = false;
@@ -290,16 +278,11 @@ void write_call(ProxyState& st, core::wire::BatchWriter& w, client::Ring& ring, 
   for (std::uint32_t i = 0; i < n; ++i) w.value(ring.at(first + i).key, value_of(i));
 }
 
-/// Whether the window takes another frame.
-bool window_open(const ProxyState& st) {
-  return st.in_flight == 0 || (st.in_flight < max_frames_in_flight && st.in_flight_bytes < max_bytes_in_flight);
-}
-
 /// Moves what the ring holds into one frame and sends it; false if nothing was sent.
 bool drain(proxy_ptr self) {
   auto& st = self->state;
   if (!st.held.empty() && st.host) offer_actor_calls(self);
-  if (!window_open(st) || !st.host) return false;
+  if (!st.window.open() || !st.host) return false;
   client::Ring& ring = st.run->ring();
   std::uint64_t pos = st.read_pos;
   if (ring.peek(pos) == nullptr) return false;
@@ -473,11 +456,9 @@ full:
   st.read_pos = pos;
   // Moved, not copied: the message takes the buffer, and the next frame
   // reserves its own (a copy would touch as many fresh pages again).
-  st.in_flight_sizes.push_back(st.frame.size());
-  st.in_flight_bytes += st.frame.size();
+  st.window.sent(st.frame.size());
   self->send(st.host, batch_atom::value, std::move(st.frame));
   st.frame = {};
-  ++st.in_flight;
   if (st.finish_seq != 0) request_finish(self);
   return true;
 }
@@ -634,7 +615,7 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
         }
         // A full window waits for the host's ack, which starts the loop
         // again: no poll meanwhile (a stalled host would keep it spinning).
-        if (!window_open(st) && st.host) {
+        if (!st.window.open() && st.host) {
           st.window_full = true;
           return;
         }
@@ -671,7 +652,7 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
         if (st.keepalive) st.keepalive->heard();
         // Nothing reads as logged that the rank did not send, or that an
         // earlier ack did not leave open: such an ack ends the link.
-        if (std::string bad = bad_ack(AckWindow{static_cast<std::uint32_t>(st.in_flight), st.read_pos, st.acked},
+        if (std::string bad = bad_ack(AckWindow{st.window.in_flight(), st.read_pos, st.acked},
                                       frames, completed, errors);
             !bad.empty())
           return lose_host(self, Error(Errc::host_lost, "the run host (" + st.host_label + ") sent an acknowledgement " +
@@ -679,10 +660,7 @@ rank_proxy_self::behavior_type rank_proxy_behavior(proxy_ptr self, client::RunIm
                                                                   "are reported lost; check that every rank runs the "
                                                                   "same chorus as the host"));
         st.acked = completed;
-        for (std::uint32_t k = 0; k < frames && st.in_flight > 0; ++k, --st.in_flight) {
-          st.in_flight_bytes -= st.in_flight_sizes.front();
-          st.in_flight_sizes.pop_front();
-        }
+        st.window.acked(frames);
         for (const AckError& e : errors) {
           st.run->channel().set_error(e.seq, e.error());
           if (e.warn) client::print_refusal(st.run->settings().topo.rank, e.error(), true);

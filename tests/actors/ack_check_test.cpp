@@ -49,3 +49,41 @@ BOOST_AUTO_TEST_CASE(an_error_outside_the_calls_completed_is_refused) {
   BOOST_TEST(contains(bad_ack(w, 1, 20, error_at(21)), "error for call 21"));
   BOOST_TEST(contains(bad_ack(w, 1, 20, error_at(0)), "error for call 0"));
 }
+
+// The frames in flight: small ones go up to a count, so that a burst's
+// first frames leave room for the next (the trainer's finish among them);
+// large ones up to the bytes, so that a rank leaves no more in its host's
+// mailbox than four full frames; and one frame always goes, however large.
+BOOST_AUTO_TEST_CASE(the_window_counts_frames_and_bytes_and_always_lets_one_go) {
+  using chorus::actors::FrameWindow;
+  FrameWindow small;
+  for (std::uint32_t k = 0; k < FrameWindow::max_frames; ++k) {
+    BOOST_TEST(small.open(), "frame " << k);
+    small.sent(1000);
+  }
+  BOOST_TEST(FrameWindow::max_frames > 4u);
+  BOOST_TEST(!small.open());
+  small.acked(1);
+  BOOST_TEST(small.open());
+  BOOST_TEST(small.in_flight() == FrameWindow::max_frames - 1);
+
+  FrameWindow large;
+  large.sent(FrameWindow::max_bytes / 4);
+  large.sent(FrameWindow::max_bytes / 4);
+  large.sent(FrameWindow::max_bytes / 4);
+  BOOST_TEST(large.open());
+  large.sent(FrameWindow::max_bytes / 4);
+  BOOST_TEST(!large.open(), "four full frames fill it, as they did when it counted frames alone");
+  large.acked(2);
+  BOOST_TEST(large.bytes() == FrameWindow::max_bytes / 2);
+  BOOST_TEST(large.open());
+
+  FrameWindow huge;
+  BOOST_TEST(huge.open());
+  huge.sent(32u << 20); // a frame of large config texts
+  BOOST_TEST(!huge.open());
+  huge.acked(5); // no more than are in flight
+  BOOST_TEST(huge.in_flight() == 0u);
+  BOOST_TEST(huge.bytes() == 0u);
+  BOOST_TEST(huge.open());
+}
