@@ -504,6 +504,26 @@ BOOST_FIXTURE_TEST_CASE(lent_syncers_are_taken_as_rounds_come_and_given_back_at_
   BOOST_TEST((caf::actor_cast<caf::actor>(host->syncers->take()) == syncers[0]));
 }
 
+// A run stopped while its round is under way does not give that syncer
+// back, so that no later run waits behind a sync not its own: the syncer
+// answers, then stops.
+BOOST_FIXTURE_TEST_CASE(a_run_stopped_at_a_sync_retires_that_syncer, LentSyncersFixture) {
+  join(0);
+  join(1);
+  send_loss(1, 0.5, 0); // a round asked of syncers[0], which has not run it yet
+  BOOST_TEST_REQUIRE(!idle(syncers[0]));
+  caf::scoped_actor watcher{sys};
+  watcher->monitor(syncers[0]);
+  self->send_exit(run, caf::exit_reason::user_shutdown);
+  sched.run();
+  bool stopped = false;
+  watcher->receive([&](caf::down_msg& dm) { stopped = dm.source == syncers[0].address(); },
+                   caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(stopped, "the syncer at this run's sync went back to serve the next run");
+  BOOST_TEST(host->syncers->idle() == 1u); // the one the run never took
+  BOOST_TEST((caf::actor_cast<caf::actor>(host->syncers->take()) == syncers[1]));
+}
+
 BOOST_AUTO_TEST_CASE(a_frame_that_ends_a_rank_is_synced_beside_the_round_under_way) {
   join(0);
   join(1);
