@@ -128,9 +128,8 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
   // open_round); else the actor makes its own, helpers that stop when it does.
   st.lent_syncers = host->syncers;
   if (!st.lent_syncers) {
-    WalSyncers own(self->system(), host->blocking, self->address());
     for (syncer_actor& syncer : st.syncers) {
-      syncer = own.take();
+      syncer = spawn_wal_syncer(self->system(), host->blocking, self->address());
       host->helpers->add(caf::actor_cast<caf::actor>(syncer));
     }
   }

@@ -22,6 +22,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace chorus::actors::run_host {
@@ -67,15 +68,23 @@ struct RunActorState {
   std::vector<caf::response_promise> nccl_id_waiters; // ranks that asked before
   static inline const char* name = "chorus.run";
 
+  /// Lent syncers serve the system's next run: each idle one goes back at
+  /// once; one still at a sync of this run is kept (and answers it), or,
+  /// `retire_busy`, stopped once it has, a new one taking its place.
+  void return_syncers(bool retire_busy) {
+    if (!lent_syncers) return;
+    for (std::size_t k = 0; k < syncers.size(); ++k) {
+      if (!syncers[k]) continue;
+      if (!rounds.busy(static_cast<int>(k)))
+        lent_syncers->give_back(std::exchange(syncers[k], nullptr));
+      else if (retire_busy)
+        lent_syncers->retire(std::exchange(syncers[k], nullptr));
+    }
+  }
+
   ~RunActorState() {
     if (sink) sink->writer.flush();
-    // Lent syncers still held (a run stopped before its end was durable)
-    // serve the system's next run: at once where idle, and a new one in the
-    // place of one still at a sync of this run.
-    if (lent_syncers)
-      for (std::size_t k = 0; k < syncers.size(); ++k)
-        if (syncers[k])
-          rounds.busy(static_cast<int>(k)) ? lent_syncers->retire(syncers[k]) : lent_syncers->give_back(syncers[k]);
+    return_syncers(true); // a run stopped before its end was durable
   }
 };
 

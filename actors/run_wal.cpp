@@ -180,16 +180,6 @@ static void send_acks(run_ptr self, std::vector<HostSink::Progress>& acks) {
 
 static void finish_end(run_ptr self);
 
-/// Once the run's end is durable, no round starts again: the syncers lent
-/// to it serve the system's next run, each once it has answered its last.
-static void give_back_syncers(run_ptr self) {
-  auto& st = self->state;
-  if (!st.lent_syncers) return;
-  for (std::size_t k = 0; k < st.syncers.size(); ++k)
-    if (st.syncers[k] && !st.rounds.busy(static_cast<int>(k)))
-      st.lent_syncers->give_back(std::exchange(st.syncers[k], nullptr));
-}
-
 /// A syncer's answer: what its round and those before it synced is
 /// acknowledged, the run's end goes on if it waited for it, and the next round starts.
 static void synced(run_ptr self, std::uint64_t round, int syncer, const Error& failure) {
@@ -199,7 +189,9 @@ static void synced(run_ptr self, std::uint64_t round, int syncer, const Error& f
     send_acks(self, r.acks);
     durable_to(self, r.ends);
   });
-  if (st.ended && !st.end_waits) give_back_syncers(self);
+  // Once the run's end is durable no round starts again: each lent syncer
+  // goes back once it has answered its last.
+  if (st.ended && !st.end_waits) st.return_syncers(false);
   if (failure) {
     fail_wal(self, failure);
     return finish_end(self); // where the end waited for this round
@@ -277,7 +269,7 @@ static void finish_end(run_ptr self) {
   } else {
     durable_to(self, st.end_ends);
   }
-  give_back_syncers(self);
+  st.return_syncers(false); // no round starts again
   // run.json says how the run ended: readers need no lease any more.
   store::end_lease(st.host->run_dir);
   if (client::FinishState* fs = st.host->finish) {

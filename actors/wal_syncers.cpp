@@ -7,29 +7,20 @@
 
 namespace chorus::actors {
 
-namespace {
-
 /// Answers each sync_atom once the WAL it names is fdatasync'ed: no error,
-/// or why it failed.
-class WalSyncer : public syncer_actor::base {
-public:
-  WalSyncer(caf::actor_config& cfg, caf::actor_addr parent) : syncer_actor::base(cfg), parent_(std::move(parent)) {}
+/// or why it failed. (Its argument is passed, not captured: CAF 0.17
+/// dereferences a null argument tuple for a function spawned without arguments.)
+static syncer_actor::behavior_type wal_syncer(syncer_actor::pointer self, caf::actor_addr parent) {
+  stop_with(self, parent);
+  return {[](sync_atom, const WalToSync& w) {
+    if (!w.wal) return WireError(Error(Errc::internal, "a WAL sync was asked for without a WAL"));
+    return WireError(w.wal->sync());
+  }};
+}
 
-  const char* name() const override { return "chorus.wal_syncer"; }
-
-  behavior_type make_behavior() override {
-    stop_with(this, parent_);
-    return {[](sync_atom, const WalToSync& w) {
-      if (!w.wal) return WireError(Error(Errc::internal, "a WAL sync was asked for without a WAL"));
-      return WireError(w.wal->sync());
-    }};
-  }
-
-private:
-  caf::actor_addr parent_;
-};
-
-} // namespace
+syncer_actor spawn_wal_syncer(caf::actor_system& sys, Blocking where, caf::actor_addr parent) {
+  return spawn_blocking(sys, where, wal_syncer, std::move(parent));
+}
 
 syncer_actor WalSyncers::take() {
   {
@@ -40,7 +31,7 @@ syncer_actor WalSyncers::take() {
       return s;
     }
   }
-  return spawn();
+  return spawn_wal_syncer(sys_, where_);
 }
 
 void WalSyncers::fill(std::size_t n) {
@@ -49,13 +40,8 @@ void WalSyncers::fill(std::size_t n) {
       std::lock_guard lock(mu_);
       if (idle_.size() >= n) return;
     }
-    give_back(spawn());
+    give_back(spawn_wal_syncer(sys_, where_));
   }
-}
-
-syncer_actor WalSyncers::spawn() {
-  if (where_ == Blocking::scheduled_for_tests) return spawn_guarded_class<WalSyncer>(sys_, parent_);
-  return spawn_guarded_class<WalSyncer, caf::detached>(sys_, parent_);
 }
 
 void WalSyncers::give_back(syncer_actor s) {

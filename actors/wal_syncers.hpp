@@ -8,7 +8,7 @@
 // them; a run takes one as each of its rounds comes and gives them back
 // once its end is durable (actors/run_wal.cpp), so that the next run starts
 // no thread unless it runs beside another. A Run actor of any other system
-// makes its own, which stop when it does.
+// spawns its own (spawn_wal_syncer), which stop when it does.
 #pragma once
 
 #include "actors/protocol.hpp"
@@ -19,12 +19,15 @@
 
 namespace chorus::actors {
 
+/// A syncer spawned `where` (detached, but in tests/actors), which stops
+/// when `parent` does, where one is given (a Run actor's own).
+syncer_actor spawn_wal_syncer(caf::actor_system& sys, Blocking where, caf::actor_addr parent = {});
+
+/// The syncers an actor system keeps for its runs.
 class WalSyncers {
 public:
-  /// Syncers of `sys`, spawned `where` (detached, but in tests/actors);
-  /// each stops when `parent` does, where one is given (a Run actor's own).
-  WalSyncers(caf::actor_system& sys, Blocking where, caf::actor_addr parent = {})
-      : sys_(sys), where_(where), parent_(std::move(parent)) {}
+  /// Syncers of `sys`, spawned `where` (detached, but in tests/actors).
+  WalSyncers(caf::actor_system& sys, Blocking where) : sys_(sys), where_(where) {}
   WalSyncers(const WalSyncers&) = delete;
   WalSyncers& operator=(const WalSyncers&) = delete;
 
@@ -42,11 +45,8 @@ public:
   void retire(const syncer_actor& s);
 
 private:
-  syncer_actor spawn();
-
   caf::actor_system& sys_;
   const Blocking where_;
-  const caf::actor_addr parent_;
   std::mutex mu_;
   std::vector<syncer_actor> idle_;
 };
