@@ -106,6 +106,7 @@ using sync_atom = caf::atom_constant<caf::atom("sync")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using exited_atom = caf::atom_constant<caf::atom("exited")>;
 using event_atom = caf::atom_constant<caf::atom("event")>;
+using answered_atom = caf::atom_constant<caf::atom("answered")>;
 
 // -- errors -----------------------------------------------------------------
 
@@ -227,6 +228,9 @@ using run_actor = caf::typed_actor<
     caf::reacts_to<batch_atom, std::vector<char>>,
     // the host's own RankProxy finishes the run
     caf::replies_to<finish_atom>::with<caf::ok_atom>,
+    // from the host's own RankProxy: the trainer has finish's answer, so what
+    // only the end needed (the disk's reserve) goes, off the finish's path
+    caf::reacts_to<answered_atom>,
     // (rank, status): the rank's process exited with `status` (not 0) after
     // the rank finished, even after the run ended: the rank, and the run,
     // failed. From the rank's own proxy; answered once on disk.

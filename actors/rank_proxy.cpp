@@ -175,6 +175,8 @@ void complete_finish(proxy_ptr self, Error err) {
   }
   if (st.finish_seq == 0) return;
   st.run->channel().complete(st.finish_seq);
+  // The run's host, in this process, frees what its end held while the trainer goes on.
+  if (st.run->settings().is_host && st.host) self->send(st.host, answered_atom::value);
   // A call another thread made while finish() ran may sit behind the finish
   // in the queue; the run takes nothing after it, so its ticket must not wait
   // for ever.

@@ -400,6 +400,13 @@ run_self::behavior_type run_actor_fn(run_ptr self, std::shared_ptr<RunHost> host
         after_frame(self);
         return {};
       },
+      [self](answered_atom) {
+        // The end's room goes once the trainer has its answer, not when the
+        // actor stops: a run still held when its process exits keeps its
+        // actors to the end, and its directory would keep the reserve.
+        auto& st = self->state;
+        if (from_this_process(self) && st.ended && !st.end_waits) st.sink->writer.release_room();
+      },
       [self](finish_tmo_atom) {
         auto& st = self->state;
         if (!from_self(self) || st.ended) return;

@@ -504,6 +504,8 @@ RunWriter::~RunWriter() {
   s_->release_room();
 }
 
+void RunWriter::release_room() { s_->release_room(); }
+
 void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
   State& s = *s_;
   s.segments.push_back(Segment{ts_us, std::nullopt, RunState::running});

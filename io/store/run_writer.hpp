@@ -65,6 +65,9 @@ public:
   /// The Run actor writes them while the WAL's sync runs, and run.json once
   /// it returned.
   void end_files();
+  /// Frees the room held on the run's disk for its end (`.reserve`), once
+  /// the end is written and answered; the writer's destructor frees it too.
+  void release_room();
 
   /// Appends one line (a JSON object) to system.jsonl. System samples are
   /// not in the WAL: `chorus recover` leaves the file as it is.

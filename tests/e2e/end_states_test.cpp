@@ -171,6 +171,8 @@ BOOST_AUTO_TEST_CASE(ranks_that_exit_holding_their_run_while_the_links_close_all
   Ended run(dir);
   BOOST_TEST(run.text("state") == "finished");
   for (int r = 0; r < 4; ++r) BOOST_TEST(run.rank_field(r, "state") == "finished", "rank " << r);
+  // The run's end freed the room it held for it, though no handle was freed.
+  BOOST_TEST(!fs::exists(run.dir / ".reserve"));
 }
 
 BOOST_AUTO_TEST_CASE(an_exception_that_unwinds_the_run_fails_the_rank) {
