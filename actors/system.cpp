@@ -21,6 +21,7 @@
 #include "runtime/client/endings.hpp"
 #include "runtime/client/run_impl.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +78,23 @@ void fail_run(client::RunImpl& run, Error e) {
 /// (kept_system), where `sys` is that system; else null.
 std::shared_ptr<WalSyncers> kept_syncers(const caf::actor_system& sys);
 
+/// Returns once every actor of `actors` has ended (its state destroyed, as
+/// a monitor's down message would say). Each tells as it ends, and the
+/// caller wakes once, at the last: no actor of its own is made to wait (a
+/// scoped actor's monitors wake it at each down message, and its end wakes
+/// the system's clock, each a cross-thread wake-up that costs some virtual
+/// machines 0.1 ms).
+void wait_terminated(const std::vector<caf::actor>& actors) {
+  if (actors.empty()) return;
+  auto left = std::make_shared<std::atomic<std::size_t>>(actors.size());
+  for (const caf::actor& a : actors)
+    caf::actor_cast<caf::abstract_actor*>(a)->attach_functor([left] {
+      if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) left->notify_all();
+    });
+  for (std::size_t n = left->load(std::memory_order_acquire); n != 0; n = left->load(std::memory_order_acquire))
+    left->wait(n, std::memory_order_acquire);
+}
+
 class SystemImpl final : public client::System {
 public:
   /// `plan`: how this process links to the job's others; `socket_dir`: this
@@ -119,13 +137,9 @@ public:
       add(run_actor_);
       add(group_);
       for (const auto& m : links_.actors()) add(m);
-      caf::scoped_actor self{sys_};
-      self->wait_for(ours);
+      wait_terminated(ours);
       // They stop with the Run actor, which has ended: its list is whole.
-      if (helpers_) {
-        const std::vector<caf::actor> helpers = helpers_->take();
-        if (!helpers.empty()) self->wait_for(helpers);
-      }
+      if (helpers_) wait_terminated(helpers_->take());
     }
   }
 
