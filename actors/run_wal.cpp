@@ -244,6 +244,7 @@ void end_run(run_ptr self) {
   if (st.wal_error) return finish_end(self);
   st.sink->writer.end_backed_by_wal(true);
   st.sink->writer.end_files();
+  st.sink->stage_run_end(); // renamed into place once the sync returned (finish_end)
   if (st.rounds.synced() >= st.end_needs) return finish_end(self);
   if (!st.rounds.covers(st.end_needs))
     if (SyncRounds::Round* r = open_round(self)) take_round(self, *r);

@@ -136,11 +136,11 @@ StagedFile::~StagedFile() {
   if (!tmp_.empty()) ::unlink(tmp_.c_str()); // never committed: the old file stays
 }
 
-Error StagedFile::commit() {
+Error StagedFile::commit(bool durable) {
   if (fd_ < 0) return {};
   const int fd = std::exchange(fd_, -1);
-  if (!tmp_.empty()) return install_temporary(fd, std::exchange(tmp_, std::string()), path_, /*durable=*/true);
-  Error err = sync_file(fd, path_);
+  if (!tmp_.empty()) return install_temporary(fd, std::exchange(tmp_, std::string()), path_, durable);
+  Error err = durable ? sync_file(fd, path_) : Error{};
   close_fd(fd);
   return err;
 }

@@ -43,8 +43,10 @@ public:
   StagedFile& operator=(StagedFile&&) = delete;
   ~StagedFile();
   /// Waits for the file's writes (fsync), then renames a replacement into
-  /// place. Once only; nothing after the first call.
-  [[nodiscard]] Error commit();
+  /// place. Once only; nothing after the first call. `durable` false: the
+  /// rename alone, for a file whose content something else makes durable
+  /// (the run's end, which the WAL holds).
+  [[nodiscard]] Error commit(bool durable = true);
   /// Whether there is anything to commit.
   [[nodiscard]] bool staged() const noexcept { return fd_ >= 0; }
 

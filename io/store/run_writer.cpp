@@ -155,6 +155,9 @@ struct RunWriter::State {
   bool end_spare = false;         // and the disk had room to spare then
   // The lengths run.json records once the run has ended (RunRecord::lengths).
   std::vector<std::pair<std::string, std::uint64_t>> end_lengths;
+  // run.json of the end, staged by stage_run_end() with this text.
+  std::optional<platform::StagedFile> staged_end;
+  std::string staged_end_text;
 
   std::map<int, RankInfo> ranks; // the current attempt's
   std::map<int, std::int64_t> joined; // the current attempt's: when each rank joined (unix µs)
@@ -363,6 +366,20 @@ struct RunWriter::State {
     run_json_dirty = false;
   }
 
+  /// run.json's text once the current attempt ends as `state` at `ts_us`,
+  /// with the lengths as they stand: what run_end() would write now.
+  [[nodiscard]] std::string end_text(RunState state, std::int64_t ts_us) {
+    const Segment live = segments.back();
+    auto lengths_before = std::move(end_lengths);
+    segments.back().state = state;
+    segments.back().end_us = ts_us;
+    end_lengths = lengths();
+    std::string text = run_record().text();
+    segments.back() = live;
+    end_lengths = std::move(lengths_before);
+    return text;
+  }
+
   /// run.json's record, as things stand.
   [[nodiscard]] RunRecord run_record() const {
     RunRecord r = identity;
@@ -505,6 +522,17 @@ RunWriter::~RunWriter() {
 }
 
 void RunWriter::release_room() { s_->release_room(); }
+
+void RunWriter::stage_run_end(RunState state, std::int64_t ts_us) {
+  State& s = *s_;
+  s.staged_end.reset();
+  if (!s.wal_backed || s.segments.empty() || s.error.code() == Errc::io_error) return;
+  std::string text = s.end_text(state, ts_us);
+  Result<platform::StagedFile> staged = platform::StagedFile::replace(s.file("run.json"), text);
+  if (!staged) return; // run_end() writes it, and says why if it cannot
+  s.staged_end.emplace(std::move(*staged));
+  s.staged_end_text = std::move(text);
+}
 
 void RunWriter::run_start(std::string_view run_json, std::int64_t ts_us, std::uint32_t world_size) {
   State& s = *s_;
@@ -737,7 +765,13 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
   // run.json last, as readers see the end there, with the lengths of what
   // it counts as they stand now.
   s.end_lengths = s.lengths();
-  s.write_run_json(!s.wal_backed);
+  std::optional<platform::StagedFile> staged = std::exchange(s.staged_end, std::nullopt);
+  if (staged && s.wal_backed && s.staged_end_text == s.run_record().text()) {
+    s.fail(staged->commit(/*durable=*/false));
+    s.run_json_dirty = false;
+  } else {
+    s.write_run_json(!s.wal_backed); // a staged text that no longer says the end is dropped
+  }
   if (s.end_spare && s.error.code() == Errc::io_error) s.end_in_room(); // the disk filled under the end's own writes
   // Otherwise the room goes with the writer (~RunWriter), after the run's end is answered.
 }

@@ -65,6 +65,12 @@ public:
   /// The Run actor writes them while the WAL's sync runs, and run.json once
   /// it returned.
   void end_files();
+  /// run_end()'s run.json made ahead, while the WAL's sync that makes the
+  /// end durable runs: its text in a temporary file, its writes started, so
+  /// that run_end() has only to rename it into place once the sync returned
+  /// (where it is still the text run_end() would write; else it is dropped).
+  /// Nothing where the WAL does not back the end.
+  void stage_run_end(RunState state, std::int64_t ts_us);
   /// Frees the room held on the run's disk for its end (`.reserve`), once
   /// the end is written and answered; the writer's destructor frees it too.
   void release_room();
