@@ -152,10 +152,10 @@ Result<std::unique_ptr<AppendFile>> AppendFile::open_with(const std::string& pat
   const bool exists = ::lstat(path.c_str(), &st) == 0;
   if (!exists && !create) return std::unique_ptr<AppendFile>();
   const bool had_content = exists && st.st_size > 0;
-  const Result<int> fd = open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0));
-  if (!fd) return fd.error();
   struct stat now {};
-  const std::uint64_t size = ::fstat(*fd, &now) == 0 ? static_cast<std::uint64_t>(now.st_size) : 0;
+  const Result<int> fd = open_private(path, O_RDWR | O_CREAT | O_APPEND | (truncate ? O_TRUNC : 0), &now);
+  if (!fd) return fd.error();
+  const auto size = static_cast<std::uint64_t>(now.st_size);
   return std::unique_ptr<AppendFile>(new AppendFile(*fd, path, had_content, size));
 }
 

@@ -81,10 +81,10 @@ Error link_error(const std::string& path) {
 }
 
 // Closes `fd` and says why unless it is a regular file; clears the
-// O_NONBLOCK it was opened with (regular files never block, and reads and
-// writes should behave as usual).
-Result<int> keep_if_regular(int fd, const std::string& path) {
-  struct stat st {};
+// O_NONBLOCK it was opened with, with its other `flags` (regular files never
+// block, and reads and writes should behave as usual). `st`: the file's stat.
+Result<int> keep_if_regular(int fd, const std::string& path, int flags, struct stat& st) {
+  st = {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const bool stat_failed = st.st_mode == 0;
     const int e = errno;
@@ -98,7 +98,9 @@ Result<int> keep_if_regular(int fd, const std::string& path) {
                                      "): a run directory holds regular files only; remove it, or "
                                      "point chorus at the real run directory"};
   }
-  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  // F_SETFL sets only the status flags (O_APPEND, O_NONBLOCK...) and
+  // ignores the rest of `flags`: no F_GETFL is needed first.
+  (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return fd;
 }
 
@@ -112,23 +114,20 @@ Error os_error(std::string_view what, std::string_view path, int errnum, std::st
   return Error{Errc::io_error, std::move(m)};
 }
 
-Result<int> open_private(const std::string& path, int flags) {
+Result<int> open_private(const std::string& path, int flags, struct stat* st) {
   int fd;
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0600);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return errno == ELOOP ? link_error(path) : os_error("open", path, errno);
-  Result<int> kept = keep_if_regular(fd, path);
+  struct stat seen {};
+  Result<int> kept = keep_if_regular(fd, path, flags, seen);
   if (!kept) return kept;
+  if (st != nullptr) *st = seen;
   // The umask may have taken bits away from 0600 (or the file pre-existed
   // with looser ones): set the mode the run directory promises.
-  struct stat st {};
-  Error err;
-  if (::fstat(fd, &st) != 0)
-    err = os_error("fstat", path, errno);
-  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0)
-    err = os_error("fchmod 0600", path, errno);
-  if (err) {
+  if ((seen.st_mode & 07777) != 0600 && ::fchmod(fd, 0600) != 0) {
+    const Error err = os_error("fchmod 0600", path, errno);
     close_fd(fd);
     return err;
   }
@@ -145,7 +144,8 @@ Result<int> open_regular(const std::string& path, int flags, bool missing_ok) {
     if (e == ENOENT && missing_ok) return -1;
     return e == ELOOP ? link_error(path) : os_error("cannot open", path, e);
   }
-  return keep_if_regular(fd, path);
+  struct stat st {};
+  return keep_if_regular(fd, path, flags, st);
 }
 
 Error write_all(int fd, iovec* iov, int n, std::string_view path) {

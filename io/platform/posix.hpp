@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 namespace chorus::platform {
@@ -26,7 +27,8 @@ namespace chorus::platform {
 /// putting an existing file's mode back to 0600. Like open_regular, it follows
 /// no link in the last part of `path`, never blocks on a FIFO and refuses what
 /// is not a regular file. Returns the descriptor, or why it could not be opened.
-[[nodiscard]] Result<int> open_private(const std::string& path, int flags);
+/// `st`, where given: the file's stat as it was opened (before any fchmod).
+[[nodiscard]] Result<int> open_private(const std::string& path, int flags, struct stat* st = nullptr);
 
 /// Opens an existing regular file of a run directory for reading (or with
 /// `flags`, O_RDWR say) without following a symbolic link in its last part
