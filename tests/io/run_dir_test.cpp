@@ -539,6 +539,65 @@ BOOST_AUTO_TEST_CASE(on_a_disk_with_room_the_reserve_outlives_the_end_and_goes_w
   BOOST_TEST(!std::filesystem::exists(dir + "/.reserve"));
 }
 
+namespace {
+/// The run.json temporary files left in `dir`.
+std::size_t temporaries_in(const std::string& dir) {
+  std::size_t n = 0;
+  for (const std::string& name : names_in(dir)) n += name.find(".run.json.tmp.") != std::string::npos ? 1 : 0;
+  return n;
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(the_ends_run_json_staged_beside_the_wal_sync_lands_only_where_it_still_says_the_end) {
+  TempDir tmp;
+  // Staged while the WAL's sync runs, renamed into place by run_end: until
+  // then run.json says running, and the staged file is a hidden temporary.
+  const std::string dir = tmp / "run";
+  RunWriter w(dir, name_of);
+  w.run_start("{}", t0, 1);
+  Row r;
+  r.step = 0;
+  r.ts_us = t0 + 10;
+  r.values = {RowValue{0, -1, 0.5, 0}};
+  w.row(r);
+  w.end_backed_by_wal(true);
+  w.end_files();
+  w.stage_run_end(RunState::finished, t0 + 20);
+  BOOST_TEST(Doc(slurp(dir + "/run.json")).str("state") == "running");
+  BOOST_TEST(temporaries_in(dir) == 1u);
+  w.run_end(RunState::finished, t0 + 20);
+  BOOST_TEST(w.error().code() == Errc::ok, w.error().message());
+  const std::string staged_end = slurp(dir + "/run.json");
+  BOOST_TEST(Doc(staged_end).str("state") == "finished");
+  BOOST_TEST(temporaries_in(dir) == 0u);
+
+  // The same end written without staging: the very same file.
+  const std::string plain_dir = tmp / "plain";
+  {
+    RunWriter p(plain_dir, name_of);
+    p.run_start("{}", t0, 1);
+    p.row(r);
+    p.end_backed_by_wal(true);
+    p.run_end(RunState::finished, t0 + 20);
+  }
+  std::string plain_end = slurp(plain_dir + "/run.json");
+  BOOST_TEST(plain_end.size() == staged_end.size());
+  // Only the directory differs where run.json names it: none is named here ("{}" identity).
+  BOOST_TEST(plain_end == staged_end);
+
+  // Staged, then the end changes (a signal stopped the run meanwhile): the
+  // staged text is dropped, and run.json says the end as it is.
+  const std::string changed = tmp / "changed";
+  RunWriter c(changed, name_of);
+  c.run_start("{}", t0, 1);
+  c.end_backed_by_wal(true);
+  c.end_files();
+  c.stage_run_end(RunState::finished, t0 + 20);
+  c.run_end(RunState::killed, t0 + 30);
+  BOOST_TEST(Doc(slurp(changed + "/run.json")).str("state") == "killed");
+  BOOST_TEST(temporaries_in(changed) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(on_a_nearly_full_disk_the_reserve_is_freed_before_the_end_is_written) {
   if (::geteuid() != 0) {
     BOOST_TEST_MESSAGE("skipped: mounting a small file system needs root");
