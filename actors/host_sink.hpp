@@ -108,12 +108,12 @@ public:
     }
     writer.run_end(state, ts_us);
   }
-  /// run.json says how the run ended once what the end told is in
-  /// events.jsonl (its readers take the end state as the last word).
   /// The end's run.json staged while the WAL's sync runs (RunWriter::stage_run_end).
   void stage_run_end() {
     if (held_run_end) writer.stage_run_end(held_run_end->first, held_run_end->second);
   }
+  /// run.json says how the run ended once what the end told is in
+  /// events.jsonl (its readers take the end state as the last word).
   void release_run_end() {
     hold_run_end = false;
     if (held_run_end) writer.run_end(held_run_end->first, held_run_end->second);

@@ -773,7 +773,7 @@ void RunWriter::run_end(RunState state, std::int64_t ts_us) {
     s.write_run_json(!s.wal_backed); // a staged text that no longer says the end is dropped
   }
   if (s.end_spare && s.error.code() == Errc::io_error) s.end_in_room(); // the disk filled under the end's own writes
-  // Otherwise the room goes with the writer (~RunWriter), after the run's end is answered.
+  // Otherwise the room goes once the run's end is answered (release_room), or with the writer.
 }
 
 std::optional<RunState> RunWriter::carry_over(const std::string& run_json_path) {
